@@ -1,0 +1,22 @@
+import { Command } from "commander";
+
+export const CLI_VERSION = "0.1.0";
+
+/** Builds the `denv` command tree. Usage errors exit 2 (see main.ts). */
+export function buildProgram(): Command {
+  const program = new Command("denv")
+    .description("denv: versioned, forkable environments for agents and reinforcement learning")
+    .version(CLI_VERSION)
+    .exitOverride()
+    .showHelpAfterError("(run with --help for usage)")
+    .configureOutput({ outputError: (text, write) => write(text) });
+  program.addHelpText(
+    "after",
+    `
+Exit codes:
+  0  success
+  1  the operation failed, or the input was refused (the message says why)
+  2  usage error (unknown command or option, missing argument)`,
+  );
+  return program;
+}

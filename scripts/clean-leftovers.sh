@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Removes what an earlier, killed test run may have left on this machine: containers, networks and
+# volumes labelled by denv's tests, and test mounts under denv's test state directory. Objects of a
+# running denv that are not test-labelled are left alone. Safe on a bare machine.
+set -uo pipefail
+DOCKER=/usr/bin/docker
+if timeout 5 "$DOCKER" info >/dev/null 2>&1; then
+  ids=$("$DOCKER" ps -aq --filter label=dev.denv.test)
+  [ -n "$ids" ] && "$DOCKER" rm -f -v $ids >/dev/null 2>&1
+  nets=$("$DOCKER" network ls -q --filter label=dev.denv.test)
+  [ -n "$nets" ] && "$DOCKER" network rm $nets >/dev/null 2>&1
+  vols=$("$DOCKER" volume ls -q --filter label=dev.denv.test)
+  [ -n "$vols" ] && "$DOCKER" volume rm -f $vols >/dev/null 2>&1
+fi
+# Test btrfs pools are loop-mounted under /var/lib/denv-test; unmount them (deepest first) and free
+# their loop devices.
+if [ -d /var/lib/denv-test ]; then
+  awk '$2 ~ "^/var/lib/denv-test/" {print $2}' /proc/mounts | sort -r | while read -r m; do
+    umount -l "$m" 2>/dev/null
+  done
+  losetup -l -n -O NAME,BACK-FILE 2>/dev/null | awk '$2 ~ "^/var/lib/denv-test/" {print $1}' |
+    while read -r dev; do losetup -d "$dev" 2>/dev/null; done
+  rm -rf /var/lib/denv-test
+fi
+exit 0

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Everything both README commands need, each step skipped when already done:
+# Node 24, the npm dependencies, and the host (Docker engine, images, registry).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+# shellcheck source=ensure-node.sh
+source scripts/ensure-node.sh
+lock_hash=$( (cat package-lock.json; node --version) | sha256sum | cut -c1-16)
+if [ "$(cat node_modules/.denv-lock-hash 2>/dev/null)" != "$lock_hash" ]; then
+  echo "[prepare] npm ci" >&2
+  npm ci --no-audit --no-fund --loglevel=error >/dev/null
+  echo "$lock_hash" >node_modules/.denv-lock-hash
+fi
+bash scripts/setup-host.sh

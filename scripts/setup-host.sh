@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Host set-up for denv on Debian, as root. Idempotent: every step first checks whether it is
+# already done, so a second run on a ready machine changes nothing and takes a few seconds.
+#
+#   1. Debian packages: docker.io, btrfs-progs, debootstrap, docker-registry, docker-compose
+#   2. dockerd running (no systemd here: started in the background, socket awaited)
+#   3. the base image debian:bookworm, built with debootstrap + `docker import` when missing
+#   4. a local registry on 127.0.0.1:5000, so images get real registry digests
+#   5. the example images built FROM debian:bookworm and pushed to that registry
+#
+# It never pulls from the internet: the only network it uses is Debian's mirror (apt, debootstrap,
+# and apt-get inside image builds).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+STATE=${DENV_HOST_STATE:-/var/lib/denv-host}
+REGISTRY_ADDR=${DENV_REGISTRY:-127.0.0.1:5000}
+DEBIAN_MIRROR=${DENV_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+DOCKER=/usr/bin/docker # Debian's client, matching Debian's engine (the image may ship another)
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "run as root (it installs packages and starts dockerd)"
+mkdir -p "$STATE"
+
+# --- 1. packages -------------------------------------------------------------------------------
+need=()
+[ -x /usr/sbin/dockerd ] || need+=(docker.io)
+[ -x /usr/bin/docker ] || need+=(docker.io)
+command -v btrfs >/dev/null || need+=(btrfs-progs)
+command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v docker-registry >/dev/null || need+=(docker-registry)
+command -v docker-compose >/dev/null || need+=(docker-compose)
+command -v ip >/dev/null || need+=(iproute2)
+command -v curl >/dev/null || need+=(curl)
+if [ ${#need[@]} -gt 0 ]; then
+  log "installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# --- 2. dockerd ----------------------------------------------------------------------------------
+docker_up() { timeout 5 "$DOCKER" info >/dev/null 2>&1; }
+if ! docker_up; then
+  log "starting dockerd"
+  # A dockerd killed with the last session may have left its pid file behind; dockerd refuses to
+  # start while it names a live process, and any other stale file is harmless.
+  if [ -f /var/run/docker.pid ] && ! kill -0 "$(cat /var/run/docker.pid)" 2>/dev/null; then
+    rm -f /var/run/docker.pid
+  fi
+  setsid nohup /usr/sbin/dockerd >>/var/log/denv-dockerd.log 2>&1 </dev/null &
+  for _ in $(seq 1 120); do docker_up && break; sleep 0.5; done
+  docker_up || { tail -20 /var/log/denv-dockerd.log >&2; die "dockerd did not answer within 60 s"; }
+fi
+
+# --- 3. base image ------------------------------------------------------------------------------
+if ! "$DOCKER" image inspect debian:bookworm >/dev/null 2>&1; then
+  rootfs="$STATE/rootfs-bookworm"
+  if [ ! -f "$rootfs.done" ]; then
+    log "debootstrap bookworm (about a minute)"
+    rm -rf "$rootfs"
+    debootstrap --variant=minbase bookworm "$rootfs" "$DEBIAN_MIRROR" >"$STATE/debootstrap.log" 2>&1 ||
+      { tail -20 "$STATE/debootstrap.log" >&2; die "debootstrap failed"; }
+    # Keep the image small and apt usable inside builds.
+    rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+    touch "$rootfs.done"
+  fi
+  log "importing debian:bookworm"
+  tar -C "$rootfs" -c . | "$DOCKER" import -c 'CMD ["bash"]' - debian:bookworm >/dev/null
+fi
+
+# --- 4. registry --------------------------------------------------------------------------------
+registry_up() { curl -fsS -o /dev/null --max-time 2 2>/dev/null "http://$REGISTRY_ADDR/v2/"; }
+if ! registry_up; then
+  log "starting docker-registry on $REGISTRY_ADDR"
+  mkdir -p "$STATE/registry"
+  cat >"$STATE/registry.yml" <<YAML
+version: 0.1
+log: { level: warn }
+storage:
+  filesystem: { rootdirectory: $STATE/registry }
+  delete: { enabled: true }
+http: { addr: $REGISTRY_ADDR }
+YAML
+  setsid nohup docker-registry serve "$STATE/registry.yml" >>/var/log/denv-registry.log 2>&1 </dev/null &
+  for _ in $(seq 1 40); do registry_up && break; sleep 0.25; done
+  registry_up || { tail -20 /var/log/denv-registry.log >&2; die "registry did not answer on $REGISTRY_ADDR"; }
+fi
+
+# --- 5. example images --------------------------------------------------------------------------
+# Each images/<name>/ directory holds a Dockerfile and a file IMAGE naming its reference. The image
+# is rebuilt only when its build context changed (hash kept in a label), and pushed only when the
+# registry does not hold that reference yet.
+build_and_push() {
+  local dir=$1 ref repo tag hash have
+  ref=$(tr -d ' \n' <"$dir/IMAGE")
+  repo=${ref#"$REGISTRY_ADDR"/}; repo=${repo%:*}; tag=${ref##*:}
+  hash=$(cd "$dir" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
+  have=$("$DOCKER" image inspect -f '{{ index .Config.Labels "dev.denv.context-hash" }}' "$ref" 2>/dev/null || true)
+  if [ "$have" != "$hash" ]; then
+    log "building $ref"
+    DOCKER_BUILDKIT=0 "$DOCKER" build -q --label "dev.denv.context-hash=$hash" -t "$ref" "$dir" >"$STATE/build.log" 2>&1 ||
+      { tail -30 "$STATE/build.log" >&2; die "building $ref failed"; }
+  fi
+  local local_id pushed_hash
+  pushed_hash=$(curl -fsS --max-time 5 -H 'Accept: application/vnd.docker.distribution.manifest.v2+json' \
+    "http://$REGISTRY_ADDR/v2/$repo/manifests/$tag" 2>/dev/null | jq -r '.config.digest // empty' || true)
+  local_id=$("$DOCKER" image inspect -f '{{.Id}}' "$ref")
+  if [ "$pushed_hash" != "$local_id" ]; then
+    log "pushing $ref"
+    "$DOCKER" push -q "$ref" >/dev/null
+  fi
+}
+for dir in "$ROOT"/examples/*/images/*/; do
+  [ -f "$dir/IMAGE" ] && build_and_push "${dir%/}"
+done
+log "host ready"

@@ -1,0 +1,52 @@
+/** Helpers for end-to-end tests that talk to the real Docker engine. */
+import { PassThrough } from "node:stream";
+import type Docker from "dockerode";
+
+export interface ExecResult {
+  exitCode: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs argv in a container through the Engine API and collects its output. */
+export async function execIn(container: Docker.Container, cmd: string[], user?: string): Promise<ExecResult> {
+  const exec = await container.exec({ Cmd: cmd, AttachStdout: true, AttachStderr: true, User: user ?? "" });
+  const stream = await exec.start({ hijack: true, stdin: false });
+  const out: Buffer[] = [];
+  const err: Buffer[] = [];
+  const stdout = new PassThrough().on("data", (b: Buffer) => out.push(b));
+  const stderr = new PassThrough().on("data", (b: Buffer) => err.push(b));
+  container.modem.demuxStream(stream, stdout, stderr);
+  await new Promise<void>((resolve, reject) => {
+    stream.on("end", resolve).on("close", resolve).on("error", reject);
+  });
+  const info = await exec.inspect();
+  return {
+    exitCode: info.ExitCode ?? -1,
+    stdout: Buffer.concat(out).toString(),
+    stderr: Buffer.concat(err).toString(),
+  };
+}
+
+/** Polls the engine's health status until healthy; resolves to the milliseconds it took. */
+export async function waitHealthy(container: Docker.Container, timeoutMs: number): Promise<number> {
+  const start = Date.now();
+  for (;;) {
+    const info = await container.inspect();
+    const status = info.State.Health?.Status;
+    if (status === "healthy") return Date.now() - start;
+    if (!info.State.Running) throw new Error(`${info.Name} exited (${info.State.ExitCode}) before healthy`);
+    if (Date.now() - start > timeoutMs) throw new Error(`${info.Name} not healthy after ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+/** Removes every container, network and volume carrying all of the given labels. Idempotent. */
+export async function removeLabelled(docker: Docker, labels: Record<string, string>): Promise<void> {
+  const filters = JSON.stringify({ label: Object.entries(labels).map(([k, v]) => `${k}=${v}`) });
+  const containers = await docker.listContainers({ all: true, filters });
+  await Promise.all(containers.map((c) => docker.getContainer(c.Id).remove({ force: true, v: true })));
+  for (const n of await docker.listNetworks({ filters })) await docker.getNetwork(n.Id).remove();
+  for (const v of (await docker.listVolumes({ filters })).Volumes ?? [])
+    await docker.getVolume(v.Name).remove();
+}

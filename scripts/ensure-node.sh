@@ -13,7 +13,7 @@ if [ "$_denv_major" -lt 24 ]; then
     echo "[node] installing Node $DENV_NODE_VERSION from the npm registry into $DENV_NODE_CACHE" >&2
     rm -rf "$DENV_NODE_CACHE" && mkdir -p "$DENV_NODE_CACHE"
     (cd "$DENV_NODE_CACHE" && echo '{"private":true}' >package.json &&
-      npm install --no-audit --no-fund --loglevel=error "node@$DENV_NODE_VERSION" >/dev/null)
+      npm install --prefer-offline --no-audit --no-fund --loglevel=error "node@$DENV_NODE_VERSION" >/dev/null)
     "$DENV_NODE_CACHE/node_modules/node/bin/node" --version >/dev/null ||
       { echo "[node] Node $DENV_NODE_VERSION did not install" >&2; return 1; }
   fi

@@ -9,7 +9,7 @@ source scripts/ensure-node.sh
 lock_hash=$( (cat package-lock.json; node --version) | sha256sum | cut -c1-16)
 if [ "$(cat node_modules/.denv-lock-hash 2>/dev/null)" != "$lock_hash" ]; then
   echo "[prepare] npm ci" >&2
-  npm ci --no-audit --no-fund --loglevel=error >/dev/null
+  npm ci --prefer-offline --no-audit --no-fund --loglevel=error >/dev/null
   echo "$lock_hash" >node_modules/.denv-lock-hash
 fi
 bash scripts/setup-host.sh

@@ -1,4 +1,6 @@
 import { Command } from "commander";
+import { registerInit } from "./commands/init.ts";
+import { registerValidate } from "./commands/validate.ts";
 
 export const CLI_VERSION = "0.1.0";
 
@@ -10,6 +12,8 @@ export function buildProgram(): Command {
     .exitOverride()
     .showHelpAfterError("(run with --help for usage)")
     .configureOutput({ outputError: (text, write) => write(text) });
+  registerInit(program);
+  registerValidate(program);
   program.addHelpText(
     "after",
     `

@@ -1,1 +1,34 @@
-export {};
+/** @module @denv/spec — compose + x-denv: parse, validate, resolve, pin. */
+export { DenvError, ERROR_CODES, type ErrorCode, isDenvError } from "./errors.ts";
+export { type Env, interpolate, parseDotenv } from "./interpolate.ts";
+export { formatPath, RULE_CODES, type RuleCode, type SpecIssue } from "./issues.ts";
+export { MAX_COMPOSE_BYTES } from "./load-compose.ts";
+export { isRootUser } from "./normalize-service.ts";
+export {
+  ChainPinner,
+  EnginePinner,
+  type ImagePinner,
+  type ImageReference,
+  type PinnedImage,
+  parseImageReference,
+  pinSpec,
+  RegistryPinner,
+} from "./pin-images.ts";
+export {
+  type Caps,
+  DEFAULT_CAPS,
+  type Healthcheck,
+  type ResolvedService,
+  type ResolvedSpec,
+  resolvedSpecSchema,
+} from "./resolved-spec.ts";
+export { splitShellWords } from "./shell-words.ts";
+export { parseBytes, parseCpus, parseDurationMs } from "./units.ts";
+export {
+  canonicalJson,
+  type ValidateOptions,
+  type ValidateResult,
+  validateCompose,
+  withHash,
+} from "./validate-compose.ts";
+export { KINDS, type Kind, xDenvSchema } from "./x-denv-schema.ts";

@@ -1,0 +1,60 @@
+/**
+ * denv's one error table. Every failure that crosses a boundary (HTTP, WebSocket, CLI exit, SDK)
+ * carries one of these stable codes; the boundary maps the code to its own form (an HTTP status, an
+ * exit code). Messages say what to do next; structured payloads go in `details`, never in the
+ * message, so logs stay free of user data.
+ */
+export const ERROR_CODES = {
+  invalid_argument: { httpStatus: 400, exitCode: 2 },
+  spec_invalid: { httpStatus: 422, exitCode: 1 },
+  not_found: { httpStatus: 404, exitCode: 1 },
+  conflict: { httpStatus: 409, exitCode: 1 },
+  unauthenticated: { httpStatus: 401, exitCode: 1 },
+  forbidden: { httpStatus: 403, exitCode: 1 },
+  payload_too_large: { httpStatus: 413, exitCode: 1 },
+  timeout: { httpStatus: 504, exitCode: 1 },
+  unavailable: { httpStatus: 503, exitCode: 1 },
+  insufficient_storage: { httpStatus: 507, exitCode: 1 },
+  image_not_found: { httpStatus: 422, exitCode: 1 },
+  registry_error: { httpStatus: 502, exitCode: 1 },
+  engine_error: { httpStatus: 502, exitCode: 1 },
+  storage_error: { httpStatus: 500, exitCode: 1 },
+  internal: { httpStatus: 500, exitCode: 1 },
+} as const satisfies Record<string, { httpStatus: number; exitCode: number }>;
+
+export type ErrorCode = keyof typeof ERROR_CODES;
+
+export class DenvError extends Error {
+  readonly code: ErrorCode;
+  readonly details: Record<string, unknown> | undefined;
+
+  constructor(
+    code: ErrorCode,
+    message: string,
+    options?: { cause?: unknown; details?: Record<string, unknown> },
+  ) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
+    this.name = "DenvError";
+    this.code = code;
+    this.details = options?.details;
+  }
+
+  get httpStatus(): number {
+    return ERROR_CODES[this.code].httpStatus;
+  }
+
+  get exitCode(): number {
+    return ERROR_CODES[this.code].exitCode;
+  }
+
+  /** The wire form: `{"error": {"code", "message"}}` (plus details when present). */
+  toJSON(): { error: { code: ErrorCode; message: string; details?: Record<string, unknown> } } {
+    return {
+      error: { code: this.code, message: this.message, ...(this.details ? { details: this.details } : {}) },
+    };
+  }
+}
+
+export function isDenvError(err: unknown): err is DenvError {
+  return err instanceof DenvError;
+}

@@ -1,0 +1,137 @@
+/**
+ * The resolved form: what later phases (place, prepare, start, health, warm, snapshot, verify)
+ * need, with every default applied and every unit normalised. Serialised as canonical JSON (keys
+ * sorted) with snake_case keys; its content hash identifies it. This schema is the boundary type
+ * between spec, server and denvd.
+ */
+import { z } from "zod";
+import { KINDS } from "./x-denv-schema.ts";
+
+export const DEFAULT_CAPS = { memory_bytes: 4 * 1024 ** 3, pids: 2048, cpus: 2 } as const;
+export const DEFAULT_VERIFIER_TIMEOUT_MS = 600_000;
+export const DEFAULT_STOP_GRACE_PERIOD_MS = 10_000;
+/** Compose's healthcheck defaults (Docker's): 30 s interval and timeout, 3 retries. */
+export const DEFAULT_HEALTHCHECK = {
+  interval_ms: 30_000,
+  timeout_ms: 30_000,
+  start_period_ms: 0,
+  retries: 3,
+};
+/** The default network every service joins when it names none, as in Compose. */
+export const DEFAULT_NETWORK = "default";
+
+const argv = z.array(z.string());
+
+export const capsSchema = z.object({
+  memory_bytes: z.number().int().positive(),
+  pids: z.number().int().positive(),
+  cpus: z.number().positive(),
+});
+
+export const healthcheckSchema = z.object({
+  /** ["CMD", ...argv] or ["CMD-SHELL", script]. */
+  test: argv,
+  interval_ms: z.number().int().nonnegative(),
+  timeout_ms: z.number().int().nonnegative(),
+  start_period_ms: z.number().int().nonnegative(),
+  start_interval_ms: z.number().int().nonnegative().nullable(),
+  retries: z.number().int().nonnegative(),
+});
+
+export const serviceSchema = z.object({
+  image: z.string(),
+  /** sha256:… once the resolve phase pinned it; null from `validate`, which does not pin. */
+  image_digest: z.string().nullable(),
+  /** Reference to pull by digest (repo@sha256:…), or the image ID for engine-only images; null until pinned. */
+  image_pinned: z.string().nullable(),
+  build: z.object({ context: z.string(), dockerfile: z.string().nullable() }).nullable(),
+  entrypoint: argv.nullable(),
+  command: argv.nullable(),
+  environment: z.record(z.string(), z.string()),
+  user: z.string().nullable(),
+  working_dir: z.string().nullable(),
+  hostname: z.string().nullable(),
+  caps: capsSchema,
+  /** null: none declared (the image's own, if any, applies). */
+  healthcheck: healthcheckSchema.nullable(),
+  healthcheck_disabled: z.boolean(),
+  depends_on: z.record(
+    z.string(),
+    z.object({
+      condition: z.enum(["service_started", "service_healthy", "service_completed_successfully"]),
+      required: z.boolean(),
+      restart: z.boolean(),
+    }),
+  ),
+  volumes: z.array(
+    z.object({
+      dataset: z.string(),
+      target: z.string(),
+      read_only: z.boolean(),
+      subpath: z.string().nullable(),
+      nocopy: z.boolean(),
+    }),
+  ),
+  tmpfs: z.array(
+    z.object({ target: z.string(), size_bytes: z.number().nullable(), mode: z.number().nullable() }),
+  ),
+  ports: z.array(
+    z.object({
+      target: z.number().int(),
+      published: z.string().nullable(),
+      host_ip: z.string().nullable(),
+      protocol: z.string(),
+    }),
+  ),
+  expose: z.array(z.string()),
+  networks: z.record(z.string(), z.object({ aliases: z.array(z.string()) })),
+  /** Set only for network_mode "none" (no network at all) or "service:NAME" (share a stack service's). */
+  network_mode: z.string().nullable(),
+  labels: z.record(z.string(), z.string()),
+  restart: z.string(),
+  stop_grace_period_ms: z.number().int().nonnegative(),
+  stop_signal: z.string().nullable(),
+  init: z.boolean(),
+  read_only: z.boolean(),
+  tty: z.boolean(),
+  stdin_open: z.boolean(),
+  cap_drop: z.array(z.string()),
+  extra_hosts: z.array(z.string()),
+  ulimits: z.record(z.string(), z.object({ soft: z.number(), hard: z.number() })),
+  shm_size_bytes: z.number().nullable(),
+  sysctls: z.record(z.string(), z.string()),
+});
+
+export const resolvedSpecSchema = z.object({
+  schema_version: z.literal(1),
+  name: z.string().nullable(),
+  kind: z.enum(KINDS),
+  egress: z.enum(["deny", "allow"]),
+  clock: z.enum(["frozen", "real"]),
+  agent: z.object({ service: z.string() }).nullable(),
+  warm: z.array(z.object({ service: z.string(), command: argv })),
+  verifier: z
+    .object({
+      image: z.string().nullable(),
+      image_digest: z.string().nullable(),
+      image_pinned: z.string().nullable(),
+      service: z.string().nullable(),
+      command: argv.nullable(),
+      collect: z.array(z.string()),
+      timeout_ms: z.number().int().positive(),
+    })
+    .nullable(),
+  checkpoint: z.record(z.string(), z.array(argv)),
+  services: z.record(z.string(), serviceSchema),
+  datasets: z.record(z.string(), z.object({ labels: z.record(z.string(), z.string()) })),
+  networks: z.record(z.string(), z.object({ internal: z.boolean() })),
+  /** Services in an order that satisfies depends_on (dependencies first). */
+  start_order: z.array(z.string()),
+  /** sha256 of the canonical JSON of everything above. */
+  hash: z.string(),
+});
+
+export type ResolvedSpec = z.infer<typeof resolvedSpecSchema>;
+export type ResolvedService = z.infer<typeof serviceSchema>;
+export type Caps = z.infer<typeof capsSchema>;
+export type Healthcheck = z.infer<typeof healthcheckSchema>;

@@ -1,0 +1,481 @@
+/**
+ * The resolve phase's core: compose text (+ environment) → the resolved form, or every refusal with
+ * its code, field path and line:column. Pure: no network, no engine. Pinning images to digests is a
+ * separate step (pin-images.ts), which `validate` does not run.
+ */
+import { createHash } from "node:crypto";
+import { posix } from "node:path";
+import { type Env, parseDotenv } from "./interpolate.ts";
+import type { FieldPath, SpecIssue } from "./issues.ts";
+import { IssueList, loadCompose } from "./load-compose.ts";
+import { isRootUser, normalizeService } from "./normalize-service.ts";
+import {
+  DEFAULT_NETWORK,
+  DEFAULT_VERIFIER_TIMEOUT_MS,
+  type ResolvedService,
+  type ResolvedSpec,
+} from "./resolved-spec.ts";
+import { parseDurationMs } from "./units.ts";
+import { type Kind, xDenvSchema } from "./x-denv-schema.ts";
+
+export interface ValidateOptions {
+  /** Variables for interpolation; the process environment in the CLI. They win over `.env`. */
+  env?: Env;
+  /** The text of the project's `.env` file, when it has one. */
+  dotenv?: string;
+  /** The target cannot build images: `build:` without `image:` is refused. */
+  noBuild?: boolean;
+  /** Project name when the file has no top-level `name:`. */
+  projectName?: string;
+  /** Reads a file relative to the compose file (for env_file). */
+  readFile?: (relativePath: string) => string | undefined;
+}
+
+export type ValidateResult =
+  | { ok: true; spec: ResolvedSpec; warnings: SpecIssue[] }
+  | { ok: false; errors: SpecIssue[]; warnings: SpecIssue[] };
+
+const TOP_LEVEL = new Set(["version", "name", "services", "volumes", "networks", "x-denv"]);
+
+const isRecord = (v: unknown): v is Record<string, unknown> =>
+  v !== null && typeof v === "object" && !Array.isArray(v);
+
+export function validateCompose(text: string, options: ValidateOptions = {}): ValidateResult {
+  const env: Env = { ...(options.dotenv ? parseDotenv(options.dotenv) : {}), ...(options.env ?? {}) };
+  const loaded = loadCompose(text, env);
+  const issues = new IssueList(loaded.positionOf);
+  issues.issues.push(...loaded.issues);
+  const data = loaded.data;
+  if (!data || issues.hasErrors) return finish(issues, undefined);
+
+  for (const key of Object.keys(data)) {
+    if (TOP_LEVEL.has(key) || key.startsWith("x-")) continue;
+    const why: Record<string, string> = {
+      secrets: "secrets are read from files on the host; put values in environment: instead",
+      configs: "configs are read from files on the host; bake files into the image instead",
+      include: "include reads other compose files; merge them into one file",
+      models: "model runners are not available",
+    };
+    issues.error(
+      "unsupported_field",
+      [key],
+      why[key] ?? `"${key}" is not a Compose top-level field; remove it`,
+    );
+  }
+  if (data.version !== undefined) {
+    issues.warn("obsolete_version", ["version"], "the top-level version is obsolete and ignored; remove it");
+  }
+  const name = data.name === undefined ? (options.projectName ?? null) : String(data.name);
+
+  // x-denv
+  const rawX = data["x-denv"] ?? {};
+  const parsedX = xDenvSchema.safeParse(rawX);
+  if (!parsedX.success) {
+    for (const issue of parsedX.error.issues) {
+      const path: FieldPath = ["x-denv", ...issue.path.map((p) => (typeof p === "symbol" ? String(p) : p))];
+      const keys = "keys" in issue && Array.isArray(issue.keys) ? ` (${issue.keys.join(", ")})` : "";
+      issues.error("x_denv_invalid", path, `x-denv: ${issue.message}${keys}`);
+    }
+  }
+  const x = parsedX.success ? parsedX.data : {};
+  const kind: Kind = x.kind ?? (data["x-denv"] === undefined ? "service" : "rl-environment");
+  if (data["x-denv"] !== undefined && x.kind === undefined && parsedX.success) {
+    issues.warn("x_denv_invalid", ["x-denv"], "x-denv.kind is not set; rl-environment is assumed");
+  }
+
+  // top-level volumes and networks
+  const declaredVolumes = new Set<string>();
+  const datasets: ResolvedSpec["datasets"] = {};
+  if (data.volumes !== undefined && data.volumes !== null && !isRecord(data.volumes)) {
+    issues.error("invalid_value", ["volumes"], "volumes is a mapping of volume names");
+  }
+  for (const [vname, vcfg] of Object.entries(isRecord(data.volumes) ? data.volumes : {})) {
+    const cfg = isRecord(vcfg) ? vcfg : {};
+    if (vcfg !== null && vcfg !== undefined && !isRecord(vcfg)) {
+      issues.error("invalid_value", ["volumes", vname], "a volume's settings are a mapping (or empty)");
+      continue;
+    }
+    if (cfg.external !== undefined && cfg.external !== false) {
+      issues.error(
+        "volume_external",
+        ["volumes", vname, "external"],
+        `volume ${vname} is external: it lives outside the environment and cannot be snapshotted; remove external:`,
+      );
+      continue;
+    }
+    const opts = isRecord(cfg.driver_opts) ? cfg.driver_opts : {};
+    const o = String(opts.o ?? "");
+    if (String(opts.type ?? "") === "none" || /\bbind\b/.test(o) || opts.device !== undefined) {
+      issues.error(
+        "bind_mount",
+        ["volumes", vname, "driver_opts"],
+        `volume ${vname}'s driver_opts bind a host path; remove driver_opts`,
+      );
+      continue;
+    }
+    if (cfg.driver !== undefined && cfg.driver !== "local") {
+      issues.error(
+        "volume_driver",
+        ["volumes", vname, "driver"],
+        `volume driver ${String(cfg.driver)} refused: denv stores every volume on its own storage driver; remove driver:`,
+      );
+      continue;
+    }
+    if (Object.keys(opts).length) {
+      issues.warn(
+        "ignored_field",
+        ["volumes", vname, "driver_opts"],
+        "driver_opts are accepted and ignored: denv's storage driver holds the volume",
+      );
+    }
+    for (const key of Object.keys(cfg)) {
+      if (!["driver", "driver_opts", "external", "labels", "name"].includes(key))
+        issues.error("unsupported_field", ["volumes", vname, key], `"${key}" is not a Compose volume field`);
+    }
+    declaredVolumes.add(vname);
+    const labels: Record<string, string> = {};
+    if (isRecord(cfg.labels)) for (const [k, v] of Object.entries(cfg.labels)) labels[k] = String(v ?? "");
+    else if (Array.isArray(cfg.labels))
+      for (const l of cfg.labels) {
+        const [k = "", ...rest] = String(l).split("=");
+        labels[k] = rest.join("=");
+      }
+    datasets[vname] = { labels };
+  }
+  const declaredNetworks = new Set<string>();
+  const declaredInternal = new Map<string, boolean>();
+  if (data.networks !== undefined && data.networks !== null && !isRecord(data.networks)) {
+    issues.error("invalid_value", ["networks"], "networks is a mapping of network names");
+  }
+  for (const [nname, ncfg] of Object.entries(isRecord(data.networks) ? data.networks : {})) {
+    const cfg = isRecord(ncfg) ? ncfg : {};
+    if (cfg.external !== undefined && cfg.external !== false) {
+      issues.error(
+        "network_external",
+        ["networks", nname, "external"],
+        `network ${nname} is external: it leaves the stack's own networks; remove external:`,
+      );
+      continue;
+    }
+    const driver = cfg.driver === undefined ? "bridge" : String(cfg.driver);
+    if (driver !== "bridge") {
+      const code = driver === "host" ? "network_mode_host" : "network_driver";
+      issues.error(
+        code,
+        ["networks", nname, "driver"],
+        `network driver ${driver} refused: stack networks are bridges denv creates`,
+      );
+      continue;
+    }
+    for (const key of Object.keys(cfg)) {
+      if (["driver", "external", "internal", "labels", "name", "attachable"].includes(key)) continue;
+      if (["ipam", "driver_opts", "enable_ipv6", "enable_ipv4"].includes(key))
+        issues.warn(
+          "ignored_field",
+          ["networks", nname, key],
+          `networks.${nname}.${key} is accepted and ignored: denv creates the network`,
+        );
+      else
+        issues.error(
+          "unsupported_field",
+          ["networks", nname, key],
+          `"${key}" is not a Compose network field`,
+        );
+    }
+    declaredNetworks.add(nname);
+    declaredInternal.set(nname, cfg.internal === true);
+  }
+
+  // services
+  if (!isRecord(data.services) || Object.keys(data.services).length === 0) {
+    issues.error("no_services", ["services"], "a compose file needs at least one service under services:");
+    return finish(issues, undefined);
+  }
+  const active = new Map<string, Record<string, unknown>>();
+  for (const [sname, svc] of Object.entries(data.services)) {
+    if (!isRecord(svc)) {
+      issues.error("invalid_value", ["services", sname], `service ${sname} must be a mapping`);
+      continue;
+    }
+    if (!/^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/.test(sname)) {
+      issues.error(
+        "invalid_value",
+        ["services", sname],
+        `service name "${sname}" must be letters, digits, "_", "." or "-"`,
+      );
+      continue;
+    }
+    if (Array.isArray(svc.profiles) && svc.profiles.length > 0) {
+      issues.warn(
+        "profile_inactive",
+        ["services", sname, "profiles"],
+        `service ${sname} has profiles and is not started, as docker compose up without --profile does`,
+      );
+      continue;
+    }
+    active.set(sname, svc);
+  }
+  const serviceNames = new Set(active.keys());
+  const services: Record<string, ResolvedService> = {};
+  const volumesFrom = new Map<string, string[]>();
+  for (const [sname, svc] of active) {
+    const r = normalizeService(sname, svc, {
+      issues,
+      env,
+      noBuild: options.noBuild ?? false,
+      projectName: name,
+      serviceNames,
+      declaredVolumes,
+      declaredNetworks,
+      readFile: options.readFile,
+    });
+    if (r) {
+      services[sname] = r.service;
+      if (r.volumesFrom.length) volumesFrom.set(sname, r.volumesFrom);
+    }
+  }
+  for (const [sname, froms] of volumesFrom) {
+    const target = services[sname];
+    if (!target) continue;
+    for (const from of froms) {
+      const [src = "", mode] = from.split(":");
+      for (const v of services[src]?.volumes ?? []) {
+        if (!target.volumes.some((t) => t.target === v.target))
+          target.volumes.push({ ...v, read_only: v.read_only || mode === "ro" });
+      }
+    }
+  }
+
+  const startOrder = topoOrder(active, services, issues);
+  checkXDenv(x, kind, services, serviceNames, issues);
+  if (issues.hasErrors) return finish(issues, undefined);
+
+  const egress = x.egress ?? "deny";
+  const networks: ResolvedSpec["networks"] = {};
+  for (const svc of Object.values(services)) {
+    for (const n of Object.keys(svc.networks)) {
+      networks[n] = { internal: egress === "deny" || (declaredInternal.get(n) ?? false) };
+    }
+  }
+  for (const n of declaredNetworks) {
+    networks[n] ??= { internal: egress === "deny" || (declaredInternal.get(n) ?? false) };
+  }
+
+  const toArgv = (c: string | string[]): string[] => (typeof c === "string" ? ["sh", "-c", c] : c);
+  const warmItems = x.warm === undefined ? [] : Array.isArray(x.warm) ? x.warm : [x.warm];
+  const agentService = x.agent?.service ?? null;
+  const verifier = x.verifier
+    ? {
+        image: x.verifier.image ?? null,
+        image_digest: null,
+        image_pinned: null,
+        service: x.verifier.service ?? null,
+        command: x.verifier.command === undefined ? null : toArgv(x.verifier.command),
+        collect: (x.verifier.collect ?? []).map((p) => posix.normalize(p)),
+        timeout_ms:
+          x.verifier.timeout === undefined
+            ? DEFAULT_VERIFIER_TIMEOUT_MS
+            : (parseDurationMs(x.verifier.timeout) ?? DEFAULT_VERIFIER_TIMEOUT_MS),
+      }
+    : null;
+  const checkpoint: Record<string, string[][]> = {};
+  for (const [svc, cmds] of Object.entries(x.checkpoint ?? {})) {
+    // A string is one shell command; a list of strings is a list of shell commands; a list may also hold argv lists.
+    const list = typeof cmds === "string" ? [cmds] : (cmds as (string | string[])[]);
+    checkpoint[svc] = list.map(toArgv);
+  }
+  const body: Omit<ResolvedSpec, "hash"> = {
+    schema_version: 1,
+    name,
+    kind,
+    egress,
+    clock: x.clock ?? (kind === "rl-environment" ? "frozen" : "real"),
+    agent: agentService ? { service: agentService } : null,
+    warm: warmItems.map((w) =>
+      typeof w === "string"
+        ? { service: agentService as string, command: toArgv(w) }
+        : { service: w.service, command: toArgv(w.command) },
+    ),
+    verifier,
+    checkpoint,
+    services,
+    datasets,
+    networks,
+    start_order: startOrder,
+  };
+  return finish(issues, withHash(body));
+}
+
+/** Adds the content hash: sha256 over the canonical JSON of the spec without its hash. */
+export function withHash(body: Omit<ResolvedSpec, "hash">): ResolvedSpec {
+  const hash = `sha256:${createHash("sha256").update(canonicalJson(body)).digest("hex")}`;
+  return { ...body, hash };
+}
+
+/** JSON with object keys sorted at every level, so equal specs serialise to equal bytes. */
+export function canonicalJson(value: unknown, indent?: number): string {
+  return JSON.stringify(sortKeys(value), null, indent);
+}
+
+function sortKeys(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(sortKeys);
+  if (isRecord(value)) {
+    const out: Record<string, unknown> = {};
+    for (const k of Object.keys(value).sort()) out[k] = sortKeys(value[k]);
+    return out;
+  }
+  return value;
+}
+
+function finish(issues: IssueList, spec: ResolvedSpec | undefined): ValidateResult {
+  const errors = issues.issues.filter((i) => i.severity === "error");
+  const warnings = issues.issues.filter((i) => i.severity === "warning");
+  if (spec && errors.length === 0) return { ok: true, spec, warnings };
+  return { ok: false, errors, warnings };
+}
+
+function topoOrder(
+  active: Map<string, Record<string, unknown>>,
+  services: Record<string, ResolvedService>,
+  issues: IssueList,
+): string[] {
+  const order: string[] = [];
+  const state = new Map<string, "visiting" | "done">();
+  let cycleReported = false;
+  const visit = (name: string, chain: string[]) => {
+    const s = state.get(name);
+    if (s === "done") return;
+    if (s === "visiting") {
+      if (!cycleReported) {
+        cycleReported = true;
+        const cycle = [...chain.slice(chain.indexOf(name)), name].join(" → ");
+        issues.error(
+          "depends_on_cycle",
+          ["services", name, "depends_on"],
+          `depends_on forms a cycle: ${cycle}; break it`,
+        );
+      }
+      return;
+    }
+    state.set(name, "visiting");
+    for (const dep of Object.keys(services[name]?.depends_on ?? {}).sort()) visit(dep, [...chain, name]);
+    state.set(name, "done");
+    order.push(name);
+  };
+  for (const name of [...active.keys()].sort()) visit(name, []);
+  return order.filter((n) => services[n] !== undefined);
+}
+
+function checkXDenv(
+  x: ReturnType<typeof xDenvSchema.parse>,
+  kind: Kind,
+  services: Record<string, ResolvedService>,
+  serviceNames: ReadonlySet<string>,
+  issues: IssueList,
+): void {
+  const agent = x.agent?.service;
+  if (agent !== undefined) {
+    if (!serviceNames.has(agent)) {
+      issues.error(
+        "agent_missing",
+        ["x-denv", "agent", "service"],
+        `agent.service names ${agent}, which is not a service of this file`,
+      );
+    } else {
+      const svc = services[agent];
+      if (svc) {
+        if (svc.user === null) {
+          issues.error(
+            "agent_user_unset",
+            ["services", agent],
+            `the agent service ${agent} does not set user:, so it would run as the image's user, possibly root; set user: to a non-root uid (e.g. "1000:1000")`,
+          );
+        } else if (isRootUser(svc.user)) {
+          issues.error(
+            "agent_root",
+            ["services", agent, "user"],
+            `the agent service ${agent} runs as root (user: ${svc.user}); the agent must never be root: set user: to a non-root uid (e.g. "1000:1000")`,
+          );
+        }
+      }
+    }
+  } else if (kind === "rl-environment" || kind === "agent") {
+    if (x.verifier?.collect?.length) {
+      issues.error(
+        "agent_missing",
+        ["x-denv", "agent"],
+        "verifier.collect reads from the agent's service: set agent.service",
+      );
+    }
+  }
+  const warm = x.warm === undefined ? [] : Array.isArray(x.warm) ? x.warm : [x.warm];
+  warm.forEach((w, i) => {
+    const path: FieldPath = ["x-denv", "warm", ...(Array.isArray(x.warm) ? [i] : [])];
+    if (typeof w === "string") {
+      if (agent === undefined)
+        issues.error(
+          "x_denv_invalid",
+          path,
+          "a warm command given as a string runs in agent.service: set agent.service, or write {service, command}",
+        );
+    } else if (!serviceNames.has(w.service)) {
+      issues.error(
+        "service_unknown",
+        [...path, "service"],
+        `warm names service ${w.service}, which is not in the file`,
+      );
+    }
+  });
+  for (const svc of Object.keys(x.checkpoint ?? {})) {
+    if (!serviceNames.has(svc))
+      issues.error(
+        "service_unknown",
+        ["x-denv", "checkpoint", svc],
+        `checkpoint names service ${svc}, which is not in the file`,
+      );
+  }
+  const v = x.verifier;
+  if (v) {
+    if ((v.image === undefined) === (v.service === undefined)) {
+      issues.error(
+        "verifier_invalid",
+        ["x-denv", "verifier"],
+        "the verifier needs exactly one of image: (its own container) or service: (a service of the fork)",
+      );
+    }
+    if (v.service !== undefined && !serviceNames.has(v.service)) {
+      issues.error(
+        "service_unknown",
+        ["x-denv", "verifier", "service"],
+        `verifier.service names ${v.service}, which is not in the file`,
+      );
+    }
+    if (v.service !== undefined && v.command === undefined) {
+      issues.error(
+        "verifier_invalid",
+        ["x-denv", "verifier", "command"],
+        "a verifier that runs inside a service needs command:",
+      );
+    }
+    (v.collect ?? []).forEach((p, i) => {
+      const path: FieldPath = ["x-denv", "verifier", "collect", i];
+      if (!p.startsWith("/"))
+        issues.error("collect_path_invalid", path, `collect path ${p} must be absolute`);
+      else if (p.split("/").includes(".."))
+        issues.error("collect_path_invalid", path, `collect path ${p} must not contain ".."`);
+      else if (posix.normalize(p) === "/")
+        issues.error("collect_path_invalid", path, "collect cannot be the whole filesystem (/)");
+      else if (p.includes("\0"))
+        issues.error("collect_path_invalid", path, "collect paths cannot hold NUL bytes");
+    });
+    if (v.timeout !== undefined) {
+      const ms = parseDurationMs(v.timeout);
+      if (ms === undefined || ms <= 0)
+        issues.error(
+          "verifier_invalid",
+          ["x-denv", "verifier", "timeout"],
+          `verifier.timeout "${String(v.timeout)}" must be a positive duration (e.g. 10m)`,
+        );
+    }
+  }
+}

@@ -1,0 +1,36 @@
+/** The `x-denv` block: denv's settings beside the compose file, validated strictly (unknown keys refused). */
+import { z } from "zod";
+
+export const KINDS = ["rl-environment", "agent", "service", "website", "inference"] as const;
+export type Kind = (typeof KINDS)[number];
+
+/** A command: a shell string (run with `sh -c`) or an argv list. */
+const commandSchema = z.union([
+  z.string().min(1, "a command cannot be empty"),
+  z.array(z.string()).min(1, "a command list needs at least one element"),
+]);
+
+const warmItemSchema = z.union([
+  z.string().min(1, "a warm command cannot be empty"),
+  z.strictObject({ service: z.string().min(1), command: commandSchema }),
+]);
+
+export const xDenvSchema = z.strictObject({
+  kind: z.enum(KINDS).optional(),
+  egress: z.enum(["deny", "allow"]).optional(),
+  warm: z.union([warmItemSchema, z.array(warmItemSchema)]).optional(),
+  agent: z.strictObject({ service: z.string().min(1) }).optional(),
+  verifier: z
+    .strictObject({
+      image: z.string().min(1).optional(),
+      service: z.string().min(1).optional(),
+      command: commandSchema.optional(),
+      collect: z.array(z.string().min(1)).optional(),
+      timeout: z.union([z.string(), z.number().nonnegative()]).optional(),
+    })
+    .optional(),
+  clock: z.enum(["frozen", "real"]).optional(),
+  checkpoint: z.record(z.string(), z.union([commandSchema, z.array(commandSchema).min(1)])).optional(),
+});
+
+export type XDenv = z.infer<typeof xDenvSchema>;

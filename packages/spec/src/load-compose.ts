@@ -55,7 +55,15 @@ export function loadCompose(text: string, env: Env): LoadedCompose {
   }
   let doc: Document.Parsed;
   try {
-    doc = parseDocument(text, { lineCounter, merge: true, uniqueKeys: true, prettyErrors: false });
+    // logLevel "error": the library's warnings (e.g. collection keys stringified) would go to the
+    // process's stderr; the rules below report what matters.
+    doc = parseDocument(text, {
+      lineCounter,
+      merge: true,
+      uniqueKeys: true,
+      prettyErrors: false,
+      logLevel: "error",
+    });
   } catch (err) {
     const list = new IssueList(noPosition);
     list.error("yaml_syntax", [], `the file is not valid YAML: ${(err as Error).message}`);
@@ -111,8 +119,27 @@ export function loadCompose(text: string, env: Env): LoadedCompose {
     );
     return { data: undefined, issues: list.issues, positionOf };
   }
+  if (isCyclic(raw, new Set())) {
+    list.error(
+      "yaml_alias_bomb",
+      [],
+      "an alias refers to a node that contains it (a recursive structure); write the values out",
+    );
+    return { data: undefined, issues: list.issues, positionOf };
+  }
   const data = interpolateTree(raw, [], env, list) as Record<string, unknown>;
   return { data, issues: list.issues, positionOf };
+}
+
+/** True when a value contains itself (an alias inside its own anchor: `&a [*a]`). */
+function isCyclic(value: unknown, ancestors: Set<unknown>): boolean {
+  if (value === null || typeof value !== "object") return false;
+  if (ancestors.has(value)) return true;
+  ancestors.add(value);
+  const children = Array.isArray(value) ? value : Object.values(value);
+  const cyclic = children.some((c) => isCyclic(c, ancestors));
+  ancestors.delete(value);
+  return cyclic;
 }
 
 function interpolateTree(value: unknown, path: (string | number)[], env: Env, list: IssueList): unknown {

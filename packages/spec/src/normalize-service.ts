@@ -414,8 +414,10 @@ function keyValueField(v: unknown, path: FieldPath, issues: IssueList, what: str
   if (Array.isArray(v)) {
     v.forEach((item, i) => {
       const s = scalarString(item);
-      if (s === undefined)
-        return issues.error("invalid_value", [...path, i], `${what} entries are "key=value" strings`);
+      if (s === undefined) {
+        issues.error("invalid_value", [...path, i], `${what} entries are "key=value" strings`);
+        return;
+      }
       const eq = s.indexOf("=");
       out[eq === -1 ? s : s.slice(0, eq)] = eq === -1 ? "" : s.slice(eq + 1);
     });
@@ -477,8 +479,10 @@ function environmentField(
   if (Array.isArray(env)) {
     env.forEach((item, i) => {
       const s = scalarString(item);
-      if (s === undefined)
-        return ctx.issues.error("invalid_value", at("environment", i), `entries are "KEY=value"`);
+      if (s === undefined) {
+        ctx.issues.error("invalid_value", at("environment", i), `entries are "KEY=value"`);
+        return;
+      }
       const eq = s.indexOf("=");
       take(eq === -1 ? s : s.slice(0, eq), eq === -1 ? null : s.slice(eq + 1), at("environment", i));
     });
@@ -665,7 +669,10 @@ function dependsOnField(v: unknown, path: FieldPath, ctx: ServiceContext): Resol
     }
     out[name] = { condition: cond, required, restart };
   };
-  if (Array.isArray(v)) v.forEach((n, i) => add(scalarString(n) ?? "", [...path, i]));
+  if (Array.isArray(v))
+    v.forEach((n, i) => {
+      add(scalarString(n) ?? "", [...path, i]);
+    });
   else if (isRecord(v)) {
     for (const [name, spec] of Object.entries(v)) {
       const s = isRecord(spec) ? spec : {};
@@ -732,17 +739,29 @@ function volumesField(
         return;
       }
       const [source = "", target = "", mode = ""] = parts;
-      if (parts.length > 3) return issues.error("invalid_value", p, `"${entry}" is not SOURCE:TARGET[:MODE]`);
-      if (/^[./~]/.test(source) || source.includes("/")) return refuseBind(source, p);
+      if (parts.length > 3) {
+        issues.error("invalid_value", p, `"${entry}" is not SOURCE:TARGET[:MODE]`);
+        return;
+      }
+      if (/^[./~]/.test(source) || source.includes("/")) {
+        refuseBind(source, p);
+        return;
+      }
       const modes = mode.split(",").filter(Boolean);
       const bad = modes.filter((m) => !["ro", "rw", "z", "Z", "nocopy"].includes(m));
-      if (bad.length) return issues.error("invalid_value", p, `unknown volume mode ${bad.join(",")}`);
+      if (bad.length) {
+        issues.error("invalid_value", p, `unknown volume mode ${bad.join(",")}`);
+        return;
+      }
       named(source, target, modes.includes("ro"), p, null, modes.includes("nocopy"));
     } else if (isRecord(entry)) {
       const type = entry.type ?? "volume";
       const source = scalarString(entry.source) ?? "";
       const target = scalarString(entry.target) ?? "";
-      if (type === "bind" || type === "npipe") return refuseBind(source || target, p);
+      if (type === "bind" || type === "npipe") {
+        refuseBind(source || target, p);
+        return;
+      }
       if (type === "tmpfs") {
         const t = isRecord(entry.tmpfs) ? entry.tmpfs : {};
         tmpfs.push({
@@ -752,24 +771,30 @@ function volumesField(
         });
         return;
       }
-      if (type === "image")
-        return issues.error(
+      if (type === "image") {
+        issues.error(
           "unsupported_field",
           [...p, "type"],
           "image volumes are not available; copy the files into the service's image",
         );
-      if (type !== "volume")
-        return issues.error(
+        return;
+      }
+      if (type !== "volume") {
+        issues.error(
           "invalid_value",
           [...p, "type"],
           `volume type ${String(type)} must be volume, tmpfs or bind`,
         );
-      if (!source)
-        return issues.error(
+        return;
+      }
+      if (!source) {
+        issues.error(
           "volume_anonymous",
           p,
           "a volume without source: is not kept by snapshots; name it and declare it under volumes:",
         );
+        return;
+      }
       const v = isRecord(entry.volume) ? entry.volume : {};
       named(
         source,
@@ -791,8 +816,10 @@ function volumesField(
     entries.forEach((e, i) => {
       const s = scalarString(e) ?? "";
       const [target = "", opts = ""] = s.split(/:(.*)/);
-      if (!target.startsWith("/"))
-        return issues.error("invalid_value", at("tmpfs", i), "tmpfs entries are absolute paths");
+      if (!target.startsWith("/")) {
+        issues.error("invalid_value", at("tmpfs", i), "tmpfs entries are absolute paths");
+        return;
+      }
       let size: number | null = null;
       let mode: number | null = null;
       for (const o of opts.split(",").filter(Boolean)) {
@@ -975,7 +1002,9 @@ function networksField(
   };
   if (svc.networks === undefined || svc.networks === null) networks[DEFAULT_NETWORK] = { aliases: [] };
   else if (Array.isArray(svc.networks))
-    svc.networks.forEach((n, i) => add(scalarString(n) ?? "", null, at("networks", i)));
+    svc.networks.forEach((n, i) => {
+      add(scalarString(n) ?? "", null, at("networks", i));
+    });
   else if (isRecord(svc.networks))
     for (const [n, cfg] of Object.entries(svc.networks)) add(n, cfg, at("networks", n));
   else issues.error("invalid_value", at("networks"), "networks is a list or a mapping");

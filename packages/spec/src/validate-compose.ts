@@ -9,12 +9,7 @@ import { type Env, parseDotenv } from "./interpolate.ts";
 import type { FieldPath, SpecIssue } from "./issues.ts";
 import { IssueList, loadCompose } from "./load-compose.ts";
 import { isRootUser, normalizeService } from "./normalize-service.ts";
-import {
-  DEFAULT_NETWORK,
-  DEFAULT_VERIFIER_TIMEOUT_MS,
-  type ResolvedService,
-  type ResolvedSpec,
-} from "./resolved-spec.ts";
+import { DEFAULT_VERIFIER_TIMEOUT_MS, type ResolvedService, type ResolvedSpec } from "./resolved-spec.ts";
 import { parseDurationMs } from "./units.ts";
 import { type Kind, xDenvSchema } from "./x-denv-schema.ts";
 
@@ -90,6 +85,8 @@ export function validateCompose(text: string, options: ValidateOptions = {}): Va
     issues.error("invalid_value", ["volumes"], "volumes is a mapping of volume names");
   }
   for (const [vname, vcfg] of Object.entries(isRecord(data.volumes) ? data.volumes : {})) {
+    // Declared even when refused below, so that the services using it get no second error.
+    declaredVolumes.add(vname);
     const cfg = isRecord(vcfg) ? vcfg : {};
     if (vcfg !== null && vcfg !== undefined && !isRecord(vcfg)) {
       issues.error("invalid_value", ["volumes", vname], "a volume's settings are a mapping (or empty)");
@@ -132,7 +129,6 @@ export function validateCompose(text: string, options: ValidateOptions = {}): Va
       if (!["driver", "driver_opts", "external", "labels", "name"].includes(key))
         issues.error("unsupported_field", ["volumes", vname, key], `"${key}" is not a Compose volume field`);
     }
-    declaredVolumes.add(vname);
     const labels: Record<string, string> = {};
     if (isRecord(cfg.labels)) for (const [k, v] of Object.entries(cfg.labels)) labels[k] = String(v ?? "");
     else if (Array.isArray(cfg.labels))
@@ -148,6 +144,7 @@ export function validateCompose(text: string, options: ValidateOptions = {}): Va
     issues.error("invalid_value", ["networks"], "networks is a mapping of network names");
   }
   for (const [nname, ncfg] of Object.entries(isRecord(data.networks) ? data.networks : {})) {
+    declaredNetworks.add(nname);
     const cfg = isRecord(ncfg) ? ncfg : {};
     if (cfg.external !== undefined && cfg.external !== false) {
       issues.error(
@@ -182,7 +179,6 @@ export function validateCompose(text: string, options: ValidateOptions = {}): Va
           `"${key}" is not a Compose network field`,
         );
     }
-    declaredNetworks.add(nname);
     declaredInternal.set(nname, cfg.internal === true);
   }
 
@@ -247,7 +243,7 @@ export function validateCompose(text: string, options: ValidateOptions = {}): Va
   }
 
   const startOrder = topoOrder(active, services, issues);
-  checkXDenv(x, kind, services, serviceNames, issues);
+  checkXDenv(x, kind, active, serviceNames, issues);
   if (issues.hasErrors) return finish(issues, undefined);
 
   const egress = x.egress ?? "deny";
@@ -328,8 +324,10 @@ function sortKeys(value: unknown): unknown {
 }
 
 function finish(issues: IssueList, spec: ResolvedSpec | undefined): ValidateResult {
-  const errors = issues.issues.filter((i) => i.severity === "error");
-  const warnings = issues.issues.filter((i) => i.severity === "warning");
+  // In file order, as a user reads them (the sort is stable for issues at one position).
+  const sorted = [...issues.issues].sort((a, b) => a.line - b.line || a.column - b.column);
+  const errors = sorted.filter((i) => i.severity === "error");
+  const warnings = sorted.filter((i) => i.severity === "warning");
   if (spec && errors.length === 0) return { ok: true, spec, warnings };
   return { ok: false, errors, warnings };
 }
@@ -369,7 +367,8 @@ function topoOrder(
 function checkXDenv(
   x: ReturnType<typeof xDenvSchema.parse>,
   kind: Kind,
-  services: Record<string, ResolvedService>,
+  // The raw services: the agent's user is checked even when its service has other refusals.
+  rawServices: Map<string, Record<string, unknown>>,
   serviceNames: ReadonlySet<string>,
   issues: IssueList,
 ): void {
@@ -382,21 +381,20 @@ function checkXDenv(
         `agent.service names ${agent}, which is not a service of this file`,
       );
     } else {
-      const svc = services[agent];
-      if (svc) {
-        if (svc.user === null) {
-          issues.error(
-            "agent_user_unset",
-            ["services", agent],
-            `the agent service ${agent} does not set user:, so it would run as the image's user, possibly root; set user: to a non-root uid (e.g. "1000:1000")`,
-          );
-        } else if (isRootUser(svc.user)) {
-          issues.error(
-            "agent_root",
-            ["services", agent, "user"],
-            `the agent service ${agent} runs as root (user: ${svc.user}); the agent must never be root: set user: to a non-root uid (e.g. "1000:1000")`,
-          );
-        }
+      const raw = rawServices.get(agent)?.user;
+      const user = typeof raw === "string" || typeof raw === "number" ? String(raw) : null;
+      if (user === null) {
+        issues.error(
+          "agent_user_unset",
+          ["services", agent],
+          `the agent service ${agent} does not set user:, so it would run as the image's user, possibly root; set user: to a non-root uid (e.g. "1000:1000")`,
+        );
+      } else if (isRootUser(user)) {
+        issues.error(
+          "agent_root",
+          ["services", agent, "user"],
+          `the agent service ${agent} runs as root (user: ${user}); the agent must never be root: set user: to a non-root uid (e.g. "1000:1000")`,
+        );
       }
     }
   } else if (kind === "rl-environment" || kind === "agent") {

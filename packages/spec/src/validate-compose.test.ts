@@ -1,0 +1,81 @@
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { test } from "node:test";
+import { DEFAULT_CAPS } from "./resolved-spec.ts";
+import { canonicalJson, validateCompose } from "./validate-compose.ts";
+
+const seed = readFileSync(join(import.meta.dirname, "../../cli/src/templates/rl-environment.yaml"), "utf8");
+
+test("the seed's compose file validates: declared caps honoured, defaults applied to the rest", () => {
+  const r = validateCompose(seed, { env: {} });
+  assert.ok(r.ok, JSON.stringify(!r.ok && r.errors));
+  const { services } = r.spec;
+  assert.deepEqual(services.opsbox?.caps, { memory_bytes: 2 * 1024 ** 3, pids: 512, cpus: 2 });
+  assert.deepEqual(services.db?.caps, DEFAULT_CAPS);
+  assert.deepEqual(services.queue?.caps, DEFAULT_CAPS);
+  assert.equal(r.spec.kind, "rl-environment");
+  assert.equal(r.spec.egress, "deny");
+  assert.equal(r.spec.clock, "frozen");
+  assert.deepEqual(r.spec.agent, { service: "opsbox" });
+  assert.deepEqual(r.spec.warm, [
+    { service: "opsbox", command: ["sh", "-c", "psql -h db -U postgres -f /seed/orders.sql"] },
+  ]);
+  assert.deepEqual(r.spec.verifier?.collect, ["/home/ubuntu/answer.txt"]);
+  assert.deepEqual(services.db?.healthcheck, {
+    test: ["CMD-SHELL", "pg_isready -U postgres"],
+    interval_ms: 2000,
+    timeout_ms: 30_000,
+    start_period_ms: 0,
+    start_interval_ms: null,
+    retries: 30,
+  });
+  assert.deepEqual(Object.keys(r.spec.datasets).sort(), ["home", "pg", "redis"]);
+  assert.deepEqual(r.spec.networks, { default: { internal: true } });
+  assert.deepEqual(r.spec.start_order.slice(-1), ["opsbox"]);
+  assert.equal(r.warnings.length, 0);
+});
+
+test("the resolved form is deterministic and its hash follows its content", () => {
+  const a = validateCompose(seed, { env: {} });
+  const b = validateCompose(seed.replace("services:", "# a comment\nservices:"), { env: {} });
+  assert.ok(a.ok && b.ok);
+  assert.equal(canonicalJson(a.spec), canonicalJson(b.spec));
+  const c = validateCompose(seed.replace("pids_limit: 512", "pids_limit: 513"), { env: {} });
+  assert.ok(c.ok);
+  assert.notEqual(c.spec.hash, a.spec.hash);
+});
+
+test("every refusal is reported, not only the first", () => {
+  const r = validateCompose(
+    seed.replace('user: "1000:1000"', "user: root\n    privileged: true\n    cap_add: [ALL]"),
+    {
+      env: {},
+    },
+  );
+  assert.ok(!r.ok);
+  assert.deepEqual(r.errors.map((e) => e.code).sort(), ["agent_root", "cap_add", "privileged"]);
+  const root = r.errors.find((e) => e.code === "agent_root");
+  assert.equal(root?.path, "services.opsbox.user");
+  assert.equal(root?.line, 31);
+});
+
+test("a user that interpolates to root is refused; the environment wins over .env", () => {
+  const text = seed.replace('user: "1000:1000"', 'user: "${AGENT_UID}:1000"');
+  assert.ok(!validateCompose(text, { env: { AGENT_UID: "0" } }).ok);
+  assert.ok(!validateCompose(text, { dotenv: "AGENT_UID=root" }).ok);
+  assert.ok(validateCompose(text, { dotenv: "AGENT_UID=root", env: { AGENT_UID: "1000" } }).ok);
+});
+
+test("files over 1 MiB are refused before parsing", () => {
+  const r = validateCompose(`${seed}\n#${"x".repeat(1024 * 1024)}`);
+  assert.ok(!r.ok);
+  assert.equal(r.errors[0]?.code, "file_too_large");
+});
+
+test("build without image is refused only where the target cannot build", () => {
+  const text = "services:\n  app:\n    build: .\n";
+  assert.ok(validateCompose(text, { projectName: "p" }).ok);
+  const r = validateCompose(text, { noBuild: true });
+  assert.ok(!r.ok && r.errors[0]?.code === "build_without_image");
+});

@@ -1,0 +1,112 @@
+/**
+ * One contract, three drivers. dir and btrfs run for real here (btrfs on a loop-mounted image under
+ * /var/lib/denv-test); zfs runs where the zfs command exists and is skipped, with the reason printed,
+ * where it does not (these machines have no ZFS).
+ */
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { chown, mkdir, readFile, rm, stat, symlink, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { after, describe, test } from "node:test";
+import { BtrfsDriver } from "./btrfs-driver.ts";
+import { DirDriver } from "./dir-driver.ts";
+import type { StorageDriver } from "./storage-driver.ts";
+import { ZfsDriver } from "./zfs-driver.ts";
+
+const runDir = join("/var/lib/denv-test", `storage-${randomBytes(4).toString("hex")}`);
+const hasZfs = (() => {
+  try {
+    execFileSync("zfs", ["version"], { stdio: "ignore" });
+    return true;
+  } catch {
+    return false;
+  }
+})();
+
+function contract(name: string, make: () => StorageDriver, skip: string | false = false): void {
+  describe(`storage contract: ${name}`, { skip }, () => {
+    const driver = skip ? (undefined as unknown as StorageDriver) : make();
+    const id = (p: string) => `${p}-${randomBytes(3).toString("hex")}`;
+
+    test("init is idempotent and reports capacity", async () => {
+      await driver.init();
+      await driver.init();
+      const cap = await driver.capacity();
+      assert.ok(cap.totalBytes > 0 && cap.freeBytes > 0 && cap.freeBytes <= cap.totalBytes);
+    });
+
+    test("a dataset is an empty writable directory; ownership and modes survive snapshot and clone", async () => {
+      const ds = await driver.createDataset(id("ds"));
+      assert.equal(ds.path, driver.datasetPath(ds.id));
+      await mkdir(join(ds.path, "sub"));
+      await writeFile(join(ds.path, "sub", "f.txt"), "v1");
+      await chown(join(ds.path, "sub", "f.txt"), 1000, 1000);
+      await symlink("sub/f.txt", join(ds.path, "link"));
+      const snap = await driver.snapshot(ds.id, id("snap"));
+      const clone = await driver.clone(snap.id, id("clone"));
+      const st = await stat(join(clone.path, "sub", "f.txt"));
+      assert.equal(st.uid, 1000);
+      assert.equal(await readFile(join(clone.path, "link"), "utf8"), "v1");
+      assert.ok((await driver.snapshotBytes(snap.id)) >= 2);
+      await driver.destroyDataset(clone.id);
+      await driver.destroySnapshot(snap.id);
+      await driver.destroyDataset(ds.id);
+    });
+
+    test("a snapshot is a point in time; a clone is isolated from its source and its siblings", async () => {
+      const ds = await driver.createDataset(id("ds"));
+      await writeFile(join(ds.path, "data"), "before");
+      const snap = await driver.snapshot(ds.id, id("snap"));
+      await writeFile(join(ds.path, "data"), "after");
+      const a = await driver.clone(snap.id, id("a"));
+      const b = await driver.clone(snap.id, id("b"));
+      assert.equal(await readFile(join(a.path, "data"), "utf8"), "before");
+      await writeFile(join(a.path, "data"), "written in a");
+      assert.equal(await readFile(join(b.path, "data"), "utf8"), "before");
+      assert.equal(await readFile(join(ds.path, "data"), "utf8"), "after");
+      for (const d of [a, b, ds]) await driver.destroyDataset(d.id);
+      await driver.destroySnapshot(snap.id);
+    });
+
+    test("lists what exists; destroy is idempotent", async () => {
+      const ds = await driver.createDataset(id("ds"));
+      const snap = await driver.snapshot(ds.id, id("snap"));
+      assert.ok((await driver.listDatasets()).includes(ds.id));
+      assert.ok((await driver.listSnapshots()).includes(snap.id));
+      await driver.destroySnapshot(snap.id);
+      await driver.destroySnapshot(snap.id);
+      await driver.destroyDataset(ds.id);
+      await driver.destroyDataset(ds.id);
+      assert.ok(!(await driver.listDatasets()).includes(ds.id));
+      assert.ok(!(await driver.listSnapshots()).includes(snap.id));
+    });
+
+    test("unsafe ids are refused", async () => {
+      await assert.rejects(driver.createDataset("../escape"));
+      await assert.rejects(driver.createDataset("a/b"));
+    });
+  });
+}
+
+contract("dir", () => new DirDriver(join(runDir, "dir")));
+const btrfs = new BtrfsDriver({ stateDir: join(runDir, "btrfs"), imageSizeBytes: 2 * 1024 ** 3 });
+contract("btrfs", () => btrfs);
+contract("zfs", () => new ZfsDriver("denvtest"), hasZfs ? false : "zfs is not installed on this machine (no ZFS here)");
+
+test("btrfs snapshot is a btrfs read-only subvolume", async () => {
+  await btrfs.init();
+  const ds = await btrfs.createDataset(`ro-${randomBytes(3).toString("hex")}`);
+  const snap = await btrfs.snapshot(ds.id, `ro-snap-${randomBytes(3).toString("hex")}`);
+  const out = execFileSync("btrfs", ["property", "get", join(btrfs.poolPath, "snapshots", snap.id), "ro"], {
+    encoding: "utf8",
+  });
+  assert.match(out, /ro=true/);
+  await btrfs.destroySnapshot(snap.id);
+  await btrfs.destroyDataset(ds.id);
+});
+
+after(async () => {
+  await btrfs.unmount().catch(() => {});
+  await rm(runDir, { recursive: true, force: true });
+});

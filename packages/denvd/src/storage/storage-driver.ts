@@ -1,0 +1,48 @@
+/**
+ * The storage port: datasets (a stack's volumes), read-only snapshots of them, and writable clones
+ * of snapshots (a fork's volumes). Three drivers pass one contract suite: btrfs, dir and zfs.
+ */
+
+export type StorageKind = "btrfs" | "dir" | "zfs";
+
+export interface DatasetInfo {
+  id: string;
+  /** Host path the engine mounts into containers. */
+  path: string;
+}
+
+export interface SnapshotInfo {
+  id: string;
+}
+
+export interface StorageDriver {
+  readonly kind: StorageKind;
+  /** Prepares the pool (creates and mounts it when needed). Idempotent. */
+  init(): Promise<void>;
+  /** A new, empty dataset. */
+  createDataset(id: string): Promise<DatasetInfo>;
+  /** A read-only, point-in-time copy of a dataset. */
+  snapshot(datasetId: string, snapshotId: string): Promise<SnapshotInfo>;
+  /** Bytes of data a snapshot holds (what a copy would move). Measured apart from snapshot(), which
+   * runs inside the frozen window and must stay fast. */
+  snapshotBytes(snapshotId: string): Promise<number>;
+  /** A new writable dataset holding a snapshot's data. */
+  clone(snapshotId: string, datasetId: string): Promise<DatasetInfo>;
+  /** Idempotent: removing what is not there succeeds. */
+  destroyDataset(id: string): Promise<void>;
+  destroySnapshot(id: string): Promise<void>;
+  datasetPath(id: string): string;
+  listDatasets(): Promise<string[]>;
+  listSnapshots(): Promise<string[]>;
+  /** Free bytes in the pool, to refuse an operation that cannot finish. */
+  freeBytes(): Promise<number>;
+  /** Total and used bytes, for the host's capacity report. */
+  capacity(): Promise<{ totalBytes: number; freeBytes: number }>;
+}
+
+/** Ids become path components and zfs dataset names: keep them to a safe alphabet. */
+export function assertSafeId(id: string): void {
+  if (!/^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$/.test(id) || id.includes("..")) {
+    throw new Error(`unsafe storage id ${JSON.stringify(id)}`);
+  }
+}

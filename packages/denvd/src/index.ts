@@ -1,1 +1,23 @@
-export {};
+/** @module @denv/denvd — the host sidecar's runtime: stacks, storage, snapshots, forks, exec, files. */
+export type { CapsEvidence } from "./caps-readback.ts";
+export {
+  Denvd,
+  type DenvdOptions,
+  type ForkEvidence,
+  type HealthEvidence,
+  type ServiceStartEvidence,
+  type SnapshotEvidence,
+  type WarmEvidence,
+} from "./denvd.ts";
+export type { EgressEvidence, EgressTarget } from "./egress-probe.ts";
+export { EngineExecutor } from "./exec/engine-executor.ts";
+export type { ExecOptions, ExecResult, Executor } from "./exec/executor.ts";
+export { LABEL } from "./labels.ts";
+export type { ContainerRuntime, ContainerSpec, ContainerState } from "./runtime/container-runtime.ts";
+export { DockerRuntime } from "./runtime/docker-runtime.ts";
+export type { EnvironmentRecord, VersionRecord } from "./state-store.ts";
+export { BtrfsDriver } from "./storage/btrfs-driver.ts";
+export { DirDriver } from "./storage/dir-driver.ts";
+export type { StorageDriver, StorageKind } from "./storage/storage-driver.ts";
+export { ZfsDriver } from "./storage/zfs-driver.ts";
+export { checkEntryName, sanitizeTar } from "./tar-sanitizer.ts";

@@ -70,7 +70,14 @@ export class BtrfsDriver implements StorageDriver {
   }
 
   async snapshot(datasetId: string, snapshotId: string): Promise<SnapshotInfo> {
-    await runCommand("btrfs", ["-q", "subvolume", "snapshot", "-r", this.datasetPath(datasetId), this.snapshotPath(snapshotId)]);
+    await runCommand("btrfs", [
+      "-q",
+      "subvolume",
+      "snapshot",
+      "-r",
+      this.datasetPath(datasetId),
+      this.snapshotPath(snapshotId),
+    ]);
     return { id: snapshotId };
   }
 

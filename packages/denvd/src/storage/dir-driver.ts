@@ -4,9 +4,9 @@
  */
 import { mkdir, readdir, rm, statfs } from "node:fs/promises";
 import { join } from "node:path";
+import { directoryBytes } from "./directory-bytes.ts";
 import { runCommand } from "./run-command.ts";
 import { assertSafeId, type DatasetInfo, type SnapshotInfo, type StorageDriver } from "./storage-driver.ts";
-import { directoryBytes } from "./directory-bytes.ts";
 
 export class DirDriver implements StorageDriver {
   readonly kind = "dir" as const;

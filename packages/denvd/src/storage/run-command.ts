@@ -2,7 +2,11 @@ import { execFile } from "node:child_process";
 import { DenvError } from "@denv/spec";
 
 /** Runs a host command (btrfs, zfs, cp, mount) and returns its stdout; failures become storage_error. */
-export function runCommand(file: string, args: string[], options: { timeoutMs?: number } = {}): Promise<string> {
+export function runCommand(
+  file: string,
+  args: string[],
+  options: { timeoutMs?: number } = {},
+): Promise<string> {
   return new Promise((resolve, reject) => {
     execFile(
       file,
@@ -11,7 +15,9 @@ export function runCommand(file: string, args: string[], options: { timeoutMs?: 
       (err, stdout, stderr) => {
         if (err) {
           const detail = (stderr || err.message).trim().split("\n").slice(-3).join(" | ");
-          reject(new DenvError("storage_error", `${file} ${args.join(" ")} failed: ${detail}`, { cause: err }));
+          reject(
+            new DenvError("storage_error", `${file} ${args.join(" ")} failed: ${detail}`, { cause: err }),
+          );
         } else resolve(stdout);
       },
     );

@@ -92,7 +92,11 @@ function contract(name: string, make: () => StorageDriver, skip: string | false 
 contract("dir", () => new DirDriver(join(runDir, "dir")));
 const btrfs = new BtrfsDriver({ stateDir: join(runDir, "btrfs"), imageSizeBytes: 2 * 1024 ** 3 });
 contract("btrfs", () => btrfs);
-contract("zfs", () => new ZfsDriver("denvtest"), hasZfs ? false : "zfs is not installed on this machine (no ZFS here)");
+contract(
+  "zfs",
+  () => new ZfsDriver("denvtest"),
+  hasZfs ? false : "zfs is not installed on this machine (no ZFS here)",
+);
 
 test("btrfs snapshot is a btrfs read-only subvolume", async () => {
   await btrfs.init();

@@ -1,0 +1,943 @@
+/**
+ * denvd's runtime as a library: environments (whole stacks) on one host, built from a resolved
+ * spec, snapshotted consistently into versions, forked, rolled back, destroyed, and reached through
+ * exec and files. Every step returns evidence a lab can audit. The sidecar process serves this
+ * over its WebSocket; tests drive it directly against the real engine and storage.
+ *
+ * Processes restart on fork and rollback: what a version keeps is every volume's state, not memory.
+ */
+import { randomBytes } from "node:crypto";
+import { createReadStream, createWriteStream } from "node:fs";
+import { rm } from "node:fs/promises";
+import { join } from "node:path";
+import type { Readable } from "node:stream";
+import { DenvError, type ResolvedService, type ResolvedSpec } from "@denv/spec";
+import { type CapsEvidence, readBackCaps } from "./caps-readback.ts";
+import { type EgressEvidence, type EgressTarget, probeEgress } from "./egress-probe.ts";
+import { EngineExecutor } from "./exec/engine-executor.ts";
+import type { ExecOptions, ExecResult, Executor } from "./exec/executor.ts";
+import { LABEL } from "./labels.ts";
+import type { ContainerRuntime, ContainerSpec, Labels } from "./runtime/container-runtime.ts";
+import { type EnvironmentRecord, StateStore, type VersionRecord } from "./state-store.ts";
+import type { StorageDriver } from "./storage/storage-driver.ts";
+import { sanitizeTar } from "./tar-sanitizer.ts";
+
+export interface DenvdOptions {
+  stateDir: string;
+  storage: StorageDriver;
+  runtime: ContainerRuntime;
+  executor?: Executor;
+  /** Added to every object (tests mark what they create). */
+  extraLabels?: Labels;
+  /** Where the egress probe connects; null: only the route table is checked. */
+  egressProbeTarget?: EgressTarget | null;
+  /** How often denvd runs a service's healthcheck itself while it starts. */
+  healthPollMs?: number;
+  /** Refuse a fork or snapshot when the pool has less free space than this. */
+  minFreeBytes?: number;
+  log?: (message: string, context?: Record<string, unknown>) => void;
+}
+
+export interface ServiceStartEvidence {
+  container_id: string;
+  image: string;
+  caps: CapsEvidence;
+}
+
+export interface HealthEvidence {
+  /** Per service: ms from start to healthy, how it was judged, and how many checks ran. */
+  services: Record<string, { healthy_ms: number; method: "healthcheck" | "running"; checks: number }>;
+  ms: number;
+}
+
+export interface WarmEvidence {
+  commands: {
+    service: string;
+    command: string[];
+    exit_code: number;
+    ms: number;
+    stdout_tail: string;
+    stderr_tail: string;
+  }[];
+}
+
+export interface SnapshotEvidence {
+  version_id: string;
+  frozen_ms: number;
+  checkpoint: { service: string; command: string[]; exit_code: number; ms: number }[];
+  datasets: Record<string, { dataset_id: string; snapshot_id: string; bytes: number }>;
+  health_after_ms: number;
+}
+
+export interface ForkEvidence {
+  environment_id: string;
+  from_version: string;
+  clone_ms: number;
+  start: Record<string, ServiceStartEvidence>;
+  start_ms: number;
+  health: HealthEvidence;
+  egress: EgressEvidence;
+  total_ms: number;
+}
+
+const HEALTH_DEADLINE_FLOOR_MS = 60_000;
+const TAIL_BYTES = 2048;
+
+const newId = (prefix: string) => `${prefix}_${randomBytes(6).toString("hex")}`;
+const tail = (b: Buffer) => b.subarray(Math.max(0, b.length - TAIL_BYTES)).toString("utf8");
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export class Denvd {
+  readonly storage: StorageDriver;
+  readonly runtime: ContainerRuntime;
+  readonly executor: Executor;
+  private readonly store: StateStore;
+  private readonly options: DenvdOptions;
+  private readonly log: NonNullable<DenvdOptions["log"]>;
+
+  private constructor(options: DenvdOptions, store: StateStore) {
+    this.options = options;
+    this.storage = options.storage;
+    this.runtime = options.runtime;
+    this.executor = options.executor ?? new EngineExecutor(options.runtime);
+    this.store = store;
+    this.log = options.log ?? (() => {});
+    const t = options.egressProbeTarget;
+    if (t && (!/^[0-9.]+$|^[0-9a-f:]+$/i.test(t.host) || !Number.isInteger(t.port))) {
+      throw new DenvError("invalid_argument", "the egress probe target must be an IP address and a port");
+    }
+  }
+
+  /** Opens the state directory, prepares storage, and reconciles: no orphan survives a restart. */
+  static async open(options: DenvdOptions): Promise<Denvd> {
+    await options.runtime.ping();
+    await options.storage.init();
+    const d = new Denvd(options, await StateStore.open(options.stateDir));
+    await d.reconcile();
+    return d;
+  }
+
+  get ownerId(): string {
+    return this.store.ownerId;
+  }
+
+  private labels(extra: Labels): Labels {
+    return { ...this.options.extraLabels, [LABEL.owner]: this.store.ownerId, ...extra };
+  }
+
+  environments(): EnvironmentRecord[] {
+    return this.store.environments();
+  }
+
+  versions(): VersionRecord[] {
+    return this.store.versions();
+  }
+
+  environment(id: string): EnvironmentRecord {
+    const env = this.store.environment(id);
+    if (!env) throw new DenvError("not_found", `no environment ${id} on this host`);
+    return env;
+  }
+
+  version(id: string): VersionRecord {
+    const v = this.store.version(id);
+    if (!v) throw new DenvError("not_found", `no version ${id} on this host`);
+    return v;
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Deploy, phase by phase. The control plane records each phase's evidence as it happens.
+
+  /** prepare: images present (pulled by digest when missing) and fresh, empty datasets. */
+  async prepare(
+    spec: ResolvedSpec,
+    options: { name: string; operationId?: string },
+  ): Promise<{
+    environment: EnvironmentRecord;
+    evidence: {
+      images: Record<string, { reference: string; pulled: boolean }>;
+      datasets: Record<string, string>;
+    };
+  }> {
+    const images: Record<string, { reference: string; pulled: boolean }> = {};
+    for (const [name, svc] of Object.entries(spec.services)) {
+      const ref = svc.image_pinned ?? svc.image;
+      let pulled = false;
+      if (!(await this.runtime.hasImage(ref))) {
+        if (!svc.image_pinned || svc.image_pinned.startsWith("sha256:")) {
+          throw new DenvError(
+            "image_not_found",
+            `the engine has no image ${ref} for service ${name}, and it cannot be pulled`,
+          );
+        }
+        await this.runtime.pullImage(ref);
+        pulled = true;
+      }
+      images[name] = { reference: ref, pulled };
+    }
+    const env = await this.newEnvironmentRecord(spec, options.name, null, options.operationId);
+    try {
+      for (const [vol, ds] of Object.entries(env.datasets)) {
+        await this.storage.createDataset(ds);
+        this.log("Created dataset", { environment: env.id, volume: vol, dataset: ds });
+      }
+    } catch (err) {
+      await this.teardown(env).catch(() => {});
+      throw err;
+    }
+    return { environment: env, evidence: { images, datasets: { ...env.datasets } } };
+  }
+
+  private async newEnvironmentRecord(
+    spec: ResolvedSpec,
+    name: string,
+    parentVersionId: string | null,
+    operationId: string | undefined,
+  ): Promise<EnvironmentRecord> {
+    const id = newId("env");
+    const env: EnvironmentRecord = {
+      id,
+      name,
+      status: "creating",
+      spec,
+      versionId: parentVersionId,
+      parentVersionId,
+      network: `denv-${id}`,
+      datasets: Object.fromEntries(Object.keys(spec.datasets).map((v) => [v, `${id}-${v}`])),
+      containers: {},
+      operationId: operationId ?? newId("op"),
+      createdAt: new Date().toISOString(),
+    };
+    // Recorded before anything exists, so a crash at any later point is found and cleaned up.
+    await this.store.putEnvironment(env);
+    return env;
+  }
+
+  /** start: the stack's network, volumes and containers, started in depends_on order. */
+  async start(
+    environmentId: string,
+    hooks: { onStarted?: (service: string) => void } = {},
+  ): Promise<{ evidence: Record<string, ServiceStartEvidence>; ms: number; health: HealthEvidence }> {
+    const env = this.environment(environmentId);
+    const started = performance.now();
+    const envLabels = this.labels({ [LABEL.environment]: env.id, [LABEL.operation]: env.operationId });
+    const spec = env.spec;
+    const networkNames = Object.keys(spec.networks);
+    // One engine network per compose network; the first keeps the environment's own name.
+    const netName = (n: string) => (n === networkNames[0] ? env.network : `${env.network}-${n}`);
+    await Promise.all([
+      ...networkNames.map((n) =>
+        this.runtime.createNetwork({
+          name: netName(n),
+          internal: spec.networks[n]?.internal ?? true,
+          labels: envLabels,
+        }),
+      ),
+      ...Object.entries(env.datasets).map(([vol, ds]) =>
+        this.runtime.createVolume({
+          name: `${env.network}-${vol}`,
+          hostPath: this.storage.datasetPath(ds),
+          labels: envLabels,
+        }),
+      ),
+    ]);
+    // Create every container up front (creation needs no ordering), then start by depends_on.
+    const order = spec.start_order;
+    const containerIds: Record<string, string> = {};
+    for (const svc of order) {
+      const s = spec.services[svc] as ResolvedService;
+      if (s.network_mode?.startsWith("service:")) continue;
+      containerIds[svc] = await this.runtime.createContainer(
+        this.containerSpec(env, svc, s, netName, containerIds),
+      );
+    }
+    for (const svc of order) {
+      const s = spec.services[svc] as ResolvedService;
+      if (!containerIds[svc])
+        containerIds[svc] = await this.runtime.createContainer(
+          this.containerSpec(env, svc, s, netName, containerIds),
+        );
+    }
+    env.containers = containerIds;
+    await this.store.putEnvironment(env);
+
+    const health = await this.startInOrder(env, hooks.onStarted);
+    const evidence: Record<string, ServiceStartEvidence> = {};
+    await Promise.all(
+      order.map(async (svc) => {
+        const state = await this.runtime.inspectContainer(containerIds[svc] as string);
+        evidence[svc] = {
+          container_id: state.id,
+          image: spec.services[svc]?.image_pinned ?? spec.services[svc]?.image ?? "",
+          caps: await readBackCaps(state),
+        };
+      }),
+    );
+    env.status = "running";
+    await this.store.putEnvironment(env);
+    return { evidence, ms: Math.round(performance.now() - started), health };
+  }
+
+  private containerSpec(
+    env: EnvironmentRecord,
+    svc: string,
+    s: ResolvedService,
+    netName: (n: string) => string,
+    containerIds: Record<string, string>,
+  ): ContainerSpec {
+    const network: ContainerSpec["network"] =
+      s.network_mode === "none"
+        ? { kind: "none" }
+        : s.network_mode?.startsWith("service:")
+          ? { kind: "container", containerId: containerIds[s.network_mode.slice(8)] as string }
+          : {
+              kind: "network",
+              networks: Object.entries(s.networks).map(([n, cfg]) => ({
+                name: netName(n),
+                aliases: [svc, ...cfg.aliases],
+              })),
+            };
+    const nsMode = (v: string | null | undefined) =>
+      v?.startsWith("service:") ? `container:${containerIds[v.slice(8)] ?? ""}` : (v ?? null);
+    return {
+      name: `${env.network}-${svc}`,
+      image: s.image_pinned ?? s.image,
+      entrypoint: s.entrypoint,
+      cmd: s.command,
+      env: s.environment,
+      user: s.user,
+      workingDir: s.working_dir,
+      hostname: s.hostname ?? svc,
+      labels: this.labels({
+        [LABEL.environment]: env.id,
+        [LABEL.service]: svc,
+        [LABEL.operation]: env.operationId,
+        ...(env.versionId ? { [LABEL.version]: env.versionId } : {}),
+      }),
+      network,
+      mounts: [
+        ...s.volumes.map((v) => ({
+          kind: "volume" as const,
+          volume: `${env.network}-${v.dataset}`,
+          target: v.target,
+          readOnly: v.read_only,
+          subpath: v.subpath,
+          nocopy: v.nocopy,
+        })),
+        ...s.tmpfs.map((t) => ({
+          kind: "tmpfs" as const,
+          target: t.target,
+          sizeBytes: t.size_bytes,
+          mode: t.mode,
+        })),
+      ],
+      memoryBytes: s.caps.memory_bytes,
+      pids: s.caps.pids,
+      cpus: s.caps.cpus,
+      healthcheck: s.healthcheck
+        ? {
+            test: s.healthcheck.test,
+            intervalMs: s.healthcheck.interval_ms,
+            timeoutMs: s.healthcheck.timeout_ms,
+            startPeriodMs: s.healthcheck.start_period_ms,
+            retries: s.healthcheck.retries,
+          }
+        : null,
+      init: s.init,
+      readOnlyRootfs: s.read_only,
+      tty: s.tty,
+      openStdin: s.stdin_open,
+      capDrop: s.cap_drop,
+      extraHosts: s.extra_hosts,
+      ulimits: s.ulimits,
+      shmSizeBytes: s.shm_size_bytes,
+      sysctls: s.sysctls,
+      stopSignal: s.stop_signal,
+      stopTimeoutMs: s.stop_grace_period_ms,
+      restart: s.restart,
+    };
+  }
+
+  /**
+   * Starts every service as soon as its depends_on conditions hold, and judges health by running
+   * each healthcheck's test ourselves every healthPollMs: the engine's own first check comes only
+   * after `interval`, which would put seconds into every fork.
+   */
+  private async startInOrder(
+    env: EnvironmentRecord,
+    onStarted?: (service: string) => void,
+  ): Promise<HealthEvidence> {
+    const spec = env.spec;
+    const begun = performance.now();
+    const startedP = new Map<string, Promise<number>>();
+    const healthyP = new Map<string, Promise<HealthEvidence["services"][string]>>();
+    const exitedP = new Map<string, Promise<void>>();
+    const getStarted = (svc: string): Promise<number> => {
+      let p = startedP.get(svc);
+      if (!p) {
+        p = (async () => {
+          const s = spec.services[svc] as ResolvedService;
+          await Promise.all(
+            Object.entries(s.depends_on).map(([dep, cond]) =>
+              cond.condition === "service_healthy"
+                ? getHealthy(dep)
+                : cond.condition === "service_completed_successfully"
+                  ? getExited(dep)
+                  : getStarted(dep),
+            ),
+          );
+          const t = performance.now();
+          await this.runtime.startContainer(env.containers[svc] as string);
+          this.log("Started container", { environment: env.id, service: svc });
+          onStarted?.(svc);
+          return t;
+        })();
+        startedP.set(svc, p);
+      }
+      return p;
+    };
+    const getHealthy = (svc: string) => {
+      let p = healthyP.get(svc);
+      if (!p) {
+        p = getStarted(svc).then((t) => this.waitServiceHealthy(env, svc, t));
+        healthyP.set(svc, p);
+      }
+      return p;
+    };
+    const getExited = (svc: string) => {
+      let p = exitedP.get(svc);
+      if (!p) {
+        p = getStarted(svc).then(async () => {
+          for (;;) {
+            const st = await this.runtime.inspectContainer(env.containers[svc] as string);
+            if (!st.running) {
+              if (st.exitCode !== 0)
+                throw new DenvError("unavailable", `service ${svc} exited with ${st.exitCode}`);
+              return;
+            }
+            await sleep(this.options.healthPollMs ?? 100);
+          }
+        });
+        exitedP.set(svc, p);
+      }
+      return p;
+    };
+    const results = await Promise.all(
+      spec.start_order.map(async (svc) => {
+        // A one-shot service that others wait on to complete is not expected to stay up.
+        const oneShot = Object.values(spec.services).some(
+          (o) => o.depends_on[svc]?.condition === "service_completed_successfully",
+        );
+        if (oneShot) {
+          const t = await getStarted(svc);
+          await getExited(svc);
+          return [
+            svc,
+            { healthy_ms: Math.round(performance.now() - t), method: "running" as const, checks: 0 },
+          ] as const;
+        }
+        return [svc, await getHealthy(svc)] as const;
+      }),
+    );
+    return { services: Object.fromEntries(results), ms: Math.round(performance.now() - begun) };
+  }
+
+  private async waitServiceHealthy(
+    env: EnvironmentRecord,
+    svc: string,
+    startedAt: number,
+  ): Promise<HealthEvidence["services"][string]> {
+    const s = env.spec.services[svc] as ResolvedService;
+    const id = env.containers[svc] as string;
+    const hc = s.healthcheck;
+    const pollMs = this.options.healthPollMs ?? 100;
+    if (!hc || s.healthcheck_disabled) {
+      const st = await this.runtime.inspectContainer(id);
+      if (!st.running) {
+        throw new DenvError(
+          "unavailable",
+          `service ${svc} exited with code ${st.exitCode} right after it started`,
+        );
+      }
+      return { healthy_ms: Math.round(performance.now() - startedAt), method: "running", checks: 0 };
+    }
+    const deadlineMs = Math.max(
+      HEALTH_DEADLINE_FLOOR_MS,
+      hc.start_period_ms + hc.interval_ms * (hc.retries + 1),
+    );
+    const [kind, ...rest] = hc.test;
+    const cmd = kind === "CMD-SHELL" ? ["sh", "-c", rest[0] ?? "true"] : rest;
+    let checks = 0;
+    let last = "";
+    while (performance.now() - startedAt < deadlineMs) {
+      checks++;
+      const r = await this.executor
+        .exec(id, { command: cmd, timeoutMs: Math.min(hc.timeout_ms, 10_000), maxOutputBytes: 4096 })
+        .catch((e: unknown) => ({ exitCode: -1, stdout: Buffer.alloc(0), stderr: Buffer.from(String(e)) }));
+      if (r.exitCode === 0) {
+        return { healthy_ms: Math.round(performance.now() - startedAt), method: "healthcheck", checks };
+      }
+      last = `${r.stdout.toString()}${r.stderr.toString()}`.trim().slice(-300);
+      const st = await this.runtime.inspectContainer(id);
+      if (!st.running) {
+        throw new DenvError(
+          "unavailable",
+          `service ${svc} exited with code ${st.exitCode} before it was healthy`,
+        );
+      }
+      await sleep(pollMs);
+    }
+    throw new DenvError(
+      "timeout",
+      `service ${svc} was not healthy within ${deadlineMs} ms (last check: ${last || "no output"})`,
+    );
+  }
+
+  /** warm: x-denv.warm commands, in order, each in its service; a failure stops the deploy. */
+  async warm(environmentId: string): Promise<WarmEvidence> {
+    const env = this.environment(environmentId);
+    const commands: WarmEvidence["commands"] = [];
+    for (const w of env.spec.warm) {
+      const r = await this.executor.exec(env.containers[w.service] as string, {
+        command: w.command,
+        timeoutMs: 600_000,
+      });
+      commands.push({
+        service: w.service,
+        command: w.command,
+        exit_code: r.exitCode,
+        ms: r.durationMs,
+        stdout_tail: tail(r.stdout),
+        stderr_tail: tail(r.stderr),
+      });
+      if (r.exitCode !== 0) {
+        throw new DenvError(
+          "unavailable",
+          `warm command in ${w.service} exited with ${r.exitCode}: ${tail(r.stderr).slice(-300)}`,
+          {
+            details: { commands },
+          },
+        );
+      }
+    }
+    return { commands };
+  }
+
+  /**
+   * The whole deploy on this host: prepare, start, health, warm, snapshot, egress probe. A failure
+   * removes everything the deploy created. The control plane runs the same phases one by one.
+   */
+  async deploy(
+    spec: ResolvedSpec,
+    options: { name: string; operationId?: string },
+  ): Promise<{
+    environment: EnvironmentRecord;
+    version: VersionRecord;
+    evidence: {
+      prepare: Awaited<ReturnType<Denvd["prepare"]>>["evidence"];
+      start: Record<string, ServiceStartEvidence>;
+      health: HealthEvidence;
+      warm: WarmEvidence;
+      snapshot: SnapshotEvidence;
+      egress: EgressEvidence;
+    };
+  }> {
+    const { environment, evidence: prepare } = await this.prepare(spec, options);
+    try {
+      const { evidence: start, health } = await this.start(environment.id);
+      const warm = await this.warm(environment.id);
+      const { version, evidence: snapshot } = await this.snapshot(environment.id);
+      const egress = await this.probeEgress(environment.id);
+      return {
+        environment: this.environment(environment.id),
+        version,
+        evidence: { prepare, start, health, warm, snapshot, egress },
+      };
+    } catch (err) {
+      await this.teardown(this.store.environment(environment.id) ?? environment).catch(() => {});
+      throw err;
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Snapshot, fork, rollback, destroy.
+
+  private async assertSpace(what: string): Promise<void> {
+    const min = this.options.minFreeBytes ?? 1024 ** 3;
+    const free = await this.storage.freeBytes();
+    if (free < min) {
+      throw new DenvError(
+        "insufficient_storage",
+        `the ${this.storage.kind} pool has ${Math.round(free / 1024 ** 2)} MiB free, below the ${Math.round(min / 1024 ** 2)} MiB a ${what} needs; destroy old environments or grow the pool`,
+      );
+    }
+  }
+
+  /**
+   * A consistent snapshot of a running environment: checkpoint databases, pause every service,
+   * capture every dataset in the same frozen window, thaw, re-check health. The result is a version.
+   */
+  async snapshot(environmentId: string): Promise<{ version: VersionRecord; evidence: SnapshotEvidence }> {
+    const env = this.environment(environmentId);
+    if (env.status !== "running")
+      throw new DenvError("conflict", `environment ${env.name} is ${env.status}, not running`);
+    await this.assertSpace("snapshot");
+    const checkpoint = await this.checkpoint(env);
+    const versionId = newId("ver");
+    const ids = Object.values(env.containers);
+    const snapshots: Record<string, string> = {};
+    const frozenStart = performance.now();
+    try {
+      await Promise.all(ids.map((id) => this.runtime.pauseContainer(id)));
+      await Promise.all(
+        Object.entries(env.datasets).map(async ([vol, ds]) => {
+          const snapId = `${versionId}-${vol}`;
+          await this.storage.snapshot(ds, snapId);
+          snapshots[vol] = snapId;
+        }),
+      );
+    } finally {
+      await Promise.all(ids.map((id) => this.runtime.unpauseContainer(id).catch(() => {})));
+    }
+    const frozenMs = Math.round(performance.now() - frozenStart);
+    const healthStart = performance.now();
+    await Promise.all(
+      Object.keys(env.containers).map((svc) => this.waitServiceHealthy(env, svc, performance.now())),
+    );
+    const healthAfterMs = Math.round(performance.now() - healthStart);
+    const version: VersionRecord = {
+      id: versionId,
+      environmentId: env.id,
+      specHash: env.spec.hash,
+      spec: env.spec,
+      images: Object.fromEntries(
+        Object.entries(env.spec.services).map(([n, s]) => [n, s.image_digest ?? s.image_pinned ?? s.image]),
+      ),
+      snapshots,
+      frozenMs,
+      createdAt: new Date().toISOString(),
+    };
+    await this.store.putVersion(version);
+    env.versionId = versionId;
+    await this.store.putEnvironment(env);
+    const datasets: SnapshotEvidence["datasets"] = {};
+    for (const [vol, snapId] of Object.entries(snapshots)) {
+      datasets[vol] = {
+        dataset_id: env.datasets[vol] as string,
+        snapshot_id: snapId,
+        bytes: await this.storage.snapshotBytes(snapId),
+      };
+    }
+    this.log("Snapshot taken", { environment: env.id, version: versionId, frozenMs });
+    return {
+      version,
+      evidence: {
+        version_id: versionId,
+        frozen_ms: frozenMs,
+        checkpoint,
+        datasets,
+        health_after_ms: healthAfterMs,
+      },
+    };
+  }
+
+  /** Databases flush to disk before the freeze, so forks start without a long recovery. */
+  private async checkpoint(env: EnvironmentRecord): Promise<SnapshotEvidence["checkpoint"]> {
+    const out: SnapshotEvidence["checkpoint"] = [];
+    await Promise.all(
+      Object.entries(env.spec.services).map(async ([svc, s]) => {
+        const cmds: { command: string[]; user?: string }[] = (env.spec.checkpoint[svc] ?? []).map(
+          (command) => ({ command }),
+        );
+        if (/(^|\/)postgres[^/]*(:|@|$)/.test(s.image)) {
+          cmds.unshift({
+            command: ["sh", "-c", 'psql -U "${POSTGRES_USER:-postgres}" -d postgres -qc CHECKPOINT'],
+            user: "postgres",
+          });
+        } else if (/(^|\/)redis[^/]*(:|@|$)/.test(s.image)) {
+          cmds.unshift({ command: ["redis-cli", "SAVE"] });
+        }
+        for (const c of cmds) {
+          const r = await this.executor.exec(env.containers[svc] as string, {
+            command: c.command,
+            user: c.user ?? null,
+            timeoutMs: 120_000,
+          });
+          out.push({ service: svc, command: c.command, exit_code: r.exitCode, ms: r.durationMs });
+        }
+      }),
+    );
+    return out;
+  }
+
+  /** A new environment from a version: datasets cloned, a new network, the pinned images, healthy. */
+  async fork(
+    versionId: string,
+    options: { name: string; operationId?: string },
+  ): Promise<{ environment: EnvironmentRecord; evidence: ForkEvidence }> {
+    const version = this.version(versionId);
+    await this.assertSpace("fork");
+    const total = performance.now();
+    const env = await this.newEnvironmentRecord(version.spec, options.name, version.id, options.operationId);
+    try {
+      const cloneStart = performance.now();
+      await Promise.all(
+        Object.entries(env.datasets).map(([vol, ds]) =>
+          this.storage.clone(version.snapshots[vol] as string, ds),
+        ),
+      );
+      const cloneMs = Math.round(performance.now() - cloneStart);
+      // The probe runs as soon as the service it probes from is up, alongside the health checks.
+      const probeFrom = this.probeService(version.spec);
+      let probe: Promise<EgressEvidence> | undefined;
+      const {
+        evidence: start,
+        ms: startMs,
+        health,
+      } = await this.start(env.id, {
+        onStarted: (svc) => {
+          if (svc !== probeFrom) return;
+          probe = this.probeEgress(env.id);
+          probe.catch(() => {}); // awaited below; this only keeps an early failure from going unhandled
+        },
+      });
+      const egress = await (probe ?? this.probeEgress(env.id));
+      return {
+        environment: this.environment(env.id),
+        evidence: {
+          environment_id: env.id,
+          from_version: version.id,
+          clone_ms: cloneMs,
+          start,
+          start_ms: startMs,
+          health,
+          egress,
+          total_ms: Math.round(performance.now() - total),
+        },
+      };
+    } catch (err) {
+      await this.teardown(this.store.environment(env.id) ?? env).catch(() => {});
+      throw err;
+    }
+  }
+
+  /**
+   * The service to probe from: the first to start among those on the agent's network (any
+   * container on that network sees what the agent sees), so the probe runs early in a fork.
+   */
+  private probeService(spec: ResolvedSpec): string | undefined {
+    const agent = spec.agent?.service ?? spec.start_order[spec.start_order.length - 1];
+    const agentNet = agent ? Object.keys(spec.services[agent]?.networks ?? {})[0] : undefined;
+    return (
+      spec.start_order.find((s) => agentNet !== undefined && spec.services[s]?.networks[agentNet]) ?? agent
+    );
+  }
+
+  /** The egress probe, from inside the environment's network. Deny must prove blocked. */
+  async probeEgress(environmentId: string): Promise<EgressEvidence> {
+    const env = this.environment(environmentId);
+    const svc = this.probeService(env.spec);
+    const id = svc ? env.containers[svc] : undefined;
+    if (!id) throw new DenvError("conflict", `environment ${env.name} has no container to probe from`);
+    const st = await this.runtime.inspectContainer(id);
+    const gateway = Object.values(st.addresses)[0]?.gateway;
+    const target = this.options.egressProbeTarget ?? (gateway ? { host: gateway, port: 9 } : null);
+    if (!target) {
+      // network_mode none: no interface but loopback, so nothing can leave.
+      return { result: "blocked", target: "none", outcome: "unreachable", ms: 0 };
+    }
+    const evidence = { ...(await probeEgress(st.pid, target)), from: svc as string };
+    if (env.spec.egress === "deny" && evidence.result !== "blocked") {
+      throw new DenvError(
+        "forbidden",
+        `egress is deny but the probe from ${svc} reached ${evidence.target}`,
+        {
+          details: { egress: evidence },
+        },
+      );
+    }
+    return evidence;
+  }
+
+  /** Restores an environment to a version: containers replaced, datasets re-cloned, healthy again. */
+  async rollback(environmentId: string, versionId: string): Promise<{ health: HealthEvidence; ms: number }> {
+    const env = this.environment(environmentId);
+    const version = this.version(versionId);
+    const begun = performance.now();
+    await this.removeStack(env);
+    for (const [vol, ds] of Object.entries(env.datasets)) {
+      await this.storage.destroyDataset(ds);
+      const snap = version.snapshots[vol];
+      if (snap) await this.storage.clone(snap, ds);
+      else await this.storage.createDataset(ds);
+    }
+    env.spec = version.spec;
+    env.versionId = version.id;
+    env.status = "creating";
+    env.containers = {};
+    await this.store.putEnvironment(env);
+    const { health } = await this.start(env.id);
+    return { health, ms: Math.round(performance.now() - begun) };
+  }
+
+  /** Removes containers, volumes, networks and datasets. Idempotent: an unknown id is already gone. */
+  async destroy(environmentId: string): Promise<void> {
+    const env = this.store.environment(environmentId);
+    if (!env) return;
+    env.status = "destroying";
+    await this.store.putEnvironment(env);
+    await this.teardown(env);
+  }
+
+  /** Deletes a version's snapshots and its record. */
+  async deleteVersion(versionId: string): Promise<void> {
+    const v = this.store.version(versionId);
+    if (!v) return;
+    for (const snap of Object.values(v.snapshots)) await this.storage.destroySnapshot(snap);
+    await this.store.deleteVersion(versionId);
+  }
+
+  private async removeStack(env: EnvironmentRecord): Promise<void> {
+    const byLabel = await this.runtime.listContainers({
+      [LABEL.owner]: this.store.ownerId,
+      [LABEL.environment]: env.id,
+    });
+    const ids = new Set([...Object.values(env.containers), ...byLabel.map((c) => c.id)]);
+    await Promise.all([...ids].map((id) => this.runtime.removeContainer(id)));
+    const vols = await this.runtime.listVolumes({
+      [LABEL.owner]: this.store.ownerId,
+      [LABEL.environment]: env.id,
+    });
+    await Promise.all(vols.map((v) => this.runtime.removeVolume(v.name)));
+  }
+
+  private async teardown(env: EnvironmentRecord): Promise<void> {
+    await this.removeStack(env);
+    const nets = await this.runtime.listNetworks({
+      [LABEL.owner]: this.store.ownerId,
+      [LABEL.environment]: env.id,
+    });
+    for (const n of nets) await this.runtime.removeNetwork(n.id);
+    for (const ds of Object.values(env.datasets)) await this.storage.destroyDataset(ds);
+    await this.store.deleteEnvironment(env.id);
+    this.log("Destroyed environment", { environment: env.id });
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Exec and files.
+
+  private containerOf(
+    environmentId: string,
+    service?: string,
+  ): { env: EnvironmentRecord; id: string; service: string } {
+    const env = this.environment(environmentId);
+    const svc = service ?? env.spec.agent?.service ?? Object.keys(env.spec.services)[0];
+    const id = svc ? env.containers[svc] : undefined;
+    if (!svc || !id) {
+      throw new DenvError(
+        "not_found",
+        `environment ${env.name} has no service ${service ?? ""}; it has ${Object.keys(env.containers).join(", ")}`,
+      );
+    }
+    return { env, id, service: svc };
+  }
+
+  exec(environmentId: string, service: string | undefined, options: ExecOptions): Promise<ExecResult> {
+    const { id } = this.containerOf(environmentId, service);
+    return this.executor.exec(id, options);
+  }
+
+  /** Extracts a tar at `path` in a service, after checking every entry stays inside it. */
+  async putFiles(
+    environmentId: string,
+    service: string | undefined,
+    path: string,
+    tar: Readable,
+  ): Promise<{ entries: number; bytes: number }> {
+    const { id } = this.containerOf(environmentId, service);
+    if (!path.startsWith("/")) throw new DenvError("invalid_argument", `path ${path} must be absolute`);
+    // The checked tar goes to a file first: a tar refused half-way must leave nothing behind.
+    const tmp = join(this.options.stateDir, `upload-${randomBytes(6).toString("hex")}.tar`);
+    try {
+      const stats = await sanitizeTar(tar, createWriteStream(tmp));
+      await this.runtime.putArchive(id, path, createReadStream(tmp));
+      return stats;
+    } finally {
+      await rm(tmp, { force: true });
+    }
+  }
+
+  getFiles(environmentId: string, service: string | undefined, path: string): Promise<Readable> {
+    const { id } = this.containerOf(environmentId, service);
+    return this.runtime.getArchive(id, path);
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Reconcile.
+
+  /**
+   * Settles the engine and the storage against the records: environments caught mid-operation
+   * (status creating or destroying) are removed entirely; labelled objects of unknown environments
+   * are removed; datasets and snapshots no record holds are destroyed; recorded environments whose
+   * containers are gone are marked lost, and stopped ones are started again.
+   */
+  async reconcile(): Promise<{ removed: string[]; lost: string[] }> {
+    const removed: string[] = [];
+    const lost: string[] = [];
+    for (const env of this.store.environments()) {
+      if (env.status === "creating" || env.status === "destroying") {
+        await this.teardown(env);
+        removed.push(env.id);
+      }
+    }
+    const owner = { [LABEL.owner]: this.store.ownerId };
+    const known = new Set(this.store.environments().map((e) => e.id));
+    for (const c of await this.runtime.listContainers(owner)) {
+      if (!known.has(c.labels[LABEL.environment] ?? "")) {
+        await this.runtime.removeContainer(c.id);
+        removed.push(c.name);
+      }
+    }
+    for (const v of await this.runtime.listVolumes(owner)) {
+      if (!known.has(v.labels[LABEL.environment] ?? "")) {
+        await this.runtime.removeVolume(v.name);
+        removed.push(v.name);
+      }
+    }
+    for (const n of await this.runtime.listNetworks(owner)) {
+      if (!known.has(n.labels[LABEL.environment] ?? "")) {
+        await this.runtime.removeNetwork(n.id);
+        removed.push(n.name);
+      }
+    }
+    const datasets = new Set(this.store.environments().flatMap((e) => Object.values(e.datasets)));
+    for (const ds of await this.storage.listDatasets()) {
+      if (!datasets.has(ds)) {
+        await this.storage.destroyDataset(ds);
+        removed.push(ds);
+      }
+    }
+    const snaps = new Set(this.store.versions().flatMap((v) => Object.values(v.snapshots)));
+    for (const s of await this.storage.listSnapshots()) {
+      if (!snaps.has(s)) {
+        await this.storage.destroySnapshot(s);
+        removed.push(s);
+      }
+    }
+    for (const env of this.store.environments()) {
+      if (env.status !== "running") continue;
+      const states = await Promise.all(
+        Object.values(env.containers).map((id) => this.runtime.inspectContainer(id).catch(() => null)),
+      );
+      if (states.some((s) => s === null)) {
+        env.status = "lost";
+        await this.store.putEnvironment(env);
+        lost.push(env.id);
+      } else {
+        for (const s of states) if (s && !s.running) await this.runtime.startContainer(s.id);
+      }
+    }
+    if (removed.length || lost.length) this.log("Reconciled", { removed, lost });
+    return { removed, lost };
+  }
+}

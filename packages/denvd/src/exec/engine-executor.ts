@@ -1,0 +1,74 @@
+/** Exec through the engine's exec API: a runc exec per command (about 90 ms on these machines). */
+import type { ContainerRuntime } from "../runtime/container-runtime.ts";
+import {
+  BoundedBuffer,
+  DEFAULT_MAX_OUTPUT_BYTES,
+  type ExecOptions,
+  type ExecResult,
+  type Executor,
+} from "./executor.ts";
+import { killProcessTree } from "./kill-process-tree.ts";
+
+export class EngineExecutor implements Executor {
+  private readonly runtime: ContainerRuntime;
+
+  constructor(runtime: ContainerRuntime) {
+    this.runtime = runtime;
+  }
+
+  async exec(containerId: string, options: ExecOptions): Promise<ExecResult> {
+    const started = performance.now();
+    const limit = options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
+    const out = new BoundedBuffer(limit);
+    const err = new BoundedBuffer(limit);
+    const cmd = typeof options.command === "string" ? ["sh", "-c", options.command] : options.command;
+    let pid = 0;
+    let timedOut = false;
+    let timer: NodeJS.Timeout | undefined;
+    let pidResolved!: () => void;
+    const pidKnown = new Promise<void>((resolve) => {
+      pidResolved = resolve;
+    });
+    const running = this.runtime.exec(containerId, {
+      cmd,
+      user: options.user ?? null,
+      workingDir: options.cwd ?? null,
+      env: options.env ?? {},
+      stdin: options.stdin ?? null,
+      onStdout: (c) => {
+        out.push(c);
+        options.onStdout?.(c);
+      },
+      onStderr: (c) => {
+        err.push(c);
+        options.onStderr?.(c);
+      },
+      onPid: (p) => {
+        pid = p;
+        pidResolved();
+      },
+    });
+    if (options.timeoutMs) {
+      const timeoutMs = options.timeoutMs;
+      timer = setTimeout(async () => {
+        timedOut = true;
+        await Promise.race([pidKnown, new Promise((r) => setTimeout(r, 1000))]);
+        if (pid) await killProcessTree(pid);
+      }, timeoutMs);
+    }
+    try {
+      const { exitCode } = await running;
+      return {
+        exitCode,
+        stdout: out.toBuffer(),
+        stderr: err.toBuffer(),
+        stdoutTruncated: out.truncated,
+        stderrTruncated: err.truncated,
+        timedOut,
+        durationMs: Math.round(performance.now() - started),
+      };
+    } finally {
+      if (timer) clearTimeout(timer);
+    }
+  }
+}

@@ -1,0 +1,66 @@
+/**
+ * The exec port. Frameworks run thousands of commands per episode, so exec sits behind its own
+ * interface: the engine path (engine-executor.ts) pays a runc exec per command; a faster path (an
+ * agent inside the sandbox) can serve the same interface.
+ */
+import type { Readable } from "node:stream";
+
+export interface ExecOptions {
+  /** argv, or a shell string run with `sh -c`. */
+  command: string[] | string;
+  user?: string | null;
+  cwd?: string | null;
+  env?: Record<string, string>;
+  stdin?: Buffer | Readable | null;
+  /** Kills the whole process tree when exceeded; the result says timedOut. */
+  timeoutMs?: number | null;
+  /** Per stream; output beyond it is dropped and flagged truncated. Default 16 MiB. */
+  maxOutputBytes?: number;
+  onStdout?: (chunk: Buffer) => void;
+  onStderr?: (chunk: Buffer) => void;
+}
+
+export interface ExecResult {
+  /** The exit status; 128+N for a death by signal N (a timeout kill gives 137). */
+  exitCode: number;
+  stdout: Buffer;
+  stderr: Buffer;
+  stdoutTruncated: boolean;
+  stderrTruncated: boolean;
+  timedOut: boolean;
+  durationMs: number;
+}
+
+export interface Executor {
+  exec(containerId: string, options: ExecOptions): Promise<ExecResult>;
+}
+
+export const DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024 * 1024;
+
+/** Collects a stream's bytes up to a limit, flagging what was dropped. */
+export class BoundedBuffer {
+  private readonly chunks: Buffer[] = [];
+  private size = 0;
+  truncated = false;
+  private readonly limit: number;
+
+  constructor(limit: number) {
+    this.limit = limit;
+  }
+
+  push(chunk: Buffer): void {
+    const room = this.limit - this.size;
+    if (room <= 0) {
+      this.truncated = this.truncated || chunk.length > 0;
+      return;
+    }
+    const part = chunk.length > room ? chunk.subarray(0, room) : chunk;
+    if (part.length < chunk.length) this.truncated = true;
+    this.chunks.push(part);
+    this.size += part.length;
+  }
+
+  toBuffer(): Buffer {
+    return Buffer.concat(this.chunks, this.size);
+  }
+}

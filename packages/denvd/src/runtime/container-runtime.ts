@@ -1,0 +1,132 @@
+/**
+ * The container runtime port, in denv's own types: what denvd needs from a container engine, and
+ * nothing of any engine's API shapes. One adapter (docker-runtime.ts) speaks the Docker Engine API.
+ */
+import type { Readable } from "node:stream";
+
+export type Labels = Record<string, string>;
+
+export interface NetworkSpec {
+  name: string;
+  /** No route out of the network (egress deny). */
+  internal: boolean;
+  labels: Labels;
+}
+
+export interface VolumeSpec {
+  name: string;
+  /** Host directory (a dataset) the volume stands for. */
+  hostPath: string;
+  labels: Labels;
+}
+
+export interface ContainerSpec {
+  name: string;
+  /** A pinned reference (repo@sha256:…) or an image ID. */
+  image: string;
+  entrypoint: string[] | null;
+  cmd: string[] | null;
+  env: Record<string, string>;
+  user: string | null;
+  workingDir: string | null;
+  hostname: string | null;
+  labels: Labels;
+  network:
+    | { kind: "network"; networks: { name: string; aliases: string[] }[] }
+    | { kind: "none" }
+    | { kind: "container"; containerId: string };
+  mounts: (
+    | {
+        kind: "volume";
+        volume: string;
+        target: string;
+        readOnly: boolean;
+        subpath: string | null;
+        nocopy: boolean;
+      }
+    | { kind: "tmpfs"; target: string; sizeBytes: number | null; mode: number | null }
+  )[];
+  memoryBytes: number;
+  pids: number;
+  cpus: number;
+  healthcheck: {
+    test: string[];
+    intervalMs: number;
+    timeoutMs: number;
+    startPeriodMs: number;
+    retries: number;
+  } | null;
+  init: boolean;
+  readOnlyRootfs: boolean;
+  tty: boolean;
+  openStdin: boolean;
+  capDrop: string[];
+  extraHosts: string[];
+  ulimits: Record<string, { soft: number; hard: number }>;
+  shmSizeBytes: number | null;
+  sysctls: Record<string, string>;
+  stopSignal: string | null;
+  stopTimeoutMs: number;
+  restart: string;
+  ipcMode?: string | null;
+  pidMode?: string | null;
+}
+
+export interface ContainerState {
+  id: string;
+  name: string;
+  running: boolean;
+  paused: boolean;
+  exitCode: number;
+  /** Host PID of the container's first process; 0 when not running. */
+  pid: number;
+  labels: Labels;
+  /** Caps as the engine recorded them. */
+  memoryBytes: number;
+  pids: number;
+  nanoCpus: number;
+  /** Addresses by network name. */
+  addresses: Record<string, { ip: string; gateway: string }>;
+}
+
+export interface RawExecOptions {
+  cmd: string[];
+  user?: string | null;
+  workingDir?: string | null;
+  env?: Record<string, string>;
+  stdin?: Buffer | Readable | null;
+  onStdout: (chunk: Buffer) => void;
+  onStderr: (chunk: Buffer) => void;
+  /** Called with the exec'd process's host PID once it runs (to kill its tree on timeout). */
+  onPid?: (pid: number) => void;
+}
+
+export interface ObjectSummary {
+  id: string;
+  name: string;
+  labels: Labels;
+}
+
+export interface ContainerRuntime {
+  ping(): Promise<void>;
+  createNetwork(spec: NetworkSpec): Promise<string>;
+  removeNetwork(nameOrId: string): Promise<void>;
+  listNetworks(labels: Labels): Promise<ObjectSummary[]>;
+  createVolume(spec: VolumeSpec): Promise<void>;
+  removeVolume(name: string): Promise<void>;
+  listVolumes(labels: Labels): Promise<ObjectSummary[]>;
+  hasImage(reference: string): Promise<boolean>;
+  pullImage(reference: string): Promise<void>;
+  createContainer(spec: ContainerSpec): Promise<string>;
+  startContainer(id: string): Promise<void>;
+  stopContainer(id: string, timeoutMs: number): Promise<void>;
+  removeContainer(id: string): Promise<void>;
+  pauseContainer(id: string): Promise<void>;
+  unpauseContainer(id: string): Promise<void>;
+  inspectContainer(id: string): Promise<ContainerState>;
+  listContainers(labels: Labels): Promise<ObjectSummary[]>;
+  /** Runs a command; resolves to its exit code when its output has ended. */
+  exec(id: string, options: RawExecOptions): Promise<{ exitCode: number }>;
+  putArchive(id: string, path: string, tar: Readable): Promise<void>;
+  getArchive(id: string, path: string): Promise<Readable>;
+}

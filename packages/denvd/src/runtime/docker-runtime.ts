@@ -1,0 +1,330 @@
+/**
+ * The ContainerRuntime adapter over the Docker Engine API (dockerode). Engine errors become
+ * DenvErrors with stable codes: 404 → not_found, 409 → conflict, anything else → engine_error.
+ * Removing what is already gone succeeds, so teardown is idempotent.
+ */
+import { PassThrough, type Readable } from "node:stream";
+import { DenvError } from "@denv/spec";
+import Docker from "dockerode";
+import type {
+  ContainerRuntime,
+  ContainerSpec,
+  ContainerState,
+  Labels,
+  NetworkSpec,
+  ObjectSummary,
+  RawExecOptions,
+  VolumeSpec,
+} from "./container-runtime.ts";
+
+function mapError(err: unknown, what: string): never {
+  const status = (err as { statusCode?: number }).statusCode;
+  const detail = (err as { json?: { message?: string } }).json?.message ?? (err as Error).message;
+  if (status === 404) throw new DenvError("not_found", `${what}: ${detail}`, { cause: err });
+  if (status === 409) throw new DenvError("conflict", `${what}: ${detail}`, { cause: err });
+  throw new DenvError("engine_error", `${what}: ${detail}`, { cause: err });
+}
+
+const labelFilter = (labels: Labels) =>
+  JSON.stringify({ label: Object.entries(labels).map(([k, v]) => `${k}=${v}`) });
+
+const ignoreGone = (err: unknown) => {
+  const status = (err as { statusCode?: number }).statusCode;
+  if (status === 404 || status === 304) return;
+  throw err;
+};
+
+export class DockerRuntime implements ContainerRuntime {
+  readonly docker: Docker;
+
+  constructor(socketPath = "/var/run/docker.sock") {
+    this.docker = new Docker({ socketPath });
+  }
+
+  async ping(): Promise<void> {
+    await this.docker.ping().catch((e: unknown) => mapError(e, "the Docker engine does not answer"));
+  }
+
+  async createNetwork(spec: NetworkSpec): Promise<string> {
+    const net = await this.docker
+      .createNetwork({
+        Name: spec.name,
+        Driver: "bridge",
+        Internal: spec.internal,
+        Labels: spec.labels,
+        CheckDuplicate: true,
+        // An internal network on this engine still routes to the host's address on the bridge; with
+        // no IPv4 address on the bridge, the host is not there to reach.
+        ...(spec.internal ? { Options: { "com.docker.network.bridge.inhibit_ipv4": "true" } } : {}),
+      })
+      .catch((e: unknown) => mapError(e, `creating network ${spec.name}`));
+    return net.id;
+  }
+
+  async removeNetwork(nameOrId: string): Promise<void> {
+    await this.docker
+      .getNetwork(nameOrId)
+      .remove()
+      .catch(ignoreGone)
+      .catch((e: unknown) => mapError(e, `removing network ${nameOrId}`));
+  }
+
+  async listNetworks(labels: Labels): Promise<ObjectSummary[]> {
+    const nets = await this.docker.listNetworks({ filters: labelFilter(labels) });
+    return nets.map((n) => ({ id: n.Id, name: n.Name, labels: n.Labels ?? {} }));
+  }
+
+  async createVolume(spec: VolumeSpec): Promise<void> {
+    // A local volume bound to the dataset's directory: the engine copies the image's content at the
+    // mount point into it on first use when it is empty, as it does for any named volume.
+    await this.docker
+      .createVolume({
+        Name: spec.name,
+        Driver: "local",
+        DriverOpts: { type: "none", o: "bind", device: spec.hostPath },
+        Labels: spec.labels,
+      })
+      .catch((e: unknown) => mapError(e, `creating volume ${spec.name}`));
+  }
+
+  async removeVolume(name: string): Promise<void> {
+    await this.docker
+      .getVolume(name)
+      .remove()
+      .catch(ignoreGone)
+      .catch((e: unknown) => mapError(e, `removing volume ${name}`));
+  }
+
+  async listVolumes(labels: Labels): Promise<ObjectSummary[]> {
+    const res = await this.docker.listVolumes({ filters: labelFilter(labels) });
+    return (res.Volumes ?? []).map((v) => ({ id: v.Name, name: v.Name, labels: v.Labels ?? {} }));
+  }
+
+  async hasImage(reference: string): Promise<boolean> {
+    try {
+      await this.docker.getImage(reference).inspect();
+      return true;
+    } catch (err) {
+      if ((err as { statusCode?: number }).statusCode === 404) return false;
+      mapError(err, `inspecting image ${reference}`);
+    }
+  }
+
+  async pullImage(reference: string): Promise<void> {
+    const stream = await this.docker
+      .pull(reference)
+      .catch((e: unknown) => mapError(e, `pulling ${reference}`));
+    await new Promise<void>((resolve, reject) => {
+      this.docker.modem.followProgress(stream, (err: Error | null) => (err ? reject(err) : resolve()));
+    }).catch((e: unknown) => mapError(e, `pulling ${reference}`));
+  }
+
+  async createContainer(spec: ContainerSpec): Promise<string> {
+    const networkMode =
+      spec.network.kind === "none"
+        ? "none"
+        : spec.network.kind === "container"
+          ? `container:${spec.network.containerId}`
+          : (spec.network.networks[0]?.name ?? "none");
+    const endpoints =
+      spec.network.kind === "network"
+        ? Object.fromEntries(spec.network.networks.map((n) => [n.name, { Aliases: n.aliases }]))
+        : undefined;
+    const ms = 1_000_000; // ns per ms
+    const c = await this.docker
+      .createContainer({
+        name: spec.name,
+        Image: spec.image,
+        ...(spec.entrypoint ? { Entrypoint: spec.entrypoint } : {}),
+        ...(spec.cmd ? { Cmd: spec.cmd } : {}),
+        Env: Object.entries(spec.env).map(([k, v]) => `${k}=${v}`),
+        ...(spec.user ? { User: spec.user } : {}),
+        ...(spec.workingDir ? { WorkingDir: spec.workingDir } : {}),
+        ...(spec.hostname ? { Hostname: spec.hostname } : {}),
+        Labels: spec.labels,
+        Tty: spec.tty,
+        OpenStdin: spec.openStdin,
+        ...(spec.stopSignal ? { StopSignal: spec.stopSignal } : {}),
+        StopTimeout: Math.ceil(spec.stopTimeoutMs / 1000),
+        Healthcheck: spec.healthcheck
+          ? {
+              Test: spec.healthcheck.test,
+              Interval: spec.healthcheck.intervalMs * ms,
+              Timeout: spec.healthcheck.timeoutMs * ms,
+              StartPeriod: spec.healthcheck.startPeriodMs * ms,
+              Retries: spec.healthcheck.retries,
+            }
+          : undefined,
+        HostConfig: {
+          NetworkMode: networkMode,
+          Memory: spec.memoryBytes,
+          // Swap equal to memory: no swap beyond the cap.
+          MemorySwap: spec.memoryBytes,
+          PidsLimit: spec.pids,
+          NanoCpus: Math.round(spec.cpus * 1e9),
+          Init: spec.init,
+          ReadonlyRootfs: spec.readOnlyRootfs,
+          CapDrop: spec.capDrop,
+          ExtraHosts: spec.extraHosts,
+          Ulimits: Object.entries(spec.ulimits).map(([Name, u]) => ({ Name, Soft: u.soft, Hard: u.hard })),
+          ...(spec.shmSizeBytes ? { ShmSize: spec.shmSizeBytes } : {}),
+          Sysctls: spec.sysctls,
+          ...(spec.ipcMode ? { IpcMode: spec.ipcMode } : {}),
+          ...(spec.pidMode ? { PidMode: spec.pidMode } : {}),
+          RestartPolicy: restartPolicy(spec.restart),
+          // The typings demand VolumeOptions fields the Engine API treats as optional.
+          Mounts: spec.mounts.map((m) =>
+            m.kind === "volume"
+              ? {
+                  Type: "volume" as const,
+                  Source: m.volume,
+                  Target: m.target,
+                  ReadOnly: m.readOnly,
+                  VolumeOptions: { NoCopy: m.nocopy, ...(m.subpath ? { Subpath: m.subpath } : {}) },
+                }
+              : {
+                  Type: "tmpfs" as const,
+                  Target: m.target,
+                  TmpfsOptions: {
+                    ...(m.sizeBytes ? { SizeBytes: m.sizeBytes } : {}),
+                    ...(m.mode !== null ? { Mode: m.mode } : {}),
+                  },
+                },
+          ) as unknown as Docker.MountSettings[],
+        },
+        ...(endpoints ? { NetworkingConfig: { EndpointsConfig: endpoints } } : {}),
+      })
+      .catch((e: unknown) => mapError(e, `creating container ${spec.name}`));
+    return c.id;
+  }
+
+  async startContainer(id: string): Promise<void> {
+    await this.docker
+      .getContainer(id)
+      .start()
+      .catch(ignoreGone)
+      .catch((e: unknown) => mapError(e, `starting container ${id}`));
+  }
+
+  async stopContainer(id: string, timeoutMs: number): Promise<void> {
+    await this.docker
+      .getContainer(id)
+      .stop({ t: Math.ceil(timeoutMs / 1000) })
+      .catch(ignoreGone)
+      .catch((e: unknown) => mapError(e, `stopping container ${id}`));
+  }
+
+  async removeContainer(id: string): Promise<void> {
+    await this.docker
+      .getContainer(id)
+      .remove({ force: true, v: false })
+      .catch(ignoreGone)
+      .catch((e: unknown) => mapError(e, `removing container ${id}`));
+  }
+
+  async pauseContainer(id: string): Promise<void> {
+    await this.docker
+      .getContainer(id)
+      .pause()
+      .catch((e: unknown) => mapError(e, `pausing container ${id}`));
+  }
+
+  async unpauseContainer(id: string): Promise<void> {
+    await this.docker
+      .getContainer(id)
+      .unpause()
+      .catch((e: unknown) => mapError(e, `unpausing container ${id}`));
+  }
+
+  async inspectContainer(id: string): Promise<ContainerState> {
+    const info = await this.docker
+      .getContainer(id)
+      .inspect()
+      .catch((e: unknown) => mapError(e, `inspecting container ${id}`));
+    const addresses: ContainerState["addresses"] = {};
+    for (const [name, n] of Object.entries(info.NetworkSettings?.Networks ?? {})) {
+      addresses[name] = { ip: n.IPAddress, gateway: n.Gateway };
+    }
+    return {
+      id: info.Id,
+      name: info.Name.replace(/^\//, ""),
+      running: info.State.Running,
+      paused: info.State.Paused,
+      exitCode: info.State.ExitCode,
+      pid: info.State.Pid,
+      labels: info.Config.Labels ?? {},
+      memoryBytes: info.HostConfig.Memory ?? 0,
+      pids: info.HostConfig.PidsLimit ?? 0,
+      nanoCpus: info.HostConfig.NanoCpus ?? 0,
+      addresses,
+    };
+  }
+
+  async listContainers(labels: Labels): Promise<ObjectSummary[]> {
+    const list = await this.docker.listContainers({ all: true, filters: labelFilter(labels) });
+    return list.map((c) => ({
+      id: c.Id,
+      name: (c.Names[0] ?? "").replace(/^\//, ""),
+      labels: c.Labels ?? {},
+    }));
+  }
+
+  async exec(id: string, options: RawExecOptions): Promise<{ exitCode: number }> {
+    const container = this.docker.getContainer(id);
+    const hasStdin = options.stdin !== undefined && options.stdin !== null;
+    const exec = await container
+      .exec({
+        Cmd: options.cmd,
+        AttachStdout: true,
+        AttachStderr: true,
+        AttachStdin: hasStdin,
+        ...(options.user ? { User: options.user } : {}),
+        ...(options.workingDir ? { WorkingDir: options.workingDir } : {}),
+        Env: Object.entries(options.env ?? {}).map(([k, v]) => `${k}=${v}`),
+      })
+      .catch((e: unknown) => mapError(e, `exec in ${id}`));
+    const stream = (await exec
+      .start({ hijack: true, stdin: hasStdin })
+      .catch((e: unknown) => mapError(e, `exec in ${id}`))) as NodeJS.ReadWriteStream & Readable;
+    if (options.onPid) {
+      exec.inspect().then(
+        (i) => i.Pid && options.onPid?.(i.Pid),
+        () => {},
+      );
+    }
+    const stdout = new PassThrough().on("data", options.onStdout);
+    const stderr = new PassThrough().on("data", options.onStderr);
+    this.docker.modem.demuxStream(stream, stdout, stderr);
+    const ended = new Promise<void>((resolve, reject) => {
+      stream.on("end", resolve).on("close", resolve).on("error", reject);
+    });
+    if (hasStdin) {
+      const input = options.stdin as Buffer | Readable;
+      if (Buffer.isBuffer(input)) stream.end(input);
+      else input.pipe(stream);
+    }
+    await ended;
+    const info = await exec.inspect().catch((e: unknown) => mapError(e, `exec in ${id}`));
+    return { exitCode: info.ExitCode ?? -1 };
+  }
+
+  async putArchive(id: string, path: string, tar: Readable): Promise<void> {
+    await this.docker
+      .getContainer(id)
+      .putArchive(tar, { path })
+      .catch((e: unknown) => mapError(e, `writing files to ${path}`));
+  }
+
+  async getArchive(id: string, path: string): Promise<Readable> {
+    return (await this.docker
+      .getContainer(id)
+      .getArchive({ path })
+      .catch((e: unknown) => mapError(e, `reading ${path}`))) as Readable;
+  }
+}
+
+function restartPolicy(restart: string): { Name: string; MaximumRetryCount?: number } {
+  const m = /^on-failure(?::(\d+))?$/.exec(restart);
+  if (m) return { Name: "on-failure", ...(m[1] ? { MaximumRetryCount: Number(m[1]) } : {}) };
+  return { Name: restart === "no" ? "" : restart };
+}

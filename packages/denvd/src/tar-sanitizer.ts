@@ -1,0 +1,74 @@
+/**
+ * Checks a tar stream before it reaches a container: entries must stay inside the directory they
+ * are extracted to. Refused: absolute names, `..` components, NUL bytes, hard or symbolic links
+ * whose target leaves the tree, and device, FIFO or other special entries. The checked entries are
+ * re-packed into a new tar that is safe to hand to the engine.
+ */
+import { posix } from "node:path";
+import type { Readable, Writable } from "node:stream";
+import { pipeline } from "node:stream/promises";
+import { DenvError } from "@denv/spec";
+import tar from "tar-stream";
+
+function refuse(message: string): never {
+  throw new DenvError("invalid_argument", `bad tar: ${message}`);
+}
+
+/** The normalised relative name of an entry, or a refusal. */
+export function checkEntryName(name: string): string {
+  if (name.includes("\0")) refuse(`entry name holds a NUL byte: ${JSON.stringify(name)}`);
+  if (name.startsWith("/")) refuse(`absolute entry name ${name}`);
+  if (name.split("/").includes("..")) refuse(`entry name with "..": ${name}`);
+  const normalized = posix.normalize(name);
+  if (normalized.startsWith("..")) refuse(`entry escapes the target: ${name}`);
+  return normalized;
+}
+
+function checkLink(entryName: string, linkname: string, kind: "symlink" | "link"): void {
+  if (linkname.includes("\0")) refuse(`link target holds a NUL byte in ${entryName}`);
+  if (linkname.startsWith("/")) refuse(`${kind} ${entryName} points to an absolute path ${linkname}`);
+  const base = kind === "symlink" ? posix.dirname(entryName) : ".";
+  const resolved = posix.normalize(posix.join(base, linkname));
+  if (resolved === ".." || resolved.startsWith("../"))
+    refuse(`${kind} ${entryName} → ${linkname} escapes the target`);
+}
+
+/** Reads `input`, checks every entry, and writes a re-packed tar to `output`. Rejects on the first bad entry. */
+export async function sanitizeTar(
+  input: Readable,
+  output: Writable,
+): Promise<{ entries: number; bytes: number }> {
+  const extract = tar.extract();
+  const pack = tar.pack();
+  let entries = 0;
+  let bytes = 0;
+  const packed = pipeline(pack, output);
+  extract.on("entry", (header, stream, next) => {
+    try {
+      const name = checkEntryName(header.name);
+      if (header.type === "symlink") checkLink(name, header.linkname ?? "", "symlink");
+      else if (header.type === "link") checkLink(name, header.linkname ?? "", "link");
+      else if (header.type !== "file" && header.type !== "directory" && header.type !== "contiguous-file") {
+        refuse(`${name} is a ${header.type}; only files, directories and links inside the tree are accepted`);
+      }
+      entries++;
+      bytes += header.size ?? 0;
+      const out = pack.entry({ ...header, name }, (err) => next(err ?? undefined));
+      stream.pipe(out);
+    } catch (err) {
+      stream.resume();
+      next(err as Error);
+    }
+  });
+  try {
+    await pipeline(input, extract);
+  } catch (err) {
+    pack.destroy(err as Error);
+    await packed.catch(() => {});
+    if (err instanceof DenvError) throw err;
+    throw new DenvError("invalid_argument", `bad tar: ${(err as Error).message}`, { cause: err });
+  }
+  pack.finalize();
+  await packed;
+  return { entries, bytes };
+}

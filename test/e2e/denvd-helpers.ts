@@ -1,0 +1,81 @@
+/** Shared set-up for tests that run denvd's runtime against the real engine and a real btrfs pool. */
+import { execFileSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { rm } from "node:fs/promises";
+import { createServer, type Server } from "node:net";
+import { join } from "node:path";
+import { BtrfsDriver, Denvd, DockerRuntime, type EgressTarget } from "@denv/denvd";
+import { pinSpec, RegistryPinner, type ResolvedSpec, validateCompose } from "@denv/spec";
+import Docker from "dockerode";
+import { removeLabelled } from "./engine-helpers.ts";
+
+export const repoRoot = join(import.meta.dirname, "..", "..");
+
+/** The ops-world spec, validated and pinned through the local registry. */
+export async function opsWorldSpec(mutate?: (text: string) => string): Promise<ResolvedSpec> {
+  let text = readFileSync(join(repoRoot, "examples", "ops-world", "docker-compose.yaml"), "utf8");
+  if (mutate) text = mutate(text);
+  const r = validateCompose(text, { env: {}, projectName: "ops-world" });
+  if (!r.ok) throw new Error(JSON.stringify(r.errors));
+  return pinSpec(r.spec, new RegistryPinner());
+}
+
+/** The host's address on Docker's default bridge: on this machine, reachable only with a route out. */
+export function dockerBridgeAddress(): string {
+  const out = execFileSync("ip", ["-4", "-o", "addr", "show", "docker0"], { encoding: "utf8" });
+  const m = /inet (\d+\.\d+\.\d+\.\d+)/.exec(out);
+  if (!m?.[1]) throw new Error("docker0 has no IPv4 address");
+  return m[1];
+}
+
+/** A TCP listener on this machine for the egress probe to aim at. */
+export async function probeListener(): Promise<{ target: EgressTarget; server: Server }> {
+  const server = createServer((s) => s.end());
+  await new Promise<void>((r) => server.listen(0, "0.0.0.0", r));
+  const port = (server.address() as { port: number }).port;
+  return { server, target: { host: dockerBridgeAddress(), port } };
+}
+
+export interface TestHost {
+  denvd: Denvd;
+  runId: string;
+  stateDir: string;
+  storage: BtrfsDriver;
+  docker: Docker;
+  close(): Promise<void>;
+}
+
+export async function openTestHost(options: {
+  egressProbeTarget?: EgressTarget | null;
+  storage?: "btrfs";
+  runId?: string;
+  stateDir?: string;
+}): Promise<TestHost> {
+  const runId = options.runId ?? `t-${randomBytes(4).toString("hex")}`;
+  const stateDir = options.stateDir ?? join("/var/lib/denv-test", runId);
+  const storage = new BtrfsDriver({ stateDir, imageSizeBytes: 16 * 1024 ** 3 });
+  const denvd = await Denvd.open({
+    stateDir,
+    storage,
+    runtime: new DockerRuntime(),
+    extraLabels: { "dev.denv.test": runId },
+    egressProbeTarget: options.egressProbeTarget ?? null,
+    minFreeBytes: 256 * 1024 ** 2,
+  });
+  const docker = new Docker();
+  return {
+    denvd,
+    runId,
+    stateDir,
+    storage,
+    docker,
+    async close() {
+      for (const env of denvd.environments()) await denvd.destroy(env.id).catch(() => {});
+      for (const v of denvd.versions()) await denvd.deleteVersion(v.id).catch(() => {});
+      await removeLabelled(docker, { "dev.denv.test": runId });
+      await storage.unmount().catch(() => {});
+      await rm(stateDir, { recursive: true, force: true });
+    },
+  };
+}

@@ -246,7 +246,8 @@ export class Denvd {
     const containerIds: Record<string, string> = {};
     for (const svc of order) {
       const s = spec.services[svc] as ResolvedService;
-      if (s.network_mode?.startsWith("service:")) continue;
+      // Services that join another service's namespaces are created in the second pass.
+      if ([s.network_mode, s.pid_mode, s.ipc_mode].some((m) => m?.startsWith("service:"))) continue;
       containerIds[svc] = await this.runtime.createContainer(
         this.containerSpec(env, svc, s, netName, containerIds),
       );
@@ -355,6 +356,8 @@ export class Denvd {
       stopSignal: s.stop_signal,
       stopTimeoutMs: s.stop_grace_period_ms,
       restart: s.restart,
+      pidMode: nsMode(s.pid_mode),
+      ipcMode: nsMode(s.ipc_mode),
     };
   }
 

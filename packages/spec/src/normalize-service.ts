@@ -358,6 +358,8 @@ export function normalizeService(
     expose: (Array.isArray(svc.expose) ? svc.expose : []).map((e) => scalarString(e) ?? ""),
     networks,
     network_mode,
+    pid_mode: scalarString(svc.pid) ?? null,
+    ipc_mode: scalarString(svc.ipc) ?? null,
     labels,
     restart,
     stop_grace_period_ms,

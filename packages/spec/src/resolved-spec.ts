@@ -85,6 +85,9 @@ export const serviceSchema = z.object({
   ),
   expose: z.array(z.string()),
   networks: z.record(z.string(), z.object({ aliases: z.array(z.string()) })),
+  /** pid and ipc namespaces: null (the engine's default), "private", "shareable", or "service:NAME". */
+  pid_mode: z.string().nullable(),
+  ipc_mode: z.string().nullable(),
   /** Set only for network_mode "none" (no network at all) or "service:NAME" (share a stack service's). */
   network_mode: z.string().nullable(),
   labels: z.record(z.string(), z.string()),

@@ -800,27 +800,19 @@ export class Denvd {
     await this.store.deleteVersion(versionId);
   }
 
+  /** Removes an environment's containers, volumes and networks, found by record and by label. */
   private async removeStack(env: EnvironmentRecord): Promise<void> {
-    const byLabel = await this.runtime.listContainers({
-      [LABEL.owner]: this.store.ownerId,
-      [LABEL.environment]: env.id,
-    });
+    const labels = { [LABEL.owner]: this.store.ownerId, [LABEL.environment]: env.id };
+    const byLabel = await this.runtime.listContainers(labels);
     const ids = new Set([...Object.values(env.containers), ...byLabel.map((c) => c.id)]);
     await Promise.all([...ids].map((id) => this.runtime.removeContainer(id)));
-    const vols = await this.runtime.listVolumes({
-      [LABEL.owner]: this.store.ownerId,
-      [LABEL.environment]: env.id,
-    });
+    const vols = await this.runtime.listVolumes(labels);
     await Promise.all(vols.map((v) => this.runtime.removeVolume(v.name)));
+    for (const n of await this.runtime.listNetworks(labels)) await this.runtime.removeNetwork(n.id);
   }
 
   private async teardown(env: EnvironmentRecord): Promise<void> {
     await this.removeStack(env);
-    const nets = await this.runtime.listNetworks({
-      [LABEL.owner]: this.store.ownerId,
-      [LABEL.environment]: env.id,
-    });
-    for (const n of nets) await this.runtime.removeNetwork(n.id);
     for (const ds of Object.values(env.datasets)) await this.storage.destroyDataset(ds);
     await this.store.deleteEnvironment(env.id);
     this.log("Destroyed environment", { environment: env.id });

@@ -42,8 +42,13 @@ export async function sanitizeTar(
   const pack = tar.pack();
   let entries = 0;
   let bytes = 0;
+  // Errors reach the caller through the pipelines below; these keep a late duplicate of the same
+  // error (streamx emits it again on destroy) from surfacing as an uncaught exception.
+  extract.on("error", () => {});
+  pack.on("error", () => {});
   const packed = pipeline(pack, output);
   extract.on("entry", (header, stream, next) => {
+    stream.on("error", () => {}); // a refused entry's stream is destroyed with the refusal
     try {
       const name = checkEntryName(header.name);
       if (header.type === "symlink") checkLink(name, header.linkname ?? "", "symlink");
@@ -63,7 +68,7 @@ export async function sanitizeTar(
   try {
     await pipeline(input, extract);
   } catch (err) {
-    pack.destroy(err as Error);
+    pack.destroy();
     await packed.catch(() => {});
     if (err instanceof DenvError) throw err;
     throw new DenvError("invalid_argument", `bad tar: ${(err as Error).message}`, { cause: err });

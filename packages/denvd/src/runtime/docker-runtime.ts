@@ -287,10 +287,15 @@ export class DockerRuntime implements ContainerRuntime {
       .start({ hijack: true, stdin: hasStdin })
       .catch((e: unknown) => mapError(e, `exec in ${id}`))) as NodeJS.ReadWriteStream & Readable;
     if (options.onPid) {
-      exec.inspect().then(
-        (i) => i.Pid && options.onPid?.(i.Pid),
-        () => {},
-      );
+      // The engine fills in the exec's PID a moment after start; poll briefly for it.
+      void (async () => {
+        for (let i = 0; i < 50; i++) {
+          const info = await exec.inspect().catch(() => null);
+          if (info?.Pid) return options.onPid?.(info.Pid);
+          if (info && !info.Running && i > 0) return;
+          await new Promise((r) => setTimeout(r, 20));
+        }
+      })();
     }
     const stdout = new PassThrough().on("data", options.onStdout);
     const stderr = new PassThrough().on("data", options.onStderr);

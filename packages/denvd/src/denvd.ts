@@ -94,6 +94,8 @@ export class Denvd {
   private readonly store: StateStore;
   private readonly options: DenvdOptions;
   private readonly log: NonNullable<DenvdOptions["log"]>;
+  /** What the reconcile at open found and settled. */
+  lastReconcile: { removed: string[]; lost: string[] } = { removed: [], lost: [] };
 
   private constructor(options: DenvdOptions, store: StateStore) {
     this.options = options;
@@ -113,7 +115,7 @@ export class Denvd {
     await options.runtime.ping();
     await options.storage.init();
     const d = new Denvd(options, await StateStore.open(options.stateDir));
-    await d.reconcile();
+    d.lastReconcile = await d.reconcile();
     return d;
   }
 

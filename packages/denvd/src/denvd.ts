@@ -246,14 +246,16 @@ export class Denvd {
     // Create every container up front (creation needs no ordering), then start by depends_on.
     const order = spec.start_order;
     const containerIds: Record<string, string> = {};
-    for (const svc of order) {
-      const s = spec.services[svc] as ResolvedService;
-      // Services that join another service's namespaces are created in the second pass.
-      if ([s.network_mode, s.pid_mode, s.ipc_mode].some((m) => m?.startsWith("service:"))) continue;
-      containerIds[svc] = await this.runtime.createContainer(
-        this.containerSpec(env, svc, s, netName, containerIds),
-      );
-    }
+    const joinsAnother = (s: ResolvedService) =>
+      [s.network_mode, s.pid_mode, s.ipc_mode].some((m) => m?.startsWith("service:"));
+    // In parallel; services that join another service's namespaces follow, once it exists.
+    await Promise.all(
+      order.map(async (svc) => {
+        const s = spec.services[svc] as ResolvedService;
+        if (joinsAnother(s)) return;
+        containerIds[svc] = await this.runtime.createContainer(this.containerSpec(env, svc, s, netName, containerIds));
+      }),
+    );
     for (const svc of order) {
       const s = spec.services[svc] as ResolvedService;
       if (!containerIds[svc])

@@ -1,4 +1,5 @@
 import { CommanderError } from "commander";
+import { reportError } from "./output.ts";
 import { buildProgram } from "./program.ts";
 
 /**
@@ -15,6 +16,6 @@ export async function main(argv: string[]): Promise<number> {
       // --help and --version end through here with exit code 0; usage errors with 2.
       return err.exitCode === 0 ? 0 : 2;
     }
-    throw err;
+    return reportError(err, argv.includes("--json"));
   }
 }

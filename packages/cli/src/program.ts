@@ -1,5 +1,6 @@
 import { Command } from "commander";
 import { registerInit } from "./commands/init.ts";
+import { registerServer } from "./commands/server.ts";
 import { registerValidate } from "./commands/validate.ts";
 
 export const CLI_VERSION = "0.1.0";
@@ -14,6 +15,7 @@ export function buildProgram(): Command {
     .configureOutput({ outputError: (text, write) => write(text) });
   registerInit(program);
   registerValidate(program);
+  registerServer(program);
   program.addHelpText(
     "after",
     `

@@ -253,7 +253,9 @@ export class Denvd {
       order.map(async (svc) => {
         const s = spec.services[svc] as ResolvedService;
         if (joinsAnother(s)) return;
-        containerIds[svc] = await this.runtime.createContainer(this.containerSpec(env, svc, s, netName, containerIds));
+        containerIds[svc] = await this.runtime.createContainer(
+          this.containerSpec(env, svc, s, netName, containerIds),
+        );
       }),
     );
     for (const svc of order) {

@@ -15,6 +15,7 @@ export type { ExecOptions, ExecResult, Executor } from "./exec/executor.ts";
 export { LABEL } from "./labels.ts";
 export type { ContainerRuntime, ContainerSpec, ContainerState } from "./runtime/container-runtime.ts";
 export { DockerRuntime } from "./runtime/docker-runtime.ts";
+export { DENVD_VERSION, joinServer, Sidecar } from "./sidecar.ts";
 export type { EnvironmentRecord, VersionRecord } from "./state-store.ts";
 export { BtrfsDriver } from "./storage/btrfs-driver.ts";
 export { DirDriver } from "./storage/dir-driver.ts";

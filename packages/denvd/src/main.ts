@@ -1,0 +1,143 @@
+/**
+ * The denvd command: `denvd join --server URL --token T` once, then `denvd run`. It dials one
+ * outbound WebSocket to the server and listens on no port.
+ */
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { hostname } from "node:os";
+import { join } from "node:path";
+import { Command } from "commander";
+import { Denvd } from "./denvd.ts";
+import { DockerRuntime } from "./runtime/docker-runtime.ts";
+import { DENVD_VERSION, joinServer, Sidecar } from "./sidecar.ts";
+import { BtrfsDriver } from "./storage/btrfs-driver.ts";
+import { DirDriver } from "./storage/dir-driver.ts";
+import type { StorageDriver } from "./storage/storage-driver.ts";
+import { ZfsDriver } from "./storage/zfs-driver.ts";
+
+interface HostConfig {
+  server: string;
+  host_id: string;
+  secret: string;
+  storage: "btrfs" | "dir" | "zfs";
+  btrfs_pool?: string;
+  zfs_pool?: string;
+}
+
+const log = (message: string, context?: Record<string, unknown>) =>
+  process.stderr.write(
+    `${new Date().toISOString()} ${message}${context ? ` ${JSON.stringify(context)}` : ""}\n`,
+  );
+
+export function storageFor(
+  config: Pick<HostConfig, "storage" | "btrfs_pool" | "zfs_pool">,
+  stateDir: string,
+): StorageDriver {
+  if (config.storage === "zfs") return new ZfsDriver(config.zfs_pool ?? "denv");
+  if (config.storage === "dir") return new DirDriver(join(stateDir, "dir"));
+  return new BtrfsDriver({ stateDir, ...(config.btrfs_pool ? { poolPath: config.btrfs_pool } : {}) });
+}
+
+export async function runDenvd(
+  stateDir: string,
+  options: { egressProbe?: string } = {},
+): Promise<{ sidecar: Sidecar; denvd: Denvd }> {
+  const path = join(stateDir, "host.json");
+  if (!existsSync(path))
+    throw new Error(`${path} is missing: run \`denvd join --server URL --token T\` first`);
+  const config = JSON.parse(readFileSync(path, "utf8")) as HostConfig;
+  const [host, port] = (options.egressProbe ?? "").split(":");
+  const denvd = await Denvd.open({
+    stateDir,
+    storage: storageFor(config, stateDir),
+    runtime: new DockerRuntime(),
+    egressProbeTarget: host && port ? { host, port: Number(port) } : null,
+    log,
+  });
+  const sidecar = new Sidecar({ serverUrl: config.server, secret: config.secret, denvd, log });
+  sidecar.start();
+  return { sidecar, denvd };
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const program = new Command("denvd")
+    .version(DENVD_VERSION)
+    .description("denv's host sidecar")
+    .exitOverride();
+  const stateOpt = [
+    "--state-dir <dir>",
+    "where denvd keeps its records and storage pool",
+    "/var/lib/denvd",
+  ] as const;
+  program
+    .command("join")
+    .description("Join this host to a denv server with a single-use token (denv host join-token)")
+    .requiredOption("--server <url>", "the server's URL")
+    .requiredOption("--token <token>", "the join token")
+    .option("--name <name>", "this host's name", hostname())
+    .option("--storage <kind>", "btrfs, dir or zfs", "btrfs")
+    .option(
+      "--btrfs-pool <path>",
+      "a mounted btrfs filesystem to use (default: a loop image in the state dir)",
+    )
+    .option("--zfs-pool <name>", "a ZFS pool to use")
+    .option(...stateOpt)
+    .action(
+      async (o: {
+        server: string;
+        token: string;
+        name: string;
+        storage: string;
+        btrfsPool?: string;
+        zfsPool?: string;
+        stateDir: string;
+      }) => {
+        const storage = o.zfsPool ? "zfs" : (o.storage as HostConfig["storage"]);
+        const joined = await joinServer(o.server, o.token, o.name);
+        mkdirSync(o.stateDir, { recursive: true });
+        const path = join(o.stateDir, "host.json");
+        const config: HostConfig = {
+          server: o.server,
+          host_id: joined.host_id,
+          secret: joined.secret,
+          storage,
+          ...(o.btrfsPool ? { btrfs_pool: o.btrfsPool } : {}),
+          ...(o.zfsPool ? { zfs_pool: o.zfsPool } : {}),
+        };
+        writeFileSync(path, `${JSON.stringify(config, null, 2)}\n`, { mode: 0o600 });
+        chmodSync(path, 0o600);
+        process.stdout.write(
+          `joined as ${joined.host_id}; start it with \`denvd run --state-dir ${o.stateDir}\`\n`,
+        );
+      },
+    );
+  program
+    .command("run")
+    .description("Run the sidecar: one outbound WebSocket to the server")
+    .option(...stateOpt)
+    .option("--egress-probe <ip:port>", "where the egress probe connects (default: each network's gateway)")
+    .action(async (o: { stateDir: string; egressProbe?: string }) => {
+      const { sidecar } = await runDenvd(o.stateDir, o);
+      const stop = async () => {
+        await sidecar.stop();
+        process.exit(0);
+      };
+      process.on("SIGINT", stop);
+      process.on("SIGTERM", stop);
+      await new Promise(() => {});
+    });
+  try {
+    await program.parseAsync(argv, { from: "user" });
+    return 0;
+  } catch (err) {
+    if (
+      (err as { exitCode?: number }).exitCode !== undefined &&
+      (err as { code?: string }).code?.startsWith("commander.")
+    ) {
+      return (err as { exitCode: number }).exitCode === 0 ? 0 : 2;
+    }
+    process.stderr.write(`denvd: ${(err as Error).message}\n`);
+    return 1;
+  }
+}
+
+if (import.meta.main) process.exitCode = await main(process.argv.slice(2));

@@ -1,0 +1,268 @@
+/**
+ * denvd as a process: one outbound WebSocket to the control plane (it listens on no port), a hello
+ * with what this host is, heartbeats, reconnects with backoff, and operations served from the
+ * Denvd library. Each operation has an id; one already running or done is answered from that run,
+ * not started again, so a reconnect neither loses nor repeats work.
+ */
+import { arch, cpus, totalmem } from "node:os";
+import { Readable } from "node:stream";
+import {
+  HEARTBEAT_MS,
+  type HostMessage,
+  PROTOCOL_VERSION,
+  type ServerMessage,
+  serverMessageSchema,
+} from "@denv/protocol";
+import { DenvError, type ResolvedSpec } from "@denv/spec";
+import WebSocket from "ws";
+import type { Denvd } from "./denvd.ts";
+
+export const DENVD_VERSION = "0.1.0";
+
+export interface SidecarOptions {
+  serverUrl: string;
+  secret: string;
+  denvd: Denvd;
+  log?: (message: string, context?: Record<string, unknown>) => void;
+}
+
+type Params = Record<string, unknown>;
+
+const str = (p: Params, k: string): string => {
+  const v = p[k];
+  if (typeof v !== "string") throw new DenvError("invalid_argument", `operation parameter ${k} is missing`);
+  return v;
+};
+
+export class Sidecar {
+  private ws: WebSocket | null = null;
+  private stopped = false;
+  private backoffMs = 250;
+  private heartbeat: NodeJS.Timeout | null = null;
+  private readonly ops = new Map<string, Promise<{ ok: boolean; result?: unknown; error?: unknown }>>();
+  private readonly options: SidecarOptions;
+  private readonly log: NonNullable<SidecarOptions["log"]>;
+  /** Resolves once the first connection is welcomed (tests and `denv up` wait on it). */
+  readonly ready: Promise<void>;
+  private markReady!: () => void;
+
+  constructor(options: SidecarOptions) {
+    this.options = options;
+    this.log = options.log ?? (() => {});
+    this.ready = new Promise((r) => {
+      this.markReady = r;
+    });
+  }
+
+  start(): void {
+    this.connect();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.heartbeat) clearInterval(this.heartbeat);
+    this.ws?.close();
+  }
+
+  private wsUrl(): string {
+    const u = new URL(this.options.serverUrl);
+    u.protocol = u.protocol === "https:" ? "wss:" : "ws:";
+    u.pathname = "/v1/hosts/connect";
+    return u.toString();
+  }
+
+  private connect(): void {
+    if (this.stopped) return;
+    const ws = new WebSocket(this.wsUrl(), { headers: { authorization: `Bearer ${this.options.secret}` } });
+    this.ws = ws;
+    ws.on("open", async () => {
+      this.backoffMs = 250;
+      this.send(await this.hello());
+      this.heartbeat = setInterval(async () => {
+        this.send({ type: "heartbeat", capacity: await this.capacity() });
+      }, HEARTBEAT_MS);
+    });
+    ws.on("message", (data) => this.onMessage(data.toString()));
+    ws.on("close", () => {
+      if (this.heartbeat) clearInterval(this.heartbeat);
+      if (this.stopped) return;
+      const wait = this.backoffMs;
+      this.backoffMs = Math.min(this.backoffMs * 2, 10_000);
+      this.log("Disconnected; reconnecting", { waitMs: wait });
+      setTimeout(() => this.connect(), wait);
+    });
+    ws.on("error", (err) => this.log("Connection error", { error: err.message }));
+  }
+
+  private send(msg: HostMessage): void {
+    if (this.ws?.readyState === WebSocket.OPEN) this.ws.send(JSON.stringify(msg));
+  }
+
+  private async capacity() {
+    const c = await this.options.denvd.storage.capacity();
+    return {
+      total_bytes: c.totalBytes,
+      free_bytes: c.freeBytes,
+      cpus: cpus().length,
+      memory_bytes: totalmem(),
+    };
+  }
+
+  private async hello(): Promise<HostMessage> {
+    return {
+      type: "hello",
+      protocol: PROTOCOL_VERSION,
+      arch: arch() === "x64" ? "x86_64" : arch() === "arm64" ? "aarch64" : arch(),
+      storage: this.options.denvd.storage.kind,
+      capacity: await this.capacity(),
+      version: DENVD_VERSION,
+      known_ops: [...this.ops.keys()],
+    };
+  }
+
+  private onMessage(text: string): void {
+    let msg: ServerMessage;
+    try {
+      msg = serverMessageSchema.parse(JSON.parse(text));
+    } catch (err) {
+      this.log("Ignored a malformed message", { error: (err as Error).message });
+      return;
+    }
+    if (msg.type === "welcome") {
+      this.log("Connected", { hostId: msg.host_id });
+      this.markReady();
+      return;
+    }
+    let run = this.ops.get(msg.op_id);
+    if (!run) {
+      run = this.perform(msg.method, msg.params).then(
+        (result) => ({ ok: true, result }),
+        (err: unknown) => ({
+          ok: false,
+          error:
+            err instanceof DenvError
+              ? { code: err.code, message: err.message, details: err.details }
+              : { code: "internal", message: (err as Error).message },
+        }),
+      );
+      this.ops.set(msg.op_id, run);
+      // Keep the last results to answer re-sent operations; old ones are dropped.
+      if (this.ops.size > 2000) this.ops.delete(this.ops.keys().next().value as string);
+    }
+    const opId = msg.op_id;
+    void run.then((r) => this.send({ type: "result", op_id: opId, ...r } as HostMessage));
+  }
+
+  private async perform(method: string, p: Params): Promise<unknown> {
+    const d = this.options.denvd;
+    switch (method) {
+      case "prepare": {
+        const r = await d.prepare(p.spec as ResolvedSpec, {
+          name: str(p, "name"),
+          operationId: str(p, "operation_id"),
+        });
+        return { environment_id: r.environment.id, evidence: r.evidence };
+      }
+      case "start": {
+        const r = await d.start(str(p, "environment_id"));
+        const egress = await d.probeEgress(str(p, "environment_id"));
+        return { ...r, egress };
+      }
+      case "warm":
+        return d.warm(str(p, "environment_id"));
+      case "snapshot": {
+        const r = await d.snapshot(str(p, "environment_id"));
+        return { version_id: r.version.id, images: r.version.images, evidence: r.evidence };
+      }
+      case "probe":
+        return d.probeEgress(str(p, "environment_id"));
+      case "fork": {
+        const r = await d.fork(str(p, "version_id"), {
+          name: str(p, "name"),
+          operationId: str(p, "operation_id"),
+        });
+        return { environment_id: r.environment.id, evidence: r.evidence };
+      }
+      case "rollback":
+        return d.rollback(str(p, "environment_id"), str(p, "version_id"));
+      case "destroy":
+        await d.destroy(str(p, "environment_id"));
+        return {};
+      case "delete_version":
+        await d.deleteVersion(str(p, "version_id"));
+        return {};
+      case "exec": {
+        const r = await d.exec(str(p, "environment_id"), p.service as string | undefined, {
+          command: p.command as string[] | string,
+          user: (p.user as string | undefined) ?? null,
+          cwd: (p.cwd as string | undefined) ?? null,
+          env: (p.env as Record<string, string> | undefined) ?? {},
+          stdin: typeof p.stdin_b64 === "string" ? Buffer.from(p.stdin_b64, "base64") : null,
+          timeoutMs: (p.timeout_ms as number | undefined) ?? null,
+          maxOutputBytes: (p.max_output_bytes as number | undefined) ?? undefined,
+        });
+        return {
+          exit_code: r.exitCode,
+          stdout_b64: r.stdout.toString("base64"),
+          stderr_b64: r.stderr.toString("base64"),
+          stdout_truncated: r.stdoutTruncated,
+          stderr_truncated: r.stderrTruncated,
+          timed_out: r.timedOut,
+          duration_ms: r.durationMs,
+        };
+      }
+      case "put_files":
+        return d.putFiles(
+          str(p, "environment_id"),
+          p.service as string | undefined,
+          str(p, "path"),
+          Readable.from(Buffer.from(str(p, "tar_b64"), "base64")),
+        );
+      case "get_files": {
+        const stream = await d.getFiles(
+          str(p, "environment_id"),
+          p.service as string | undefined,
+          str(p, "path"),
+        );
+        const chunks: Buffer[] = [];
+        for await (const c of stream) chunks.push(c as Buffer);
+        return { tar_b64: Buffer.concat(chunks).toString("base64") };
+      }
+      case "status":
+        return { environments: d.environments().map((e) => ({ id: e.id, name: e.name, status: e.status })) };
+      default:
+        throw new DenvError("invalid_argument", `unknown operation ${method}`);
+    }
+  }
+}
+
+/** `denvd join`: trades a single-use join token for this host's id and secret. */
+export async function joinServer(
+  serverUrl: string,
+  token: string,
+  name: string,
+): Promise<{ host_id: string; secret: string }> {
+  let res: Response;
+  try {
+    res = await fetch(new URL("/v1/hosts/join", serverUrl), {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ token, name }),
+      signal: AbortSignal.timeout(15_000),
+    });
+  } catch (err) {
+    throw new DenvError("unavailable", `cannot reach the server at ${serverUrl}: ${(err as Error).message}`);
+  }
+  const body = (await res.json().catch(() => ({}))) as {
+    host_id?: string;
+    secret?: string;
+    error?: { code: string; message: string };
+  };
+  if (!res.ok || !body.host_id || !body.secret) {
+    throw new DenvError(
+      "unauthenticated",
+      body.error?.message ?? `the server refused the join (HTTP ${res.status})`,
+    );
+  }
+  return { host_id: body.host_id, secret: body.secret };
+}

@@ -1,0 +1,72 @@
+/**
+ * @module @denv/protocol — the messages between the control plane and denvd over the one outbound
+ * WebSocket a host opens. Every operation carries an id: a host that reconnects in the middle of
+ * one gets it again and answers from what it already did, so work is neither lost nor repeated.
+ */
+import { z } from "zod";
+
+export const PROTOCOL_VERSION = 1;
+
+export const capacitySchema = z.object({
+  total_bytes: z.number(),
+  free_bytes: z.number(),
+  cpus: z.number(),
+  memory_bytes: z.number(),
+});
+
+export const hostMessageSchema = z.discriminatedUnion("type", [
+  z.object({
+    type: z.literal("hello"),
+    protocol: z.number(),
+    arch: z.string(),
+    storage: z.enum(["zfs", "btrfs", "dir"]),
+    capacity: capacitySchema,
+    version: z.string(),
+    /** Operations the host finished or is running, so the server can settle what it is waiting on. */
+    known_ops: z.array(z.string()),
+  }),
+  z.object({ type: z.literal("heartbeat"), capacity: capacitySchema.optional() }),
+  z.object({
+    type: z.literal("result"),
+    op_id: z.string(),
+    ok: z.boolean(),
+    result: z.unknown().optional(),
+    error: z.object({ code: z.string(), message: z.string(), details: z.unknown().optional() }).optional(),
+  }),
+]);
+
+export type HostMessage = z.infer<typeof hostMessageSchema>;
+
+export const OP_METHODS = [
+  "prepare",
+  "start",
+  "warm",
+  "snapshot",
+  "probe",
+  "fork",
+  "rollback",
+  "destroy",
+  "delete_version",
+  "exec",
+  "put_files",
+  "get_files",
+  "status",
+] as const;
+
+export type OpMethod = (typeof OP_METHODS)[number];
+
+export const serverMessageSchema = z.discriminatedUnion("type", [
+  z.object({ type: z.literal("welcome"), host_id: z.string() }),
+  z.object({
+    type: z.literal("op"),
+    op_id: z.string(),
+    method: z.enum(OP_METHODS),
+    params: z.record(z.string(), z.unknown()),
+  }),
+]);
+
+export type ServerMessage = z.infer<typeof serverMessageSchema>;
+
+/** How often a host says it is alive, and when the server stops believing it. */
+export const HEARTBEAT_MS = 5000;
+export const HOST_STALE_MS = 20_000;

@@ -1,0 +1,728 @@
+/**
+ * The /v1 HTTP API (Hono). Every route but the OpenAPI document and host join needs an API key
+ * (`Authorization: Bearer`); every object belongs to a team, and another team's object answers 404.
+ * Errors are `{"error": {"code", "message"}}` with the status from the error table.
+ */
+import { Readable } from "node:stream";
+import { DenvError, ERROR_CODES, isDenvError } from "@denv/spec";
+import { Hono } from "hono";
+import { bodyLimit } from "hono/body-limit";
+import { streamSSE } from "hono/streaming";
+import type { z } from "zod";
+import {
+  createProjectBody,
+  createTeamBody,
+  deployBody,
+  execBody,
+  forkBody,
+  hostJoinBody,
+  openApiDocument,
+  rollbackBody,
+  sandboxBody,
+  uploadSourceBody,
+} from "./api-schemas.ts";
+import type { Deployer } from "./deployer.ts";
+import type { HostHub } from "./host-hub.ts";
+import { hashSecret, newId, newSecret, now } from "./ids.ts";
+import type { Store } from "./store/open-store.ts";
+import type { DeploymentsTable, EnvironmentsTable, ProjectsTable } from "./store/schema.ts";
+
+type Env = { Variables: { teamId: string; admin: boolean } };
+
+export interface AppDeps {
+  store: Store;
+  hub: HostHub;
+  deployer: Deployer;
+  joinTokenTtlMs?: number;
+}
+
+const JSON_LIMIT = 1024 * 1024;
+const EXEC_LIMIT = 80 * 1024 * 1024; // 50 MiB of stdin, base64
+const FILES_LIMIT = 256 * 1024 * 1024;
+
+function tooLarge(limit: number) {
+  return bodyLimit({
+    maxSize: limit,
+    onError: () => {
+      throw new DenvError("payload_too_large", `the request body is over ${limit} bytes`);
+    },
+  });
+}
+
+async function parse<T extends z.ZodType>(req: Request, schema: T): Promise<z.infer<T>> {
+  let raw: unknown;
+  try {
+    const text = await req.text();
+    raw = text ? JSON.parse(text) : {};
+  } catch {
+    throw new DenvError("invalid_argument", "the body is not valid JSON");
+  }
+  const r = schema.safeParse(raw);
+  if (!r.success) {
+    const msg = r.error.issues.map((i) => `${i.path.join(".") || "(body)"}: ${i.message}`).join("; ");
+    throw new DenvError("invalid_argument", msg);
+  }
+  return r.data;
+}
+
+export function serializeDeployment(d: DeploymentsTable) {
+  return {
+    id: d.id,
+    environment_id: d.environment_id,
+    kind: d.kind,
+    status: d.status as "queued" | "running" | "succeeded" | "rolled_back" | "failed",
+    reason: d.reason,
+    phases: JSON.parse(d.phases_json),
+    created_at: d.created_at,
+    finished_at: d.finished_at,
+  };
+}
+
+function serializeProject(p: ProjectsTable) {
+  return {
+    id: p.id,
+    name: p.name,
+    kind: p.kind,
+    source_type: p.source_type as "local" | "git" | "github",
+    source: p.source,
+    pinned_target: p.pinned_target,
+    uploaded: p.compose_text !== null,
+    created_at: p.created_at,
+  };
+}
+
+export function createApp(deps: AppDeps): Hono<Env> {
+  const { store, hub, deployer } = deps;
+  const app = new Hono<Env>();
+
+  app.onError((err, c) => {
+    // The rest of a refused body is never read: the connection cannot be reused.
+    if (isDenvError(err) && err.code === "payload_too_large") c.header("connection", "close");
+    if (isDenvError(err)) return c.json(err.toJSON(), err.httpStatus as 400);
+    const e = new DenvError("internal", `internal error: ${err.message}`);
+    return c.json(e.toJSON(), 500);
+  });
+  app.notFound((c) =>
+    c.json(new DenvError("not_found", `no route ${c.req.method} ${c.req.path}`).toJSON(), 404),
+  );
+
+  app.get("/v1/openapi.json", (c) => c.json(openApiDocument()));
+
+  app.post("/v1/hosts/join", tooLarge(JSON_LIMIT), async (c) => {
+    const body = await parse(c.req.raw, hostJoinBody);
+    const token = await store
+      .selectFrom("join_tokens")
+      .selectAll()
+      .where("token_hash", "=", hashSecret(body.token))
+      .executeTakeFirst();
+    if (!token)
+      throw new DenvError(
+        "unauthenticated",
+        "this join token is not valid; mint one with `denv host join-token`",
+      );
+    if (token.used_at)
+      throw new DenvError(
+        "unauthenticated",
+        "this join token was already used; mint a new one with `denv host join-token`",
+      );
+    if (Date.parse(token.expires_at) < Date.now()) {
+      throw new DenvError(
+        "unauthenticated",
+        "this join token has expired; mint a new one with `denv host join-token`",
+      );
+    }
+    // Single use: the update only succeeds for the first caller.
+    const hostId = newId("host");
+    const claimed = await store
+      .updateTable("join_tokens")
+      .set({ used_at: now(), host_id: hostId })
+      .where("id", "=", token.id)
+      .where("used_at", "is", null)
+      .executeTakeFirst();
+    if (Number(claimed.numUpdatedRows) !== 1)
+      throw new DenvError("unauthenticated", "this join token was already used");
+    const secret = newSecret("dhs");
+    await store
+      .insertInto("hosts")
+      .values({
+        id: hostId,
+        team_id: token.team_id,
+        name: body.name ?? hostId,
+        secret_hash: hashSecret(secret),
+        arch: null,
+        storage: null,
+        capacity_json: null,
+        version: null,
+        last_seen: null,
+        connected: 0,
+        created_at: now(),
+      })
+      .execute();
+    return c.json({ host_id: hostId, secret }, 201);
+  });
+
+  // Everything below needs an API key.
+  app.use("/v1/*", async (c, next) => {
+    const key = /^Bearer (.+)$/.exec(c.req.header("authorization") ?? "")?.[1];
+    if (!key)
+      throw new DenvError("unauthenticated", "send an API key as `Authorization: Bearer <key>` (denv login)");
+    const row = await store
+      .selectFrom("api_keys")
+      .selectAll()
+      .where("key_hash", "=", hashSecret(key))
+      .executeTakeFirst();
+    if (!row) throw new DenvError("unauthenticated", "this API key is not valid");
+    c.set("teamId", row.team_id);
+    c.set("admin", row.admin === 1);
+    await next();
+  });
+
+  app.post("/v1/teams", tooLarge(JSON_LIMIT), async (c) => {
+    if (!c.get("admin")) throw new DenvError("forbidden", "only an admin key can create teams");
+    const body = await parse(c.req.raw, createTeamBody);
+    const teamId = newId("team");
+    await store.insertInto("teams").values({ id: teamId, name: body.name, created_at: now() }).execute();
+    const key = await createApiKey(store, teamId, "first key", false);
+    return c.json({ team_id: teamId, name: body.name, api_key: key }, 201);
+  });
+
+  app.post("/v1/hosts/join-token", async (c) => {
+    const token = newSecret("djt");
+    const expires = new Date(Date.now() + (deps.joinTokenTtlMs ?? 3600_000)).toISOString();
+    await store
+      .insertInto("join_tokens")
+      .values({
+        id: newId("jt"),
+        team_id: c.get("teamId"),
+        token_hash: hashSecret(token),
+        expires_at: expires,
+        used_at: null,
+        host_id: null,
+      })
+      .execute();
+    return c.json({ token, expires_at: expires }, 201);
+  });
+
+  app.get("/v1/hosts", async (c) => {
+    const hosts = await store
+      .selectFrom("hosts")
+      .selectAll()
+      .where("team_id", "=", c.get("teamId"))
+      .execute();
+    return c.json({
+      hosts: hosts.map((h) => ({
+        id: h.id,
+        name: h.name,
+        arch: h.arch,
+        storage: h.storage,
+        capacity: h.capacity_json ? JSON.parse(h.capacity_json) : null,
+        version: h.version,
+        last_seen: h.last_seen,
+        connected: hub.isConnected(h.id),
+      })),
+    });
+  });
+
+  // --- projects ---
+  const project = async (teamId: string, ref: string): Promise<ProjectsTable> => {
+    const p = await store
+      .selectFrom("projects")
+      .selectAll()
+      .where("team_id", "=", teamId)
+      .where((eb) => eb.or([eb("id", "=", ref), eb("name", "=", ref)]))
+      .executeTakeFirst();
+    if (!p) throw new DenvError("not_found", `no project ${ref}; create it with \`denv project create\``);
+    return p;
+  };
+
+  app.post("/v1/projects", tooLarge(JSON_LIMIT), async (c) => {
+    const body = await parse(c.req.raw, createProjectBody);
+    const teamId = c.get("teamId");
+    const exists = await store
+      .selectFrom("projects")
+      .select("id")
+      .where("team_id", "=", teamId)
+      .where("name", "=", body.name)
+      .executeTakeFirst();
+    if (exists) throw new DenvError("conflict", `a project named ${body.name} already exists`);
+    const sourceType = body.source.startsWith("github:")
+      ? "github"
+      : /^(https?|git|ssh|file):\/\/|^[\w.-]+@[\w.-]+:/.test(body.source)
+        ? "git"
+        : "local";
+    if (sourceType === "github" && !/^github:[\w.-]+\/[\w.-]+$/.test(body.source)) {
+      throw new DenvError("invalid_argument", "a GitHub source is github:OWNER/REPO");
+    }
+    const row: ProjectsTable = {
+      id: newId("prj"),
+      team_id: teamId,
+      name: body.name,
+      kind: body.kind,
+      source_type: sourceType,
+      source: body.source,
+      compose_text: null,
+      dotenv_text: null,
+      pinned_target: body.pinned_target ?? null,
+      created_at: now(),
+    };
+    await store.insertInto("projects").values(row).execute();
+    return c.json(serializeProject(row), 201);
+  });
+
+  app.get("/v1/projects", async (c) => {
+    const rows = await store
+      .selectFrom("projects")
+      .selectAll()
+      .where("team_id", "=", c.get("teamId"))
+      .where("name", "!=", "_sandboxes")
+      .execute();
+    return c.json({ projects: rows.map(serializeProject) });
+  });
+
+  app.get("/v1/projects/:id", async (c) =>
+    c.json(serializeProject(await project(c.get("teamId"), c.req.param("id")))),
+  );
+
+  app.put("/v1/projects/:id/source", tooLarge(3 * JSON_LIMIT), async (c) => {
+    const p = await project(c.get("teamId"), c.req.param("id"));
+    if (p.source_type !== "local")
+      throw new DenvError(
+        "conflict",
+        `project ${p.name} deploys from ${p.source}; only local projects take uploads`,
+      );
+    const body = await parse(c.req.raw, uploadSourceBody);
+    await store
+      .updateTable("projects")
+      .set({ compose_text: body.compose, dotenv_text: body.dotenv ?? null })
+      .where("id", "=", p.id)
+      .execute();
+    return c.json(serializeProject({ ...p, compose_text: body.compose, dotenv_text: body.dotenv ?? null }));
+  });
+
+  app.post("/v1/projects/:id/deploy", tooLarge(JSON_LIMIT), async (c) => {
+    const p = await project(c.get("teamId"), c.req.param("id"));
+    const body = await parse(c.req.raw, deployBody);
+    const { deploymentId, done } = await deployer.deploy(p, body.env);
+    if (c.req.query("wait") === "true") await done.catch(() => {});
+    const d = await deployer.getDeployment(deploymentId);
+    return c.json(serializeDeployment(d as DeploymentsTable), c.req.query("wait") === "true" ? 200 : 202);
+  });
+
+  // --- deployments ---
+  const deployment = async (teamId: string, id: string) => {
+    const d = await store
+      .selectFrom("deployments")
+      .selectAll()
+      .where("id", "=", id)
+      .where("team_id", "=", teamId)
+      .executeTakeFirst();
+    if (!d) throw new DenvError("not_found", `no deployment ${id}`);
+    return d;
+  };
+  app.get("/v1/deployments/:id", async (c) =>
+    c.json(serializeDeployment(await deployment(c.get("teamId"), c.req.param("id")))),
+  );
+  app.get("/v1/deployments/:id/events", async (c) => {
+    const d = await deployment(c.get("teamId"), c.req.param("id"));
+    return streamSSE(c, async (stream) => {
+      let last = "";
+      const send = async (row: DeploymentsTable) => {
+        const data = JSON.stringify(serializeDeployment(row));
+        if (data !== last) {
+          last = data;
+          await stream.writeSSE({ event: "deployment", data });
+        }
+      };
+      await send(d);
+      let current = d;
+      while (current.status === "running" || current.status === "queued") {
+        await new Promise<void>((resolve) => {
+          const t = setTimeout(resolve, 1000);
+          deployer.events.once(d.id, () => {
+            clearTimeout(t);
+            resolve();
+          });
+        });
+        current = (await deployer.getDeployment(d.id)) as DeploymentsTable;
+        await send(current);
+      }
+    });
+  });
+
+  // --- environments ---
+  const environment = async (teamId: string, ref: string): Promise<EnvironmentsTable> => {
+    const [projectName, envName] = ref.includes("/") ? (ref.split("/", 2) as [string, string]) : [null, ref];
+    let q = store
+      .selectFrom("environments")
+      .innerJoin("projects", "projects.id", "environments.project_id")
+      .selectAll("environments")
+      .where("environments.team_id", "=", teamId)
+      .where("environments.status", "!=", "destroyed");
+    if (projectName) q = q.where("projects.name", "=", projectName).where("environments.name", "=", envName);
+    else q = q.where((eb) => eb.or([eb("environments.id", "=", ref), eb("environments.name", "=", ref)]));
+    const rows = await q.execute();
+    if (rows.length === 0) throw new DenvError("not_found", `no environment ${ref}`);
+    if (rows.length > 1)
+      throw new DenvError(
+        "conflict",
+        `${ref} names environments in several projects; use PROJECT/${ref} or the id`,
+      );
+    return rows[0] as EnvironmentsTable;
+  };
+  const serializeEnv = async (e: EnvironmentsTable) => {
+    const p = await store
+      .selectFrom("projects")
+      .select("name")
+      .where("id", "=", e.project_id)
+      .executeTakeFirst();
+    const v = e.current_version_id
+      ? await store
+          .selectFrom("versions")
+          .select("spec_json")
+          .where("id", "=", e.current_version_id)
+          .executeTakeFirst()
+      : undefined;
+    return {
+      id: e.id,
+      name: e.name,
+      project: p?.name ?? "",
+      status: e.status,
+      host_id: e.host_id,
+      current_version_id: e.current_version_id,
+      parent_version_id: e.parent_version_id,
+      sandbox: e.sandbox === 1,
+      services: v ? Object.keys(JSON.parse(v.spec_json).services) : [],
+      created_at: e.created_at,
+    };
+  };
+  const runningOn = (e: EnvironmentsTable) => {
+    if (e.status !== "running" || !e.host_id || !e.host_env_id) {
+      throw new DenvError("conflict", `environment ${e.name} is ${e.status}, not running`);
+    }
+    return { hostId: e.host_id, hostEnvId: e.host_env_id };
+  };
+
+  app.get("/v1/envs", async (c) => {
+    const rows = await store
+      .selectFrom("environments")
+      .selectAll()
+      .where("team_id", "=", c.get("teamId"))
+      .where("status", "!=", "destroyed")
+      .execute();
+    return c.json({ environments: await Promise.all(rows.map(serializeEnv)) });
+  });
+  app.get("/v1/envs/:id", async (c) =>
+    c.json(await serializeEnv(await environment(c.get("teamId"), c.req.param("id")))),
+  );
+  app.get("/v1/envs/:id/deployments", async (c) => {
+    const e = await environment(c.get("teamId"), c.req.param("id"));
+    const rows = await store
+      .selectFrom("deployments")
+      .selectAll()
+      .where("environment_id", "=", e.id)
+      .orderBy("created_at")
+      .execute();
+    return c.json({ deployments: rows.map(serializeDeployment) });
+  });
+  app.delete("/v1/envs/:id", async (c) => {
+    const e = await environment(c.get("teamId"), c.req.param("id"));
+    const { deploymentId, done } = await deployer.destroy(e);
+    await done;
+    return c.json(serializeDeployment((await deployer.getDeployment(deploymentId)) as DeploymentsTable));
+  });
+  app.post("/v1/envs/:id/snapshot", async (c) => {
+    const e = await environment(c.get("teamId"), c.req.param("id"));
+    runningOn(e);
+    const { deploymentId, done } = await deployer.snapshot(e);
+    await done;
+    return c.json(serializeDeployment((await deployer.getDeployment(deploymentId)) as DeploymentsTable));
+  });
+  app.post("/v1/envs/:id/rollback", tooLarge(JSON_LIMIT), async (c) => {
+    const e = await environment(c.get("teamId"), c.req.param("id"));
+    const body = await parse(c.req.raw, rollbackBody);
+    const { deploymentId, done } = await deployer.rollback(e, body.version);
+    await done;
+    return c.json(serializeDeployment((await deployer.getDeployment(deploymentId)) as DeploymentsTable));
+  });
+
+  /** Fork of an environment = its current version (snapshot first when it has none). */
+  const forkEnv = async (
+    teamId: string,
+    e: EnvironmentsTable,
+    name: string | undefined,
+    sandbox: boolean,
+  ) => {
+    let versionId = e.current_version_id;
+    if (!versionId) {
+      const s = await deployer.snapshot(e);
+      await s.done;
+      versionId = (await environment(teamId, e.id)).current_version_id;
+      if (!versionId) throw new DenvError("conflict", `environment ${e.name} could not be snapshotted`);
+    }
+    return forkVersion(teamId, versionId, name, sandbox);
+  };
+  const forkVersion = async (
+    teamId: string,
+    versionId: string,
+    name: string | undefined,
+    sandbox: boolean,
+  ) => {
+    const { deploymentId, environmentId, done } = await deployer.fork(versionId, {
+      teamId,
+      name: name ?? `sbx-${newId("x").slice(2, 10)}`,
+      sandbox,
+    });
+    await done;
+    const d = (await deployer.getDeployment(deploymentId)) as DeploymentsTable;
+    if (d.status !== "succeeded") {
+      throw new DenvError(
+        "unavailable",
+        `the fork failed: ${d.reason ?? "see deployment"} (deployment ${d.id})`,
+        { details: { deployment_id: d.id } },
+      );
+    }
+    const env = await store
+      .selectFrom("environments")
+      .selectAll()
+      .where("id", "=", environmentId)
+      .executeTakeFirstOrThrow();
+    return { ...(await serializeEnv(env)), deployment_id: d.id };
+  };
+
+  app.post("/v1/envs/:id/fork", tooLarge(JSON_LIMIT), async (c) => {
+    const e = await environment(c.get("teamId"), c.req.param("id"));
+    const body = await parse(c.req.raw, forkBody);
+    return c.json(await forkEnv(c.get("teamId"), e, body.name, false), 201);
+  });
+
+  app.post("/v1/envs/:id/exec", tooLarge(EXEC_LIMIT), async (c) => {
+    const e = await environment(c.get("teamId"), c.req.param("id"));
+    const body = await parse(c.req.raw, execBody);
+    const { hostId, hostEnvId } = runningOn(e);
+    const r = await hub.call<{
+      exit_code: number;
+      stdout_b64: string;
+      stderr_b64: string;
+      stdout_truncated: boolean;
+      stderr_truncated: boolean;
+      timed_out: boolean;
+      duration_ms: number;
+    }>(hostId, "exec", {
+      environment_id: hostEnvId,
+      service: body.service,
+      command: body.command,
+      user: body.user,
+      cwd: body.cwd,
+      env: body.env,
+      stdin_b64: body.stdin,
+      timeout_ms: body.timeout_ms,
+      max_output_bytes: body.max_output_bytes,
+    });
+    const enc = body.encoding ?? "utf8";
+    const out = (b64: string) => (enc === "base64" ? b64 : Buffer.from(b64, "base64").toString("utf8"));
+    return c.json({
+      exit_code: r.exit_code,
+      stdout: out(r.stdout_b64),
+      stderr: out(r.stderr_b64),
+      encoding: enc,
+      stdout_truncated: r.stdout_truncated,
+      stderr_truncated: r.stderr_truncated,
+      timed_out: r.timed_out,
+      duration_ms: r.duration_ms,
+    });
+  });
+
+  app.put("/v1/envs/:id/files", tooLarge(FILES_LIMIT), async (c) => {
+    const e = await environment(c.get("teamId"), c.req.param("id"));
+    const path = c.req.query("path");
+    if (!path?.startsWith("/"))
+      throw new DenvError("invalid_argument", "?path= must be an absolute path in the service");
+    const { hostId, hostEnvId } = runningOn(e);
+    const body = Buffer.from(await c.req.arrayBuffer());
+    const r = await hub.call(hostId, "put_files", {
+      environment_id: hostEnvId,
+      service: c.req.query("service"),
+      path,
+      tar_b64: body.toString("base64"),
+    });
+    return c.json(r);
+  });
+
+  app.get("/v1/envs/:id/files", async (c) => {
+    const e = await environment(c.get("teamId"), c.req.param("id"));
+    const path = c.req.query("path");
+    if (!path?.startsWith("/"))
+      throw new DenvError("invalid_argument", "?path= must be an absolute path in the service");
+    const { hostId, hostEnvId } = runningOn(e);
+    const r = await hub.call<{ tar_b64: string }>(hostId, "get_files", {
+      environment_id: hostEnvId,
+      service: c.req.query("service"),
+      path,
+    });
+    const tar = Buffer.from(r.tar_b64, "base64");
+    return c.body(Readable.toWeb(Readable.from(tar)) as ReadableStream, 200, {
+      "content-type": "application/x-tar",
+    });
+  });
+
+  app.get("/v1/versions/:id", async (c) => {
+    const v = await store
+      .selectFrom("versions")
+      .selectAll()
+      .where("id", "=", c.req.param("id"))
+      .where("team_id", "=", c.get("teamId"))
+      .executeTakeFirst();
+    if (!v) throw new DenvError("not_found", `no version ${c.req.param("id")}`);
+    return c.json({
+      id: v.id,
+      environment_id: v.environment_id,
+      host_id: v.host_id,
+      spec_hash: v.spec_hash,
+      images: JSON.parse(v.images_json),
+      evidence: JSON.parse(v.evidence_json),
+      created_at: v.created_at,
+    });
+  });
+
+  // --- sandboxes and targets ---
+  const createSandbox = async (teamId: string, body: z.infer<typeof sandboxBody>) => {
+    if ("from_version" in body) return forkVersion(teamId, body.from_version, body.name, true);
+    const p = await sandboxProject(store, teamId);
+    const volumes = body.volumes ?? ["/work"];
+    const compose = {
+      "x-denv": { kind: "agent", egress: body.egress ?? "deny" },
+      services: {
+        main: {
+          image: body.image,
+          ...(body.cmd ? { command: body.cmd } : {}),
+          ...(body.env ? { environment: body.env } : {}),
+          ...(body.user ? { user: body.user } : {}),
+          ...(body.ports?.length ? { expose: body.ports.map(String) } : {}),
+          volumes: volumes.map((path, i) => `v${i}:${path}`),
+        },
+      },
+      volumes: Object.fromEntries(volumes.map((_p, i) => [`v${i}`, {}])),
+    };
+    const envName = body.name ?? `sbx-${newId("x").slice(2, 10)}`;
+    await store
+      .updateTable("projects")
+      .set({ compose_text: JSON.stringify(compose) })
+      .where("id", "=", p.id)
+      .execute();
+    const { deploymentId, environmentId, done } = await deployer.deploy(
+      { ...p, compose_text: JSON.stringify(compose) },
+      envName,
+    );
+    await store.updateTable("environments").set({ sandbox: 1 }).where("id", "=", environmentId).execute();
+    await done;
+    const d = (await deployer.getDeployment(deploymentId)) as DeploymentsTable;
+    if (d.status !== "succeeded") {
+      throw new DenvError(
+        "unavailable",
+        `the sandbox failed: ${d.reason ?? "see deployment"} (deployment ${d.id})`,
+        { details: { deployment_id: d.id } },
+      );
+    }
+    const env = await store
+      .selectFrom("environments")
+      .selectAll()
+      .where("id", "=", environmentId)
+      .executeTakeFirstOrThrow();
+    return { ...(await serializeEnv(env)), deployment_id: d.id };
+  };
+
+  app.post("/v1/sandboxes", tooLarge(JSON_LIMIT), async (c) => {
+    return c.json(await createSandbox(c.get("teamId"), await parse(c.req.raw, sandboxBody)), 201);
+  });
+
+  const targets = async (teamId: string) => {
+    const hosts = await store
+      .selectFrom("hosts")
+      .select(["id", "storage"])
+      .where("team_id", "=", teamId)
+      .execute();
+    const storages = new Set(hosts.map((h) => h.storage).filter(Boolean));
+    return [
+      {
+        name: "denvd",
+        type: "denvd" as const,
+        hosts: hosts.filter((h) => hub.isConnected(h.id)).length,
+        capabilities: {
+          multi_service_stack: "yes",
+          consistent_snapshot: storages.has("zfs")
+            ? "ZFS"
+            : storages.has("btrfs")
+              ? "btrfs"
+              : "pause + copy (dir)",
+          fork_time: storages.has("zfs") || storages.has("btrfs") ? "~1 s" : "grows with data (copies)",
+          egress_deny_verified: "yes",
+          caps_enforced: "yes",
+          gpu: "planned",
+        },
+      },
+    ];
+  };
+  app.get("/v1/targets", async (c) => c.json({ targets: await targets(c.get("teamId")) }));
+  app.post("/v1/targets/:name/sandboxes", tooLarge(JSON_LIMIT), async (c) => {
+    const name = c.req.param("name");
+    if (!(await targets(c.get("teamId"))).some((t) => t.name === name)) {
+      throw new DenvError(
+        "not_found",
+        `no target ${name}; GET /v1/targets lists them (hosted providers are not connected yet)`,
+      );
+    }
+    return c.json(await createSandbox(c.get("teamId"), await parse(c.req.raw, sandboxBody)), 201);
+  });
+
+  return app;
+}
+
+/** The hidden project image sandboxes belong to (one per team). */
+async function sandboxProject(store: Store, teamId: string): Promise<ProjectsTable> {
+  const existing = await store
+    .selectFrom("projects")
+    .selectAll()
+    .where("team_id", "=", teamId)
+    .where("name", "=", "_sandboxes")
+    .executeTakeFirst();
+  if (existing) return existing;
+  const row: ProjectsTable = {
+    id: newId("prj"),
+    team_id: teamId,
+    name: "_sandboxes",
+    kind: "agent",
+    source_type: "local",
+    source: "(api)",
+    compose_text: null,
+    dotenv_text: null,
+    pinned_target: null,
+    created_at: now(),
+  };
+  await store.insertInto("projects").values(row).execute();
+  return row;
+}
+
+export async function createApiKey(
+  store: Store,
+  teamId: string,
+  name: string,
+  admin: boolean,
+  key?: string,
+): Promise<string> {
+  const secret = key ?? newSecret("dk");
+  await store
+    .insertInto("api_keys")
+    .values({
+      id: newId("key"),
+      team_id: teamId,
+      name,
+      key_hash: hashSecret(secret),
+      prefix: secret.slice(0, 8),
+      admin: admin ? 1 : 0,
+      created_at: now(),
+    })
+    .execute();
+  return secret;
+}
+
+export { ERROR_CODES };

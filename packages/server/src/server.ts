@@ -1,0 +1,95 @@
+/**
+ * `denv server`: the /v1 API and the sidecars' WebSocket hub on one port, over TLS when given a
+ * certificate. The first start creates the admin team and prints its key (or takes DENV_ADMIN_KEY).
+ */
+import { readFileSync } from "node:fs";
+import { createServer as createHttpServer, type Server } from "node:http";
+import { createServer as createHttpsServer } from "node:https";
+import type { AddressInfo } from "node:net";
+import { getRequestListener } from "@hono/node-server";
+import { createApiKey, createApp } from "./app.ts";
+import { Deployer } from "./deployer.ts";
+import { HostHub } from "./host-hub.ts";
+import { hashSecret, newId, now } from "./ids.ts";
+import { openStore, type Store } from "./store/open-store.ts";
+
+export interface ServerOptions {
+  dataDir: string;
+  port?: number;
+  host?: string;
+  tls?: { certPath: string; keyPath: string };
+  /** The admin key to create on first start; a random one is made and returned otherwise. */
+  adminKey?: string;
+  joinWaitMs?: number;
+}
+
+export interface RunningServer {
+  url: string;
+  /** Set on the first start only: the admin key, shown once. */
+  adminKey: string | null;
+  store: Store;
+  hub: HostHub;
+  deployer: Deployer;
+  /** Deployments that were running when the server last stopped, now rolled back. */
+  recovered: string[];
+  close(): Promise<void>;
+}
+
+export async function startServer(options: ServerOptions): Promise<RunningServer> {
+  const store = await openStore(options.dataDir);
+  const adminKey = await bootstrap(store, options.adminKey);
+  const hub = new HostHub(store);
+  const deployer = new Deployer({ store, hub, joinWaitMs: options.joinWaitMs });
+  const app = createApp({ store, hub, deployer });
+  const listener = getRequestListener(app.fetch);
+  const server: Server = options.tls
+    ? createHttpsServer(
+        { cert: readFileSync(options.tls.certPath), key: readFileSync(options.tls.keyPath) },
+        listener,
+      )
+    : createHttpServer(listener);
+  server.on("upgrade", (req, socket, head) => {
+    void hub.handleUpgrade(req, socket, head).catch(() => socket.destroy());
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(options.port ?? 0, options.host ?? "127.0.0.1", resolve);
+  });
+  const { port } = server.address() as AddressInfo;
+  const host = options.host && options.host !== "0.0.0.0" ? options.host : "127.0.0.1";
+  const recovered = await deployer.recover();
+  return {
+    url: `${options.tls ? "https" : "http"}://${host}:${port}`,
+    adminKey,
+    store,
+    hub,
+    deployer,
+    recovered,
+    async close() {
+      hub.close();
+      server.closeAllConnections();
+      await new Promise<void>((r) => server.close(() => r()));
+      await store.destroy();
+    },
+  };
+}
+
+/** First start: the admin team and key. Later starts: nothing (returns null). */
+async function bootstrap(store: Store, adminKey: string | undefined): Promise<string | null> {
+  const any = await store.selectFrom("teams").select("id").executeTakeFirst();
+  if (any) {
+    // A key given in the environment is honoured on later starts too, without printing it.
+    if (adminKey) {
+      const known = await store
+        .selectFrom("api_keys")
+        .select("id")
+        .where("key_hash", "=", hashSecret(adminKey))
+        .executeTakeFirst();
+      if (!known) await createApiKey(store, any.id, "admin (from environment)", true, adminKey);
+    }
+    return null;
+  }
+  const teamId = newId("team");
+  await store.insertInto("teams").values({ id: teamId, name: "default", created_at: now() }).execute();
+  return createApiKey(store, teamId, "admin", true, adminKey);
+}

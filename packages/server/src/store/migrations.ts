@@ -1,0 +1,113 @@
+/**
+ * Schema migrations, written with Kysely's schema builder so the same steps run on SQLite and
+ * PostgreSQL. Applied in order by Kysely's Migrator; each runs once.
+ */
+import { type Kysely, type Migration, type MigrationProvider, sql } from "kysely";
+
+const text = "text";
+
+export const MIGRATIONS: Record<string, Migration> = {
+  "0001_initial": {
+    async up(db: Kysely<unknown>) {
+      await db.schema
+        .createTable("teams")
+        .addColumn("id", text, (c) => c.primaryKey())
+        .addColumn("name", text, (c) => c.notNull())
+        .addColumn("created_at", text, (c) => c.notNull())
+        .execute();
+      await db.schema
+        .createTable("api_keys")
+        .addColumn("id", text, (c) => c.primaryKey())
+        .addColumn("team_id", text, (c) => c.notNull().references("teams.id"))
+        .addColumn("name", text, (c) => c.notNull())
+        .addColumn("key_hash", text, (c) => c.notNull().unique())
+        .addColumn("prefix", text, (c) => c.notNull())
+        .addColumn("admin", "integer", (c) => c.notNull().defaultTo(0))
+        .addColumn("created_at", text, (c) => c.notNull())
+        .execute();
+      await db.schema
+        .createTable("join_tokens")
+        .addColumn("id", text, (c) => c.primaryKey())
+        .addColumn("team_id", text, (c) => c.notNull().references("teams.id"))
+        .addColumn("token_hash", text, (c) => c.notNull().unique())
+        .addColumn("expires_at", text, (c) => c.notNull())
+        .addColumn("used_at", text)
+        .addColumn("host_id", text)
+        .execute();
+      await db.schema
+        .createTable("hosts")
+        .addColumn("id", text, (c) => c.primaryKey())
+        .addColumn("team_id", text, (c) => c.notNull().references("teams.id"))
+        .addColumn("name", text, (c) => c.notNull())
+        .addColumn("secret_hash", text, (c) => c.notNull().unique())
+        .addColumn("arch", text)
+        .addColumn("storage", text)
+        .addColumn("capacity_json", text)
+        .addColumn("version", text)
+        .addColumn("last_seen", text)
+        .addColumn("connected", "integer", (c) => c.notNull().defaultTo(0))
+        .addColumn("created_at", text, (c) => c.notNull())
+        .execute();
+      await db.schema
+        .createTable("projects")
+        .addColumn("id", text, (c) => c.primaryKey())
+        .addColumn("team_id", text, (c) => c.notNull().references("teams.id"))
+        .addColumn("name", text, (c) => c.notNull())
+        .addColumn("kind", text, (c) => c.notNull())
+        .addColumn("source_type", text, (c) => c.notNull())
+        .addColumn("source", text, (c) => c.notNull())
+        .addColumn("compose_text", text)
+        .addColumn("dotenv_text", text)
+        .addColumn("pinned_target", text)
+        .addColumn("created_at", text, (c) => c.notNull())
+        .addUniqueConstraint("projects_team_name", ["team_id", "name"])
+        .execute();
+      await db.schema
+        .createTable("environments")
+        .addColumn("id", text, (c) => c.primaryKey())
+        .addColumn("team_id", text, (c) => c.notNull().references("teams.id"))
+        .addColumn("project_id", text, (c) => c.notNull().references("projects.id"))
+        .addColumn("name", text, (c) => c.notNull())
+        .addColumn("status", text, (c) => c.notNull())
+        .addColumn("host_id", text)
+        .addColumn("host_env_id", text)
+        .addColumn("current_version_id", text)
+        .addColumn("parent_version_id", text)
+        .addColumn("sandbox", "integer", (c) => c.notNull().defaultTo(0))
+        .addColumn("created_at", text, (c) => c.notNull())
+        .addUniqueConstraint("environments_project_name", ["project_id", "name"])
+        .execute();
+      await db.schema
+        .createTable("versions")
+        .addColumn("id", text, (c) => c.primaryKey())
+        .addColumn("team_id", text, (c) => c.notNull().references("teams.id"))
+        .addColumn("project_id", text, (c) => c.notNull())
+        .addColumn("environment_id", text, (c) => c.notNull())
+        .addColumn("host_id", text, (c) => c.notNull())
+        .addColumn("spec_json", text, (c) => c.notNull())
+        .addColumn("spec_hash", text, (c) => c.notNull())
+        .addColumn("images_json", text, (c) => c.notNull())
+        .addColumn("evidence_json", text, (c) => c.notNull())
+        .addColumn("created_at", text, (c) => c.notNull())
+        .execute();
+      await db.schema
+        .createTable("deployments")
+        .addColumn("id", text, (c) => c.primaryKey())
+        .addColumn("team_id", text, (c) => c.notNull().references("teams.id"))
+        .addColumn("environment_id", text, (c) => c.notNull())
+        .addColumn("kind", text, (c) => c.notNull())
+        .addColumn("status", text, (c) => c.notNull())
+        .addColumn("phases_json", text, (c) => c.notNull())
+        .addColumn("reason", text)
+        .addColumn("state_json", text, (c) => c.notNull())
+        .addColumn("created_at", text, (c) => c.notNull())
+        .addColumn("finished_at", text)
+        .execute();
+      await sql`create index deployments_env on deployments (environment_id, created_at)`.execute(db);
+    },
+  },
+};
+
+export const migrationProvider: MigrationProvider = {
+  getMigrations: async () => MIGRATIONS,
+};

@@ -1,0 +1,116 @@
+/** The store's tables, as Kysely sees them. JSON columns hold text; timestamps are ISO strings. */
+import type { Generated } from "kysely";
+
+export interface TeamsTable {
+  id: string;
+  name: string;
+  created_at: string;
+}
+
+export interface ApiKeysTable {
+  id: string;
+  team_id: string;
+  name: string;
+  /** sha256 of the key; the key itself is shown once and never stored. */
+  key_hash: string;
+  prefix: string;
+  /** May create teams and keys. */
+  admin: number;
+  created_at: string;
+}
+
+export interface JoinTokensTable {
+  id: string;
+  team_id: string;
+  token_hash: string;
+  expires_at: string;
+  used_at: string | null;
+  host_id: string | null;
+}
+
+export interface HostsTable {
+  id: string;
+  team_id: string;
+  name: string;
+  secret_hash: string;
+  arch: string | null;
+  storage: string | null;
+  capacity_json: string | null;
+  version: string | null;
+  last_seen: string | null;
+  connected: number;
+  created_at: string;
+}
+
+export interface ProjectsTable {
+  id: string;
+  team_id: string;
+  name: string;
+  kind: string;
+  source_type: string;
+  source: string;
+  /** For local sources: the uploaded compose file and .env. */
+  compose_text: string | null;
+  dotenv_text: string | null;
+  pinned_target: string | null;
+  created_at: string;
+}
+
+export interface EnvironmentsTable {
+  id: string;
+  team_id: string;
+  project_id: string;
+  name: string;
+  status: string;
+  host_id: string | null;
+  /** The environment's id on its host (changes when a deploy replaces the stack). */
+  host_env_id: string | null;
+  current_version_id: string | null;
+  parent_version_id: string | null;
+  sandbox: number;
+  created_at: string;
+}
+
+export interface VersionsTable {
+  id: string;
+  team_id: string;
+  project_id: string;
+  environment_id: string;
+  host_id: string;
+  spec_json: string;
+  spec_hash: string;
+  images_json: string;
+  evidence_json: string;
+  created_at: string;
+}
+
+export interface DeploymentsTable {
+  id: string;
+  team_id: string;
+  environment_id: string;
+  kind: string;
+  status: string;
+  phases_json: string;
+  reason: string | null;
+  /** Operation state that survives a server restart (the host env being built, the previous one). */
+  state_json: string;
+  created_at: string;
+  finished_at: string | null;
+}
+
+export interface MigrationsTable {
+  id: Generated<number>;
+  name: string;
+  applied_at: string;
+}
+
+export interface Database {
+  teams: TeamsTable;
+  api_keys: ApiKeysTable;
+  join_tokens: JoinTokensTable;
+  hosts: HostsTable;
+  projects: ProjectsTable;
+  environments: EnvironmentsTable;
+  versions: VersionsTable;
+  deployments: DeploymentsTable;
+}

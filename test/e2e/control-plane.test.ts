@@ -1,0 +1,331 @@
+/**
+ * The control plane through HTTP, with a real denvd joined over its WebSocket and the real engine:
+ * host join, the seed's deploy with its eleven phases, sandboxes from a version, exec and files,
+ * snapshot and fork, a warm failure that rolls back while the previous version keeps serving, join
+ * tokens that cannot be replayed, the OpenAPI document, and the auth matrix over every route.
+ */
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+import { joinServer, Sidecar } from "@denv/denvd";
+import { ROUTES, type RunningServer, startServer } from "@denv/server";
+import tar from "tar-stream";
+import { openTestHost, repoRoot, type TestHost } from "./denvd-helpers.ts";
+
+let server: RunningServer;
+let host: TestHost;
+let sidecar: Sidecar;
+let dataDir: string;
+const ADMIN = `dk_test_${Date.now()}`;
+let otherTeamKey: string;
+let hostId: string;
+
+async function api(method: string, path: string, body?: unknown, key: string | null = ADMIN) {
+  const res = await fetch(`${server.url}${path}`, {
+    signal: AbortSignal.timeout(120_000),
+    method,
+    headers: {
+      ...(key ? { authorization: `Bearer ${key}` } : {}),
+      ...(body !== undefined && !(body instanceof Uint8Array) ? { "content-type": "application/json" } : {}),
+    },
+    body: body === undefined ? undefined : body instanceof Uint8Array ? body : JSON.stringify(body),
+  }).catch((err: Error) => {
+    throw new Error(`${method} ${path}: ${err.message} (${(err.cause as Error | undefined)?.message ?? ""})`);
+  });
+  const type = res.headers.get("content-type") ?? "";
+  const data = type.includes("json") ? await res.json() : Buffer.from(await res.arrayBuffer());
+  return { status: res.status, data: data as any };
+}
+
+before(async () => {
+  dataDir = await mkdtemp(join(tmpdir(), "denv-server-"));
+  server = await startServer({ dataDir, adminKey: ADMIN });
+  host = await openTestHost({});
+  const token = (await api("POST", "/v1/hosts/join-token")).data.token as string;
+  const joined = await joinServer(server.url, token, "test-host");
+  hostId = joined.host_id;
+  sidecar = new Sidecar({ serverUrl: server.url, secret: joined.secret, denvd: host.denvd });
+  sidecar.start();
+  await sidecar.ready;
+  // A second team, to prove isolation.
+  otherTeamKey = (await api("POST", "/v1/teams", { name: "other" })).data.api_key;
+});
+
+after(async () => {
+  await sidecar?.stop();
+  await server?.close();
+  await host?.close();
+  await rm(dataDir, { recursive: true, force: true });
+});
+
+describe("hosts", () => {
+  test("a joined host reports arch, storage, capacity and version", async () => {
+    const { status, data } = await api("GET", "/v1/hosts");
+    assert.equal(status, 200);
+    const [h] = data.hosts;
+    assert.equal(h.id, hostId);
+    assert.equal(h.arch, "x86_64");
+    assert.equal(h.storage, "btrfs");
+    assert.ok(h.capacity.total_bytes > 0 && h.capacity.cpus >= 1);
+    assert.equal(h.version, "0.1.0");
+    assert.equal(h.connected, true);
+    assert.equal((await api("GET", "/v1/hosts", undefined, otherTeamKey)).data.hosts.length, 0);
+  });
+
+  test("a join token is single-use; a bad token is refused", async () => {
+    const token = (await api("POST", "/v1/hosts/join-token")).data.token as string;
+    await joinServer(server.url, token, "once");
+    await assert.rejects(joinServer(server.url, token, "twice"), /already used/);
+    await assert.rejects(joinServer(server.url, "djt_nonsense", "x"), /not valid/);
+    const stored = await server.store.selectFrom("join_tokens").select("token_hash").execute();
+    assert.ok(stored.every((t) => t.token_hash.length === 64 && !t.token_hash.startsWith("djt_")));
+  });
+});
+
+let alphaVersion: string;
+
+describe("deploy", () => {
+  test("project create, upload, and a deploy of alpha with all eleven phases recorded", async () => {
+    const created = await api("POST", "/v1/projects", {
+      name: "ops-world",
+      kind: "rl-environment",
+      source: "./examples/ops-world",
+    });
+    assert.equal(created.status, 201);
+    assert.equal(created.data.source_type, "local");
+    const compose = readFileSync(join(repoRoot, "examples/ops-world/docker-compose.yaml"), "utf8");
+    assert.equal((await api("PUT", "/v1/projects/ops-world/source", { compose })).status, 200);
+    const { status, data } = await api("POST", "/v1/projects/ops-world/deploy?wait=true", { env: "alpha" });
+    assert.equal(status, 200);
+    assert.equal(
+      data.status,
+      "succeeded",
+      JSON.stringify(data.phases.filter((p: any) => p.status === "failed")),
+    );
+    assert.deepEqual(
+      data.phases.map((p: any) => [p.name, p.status]),
+      [
+        ["resolve", "succeeded"],
+        ["place", "succeeded"],
+        ["provision", "skipped"],
+        ["join", "skipped"],
+        ["prepare", "succeeded"],
+        ["start", "succeeded"],
+        ["health", "succeeded"],
+        ["warm", "succeeded"],
+        ["snapshot", "succeeded"],
+        ["ingress", "skipped"],
+        ["verdict", "succeeded"],
+      ],
+    );
+    const phase = (n: string) => data.phases.find((p: any) => p.name === n);
+    assert.match(phase("resolve").evidence.images.db, /@sha256:[0-9a-f]{64}$/);
+    assert.equal(phase("place").evidence.host_id, hostId);
+    assert.ok(phase("provision").reason.length > 0);
+    assert.equal(phase("start").evidence.containers.opsbox.caps.cgroup.pids, 512);
+    assert.equal(phase("start").evidence.egress.result, "blocked");
+    assert.equal(phase("health").evidence.services.db.method, "healthcheck");
+    assert.equal(phase("warm").evidence.commands[0].exit_code, 0);
+    assert.ok(phase("snapshot").evidence.frozen_ms > 0);
+    alphaVersion = phase("verdict").evidence.version_id;
+    const env = (await api("GET", "/v1/envs/alpha")).data;
+    assert.equal(env.status, "running");
+    assert.equal(env.current_version_id, alphaVersion);
+    assert.deepEqual(env.services.sort(), ["db", "opsbox", "queue"]);
+  });
+
+  test("a deploy whose warm command fails ends rolled_back, and the previous version keeps serving", async () => {
+    const compose = readFileSync(join(repoRoot, "examples/ops-world/docker-compose.yaml"), "utf8").replace(
+      '"psql -h db -U postgres -f /seed/orders.sql"',
+      "\"psql -h db -U postgres -c 'select no_such_column from orders'\"",
+    );
+    await api("PUT", "/v1/projects/ops-world/source", { compose });
+    const { data } = await api("POST", "/v1/projects/ops-world/deploy?wait=true", { env: "alpha" });
+    assert.equal(data.status, "rolled_back");
+    const warm = data.phases.find((p: any) => p.name === "warm");
+    assert.equal(warm.status, "failed");
+    assert.match(warm.reason, /exited with/);
+    assert.ok(
+      data.phases
+        .filter((p: any) => ["snapshot", "ingress"].includes(p.name))
+        .every((p: any) => p.status === "skipped"),
+    );
+    assert.match(data.reason, /warm/);
+    const env = (await api("GET", "/v1/envs/alpha")).data;
+    assert.equal(env.current_version_id, alphaVersion);
+    const r = await api("POST", "/v1/envs/alpha/exec", {
+      service: "opsbox",
+      command: ["psql", "-tAc", "select count(*) from orders"],
+    });
+    assert.equal(r.data.stdout.trim(), "100000");
+    // Only alpha's stack (and nothing of the failed deploy) is on the host.
+    assert.equal(host.denvd.environments().length, 1);
+    await api("PUT", "/v1/projects/ops-world/source", {
+      compose: compose.replace("no_such_column", "count(*)"),
+    });
+  });
+
+  test("the deployment log is there to read, and its events stream ends at the verdict", async () => {
+    const deps = (await api("GET", "/v1/envs/alpha/deployments")).data.deployments;
+    assert.deepEqual(
+      deps.map((d: any) => [d.kind, d.status]),
+      [
+        ["deploy", "succeeded"],
+        ["deploy", "rolled_back"],
+      ],
+    );
+    const res = await fetch(`${server.url}/v1/deployments/${deps[0].id}/events`, {
+      headers: { authorization: `Bearer ${ADMIN}` },
+    });
+    const text = await res.text();
+    assert.match(text, /event: deployment/);
+    assert.match(text, /"status":"succeeded"/);
+  });
+});
+
+describe("sandbox API", () => {
+  let sandbox: string;
+
+  test("POST /v1/sandboxes from a version forks it, healthy, with the data", async () => {
+    const { status, data } = await api("POST", "/v1/sandboxes", { from_version: alphaVersion });
+    assert.equal(status, 201, JSON.stringify(data));
+    assert.equal(data.status, "running");
+    assert.equal(data.sandbox, true);
+    assert.equal(data.parent_version_id, alphaVersion);
+    sandbox = data.id;
+    const r = await api("POST", `/v1/envs/${sandbox}/exec`, {
+      service: "opsbox",
+      command: "psql -tAc 'select count(*) from orders'",
+    });
+    assert.equal(r.data.exit_code, 0);
+    assert.equal(r.data.stdout.trim(), "100000");
+  });
+
+  test("exec passes exit codes, stdin, env and binary output", async () => {
+    const r = await api("POST", `/v1/envs/${sandbox}/exec`, {
+      command: "cat; echo $X >&2; exit 7",
+      stdin: Buffer.from("hello").toString("base64"),
+      env: { X: "y" },
+    });
+    assert.deepEqual([r.data.exit_code, r.data.stdout, r.data.stderr], [7, "hello", "y\n"]);
+    const bin = await api("POST", `/v1/envs/${sandbox}/exec`, {
+      command: "printf '\\377\\000\\001'",
+      encoding: "base64",
+    });
+    assert.deepEqual([...Buffer.from(bin.data.stdout, "base64")], [255, 0, 1]);
+  });
+
+  test("files go in and out as tar", async () => {
+    const pack = tar.pack();
+    pack.entry({ name: "answer.txt" }, "9993\n");
+    pack.finalize();
+    const chunks: Buffer[] = [];
+    for await (const c of pack) chunks.push(c as Buffer);
+    const put = await api(
+      "PUT",
+      `/v1/envs/${sandbox}/files?service=opsbox&path=/home/ubuntu`,
+      new Uint8Array(Buffer.concat(chunks)),
+    );
+    assert.equal(put.status, 200, JSON.stringify(put.data));
+    const got = await api("GET", `/v1/envs/${sandbox}/files?service=opsbox&path=/home/ubuntu/answer.txt`);
+    assert.equal(got.status, 200);
+    assert.match((got.data as Buffer).toString("latin1"), /answer\.txt[\s\S]*9993/);
+    const bad = await api(
+      "PUT",
+      `/v1/envs/${sandbox}/files?service=opsbox&path=relative`,
+      new Uint8Array(Buffer.concat(chunks)),
+    );
+    assert.equal(bad.status, 400);
+  });
+
+  test("snapshot mid-episode, then fork from it; delete", async () => {
+    await api("POST", `/v1/envs/${sandbox}/exec`, {
+      service: "opsbox",
+      command: "echo mid > /home/ubuntu/mid.txt",
+    });
+    const snap = await api("POST", `/v1/envs/${sandbox}/snapshot`);
+    assert.equal(snap.data.status, "succeeded");
+    const fork = await api("POST", `/v1/envs/${sandbox}/fork`, { name: "branch-b" });
+    assert.equal(fork.status, 201, JSON.stringify(fork.data));
+    const r = await api("POST", `/v1/envs/${fork.data.id}/exec`, {
+      service: "opsbox",
+      command: "cat /home/ubuntu/mid.txt",
+    });
+    assert.equal(r.data.stdout, "mid\n");
+    for (const id of [fork.data.id, sandbox]) {
+      const d = await api("DELETE", `/v1/envs/${id}`);
+      assert.equal(d.data.status, "succeeded");
+      assert.equal((await api("GET", `/v1/envs/${id}`)).status, 404);
+    }
+  });
+
+  test("a sandbox from an image keeps /work; GET /v1/targets shows the capability row", async () => {
+    const { status, data } = await api("POST", "/v1/targets/denvd/sandboxes", {
+      image: "127.0.0.1:5000/denv/opsbox:bookworm",
+      cmd: ["sleep", "infinity"],
+      env: { A: "1" },
+    });
+    assert.equal(status, 201, JSON.stringify(data));
+    const r = await api("POST", `/v1/envs/${data.id}/exec`, { command: "echo $A > /work/a && cat /work/a" });
+    assert.equal(r.data.stdout, "1\n");
+    await api("DELETE", `/v1/envs/${data.id}`);
+    const t = (await api("GET", "/v1/targets")).data.targets[0];
+    assert.equal(t.capabilities.multi_service_stack, "yes");
+    assert.equal(t.capabilities.consistent_snapshot, "btrfs");
+    assert.equal((await api("POST", "/v1/targets/e2b/sandboxes", { image: "x" })).status, 404);
+  });
+});
+
+describe("API surface", () => {
+  test("the OpenAPI document lists every route with its schemas", async () => {
+    const { status, data } = await api("GET", "/v1/openapi.json", undefined, null);
+    assert.equal(status, 200);
+    for (const r of ROUTES) assert.ok(data.paths[r.path]?.[r.method], `${r.method} ${r.path}`);
+    assert.ok(
+      data.paths["/v1/envs/{id}/exec"].post.requestBody.content["application/json"].schema.properties.command,
+    );
+  });
+
+  test("bad input gets a 400 with a message naming the field; unknown routes 404", async () => {
+    const r = await api("POST", "/v1/projects", { name: "Bad Name", kind: "rl-environment", source: "." });
+    assert.equal(r.status, 400);
+    assert.equal(r.data.error.code, "invalid_argument");
+    assert.match(r.data.error.message, /name/);
+    assert.equal((await api("POST", "/v1/projects", { name: "x", kind: "game", source: "." })).status, 400);
+    assert.equal((await api("GET", "/v1/nope")).status, 404);
+    const big = await api("POST", "/v1/projects", {
+      name: "x",
+      kind: "agent",
+      source: "x".repeat(2 * 1024 * 1024),
+    });
+    assert.equal(big.status, 413);
+  });
+
+  test("auth matrix: every route refuses no key and a bad key (401), and another team sees 404", async () => {
+    const env = (await api("GET", "/v1/envs/alpha")).data.id as string;
+    const dep = (await api("GET", "/v1/envs/alpha/deployments")).data.deployments[0].id as string;
+    const ids: Record<string, string> = { id: env, name: "denvd" };
+    for (const r of ROUTES.filter((x) => x.auth)) {
+      let path = r.path.replace("{name}", ids.name as string);
+      if (r.path.startsWith("/v1/deployments")) path = path.replace("{id}", dep);
+      else if (r.path.startsWith("/v1/versions")) path = path.replace("{id}", alphaVersion);
+      else if (r.path.startsWith("/v1/projects")) path = path.replace("{id}", "ops-world");
+      else path = path.replace("{id}", env);
+      const body = r.method === "get" || r.method === "delete" ? undefined : {};
+      for (const key of [null, "dk_wrong"]) {
+        const res = await api(r.method.toUpperCase(), path, body, key);
+        assert.equal(res.status, 401, `${r.method} ${path} with ${key ?? "no key"}`);
+        assert.equal(res.data.error.code, "unauthenticated");
+      }
+      if (/\{(id|name)\}/.test(r.path) && r.path !== "/v1/targets/{name}/sandboxes") {
+        const res = await api(r.method.toUpperCase(), path, body, otherTeamKey);
+        assert.equal(res.status, 404, `${r.method} ${path} with another team's key`);
+      }
+    }
+    const keys = await server.store.selectFrom("api_keys").select("key_hash").execute();
+    assert.ok(keys.every((k) => /^[0-9a-f]{64}$/.test(k.key_hash)));
+  });
+});

@@ -39,7 +39,7 @@ export function storageFor(
 
 export async function runDenvd(
   stateDir: string,
-  options: { egressProbe?: string } = {},
+  options: { egressProbe?: string; label?: string[] } = {},
 ): Promise<{ sidecar: Sidecar; denvd: Denvd }> {
   const path = join(stateDir, "host.json");
   if (!existsSync(path))
@@ -51,6 +51,9 @@ export async function runDenvd(
     storage: storageFor(config, stateDir),
     runtime: new DockerRuntime(),
     egressProbeTarget: host && port ? { host, port: Number(port) } : null,
+    extraLabels: Object.fromEntries(
+      (options.label ?? []).map((l) => [l.split("=")[0], l.split("=").slice(1).join("=")]),
+    ),
     log,
   });
   const sidecar = new Sidecar({ serverUrl: config.server, secret: config.secret, denvd, log });
@@ -115,7 +118,13 @@ export async function main(argv: string[]): Promise<number> {
     .description("Run the sidecar: one outbound WebSocket to the server")
     .option(...stateOpt)
     .option("--egress-probe <ip:port>", "where the egress probe connects (default: each network's gateway)")
-    .action(async (o: { stateDir: string; egressProbe?: string }) => {
+    .option(
+      "--label <key=value>",
+      "an extra label on every object denvd creates (repeatable)",
+      (v: string, acc: string[]) => [...acc, v],
+      [],
+    )
+    .action(async (o: { stateDir: string; egressProbe?: string; label: string[] }) => {
       const { sidecar } = await runDenvd(o.stateDir, o);
       const stop = async () => {
         await sidecar.stop();

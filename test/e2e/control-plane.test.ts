@@ -5,7 +5,8 @@
  * tokens that cannot be replayed, the OpenAPI document, and the auth matrix over every route.
  */
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { readFileSync, writeFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -186,6 +187,53 @@ describe("deploy", () => {
   });
 });
 
+describe("project sources and placement", () => {
+  test("a git URL is cloned at deploy and its commit recorded; github: and a bad pin roll back with the reason", async () => {
+    const repo = await mkdtemp(join(tmpdir(), "denv-git-"));
+    const git = (...args: string[]) => execFileSync("git", ["-C", repo, ...args], { encoding: "utf8" });
+    git("init", "-q", "-b", "main");
+    writeFileSync(
+      join(repo, "compose.yaml"),
+      "services:\n  box:\n    image: 127.0.0.1:5000/denv/opsbox:bookworm\n    command: [sleep, infinity]\n",
+    );
+    git("add", ".");
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init");
+    const commit = git("rev-parse", "HEAD").trim();
+    await api("POST", "/v1/projects", { name: "from-git", kind: "agent", source: `file://${repo}` });
+    const d = await api("POST", "/v1/projects/from-git/deploy?wait=true", { env: "main" });
+    assert.equal(d.data.status, "succeeded", d.data.reason);
+    assert.deepEqual(d.data.phases[0].evidence.source, { type: "git", url: `file://${repo}`, commit });
+    assert.equal(
+      (await api("DELETE", `/v1/envs/${encodeURIComponent("from-git/main")}`)).data.status,
+      "succeeded",
+    );
+    await rm(repo, { recursive: true, force: true });
+
+    await api("POST", "/v1/projects", {
+      name: "from-github",
+      kind: "rl-environment",
+      source: "github:you/ops-world",
+    });
+    const gh = await api("POST", "/v1/projects/from-github/deploy?wait=true", {});
+    assert.equal(gh.data.status, "rolled_back");
+    assert.match(gh.data.phases[0].reason, /GitHub integration is not available yet/);
+
+    await api("POST", "/v1/projects", {
+      name: "pinned",
+      kind: "agent",
+      source: "./x",
+      pinned_target: "nowhere",
+    });
+    await api("PUT", "/v1/projects/pinned/source", {
+      compose: "services:\n  a:\n    image: 127.0.0.1:5000/denv/opsbox:bookworm\n",
+    });
+    const pinned = await api("POST", "/v1/projects/pinned/deploy?wait=true", {});
+    assert.equal(pinned.data.status, "rolled_back");
+    const place = pinned.data.phases.find((p: any) => p.name === "place");
+    assert.match(place.reason, /pinned to nowhere/);
+  });
+});
+
 describe("sandbox API", () => {
   let sandbox: string;
 
@@ -305,8 +353,11 @@ describe("API surface", () => {
   });
 
   test("auth matrix: every route refuses no key and a bad key (401), and another team sees 404", async () => {
-    const env = (await api("GET", "/v1/envs/alpha")).data.id as string;
-    const dep = (await api("GET", "/v1/envs/alpha/deployments")).data.deployments[0].id as string;
+    // Other projects have environments named alpha too now: the project qualifies the name.
+    const ambiguous = await api("GET", "/v1/envs/alpha");
+    assert.equal(ambiguous.status, 409);
+    const env = (await api("GET", `/v1/envs/${encodeURIComponent("ops-world/alpha")}`)).data.id as string;
+    const dep = (await api("GET", `/v1/envs/${env}/deployments`)).data.deployments[0].id as string;
     const ids: Record<string, string> = { id: env, name: "denvd" };
     for (const r of ROUTES.filter((x) => x.auth)) {
       let path = r.path.replace("{name}", ids.name as string);

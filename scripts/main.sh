@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The README's main-job command. Today it prepares the machine and runs the ops-world smoke check
-# (the example stack up on the real engine, healthy, seeded, the task's answer checked, torn down).
-# It is the command that will run the seed's whole journey once the CLI journey exists.
+# The README's main-job command: prepares the machine (Node 24, dependencies, Docker engine, images,
+# registry), then runs the seed's journey on examples/ops-world with the real `denv` command:
+# denv up, login, project create, deploy alpha with its phases live, fork, exec, files put and get,
+# snapshot mid-episode and fork from it, a scripted agent answer, rollback, and the phase log.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 bash scripts/prepare.sh
 source scripts/ensure-node.sh
-node --test --test-reporter=spec test/e2e/ops-world-smoke.test.ts
+node scripts/journey.ts

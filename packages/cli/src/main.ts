@@ -7,6 +7,10 @@ import { buildProgram } from "./program.ts";
  * Exit codes: 0 success, 1 the operation failed or refused the input, 2 usage error.
  */
 export async function main(argv: string[]): Promise<number> {
+  // `denv ... | head` closes the pipe early; that is not an error.
+  process.stdout.on("error", (err: NodeJS.ErrnoException) => {
+    if (err.code === "EPIPE") process.exit(0);
+  });
   const program = buildProgram();
   try {
     await program.parseAsync(argv, { from: "user" });

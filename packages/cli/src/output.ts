@@ -1,5 +1,6 @@
 /** How commands print: JSON for scripts (--json), plain lines for people, errors on stderr. */
-import { DenvError } from "@denv/spec";
+import { DenvApiError } from "@denv/sdk";
+import { DenvError, ERROR_CODES, type ErrorCode } from "@denv/spec";
 
 export function printJson(value: unknown): void {
   process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
@@ -10,6 +11,12 @@ export class UsageError extends Error {
   override name = "UsageError";
 }
 
+const HINTS: Partial<Record<string, string>> = {
+  unauthenticated: "check the key: `denv login`",
+  unavailable: "is the server up? (`denv up` starts a local one)",
+  not_found: "`denv env list` shows what exists",
+};
+
 /** Maps any error to an exit code and a message on stderr (or a JSON error on stdout with --json). */
 export function reportError(err: unknown, json: boolean): number {
   if (err instanceof UsageError) {
@@ -17,10 +24,16 @@ export function reportError(err: unknown, json: boolean): number {
     else process.stderr.write(`error: ${err.message}\n`);
     return 2;
   }
-  if (err instanceof DenvError) {
-    if (json) printJson({ ok: false, ...err.toJSON() });
-    else process.stderr.write(`error: ${err.message}\n`);
-    return err.exitCode;
+  if (err instanceof DenvError || err instanceof DenvApiError) {
+    if (json) printJson({ ok: false, error: { code: err.code, message: err.message } });
+    else {
+      const hint = HINTS[err.code];
+      process.stderr.write(
+        `error: ${err.message}${hint && !err.message.includes("`") ? `\n  ${hint}` : ""}\n`,
+      );
+    }
+    const table = ERROR_CODES as Record<string, { exitCode: number }>;
+    return err.code === "invalid_argument" ? 2 : (table[err.code as ErrorCode]?.exitCode ?? 1);
   }
   const message = err instanceof Error ? err.message : String(err);
   if (json) printJson({ ok: false, error: { code: "internal", message } });

@@ -1,6 +1,8 @@
 import { Command } from "commander";
+import { registerApiCommands } from "./commands/api-commands.ts";
 import { registerInit } from "./commands/init.ts";
 import { registerServer } from "./commands/server.ts";
+import { registerUp } from "./commands/up.ts";
 import { registerValidate } from "./commands/validate.ts";
 
 export const CLI_VERSION = "0.1.0";
@@ -16,6 +18,8 @@ export function buildProgram(): Command {
   registerInit(program);
   registerValidate(program);
   registerServer(program);
+  registerApiCommands(program);
+  registerUp(program);
   program.addHelpText(
     "after",
     `

@@ -101,6 +101,8 @@ export const environmentSchema = z.object({
   sandbox: z.boolean(),
   services: z.array(z.string()),
   created_at: z.string(),
+  /** Set on the answers of fork and sandbox creation: the deployment that made it. */
+  deployment_id: z.string().optional(),
 });
 
 export const versionSchema = z.object({

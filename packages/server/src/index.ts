@@ -3,5 +3,5 @@ export { openApiDocument, ROUTES } from "./api-schemas.ts";
 export { createApp } from "./app.ts";
 export { DEPLOY_PHASES, Deployer } from "./deployer.ts";
 export { HostHub } from "./host-hub.ts";
-export { type RunningServer, type ServerOptions, startServer } from "./server.ts";
+export { joinLocalHost, type RunningServer, type ServerOptions, startServer } from "./server.ts";
 export { openStore, type Store } from "./store/open-store.ts";

@@ -93,3 +93,31 @@ async function bootstrap(store: Store, adminKey: string | undefined): Promise<st
   await store.insertInto("teams").values({ id: teamId, name: "default", created_at: now() }).execute();
   return createApiKey(store, teamId, "admin", true, adminKey);
 }
+
+/** Joins a host to a team through the ordinary path (a fresh join token, then /v1/hosts/join). */
+export async function joinLocalHost(
+  server: RunningServer,
+  teamId: string,
+  name: string,
+): Promise<{ host_id: string; secret: string }> {
+  const { newSecret } = await import("./ids.ts");
+  const token = newSecret("djt");
+  await server.store
+    .insertInto("join_tokens")
+    .values({
+      id: newId("jt"),
+      team_id: teamId,
+      token_hash: hashSecret(token),
+      expires_at: new Date(Date.now() + 60_000).toISOString(),
+      used_at: null,
+      host_id: null,
+    })
+    .execute();
+  const res = await fetch(`${server.url}/v1/hosts/join`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ token, name }),
+  });
+  if (!res.ok) throw new Error(`the local host could not join: HTTP ${res.status}`);
+  return (await res.json()) as { host_id: string; secret: string };
+}

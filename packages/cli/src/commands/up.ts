@@ -1,0 +1,64 @@
+import { join } from "node:path";
+import type { Command } from "commander";
+import { printJson, UsageError } from "../output.ts";
+
+/**
+ * `denv up`: the embedded default. A server on SQLite and a local denvd on this machine, joined to
+ * it, in one process. Ctrl-C stops both; environments and data stay for the next `denv up`.
+ */
+export function registerUp(program: Command): void {
+  program
+    .command("up")
+    .description("Start a local server (SQLite) and a denvd on this machine joined to it")
+    .option("--port <port>", "port for the server", "7070")
+    .option("--data-dir <dir>", "where the server and the local denvd keep their state", "/var/lib/denv")
+    .option("--storage <kind>", "the local denvd's storage: btrfs (a loop-mounted pool) or dir", "btrfs")
+    .option("--json", "print {server, api_key} as JSON once ready")
+    .addHelpText(
+      "after",
+      `
+Examples:
+  denv up                      # then, in another shell: denv login --server http://127.0.0.1:7070 --api-key <key>
+  denv up --storage dir --port 7171`,
+    )
+    .action(async (o: { port: string; dataDir: string; storage: string; json?: boolean }) => {
+      if (!["btrfs", "dir"].includes(o.storage)) throw new UsageError("--storage is btrfs or dir");
+      const { startServer } = await import("@denv/server");
+      const { BtrfsDriver, DirDriver, Denvd, DockerRuntime, Sidecar } = await import("@denv/denvd");
+      const { localHostSecret } = await import("../up-secret.ts");
+      const serverDir = join(o.dataDir, "server");
+      const stateDir = join(o.dataDir, "denvd");
+      const server = await startServer({
+        dataDir: serverDir,
+        port: Number(o.port),
+        adminKey: process.env.DENV_ADMIN_KEY,
+      });
+      // The local host joins through the same path as any other: a token, then a per-host secret,
+      // remembered in the state directory so the next `denv up` is the same host.
+      const secret = await localHostSecret(server, stateDir);
+      const storage =
+        o.storage === "dir" ? new DirDriver(join(stateDir, "dir")) : new BtrfsDriver({ stateDir });
+      const denvd = await Denvd.open({ stateDir, storage, runtime: new DockerRuntime() });
+      const sidecar = new Sidecar({ serverUrl: server.url, secret, denvd });
+      sidecar.start();
+      await sidecar.ready;
+      const key = server.adminKey ?? process.env.DENV_ADMIN_KEY ?? null;
+      if (o.json) printJson({ server: server.url, api_key: key, storage: storage.kind });
+      else {
+        process.stdout.write(
+          `denv is up: server ${server.url}, local host joined (storage ${storage.kind})\n`,
+        );
+        if (key)
+          process.stdout.write(`API key: ${key}\n  denv login --server ${server.url} --api-key ${key}\n`);
+        else process.stdout.write("API key: printed by the first `denv up` (or set DENV_ADMIN_KEY)\n");
+        process.stdout.write("Ctrl-C stops it.\n");
+      }
+      await new Promise<void>((resolve) => {
+        process.once("SIGINT", resolve);
+        process.once("SIGTERM", resolve);
+      });
+      await sidecar.stop();
+      await server.close();
+      process.stdout.write("denv stopped\n");
+    });
+}

@@ -1,0 +1,127 @@
+/**
+ * @module @denv/sdk — a typed client of denv's /v1 API. The types and the operation table come
+ * from the server's OpenAPI document (schema.gen.ts); errors carry the server's stable codes.
+ */
+import { OPERATIONS, type Operations } from "./schema.gen.ts";
+
+export class DenvApiError extends Error {
+  readonly code: string;
+  readonly status: number;
+  readonly details: unknown;
+  constructor(code: string, message: string, status: number, details?: unknown) {
+    super(message);
+    this.name = "DenvApiError";
+    this.code = code;
+    this.status = status;
+    this.details = details;
+  }
+}
+
+export interface ClientOptions {
+  /** e.g. http://127.0.0.1:7070 */
+  baseUrl: string;
+  apiKey: string;
+  /** Per-request timeout; long operations (deploy with wait) need minutes. */
+  timeoutMs?: number;
+}
+
+type OpId = keyof Operations;
+type Args<K extends OpId> = (keyof Operations[K]["params"] extends never
+  ? { params?: undefined }
+  : { params: Operations[K]["params"] }) &
+  (Operations[K]["body"] extends undefined ? { body?: undefined } : { body: Operations[K]["body"] }) & {
+    query?: Record<string, string | undefined>;
+  };
+
+export class DenvClient {
+  readonly options: ClientOptions;
+
+  constructor(options: ClientOptions) {
+    this.options = { ...options, baseUrl: options.baseUrl.replace(/\/$/, "") };
+  }
+
+  url(path: string, query?: Record<string, string | undefined>): string {
+    const u = new URL(`${this.options.baseUrl}${path}`);
+    for (const [k, v] of Object.entries(query ?? {})) if (v !== undefined) u.searchParams.set(k, v);
+    return u.toString();
+  }
+
+  /** Calls one operation of the API by its operationId. */
+  async call<K extends OpId>(op: K, args: Args<K>): Promise<Operations[K]["response"]> {
+    const spec = OPERATIONS[op];
+    let path: string = spec.path;
+    for (const p of spec.params) {
+      const v = (args.params as Record<string, string> | undefined)?.[p];
+      if (v === undefined) throw new TypeError(`${op} needs params.${p}`);
+      path = path.replace(`{${p}}`, encodeURIComponent(v));
+    }
+    const headers: Record<string, string> = { authorization: `Bearer ${this.options.apiKey}` };
+    let body: string | Uint8Array<ArrayBuffer> | undefined;
+    if (spec.body === "json") {
+      headers["content-type"] = "application/json";
+      body = JSON.stringify(args.body ?? {});
+    } else if (spec.body === "tar") {
+      headers["content-type"] = "application/x-tar";
+      body = args.body as Uint8Array<ArrayBuffer>;
+    }
+    let res: Response;
+    try {
+      res = await fetch(this.url(path, args.query), {
+        method: spec.method,
+        headers,
+        body,
+        signal: AbortSignal.timeout(this.options.timeoutMs ?? 30 * 60_000),
+      });
+    } catch (err) {
+      throw new DenvApiError(
+        "unavailable",
+        `cannot reach ${this.options.baseUrl}: ${(err as Error).message}`,
+        0,
+      );
+    }
+    if (!res.ok) {
+      const e = (await res.json().catch(() => ({}))) as {
+        error?: { code: string; message: string; details?: unknown };
+      };
+      throw new DenvApiError(
+        e.error?.code ?? "internal",
+        e.error?.message ?? `HTTP ${res.status}`,
+        res.status,
+        e.error?.details,
+      );
+    }
+    if (spec.response === "json") return (await res.json()) as Operations[K]["response"];
+    return new Uint8Array(await res.arrayBuffer()) as Operations[K]["response"];
+  }
+
+  /** Server-sent events of a deployment's phases, until its verdict. */
+  async *deploymentEvents(
+    deploymentId: string,
+  ): AsyncGenerator<Operations["getV1DeploymentsById"]["response"]> {
+    const res = await fetch(this.url(`/v1/deployments/${encodeURIComponent(deploymentId)}/events`), {
+      headers: { authorization: `Bearer ${this.options.apiKey}` },
+    });
+    if (!res.ok || !res.body)
+      throw new DenvApiError("unavailable", `event stream answered ${res.status}`, res.status);
+    const decoder = new TextDecoder();
+    let buf = "";
+    for await (const chunk of res.body) {
+      buf += decoder.decode(chunk as Uint8Array, { stream: true });
+      let idx = buf.indexOf("\n\n");
+      while (idx !== -1) {
+        const frame = buf.slice(0, idx);
+        buf = buf.slice(idx + 2);
+        const data = frame
+          .split("\n")
+          .filter((l) => l.startsWith("data:"))
+          .map((l) => l.slice(5).trim())
+          .join("\n");
+        if (data) yield JSON.parse(data);
+        idx = buf.indexOf("\n\n");
+      }
+    }
+  }
+}
+
+export type { Operations } from "./schema.gen.ts";
+export { OPERATIONS } from "./schema.gen.ts";

@@ -1,8 +1,8 @@
 /**
  * The seed's journey on examples/ops-world, as a user runs it, with the real `denv` command:
  * denv up, login, project create, deploy alpha (phases live), fork rollout-017, exec a psql count,
- * files put and get, snapshot mid-episode and fork rollout-017-b, a scripted agent answer,
- * rollback, the deploy's phase log — each step printed with its duration. Everything it creates
+ * files put and get, snapshot mid-episode and fork rollout-017-b, a scripted agent answer, verify
+ * with its reward (and a wrong answer's), rollback, the deploy's phase log — each step printed with its duration. Everything it creates
  * is removed at the end (and at the start, if an earlier run was interrupted).
  *
  *   node scripts/journey.ts            (scripts/main.sh runs it after the set-up)
@@ -202,6 +202,30 @@ async function main(): Promise<void> {
     ]);
     const whoami = denv(["exec", "--service", "opsbox", "rollout-017", "--", "id", "-u"]);
     check(whoami.trim() === "1000", "the agent's shell is not root");
+
+    step("verify rollout-017: graded on a fork, as a separate principal");
+    const verdict = JSON.parse(
+      denv(["verify", "rollout-017", "--json"], { quiet: !process.env.DENV_JOURNEY_DEBUG }),
+    );
+    for (const p of verdict.phases)
+      process.stdout.write(
+        `  ${p.status === "succeeded" ? "✓" : p.status === "skipped" ? "-" : "✗"} ${p.name.padEnd(9)} ${p.duration_ms ?? 0} ms\n`,
+      );
+    process.stdout.write(`  reward ${verdict.reward}\n`);
+    check(verdict.reward === 1, "the right answer earns reward 1");
+    denv([
+      "exec",
+      "--service",
+      "opsbox",
+      "rollout-017-b",
+      "--",
+      "sh",
+      "-c",
+      "echo 42 > /home/ubuntu/answer.txt",
+    ]);
+    const wrong = JSON.parse(denv(["verify", "rollout-017-b", "--json"], { quiet: true }));
+    process.stdout.write(`  rollout-017-b (answer 42): reward ${wrong.reward}\n`);
+    check(wrong.reward === 0, "a wrong answer earns reward 0");
 
     step("rollback: alpha to its first version, health re-checked");
     denv(["exec", "--service", "opsbox", "alpha", "--", "psql", "-qc", "delete from orders where id <= 100"]);

@@ -28,7 +28,8 @@ test("the seed's journey runs green through the CLI", () => {
   ]) {
     assert.match(r.stdout, new RegExp(step));
   }
-  assert.equal((r.stdout.match(/ ✓ /g) ?? []).length, 5, "every check in the journey passed");
+  assert.match(r.stdout, /right answer earns reward 1/);
+  assert.match(r.stdout, /wrong answer earns reward 0/);
   assert.doesNotMatch(r.stdout, / ✗ /);
   assert.match(r.stdout, /✓ resolve[\s\S]*- provision[\s\S]*✓ snapshot[\s\S]*✓ verdict/);
 });

@@ -123,8 +123,17 @@ export class Denvd {
     return this.store.ownerId;
   }
 
+  get stateDir(): string {
+    return this.options.stateDir;
+  }
+
   private labels(extra: Labels): Labels {
     return { ...this.options.extraLabels, [LABEL.owner]: this.store.ownerId, ...extra };
+  }
+
+  /** The labels every object of this denvd carries (for containers made outside a stack, e.g. the grader). */
+  objectLabels(): Labels {
+    return this.labels({});
   }
 
   environments(): EnvironmentRecord[] {
@@ -593,7 +602,11 @@ export class Denvd {
     await this.assertSpace("snapshot");
     const checkpoint = await this.checkpoint(env);
     const versionId = newId("ver");
-    const ids = Object.values(env.containers);
+    // A container already paused (an agent frozen by verify) stays paused, and is not thawed here.
+    const states = await Promise.all(
+      Object.values(env.containers).map((id) => this.runtime.inspectContainer(id)),
+    );
+    const ids = states.filter((st) => !st.paused).map((st) => st.id);
     const snapshots: Record<string, string> = {};
     const frozenStart = performance.now();
     try {
@@ -611,7 +624,9 @@ export class Denvd {
     const frozenMs = Math.round(performance.now() - frozenStart);
     const healthStart = performance.now();
     await Promise.all(
-      Object.keys(env.containers).map((svc) => this.waitServiceHealthy(env, svc, performance.now())),
+      Object.entries(env.containers)
+        .filter(([, id]) => ids.includes(id))
+        .map(([svc]) => this.waitServiceHealthy(env, svc, performance.now())),
     );
     const healthAfterMs = Math.round(performance.now() - healthStart);
     const version: VersionRecord = {

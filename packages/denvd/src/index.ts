@@ -22,3 +22,4 @@ export { DirDriver } from "./storage/dir-driver.ts";
 export type { StorageDriver, StorageKind } from "./storage/storage-driver.ts";
 export { ZfsDriver } from "./storage/zfs-driver.ts";
 export { checkEntryName, sanitizeTar } from "./tar-sanitizer.ts";
+export { type CollectEvidence, DEFAULT_COLLECT_MAX_BYTES, type GradeEvidence, Verifier } from "./verify.ts";

@@ -16,6 +16,7 @@ import {
 import { DenvError, type ResolvedSpec } from "@denv/spec";
 import WebSocket from "ws";
 import type { Denvd } from "./denvd.ts";
+import { Verifier } from "./verify.ts";
 
 export const DENVD_VERSION = "0.1.0";
 
@@ -153,6 +154,10 @@ export class Sidecar {
     void run.then((r) => this.send({ type: "result", op_id: opId, ...r } as HostMessage));
   }
 
+  private verifier(): Verifier {
+    return new Verifier(this.options.denvd, this.options.denvd.stateDir);
+  }
+
   private async perform(method: string, p: Params): Promise<unknown> {
     const d = this.options.denvd;
     switch (method) {
@@ -228,6 +233,18 @@ export class Sidecar {
         for await (const c of stream) chunks.push(c as Buffer);
         return { tar_b64: Buffer.concat(chunks).toString("base64") };
       }
+      case "verify_stop":
+        return this.verifier().stop(str(p, "environment_id"));
+      case "verify_collect":
+        return this.verifier().collect(str(p, "environment_id"), str(p, "verify_id"));
+      case "verify_grade":
+        return this.verifier().grade(str(p, "environment_id"), str(p, "verify_id"));
+      case "verify_cleanup":
+        await this.verifier().cleanup(str(p, "verify_id"));
+        return {};
+      case "resume":
+        await this.verifier().resume(str(p, "environment_id"));
+        return {};
       case "status":
         return { environments: d.environments().map((e) => ({ id: e.id, name: e.name, status: e.status })) };
       default:

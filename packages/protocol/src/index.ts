@@ -50,6 +50,11 @@ export const OP_METHODS = [
   "exec",
   "put_files",
   "get_files",
+  "verify_stop",
+  "verify_collect",
+  "verify_grade",
+  "verify_cleanup",
+  "resume",
   "status",
 ] as const;
 

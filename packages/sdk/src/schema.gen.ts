@@ -285,6 +285,29 @@ export type PostV1EnvsByIdRollbackBody = {
   version: string;
 };
 
+/** Grade the environment on a fork as a separate principal: stop, collect, snapshot, clone, grade, verdict — POST /v1/envs/{id}/verify */
+export type PostV1EnvsByIdVerifyResponse = {
+  id: string;
+  environment_id: string;
+  kind: string;
+  status: "queued" | "running" | "succeeded" | "rolled_back" | "failed";
+  reason: string | null;
+  phases: Array<{
+    name: string;
+    status: "pending" | "running" | "succeeded" | "failed" | "skipped";
+    started_at: string | null;
+    finished_at: string | null;
+    duration_ms: number | null;
+    evidence: unknown;
+    reason: string | null;
+  }>;
+  created_at: string;
+  finished_at: string | null;
+};
+export type PostV1EnvsByIdVerifyBody = {
+  resume?: boolean;
+};
+
 /** Run a command in a service — POST /v1/envs/{id}/exec */
 export type PostV1EnvsByIdExecResponse = {
   exit_code: number;
@@ -429,6 +452,7 @@ export const OPERATIONS = {
   postV1EnvsByIdSnapshot: { method: "POST", path: "/v1/envs/{id}/snapshot", params: ["id"], body: "none", response: "json" },
   postV1EnvsByIdFork: { method: "POST", path: "/v1/envs/{id}/fork", params: ["id"], body: "json", response: "json" },
   postV1EnvsByIdRollback: { method: "POST", path: "/v1/envs/{id}/rollback", params: ["id"], body: "json", response: "json" },
+  postV1EnvsByIdVerify: { method: "POST", path: "/v1/envs/{id}/verify", params: ["id"], body: "json", response: "json" },
   postV1EnvsByIdExec: { method: "POST", path: "/v1/envs/{id}/exec", params: ["id"], body: "json", response: "json" },
   putV1EnvsByIdFiles: { method: "PUT", path: "/v1/envs/{id}/files", params: ["id"], body: "tar", response: "json" },
   getV1EnvsByIdFiles: { method: "GET", path: "/v1/envs/{id}/files", params: ["id"], body: "none", response: "tar" },
@@ -458,6 +482,7 @@ export interface Operations {
   postV1EnvsByIdSnapshot: { params: { id: string }; body: undefined; response: PostV1EnvsByIdSnapshotResponse };
   postV1EnvsByIdFork: { params: { id: string }; body: PostV1EnvsByIdForkBody; response: PostV1EnvsByIdForkResponse };
   postV1EnvsByIdRollback: { params: { id: string }; body: PostV1EnvsByIdRollbackBody; response: PostV1EnvsByIdRollbackResponse };
+  postV1EnvsByIdVerify: { params: { id: string }; body: PostV1EnvsByIdVerifyBody; response: PostV1EnvsByIdVerifyResponse };
   postV1EnvsByIdExec: { params: { id: string }; body: PostV1EnvsByIdExecBody; response: PostV1EnvsByIdExecResponse };
   putV1EnvsByIdFiles: { params: { id: string }; body: Uint8Array; response: PutV1EnvsByIdFilesResponse };
   getV1EnvsByIdFiles: { params: { id: string }; body: undefined; response: GetV1EnvsByIdFilesResponse };

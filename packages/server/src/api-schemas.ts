@@ -117,6 +117,7 @@ export const versionSchema = z.object({
 
 export const forkBody = z.strictObject({ name: name.optional() });
 export const rollbackBody = z.strictObject({ version: z.string().min(1) });
+export const verifyBody = z.strictObject({ resume: z.boolean().optional() });
 
 export const sandboxBody = z.union([
   z.strictObject({ from_version: z.string().min(1), name: name.optional() }),
@@ -326,6 +327,15 @@ export const ROUTES: RouteDoc[] = [
     path: "/v1/envs/{id}/rollback",
     summary: "Restore a version and re-check health",
     body: rollbackBody,
+    response: deploymentSchema,
+    auth: true,
+  },
+  {
+    method: "post",
+    path: "/v1/envs/{id}/verify",
+    summary:
+      "Grade the environment on a fork as a separate principal: stop, collect, snapshot, clone, grade, verdict",
+    body: verifyBody,
     response: deploymentSchema,
     auth: true,
   },

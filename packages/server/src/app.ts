@@ -20,6 +20,7 @@ import {
   rollbackBody,
   sandboxBody,
   uploadSourceBody,
+  verifyBody,
 } from "./api-schemas.ts";
 import type { Deployer } from "./deployer.ts";
 import type { HostHub } from "./host-hub.ts";
@@ -396,6 +397,12 @@ export function createApp(deps: AppDeps): Hono<Env> {
     };
   };
   const runningOn = (e: EnvironmentsTable) => {
+    if (e.status === "frozen") {
+      throw new DenvError(
+        "conflict",
+        `environment ${e.name} is frozen by verify for inspection; fork it, or verify with resume`,
+      );
+    }
     if (e.status !== "running" || !e.host_id || !e.host_env_id) {
       throw new DenvError("conflict", `environment ${e.name} is ${e.status}, not running`);
     }
@@ -441,6 +448,14 @@ export function createApp(deps: AppDeps): Hono<Env> {
     const e = await environment(c.get("teamId"), c.req.param("id"));
     const body = await parse(c.req.raw, rollbackBody);
     const { deploymentId, done } = await deployer.rollback(e, body.version);
+    await done;
+    return c.json(serializeDeployment((await deployer.getDeployment(deploymentId)) as DeploymentsTable));
+  });
+
+  app.post("/v1/envs/:id/verify", tooLarge(JSON_LIMIT), async (c) => {
+    const e = await environment(c.get("teamId"), c.req.param("id"));
+    const body = await parse(c.req.raw, verifyBody);
+    const { deploymentId, done } = await deployer.verify(e, { resume: body.resume ?? false });
     await done;
     return c.json(serializeDeployment((await deployer.getDeployment(deploymentId)) as DeploymentsTable));
   });

@@ -763,6 +763,140 @@ export class Deployer {
     return { deploymentId: rec.deploymentId, done };
   }
 
+  /**
+   * Verify: stop → collect → snapshot → clone → grade → verdict. The agent is frozen first and
+   * stays frozen (unless resume); grading happens on a fork, as root, in the verifier's own
+   * container. The deployment succeeds when grading ran; the reward (0 for refused collections, a
+   * crashed or timed-out verifier) is in the verdict.
+   */
+  async verify(
+    env: EnvironmentsTable,
+    options: { resume: boolean },
+  ): Promise<{ deploymentId: string; done: Promise<void> }> {
+    const rec = await this.createDeployment(env.team_id, env.id, "verify", [
+      "stop",
+      "collect",
+      "snapshot",
+      "clone",
+      "grade",
+      "verdict",
+    ]);
+    const done = this.serialize(env.id, async () => {
+      const current = await this.environment(env.id);
+      const hostId = current.host_id;
+      const hostEnvId = current.host_env_id;
+      let graderEnvId: string | undefined;
+      try {
+        if (!hostId || !hostEnvId || !["running", "frozen"].includes(current.status)) {
+          throw new DenvError(
+            "conflict",
+            `environment ${env.name} is ${current.status}; verify needs a running environment`,
+          );
+        }
+        await rec.run("stop", async () => ({
+          evidence: await this.hub.call(hostId, "verify_stop", { environment_id: hostEnvId }),
+        }));
+        await this.store
+          .updateTable("environments")
+          .set({ status: "frozen" })
+          .where("id", "=", env.id)
+          .execute();
+        const collected = (await rec.run("collect", async () => {
+          const c = await this.hub.call<{ refused: string | null }>(hostId, "verify_collect", {
+            environment_id: hostEnvId,
+            verify_id: rec.deploymentId,
+          });
+          return { value: c, evidence: c };
+        })) as { refused: string | null; files: unknown[] };
+        let grade: Record<string, unknown>;
+        if (collected.refused) {
+          for (const n of ["snapshot", "clone", "grade"])
+            await rec.skip(n, "the collected paths were refused: the episode scores 0");
+          grade = { reward: 0, reason: `refused: ${collected.refused}` };
+        } else {
+          const versionId = (await rec.run("snapshot", async () => {
+            const r = await this.hub.call<{
+              version_id: string;
+              images: Record<string, string>;
+              evidence: unknown;
+            }>(hostId, "snapshot", {
+              environment_id: hostEnvId,
+            });
+            const spec = await this.specOf(current);
+            await this.store
+              .insertInto("versions")
+              .values({
+                id: r.version_id,
+                team_id: env.team_id,
+                project_id: env.project_id,
+                environment_id: env.id,
+                host_id: hostId,
+                spec_json: JSON.stringify(spec),
+                spec_hash: spec.hash,
+                images_json: JSON.stringify(r.images),
+                evidence_json: JSON.stringify(r.evidence),
+                created_at: now(),
+              })
+              .execute();
+            return { value: r.version_id, evidence: r.evidence };
+          })) as string;
+          graderEnvId = (await rec.run("clone", async () => {
+            const f = await this.hub.call<{ environment_id: string; evidence: Record<string, unknown> }>(
+              hostId,
+              "fork",
+              {
+                version_id: versionId,
+                name: `${env.name}-grader-${rec.deploymentId.slice(4, 10)}`,
+                operation_id: `${rec.deploymentId}-clone`,
+              },
+            );
+            return {
+              value: f.environment_id,
+              evidence: {
+                environment_id: f.environment_id,
+                from_version: versionId,
+                total_ms: f.evidence.total_ms,
+                egress: f.evidence.egress,
+              },
+            };
+          })) as string;
+          grade = (await rec.run("grade", async () => {
+            const g = await this.hub.call<Record<string, unknown>>(hostId, "verify_grade", {
+              environment_id: graderEnvId,
+              verify_id: rec.deploymentId,
+            });
+            return { value: g, evidence: g };
+          })) as Record<string, unknown>;
+        }
+        if (options.resume) {
+          await this.hub.call(hostId, "resume", { environment_id: hostEnvId });
+          await this.store
+            .updateTable("environments")
+            .set({ status: "running" })
+            .where("id", "=", env.id)
+            .execute();
+        }
+        await rec.verdict("succeeded", null, {
+          reward: grade.reward,
+          reason: grade.reason ?? null,
+          exit_code: grade.exit_code ?? null,
+          agent: options.resume ? "resumed" : "frozen for inspection",
+        });
+      } catch (err) {
+        await rec.skipRest("skipped: an earlier phase failed");
+        await rec.verdict("failed", err instanceof Error ? err.message : String(err), null);
+      } finally {
+        if (hostId) {
+          if (graderEnvId)
+            await this.hub.call(hostId, "destroy", { environment_id: graderEnvId }).catch(() => {});
+          await this.hub.call(hostId, "verify_cleanup", { verify_id: rec.deploymentId }).catch(() => {});
+        }
+      }
+    });
+    done.catch(() => {});
+    return { deploymentId: rec.deploymentId, done };
+  }
+
   /** Removes an environment's stack and data. Its versions stay. */
   async destroy(env: EnvironmentsTable): Promise<{ deploymentId: string; done: Promise<void> }> {
     const rec = await this.createDeployment(env.team_id, env.id, "destroy", ["destroy", "verdict"]);

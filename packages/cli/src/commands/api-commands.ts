@@ -234,6 +234,39 @@ export function registerApiCommands(program: Command): void {
     }),
   );
 
+  const verify = program
+    .command("verify")
+    .description("Grade an environment on a fork, as a separate principal; prints the reward")
+    .argument("<env>")
+    .option(
+      "--resume",
+      "let the agent's processes run again afterwards (default: left frozen for inspection)",
+    )
+    .option("--json", "print JSON")
+    .addHelpText(
+      "after",
+      "\nExample:\n  denv verify rollout-017\n\nThe reward is the number the verifier writes to $DENV_REWARD_FILE, or the last line of its stdout.",
+    );
+  verify.action(
+    run(verify, async (client, json, env: string, o: { resume?: boolean }) => {
+      const d = await client().call("postV1EnvsByIdVerify", {
+        params: envParam(env),
+        body: { resume: o.resume === true },
+      });
+      const verdict = (d.phases.find((p) => p.name === "verdict")?.evidence ?? {}) as {
+        reward?: number;
+        reason?: string | null;
+      };
+      if (json) printJson({ ...d, reward: verdict.reward ?? null });
+      else {
+        printPhaseLog(d, false);
+        if (d.status === "succeeded")
+          process.stdout.write(`reward ${verdict.reward}${verdict.reason ? ` (${verdict.reason})` : ""}\n`);
+      }
+      return d.status === "succeeded" ? 0 : 1;
+    }),
+  );
+
   // --- exec and files ---
   const exec = program
     .command("exec")

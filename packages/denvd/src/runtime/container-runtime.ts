@@ -45,6 +45,8 @@ export interface ContainerSpec {
         nocopy: boolean;
       }
     | { kind: "tmpfs"; target: string; sizeBytes: number | null; mode: number | null }
+    /** Only for denvd's own containers (the grader): user specs never get binds. */
+    | { kind: "bind"; source: string; target: string; readOnly: boolean }
   )[];
   memoryBytes: number;
   pids: number;
@@ -87,6 +89,8 @@ export interface ContainerState {
   nanoCpus: number;
   /** Addresses by network name. */
   addresses: Record<string, { ip: string; gateway: string }>;
+  /** Host path of the container's merged root filesystem, while it exists; null when unknown. */
+  rootfsPath: string | null;
 }
 
 export interface RawExecOptions {
@@ -125,6 +129,10 @@ export interface ContainerRuntime {
   unpauseContainer(id: string): Promise<void>;
   inspectContainer(id: string): Promise<ContainerState>;
   listContainers(labels: Labels): Promise<ObjectSummary[]>;
+  /** Waits for a container to exit; after timeoutMs it reports timedOut (the container keeps running). */
+  waitContainer(id: string, timeoutMs: number): Promise<{ exitCode: number; timedOut: boolean }>;
+  /** A container's output so far, stdout and stderr apart. */
+  containerLogs(id: string): Promise<{ stdout: Buffer; stderr: Buffer }>;
   /** Runs a command; resolves to its exit code when its output has ended. */
   exec(id: string, options: RawExecOptions): Promise<{ exitCode: number }>;
   putArchive(id: string, path: string, tar: Readable): Promise<void>;

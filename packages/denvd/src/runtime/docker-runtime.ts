@@ -182,14 +182,16 @@ export class DockerRuntime implements ContainerRuntime {
                   ReadOnly: m.readOnly,
                   VolumeOptions: { NoCopy: m.nocopy, ...(m.subpath ? { Subpath: m.subpath } : {}) },
                 }
-              : {
-                  Type: "tmpfs" as const,
-                  Target: m.target,
-                  TmpfsOptions: {
-                    ...(m.sizeBytes ? { SizeBytes: m.sizeBytes } : {}),
-                    ...(m.mode !== null ? { Mode: m.mode } : {}),
+              : m.kind === "bind"
+                ? { Type: "bind" as const, Source: m.source, Target: m.target, ReadOnly: m.readOnly }
+                : {
+                    Type: "tmpfs" as const,
+                    Target: m.target,
+                    TmpfsOptions: {
+                      ...(m.sizeBytes ? { SizeBytes: m.sizeBytes } : {}),
+                      ...(m.mode !== null ? { Mode: m.mode } : {}),
+                    },
                   },
-                },
           ) as unknown as Docker.MountSettings[],
         },
         ...(endpoints ? { NetworkingConfig: { EndpointsConfig: endpoints } } : {}),
@@ -257,7 +259,36 @@ export class DockerRuntime implements ContainerRuntime {
       pids: info.HostConfig.PidsLimit ?? 0,
       nanoCpus: info.HostConfig.NanoCpus ?? 0,
       addresses,
+      rootfsPath: (info.GraphDriver?.Data as Record<string, string> | undefined)?.MergedDir ?? null,
     };
+  }
+
+  async waitContainer(id: string, timeoutMs: number): Promise<{ exitCode: number; timedOut: boolean }> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const st = await this.inspectContainer(id);
+      if (!st.running) return { exitCode: st.exitCode, timedOut: false };
+      if (Date.now() >= deadline) return { exitCode: -1, timedOut: true };
+      await new Promise((r) => setTimeout(r, Math.min(100, Math.max(1, deadline - Date.now()))));
+    }
+  }
+
+  async containerLogs(id: string): Promise<{ stdout: Buffer; stderr: Buffer }> {
+    const raw = (await this.docker
+      .getContainer(id)
+      .logs({ stdout: true, stderr: true, follow: false })
+      .catch((e: unknown) => mapError(e, `reading the logs of ${id}`))) as unknown as Buffer;
+    // Without a TTY the engine multiplexes: 8-byte frames, byte 0 the stream (1 stdout, 2 stderr).
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    let i = 0;
+    while (i + 8 <= raw.length) {
+      const size = raw.readUInt32BE(i + 4);
+      const frame = raw.subarray(i + 8, i + 8 + size);
+      (raw[i] === 2 ? err : out).push(frame);
+      i += 8 + size;
+    }
+    return { stdout: Buffer.concat(out), stderr: Buffer.concat(err) };
   }
 
   async listContainers(labels: Labels): Promise<ObjectSummary[]> {

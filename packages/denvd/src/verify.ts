@@ -1,0 +1,362 @@
+/**
+ * Verify: grading on a fork, as a separate principal, so the agent cannot tamper with its grade.
+ *
+ *   stop     every process of the agent's service is frozen (the cgroup freezer: background ones too)
+ *   collect  x-denv.verifier.collect is copied, from the host side, to a root-owned directory in
+ *            denvd's state dir. Nothing is followed or opened that is not a regular file with one
+ *            link: a symlink, hard link, FIFO, socket or device anywhere inside, a path component
+ *            that is a link, a name that is not UTF-8, or more than the size cap, scores 0.
+ *   snapshot the environment's state, consistent (the frozen agent stays frozen)
+ *   clone    a fork of that version, on its own network
+ *   grade    the verifier image as root in its own container on the fork's network, the collected
+ *            files mounted read-only at /collect; or the command, as root, inside a named service
+ *            of the fork, with the files copied to /denv-collect
+ *
+ * The reward convention: a number the verifier writes to $DENV_REWARD_FILE, or else the last
+ * non-empty line of its stdout. A verifier that exits non-zero, prints no number, or outruns its
+ * timeout scores 0, with the reason and its output tail in the evidence. The agent's environment is
+ * left frozen for inspection unless resume is asked for.
+ */
+import { createHash, randomBytes } from "node:crypto";
+import { constants } from "node:fs";
+import { lstat, mkdir, open, readdir, rm, writeFile } from "node:fs/promises";
+import { dirname, join, posix } from "node:path";
+import { Readable } from "node:stream";
+import { DenvError, type ResolvedSpec } from "@denv/spec";
+import tar from "tar-stream";
+import type { Denvd } from "./denvd.ts";
+import { LABEL } from "./labels.ts";
+
+export const DEFAULT_COLLECT_MAX_BYTES = 64 * 1024 * 1024;
+const TAIL = 4096;
+
+export interface CollectEvidence {
+  refused: string | null;
+  files: { path: string; bytes: number; sha256: string }[];
+  missing: string[];
+  bytes: number;
+}
+
+export interface GradeEvidence {
+  reward: number;
+  reason: string | null;
+  exit_code: number | null;
+  timed_out: boolean;
+  stdout_tail: string;
+  stderr_tail: string;
+  ms: number;
+  mode: "image" | "service";
+}
+
+class Refusal extends Error {}
+
+const decoder = new TextDecoder("utf-8", { fatal: true });
+
+export class Verifier {
+  private readonly denvd: Denvd;
+  private readonly stateDir: string;
+  private readonly maxBytes: number;
+
+  constructor(denvd: Denvd, stateDir: string, options: { collectMaxBytes?: number } = {}) {
+    this.denvd = denvd;
+    this.stateDir = stateDir;
+    this.maxBytes = options.collectMaxBytes ?? DEFAULT_COLLECT_MAX_BYTES;
+  }
+
+  private agent(environmentId: string): { spec: ResolvedSpec; service: string; containerId: string } {
+    const env = this.denvd.environment(environmentId);
+    const service = env.spec.agent?.service;
+    if (!service)
+      throw new DenvError("invalid_argument", `environment ${env.name} has no x-denv.agent.service to stop`);
+    if (!env.spec.verifier)
+      throw new DenvError("invalid_argument", `environment ${env.name} has no x-denv.verifier`);
+    return { spec: env.spec, service, containerId: env.containers[service] as string };
+  }
+
+  /** stop: freezes every process of the agent's service. Idempotent. */
+  async stop(environmentId: string): Promise<{ service: string; frozen: true; ms: number }> {
+    const t = performance.now();
+    const { service, containerId } = this.agent(environmentId);
+    const st = await this.denvd.runtime.inspectContainer(containerId);
+    if (!st.paused) await this.denvd.runtime.pauseContainer(containerId);
+    return { service, frozen: true, ms: Math.round(performance.now() - t) };
+  }
+
+  async resume(environmentId: string): Promise<void> {
+    const { containerId } = this.agent(environmentId);
+    const st = await this.denvd.runtime.inspectContainer(containerId);
+    if (st.paused) await this.denvd.runtime.unpauseContainer(containerId);
+  }
+
+  private dir(verifyId: string): string {
+    if (!/^[a-z0-9_]+$/.test(verifyId)) throw new DenvError("invalid_argument", `bad verify id ${verifyId}`);
+    return join(this.stateDir, "verify", verifyId);
+  }
+
+  /** collect: the declared paths, from the frozen agent, into a root-owned directory. */
+  async collect(environmentId: string, verifyId: string): Promise<CollectEvidence> {
+    const env = this.denvd.environment(environmentId);
+    const { spec, service, containerId } = this.agent(environmentId);
+    const st = await this.denvd.runtime.inspectContainer(containerId);
+    if (!st.paused) throw new DenvError("conflict", "collect runs only after stop has frozen the agent");
+    const dest = join(this.dir(verifyId), "collect");
+    await rm(this.dir(verifyId), { recursive: true, force: true });
+    await mkdir(dest, { recursive: true, mode: 0o700 });
+    const evidence: CollectEvidence = { refused: null, files: [], missing: [], bytes: 0 };
+    const svc = spec.services[service];
+    try {
+      for (const path of spec.verifier?.collect ?? []) {
+        // Where the path lives on the host: in one of the service's datasets, or its root filesystem.
+        const vol = (svc?.volumes ?? [])
+          .filter((v) => path === v.target || path.startsWith(`${v.target.replace(/\/$/, "")}/`))
+          .sort((a, b) => b.target.length - a.target.length)[0];
+        let base: string;
+        let rel: string;
+        if (vol) {
+          const ds = env.datasets[vol.dataset];
+          if (!ds) throw new Refusal(`no dataset for ${vol.target}`);
+          base = join(this.denvd.storage.datasetPath(ds), vol.subpath ?? "");
+          rel = path.slice(vol.target.replace(/\/$/, "").length);
+        } else {
+          if (!st.rootfsPath)
+            throw new Refusal(`cannot reach ${path}: the engine reports no root filesystem path`);
+          base = st.rootfsPath;
+          rel = path;
+        }
+        await this.copyPath(base, rel.split("/").filter(Boolean), path, dest, evidence);
+      }
+    } catch (err) {
+      if (!(err instanceof Refusal)) throw err;
+      evidence.refused = err.message;
+      // Nothing of a refused collection reaches the grader.
+      await rm(dest, { recursive: true, force: true });
+      await mkdir(dest, { recursive: true, mode: 0o700 });
+      evidence.files = [];
+    }
+    return evidence;
+  }
+
+  /** Walks `parts` from `base` with lstat (never following a link) and copies what is there. */
+  private async copyPath(
+    base: string,
+    parts: string[],
+    shown: string,
+    dest: string,
+    ev: CollectEvidence,
+  ): Promise<void> {
+    let cur = base;
+    for (let i = 0; i < parts.length; i++) {
+      const part = parts[i] as string;
+      if (part === ".." || part === ".") throw new Refusal(`${shown}: path component ${part}`);
+      cur = join(cur, part);
+      const info = await lstat(cur).catch(() => null);
+      if (!info) {
+        ev.missing.push(shown);
+        return;
+      }
+      if (info.isSymbolicLink())
+        throw new Refusal(`${shown}: ${parts.slice(0, i + 1).join("/")} is a symbolic link`);
+      if (i < parts.length - 1 && !info.isDirectory()) {
+        ev.missing.push(shown);
+        return;
+      }
+    }
+    await this.copyEntry(cur, shown, join(dest, ...shown.split("/").filter(Boolean)), ev);
+  }
+
+  private async copyEntry(src: string, shown: string, dst: string, ev: CollectEvidence): Promise<void> {
+    const info = await lstat(src);
+    if (info.isSymbolicLink()) throw new Refusal(`${shown} is a symbolic link`);
+    if (info.isFIFO()) throw new Refusal(`${shown} is a FIFO`);
+    if (info.isSocket()) throw new Refusal(`${shown} is a socket`);
+    if (info.isCharacterDevice() || info.isBlockDevice()) throw new Refusal(`${shown} is a device`);
+    if (info.isDirectory()) {
+      await mkdir(dst, { recursive: true, mode: 0o755 });
+      const names = await readdir(src, { encoding: "buffer" });
+      for (const raw of names) {
+        let name: string;
+        try {
+          name = decoder.decode(raw);
+        } catch {
+          throw new Refusal(`${shown} holds a file name that is not UTF-8`);
+        }
+        if (name.includes("/") || name === ".." || name === ".")
+          throw new Refusal(`${shown}: bad name ${JSON.stringify(name)}`);
+        await this.copyEntry(join(src, name), posix.join(shown, name), join(dst, name), ev);
+      }
+      return;
+    }
+    if (!info.isFile()) throw new Refusal(`${shown} is not a regular file`);
+    if (info.nlink > 1) throw new Refusal(`${shown} is a hard link (${info.nlink} names for one file)`);
+    if (ev.bytes + info.size > this.maxBytes)
+      throw new Refusal(`collected files exceed ${this.maxBytes} bytes`);
+    // O_NOFOLLOW and O_NONBLOCK: even a path swapped after the lstat neither follows a link nor blocks.
+    const fh = await open(src, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK).catch(() => {
+      throw new Refusal(`${shown} could not be opened as a regular file`);
+    });
+    try {
+      const st = await fh.stat();
+      if (!st.isFile() || st.ino !== info.ino || st.dev !== info.dev)
+        throw new Refusal(`${shown} changed while it was collected`);
+      const data = Buffer.alloc(Math.min(st.size, this.maxBytes - ev.bytes + 1));
+      const { bytesRead } = await fh.read(data, 0, data.length, 0);
+      if (ev.bytes + bytesRead > this.maxBytes)
+        throw new Refusal(`collected files exceed ${this.maxBytes} bytes`);
+      const body = data.subarray(0, bytesRead);
+      await mkdir(dirname(dst), { recursive: true, mode: 0o755 });
+      await writeFile(dst, body, { mode: 0o644, flag: "wx" });
+      ev.bytes += bytesRead;
+      ev.files.push({
+        path: shown,
+        bytes: bytesRead,
+        sha256: createHash("sha256").update(body).digest("hex"),
+      });
+    } finally {
+      await fh.close();
+    }
+  }
+
+  /** grade: the verifier on the grading fork. Never throws for the verifier's own failures. */
+  async grade(graderEnvironmentId: string, verifyId: string): Promise<GradeEvidence> {
+    const env = this.denvd.environment(graderEnvironmentId);
+    const v = env.spec.verifier;
+    if (!v) throw new DenvError("invalid_argument", "no x-denv.verifier");
+    const started = performance.now();
+    const collectDir = join(this.dir(verifyId), "collect");
+    const rewardDir = join(this.dir(verifyId), "reward");
+    await mkdir(rewardDir, { recursive: true, mode: 0o700 });
+    let exitCode: number | null = null;
+    let timedOut = false;
+    let stdout: Buffer = Buffer.alloc(0);
+    let stderr: Buffer = Buffer.alloc(0);
+    let mode: GradeEvidence["mode"] = "image";
+    if (v.image) {
+      const net = Object.keys(env.spec.networks)[0];
+      const id = await this.denvd.runtime.createContainer({
+        name: `${env.network}-verifier-${randomBytes(3).toString("hex")}`,
+        image: v.image_pinned ?? v.image,
+        entrypoint: null,
+        cmd: v.command,
+        env: { DENV_COLLECT_DIR: "/collect", DENV_REWARD_FILE: "/denv-reward/reward" },
+        user: "0",
+        workingDir: null,
+        hostname: "verifier",
+        labels: {
+          ...this.denvd.objectLabels(),
+          [LABEL.environment]: env.id,
+          [LABEL.service]: "verifier",
+          [LABEL.operation]: verifyId,
+        },
+        network: net
+          ? { kind: "network", networks: [{ name: env.network, aliases: ["verifier"] }] }
+          : { kind: "none" },
+        mounts: [
+          { kind: "bind", source: collectDir, target: "/collect", readOnly: true },
+          { kind: "bind", source: rewardDir, target: "/denv-reward", readOnly: false },
+        ],
+        memoryBytes: 4 * 1024 ** 3,
+        pids: 2048,
+        cpus: 2,
+        healthcheck: null,
+        init: true,
+        readOnlyRootfs: false,
+        tty: false,
+        openStdin: false,
+        capDrop: [],
+        extraHosts: [],
+        ulimits: {},
+        shmSizeBytes: null,
+        sysctls: {},
+        stopSignal: null,
+        stopTimeoutMs: 1000,
+        restart: "no",
+      });
+      try {
+        await this.denvd.runtime.startContainer(id);
+        const w = await this.denvd.runtime.waitContainer(id, v.timeout_ms);
+        timedOut = w.timedOut;
+        exitCode = w.timedOut ? null : w.exitCode;
+        const logs = await this.denvd.runtime.containerLogs(id);
+        stdout = logs.stdout;
+        stderr = logs.stderr;
+      } finally {
+        await this.denvd.runtime.removeContainer(id);
+      }
+    } else {
+      mode = "service";
+      const service = v.service as string;
+      const pack = tar.pack();
+      await packDir(pack, collectDir, "denv-collect");
+      pack.finalize();
+      await this.denvd.runtime.putArchive(env.containers[service] as string, "/", Readable.from(pack));
+      const r = await this.denvd.exec(env.id, service, {
+        command: v.command ?? ["true"],
+        user: "0",
+        env: { DENV_COLLECT_DIR: "/denv-collect", DENV_REWARD_FILE: "/tmp/denv-reward" },
+        timeoutMs: v.timeout_ms,
+      });
+      timedOut = r.timedOut;
+      exitCode = r.timedOut ? null : r.exitCode;
+      stdout = r.stdout;
+      stderr = r.stderr;
+      const rf = await this.denvd.exec(env.id, service, { command: ["cat", "/tmp/denv-reward"], user: "0" });
+      if (rf.exitCode === 0) await writeFile(join(rewardDir, "reward"), rf.stdout);
+    }
+    const { reward, reason } = await readReward(rewardDir, stdout, exitCode, timedOut, v.timeout_ms);
+    return {
+      reward,
+      reason,
+      exit_code: exitCode,
+      timed_out: timedOut,
+      stdout_tail: stdout.subarray(Math.max(0, stdout.length - TAIL)).toString("utf8"),
+      stderr_tail: stderr.subarray(Math.max(0, stderr.length - TAIL)).toString("utf8"),
+      ms: Math.round(performance.now() - started),
+      mode,
+    };
+  }
+
+  async cleanup(verifyId: string): Promise<void> {
+    await rm(this.dir(verifyId), { recursive: true, force: true });
+  }
+}
+
+async function readReward(
+  rewardDir: string,
+  stdout: Buffer,
+  exitCode: number | null,
+  timedOut: boolean,
+  timeoutMs: number,
+): Promise<{ reward: number; reason: string | null }> {
+  if (timedOut)
+    return { reward: 0, reason: `the verifier did not finish within ${timeoutMs} ms and was killed` };
+  if (exitCode !== 0) return { reward: 0, reason: `the verifier exited with ${exitCode}` };
+  const file = await import("node:fs/promises")
+    .then((fs) => fs.readFile(join(rewardDir, "reward"), "utf8"))
+    .catch(() => null);
+  const text =
+    file?.trim() ||
+    stdout
+      .toString("utf8")
+      .trim()
+      .split("\n")
+      .filter((l) => l.trim())
+      .at(-1)
+      ?.trim() ||
+    "";
+  const n = Number(text);
+  if (text === "" || !Number.isFinite(n))
+    return { reward: 0, reason: `the verifier gave no reward (got ${JSON.stringify(text.slice(0, 80))})` };
+  return { reward: n, reason: null };
+}
+
+async function packDir(pack: tar.Pack, dir: string, name: string): Promise<void> {
+  pack.entry({ name, type: "directory", mode: 0o500, uid: 0, gid: 0 });
+  for (const entry of await readdir(dir, { withFileTypes: true })) {
+    const p = join(dir, entry.name);
+    if (entry.isDirectory()) await packDir(pack, p, `${name}/${entry.name}`);
+    else if (entry.isFile()) {
+      const { readFile } = await import("node:fs/promises");
+      pack.entry({ name: `${name}/${entry.name}`, mode: 0o400, uid: 0, gid: 0 }, await readFile(p));
+    }
+  }
+}

@@ -1,0 +1,291 @@
+/**
+ * Verify's attack cases, through the API with a real denvd: an agent that tries to trick its grader
+ * with links, special files, a race, a background writer, a huge answer or odd names scores 0 (or
+ * gets its honest file graded), and no link is ever followed; a verifier that never ends or crashes
+ * scores 0 with the reason and its output kept. Also: ops-world graded right and wrong.
+ */
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { mkdtemp, rm } from "node:fs/promises";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+import { joinServer, Sidecar } from "@denv/denvd";
+import { type RunningServer, startServer } from "@denv/server";
+import { validateCompose } from "@denv/spec";
+import { openTestHost, type TestHost } from "./denvd-helpers.ts";
+
+const KEY = `dk_attacks_${Date.now()}`;
+let server: RunningServer;
+let host: TestHost;
+let sidecar: Sidecar;
+let dataDir: string;
+const versions: Record<string, string> = {};
+
+function compose(opts: { collect?: string; command?: string; timeout?: string }): string {
+  return `x-denv:
+  kind: rl-environment
+  agent: { service: box }
+  verifier:
+    image: 127.0.0.1:5000/denv/ops-verifier:1.2
+    command: ${opts.command ?? '["/verify.sh"]'}
+    collect: ["${opts.collect ?? "/home/ubuntu/answer.txt"}"]
+    timeout: ${opts.timeout ?? "30s"}
+services:
+  box:
+    image: 127.0.0.1:5000/denv/opsbox:bookworm
+    user: "1000:1000"
+    command: ["sleep", "infinity"]
+    volumes: ["home:/home/ubuntu"]
+volumes: { home: {} }
+`;
+}
+
+async function api(method: string, path: string, body?: unknown) {
+  const res = await fetch(`${server.url}${path}`, {
+    method,
+    headers: { authorization: `Bearer ${KEY}`, ...(body ? { "content-type": "application/json" } : {}) },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  return { status: res.status, data: (await res.json()) as any };
+}
+
+async function episode(project: string, agentScript: string) {
+  const sb = await api("POST", "/v1/sandboxes", { from_version: versions[project] });
+  assert.equal(sb.status, 201, JSON.stringify(sb.data));
+  if (agentScript) {
+    const service = project === "opsworld" ? "opsbox" : "box";
+    const r = await api("POST", `/v1/envs/${sb.data.id}/exec`, { service, command: agentScript });
+    assert.equal(r.data.exit_code, 0, r.data.stderr);
+  }
+  return sb.data as { id: string };
+}
+
+/** The agent's home dataset on the host, for what must be made or read from outside the agent. */
+async function homeDataset(envId: string): Promise<string> {
+  const row = await server.store
+    .selectFrom("environments")
+    .select("host_env_id")
+    .where("id", "=", envId)
+    .executeTakeFirstOrThrow();
+  const rec = host.denvd.environment(row.host_env_id as string);
+  return host.storage.datasetPath(rec.datasets.home as string);
+}
+
+async function verify(envId: string) {
+  const t = performance.now();
+  const d = (await api("POST", `/v1/envs/${envId}/verify`, {})).data;
+  const phase = (n: string) => d.phases.find((p: any) => p.name === n);
+  return {
+    d,
+    ms: performance.now() - t,
+    reward: phase("verdict")?.evidence?.reward as number,
+    reason: (phase("verdict")?.evidence?.reason ?? "") as string,
+    collect: phase("collect")?.evidence,
+    grade: phase("grade")?.evidence,
+  };
+}
+
+before(async () => {
+  dataDir = await mkdtemp(join(tmpdir(), "denv-attacks-"));
+  server = await startServer({ dataDir, adminKey: KEY });
+  host = await openTestHost({});
+  const token = (await api("POST", "/v1/hosts/join-token")).data.token;
+  const joined = await joinServer(server.url, token, "attacks");
+  sidecar = new Sidecar({ serverUrl: server.url, secret: joined.secret, denvd: host.denvd });
+  sidecar.start();
+  await sidecar.ready;
+  const projects: Record<string, string> = {
+    honest: compose({}),
+    dir: compose({
+      collect: "/home/ubuntu/out",
+      command: '["sh", "-c", "ls -la /collect/home/ubuntu/out; echo 1"]',
+    }),
+    slow: compose({ command: '["sleep", "1000"]', timeout: "2s" }),
+    crash: compose({ command: '["sh", "-c", "echo partial output; echo oops >&2; exit 3"]' }),
+    opsworld: readFileSync(join(import.meta.dirname, "../../examples/ops-world/docker-compose.yaml"), "utf8"),
+  };
+  for (const [name, text] of Object.entries(projects)) {
+    await api("POST", "/v1/projects", { name, kind: "rl-environment", source: `./${name}` });
+    await api("PUT", `/v1/projects/${name}/source`, { compose: text });
+    const d = await api("POST", `/v1/projects/${name}/deploy?wait=true`, { env: "base" });
+    assert.equal(d.data.status, "succeeded", d.data.reason);
+    versions[name] = d.data.phases.find((p: any) => p.name === "verdict").evidence.version_id;
+  }
+});
+
+after(async () => {
+  await sidecar?.stop();
+  await server?.close();
+  await host?.close();
+  await rm(dataDir, { recursive: true, force: true });
+});
+
+describe("graded answers", () => {
+  test("ops-world: the right answer earns 1, a wrong one 0; the agent is left frozen", async () => {
+    const right = await episode(
+      "opsworld",
+      "psql -tAc \"select count(*) from orders where status='failed' and total_cents > 50000\" > /home/ubuntu/answer.txt",
+    );
+    const v = await verify(right.id);
+    assert.equal(v.d.status, "succeeded", v.d.reason);
+    assert.deepEqual(
+      v.d.phases.map((p: any) => p.name),
+      ["stop", "collect", "snapshot", "clone", "grade", "verdict"],
+    );
+    assert.equal(v.reward, 1);
+    assert.equal(v.grade.exit_code, 0);
+    assert.equal((await api("GET", `/v1/envs/${right.id}`)).data.status, "frozen");
+    assert.equal((await api("POST", `/v1/envs/${right.id}/exec`, { command: "true" })).status, 409);
+    const wrong = await episode("opsworld", "echo 10000 > /home/ubuntu/answer.txt");
+    assert.equal((await verify(wrong.id)).reward, 0);
+  });
+
+  test("--resume lets the agent run again", async () => {
+    const e = await episode("honest", "echo 9993 > /home/ubuntu/answer.txt");
+    const d = (await api("POST", `/v1/envs/${e.id}/verify`, { resume: true })).data;
+    assert.equal(d.phases.at(-1).evidence.reward, 1);
+    const r = await api("POST", `/v1/envs/${e.id}/exec`, { command: "echo alive" });
+    assert.equal(r.data.stdout, "alive\n");
+  });
+});
+
+describe("attack cases", () => {
+  const refused = (v: Awaited<ReturnType<typeof verify>>, pattern: RegExp) => {
+    assert.equal(v.d.status, "succeeded", v.d.reason);
+    assert.equal(v.reward, 0);
+    assert.match(v.collect.refused ?? "", pattern);
+    assert.match(v.reason, pattern);
+    assert.equal(v.grade ?? null, null, "nothing was graded");
+    assert.equal(v.d.phases.find((p: any) => p.name === "grade").status, "skipped");
+  };
+
+  test("the answer is a symlink to a root-only file", async () => {
+    const e = await episode("honest", "ln -s /etc/shadow /home/ubuntu/answer.txt");
+    refused(await verify(e.id), /symbolic link/);
+  });
+
+  test("a collected directory holds a symlink", async () => {
+    const e = await episode(
+      "dir",
+      "mkdir -p /home/ubuntu/out/sub && echo ok > /home/ubuntu/out/a && ln -s /etc/passwd /home/ubuntu/out/sub/p",
+    );
+    refused(await verify(e.id), /out\/sub\/p is a symbolic link/);
+  });
+
+  test("a collected path whose parent is a symlink", async () => {
+    const e = await episode(
+      "dir",
+      "mkdir -p /tmp/elsewhere && echo x > /tmp/elsewhere/a && ln -s /tmp/elsewhere /home/ubuntu/out",
+    );
+    refused(await verify(e.id), /symbolic link/);
+  });
+
+  test("the answer is a hard link to another file", async () => {
+    const e = await episode(
+      "honest",
+      "echo 9993 > /home/ubuntu/real && ln /home/ubuntu/real /home/ubuntu/answer.txt",
+    );
+    refused(await verify(e.id), /hard link/);
+  });
+
+  test("the answer is a FIFO (a grader that opened it would hang)", async () => {
+    const e = await episode("honest", "mkfifo /home/ubuntu/answer.txt");
+    const v = await verify(e.id);
+    refused(v, /FIFO/);
+    assert.ok(v.ms < 30_000);
+  });
+
+  test("the answer is a socket", async () => {
+    const e = await episode("honest", "");
+    // The agent's image has nothing to make a socket with; make it where the agent's home lives.
+    const path = join(await homeDataset(e.id), "answer.txt");
+    const srv = createServer();
+    await new Promise<void>((r) => srv.listen(path, r));
+    try {
+      refused(await verify(e.id), /socket/);
+    } finally {
+      srv.close();
+    }
+  });
+
+  test("a path swapped for a link around the stop: no link is followed", async () => {
+    const e = await episode(
+      "honest",
+      "cd /home/ubuntu; (while :; do ln -sf /etc/shadow l.tmp && mv -T l.tmp answer.txt; echo 9993 > f.tmp && mv -T f.tmp answer.txt; done) >/dev/null 2>&1 & sleep 0.5",
+    );
+    const v = await verify(e.id);
+    assert.equal(v.d.status, "succeeded", v.d.reason);
+    if (v.collect.refused) assert.match(v.collect.refused, /symbolic link/);
+    else {
+      assert.equal(v.reward, 1, "the honest file was graded");
+      assert.equal(v.collect.files[0].sha256, createHash("sha256").update("9993\n").digest("hex"));
+    }
+  });
+
+  test("a background process that rewrites the answer after the agent is done cannot", async () => {
+    const e = await episode(
+      "honest",
+      "echo 9993 > /home/ubuntu/answer.txt; (sleep 2; echo 0 > /home/ubuntu/answer.txt) >/dev/null 2>&1 &",
+    );
+    const v = await verify(e.id);
+    assert.equal(v.reward, 1);
+    await new Promise((r) => setTimeout(r, 3000));
+    const answer = readFileSync(join(await homeDataset(e.id), "answer.txt"), "utf8");
+    assert.equal(answer, "9993\n", "the frozen background process never ran again");
+  });
+
+  test("an answer too large", async () => {
+    const e = await episode("honest", "head -c 70000000 /dev/zero > /home/ubuntu/answer.txt");
+    refused(await verify(e.id), /exceed/);
+  });
+
+  test("names that are not UTF-8", async () => {
+    const e = await episode(
+      "dir",
+      "mkdir -p /home/ubuntu/out && touch \"/home/ubuntu/out/$(printf 'bad\\377name')\"",
+    );
+    refused(await verify(e.id), /not UTF-8/);
+  });
+
+  test("names with .. are refused before anything runs", () => {
+    const r = validateCompose(compose({ collect: "/home/ubuntu/../../etc/shadow" }), { env: {} });
+    assert.ok(!r.ok && r.errors.some((x) => x.code === "collect_path_invalid"));
+  });
+
+  test("a verifier that never ends is stopped at its timeout and scores 0", async () => {
+    const e = await episode("slow", "echo 9993 > /home/ubuntu/answer.txt");
+    const v = await verify(e.id);
+    assert.equal(v.d.status, "succeeded", v.d.reason);
+    assert.equal(v.reward, 0);
+    assert.equal(v.grade.timed_out, true);
+    assert.match(v.reason, /did not finish within 2000 ms/);
+    assert.ok(v.ms < 30_000, `${v.ms} ms`);
+  });
+
+  test("a verifier that crashes scores 0 and its output is kept", async () => {
+    const e = await episode("crash", "echo 9993 > /home/ubuntu/answer.txt");
+    const v = await verify(e.id);
+    assert.equal(v.reward, 0);
+    assert.equal(v.grade.exit_code, 3);
+    assert.match(v.grade.stdout_tail, /partial output/);
+    assert.match(v.grade.stderr_tail, /oops/);
+    assert.match(v.reason, /exited with 3/);
+  });
+
+  test("a collected directory of plain files is graded", async () => {
+    const e = await episode(
+      "dir",
+      "mkdir -p /home/ubuntu/out/sub && echo a > /home/ubuntu/out/a && echo b > /home/ubuntu/out/sub/b",
+    );
+    const v = await verify(e.id);
+    assert.equal(v.reward, 1);
+    assert.deepEqual(v.collect.files.map((f: any) => f.path).sort(), [
+      "/home/ubuntu/out/a",
+      "/home/ubuntu/out/sub/b",
+    ]);
+    assert.match(v.grade.stdout_tail, /sub/);
+  });
+});

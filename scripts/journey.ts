@@ -99,6 +99,11 @@ async function main(): Promise<void> {
     step("login");
     denv(["login", "--server", up.server, "--api-key", up.key]);
     denv(["host", "list"]);
+    const hosts = JSON.parse(denv(["host", "list", "--json"], { quiet: true })).hosts;
+    check(
+      hosts.length === 1 && hosts[0].storage === "btrfs" && hosts[0].connected,
+      "one host joined, on btrfs, connected",
+    );
 
     step("project create");
     denv([
@@ -244,6 +249,14 @@ async function main(): Promise<void> {
 
     step("the deploy's phase log, with its evidence");
     denv(["deployment", "show", deployId]);
+
+    const envs = JSON.parse(denv(["env", "list", "--json"], { quiet: true })).environments.map(
+      (e: { name: string }) => e.name,
+    );
+    check(
+      ["alpha", "rollout-017", "rollout-017-b"].every((n) => envs.includes(n)),
+      "env list shows alpha and both rollouts",
+    );
 
     step("clean up");
     for (const e of ["rollout-017-b", "rollout-017", "alpha"]) denv(["env", "destroy", e]);

@@ -34,6 +34,9 @@ command -v docker-registry >/dev/null || need+=(docker-registry)
 command -v docker-compose >/dev/null || need+=(docker-compose)
 command -v ip >/dev/null || need+=(iproute2)
 command -v curl >/dev/null || need+=(curl)
+command -v git >/dev/null || need+=(git)
+command -v openssl >/dev/null || need+=(openssl)
+command -v jq >/dev/null || need+=(jq)
 if [ ${#need[@]} -gt 0 ]; then
   log "installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

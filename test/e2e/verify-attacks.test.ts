@@ -105,6 +105,17 @@ before(async () => {
     }),
     slow: compose({ command: '["sleep", "1000"]', timeout: "2s" }),
     crash: compose({ command: '["sh", "-c", "echo partial output; echo oops >&2; exit 3"]' }),
+    inservice: compose({})
+      .replace(
+        '    image: 127.0.0.1:5000/denv/ops-verifier:1.2\n    command: ["/verify.sh"]',
+        // A function, not a string: in a replacement string "$$" would become "$".
+        () =>
+          '    service: grader\n    command: ["sh", "-c", "id -u; cat $$DENV_COLLECT_DIR/home/ubuntu/answer.txt; echo 0.5 > $$DENV_REWARD_FILE"]',
+      )
+      .replace(
+        "volumes: { home: {} }",
+        '  grader:\n    image: 127.0.0.1:5000/denv/opsbox:bookworm\n    command: ["sleep", "infinity"]\nvolumes: { home: {} }',
+      ),
     opsworld: readFileSync(join(import.meta.dirname, "../../examples/ops-world/docker-compose.yaml"), "utf8"),
   };
   for (const [name, text] of Object.entries(projects)) {
@@ -273,6 +284,16 @@ describe("attack cases", () => {
     assert.match(v.grade.stdout_tail, /partial output/);
     assert.match(v.grade.stderr_tail, /oops/);
     assert.match(v.reason, /exited with 3/);
+  });
+
+  test("a verifier inside a named service of the fork runs as root with the collected files", async () => {
+    const e = await episode("inservice", "echo 9993 > /home/ubuntu/answer.txt");
+    const v = await verify(e.id);
+    assert.equal(v.d.status, "succeeded", v.d.reason);
+    assert.equal(v.grade.mode, "service", JSON.stringify(v.grade));
+    assert.equal(v.reason, "", JSON.stringify(v.grade)); // compose interpolates $VAR: the file writes $$VAR
+    assert.equal(v.reward, 0.5);
+    assert.match(v.grade.stdout_tail, /^0\n9993\n/);
   });
 
   test("a collected directory of plain files is graded", async () => {

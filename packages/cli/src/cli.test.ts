@@ -96,3 +96,29 @@ test("denv init rl-environment writes the seed's file, which validates, and neve
   assert.equal(second.code, 1);
   assert.equal(readFileSync(path, "utf8"), "# mine\n");
 });
+
+test("API commands answer bad arguments with usage errors (exit 2) before calling anything", () => {
+  for (const args of [
+    ["fork", "alpha"],
+    ["exec"],
+    ["files", "put", "x"],
+    ["rollback", "alpha"],
+    ["deploy"],
+    ["project", "create", "p"],
+  ]) {
+    const r = denv(args);
+    assert.equal(r.code, 2, `denv ${args.join(" ")}: ${r.stderr}`);
+  }
+});
+
+test("without a server or key, API commands say how to get one (exit 1, --json error)", () => {
+  const r = spawnSync(process.execPath, [bin, "env", "list", "--json"], {
+    encoding: "utf8",
+    env: { ...process.env, DENV_CONFIG: "/nonexistent/config.json", DENV_SERVER: "", DENV_API_KEY: "" },
+  });
+  assert.equal(r.status, 1);
+  const out = JSON.parse(r.stdout);
+  assert.equal(out.ok, false);
+  assert.equal(out.error.code, "unauthenticated");
+  assert.match(out.error.message, /denv login/);
+});

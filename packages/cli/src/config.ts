@@ -35,8 +35,8 @@ export function writeConfig(config: CliConfig): string {
 
 export function clientFrom(opts: { server?: string; apiKey?: string }): DenvClient {
   const file = readConfig();
-  const baseUrl = opts.server ?? process.env.DENV_SERVER ?? file.server;
-  const apiKey = opts.apiKey ?? process.env.DENV_API_KEY ?? file.api_key;
+  const baseUrl = opts.server || process.env.DENV_SERVER || file.server;
+  const apiKey = opts.apiKey || process.env.DENV_API_KEY || file.api_key;
   if (!baseUrl || !apiKey) {
     throw new DenvError(
       "unauthenticated",

@@ -187,6 +187,7 @@ export function registerApiCommands(program: Command): void {
   fork.action(
     run(fork, async (client, json, env: string, o: { name: string }) => {
       const t = performance.now();
+      if (!json) process.stderr.write(`forking ${env} → ${o.name}…\n`);
       const e = await client().call("postV1EnvsByIdFork", { params: envParam(env), body: { name: o.name } });
       if (json) printJson(e);
       else
@@ -204,6 +205,7 @@ export function registerApiCommands(program: Command): void {
     .addHelpText("after", "\nExample:\n  denv snapshot rollout-017");
   snapshot.action(
     run(snapshot, async (client, json, env: string) => {
+      if (!json) process.stderr.write(`snapshotting ${env}…\n`);
       const d = await client().call("postV1EnvsByIdSnapshot", { params: envParam(env) });
       const v = (d.phases.find((p) => p.name === "verdict")?.evidence as { version_id?: string } | null)
         ?.version_id;
@@ -224,6 +226,7 @@ export function registerApiCommands(program: Command): void {
     .addHelpText("after", "\nExample:\n  denv rollback alpha ver_0123456789ab");
   rollback.action(
     run(rollback, async (client, json, env: string, version: string) => {
+      if (!json) process.stderr.write(`rolling ${env} back to ${version}…\n`);
       const d = await client().call("postV1EnvsByIdRollback", { params: envParam(env), body: { version } });
       if (json) printJson(d);
       else
@@ -249,6 +252,7 @@ export function registerApiCommands(program: Command): void {
     );
   verify.action(
     run(verify, async (client, json, env: string, o: { resume?: boolean }) => {
+      if (!json) process.stderr.write(`verifying ${env}: stop, collect, snapshot, clone, grade…\n`);
       const d = await client().call("postV1EnvsByIdVerify", {
         params: envParam(env),
         body: { resume: o.resume === true },

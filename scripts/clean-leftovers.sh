@@ -15,6 +15,8 @@ fi
 # Test btrfs pools are loop-mounted under /var/lib/denv-test; unmount them (deepest first) and free
 # their loop devices.
 if [ -d /var/lib/denv-test ]; then
+  # PostgreSQL clusters the store tests started.
+  pkill -9 -f 'postgres.*-D /var/lib/denv-test/pg-' 2>/dev/null
   awk '$2 ~ "^/var/lib/denv-test/" {print $2}' /proc/mounts | sort -r | while read -r m; do
     umount -l "$m" 2>/dev/null
   done

@@ -37,6 +37,8 @@ command -v curl >/dev/null || need+=(curl)
 command -v git >/dev/null || need+=(git)
 command -v openssl >/dev/null || need+=(openssl)
 command -v jq >/dev/null || need+=(jq)
+# PostgreSQL: the store's second database, which its tests start a throw-away cluster of.
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then
   log "installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -15,6 +15,8 @@ import { openStore, type Store } from "./store/open-store.ts";
 
 export interface ServerOptions {
   dataDir: string;
+  /** postgres://… to keep the store in PostgreSQL instead of SQLite in dataDir. */
+  databaseUrl?: string;
   port?: number;
   host?: string;
   tls?: { certPath: string; keyPath: string };
@@ -36,7 +38,7 @@ export interface RunningServer {
 }
 
 export async function startServer(options: ServerOptions): Promise<RunningServer> {
-  const store = await openStore(options.dataDir);
+  const store = await openStore({ dataDir: options.dataDir, databaseUrl: options.databaseUrl });
   const adminKey = await bootstrap(store, options.adminKey);
   const hub = new HostHub(store);
   const deployer = new Deployer({ store, hub, joinWaitMs: options.joinWaitMs });

@@ -6,6 +6,10 @@ export function registerServer(program: Command): void {
     .command("server")
     .description("Run the control plane: the /v1 API and the sidecars' WebSocket hub on one port")
     .option("--data-dir <dir>", "where the embedded SQLite store lives", "/var/lib/denv-server")
+    .option(
+      "--database-url <url>",
+      "keep the store in PostgreSQL (postgres://…) instead of SQLite; default DENV_DATABASE_URL",
+    )
     .option("--port <port>", "port to listen on", "7070")
     .option("--host <addr>", "address to listen on", "127.0.0.1")
     .option("--tls-cert <path>", "serve HTTPS with this certificate (PEM)")
@@ -19,33 +23,43 @@ Examples:
   denv server --data-dir ./denv-data --port 7070
   DENV_ADMIN_KEY=dk_example denv server --host 0.0.0.0 --tls-cert cert.pem --tls-key key.pem`,
     )
-    .action(async (o: { dataDir: string; port: string; host: string; tlsCert?: string; tlsKey?: string }) => {
-      if (Boolean(o.tlsCert) !== Boolean(o.tlsKey))
-        throw new UsageError("--tls-cert and --tls-key go together");
-      const port = Number(o.port);
-      if (!Number.isInteger(port) || port < 0 || port > 65535)
-        throw new UsageError(`--port ${o.port} is not a port`);
-      const { startServer } = await import("@denv/server");
-      const server = await startServer({
-        dataDir: o.dataDir,
-        port,
-        host: o.host,
-        ...(o.tlsCert && o.tlsKey ? { tls: { certPath: o.tlsCert, keyPath: o.tlsKey } } : {}),
-        adminKey: process.env.DENV_ADMIN_KEY,
-      });
-      process.stdout.write(`denv server listening on ${server.url}\n`);
-      if (server.adminKey) process.stdout.write(`admin API key (shown once): ${server.adminKey}\n`);
-      if (server.recovered.length) {
-        process.stdout.write(
-          `rolled back ${server.recovered.length} deployment(s) interrupted by the last stop\n`,
-        );
-      }
-      const stop = async () => {
-        await server.close();
-        process.exit(0);
-      };
-      process.on("SIGINT", stop);
-      process.on("SIGTERM", stop);
-      await new Promise(() => {});
-    });
+    .action(
+      async (o: {
+        dataDir: string;
+        databaseUrl?: string;
+        port: string;
+        host: string;
+        tlsCert?: string;
+        tlsKey?: string;
+      }) => {
+        if (Boolean(o.tlsCert) !== Boolean(o.tlsKey))
+          throw new UsageError("--tls-cert and --tls-key go together");
+        const port = Number(o.port);
+        if (!Number.isInteger(port) || port < 0 || port > 65535)
+          throw new UsageError(`--port ${o.port} is not a port`);
+        const { startServer } = await import("@denv/server");
+        const server = await startServer({
+          dataDir: o.dataDir,
+          databaseUrl: o.databaseUrl ?? process.env.DENV_DATABASE_URL,
+          port,
+          host: o.host,
+          ...(o.tlsCert && o.tlsKey ? { tls: { certPath: o.tlsCert, keyPath: o.tlsKey } } : {}),
+          adminKey: process.env.DENV_ADMIN_KEY,
+        });
+        process.stdout.write(`denv server listening on ${server.url}\n`);
+        if (server.adminKey) process.stdout.write(`admin API key (shown once): ${server.adminKey}\n`);
+        if (server.recovered.length) {
+          process.stdout.write(
+            `rolled back ${server.recovered.length} deployment(s) interrupted by the last stop\n`,
+          );
+        }
+        const stop = async () => {
+          await server.close();
+          process.exit(0);
+        };
+        process.on("SIGINT", stop);
+        process.on("SIGTERM", stop);
+        await new Promise(() => {});
+      },
+    );
 }

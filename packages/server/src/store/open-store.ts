@@ -1,23 +1,39 @@
 /**
- * Opens the store: embedded SQLite in a data directory by default. The queries are Kysely's, so the
- * same code targets PostgreSQL through Kysely's PostgresDialect (not wired here yet: see README).
+ * Opens the store: embedded SQLite in a data directory by default, or PostgreSQL when given a
+ * postgres:// URL. The queries and the migrations are Kysely's, written once for both.
  */
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { Kysely, Migrator, SqliteDialect } from "kysely";
+import { type Dialect, Kysely, Migrator, PostgresDialect, SqliteDialect } from "kysely";
+import pg from "pg";
 import { migrationProvider } from "./migrations.ts";
 import { openNodeSqlite } from "./node-sqlite-database.ts";
 import type { Database } from "./schema.ts";
 
 export type Store = Kysely<Database>;
 
-export async function openStore(dataDir: string): Promise<Store> {
-  mkdirSync(dataDir, { recursive: true });
-  const db = new Kysely<Database>({
-    dialect: new SqliteDialect({ database: openNodeSqlite(join(dataDir, "denv.sqlite")) }),
-  });
+export interface StoreOptions {
+  /** For SQLite: the directory holding denv.sqlite. */
+  dataDir: string;
+  /** postgres://user:password@host:port/db — when set, PostgreSQL is used instead of SQLite. */
+  databaseUrl?: string;
+}
+
+export async function openStore(options: StoreOptions | string): Promise<Store> {
+  const o = typeof options === "string" ? { dataDir: options } : options;
+  let dialect: Dialect;
+  if (o.databaseUrl) {
+    if (!/^postgres(ql)?:\/\//.test(o.databaseUrl))
+      throw new Error("the database URL must start with postgres://");
+    dialect = new PostgresDialect({ pool: new pg.Pool({ connectionString: o.databaseUrl, max: 10 }) });
+  } else {
+    mkdirSync(o.dataDir, { recursive: true });
+    dialect = new SqliteDialect({ database: openNodeSqlite(join(o.dataDir, "denv.sqlite")) });
+  }
+  const db = new Kysely<Database>({ dialect });
   const { error, results } = await new Migrator({ db, provider: migrationProvider }).migrateToLatest();
   if (error) {
+    await db.destroy();
     const failed = results?.find((r) => r.status === "Error")?.migrationName;
     throw new Error(`store migration ${failed ?? ""} failed: ${(error as Error).message}`);
   }

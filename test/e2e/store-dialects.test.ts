@@ -1,0 +1,155 @@
+/**
+ * The store's query layer on both of its databases: embedded SQLite, and a real PostgreSQL (Debian's,
+ * a throw-away cluster started by the test on loopback). The same API flows run against each:
+ * bootstrap, teams and isolation, projects, join tokens (single use), a deployment recorded and
+ * rolled back, migrations applied once.
+ */
+import assert from "node:assert/strict";
+import { execFileSync, spawnSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdirSync, readdirSync, rmSync } from "node:fs";
+import { mkdtemp } from "node:fs/promises";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, describe, test } from "node:test";
+import { type RunningServer, startServer } from "@denv/server";
+
+const pgBin = (() => {
+  const versions = existsSync("/usr/lib/postgresql") ? readdirSync("/usr/lib/postgresql").sort() : [];
+  const v = versions.at(-1);
+  return v ? `/usr/lib/postgresql/${v}/bin` : null;
+})();
+const cleanups: (() => void)[] = [];
+after(() => {
+  for (const f of cleanups.reverse()) f();
+});
+
+async function freePort(): Promise<number> {
+  const s = createServer();
+  await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
+  const { port } = s.address() as { port: number };
+  await new Promise((r) => s.close(r));
+  return port;
+}
+
+/** A PostgreSQL cluster of its own, as user postgres, on a loopback port. */
+async function startPostgres(): Promise<string> {
+  if (!pgBin) throw new Error("PostgreSQL is not installed (the set-up installs Debian's postgresql)");
+  const dir = join("/var/lib/denv-test", `pg-${randomBytes(4).toString("hex")}`);
+  mkdirSync(dir, { recursive: true });
+  execFileSync("chown", ["postgres:postgres", dir]);
+  const port = await freePort();
+  const asPg = (...args: string[]) =>
+    execFileSync("runuser", ["-u", "postgres", "--", ...args], { stdio: "pipe" });
+  asPg(`${pgBin}/initdb`, "-D", join(dir, "data"), "-A", "trust", "-U", "postgres");
+  asPg(
+    `${pgBin}/pg_ctl`,
+    "-D",
+    join(dir, "data"),
+    "-w",
+    "-l",
+    join(dir, "log"),
+    "-o",
+    `-k ${dir} -p ${port} -c listen_addresses=127.0.0.1`,
+    "start",
+  );
+  cleanups.push(() => {
+    spawnSync(
+      "runuser",
+      ["-u", "postgres", "--", `${pgBin}/pg_ctl`, "-D", join(dir, "data"), "-m", "immediate", "stop"],
+      { stdio: "ignore" },
+    );
+    rmSync(dir, { recursive: true, force: true });
+  });
+  return `postgres://postgres@127.0.0.1:${port}/postgres`;
+}
+
+type Opener = (adminKey: string) => Promise<{ server: RunningServer; reopen: () => Promise<RunningServer> }>;
+
+function flows(name: string, open: Opener) {
+  describe(`store on ${name}`, () => {
+    const KEY = `dk_store_${randomBytes(4).toString("hex")}`;
+    test("bootstrap, teams, isolation, projects, join tokens, a recorded deployment; migrations once", async () => {
+      const { server, reopen } = await open(KEY);
+      assert.match(server.adminKey ?? "", /^dk_/, "the first start makes an admin key");
+      let s = server;
+      const api = async (method: string, path: string, body?: unknown, key = KEY) => {
+        const res = await fetch(`${s.url}${path}`, {
+          method,
+          headers: {
+            authorization: `Bearer ${key}`,
+            ...(body ? { "content-type": "application/json" } : {}),
+          },
+          body: body ? JSON.stringify(body) : undefined,
+        });
+        return { status: res.status, data: (await res.json()) as any };
+      };
+      try {
+        assert.equal((await api("GET", "/v1/hosts")).status, 401, "no admin key before bootstrap with it");
+        await s.close();
+        s = await reopen();
+        assert.equal((await api("GET", "/v1/hosts")).status, 200);
+        const other = (await api("POST", "/v1/teams", { name: "other" })).data.api_key as string;
+        assert.equal(
+          (await api("POST", "/v1/projects", { name: "p1", kind: "agent", source: "./p1" })).status,
+          201,
+        );
+        assert.equal(
+          (await api("POST", "/v1/projects", { name: "p1", kind: "agent", source: "./p1" })).status,
+          409,
+        );
+        assert.equal((await api("GET", "/v1/projects/p1", undefined, other)).status, 404);
+        assert.equal((await api("GET", "/v1/projects", undefined, other)).data.projects.length, 0);
+        const token = (await api("POST", "/v1/hosts/join-token")).data.token as string;
+        const join1 = await fetch(`${s.url}/v1/hosts/join`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ token }),
+        });
+        assert.equal(join1.status, 201);
+        const join2 = await fetch(`${s.url}/v1/hosts/join`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ token }),
+        });
+        assert.equal(join2.status, 401);
+        assert.equal((await api("GET", "/v1/hosts")).data.hosts.length, 1);
+        await api("PUT", "/v1/projects/p1/source", {
+          compose: "services:\n  a:\n    image: 127.0.0.1:5000/denv/opsbox:bookworm\n",
+        });
+        const d = await api("POST", "/v1/projects/p1/deploy?wait=true", { env: "alpha" });
+        assert.equal(d.data.status, "rolled_back", "the only host is not connected");
+        assert.match(d.data.phases.find((p: any) => p.name === "place").reason, /no connected host/);
+        const shown = await api("GET", `/v1/deployments/${d.data.id}`);
+        assert.deepEqual(shown.data.phases, d.data.phases);
+        assert.equal((await api("GET", `/v1/deployments/${d.data.id}`, undefined, other)).status, 404);
+        await s.close();
+        s = await reopen();
+        assert.equal(
+          (await api("GET", "/v1/projects")).data.projects.length,
+          1,
+          "data survives a restart; migrations are not re-run",
+        );
+      } finally {
+        await s.close();
+      }
+    });
+  });
+}
+
+// The first start makes its own admin key; restarts add the key given in the environment.
+flows("SQLite", async (adminKey) => {
+  const dataDir = await mkdtemp(join(tmpdir(), "denv-store-"));
+  cleanups.push(() => rmSync(dataDir, { recursive: true, force: true }));
+  const server = await startServer({ dataDir });
+  return { server, reopen: () => startServer({ dataDir, adminKey }) };
+});
+
+flows("PostgreSQL", async (adminKey) => {
+  const databaseUrl = await startPostgres();
+  const dataDir = await mkdtemp(join(tmpdir(), "denv-store-"));
+  cleanups.push(() => rmSync(dataDir, { recursive: true, force: true }));
+  const server = await startServer({ dataDir, databaseUrl });
+  return { server, reopen: () => startServer({ dataDir, databaseUrl, adminKey }) };
+});

@@ -9,13 +9,13 @@ import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
 import { LABEL } from "@denv/denvd";
 import { openTestHost, repoRoot } from "./denvd-helpers.ts";
 import { removeLabelled } from "./engine-helpers.ts";
+import { freePort } from "./net-helpers.ts";
 
 const denvBin = join(repoRoot, "packages/cli/bin/denv.js");
 const denvdBin = join(repoRoot, "packages/denvd/bin/denvd.js");
@@ -27,14 +27,6 @@ after(async () => {
   for (const c of children) c.kill("SIGKILL");
   for (const f of cleanups.reverse()) await f().catch(() => {});
 });
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
-  const { port } = s.address() as { port: number };
-  await new Promise((r) => s.close(r));
-  return port;
-}
 
 function startProcess(bin: string, args: string[], env: Record<string, string> = {}): Promise<ChildProcess> {
   const child = spawn(process.execPath, [bin, ...args], {

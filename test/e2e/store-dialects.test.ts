@@ -9,11 +9,11 @@ import { execFileSync, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, rmSync } from "node:fs";
 import { mkdtemp } from "node:fs/promises";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import { type RunningServer, startServer } from "@denv/server";
+import { freePort } from "./net-helpers.ts";
 
 const pgBin = (() => {
   const versions = existsSync("/usr/lib/postgresql") ? readdirSync("/usr/lib/postgresql").sort() : [];
@@ -24,14 +24,6 @@ const cleanups: (() => void)[] = [];
 after(() => {
   for (const f of cleanups.reverse()) f();
 });
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
-  const { port } = s.address() as { port: number };
-  await new Promise((r) => s.close(r));
-  return port;
-}
 
 /** A PostgreSQL cluster of its own, as user postgres, on a loopback port. */
 async function startPostgres(): Promise<string> {

@@ -821,15 +821,27 @@ export class Denvd {
     await this.store.deleteVersion(versionId);
   }
 
-  /** Removes an environment's containers, volumes and networks, found by record and by label. */
+  /**
+   * Removes an environment's containers, volumes and networks, found by record and by label. A
+   * create the engine was still finishing when its caller died can surface a moment later and hold
+   * a volume or network: such a conflict sends it round again, a few times.
+   */
   private async removeStack(env: EnvironmentRecord): Promise<void> {
     const labels = { [LABEL.owner]: this.store.ownerId, [LABEL.environment]: env.id };
-    const byLabel = await this.runtime.listContainers(labels);
-    const ids = new Set([...Object.values(env.containers), ...byLabel.map((c) => c.id)]);
-    await Promise.all([...ids].map((id) => this.runtime.removeContainer(id)));
-    const vols = await this.runtime.listVolumes(labels);
-    await Promise.all(vols.map((v) => this.runtime.removeVolume(v.name)));
-    for (const n of await this.runtime.listNetworks(labels)) await this.runtime.removeNetwork(n.id);
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const byLabel = await this.runtime.listContainers(labels);
+        const ids = new Set([...Object.values(env.containers), ...byLabel.map((c) => c.id)]);
+        await Promise.all([...ids].map((id) => this.runtime.removeContainer(id)));
+        const vols = await this.runtime.listVolumes(labels);
+        await Promise.all(vols.map((v) => this.runtime.removeVolume(v.name)));
+        for (const n of await this.runtime.listNetworks(labels)) await this.runtime.removeNetwork(n.id);
+        return;
+      } catch (err) {
+        if (!(err instanceof DenvError && err.code === "conflict") || attempt >= 10) throw err;
+        await sleep(200);
+      }
+    }
   }
 
   private async teardown(env: EnvironmentRecord): Promise<void> {

@@ -460,6 +460,32 @@ export function createApp(deps: AppDeps): Hono<Env> {
     return c.json(serializeDeployment((await deployer.getDeployment(deploymentId)) as DeploymentsTable));
   });
 
+  /** The answer to a fork or sandbox creation: the new environment once its deployment succeeded. */
+  const createdEnv = async (
+    what: string,
+    deploymentId: string,
+    environmentId: string,
+    done: Promise<void>,
+  ) => {
+    await done;
+    const d = (await deployer.getDeployment(deploymentId)) as DeploymentsTable;
+    if (d.status !== "succeeded") {
+      throw new DenvError(
+        "unavailable",
+        `the ${what} failed: ${d.reason ?? "see deployment"} (deployment ${d.id})`,
+        {
+          details: { deployment_id: d.id },
+        },
+      );
+    }
+    const env = await store
+      .selectFrom("environments")
+      .selectAll()
+      .where("id", "=", environmentId)
+      .executeTakeFirstOrThrow();
+    return { ...(await serializeEnv(env)), deployment_id: d.id };
+  };
+
   /** Fork of an environment = its current version (snapshot first when it has none). */
   const forkEnv = async (
     teamId: string,
@@ -487,21 +513,7 @@ export function createApp(deps: AppDeps): Hono<Env> {
       name: name ?? `sbx-${newId("x").slice(2, 10)}`,
       sandbox,
     });
-    await done;
-    const d = (await deployer.getDeployment(deploymentId)) as DeploymentsTable;
-    if (d.status !== "succeeded") {
-      throw new DenvError(
-        "unavailable",
-        `the fork failed: ${d.reason ?? "see deployment"} (deployment ${d.id})`,
-        { details: { deployment_id: d.id } },
-      );
-    }
-    const env = await store
-      .selectFrom("environments")
-      .selectAll()
-      .where("id", "=", environmentId)
-      .executeTakeFirstOrThrow();
-    return { ...(await serializeEnv(env)), deployment_id: d.id };
+    return createdEnv("fork", deploymentId, environmentId, done);
   };
 
   app.post("/v1/envs/:id/fork", tooLarge(JSON_LIMIT), async (c) => {
@@ -629,21 +641,7 @@ export function createApp(deps: AppDeps): Hono<Env> {
       envName,
     );
     await store.updateTable("environments").set({ sandbox: 1 }).where("id", "=", environmentId).execute();
-    await done;
-    const d = (await deployer.getDeployment(deploymentId)) as DeploymentsTable;
-    if (d.status !== "succeeded") {
-      throw new DenvError(
-        "unavailable",
-        `the sandbox failed: ${d.reason ?? "see deployment"} (deployment ${d.id})`,
-        { details: { deployment_id: d.id } },
-      );
-    }
-    const env = await store
-      .selectFrom("environments")
-      .selectAll()
-      .where("id", "=", environmentId)
-      .executeTakeFirstOrThrow();
-    return { ...(await serializeEnv(env)), deployment_id: d.id };
+    return createdEnv("sandbox", deploymentId, environmentId, done);
   };
 
   app.post("/v1/sandboxes", tooLarge(JSON_LIMIT), async (c) => {

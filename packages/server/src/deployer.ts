@@ -383,21 +383,12 @@ export class Deployer {
         }>(id, "snapshot", {
           environment_id: hostEnvId,
         });
-        await this.store
-          .insertInto("versions")
-          .values({
-            id: r.version_id,
-            team_id: project.team_id,
-            project_id: project.id,
-            environment_id: environmentId,
-            host_id: id,
-            spec_json: JSON.stringify(spec),
-            spec_hash: spec.hash,
-            images_json: JSON.stringify(r.images),
-            evidence_json: JSON.stringify(r.evidence),
-            created_at: now(),
-          })
-          .execute();
+        await this.recordVersion(
+          { id: environmentId, team_id: project.team_id, project_id: project.id },
+          id,
+          spec,
+          r,
+        );
         return { value: r.version_id, evidence: r.evidence };
       })) as string;
       const published = Object.values(spec.services).some((s) => s.ports.length > 0);
@@ -569,22 +560,7 @@ export class Deployer {
           }>(hostId, "snapshot", {
             environment_id: hostEnvId,
           });
-          const spec = await this.specOf(env);
-          await this.store
-            .insertInto("versions")
-            .values({
-              id: r.version_id,
-              team_id: env.team_id,
-              project_id: env.project_id,
-              environment_id: env.id,
-              host_id: hostId,
-              spec_json: JSON.stringify(spec),
-              spec_hash: spec.hash,
-              images_json: JSON.stringify(r.images),
-              evidence_json: JSON.stringify(r.evidence),
-              created_at: now(),
-            })
-            .execute();
+          await this.recordVersion(env, hostId, await this.specOf(env), r);
           return { value: r.version_id, evidence: r.evidence };
         });
         await this.store
@@ -600,6 +576,30 @@ export class Deployer {
     });
     done.catch(() => {});
     return { deploymentId: rec.deploymentId, done };
+  }
+
+  /** A version the host just snapshotted, recorded with its spec, pinned images and evidence. */
+  private async recordVersion(
+    env: Pick<EnvironmentsTable, "id" | "team_id" | "project_id">,
+    hostId: string,
+    spec: ResolvedSpec,
+    snap: { version_id: string; images: Record<string, string>; evidence: unknown },
+  ): Promise<void> {
+    await this.store
+      .insertInto("versions")
+      .values({
+        id: snap.version_id,
+        team_id: env.team_id,
+        project_id: env.project_id,
+        environment_id: env.id,
+        host_id: hostId,
+        spec_json: JSON.stringify(spec),
+        spec_hash: spec.hash,
+        images_json: JSON.stringify(snap.images),
+        evidence_json: JSON.stringify(snap.evidence),
+        created_at: now(),
+      })
+      .execute();
   }
 
   private async specOf(env: EnvironmentsTable): Promise<ResolvedSpec> {
@@ -822,22 +822,7 @@ export class Deployer {
             }>(hostId, "snapshot", {
               environment_id: hostEnvId,
             });
-            const spec = await this.specOf(current);
-            await this.store
-              .insertInto("versions")
-              .values({
-                id: r.version_id,
-                team_id: env.team_id,
-                project_id: env.project_id,
-                environment_id: env.id,
-                host_id: hostId,
-                spec_json: JSON.stringify(spec),
-                spec_hash: spec.hash,
-                images_json: JSON.stringify(r.images),
-                evidence_json: JSON.stringify(r.evidence),
-                created_at: now(),
-              })
-              .execute();
+            await this.recordVersion(env, hostId, await this.specOf(current), r);
             return { value: r.version_id, evidence: r.evidence };
           })) as string;
           graderEnvId = (await rec.run("clone", async () => {

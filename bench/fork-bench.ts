@@ -139,6 +139,86 @@ async function waitHealthyViaExec(project: string, s: ResolvedSpec): Promise<voi
   );
 }
 
+/**
+ * The physical floor: on datasets already cloned (untimed), the same containers created and
+ * started straight through the Engine API, all in parallel, polled to the same health.
+ */
+async function floorForks(
+  s: ResolvedSpec,
+  snapshots: Record<string, string>,
+  btrfs: BtrfsDriver,
+): Promise<number[]> {
+  const out: number[] = [];
+  for (let i = 0; i < ITER; i++) {
+    const tag = `${runId}-floor${i}`;
+    const net = await docker.createNetwork({
+      Name: tag,
+      Internal: true,
+      Labels: labels,
+      Options: { "com.docker.network.bridge.inhibit_ipv4": "true" },
+    });
+    const datasets: string[] = [];
+    for (const [vol, snap] of Object.entries(snapshots)) {
+      const ds = `${tag}-${vol}`;
+      await btrfs.clone(snap, ds);
+      datasets.push(ds);
+      await docker.createVolume({
+        Name: ds,
+        Driver: "local",
+        DriverOpts: { type: "none", o: "bind", device: btrfs.datasetPath(ds) },
+        Labels: labels,
+      });
+    }
+    const t = performance.now();
+    const containers = await Promise.all(
+      Object.entries(s.services).map(async ([name, svc]) => {
+        const c = await docker.createContainer({
+          name: `${tag}-${name}`,
+          Image: svc.image_pinned ?? svc.image,
+          ...(svc.command ? { Cmd: svc.command } : {}),
+          Env: Object.entries(svc.environment).map(([k, v]) => `${k}=${v}`),
+          ...(svc.user ? { User: svc.user } : {}),
+          Labels: labels,
+          HostConfig: {
+            NetworkMode: tag,
+            Memory: svc.caps.memory_bytes,
+            PidsLimit: svc.caps.pids,
+            NanoCpus: svc.caps.cpus * 1e9,
+            Binds: svc.volumes.map((v) => `${tag}-${v.dataset}:${v.target}`),
+          },
+          NetworkingConfig: { EndpointsConfig: { [tag]: { Aliases: [name] } } },
+        });
+        await c.start();
+        return [name, c] as const;
+      }),
+    );
+    await Promise.all(
+      containers.map(async ([name, c]) => {
+        const hc = s.services[name]?.healthcheck;
+        if (!hc) return;
+        const [kind, ...rest] = hc.test;
+        const cmd = kind === "CMD-SHELL" ? ["sh", "-c", rest[0] as string] : rest;
+        for (;;) {
+          const exec = await c.exec({ Cmd: cmd, AttachStdout: true, AttachStderr: true });
+          const stream = await exec.start({ hijack: true, stdin: false });
+          stream.resume();
+          await new Promise((r) => stream.on("end", r).on("close", r));
+          if ((await exec.inspect()).ExitCode === 0) return;
+          await new Promise((r) => setTimeout(r, 100));
+        }
+      }),
+    );
+    out.push(performance.now() - t);
+    await Promise.all(containers.map(([, c]) => c.remove({ force: true })));
+    for (const ds of datasets) {
+      await docker.getVolume(ds).remove();
+      await btrfs.destroyDataset(ds);
+    }
+    await net.remove();
+  }
+  return out;
+}
+
 /** Snapshots taken while a writer inserts rows: their frozen windows. */
 async function frozenWindows(d: Denvd, envId: string): Promise<number[]> {
   await d.exec(envId, "opsbox", {
@@ -160,7 +240,9 @@ async function frozenWindows(d: Denvd, envId: string): Promise<number[]> {
   return out;
 }
 
-async function main() {
+export async function forkBench(): Promise<
+  Record<string, { value: number; unit: string; samples?: number[] }>
+> {
   mkdirSync(base, { recursive: true });
   const s = await spec();
   const btrfs = new BtrfsDriver({ stateDir: join(base, "btrfs"), imageSizeBytes: 32 * 1024 ** 3 });
@@ -178,6 +260,7 @@ async function main() {
     await b.destroy(small.env);
     const big = await version(b, s, 1024 * MiB);
     record("fork_p50_ms_btrfs_1gib", await denvForks(b, big.version.id));
+    record("fork_floor_p50_ms_1gib", await floorForks(s, big.version.snapshots, btrfs));
     record("frozen_window_p50_ms", await frozenWindows(b, big.env));
     log("peer: cp -a of the volumes + docker-compose up, 1 GiB");
     const snapDirs = Object.fromEntries(
@@ -198,6 +281,11 @@ async function main() {
     rmSync(base, { recursive: true, force: true });
     spawnSync("bash", [join(root, "scripts/clean-leftovers.sh")], { stdio: "ignore" });
   }
+  return results;
+}
+
+async function main() {
+  const results = await forkBench();
   const v = (n: string) => results[n]?.value ?? Number.NaN;
   const ratios = {
     btrfs_1gib_vs_10mib: v("fork_p50_ms_btrfs_1gib") / v("fork_p50_ms_btrfs_10mib"),
@@ -213,4 +301,4 @@ async function main() {
   if (json) process.stdout.write(`${JSON.stringify({ metrics: results, ratios })}\n`);
 }
 
-await main();
+if (import.meta.main) await main();

@@ -50,6 +50,10 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         listener,
       )
     : createHttpServer(listener);
+  // Clients keep connections open between calls; closing an idle one just as a client reuses it
+  // resets that request. Idle connections therefore live longer than clients usually keep them.
+  server.keepAliveTimeout = 65_000;
+  server.headersTimeout = 66_000;
   server.on("upgrade", (req, socket, head) => {
     void hub.handleUpgrade(req, socket, head).catch(() => socket.destroy());
   });

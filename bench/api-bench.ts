@@ -1,0 +1,257 @@
+/**
+ * The API side of the benchmark, each figure beside its peer measured in the same run:
+ *   sandbox create (POST /v1/sandboxes from a single-container version until its first exec answers)
+ *     vs `docker run` of the same image until the same exec answers;
+ *   exec of `echo` through POST /v1/envs/{id}/exec vs the Engine API directly vs `docker exec`;
+ *   deploy of ops-world to healthy by denv vs `docker-compose up` of the same stack to the same health;
+ *   sandboxes held alive at once, and exec throughput and p99 across 50 of them.
+ */
+import { execFileSync, spawnSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtemp } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { BtrfsDriver, Denvd, DockerRuntime, joinServer, Sidecar } from "@denv/denvd";
+import { startServer } from "@denv/server";
+import Docker from "dockerode";
+import { parse, stringify } from "yaml";
+
+export type Metric = { value: number; unit: string; samples?: number[]; note?: string };
+
+const root = join(import.meta.dirname, "..");
+const docker = new Docker();
+const OPSBOX = "127.0.0.1:5000/denv/opsbox:bookworm";
+const log = (s: string) => process.stderr.write(`${s}\n`);
+const pct = (xs: number[], p: number) =>
+  [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((xs.length - 1) * p))] as number;
+const ms = (xs: number[], p = 0.5) => Math.round(pct(xs, p) * 10) / 10;
+
+async function dockerExecEcho(c: Docker.Container): Promise<void> {
+  const exec = await c.exec({ Cmd: ["echo", "hi"], AttachStdout: true, AttachStderr: true });
+  const stream = await exec.start({ hijack: true, stdin: false });
+  stream.resume();
+  await new Promise((r) => stream.on("end", r).on("close", r));
+}
+
+export async function apiBench(quick: boolean): Promise<Record<string, Metric>> {
+  const runId = `bench-api-${randomBytes(3).toString("hex")}`;
+  const labels = { "dev.denv.test": runId };
+  const stateDir = join("/var/lib/denv-test", runId);
+  const dataDir = await mkdtemp(join(tmpdir(), "denv-bench-"));
+  const KEY = `dk_${runId}`;
+  const server = await startServer({ dataDir, adminKey: KEY });
+  const storage = new BtrfsDriver({ stateDir, imageSizeBytes: 32 * 1024 ** 3 });
+  const denvd = await Denvd.open({
+    stateDir,
+    storage,
+    runtime: new DockerRuntime(),
+    extraLabels: labels,
+    minFreeBytes: 256 * 1024 ** 2,
+  });
+  const api = async (method: string, path: string, body?: unknown) => {
+    const res = await fetch(`${server.url}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${KEY}`, ...(body ? { "content-type": "application/json" } : {}) },
+      body: body ? JSON.stringify(body) : undefined,
+    });
+    const data = (await res.json()) as Record<string, any>;
+    if (!res.ok) throw new Error(`${method} ${path}: ${JSON.stringify(data)}`);
+    return data;
+  };
+  const token = (await api("POST", "/v1/hosts/join-token")).token;
+  const joined = await joinServer(server.url, token, "bench");
+  const sidecar = new Sidecar({ serverUrl: server.url, secret: joined.secret, denvd });
+  sidecar.start();
+  await sidecar.ready;
+  const results: Record<string, Metric> = {};
+  const peerDir = join(stateDir, "peer");
+  try {
+    // --- deploy vs docker-compose up ---
+    const compose = readFileSync(join(root, "examples/ops-world/docker-compose.yaml"), "utf8");
+    await api("POST", "/v1/projects", { name: "ops-world", kind: "rl-environment", source: "./ops-world" });
+    await api("PUT", "/v1/projects/ops-world/source", { compose });
+    const deploys: number[] = [];
+    const peers: number[] = [];
+    for (let i = 0; i < (quick ? 2 : 3); i++) {
+      const d = await api("POST", "/v1/projects/ops-world/deploy?wait=true", { env: `deploy-${i}` });
+      const health = d.phases.find((p: any) => p.name === "health");
+      deploys.push(Date.parse(health.finished_at) - Date.parse(d.created_at));
+      await api("DELETE", `/v1/envs/${encodeURIComponent(`ops-world/deploy-${i}`)}`);
+      peers.push(
+        await composeUp(compose, join(peerDir, String(i)), `${runId}p${i}`.replace(/[^a-z0-9]/g, ""), labels),
+      );
+    }
+    results.deploy_ms = {
+      value: ms(deploys),
+      unit: "ms",
+      samples: deploys,
+      note: "request to the end of the health phase (resolve, place, prepare, start, health)",
+    };
+    results.deploy_peer_ms = {
+      value: ms(peers),
+      unit: "ms",
+      samples: peers,
+      note: "docker-compose up -d on fresh volumes until the same healthchecks pass",
+    };
+
+    // --- sandbox create ---
+    const single =
+      'x-denv: { kind: agent, agent: { service: box } }\nservices:\n  box:\n    image: 127.0.0.1:5000/denv/opsbox:bookworm\n    user: "1000:1000"\n    command: [sleep, infinity]\n    volumes: ["work:/work"]\nvolumes: { work: {} }\n';
+    await api("POST", "/v1/projects", { name: "single", kind: "agent", source: "./single" });
+    await api("PUT", "/v1/projects/single/source", { compose: single });
+    const base = await api("POST", "/v1/projects/single/deploy?wait=true", { env: "base" });
+    const version = base.phases.find((p: any) => p.name === "verdict").evidence.version_id as string;
+    const creates: number[] = [];
+    const sandboxes: string[] = [];
+    for (let i = 0; i < (quick ? 8 : 20); i++) {
+      const t = performance.now();
+      const sb = await api("POST", "/v1/sandboxes", { from_version: version });
+      await api("POST", `/v1/envs/${sb.id}/exec`, { command: ["echo", "hi"] });
+      creates.push(performance.now() - t);
+      sandboxes.push(sb.id);
+    }
+    results.sandbox_create_p50_ms = { value: ms(creates), unit: "ms", samples: creates.map(Math.round) };
+    results.sandbox_create_p95_ms = { value: ms(creates, 0.95), unit: "ms" };
+    const peerCreates: number[] = [];
+    for (let i = 0; i < (quick ? 8 : 20); i++) {
+      const t = performance.now();
+      const c = await docker.createContainer({
+        Image: OPSBOX,
+        Cmd: ["sleep", "infinity"],
+        User: "1000:1000",
+        Labels: labels,
+      });
+      await c.start();
+      await dockerExecEcho(c);
+      peerCreates.push(performance.now() - t);
+      await c.remove({ force: true });
+    }
+    results.sandbox_create_peer_p50_ms = {
+      value: ms(peerCreates),
+      unit: "ms",
+      samples: peerCreates.map(Math.round),
+      note: "docker run (create + start) until docker exec echo answers",
+    };
+
+    // --- exec ---
+    const first = sandboxes[0] as string;
+    const execs: number[] = [];
+    for (let i = 0; i < (quick ? 50 : 200); i++) {
+      const t = performance.now();
+      await api("POST", `/v1/envs/${first}/exec`, { command: ["echo", "hi"] });
+      execs.push(performance.now() - t);
+    }
+    results.exec_p50_ms = { value: ms(execs), unit: "ms" };
+    results.exec_p99_ms = { value: ms(execs, 0.99), unit: "ms" };
+    const hostEnv = (
+      await server.store
+        .selectFrom("environments")
+        .select("host_env_id")
+        .where("id", "=", first)
+        .executeTakeFirstOrThrow()
+    ).host_env_id as string;
+    const containerId = denvd.environment(hostEnv).containers.box as string;
+    const direct: number[] = [];
+    for (let i = 0; i < (quick ? 50 : 200); i++) {
+      const t = performance.now();
+      await dockerExecEcho(docker.getContainer(containerId));
+      direct.push(performance.now() - t);
+    }
+    results.exec_direct_p50_ms = {
+      value: ms(direct),
+      unit: "ms",
+      note: "Engine API exec create + start + inspect",
+    };
+    const cli: number[] = [];
+    for (let i = 0; i < (quick ? 20 : 50); i++) {
+      const t = performance.now();
+      execFileSync("docker", ["exec", containerId, "echo", "hi"], { stdio: "ignore" });
+      cli.push(performance.now() - t);
+    }
+    results.exec_cli_p50_ms = { value: ms(cli), unit: "ms" };
+
+    // --- sandboxes at once, and exec under load across them ---
+    const target = quick ? 20 : 50;
+    while (sandboxes.length < target)
+      sandboxes.push((await api("POST", "/v1/sandboxes", { from_version: version })).id);
+    const alive = (await api("GET", "/v1/envs")).environments.filter(
+      (e: any) => e.sandbox && e.status === "running",
+    ).length;
+    results.concurrent_sandboxes = {
+      value: alive,
+      unit: "sandboxes",
+      note: `created and held alive at once (the run asks for ${target}; not a limit search)`,
+    };
+    const loadMs = quick ? 5000 : 15_000;
+    const latencies: number[] = [];
+    const deadline = performance.now() + loadMs;
+    const workers = Array.from({ length: 8 }, async (_w, w) => {
+      for (let i = w; performance.now() < deadline; i += 8) {
+        const t = performance.now();
+        await api("POST", `/v1/envs/${sandboxes[i % sandboxes.length]}/exec`, { command: ["echo", "hi"] });
+        latencies.push(performance.now() - t);
+      }
+    });
+    await Promise.all(workers);
+    results.exec_per_s = {
+      value: Math.round((latencies.length / loadMs) * 1000 * 10) / 10,
+      unit: "exec/s",
+      note: `8 clients round-robin over ${sandboxes.length} sandboxes for ${loadMs / 1000} s`,
+    };
+    results.exec_load_p99_ms = { value: ms(latencies, 0.99), unit: "ms" };
+    for (const id of sandboxes) await api("DELETE", `/v1/envs/${id}`);
+  } finally {
+    await sidecar.stop();
+    await server.close();
+    for (const e of denvd.environments()) await denvd.destroy(e.id).catch(() => {});
+    for (const v of denvd.versions()) await denvd.deleteVersion(v.id).catch(() => {});
+    await storage.unmount().catch(() => {});
+    rmSync(stateDir, { recursive: true, force: true });
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+  return results;
+}
+
+/** The peer's deploy: docker-compose up -d of the same stack on fresh volumes, to the same health. */
+async function composeUp(
+  text: string,
+  dir: string,
+  project: string,
+  labels: Record<string, string>,
+): Promise<number> {
+  const compose = parse(text);
+  delete compose["x-denv"];
+  for (const svc of Object.values<Record<string, unknown>>(compose.services)) svc.labels = labels;
+  compose.volumes = Object.fromEntries(Object.keys(compose.volumes).map((v) => [v, { labels }]));
+  compose.networks = { default: { internal: true, labels } };
+  mkdirSync(dir, { recursive: true });
+  const file = join(dir, "docker-compose.yaml");
+  writeFileSync(file, stringify(compose, { defaultStringType: "QUOTE_DOUBLE" }));
+  const t = performance.now();
+  const up = spawnSync("docker-compose", ["-p", project, "-f", file, "up", "-d"], { encoding: "utf8" });
+  if (up.status !== 0) throw new Error(up.stderr);
+  for (const name of ["db", "queue"]) {
+    const [c] = await docker.listContainers({
+      filters: JSON.stringify({
+        label: [`com.docker.compose.project=${project}`, `com.docker.compose.service=${name}`],
+      }),
+    });
+    const cmd = name === "db" ? ["sh", "-c", "pg_isready -U postgres"] : ["redis-cli", "ping"];
+    for (;;) {
+      const exec = await docker
+        .getContainer(c?.Id as string)
+        .exec({ Cmd: cmd, AttachStdout: true, AttachStderr: true });
+      const stream = await exec.start({ hijack: true, stdin: false });
+      stream.resume();
+      await new Promise((r) => stream.on("end", r).on("close", r));
+      if ((await exec.inspect()).ExitCode === 0) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+  const elapsed = performance.now() - t;
+  spawnSync("docker-compose", ["-p", project, "-f", file, "down", "-v"], { stdio: "ignore" });
+  rmSync(dir, { recursive: true, force: true });
+  log(`  docker-compose up to healthy: ${Math.round(elapsed)} ms`);
+  return elapsed;
+}

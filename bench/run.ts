@@ -1,0 +1,80 @@
+/**
+ * `npm run bench [-- --quick] [-- --json] [-- --save]`: every figure beside its peer, measured in
+ * the same run on this machine. Prints a table for people; with --json, one JSON object on the
+ * last line ({machine, metrics, ratios}); with --save, also writes bench/results/<date>.json.
+ */
+import { execFileSync } from "node:child_process";
+import { mkdirSync, writeFileSync } from "node:fs";
+import { cpus, release, totalmem } from "node:os";
+import { join } from "node:path";
+import { apiBench, type Metric } from "./api-bench.ts";
+import { forkBench } from "./fork-bench.ts";
+
+const quick = process.argv.includes("--quick");
+const json = process.argv.includes("--json");
+const save = process.argv.includes("--save");
+const started = Date.now();
+
+function machine() {
+  const dockerVersion = (() => {
+    try {
+      return execFileSync("docker", ["version", "-f", "{{.Server.Version}}"], { encoding: "utf8" }).trim();
+    } catch {
+      return null;
+    }
+  })();
+  return {
+    cpus: cpus().length,
+    cpu_model: cpus()[0]?.model ?? null,
+    memory_bytes: totalmem(),
+    kernel: release(),
+    node: process.version,
+    docker: dockerVersion,
+    mode: quick ? "quick" : "full",
+    date: new Date().toISOString(),
+  };
+}
+
+const metrics: Record<string, Metric> = { ...(await forkBench()), ...(await apiBench(quick)) };
+const v = (n: string) => metrics[n]?.value ?? Number.NaN;
+const r2 = (x: number) => Math.round(x * 100) / 100;
+const ratios = {
+  fork_1gib_vs_floor: r2(v("fork_p50_ms_btrfs_1gib") / v("fork_floor_p50_ms_1gib")),
+  fork_1gib_vs_10mib: r2(v("fork_p50_ms_btrfs_1gib") / v("fork_p50_ms_btrfs_10mib")),
+  peer_fork_vs_denv_fork_1gib: r2(v("fork_p50_ms_peer_1gib") / v("fork_p50_ms_btrfs_1gib")),
+  dir_fork_vs_btrfs_fork_1gib: r2(v("fork_p50_ms_dir_1gib") / v("fork_p50_ms_btrfs_1gib")),
+  sandbox_create_vs_docker_run: r2(v("sandbox_create_p50_ms") / v("sandbox_create_peer_p50_ms")),
+  exec_vs_engine_api: r2(v("exec_p50_ms") / v("exec_direct_p50_ms")),
+  exec_vs_docker_exec: r2(v("exec_p50_ms") / v("exec_cli_p50_ms")),
+  deploy_vs_docker_compose: r2(v("deploy_ms") / v("deploy_peer_ms")),
+};
+const goals: [string, boolean][] = [
+  ["fork of 1 GiB ≤ 1.2× the floor", ratios.fork_1gib_vs_floor <= 1.2],
+  ["fork of 1 GiB ≤ 1.2× the 10 MiB fork", ratios.fork_1gib_vs_10mib <= 1.2],
+  ["fork ≥ 10× faster than the peer", ratios.peer_fork_vs_denv_fork_1gib >= 10],
+  ["exec ≤ 25 ms p50", v("exec_p50_ms") <= 25],
+  ["frozen window ≤ 100 ms", v("frozen_window_p50_ms") <= 100],
+  ["sandbox create ≤ 500 ms p50", v("sandbox_create_p50_ms") <= 500],
+  ["deploy no slower than docker-compose", ratios.deploy_vs_docker_compose <= 1],
+];
+
+const out = process.stdout;
+out.write(
+  `\ndenv benchmark (${quick ? "quick" : "full"}), ${Math.round((Date.now() - started) / 1000)} s\n\n`,
+);
+out.write(`${"metric".padEnd(32)}${"value".padStart(10)}  unit\n`);
+for (const [name, m] of Object.entries(metrics))
+  out.write(`${name.padEnd(32)}${String(m.value).padStart(10)}  ${m.unit}\n`);
+out.write(`\n${"ratio".padEnd(32)}${"x".padStart(10)}\n`);
+for (const [name, x] of Object.entries(ratios)) out.write(`${name.padEnd(32)}${String(x).padStart(10)}\n`);
+out.write("\ngoals\n");
+for (const [goal, met] of goals) out.write(`  ${met ? "met    " : "not met"}  ${goal}\n`);
+const result = { machine: machine(), metrics, ratios, goals: Object.fromEntries(goals) };
+if (save) {
+  const dir = join(import.meta.dirname, "results");
+  mkdirSync(dir, { recursive: true });
+  const file = join(dir, `${result.machine.date.slice(0, 10)}-${result.machine.mode}.json`);
+  writeFileSync(file, `${JSON.stringify(result, null, 2)}\n`);
+  out.write(`\nsaved ${file}\n`);
+}
+if (json) out.write(`${JSON.stringify(result)}\n`);

@@ -12,6 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { joinServer, Sidecar } from "@denv/denvd";
+import { DenvClient } from "@denv/sdk";
 import { ROUTES, type RunningServer, startServer } from "@denv/server";
 import tar from "tar-stream";
 import { openTestHost, repoRoot, type TestHost } from "./denvd-helpers.ts";
@@ -264,6 +265,27 @@ describe("sandbox API", () => {
       encoding: "base64",
     });
     assert.deepEqual([...Buffer.from(bin.data.stdout, "base64")], [255, 0, 1]);
+  });
+
+  test("exec output streams as the command writes it (?stream=true, SDK execStream)", async () => {
+    const client = new DenvClient({ baseUrl: server.url, apiKey: ADMIN });
+    const started = performance.now();
+    const arrivals: [number, string][] = [];
+    const r = await client.execStream(
+      sandbox,
+      { command: "for i in 1 2 3; do echo line$i; sleep 0.4; done; echo err >&2; exit 4" },
+      (which, data) => arrivals.push([performance.now() - started, `${which}:${data.toString()}`]),
+    );
+    const total = performance.now() - started;
+    assert.equal(r.exit_code, 4);
+    assert.equal(
+      arrivals.map(([, d]) => d).join(""),
+      "stdout:line1\nstdout:line2\nstdout:line3\nstderr:err\n",
+    );
+    assert.ok(
+      (arrivals[0]?.[0] ?? total) < total - 600,
+      `first output at ${arrivals[0]?.[0]} ms of ${total} ms`,
+    );
   });
 
   test("files go in and out as tar", async () => {

@@ -274,3 +274,31 @@ describe("destroy", () => {
     assert.deepEqual(await host.denvd.reconcile(), { removed: [], lost: [] });
   });
 });
+
+describe("space", () => {
+  test("a snapshot or fork the pool has no room for is refused with a clear error, and nothing is left", async () => {
+    const { BtrfsDriver, Denvd, DockerRuntime } = await import("@denv/denvd");
+    const stateDir = `${host.stateDir}-full`;
+    const storage = new BtrfsDriver({ stateDir, imageSizeBytes: 2 * 1024 ** 3 });
+    const tight = await Denvd.open({
+      stateDir,
+      storage,
+      runtime: new DockerRuntime(),
+      extraLabels: { "dev.denv.test": host.runId },
+      // More than the whole pool: every snapshot and fork must be refused up front.
+      minFreeBytes: 4 * 1024 ** 3,
+    });
+    try {
+      await assert.rejects(
+        tight.deploy(await opsWorldSpec(), { name: "no-room" }),
+        (e: Error & { code?: string }) => e.code === "insufficient_storage" && /free/.test(e.message),
+      );
+      assert.deepEqual(tight.environments(), []);
+      assert.deepEqual(await storage.listDatasets(), []);
+    } finally {
+      await storage.unmount().catch(() => {});
+      const { rm } = await import("node:fs/promises");
+      await rm(stateDir, { recursive: true, force: true });
+    }
+  });
+});

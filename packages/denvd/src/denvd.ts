@@ -16,10 +16,12 @@ import { type CapsEvidence, readBackCaps } from "./caps-readback.ts";
 import { type EgressEvidence, type EgressTarget, probeEgress } from "./egress-probe.ts";
 import { EngineExecutor } from "./exec/engine-executor.ts";
 import type { ExecOptions, ExecResult, Executor } from "./exec/executor.ts";
+import { hostRoutes } from "./host-routes.ts";
 import { LABEL } from "./labels.ts";
 import type { ContainerRuntime, ContainerSpec, Labels } from "./runtime/container-runtime.ts";
 import { type EnvironmentRecord, StateStore, type VersionRecord } from "./state-store.ts";
 import type { StorageDriver } from "./storage/storage-driver.ts";
+import { pickSubnet } from "./subnet-allocator.ts";
 import { sanitizeTar } from "./tar-sanitizer.ts";
 
 export interface DenvdOptions {
@@ -33,6 +35,8 @@ export interface DenvdOptions {
   egressProbeTarget?: EgressTarget | null;
   /** How often denvd runs a service's healthcheck itself while it starts. */
   healthPollMs?: number;
+  /** Where environment networks get their /24 subnets (default 172.16.0.0/12). */
+  subnetPool?: string;
   /** Refuse a fork or snapshot when the pool has less free space than this. */
   minFreeBytes?: number;
   log?: (message: string, context?: Record<string, unknown>) => void;
@@ -236,14 +240,7 @@ export class Denvd {
     const networkNames = Object.keys(spec.networks);
     // One engine network per compose network; the first keeps the environment's own name.
     const netName = (n: string) => (n === networkNames[0] ? env.network : `${env.network}-${n}`);
-    await Promise.all([
-      ...networkNames.map((n) =>
-        this.runtime.createNetwork({
-          name: netName(n),
-          internal: spec.networks[n]?.internal ?? true,
-          labels: envLabels,
-        }),
-      ),
+    const volumes = Promise.all([
       ...Object.entries(env.datasets).map(([vol, ds]) =>
         this.runtime.createVolume({
           name: `${env.network}-${vol}`,
@@ -252,6 +249,15 @@ export class Denvd {
         }),
       ),
     ]);
+    volumes.catch(() => {}); // awaited below, after the networks
+    for (const n of networkNames) {
+      await this.createNetwork({
+        name: netName(n),
+        internal: spec.networks[n]?.internal ?? true,
+        labels: envLabels,
+      });
+    }
+    await volumes;
     // Create every container up front (creation needs no ordering), then start by depends_on.
     const order = spec.start_order;
     const containerIds: Record<string, string> = {};
@@ -374,6 +380,36 @@ export class Denvd {
       pidMode: nsMode(s.pid_mode),
       ipcMode: nsMode(s.ipc_mode),
     };
+  }
+
+  private networkLock: Promise<unknown> = Promise.resolve();
+
+  /**
+   * Creates a network on a /24 of denvd's own pool: the engine's default pools run out after about
+   * 31 networks. One at a time, so two forks never pick the same subnet; a subnet taken meanwhile
+   * by someone else is skipped on the next try.
+   */
+  private createNetwork(spec: { name: string; internal: boolean; labels: Labels }): Promise<string> {
+    const run = this.networkLock.then(async () => {
+      const used = [...(await this.runtime.networkSubnets()), ...(await hostRoutes())];
+      for (let attempt = 0; attempt < 5; attempt++) {
+        const pick = pickSubnet(this.options.subnetPool ?? "172.16.0.0/12", used);
+        if (!pick)
+          throw new DenvError(
+            "unavailable",
+            "no free subnet left for another environment network on this host",
+          );
+        try {
+          return await this.runtime.createNetwork({ ...spec, subnet: pick.subnet });
+        } catch (err) {
+          if (!(err instanceof DenvError && /overlap/i.test(err.message))) throw err;
+          used.push(pick.subnet);
+        }
+      }
+      throw new DenvError("unavailable", `could not find a free subnet for network ${spec.name}`);
+    });
+    this.networkLock = run.catch(() => {});
+    return run;
   }
 
   /**

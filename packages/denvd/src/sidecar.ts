@@ -136,7 +136,7 @@ export class Sidecar {
     }
     let run = this.ops.get(msg.op_id);
     if (!run) {
-      run = this.perform(msg.method, msg.params).then(
+      run = this.perform(msg.method, msg.params, msg.op_id).then(
         (result) => ({ ok: true, result }),
         (err: unknown) => ({
           ok: false,
@@ -158,7 +158,9 @@ export class Sidecar {
     return new Verifier(this.options.denvd, this.options.denvd.stateDir);
   }
 
-  private async perform(method: string, p: Params): Promise<unknown> {
+  private async perform(method: string, p: Params, opId: string): Promise<unknown> {
+    const emit = (stream: "stdout" | "stderr") => (chunk: Buffer) =>
+      this.send({ type: "event", op_id: opId, stream, data_b64: chunk.toString("base64") });
     const d = this.options.denvd;
     switch (method) {
       case "prepare": {
@@ -205,6 +207,7 @@ export class Sidecar {
           stdin: typeof p.stdin_b64 === "string" ? Buffer.from(p.stdin_b64, "base64") : null,
           timeoutMs: (p.timeout_ms as number | undefined) ?? null,
           maxOutputBytes: (p.max_output_bytes as number | undefined) ?? undefined,
+          ...(p.stream === true ? { onStdout: emit("stdout"), onStderr: emit("stderr") } : {}),
         });
         return {
           exit_code: r.exitCode,

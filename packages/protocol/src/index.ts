@@ -26,6 +26,13 @@ export const hostMessageSchema = z.discriminatedUnion("type", [
     known_ops: z.array(z.string()),
   }),
   z.object({ type: z.literal("heartbeat"), capacity: capacitySchema.optional() }),
+  /** Output of a running operation (exec with stream), in order, before its result. */
+  z.object({
+    type: z.literal("event"),
+    op_id: z.string(),
+    stream: z.enum(["stdout", "stderr"]),
+    data_b64: z.string(),
+  }),
   z.object({
     type: z.literal("result"),
     op_id: z.string(),

@@ -94,6 +94,54 @@ export class DenvClient {
     return new Uint8Array(await res.arrayBuffer()) as Operations[K]["response"];
   }
 
+  /**
+   * Runs a command and hands its output over as it comes (POST …/exec?stream=true); resolves to
+   * the result (exit code, timed_out, …) once the command has ended.
+   */
+  async execStream(
+    envId: string,
+    body: Operations["postV1EnvsByIdExec"]["body"],
+    onOutput: (stream: "stdout" | "stderr", data: Buffer) => void,
+  ): Promise<Operations["postV1EnvsByIdExec"]["response"]> {
+    const res = await fetch(this.url(`/v1/envs/${encodeURIComponent(envId)}/exec`, { stream: "true" }), {
+      method: "POST",
+      headers: { authorization: `Bearer ${this.options.apiKey}`, "content-type": "application/json" },
+      body: JSON.stringify(body),
+    }).catch((err: Error) => {
+      throw new DenvApiError("unavailable", `cannot reach ${this.options.baseUrl}: ${err.message}`, 0);
+    });
+    if (!res.ok || !res.body) {
+      const e = (await res.json().catch(() => ({}))) as { error?: { code: string; message: string } };
+      throw new DenvApiError(
+        e.error?.code ?? "internal",
+        e.error?.message ?? `HTTP ${res.status}`,
+        res.status,
+      );
+    }
+    const decoder = new TextDecoder();
+    let buf = "";
+    for await (const chunk of res.body) {
+      buf += decoder.decode(chunk as Uint8Array, { stream: true });
+      let nl = buf.indexOf("\n");
+      while (nl !== -1) {
+        const line = buf.slice(0, nl);
+        buf = buf.slice(nl + 1);
+        nl = buf.indexOf("\n");
+        if (!line.trim()) continue;
+        const msg = JSON.parse(line) as {
+          stream?: "stdout" | "stderr";
+          data?: string;
+          result?: Operations["postV1EnvsByIdExec"]["response"];
+          error?: { code: string; message: string };
+        };
+        if (msg.stream && msg.data !== undefined) onOutput(msg.stream, Buffer.from(msg.data, "base64"));
+        else if (msg.result) return msg.result;
+        else if (msg.error) throw new DenvApiError(msg.error.code, msg.error.message, 200);
+      }
+    }
+    throw new DenvApiError("unavailable", "the exec stream ended without a result", 200);
+  }
+
   /** Server-sent events of a deployment's phases, until its verdict. */
   async *deploymentEvents(
     deploymentId: string,

@@ -308,7 +308,7 @@ export type PostV1EnvsByIdVerifyBody = {
   resume?: boolean;
 };
 
-/** Run a command in a service — POST /v1/envs/{id}/exec */
+/** Run a command in a service (?stream=true: NDJSON output chunks as they come, then the result) — POST /v1/envs/{id}/exec */
 export type PostV1EnvsByIdExecResponse = {
   exit_code: number;
   stdout: string;

@@ -342,7 +342,7 @@ export const ROUTES: RouteDoc[] = [
   {
     method: "post",
     path: "/v1/envs/{id}/exec",
-    summary: "Run a command in a service",
+    summary: "Run a command in a service (?stream=true: NDJSON output chunks as they come, then the result)",
     body: execBody,
     response: execResult,
     auth: true,

@@ -7,7 +7,7 @@ import { Readable } from "node:stream";
 import { DenvError, ERROR_CODES, isDenvError } from "@denv/spec";
 import { Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
-import { streamSSE } from "hono/streaming";
+import { stream, streamSSE } from "hono/streaming";
 import type { z } from "zod";
 import {
   createProjectBody,
@@ -526,15 +526,8 @@ export function createApp(deps: AppDeps): Hono<Env> {
     const e = await environment(c.get("teamId"), c.req.param("id"));
     const body = await parse(c.req.raw, execBody);
     const { hostId, hostEnvId } = runningOn(e);
-    const r = await hub.call<{
-      exit_code: number;
-      stdout_b64: string;
-      stderr_b64: string;
-      stdout_truncated: boolean;
-      stderr_truncated: boolean;
-      timed_out: boolean;
-      duration_ms: number;
-    }>(hostId, "exec", {
+    const enc = body.encoding ?? "utf8";
+    const params = {
       environment_id: hostEnvId,
       service: body.service,
       command: body.command,
@@ -544,18 +537,56 @@ export function createApp(deps: AppDeps): Hono<Env> {
       stdin_b64: body.stdin,
       timeout_ms: body.timeout_ms,
       max_output_bytes: body.max_output_bytes,
-    });
-    const enc = body.encoding ?? "utf8";
-    const out = (b64: string) => (enc === "base64" ? b64 : Buffer.from(b64, "base64").toString("utf8"));
-    return c.json({
-      exit_code: r.exit_code,
-      stdout: out(r.stdout_b64),
-      stderr: out(r.stderr_b64),
-      encoding: enc,
-      stdout_truncated: r.stdout_truncated,
-      stderr_truncated: r.stderr_truncated,
-      timed_out: r.timed_out,
-      duration_ms: r.duration_ms,
+    };
+    type HostExec = {
+      exit_code: number;
+      stdout_b64: string;
+      stderr_b64: string;
+      stdout_truncated: boolean;
+      stderr_truncated: boolean;
+      timed_out: boolean;
+      duration_ms: number;
+    };
+    const answer = (r: HostExec, withOutput: boolean) => {
+      const out = (b64: string) => (enc === "base64" ? b64 : Buffer.from(b64, "base64").toString("utf8"));
+      return {
+        exit_code: r.exit_code,
+        stdout: withOutput ? out(r.stdout_b64) : "",
+        stderr: withOutput ? out(r.stderr_b64) : "",
+        encoding: enc,
+        stdout_truncated: r.stdout_truncated,
+        stderr_truncated: r.stderr_truncated,
+        timed_out: r.timed_out,
+        duration_ms: r.duration_ms,
+      };
+    };
+    if (c.req.query("stream") !== "true") {
+      return c.json(answer(await hub.call<HostExec>(hostId, "exec", params), true));
+    }
+    // ?stream=true: newline-delimited JSON, output chunks ({"stream", "data"} in base64) as the
+    // command writes them, then one {"result"} line with the exit code (its stdout/stderr empty).
+    c.header("content-type", "application/x-ndjson");
+    return stream(c, async (s) => {
+      let writes = Promise.resolve();
+      const line = (v: unknown) => {
+        writes = writes.then(() => s.write(`${JSON.stringify(v)}\n`)).then(() => {});
+      };
+      try {
+        const r = await hub.call<HostExec>(
+          hostId,
+          "exec",
+          { ...params, stream: true },
+          {
+            onEvent: (which, data) => line({ stream: which, data: data.toString("base64") }),
+          },
+        );
+        line({ result: answer(r, false) });
+      } catch (err) {
+        line(
+          isDenvError(err) ? err.toJSON() : { error: { code: "internal", message: (err as Error).message } },
+        );
+      }
+      await writes;
     });
   });
 

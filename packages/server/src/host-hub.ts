@@ -18,6 +18,7 @@ import { hashSecret, newId, now } from "./ids.ts";
 import type { Store } from "./store/open-store.ts";
 
 interface PendingOp {
+  onEvent?: ((stream: "stdout" | "stderr", data: Buffer) => void) | undefined;
   hostId: string;
   message: Extract<ServerMessage, { type: "op" }>;
   resolve: (value: unknown) => void;
@@ -105,6 +106,8 @@ export class HostHub {
         .set({ last_seen: now(), ...(msg.capacity ? { capacity_json: JSON.stringify(msg.capacity) } : {}) })
         .where("id", "=", hostId)
         .execute();
+    } else if (msg.type === "event") {
+      this.pending.get(msg.op_id)?.onEvent?.(msg.stream, Buffer.from(msg.data_b64, "base64"));
     } else {
       const p = this.pending.get(msg.op_id);
       if (!p) return;
@@ -159,7 +162,11 @@ export class HostHub {
     hostId: string,
     method: OpMethod,
     params: Record<string, unknown>,
-    options: { opId?: string; timeoutMs?: number } = {},
+    options: {
+      opId?: string;
+      timeoutMs?: number;
+      onEvent?: (stream: "stdout" | "stderr", data: Buffer) => void;
+    } = {},
   ): Promise<T> {
     const opId = options.opId ?? newId("op");
     const message = { type: "op" as const, op_id: opId, method, params };
@@ -169,7 +176,14 @@ export class HostHub {
         this.pending.delete(opId);
         reject(new DenvError("timeout", `host ${hostId} did not finish ${method} within ${timeoutMs} ms`));
       }, timeoutMs);
-      this.pending.set(opId, { hostId, message, resolve: resolve as (v: unknown) => void, reject, timer });
+      this.pending.set(opId, {
+        hostId,
+        message,
+        resolve: resolve as (v: unknown) => void,
+        reject,
+        timer,
+        onEvent: options.onEvent,
+      });
       const ws = this.sockets.get(hostId);
       if (ws) this.sendTo(ws, message);
     });

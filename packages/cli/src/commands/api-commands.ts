@@ -297,28 +297,28 @@ export function registerApiCommands(program: Command): void {
         o: { service?: string; user?: string; cwd?: string; timeout?: string },
       ) => {
         const stdin = process.stdin.isTTY || process.env.DENV_NO_STDIN ? undefined : await readStdinIfPiped();
-        const r = await client().call("postV1EnvsByIdExec", {
-          params: envParam(env),
-          body: {
-            command,
-            ...(o.service ? { service: o.service } : {}),
-            ...(o.user ? { user: o.user } : {}),
-            ...(o.cwd ? { cwd: o.cwd } : {}),
-            ...(o.timeout ? { timeout_ms: Number(o.timeout) } : {}),
-            ...(stdin?.length ? { stdin: stdin.toString("base64") } : {}),
-            encoding: "base64",
-          },
-        });
-        const out = Buffer.from(r.stdout, "base64");
-        const err = Buffer.from(r.stderr, "base64");
-        if (json)
+        const body = {
+          command,
+          ...(o.service ? { service: o.service } : {}),
+          ...(o.user ? { user: o.user } : {}),
+          ...(o.cwd ? { cwd: o.cwd } : {}),
+          ...(o.timeout ? { timeout_ms: Number(o.timeout) } : {}),
+          ...(stdin?.length ? { stdin: stdin.toString("base64") } : {}),
+          encoding: "base64" as const,
+        };
+        if (json) {
+          const r = await client().call("postV1EnvsByIdExec", { params: envParam(env), body });
+          const out = Buffer.from(r.stdout, "base64");
+          const err = Buffer.from(r.stderr, "base64");
           printJson({ ...r, stdout: out.toString("utf8"), stderr: err.toString("utf8"), encoding: "utf8" });
-        else {
-          process.stdout.write(out);
-          process.stderr.write(err);
-          if (r.timed_out)
-            process.stderr.write(`denv: the command timed out after ${o.timeout} ms and was killed\n`);
+          return r.exit_code;
         }
+        // Output streams as the command writes it.
+        const r = await client().execStream(env, body, (which, data) => {
+          (which === "stdout" ? process.stdout : process.stderr).write(data);
+        });
+        if (r.timed_out)
+          process.stderr.write(`denv: the command timed out after ${o.timeout} ms and was killed\n`);
         return r.exit_code;
       },
     ),

@@ -8,6 +8,8 @@ export type Labels = Record<string, string>;
 
 export interface NetworkSpec {
   name: string;
+  /** An IPv4 subnet (CIDR) for the network; the engine picks from its own pools when absent. */
+  subnet?: string;
   /** No route out of the network (egress deny). */
   internal: boolean;
   labels: Labels;
@@ -116,6 +118,8 @@ export interface ContainerRuntime {
   createNetwork(spec: NetworkSpec): Promise<string>;
   removeNetwork(nameOrId: string): Promise<void>;
   listNetworks(labels: Labels): Promise<ObjectSummary[]>;
+  /** The IPv4 subnets of every network the engine has, whoever made it. */
+  networkSubnets(): Promise<string[]>;
   createVolume(spec: VolumeSpec): Promise<void>;
   removeVolume(name: string): Promise<void>;
   listVolumes(labels: Labels): Promise<ObjectSummary[]>;

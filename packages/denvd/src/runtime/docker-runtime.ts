@@ -53,6 +53,7 @@ export class DockerRuntime implements ContainerRuntime {
         Internal: spec.internal,
         Labels: spec.labels,
         CheckDuplicate: true,
+        ...(spec.subnet ? { IPAM: { Driver: "default", Config: [{ Subnet: spec.subnet }] } } : {}),
         // An internal network on this engine still routes to the host's address on the bridge; with
         // no IPv4 address on the bridge, the host is not there to reach.
         ...(spec.internal ? { Options: { "com.docker.network.bridge.inhibit_ipv4": "true" } } : {}),
@@ -72,6 +73,13 @@ export class DockerRuntime implements ContainerRuntime {
   async listNetworks(labels: Labels): Promise<ObjectSummary[]> {
     const nets = await this.docker.listNetworks({ filters: labelFilter(labels) });
     return nets.map((n) => ({ id: n.Id, name: n.Name, labels: n.Labels ?? {} }));
+  }
+
+  async networkSubnets(): Promise<string[]> {
+    const nets = await this.docker.listNetworks();
+    return nets.flatMap((n) =>
+      (n.IPAM?.Config ?? []).map((c) => c.Subnet ?? "").filter((s) => s.includes(".")),
+    );
   }
 
   async createVolume(spec: VolumeSpec): Promise<void> {

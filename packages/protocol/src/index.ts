@@ -79,6 +79,5 @@ export const serverMessageSchema = z.discriminatedUnion("type", [
 
 export type ServerMessage = z.infer<typeof serverMessageSchema>;
 
-/** How often a host says it is alive, and when the server stops believing it. */
+/** How often a host says it is alive (last_seen in GET /v1/hosts). */
 export const HEARTBEAT_MS = 5000;
-export const HOST_STALE_MS = 20_000;

@@ -4,7 +4,7 @@
  * Errors are `{"error": {"code", "message"}}` with the status from the error table.
  */
 import { Readable } from "node:stream";
-import { DenvError, ERROR_CODES, isDenvError } from "@denv/spec";
+import { DenvError, isDenvError } from "@denv/spec";
 import { Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { stream, streamSSE } from "hono/streaming";
@@ -768,5 +768,3 @@ export async function createApiKey(
     .execute();
   return secret;
 }
-
-export { ERROR_CODES };

@@ -225,22 +225,6 @@ export class Deployer {
     return this.store.selectFrom("deployments").selectAll().where("id", "=", id).executeTakeFirst();
   }
 
-  /** Resolves when a deployment has finished (whatever its outcome). */
-  async waitFor(deploymentId: string): Promise<DeploymentsTable> {
-    for (;;) {
-      const d = await this.getDeployment(deploymentId);
-      if (!d) throw new DenvError("not_found", `no deployment ${deploymentId}`);
-      if (d.status !== "running" && d.status !== "queued") return d;
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, 1000);
-        this.events.once(deploymentId, () => {
-          clearTimeout(t);
-          resolve();
-        });
-      });
-    }
-  }
-
   // -----------------------------------------------------------------------------------------------
   // deploy
 

@@ -5,13 +5,7 @@
  */
 import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
-import {
-  HOST_STALE_MS,
-  type HostMessage,
-  hostMessageSchema,
-  type OpMethod,
-  type ServerMessage,
-} from "@denv/protocol";
+import { type HostMessage, hostMessageSchema, type OpMethod, type ServerMessage } from "@denv/protocol";
 import { DenvError, ERROR_CODES, type ErrorCode } from "@denv/spec";
 import { type WebSocket, WebSocketServer } from "ws";
 import { hashSecret, newId, now } from "./ids.ts";
@@ -187,11 +181,6 @@ export class HostHub {
       const ws = this.sockets.get(hostId);
       if (ws) this.sendTo(ws, message);
     });
-  }
-
-  /** Hosts whose last heartbeat is older than HOST_STALE_MS count as gone. */
-  static isFresh(lastSeen: string | null): boolean {
-    return lastSeen !== null && Date.now() - Date.parse(lastSeen) < HOST_STALE_MS;
   }
 
   close(): void {

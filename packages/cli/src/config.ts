@@ -6,7 +6,7 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "n
 import { homedir } from "node:os";
 import { dirname, join } from "node:path";
 import { DenvClient } from "@denv/sdk";
-import { DenvError } from "@denv/spec";
+import { DenvError } from "@denv/spec/errors";
 
 export interface CliConfig {
   server: string;

@@ -6,7 +6,6 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { basename, dirname, join, posix, resolve } from "node:path";
 import { Readable } from "node:stream";
-import { checkEntryName } from "@denv/denvd";
 import { DenvClient, type Operations } from "@denv/sdk";
 import type { Command } from "commander";
 import tar from "tar-stream";
@@ -542,6 +541,8 @@ function readdirSorted(dir: string): string[] {
 
 /** Extracts files and directories (links and special files are skipped) under `into`. */
 async function untar(body: Buffer, into: string, rename: string | null): Promise<string[]> {
+  // Loaded here: @denv/denvd brings the Docker client, which every other command would pay for.
+  const { checkEntryName } = await import("@denv/denvd");
   const written: string[] = [];
   const extract = tar.extract();
   extract.on("entry", (header, stream, next) => {

@@ -1,6 +1,6 @@
 import { existsSync, readFileSync, statSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
-import { type SpecIssue, validateCompose } from "@denv/spec";
+import type { SpecIssue } from "@denv/spec";
 import type { Command } from "commander";
 import { printJson, reportError, UsageError } from "../output.ts";
 
@@ -58,9 +58,11 @@ Examples:
 
 Exits 0 when the file is accepted, 1 with every refusal (code, field path, line:column).`,
     )
-    .action((path: string, opts: { json?: boolean; build: boolean }) => {
+    .action(async (path: string, opts: { json?: boolean; build: boolean }) => {
       const json = opts.json === true;
       try {
+        // Loaded on use: the spec library (zod, yaml) is not needed by most commands.
+        const { validateCompose } = await import("@denv/spec");
         const file = findComposeFile(path);
         const dir = dirname(file);
         const dotenvPath = join(dir, ".env");

@@ -12,7 +12,7 @@ import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { mkdtemp } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { BtrfsDriver, Denvd, DockerRuntime, joinServer, Sidecar } from "@denv/denvd";
+import { BtrfsDriver, Denvd, DockerRuntime, defaultAgentBinary, joinServer, Sidecar } from "@denv/denvd";
 import { startServer } from "@denv/server";
 import Docker from "dockerode";
 import { parse, stringify } from "yaml";
@@ -48,6 +48,7 @@ export async function apiBench(quick: boolean): Promise<Record<string, Metric>> 
     runtime: new DockerRuntime(),
     extraLabels: labels,
     minFreeBytes: 256 * 1024 ** 2,
+    agentBinary: defaultAgentBinary(),
   });
   const api = async (method: string, path: string, body?: unknown) => {
     const res = await fetch(`${server.url}${path}`, {

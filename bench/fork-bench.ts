@@ -13,7 +13,14 @@ import { execFileSync, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { BtrfsDriver, Denvd, DirDriver, DockerRuntime, type StorageDriver } from "@denv/denvd";
+import {
+  BtrfsDriver,
+  Denvd,
+  DirDriver,
+  DockerRuntime,
+  defaultAgentBinary,
+  type StorageDriver,
+} from "@denv/denvd";
 import { pinSpec, RegistryPinner, type ResolvedSpec, validateCompose } from "@denv/spec";
 import Docker from "dockerode";
 import { parse, stringify } from "yaml";
@@ -45,6 +52,7 @@ async function openHost(storage: StorageDriver, dir: string): Promise<Denvd> {
     runtime: new DockerRuntime(),
     extraLabels: labels,
     minFreeBytes: 256 * MiB,
+    agentBinary: defaultAgentBinary(),
   });
 }
 

@@ -6,7 +6,8 @@
 #   2. dockerd running (no systemd here: started in the background, socket awaited)
 #   3. the base image debian:bookworm, built with debootstrap + `docker import` when missing
 #   4. a local registry on 127.0.0.1:5000, so images get real registry digests
-#   5. the example images built FROM debian:bookworm and pushed to that registry
+#   5. denv-agent, the static exec agent denvd mounts into sandboxes (gcc -static)
+#   6. the example images built FROM debian:bookworm and pushed to that registry
 #
 # It never pulls from the internet: the only network it uses is Debian's mirror (apt, debootstrap,
 # and apt-get inside image builds).
@@ -39,6 +40,9 @@ command -v openssl >/dev/null || need+=(openssl)
 command -v jq >/dev/null || need+=(jq)
 # PostgreSQL: the store's second database, which its tests start a throw-away cluster of.
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+# gcc and libc6-dev: denv-agent, the exec agent denvd puts into sandboxes, is a static C program.
+command -v gcc >/dev/null || need+=(gcc)
+[ -f /usr/lib/x86_64-linux-gnu/libc.a ] || [ -f /usr/lib/aarch64-linux-gnu/libc.a ] || need+=(libc6-dev)
 if [ ${#need[@]} -gt 0 ]; then
   log "installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -94,7 +98,20 @@ YAML
   registry_up || { tail -20 /var/log/denv-registry.log >&2; die "registry did not answer on $REGISTRY_ADDR"; }
 fi
 
-# --- 5. example images --------------------------------------------------------------------------
+# --- 5. denv-agent ---------------------------------------------------------------------------
+# Built static, so it runs in any image; rebuilt only when its source changes.
+AGENT_SRC="$ROOT/packages/denvd/agent/denv-agent.c"
+AGENT_DIR="$STATE/agent"
+agent_hash=$(sha256sum "$AGENT_SRC" | cut -c1-16)
+if [ "$(cat "$AGENT_DIR/.hash" 2>/dev/null)" != "$agent_hash" ]; then
+  log "building denv-agent"
+  mkdir -p "$AGENT_DIR"
+  gcc -O2 -static -o "$AGENT_DIR/denv-agent.tmp" "$AGENT_SRC"
+  mv "$AGENT_DIR/denv-agent.tmp" "$AGENT_DIR/denv-agent"
+  echo "$agent_hash" >"$AGENT_DIR/.hash"
+fi
+
+# --- 6. example images --------------------------------------------------------------------------
 # Each images/<name>/ directory holds a Dockerfile and a file IMAGE naming its reference. The image
 # is rebuilt only when its build context changed (hash kept in a label), and pushed only when the
 # registry does not hold that reference yet.

@@ -5,7 +5,7 @@ import { readFileSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { createServer, type Server } from "node:net";
 import { join } from "node:path";
-import { BtrfsDriver, Denvd, DockerRuntime, type EgressTarget } from "@denv/denvd";
+import { BtrfsDriver, Denvd, DockerRuntime, defaultAgentBinary, type EgressTarget } from "@denv/denvd";
 import { pinSpec, RegistryPinner, type ResolvedSpec, validateCompose } from "@denv/spec";
 import Docker from "dockerode";
 import { removeLabelled } from "./engine-helpers.ts";
@@ -62,6 +62,7 @@ export async function openTestHost(options: {
     extraLabels: { "dev.denv.test": runId },
     egressProbeTarget: options.egressProbeTarget ?? null,
     minFreeBytes: 256 * 1024 ** 2,
+    agentBinary: defaultAgentBinary(),
   });
   const docker = new Docker();
   return {

@@ -7,13 +7,14 @@
  * Processes restart on fork and rollback: what a version keeps is every volume's state, not memory.
  */
 import { randomBytes } from "node:crypto";
-import { createReadStream, createWriteStream } from "node:fs";
+import { createReadStream, createWriteStream, existsSync, mkdirSync, rmSync } from "node:fs";
 import { rm } from "node:fs/promises";
-import { join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import type { Readable } from "node:stream";
 import { DenvError, type ResolvedService, type ResolvedSpec } from "@denv/spec";
 import { type CapsEvidence, readBackCaps } from "./caps-readback.ts";
 import { type EgressEvidence, type EgressTarget, probeEgress } from "./egress-probe.ts";
+import { AgentExecutor, type AgentTarget } from "./exec/agent-executor.ts";
 import { EngineExecutor } from "./exec/engine-executor.ts";
 import type { ExecOptions, ExecResult, Executor } from "./exec/executor.ts";
 import { hostRoutes } from "./host-routes.ts";
@@ -35,6 +36,11 @@ export interface DenvdOptions {
   egressProbeTarget?: EgressTarget | null;
   /** How often denvd runs a service's healthcheck itself while it starts. */
   healthPollMs?: number;
+  /**
+   * Host path of the static denv-agent. When set, it is mounted read-only into every container and
+   * started there, and exec goes through it instead of the engine's exec; when absent, the engine.
+   */
+  agentBinary?: string | null;
   /** Where environment networks get their /24 subnets (default 172.16.0.0/12). */
   subnetPool?: string;
   /** Refuse a fork or snapshot when the pool has less free space than this. */
@@ -98,6 +104,8 @@ export class Denvd {
   private readonly store: StateStore;
   private readonly options: DenvdOptions;
   private readonly log: NonNullable<DenvdOptions["log"]>;
+  /** Containers with a denv-agent: where its socket is on the host, and whose files name users. */
+  private readonly agentTargets = new Map<string, AgentTarget>();
   /** What the reconcile at open found and settled. */
   lastReconcile: { removed: string[]; lost: string[] } = { removed: [], lost: [] };
 
@@ -105,7 +113,10 @@ export class Denvd {
     this.options = options;
     this.storage = options.storage;
     this.runtime = options.runtime;
-    this.executor = options.executor ?? new EngineExecutor(options.runtime);
+    const engine = new EngineExecutor(options.runtime);
+    this.executor =
+      options.executor ??
+      (options.agentBinary ? new AgentExecutor(engine, (id) => this.agentTargets.get(id) ?? null) : engine);
     this.store = store;
     this.log = options.log ?? (() => {});
     const t = options.egressProbeTarget;
@@ -352,6 +363,22 @@ export class Denvd {
           sizeBytes: t.size_bytes,
           mode: t.mode,
         })),
+        ...(this.options.agentBinary
+          ? [
+              {
+                kind: "bind" as const,
+                source: dirname(this.options.agentBinary),
+                target: "/.denv/bin",
+                readOnly: true,
+              },
+              {
+                kind: "bind" as const,
+                source: this.agentDir(`${env.network}-${svc}`),
+                target: "/.denv/run",
+                readOnly: false,
+              },
+            ]
+          : []),
       ],
       memoryBytes: s.caps.memory_bytes,
       pids: s.caps.pids,
@@ -383,6 +410,31 @@ export class Denvd {
   }
 
   private networkLock: Promise<unknown> = Promise.resolve();
+
+  /** The host directory a container's agent socket lives in: root only (0700). */
+  private agentDir(containerName: string): string {
+    const dir = join(this.options.stateDir, "agents", containerName);
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    return dir;
+  }
+
+  /** Starts denv-agent in a service's container (one engine exec), when denvd has the binary. */
+  private async startAgent(env: EnvironmentRecord, svc: string): Promise<void> {
+    if (!this.options.agentBinary) return;
+    const id = env.containers[svc] as string;
+    const st = await this.runtime.inspectContainer(id);
+    if (!st.running) return;
+    await this.runtime.execDetached(
+      id,
+      [`/.denv/bin/${basename(this.options.agentBinary)}`, "/.denv/run/agent.sock"],
+      "0",
+    );
+    this.agentTargets.set(id, {
+      socketPath: join(this.agentDir(`${env.network}-${svc}`), "agent.sock"),
+      rootfsPath: st.rootfsPath,
+      defaultUser: env.spec.services[svc]?.user ?? null,
+    });
+  }
 
   /**
    * Creates a network on a /24 of denvd's own pool: the engine's default pools run out after about
@@ -442,6 +494,7 @@ export class Denvd {
           );
           const t = performance.now();
           await this.runtime.startContainer(env.containers[svc] as string);
+          await this.startAgent(env, svc);
           this.log("Started container", { environment: env.id, service: svc });
           onStarted?.(svc);
           return t;
@@ -882,6 +935,13 @@ export class Denvd {
 
   private async teardown(env: EnvironmentRecord): Promise<void> {
     await this.removeStack(env);
+    for (const [svc, id] of Object.entries(env.containers)) {
+      this.agentTargets.delete(id);
+      rmSync(join(this.options.stateDir, "agents", `${env.network}-${svc}`), {
+        recursive: true,
+        force: true,
+      });
+    }
     for (const ds of Object.values(env.datasets)) await this.storage.destroyDataset(ds);
     await this.store.deleteEnvironment(env.id);
     this.log("Destroyed environment", { environment: env.id });
@@ -999,6 +1059,23 @@ export class Denvd {
         lost.push(env.id);
       } else {
         for (const s of states) if (s && !s.running) await this.runtime.startContainer(s.id);
+      }
+    }
+    // Agents keep running in their containers across a denvd restart: find their sockets again.
+    if (this.options.agentBinary) {
+      for (const env of this.store.environments()) {
+        if (env.status !== "running") continue;
+        for (const [svc, id] of Object.entries(env.containers)) {
+          const socketPath = join(this.options.stateDir, "agents", `${env.network}-${svc}`, "agent.sock");
+          const st = await this.runtime.inspectContainer(id).catch(() => null);
+          if (st?.running && existsSync(socketPath)) {
+            this.agentTargets.set(id, {
+              socketPath,
+              rootfsPath: st.rootfsPath,
+              defaultUser: env.spec.services[svc]?.user ?? null,
+            });
+          }
+        }
       }
     }
     if (removed.length || lost.length) this.log("Reconciled", { removed, lost });

@@ -10,6 +10,8 @@ export {
   type WarmEvidence,
 } from "./denvd.ts";
 export type { EgressEvidence, EgressTarget } from "./egress-probe.ts";
+export { DEFAULT_AGENT_BINARY, defaultAgentBinary } from "./exec/agent-binary.ts";
+export { AgentExecutor } from "./exec/agent-executor.ts";
 export { EngineExecutor } from "./exec/engine-executor.ts";
 export type { ExecOptions, ExecResult, Executor } from "./exec/executor.ts";
 export { LABEL } from "./labels.ts";

@@ -7,6 +7,7 @@ import { hostname } from "node:os";
 import { join } from "node:path";
 import { Command } from "commander";
 import { Denvd } from "./denvd.ts";
+import { defaultAgentBinary } from "./exec/agent-binary.ts";
 import { DockerRuntime } from "./runtime/docker-runtime.ts";
 import { DENVD_VERSION, joinServer, Sidecar } from "./sidecar.ts";
 import { BtrfsDriver } from "./storage/btrfs-driver.ts";
@@ -51,6 +52,7 @@ export async function runDenvd(
     storage: storageFor(config, stateDir),
     runtime: new DockerRuntime(),
     egressProbeTarget: host && port ? { host, port: Number(port) } : null,
+    agentBinary: defaultAgentBinary(),
     extraLabels: Object.fromEntries(
       (options.label ?? []).map((l) => [l.split("=")[0], l.split("=").slice(1).join("=")]),
     ),

@@ -24,7 +24,9 @@ Examples:
     .action(async (o: { port: string; dataDir: string; storage: string; json?: boolean }) => {
       if (!["btrfs", "dir"].includes(o.storage)) throw new UsageError("--storage is btrfs or dir");
       const { startServer } = await import("@denv/server");
-      const { BtrfsDriver, DirDriver, Denvd, DockerRuntime, Sidecar } = await import("@denv/denvd");
+      const { BtrfsDriver, DirDriver, Denvd, DockerRuntime, Sidecar, defaultAgentBinary } = await import(
+        "@denv/denvd"
+      );
       const { localHostSecret } = await import("../up-secret.ts");
       const serverDir = join(o.dataDir, "server");
       const stateDir = join(o.dataDir, "denvd");
@@ -38,7 +40,12 @@ Examples:
       const secret = await localHostSecret(server, stateDir);
       const storage =
         o.storage === "dir" ? new DirDriver(join(stateDir, "dir")) : new BtrfsDriver({ stateDir });
-      const denvd = await Denvd.open({ stateDir, storage, runtime: new DockerRuntime() });
+      const denvd = await Denvd.open({
+        stateDir,
+        storage,
+        runtime: new DockerRuntime(),
+        agentBinary: defaultAgentBinary(),
+      });
       const sidecar = new Sidecar({ serverUrl: server.url, secret, denvd });
       sidecar.start();
       await sidecar.ready;

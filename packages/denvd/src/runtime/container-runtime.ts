@@ -137,6 +137,8 @@ export interface ContainerRuntime {
   waitContainer(id: string, timeoutMs: number): Promise<{ exitCode: number; timedOut: boolean }>;
   /** A container's output so far, stdout and stderr apart. */
   containerLogs(id: string): Promise<{ stdout: Buffer; stderr: Buffer }>;
+  /** Starts a long-running process in a container and returns at once (denv-agent). */
+  execDetached(id: string, cmd: string[], user: string): Promise<void>;
   /** Runs a command; resolves to its exit code when its output has ended. */
   exec(id: string, options: RawExecOptions): Promise<{ exitCode: number }>;
   putArchive(id: string, path: string, tar: Readable): Promise<void>;

@@ -308,6 +308,18 @@ export class DockerRuntime implements ContainerRuntime {
     }));
   }
 
+  async execDetached(id: string, cmd: string[], user: string): Promise<void> {
+    const exec = await this.docker
+      .getContainer(id)
+      .exec({ Cmd: cmd, User: user, AttachStdout: false, AttachStderr: false })
+      .catch((e: unknown) => mapError(e, `exec in ${id}`));
+    const stream = (await exec.start({ Detach: true }).catch((e: unknown) => mapError(e, `exec in ${id}`))) as
+      | (NodeJS.ReadableStream & { destroy?: () => void })
+      | undefined;
+    // The engine has answered, so the process runs; the connection itself is not needed.
+    stream?.destroy?.();
+  }
+
   async exec(id: string, options: RawExecOptions): Promise<{ exitCode: number }> {
     const container = this.docker.getContainer(id);
     const hasStdin = options.stdin !== undefined && options.stdin !== null;

@@ -478,6 +478,7 @@ export class Denvd {
     const startedP = new Map<string, Promise<number>>();
     const healthyP = new Map<string, Promise<HealthEvidence["services"][string]>>();
     const exitedP = new Map<string, Promise<void>>();
+    const agentStarts: Promise<void>[] = [];
     const getStarted = (svc: string): Promise<number> => {
       let p = startedP.get(svc);
       if (!p) {
@@ -494,7 +495,12 @@ export class Denvd {
           );
           const t = performance.now();
           await this.runtime.startContainer(env.containers[svc] as string);
-          await this.startAgent(env, svc);
+          // Off the critical path: until the agent listens, exec (and health checks) use the engine.
+          agentStarts.push(
+            this.startAgent(env, svc).catch((err: unknown) =>
+              this.log("Agent did not start", { service: svc, error: String(err) }),
+            ),
+          );
           this.log("Started container", { environment: env.id, service: svc });
           onStarted?.(svc);
           return t;
@@ -546,7 +552,9 @@ export class Denvd {
         return [svc, await getHealthy(svc)] as const;
       }),
     );
-    return { services: Object.fromEntries(results), ms: Math.round(performance.now() - begun) };
+    const health = { services: Object.fromEntries(results), ms: Math.round(performance.now() - begun) };
+    await Promise.all(agentStarts);
+    return health;
   }
 
   private async waitServiceHealthy(

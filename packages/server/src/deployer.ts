@@ -195,6 +195,27 @@ export class Deployer {
     return next;
   }
 
+  /**
+   * Runs a deployment's body, one at a time per environment; a throw skips what is left and fails
+   * the deployment with the reason.
+   */
+  private launch(
+    rec: PhaseRecorder,
+    environmentId: string,
+    body: () => Promise<void>,
+  ): { deploymentId: string; done: Promise<void> } {
+    const done = this.serialize(environmentId, async () => {
+      try {
+        await body();
+      } catch (err) {
+        await rec.skipRest("skipped: an earlier phase failed");
+        await rec.verdict("failed", err instanceof Error ? err.message : String(err), null);
+      }
+    });
+    done.catch(() => {});
+    return { deploymentId: rec.deploymentId, done };
+  }
+
   private async createDeployment(
     teamId: string,
     environmentId: string,
@@ -533,33 +554,26 @@ export class Deployer {
   /** Captures a running environment's live state as a new version. */
   async snapshot(env: EnvironmentsTable): Promise<{ deploymentId: string; done: Promise<void> }> {
     const rec = await this.createDeployment(env.team_id, env.id, "snapshot", ["snapshot", "verdict"]);
-    const done = this.serialize(env.id, async () => {
-      try {
-        const { hostId, hostEnvId } = this.requireRunning(await this.environment(env.id));
-        const versionId = await rec.run("snapshot", async () => {
-          const r = await this.hub.call<{
-            version_id: string;
-            images: Record<string, string>;
-            evidence: unknown;
-          }>(hostId, "snapshot", {
-            environment_id: hostEnvId,
-          });
-          await this.recordVersion(env, hostId, await this.specOf(env), r);
-          return { value: r.version_id, evidence: r.evidence };
+    return this.launch(rec, env.id, async () => {
+      const { hostId, hostEnvId } = this.requireRunning(await this.environment(env.id));
+      const versionId = await rec.run("snapshot", async () => {
+        const r = await this.hub.call<{
+          version_id: string;
+          images: Record<string, string>;
+          evidence: unknown;
+        }>(hostId, "snapshot", {
+          environment_id: hostEnvId,
         });
-        await this.store
-          .updateTable("environments")
-          .set({ current_version_id: versionId })
-          .where("id", "=", env.id)
-          .execute();
-        await rec.verdict("succeeded", null, { version_id: versionId });
-      } catch (err) {
-        await rec.skipRest("skipped: an earlier phase failed");
-        await rec.verdict("failed", err instanceof Error ? err.message : String(err), null);
-      }
+        await this.recordVersion(env, hostId, await this.specOf(env), r);
+        return { value: r.version_id, evidence: r.evidence };
+      });
+      await this.store
+        .updateTable("environments")
+        .set({ current_version_id: versionId })
+        .where("id", "=", env.id)
+        .execute();
+      await rec.verdict("succeeded", null, { version_id: versionId });
     });
-    done.catch(() => {});
-    return { deploymentId: rec.deploymentId, done };
   }
 
   /** A version the host just snapshotted, recorded with its spec, pinned images and evidence. */
@@ -719,32 +733,25 @@ export class Deployer {
       "health",
       "verdict",
     ]);
-    const done = this.serialize(env.id, async () => {
-      try {
-        const { hostId, hostEnvId } = this.requireRunning(await this.environment(env.id));
-        if (version.host_id !== hostId)
-          throw new DenvError("conflict", `version ${versionId} is on another host`);
-        const r = (await rec.run("restore", async () => {
-          const out = await this.hub.call<{ health: unknown; ms: number }>(hostId, "rollback", {
-            environment_id: hostEnvId,
-            version_id: versionId,
-          });
-          return { value: out, evidence: { version_id: versionId, ms: out.ms } };
-        })) as { health: unknown };
-        await rec.run("health", async () => ({ evidence: r.health }));
-        await this.store
-          .updateTable("environments")
-          .set({ current_version_id: versionId })
-          .where("id", "=", env.id)
-          .execute();
-        await rec.verdict("succeeded", null, { version_id: versionId });
-      } catch (err) {
-        await rec.skipRest("skipped: an earlier phase failed");
-        await rec.verdict("failed", err instanceof Error ? err.message : String(err), null);
-      }
+    return this.launch(rec, env.id, async () => {
+      const { hostId, hostEnvId } = this.requireRunning(await this.environment(env.id));
+      if (version.host_id !== hostId)
+        throw new DenvError("conflict", `version ${versionId} is on another host`);
+      const r = (await rec.run("restore", async () => {
+        const out = await this.hub.call<{ health: unknown; ms: number }>(hostId, "rollback", {
+          environment_id: hostEnvId,
+          version_id: versionId,
+        });
+        return { value: out, evidence: { version_id: versionId, ms: out.ms } };
+      })) as { health: unknown };
+      await rec.run("health", async () => ({ evidence: r.health }));
+      await this.store
+        .updateTable("environments")
+        .set({ current_version_id: versionId })
+        .where("id", "=", env.id)
+        .execute();
+      await rec.verdict("succeeded", null, { version_id: versionId });
     });
-    done.catch(() => {});
-    return { deploymentId: rec.deploymentId, done };
   }
 
   /**
@@ -869,28 +876,21 @@ export class Deployer {
   /** Removes an environment's stack and data. Its versions stay. */
   async destroy(env: EnvironmentsTable): Promise<{ deploymentId: string; done: Promise<void> }> {
     const rec = await this.createDeployment(env.team_id, env.id, "destroy", ["destroy", "verdict"]);
-    const done = this.serialize(env.id, async () => {
-      try {
-        const current = await this.environment(env.id);
-        await rec.run("destroy", async () => {
-          if (current.host_id && current.host_env_id) {
-            await this.hub.call(current.host_id, "destroy", { environment_id: current.host_env_id });
-          }
-          return { evidence: { host_id: current.host_id, host_environment_id: current.host_env_id } };
-        });
-        await this.store
-          .updateTable("environments")
-          .set({ status: "destroyed", host_env_id: null })
-          .where("id", "=", env.id)
-          .execute();
-        await rec.verdict("succeeded", null, null);
-      } catch (err) {
-        await rec.skipRest("skipped: an earlier phase failed");
-        await rec.verdict("failed", err instanceof Error ? err.message : String(err), null);
-      }
+    return this.launch(rec, env.id, async () => {
+      const current = await this.environment(env.id);
+      await rec.run("destroy", async () => {
+        if (current.host_id && current.host_env_id) {
+          await this.hub.call(current.host_id, "destroy", { environment_id: current.host_env_id });
+        }
+        return { evidence: { host_id: current.host_id, host_environment_id: current.host_env_id } };
+      });
+      await this.store
+        .updateTable("environments")
+        .set({ status: "destroyed", host_env_id: null })
+        .where("id", "=", env.id)
+        .execute();
+      await rec.verdict("succeeded", null, null);
     });
-    done.catch(() => {});
-    return { deploymentId: rec.deploymentId, done };
   }
 
   /**

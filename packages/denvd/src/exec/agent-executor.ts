@@ -60,7 +60,8 @@ export async function resolveUser(
     gid = Number((await table("passwd")).find((f) => f[2] === u)?.[3] ?? u);
   } else {
     const row = (await table("passwd")).find((f) => f[0] === u);
-    if (!row) throw new Error(`unknown user ${u}`);
+    // Docker's wording, which frameworks built on `docker exec` (Inspect's self-check) look for.
+    if (!row) throw new Error(`unable to find user ${u}: no matching entries in passwd file`);
     uid = Number(row[2]);
     gid = Number(row[3]);
   }

@@ -1,0 +1,360 @@
+"""A typed client of denv's /v1 API, on the standard library only.
+
+These machines (and many training clusters) cannot install from PyPI, so the client speaks HTTP
+with :mod:`urllib` and moves files as tar archives with :mod:`tarfile`. JSON on the wire is
+snake_case, as in the product documentation; responses come back as plain dicts typed with
+:class:`typing.TypedDict`.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import tarfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, NotRequired, TypedDict
+
+from .errors import DenvError
+
+
+class Phase(TypedDict):
+    name: str
+    status: Literal["pending", "running", "succeeded", "failed", "skipped"]
+    started_at: str | None
+    finished_at: str | None
+    duration_ms: float | None
+    evidence: Any
+    reason: str | None
+
+
+class Deployment(TypedDict):
+    id: str
+    environment_id: str
+    kind: str
+    status: Literal["queued", "running", "succeeded", "rolled_back", "failed"]
+    reason: str | None
+    phases: list[Phase]
+    created_at: str
+    finished_at: str | None
+
+
+class Environment(TypedDict):
+    id: str
+    name: str
+    project: str
+    status: str
+    host_id: str | None
+    current_version_id: str | None
+    parent_version_id: str | None
+    sandbox: bool
+    services: list[str]
+    created_at: str
+    deployment_id: NotRequired[str]
+
+
+class Project(TypedDict):
+    id: str
+    name: str
+    kind: str
+    source_type: str
+    source: str
+    pinned_target: str | None
+    uploaded: bool
+    created_at: str
+
+
+@dataclass(frozen=True)
+class ExecOutput:
+    """The result of one command. ``stdout``/``stderr`` are bytes; ``text()`` decodes them."""
+
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    stdout_truncated: bool
+    stderr_truncated: bool
+    timed_out: bool
+    duration_ms: float
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+def _config_file() -> dict[str, str]:
+    path = os.environ.get("DENV_CONFIG") or os.path.join(
+        os.environ.get("XDG_CONFIG_HOME") or os.path.join(Path.home(), ".config"), "denv", "config.json"
+    )
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+class Client:
+    """The /v1 API.
+
+    The server and key come from the arguments, else ``DENV_SERVER`` / ``DENV_API_KEY``, else the
+    file ``denv login`` wrote (``~/.config/denv/config.json``), the same order as the CLI.
+    """
+
+    def __init__(
+        self,
+        server: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout_s: float = 900.0,
+    ) -> None:
+        file = _config_file()
+        base = server or os.environ.get("DENV_SERVER") or file.get("server")
+        key = api_key or os.environ.get("DENV_API_KEY") or file.get("api_key")
+        if not base or not key:
+            raise DenvError(
+                "unauthenticated",
+                "no server or API key: pass server= and api_key=, set DENV_SERVER and DENV_API_KEY, "
+                "or run `denv login`",
+            )
+        self.server = base.rstrip("/")
+        self._key = key
+        self.timeout_s = timeout_s
+
+    # --- transport ---------------------------------------------------------------------------
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        raw: bytes | None = None,
+        content_type: str = "application/json",
+        query: dict[str, str] | None = None,
+        timeout_s: float | None = None,
+    ) -> tuple[int, bytes, str]:
+        url = self.server + path
+        if query:
+            url += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        req = urllib.request.Request(url, data=data, method=method)
+        req.add_header("authorization", f"Bearer {self._key}")
+        if data is not None:
+            req.add_header("content-type", content_type)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s or self.timeout_s) as res:
+                return res.status, res.read(), res.headers.get("content-type", "")
+        except urllib.error.HTTPError as e:
+            payload = e.read()
+            try:
+                err = json.loads(payload)["error"]
+                raise DenvError(
+                    str(err.get("code", "internal")),
+                    str(err.get("message", "")),
+                    status=e.code,
+                    details=err.get("details"),
+                ) from None
+            except (ValueError, KeyError, TypeError):
+                raise DenvError(
+                    "internal", f"HTTP {e.code} from {method} {path}: {payload[:200]!r}", status=e.code
+                ) from None
+        except urllib.error.URLError as e:
+            raise DenvError("unavailable", f"cannot reach the denv server at {self.server}: {e.reason}") from None
+        except TimeoutError:
+            raise DenvError("timeout", f"{method} {path} did not answer in time") from None
+
+    def _json(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
+        _status, payload, _ctype = self._request(method, path, body=body, **kw)
+        return json.loads(payload) if payload else None
+
+    @staticmethod
+    def _q(id_or_name: str) -> str:
+        return urllib.parse.quote(id_or_name, safe="")
+
+    # --- projects and deployments -------------------------------------------------------------
+
+    def projects(self) -> list[Project]:
+        return self._json("GET", "/v1/projects")["projects"]
+
+    def project(self, id_or_name: str) -> Project:
+        return self._json("GET", f"/v1/projects/{self._q(id_or_name)}")
+
+    def create_project(self, name: str, kind: str, compose: str, *, dotenv: str | None = None) -> Project:
+        """A project whose compose file is uploaded from here (source type ``local``)."""
+        p = self._json("POST", "/v1/projects", {"name": name, "kind": kind, "source": "(python)"})
+        return self.upload_source(p["id"], compose, dotenv=dotenv)
+
+    def upload_source(self, project: str, compose: str, *, dotenv: str | None = None) -> Project:
+        body: dict[str, str] = {"compose": compose}
+        if dotenv is not None:
+            body["dotenv"] = dotenv
+        return self._json("PUT", f"/v1/projects/{self._q(project)}/source", body)
+
+    def deploy(self, project: str, env: str = "alpha", *, wait: bool = True) -> Deployment:
+        return self._json(
+            "POST",
+            f"/v1/projects/{self._q(project)}/deploy",
+            {"env": env},
+            query={"wait": "true"} if wait else None,
+        )
+
+    def deployment(self, deployment_id: str) -> Deployment:
+        return self._json("GET", f"/v1/deployments/{self._q(deployment_id)}")
+
+    # --- environments -------------------------------------------------------------------------
+
+    def envs(self) -> list[Environment]:
+        return self._json("GET", "/v1/envs")["environments"]
+
+    def env(self, id_or_name: str) -> Environment:
+        return self._json("GET", f"/v1/envs/{self._q(id_or_name)}")
+
+    def deployments(self, env: str) -> list[Deployment]:
+        return self._json("GET", f"/v1/envs/{self._q(env)}/deployments")["deployments"]
+
+    def destroy(self, env: str) -> Deployment:
+        return self._json("DELETE", f"/v1/envs/{self._q(env)}")
+
+    def snapshot(self, env: str) -> Deployment:
+        return self._json("POST", f"/v1/envs/{self._q(env)}/snapshot")
+
+    def fork(self, env: str, name: str | None = None) -> Environment:
+        return self._json("POST", f"/v1/envs/{self._q(env)}/fork", {"name": name} if name else {})
+
+    def rollback(self, env: str, version: str) -> Deployment:
+        return self._json("POST", f"/v1/envs/{self._q(env)}/rollback", {"version": version})
+
+    def verify(self, env: str, *, resume: bool = False) -> Deployment:
+        return self._json("POST", f"/v1/envs/{self._q(env)}/verify", {"resume": resume})
+
+    def version(self, version_id: str) -> dict[str, Any]:
+        return self._json("GET", f"/v1/versions/{self._q(version_id)}")
+
+    def sandbox(
+        self,
+        *,
+        from_version: str | None = None,
+        image: str | None = None,
+        cmd: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        ports: list[int] | None = None,
+        volumes: list[str] | None = None,
+        egress: Literal["deny", "allow"] | None = None,
+        user: str | None = None,
+        name: str | None = None,
+    ) -> Environment:
+        """POST /v1/sandboxes: a fork of a version, or a one-container sandbox from an image."""
+        if (from_version is None) == (image is None):
+            raise DenvError("invalid_argument", "pass exactly one of from_version= and image=")
+        body: dict[str, Any] = {"from_version": from_version} if from_version else {"image": image}
+        for k, v in (("cmd", cmd), ("env", env), ("ports", ports), ("volumes", volumes)):
+            if v is not None:
+                body[k] = v
+        for k, v in (("egress", egress), ("user", user)):
+            if v is not None:
+                body[k] = v
+        if name is not None:
+            body["name"] = name
+        return self._json("POST", "/v1/sandboxes", body)
+
+    # --- exec and files -----------------------------------------------------------------------
+
+    def exec(
+        self,
+        env: str,
+        command: list[str] | str,
+        *,
+        service: str | None = None,
+        user: str | None = None,
+        cwd: str | None = None,
+        environment: dict[str, str] | None = None,
+        stdin: bytes | str | None = None,
+        timeout_ms: int | None = None,
+        max_output_bytes: int | None = None,
+    ) -> ExecOutput:
+        """Runs a command (argv, or a string for ``sh -c``); output comes back as bytes."""
+        body: dict[str, Any] = {"command": command, "encoding": "base64"}
+        if service is not None:
+            body["service"] = service
+        if user is not None:
+            body["user"] = user
+        if cwd is not None:
+            body["cwd"] = cwd
+        if environment:
+            body["env"] = environment
+        if stdin is not None:
+            raw = stdin.encode() if isinstance(stdin, str) else stdin
+            body["stdin"] = base64.b64encode(raw).decode()
+        if timeout_ms is not None:
+            body["timeout_ms"] = int(timeout_ms)
+        if max_output_bytes is not None:
+            body["max_output_bytes"] = int(max_output_bytes)
+        # The request outlives the command's own timeout by a margin for the round trip.
+        http_timeout = None if timeout_ms is None else max(self.timeout_s, timeout_ms / 1000 + 60)
+        r = self._json("POST", f"/v1/envs/{self._q(env)}/exec", body, timeout_s=http_timeout)
+        return ExecOutput(
+            exit_code=int(r["exit_code"]),
+            stdout=base64.b64decode(r["stdout"]),
+            stderr=base64.b64decode(r["stderr"]),
+            stdout_truncated=bool(r["stdout_truncated"]),
+            stderr_truncated=bool(r["stderr_truncated"]),
+            timed_out=bool(r["timed_out"]),
+            duration_ms=float(r["duration_ms"]),
+        )
+
+    def put_tar(self, env: str, path: str, tar: bytes, *, service: str | None = None) -> dict[str, int]:
+        """Extracts a tar archive at ``path`` (absolute) in the service."""
+        q = {"path": path}
+        if service:
+            q["service"] = service
+        _s, payload, _c = self._request(
+            "PUT", f"/v1/envs/{self._q(env)}/files", raw=tar, content_type="application/x-tar", query=q
+        )
+        return json.loads(payload)
+
+    def get_tar(self, env: str, path: str, *, service: str | None = None) -> bytes:
+        """A tar archive of ``path`` (absolute) in the service."""
+        q = {"path": path}
+        if service:
+            q["service"] = service
+        _s, payload, _c = self._request("GET", f"/v1/envs/{self._q(env)}/files", query=q)
+        return payload
+
+    def put_files(
+        self, env: str, target_dir: str, files: dict[str, bytes], *, service: str | None = None
+    ) -> dict[str, int]:
+        """Writes ``{relative name: contents}`` under ``target_dir``."""
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+            for name, data in files.items():
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                info.mode = 0o644
+                tf.addfile(info, io.BytesIO(data))
+        return self.put_tar(env, target_dir, buf.getvalue(), service=service)
+
+    def get_files(self, env: str, path: str, *, service: str | None = None) -> dict[str, bytes]:
+        """``{name in the archive: contents}`` for the regular files under ``path``."""
+        out: dict[str, bytes] = {}
+        with tarfile.open(fileobj=io.BytesIO(self.get_tar(env, path, service=service)), mode="r") as tf:
+            for m in tf.getmembers():
+                if m.isfile():
+                    f = tf.extractfile(m)
+                    out[m.name] = f.read() if f else b""
+        return out
+
+    # --- hosts and targets --------------------------------------------------------------------
+
+    def hosts(self) -> list[dict[str, Any]]:
+        return self._json("GET", "/v1/hosts")["hosts"]
+
+    def targets(self) -> list[dict[str, Any]]:
+        return self._json("GET", "/v1/targets")["targets"]
+
+    def openapi(self) -> dict[str, Any]:
+        return self._json("GET", "/v1/openapi.json")

@@ -78,6 +78,8 @@ class InspectSelfCheck(unittest.TestCase):
     def test_00_default_service_first_and_named_services(self) -> None:
         self.assertEqual(list(self.envs), ["box", "aux"])
         self.assertEqual(self.ex(["whoami"]).stdout.strip(), "ubuntu")  # not root
+        # The container's umask, as under `docker exec` (not the agent's private one for its socket).
+        self.assertEqual(self.ex(["sh", "-c", "umask"]).stdout.strip(), "0022")
         aux = self.envs["aux"]
         self.assertEqual(run(aux.exec(["sh", "-c", "echo $HOSTNAME; id -u"])).stdout.split()[-1], "1000")
 

@@ -208,11 +208,14 @@ int main(int argc, char **argv) {
   int srv = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_un addr = {.sun_family = AF_UNIX};
   strncpy(addr.sun_path, argv[1], sizeof addr.sun_path - 1);
-  umask(077);
+  /* The socket is created owner-only; commands get the container's own umask back (as with
+     `docker exec`), or every file they create would be private. */
+  mode_t old_mask = umask(077);
   if (srv < 0 || bind(srv, (struct sockaddr *)&addr, sizeof addr) || listen(srv, 128)) {
     perror("denv-agent: listen");
     return 1;
   }
+  umask(old_mask);
   for (;;) {
     int conn = accept4(srv, NULL, NULL, SOCK_CLOEXEC);
     if (conn < 0) {

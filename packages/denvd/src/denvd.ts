@@ -979,6 +979,18 @@ export class Denvd {
     return this.executor.exec(id, options);
   }
 
+  /**
+   * Stops one service's container (SIGTERM, then SIGKILL after the grace period), leaving the rest
+   * of the environment running: what compose-aware frameworks (Harbor's stop_service) ask for
+   * before collecting from the services that remain. Its volumes and filesystem stay readable.
+   */
+  async stopService(environmentId: string, service: string, graceMs = 10_000): Promise<{ stopped: string }> {
+    const { id, service: svc } = this.containerOf(environmentId, service);
+    await this.runtime.stopContainer(id, graceMs);
+    this.log("Stopped service", { environment: environmentId, service: svc });
+    return { stopped: svc };
+  }
+
   /** Extracts a tar at `path` in a service, after checking every entry stays inside it. */
   async putFiles(
     environmentId: string,

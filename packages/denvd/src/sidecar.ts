@@ -245,6 +245,8 @@ export class Sidecar {
       case "verify_cleanup":
         await this.verifier().cleanup(str(p, "verify_id"));
         return {};
+      case "stop_service":
+        return d.stopService(str(p, "environment_id"), str(p, "service"));
       case "resume":
         await this.verifier().resume(str(p, "environment_id"));
         return {};

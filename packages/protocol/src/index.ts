@@ -61,6 +61,7 @@ export const OP_METHODS = [
   "verify_collect",
   "verify_grade",
   "verify_cleanup",
+  "stop_service",
   "resume",
   "status",
 ] as const;

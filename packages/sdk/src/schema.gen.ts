@@ -342,6 +342,11 @@ export type PutV1EnvsByIdFilesResponse = {
 /** A tar of ?path= in ?service= — GET /v1/envs/{id}/files */
 export type GetV1EnvsByIdFilesResponse = Uint8Array;
 
+/** Stop one service's container; the rest of the environment keeps running — POST /v1/envs/{id}/services/{service}/stop */
+export type PostV1EnvsByIdServicesByServiceStopResponse = {
+  stopped: string;
+};
+
 /** A version — GET /v1/versions/{id} */
 export type GetV1VersionsByIdResponse = {
   id: string;
@@ -456,6 +461,7 @@ export const OPERATIONS = {
   postV1EnvsByIdExec: { method: "POST", path: "/v1/envs/{id}/exec", params: ["id"], body: "json", response: "json" },
   putV1EnvsByIdFiles: { method: "PUT", path: "/v1/envs/{id}/files", params: ["id"], body: "tar", response: "json" },
   getV1EnvsByIdFiles: { method: "GET", path: "/v1/envs/{id}/files", params: ["id"], body: "none", response: "tar" },
+  postV1EnvsByIdServicesByServiceStop: { method: "POST", path: "/v1/envs/{id}/services/{service}/stop", params: ["id","service"], body: "none", response: "json" },
   getV1VersionsById: { method: "GET", path: "/v1/versions/{id}", params: ["id"], body: "none", response: "json" },
   postV1Sandboxes: { method: "POST", path: "/v1/sandboxes", params: [], body: "json", response: "json" },
   getV1Targets: { method: "GET", path: "/v1/targets", params: [], body: "none", response: "json" },
@@ -486,6 +492,7 @@ export interface Operations {
   postV1EnvsByIdExec: { params: { id: string }; body: PostV1EnvsByIdExecBody; response: PostV1EnvsByIdExecResponse };
   putV1EnvsByIdFiles: { params: { id: string }; body: Uint8Array; response: PutV1EnvsByIdFilesResponse };
   getV1EnvsByIdFiles: { params: { id: string }; body: undefined; response: GetV1EnvsByIdFilesResponse };
+  postV1EnvsByIdServicesByServiceStop: { params: { id: string; service: string }; body: undefined; response: PostV1EnvsByIdServicesByServiceStopResponse };
   getV1VersionsById: { params: { id: string }; body: undefined; response: GetV1VersionsByIdResponse };
   postV1Sandboxes: { params: {  }; body: PostV1SandboxesBody; response: PostV1SandboxesResponse };
   getV1Targets: { params: {  }; body: undefined; response: GetV1TargetsResponse };

@@ -362,6 +362,13 @@ export const ROUTES: RouteDoc[] = [
     responseType: "tar",
     auth: true,
   },
+  {
+    method: "post",
+    path: "/v1/envs/{id}/services/{service}/stop",
+    summary: "Stop one service's container; the rest of the environment keeps running",
+    response: z.object({ stopped: z.string() }),
+    auth: true,
+  },
   { method: "get", path: "/v1/versions/{id}", summary: "A version", response: versionSchema, auth: true },
   {
     method: "post",

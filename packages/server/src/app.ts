@@ -623,6 +623,17 @@ export function createApp(deps: AppDeps): Hono<Env> {
     });
   });
 
+  app.post("/v1/envs/:id/services/:service/stop", async (c) => {
+    const e = await environment(c.get("teamId"), c.req.param("id"));
+    const { hostId, hostEnvId } = runningOn(e);
+    return c.json(
+      await hub.call<{ stopped: string }>(hostId, "stop_service", {
+        environment_id: hostEnvId,
+        service: c.req.param("service"),
+      }),
+    );
+  });
+
   app.get("/v1/versions/:id", async (c) => {
     const v = await store
       .selectFrom("versions")

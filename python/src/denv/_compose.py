@@ -46,16 +46,18 @@ def load_compose(config: Any, *, base_dir: str | None = None) -> str:
     raise TypeError(f"cannot read a compose file from {type(config).__name__}")
 
 
-def with_denv_block(text: str, kind: str = "agent") -> str:
-    """The compose text with an x-denv block (kind only) when it has none."""
+def with_denv_block(text: str, kind: str = "agent", egress: str | None = None) -> str:
+    """The compose text with an x-denv block (kind, and egress when given) when it has none; a file
+    that has its own block keeps it as written."""
     stripped = text.lstrip()
+    block = {"kind": kind, **({"egress": egress} if egress else {})}
     if stripped.startswith("{"):
         doc = json.loads(text)
-        doc.setdefault("x-denv", {"kind": kind})
+        doc.setdefault("x-denv", block)
         return json.dumps(doc)
     if re.search(r"^x-denv\s*:", text, re.M):
         return text
-    return f"x-denv:\n  kind: {kind}\n{text}"
+    return "x-denv:\n" + "".join(f"  {k}: {v}\n" for k, v in block.items()) + text
 
 
 def project_name(prefix: str, text: str, extra: str = "") -> str:

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._compose import default_service, load_compose, project_name, with_denv_block
+from ._bases import ensure_base, verdict
+from ._compose import default_service, load_compose, with_denv_block
 from ._session import FileTooLargeError, SandboxGoneError, Session
 from .client import Client, Environment
 from .errors import DenvError
@@ -70,38 +71,11 @@ class InspectCore:
 
     def ensure_base(self, config: Any, metadata: dict[str, str] | None = None) -> _Base:
         compose, dotenv = self._compose(config, metadata)
-        name = project_name("inspect", compose, dotenv)
+        project, env = ensure_base(self.client, "inspect", compose, dotenv)
         with self._lock:
-            base = self._bases.get(name)
-            if base:
-                return base
-            c = self.client
-            try:
-                project = c.project(name)
-            except DenvError as e:
-                if e.code != "not_found":
-                    raise
-                project = c.create_project(name, "agent", compose, dotenv=dotenv or None)
-            env = self._running_base(name)
-            if env is None:
-                d = c.deploy(project["id"], "base", wait=True)
-                if d["status"] != "succeeded":
-                    failed = next((p for p in d["phases"] if p["status"] == "failed"), None)
-                    where = f" in phase {failed['name']}: {failed['reason']}" if failed else ""
-                    raise RuntimeError(f"denv could not deploy the sandbox compose file{where} (deployment {d['id']})")
-                env = c.env(f"{name}/base")
-            base = _Base(project=name, env=env, compose=compose)
-            self._bases[name] = base
+            base = _Base(project=project, env=env, compose=compose)
+            self._bases[project] = base
             return base
-
-    def _running_base(self, project: str) -> Environment | None:
-        try:
-            env = self.client.env(f"{project}/base")
-        except DenvError as e:
-            if e.code == "not_found":
-                return None
-            raise
-        return env if env["status"] == "running" and env["current_version_id"] else None
 
     def sample_init(self, task_name: str, config: Any, metadata: dict[str, str]) -> tuple[Environment, str, str]:
         """Forks the base; returns the fork, the default service, and the compose text."""

@@ -10,6 +10,11 @@
  *     client -> agent: 0 stdin data, 1 stdin end, 9 kill the process tree
  *     agent -> client: 1 stdout, 2 stderr, 3 exit (4 bytes: the status, 128+N for signal N)
  * A client that goes away kills the command's whole process group.
+ *
+ * Port mode: a request whose argc is 0xffffffff is followed by a port (u32). The agent connects to
+ * 127.0.0.1:port inside the container's network namespace, answers one status byte (0, or the
+ * connect errno), then relays raw bytes both ways until both directions are closed. This is how a
+ * client reaches a service's port without the container being reachable from the host network.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -21,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -75,15 +81,20 @@ static int send_frame(int fd, uint8_t type, const void *data, uint32_t len) {
   return len ? write_full(fd, data, len) : 0;
 }
 
-static char **read_list(int fd, uint32_t *count) {
-  if (read_u32(fd, count) || *count > 100000) return NULL;
-  char **list = calloc(*count + 1, sizeof(char *));
+static char **read_list_n(int fd, uint32_t count) {
+  if (count > 100000) return NULL;
+  char **list = calloc(count + 1, sizeof(char *));
   if (!list) return NULL;
-  for (uint32_t i = 0; i < *count; i++) {
+  for (uint32_t i = 0; i < count; i++) {
     list[i] = read_str(fd);
     if (!list[i]) return NULL;
   }
   return list;
+}
+
+static char **read_list(int fd, uint32_t *count) {
+  if (read_u32(fd, count)) return NULL;
+  return read_list_n(fd, *count);
 }
 
 /* The command's environment: the agent's own (the container's), with the request's on top. */
@@ -104,9 +115,48 @@ static char **merge_env(char **extra, uint32_t n) {
   return env;
 }
 
+/* Relays bytes between a and b; each direction's end is passed on as a half-close. */
+static void relay(int a, int b) {
+  char buf[65536];
+  int a_open = 1, b_open = 1;
+  signal(SIGPIPE, SIG_IGN);
+  while (a_open || b_open) {
+    struct pollfd fds[2] = {{a_open ? a : -1, POLLIN, 0}, {b_open ? b : -1, POLLIN, 0}};
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (int i = 0; i < 2; i++) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      int from = i ? b : a, to = i ? a : b;
+      ssize_t r = read(from, buf, sizeof buf);
+      if (r <= 0 || write_full(to, buf, (size_t)r)) {
+        shutdown(to, SHUT_WR);
+        if (i) b_open = 0; else a_open = 0;
+        if (r > 0) return; /* the other side is gone for good */
+      }
+    }
+  }
+}
+
+static void serve_port(int conn) {
+  uint32_t port;
+  if (read_u32(conn, &port) || port == 0 || port > 65535) _exit(1);
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  uint8_t status = 0;
+  if (s < 0 || connect(s, (struct sockaddr *)&addr, sizeof addr)) status = (uint8_t)(errno ? errno : 1);
+  if (write_full(conn, &status, 1) || status) _exit(0);
+  relay(conn, s);
+  _exit(0);
+}
+
 static void serve(int conn) {
   uint32_t argc, envc, uid, gid;
-  char **argv = read_list(conn, &argc);
+  if (read_u32(conn, &argc)) _exit(1);
+  if (argc == 0xffffffffu) serve_port(conn);
+  char **argv = read_list_n(conn, argc);
   char **extra = argv ? read_list(conn, &envc) : NULL;
   char *cwd = extra ? read_str(conn) : NULL;
   if (!argv || !extra || !cwd || argc == 0 || read_u32(conn, &uid) || read_u32(conn, &gid)) _exit(1);

@@ -9,6 +9,7 @@
 import { randomBytes } from "node:crypto";
 import { createReadStream, createWriteStream, existsSync, mkdirSync, rmSync } from "node:fs";
 import { rm } from "node:fs/promises";
+import type { Socket } from "node:net";
 import { basename, dirname, join } from "node:path";
 import type { Readable } from "node:stream";
 import { DenvError, type ResolvedService, type ResolvedSpec } from "@denv/spec";
@@ -432,7 +433,9 @@ export class Denvd {
     this.agentTargets.set(id, {
       socketPath: join(this.agentDir(`${env.network}-${svc}`), "agent.sock"),
       rootfsPath: st.rootfsPath,
-      defaultUser: env.spec.services[svc]?.user ?? null,
+      // Commands run as the container's own user, as `docker exec` does: the service's `user:`,
+      // else the image's USER (an image that says USER 1000 never gets root by default).
+      defaultUser: env.spec.services[svc]?.user ?? st.user ?? null,
     });
   }
 
@@ -991,6 +994,17 @@ export class Denvd {
     return { stopped: svc };
   }
 
+  /** A byte stream to `port` on the service's loopback (through its agent); see AgentExecutor. */
+  async openPort(environmentId: string, service: string | undefined, port: number): Promise<Socket> {
+    const { id, service: svc } = this.containerOf(environmentId, service);
+    if (!this.executor.openPort) throw new DenvError("unavailable", "this host cannot reach container ports");
+    try {
+      return await this.executor.openPort(id, port);
+    } catch (err) {
+      throw new DenvError("unavailable", `service ${svc}, port ${port}: ${(err as Error).message}`);
+    }
+  }
+
   /** Extracts a tar at `path` in a service, after checking every entry stays inside it. */
   async putFiles(
     environmentId: string,
@@ -1092,7 +1106,9 @@ export class Denvd {
             this.agentTargets.set(id, {
               socketPath,
               rootfsPath: st.rootfsPath,
-              defaultUser: env.spec.services[svc]?.user ?? null,
+              // Commands run as the container's own user, as `docker exec` does: the service's `user:`,
+              // else the image's USER (an image that says USER 1000 never gets root by default).
+              defaultUser: env.spec.services[svc]?.user ?? st.user ?? null,
             });
           }
         }

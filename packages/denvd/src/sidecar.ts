@@ -4,14 +4,21 @@
  * Denvd library. Each operation has an id; one already running or done is answered from that run,
  * not started again, so a reconnect neither loses nor repeats work.
  */
+
+import type { Socket } from "node:net";
 import { arch, cpus, totalmem } from "node:os";
 import { Readable } from "node:stream";
 import {
+  decodeTunnelFrame,
+  encodeTunnelFrame,
   HEARTBEAT_MS,
   type HostMessage,
   PROTOCOL_VERSION,
   type ServerMessage,
   serverMessageSchema,
+  TUNNEL_CLOSE,
+  TUNNEL_DATA,
+  TUNNEL_END,
 } from "@denv/protocol";
 import { DenvError, type ResolvedSpec } from "@denv/spec";
 import WebSocket from "ws";
@@ -41,6 +48,8 @@ export class Sidecar {
   private backoffMs = 250;
   private heartbeat: NodeJS.Timeout | null = null;
   private readonly ops = new Map<string, Promise<{ ok: boolean; result?: unknown; error?: unknown }>>();
+  /** Open tunnels (stream id -> the connection to the container port). */
+  private readonly tunnels = new Map<number, Socket>();
   private readonly options: SidecarOptions;
   private readonly log: NonNullable<SidecarOptions["log"]>;
   /** Resolves once the first connection is welcomed (tests and `denv up` wait on it). */
@@ -83,9 +92,15 @@ export class Sidecar {
         this.send({ type: "heartbeat", capacity: await this.capacity() });
       }, HEARTBEAT_MS);
     });
-    ws.on("message", (data) => this.onMessage(data.toString()));
+    ws.on("message", (data, isBinary) => {
+      if (isBinary) this.onTunnelFrame(data as Buffer);
+      else this.onMessage(data.toString());
+    });
     ws.on("close", () => {
       if (this.heartbeat) clearInterval(this.heartbeat);
+      // A tunnel lives on one connection; the client reconnects through a new one.
+      for (const sock of this.tunnels.values()) sock.destroy();
+      this.tunnels.clear();
       if (this.stopped) return;
       const wait = this.backoffMs;
       this.backoffMs = Math.min(this.backoffMs * 2, 10_000);
@@ -152,6 +167,40 @@ export class Sidecar {
     }
     const opId = msg.op_id;
     void run.then((r) => this.send({ type: "result", op_id: opId, ...r } as HostMessage));
+  }
+
+  private sendBinary(frame: Buffer): void {
+    if (this.ws?.readyState === WebSocket.OPEN) this.ws.send(frame, { binary: true });
+  }
+
+  private onTunnelFrame(frame: Buffer): void {
+    const f = decodeTunnelFrame(frame);
+    const sock = f ? this.tunnels.get(f.streamId) : undefined;
+    if (!f || !sock) return;
+    if (f.kind === TUNNEL_DATA) sock.write(f.payload);
+    else if (f.kind === TUNNEL_END) sock.end();
+    else if (f.kind === TUNNEL_CLOSE) {
+      this.tunnels.delete(f.streamId);
+      sock.destroy();
+    }
+  }
+
+  private async openTunnel(p: Params): Promise<Record<string, never>> {
+    const streamId = p.stream_id;
+    const port = p.port;
+    if (typeof streamId !== "number" || typeof port !== "number")
+      throw new DenvError("invalid_argument", "open_tunnel needs stream_id and port");
+    const service = typeof p.service === "string" ? p.service : undefined;
+    const sock = await this.options.denvd.openPort(str(p, "environment_id"), service, port);
+    this.tunnels.set(streamId, sock);
+    sock.on("data", (chunk: Buffer) => this.sendBinary(encodeTunnelFrame(TUNNEL_DATA, streamId, chunk)));
+    sock.on("end", () => this.sendBinary(encodeTunnelFrame(TUNNEL_END, streamId)));
+    sock.on("close", () => {
+      if (this.tunnels.delete(streamId)) this.sendBinary(encodeTunnelFrame(TUNNEL_CLOSE, streamId));
+    });
+    sock.on("error", () => {});
+    sock.resume();
+    return {};
   }
 
   private verifier(): Verifier {
@@ -245,6 +294,8 @@ export class Sidecar {
       case "verify_cleanup":
         await this.verifier().cleanup(str(p, "verify_id"));
         return {};
+      case "open_tunnel":
+        return this.openTunnel(p);
       case "stop_service":
         return d.stopService(str(p, "environment_id"), str(p, "service"));
       case "resume":

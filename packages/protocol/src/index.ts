@@ -62,6 +62,7 @@ export const OP_METHODS = [
   "verify_grade",
   "verify_cleanup",
   "stop_service",
+  "open_tunnel",
   "resume",
   "status",
 ] as const;
@@ -82,3 +83,26 @@ export type ServerMessage = z.infer<typeof serverMessageSchema>;
 
 /** How often a host says it is alive (last_seen in GET /v1/hosts). */
 export const HEARTBEAT_MS = 5000;
+
+/**
+ * Tunnel bytes (a client's connection to a port inside a sandbox) travel as binary WebSocket
+ * frames beside the JSON messages: u8 kind, u32 stream id (big-endian), then the payload. The
+ * server picks the stream id and opens it with the `open_tunnel` operation.
+ */
+export const TUNNEL_DATA = 1;
+/** The sender will write no more on this stream (a half-close). */
+export const TUNNEL_END = 2;
+/** The stream is gone in both directions. */
+export const TUNNEL_CLOSE = 3;
+
+export function encodeTunnelFrame(kind: number, streamId: number, payload?: Buffer): Buffer {
+  const head = Buffer.alloc(5);
+  head[0] = kind;
+  head.writeUInt32BE(streamId >>> 0, 1);
+  return payload?.length ? Buffer.concat([head, payload]) : head;
+}
+
+export function decodeTunnelFrame(frame: Buffer): { kind: number; streamId: number; payload: Buffer } | null {
+  if (frame.length < 5) return null;
+  return { kind: frame[0] as number, streamId: frame.readUInt32BE(1), payload: frame.subarray(5) };
+}

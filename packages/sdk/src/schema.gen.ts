@@ -342,6 +342,19 @@ export type PutV1EnvsByIdFilesResponse = {
 /** A tar of ?path= in ?service= — GET /v1/envs/{id}/files */
 export type GetV1EnvsByIdFilesResponse = Uint8Array;
 
+/** A URL reaching a TCP port inside a service (HTTP and WebSocket), relayed through the host's connection; the URL is the credential — POST /v1/envs/{id}/ports/{port} */
+export type PostV1EnvsByIdPortsByPortResponse = {
+  url: string;
+  port: number;
+  service: string | null;
+};
+export type PostV1EnvsByIdPortsByPortBody = {
+  service?: string;
+};
+
+/** Any method, and WebSocket upgrades: relayed to the port a port URL names, with {path} as the request path — GET /v1/tunnels/{token}/{path} */
+export type GetV1TunnelsByTokenByPathResponse = unknown;
+
 /** Stop one service's container; the rest of the environment keeps running — POST /v1/envs/{id}/services/{service}/stop */
 export type PostV1EnvsByIdServicesByServiceStopResponse = {
   stopped: string;
@@ -461,6 +474,8 @@ export const OPERATIONS = {
   postV1EnvsByIdExec: { method: "POST", path: "/v1/envs/{id}/exec", params: ["id"], body: "json", response: "json" },
   putV1EnvsByIdFiles: { method: "PUT", path: "/v1/envs/{id}/files", params: ["id"], body: "tar", response: "json" },
   getV1EnvsByIdFiles: { method: "GET", path: "/v1/envs/{id}/files", params: ["id"], body: "none", response: "tar" },
+  postV1EnvsByIdPortsByPort: { method: "POST", path: "/v1/envs/{id}/ports/{port}", params: ["id","port"], body: "json", response: "json" },
+  getV1TunnelsByTokenByPath: { method: "GET", path: "/v1/tunnels/{token}/{path}", params: ["token","path"], body: "none", response: "json" },
   postV1EnvsByIdServicesByServiceStop: { method: "POST", path: "/v1/envs/{id}/services/{service}/stop", params: ["id","service"], body: "none", response: "json" },
   getV1VersionsById: { method: "GET", path: "/v1/versions/{id}", params: ["id"], body: "none", response: "json" },
   postV1Sandboxes: { method: "POST", path: "/v1/sandboxes", params: [], body: "json", response: "json" },
@@ -492,6 +507,8 @@ export interface Operations {
   postV1EnvsByIdExec: { params: { id: string }; body: PostV1EnvsByIdExecBody; response: PostV1EnvsByIdExecResponse };
   putV1EnvsByIdFiles: { params: { id: string }; body: Uint8Array; response: PutV1EnvsByIdFilesResponse };
   getV1EnvsByIdFiles: { params: { id: string }; body: undefined; response: GetV1EnvsByIdFilesResponse };
+  postV1EnvsByIdPortsByPort: { params: { id: string; port: string }; body: PostV1EnvsByIdPortsByPortBody; response: PostV1EnvsByIdPortsByPortResponse };
+  getV1TunnelsByTokenByPath: { params: { token: string; path: string }; body: undefined; response: GetV1TunnelsByTokenByPathResponse };
   postV1EnvsByIdServicesByServiceStop: { params: { id: string; service: string }; body: undefined; response: PostV1EnvsByIdServicesByServiceStopResponse };
   getV1VersionsById: { params: { id: string }; body: undefined; response: GetV1VersionsByIdResponse };
   postV1Sandboxes: { params: {  }; body: PostV1SandboxesBody; response: PostV1SandboxesResponse };

@@ -158,6 +158,18 @@ export const execBody = z.strictObject({
   encoding: z.enum(["utf8", "base64"]).optional(),
 });
 
+export const portUrlBody = z.strictObject({
+  /** The service whose loopback the port is on (default: the agent's service, else the first). */
+  service: z.string().optional(),
+});
+
+export const portUrlCreated = z.object({
+  /** A bearer capability: anyone holding it reaches the port. Shown once; stored hashed. */
+  url: z.string(),
+  port: z.number(),
+  service: z.string().nullable(),
+});
+
 export const execResult = z.object({
   exit_code: z.number(),
   stdout: z.string(),
@@ -190,7 +202,7 @@ export interface RouteDoc {
   body?: z.ZodType;
   bodyType?: "json" | "tar";
   response?: z.ZodType;
-  responseType?: "json" | "tar" | "event-stream";
+  responseType?: "json" | "tar" | "event-stream" | "any";
   status?: number;
   auth: boolean;
 }
@@ -364,6 +376,24 @@ export const ROUTES: RouteDoc[] = [
   },
   {
     method: "post",
+    path: "/v1/envs/{id}/ports/{port}",
+    summary:
+      "A URL reaching a TCP port inside a service (HTTP and WebSocket), relayed through the host's connection; the URL is the credential",
+    body: portUrlBody,
+    response: portUrlCreated,
+    status: 201,
+    auth: true,
+  },
+  {
+    method: "get",
+    path: "/v1/tunnels/{token}/{path}",
+    summary:
+      "Any method, and WebSocket upgrades: relayed to the port a port URL names, with {path} as the request path",
+    responseType: "any",
+    auth: false,
+  },
+  {
+    method: "post",
     path: "/v1/envs/{id}/services/{service}/stop",
     summary: "Stop one service's container; the rest of the environment keeps running",
     response: z.object({ stopped: z.string() }),
@@ -418,11 +448,13 @@ export function openApiDocument(serverUrl?: string): Record<string, unknown> {
           content:
             r.responseType === "tar"
               ? { "application/x-tar": { schema: { type: "string", format: "binary" } } }
-              : r.responseType === "event-stream"
-                ? { "text/event-stream": { schema: { type: "string" } } }
-                : r.response
-                  ? { "application/json": { schema: json(r.response) } }
-                  : { "application/json": { schema: {} } },
+              : r.responseType === "any"
+                ? { "*/*": { schema: {} } }
+                : r.responseType === "event-stream"
+                  ? { "text/event-stream": { schema: { type: "string" } } }
+                  : r.response
+                    ? { "application/json": { schema: json(r.response) } }
+                    : { "application/json": { schema: {} } },
         },
         default: { description: "error", content: { "application/json": { schema: json(errorSchema) } } },
       },

@@ -17,6 +17,7 @@ import {
   forkBody,
   hostJoinBody,
   openApiDocument,
+  portUrlBody,
   rollbackBody,
   sandboxBody,
   uploadSourceBody,
@@ -25,6 +26,7 @@ import {
 import type { Deployer } from "./deployer.ts";
 import type { HostHub } from "./host-hub.ts";
 import { hashSecret, newId, newSecret, now } from "./ids.ts";
+import { createPortUrl, proxyHttp, splitTunnelPath } from "./port-tunnels.ts";
 import type { Store } from "./store/open-store.ts";
 import type { DeploymentsTable, EnvironmentsTable, ProjectsTable } from "./store/schema.ts";
 
@@ -161,6 +163,16 @@ export function createApp(deps: AppDeps): Hono<Env> {
       .execute();
     return c.json({ host_id: hostId, secret }, 201);
   });
+
+  // Port URLs: the token in the path is the credential (a bearer capability), not an API key.
+  const tunnel = async (c: import("hono").Context<Env>) => {
+    const u = new URL(c.req.url);
+    const parts = splitTunnelPath(u.pathname + u.search);
+    if (!parts) throw new DenvError("not_found", "no such port URL");
+    return proxyHttp(store, hub, parts.token, parts.rest, c.req.raw);
+  };
+  app.all("/v1/tunnels/:token", tunnel);
+  app.all("/v1/tunnels/:token/*", tunnel);
 
   // Everything below needs an API key.
   app.use("/v1/*", async (c, next) => {
@@ -621,6 +633,27 @@ export function createApp(deps: AppDeps): Hono<Env> {
     return c.body(Readable.toWeb(Readable.from(tar)) as ReadableStream, 200, {
       "content-type": "application/x-tar",
     });
+  });
+
+  app.post("/v1/envs/:id/ports/:port", tooLarge(JSON_LIMIT), async (c) => {
+    const e = await environment(c.get("teamId"), c.req.param("id"));
+    runningOn(e);
+    const port = Number(c.req.param("port"));
+    if (!Number.isInteger(port) || port < 1 || port > 65535)
+      throw new DenvError("invalid_argument", `port ${c.req.param("port")} is not a TCP port (1-65535)`);
+    const body = await parse(c.req.raw, portUrlBody);
+    const { services } = await serializeEnv(e);
+    if (body.service && services.length && !services.includes(body.service))
+      throw new DenvError("not_found", `environment ${e.name} has no service ${body.service}`);
+    const origin = new URL(c.req.url).origin;
+    const { url } = await createPortUrl(store, {
+      teamId: c.get("teamId"),
+      environmentId: e.id,
+      service: body.service ?? null,
+      port,
+      origin,
+    });
+    return c.json({ url, port, service: body.service ?? null }, 201);
   });
 
   app.post("/v1/envs/:id/services/:service/stop", async (c) => {

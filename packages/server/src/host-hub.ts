@@ -4,8 +4,18 @@
  * operation waiting on a host that dropped is sent again when it reconnects, under the same id.
  */
 import type { IncomingMessage } from "node:http";
-import type { Duplex } from "node:stream";
-import { type HostMessage, hostMessageSchema, type OpMethod, type ServerMessage } from "@denv/protocol";
+import { Duplex } from "node:stream";
+import {
+  decodeTunnelFrame,
+  encodeTunnelFrame,
+  type HostMessage,
+  hostMessageSchema,
+  type OpMethod,
+  type ServerMessage,
+  TUNNEL_CLOSE,
+  TUNNEL_DATA,
+  TUNNEL_END,
+} from "@denv/protocol";
 import { DenvError, ERROR_CODES, type ErrorCode } from "@denv/spec";
 import { type WebSocket, WebSocketServer } from "ws";
 import { hashSecret, newId, now } from "./ids.ts";
@@ -25,6 +35,8 @@ export class HostHub {
   private readonly sockets = new Map<string, WebSocket>();
   private readonly pending = new Map<string, PendingOp>();
   private readonly waiters = new Map<string, (() => void)[]>();
+  private readonly tunnels = new Map<number, { hostId: string; stream: Duplex }>();
+  private nextStreamId = 1;
   private readonly store: Store;
 
   constructor(store: Store) {
@@ -52,10 +64,16 @@ export class HostHub {
   private accept(hostId: string, ws: WebSocket): void {
     this.sockets.get(hostId)?.close(4000, "replaced by a newer connection");
     this.sockets.set(hostId, ws);
-    ws.on("message", (data) => {
-      void this.onMessage(hostId, ws, data.toString()).catch(() => {});
+    ws.on("message", (data, isBinary) => {
+      if (isBinary) this.onTunnelFrame(data as Buffer);
+      else void this.onMessage(hostId, ws, data.toString()).catch(() => {});
     });
     ws.on("close", () => {
+      for (const [id, t] of this.tunnels) {
+        if (t.hostId !== hostId) continue;
+        this.tunnels.delete(id);
+        t.stream.destroy();
+      }
       if (this.sockets.get(hostId) === ws) {
         this.sockets.delete(hostId);
         void this.store
@@ -121,6 +139,59 @@ export class HostHub {
         );
       }
     }
+  }
+
+  private onTunnelFrame(frame: Buffer): void {
+    const f = decodeTunnelFrame(frame);
+    const t = f ? this.tunnels.get(f.streamId) : undefined;
+    if (!f || !t) return;
+    if (f.kind === TUNNEL_DATA) t.stream.push(Buffer.from(f.payload));
+    else if (f.kind === TUNNEL_END) t.stream.push(null);
+    else if (f.kind === TUNNEL_CLOSE) {
+      this.tunnels.delete(f.streamId);
+      t.stream.push(null);
+      t.stream.destroy();
+    }
+  }
+
+  /**
+   * A byte stream to a port inside an environment's service, carried over the host's WebSocket
+   * (denvd listens on no port, and the container needs no address the host can route to).
+   */
+  async openTunnel(
+    hostId: string,
+    params: { environment_id: string; service?: string | undefined; port: number },
+  ): Promise<Duplex> {
+    const ws = this.sockets.get(hostId);
+    if (!ws) throw new DenvError("unavailable", `host ${hostId} is not connected`);
+    const streamId = this.nextStreamId++;
+    const send = (kind: number, payload?: Buffer, cb?: (err?: Error) => void) => {
+      if (ws.readyState !== ws.OPEN) return cb?.(new Error("the host disconnected"));
+      ws.send(encodeTunnelFrame(kind, streamId, payload), { binary: true }, cb);
+    };
+    const stream = new Duplex({
+      read() {},
+      write(chunk: Buffer, _enc, cb) {
+        send(TUNNEL_DATA, chunk, cb);
+      },
+      final(cb) {
+        send(TUNNEL_END, undefined, () => cb());
+      },
+      destroy: (err, cb) => {
+        if (this.tunnels.delete(streamId)) send(TUNNEL_CLOSE);
+        cb(err);
+      },
+    });
+    // Registered before the host is asked, so bytes it sends right after connecting are kept.
+    this.tunnels.set(streamId, { hostId, stream });
+    try {
+      await this.call(hostId, "open_tunnel", { ...params, stream_id: streamId }, { timeoutMs: 30_000 });
+    } catch (err) {
+      this.tunnels.delete(streamId);
+      stream.destroy();
+      throw err;
+    }
+    return stream;
   }
 
   private sendTo(ws: WebSocket, msg: ServerMessage): void {

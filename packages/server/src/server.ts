@@ -11,6 +11,7 @@ import { createApiKey, createApp } from "./app.ts";
 import { Deployer } from "./deployer.ts";
 import { HostHub } from "./host-hub.ts";
 import { hashSecret, newId, now } from "./ids.ts";
+import { proxyUpgrade, TUNNEL_PREFIX } from "./port-tunnels.ts";
 import { openStore, type Store } from "./store/open-store.ts";
 
 export interface ServerOptions {
@@ -55,7 +56,10 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   server.keepAliveTimeout = 65_000;
   server.headersTimeout = 66_000;
   server.on("upgrade", (req, socket, head) => {
-    void hub.handleUpgrade(req, socket, head).catch(() => socket.destroy());
+    const upgrade = req.url?.startsWith(TUNNEL_PREFIX)
+      ? proxyUpgrade(store, hub, req, socket, head)
+      : hub.handleUpgrade(req, socket, head);
+    void upgrade.catch(() => socket.destroy());
   });
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);

@@ -99,6 +99,40 @@ export class AgentExecutor implements Executor {
     return this.run(sock, target, options);
   }
 
+  /**
+   * A byte stream to 127.0.0.1:port inside the container, relayed by its agent (port mode): the
+   * container needs no address the host can route to. Rejects when nothing listens there.
+   */
+  async openPort(containerId: string, port: number): Promise<Socket> {
+    const target = this.targets(containerId);
+    if (!target) throw new Error("this container has no agent to reach its ports through");
+    const sock = await new Promise<Socket>((resolve, reject) => {
+      const s = connect(target.socketPath);
+      s.once("connect", () => resolve(s));
+      s.once("error", reject);
+    });
+    sock.write(Buffer.concat([u32(KEEP), u32(port)]));
+    const status = await new Promise<number>((resolve, reject) => {
+      const onData = (chunk: Buffer) => {
+        sock.off("data", onData);
+        sock.pause();
+        // Anything after the status byte is the service's first bytes: put it back.
+        if (chunk.length > 1) sock.unshift(chunk.subarray(1));
+        resolve(chunk[0] ?? 255);
+      };
+      sock.on("data", onData);
+      sock.once("close", () => reject(new Error("the agent closed the connection")));
+      sock.once("error", reject);
+    });
+    if (status !== 0) {
+      sock.destroy();
+      throw new Error(`nothing accepts connections on port ${port} in the container (errno ${status})`);
+    }
+    sock.removeAllListeners("close");
+    sock.removeAllListeners("error");
+    return sock;
+  }
+
   private async run(sock: Socket, target: AgentTarget, options: ExecOptions): Promise<ExecResult> {
     const started = performance.now();
     const limit = options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;

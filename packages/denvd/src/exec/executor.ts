@@ -3,6 +3,7 @@
  * interface: the engine path (engine-executor.ts) pays a runc exec per command; a faster path (an
  * agent inside the sandbox) can serve the same interface.
  */
+import type { Socket } from "node:net";
 import type { Readable } from "node:stream";
 
 export interface ExecOptions {
@@ -33,6 +34,8 @@ export interface ExecResult {
 
 export interface Executor {
   exec(containerId: string, options: ExecOptions): Promise<ExecResult>;
+  /** A byte stream to a TCP port inside the container (loopback), where the executor can reach it. */
+  openPort?(containerId: string, port: number): Promise<Socket>;
 }
 
 export const DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024 * 1024;

@@ -93,6 +93,8 @@ export interface ContainerState {
   addresses: Record<string, { ip: string; gateway: string }>;
   /** Host path of the container's merged root filesystem, while it exists; null when unknown. */
   rootfsPath: string | null;
+  /** The user the container runs as (its `user:`, else the image's USER); null: root. */
+  user: string | null;
 }
 
 export interface RawExecOptions {

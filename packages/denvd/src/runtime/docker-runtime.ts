@@ -268,6 +268,7 @@ export class DockerRuntime implements ContainerRuntime {
       nanoCpus: info.HostConfig.NanoCpus ?? 0,
       addresses,
       rootfsPath: (info.GraphDriver?.Data as Record<string, string> | undefined)?.MergedDir ?? null,
+      user: info.Config?.User || null,
     };
   }
 

@@ -106,6 +106,22 @@ export const MIGRATIONS: Record<string, Migration> = {
       await sql`create index deployments_env on deployments (environment_id, created_at)`.execute(db);
     },
   },
+  "0002_port_urls": {
+    async up(db: Kysely<unknown>) {
+      // A port URL is a bearer capability (OpenEnv clients connect with the URL alone): only its
+      // hash is kept, like every other secret.
+      await db.schema
+        .createTable("port_urls")
+        .addColumn("id", text, (c) => c.primaryKey())
+        .addColumn("team_id", text, (c) => c.notNull())
+        .addColumn("environment_id", text, (c) => c.notNull())
+        .addColumn("service", text)
+        .addColumn("port", "integer", (c) => c.notNull())
+        .addColumn("token_hash", text, (c) => c.notNull().unique())
+        .addColumn("created_at", text, (c) => c.notNull())
+        .execute();
+    },
+  },
 };
 
 export const migrationProvider: MigrationProvider = {

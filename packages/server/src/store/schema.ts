@@ -104,6 +104,16 @@ export interface MigrationsTable {
   applied_at: string;
 }
 
+export interface PortUrlsTable {
+  id: string;
+  team_id: string;
+  environment_id: string;
+  service: string | null;
+  port: number;
+  token_hash: string;
+  created_at: string;
+}
+
 export interface Database {
   teams: TeamsTable;
   api_keys: ApiKeysTable;
@@ -113,4 +123,5 @@ export interface Database {
   environments: EnvironmentsTable;
   versions: VersionsTable;
   deployments: DeploymentsTable;
+  port_urls: PortUrlsTable;
 }

@@ -1,0 +1,172 @@
+/**
+ * Reaching a port inside an environment from outside: `POST /v1/envs/{id}/ports/{port}` mints a URL
+ * `/v1/tunnels/{token}/…` whose token is the only credential (frameworks such as OpenEnv connect
+ * with a base URL alone), stored hashed. Requests and WebSocket upgrades on it are relayed as raw
+ * bytes over the host's WebSocket to denvd, which reaches the port on the container's loopback
+ * through its agent. Neither denvd nor the container listens on anything the world can reach.
+ */
+import { request as httpRequest, type IncomingMessage } from "node:http";
+import type { Duplex } from "node:stream";
+import { Readable } from "node:stream";
+import { DenvError } from "@denv/spec";
+import type { HostHub } from "./host-hub.ts";
+import { hashSecret, newId, newSecret, now } from "./ids.ts";
+import type { Store } from "./store/open-store.ts";
+
+export const TUNNEL_PREFIX = "/v1/tunnels/";
+
+// Hop-by-hop headers (RFC 9110 7.6.1) are between the client and us, not the service.
+const HOP = new Set([
+  "connection",
+  "keep-alive",
+  "proxy-connection",
+  "transfer-encoding",
+  "te",
+  "trailer",
+  "upgrade",
+  "host",
+]);
+
+export async function createPortUrl(
+  store: Store,
+  o: { teamId: string; environmentId: string; service: string | null; port: number; origin: string },
+): Promise<{ url: string }> {
+  const token = newSecret("dpu");
+  await store
+    .insertInto("port_urls")
+    .values({
+      id: newId("pu"),
+      team_id: o.teamId,
+      environment_id: o.environmentId,
+      service: o.service,
+      port: o.port,
+      token_hash: hashSecret(token),
+      created_at: now(),
+    })
+    .execute();
+  return { url: `${o.origin}${TUNNEL_PREFIX}${token}` };
+}
+
+/** The token and the path after it, from /v1/tunnels/{token}/rest?query. */
+export function splitTunnelPath(url: string): { token: string; rest: string } | null {
+  if (!url.startsWith(TUNNEL_PREFIX)) return null;
+  const tail = url.slice(TUNNEL_PREFIX.length);
+  const cut = tail.search(/[/?]/);
+  const token = cut < 0 ? tail : tail.slice(0, cut);
+  let rest = cut < 0 ? "/" : tail.slice(cut);
+  if (rest.startsWith("?")) rest = `/${rest}`;
+  return token ? { token, rest } : null;
+}
+
+/** Opens the byte stream a tunnel URL names, or says why it cannot. */
+export async function openTunnel(
+  store: Store,
+  hub: HostHub,
+  token: string,
+): Promise<{ stream: Duplex; port: number }> {
+  const row = await store
+    .selectFrom("port_urls")
+    .innerJoin("environments", "environments.id", "port_urls.environment_id")
+    .select([
+      "port_urls.port",
+      "port_urls.service",
+      "environments.status",
+      "environments.host_id",
+      "environments.host_env_id",
+      "environments.name",
+    ])
+    .where("port_urls.token_hash", "=", hashSecret(token))
+    .executeTakeFirst();
+  if (!row) throw new DenvError("not_found", "no such port URL");
+  if (row.status !== "running" || !row.host_id || !row.host_env_id)
+    throw new DenvError("unavailable", `environment ${row.name} is ${row.status}, not running`);
+  const stream = await hub.openTunnel(row.host_id, {
+    environment_id: row.host_env_id,
+    service: row.service ?? undefined,
+    port: row.port,
+  });
+  return { stream, port: row.port };
+}
+
+/** An HTTP request relayed to the service; the answer streams back as it comes. */
+export async function proxyHttp(
+  store: Store,
+  hub: HostHub,
+  token: string,
+  rest: string,
+  req: Request,
+): Promise<Response> {
+  const { stream, port } = await openTunnel(store, hub, token);
+  const headers: Record<string, string> = {};
+  req.headers.forEach((v, k) => {
+    if (!HOP.has(k)) headers[k] = v;
+  });
+  headers.host = `localhost:${port}`;
+  headers.connection = "close";
+  const body = req.body ? Readable.fromWeb(req.body as import("node:stream/web").ReadableStream) : null;
+  const res = await new Promise<IncomingMessage>((resolve, reject) => {
+    const out = httpRequest({
+      method: req.method,
+      path: rest,
+      headers,
+      createConnection: () => stream as unknown as import("node:net").Socket,
+    });
+    out.once("response", resolve);
+    out.once("error", (err) =>
+      reject(new DenvError("unavailable", `the service on port ${port} did not answer: ${err.message}`)),
+    );
+    if (body) body.pipe(out);
+    else out.end();
+  });
+  const outHeaders = new Headers();
+  for (const [k, v] of Object.entries(res.headers)) {
+    if (HOP.has(k) || v === undefined) continue;
+    for (const one of Array.isArray(v) ? v : [v]) outHeaders.append(k, one);
+  }
+  const status = res.statusCode ?? 502;
+  const noBody = req.method === "HEAD" || status === 204 || status === 304;
+  return new Response(noBody ? null : (Readable.toWeb(res) as ReadableStream), {
+    status,
+    headers: outHeaders,
+  });
+}
+
+/** A WebSocket (or any) upgrade on a tunnel URL: the raw connection is spliced to the service. */
+export async function proxyUpgrade(
+  store: Store,
+  hub: HostHub,
+  req: IncomingMessage,
+  socket: Duplex,
+  head: Buffer,
+): Promise<void> {
+  const parts = splitTunnelPath(req.url ?? "");
+  const refuse = (status: number, text: string): void => {
+    socket.end(`HTTP/1.1 ${status} ${text}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
+  };
+  if (!parts) return refuse(404, "Not Found");
+  let tunnel: Awaited<ReturnType<typeof openTunnel>>;
+  try {
+    tunnel = await openTunnel(store, hub, parts.token);
+  } catch (err) {
+    const code = err instanceof DenvError ? err.httpStatus : 502;
+    return refuse(code, code === 404 ? "Not Found" : "Service Unavailable");
+  }
+  const { stream, port } = tunnel;
+  let text = `${req.method} ${parts.rest} HTTP/1.1\r\nHost: localhost:${port}\r\n`;
+  for (let i = 0; i < req.rawHeaders.length; i += 2) {
+    const k = req.rawHeaders[i] as string;
+    if (k.toLowerCase() === "host") continue;
+    text += `${k}: ${req.rawHeaders[i + 1]}\r\n`;
+  }
+  stream.write(`${text}\r\n`);
+  if (head.length) stream.write(head);
+  socket.pipe(stream).pipe(socket);
+  const close = () => {
+    socket.destroy();
+    stream.destroy();
+  };
+  socket.on("error", close);
+  stream.on("error", close);
+  socket.on("close", close);
+  stream.on("close", close);
+}

@@ -1,0 +1,3 @@
+from .providers import ContainerProvider
+
+__all__ = ["ContainerProvider"]

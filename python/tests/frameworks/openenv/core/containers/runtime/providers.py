@@ -1,0 +1,25 @@
+"""Stand-in for openenv.core.containers.runtime.providers (see ../../../../README.md)."""
+
+from abc import ABC, abstractmethod
+from typing import Any, Dict, Optional
+
+
+class ContainerProvider(ABC):
+    @abstractmethod
+    def start_container(self, image: str, port: Optional[int] = None,
+                        env_vars: Optional[Dict[str, str]] = None, **kwargs: Any) -> str: ...
+
+    @abstractmethod
+    def stop_container(self) -> None: ...
+
+    @abstractmethod
+    def wait_for_ready(self, base_url: str, timeout_s: float = 30.0) -> None: ...
+
+    def close(self) -> None:
+        return None
+
+    def __enter__(self):  # noqa: ANN204
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:  # noqa: ANN001
+        self.close()

@@ -40,6 +40,8 @@ command -v openssl >/dev/null || need+=(openssl)
 command -v jq >/dev/null || need+=(jq)
 # PostgreSQL: the store's second database, which its tests start a throw-away cluster of.
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+# Python 3.11+: the denv Python package and its adapters' conformance suites (standard library only).
+[ -x /usr/bin/python3 ] || need+=(python3)
 # gcc and libc6-dev: denv-agent, the exec agent denvd puts into sandboxes, is a static C program.
 command -v gcc >/dev/null || need+=(gcc)
 [ -f /usr/lib/x86_64-linux-gnu/libc.a ] || [ -f /usr/lib/aarch64-linux-gnu/libc.a ] || need+=(libc6-dev)

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# The README's test command: prepares the machine (Node 24, dependencies, Docker engine, images,
-# registry), then type-checks, lints and runs every test (unit and end-to-end, on the real engine).
+# The README's test command: prepares the machine (Node 24, dependencies, Python 3, Docker engine,
+# images, registry), then type-checks, lints and runs every test: Node's (unit and end-to-end, on
+# the real engine), then Python's (the package's unit tests and the Inspect, Harbor and OpenEnv
+# conformance suites against a live denv). Both always run; the exit code says whether all passed.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 bash scripts/prepare.sh
 source scripts/ensure-node.sh
-npm test
+rc=0
+npm test || rc=$?
+DENV_NODE=$(command -v node) /usr/bin/python3 python/tests/run.py || rc=$?
+exit "$rc"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 
-from ._compose import project_name
+from ._compose import kind_of, project_name
 from .client import Client, Deployment, Environment
 from .errors import DenvError
 
@@ -35,7 +35,7 @@ def ensure_base(client: Client, prefix: str, compose: str, dotenv: str = "") -> 
         except DenvError as e:
             if e.code != "not_found":
                 raise
-            project = client.create_project(name, "agent", compose, dotenv=dotenv or None)
+            project = client.create_project(name, kind_of(compose), compose, dotenv=dotenv or None)
         d = client.deploy(project["id"], "base", wait=True)
         if d["status"] != "succeeded":
             raise deploy_failure(d, "the compose file")

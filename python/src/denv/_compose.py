@@ -96,3 +96,16 @@ def default_service(text: str, services: list[str]) -> str:
         f"No 'default' service found among {services}: name one service 'default' or add "
         "'x-default: true' to it"
     )
+
+
+def kind_of(text: str, default: str = "agent") -> str:
+    """The x-denv kind a compose file declares (the project must be created with the same)."""
+    if text.lstrip().startswith("{"):
+        block = json.loads(text).get("x-denv") or {}
+        return str(block.get("kind") or default)
+    m = re.search(r"^x-denv\s*:\s*\n((?:[ \t]+.*\n?)*)", text, re.M)
+    if m:
+        k = re.search(r"^[ \t]+kind\s*:\s*([A-Za-z-]+)", m.group(1), re.M)
+        if k:
+            return k.group(1)
+    return default

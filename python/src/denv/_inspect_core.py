@@ -86,6 +86,10 @@ class InspectCore:
             self._live[fork["id"]] = fork["name"]
         return fork, default_service(base.compose, fork["services"]), base.compose
 
+    def verify(self, env_id: str) -> dict[str, Any]:
+        """denv verify on a sample's environment: graded on a fork as a separate principal."""
+        return verdict(self.client.verify(env_id))
+
     def destroy(self, env_id: str) -> None:
         """Idempotent: an environment already gone is fine."""
         with self._lock:

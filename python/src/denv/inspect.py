@@ -101,6 +101,12 @@ class DenvSandboxEnvironment(SandboxEnvironment):
             limit_str=SandboxEnvironmentLimits.MAX_READ_FILE_SIZE_STR,
         )
 
+    async def verify(self) -> dict[str, Any]:
+        """Grades this sample with the compose file's x-denv.verifier (denv verify): the agent's
+        processes are stopped, the declared paths collected root-side (links and special files
+        refused), and the grader runs on a fork. Returns {reward, reason, exit_code, agent}."""
+        return await to_thread(_core.verify, self.env_id)
+
     def default_polling_interval(self) -> float:
         return 0.2
 

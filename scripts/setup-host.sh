@@ -42,6 +42,7 @@ command -v jq >/dev/null || need+=(jq)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 # Python 3.11+: the denv Python package and its adapters' conformance suites (standard library only).
 [ -x /usr/bin/python3 ] || need+=(python3)
+/usr/bin/python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip python3-setuptools python3-wheel)
 # gcc and libc6-dev: denv-agent, the exec agent denvd puts into sandboxes, is a static C program.
 command -v gcc >/dev/null || need+=(gcc)
 [ -f /usr/lib/x86_64-linux-gnu/libc.a ] || [ -f /usr/lib/aarch64-linux-gnu/libc.a ] || need+=(libc6-dev)

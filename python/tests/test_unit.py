@@ -118,3 +118,52 @@ class ClientErrors(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class Packaging(unittest.TestCase):
+    def test_wheel_declares_extras_and_the_inspect_entry_point(self) -> None:
+        import shutil
+        import subprocess
+        import sys
+        import tempfile
+        from pathlib import Path
+
+        src = Path(__file__).resolve().parents[1]
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = Path(tmp) / "pkg"
+            shutil.copytree(src, copy, ignore=shutil.ignore_patterns("tests", "build", "*.egg-info", "__pycache__"))
+            subprocess.run(
+                [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", str(copy), "-w", tmp],
+                check=True,
+                capture_output=True,
+            )
+            wheel = next(Path(tmp).glob("denv-*.whl"))
+            target = Path(tmp) / "site"
+            subprocess.run(
+                [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target", str(target), str(wheel)],
+                check=True,
+                capture_output=True,
+            )
+            # The installed distribution, found the way Inspect finds providers: its entry points.
+            probe = (
+                "import sys; from importlib.metadata import entry_points, distribution\n"
+                "eps = [e for e in entry_points(group='inspect_ai') if e.name == 'denv']\n"
+                "print(eps[0].value)\n"
+                "mod = eps[0].load()\n"
+                "from inspect_ai.util import registry_find_sandboxenv\n"
+                "print(registry_find_sandboxenv('denv').__name__)\n"
+                "print(sorted(distribution('denv').metadata.get_all('Provides-Extra')))\n"
+            )
+            frameworks = str(Path(__file__).resolve().parent / "frameworks")
+            out = subprocess.run(
+                [sys.executable, "-c", probe],
+                capture_output=True,
+                text=True,
+                env={**os.environ, "PYTHONPATH": f"{target}:{frameworks}"},
+                cwd=tmp,
+            )
+            self.assertEqual(
+                out.stdout.splitlines(),
+                ["denv._registry", "DenvSandboxEnvironment", "['all', 'harbor', 'inspect', 'openenv']"],
+                out.stderr,
+            )

@@ -347,6 +347,58 @@ describe("sandbox API", () => {
     assert.equal(t.capabilities.consistent_snapshot, "btrfs");
     assert.equal((await api("POST", "/v1/targets/e2b/sandboxes", { image: "x" })).status, 404);
   });
+
+  test("a port URL reaches a service's port over HTTP and WebSocket, and only while it runs", async () => {
+    const sb = await api("POST", "/v1/sandboxes", { image: "127.0.0.1:5000/denv/openenv-echo:0.1" });
+    assert.equal(sb.status, 201, JSON.stringify(sb.data));
+    const minted = await api("POST", `/v1/envs/${sb.data.id}/ports/8000`, {});
+    assert.equal(minted.status, 201, JSON.stringify(minted.data));
+    const url = minted.data.url as string;
+    assert.match(url, /\/v1\/tunnels\/dpu_[A-Za-z0-9_-]{43}$/);
+    const stored = await server.store.selectFrom("port_urls").select("token_hash").execute();
+    assert.ok(stored.every((r) => /^[0-9a-f]{64}$/.test(r.token_hash) && !url.includes(r.token_hash)));
+    // HTTP, with no API key: the URL is the credential. Bodies go both ways.
+    let health: Response | undefined;
+    for (let i = 0; i < 40 && health?.status !== 200; i++) {
+      health = await fetch(`${url}/health`);
+      if (health.status !== 200) await new Promise((r) => setTimeout(r, 250));
+    }
+    assert.deepEqual(await health?.json(), { status: "healthy" });
+    const step = await fetch(`${url}/step?x=1`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ action: { message: "through the tunnel" } }),
+    });
+    assert.equal(step.status, 200);
+    assert.equal(((await step.json()) as any).observation.echoed, "through the tunnel");
+    assert.equal((await fetch(`${url}/nope`)).status, 404); // the service's own 404
+    // A WebSocket session through the same URL.
+    const { default: WebSocket } = await import("ws");
+    const ws = new WebSocket(`${url.replace(/^http/, "ws")}/ws`);
+    const replies: any[] = [];
+    ws.on("message", (m) => replies.push(JSON.parse(m.toString())));
+    await new Promise<void>((resolve, reject) => {
+      ws.once("open", () => resolve());
+      ws.once("error", reject);
+    });
+    ws.send(JSON.stringify({ type: "reset", data: { episode_id: "e1" } }));
+    ws.send(JSON.stringify({ type: "step", data: { message: "hi" } }));
+    ws.send(JSON.stringify({ type: "state" }));
+    for (let i = 0; i < 100 && replies.length < 3; i++) await new Promise((r) => setTimeout(r, 50));
+    ws.close();
+    assert.equal(replies[1].data.observation.echoed, "hi");
+    assert.deepEqual(replies[2], { type: "state", data: { episode_id: "e1", step_count: 1 } });
+    // Nothing listening on a port: a clear 503, not a hang.
+    const closed = (await api("POST", `/v1/envs/${sb.data.id}/ports/9`, {})).data.url as string;
+    const refused = await fetch(`${closed}/`);
+    assert.equal(refused.status, 503);
+    assert.match(((await refused.json()) as any).error.message, /port 9/);
+    // A wrong token is unknown; the URL dies with the environment.
+    assert.equal((await fetch(url.replace(/dpu_.{4}/, "dpu_XXXX"))).status, 404);
+    assert.equal((await api("POST", `/v1/envs/${sb.data.id}/ports/0`, {})).status, 400);
+    await api("DELETE", `/v1/envs/${sb.data.id}`);
+    assert.notEqual((await fetch(`${url}/health`)).status, 200);
+  });
 });
 
 describe("API surface", () => {

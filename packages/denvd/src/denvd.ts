@@ -864,13 +864,14 @@ export class Denvd {
     const id = svc ? env.containers[svc] : undefined;
     if (!id) throw new DenvError("conflict", `environment ${env.name} has no container to probe from`);
     const st = await this.runtime.inspectContainer(id);
-    const gateway = Object.values(st.addresses)[0]?.gateway;
+    const first = Object.values(st.addresses)[0];
+    const gateway = first?.gateway;
     const target = this.options.egressProbeTarget ?? (gateway ? { host: gateway, port: 9 } : null);
     if (!target) {
       // network_mode none: no interface but loopback, so nothing can leave.
       return { result: "blocked", target: "none", outcome: "unreachable", ms: 0 };
     }
-    const evidence = { ...(await probeEgress(st.pid, target)), from: svc as string };
+    const evidence = { ...(await probeEgress(st.pid, target, first?.ip || undefined)), from: svc as string };
     if (env.spec.egress === "deny" && evidence.result !== "blocked") {
       throw new DenvError(
         "forbidden",

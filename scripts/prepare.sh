@@ -13,3 +13,6 @@ if [ "$(cat node_modules/.denv-lock-hash 2>/dev/null)" != "$lock_hash" ]; then
   echo "$lock_hash" >node_modules/.denv-lock-hash
 fi
 bash scripts/setup-host.sh
+# denvd as one executable per architecture (served by the server's /install.sh); rebuilt only when
+# its inputs changed.
+bash scripts/build-denvd.sh

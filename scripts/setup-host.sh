@@ -138,7 +138,7 @@ build_and_push() {
     "$DOCKER" push -q "$ref" >/dev/null
   fi
 }
-for dir in "$ROOT"/examples/*/images/*/; do
+for dir in "$ROOT"/examples/*/images/*/ "$ROOT"/test/images/*/; do
   [ -f "$dir/IMAGE" ] && build_and_push "${dir%/}"
 done
 log "host ready"

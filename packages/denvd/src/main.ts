@@ -58,7 +58,20 @@ export async function runDenvd(
     ),
     log,
   });
-  const sidecar = new Sidecar({ serverUrl: config.server, secret: config.secret, denvd, log });
+  const sidecar = new Sidecar({
+    serverUrl: config.server,
+    secret: config.secret,
+    denvd,
+    log,
+    // What the host last told the server, for the installer's report and for people: status.json.
+    onWelcome: (hostId, hello) => {
+      const { type: _t, known_ops: _k, ...reported } = hello as Record<string, unknown>;
+      writeFileSync(
+        join(stateDir, "status.json"),
+        `${JSON.stringify({ host_id: hostId, server: config.server, ...reported, connected_at: new Date().toISOString() })}\n`,
+      );
+    },
+  });
   sidecar.start();
   return { sidecar, denvd };
 }
@@ -151,4 +164,7 @@ export async function main(argv: string[]): Promise<number> {
   }
 }
 
-if (import.meta.main) process.exitCode = await main(process.argv.slice(2));
+if (import.meta.main)
+  void main(process.argv.slice(2)).then((code) => {
+    process.exitCode = code;
+  });

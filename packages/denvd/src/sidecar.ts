@@ -25,13 +25,16 @@ import WebSocket from "ws";
 import type { Denvd } from "./denvd.ts";
 import { Verifier } from "./verify.ts";
 
-export const DENVD_VERSION = "0.1.0";
+/** The release, with the build's commit when built as one executable (scripts/build-denvd.sh). */
+export const DENVD_VERSION: string = process.env.DENVD_BUILD_VERSION ?? "0.1.0";
 
 export interface SidecarOptions {
   serverUrl: string;
   secret: string;
   denvd: Denvd;
   log?: (message: string, context?: Record<string, unknown>) => void;
+  /** Called on each welcome with the host id and what this host reported in its hello. */
+  onWelcome?: (hostId: string, hello: HostMessage) => void;
 }
 
 type Params = Record<string, unknown>;
@@ -48,6 +51,7 @@ export class Sidecar {
   private backoffMs = 250;
   private heartbeat: NodeJS.Timeout | null = null;
   private readonly ops = new Map<string, Promise<{ ok: boolean; result?: unknown; error?: unknown }>>();
+  private lastHello: HostMessage | null = null;
   /** Open tunnels (stream id -> the connection to the container port). */
   private readonly tunnels = new Map<number, Socket>();
   private readonly options: SidecarOptions;
@@ -87,7 +91,8 @@ export class Sidecar {
     this.ws = ws;
     ws.on("open", async () => {
       this.backoffMs = 250;
-      this.send(await this.hello());
+      this.lastHello = await this.hello();
+      this.send(this.lastHello);
       this.heartbeat = setInterval(async () => {
         this.send({ type: "heartbeat", capacity: await this.capacity() });
       }, HEARTBEAT_MS);
@@ -146,6 +151,7 @@ export class Sidecar {
     }
     if (msg.type === "welcome") {
       this.log("Connected", { hostId: msg.host_id });
+      if (this.lastHello) this.options.onWelcome?.(msg.host_id, this.lastHello);
       this.markReady();
       return;
     }

@@ -210,6 +210,21 @@ export interface RouteDoc {
 export const ROUTES: RouteDoc[] = [
   { method: "get", path: "/v1/openapi.json", summary: "This document", auth: false },
   {
+    method: "get",
+    path: "/install.sh",
+    summary:
+      "The host installer: curl -fsSL SERVER/install.sh | sh -s -- --token T --server URL [--zfs-pool NAME | --btrfs-pool PATH]",
+    responseType: "any",
+    auth: false,
+  },
+  {
+    method: "get",
+    path: "/v1/downloads/{file}",
+    summary: "denvd executables: denvd-linux-x86_64, denvd-linux-aarch64, and denvd.version",
+    responseType: "any",
+    auth: false,
+  },
+  {
     method: "post",
     path: "/v1/teams",
     summary: "Create a team and its first API key (admin key only)",

@@ -24,6 +24,7 @@ import {
   verifyBody,
 } from "./api-schemas.ts";
 import type { Deployer } from "./deployer.ts";
+import { defaultDownloadsDir, download, installScript } from "./downloads.ts";
 import type { HostHub } from "./host-hub.ts";
 import { hashSecret, newId, newSecret, now } from "./ids.ts";
 import { createPortUrl, proxyHttp, splitTunnelPath } from "./port-tunnels.ts";
@@ -37,6 +38,8 @@ export interface AppDeps {
   hub: HostHub;
   deployer: Deployer;
   joinTokenTtlMs?: number;
+  /** Where the denvd executables are served from (GET /v1/downloads/{file}). */
+  downloadsDir?: string;
 }
 
 const JSON_LIMIT = 1024 * 1024;
@@ -163,6 +166,14 @@ export function createApp(deps: AppDeps): Hono<Env> {
       .execute();
     return c.json({ host_id: hostId, secret }, 201);
   });
+
+  // A new host's installer and denvd executables (no key: joining needs a single-use token).
+  app.get("/install.sh", (c) =>
+    c.body(installScript(new URL(c.req.url).origin), 200, { "content-type": "text/x-shellscript" }),
+  );
+  app.get("/v1/downloads/:file", (c) =>
+    download(deps.downloadsDir ?? defaultDownloadsDir(), c.req.param("file")),
+  );
 
   // Port URLs: the token in the path is the credential (a bearer capability), not an API key.
   const tunnel = async (c: import("hono").Context<Env>) => {

@@ -24,6 +24,8 @@ export interface ServerOptions {
   /** The admin key to create on first start; a random one is made and returned otherwise. */
   adminKey?: string;
   joinWaitMs?: number;
+  /** Where the denvd executables are (default: the checkout's dist/, or DENV_DOWNLOADS_DIR). */
+  downloadsDir?: string;
 }
 
 export interface RunningServer {
@@ -43,7 +45,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const adminKey = await bootstrap(store, options.adminKey);
   const hub = new HostHub(store);
   const deployer = new Deployer({ store, hub, joinWaitMs: options.joinWaitMs });
-  const app = createApp({ store, hub, deployer });
+  const app = createApp({ store, hub, deployer, downloadsDir: options.downloadsDir });
   const listener = getRequestListener(app.fetch);
   const server: Server = options.tls
     ? createHttpsServer(

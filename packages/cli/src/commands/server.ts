@@ -14,6 +14,10 @@ export function registerServer(program: Command): void {
     .option("--host <addr>", "address to listen on", "127.0.0.1")
     .option("--tls-cert <path>", "serve HTTPS with this certificate (PEM)")
     .option("--tls-key <path>", "and this private key (PEM)")
+    .option(
+      "--downloads-dir <dir>",
+      "where the denvd executables for /install.sh are (default: the checkout's dist/, built by scripts/build-denvd.sh)",
+    )
     .addHelpText(
       "after",
       `
@@ -31,6 +35,7 @@ Examples:
         host: string;
         tlsCert?: string;
         tlsKey?: string;
+        downloadsDir?: string;
       }) => {
         if (Boolean(o.tlsCert) !== Boolean(o.tlsKey))
           throw new UsageError("--tls-cert and --tls-key go together");
@@ -45,6 +50,7 @@ Examples:
           host: o.host,
           ...(o.tlsCert && o.tlsKey ? { tls: { certPath: o.tlsCert, keyPath: o.tlsKey } } : {}),
           adminKey: process.env.DENV_ADMIN_KEY,
+          ...(o.downloadsDir ? { downloadsDir: o.downloadsDir } : {}),
         });
         process.stdout.write(`denv server listening on ${server.url}\n`);
         if (server.adminKey) process.stdout.write(`admin API key (shown once): ${server.adminKey}\n`);

@@ -4,6 +4,12 @@
 /** This document — GET /v1/openapi.json */
 export type GetV1OpenapiJsonResponse = unknown;
 
+/** The host installer: curl -fsSL SERVER/install.sh | sh -s -- --token T --server URL [--zfs-pool NAME | --btrfs-pool PATH] — GET /install.sh */
+export type GetInstallShResponse = unknown;
+
+/** denvd executables: denvd-linux-x86_64, denvd-linux-aarch64, and denvd.version — GET /v1/downloads/{file} */
+export type GetV1DownloadsByFileResponse = unknown;
+
 /** Create a team and its first API key (admin key only) — POST /v1/teams */
 export type PostV1TeamsResponse = {
   team_id: string;
@@ -403,6 +409,51 @@ export type PostV1SandboxesBody = {
   name?: string;
 };
 
+/** Connect a cloud account (hetzner) the provision phase creates machines in; the token is checked, then stored encrypted — POST /v1/clouds */
+export type PostV1CloudsResponse = {
+  name: string;
+  provider: string;
+  server_type: string;
+  location: string;
+  api_url: string | null;
+  created_at: string;
+  machines: Array<{
+    name: string;
+    server_id: string;
+    status: string;
+  }>;
+};
+export type PostV1CloudsBody = {
+  provider: string;
+  name: string;
+  token: string;
+  server_type: string;
+  location: string;
+  api_url?: string;
+};
+
+/** Connected cloud accounts (never their tokens) and the machines denv made there — GET /v1/clouds */
+export type GetV1CloudsResponse = {
+  clouds: Array<{
+    name: string;
+    provider: string;
+    server_type: string;
+    location: string;
+    api_url: string | null;
+    created_at: string;
+    machines: Array<{
+      name: string;
+      server_id: string;
+      status: string;
+    }>;
+  }>;
+};
+
+/** Disconnect a cloud account (its machines are left as they are) — DELETE /v1/clouds/{name} */
+export type DeleteV1CloudsByNameResponse = {
+  deleted: string;
+};
+
 /** Targets with their capability rows — GET /v1/targets */
 export type GetV1TargetsResponse = {
   targets: Array<{
@@ -452,6 +503,8 @@ export type PostV1TargetsByNameSandboxesBody = {
 
 export const OPERATIONS = {
   getV1OpenapiJson: { method: "GET", path: "/v1/openapi.json", params: [], body: "none", response: "json" },
+  getInstallSh: { method: "GET", path: "/install.sh", params: [], body: "none", response: "json" },
+  getV1DownloadsByFile: { method: "GET", path: "/v1/downloads/{file}", params: ["file"], body: "none", response: "json" },
   postV1Teams: { method: "POST", path: "/v1/teams", params: [], body: "json", response: "json" },
   postV1HostsJoinToken: { method: "POST", path: "/v1/hosts/join-token", params: [], body: "none", response: "json" },
   postV1HostsJoin: { method: "POST", path: "/v1/hosts/join", params: [], body: "json", response: "json" },
@@ -479,12 +532,17 @@ export const OPERATIONS = {
   postV1EnvsByIdServicesByServiceStop: { method: "POST", path: "/v1/envs/{id}/services/{service}/stop", params: ["id","service"], body: "none", response: "json" },
   getV1VersionsById: { method: "GET", path: "/v1/versions/{id}", params: ["id"], body: "none", response: "json" },
   postV1Sandboxes: { method: "POST", path: "/v1/sandboxes", params: [], body: "json", response: "json" },
+  postV1Clouds: { method: "POST", path: "/v1/clouds", params: [], body: "json", response: "json" },
+  getV1Clouds: { method: "GET", path: "/v1/clouds", params: [], body: "none", response: "json" },
+  deleteV1CloudsByName: { method: "DELETE", path: "/v1/clouds/{name}", params: ["name"], body: "none", response: "json" },
   getV1Targets: { method: "GET", path: "/v1/targets", params: [], body: "none", response: "json" },
   postV1TargetsByNameSandboxes: { method: "POST", path: "/v1/targets/{name}/sandboxes", params: ["name"], body: "json", response: "json" },
 } as const;
 
 export interface Operations {
   getV1OpenapiJson: { params: {  }; body: undefined; response: GetV1OpenapiJsonResponse };
+  getInstallSh: { params: {  }; body: undefined; response: GetInstallShResponse };
+  getV1DownloadsByFile: { params: { file: string }; body: undefined; response: GetV1DownloadsByFileResponse };
   postV1Teams: { params: {  }; body: PostV1TeamsBody; response: PostV1TeamsResponse };
   postV1HostsJoinToken: { params: {  }; body: undefined; response: PostV1HostsJoinTokenResponse };
   postV1HostsJoin: { params: {  }; body: PostV1HostsJoinBody; response: PostV1HostsJoinResponse };
@@ -512,6 +570,9 @@ export interface Operations {
   postV1EnvsByIdServicesByServiceStop: { params: { id: string; service: string }; body: undefined; response: PostV1EnvsByIdServicesByServiceStopResponse };
   getV1VersionsById: { params: { id: string }; body: undefined; response: GetV1VersionsByIdResponse };
   postV1Sandboxes: { params: {  }; body: PostV1SandboxesBody; response: PostV1SandboxesResponse };
+  postV1Clouds: { params: {  }; body: PostV1CloudsBody; response: PostV1CloudsResponse };
+  getV1Clouds: { params: {  }; body: undefined; response: GetV1CloudsResponse };
+  deleteV1CloudsByName: { params: { name: string }; body: undefined; response: DeleteV1CloudsByNameResponse };
   getV1Targets: { params: {  }; body: undefined; response: GetV1TargetsResponse };
   postV1TargetsByNameSandboxes: { params: { name: string }; body: PostV1TargetsByNameSandboxesBody; response: PostV1TargetsByNameSandboxesResponse };
 }

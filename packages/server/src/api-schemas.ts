@@ -170,6 +170,28 @@ export const portUrlCreated = z.object({
   service: z.string().nullable(),
 });
 
+export const cloudConnectBody = z.strictObject({
+  provider: z.string().min(1),
+  name,
+  /** The provider's API token: stored encrypted, never returned. */
+  token: z.string().min(1).max(4096),
+  server_type: z.string().min(1).max(100),
+  location: z.string().min(1).max(100),
+  /** Another endpoint speaking the provider's API (default: the provider's own). */
+  api_url: z.url().optional(),
+});
+
+export const cloudSchema = z.object({
+  name: z.string(),
+  provider: z.string(),
+  server_type: z.string(),
+  location: z.string(),
+  api_url: z.string().nullable(),
+  created_at: z.string(),
+  /** Machines denv created there that still exist. */
+  machines: z.array(z.object({ name: z.string(), server_id: z.string(), status: z.string() })),
+});
+
 export const execResult = z.object({
   exit_code: z.number(),
   stdout: z.string(),
@@ -422,6 +444,30 @@ export const ROUTES: RouteDoc[] = [
     body: sandboxBody,
     response: environmentSchema,
     status: 201,
+    auth: true,
+  },
+  {
+    method: "post",
+    path: "/v1/clouds",
+    summary:
+      "Connect a cloud account (hetzner) the provision phase creates machines in; the token is checked, then stored encrypted",
+    body: cloudConnectBody,
+    response: cloudSchema,
+    status: 201,
+    auth: true,
+  },
+  {
+    method: "get",
+    path: "/v1/clouds",
+    summary: "Connected cloud accounts (never their tokens) and the machines denv made there",
+    response: z.object({ clouds: z.array(cloudSchema) }),
+    auth: true,
+  },
+  {
+    method: "delete",
+    path: "/v1/clouds/{name}",
+    summary: "Disconnect a cloud account (its machines are left as they are)",
+    response: z.object({ deleted: z.string() }),
     auth: true,
   },
   {

@@ -10,6 +10,7 @@ import { bodyLimit } from "hono/body-limit";
 import { stream, streamSSE } from "hono/streaming";
 import type { z } from "zod";
 import {
+  cloudConnectBody,
   createProjectBody,
   createTeamBody,
   deployBody,
@@ -23,13 +24,16 @@ import {
   uploadSourceBody,
   verifyBody,
 } from "./api-schemas.ts";
+import { HetznerDriver } from "./clouds/hetzner-driver.ts";
+import { NOT_YET, PROVIDERS } from "./clouds/provisioner.ts";
+import type { SecretBox } from "./clouds/secret-box.ts";
 import type { Deployer } from "./deployer.ts";
 import { defaultDownloadsDir, download, installScript } from "./downloads.ts";
 import type { HostHub } from "./host-hub.ts";
 import { hashSecret, newId, newSecret, now } from "./ids.ts";
 import { createPortUrl, proxyHttp, splitTunnelPath } from "./port-tunnels.ts";
 import type { Store } from "./store/open-store.ts";
-import type { DeploymentsTable, EnvironmentsTable, ProjectsTable } from "./store/schema.ts";
+import type { CloudsTable, DeploymentsTable, EnvironmentsTable, ProjectsTable } from "./store/schema.ts";
 
 type Env = { Variables: { teamId: string; admin: boolean } };
 
@@ -40,6 +44,8 @@ export interface AppDeps {
   joinTokenTtlMs?: number;
   /** Where the denvd executables are served from (GET /v1/downloads/{file}). */
   downloadsDir?: string;
+  /** Encrypts cloud tokens at rest. */
+  secrets?: SecretBox;
 }
 
 const JSON_LIMIT = 1024 * 1024;
@@ -695,6 +701,81 @@ export function createApp(deps: AppDeps): Hono<Env> {
       evidence: JSON.parse(v.evidence_json),
       created_at: v.created_at,
     });
+  });
+
+  // --- clouds ---
+  const serializeCloud = async (c: CloudsTable) => ({
+    name: c.name,
+    provider: c.provider,
+    server_type: c.server_type,
+    location: c.location,
+    api_url: c.api_url,
+    created_at: c.created_at,
+    machines: (
+      await store
+        .selectFrom("cloud_machines")
+        .select(["name", "provider_server_id", "status"])
+        .where("cloud_id", "=", c.id)
+        .where("deleted_at", "is", null)
+        .execute()
+    ).map((m) => ({ name: m.name, server_id: m.provider_server_id, status: m.status })),
+  });
+  app.post("/v1/clouds", tooLarge(JSON_LIMIT), async (c) => {
+    const body = await parse(c.req.raw, cloudConnectBody);
+    if (!(PROVIDERS as readonly string[]).includes(body.provider)) {
+      throw new DenvError(
+        "invalid_argument",
+        NOT_YET[body.provider] ??
+          `unknown cloud provider ${body.provider}; available: ${PROVIDERS.join(", ")}`,
+      );
+    }
+    if (!deps.secrets)
+      throw new DenvError("unavailable", "this server has no key to encrypt cloud tokens with");
+    const teamId = c.get("teamId");
+    const taken = await store
+      .selectFrom("clouds")
+      .select("id")
+      .where("team_id", "=", teamId)
+      .where("name", "=", body.name)
+      .executeTakeFirst();
+    if (taken) throw new DenvError("conflict", `a cloud named ${body.name} is already connected`);
+    // The token is tried before it is kept: a wrong one is refused now, not at the first deploy.
+    try {
+      await new HetznerDriver({ token: body.token, apiUrl: body.api_url ?? null }).listServers("denv");
+    } catch (err) {
+      throw new DenvError("invalid_argument", `Hetzner did not accept the token: ${(err as Error).message}`);
+    }
+    const row: CloudsTable = {
+      id: newId("cld"),
+      team_id: teamId,
+      name: body.name,
+      provider: body.provider,
+      token_sealed: deps.secrets.seal(body.token),
+      server_type: body.server_type,
+      location: body.location,
+      api_url: body.api_url ?? null,
+      created_at: now(),
+    };
+    await store.insertInto("clouds").values(row).execute();
+    return c.json(await serializeCloud(row), 201);
+  });
+  app.get("/v1/clouds", async (c) => {
+    const rows = await store
+      .selectFrom("clouds")
+      .selectAll()
+      .where("team_id", "=", c.get("teamId"))
+      .orderBy("created_at")
+      .execute();
+    return c.json({ clouds: await Promise.all(rows.map(serializeCloud)) });
+  });
+  app.delete("/v1/clouds/:name", async (c) => {
+    const r = await store
+      .deleteFrom("clouds")
+      .where("team_id", "=", c.get("teamId"))
+      .where("name", "=", c.req.param("name"))
+      .executeTakeFirst();
+    if (Number(r.numDeletedRows) !== 1) throw new DenvError("not_found", `no cloud ${c.req.param("name")}`);
+    return c.json({ deleted: c.req.param("name") });
   });
 
   // --- sandboxes and targets ---

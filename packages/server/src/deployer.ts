@@ -11,10 +11,11 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DenvError, pinSpec, RegistryPinner, type ResolvedSpec, validateCompose } from "@denv/spec";
+import type { ProvisionedMachine, Provisioner } from "./clouds/provisioner.ts";
 import type { HostHub } from "./host-hub.ts";
 import { newId, now } from "./ids.ts";
 import type { Store } from "./store/open-store.ts";
-import type { DeploymentsTable, EnvironmentsTable, ProjectsTable } from "./store/schema.ts";
+import type { CloudsTable, DeploymentsTable, EnvironmentsTable, ProjectsTable } from "./store/schema.ts";
 
 export const DEPLOY_PHASES = [
   "resolve",
@@ -45,9 +46,16 @@ export interface Phase {
 
 export interface DeploymentState {
   host_id?: string;
+  /** A cloud machine this deployment created; deleted if its provisioning or join fails. */
+  machine_id?: string;
   /** The stack this deployment is building on its host; removed if the deployment fails. */
   building_host_env_id?: string;
 }
+
+/** Where a deployment goes: a connected host, or a new machine in a connected cloud. */
+type Placement =
+  | { host_id: string; host_name: string; reason: string }
+  | { provision: true; cloud: CloudsTable; reason: string };
 
 /** Raised by a phase to fail the deployment with a reason (and evidence). */
 class PhaseFailure extends Error {
@@ -166,7 +174,14 @@ export interface DeployerOptions {
   hub: HostHub;
   /** Seconds a deploy waits for a disconnected host to come back in its join phase. */
   joinWaitMs?: number;
+  /** Creates machines in connected clouds when no host has capacity (the provision phase). */
+  provisioner?: Provisioner;
+  /** How long the join phase waits for a machine it created (default 15 minutes). */
+  provisionJoinWaitMs?: number;
 }
+
+/** A host with less free storage than this has no capacity for another environment. */
+const MIN_FREE_BYTES = 1024 ** 3;
 
 export class Deployer {
   readonly events = new EventEmitter();
@@ -341,21 +356,56 @@ export class Deployer {
         };
       })) as ResolvedSpec;
 
-      hostId = await rec.run("place", async () => {
-        const placed = await this.place(project, before);
-        return { value: placed.host_id, evidence: placed };
-      });
-      rec.state.host_id = hostId;
-      await rec.skip("provision", "a connected host has capacity; no machine to create");
-      const id = hostId as string;
-      if (this.hub.isConnected(id)) await rec.skip("join", "the host's sidecar is connected");
-      else {
-        await rec.run("join", async () => {
+      const placed = (await rec.run("place", async () => {
+        const p = await this.place(project, before);
+        // The cloud row holds the sealed token: the evidence names the cloud only.
+        const c = "provision" in p ? (p.cloud as CloudsTable) : null;
+        const evidence = c
+          ? { ...p, cloud: { name: c.name, provider: c.provider, location: c.location } }
+          : p;
+        return { value: p, evidence };
+      })) as Placement;
+      if ("host_id" in placed) {
+        hostId = placed.host_id;
+        rec.state.host_id = hostId;
+        await rec.skip("provision", "a connected host has capacity; no machine to create");
+        const id = hostId;
+        if (this.hub.isConnected(id)) await rec.skip("join", "the host's sidecar is connected");
+        else {
+          await rec.run("join", async () => {
+            const t = performance.now();
+            await this.hub.waitConnected(id, this.options.joinWaitMs ?? 30_000);
+            return { evidence: { waited_ms: Math.round(performance.now() - t) } };
+          });
+        }
+      } else {
+        const provisioner = this.options.provisioner as Provisioner;
+        const machine = (await rec.run("provision", async () => {
+          const { machine, evidence } = await provisioner.create(
+            placed.cloud,
+            rec.deploymentId,
+            async (m) => {
+              rec.state.machine_id = m.machine_id;
+              await rec.persist();
+            },
+          );
+          return { value: machine, evidence };
+        })) as ProvisionedMachine;
+        hostId = (await rec.run("join", async () => {
           const t = performance.now();
-          await this.hub.waitConnected(id, this.options.joinWaitMs ?? 30_000);
-          return { evidence: { waited_ms: Math.round(performance.now() - t) } };
-        });
+          const waitMs = this.options.provisionJoinWaitMs ?? 15 * 60_000;
+          const id = await provisioner.waitJoined(project.team_id, machine.name, this.hub, waitMs);
+          return {
+            value: id,
+            evidence: { host_id: id, name: machine.name, waited_ms: Math.round(performance.now() - t) },
+          };
+        })) as string;
+        rec.state.host_id = hostId;
+        // It joined: from here on the machine is a host like any other, kept if a later phase fails.
+        delete rec.state.machine_id;
+        await rec.persist();
       }
+      const id = hostId as string;
       const hostEnvId = (await rec.run("prepare", async () => {
         const r = await this.hub.call<{ environment_id: string; evidence: unknown }>(id, "prepare", {
           spec,
@@ -425,6 +475,9 @@ export class Deployer {
   private async rollBack(rec: PhaseRecorder, before: EnvironmentsTable, err: unknown): Promise<void> {
     const reason = err instanceof Error ? err.message : String(err);
     await rec.skipRest(`skipped: an earlier phase failed`);
+    if (rec.state.machine_id && this.options.provisioner) {
+      await this.options.provisioner.remove(rec.state.machine_id).catch(() => {});
+    }
     const building = rec.state.building_host_env_id;
     if (building && rec.state.host_id) {
       await this.hub
@@ -445,31 +498,67 @@ export class Deployer {
   }
 
   /** Hosts holding the version's data first (snapshot locality), then the most free space. */
-  private async place(project: ProjectsTable, env: EnvironmentsTable, versionHostId?: string) {
+  private async place(
+    project: ProjectsTable,
+    env: EnvironmentsTable,
+    versionHostId?: string,
+  ): Promise<Placement & Record<string, unknown>> {
     const hosts = await this.store
       .selectFrom("hosts")
       .selectAll()
       .where("team_id", "=", project.team_id)
       .execute();
-    let candidates = hosts.filter((h) => this.hub.isConnected(h.id));
+    const free = (h: (typeof hosts)[number]) =>
+      h.capacity_json ? (JSON.parse(h.capacity_json).free_bytes as number) : 0;
+    let candidates = hosts.filter((h) => this.hub.isConnected(h.id) && free(h) >= MIN_FREE_BYTES);
+    const clouds = this.options.provisioner ? await this.options.provisioner.clouds(project.team_id) : [];
+    let cloud: (typeof clouds)[number] | undefined;
     if (project.pinned_target) {
-      candidates = candidates.filter(
-        (h) => h.name === project.pinned_target || h.id === project.pinned_target,
-      );
-      if (!candidates.length) {
-        throw new PhaseFailure(
-          `the project is pinned to ${project.pinned_target}, which is not a connected host`,
+      cloud = clouds.find((c) => c.name === project.pinned_target);
+      if (cloud) {
+        // Pinned to a cloud: only that cloud's machines, and a new one when none has room.
+        const names = new Set(await (this.options.provisioner as Provisioner).hostNamesOf(cloud.id));
+        candidates = candidates.filter((h) => names.has(h.name));
+      } else {
+        candidates = candidates.filter(
+          (h) => h.name === project.pinned_target || h.id === project.pinned_target,
         );
+        if (!candidates.length) {
+          throw new PhaseFailure(
+            `the project is pinned to ${project.pinned_target}, which is neither a connected host with capacity nor a connected cloud`,
+          );
+        }
       }
     }
     if (!candidates.length) {
+      cloud ??= clouds[0];
+      if (cloud) {
+        return {
+          provision: true,
+          cloud,
+          reason: project.pinned_target
+            ? `pinned to cloud ${cloud.name}, which has no connected machine with capacity: provisioning one`
+            : `no connected host has capacity: provisioning a machine in cloud ${cloud.name}`,
+          hosts: hosts.map((h) => ({
+            id: h.id,
+            name: h.name,
+            connected: this.hub.isConnected(h.id),
+            free_bytes: free(h),
+          })),
+        };
+      }
       throw new PhaseFailure(
-        "no connected host: mint a token with `denv host join-token` and run `denvd join` on a machine with Docker",
-        { hosts: hosts.map((h) => ({ id: h.id, name: h.name, connected: false })) },
+        "no connected host with capacity: mint a token with `denv host join-token` and run the installer on a machine with Docker, or connect a cloud (`denv cloud connect hetzner`)",
+        {
+          hosts: hosts.map((h) => ({
+            id: h.id,
+            name: h.name,
+            connected: this.hub.isConnected(h.id),
+            free_bytes: free(h),
+          })),
+        },
       );
     }
-    const free = (h: (typeof hosts)[number]) =>
-      h.capacity_json ? (JSON.parse(h.capacity_json).free_bytes as number) : 0;
     const local = versionHostId ?? env.host_id;
     const ranked = [...candidates].sort(
       (a, b) => Number(b.id === local) - Number(a.id === local) || free(b) - free(a),
@@ -916,6 +1005,10 @@ export class Deployer {
           });
       }
       const env = await this.environment(d.environment_id).catch(() => undefined);
+      if (rec.state.machine_id && this.options.provisioner) {
+        // A machine created for this deployment that never joined: delete it in its cloud.
+        await this.options.provisioner.remove(rec.state.machine_id).catch(() => {});
+      }
       const building = rec.state.building_host_env_id;
       const hostId = rec.state.host_id;
       if (building && hostId) {

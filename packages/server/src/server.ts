@@ -8,6 +8,8 @@ import { createServer as createHttpsServer } from "node:https";
 import type { AddressInfo } from "node:net";
 import { getRequestListener } from "@hono/node-server";
 import { createApiKey, createApp } from "./app.ts";
+import { Provisioner } from "./clouds/provisioner.ts";
+import { SecretBox } from "./clouds/secret-box.ts";
 import { Deployer } from "./deployer.ts";
 import { HostHub } from "./host-hub.ts";
 import { hashSecret, newId, now } from "./ids.ts";
@@ -26,6 +28,10 @@ export interface ServerOptions {
   joinWaitMs?: number;
   /** Where the denvd executables are (default: the checkout's dist/, or DENV_DOWNLOADS_DIR). */
   downloadsDir?: string;
+  /** The URL machines the server creates reach it at (default: the URL it listens on). */
+  publicUrl?: string;
+  /** How long a deploy waits for a machine it provisioned to join (default 15 minutes). */
+  provisionJoinWaitMs?: number;
 }
 
 export interface RunningServer {
@@ -44,8 +50,17 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const store = await openStore({ dataDir: options.dataDir, databaseUrl: options.databaseUrl });
   const adminKey = await bootstrap(store, options.adminKey);
   const hub = new HostHub(store);
-  const deployer = new Deployer({ store, hub, joinWaitMs: options.joinWaitMs });
-  const app = createApp({ store, hub, deployer, downloadsDir: options.downloadsDir });
+  const secrets = SecretBox.open(options.dataDir);
+  let url = options.publicUrl ?? "";
+  const provisioner = new Provisioner({ store, secrets, serverUrl: () => options.publicUrl ?? url });
+  const deployer = new Deployer({
+    store,
+    hub,
+    joinWaitMs: options.joinWaitMs,
+    provisioner,
+    provisionJoinWaitMs: options.provisionJoinWaitMs,
+  });
+  const app = createApp({ store, hub, deployer, downloadsDir: options.downloadsDir, secrets });
   const listener = getRequestListener(app.fetch);
   const server: Server = options.tls
     ? createHttpsServer(
@@ -69,9 +84,10 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   });
   const { port } = server.address() as AddressInfo;
   const host = options.host && options.host !== "0.0.0.0" ? options.host : "127.0.0.1";
+  url = `${options.tls ? "https" : "http"}://${host}:${port}`;
   const recovered = await deployer.recover();
   return {
-    url: `${options.tls ? "https" : "http"}://${host}:${port}`,
+    url,
     adminKey,
     store,
     hub,

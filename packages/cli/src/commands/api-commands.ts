@@ -428,6 +428,81 @@ export function registerApiCommands(program: Command): void {
     }),
   );
 
+  // --- clouds ---
+  const cloud = program.command("cloud").description("Cloud accounts the provision phase creates hosts in");
+  const cc = cloud
+    .command("connect")
+    .description("Connect a cloud account (hetzner); its token is checked, then stored encrypted")
+    .argument("<provider>", "hetzner (aws: not yet available)")
+    .requiredOption("--name <name>", "a name for this account (projects can be pinned to it)")
+    .requiredOption("--token <token>", "the provider's API token")
+    .option("--server-type <type>", "the machine type to create", "cx22")
+    .option("--location <loc>", "where to create machines", "fsn1")
+    .option("--api-url <url>", "another endpoint speaking the provider's API")
+    .option("--json", "print JSON")
+    .addHelpText(
+      "after",
+      "\nExample:\n  denv cloud connect hetzner --name hz --token $HCLOUD_TOKEN --server-type ax41-nvme --location fsn1",
+    );
+  cc.action(
+    run(cc, async (client, json, provider: string) => {
+      const o = cc.opts() as {
+        name: string;
+        token: string;
+        serverType: string;
+        location: string;
+        apiUrl?: string;
+      };
+      const r = await client().call("postV1Clouds", {
+        body: {
+          provider,
+          name: o.name,
+          token: o.token,
+          server_type: o.serverType,
+          location: o.location,
+          ...(o.apiUrl ? { api_url: o.apiUrl } : {}),
+        },
+      });
+      if (json) printJson(r);
+      else
+        process.stdout.write(
+          `connected ${r.provider} account ${r.name} (${r.server_type} in ${r.location}); deploys provision machines there when no host has capacity\n`,
+        );
+      return 0;
+    }),
+  );
+  const cl = cloud
+    .command("list")
+    .description("Connected cloud accounts and their machines")
+    .option("--json", "print JSON");
+  cl.action(
+    run(cl, async (client, json) => {
+      const r = await client().call("getV1Clouds", {});
+      if (json) printJson(r);
+      else {
+        process.stdout.write("NAME\tPROVIDER\tSERVER TYPE\tLOCATION\tMACHINES\n");
+        for (const c of r.clouds)
+          process.stdout.write(
+            `${c.name}\t${c.provider}\t${c.server_type}\t${c.location}\t${c.machines.map((m) => `${m.name}(${m.status})`).join(",") || "-"}\n`,
+          );
+      }
+      return 0;
+    }),
+  );
+  const cd = cloud
+    .command("disconnect")
+    .description("Forget a cloud account (machines it has are left running)")
+    .argument("<name>")
+    .option("--json", "print JSON");
+  cd.action(
+    run(cd, async (client, json, name: string) => {
+      const r = await client().call("deleteV1CloudsByName", { params: { name } });
+      if (json) printJson(r);
+      else process.stdout.write(`disconnected ${r.deleted}\n`);
+      return 0;
+    }),
+  );
+
   // --- environments and deployments ---
   const env = program.command("env").description("Environments");
   const el = env.command("list").description("List environments").option("--json", "print JSON");

@@ -122,6 +122,38 @@ export const MIGRATIONS: Record<string, Migration> = {
         .execute();
     },
   },
+  "0003_clouds": {
+    async up(db: Kysely<unknown>) {
+      // A connected cloud account; its API token is encrypted (SecretBox), never hashed: the
+      // server must send it to the provider again.
+      await db.schema
+        .createTable("clouds")
+        .addColumn("id", text, (c) => c.primaryKey())
+        .addColumn("team_id", text, (c) => c.notNull())
+        .addColumn("name", text, (c) => c.notNull())
+        .addColumn("provider", text, (c) => c.notNull())
+        .addColumn("token_sealed", text, (c) => c.notNull())
+        .addColumn("server_type", text, (c) => c.notNull())
+        .addColumn("location", text, (c) => c.notNull())
+        .addColumn("api_url", text)
+        .addColumn("created_at", text, (c) => c.notNull())
+        .addUniqueConstraint("clouds_team_name", ["team_id", "name"])
+        .execute();
+      // Machines denv created in a cloud, so failed provisioning (and people) can find them.
+      await db.schema
+        .createTable("cloud_machines")
+        .addColumn("id", text, (c) => c.primaryKey())
+        .addColumn("team_id", text, (c) => c.notNull())
+        .addColumn("cloud_id", text, (c) => c.notNull())
+        .addColumn("provider_server_id", text, (c) => c.notNull())
+        .addColumn("name", text, (c) => c.notNull())
+        .addColumn("status", text, (c) => c.notNull())
+        .addColumn("deployment_id", text)
+        .addColumn("created_at", text, (c) => c.notNull())
+        .addColumn("deleted_at", text)
+        .execute();
+    },
+  },
 };
 
 export const migrationProvider: MigrationProvider = {

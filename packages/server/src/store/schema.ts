@@ -114,6 +114,31 @@ export interface PortUrlsTable {
   created_at: string;
 }
 
+export interface CloudsTable {
+  id: string;
+  team_id: string;
+  name: string;
+  provider: string;
+  token_sealed: string;
+  server_type: string;
+  location: string;
+  api_url: string | null;
+  created_at: string;
+}
+
+export interface CloudMachinesTable {
+  id: string;
+  team_id: string;
+  cloud_id: string;
+  provider_server_id: string;
+  name: string;
+  /** creating, joined, deleted */
+  status: string;
+  deployment_id: string | null;
+  created_at: string;
+  deleted_at: string | null;
+}
+
 export interface Database {
   teams: TeamsTable;
   api_keys: ApiKeysTable;
@@ -124,4 +149,6 @@ export interface Database {
   versions: VersionsTable;
   deployments: DeploymentsTable;
   port_urls: PortUrlsTable;
+  clouds: CloudsTable;
+  cloud_machines: CloudMachinesTable;
 }

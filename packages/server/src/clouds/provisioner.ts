@@ -1,0 +1,201 @@
+/**
+ * The provision phase: when no connected host has capacity, a machine is created in the team's
+ * cloud account with cloud-init user data that installs Docker and then denvd through this
+ * server's installer, joining with a fresh single-use token. The join phase waits for it by name.
+ * Machines carry the label denv=host; failed provisioning deletes what it created.
+ */
+import { randomBytes } from "node:crypto";
+import { DenvError } from "@denv/spec";
+import type { HostHub } from "../host-hub.ts";
+import { hashSecret, newId, newSecret, now } from "../ids.ts";
+import type { Store } from "../store/open-store.ts";
+import type { CloudsTable } from "../store/schema.ts";
+import { HetznerDriver } from "./hetzner-driver.ts";
+import type { SecretBox } from "./secret-box.ts";
+
+export const PROVIDERS = ["hetzner"] as const;
+
+/** The seed's words for providers that are not there yet. */
+export const NOT_YET: Record<string, string> = {
+  aws: "AWS: not yet available; your own EC2 machines work today through the installer (curl -fsSL SERVER/install.sh | sh -s -- --token T --server URL)",
+  e2b: "e2b: not yet available as a target",
+  daytona: "daytona: not yet available as a target",
+  modal: "modal: not yet available as a target",
+  prime: "prime: not yet available as a target",
+};
+
+export const MACHINE_IMAGE = "debian-12";
+
+export interface ProvisionedMachine {
+  machine_id: string;
+  cloud_id: string;
+  server_id: number;
+  name: string;
+}
+
+/** cloud-init user data (a shell script, which cloud-init runs once at first boot). */
+export function userData(o: { serverUrl: string; token: string; name: string }): string {
+  const q = (s: string) => `'${s.replace(/'/g, "'\\''")}'`;
+  return [
+    "#!/bin/sh",
+    "# denv host bootstrap (cloud-init user data): Docker, then denvd through the server's installer.",
+    "set -e",
+    "if ! command -v docker >/dev/null 2>&1; then",
+    "  apt-get update -qq",
+    "  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io curl ca-certificates",
+    "  systemctl enable --now docker 2>/dev/null || true",
+    "fi",
+    `curl -fsSL ${q(`${o.serverUrl}/install.sh`)} | sh -s -- --token ${q(o.token)} --server ${q(o.serverUrl)} --name ${q(o.name)}`,
+    "",
+  ].join("\n");
+}
+
+export class Provisioner {
+  private readonly store: Store;
+  private readonly secrets: SecretBox;
+  private readonly serverUrl: () => string;
+
+  constructor(options: { store: Store; secrets: SecretBox; serverUrl: () => string }) {
+    this.store = options.store;
+    this.secrets = options.secrets;
+    this.serverUrl = options.serverUrl;
+  }
+
+  async clouds(teamId: string): Promise<CloudsTable[]> {
+    return this.store
+      .selectFrom("clouds")
+      .selectAll()
+      .where("team_id", "=", teamId)
+      .orderBy("created_at")
+      .execute();
+  }
+
+  /** Names of the hosts a cloud's machines joined as (machines still alive). */
+  async hostNamesOf(cloudId: string): Promise<string[]> {
+    const rows = await this.store
+      .selectFrom("cloud_machines")
+      .select("name")
+      .where("cloud_id", "=", cloudId)
+      .where("deleted_at", "is", null)
+      .execute();
+    return rows.map((r) => r.name);
+  }
+
+  private driver(cloud: CloudsTable): HetznerDriver {
+    if (cloud.provider !== "hetzner")
+      throw new DenvError("invalid_argument", `no driver for ${cloud.provider}`);
+    return new HetznerDriver({ token: this.secrets.open(cloud.token_sealed), apiUrl: cloud.api_url });
+  }
+
+  /** Creates the machine; the caller records it in the deployment first thing. */
+  async create(
+    cloud: CloudsTable,
+    deploymentId: string,
+    record: (m: ProvisionedMachine) => Promise<void>,
+  ): Promise<{ machine: ProvisionedMachine; evidence: Record<string, unknown> }> {
+    const name = `denv-${randomBytes(4).toString("hex")}`;
+    const token = newSecret("djt");
+    await this.store
+      .insertInto("join_tokens")
+      .values({
+        id: newId("jt"),
+        team_id: cloud.team_id,
+        token_hash: hashSecret(token),
+        expires_at: new Date(Date.now() + 3600_000).toISOString(),
+        used_at: null,
+        host_id: null,
+      })
+      .execute();
+    const server = await this.driver(cloud).createServer({
+      name,
+      serverType: cloud.server_type,
+      location: cloud.location,
+      image: MACHINE_IMAGE,
+      userData: userData({ serverUrl: this.serverUrl(), token, name }),
+      labels: { denv: "host", "denv-team": cloud.team_id, "denv-deployment": deploymentId },
+    });
+    const machine: ProvisionedMachine = {
+      machine_id: newId("cm"),
+      cloud_id: cloud.id,
+      server_id: server.id,
+      name,
+    };
+    await this.store
+      .insertInto("cloud_machines")
+      .values({
+        id: machine.machine_id,
+        team_id: cloud.team_id,
+        cloud_id: cloud.id,
+        provider_server_id: String(server.id),
+        name,
+        status: "creating",
+        deployment_id: deploymentId,
+        created_at: now(),
+        deleted_at: null,
+      })
+      .execute();
+    await record(machine);
+    return {
+      machine,
+      evidence: {
+        cloud: cloud.name,
+        provider: cloud.provider,
+        server_id: server.id,
+        name,
+        server_type: cloud.server_type,
+        location: cloud.location,
+        image: MACHINE_IMAGE,
+        labels: { denv: "host" },
+      },
+    };
+  }
+
+  /** Resolves to the host id once a host of that name has joined and connected. */
+  async waitJoined(teamId: string, name: string, hub: HostHub, timeoutMs: number): Promise<string> {
+    const deadline = Date.now() + timeoutMs;
+    while (Date.now() < deadline) {
+      const host = await this.store
+        .selectFrom("hosts")
+        .select("id")
+        .where("team_id", "=", teamId)
+        .where("name", "=", name)
+        .executeTakeFirst();
+      if (host && hub.isConnected(host.id)) {
+        await this.store
+          .updateTable("cloud_machines")
+          .set({ status: "joined" })
+          .where("name", "=", name)
+          .execute();
+        return host.id;
+      }
+      await new Promise((r) => setTimeout(r, 500));
+    }
+    throw new DenvError("timeout", `machine ${name} did not join within ${Math.round(timeoutMs / 1000)} s`);
+  }
+
+  /** Deletes the machine in its cloud (idempotent) and the host record it may have made. */
+  async remove(machineId: string): Promise<void> {
+    const m = await this.store
+      .selectFrom("cloud_machines")
+      .selectAll()
+      .where("id", "=", machineId)
+      .executeTakeFirst();
+    if (!m || m.deleted_at) return;
+    const cloud = await this.store
+      .selectFrom("clouds")
+      .selectAll()
+      .where("id", "=", m.cloud_id)
+      .executeTakeFirst();
+    if (cloud) await this.driver(cloud).deleteServer(Number(m.provider_server_id));
+    await this.store
+      .deleteFrom("hosts")
+      .where("team_id", "=", m.team_id)
+      .where("name", "=", m.name)
+      .execute();
+    await this.store
+      .updateTable("cloud_machines")
+      .set({ status: "deleted", deleted_at: now() })
+      .where("id", "=", machineId)
+      .execute();
+  }
+}

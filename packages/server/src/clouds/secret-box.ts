@@ -1,0 +1,55 @@
+/**
+ * Secrets the server must use again later (a cloud provider's API token), encrypted at rest with
+ * AES-256-GCM. The key is DENV_SECRET_KEY (32 bytes, base64) or, by default, a random key the
+ * server creates once in its data directory (mode 0600): a copy of the store alone does not reveal
+ * the tokens. (API keys, join tokens and host secrets are only ever compared, so they are hashed.)
+ */
+import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto";
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { DenvError } from "@denv/spec";
+
+export class SecretBox {
+  private readonly key: Buffer;
+
+  constructor(key: Buffer) {
+    if (key.length !== 32) throw new DenvError("invalid_argument", "the secret key must be 32 bytes");
+    this.key = key;
+  }
+
+  /** DENV_SECRET_KEY, else <dataDir>/secret.key (created on first use). */
+  static open(dataDir: string, envKey = process.env.DENV_SECRET_KEY): SecretBox {
+    if (envKey) return new SecretBox(Buffer.from(envKey, "base64"));
+    const path = join(dataDir, "secret.key");
+    if (!existsSync(path)) {
+      mkdirSync(dataDir, { recursive: true });
+      writeFileSync(path, randomBytes(32).toString("base64"), { mode: 0o600, flag: "wx" });
+    }
+    chmodSync(path, 0o600);
+    return new SecretBox(Buffer.from(readFileSync(path, "utf8").trim(), "base64"));
+  }
+
+  /** "v1:" + base64(iv | tag | ciphertext). */
+  seal(plain: string): string {
+    const iv = randomBytes(12);
+    const c = createCipheriv("aes-256-gcm", this.key, iv);
+    const body = Buffer.concat([c.update(plain, "utf8"), c.final()]);
+    return `v1:${Buffer.concat([iv, c.getAuthTag(), body]).toString("base64")}`;
+  }
+
+  open(sealed: string): string {
+    if (!sealed.startsWith("v1:"))
+      throw new DenvError("internal", "an encrypted secret has an unknown format");
+    const raw = Buffer.from(sealed.slice(3), "base64");
+    const d = createDecipheriv("aes-256-gcm", this.key, raw.subarray(0, 12));
+    d.setAuthTag(raw.subarray(12, 28));
+    try {
+      return Buffer.concat([d.update(raw.subarray(28)), d.final()]).toString("utf8");
+    } catch {
+      throw new DenvError(
+        "internal",
+        "a stored secret cannot be decrypted with this server's key (DENV_SECRET_KEY changed?)",
+      );
+    }
+  }
+}

@@ -56,7 +56,7 @@ export class HetznerDriver {
       );
     }
     const text = await res.text();
-    const data = text ? (JSON.parse(text) as Record<string, any>) : {};
+    const data = (text ? JSON.parse(text) : {}) as { error?: { code?: string; message?: string } };
     if (!res.ok) {
       const e = data.error ?? {};
       throw new HetznerError(

@@ -140,6 +140,8 @@ export async function bootFreshHost(
     Env: [`REGISTRY_FORWARD=${lab.registryForward}`, `START_DOCKER=${withDocker ? 1 : 0}`],
     ...(image === DIND_IMAGE ? {} : { Entrypoint: ["sleep", "infinity"] }),
     HostConfig: {
+      // An init that reaps orphans, as a machine's PID 1 does (boot.sh ends in `sleep infinity`).
+      Init: true,
       CapAdd: CAPS,
       SecurityOpt: ["seccomp=unconfined", "apparmor=unconfined"],
       // The API's form of --security-opt systempaths=unconfined: /proc and /sys unmasked.

@@ -153,6 +153,12 @@ describe("the installer", () => {
     assert.equal(r.exitCode, 0, r.stderr);
     assert.match(r.stdout, /upgraded denvd .* -> .*, same host identity/);
     assert.equal((await host.sh("cat /var/lib/denvd/host.json")).stdout, before);
+    // The old denvd stopped: exactly one runs, the new one.
+    // (by executable: a replaced binary shows as "…/denvd (deleted)"; a reaped zombie has none)
+    const running = await host.sh(
+      'for p in /proc/[0-9]*; do case "$(readlink "$p/exe" 2>/dev/null)" in /usr/local/bin/denvd*) echo "$p";; esac; done | wc -l',
+    );
+    assert.equal(running.stdout.trim(), "1");
     const { hosts } = (await api("GET", "/v1/hosts")).data;
     assert.equal(hosts.length, 1);
     assert.equal(hosts[0].id, hostId);

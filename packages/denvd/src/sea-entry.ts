@@ -37,6 +37,8 @@ function extractAgent(): void {
   process.env.DENVD_AGENT = path;
 }
 
+// `ps` and `pgrep denvd` show the program, not the runtime it carries.
+process.title = "denvd";
 const argv = process.argv.slice(2);
 if (argv[0] === "run") extractAgent();
 void main(argv).then((code) => {

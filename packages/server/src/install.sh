@@ -78,13 +78,18 @@ else
 fi
 
 # --- install -----------------------------------------------------------------------------------------
+# A process that exited but was not reaped yet (a zombie) counts as gone.
+alive() { [ -r "/proc/$1/stat" ] && [ "$(sed 's/^.*) //' "/proc/$1/stat" | cut -d' ' -f1)" != Z ]; }
 stop_running() {
   if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1 && [ -f "$UNIT" ]; then
     systemctl stop denvd 2>/dev/null || true
-  elif [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
-    kill "$(cat "$PIDFILE")" 2>/dev/null || true
+  elif [ -f "$PIDFILE" ] && alive "$(cat "$PIDFILE")"; then
+    pid=$(cat "$PIDFILE")
+    kill "$pid" 2>/dev/null || true
     i=0
-    while kill -0 "$(cat "$PIDFILE")" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.2; i=$((i + 1)); done
+    while alive "$pid" && [ $i -lt 50 ]; do sleep 0.2; i=$((i + 1)); done
+    # Never two denvds for one host: one that did not stop in 10 s is killed.
+    alive "$pid" && kill -9 "$pid" 2>/dev/null || true
   fi
 }
 [ "$UPGRADE" = 1 ] && stop_running

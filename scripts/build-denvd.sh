@@ -43,15 +43,21 @@ if [ ! -x "$node_arm64" ]; then
 fi
 
 # --- denv-agent for each architecture ------------------------------------------------------------
-if ! command -v aarch64-linux-gnu-gcc >/dev/null; then
-  log "installing gcc-aarch64-linux-gnu (the aarch64 denv-agent)"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gcc-aarch64-linux-gnu libc6-dev-arm64-cross >/dev/null ||
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gcc-aarch64-linux-gnu libc6-dev-arm64-cross >/dev/null; }
+# The cross compiler for the aarch64 denv-agent, and qemu-user with aarch64's C++ runtime to run the
+# aarch64 executable once as a check.
+cross=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross libstdc++6-arm64-cross qemu-user-static)
+if ! command -v aarch64-linux-gnu-gcc >/dev/null || ! command -v qemu-aarch64-static >/dev/null ||
+  [ ! -e /usr/aarch64-linux-gnu/lib/libstdc++.so.6 ]; then
+  log "installing ${cross[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${cross[@]}" >/dev/null 2>&1 ||
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${cross[@]}" >/dev/null; }
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 gcc -O2 -static -o "$work/denv-agent-x86_64" packages/denvd/agent/denv-agent.c
 aarch64-linux-gnu-gcc -O2 -static -o "$work/denv-agent-aarch64" packages/denvd/agent/denv-agent.c
+qemu-aarch64-static "$work/denv-agent-aarch64" 2>&1 | grep -q "usage: denv-agent" ||
+  { echo "[build-denvd] the aarch64 denv-agent does not run under qemu-user" >&2; exit 1; }
 
 # --- the bundle ------------------------------------------------------------------------------------
 log "bundling denvd $version"
@@ -80,7 +86,10 @@ JSON
   mv "$work/denvd-linux-$arch" "$OUT/denvd-linux-$arch"
   log "dist/denvd-linux-$arch ($(du -h "$OUT/denvd-linux-$arch" | cut -f1))"
 done
+# Each executable runs and reports its version (aarch64 under qemu-user, with aarch64's libraries).
 [ "$("$OUT/denvd-linux-x86_64" --version)" = "$version" ] ||
   { echo "[build-denvd] the x86_64 executable does not report $version" >&2; exit 1; }
+[ "$(qemu-aarch64-static -L /usr/aarch64-linux-gnu "$OUT/denvd-linux-aarch64" --version)" = "$version" ] ||
+  { echo "[build-denvd] the aarch64 executable does not report $version under qemu-user" >&2; exit 1; }
 echo "$version" >"$OUT/denvd.version"
 echo "$inputs" >"$OUT/.denvd-inputs"

@@ -15,6 +15,10 @@ export function registerServer(program: Command): void {
     .option("--tls-cert <path>", "serve HTTPS with this certificate (PEM)")
     .option("--tls-key <path>", "and this private key (PEM)")
     .option(
+      "--public-url <url>",
+      "the URL machines it provisions reach it at (default: the URL it listens on); DENV_PUBLIC_URL",
+    )
+    .option(
       "--downloads-dir <dir>",
       "where the denvd executables for /install.sh are (default: the checkout's dist/, built by scripts/build-denvd.sh)",
     )
@@ -36,6 +40,7 @@ Examples:
         tlsCert?: string;
         tlsKey?: string;
         downloadsDir?: string;
+        publicUrl?: string;
       }) => {
         if (Boolean(o.tlsCert) !== Boolean(o.tlsKey))
           throw new UsageError("--tls-cert and --tls-key go together");
@@ -51,6 +56,9 @@ Examples:
           ...(o.tlsCert && o.tlsKey ? { tls: { certPath: o.tlsCert, keyPath: o.tlsKey } } : {}),
           adminKey: process.env.DENV_ADMIN_KEY,
           ...(o.downloadsDir ? { downloadsDir: o.downloadsDir } : {}),
+          ...((o.publicUrl ?? process.env.DENV_PUBLIC_URL)
+            ? { publicUrl: o.publicUrl ?? process.env.DENV_PUBLIC_URL }
+            : {}),
         });
         process.stdout.write(`denv server listening on ${server.url}\n`);
         if (server.adminKey) process.stdout.write(`admin API key (shown once): ${server.adminKey}\n`);

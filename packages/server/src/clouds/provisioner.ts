@@ -93,6 +93,12 @@ export class Provisioner {
     deploymentId: string,
     record: (m: ProvisionedMachine) => Promise<void>,
   ): Promise<{ machine: ProvisionedMachine; evidence: Record<string, unknown> }> {
+    const serverUrl = this.serverUrl();
+    if (/^https?:\/\/(127\.|localhost|\[::1\])/.test(serverUrl))
+      throw new DenvError(
+        "invalid_argument",
+        `a new machine cannot reach this server at ${serverUrl}: start it with --public-url (or DENV_PUBLIC_URL) set to an address machines in ${cloud.name} can reach`,
+      );
     const name = `denv-${randomBytes(4).toString("hex")}`;
     const token = newSecret("djt");
     await this.store
@@ -111,7 +117,7 @@ export class Provisioner {
       serverType: cloud.server_type,
       location: cloud.location,
       image: MACHINE_IMAGE,
-      userData: userData({ serverUrl: this.serverUrl(), token, name }),
+      userData: userData({ serverUrl, token, name }),
       labels: { denv: "host", "denv-team": cloud.team_id, "denv-deployment": deploymentId },
     });
     const machine: ProvisionedMachine = {

@@ -56,8 +56,12 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 gcc -O2 -static -o "$work/denv-agent-x86_64" packages/denvd/agent/denv-agent.c
 aarch64-linux-gnu-gcc -O2 -static -o "$work/denv-agent-aarch64" packages/denvd/agent/denv-agent.c
-qemu-aarch64-static "$work/denv-agent-aarch64" 2>&1 | grep -q "usage: denv-agent" ||
-  { echo "[build-denvd] the aarch64 denv-agent does not run under qemu-user" >&2; exit 1; }
+# Without arguments it prints its usage and exits 2: proof it runs.
+agent_out=$(qemu-aarch64-static "$work/denv-agent-aarch64" 2>&1 || true)
+case "$agent_out" in
+  *"usage: denv-agent"*) ;;
+  *) echo "[build-denvd] the aarch64 denv-agent does not run under qemu-user: $agent_out" >&2; exit 1 ;;
+esac
 
 # --- the bundle ------------------------------------------------------------------------------------
 log "bundling denvd $version"

@@ -6,6 +6,7 @@
  * quota and a machine that never joins roll the deployment back and leave nothing behind.
  */
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -135,6 +136,48 @@ describe("cloud connect", () => {
     });
     assert.equal(again.status, 409);
   });
+
+  test("the CLI: denv cloud connect | list | disconnect", () => {
+    const s = servers[0] as RunningServer;
+    const cli = (args: string[]) =>
+      spawnSync(
+        process.execPath,
+        [join(repoRoot, "packages/cli/bin/denv.js"), "--server", s.url, "--api-key", ADMIN, ...args],
+        {
+          encoding: "utf8",
+        },
+      );
+    const aws = cli(["cloud", "connect", "aws", "--name", "aws", "--token", "x"]);
+    assert.equal(aws.status, 1);
+    assert.match(
+      aws.stderr,
+      /AWS: not yet available; your own EC2 machines work today through the installer/,
+    );
+    const ok = cli([
+      "cloud",
+      "connect",
+      "hetzner",
+      "--name",
+      "hz2",
+      "--token",
+      HZ_TOKEN,
+      "--server-type",
+      "cx22",
+      "--location",
+      "nbg1",
+      "--api-url",
+      hetzner.url,
+    ]);
+    assert.equal(ok.status, 0, ok.stderr);
+    assert.match(ok.stdout, /connected hetzner account hz2 \(cx22 in nbg1\)/);
+    const listed = JSON.parse(cli(["cloud", "list", "--json"]).stdout);
+    assert.deepEqual(
+      listed.clouds.map((c: any) => c.name),
+      ["hz", "hz2"],
+    );
+    assert.equal(cli(["cloud", "disconnect", "hz2"]).status, 0);
+    assert.equal(cli(["cloud", "disconnect", "hz2"]).status, 1);
+  });
 });
 
 describe("provisioning", () => {
@@ -207,7 +250,7 @@ describe("provisioning", () => {
     );
   });
 
-  test("an API error (a quota) rolls back and creates nothing", async () => {
+  test("an API error and a quota roll back and create nothing", async () => {
     const s = await serverWith(10_000);
     await api(s, "POST", "/v1/clouds", {
       provider: "hetzner",
@@ -218,6 +261,13 @@ describe("provisioning", () => {
       api_url: hetzner.url,
     });
     const count = hetzner.servers.size;
+    // An API error: the server type does not exist.
+    hetzner.failNextCreate = { status: 422, code: "invalid_input", message: "server type cx99 not found" };
+    const bad = await deployOpsWorld(s, "bad-type");
+    assert.equal(bad.status, "rolled_back");
+    assert.match(bad.reason, /invalid_input: server type cx99 not found/);
+    assert.equal(hetzner.servers.size, count);
+    // A quota.
     hetzner.failNextCreate = {
       status: 403,
       code: "resource_limit_exceeded",

@@ -105,6 +105,8 @@ test("API commands answer bad arguments with usage errors (exit 2) before callin
     ["rollback", "alpha"],
     ["deploy"],
     ["project", "create", "p"],
+    ["cloud", "connect", "hetzner", "--name", "hz"],
+    ["cloud", "disconnect"],
   ]) {
     const r = denv(args);
     assert.equal(r.code, 2, `denv ${args.join(" ")}: ${r.stderr}`);

@@ -146,6 +146,19 @@ class HarborTrial(unittest.TestCase):
         with self.assertRaises(ValueError):
             construct(self.task, self.tmp / "t0", mode="allowlist")
 
+    def test_preflight_checks_the_server_and_key(self) -> None:
+        from denv.harbor import DenvEnvironment
+
+        DenvEnvironment.preflight()  # the live server and its key: passes
+        saved = os.environ["DENV_API_KEY"]
+        os.environ["DENV_API_KEY"] = "dk_wrong"
+        try:
+            with self.assertRaises(SystemExit) as cm:
+                DenvEnvironment.preflight()
+            self.assertIn("API key is not valid", str(cm.exception))
+        finally:
+            os.environ["DENV_API_KEY"] = saved
+
     def test_trial_lifecycle_compose_task_with_oracle(self) -> None:
         trial = self.tmp / "trial-oracle"
         env = construct(self.task, trial)

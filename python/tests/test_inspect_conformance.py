@@ -95,6 +95,17 @@ class InspectSelfCheck(unittest.TestCase):
 
         self.assertIs(registry_find_sandboxenv("denv"), self.S)
 
+    def test_00_exec_output_limit(self) -> None:
+        # Inspect's proxy re-checks each stream against MAX_EXEC_OUTPUT_SIZE; the provider may raise.
+        from inspect_ai.util import OutputLimitExceededError, override_max_exec_output_size
+
+        with override_max_exec_output_size(1024):
+            with self.assertRaises(OutputLimitExceededError) as cm:
+                self.ex(["sh", "-c", "head -c 2048 /dev/zero | tr '\\0' a"])
+            self.assertIn("limit of 1 KiB was exceeded", str(cm.exception))
+            self.assertEqual(cm.exception.truncated_output, "a" * 1024)
+            self.assertEqual(len(self.ex(["sh", "-c", "head -c 1024 /dev/zero | tr '\\0' b"]).stdout), 1024)
+
     def test_00_samples_are_isolated_forks(self) -> None:
         self.write("isolation.txt", "sample one")
         other = run(self.S.sample_init("selfcheck", self.config, {"__sample_id__": "2"}))

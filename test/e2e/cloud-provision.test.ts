@@ -6,7 +6,7 @@
  * quota and a machine that never joins roll the deployment back and leave nothing behind.
  */
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
+import { spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -137,23 +137,33 @@ describe("cloud connect", () => {
     assert.equal(again.status, 409);
   });
 
-  test("the CLI: denv cloud connect | list | disconnect", () => {
+  test("the CLI: denv cloud connect | list | disconnect", async () => {
     const s = servers[0] as RunningServer;
+    // Asynchronously: the server answering the CLI runs in this process.
     const cli = (args: string[]) =>
-      spawnSync(
-        process.execPath,
-        [join(repoRoot, "packages/cli/bin/denv.js"), "--server", s.url, "--api-key", ADMIN, ...args],
-        {
-          encoding: "utf8",
-        },
-      );
-    const aws = cli(["cloud", "connect", "aws", "--name", "aws", "--token", "x"]);
-    assert.equal(aws.status, 1);
+      new Promise<{ status: number | null; stdout: string; stderr: string }>((resolve) => {
+        const child = spawn(
+          process.execPath,
+          [join(repoRoot, "packages/cli/bin/denv.js"), "--server", s.url, "--api-key", ADMIN, ...args],
+          { stdio: ["ignore", "pipe", "pipe"] },
+        );
+        let stdout = "";
+        let stderr = "";
+        child.stdout.on("data", (c: Buffer) => {
+          stdout += c.toString();
+        });
+        child.stderr.on("data", (c: Buffer) => {
+          stderr += c.toString();
+        });
+        child.on("close", (status) => resolve({ status, stdout, stderr }));
+      });
+    const aws = await cli(["cloud", "connect", "aws", "--name", "aws", "--token", "x"]);
+    assert.equal(aws.status, 2, aws.stderr); // invalid_argument: the error table's usage exit code
     assert.match(
       aws.stderr,
       /AWS: not yet available; your own EC2 machines work today through the installer/,
     );
-    const ok = cli([
+    const ok = await cli([
       "cloud",
       "connect",
       "hetzner",
@@ -170,13 +180,16 @@ describe("cloud connect", () => {
     ]);
     assert.equal(ok.status, 0, ok.stderr);
     assert.match(ok.stdout, /connected hetzner account hz2 \(cx22 in nbg1\)/);
-    const listed = JSON.parse(cli(["cloud", "list", "--json"]).stdout);
+    const listed = JSON.parse((await cli(["cloud", "list", "--json"])).stdout);
     assert.deepEqual(
       listed.clouds.map((c: any) => c.name),
       ["hz", "hz2"],
     );
-    assert.equal(cli(["cloud", "disconnect", "hz2"]).status, 0);
-    assert.equal(cli(["cloud", "disconnect", "hz2"]).status, 1);
+    const gone = await cli(["cloud", "disconnect", "hz2"]);
+    assert.equal(gone.status, 0, gone.stderr);
+    const again = await cli(["cloud", "disconnect", "hz2"]);
+    assert.equal(again.status, 1, again.stderr);
+    assert.match(again.stderr, /no cloud hz2/);
   });
 });
 

@@ -61,6 +61,17 @@ class DenvEnvironment(BaseEnvironment):
     def type() -> str:
         return "denv"
 
+    @classmethod
+    def preflight(cls) -> None:
+        """Harbor calls this once before queueing trials: the server must answer and take the key."""
+        from .client import Client
+        from .errors import DenvError
+
+        try:
+            Client().projects()
+        except DenvError as e:
+            raise SystemExit(f"denv: {e.message} (set DENV_SERVER and DENV_API_KEY, or run `denv login`)") from None
+
     @property
     def capabilities(self) -> EnvironmentCapabilities:
         # Honest: egress deny is enforced and verified; allowlists, GPUs and host mounts are not

@@ -14,6 +14,8 @@ import Docker from "dockerode";
 import { type ExecResult, execIn } from "./engine-helpers.ts";
 
 export const DIND_IMAGE = "127.0.0.1:5000/denv/test-dind-host:bookworm";
+/** The same machine booting systemd as PID 1, with Docker as a systemd service. */
+export const SYSTEMD_IMAGE = "127.0.0.1:5000/denv/test-systemd-host:bookworm";
 
 const CAPS = [
   "CHOWN",
@@ -124,12 +126,12 @@ export async function openLab(): Promise<Lab> {
 /** Boots a fresh host; `userData` runs at boot the way cloud-init runs a shell-script user data. */
 export async function bootFreshHost(
   lab: Lab,
-  options: { name?: string; userData?: string; docker?: boolean; image?: string } = {},
+  options: { name?: string; userData?: string; docker?: boolean; image?: string; systemd?: boolean } = {},
 ): Promise<FreshHost> {
   const name = options.name ?? `${lab.runId}-${randomBytes(3).toString("hex")}`;
   const labels = { "dev.denv.test": lab.runId };
   const withDocker = options.docker ?? true;
-  const image = options.image ?? DIND_IMAGE;
+  const image = options.systemd ? SYSTEMD_IMAGE : (options.image ?? DIND_IMAGE);
   const volume = `${name}-docker`;
   await lab.docker.createVolume({ Name: volume, Labels: labels });
   const container = await lab.docker.createContainer({
@@ -138,10 +140,11 @@ export async function bootFreshHost(
     Hostname: name,
     Labels: labels,
     Env: [`REGISTRY_FORWARD=${lab.registryForward}`, `START_DOCKER=${withDocker ? 1 : 0}`],
-    ...(image === DIND_IMAGE ? {} : { Entrypoint: ["sleep", "infinity"] }),
+    ...(image === DIND_IMAGE || image === SYSTEMD_IMAGE ? {} : { Entrypoint: ["sleep", "infinity"] }),
     HostConfig: {
-      // An init that reaps orphans, as a machine's PID 1 does (boot.sh ends in `sleep infinity`).
-      Init: true,
+      // An init that reaps orphans, as a machine's PID 1 does (boot.sh ends in `sleep infinity`);
+      // the systemd machine has its own, which wants /run and /run/lock on tmpfs.
+      ...(image === SYSTEMD_IMAGE ? { Tmpfs: { "/run": "", "/run/lock": "" } } : { Init: true }),
       CapAdd: CAPS,
       SecurityOpt: ["seccomp=unconfined", "apparmor=unconfined"],
       // The API's form of --security-opt systempaths=unconfined: /proc and /sys unmasked.
@@ -151,6 +154,14 @@ export async function bootFreshHost(
       NetworkMode: lab.network,
     },
   });
+  if (image === SYSTEMD_IMAGE) {
+    // systemd starts the registry forwarder at boot when this file is there.
+    const { pack } = await import("tar-stream");
+    const p = pack();
+    p.entry({ name: "registry-forward", mode: 0o644 }, `REGISTRY_FORWARD=${lab.registryForward}\n`);
+    p.finalize();
+    await container.putArchive(p as unknown as NodeJS.ReadableStream, { path: "/etc/default" });
+  }
   const userData = options.userData;
   if (userData !== undefined) {
     // cloud-init's place for it; boot.sh runs it once the engine is up.
@@ -176,9 +187,13 @@ export async function bootFreshHost(
     sh: (script: string) => execIn(container, ["sh", "-c", script]),
     remove: () => container.remove({ force: true, v: true }).catch(() => {}),
   };
-  if (image === DIND_IMAGE) {
+  if (image === DIND_IMAGE || image === SYSTEMD_IMAGE) {
+    const booted =
+      image === SYSTEMD_IMAGE
+        ? "systemctl is-system-running | grep -Eq '^(running|degraded)$' && docker info >/dev/null 2>&1"
+        : "test -f /var/run/booted";
     for (let i = 0; i < 150; i++) {
-      if ((await host.sh("test -f /var/run/booted")).exitCode === 0) return host;
+      if ((await host.sh(booted)).exitCode === 0) return host;
       const st = await container.inspect();
       if (!st.State.Running) throw new Error(`fresh host ${name} stopped while booting`);
       await new Promise((r) => setTimeout(r, 200));

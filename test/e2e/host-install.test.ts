@@ -172,3 +172,38 @@ describe("the installer", () => {
     assert.equal(r2.data.stdout, "still\n");
   });
 });
+
+describe("on a machine that runs systemd", () => {
+  test("the installer sets up an enabled denvd unit, and an upgrade restarts it in place", {
+    timeout: 300_000,
+  }, async () => {
+    const sd = await bootFreshHost(lab, { systemd: true });
+    try {
+      const token = (await api("POST", "/v1/hosts/join-token")).data.token as string;
+      const r = await sd.sh(installLine(`--token ${token} --server ${server.url} --name systemd-1`));
+      assert.equal(r.exitCode, 0, r.stdout + r.stderr);
+      assert.match(r.stdout, /running as systemd service denvd/);
+      assert.doesNotMatch(r.stdout, /systemd is not running here/);
+      assert.equal((await sd.sh("systemctl is-enabled denvd")).stdout.trim(), "enabled");
+      assert.equal((await sd.sh("systemctl is-active denvd")).stdout.trim(), "active");
+      assert.match(
+        (await sd.sh("cat /etc/systemd/system/denvd.service")).stdout,
+        /ExecStart=\/usr\/local\/bin\/denvd run/,
+      );
+      const host = (await api("GET", "/v1/hosts")).data.hosts.find((h: any) => h.name === "systemd-1");
+      assert.ok(host?.connected, "joined and connected");
+      const pidBefore = (await sd.sh("systemctl show -p MainPID --value denvd")).stdout.trim();
+      const up = await sd.sh(installLine(`--server ${server.url}`));
+      assert.equal(up.exitCode, 0, up.stderr);
+      assert.match(up.stdout, /upgraded denvd .* same host identity; running as systemd service denvd/);
+      const pidAfter = (await sd.sh("systemctl show -p MainPID --value denvd")).stdout.trim();
+      assert.notEqual(pidAfter, pidBefore, "the service was restarted on the new binary");
+      assert.equal((await sd.sh("systemctl is-active denvd")).stdout.trim(), "active");
+      const again = (await api("GET", "/v1/hosts")).data.hosts.filter((h: any) => h.name === "systemd-1");
+      assert.equal(again.length, 1);
+      assert.equal(again[0].id, host.id);
+    } finally {
+      await sd.remove();
+    }
+  });
+});

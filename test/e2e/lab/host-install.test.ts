@@ -11,7 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { type RunningServer, startServer } from "@denv/server";
-import { repoRoot } from "./denvd-helpers.ts";
+import { repoRoot } from "../denvd-helpers.ts";
 import { bootFreshHost, type FreshHost, type Lab, openLab } from "./fresh-host-helpers.ts";
 
 const DIST = join(repoRoot, "dist");

@@ -13,7 +13,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { type RunningServer, startServer } from "@denv/server";
-import { repoRoot } from "./denvd-helpers.ts";
+import { repoRoot } from "../denvd-helpers.ts";
 import { FakeHetzner } from "./fake-hetzner.ts";
 import { type Lab, openLab } from "./fresh-host-helpers.ts";
 

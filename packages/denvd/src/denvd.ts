@@ -708,6 +708,8 @@ export class Denvd {
     );
     const ids = states.filter((st) => !st.paused).map((st) => st.id);
     const snapshots: Record<string, string> = {};
+    // Most of what the snapshot would flush goes out now, while the stack still runs.
+    await this.storage.flush?.().catch(() => {});
     const frozenStart = performance.now();
     try {
       await Promise.all(ids.map((id) => this.runtime.pauseContainer(id)));

@@ -69,6 +69,10 @@ export class BtrfsDriver implements StorageDriver {
     return { id, path };
   }
 
+  async flush(): Promise<void> {
+    await runCommand("btrfs", ["filesystem", "sync", this.poolPath]);
+  }
+
   async snapshot(datasetId: string, snapshotId: string): Promise<SnapshotInfo> {
     await runCommand("btrfs", [
       "-q",

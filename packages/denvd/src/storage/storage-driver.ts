@@ -23,6 +23,11 @@ export interface StorageDriver {
   createDataset(id: string): Promise<DatasetInfo>;
   /** A read-only, point-in-time copy of a dataset. */
   snapshot(datasetId: string, snapshotId: string): Promise<SnapshotInfo>;
+  /**
+   * Writes the pool's dirty data out ahead of a snapshot, so the snapshot's own commit (inside the
+   * stack's frozen window) has little left to flush. Optional: a no-op where snapshots are atomic.
+   */
+  flush?(): Promise<void>;
   /** Bytes of data a snapshot holds (what a copy would move). Measured apart from snapshot(), which
    * runs inside the frozen window and must stay fast. */
   snapshotBytes(snapshotId: string): Promise<number>;

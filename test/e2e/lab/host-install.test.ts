@@ -5,6 +5,7 @@
  * an unreachable server, a missing Docker and an unsupported architecture change nothing.
  */
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -115,6 +116,30 @@ describe("the installer", () => {
     assert.equal(h.connected, true);
     assert.ok(h.capacity.cpus >= 1 && h.capacity.total_bytes > 0 && h.last_seen);
     hostId = h.id;
+    // What people see: denv host list (asynchronously: the server runs in this process).
+    const listed = await new Promise<string>((resolve) => {
+      const child = spawn(
+        process.execPath,
+        [
+          join(repoRoot, "packages/cli/bin/denv.js"),
+          "--server",
+          server.url,
+          "--api-key",
+          ADMIN,
+          "host",
+          "list",
+        ],
+        { stdio: ["ignore", "pipe", "inherit"] },
+      );
+      let out = "";
+      child.stdout.on("data", (c: Buffer) => {
+        out += c.toString();
+      });
+      child.on("close", () => resolve(out));
+    });
+    const row = listed.split("\n").find((l) => l.includes("fresh-1")) ?? "";
+    assert.match(row, /\tx86_64\tdir\t\d+GiB free of \d+GiB, \d+ cpu, \d+GiB mem\t/);
+    assert.ok(row.includes(`\t${version}\ttrue\t`), row);
     // The token was single-use.
     const again = await fetch(`${server.url}/v1/hosts/join`, {
       method: "POST",

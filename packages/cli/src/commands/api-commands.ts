@@ -415,12 +415,20 @@ export function registerApiCommands(program: Command): void {
       const r = await client().call("getV1Hosts", {});
       if (json) printJson(r);
       else {
-        process.stdout.write("ID\tNAME\tARCH\tSTORAGE\tFREE\tVERSION\tCONNECTED\tLAST SEEN\n");
+        process.stdout.write("ID\tNAME\tARCH\tSTORAGE\tCAPACITY\tVERSION\tCONNECTED\tLAST SEEN\n");
         for (const h of r.hosts) {
-          const cap = h.capacity as { free_bytes?: number } | null;
-          const free = cap?.free_bytes ? `${Math.round(cap.free_bytes / 1024 ** 3)}GiB` : "-";
+          const cap = h.capacity as {
+            free_bytes?: number;
+            total_bytes?: number;
+            cpus?: number;
+            memory_bytes?: number;
+          } | null;
+          const gib = (n?: number) => (n ? `${Math.round(n / 1024 ** 3)}GiB` : "-");
+          const capacity = cap
+            ? `${gib(cap.free_bytes)} free of ${gib(cap.total_bytes)}, ${cap.cpus ?? "-"} cpu, ${gib(cap.memory_bytes)} mem`
+            : "-";
           process.stdout.write(
-            `${h.id}\t${h.name}\t${h.arch ?? "-"}\t${h.storage ?? "-"}\t${free}\t${h.version ?? "-"}\t${h.connected}\t${h.last_seen ?? "-"}\n`,
+            `${h.id}\t${h.name}\t${h.arch ?? "-"}\t${h.storage ?? "-"}\t${capacity}\t${h.version ?? "-"}\t${h.connected}\t${h.last_seen ?? "-"}\n`,
           );
         }
       }

@@ -372,6 +372,12 @@ describe("sandbox API", () => {
     assert.equal(step.status, 200);
     assert.equal(((await step.json()) as any).observation.echoed, "through the tunnel");
     assert.equal((await fetch(`${url}/nope`)).status, 404); // the service's own 404
+    // A client that sends its denv key everywhere does not hand it to the sandbox; other
+    // credentials (the service's own) go through.
+    const seen = async (auth: string) =>
+      (await (await fetch(`${url}/debug/headers`, { headers: { authorization: auth } })).json()) as any;
+    assert.equal((await seen(`Bearer ${ADMIN}`)).authorization, undefined);
+    assert.equal((await seen("Bearer service-token")).authorization, "Bearer service-token");
     // A WebSocket session through the same URL.
     const { default: WebSocket } = await import("ws");
     const ws = new WebSocket(`${url.replace(/^http/, "ws")}/ws`);

@@ -58,6 +58,22 @@ export function splitTunnelPath(url: string): { token: string; rest: string } | 
   return token ? { token, rest } : null;
 }
 
+/**
+ * Whether an Authorization header carries one of this server's API keys. Such a header is never
+ * passed into a sandbox: a client that sends its key to every URL on this server must not hand it
+ * to the agent's service behind a port URL. Any other credential (the service's own) goes through.
+ */
+async function isDenvKey(store: Store, authorization: string | undefined | null): Promise<boolean> {
+  const key = /^Bearer (.+)$/i.exec(authorization ?? "")?.[1];
+  if (!key) return false;
+  const row = await store
+    .selectFrom("api_keys")
+    .select("id")
+    .where("key_hash", "=", hashSecret(key))
+    .executeTakeFirst();
+  return row !== undefined;
+}
+
 /** Opens the byte stream a tunnel URL names, or says why it cannot. */
 export async function openTunnel(
   store: Store,
@@ -101,6 +117,7 @@ export async function proxyHttp(
   req.headers.forEach((v, k) => {
     if (!HOP.has(k)) headers[k] = v;
   });
+  if (await isDenvKey(store, headers.authorization)) delete headers.authorization;
   headers.host = `localhost:${port}`;
   headers.connection = "close";
   const body = req.body ? Readable.fromWeb(req.body as import("node:stream/web").ReadableStream) : null;
@@ -152,10 +169,12 @@ export async function proxyUpgrade(
     return refuse(code, code === 404 ? "Not Found" : "Service Unavailable");
   }
   const { stream, port } = tunnel;
+  const dropAuth = await isDenvKey(store, req.headers.authorization);
   let text = `${req.method} ${parts.rest} HTTP/1.1\r\nHost: localhost:${port}\r\n`;
   for (let i = 0; i < req.rawHeaders.length; i += 2) {
     const k = req.rawHeaders[i] as string;
     if (k.toLowerCase() === "host") continue;
+    if (dropAuth && k.toLowerCase() === "authorization") continue;
     text += `${k}: ${req.rawHeaders[i + 1]}\r\n`;
   }
   stream.write(`${text}\r\n`);

@@ -110,6 +110,8 @@ class Handler(BaseHTTPRequestHandler):
             "/schema": lambda: SCHEMA,
             "/openapi.json": openapi,
             "/state": lambda: EchoEnv().state(),
+            # Not part of OpenEnv: what a request carried, so tests can see what reaches the env.
+            "/debug/headers": lambda: {k.lower(): v for k, v in self.headers.items()},
         }
         if path in routes:
             return self._json(200, routes[path]())

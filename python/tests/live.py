@@ -56,6 +56,17 @@ def _stop() -> None:
             _proc.kill()
 
 
+def import_without_frameworks(module: str) -> str:
+    """Imports `module` in a fresh interpreter that sees the package but no framework (not even
+    the stand-ins); returns what it printed: the ImportError's text, or "imported"."""
+    code = (
+        f"import sys; sys.path.insert(0, {str(ROOT / 'python' / 'src')!r})\n"
+        f"try:\n    import {module}\n    print('imported')\nexcept ImportError as e:\n    print(e)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env).stdout.strip()
+
+
 def client():  # noqa: ANN201
     from denv import Client
 

@@ -10,14 +10,12 @@ import asyncio
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import textwrap
 import unittest
 from pathlib import Path
 
-from live import OPSBOX, client, live
+from live import OPSBOX, client, import_without_frameworks, live
 
 REDIS = "127.0.0.1:5000/denv/redis:7-bookworm"
 
@@ -305,10 +303,7 @@ class HarborTrial(unittest.TestCase):
 
 class HarborWithoutFramework(unittest.TestCase):
     def test_missing_harbor_says_how_to_install(self) -> None:
-        src = str(Path(__file__).parents[1] / "src")
-        code = f"import sys; sys.path.insert(0, {src!r})\ntry:\n    import denv.harbor\nexcept ImportError as e:\n    print(e)\n"
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-        self.assertIn("pip install 'denv[harbor]'", out.stdout)
+        self.assertIn("pip install 'denv[harbor]'", import_without_frameworks("denv.harbor"))
 
 
 if __name__ == "__main__":

@@ -9,14 +9,11 @@ start that leaves nothing behind."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import unittest
 import urllib.error
 import urllib.request
-from pathlib import Path
 
-from live import client, live
+from live import client, import_without_frameworks, live
 from ws_client import WebSocket
 
 ECHO = "127.0.0.1:5000/denv/openenv-echo:0.1"
@@ -176,10 +173,7 @@ class OpenEnvProviderLifecycle(unittest.TestCase):
 
 class OpenEnvWithoutFramework(unittest.TestCase):
     def test_missing_openenv_says_how_to_install(self) -> None:
-        src = str(Path(__file__).parents[1] / "src")
-        code = f"import sys; sys.path.insert(0, {src!r})\ntry:\n    import denv.openenv\nexcept ImportError as e:\n    print(e)\n"
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-        self.assertIn("pip install 'denv[openenv]'", out.stdout)
+        self.assertIn("pip install 'denv[openenv]'", import_without_frameworks("denv.openenv"))
 
 
 if __name__ == "__main__":

@@ -430,22 +430,13 @@ export class Deployer {
         if (spec.warm.length === 0) return { evidence: { commands: [] } };
         return { evidence: await this.hub.call(id, "warm", { environment_id: hostEnvId }) };
       });
-      const versionId = (await rec.run("snapshot", async () => {
-        const r = await this.hub.call<{
-          version_id: string;
-          images: Record<string, string>;
-          evidence: unknown;
-        }>(id, "snapshot", {
-          environment_id: hostEnvId,
-        });
-        await this.recordVersion(
-          { id: environmentId, team_id: project.team_id, project_id: project.id },
-          id,
-          spec,
-          r,
-        );
-        return { value: r.version_id, evidence: r.evidence };
-      })) as string;
+      const versionId = await this.snapshotPhase(
+        rec,
+        { id: environmentId, team_id: project.team_id, project_id: project.id },
+        id,
+        hostEnvId,
+        async () => spec,
+      );
       const published = Object.values(spec.services).some((s) => s.ports.length > 0);
       await rec.skip(
         "ingress",
@@ -645,17 +636,7 @@ export class Deployer {
     const rec = await this.createDeployment(env.team_id, env.id, "snapshot", ["snapshot", "verdict"]);
     return this.launch(rec, env.id, async () => {
       const { hostId, hostEnvId } = this.requireRunning(await this.environment(env.id));
-      const versionId = await rec.run("snapshot", async () => {
-        const r = await this.hub.call<{
-          version_id: string;
-          images: Record<string, string>;
-          evidence: unknown;
-        }>(hostId, "snapshot", {
-          environment_id: hostEnvId,
-        });
-        await this.recordVersion(env, hostId, await this.specOf(env), r);
-        return { value: r.version_id, evidence: r.evidence };
-      });
+      const versionId = await this.snapshotPhase(rec, env, hostId, hostEnvId, () => this.specOf(env));
       await this.store
         .updateTable("environments")
         .set({ current_version_id: versionId })
@@ -666,6 +647,25 @@ export class Deployer {
   }
 
   /** A version the host just snapshotted, recorded with its spec, pinned images and evidence. */
+  /** The snapshot phase: the host captures the stack, and the version is recorded with its spec. */
+  private async snapshotPhase(
+    rec: PhaseRecorder,
+    env: Pick<EnvironmentsTable, "id" | "team_id" | "project_id">,
+    hostId: string,
+    hostEnvId: string,
+    spec: () => Promise<ResolvedSpec>,
+  ): Promise<string> {
+    return (await rec.run("snapshot", async () => {
+      const r = await this.hub.call<{
+        version_id: string;
+        images: Record<string, string>;
+        evidence: unknown;
+      }>(hostId, "snapshot", { environment_id: hostEnvId });
+      await this.recordVersion(env, hostId, await spec(), r);
+      return { value: r.version_id, evidence: r.evidence };
+    })) as string;
+  }
+
   private async recordVersion(
     env: Pick<EnvironmentsTable, "id" | "team_id" | "project_id">,
     hostId: string,
@@ -894,17 +894,7 @@ export class Deployer {
             await rec.skip(n, "the collected paths were refused: the episode scores 0");
           grade = { reward: 0, reason: `refused: ${collected.refused}` };
         } else {
-          const versionId = (await rec.run("snapshot", async () => {
-            const r = await this.hub.call<{
-              version_id: string;
-              images: Record<string, string>;
-              evidence: unknown;
-            }>(hostId, "snapshot", {
-              environment_id: hostEnvId,
-            });
-            await this.recordVersion(env, hostId, await this.specOf(current), r);
-            return { value: r.version_id, evidence: r.evidence };
-          })) as string;
+          const versionId = await this.snapshotPhase(rec, env, hostId, hostEnvId, () => this.specOf(current));
           graderEnvId = (await rec.run("clone", async () => {
             const f = await this.hub.call<{ environment_id: string; evidence: Record<string, unknown> }>(
               hostId,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._bases import ensure_base, verdict
-from ._compose import default_service, load_compose, with_denv_block
+from ._compose import default_service, load_compose, project_name, with_denv_block
 from ._session import FileTooLargeError, SandboxGoneError, Session
 from .client import Client, Environment
 from .errors import DenvError
@@ -71,6 +71,10 @@ class InspectCore:
 
     def ensure_base(self, config: Any, metadata: dict[str, str] | None = None) -> _Base:
         compose, dotenv = self._compose(config, metadata)
+        # Deployed once per process: later samples fork it without asking the server again.
+        cached = self._bases.get(project_name("inspect", compose, dotenv))
+        if cached:
+            return cached
         project, env = ensure_base(self.client, "inspect", compose, dotenv)
         with self._lock:
             base = _Base(project=project, env=env, compose=compose)

@@ -1,9 +1,11 @@
 /** @module @denv/spec — compose + x-denv: parse, validate, resolve, pin. */
+export { ComposeValidator, type ComposeValidatorOptions } from "./compose-validator.ts";
 export { DenvError, ERROR_CODES, type ErrorCode, isDenvError } from "./errors.ts";
 export { type Env, interpolate, parseDotenv } from "./interpolate.ts";
 export { formatPath, RULE_CODES, type RuleCode, type SpecIssue } from "./issues.ts";
 export { MAX_COMPOSE_BYTES } from "./load-compose.ts";
-export { isRootUser } from "./normalize-service.ts";
+export { isValidName, NAME_MAX_LENGTH, NAME_RULE, nameProblem } from "./names.ts";
+export { RESTORABLE_CAPS } from "./normalize-service.ts";
 export {
   ChainPinner,
   EnginePinner,
@@ -23,7 +25,9 @@ export {
   resolvedSpecSchema,
 } from "./resolved-spec.ts";
 export { splitShellWords } from "./shell-words.ts";
+export { SAFE_SYSCTLS, sysctlProblem } from "./sysctls.ts";
 export { parseBytes, parseCpus, parseDurationMs } from "./units.ts";
+export { isRootUser, parseNumericId, userProblem } from "./users.ts";
 export {
   canonicalJson,
   type ValidateOptions,

@@ -16,7 +16,9 @@ import {
   type ResolvedService,
 } from "./resolved-spec.ts";
 import { splitShellWords } from "./shell-words.ts";
+import { sysctlProblem } from "./sysctls.ts";
 import { parseBytes, parseCpus, parseDurationMs } from "./units.ts";
+import { userProblem } from "./users.ts";
 
 export interface ServiceContext {
   issues: IssueList;
@@ -30,6 +32,19 @@ export interface ServiceContext {
   /** Reads a file relative to the compose file's directory (env_file); undefined when absent. */
   readFile?: ((relativePath: string) => string | undefined) | undefined;
 }
+
+/**
+ * Capabilities the engine grants by default that denv drops from every container (raw sockets,
+ * device nodes, chroot, file capabilities, audit writes): a service may ask for these back with
+ * cap_add, and for nothing else.
+ */
+export const RESTORABLE_CAPS: readonly string[] = [
+  "NET_RAW",
+  "MKNOD",
+  "SYS_CHROOT",
+  "SETFCAP",
+  "AUDIT_WRITE",
+];
 
 type Handler = "handled" | { ignore: string } | { refuse: string };
 
@@ -139,12 +154,6 @@ function scalarString(v: unknown): string | undefined {
   return undefined;
 }
 
-/** The first root-ish user: "root", "0", "root:x", "0:x". */
-export function isRootUser(user: string): boolean {
-  const name = user.split(":")[0]?.trim() ?? "";
-  return name === "root" || name === "0" || /^0+$/.test(name);
-}
-
 export function normalizeService(
   name: string,
   svc: Record<string, unknown>,
@@ -153,7 +162,7 @@ export function normalizeService(
   const base: FieldPath = ["services", name];
   const at = (...p: (string | number)[]): FieldPath => [...base, ...p];
   const { issues } = ctx;
-  const errorsBefore = issues.issues.filter((i) => i.severity === "error").length;
+  const errorsBefore = issues.errorCount;
 
   for (const key of Object.keys(svc)) {
     if (key.startsWith("x-")) continue;
@@ -208,9 +217,9 @@ export function normalizeService(
   let user: string | null = null;
   if (svc.user !== undefined) {
     const u = scalarString(svc.user);
-    if (u === undefined || u === "")
-      issues.error("invalid_value", at("user"), "user must be a name or uid[:gid]");
-    else user = u;
+    const problem = u === undefined || u === "" ? "user must be a name or uid[:gid]" : userProblem(u);
+    if (problem) issues.error("invalid_value", at("user"), problem);
+    else user = u as string;
   }
 
   const caps = capsField(svc, at, issues);
@@ -228,8 +237,20 @@ export function normalizeService(
       "privileged gives the service the host's devices; remove it",
     );
   }
-  if (Array.isArray(svc.cap_add) ? svc.cap_add.length > 0 : svc.cap_add !== undefined) {
-    issues.error("cap_add", at("cap_add"), "cap_add widens what the service may do to the host; remove it");
+  const capAdd: string[] = [];
+  if (svc.cap_add !== undefined) {
+    const list = Array.isArray(svc.cap_add) ? svc.cap_add : [svc.cap_add];
+    list.forEach((c, i) => {
+      const cap = (scalarString(c) ?? "").toUpperCase().replace(/^CAP_/, "");
+      if (RESTORABLE_CAPS.includes(cap)) {
+        if (!capAdd.includes(cap)) capAdd.push(cap);
+      } else
+        issues.error(
+          "cap_add",
+          at("cap_add", i),
+          `cap_add ${scalarString(c) ?? JSON.stringify(c)} widens what the service may do to the host; only ${RESTORABLE_CAPS.join(", ")} (which denv drops by default) can be given back`,
+        );
+    });
   }
   if (Array.isArray(svc.devices) ? svc.devices.length > 0 : svc.devices !== undefined) {
     issues.error("devices", at("devices"), "devices expose the host's hardware to the service; remove them");
@@ -323,18 +344,12 @@ export function normalizeService(
   const labels = keyValueField(svc.labels, at("labels"), issues, "labels");
   const sysctls = keyValueField(svc.sysctls, at("sysctls"), issues, "sysctls");
   for (const key of Object.keys(sysctls)) {
-    // Only namespaced sysctls are per-container; the rest would change the host.
-    if (!/^(net\.|kernel\.(msg|sem|shm)|fs\.mqueue\.)/.test(key)) {
-      issues.error(
-        "namespace_host",
-        at("sysctls", key),
-        `sysctl ${key} is not namespaced: it would change the host`,
-      );
-    }
+    const problem = sysctlProblem(key);
+    if (problem) issues.error("sysctl_refused", at("sysctls", key), problem);
   }
 
   const volumesFrom = volumesFromField(svc.volumes_from, at("volumes_from"), ctx);
-  const errorsAfter = issues.issues.filter((i) => i.severity === "error").length;
+  const errorsAfter = issues.errorCount;
   if (errorsAfter > errorsBefore) return undefined;
 
   const service: ResolvedService = {
@@ -369,6 +384,7 @@ export function normalizeService(
     tty: svc.tty === true,
     stdin_open: svc.stdin_open === true,
     cap_drop: (Array.isArray(svc.cap_drop) ? svc.cap_drop : []).map((c) => scalarString(c) ?? ""),
+    ...(capAdd.length ? { cap_add: capAdd } : {}),
     extra_hosts: extraHostsField(svc.extra_hosts),
     ulimits: ulimitsField(svc.ulimits, at("ulimits"), issues),
     shm_size_bytes: svc.shm_size === undefined ? null : (bytes(svc.shm_size, at("shm_size"), issues) ?? null),
@@ -560,7 +576,7 @@ function capsField(
       "pids",
       (v, p) => {
         const n = typeof v === "number" ? v : Number(scalarString(v));
-        if (Number.isInteger(n) && n > 0) return n;
+        if (Number.isSafeInteger(n) && n > 0) return n;
         // -1 and 0 mean "unlimited" in Docker; an environment always gets a cap.
         issues.error(
           "invalid_value",
@@ -769,7 +785,10 @@ function volumesField(
         tmpfs.push({
           target,
           size_bytes: t.size === undefined ? null : (bytes(t.size, [...p, "tmpfs", "size"], issues) ?? null),
-          mode: typeof t.mode === "number" ? t.mode : null,
+          mode:
+            Number.isInteger(t.mode) && (t.mode as number) >= 0 && (t.mode as number) <= 0o7777
+              ? (t.mode as number)
+              : null,
         });
         return;
       }
@@ -872,7 +891,9 @@ function portsField(v: unknown, path: FieldPath, issues: IssueList): ResolvedSer
   v.forEach((entry, i) => {
     const p = [...path, i];
     if (typeof entry === "number") {
-      out.push({ target: entry, published: null, host_ip: null, protocol: "tcp" });
+      if (!Number.isInteger(entry) || entry < 1 || entry > 65535)
+        issues.error("invalid_value", p, `${entry} is not a port number (1-65535)`);
+      else out.push({ target: entry, published: null, host_ip: null, protocol: "tcp" });
     } else if (typeof entry === "string") {
       const parsed = parsePortString(entry);
       if (!parsed)
@@ -1022,11 +1043,12 @@ function extraHostsField(v: unknown): string[] {
 function ulimitsField(v: unknown, path: FieldPath, issues: IssueList): ResolvedService["ulimits"] {
   const out: ResolvedService["ulimits"] = {};
   if (!isRecord(v)) return out;
+  const whole = (n: unknown): n is number => Number.isSafeInteger(n);
   for (const [name, val] of Object.entries(v)) {
-    if (typeof val === "number") out[name] = { soft: val, hard: val };
-    else if (isRecord(val) && typeof val.soft === "number" && typeof val.hard === "number")
+    if (whole(val)) out[name] = { soft: val, hard: val };
+    else if (isRecord(val) && whole(val.soft) && whole(val.hard))
       out[name] = { soft: val.soft, hard: val.hard };
-    else issues.error("invalid_value", [...path, name], "a ulimit is a number or {soft, hard}");
+    else issues.error("invalid_value", [...path, name], "a ulimit is a whole number or {soft, hard}");
   }
   return out;
 }

@@ -99,6 +99,11 @@ export const serviceSchema = z.object({
   tty: z.boolean(),
   stdin_open: z.boolean(),
   cap_drop: z.array(z.string()),
+  /**
+   * Capabilities given back from those denv drops beyond the engine's defaults (NET_RAW, MKNOD,
+   * SYS_CHROOT, SETFCAP, AUDIT_WRITE); absent when none (so older specs keep their hashes).
+   */
+  cap_add: z.array(z.string()).optional(),
   extra_hosts: z.array(z.string()),
   ulimits: z.record(z.string(), z.object({ soft: z.number(), hard: z.number() })),
   shm_size_bytes: z.number().nullable(),

@@ -8,9 +8,11 @@ import { posix } from "node:path";
 import { type Env, parseDotenv } from "./interpolate.ts";
 import type { FieldPath, SpecIssue } from "./issues.ts";
 import { IssueList, loadCompose } from "./load-compose.ts";
-import { isRootUser, normalizeService } from "./normalize-service.ts";
+import { nameProblem } from "./names.ts";
+import { normalizeService } from "./normalize-service.ts";
 import { DEFAULT_VERIFIER_TIMEOUT_MS, type ResolvedService, type ResolvedSpec } from "./resolved-spec.ts";
 import { parseDurationMs } from "./units.ts";
+import { isRootUser } from "./users.ts";
 import { type Kind, xDenvSchema } from "./x-denv-schema.ts";
 
 export interface ValidateOptions {
@@ -39,7 +41,7 @@ export function validateCompose(text: string, options: ValidateOptions = {}): Va
   const env: Env = { ...(options.dotenv ? parseDotenv(options.dotenv) : {}), ...(options.env ?? {}) };
   const loaded = loadCompose(text, env);
   const issues = new IssueList(loaded.positionOf);
-  issues.issues.push(...loaded.issues);
+  issues.take(loaded.issues);
   const data = loaded.data;
   if (!data || issues.hasErrors) return finish(issues, undefined);
 
@@ -87,6 +89,11 @@ export function validateCompose(text: string, options: ValidateOptions = {}): Va
   for (const [vname, vcfg] of Object.entries(isRecord(data.volumes) ? data.volumes : {})) {
     // Declared even when refused below, so that the services using it get no second error.
     declaredVolumes.add(vname);
+    const badName = nameProblem(vname);
+    if (badName) {
+      issues.error("name_invalid", ["volumes", vname], `volume name "${vname}" ${badName}`);
+      continue;
+    }
     const cfg = isRecord(vcfg) ? vcfg : {};
     if (vcfg !== null && vcfg !== undefined && !isRecord(vcfg)) {
       issues.error("invalid_value", ["volumes", vname], "a volume's settings are a mapping (or empty)");
@@ -145,6 +152,11 @@ export function validateCompose(text: string, options: ValidateOptions = {}): Va
   }
   for (const [nname, ncfg] of Object.entries(isRecord(data.networks) ? data.networks : {})) {
     declaredNetworks.add(nname);
+    const badName = nameProblem(nname);
+    if (badName) {
+      issues.error("name_invalid", ["networks", nname], `network name "${nname}" ${badName}`);
+      continue;
+    }
     const cfg = isRecord(ncfg) ? ncfg : {};
     if (cfg.external !== undefined && cfg.external !== false) {
       issues.error(
@@ -193,12 +205,9 @@ export function validateCompose(text: string, options: ValidateOptions = {}): Va
       issues.error("invalid_value", ["services", sname], `service ${sname} must be a mapping`);
       continue;
     }
-    if (!/^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/.test(sname)) {
-      issues.error(
-        "invalid_value",
-        ["services", sname],
-        `service name "${sname}" must be letters, digits, "_", "." or "-"`,
-      );
+    const badName = nameProblem(sname);
+    if (badName) {
+      issues.error("name_invalid", ["services", sname], `service name "${sname}" ${badName}`);
       continue;
     }
     if (Array.isArray(svc.profiles) && svc.profiles.length > 0) {
@@ -324,8 +333,10 @@ function sortKeys(value: unknown): unknown {
 }
 
 function finish(issues: IssueList, spec: ResolvedSpec | undefined): ValidateResult {
-  // In file order, as a user reads them (the sort is stable for issues at one position).
-  const sorted = [...issues.issues].sort((a, b) => a.line - b.line || a.column - b.column);
+  // In file order, as a user reads them (the sort is stable for issues at one position); the count
+  // of issues left out stays last.
+  const [kept, more] = [issues.issues, issues.all().slice(issues.issues.length)];
+  const sorted = [...[...kept].sort((a, b) => a.line - b.line || a.column - b.column), ...more];
   const errors = sorted.filter((i) => i.severity === "error");
   const warnings = sorted.filter((i) => i.severity === "warning");
   if (spec && errors.length === 0) return { ok: true, spec, warnings };

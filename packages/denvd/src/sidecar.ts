@@ -13,6 +13,7 @@ import {
   encodeTunnelFrame,
   HEARTBEAT_MS,
   type HostMessage,
+  MAX_MESSAGE_BYTES,
   PROTOCOL_VERSION,
   type ServerMessage,
   serverMessageSchema,
@@ -38,6 +39,13 @@ export interface SidecarOptions {
 }
 
 type Params = Record<string, unknown>;
+type Outcome = { ok: boolean; result?: unknown; error?: unknown };
+
+/** Bytes of finished results kept to answer re-sent operations (the newest is always kept). */
+const OP_CACHE_BYTES = 64 * 1024 * 1024;
+const OP_CACHE_COUNT = 2000;
+/** Ids of evicted results remembered, so a late re-send is answered rather than run again. */
+const FORGOTTEN_COUNT = 20_000;
 
 const str = (p: Params, k: string): string => {
   const v = p[k];
@@ -50,7 +58,15 @@ export class Sidecar {
   private stopped = false;
   private backoffMs = 250;
   private heartbeat: NodeJS.Timeout | null = null;
-  private readonly ops = new Map<string, Promise<{ ok: boolean; result?: unknown; error?: unknown }>>();
+  /**
+   * Operations running or done, to answer one the server sends again after a reconnect from the
+   * run already made (never by running it twice). Finished results are kept within a byte budget,
+   * oldest first out; an evicted one is remembered by id only and answered with an error.
+   */
+  private readonly ops = new Map<string, Promise<Outcome>>();
+  private readonly finished: { opId: string; bytes: number }[] = [];
+  private finishedBytes = 0;
+  private readonly forgotten = new Set<string>();
   private lastHello: HostMessage | null = null;
   /** Open tunnels (stream id -> the connection to the container port). */
   private readonly tunnels = new Map<number, Socket>();
@@ -87,7 +103,10 @@ export class Sidecar {
 
   private connect(): void {
     if (this.stopped) return;
-    const ws = new WebSocket(this.wsUrl(), { headers: { authorization: `Bearer ${this.options.secret}` } });
+    const ws = new WebSocket(this.wsUrl(), {
+      headers: { authorization: `Bearer ${this.options.secret}` },
+      maxPayload: MAX_MESSAGE_BYTES,
+    });
     this.ws = ws;
     ws.on("open", async () => {
       this.backoffMs = 250;
@@ -116,7 +135,21 @@ export class Sidecar {
   }
 
   private send(msg: HostMessage): void {
-    if (this.ws?.readyState === WebSocket.OPEN) this.ws.send(JSON.stringify(msg));
+    if (this.ws?.readyState !== WebSocket.OPEN) return;
+    let text = JSON.stringify(msg);
+    if (msg.type === "result" && Buffer.byteLength(text) > MAX_MESSAGE_BYTES) {
+      // Too large for the server to take: say so, instead of dropping the connection over it.
+      text = JSON.stringify({
+        type: "result",
+        op_id: msg.op_id,
+        ok: false,
+        error: {
+          code: "payload_too_large",
+          message: `the answer is over ${MAX_MESSAGE_BYTES / 1024 ** 2} MiB once encoded; ask for less at a time`,
+        },
+      } satisfies HostMessage);
+    }
+    this.ws.send(text);
   }
 
   private async capacity() {
@@ -155,11 +188,24 @@ export class Sidecar {
       this.markReady();
       return;
     }
-    let run = this.ops.get(msg.op_id);
+    const opId = msg.op_id;
+    if (this.forgotten.has(opId)) {
+      this.send({
+        type: "result",
+        op_id: opId,
+        ok: false,
+        error: {
+          code: "unavailable",
+          message: "this operation ran, but its result is no longer kept on the host; run it again",
+        },
+      });
+      return;
+    }
+    let run = this.ops.get(opId);
     if (!run) {
-      run = this.perform(msg.method, msg.params, msg.op_id).then(
-        (result) => ({ ok: true, result }),
-        (err: unknown) => ({
+      run = this.perform(msg.method, msg.params, opId).then(
+        (result): Outcome => ({ ok: true, result }),
+        (err: unknown): Outcome => ({
           ok: false,
           error:
             err instanceof DenvError
@@ -167,12 +213,28 @@ export class Sidecar {
               : { code: "internal", message: (err as Error).message },
         }),
       );
-      this.ops.set(msg.op_id, run);
-      // Keep the last results to answer re-sent operations; old ones are dropped.
-      if (this.ops.size > 2000) this.ops.delete(this.ops.keys().next().value as string);
+      this.ops.set(opId, run);
+      void run.then((r) => this.keep(opId, r));
     }
-    const opId = msg.op_id;
     void run.then((r) => this.send({ type: "result", op_id: opId, ...r } as HostMessage));
+  }
+
+  /** Counts a finished result against the cache's budget and drops the oldest beyond it. */
+  private keep(opId: string, outcome: Outcome): void {
+    const bytes = JSON.stringify(outcome).length;
+    this.finished.push({ opId, bytes });
+    this.finishedBytes += bytes;
+    while (
+      this.finished.length > 1 &&
+      (this.finishedBytes > OP_CACHE_BYTES || this.finished.length > OP_CACHE_COUNT)
+    ) {
+      const old = this.finished.shift() as { opId: string; bytes: number };
+      this.finishedBytes -= old.bytes;
+      this.ops.delete(old.opId);
+      this.forgotten.add(old.opId);
+      if (this.forgotten.size > FORGOTTEN_COUNT)
+        this.forgotten.delete(this.forgotten.values().next().value as string);
+    }
   }
 
   private sendBinary(frame: Buffer): void {

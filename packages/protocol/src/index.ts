@@ -7,38 +7,52 @@ import { z } from "zod";
 
 export const PROTOCOL_VERSION = 1;
 
+/**
+ * The largest WebSocket message either side accepts (both set it as their maxPayload). The server
+ * refuses to send an operation that would not fit, rather than have the host drop the connection
+ * and the operation be sent again on every reconnect.
+ */
+export const MAX_MESSAGE_BYTES = 128 * 1024 * 1024;
+
+const bytes = z.number().finite().nonnegative();
 export const capacitySchema = z.object({
-  total_bytes: z.number(),
-  free_bytes: z.number(),
-  cpus: z.number(),
-  memory_bytes: z.number(),
+  total_bytes: bytes,
+  free_bytes: bytes,
+  cpus: bytes,
+  memory_bytes: bytes,
 });
+
+const opId = z.string().min(1).max(80);
+/** Text a host reports is bounded: what it says reaches records people read. */
+const shortText = (max: number) => z.string().transform((s) => s.slice(0, max));
 
 export const hostMessageSchema = z.discriminatedUnion("type", [
   z.object({
     type: z.literal("hello"),
     protocol: z.number(),
-    arch: z.string(),
+    arch: z.string().max(32),
     storage: z.enum(["zfs", "btrfs", "dir"]),
     capacity: capacitySchema,
-    version: z.string(),
+    version: z.string().max(100),
     /** Operations the host finished or is running, so the server can settle what it is waiting on. */
-    known_ops: z.array(z.string()),
+    known_ops: z.array(opId).max(20_000),
   }),
   z.object({ type: z.literal("heartbeat"), capacity: capacitySchema.optional() }),
   /** Output of a running operation (exec with stream), in order, before its result. */
   z.object({
     type: z.literal("event"),
-    op_id: z.string(),
+    op_id: opId,
     stream: z.enum(["stdout", "stderr"]),
     data_b64: z.string(),
   }),
   z.object({
     type: z.literal("result"),
-    op_id: z.string(),
+    op_id: opId,
     ok: z.boolean(),
     result: z.unknown().optional(),
-    error: z.object({ code: z.string(), message: z.string(), details: z.unknown().optional() }).optional(),
+    error: z
+      .object({ code: shortText(64), message: shortText(4000), details: z.unknown().optional() })
+      .optional(),
   }),
 ]);
 

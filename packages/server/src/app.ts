@@ -50,13 +50,17 @@ export interface AppDeps {
 
 const JSON_LIMIT = 1024 * 1024;
 const EXEC_LIMIT = 80 * 1024 * 1024; // 50 MiB of stdin, base64
-const FILES_LIMIT = 256 * 1024 * 1024;
+/** Files travel to the host inside one message (MAX_MESSAGE_BYTES, base64): 64 MiB of tar fits. */
+const FILES_LIMIT = 64 * 1024 * 1024;
 
 function tooLarge(limit: number) {
   return bodyLimit({
     maxSize: limit,
     onError: () => {
-      throw new DenvError("payload_too_large", `the request body is over ${limit} bytes`);
+      throw new DenvError(
+        "payload_too_large",
+        `the request body is over ${limit} bytes (${Math.round(limit / 1024 ** 2)} MiB); send less at a time`,
+      );
     },
   });
 }

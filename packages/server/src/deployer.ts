@@ -1004,7 +1004,12 @@ export class Deployer {
       if (building && hostId) {
         // The host may still be reconnecting; the destroy is queued until it does.
         void this.hub
-          .call(hostId, "destroy", { environment_id: building }, { timeoutMs: 10 * 60_000 })
+          .call(
+            hostId,
+            "destroy",
+            { environment_id: building },
+            { timeoutMs: 10 * 60_000, waitForHostMs: 10 * 60_000 },
+          )
           .catch(() => {});
       }
       await rec.skipRest("skipped: the server stopped during the deployment");

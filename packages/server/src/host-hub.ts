@@ -1,7 +1,14 @@
 /**
  * The WebSocket hub the sidecars dial into. A host authenticates with its per-host secret, says
  * hello (arch, storage, capacity, version), heartbeats, and runs the operations sent to it. An
- * operation waiting on a host that dropped is sent again when it reconnects, under the same id.
+ * operation waiting on a host that dropped is sent again when it reconnects, under the same id; a
+ * host that stays away fails it within seconds (host_unavailable) instead of leaving it hanging.
+ *
+ * Invariant (DESIGN, trust boundaries): a host's messages can only touch that host's operations
+ * and streams. Hosts belong to teams and any team can connect one, so every host is untrusted
+ * toward every other: a result or event is taken only for an operation sent to the host that
+ * answers; tunnel frames are looked up in the table of the connection they arrive on (stream ids
+ * are per connection), so no id a hostile host sends can reach another host's streams.
  */
 import type { IncomingMessage } from "node:http";
 import { Duplex } from "node:stream";
@@ -10,6 +17,7 @@ import {
   encodeTunnelFrame,
   type HostMessage,
   hostMessageSchema,
+  MAX_MESSAGE_BYTES,
   type OpMethod,
   type ServerMessage,
   TUNNEL_CLOSE,
@@ -22,25 +30,52 @@ import { hashSecret, newId, now } from "./ids.ts";
 import type { Store } from "./store/open-store.ts";
 
 interface PendingOp {
+  opId: string;
   onEvent?: ((stream: "stdout" | "stderr", data: Buffer) => void) | undefined;
   hostId: string;
-  message: Extract<ServerMessage, { type: "op" }>;
+  method: OpMethod;
+  text: string;
   resolve: (value: unknown) => void;
   reject: (err: Error) => void;
   timer: NodeJS.Timeout;
+  /** Runs while the host is away; when it fires the operation fails with host_unavailable. */
+  awayTimer: NodeJS.Timeout | null;
+  /** How long this operation waits for an absent host. */
+  waitForHostMs: number;
+  /** Connections the operation was sent on; each that dropped before answering counts. */
+  sends: number;
 }
 
+/** One connected host: its socket and the tunnel streams opened on that connection. */
+interface Connection {
+  ws: WebSocket;
+  tunnels: Map<number, Duplex>;
+  nextStreamId: number;
+  helloed: boolean;
+  lastHeartbeatWrite: number;
+}
+
+export interface HostHubOptions {
+  /** How long a call waits for a host that is not connected, or that dropped mid-operation. */
+  waitForHostMs?: number;
+}
+
+/** A host that drops its connection this many times while one operation runs fails it. */
+const MAX_SENDS = 3;
+/** Heartbeats refresh last_seen at most this often per host (a host cannot flood the store). */
+const HEARTBEAT_WRITE_MS = 2000;
+
 export class HostHub {
-  private readonly wss = new WebSocketServer({ noServer: true, maxPayload: 256 * 1024 * 1024 });
-  private readonly sockets = new Map<string, WebSocket>();
+  private readonly wss = new WebSocketServer({ noServer: true, maxPayload: MAX_MESSAGE_BYTES });
+  private readonly connections = new Map<string, Connection>();
   private readonly pending = new Map<string, PendingOp>();
   private readonly waiters = new Map<string, (() => void)[]>();
-  private readonly tunnels = new Map<number, { hostId: string; stream: Duplex }>();
-  private nextStreamId = 1;
   private readonly store: Store;
+  private readonly waitForHostMs: number;
 
-  constructor(store: Store) {
+  constructor(store: Store, options: HostHubOptions = {}) {
     this.store = store;
+    this.waitForHostMs = options.waitForHostMs ?? 10_000;
   }
 
   /** Handles an HTTP upgrade on /v1/hosts/connect; anything else is refused. */
@@ -62,39 +97,49 @@ export class HostHub {
   }
 
   private accept(hostId: string, ws: WebSocket): void {
-    this.sockets.get(hostId)?.close(4000, "replaced by a newer connection");
-    this.sockets.set(hostId, ws);
+    this.connections.get(hostId)?.ws.close(4000, "replaced by a newer connection");
+    const conn: Connection = {
+      ws,
+      tunnels: new Map(),
+      nextStreamId: 1,
+      helloed: false,
+      lastHeartbeatWrite: 0,
+    };
+    this.connections.set(hostId, conn);
     ws.on("message", (data, isBinary) => {
-      if (isBinary) this.onTunnelFrame(data as Buffer);
-      else void this.onMessage(hostId, ws, data.toString()).catch(() => {});
+      if (isBinary) this.onTunnelFrame(conn, data as Buffer);
+      else void this.onMessage(hostId, conn, data.toString()).catch(() => {});
     });
     ws.on("close", () => {
-      for (const [id, t] of this.tunnels) {
-        if (t.hostId !== hostId) continue;
-        this.tunnels.delete(id);
-        t.stream.destroy();
-      }
-      if (this.sockets.get(hostId) === ws) {
-        this.sockets.delete(hostId);
-        void this.store
-          .updateTable("hosts")
-          .set({ connected: 0 })
-          .where("id", "=", hostId)
-          .execute()
-          .catch(() => {});
-      }
+      for (const stream of conn.tunnels.values()) stream.destroy();
+      conn.tunnels.clear();
+      if (this.connections.get(hostId) !== conn) return;
+      this.connections.delete(hostId);
+      // What was sent on this connection waits for the host to come back, for a while.
+      for (const p of this.pending.values()) if (p.hostId === hostId) this.awaitHost(p);
+      void this.store
+        .updateTable("hosts")
+        .set({ connected: 0 })
+        .where("id", "=", hostId)
+        .execute()
+        .catch(() => {});
     });
   }
 
-  private async onMessage(hostId: string, ws: WebSocket, text: string): Promise<void> {
+  private async onMessage(hostId: string, conn: Connection, text: string): Promise<void> {
     let msg: HostMessage;
     try {
       msg = hostMessageSchema.parse(JSON.parse(text));
     } catch {
-      ws.close(4400, "malformed message");
+      conn.ws.close(4400, "malformed message");
       return;
     }
     if (msg.type === "hello") {
+      if (conn.helloed) {
+        conn.ws.close(4400, "hello twice on one connection");
+        return;
+      }
+      conn.helloed = true;
       await this.store
         .updateTable("hosts")
         .set({
@@ -107,24 +152,29 @@ export class HostHub {
         })
         .where("id", "=", hostId)
         .execute();
-      this.sendTo(ws, { type: "welcome", host_id: hostId });
+      this.sendText(conn.ws, JSON.stringify({ type: "welcome", host_id: hostId } satisfies ServerMessage));
       // Operations sent before the drop go again, under the same ids.
-      for (const p of this.pending.values()) if (p.hostId === hostId) this.sendTo(ws, p.message);
+      for (const p of this.pending.values()) if (p.hostId === hostId) this.send(p, conn);
       for (const w of this.waiters.get(hostId) ?? []) w();
       this.waiters.delete(hostId);
     } else if (msg.type === "heartbeat") {
+      const t = Date.now();
+      if (t - conn.lastHeartbeatWrite < HEARTBEAT_WRITE_MS) return;
+      conn.lastHeartbeatWrite = t;
       await this.store
         .updateTable("hosts")
         .set({ last_seen: now(), ...(msg.capacity ? { capacity_json: JSON.stringify(msg.capacity) } : {}) })
         .where("id", "=", hostId)
         .execute();
     } else if (msg.type === "event") {
-      this.pending.get(msg.op_id)?.onEvent?.(msg.stream, Buffer.from(msg.data_b64, "base64"));
+      const p = this.pending.get(msg.op_id);
+      // Only the host an operation was sent to speaks for it.
+      if (p?.hostId !== hostId) return;
+      p.onEvent?.(msg.stream, Buffer.from(msg.data_b64, "base64"));
     } else {
       const p = this.pending.get(msg.op_id);
-      if (!p) return;
-      this.pending.delete(msg.op_id);
-      clearTimeout(p.timer);
+      if (p?.hostId !== hostId) return;
+      this.settle(msg.op_id, p);
       if (msg.ok) p.resolve(msg.result);
       else {
         const code = (msg.error?.code ?? "internal") as ErrorCode;
@@ -141,16 +191,17 @@ export class HostHub {
     }
   }
 
-  private onTunnelFrame(frame: Buffer): void {
+  /** Tunnel bytes: only streams opened on this very connection can be reached by its frames. */
+  private onTunnelFrame(conn: Connection, frame: Buffer): void {
     const f = decodeTunnelFrame(frame);
-    const t = f ? this.tunnels.get(f.streamId) : undefined;
-    if (!f || !t) return;
-    if (f.kind === TUNNEL_DATA) t.stream.push(Buffer.from(f.payload));
-    else if (f.kind === TUNNEL_END) t.stream.push(null);
+    const stream = f ? conn.tunnels.get(f.streamId) : undefined;
+    if (!f || !stream) return;
+    if (f.kind === TUNNEL_DATA) stream.push(Buffer.from(f.payload));
+    else if (f.kind === TUNNEL_END) stream.push(null);
     else if (f.kind === TUNNEL_CLOSE) {
-      this.tunnels.delete(f.streamId);
-      t.stream.push(null);
-      t.stream.destroy();
+      conn.tunnels.delete(f.streamId);
+      stream.push(null);
+      stream.destroy();
     }
   }
 
@@ -162,9 +213,10 @@ export class HostHub {
     hostId: string,
     params: { environment_id: string; service?: string | undefined; port: number },
   ): Promise<Duplex> {
-    const ws = this.sockets.get(hostId);
-    if (!ws) throw new DenvError("unavailable", `host ${hostId} is not connected`);
-    const streamId = this.nextStreamId++;
+    const conn = this.connections.get(hostId);
+    if (!conn) throw new DenvError("host_unavailable", "the environment's host is not connected");
+    const streamId = conn.nextStreamId++;
+    const { ws } = conn;
     const send = (kind: number, payload?: Buffer, cb?: (err?: Error) => void) => {
       if (ws.readyState !== ws.OPEN) return cb?.(new Error("the host disconnected"));
       ws.send(encodeTunnelFrame(kind, streamId, payload), { binary: true }, cb);
@@ -178,28 +230,65 @@ export class HostHub {
         send(TUNNEL_END, undefined, () => cb());
       },
       destroy: (err, cb) => {
-        if (this.tunnels.delete(streamId)) send(TUNNEL_CLOSE);
+        if (conn.tunnels.delete(streamId)) send(TUNNEL_CLOSE);
         cb(err);
       },
     });
     // Registered before the host is asked, so bytes it sends right after connecting are kept.
-    this.tunnels.set(streamId, { hostId, stream });
+    conn.tunnels.set(streamId, stream);
     try {
       await this.call(hostId, "open_tunnel", { ...params, stream_id: streamId }, { timeoutMs: 30_000 });
     } catch (err) {
-      this.tunnels.delete(streamId);
+      conn.tunnels.delete(streamId);
       stream.destroy();
       throw err;
     }
     return stream;
   }
 
-  private sendTo(ws: WebSocket, msg: ServerMessage): void {
-    if (ws.readyState === ws.OPEN) ws.send(JSON.stringify(msg));
+  private sendText(ws: WebSocket, text: string): void {
+    if (ws.readyState === ws.OPEN) ws.send(text);
+  }
+
+  /** Sends an operation on a connection; a host that keeps dropping while it runs fails it. */
+  private send(p: PendingOp, conn: Connection): void {
+    if (p.awayTimer) clearTimeout(p.awayTimer);
+    p.awayTimer = null;
+    p.sends++;
+    this.sendText(conn.ws, p.text);
+  }
+
+  /** The host is away: the operation waits for it for a while, then fails. */
+  private awaitHost(p: PendingOp): void {
+    if (p.awayTimer) return;
+    const fail = (message: string) => {
+      this.settle(p.opId, p);
+      p.reject(new DenvError("host_unavailable", message));
+    };
+    if (p.sends >= MAX_SENDS) {
+      fail(
+        `the environment's host dropped its connection ${p.sends} times while running ${p.method}; check the host (denv host list) and try again`,
+      );
+      return;
+    }
+    p.awayTimer = setTimeout(
+      () =>
+        fail(
+          `the environment's host is not connected (waited ${Math.round(p.waitForHostMs / 1000)} s for ${p.method}); check it with denv host list`,
+        ),
+      p.waitForHostMs,
+    );
+  }
+
+  private settle(opId: string, p: PendingOp): void {
+    this.pending.delete(opId);
+    clearTimeout(p.timer);
+    if (p.awayTimer) clearTimeout(p.awayTimer);
+    p.awayTimer = null;
   }
 
   isConnected(hostId: string): boolean {
-    return this.sockets.has(hostId);
+    return this.connections.has(hostId);
   }
 
   /** Resolves when the host is connected, or rejects after timeoutMs. */
@@ -207,7 +296,8 @@ export class HostHub {
     if (this.isConnected(hostId)) return Promise.resolve();
     return new Promise((resolve, reject) => {
       const timer = setTimeout(
-        () => reject(new DenvError("unavailable", `host ${hostId} did not connect within ${timeoutMs} ms`)),
+        () =>
+          reject(new DenvError("host_unavailable", `host ${hostId} did not connect within ${timeoutMs} ms`)),
         timeoutMs,
       );
       const list = this.waiters.get(hostId) ?? [];
@@ -220,8 +310,9 @@ export class HostHub {
   }
 
   /**
-   * Runs an operation on a host and resolves to its result. Sent now if the host is connected,
-   * otherwise when it reconnects; the id stays the same, so the host runs it at most once.
+   * Runs an operation on a host and resolves to its result. Sent now if the host is connected;
+   * otherwise it waits up to waitForHostMs for the host (default 10 s) and fails with
+   * host_unavailable. The id stays the same across reconnects, so the host runs it at most once.
    */
   call<T = unknown>(
     hostId: string,
@@ -230,34 +321,52 @@ export class HostHub {
     options: {
       opId?: string;
       timeoutMs?: number;
+      /** How long to wait for an absent host before failing (background work waits longer). */
+      waitForHostMs?: number;
       onEvent?: (stream: "stdout" | "stderr", data: Buffer) => void;
     } = {},
   ): Promise<T> {
     const opId = options.opId ?? newId("op");
-    const message = { type: "op" as const, op_id: opId, method, params };
+    const text = JSON.stringify({ type: "op", op_id: opId, method, params } satisfies ServerMessage);
+    if (Buffer.byteLength(text) > MAX_MESSAGE_BYTES) {
+      return Promise.reject(
+        new DenvError(
+          "payload_too_large",
+          `the ${method} request is over ${MAX_MESSAGE_BYTES / 1024 ** 2} MiB once encoded for the host; send less at a time`,
+        ),
+      );
+    }
     return new Promise<T>((resolve, reject) => {
       const timeoutMs = options.timeoutMs ?? 15 * 60_000;
       const timer = setTimeout(() => {
-        this.pending.delete(opId);
-        reject(new DenvError("timeout", `host ${hostId} did not finish ${method} within ${timeoutMs} ms`));
+        const p = this.pending.get(opId);
+        if (p) this.settle(opId, p);
+        reject(new DenvError("timeout", `the host did not finish ${method} within ${timeoutMs} ms`));
       }, timeoutMs);
-      this.pending.set(opId, {
+      const p: PendingOp = {
+        opId,
         hostId,
-        message,
+        method,
+        text,
         resolve: resolve as (v: unknown) => void,
         reject,
         timer,
+        awayTimer: null,
+        waitForHostMs: options.waitForHostMs ?? this.waitForHostMs,
+        sends: 0,
         onEvent: options.onEvent,
-      });
-      const ws = this.sockets.get(hostId);
-      if (ws) this.sendTo(ws, message);
+      };
+      this.pending.set(opId, p);
+      const conn = this.connections.get(hostId);
+      if (conn?.helloed) this.send(p, conn);
+      else this.awaitHost(p);
     });
   }
 
   close(): void {
-    for (const ws of this.sockets.values()) ws.terminate();
-    for (const p of this.pending.values()) {
-      clearTimeout(p.timer);
+    for (const c of this.connections.values()) c.ws.terminate();
+    for (const [id, p] of this.pending) {
+      this.settle(id, p);
       p.reject(new DenvError("unavailable", "the server is shutting down"));
     }
     this.pending.clear();

@@ -32,6 +32,8 @@ export interface ServerOptions {
   publicUrl?: string;
   /** How long a deploy waits for a machine it provisioned to join (default 15 minutes). */
   provisionJoinWaitMs?: number;
+  /** How long a call waits for a host that is not connected before host_unavailable (default 10 s). */
+  hostWaitMs?: number;
 }
 
 export interface RunningServer {
@@ -49,7 +51,7 @@ export interface RunningServer {
 export async function startServer(options: ServerOptions): Promise<RunningServer> {
   const store = await openStore({ dataDir: options.dataDir, databaseUrl: options.databaseUrl });
   const adminKey = await bootstrap(store, options.adminKey);
-  const hub = new HostHub(store);
+  const hub = new HostHub(store, { waitForHostMs: options.hostWaitMs });
   const secrets = SecretBox.open(options.dataDir);
   let url = options.publicUrl ?? "";
   const provisioner = new Provisioner({ store, secrets, serverUrl: () => options.publicUrl ?? url });

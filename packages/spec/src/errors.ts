@@ -14,6 +14,9 @@ export const ERROR_CODES = {
   payload_too_large: { httpStatus: 413, exitCode: 1 },
   timeout: { httpStatus: 504, exitCode: 1 },
   unavailable: { httpStatus: 503, exitCode: 1 },
+  /** The host that holds the environment is not connected (or dropped while working). */
+  host_unavailable: { httpStatus: 503, exitCode: 1 },
+  rate_limited: { httpStatus: 429, exitCode: 1 },
   insufficient_storage: { httpStatus: 507, exitCode: 1 },
   image_not_found: { httpStatus: 422, exitCode: 1 },
   registry_error: { httpStatus: 502, exitCode: 1 },

@@ -1,0 +1,170 @@
+/**
+ * The set-up the security tests attack: a control plane with two teams, team A's real denvd on the
+ * real engine and a btrfs pool, and helpers for what an attacker controls (team B's key, a host of
+ * team B's that speaks the protocol by hand).
+ */
+import { randomBytes } from "node:crypto";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { joinServer, Sidecar } from "@denv/denvd";
+import { encodeTunnelFrame, type HostMessage, type ServerMessage } from "@denv/protocol";
+import { type RunningServer, type ServerOptions, startServer } from "@denv/server";
+import WebSocket from "ws";
+import { openTestHost, type TestHost } from "../e2e/denvd-helpers.ts";
+
+export interface ApiAnswer {
+  status: number;
+  // biome-ignore lint/suspicious/noExplicitAny: tests read whatever the API answered
+  data: any;
+  headers: Headers;
+}
+
+export interface Lab {
+  server: RunningServer;
+  host: TestHost;
+  sidecar: Sidecar;
+  hostId: string;
+  hostSecret: string;
+  /** Team A's (admin) key. */
+  keyA: string;
+  /** Team B's key: the attacker's. */
+  keyB: string;
+  api(method: string, path: string, body?: unknown, key?: string | null): Promise<ApiAnswer>;
+  /** Stops team A's sidecar (its host goes away) and starts a new one with the same identity. */
+  restartSidecar(): Promise<void>;
+  stopSidecar(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export async function openLab(options: Partial<ServerOptions> = {}): Promise<Lab> {
+  const dataDir = await mkdtemp(join(tmpdir(), "denv-sec-"));
+  const keyA = `dk_sec_${randomBytes(12).toString("hex")}`;
+  const server = await startServer({ dataDir, adminKey: keyA, ...options });
+  const host = await openTestHost({});
+  const api = async (
+    method: string,
+    path: string,
+    body?: unknown,
+    key: string | null = keyA,
+  ): Promise<ApiAnswer> => {
+    const res = await fetch(`${server.url}${path}`, {
+      method,
+      signal: AbortSignal.timeout(120_000),
+      headers: {
+        ...(key ? { authorization: `Bearer ${key}` } : {}),
+        ...(body !== undefined && !(body instanceof Uint8Array)
+          ? { "content-type": "application/json" }
+          : {}),
+      },
+      body: body === undefined ? undefined : body instanceof Uint8Array ? body : JSON.stringify(body),
+    });
+    const type = res.headers.get("content-type") ?? "";
+    const data = type.includes("json") ? await res.json() : Buffer.from(await res.arrayBuffer());
+    return { status: res.status, data, headers: res.headers };
+  };
+  const token = (await api("POST", "/v1/hosts/join-token")).data.token as string;
+  const joined = await joinServer(server.url, token, "host-a");
+  let sidecar = new Sidecar({ serverUrl: server.url, secret: joined.secret, denvd: host.denvd });
+  sidecar.start();
+  await sidecar.ready;
+  const keyB = (await api("POST", "/v1/teams", { name: "attacker" })).data.api_key as string;
+  const lab: Lab = {
+    server,
+    host,
+    get sidecar() {
+      return sidecar;
+    },
+    hostId: joined.host_id,
+    hostSecret: joined.secret,
+    keyA,
+    keyB,
+    api,
+    async stopSidecar() {
+      await sidecar.stop();
+    },
+    async restartSidecar() {
+      await sidecar.stop();
+      sidecar = new Sidecar({ serverUrl: server.url, secret: joined.secret, denvd: host.denvd });
+      sidecar.start();
+      await sidecar.ready;
+    },
+    async close() {
+      await sidecar.stop().catch(() => {});
+      await server.close().catch(() => {});
+      await host.close();
+      await rm(dataDir, { recursive: true, force: true });
+    },
+  };
+  return lab;
+}
+
+/** A host joined to a team by its key, driven by hand: it says and sends whatever the test wants. */
+export interface RawHost {
+  hostId: string;
+  secret: string;
+  ws: WebSocket;
+  /** Operations the server sent to this host. */
+  ops: Extract<ServerMessage, { type: "op" }>[];
+  send(msg: unknown): void;
+  sendFrame(kind: number, streamId: number, payload?: Buffer): void;
+  close(): Promise<void>;
+}
+
+export async function joinRawHost(
+  lab: Lab,
+  key: string,
+  options: { hello?: boolean; secret?: { hostId: string; secret: string } } = {},
+): Promise<RawHost> {
+  let joined = options.secret;
+  if (!joined) {
+    const token = (await lab.api("POST", "/v1/hosts/join-token", undefined, key)).data.token as string;
+    const j = await joinServer(lab.server.url, token, `raw-${randomBytes(3).toString("hex")}`);
+    joined = { hostId: j.host_id, secret: j.secret };
+  }
+  const ws = new WebSocket(`${lab.server.url.replace(/^http/, "ws")}/v1/hosts/connect`, {
+    headers: { authorization: `Bearer ${joined.secret}` },
+  });
+  const ops: RawHost["ops"] = [];
+  const welcomed = new Promise<void>((resolve, reject) => {
+    ws.on("message", (data, binary) => {
+      if (binary) return;
+      const msg = JSON.parse(data.toString()) as ServerMessage;
+      if (msg.type === "welcome") resolve();
+      else ops.push(msg);
+    });
+    ws.once("error", reject);
+  });
+  await new Promise<void>((resolve, reject) => {
+    ws.once("open", () => resolve());
+    ws.once("error", reject);
+  });
+  const raw: RawHost = {
+    hostId: joined.hostId,
+    secret: joined.secret,
+    ws,
+    ops,
+    send: (msg) => ws.readyState === ws.OPEN && ws.send(JSON.stringify(msg)),
+    sendFrame: (kind, streamId, payload) =>
+      ws.readyState === ws.OPEN && ws.send(encodeTunnelFrame(kind, streamId, payload), { binary: true }),
+    close: () =>
+      new Promise<void>((resolve) => {
+        if (ws.readyState === ws.CLOSED) return resolve();
+        ws.once("close", () => resolve());
+        ws.close();
+      }),
+  };
+  if (options.hello !== false) {
+    raw.send({
+      type: "hello",
+      protocol: 1,
+      arch: "x86_64",
+      storage: "dir",
+      capacity: { total_bytes: 1e12, free_bytes: 1e12, cpus: 2, memory_bytes: 1e10 },
+      version: "hostile",
+      known_ops: [],
+    } satisfies HostMessage);
+    await welcomed;
+  }
+  return raw;
+}

@@ -15,7 +15,6 @@ import { openTestHost, type TestHost } from "../e2e/denvd-helpers.ts";
 
 export interface ApiAnswer {
   status: number;
-  // biome-ignore lint/suspicious/noExplicitAny: tests read whatever the API answered
   data: any;
   headers: Headers;
 }

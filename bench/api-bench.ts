@@ -40,7 +40,7 @@ export async function apiBench(quick: boolean): Promise<Record<string, Metric>> 
   const stateDir = join("/var/lib/denv-test", runId);
   const dataDir = await mkdtemp(join(tmpdir(), "denv-bench-"));
   const KEY = `dk_${runId}`;
-  const server = await startServer({ dataDir, adminKey: KEY });
+  const server = await startServer({ dataDir, adminKey: KEY, fetchAllow: ["127.0.0.1:5000"] });
   const storage = new BtrfsDriver({ stateDir, imageSizeBytes: 32 * 1024 ** 3 });
   const denvd = await Denvd.open({
     stateDir,

@@ -12,12 +12,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { joinServer, Sidecar } from "@denv/denvd";
 import { startServer } from "@denv/server";
-import { openTestHost } from "./e2e/denvd-helpers.ts";
+import { LOCAL_REGISTRY, openTestHost } from "./e2e/denvd-helpers.ts";
 
 const adminKey = `dk_live_${randomBytes(12).toString("hex")}`;
 const dataDir = mkdtempSync(join(tmpdir(), "denv-live-"));
 const host = await openTestHost({ egressProbeTarget: null });
-const server = await startServer({ dataDir, adminKey, port: 0 });
+const server = await startServer({ dataDir, adminKey, port: 0, fetchAllow: LOCAL_REGISTRY });
 const token = await (
   await fetch(`${server.url}/v1/hosts/join-token`, {
     method: "POST",

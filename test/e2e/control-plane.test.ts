@@ -15,12 +15,15 @@ import { joinServer, Sidecar } from "@denv/denvd";
 import { DenvClient } from "@denv/sdk";
 import { ROUTES, type RunningServer, startServer } from "@denv/server";
 import tar from "tar-stream";
-import { openTestHost, repoRoot, type TestHost } from "./denvd-helpers.ts";
+import { LOCAL_REGISTRY, openTestHost, repoRoot, type TestHost } from "./denvd-helpers.ts";
+import { type GitHttpServer, startGitHttpServer } from "./git-http-server.ts";
 
 let server: RunningServer;
 let host: TestHost;
 let sidecar: Sidecar;
 let dataDir: string;
+let gitRoot: string;
+let gitServer: GitHttpServer;
 const ADMIN = `dk_test_${Date.now()}`;
 let otherTeamKey: string;
 let hostId: string;
@@ -44,7 +47,9 @@ async function api(method: string, path: string, body?: unknown, key: string | n
 
 before(async () => {
   dataDir = await mkdtemp(join(tmpdir(), "denv-server-"));
-  server = await startServer({ dataDir, adminKey: ADMIN });
+  gitRoot = await mkdtemp(join(tmpdir(), "denv-git-"));
+  gitServer = await startGitHttpServer(gitRoot);
+  server = await startServer({ dataDir, adminKey: ADMIN, fetchAllow: [...LOCAL_REGISTRY, gitServer.host] });
   host = await openTestHost({});
   const token = (await api("POST", "/v1/hosts/join-token")).data.token as string;
   const joined = await joinServer(server.url, token, "test-host");
@@ -59,6 +64,8 @@ before(async () => {
 after(async () => {
   await sidecar?.stop();
   await server?.close();
+  await gitServer?.close();
+  await rm(gitRoot, { recursive: true, force: true });
   await host?.close();
   await rm(dataDir, { recursive: true, force: true });
 });
@@ -190,9 +197,9 @@ describe("deploy", () => {
 
 describe("project sources and placement", () => {
   test("a git URL is cloned at deploy and its commit recorded; github: and a bad pin roll back with the reason", async () => {
-    const repo = await mkdtemp(join(tmpdir(), "denv-git-"));
+    const repo = join(gitRoot, "world.git");
     const git = (...args: string[]) => execFileSync("git", ["-C", repo, ...args], { encoding: "utf8" });
-    git("init", "-q", "-b", "main");
+    execFileSync("git", ["init", "-q", "-b", "main", repo]);
     writeFileSync(
       join(repo, "compose.yaml"),
       "services:\n  box:\n    image: 127.0.0.1:5000/denv/opsbox:bookworm\n    command: [sleep, infinity]\n",
@@ -200,15 +207,28 @@ describe("project sources and placement", () => {
     git("add", ".");
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init");
     const commit = git("rev-parse", "HEAD").trim();
-    await api("POST", "/v1/projects", { name: "from-git", kind: "agent", source: `file://${repo}` });
+    const source = `${gitServer.url}/world.git`;
+    await api("POST", "/v1/projects", { name: "from-git", kind: "agent", source });
     const d = await api("POST", "/v1/projects/from-git/deploy?wait=true", { env: "main" });
     assert.equal(d.data.status, "succeeded", d.data.reason);
-    assert.deepEqual(d.data.phases[0].evidence.source, { type: "git", url: `file://${repo}`, commit });
+    assert.deepEqual(d.data.phases[0].evidence.source, {
+      type: "git",
+      url: source,
+      commit,
+      file: "compose.yaml",
+    });
     assert.equal(
       (await api("DELETE", `/v1/envs/${encodeURIComponent("from-git/main")}`)).data.status,
       "succeeded",
     );
-    await rm(repo, { recursive: true, force: true });
+    // A git host the administrator did not allow is refused before anything is fetched.
+    const refused = await api("POST", "/v1/projects", {
+      name: "elsewhere",
+      kind: "agent",
+      source: "http://127.0.0.1:1/world.git",
+    });
+    assert.equal(refused.status, 403);
+    assert.match(refused.data.error.message, /not a host this server fetches from/);
 
     await api("POST", "/v1/projects", {
       name: "from-github",

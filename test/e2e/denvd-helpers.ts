@@ -12,6 +12,9 @@ import { removeLabelled } from "./engine-helpers.ts";
 
 export const repoRoot = join(import.meta.dirname, "..", "..");
 
+/** What test servers may fetch from besides the public hosts: this machine's registry. */
+export const LOCAL_REGISTRY = ["127.0.0.1:5000"];
+
 /** The ops-world spec, validated and pinned through the local registry. */
 export async function opsWorldSpec(mutate?: (text: string) => string): Promise<ResolvedSpec> {
   let text = readFileSync(join(repoRoot, "examples", "ops-world", "docker-compose.yaml"), "utf8");

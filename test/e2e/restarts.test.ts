@@ -82,7 +82,15 @@ async function world() {
   const port = await freePort();
   const key = `dk_${runId}`;
   const url = `http://127.0.0.1:${port}`;
-  const serverArgs = ["server", "--data-dir", dataDir, "--port", String(port)];
+  const serverArgs = [
+    "server",
+    "--data-dir",
+    dataDir,
+    "--port",
+    String(port),
+    "--allow-fetch",
+    "127.0.0.1:5000",
+  ];
   const w = {
     runId,
     url,

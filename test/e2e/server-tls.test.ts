@@ -8,6 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { startServer } from "@denv/server";
+import { LOCAL_REGISTRY } from "./denvd-helpers.ts";
 
 test("with --tls-cert and --tls-key the API is served over HTTPS", async () => {
   const dir = await mkdtemp(join(tmpdir(), "denv-tls-"));
@@ -37,6 +38,7 @@ test("with --tls-cert and --tls-key the API is served over HTTPS", async () => {
   const server = await startServer({
     dataDir: join(dir, "data"),
     tls: { certPath: cert, keyPath: key },
+    fetchAllow: LOCAL_REGISTRY,
     adminKey: "dk_tls_test",
   });
   try {

@@ -13,6 +13,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import { type RunningServer, startServer } from "@denv/server";
+import { LOCAL_REGISTRY } from "./denvd-helpers.ts";
 import { freePort } from "./net-helpers.ts";
 
 const pgBin = (() => {
@@ -134,14 +135,17 @@ function flows(name: string, open: Opener) {
 flows("SQLite", async (adminKey) => {
   const dataDir = await mkdtemp(join(tmpdir(), "denv-store-"));
   cleanups.push(() => rmSync(dataDir, { recursive: true, force: true }));
-  const server = await startServer({ dataDir });
-  return { server, reopen: () => startServer({ dataDir, adminKey }) };
+  const server = await startServer({ dataDir, fetchAllow: LOCAL_REGISTRY });
+  return { server, reopen: () => startServer({ dataDir, adminKey, fetchAllow: LOCAL_REGISTRY }) };
 });
 
 flows("PostgreSQL", async (adminKey) => {
   const databaseUrl = await startPostgres();
   const dataDir = await mkdtemp(join(tmpdir(), "denv-store-"));
   cleanups.push(() => rmSync(dataDir, { recursive: true, force: true }));
-  const server = await startServer({ dataDir, databaseUrl });
-  return { server, reopen: () => startServer({ dataDir, databaseUrl, adminKey }) };
+  const server = await startServer({ dataDir, databaseUrl, fetchAllow: LOCAL_REGISTRY });
+  return {
+    server,
+    reopen: () => startServer({ dataDir, databaseUrl, adminKey, fetchAllow: LOCAL_REGISTRY }),
+  };
 });

@@ -15,7 +15,7 @@ import { after, before, describe, test } from "node:test";
 import { joinServer, Sidecar } from "@denv/denvd";
 import { type RunningServer, startServer } from "@denv/server";
 import { validateCompose } from "@denv/spec";
-import { openTestHost, type TestHost } from "./denvd-helpers.ts";
+import { LOCAL_REGISTRY, openTestHost, type TestHost } from "./denvd-helpers.ts";
 
 const KEY = `dk_attacks_${Date.now()}`;
 let server: RunningServer;
@@ -90,7 +90,7 @@ async function verify(envId: string) {
 
 before(async () => {
   dataDir = await mkdtemp(join(tmpdir(), "denv-attacks-"));
-  server = await startServer({ dataDir, adminKey: KEY });
+  server = await startServer({ dataDir, adminKey: KEY, fetchAllow: LOCAL_REGISTRY });
   host = await openTestHost({});
   const token = (await api("POST", "/v1/hosts/join-token")).data.token;
   const joined = await joinServer(server.url, token, "attacks");

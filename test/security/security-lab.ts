@@ -11,7 +11,7 @@ import { joinServer, Sidecar } from "@denv/denvd";
 import { encodeTunnelFrame, type HostMessage, type ServerMessage } from "@denv/protocol";
 import { type RunningServer, type ServerOptions, startServer } from "@denv/server";
 import WebSocket from "ws";
-import { openTestHost, type TestHost } from "../e2e/denvd-helpers.ts";
+import { LOCAL_REGISTRY, openTestHost, type TestHost } from "../e2e/denvd-helpers.ts";
 
 export interface ApiAnswer {
   status: number;
@@ -39,7 +39,7 @@ export interface Lab {
 export async function openLab(options: Partial<ServerOptions> = {}): Promise<Lab> {
   const dataDir = await mkdtemp(join(tmpdir(), "denv-sec-"));
   const keyA = `dk_sec_${randomBytes(12).toString("hex")}`;
-  const server = await startServer({ dataDir, adminKey: keyA, ...options });
+  const server = await startServer({ dataDir, adminKey: keyA, fetchAllow: LOCAL_REGISTRY, ...options });
   const host = await openTestHost({});
   const api = async (
     method: string,

@@ -24,11 +24,13 @@ import {
   uploadSourceBody,
   verifyBody,
 } from "./api-schemas.ts";
-import { HetznerDriver } from "./clouds/hetzner-driver.ts";
+import { checkCloudApiUrl, HetznerDriver } from "./clouds/hetzner-driver.ts";
 import { NOT_YET, PROVIDERS } from "./clouds/provisioner.ts";
 import type { SecretBox } from "./clouds/secret-box.ts";
 import type { Deployer } from "./deployer.ts";
 import { defaultDownloadsDir, download, installScript } from "./downloads.ts";
+import type { FetchPolicy } from "./fetch-policy.ts";
+import { checkGitUrl } from "./git-source.ts";
 import type { HostHub } from "./host-hub.ts";
 import { hashSecret, newId, newSecret, now } from "./ids.ts";
 import { createPortUrl, proxyHttp, splitTunnelPath } from "./port-tunnels.ts";
@@ -46,6 +48,8 @@ export interface AppDeps {
   downloadsDir?: string;
   /** Encrypts cloud tokens at rest. */
   secrets?: SecretBox;
+  /** Hosts the server fetches from for teams (git sources, cloud APIs). */
+  fetchPolicy: FetchPolicy;
 }
 
 const JSON_LIMIT = 1024 * 1024;
@@ -281,12 +285,14 @@ export function createApp(deps: AppDeps): Hono<Env> {
     if (exists) throw new DenvError("conflict", `a project named ${body.name} already exists`);
     const sourceType = body.source.startsWith("github:")
       ? "github"
-      : /^(https?|git|ssh|file):\/\/|^[\w.-]+@[\w.-]+:/.test(body.source)
+      : /^[a-z][a-z0-9+.-]*:\/\/|^[a-z][a-z0-9+.-]*::|^[\w.-]+@[\w.-]+:/i.test(body.source)
         ? "git"
         : "local";
     if (sourceType === "github" && !/^github:[\w.-]+\/[\w.-]+$/.test(body.source)) {
       throw new DenvError("invalid_argument", "a GitHub source is github:OWNER/REPO");
     }
+    // A git URL is a team's choice of what the server fetches: only https to an allowed host.
+    if (sourceType === "git") checkGitUrl(body.source, deps.fetchPolicy);
     const row: ProjectsTable = {
       id: newId("prj"),
       team_id: teamId,
@@ -743,9 +749,12 @@ export function createApp(deps: AppDeps): Hono<Env> {
       .where("name", "=", body.name)
       .executeTakeFirst();
     if (taken) throw new DenvError("conflict", `a cloud named ${body.name} is already connected`);
+    // The endpoint is a team's choice of what the server calls with a bearer token: an https URL
+    // (http only to an allowed host) with no credentials, query or fragment, on an allowed host.
+    const apiUrl = checkCloudApiUrl(body.api_url ?? null, deps.fetchPolicy);
     // The token is tried before it is kept: a wrong one is refused now, not at the first deploy.
     try {
-      await new HetznerDriver({ token: body.token, apiUrl: body.api_url ?? null }).listServers("denv");
+      await new HetznerDriver({ token: body.token, apiUrl }).listServers("denv");
     } catch (err) {
       throw new DenvError("invalid_argument", `Hetzner did not accept the token: ${(err as Error).message}`);
     }
@@ -757,7 +766,7 @@ export function createApp(deps: AppDeps): Hono<Env> {
       token_sealed: deps.secrets.seal(body.token),
       server_type: body.server_type,
       location: body.location,
-      api_url: body.api_url ?? null,
+      api_url: apiUrl,
       created_at: now(),
     };
     await store.insertInto("clouds").values(row).execute();

@@ -5,13 +5,11 @@
  * healthy version, and the deployment ends rolled_back. Deployments of one environment run one at a
  * time. A deployment the server was running when it died is rolled back when it comes back.
  */
-import { execFile } from "node:child_process";
 import { EventEmitter } from "node:events";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { DenvError, pinSpec, RegistryPinner, type ResolvedSpec, validateCompose } from "@denv/spec";
+import { type ComposeValidator, DenvError, pinSpec, RegistryPinner, type ResolvedSpec } from "@denv/spec";
 import type { ProvisionedMachine, Provisioner } from "./clouds/provisioner.ts";
+import type { FetchPolicy } from "./fetch-policy.ts";
+import { readGitSource } from "./git-source.ts";
 import type { HostHub } from "./host-hub.ts";
 import { newId, now } from "./ids.ts";
 import type { Store } from "./store/open-store.ts";
@@ -172,6 +170,10 @@ class PhaseRecorder {
 export interface DeployerOptions {
   store: Store;
   hub: HostHub;
+  /** Checks compose files off the event loop, under a time and memory budget. */
+  validator: ComposeValidator;
+  /** Hosts the resolve phase may fetch from (registries, git sources). */
+  fetchPolicy: FetchPolicy;
   /** Seconds a deploy waits for a disconnected host to come back in its join phase. */
   joinWaitMs?: number;
   /** Creates machines in connected clouds when no host has capacity (the provision phase). */
@@ -321,7 +323,8 @@ export class Deployer {
     try {
       const spec = (await rec.run("resolve", async () => {
         const { compose, dotenv, source } = await this.composeOf(project);
-        const r = validateCompose(compose, {
+        // Off the event loop, under a time and memory budget: the file is a team's input.
+        const r = await this.options.validator.validate(compose, {
           env: {},
           dotenv: dotenv ?? undefined,
           noBuild: true,
@@ -343,7 +346,10 @@ export class Deployer {
             column: 0,
           });
         }
-        const pinned = await pinSpec(r.spec, new RegistryPinner());
+        const pinned = await pinSpec(
+          r.spec,
+          new RegistryPinner({ allowHost: (h) => this.options.fetchPolicy.allowsHost(h) }),
+        );
         return {
           value: pinned,
           evidence: {
@@ -586,39 +592,13 @@ export class Deployer {
         `${project.source}: the GitHub integration is not available yet; create the project with a git URL or a local directory`,
       );
     }
-    // Any git URL: a shallow clone for this deploy only.
-    const dir = mkdtempSync(join(tmpdir(), "denv-src-"));
-    try {
-      const commit = await new Promise<string>((resolve, reject) => {
-        execFile(
-          "git",
-          ["clone", "--quiet", "--depth", "1", project.source, dir],
-          { timeout: 120_000 },
-          (err, _o, stderr) => {
-            if (err)
-              return reject(
-                new PhaseFailure(`git clone ${project.source} failed: ${stderr.trim() || err.message}`),
-              );
-            execFile("git", ["-C", dir, "rev-parse", "HEAD"], (e2, out) =>
-              e2 ? reject(e2) : resolve(out.trim()),
-            );
-          },
-        );
-      });
-      const file = ["compose.yaml", "compose.yml", "docker-compose.yaml", "docker-compose.yml"]
-        .map((n) => join(dir, n))
-        .find((p) => existsSync(p));
-      if (!file)
-        throw new PhaseFailure(`${project.source} has no compose.yaml or docker-compose.yaml at its root`);
-      const dotenvPath = join(dir, ".env");
-      return {
-        compose: readFileSync(file, "utf8"),
-        dotenv: existsSync(dotenvPath) ? readFileSync(dotenvPath, "utf8") : null,
-        source: { type: "git", url: project.source, commit },
-      };
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+    // Any git URL: one commit of it, for this deploy only, read as hostile input.
+    const g = await readGitSource(project.source, this.options.fetchPolicy);
+    return {
+      compose: g.compose,
+      dotenv: g.dotenv,
+      source: { type: "git", url: project.source, commit: g.commit, file: g.file },
+    };
   }
 
   // -----------------------------------------------------------------------------------------------

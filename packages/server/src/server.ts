@@ -6,11 +6,13 @@ import { readFileSync } from "node:fs";
 import { createServer as createHttpServer, type Server } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
 import type { AddressInfo } from "node:net";
+import { ComposeValidator } from "@denv/spec";
 import { getRequestListener } from "@hono/node-server";
 import { createApiKey, createApp } from "./app.ts";
 import { Provisioner } from "./clouds/provisioner.ts";
 import { SecretBox } from "./clouds/secret-box.ts";
 import { Deployer } from "./deployer.ts";
+import { FetchPolicy } from "./fetch-policy.ts";
 import { HostHub } from "./host-hub.ts";
 import { hashSecret, newId, now } from "./ids.ts";
 import { proxyUpgrade, TUNNEL_PREFIX } from "./port-tunnels.ts";
@@ -34,6 +36,13 @@ export interface ServerOptions {
   provisionJoinWaitMs?: number;
   /** How long a call waits for a host that is not connected before host_unavailable (default 10 s). */
   hostWaitMs?: number;
+  /**
+   * Hosts the server may fetch from for teams (registries, git sources, cloud APIs), beyond
+   * DEFAULT_FETCH_ALLOW and DENV_FETCH_ALLOW: `host`, `host:port`, `*.domain` or `*`.
+   */
+  fetchAllow?: string[];
+  /** The budget for checking one compose file (default 10 s, 256 MiB). */
+  composeBudget?: { timeoutMs?: number; maxHeapMb?: number };
 }
 
 export interface RunningServer {
@@ -45,6 +54,8 @@ export interface RunningServer {
   deployer: Deployer;
   /** Deployments that were running when the server last stopped, now rolled back. */
   recovered: string[];
+  /** What the server fetches from for teams. */
+  fetchPolicy: FetchPolicy;
   close(): Promise<void>;
 }
 
@@ -54,15 +65,24 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const hub = new HostHub(store, { waitForHostMs: options.hostWaitMs });
   const secrets = SecretBox.open(options.dataDir);
   let url = options.publicUrl ?? "";
-  const provisioner = new Provisioner({ store, secrets, serverUrl: () => options.publicUrl ?? url });
+  const fetchPolicy = FetchPolicy.standard(options.fetchAllow ?? []);
+  const provisioner = new Provisioner({
+    store,
+    secrets,
+    serverUrl: () => options.publicUrl ?? url,
+    fetchPolicy,
+  });
+  const validator = new ComposeValidator(options.composeBudget);
   const deployer = new Deployer({
     store,
     hub,
+    validator,
+    fetchPolicy,
     joinWaitMs: options.joinWaitMs,
     provisioner,
     provisionJoinWaitMs: options.provisionJoinWaitMs,
   });
-  const app = createApp({ store, hub, deployer, downloadsDir: options.downloadsDir, secrets });
+  const app = createApp({ store, hub, deployer, downloadsDir: options.downloadsDir, secrets, fetchPolicy });
   const listener = getRequestListener(app.fetch);
   const server: Server = options.tls
     ? createHttpsServer(
@@ -95,8 +115,10 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     hub,
     deployer,
     recovered,
+    fetchPolicy,
     async close() {
       hub.close();
+      await validator.close();
       server.closeAllConnections();
       await new Promise<void>((r) => server.close(() => r()));
       await store.destroy();

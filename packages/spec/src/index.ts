@@ -1,4 +1,5 @@
 /** @module @denv/spec — compose + x-denv: parse, validate, resolve, pin. */
+export { hostOf, readBounded } from "./bounded-fetch.ts";
 export { ComposeValidator, type ComposeValidatorOptions } from "./compose-validator.ts";
 export { DenvError, ERROR_CODES, type ErrorCode, isDenvError } from "./errors.ts";
 export { type Env, interpolate, parseDotenv } from "./interpolate.ts";
@@ -11,10 +12,12 @@ export {
   EnginePinner,
   type ImagePinner,
   type ImageReference,
+  MAX_MANIFEST_BYTES,
   type PinnedImage,
   parseImageReference,
   pinSpec,
   RegistryPinner,
+  type RegistryPinnerOptions,
 } from "./pin-images.ts";
 export {
   type Caps,

@@ -3,7 +3,9 @@
  * same bytes. Two real implementations behind one interface: the Registry HTTP API (v2), and the
  * local engine for images that no registry holds (their image ID).
  */
+import { createHash } from "node:crypto";
 import { request } from "node:http";
+import { readBounded } from "./bounded-fetch.ts";
 import { DenvError } from "./errors.ts";
 import type { ResolvedSpec } from "./resolved-spec.ts";
 import { withHash } from "./validate-compose.ts";
@@ -68,67 +70,120 @@ export interface RegistryPinnerOptions {
   /** Registries spoken to over plain HTTP. Default: loopback and localhost, as Docker does. */
   isInsecure?: (domain: string) => boolean;
   timeoutMs?: number;
+  /**
+   * Hosts (`name` or `name:port`) this pinner may contact: a registry named by an image, and an
+   * auth realm on another host than its registry's. The control plane passes its fetch policy;
+   * the default allows any (for trusted callers such as tests and the CLI).
+   */
+  allowHost?: (host: string) => boolean;
 }
+
+/** A manifest is small (registries cap them at 4 MiB); a token answer smaller still. */
+export const MAX_MANIFEST_BYTES = 4 * 1024 * 1024;
+const MAX_TOKEN_BYTES = 64 * 1024;
+const MAX_REDIRECTS = 3;
+const DIGEST = /^sha256:[0-9a-f]{64}$/;
 
 export class RegistryPinner implements ImagePinner {
   private readonly isInsecure: (domain: string) => boolean;
   private readonly timeoutMs: number;
+  private readonly allowHost: (host: string) => boolean;
 
   constructor(options: RegistryPinnerOptions = {}) {
     this.isInsecure =
       options.isInsecure ?? ((d) => /^(localhost|127\.\d+\.\d+\.\d+|\[::1\])(:\d+)?$/.test(d));
     this.timeoutMs = options.timeoutMs ?? 10_000;
+    this.allowHost = options.allowHost ?? (() => true);
   }
 
   async pin(reference: string): Promise<PinnedImage> {
     const ref = parseImageReference(reference);
     const host = ref.domain === "docker.io" ? "registry-1.docker.io" : ref.domain;
-    const base = `${this.isInsecure(ref.domain) ? "http" : "https"}://${host}/v2/${ref.path}`;
-    const url = `${base}/manifests/${ref.digest ?? ref.tag}`;
+    const url = new URL(
+      `${this.isInsecure(ref.domain) ? "http" : "https"}://${host}/v2/${ref.path}/manifests/${ref.digest ?? ref.tag}`,
+    );
+    if (!this.allowHost(url.host)) {
+      throw new DenvError(
+        "forbidden",
+        `${reference}: registry ${url.host} is not a host this server fetches from; an administrator can allow it (denv server --allow-fetch ${url.host})`,
+      );
+    }
     let res = await this.fetch(url, {}, reference);
     if (res.status === 401) {
-      const token = await this.anonymousToken(res.headers.get("www-authenticate"), reference);
+      await res.body?.cancel().catch(() => {});
+      const token = await this.anonymousToken(url, res.headers.get("www-authenticate"), reference);
       res = await this.fetch(url, { authorization: `Bearer ${token}` }, reference);
     }
     if (res.status === 404) {
+      await res.body?.cancel().catch(() => {});
       throw new DenvError(
         "image_not_found",
         `${reference} is not in its registry (${ref.domain}); push it, or fix the name`,
       );
     }
     if (!res.ok) {
+      await res.body?.cancel().catch(() => {});
       throw new DenvError("registry_error", `registry ${ref.domain} answered ${res.status} for ${reference}`);
     }
-    let digest = res.headers.get("docker-content-digest");
-    if (!digest) {
-      const { createHash } = await import("node:crypto");
-      digest = `sha256:${createHash("sha256")
-        .update(Buffer.from(await res.arrayBuffer()))
-        .digest("hex")}`;
+    // The digest is that of the bytes received; a registry's header must agree with them.
+    const body = await readBounded(res, MAX_MANIFEST_BYTES, `the manifest of ${reference}`);
+    const digest = `sha256:${createHash("sha256").update(body).digest("hex")}`;
+    const claimed = res.headers.get("docker-content-digest");
+    if (claimed !== null && claimed !== digest) {
+      throw new DenvError(
+        "registry_error",
+        `registry ${ref.domain} answered a digest for ${reference} that does not match the manifest it sent`,
+      );
+    }
+    if (ref.digest && ref.digest !== digest) {
+      throw new DenvError("registry_error", `registry ${ref.domain} sent another manifest than ${reference}`);
+    }
+    if (!DIGEST.test(digest) || !isManifest(body)) {
+      throw new DenvError("registry_error", `registry ${ref.domain} answered ${reference} with no manifest`);
     }
     const repo = reference.split("@")[0]?.replace(/:[^:/]+$/, "") ?? reference;
     return { reference, digest, pinned: `${repo}@${digest}`, source: "registry" };
   }
 
-  private async fetch(url: string, headers: Record<string, string>, reference: string): Promise<Response> {
-    try {
-      return await fetch(url, {
-        method: "GET",
-        headers: { accept: MANIFEST_ACCEPT, ...headers },
-        signal: AbortSignal.timeout(this.timeoutMs),
-      });
-    } catch (err) {
-      throw new DenvError(
-        "registry_error",
-        `could not reach the registry for ${reference}: ${(err as Error).message}`,
-        {
+  /** A GET that follows redirects only within the same origin (scheme, host and port). */
+  private async fetch(url: URL, headers: Record<string, string>, reference: string): Promise<Response> {
+    let current = url;
+    for (let hop = 0; ; hop++) {
+      let res: Response;
+      try {
+        res = await fetch(current, {
+          method: "GET",
+          redirect: "manual",
+          headers: { accept: MANIFEST_ACCEPT, ...headers },
+          signal: AbortSignal.timeout(this.timeoutMs),
+        });
+      } catch (err) {
+        throw new DenvError("registry_error", `could not reach the registry for ${reference}`, {
           cause: err,
-        },
-      );
+        });
+      }
+      if (res.status < 300 || res.status >= 400) return res;
+      await res.body?.cancel().catch(() => {});
+      const location = res.headers.get("location");
+      const next = location ? new URL(location, current) : null;
+      if (!next || next.origin !== url.origin) {
+        throw new DenvError(
+          "registry_error",
+          `the registry for ${reference} redirected to another host; denv does not follow it`,
+        );
+      }
+      if (hop >= MAX_REDIRECTS)
+        throw new DenvError("registry_error", `the registry for ${reference} redirected too many times`);
+      current = next;
     }
   }
 
-  private async anonymousToken(challenge: string | null, reference: string): Promise<string> {
+  /**
+   * A pull token from the registry's auth realm. The realm is fetched only when it is on the
+   * registry's own host or on an allowed one (Docker Hub's is auth.docker.io), over https unless
+   * the registry itself is spoken to over http; no credential of denv's is ever sent to it.
+   */
+  private async anonymousToken(registry: URL, challenge: string | null, reference: string): Promise<string> {
     const params = Object.fromEntries(
       [...(challenge ?? "").matchAll(/(\w+)="([^"]*)"/g)].map((m) => [m[1] as string, m[2] as string]),
     );
@@ -138,19 +193,58 @@ export class RegistryPinner implements ImagePinner {
         `the registry for ${reference} requires credentials denv does not have`,
       );
     }
-    const u = new URL(params.realm);
+    let u: URL;
+    try {
+      u = new URL(params.realm);
+    } catch {
+      throw new DenvError(
+        "registry_error",
+        `the registry for ${reference} named an auth realm that is not a URL`,
+      );
+    }
+    const sameHost = u.host === registry.host;
+    const schemeOk =
+      u.protocol === "https:" || (u.protocol === "http:" && registry.protocol === "http:" && sameHost);
+    if (!schemeOk || u.username || u.password || (!sameHost && !this.allowHost(u.host))) {
+      throw new DenvError(
+        "registry_error",
+        `the registry for ${reference} sends clients to an auth realm on ${u.host}, which this server does not fetch from`,
+      );
+    }
     if (params.service) u.searchParams.set("service", params.service);
     if (params.scope) u.searchParams.set("scope", params.scope);
-    const res = await fetch(u, { signal: AbortSignal.timeout(this.timeoutMs) }).catch((err: unknown) => {
+    let res: Response;
+    try {
+      res = await fetch(u, { redirect: "manual", signal: AbortSignal.timeout(this.timeoutMs) });
+    } catch (err) {
       throw new DenvError("registry_error", `could not get a registry token for ${reference}`, {
         cause: err,
       });
-    });
-    const body = (await res.json().catch(() => ({}))) as { token?: string; access_token?: string };
+    }
+    if (!res.ok) {
+      await res.body?.cancel().catch(() => {});
+      throw new DenvError("registry_error", `the registry refused a token for ${reference}`);
+    }
+    let body: { token?: unknown; access_token?: unknown } = {};
+    try {
+      body = JSON.parse((await readBounded(res, MAX_TOKEN_BYTES, "the token answer")).toString("utf8"));
+    } catch (err) {
+      if (err instanceof DenvError) throw err;
+    }
     const token = body.token ?? body.access_token;
-    if (!res.ok || !token)
+    if (typeof token !== "string" || !token || token.length > MAX_TOKEN_BYTES || /[\r\n]/.test(token))
       throw new DenvError("registry_error", `the registry refused a token for ${reference}`);
     return token;
+  }
+}
+
+/** Whether bytes are a JSON object with a schemaVersion, as every image manifest and index is. */
+function isManifest(body: Buffer): boolean {
+  try {
+    const v = JSON.parse(body.toString("utf8")) as { schemaVersion?: unknown };
+    return typeof v === "object" && v !== null && typeof v.schemaVersion === "number";
+  } catch {
+    return false;
   }
 }
 

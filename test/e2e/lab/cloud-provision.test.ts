@@ -13,7 +13,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { type RunningServer, startServer } from "@denv/server";
-import { repoRoot } from "../denvd-helpers.ts";
+import { LOCAL_REGISTRY, repoRoot } from "../denvd-helpers.ts";
 import { FakeHetzner } from "./fake-hetzner.ts";
 import { type Lab, openLab } from "./fresh-host-helpers.ts";
 
@@ -35,6 +35,8 @@ async function serverWith(joinWaitMs: number): Promise<RunningServer> {
     port: 0,
     downloadsDir: DIST,
     provisionJoinWaitMs: joinWaitMs,
+    // The registry, and the stand-in for Hetzner's API an administrator allowed.
+    fetchAllow: [...LOCAL_REGISTRY, new URL(hetzner.url).host],
   });
   servers.push(s);
   return s;

@@ -12,7 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { type RunningServer, startServer } from "@denv/server";
-import { repoRoot } from "../denvd-helpers.ts";
+import { LOCAL_REGISTRY, repoRoot } from "../denvd-helpers.ts";
 import { bootFreshHost, type FreshHost, type Lab, openLab } from "./fresh-host-helpers.ts";
 
 const DIST = join(repoRoot, "dist");
@@ -48,7 +48,14 @@ before(async () => {
   lab = await openLab();
   dataDir = await mkdtemp(join(tmpdir(), "denv-install-"));
   // The server listens on this machine's address on the lab network only.
-  server = await startServer({ dataDir, adminKey: ADMIN, host: lab.gateway, port: 0, downloadsDir: DIST });
+  server = await startServer({
+    dataDir,
+    adminKey: ADMIN,
+    host: lab.gateway,
+    port: 0,
+    downloadsDir: DIST,
+    fetchAllow: LOCAL_REGISTRY,
+  });
   host = await bootFreshHost(lab, { name: `${lab.runId}-fresh` });
 });
 

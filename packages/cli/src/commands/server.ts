@@ -19,6 +19,10 @@ export function registerServer(program: Command): void {
       "the URL machines it provisions reach it at (default: the URL it listens on); DENV_PUBLIC_URL",
     )
     .option(
+      "--allow-fetch <hosts>",
+      "hosts (host, host:port or *.domain, comma-separated) the server may fetch from for teams — registries, git sources, cloud APIs — besides the public ones; DENV_FETCH_ALLOW",
+    )
+    .option(
       "--downloads-dir <dir>",
       "where the denvd executables for /install.sh are (default: the checkout's dist/, built by scripts/build-denvd.sh)",
     )
@@ -26,10 +30,13 @@ export function registerServer(program: Command): void {
       "after",
       `
 The first start creates the admin team and prints its API key once; set DENV_ADMIN_KEY to choose it.
+For teams, the server fetches only from public registries, git hosts and cloud APIs (Docker Hub, ghcr.io,
+quay.io, gcr.io, GitHub, GitLab, api.hetzner.cloud, ...) and the hosts --allow-fetch adds.
 
 Examples:
   denv server --data-dir ./denv-data --port 7070
-  DENV_ADMIN_KEY=dk_example denv server --host 0.0.0.0 --tls-cert cert.pem --tls-key key.pem`,
+  DENV_ADMIN_KEY=dk_example denv server --host 0.0.0.0 --tls-cert cert.pem --tls-key key.pem
+  denv server --allow-fetch registry.internal:5000,git.internal`,
     )
     .action(
       async (o: {
@@ -41,14 +48,16 @@ Examples:
         tlsKey?: string;
         downloadsDir?: string;
         publicUrl?: string;
+        allowFetch?: string;
       }) => {
         if (Boolean(o.tlsCert) !== Boolean(o.tlsKey))
           throw new UsageError("--tls-cert and --tls-key go together");
         const port = Number(o.port);
         if (!Number.isInteger(port) || port < 0 || port > 65535)
           throw new UsageError(`--port ${o.port} is not a port`);
-        const { startServer } = await import("@denv/server");
+        const { parseFetchAllow, startServer } = await import("@denv/server");
         const server = await startServer({
+          fetchAllow: parseFetchAllow(o.allowFetch),
           dataDir: o.dataDir,
           databaseUrl: o.databaseUrl ?? process.env.DENV_DATABASE_URL,
           port,

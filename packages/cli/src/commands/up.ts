@@ -34,6 +34,8 @@ Examples:
         dataDir: serverDir,
         port: Number(o.port),
         adminKey: process.env.DENV_ADMIN_KEY,
+        // One person's machine: its own local registry is a source like the public ones.
+        fetchAllow: ["127.0.0.1:5000", "localhost:5000"],
       });
       // The local host joins through the same path as any other: a token, then a per-host secret,
       // remembered in the state directory so the next `denv up` is the same host.

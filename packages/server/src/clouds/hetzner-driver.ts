@@ -3,7 +3,8 @@
  * create hosts: create a server from an image with cloud-init user data and labels, read it, delete
  * it, list by label. Errors keep Hetzner's own code and message (e.g. resource_limit_exceeded).
  */
-import { DenvError } from "@denv/spec";
+import { DenvError, readBounded } from "@denv/spec";
+import type { FetchPolicy } from "../fetch-policy.ts";
 
 export const HETZNER_API = "https://api.hetzner.cloud/v1";
 
@@ -28,6 +29,30 @@ export class HetznerError extends DenvError {
   }
 }
 
+/** Hetzner's answers are small JSON documents; anything larger is not read. */
+const MAX_ANSWER_BYTES = 4 * 1024 * 1024;
+
+/**
+ * Checks an API endpoint a team gives for its cloud (default: Hetzner's own): https, or http to a
+ * host the administrator allowed; no credentials, query or fragment (a `#` would cut the path the
+ * driver appends off the request); on an allowed host. Returns it normalised, or null for the default.
+ */
+export function checkCloudApiUrl(apiUrl: string | null, policy: FetchPolicy): string | null {
+  if (apiUrl === null) return null;
+  let url: URL;
+  try {
+    url = new URL(apiUrl);
+  } catch {
+    throw new DenvError("invalid_argument", "api_url is not a URL");
+  }
+  if (url.protocol !== "https:" && url.protocol !== "http:")
+    throw new DenvError("invalid_argument", "api_url must be an https:// URL");
+  if (url.username || url.password || url.search || url.hash || apiUrl.includes("#") || apiUrl.includes("?"))
+    throw new DenvError("invalid_argument", "api_url must have no credentials, query or fragment");
+  policy.check(url, "api_url");
+  return url.href.replace(/\/$/, "");
+}
+
 export class HetznerDriver {
   private readonly token: string;
   private readonly apiUrl: string;
@@ -42,6 +67,8 @@ export class HetznerDriver {
     try {
       res = await fetch(`${this.apiUrl}${path}`, {
         method,
+        // A redirect would carry the token elsewhere: it is an error, not followed.
+        redirect: "manual",
         headers: {
           authorization: `Bearer ${this.token}`,
           ...(body ? { "content-type": "application/json" } : {}),
@@ -49,20 +76,35 @@ export class HetznerDriver {
         body: body ? JSON.stringify(body) : undefined,
         signal: AbortSignal.timeout(60_000),
       });
-    } catch (err) {
-      throw new DenvError(
-        "unavailable",
-        `the Hetzner API at ${this.apiUrl} did not answer: ${(err as Error).message}`,
-      );
+    } catch {
+      throw new DenvError("unavailable", "the Hetzner API did not answer");
     }
-    const text = await res.text();
-    const data = (text ? JSON.parse(text) : {}) as { error?: { code?: string; message?: string } };
-    if (!res.ok) {
-      const e = data.error ?? {};
+    if (res.status >= 300 && res.status < 400) {
+      await res.body?.cancel().catch(() => {});
+      throw new HetznerError(res.status, `http_${res.status}`, "the Hetzner API answered with a redirect");
+    }
+    const text = (
+      await readBounded(res, MAX_ANSWER_BYTES, "the Hetzner API's answer", "unavailable")
+    ).toString("utf8");
+    let data: { error?: { code?: unknown; message?: unknown } };
+    try {
+      data = (text ? JSON.parse(text) : {}) as typeof data;
+    } catch {
+      // What the endpoint said is not repeated: it is not Hetzner's JSON.
       throw new HetznerError(
         res.status,
-        String(e.code ?? `http_${res.status}`),
-        `Hetzner refused ${method} ${path.split("?")[0]}: ${e.code ?? res.status}: ${e.message ?? text.slice(0, 200)}`,
+        `http_${res.status}`,
+        `the Hetzner API answered HTTP ${res.status} with no JSON`,
+      );
+    }
+    if (!res.ok) {
+      const e = typeof data.error === "object" && data.error ? data.error : {};
+      const code = typeof e.code === "string" ? e.code.slice(0, 64) : `http_${res.status}`;
+      const message = typeof e.message === "string" ? `: ${e.message.slice(0, 300)}` : "";
+      throw new HetznerError(
+        res.status,
+        code,
+        `Hetzner refused ${method} ${path.split("?")[0]}: ${code}${message}`,
       );
     }
     return data as T;

@@ -6,11 +6,12 @@
  */
 import { randomBytes } from "node:crypto";
 import { DenvError } from "@denv/spec";
+import type { FetchPolicy } from "../fetch-policy.ts";
 import type { HostHub } from "../host-hub.ts";
 import { hashSecret, newId, newSecret, now } from "../ids.ts";
 import type { Store } from "../store/open-store.ts";
 import type { CloudsTable } from "../store/schema.ts";
-import { HetznerDriver } from "./hetzner-driver.ts";
+import { checkCloudApiUrl, HetznerDriver } from "./hetzner-driver.ts";
 import type { SecretBox } from "./secret-box.ts";
 
 export const PROVIDERS = ["hetzner"] as const;
@@ -54,11 +55,18 @@ export class Provisioner {
   private readonly store: Store;
   private readonly secrets: SecretBox;
   private readonly serverUrl: () => string;
+  private readonly fetchPolicy: FetchPolicy;
 
-  constructor(options: { store: Store; secrets: SecretBox; serverUrl: () => string }) {
+  constructor(options: {
+    store: Store;
+    secrets: SecretBox;
+    serverUrl: () => string;
+    fetchPolicy: FetchPolicy;
+  }) {
     this.store = options.store;
     this.secrets = options.secrets;
     this.serverUrl = options.serverUrl;
+    this.fetchPolicy = options.fetchPolicy;
   }
 
   async clouds(teamId: string): Promise<CloudsTable[]> {
@@ -84,7 +92,9 @@ export class Provisioner {
   private driver(cloud: CloudsTable): HetznerDriver {
     if (cloud.provider !== "hetzner")
       throw new DenvError("invalid_argument", `no driver for ${cloud.provider}`);
-    return new HetznerDriver({ token: this.secrets.open(cloud.token_sealed), apiUrl: cloud.api_url });
+    // Checked again at each use: the administrator may have narrowed what the server fetches.
+    const apiUrl = checkCloudApiUrl(cloud.api_url, this.fetchPolicy);
+    return new HetznerDriver({ token: this.secrets.open(cloud.token_sealed), apiUrl });
   }
 
   /** Creates the machine; the caller records it in the deployment first thing. */

@@ -224,7 +224,7 @@ describe("files", () => {
       s.on("end", next);
     });
     await new Promise<void>((resolve, reject) => {
-      got.pipe(extract);
+      extract.end(got);
       extract.on("finish", () => resolve()).on("error", reject);
     });
     assert.deepEqual(names, ["a.txt"]);

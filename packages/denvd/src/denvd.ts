@@ -7,20 +7,21 @@
  * Processes restart on fork and rollback: what a version keeps is every volume's state, not memory.
  */
 import { randomBytes } from "node:crypto";
-import { createReadStream, createWriteStream, existsSync, mkdirSync, rmSync } from "node:fs";
-import { rm } from "node:fs/promises";
+import { createReadStream, createWriteStream } from "node:fs";
+import { readFile, rm } from "node:fs/promises";
 import type { Socket } from "node:net";
-import { basename, dirname, join } from "node:path";
+import { join, posix } from "node:path";
 import type { Readable } from "node:stream";
 import { DenvError, type ResolvedService, type ResolvedSpec } from "@denv/spec";
 import { type CapsEvidence, readBackCaps } from "./caps-readback.ts";
 import { type EgressEvidence, type EgressTarget, probeEgress } from "./egress-probe.ts";
+import { AGENT_RUN_DIR, AGENT_SOCKET_NAME, AgentChannel } from "./exec/agent-channel.ts";
 import { AgentExecutor, type AgentTarget } from "./exec/agent-executor.ts";
 import { EngineExecutor } from "./exec/engine-executor.ts";
 import type { ExecOptions, ExecResult, Executor } from "./exec/executor.ts";
 import { hostRoutes } from "./host-routes.ts";
 import { LABEL } from "./labels.ts";
-import type { ContainerRuntime, ContainerSpec, Labels } from "./runtime/container-runtime.ts";
+import type { ContainerRuntime, ContainerSpec, ContainerState, Labels } from "./runtime/container-runtime.ts";
 import { type EnvironmentRecord, StateStore, type VersionRecord } from "./state-store.ts";
 import type { StorageDriver } from "./storage/storage-driver.ts";
 import { pickSubnet } from "./subnet-allocator.ts";
@@ -92,6 +93,12 @@ export interface ForkEvidence {
 }
 
 const HEALTH_DEADLINE_FLOOR_MS = 60_000;
+/** Where the agent's executable is inside every container (a read-only bind of the file). */
+const AGENT_BIN = "/.denv/bin/denv-agent";
+/** Files read from a container travel in one message to the server: a bound on the tar. */
+export const MAX_FILES_BYTES = 64 * 1024 * 1024;
+/** How long a files read waits for the agent of a container that just started. */
+const AGENT_WAIT_MS = 3000;
 const TAIL_BYTES = 2048;
 
 const newId = (prefix: string) => `${prefix}_${randomBytes(6).toString("hex")}`;
@@ -105,8 +112,10 @@ export class Denvd {
   private readonly store: StateStore;
   private readonly options: DenvdOptions;
   private readonly log: NonNullable<DenvdOptions["log"]>;
-  /** Containers with a denv-agent: where its socket is on the host, and whose files name users. */
+  /** Containers with a denv-agent: how to reach it, and the user commands run as by default. */
   private readonly agentTargets = new Map<string, AgentTarget>();
+  /** The sockets denvd listens on for the agents (they dial in; see agent-channel.ts). */
+  private readonly agents: AgentChannel;
   /** What the reconcile at open found and settled. */
   lastReconcile: { removed: string[]; lost: string[] } = { removed: [], lost: [] };
 
@@ -119,6 +128,7 @@ export class Denvd {
       options.executor ??
       (options.agentBinary ? new AgentExecutor(engine, (id) => this.agentTargets.get(id) ?? null) : engine);
     this.store = store;
+    this.agents = new AgentChannel(options.stateDir);
     this.log = options.log ?? (() => {});
     const t = options.egressProbeTarget;
     if (t && (!/^[0-9.]+$|^[0-9a-f:]+$/i.test(t.host) || !Number.isInteger(t.port))) {
@@ -270,8 +280,11 @@ export class Denvd {
       });
     }
     await volumes;
-    // Create every container up front (creation needs no ordering), then start by depends_on.
     const order = spec.start_order;
+    // Each agent's socket exists before its container does: the container mounts its directory.
+    if (this.options.agentBinary)
+      await Promise.all(order.map((svc) => this.agents.listen(AgentChannel.keyOf(env.id, svc))));
+    // Create every container up front (creation needs no ordering), then start by depends_on.
     const containerIds: Record<string, string> = {};
     const joinsAnother = (s: ResolvedService) =>
       [s.network_mode, s.pid_mode, s.ipc_mode].some((m) => m?.startsWith("service:"));
@@ -296,6 +309,7 @@ export class Denvd {
     await this.store.putEnvironment(env);
 
     const health = await this.startInOrder(env, hooks.onStarted);
+    await this.assertAgentNotRoot(env);
     const evidence: Record<string, ServiceStartEvidence> = {};
     await Promise.all(
       order.map(async (svc) => {
@@ -364,19 +378,16 @@ export class Denvd {
           sizeBytes: t.size_bytes,
           mode: t.mode,
         })),
+        // The agent's executable and the directory of the socket it dials, both read-only: nothing
+        // the container writes lands on the host, and it cannot redirect the channel.
         ...(this.options.agentBinary
           ? [
+              { kind: "bind" as const, source: this.options.agentBinary, target: AGENT_BIN, readOnly: true },
               {
                 kind: "bind" as const,
-                source: dirname(this.options.agentBinary),
-                target: "/.denv/bin",
+                source: this.agents.dirOf(AgentChannel.keyOf(env.id, svc)),
+                target: AGENT_RUN_DIR,
                 readOnly: true,
-              },
-              {
-                kind: "bind" as const,
-                source: this.agentDir(`${env.network}-${svc}`),
-                target: "/.denv/run",
-                readOnly: false,
               },
             ]
           : []),
@@ -410,14 +421,28 @@ export class Denvd {
     };
   }
 
-  private networkLock: Promise<unknown> = Promise.resolve();
-
-  /** The host directory a container's agent socket lives in: root only (0700). */
-  private agentDir(containerName: string): string {
-    const dir = join(this.options.stateDir, "agents", containerName);
-    mkdirSync(dir, { recursive: true, mode: 0o700 });
-    return dir;
+  /**
+   * The agent is never root: resolve refuses every spelling of uid 0, and here the real uids of the
+   * agent service's process are read back from the kernel (/proc on the host, not the container's
+   * files), because a user name can map to uid 0 in the image's own passwd.
+   */
+  private async assertAgentNotRoot(env: EnvironmentRecord): Promise<void> {
+    const svc = env.spec.agent?.service;
+    const id = svc ? env.containers[svc] : undefined;
+    if (!svc || !id || env.spec.kind !== "rl-environment") return;
+    const st = await this.runtime.inspectContainer(id);
+    if (!st.running || st.pid <= 0) return;
+    const status = await readFile(`/proc/${st.pid}/status`, "utf8").catch(() => "");
+    const uids = /^Uid:\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)/m.exec(status)?.slice(1).map(Number) ?? [];
+    if (uids.includes(0)) {
+      throw new DenvError(
+        "forbidden",
+        `the agent service ${svc} runs as uid 0 (user: ${env.spec.services[svc]?.user ?? "the image's"}); the agent must never be root: set user: to a non-root uid (e.g. "1000:1000")`,
+      );
+    }
   }
+
+  private networkLock: Promise<unknown> = Promise.resolve();
 
   /** Starts denv-agent in a service's container (one engine exec), when denvd has the binary. */
   private async startAgent(env: EnvironmentRecord, svc: string): Promise<void> {
@@ -425,17 +450,18 @@ export class Denvd {
     const id = env.containers[svc] as string;
     const st = await this.runtime.inspectContainer(id);
     if (!st.running) return;
-    await this.runtime.execDetached(
-      id,
-      [`/.denv/bin/${basename(this.options.agentBinary)}`, "/.denv/run/agent.sock"],
-      "0",
-    );
-    this.agentTargets.set(id, {
-      socketPath: join(this.agentDir(`${env.network}-${svc}`), "agent.sock"),
-      rootfsPath: st.rootfsPath,
+    await this.runtime.execDetached(id, [AGENT_BIN, `${AGENT_RUN_DIR}/${AGENT_SOCKET_NAME}`], "0");
+    this.registerAgent(env, svc, st);
+  }
+
+  private registerAgent(env: EnvironmentRecord, svc: string, st: ContainerState): void {
+    const key = AgentChannel.keyOf(env.id, svc);
+    this.agentTargets.set(st.id, {
+      dial: () => this.agents.dial(key),
       // Commands run as the container's own user, as `docker exec` does: the service's `user:`,
       // else the image's USER (an image that says USER 1000 never gets root by default).
       defaultUser: env.spec.services[svc]?.user ?? st.user ?? null,
+      homeSet: st.envNames.includes("HOME"),
     });
   }
 
@@ -949,13 +975,9 @@ export class Denvd {
 
   private async teardown(env: EnvironmentRecord): Promise<void> {
     await this.removeStack(env);
-    for (const [svc, id] of Object.entries(env.containers)) {
-      this.agentTargets.delete(id);
-      rmSync(join(this.options.stateDir, "agents", `${env.network}-${svc}`), {
-        recursive: true,
-        force: true,
-      });
-    }
+    for (const id of Object.values(env.containers)) this.agentTargets.delete(id);
+    for (const svc of Object.keys(env.spec.services))
+      await this.agents.close(AgentChannel.keyOf(env.id, svc));
     for (const ds of Object.values(env.datasets)) await this.storage.destroyDataset(ds);
     await this.store.deleteEnvironment(env.id);
     this.log("Destroyed environment", { environment: env.id });
@@ -1016,7 +1038,7 @@ export class Denvd {
     tar: Readable,
   ): Promise<{ entries: number; bytes: number }> {
     const { id } = this.containerOf(environmentId, service);
-    if (!path.startsWith("/")) throw new DenvError("invalid_argument", `path ${path} must be absolute`);
+    path = checkContainerPath(path);
     // The checked tar goes to a file first: a tar refused half-way must leave nothing behind.
     const tmp = join(this.options.stateDir, `upload-${randomBytes(6).toString("hex")}.tar`);
     try {
@@ -1028,9 +1050,55 @@ export class Denvd {
     }
   }
 
-  getFiles(environmentId: string, service: string | undefined, path: string): Promise<Readable> {
-    const { id } = this.containerOf(environmentId, service);
-    return this.runtime.getArchive(id, path);
+  /**
+   * A tar of `path` in a service. The path is walked inside the container by its agent, without
+   * following any link (a link the agent planted on the way is refused, not followed to files it
+   * could not read). A container that is not running has no agent and runs nothing that could
+   * swap a path: the engine reads it, after each component is checked not to be a link.
+   */
+  async getFiles(environmentId: string, service: string | undefined, path: string): Promise<Buffer> {
+    const { env, id, service: svc } = this.containerOf(environmentId, service);
+    const clean = checkContainerPath(path);
+    const st = await this.runtime.inspectContainer(id);
+    const key = AgentChannel.keyOf(env.id, svc);
+    if (st.running && this.executor.readFiles && this.options.agentBinary) {
+      // Just after a start the agent may still be dialling in.
+      await this.agents.waitConnected(key, AGENT_WAIT_MS);
+      const tar = await this.executor.readFiles(id, clean, { maxBytes: MAX_FILES_BYTES });
+      if (tar) return tar;
+      throw new DenvError("unavailable", "the service's agent is not answering; try again in a moment");
+    }
+    if (st.running && !st.paused && this.options.agentBinary)
+      throw new DenvError("unavailable", "the service's agent is not answering; try again in a moment");
+    // Stopped or paused (or a host without agents): nothing in the container runs to race the check.
+    let prefix = "";
+    for (const part of clean.split("/").filter(Boolean).slice(0, -1)) {
+      prefix += `/${part}`;
+      const stat = await this.runtime.statPath(id, prefix);
+      if (!stat) throw new DenvError("not_found", `${prefix} does not exist in the service`);
+      if (stat.mode & GO_MODE_SYMLINK)
+        throw new DenvError(
+          "invalid_argument",
+          `${prefix} is a symbolic link; denv does not follow links in a path (read the link's target)`,
+        );
+    }
+    const chunks: Buffer[] = [];
+    let bytes = 0;
+    for await (const c of await this.runtime.getArchive(id, clean)) {
+      bytes += (c as Buffer).length;
+      if (bytes > MAX_FILES_BYTES)
+        throw new DenvError(
+          "payload_too_large",
+          `${clean} is over ${MAX_FILES_BYTES / 1024 ** 2} MiB as a tar; get a smaller path`,
+        );
+      chunks.push(c as Buffer);
+    }
+    return Buffer.concat(chunks);
+  }
+
+  /** Stops listening for agents (the process is going away; containers and data stay). */
+  async close(): Promise<void> {
+    await this.agents.closeAll();
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -1098,26 +1166,31 @@ export class Denvd {
         for (const s of states) if (s && !s.running) await this.runtime.startContainer(s.id);
       }
     }
-    // Agents keep running in their containers across a denvd restart: find their sockets again.
+    // Agents keep running in their containers across a denvd restart and dial in again once
+    // denvd listens for them.
     if (this.options.agentBinary) {
       for (const env of this.store.environments()) {
         if (env.status !== "running") continue;
         for (const [svc, id] of Object.entries(env.containers)) {
-          const socketPath = join(this.options.stateDir, "agents", `${env.network}-${svc}`, "agent.sock");
+          await this.agents.listen(AgentChannel.keyOf(env.id, svc));
           const st = await this.runtime.inspectContainer(id).catch(() => null);
-          if (st?.running && existsSync(socketPath)) {
-            this.agentTargets.set(id, {
-              socketPath,
-              rootfsPath: st.rootfsPath,
-              // Commands run as the container's own user, as `docker exec` does: the service's `user:`,
-              // else the image's USER (an image that says USER 1000 never gets root by default).
-              defaultUser: env.spec.services[svc]?.user ?? st.user ?? null,
-            });
-          }
+          if (st?.running) this.registerAgent(env, svc, st);
         }
       }
     }
     if (removed.length || lost.length) this.log("Reconciled", { removed, lost });
     return { removed, lost };
   }
+}
+
+/** Go's os.ModeSymlink, as the engine reports a path's mode. */
+const GO_MODE_SYMLINK = 1 << 27;
+
+/** An absolute path in a container, normalised; `..` and NUL bytes refused. */
+export function checkContainerPath(path: string): string {
+  if (!path.startsWith("/")) throw new DenvError("invalid_argument", `path ${path} must be absolute`);
+  if (path.includes("\0")) throw new DenvError("invalid_argument", "a path cannot hold NUL bytes");
+  if (path.split("/").includes(".."))
+    throw new DenvError("invalid_argument", `path ${path} must not contain ".."`);
+  return posix.normalize(path).replace(/(.)\/$/, "$1");
 }

@@ -344,14 +344,12 @@ export class Sidecar {
           Readable.from(Buffer.from(str(p, "tar_b64"), "base64")),
         );
       case "get_files": {
-        const stream = await d.getFiles(
+        const tar = await d.getFiles(
           str(p, "environment_id"),
           p.service as string | undefined,
           str(p, "path"),
         );
-        const chunks: Buffer[] = [];
-        for await (const c of stream) chunks.push(c as Buffer);
-        return { tar_b64: Buffer.concat(chunks).toString("base64") };
+        return { tar_b64: tar.toString("base64") };
       }
       case "verify_stop":
         return this.verifier().stop(str(p, "environment_id"));

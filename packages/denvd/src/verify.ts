@@ -18,21 +18,28 @@
  * left frozen for inspection unless resume is asked for.
  */
 import { createHash, randomBytes } from "node:crypto";
-import { constants } from "node:fs";
-import { lstat, mkdir, open, readdir, rm, writeFile } from "node:fs/promises";
+import { mkdir, readdir, rm, writeFile } from "node:fs/promises";
 import { dirname, join, posix } from "node:path";
 import { Readable } from "node:stream";
 import { DenvError, type ResolvedSpec } from "@denv/spec";
 import tar from "tar-stream";
 import type { Denvd } from "./denvd.ts";
 import { LABEL } from "./labels.ts";
+import { NoFollowDir, NotFollowed } from "./no-follow-dir.ts";
 
 export const DEFAULT_COLLECT_MAX_BYTES = 64 * 1024 * 1024;
+/** Files (and directories) a collection may hold: more is refused, and the episode scores 0. */
+export const DEFAULT_COLLECT_MAX_FILES = 10_000;
+/** Files listed by name in the evidence; the rest are counted. */
+const EVIDENCE_FILES = 200;
 const TAIL = 4096;
 
 export interface CollectEvidence {
   refused: string | null;
+  /** The first EVIDENCE_FILES files collected, with their digests. */
   files: { path: string; bytes: number; sha256: string }[];
+  /** Every file collected. */
+  file_count: number;
   missing: string[];
   bytes: number;
 }
@@ -56,11 +63,19 @@ export class Verifier {
   private readonly denvd: Denvd;
   private readonly stateDir: string;
   private readonly maxBytes: number;
+  private readonly maxFiles: number;
+  /** Entries walked by the collection under way (one Verifier per operation). */
+  private entries = 0;
 
-  constructor(denvd: Denvd, stateDir: string, options: { collectMaxBytes?: number } = {}) {
+  constructor(
+    denvd: Denvd,
+    stateDir: string,
+    options: { collectMaxBytes?: number; collectMaxFiles?: number } = {},
+  ) {
     this.denvd = denvd;
     this.stateDir = stateDir;
     this.maxBytes = options.collectMaxBytes ?? DEFAULT_COLLECT_MAX_BYTES;
+    this.maxFiles = options.collectMaxFiles ?? DEFAULT_COLLECT_MAX_FILES;
   }
 
   private agent(environmentId: string): { spec: ResolvedSpec; service: string; containerId: string } {
@@ -102,7 +117,8 @@ export class Verifier {
     const dest = join(this.dir(verifyId), "collect");
     await rm(this.dir(verifyId), { recursive: true, force: true });
     await mkdir(dest, { recursive: true, mode: 0o700 });
-    const evidence: CollectEvidence = { refused: null, files: [], missing: [], bytes: 0 };
+    const evidence: CollectEvidence = { refused: null, files: [], file_count: 0, missing: [], bytes: 0 };
+    this.entries = 0;
     const svc = spec.services[service];
     try {
       for (const path of spec.verifier?.collect ?? []) {
@@ -132,11 +148,15 @@ export class Verifier {
       await rm(dest, { recursive: true, force: true });
       await mkdir(dest, { recursive: true, mode: 0o700 });
       evidence.files = [];
+      evidence.file_count = 0;
     }
     return evidence;
   }
 
-  /** Walks `parts` from `base` with lstat (never following a link) and copies what is there. */
+  /**
+   * Walks `parts` from `base` one directory at a time (each opened relative to the last, never
+   * through a link: see no-follow-dir.ts) and copies what is there.
+   */
   private async copyPath(
     base: string,
     parts: string[],
@@ -144,45 +164,85 @@ export class Verifier {
     dest: string,
     ev: CollectEvidence,
   ): Promise<void> {
-    let cur = base;
-    for (let i = 0; i < parts.length; i++) {
-      const part = parts[i] as string;
+    for (const part of parts)
       if (part === ".." || part === ".") throw new Refusal(`${shown}: path component ${part}`);
-      cur = join(cur, part);
-      const info = await lstat(cur).catch(() => null);
-      if (!info) {
+    const opened: NoFollowDir[] = [];
+    try {
+      let dir = await NoFollowDir.open(base);
+      opened.push(dir);
+      for (let i = 0; i < parts.length - 1; i++) {
+        const part = parts[i] as string;
+        const info = await dir.lstat(part);
+        if (!info) {
+          ev.missing.push(shown);
+          return;
+        }
+        if (info.isSymbolicLink())
+          throw new Refusal(`${shown}: ${parts.slice(0, i + 1).join("/")} is a symbolic link`);
+        if (!info.isDirectory()) {
+          ev.missing.push(shown);
+          return;
+        }
+        dir = await dir.dir(part).catch((err: unknown) => {
+          if (err instanceof NotFollowed)
+            throw new Refusal(
+              `${shown}: ${parts.slice(0, i + 1).join("/")} changed into a link while it was collected`,
+            );
+          throw err;
+        });
+        opened.push(dir);
+      }
+      const last = parts.at(-1);
+      if (!last) throw new Refusal(`${shown}: nothing to collect`);
+      if (!(await dir.lstat(last))) {
         ev.missing.push(shown);
         return;
       }
-      if (info.isSymbolicLink())
-        throw new Refusal(`${shown}: ${parts.slice(0, i + 1).join("/")} is a symbolic link`);
-      if (i < parts.length - 1 && !info.isDirectory()) {
-        ev.missing.push(shown);
-        return;
-      }
+      await this.copyEntry(dir, last, shown, join(dest, ...shown.split("/").filter(Boolean)), ev, 0);
+    } finally {
+      for (const d of opened) await d.close();
     }
-    await this.copyEntry(cur, shown, join(dest, ...shown.split("/").filter(Boolean)), ev);
   }
 
-  private async copyEntry(src: string, shown: string, dst: string, ev: CollectEvidence): Promise<void> {
-    const info = await lstat(src);
+  private async copyEntry(
+    parent: NoFollowDir,
+    name: string,
+    shown: string,
+    dst: string,
+    ev: CollectEvidence,
+    depth: number,
+  ): Promise<void> {
+    if (depth > 64) throw new Refusal(`${shown} is nested more than 64 directories deep`);
+    // Files and directories both cost a walk: together they are bounded.
+    if (++this.entries > this.maxFiles)
+      throw new Refusal(`the collected paths hold more than ${this.maxFiles} files and directories`);
+    const info = await parent.lstat(name);
+    if (!info) throw new Refusal(`${shown} disappeared while it was collected`);
     if (info.isSymbolicLink()) throw new Refusal(`${shown} is a symbolic link`);
     if (info.isFIFO()) throw new Refusal(`${shown} is a FIFO`);
     if (info.isSocket()) throw new Refusal(`${shown} is a socket`);
     if (info.isCharacterDevice() || info.isBlockDevice()) throw new Refusal(`${shown} is a device`);
     if (info.isDirectory()) {
       await mkdir(dst, { recursive: true, mode: 0o755 });
-      const names = await readdir(src, { encoding: "buffer" });
-      for (const raw of names) {
-        let name: string;
-        try {
-          name = decoder.decode(raw);
-        } catch {
-          throw new Refusal(`${shown} holds a file name that is not UTF-8`);
+      const dir = await parent.dir(name).catch((err: unknown) => {
+        if (err instanceof NotFollowed)
+          throw new Refusal(`${shown} changed into a link while it was collected`);
+        throw err;
+      });
+      try {
+        for (const raw of await dir.names()) {
+          let child: string;
+          try {
+            child = decoder.decode(raw);
+          } catch {
+            throw new Refusal(`${shown} holds a file name that is not UTF-8`);
+          }
+          if (child.includes("/") || child === ".." || child === ".")
+            throw new Refusal(`${shown}: bad name ${JSON.stringify(child)}`);
+          await this.copyEntry(dir, child, posix.join(shown, child), join(dst, child), ev, depth + 1);
         }
-        if (name.includes("/") || name === ".." || name === ".")
-          throw new Refusal(`${shown}: bad name ${JSON.stringify(name)}`);
-        await this.copyEntry(join(src, name), posix.join(shown, name), join(dst, name), ev);
+      } finally {
+        await dir.close();
       }
       return;
     }
@@ -190,13 +250,14 @@ export class Verifier {
     if (info.nlink > 1) throw new Refusal(`${shown} is a hard link (${info.nlink} names for one file)`);
     if (ev.bytes + info.size > this.maxBytes)
       throw new Refusal(`collected files exceed ${this.maxBytes} bytes`);
-    // O_NOFOLLOW and O_NONBLOCK: even a path swapped after the lstat neither follows a link nor blocks.
-    const fh = await open(src, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK).catch(() => {
+    // O_NOFOLLOW and O_NONBLOCK, relative to the directory already open: even a name swapped after
+    // the lstat neither follows a link nor blocks.
+    const fh = await parent.file(name).catch(() => {
       throw new Refusal(`${shown} could not be opened as a regular file`);
     });
     try {
       const st = await fh.stat();
-      if (!st.isFile() || st.ino !== info.ino || st.dev !== info.dev)
+      if (!st.isFile() || st.ino !== info.ino || st.dev !== info.dev || st.nlink > 1)
         throw new Refusal(`${shown} changed while it was collected`);
       const data = Buffer.alloc(Math.min(st.size, this.maxBytes - ev.bytes + 1));
       const { bytesRead } = await fh.read(data, 0, data.length, 0);
@@ -206,11 +267,13 @@ export class Verifier {
       await mkdir(dirname(dst), { recursive: true, mode: 0o755 });
       await writeFile(dst, body, { mode: 0o644, flag: "wx" });
       ev.bytes += bytesRead;
-      ev.files.push({
-        path: shown,
-        bytes: bytesRead,
-        sha256: createHash("sha256").update(body).digest("hex"),
-      });
+      ev.file_count++;
+      if (ev.files.length < EVIDENCE_FILES)
+        ev.files.push({
+          path: shown,
+          bytes: bytesRead,
+          sha256: createHash("sha256").update(body).digest("hex"),
+        });
     } finally {
       await fh.close();
     }

@@ -1,11 +1,14 @@
 /**
- * Exec through denv-agent, the small static program denvd starts once inside each container: a
- * command costs a fork and exec in the sandbox and a unix-socket round trip, not a runc exec.
- * Containers without a running agent (or where it cannot be reached) fall back to the engine.
+ * Exec, ports and file reads through denv-agent, the small static program denvd starts once inside
+ * each container: a command costs a fork and exec in the sandbox and a unix-socket round trip, not
+ * a runc exec. Containers whose agent is not connected fall back to the engine.
+ *
+ * What the agent sends is untrusted (root in an image sandbox can replace it): frames are bounded
+ * in size and output in total, and nothing it says is used as a path or an address on the host.
  */
-import { readFile } from "node:fs/promises";
-import { connect, type Socket } from "node:net";
+import type { Socket } from "node:net";
 import type { Readable } from "node:stream";
+import { DenvError } from "@denv/spec";
 import {
   BoundedBuffer,
   DEFAULT_MAX_OUTPUT_BYTES,
@@ -15,14 +18,18 @@ import {
 } from "./executor.ts";
 
 export interface AgentTarget {
-  socketPath: string;
-  /** Host path of the container's root filesystem, to resolve user names from its /etc/passwd. */
-  rootfsPath: string | null;
+  /** A fresh connection to the container's agent, or null when it is not connected. */
+  dial: () => Promise<Socket | null>;
   /** The service's own user, the default for commands (null: root). */
   defaultUser: string | null;
+  /** The container's configuration sets HOME: commands keep it instead of their user's home. */
+  homeSet: boolean;
 }
 
 const KEEP = 0xffffffff;
+const MODE_FILES = 0xfffffffe;
+/** The agent sends at most 64 KiB a frame; anything larger is not the agent speaking. */
+const MAX_FRAME_BYTES = 1024 * 1024;
 
 function u32(n: number): Buffer {
   const b = Buffer.alloc(4);
@@ -39,39 +46,30 @@ function frame(type: number, data: Buffer = Buffer.alloc(0)): Buffer {
   return Buffer.concat([Buffer.from([type]), u32(data.length), data]);
 }
 
-/** uid and gid for "name", "uid", "uid:gid" or "name:group", from the container's own files. */
-export async function resolveUser(
-  user: string | null,
-  rootfs: string | null,
-): Promise<{ uid: number; gid: number }> {
-  if (!user) return { uid: 0, gid: 0 };
-  const [u = "", g] = user.split(":");
-  const table = async (file: string) =>
-    rootfs
-      ? (await readFile(`${rootfs}/etc/${file}`, "utf8").catch(() => ""))
-          .split("\n")
-          .map((l) => l.split(":"))
-          .filter((f) => f.length >= 4)
-      : [];
-  let uid: number;
-  let gid: number | undefined;
-  if (/^\d+$/.test(u)) {
-    uid = Number(u);
-    gid = Number((await table("passwd")).find((f) => f[2] === u)?.[3] ?? u);
-  } else {
-    const row = (await table("passwd")).find((f) => f[0] === u);
-    // Docker's wording, which frameworks built on `docker exec` (Inspect's self-check) look for.
-    if (!row) throw new Error(`unable to find user ${u}: no matching entries in passwd file`);
-    uid = Number(row[2]);
-    gid = Number(row[3]);
-  }
-  if (g !== undefined) {
-    gid = /^\d+$/.test(g)
-      ? Number(g)
-      : Number((await table("group")).find((f) => f[0] === g)?.[2] ?? Number.NaN);
-    if (Number.isNaN(gid)) throw new Error(`unknown group ${g}`);
-  }
-  return { uid, gid: gid ?? uid };
+/** Reads the agent's frames off a socket: type, then payload, each bounded. */
+function readFrames(
+  sock: Socket,
+  onFrame: (type: number, data: Buffer) => void,
+  onBad: (err: Error) => void,
+): void {
+  let buf: Buffer = Buffer.alloc(0);
+  sock.on("data", (chunk: Buffer) => {
+    buf = buf.length ? Buffer.concat([buf, chunk]) : chunk;
+    while (buf.length >= 5) {
+      const len = buf.readUInt32LE(1);
+      if (len > MAX_FRAME_BYTES) {
+        sock.destroy();
+        onBad(new Error("the agent sent a frame larger than any it writes"));
+        return;
+      }
+      if (buf.length < 5 + len) break;
+      const type = buf[0] as number;
+      const data = buf.subarray(5, 5 + len);
+      buf = buf.subarray(5 + len);
+      onFrame(type, data);
+    }
+  });
+  sock.resume();
 }
 
 export class AgentExecutor implements Executor {
@@ -85,17 +83,8 @@ export class AgentExecutor implements Executor {
 
   async exec(containerId: string, options: ExecOptions): Promise<ExecResult> {
     const target = this.targets(containerId);
-    if (!target) return this.fallback.exec(containerId, options);
-    let sock: Socket;
-    try {
-      sock = await new Promise<Socket>((resolve, reject) => {
-        const s = connect(target.socketPath);
-        s.once("connect", () => resolve(s));
-        s.once("error", reject);
-      });
-    } catch {
-      return this.fallback.exec(containerId, options); // no agent there (yet): the engine serves it
-    }
+    const sock = target ? await target.dial() : null;
+    if (!target || !sock) return this.fallback.exec(containerId, options); // no agent (yet): the engine
     return this.run(sock, target, options);
   }
 
@@ -104,13 +93,8 @@ export class AgentExecutor implements Executor {
    * container needs no address the host can route to. Rejects when nothing listens there.
    */
   async openPort(containerId: string, port: number): Promise<Socket> {
-    const target = this.targets(containerId);
-    if (!target) throw new Error("this container has no agent to reach its ports through");
-    const sock = await new Promise<Socket>((resolve, reject) => {
-      const s = connect(target.socketPath);
-      s.once("connect", () => resolve(s));
-      s.once("error", reject);
-    });
+    const sock = await this.targets(containerId)?.dial();
+    if (!sock) throw new Error("the service's agent is not running");
     sock.write(Buffer.concat([u32(KEEP), u32(port)]));
     const status = await new Promise<number>((resolve, reject) => {
       const onData = (chunk: Buffer) => {
@@ -123,6 +107,7 @@ export class AgentExecutor implements Executor {
       sock.on("data", onData);
       sock.once("close", () => reject(new Error("the agent closed the connection")));
       sock.once("error", reject);
+      sock.resume();
     });
     if (status !== 0) {
       sock.destroy();
@@ -133,28 +118,70 @@ export class AgentExecutor implements Executor {
     return sock;
   }
 
+  /**
+   * A tar of `path` in the container, made by the agent: every component walked without following
+   * a link, links inside archived as links. Null when the agent is not connected.
+   */
+  async readFiles(
+    containerId: string,
+    path: string,
+    options: { user?: string | null; maxBytes: number },
+  ): Promise<Buffer | null> {
+    const sock = await this.targets(containerId)?.dial();
+    if (!sock) return null;
+    sock.write(Buffer.concat([u32(MODE_FILES), str(path), str(options.user ?? "")]));
+    const tar = new BoundedBuffer(options.maxBytes);
+    const message: Buffer[] = [];
+    const status = await new Promise<number>((resolve, reject) => {
+      let done = false;
+      readFrames(
+        sock,
+        (type, data) => {
+          if (type === 1) {
+            tar.push(data);
+            if (tar.truncated) {
+              done = true;
+              sock.destroy();
+              reject(
+                new DenvError(
+                  "payload_too_large",
+                  `${path} is over ${Math.round(options.maxBytes / 1024 ** 2)} MiB as a tar; get a smaller path`,
+                ),
+              );
+            }
+          } else if (type === 2) {
+            if (message.length < 8) message.push(data);
+          } else if (type === 3 && data.length >= 4) {
+            done = true;
+            resolve(data.readInt32LE(0));
+            sock.destroy();
+          }
+        },
+        reject,
+      );
+      sock.on("close", () => {
+        if (!done) reject(new Error("the agent closed the connection before it finished"));
+      });
+      sock.on("error", () => {});
+    });
+    if (status !== 0) {
+      const text = Buffer.concat(message).toString("utf8").trim().slice(0, 1000);
+      throw new DenvError(
+        /No such file/.test(text) ? "not_found" : "invalid_argument",
+        text || `reading ${path} failed`,
+      );
+    }
+    return tar.toBuffer();
+  }
+
   private async run(sock: Socket, target: AgentTarget, options: ExecOptions): Promise<ExecResult> {
     const started = performance.now();
     const limit = options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
     const out = new BoundedBuffer(limit);
     const err = new BoundedBuffer(limit);
     const argv = typeof options.command === "string" ? ["sh", "-c", options.command] : options.command;
-    const user = options.user ?? target.defaultUser;
-    let ids: { uid: number; gid: number };
-    try {
-      ids = await resolveUser(user, target.rootfsPath);
-    } catch (e) {
-      sock.destroy();
-      return {
-        exitCode: 126,
-        stdout: Buffer.alloc(0),
-        stderr: Buffer.from(`${(e as Error).message}\n`),
-        stdoutTruncated: false,
-        stderrTruncated: false,
-        timedOut: false,
-        durationMs: 0,
-      };
-    }
+    // The user is resolved by the agent, inside the container, from the container's own files.
+    const user = options.user ?? target.defaultUser ?? "";
     const env = Object.entries(options.env ?? {}).map(([k, v]) => `${k}=${v}`);
     sock.write(
       Buffer.concat([
@@ -163,8 +190,8 @@ export class AgentExecutor implements Executor {
         u32(env.length),
         ...env.map(str),
         str(options.cwd ?? ""),
-        u32(user ? ids.uid : KEEP),
-        u32(user ? ids.gid : KEEP),
+        str(user),
+        u32(target.homeSet ? 0 : 1),
       ]),
     );
     let timedOut = false;
@@ -176,27 +203,22 @@ export class AgentExecutor implements Executor {
       : undefined;
     let code: number | undefined;
     const exitCode = new Promise<number>((resolve, reject) => {
-      let buf: Buffer = Buffer.alloc(0);
-      sock.on("data", (chunk: Buffer) => {
-        buf = buf.length ? Buffer.concat([buf, chunk]) : chunk;
-        while (buf.length >= 5) {
-          const len = buf.readUInt32LE(1);
-          if (buf.length < 5 + len) break;
-          const type = buf[0];
-          const data = buf.subarray(5, 5 + len);
-          buf = buf.subarray(5 + len);
+      readFrames(
+        sock,
+        (type, data) => {
           if (type === 1) {
             out.push(data);
             options.onStdout?.(data);
           } else if (type === 2) {
             err.push(data);
             options.onStderr?.(data);
-          } else if (type === 3) {
+          } else if (type === 3 && data.length >= 4) {
             code = data.readInt32LE(0);
             resolve(code);
           }
-        }
-      });
+        },
+        reject,
+      );
       sock.on("close", () => {
         if (code === undefined) reject(new Error("the agent closed the connection before the exit status"));
       });

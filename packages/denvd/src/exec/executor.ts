@@ -36,6 +36,15 @@ export interface Executor {
   exec(containerId: string, options: ExecOptions): Promise<ExecResult>;
   /** A byte stream to a TCP port inside the container (loopback), where the executor can reach it. */
   openPort?(containerId: string, port: number): Promise<Socket>;
+  /**
+   * A tar of a path in the container, walked inside it without following any link; null when this
+   * executor cannot reach the container that way right now.
+   */
+  readFiles?(
+    containerId: string,
+    path: string,
+    options: { user?: string | null; maxBytes: number },
+  ): Promise<Buffer | null>;
 }
 
 export const DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024 * 1024;

@@ -95,6 +95,16 @@ export interface ContainerState {
   rootfsPath: string | null;
   /** The user the container runs as (its `user:`, else the image's USER); null: root. */
   user: string | null;
+  /** Names of the variables the container's configuration sets (image and service). */
+  envNames: string[];
+}
+
+/** What the engine says about a path in a container, without reading it. */
+export interface PathStat {
+  name: string;
+  /** File mode bits as the engine reports them (Go's FileMode: 1<<27 is a symbolic link). */
+  mode: number;
+  linkTarget: string;
 }
 
 export interface RawExecOptions {
@@ -145,4 +155,6 @@ export interface ContainerRuntime {
   exec(id: string, options: RawExecOptions): Promise<{ exitCode: number }>;
   putArchive(id: string, path: string, tar: Readable): Promise<void>;
   getArchive(id: string, path: string): Promise<Readable>;
+  /** The engine's stat of a path in a container (no link followed in its last component); null: absent. */
+  statPath(id: string, path: string): Promise<PathStat | null>;
 }

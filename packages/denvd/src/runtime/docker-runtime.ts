@@ -13,6 +13,7 @@ import type {
   Labels,
   NetworkSpec,
   ObjectSummary,
+  PathStat,
   RawExecOptions,
   VolumeSpec,
 } from "./container-runtime.ts";
@@ -269,6 +270,7 @@ export class DockerRuntime implements ContainerRuntime {
       addresses,
       rootfsPath: (info.GraphDriver?.Data as Record<string, string> | undefined)?.MergedDir ?? null,
       user: info.Config?.User || null,
+      envNames: (info.Config?.Env ?? []).map((e) => e.split("=")[0] ?? ""),
     };
   }
 
@@ -370,6 +372,26 @@ export class DockerRuntime implements ContainerRuntime {
       .getContainer(id)
       .putArchive(tar, { path })
       .catch((e: unknown) => mapError(e, `writing files to ${path}`));
+  }
+
+  async statPath(id: string, path: string): Promise<PathStat | null> {
+    const res = (await this.docker
+      .getContainer(id)
+      .infoArchive({ path })
+      .catch((e: unknown) => {
+        if ((e as { statusCode?: number }).statusCode === 404) return null;
+        return mapError(e, `reading ${path}`);
+      })) as (Readable & { headers?: Record<string, string> }) | null;
+    if (!res) return null;
+    res.resume?.();
+    const header = res.headers?.["x-docker-container-path-stat"];
+    if (!header) return null;
+    const stat = JSON.parse(Buffer.from(header, "base64").toString("utf8")) as {
+      name: string;
+      mode: number;
+      linkTarget: string;
+    };
+    return { name: stat.name, mode: stat.mode, linkTarget: stat.linkTarget };
   }
 
   async getArchive(id: string, path: string): Promise<Readable> {

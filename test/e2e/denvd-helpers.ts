@@ -76,6 +76,7 @@ export async function openTestHost(options: {
     docker,
     async close() {
       for (const env of denvd.environments()) await denvd.destroy(env.id).catch(() => {});
+      await denvd.close();
       for (const v of denvd.versions()) await denvd.deleteVersion(v.id).catch(() => {});
       await removeLabelled(docker, { "dev.denv.test": runId });
       await storage.unmount().catch(() => {});

@@ -277,7 +277,11 @@ static int drop_to(const struct ids *ids) {
 /* ---------------------------------------------------------------------------------------------
  * exec */
 
-/* The command's environment: the agent's own (the container's), with the request's on top. */
+/*
+ * The command's environment: the agent's own (the container's), with the request's on top. With
+ * `home` (the container's configuration sets no HOME), the HOME the agent itself was started with
+ * (root's) is replaced by the user's, as `docker exec -u` does.
+ */
 static char **merge_env(char **extra, uint32_t n, const char *home) {
   size_t base = 0;
   while (environ[base]) base++;
@@ -289,6 +293,7 @@ static char **merge_env(char **extra, uint32_t n, const char *home) {
     size_t klen = strcspn(environ[i], "=");
     for (uint32_t j = 0; j < n; j++)
       if (strncmp(extra[j], environ[i], klen) == 0 && extra[j][klen] == '=') overridden = 1;
+    if (home && strncmp(environ[i], "HOME=", 5) == 0) overridden = 1;
     if (!overridden) env[k++] = environ[i];
   }
   for (uint32_t j = 0; j < n; j++) env[k++] = extra[j];

@@ -12,9 +12,15 @@ import { readFile, rm } from "node:fs/promises";
 import type { Socket } from "node:net";
 import { join, posix } from "node:path";
 import type { Readable } from "node:stream";
-import { DenvError, type ResolvedService, type ResolvedSpec } from "@denv/spec";
+import {
+  DenvError,
+  nameProblem,
+  type ResolvedService,
+  type ResolvedSpec,
+  resolvedSpecSchema,
+} from "@denv/spec";
 import { type CapsEvidence, readBackCaps } from "./caps-readback.ts";
-import { type EgressEvidence, type EgressTarget, probeEgress } from "./egress-probe.ts";
+import { bridgeLinkLocal, type EgressEvidence, type EgressTarget, probeEgress } from "./egress-probe.ts";
 import { AGENT_RUN_DIR, AGENT_SOCKET_NAME, AgentChannel } from "./exec/agent-channel.ts";
 import { AgentExecutor, type AgentTarget } from "./exec/agent-executor.ts";
 import { EngineExecutor } from "./exec/engine-executor.ts";
@@ -23,7 +29,7 @@ import { hostRoutes } from "./host-routes.ts";
 import { LABEL } from "./labels.ts";
 import type { ContainerRuntime, ContainerSpec, ContainerState, Labels } from "./runtime/container-runtime.ts";
 import { type EnvironmentRecord, StateStore, type VersionRecord } from "./state-store.ts";
-import type { StorageDriver } from "./storage/storage-driver.ts";
+import { isSafeId, type StorageDriver } from "./storage/storage-driver.ts";
 import { pickSubnet } from "./subnet-allocator.ts";
 import { sanitizeTar } from "./tar-sanitizer.ts";
 
@@ -116,8 +122,12 @@ export class Denvd {
   private readonly agentTargets = new Map<string, AgentTarget>();
   /** The sockets denvd listens on for the agents (they dial in; see agent-channel.ts). */
   private readonly agents: AgentChannel;
-  /** What the reconcile at open found and settled. */
-  lastReconcile: { removed: string[]; lost: string[] } = { removed: [], lost: [] };
+  /** What the reconcile at open found and settled (and what it could not). */
+  lastReconcile: { removed: string[]; lost: string[]; failed: string[] } = {
+    removed: [],
+    lost: [],
+    failed: [],
+  };
 
   private constructor(options: DenvdOptions, store: StateStore) {
     this.options = options;
@@ -196,6 +206,7 @@ export class Denvd {
       datasets: Record<string, string>;
     };
   }> {
+    checkSpec(spec);
     const images: Record<string, { reference: string; pulled: boolean }> = {};
     for (const [name, svc] of Object.entries(spec.services)) {
       const ref = svc.image_pinned ?? svc.image;
@@ -412,7 +423,12 @@ export class Denvd {
       extraHosts: s.extra_hosts,
       ulimits: s.ulimits,
       shmSizeBytes: s.shm_size_bytes,
-      sysctls: s.sysctls,
+      // On deny networks a container has no IPv6 at all: its interfaces would keep link-local
+      // addresses that reach the host's on the bridge, which an internal network does not stop.
+      sysctls:
+        env.spec.egress === "deny" && network.kind === "network"
+          ? { ...s.sysctls, "net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1" }
+          : s.sysctls,
       stopSignal: s.stop_signal,
       stopTimeoutMs: s.stop_grace_period_ms,
       restart: s.restart,
@@ -483,7 +499,7 @@ export class Denvd {
         try {
           return await this.runtime.createNetwork({ ...spec, subnet: pick.subnet });
         } catch (err) {
-          if (!(err instanceof DenvError && /overlap/i.test(err.message))) throw err;
+          if (!(err instanceof DenvError && err.details?.subnet_overlap)) throw err;
           used.push(pick.subnet);
         }
       }
@@ -899,11 +915,16 @@ export class Denvd {
       // network_mode none: no interface but loopback, so nothing can leave.
       return { result: "blocked", target: "none", outcome: "unreachable", ms: 0 };
     }
-    const evidence = { ...(await probeEgress(st.pid, target, first?.ip || undefined)), from: svc as string };
+    const linkLocal = first?.networkId ? await bridgeLinkLocal(first.networkId) : null;
+    const evidence = {
+      ...(await probeEgress(st.pid, target, first?.ip || undefined, linkLocal)),
+      from: svc as string,
+    };
     if (env.spec.egress === "deny" && evidence.result !== "blocked") {
+      const reached = evidence.outcome === "connected" || evidence.outcome === "refused";
       throw new DenvError(
         "forbidden",
-        `egress is deny but the probe from ${svc} reached ${evidence.target}`,
+        `egress is deny but the probe from ${svc} reached ${reached ? evidence.target : evidence.ipv6?.target}`,
         {
           details: { egress: evidence },
         },
@@ -978,7 +999,10 @@ export class Denvd {
     for (const id of Object.values(env.containers)) this.agentTargets.delete(id);
     for (const svc of Object.keys(env.spec.services))
       await this.agents.close(AgentChannel.keyOf(env.id, svc));
-    for (const ds of Object.values(env.datasets)) await this.storage.destroyDataset(ds);
+    for (const ds of Object.values(env.datasets)) {
+      // An id no driver accepts was never created (a record from before names were checked).
+      if (isSafeId(ds)) await this.storage.destroyDataset(ds);
+    }
     await this.store.deleteEnvironment(env.id);
     this.log("Destroyed environment", { environment: env.id });
   }
@@ -992,11 +1016,12 @@ export class Denvd {
   ): { env: EnvironmentRecord; id: string; service: string } {
     const env = this.environment(environmentId);
     const svc = service ?? env.spec.agent?.service ?? Object.keys(env.spec.services)[0];
-    const id = svc ? env.containers[svc] : undefined;
-    if (!svc || !id) {
+    // Own properties only: a service named "constructor" or "__proto__" is no service.
+    const id = svc && Object.hasOwn(env.containers, svc) ? env.containers[svc] : undefined;
+    if (!svc || typeof id !== "string") {
       throw new DenvError(
         "not_found",
-        `environment ${env.name} has no service ${service ?? ""}; it has ${Object.keys(env.containers).join(", ")}`,
+        `environment ${env.name} has no service ${JSON.stringify((service ?? "").slice(0, 64))}; it has ${Object.keys(env.containers).join(", ")}`,
       );
     }
     return { env, id, service: svc };
@@ -1110,61 +1135,91 @@ export class Denvd {
    * are removed; datasets and snapshots no record holds are destroyed; recorded environments whose
    * containers are gone are marked lost, and stopped ones are started again.
    */
-  async reconcile(): Promise<{ removed: string[]; lost: string[] }> {
+  async reconcile(): Promise<{ removed: string[]; lost: string[]; failed: string[] }> {
     const removed: string[] = [];
     const lost: string[] = [];
+    // One record or object that cannot be settled is logged and left: it never keeps denvd from
+    // coming up (a host that cannot start is lost to every environment on it).
+    const failed: string[] = [];
+    const attempt = async (what: string, fn: () => Promise<void>) => {
+      try {
+        await fn();
+      } catch (err) {
+        failed.push(what);
+        this.log("Could not reconcile", { what, error: (err as Error).message });
+      }
+    };
     for (const env of this.store.environments()) {
       if (env.status === "creating" || env.status === "destroying") {
-        await this.teardown(env);
-        removed.push(env.id);
+        await attempt(env.id, async () => {
+          await this.teardown(env);
+          removed.push(env.id);
+        });
       }
     }
     const owner = { [LABEL.owner]: this.store.ownerId };
     const known = new Set(this.store.environments().map((e) => e.id));
-    for (const c of await this.runtime.listContainers(owner)) {
-      if (!known.has(c.labels[LABEL.environment] ?? "")) {
-        await this.runtime.removeContainer(c.id);
-        removed.push(c.name);
+    await attempt("containers", async () => {
+      for (const c of await this.runtime.listContainers(owner)) {
+        if (!known.has(c.labels[LABEL.environment] ?? ""))
+          await attempt(c.name, async () => {
+            await this.runtime.removeContainer(c.id);
+            removed.push(c.name);
+          });
       }
-    }
-    for (const v of await this.runtime.listVolumes(owner)) {
-      if (!known.has(v.labels[LABEL.environment] ?? "")) {
-        await this.runtime.removeVolume(v.name);
-        removed.push(v.name);
+    });
+    await attempt("volumes", async () => {
+      for (const v of await this.runtime.listVolumes(owner)) {
+        if (!known.has(v.labels[LABEL.environment] ?? ""))
+          await attempt(v.name, async () => {
+            await this.runtime.removeVolume(v.name);
+            removed.push(v.name);
+          });
       }
-    }
-    for (const n of await this.runtime.listNetworks(owner)) {
-      if (!known.has(n.labels[LABEL.environment] ?? "")) {
-        await this.runtime.removeNetwork(n.id);
-        removed.push(n.name);
+    });
+    await attempt("networks", async () => {
+      for (const n of await this.runtime.listNetworks(owner)) {
+        if (!known.has(n.labels[LABEL.environment] ?? ""))
+          await attempt(n.name, async () => {
+            await this.runtime.removeNetwork(n.id);
+            removed.push(n.name);
+          });
       }
-    }
+    });
     const datasets = new Set(this.store.environments().flatMap((e) => Object.values(e.datasets)));
-    for (const ds of await this.storage.listDatasets()) {
-      if (!datasets.has(ds)) {
-        await this.storage.destroyDataset(ds);
-        removed.push(ds);
+    await attempt("datasets", async () => {
+      for (const ds of await this.storage.listDatasets()) {
+        if (!datasets.has(ds))
+          await attempt(ds, async () => {
+            await this.storage.destroyDataset(ds);
+            removed.push(ds);
+          });
       }
-    }
+    });
     const snaps = new Set(this.store.versions().flatMap((v) => Object.values(v.snapshots)));
-    for (const s of await this.storage.listSnapshots()) {
-      if (!snaps.has(s)) {
-        await this.storage.destroySnapshot(s);
-        removed.push(s);
+    await attempt("snapshots", async () => {
+      for (const snap of await this.storage.listSnapshots()) {
+        if (!snaps.has(snap))
+          await attempt(snap, async () => {
+            await this.storage.destroySnapshot(snap);
+            removed.push(snap);
+          });
       }
-    }
+    });
     for (const env of this.store.environments()) {
       if (env.status !== "running") continue;
-      const states = await Promise.all(
-        Object.values(env.containers).map((id) => this.runtime.inspectContainer(id).catch(() => null)),
-      );
-      if (states.some((s) => s === null)) {
-        env.status = "lost";
-        await this.store.putEnvironment(env);
-        lost.push(env.id);
-      } else {
-        for (const s of states) if (s && !s.running) await this.runtime.startContainer(s.id);
-      }
+      await attempt(env.id, async () => {
+        const states = await Promise.all(
+          Object.values(env.containers).map((id) => this.runtime.inspectContainer(id).catch(() => null)),
+        );
+        if (states.some((st) => st === null)) {
+          env.status = "lost";
+          await this.store.putEnvironment(env);
+          lost.push(env.id);
+        } else {
+          for (const st of states) if (st && !st.running) await this.runtime.startContainer(st.id);
+        }
+      });
     }
     // Agents keep running in their containers across a denvd restart and dial in again once
     // denvd listens for them.
@@ -1172,14 +1227,16 @@ export class Denvd {
       for (const env of this.store.environments()) {
         if (env.status !== "running") continue;
         for (const [svc, id] of Object.entries(env.containers)) {
-          await this.agents.listen(AgentChannel.keyOf(env.id, svc));
-          const st = await this.runtime.inspectContainer(id).catch(() => null);
-          if (st?.running) this.registerAgent(env, svc, st);
+          await attempt(`${env.id}/${svc}`, async () => {
+            await this.agents.listen(AgentChannel.keyOf(env.id, svc));
+            const st = await this.runtime.inspectContainer(id).catch(() => null);
+            if (st?.running) this.registerAgent(env, svc, st);
+          });
         }
       }
     }
-    if (removed.length || lost.length) this.log("Reconciled", { removed, lost });
-    return { removed, lost };
+    if (removed.length || lost.length || failed.length) this.log("Reconciled", { removed, lost, failed });
+    return { removed, lost, failed };
   }
 }
 
@@ -1193,4 +1250,27 @@ export function checkContainerPath(path: string): string {
   if (path.split("/").includes(".."))
     throw new DenvError("invalid_argument", `path ${path} must not contain ".."`);
   return posix.normalize(path).replace(/(.)\/$/, "$1");
+}
+
+/**
+ * What denvd takes from the control plane is checked before anything is made: the spec's shape,
+ * and every name against the rule all drivers and the engine accept. A spec that fails is refused
+ * whole, leaving no record, dataset or object behind.
+ */
+export function checkSpec(spec: ResolvedSpec): void {
+  const parsed = resolvedSpecSchema.safeParse(spec);
+  if (!parsed.success)
+    throw new DenvError(
+      "invalid_argument",
+      `the spec is not a resolved spec: ${parsed.error.issues[0]?.message ?? ""}`,
+    );
+  const names: [string, string][] = [
+    ...Object.keys(spec.services).map((n): [string, string] => ["service", n]),
+    ...Object.keys(spec.datasets).map((n): [string, string] => ["volume", n]),
+    ...Object.keys(spec.networks).map((n): [string, string] => ["network", n]),
+  ];
+  for (const [kind, name] of names) {
+    const problem = nameProblem(name);
+    if (problem) throw new DenvError("invalid_argument", `${kind} name "${name}" ${problem}`);
+  }
 }

@@ -9,8 +9,9 @@ export {
   type SnapshotEvidence,
   type WarmEvidence,
 } from "./denvd.ts";
-export type { EgressEvidence, EgressTarget } from "./egress-probe.ts";
+export { bridgeLinkLocal, type EgressEvidence, type EgressTarget, probeEgress } from "./egress-probe.ts";
 export { DEFAULT_AGENT_BINARY, defaultAgentBinary } from "./exec/agent-binary.ts";
+export { AgentChannel } from "./exec/agent-channel.ts";
 export { AgentExecutor } from "./exec/agent-executor.ts";
 export { EngineExecutor } from "./exec/engine-executor.ts";
 export type { ExecOptions, ExecResult, Executor } from "./exec/executor.ts";

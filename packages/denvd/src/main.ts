@@ -50,7 +50,9 @@ export async function runDenvd(
   const denvd = await Denvd.open({
     stateDir,
     storage: storageFor(config, stateDir),
-    runtime: new DockerRuntime(),
+    runtime: new DockerRuntime(undefined, {
+      onEngineError: (what, text) => log("Engine refused", { what, text }),
+    }),
     egressProbeTarget: host && port ? { host, port: Number(port) } : null,
     agentBinary: defaultAgentBinary(),
     extraLabels: Object.fromEntries(

@@ -205,13 +205,20 @@ export class Sidecar {
     if (!run) {
       run = this.perform(msg.method, msg.params, opId).then(
         (result): Outcome => ({ ok: true, result }),
-        (err: unknown): Outcome => ({
-          ok: false,
-          error:
-            err instanceof DenvError
-              ? { code: err.code, message: err.message, details: err.details }
-              : { code: "internal", message: (err as Error).message },
-        }),
+        (err: unknown): Outcome => {
+          if (err instanceof DenvError)
+            return { ok: false, error: { code: err.code, message: err.message, details: err.details } };
+          // Anything else is a fault of denvd's own (a file, a system call): its words, with host
+          // paths in them, stay in the host's log.
+          this.log("Operation failed", { op: msg.method, error: (err as Error).message });
+          return {
+            ok: false,
+            error: {
+              code: "internal",
+              message: `the host could not finish ${msg.method}; its log has the details`,
+            },
+          };
+        },
       );
       this.ops.set(opId, run);
       void run.then((r) => this.keep(opId, r));

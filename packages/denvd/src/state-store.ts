@@ -76,7 +76,7 @@ export class StateStore {
   }
 
   environment(id: string): EnvironmentRecord | undefined {
-    return this.state.environments[id];
+    return Object.hasOwn(this.state.environments, id) ? this.state.environments[id] : undefined;
   }
 
   versions(): VersionRecord[] {
@@ -84,7 +84,7 @@ export class StateStore {
   }
 
   version(id: string): VersionRecord | undefined {
-    return this.state.versions[id];
+    return Object.hasOwn(this.state.versions, id) ? this.state.versions[id] : undefined;
   }
 
   async putEnvironment(rec: EnvironmentRecord): Promise<void> {

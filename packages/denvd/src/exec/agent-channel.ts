@@ -76,6 +76,8 @@ export class AgentChannel {
       l.server.once("error", reject);
       l.server.listen(this.socketPath(key), () => resolve());
     });
+    // Listening for agents never keeps the process alive by itself (work in flight does).
+    l.server.unref();
     this.listeners.set(key, l);
     return dir;
   }
@@ -174,6 +176,7 @@ export class AgentChannel {
         // The newest control connection wins: the agent reconnects after a denvd restart.
         l.control?.destroy();
         l.control = sock;
+        sock.unref();
         sock.on("data", () => {}); // the agent sends nothing more on it
         sock.on("close", () => {
           if (l.control === sock) l.control = null;

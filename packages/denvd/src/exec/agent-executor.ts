@@ -59,7 +59,12 @@ function readFrames(
       const len = buf.readUInt32LE(1);
       if (len > MAX_FRAME_BYTES) {
         sock.destroy();
-        onBad(new Error("the agent sent a frame larger than any it writes"));
+        onBad(
+          new DenvError(
+            "unavailable",
+            "the service's agent broke the protocol (a frame larger than any it writes)",
+          ),
+        );
         return;
       }
       if (buf.length < 5 + len) break;
@@ -160,7 +165,10 @@ export class AgentExecutor implements Executor {
         reject,
       );
       sock.on("close", () => {
-        if (!done) reject(new Error("the agent closed the connection before it finished"));
+        if (!done)
+          reject(
+            new DenvError("unavailable", "the service's agent closed the connection before it finished"),
+          );
       });
       sock.on("error", () => {});
     });
@@ -220,7 +228,13 @@ export class AgentExecutor implements Executor {
         reject,
       );
       sock.on("close", () => {
-        if (code === undefined) reject(new Error("the agent closed the connection before the exit status"));
+        if (code === undefined)
+          reject(
+            new DenvError(
+              "unavailable",
+              "the service's agent closed the connection before the command's exit status",
+            ),
+          );
       });
       // A write after the command ended (stdin it did not read) may fail; the status is what counts.
       sock.on("error", (e) => {

@@ -89,8 +89,8 @@ export interface ContainerState {
   memoryBytes: number;
   pids: number;
   nanoCpus: number;
-  /** Addresses by network name. */
-  addresses: Record<string, { ip: string; gateway: string }>;
+  /** Addresses by network name, with the engine's id of each network. */
+  addresses: Record<string, { ip: string; gateway: string; networkId: string }>;
   /** Host path of the container's merged root filesystem, while it exists; null when unknown. */
   rootfsPath: string | null;
   /** The user the container runs as (its `user:`, else the image's USER); null: root. */

@@ -18,13 +18,35 @@ import type {
   VolumeSpec,
 } from "./container-runtime.ts";
 
-function mapError(err: unknown, what: string): never {
+/**
+ * Engine failures in denv's words. The engine's own text (container ids, daemon internals) never
+ * goes into the message: it stays in `cause`, and in denvd's log through onEngineError.
+ */
+function mapError(err: unknown, what: string, notFound = "it no longer exists"): never {
   const status = (err as { statusCode?: number }).statusCode;
-  const detail = (err as { json?: { message?: string } }).json?.message ?? (err as Error).message;
-  if (status === 404) throw new DenvError("not_found", `${what}: ${detail}`, { cause: err });
-  if (status === 409) throw new DenvError("conflict", `${what}: ${detail}`, { cause: err });
-  throw new DenvError("engine_error", `${what}: ${detail}`, { cause: err });
+  engineErrorLog?.(what, engineText(err));
+  if (status === 404) throw new DenvError("not_found", `${what}: ${notFound}`, { cause: err });
+  if (status === 409) throw new DenvError("conflict", `${what}: it is busy or not running`, { cause: err });
+  if (status === 400)
+    throw new DenvError(
+      "invalid_argument",
+      `${what}: the engine refused the request (denvd's log has its words)`,
+      {
+        cause: err,
+      },
+    );
+  throw new DenvError("engine_error", `${what}: the engine failed (denvd's log has its words)`, {
+    cause: err,
+  });
 }
+
+/** The engine's own words for a failure (for logs, and for decisions denvd makes on them). */
+export function engineText(err: unknown): string {
+  const e = (err instanceof DenvError ? err.cause : err) as { json?: { message?: string }; message?: string };
+  return String(e?.json?.message ?? e?.message ?? "");
+}
+
+let engineErrorLog: ((what: string, text: string) => void) | undefined;
 
 const labelFilter = (labels: Labels) =>
   JSON.stringify({ label: Object.entries(labels).map(([k, v]) => `${k}=${v}`) });
@@ -38,8 +60,12 @@ const ignoreGone = (err: unknown) => {
 export class DockerRuntime implements ContainerRuntime {
   readonly docker: Docker;
 
-  constructor(socketPath = "/var/run/docker.sock") {
+  constructor(
+    socketPath = "/var/run/docker.sock",
+    options: { onEngineError?: (what: string, text: string) => void } = {},
+  ) {
     this.docker = new Docker({ socketPath });
+    if (options.onEngineError) engineErrorLog = options.onEngineError;
   }
 
   async ping(): Promise<void> {
@@ -59,7 +85,14 @@ export class DockerRuntime implements ContainerRuntime {
         // no IPv4 address on the bridge, the host is not there to reach.
         ...(spec.internal ? { Options: { "com.docker.network.bridge.inhibit_ipv4": "true" } } : {}),
       })
-      .catch((e: unknown) => mapError(e, `creating network ${spec.name}`));
+      .catch((e: unknown) => {
+        // A subnet someone else took meanwhile: the caller picks another one.
+        if (/overlap/i.test(engineText(e)))
+          throw new DenvError("conflict", "the network's subnet is in use", {
+            details: { subnet_overlap: true },
+          });
+        return mapError(e, "creating the environment's network");
+      });
     return net.id;
   }
 
@@ -68,7 +101,7 @@ export class DockerRuntime implements ContainerRuntime {
       .getNetwork(nameOrId)
       .remove()
       .catch(ignoreGone)
-      .catch((e: unknown) => mapError(e, `removing network ${nameOrId}`));
+      .catch((e: unknown) => mapError(e, "removing the environment's network"));
   }
 
   async listNetworks(labels: Labels): Promise<ObjectSummary[]> {
@@ -93,7 +126,7 @@ export class DockerRuntime implements ContainerRuntime {
         DriverOpts: { type: "none", o: "bind", device: spec.hostPath },
         Labels: spec.labels,
       })
-      .catch((e: unknown) => mapError(e, `creating volume ${spec.name}`));
+      .catch((e: unknown) => mapError(e, "creating a volume"));
   }
 
   async removeVolume(name: string): Promise<void> {
@@ -101,7 +134,7 @@ export class DockerRuntime implements ContainerRuntime {
       .getVolume(name)
       .remove()
       .catch(ignoreGone)
-      .catch((e: unknown) => mapError(e, `removing volume ${name}`));
+      .catch((e: unknown) => mapError(e, "removing a volume"));
   }
 
   async listVolumes(labels: Labels): Promise<ObjectSummary[]> {
@@ -115,7 +148,7 @@ export class DockerRuntime implements ContainerRuntime {
       return true;
     } catch (err) {
       if ((err as { statusCode?: number }).statusCode === 404) return false;
-      mapError(err, `inspecting image ${reference}`);
+      mapError(err, `looking up image ${reference}`);
     }
   }
 
@@ -205,7 +238,7 @@ export class DockerRuntime implements ContainerRuntime {
         },
         ...(endpoints ? { NetworkingConfig: { EndpointsConfig: endpoints } } : {}),
       })
-      .catch((e: unknown) => mapError(e, `creating container ${spec.name}`));
+      .catch((e: unknown) => mapError(e, "creating a container"));
     return c.id;
   }
 
@@ -214,7 +247,7 @@ export class DockerRuntime implements ContainerRuntime {
       .getContainer(id)
       .start()
       .catch(ignoreGone)
-      .catch((e: unknown) => mapError(e, `starting container ${id}`));
+      .catch((e: unknown) => mapError(e, "starting a container"));
   }
 
   async stopContainer(id: string, timeoutMs: number): Promise<void> {
@@ -222,7 +255,7 @@ export class DockerRuntime implements ContainerRuntime {
       .getContainer(id)
       .stop({ t: Math.ceil(timeoutMs / 1000) })
       .catch(ignoreGone)
-      .catch((e: unknown) => mapError(e, `stopping container ${id}`));
+      .catch((e: unknown) => mapError(e, "stopping a container"));
   }
 
   async removeContainer(id: string): Promise<void> {
@@ -230,31 +263,31 @@ export class DockerRuntime implements ContainerRuntime {
       .getContainer(id)
       .remove({ force: true, v: false })
       .catch(ignoreGone)
-      .catch((e: unknown) => mapError(e, `removing container ${id}`));
+      .catch((e: unknown) => mapError(e, "removing a container"));
   }
 
   async pauseContainer(id: string): Promise<void> {
     await this.docker
       .getContainer(id)
       .pause()
-      .catch((e: unknown) => mapError(e, `pausing container ${id}`));
+      .catch((e: unknown) => mapError(e, "pausing a container"));
   }
 
   async unpauseContainer(id: string): Promise<void> {
     await this.docker
       .getContainer(id)
       .unpause()
-      .catch((e: unknown) => mapError(e, `unpausing container ${id}`));
+      .catch((e: unknown) => mapError(e, "unpausing a container"));
   }
 
   async inspectContainer(id: string): Promise<ContainerState> {
     const info = await this.docker
       .getContainer(id)
       .inspect()
-      .catch((e: unknown) => mapError(e, `inspecting container ${id}`));
+      .catch((e: unknown) => mapError(e, "inspecting a container"));
     const addresses: ContainerState["addresses"] = {};
     for (const [name, n] of Object.entries(info.NetworkSettings?.Networks ?? {})) {
-      addresses[name] = { ip: n.IPAddress, gateway: n.Gateway };
+      addresses[name] = { ip: n.IPAddress, gateway: n.Gateway, networkId: n.NetworkID ?? "" };
     }
     return {
       id: info.Id,
@@ -288,7 +321,7 @@ export class DockerRuntime implements ContainerRuntime {
     const raw = (await this.docker
       .getContainer(id)
       .logs({ stdout: true, stderr: true, follow: false })
-      .catch((e: unknown) => mapError(e, `reading the logs of ${id}`))) as unknown as Buffer;
+      .catch((e: unknown) => mapError(e, "reading a container's output"))) as unknown as Buffer;
     // Without a TTY the engine multiplexes: 8-byte frames, byte 0 the stream (1 stdout, 2 stderr).
     const out: Buffer[] = [];
     const err: Buffer[] = [];
@@ -315,8 +348,10 @@ export class DockerRuntime implements ContainerRuntime {
     const exec = await this.docker
       .getContainer(id)
       .exec({ Cmd: cmd, User: user, AttachStdout: false, AttachStderr: false })
-      .catch((e: unknown) => mapError(e, `exec in ${id}`));
-    const stream = (await exec.start({ Detach: true }).catch((e: unknown) => mapError(e, `exec in ${id}`))) as
+      .catch((e: unknown) => mapError(e, "running a command in the service"));
+    const stream = (await exec
+      .start({ Detach: true })
+      .catch((e: unknown) => mapError(e, "running a command in the service"))) as
       | (NodeJS.ReadableStream & { destroy?: () => void })
       | undefined;
     // The engine has answered, so the process runs; the connection itself is not needed.
@@ -336,10 +371,11 @@ export class DockerRuntime implements ContainerRuntime {
         ...(options.workingDir ? { WorkingDir: options.workingDir } : {}),
         Env: Object.entries(options.env ?? {}).map(([k, v]) => `${k}=${v}`),
       })
-      .catch((e: unknown) => mapError(e, `exec in ${id}`));
+      .catch((e: unknown) => mapError(e, "running a command in the service"));
     const stream = (await exec
       .start({ hijack: true, stdin: hasStdin })
-      .catch((e: unknown) => mapError(e, `exec in ${id}`))) as NodeJS.ReadWriteStream & Readable;
+      .catch((e: unknown) => mapError(e, "running a command in the service"))) as NodeJS.ReadWriteStream &
+      Readable;
     if (options.onPid) {
       // The engine fills in the exec's PID a moment after start; poll briefly for it.
       void (async () => {
@@ -363,7 +399,7 @@ export class DockerRuntime implements ContainerRuntime {
       else input.pipe(stream);
     }
     await ended;
-    const info = await exec.inspect().catch((e: unknown) => mapError(e, `exec in ${id}`));
+    const info = await exec.inspect().catch((e: unknown) => mapError(e, "running a command in the service"));
     return { exitCode: info.ExitCode ?? -1 };
   }
 
@@ -371,7 +407,9 @@ export class DockerRuntime implements ContainerRuntime {
     await this.docker
       .getContainer(id)
       .putArchive(tar, { path })
-      .catch((e: unknown) => mapError(e, `writing files to ${path}`));
+      .catch((e: unknown) =>
+        mapError(e, `writing files to ${path}`, "the directory does not exist in the service"),
+      );
   }
 
   async statPath(id: string, path: string): Promise<PathStat | null> {
@@ -380,7 +418,7 @@ export class DockerRuntime implements ContainerRuntime {
       .infoArchive({ path })
       .catch((e: unknown) => {
         if ((e as { statusCode?: number }).statusCode === 404) return null;
-        return mapError(e, `reading ${path}`);
+        return mapError(e, `reading ${path}`, "no such path in the service");
       })) as (Readable & { headers?: Record<string, string> }) | null;
     if (!res) return null;
     res.resume?.();
@@ -398,7 +436,7 @@ export class DockerRuntime implements ContainerRuntime {
     return (await this.docker
       .getContainer(id)
       .getArchive({ path })
-      .catch((e: unknown) => mapError(e, `reading ${path}`))) as Readable;
+      .catch((e: unknown) => mapError(e, `reading ${path}`, "no such path in the service"))) as Readable;
   }
 }
 

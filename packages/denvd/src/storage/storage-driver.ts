@@ -2,6 +2,7 @@
  * The storage port: datasets (a stack's volumes), read-only snapshots of them, and writable clones
  * of snapshots (a fork's volumes). Three drivers pass one contract suite: btrfs, dir and zfs.
  */
+import { DenvError } from "@denv/spec";
 
 export type StorageKind = "btrfs" | "dir" | "zfs";
 
@@ -46,8 +47,14 @@ export interface StorageDriver {
 }
 
 /** Ids become path components and zfs dataset names: keep them to a safe alphabet. */
+export function isSafeId(id: string): boolean {
+  return /^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$/.test(id) && !id.includes("..");
+}
+
 export function assertSafeId(id: string): void {
-  if (!/^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$/.test(id) || id.includes("..")) {
-    throw new Error(`unsafe storage id ${JSON.stringify(id)}`);
-  }
+  if (!isSafeId(id))
+    throw new DenvError(
+      "invalid_argument",
+      `${JSON.stringify(id.slice(0, 200))} is not a storage id denv makes`,
+    );
 }

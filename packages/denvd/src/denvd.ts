@@ -539,7 +539,10 @@ export class Denvd {
             ),
           );
           const t = performance.now();
-          await this.runtime.startContainer(env.containers[svc] as string);
+          await this.runtime.startContainer(env.containers[svc] as string).catch((err: unknown) => {
+            if (!(err instanceof DenvError)) throw err;
+            throw new DenvError(err.code, `service ${svc} did not start: ${err.message}`, { cause: err });
+          });
           // Off the critical path: until the agent listens, exec (and health checks) use the engine.
           agentStarts.push(
             this.startAgent(env, svc).catch((err: unknown) =>
@@ -1027,7 +1030,7 @@ export class Denvd {
     return { env, id, service: svc };
   }
 
-  exec(environmentId: string, service: string | undefined, options: ExecOptions): Promise<ExecResult> {
+  async exec(environmentId: string, service: string | undefined, options: ExecOptions): Promise<ExecResult> {
     const { id } = this.containerOf(environmentId, service);
     return this.executor.exec(id, options);
   }

@@ -358,6 +358,26 @@ export type PostV1EnvsByIdPortsByPortBody = {
   service?: string;
 };
 
+/** Revoke the environment's port URLs to one port — DELETE /v1/envs/{id}/ports/{port} */
+export type DeleteV1EnvsByIdPortsByPortResponse = {
+  revoked: number;
+};
+
+/** The environment's port URLs (never their tokens, which are shown once) — GET /v1/envs/{id}/ports */
+export type GetV1EnvsByIdPortsResponse = {
+  ports: Array<{
+    id: string;
+    port: number;
+    service: string | null;
+    created_at: string;
+  }>;
+};
+
+/** Revoke every port URL of the environment — DELETE /v1/envs/{id}/ports */
+export type DeleteV1EnvsByIdPortsResponse = {
+  revoked: number;
+};
+
 /** Any method, and WebSocket upgrades: relayed to the port a port URL names, with {path} as the request path — GET /v1/tunnels/{token}/{path} */
 export type GetV1TunnelsByTokenByPathResponse = unknown;
 
@@ -528,6 +548,9 @@ export const OPERATIONS = {
   putV1EnvsByIdFiles: { method: "PUT", path: "/v1/envs/{id}/files", params: ["id"], body: "tar", response: "json" },
   getV1EnvsByIdFiles: { method: "GET", path: "/v1/envs/{id}/files", params: ["id"], body: "none", response: "tar" },
   postV1EnvsByIdPortsByPort: { method: "POST", path: "/v1/envs/{id}/ports/{port}", params: ["id","port"], body: "json", response: "json" },
+  deleteV1EnvsByIdPortsByPort: { method: "DELETE", path: "/v1/envs/{id}/ports/{port}", params: ["id","port"], body: "none", response: "json" },
+  getV1EnvsByIdPorts: { method: "GET", path: "/v1/envs/{id}/ports", params: ["id"], body: "none", response: "json" },
+  deleteV1EnvsByIdPorts: { method: "DELETE", path: "/v1/envs/{id}/ports", params: ["id"], body: "none", response: "json" },
   getV1TunnelsByTokenByPath: { method: "GET", path: "/v1/tunnels/{token}/{path}", params: ["token","path"], body: "none", response: "json" },
   postV1EnvsByIdServicesByServiceStop: { method: "POST", path: "/v1/envs/{id}/services/{service}/stop", params: ["id","service"], body: "none", response: "json" },
   getV1VersionsById: { method: "GET", path: "/v1/versions/{id}", params: ["id"], body: "none", response: "json" },
@@ -566,6 +589,9 @@ export interface Operations {
   putV1EnvsByIdFiles: { params: { id: string }; body: Uint8Array; response: PutV1EnvsByIdFilesResponse };
   getV1EnvsByIdFiles: { params: { id: string }; body: undefined; response: GetV1EnvsByIdFilesResponse };
   postV1EnvsByIdPortsByPort: { params: { id: string; port: string }; body: PostV1EnvsByIdPortsByPortBody; response: PostV1EnvsByIdPortsByPortResponse };
+  deleteV1EnvsByIdPortsByPort: { params: { id: string; port: string }; body: undefined; response: DeleteV1EnvsByIdPortsByPortResponse };
+  getV1EnvsByIdPorts: { params: { id: string }; body: undefined; response: GetV1EnvsByIdPortsResponse };
+  deleteV1EnvsByIdPorts: { params: { id: string }; body: undefined; response: DeleteV1EnvsByIdPortsResponse };
   getV1TunnelsByTokenByPath: { params: { token: string; path: string }; body: undefined; response: GetV1TunnelsByTokenByPathResponse };
   postV1EnvsByIdServicesByServiceStop: { params: { id: string; service: string }; body: undefined; response: PostV1EnvsByIdServicesByServiceStopResponse };
   getV1VersionsById: { params: { id: string }; body: undefined; response: GetV1VersionsByIdResponse };

@@ -12,9 +12,10 @@ export const errorSchema = z.object({
 const name = z
   .string()
   .regex(
-    /^[a-z0-9][a-z0-9_.-]{0,62}$/,
-    "lower-case letters, digits, '.', '_' or '-', starting with a letter or digit",
-  );
+    /^[a-z0-9][a-z0-9_-]*(?:\.[a-z0-9_-]+)*$/,
+    "lower-case letters, digits, '_' or '-' (single dots between them), starting with a letter or digit",
+  )
+  .max(63);
 
 export const createTeamBody = z.strictObject({ name: z.string().min(1).max(100) });
 export const teamCreated = z.object({ team_id: z.string(), name: z.string(), api_key: z.string() });
@@ -168,6 +169,13 @@ export const portUrlCreated = z.object({
   url: z.string(),
   port: z.number(),
   service: z.string().nullable(),
+});
+
+export const portUrlListed = z.object({
+  id: z.string(),
+  port: z.number(),
+  service: z.string().nullable(),
+  created_at: z.string(),
 });
 
 export const cloudConnectBody = z.strictObject({
@@ -419,6 +427,27 @@ export const ROUTES: RouteDoc[] = [
     body: portUrlBody,
     response: portUrlCreated,
     status: 201,
+    auth: true,
+  },
+  {
+    method: "get",
+    path: "/v1/envs/{id}/ports",
+    summary: "The environment's port URLs (never their tokens, which are shown once)",
+    response: z.object({ ports: z.array(portUrlListed) }),
+    auth: true,
+  },
+  {
+    method: "delete",
+    path: "/v1/envs/{id}/ports",
+    summary: "Revoke every port URL of the environment",
+    response: z.object({ revoked: z.number() }),
+    auth: true,
+  },
+  {
+    method: "delete",
+    path: "/v1/envs/{id}/ports/{port}",
+    summary: "Revoke the environment's port URLs to one port",
+    response: z.object({ revoked: z.number() }),
     auth: true,
   },
   {

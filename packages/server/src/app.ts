@@ -5,6 +5,7 @@
  */
 import { Readable } from "node:stream";
 import { DenvError, isDenvError } from "@denv/spec";
+import type { MiddlewareHandler } from "hono";
 import { Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { stream, streamSSE } from "hono/streaming";
@@ -33,7 +34,15 @@ import type { FetchPolicy } from "./fetch-policy.ts";
 import { checkGitUrl } from "./git-source.ts";
 import type { HostHub } from "./host-hub.ts";
 import { hashSecret, newId, newSecret, now } from "./ids.ts";
-import { createPortUrl, proxyHttp, splitTunnelPath } from "./port-tunnels.ts";
+import {
+  createPortUrl,
+  listPortUrls,
+  proxyHttp,
+  revokePortUrls,
+  splitTunnelPath,
+  TUNNEL_PREFIX,
+} from "./port-tunnels.ts";
+import { DEFAULT_RATE_LIMIT, RateLimiter, type RateLimitOptions } from "./rate-limit.ts";
 import type { Store } from "./store/open-store.ts";
 import type { CloudsTable, DeploymentsTable, EnvironmentsTable, ProjectsTable } from "./store/schema.ts";
 
@@ -46,16 +55,22 @@ export interface AppDeps {
   joinTokenTtlMs?: number;
   /** Where the denvd executables are served from (GET /v1/downloads/{file}). */
   downloadsDir?: string;
-  /** Encrypts cloud tokens at rest. */
-  secrets?: SecretBox;
+  /** Encrypts cloud tokens, sources and resolved specs at rest. */
+  secrets: SecretBox;
   /** Hosts the server fetches from for teams (git sources, cloud APIs). */
   fetchPolicy: FetchPolicy;
+  /** Requests per key (default DEFAULT_RATE_LIMIT). */
+  rateLimit?: RateLimitOptions;
+  /** Where the server's own faults are logged (their words never go to clients). */
+  log?: (message: string, context?: Record<string, unknown>) => void;
 }
 
 const JSON_LIMIT = 1024 * 1024;
 const EXEC_LIMIT = 80 * 1024 * 1024; // 50 MiB of stdin, base64
 /** Files travel to the host inside one message (MAX_MESSAGE_BYTES, base64): 64 MiB of tar fits. */
 const FILES_LIMIT = 64 * 1024 * 1024;
+
+const SOURCE_LIMIT = 3 * JSON_LIMIT;
 
 function tooLarge(limit: number) {
   return bodyLimit({
@@ -67,6 +82,30 @@ function tooLarge(limit: number) {
       );
     },
   });
+}
+
+/**
+ * Every route has a body limit: 1 MiB of JSON, more only where a route carries data (exec stdin,
+ * files, a project's source). Port URLs stream their bodies to the service and buffer nothing.
+ */
+const BODY_LIMITS: { method: string; path: RegExp; limit: number }[] = [
+  { method: "PUT", path: /^\/v1\/envs\/[^/]+\/files$/, limit: FILES_LIMIT },
+  { method: "POST", path: /^\/v1\/envs\/[^/]+\/exec$/, limit: EXEC_LIMIT },
+  { method: "PUT", path: /^\/v1\/projects\/[^/]+\/source$/, limit: SOURCE_LIMIT },
+];
+const limiters = new Map<number, ReturnType<typeof tooLarge>>();
+function bodyLimits(): MiddlewareHandler {
+  return async function bodyLimitsFor(c, next) {
+    if (c.req.path.startsWith(TUNNEL_PREFIX)) return next();
+    const limit =
+      BODY_LIMITS.find((l) => l.method === c.req.method && l.path.test(c.req.path))?.limit ?? JSON_LIMIT;
+    let mw = limiters.get(limit);
+    if (!mw) {
+      mw = tooLarge(limit);
+      limiters.set(limit, mw);
+    }
+    return mw(c, next);
+  };
 }
 
 async function parse<T extends z.ZodType>(req: Request, schema: T): Promise<z.infer<T>> {
@@ -112,23 +151,29 @@ function serializeProject(p: ProjectsTable) {
 }
 
 export function createApp(deps: AppDeps): Hono<Env> {
-  const { store, hub, deployer } = deps;
+  const { store, hub, deployer, secrets } = deps;
   const app = new Hono<Env>();
 
+  const log = deps.log ?? ((message, context) => console.error(message, JSON.stringify(context ?? {})));
+  const limiter = new RateLimiter(deps.rateLimit ?? DEFAULT_RATE_LIMIT);
   app.onError((err, c) => {
     // The rest of a refused body is never read: the connection cannot be reused.
     if (isDenvError(err) && err.code === "payload_too_large") c.header("connection", "close");
     if (isDenvError(err)) return c.json(err.toJSON(), err.httpStatus as 400);
-    const e = new DenvError("internal", `internal error: ${err.message}`);
+    // A fault of the server's own: its words (SQL, paths, stacks) go to the log under a reference.
+    const ref = newId("err");
+    log("Request failed", { ref, method: c.req.method, path: c.req.path, error: err.stack ?? err.message });
+    const e = new DenvError("internal", `the server failed (reference ${ref}); its log has the details`);
     return c.json(e.toJSON(), 500);
   });
+  app.use("*", bodyLimits());
   app.notFound((c) =>
     c.json(new DenvError("not_found", `no route ${c.req.method} ${c.req.path}`).toJSON(), 404),
   );
 
   app.get("/v1/openapi.json", (c) => c.json(openApiDocument()));
 
-  app.post("/v1/hosts/join", tooLarge(JSON_LIMIT), async (c) => {
+  app.post("/v1/hosts/join", async (c) => {
     const body = await parse(c.req.raw, hostJoinBody);
     const token = await store
       .selectFrom("join_tokens")
@@ -210,12 +255,21 @@ export function createApp(deps: AppDeps): Hono<Env> {
       .where("key_hash", "=", hashSecret(key))
       .executeTakeFirst();
     if (!row) throw new DenvError("unauthenticated", "this API key is not valid");
+    const allowed = limiter.take(row.id);
+    if (!allowed.ok) {
+      c.header("retry-after", String(Math.max(1, Math.ceil(allowed.retryAfterMs / 1000))));
+      throw new DenvError(
+        "rate_limited",
+        `this key is over its rate limit; retry in ${allowed.retryAfterMs} ms (Retry-After)`,
+        { details: { retry_after_ms: allowed.retryAfterMs } },
+      );
+    }
     c.set("teamId", row.team_id);
     c.set("admin", row.admin === 1);
     await next();
   });
 
-  app.post("/v1/teams", tooLarge(JSON_LIMIT), async (c) => {
+  app.post("/v1/teams", async (c) => {
     if (!c.get("admin")) throw new DenvError("forbidden", "only an admin key can create teams");
     const body = await parse(c.req.raw, createTeamBody);
     const teamId = newId("team");
@@ -273,7 +327,7 @@ export function createApp(deps: AppDeps): Hono<Env> {
     return p;
   };
 
-  app.post("/v1/projects", tooLarge(JSON_LIMIT), async (c) => {
+  app.post("/v1/projects", async (c) => {
     const body = await parse(c.req.raw, createProjectBody);
     const teamId = c.get("teamId");
     const exists = await store
@@ -323,7 +377,7 @@ export function createApp(deps: AppDeps): Hono<Env> {
     c.json(serializeProject(await project(c.get("teamId"), c.req.param("id")))),
   );
 
-  app.put("/v1/projects/:id/source", tooLarge(3 * JSON_LIMIT), async (c) => {
+  app.put("/v1/projects/:id/source", async (c) => {
     const p = await project(c.get("teamId"), c.req.param("id"));
     if (p.source_type !== "local")
       throw new DenvError(
@@ -331,15 +385,16 @@ export function createApp(deps: AppDeps): Hono<Env> {
         `project ${p.name} deploys from ${p.source}; only local projects take uploads`,
       );
     const body = await parse(c.req.raw, uploadSourceBody);
-    await store
-      .updateTable("projects")
-      .set({ compose_text: body.compose, dotenv_text: body.dotenv ?? null })
-      .where("id", "=", p.id)
-      .execute();
-    return c.json(serializeProject({ ...p, compose_text: body.compose, dotenv_text: body.dotenv ?? null }));
+    // Sealed at rest: a .env (and often a compose file) holds the team's secrets.
+    const sealed = {
+      compose_text: secrets.sealText(body.compose),
+      dotenv_text: secrets.sealText(body.dotenv ?? null),
+    };
+    await store.updateTable("projects").set(sealed).where("id", "=", p.id).execute();
+    return c.json(serializeProject({ ...p, ...sealed }));
   });
 
-  app.post("/v1/projects/:id/deploy", tooLarge(JSON_LIMIT), async (c) => {
+  app.post("/v1/projects/:id/deploy", async (c) => {
     const p = await project(c.get("teamId"), c.req.param("id"));
     const body = await parse(c.req.raw, deployBody);
     const { deploymentId, done } = await deployer.deploy(p, body.env);
@@ -375,13 +430,16 @@ export function createApp(deps: AppDeps): Hono<Env> {
       };
       await send(d);
       let current = d;
-      while (current.status === "running" || current.status === "queued") {
+      while ((current.status === "running" || current.status === "queued") && !stream.aborted) {
+        // Woken by the deployment's next change, or after a second; the listener goes either way.
         await new Promise<void>((resolve) => {
-          const t = setTimeout(resolve, 1000);
-          deployer.events.once(d.id, () => {
+          const wake = () => {
             clearTimeout(t);
+            deployer.events.off(d.id, wake);
             resolve();
-          });
+          };
+          const t = setTimeout(wake, 1000);
+          deployer.events.on(d.id, wake);
         });
         current = (await deployer.getDeployment(d.id)) as DeploymentsTable;
         await send(current);
@@ -431,9 +489,31 @@ export function createApp(deps: AppDeps): Hono<Env> {
       current_version_id: e.current_version_id,
       parent_version_id: e.parent_version_id,
       sandbox: e.sandbox === 1,
-      services: v ? Object.keys(JSON.parse(v.spec_json).services) : [],
+      services: v ? Object.keys(JSON.parse(secrets.openText(v.spec_json)).services) : [],
       created_at: e.created_at,
     };
+  };
+  /** The service a request names, checked against the environment's own services first. */
+  const serviceOf = async (
+    e: EnvironmentsTable,
+    service: string | undefined,
+  ): Promise<string | undefined> => {
+    if (service === undefined) return undefined;
+    const { services } = await serializeEnv(e);
+    if (!services.includes(service))
+      throw new DenvError(
+        "not_found",
+        `environment ${e.name} has no service ${JSON.stringify(service.slice(0, 64))}; it has ${services.join(", ")}`,
+      );
+    return service;
+  };
+  /** An absolute path in a service: normalised, with no `..` and no NUL byte. */
+  const containerPath = (path: string | undefined): string => {
+    if (!path?.startsWith("/"))
+      throw new DenvError("invalid_argument", "?path= must be an absolute path in the service");
+    if (path.includes("\0") || path.split("/").includes(".."))
+      throw new DenvError("invalid_argument", '?path= must not contain ".." or NUL bytes');
+    return path;
   };
   const runningOn = (e: EnvironmentsTable) => {
     if (e.status === "frozen") {
@@ -483,7 +563,7 @@ export function createApp(deps: AppDeps): Hono<Env> {
     await done;
     return c.json(serializeDeployment((await deployer.getDeployment(deploymentId)) as DeploymentsTable));
   });
-  app.post("/v1/envs/:id/rollback", tooLarge(JSON_LIMIT), async (c) => {
+  app.post("/v1/envs/:id/rollback", async (c) => {
     const e = await environment(c.get("teamId"), c.req.param("id"));
     const body = await parse(c.req.raw, rollbackBody);
     const { deploymentId, done } = await deployer.rollback(e, body.version);
@@ -491,7 +571,7 @@ export function createApp(deps: AppDeps): Hono<Env> {
     return c.json(serializeDeployment((await deployer.getDeployment(deploymentId)) as DeploymentsTable));
   });
 
-  app.post("/v1/envs/:id/verify", tooLarge(JSON_LIMIT), async (c) => {
+  app.post("/v1/envs/:id/verify", async (c) => {
     const e = await environment(c.get("teamId"), c.req.param("id"));
     const body = await parse(c.req.raw, verifyBody);
     const { deploymentId, done } = await deployer.verify(e, { resume: body.resume ?? false });
@@ -555,20 +635,20 @@ export function createApp(deps: AppDeps): Hono<Env> {
     return createdEnv("fork", deploymentId, environmentId, done);
   };
 
-  app.post("/v1/envs/:id/fork", tooLarge(JSON_LIMIT), async (c) => {
+  app.post("/v1/envs/:id/fork", async (c) => {
     const e = await environment(c.get("teamId"), c.req.param("id"));
     const body = await parse(c.req.raw, forkBody);
     return c.json(await forkEnv(c.get("teamId"), e, body.name, false), 201);
   });
 
-  app.post("/v1/envs/:id/exec", tooLarge(EXEC_LIMIT), async (c) => {
+  app.post("/v1/envs/:id/exec", async (c) => {
     const e = await environment(c.get("teamId"), c.req.param("id"));
     const body = await parse(c.req.raw, execBody);
     const { hostId, hostEnvId } = runningOn(e);
     const enc = body.encoding ?? "utf8";
     const params = {
       environment_id: hostEnvId,
-      service: body.service,
+      service: await serviceOf(e, body.service),
       command: body.command,
       user: body.user,
       cwd: body.cwd,
@@ -629,16 +709,15 @@ export function createApp(deps: AppDeps): Hono<Env> {
     });
   });
 
-  app.put("/v1/envs/:id/files", tooLarge(FILES_LIMIT), async (c) => {
+  app.put("/v1/envs/:id/files", async (c) => {
     const e = await environment(c.get("teamId"), c.req.param("id"));
-    const path = c.req.query("path");
-    if (!path?.startsWith("/"))
-      throw new DenvError("invalid_argument", "?path= must be an absolute path in the service");
+    const path = containerPath(c.req.query("path"));
     const { hostId, hostEnvId } = runningOn(e);
+    const service = await serviceOf(e, c.req.query("service"));
     const body = Buffer.from(await c.req.arrayBuffer());
     const r = await hub.call(hostId, "put_files", {
       environment_id: hostEnvId,
-      service: c.req.query("service"),
+      service,
       path,
       tar_b64: body.toString("base64"),
     });
@@ -647,13 +726,12 @@ export function createApp(deps: AppDeps): Hono<Env> {
 
   app.get("/v1/envs/:id/files", async (c) => {
     const e = await environment(c.get("teamId"), c.req.param("id"));
-    const path = c.req.query("path");
-    if (!path?.startsWith("/"))
-      throw new DenvError("invalid_argument", "?path= must be an absolute path in the service");
+    const path = containerPath(c.req.query("path"));
     const { hostId, hostEnvId } = runningOn(e);
+    const service = await serviceOf(e, c.req.query("service"));
     const r = await hub.call<{ tar_b64: string }>(hostId, "get_files", {
       environment_id: hostEnvId,
-      service: c.req.query("service"),
+      service,
       path,
     });
     const tar = Buffer.from(r.tar_b64, "base64");
@@ -662,16 +740,14 @@ export function createApp(deps: AppDeps): Hono<Env> {
     });
   });
 
-  app.post("/v1/envs/:id/ports/:port", tooLarge(JSON_LIMIT), async (c) => {
+  app.post("/v1/envs/:id/ports/:port", async (c) => {
     const e = await environment(c.get("teamId"), c.req.param("id"));
     runningOn(e);
     const port = Number(c.req.param("port"));
     if (!Number.isInteger(port) || port < 1 || port > 65535)
       throw new DenvError("invalid_argument", `port ${c.req.param("port")} is not a TCP port (1-65535)`);
     const body = await parse(c.req.raw, portUrlBody);
-    const { services } = await serializeEnv(e);
-    if (body.service && services.length && !services.includes(body.service))
-      throw new DenvError("not_found", `environment ${e.name} has no service ${body.service}`);
+    await serviceOf(e, body.service);
     const origin = new URL(c.req.url).origin;
     const { url } = await createPortUrl(store, {
       teamId: c.get("teamId"),
@@ -683,14 +759,30 @@ export function createApp(deps: AppDeps): Hono<Env> {
     return c.json({ url, port, service: body.service ?? null }, 201);
   });
 
+  // Port URLs are bound to their environment: listed (never with their tokens, shown once) and
+  // revoked per environment, and revoked with it when it is destroyed.
+  app.get("/v1/envs/:id/ports", async (c) => {
+    const e = await environment(c.get("teamId"), c.req.param("id"));
+    return c.json({ ports: await listPortUrls(store, e.id) });
+  });
+  app.delete("/v1/envs/:id/ports", async (c) => {
+    const e = await environment(c.get("teamId"), c.req.param("id"));
+    return c.json({ revoked: await revokePortUrls(store, e.id) });
+  });
+  app.delete("/v1/envs/:id/ports/:port", async (c) => {
+    const e = await environment(c.get("teamId"), c.req.param("id"));
+    const port = Number(c.req.param("port"));
+    if (!Number.isInteger(port) || port < 1 || port > 65535)
+      throw new DenvError("invalid_argument", `port ${c.req.param("port")} is not a TCP port (1-65535)`);
+    return c.json({ revoked: await revokePortUrls(store, e.id, port) });
+  });
+
   app.post("/v1/envs/:id/services/:service/stop", async (c) => {
     const e = await environment(c.get("teamId"), c.req.param("id"));
     const { hostId, hostEnvId } = runningOn(e);
+    const service = (await serviceOf(e, c.req.param("service"))) as string;
     return c.json(
-      await hub.call<{ stopped: string }>(hostId, "stop_service", {
-        environment_id: hostEnvId,
-        service: c.req.param("service"),
-      }),
+      await hub.call<{ stopped: string }>(hostId, "stop_service", { environment_id: hostEnvId, service }),
     );
   });
 
@@ -730,7 +822,7 @@ export function createApp(deps: AppDeps): Hono<Env> {
         .execute()
     ).map((m) => ({ name: m.name, server_id: m.provider_server_id, status: m.status })),
   });
-  app.post("/v1/clouds", tooLarge(JSON_LIMIT), async (c) => {
+  app.post("/v1/clouds", async (c) => {
     const body = await parse(c.req.raw, cloudConnectBody);
     if (!(PROVIDERS as readonly string[]).includes(body.provider)) {
       throw new DenvError(
@@ -739,8 +831,6 @@ export function createApp(deps: AppDeps): Hono<Env> {
           `unknown cloud provider ${body.provider}; available: ${PROVIDERS.join(", ")}`,
       );
     }
-    if (!deps.secrets)
-      throw new DenvError("unavailable", "this server has no key to encrypt cloud tokens with");
     const teamId = c.get("teamId");
     const taken = await store
       .selectFrom("clouds")
@@ -763,7 +853,7 @@ export function createApp(deps: AppDeps): Hono<Env> {
       team_id: teamId,
       name: body.name,
       provider: body.provider,
-      token_sealed: deps.secrets.seal(body.token),
+      token_sealed: secrets.seal(body.token),
       server_type: body.server_type,
       location: body.location,
       api_url: apiUrl,
@@ -811,20 +901,17 @@ export function createApp(deps: AppDeps): Hono<Env> {
       volumes: Object.fromEntries(volumes.map((_p, i) => [`v${i}`, {}])),
     };
     const envName = body.name ?? `sbx-${newId("x").slice(2, 10)}`;
-    await store
-      .updateTable("projects")
-      .set({ compose_text: JSON.stringify(compose) })
-      .where("id", "=", p.id)
-      .execute();
+    const sealed = secrets.sealText(JSON.stringify(compose));
+    await store.updateTable("projects").set({ compose_text: sealed }).where("id", "=", p.id).execute();
     const { deploymentId, environmentId, done } = await deployer.deploy(
-      { ...p, compose_text: JSON.stringify(compose) },
+      { ...p, compose_text: sealed },
       envName,
     );
     await store.updateTable("environments").set({ sandbox: 1 }).where("id", "=", environmentId).execute();
     return createdEnv("sandbox", deploymentId, environmentId, done);
   };
 
-  app.post("/v1/sandboxes", tooLarge(JSON_LIMIT), async (c) => {
+  app.post("/v1/sandboxes", async (c) => {
     return c.json(await createSandbox(c.get("teamId"), await parse(c.req.raw, sandboxBody)), 201);
   });
 
@@ -856,7 +943,7 @@ export function createApp(deps: AppDeps): Hono<Env> {
     ];
   };
   app.get("/v1/targets", async (c) => c.json({ targets: await targets(c.get("teamId")) }));
-  app.post("/v1/targets/:name/sandboxes", tooLarge(JSON_LIMIT), async (c) => {
+  app.post("/v1/targets/:name/sandboxes", async (c) => {
     const name = c.req.param("name");
     if (!(await targets(c.get("teamId"))).some((t) => t.name === name)) {
       throw new DenvError(

@@ -8,10 +8,12 @@
 import { EventEmitter } from "node:events";
 import { type ComposeValidator, DenvError, pinSpec, RegistryPinner, type ResolvedSpec } from "@denv/spec";
 import type { ProvisionedMachine, Provisioner } from "./clouds/provisioner.ts";
+import type { SecretBox } from "./clouds/secret-box.ts";
 import type { FetchPolicy } from "./fetch-policy.ts";
 import { readGitSource } from "./git-source.ts";
 import type { HostHub } from "./host-hub.ts";
 import { newId, now } from "./ids.ts";
+import { revokePortUrls } from "./port-tunnels.ts";
 import type { Store } from "./store/open-store.ts";
 import type { CloudsTable, DeploymentsTable, EnvironmentsTable, ProjectsTable } from "./store/schema.ts";
 
@@ -174,6 +176,8 @@ export interface DeployerOptions {
   validator: ComposeValidator;
   /** Hosts the resolve phase may fetch from (registries, git sources). */
   fetchPolicy: FetchPolicy;
+  /** Seals what is kept at rest that may hold a team's secrets (sources, resolved specs). */
+  secrets: SecretBox;
   /** Seconds a deploy waits for a disconnected host to come back in its join phase. */
   joinWaitMs?: number;
   /** Creates machines in connected clouds when no host has capacity (the provision phase). */
@@ -582,8 +586,8 @@ export class Deployer {
         );
       }
       return {
-        compose: project.compose_text,
-        dotenv: project.dotenv_text,
+        compose: this.options.secrets.openText(project.compose_text),
+        dotenv: this.options.secrets.openText(project.dotenv_text),
         source: { type: "local", path: project.source },
       };
     }
@@ -660,7 +664,7 @@ export class Deployer {
         project_id: env.project_id,
         environment_id: env.id,
         host_id: hostId,
-        spec_json: JSON.stringify(spec),
+        spec_json: this.options.secrets.sealText(JSON.stringify(spec)),
         spec_hash: spec.hash,
         images_json: JSON.stringify(snap.images),
         evidence_json: JSON.stringify(snap.evidence),
@@ -678,7 +682,7 @@ export class Deployer {
           .executeTakeFirst()
       : undefined;
     if (!v) throw new DenvError("conflict", `environment ${env.name} has no version yet`);
-    return JSON.parse(v.spec_json) as ResolvedSpec;
+    return JSON.parse(this.options.secrets.openText(v.spec_json)) as ResolvedSpec;
   }
 
   /** A new environment from a version, on the host that holds the version's data. */
@@ -797,6 +801,14 @@ export class Deployer {
       .where("team_id", "=", env.team_id)
       .executeTakeFirst();
     if (!version) throw new DenvError("not_found", `no version ${versionId}`);
+    // Only this environment's own versions, or the one it was forked from: another environment's
+    // version is another world (another spec, other data), not a state this one was ever in.
+    if (version.environment_id !== env.id && version.id !== env.parent_version_id) {
+      throw new DenvError(
+        "invalid_argument",
+        `version ${versionId} is not a version of environment ${env.name}; fork it instead (denv fork --name NAME ${versionId})`,
+      );
+    }
     const rec = await this.createDeployment(env.team_id, env.id, "rollback", [
       "restore",
       "health",
@@ -943,12 +955,16 @@ export class Deployer {
         }
         return { evidence: { host_id: current.host_id, host_environment_id: current.host_env_id } };
       });
+      // A destroyed environment is gone for good: its port URLs are revoked, and its name is freed
+      // (kept, marked, on the record) so that a new environment of that name is a new identity,
+      // which nothing minted for the old one can reach.
+      const revoked = await revokePortUrls(this.store, env.id);
       await this.store
         .updateTable("environments")
-        .set({ status: "destroyed", host_env_id: null })
+        .set({ status: "destroyed", host_env_id: null, name: `${current.name}~${env.id}` })
         .where("id", "=", env.id)
         .execute();
-      await rec.verdict("succeeded", null, null);
+      await rec.verdict("succeeded", null, { port_urls_revoked: revoked });
     });
   }
 

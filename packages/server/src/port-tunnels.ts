@@ -47,6 +47,27 @@ export async function createPortUrl(
   return { url: `${o.origin}${TUNNEL_PREFIX}${token}` };
 }
 
+/** An environment's port URLs, without their tokens (shown once, when minted). */
+export async function listPortUrls(
+  store: Store,
+  environmentId: string,
+): Promise<{ id: string; port: number; service: string | null; created_at: string }[]> {
+  return store
+    .selectFrom("port_urls")
+    .select(["id", "port", "service", "created_at"])
+    .where("environment_id", "=", environmentId)
+    .orderBy("created_at")
+    .execute();
+}
+
+/** Revokes an environment's port URLs (those to one port, or all); returns how many. */
+export async function revokePortUrls(store: Store, environmentId: string, port?: number): Promise<number> {
+  let q = store.deleteFrom("port_urls").where("environment_id", "=", environmentId);
+  if (port !== undefined) q = q.where("port", "=", port);
+  const r = await q.executeTakeFirst();
+  return Number(r.numDeletedRows);
+}
+
 /** The token and the path after it, from /v1/tunnels/{token}/rest?query. */
 export function splitTunnelPath(url: string): { token: string; rest: string } | null {
   if (!url.startsWith(TUNNEL_PREFIX)) return null;

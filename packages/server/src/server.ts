@@ -16,6 +16,7 @@ import { FetchPolicy } from "./fetch-policy.ts";
 import { HostHub } from "./host-hub.ts";
 import { hashSecret, newId, now } from "./ids.ts";
 import { proxyUpgrade, TUNNEL_PREFIX } from "./port-tunnels.ts";
+import type { RateLimitOptions } from "./rate-limit.ts";
 import { openStore, type Store } from "./store/open-store.ts";
 
 export interface ServerOptions {
@@ -43,6 +44,8 @@ export interface ServerOptions {
   fetchAllow?: string[];
   /** The budget for checking one compose file (default 10 s, 256 MiB). */
   composeBudget?: { timeoutMs?: number; maxHeapMb?: number };
+  /** Requests per API key (default 2,000 a second sustained, bursts of 4,000). */
+  rateLimit?: RateLimitOptions;
 }
 
 export interface RunningServer {
@@ -56,6 +59,8 @@ export interface RunningServer {
   recovered: string[];
   /** What the server fetches from for teams. */
   fetchPolicy: FetchPolicy;
+  /** Where its files are (the SQLite store, the secret key). */
+  dataDir: string;
   close(): Promise<void>;
 }
 
@@ -64,6 +69,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const adminKey = await bootstrap(store, options.adminKey);
   const hub = new HostHub(store, { waitForHostMs: options.hostWaitMs });
   const secrets = SecretBox.open(options.dataDir);
+  await sealStoredText(store, secrets);
   let url = options.publicUrl ?? "";
   const fetchPolicy = FetchPolicy.standard(options.fetchAllow ?? []);
   const provisioner = new Provisioner({
@@ -76,13 +82,22 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const deployer = new Deployer({
     store,
     hub,
+    secrets,
     validator,
     fetchPolicy,
     joinWaitMs: options.joinWaitMs,
     provisioner,
     provisionJoinWaitMs: options.provisionJoinWaitMs,
   });
-  const app = createApp({ store, hub, deployer, downloadsDir: options.downloadsDir, secrets, fetchPolicy });
+  const app = createApp({
+    store,
+    hub,
+    deployer,
+    downloadsDir: options.downloadsDir,
+    secrets,
+    fetchPolicy,
+    rateLimit: options.rateLimit,
+  });
   const listener = getRequestListener(app.fetch);
   const server: Server = options.tls
     ? createHttpsServer(
@@ -116,6 +131,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     deployer,
     recovered,
     fetchPolicy,
+    dataDir: options.dataDir,
     async close() {
       hub.close();
       await validator.close();
@@ -128,22 +144,58 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
 
 /** First start: the admin team and key. Later starts: nothing (returns null). */
 async function bootstrap(store: Store, adminKey: string | undefined): Promise<string | null> {
-  const any = await store.selectFrom("teams").select("id").executeTakeFirst();
-  if (any) {
-    // A key given in the environment is honoured on later starts too, without printing it.
+  const admin = await store.selectFrom("teams").select("id").where("admin", "=", 1).executeTakeFirst();
+  if (admin) {
+    // A key given in the environment is honoured on later starts too, without printing it, and
+    // always belongs to the admin team (never to whichever team a query returns first).
     if (adminKey) {
       const known = await store
         .selectFrom("api_keys")
-        .select("id")
+        .select(["id", "team_id", "admin"])
         .where("key_hash", "=", hashSecret(adminKey))
         .executeTakeFirst();
-      if (!known) await createApiKey(store, any.id, "admin (from environment)", true, adminKey);
+      if (!known) await createApiKey(store, admin.id, "admin (from environment)", true, adminKey);
+      else if (known.team_id !== admin.id || known.admin !== 1)
+        throw new Error(
+          "DENV_ADMIN_KEY is already a key of another team, or not an admin key; choose another",
+        );
     }
     return null;
   }
+  if (await store.selectFrom("teams").select("id").executeTakeFirst())
+    throw new Error("the store has teams but no admin team; it was not made by this server");
   const teamId = newId("team");
-  await store.insertInto("teams").values({ id: teamId, name: "default", created_at: now() }).execute();
+  await store
+    .insertInto("teams")
+    .values({ id: teamId, name: "default", admin: 1, created_at: now() })
+    .execute();
   return createApiKey(store, teamId, "admin", true, adminKey);
+}
+
+/** Text stored before it was sealed (an older server's) is sealed now, once. */
+async function sealStoredText(store: Store, secrets: SecretBox): Promise<void> {
+  const projects = await store.selectFrom("projects").select(["id", "compose_text", "dotenv_text"]).execute();
+  for (const p of projects) {
+    const plain = (t: string | null) => t !== null && !SecretBox.isSealedText(t);
+    if (!plain(p.compose_text) && !plain(p.dotenv_text)) continue;
+    await store
+      .updateTable("projects")
+      .set({
+        compose_text: plain(p.compose_text) ? secrets.sealText(p.compose_text) : p.compose_text,
+        dotenv_text: plain(p.dotenv_text) ? secrets.sealText(p.dotenv_text) : p.dotenv_text,
+      })
+      .where("id", "=", p.id)
+      .execute();
+  }
+  const versions = await store.selectFrom("versions").select(["id", "spec_json"]).execute();
+  for (const v of versions) {
+    if (SecretBox.isSealedText(v.spec_json)) continue;
+    await store
+      .updateTable("versions")
+      .set({ spec_json: secrets.sealText(v.spec_json) })
+      .where("id", "=", v.id)
+      .execute();
+  }
 }
 
 /** Joins a host to a team through the ordinary path (a fresh join token, then /v1/hosts/join). */

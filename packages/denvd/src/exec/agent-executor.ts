@@ -174,10 +174,9 @@ export class AgentExecutor implements Executor {
     });
     if (status !== 0) {
       const text = Buffer.concat(message).toString("utf8").trim().slice(0, 1000);
-      throw new DenvError(
-        /No such file/.test(text) ? "not_found" : "invalid_argument",
-        text || `reading ${path} failed`,
-      );
+      if (/No such file or directory$/.test(text))
+        throw new DenvError("not_found", `${path} does not exist in the service`);
+      throw new DenvError("invalid_argument", text || `reading ${path} failed`);
     }
     return tar.toBuffer();
   }

@@ -247,7 +247,15 @@ export class DockerRuntime implements ContainerRuntime {
       .getContainer(id)
       .start()
       .catch(ignoreGone)
-      .catch((e: unknown) => mapError(e, "starting a container"));
+      .catch((e: unknown) => {
+        // The two reasons a user can act on, said in denv's words.
+        const text = engineText(e);
+        if (/executable file not found|no such file or directory/i.test(text))
+          throw new DenvError("invalid_argument", "its command was not found in the image", { cause: e });
+        if (/permission denied/i.test(text))
+          throw new DenvError("invalid_argument", "its command is not executable in the image", { cause: e });
+        return mapError(e, "starting a container");
+      });
   }
 
   async stopContainer(id: string, timeoutMs: number): Promise<void> {

@@ -9,6 +9,8 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "n
 import { join } from "node:path";
 import { DenvError } from "@denv/spec";
 
+const SEALED_TEXT = "sealed:v1:";
+
 export class SecretBox {
   private readonly key: Buffer;
 
@@ -27,6 +29,28 @@ export class SecretBox {
     }
     chmodSync(path, 0o600);
     return new SecretBox(Buffer.from(readFileSync(path, "utf8").trim(), "base64"));
+  }
+
+  /**
+   * Text kept at rest that may hold a team's secrets (an uploaded .env and compose file, a resolved
+   * spec with its interpolated values): "sealed:v1:" + the sealed form. Null stays null.
+   */
+  sealText(plain: string): string;
+  sealText(plain: string | null): string | null;
+  sealText(plain: string | null): string | null {
+    return plain === null ? null : `${SEALED_TEXT}${this.seal(plain)}`;
+  }
+
+  /** Opens sealTexted text; text stored before sealing (no prefix) is returned as it is. */
+  openText(stored: string): string;
+  openText(stored: string | null): string | null;
+  openText(stored: string | null): string | null {
+    if (stored === null) return null;
+    return stored.startsWith(SEALED_TEXT) ? this.open(stored.slice(SEALED_TEXT.length)) : stored;
+  }
+
+  static isSealedText(stored: string): boolean {
+    return stored.startsWith(SEALED_TEXT);
   }
 
   /** "v1:" + base64(iv | tag | ciphertext). */

@@ -154,6 +154,21 @@ export const MIGRATIONS: Record<string, Migration> = {
         .execute();
     },
   },
+  "0004_admin_team": {
+    async up(db: Kysely<unknown>) {
+      // DENV_ADMIN_KEY binds to the team marked admin, not to whichever team a query returns first.
+      await db.schema
+        .alterTable("teams")
+        .addColumn("admin", "integer", (c) => c.notNull().defaultTo(0))
+        .execute();
+      // A store from before: the team of the oldest admin key is the admin team.
+      await sql`update teams set admin = 1 where id = (select team_id from api_keys where admin = 1 order by created_at limit 1)`.execute(
+        db,
+      );
+      // Port URLs are listed and revoked per environment.
+      await sql`create index port_urls_env on port_urls (environment_id)`.execute(db);
+    },
+  },
 };
 
 export const migrationProvider: MigrationProvider = {

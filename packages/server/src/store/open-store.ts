@@ -2,7 +2,7 @@
  * Opens the store: embedded SQLite in a data directory by default, or PostgreSQL when given a
  * postgres:// URL. The queries and the migrations are Kysely's, written once for both.
  */
-import { mkdirSync } from "node:fs";
+import { chmodSync, closeSync, existsSync, mkdirSync, openSync } from "node:fs";
 import { join } from "node:path";
 import { type Dialect, Kysely, Migrator, PostgresDialect, SqliteDialect } from "kysely";
 import pg from "pg";
@@ -27,8 +27,15 @@ export async function openStore(options: StoreOptions | string): Promise<Store> 
       throw new Error("the database URL must start with postgres://");
     dialect = new PostgresDialect({ pool: new pg.Pool({ connectionString: o.databaseUrl, max: 10 }) });
   } else {
-    mkdirSync(o.dataDir, { recursive: true });
-    dialect = new SqliteDialect({ database: openNodeSqlite(join(o.dataDir, "denv.sqlite")) });
+    // The store holds hashes of every key, sealed secrets and every team's records: only the
+    // server's user reads it (the directory 0700, the database and its WAL files 0600, which SQLite
+    // gives the mode of the database file when it creates them).
+    mkdirSync(o.dataDir, { recursive: true, mode: 0o700 });
+    chmodSync(o.dataDir, 0o700);
+    const file = join(o.dataDir, "denv.sqlite");
+    closeSync(openSync(file, "a", 0o600));
+    for (const f of [file, `${file}-wal`, `${file}-shm`]) if (existsSync(f)) chmodSync(f, 0o600);
+    dialect = new SqliteDialect({ database: openNodeSqlite(file) });
   }
   const db = new Kysely<Database>({ dialect });
   const { error, results } = await new Migrator({ db, provider: migrationProvider }).migrateToLatest();

@@ -4,6 +4,8 @@ import type { Generated } from "kysely";
 export interface TeamsTable {
   id: string;
   name: string;
+  /** 1 for the team the first start made (where DENV_ADMIN_KEY belongs). */
+  admin: Generated<number>;
   created_at: string;
 }
 
@@ -49,7 +51,7 @@ export interface ProjectsTable {
   kind: string;
   source_type: string;
   source: string;
-  /** For local sources: the uploaded compose file and .env. */
+  /** For local sources: the uploaded compose file and .env, sealed (SecretBox.sealText). */
   compose_text: string | null;
   dotenv_text: string | null;
   pinned_target: string | null;
@@ -77,6 +79,7 @@ export interface VersionsTable {
   project_id: string;
   environment_id: string;
   host_id: string;
+  /** The resolved spec, sealed: it holds the values interpolated from the project's .env. */
   spec_json: string;
   spec_hash: string;
   images_json: string;

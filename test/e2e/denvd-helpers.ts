@@ -54,6 +54,7 @@ export async function openTestHost(options: {
   storage?: "btrfs";
   runId?: string;
   stateDir?: string;
+  datasetGrowthBytes?: number;
 }): Promise<TestHost> {
   const runId = options.runId ?? `t-${randomBytes(4).toString("hex")}`;
   const stateDir = options.stateDir ?? join("/var/lib/denv-test", runId);
@@ -65,6 +66,7 @@ export async function openTestHost(options: {
     extraLabels: { "dev.denv.test": runId },
     egressProbeTarget: options.egressProbeTarget ?? null,
     minFreeBytes: 256 * 1024 ** 2,
+    ...(options.datasetGrowthBytes ? { datasetGrowthBytes: options.datasetGrowthBytes } : {}),
     agentBinary: defaultAgentBinary(),
   });
   const docker = new Docker();

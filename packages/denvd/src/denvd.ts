@@ -19,7 +19,7 @@ import {
   type ResolvedSpec,
   resolvedSpecSchema,
 } from "@denv/spec";
-import { type CapsEvidence, readBackCaps } from "./caps-readback.ts";
+import { type CapsEvidence, hardenedCapDrop, readBackCaps } from "./caps-readback.ts";
 import { bridgeLinkLocal, type EgressEvidence, type EgressTarget, probeEgress } from "./egress-probe.ts";
 import { AGENT_RUN_DIR, AGENT_SOCKET_NAME, AgentChannel } from "./exec/agent-channel.ts";
 import { AgentExecutor, type AgentTarget } from "./exec/agent-executor.ts";
@@ -29,7 +29,7 @@ import { hostRoutes } from "./host-routes.ts";
 import { LABEL } from "./labels.ts";
 import type { ContainerRuntime, ContainerSpec, ContainerState, Labels } from "./runtime/container-runtime.ts";
 import { type EnvironmentRecord, StateStore, type VersionRecord } from "./state-store.ts";
-import { isSafeId, type StorageDriver } from "./storage/storage-driver.ts";
+import { isSafeId, type QuotaEvidence, type StorageDriver } from "./storage/storage-driver.ts";
 import { pickSubnet } from "./subnet-allocator.ts";
 import { sanitizeTar } from "./tar-sanitizer.ts";
 
@@ -53,6 +53,11 @@ export interface DenvdOptions {
   subnetPool?: string;
   /** Refuse a fork or snapshot when the pool has less free space than this. */
   minFreeBytes?: number;
+  /**
+   * How much each dataset of an environment may grow beyond what it held when it was made (empty,
+   * or the snapshot it was cloned from): no environment fills the pool. Default 10 GiB.
+   */
+  datasetGrowthBytes?: number;
   log?: (message: string, context?: Record<string, unknown>) => void;
 }
 
@@ -91,6 +96,8 @@ export interface ForkEvidence {
   environment_id: string;
   from_version: string;
   clone_ms: number;
+  /** Each dataset's growth limit (what it may hold in all), as the storage driver enforces it. */
+  quota: Record<string, QuotaEvidence>;
   start: Record<string, ServiceStartEvidence>;
   start_ms: number;
   health: HealthEvidence;
@@ -204,6 +211,7 @@ export class Denvd {
     evidence: {
       images: Record<string, { reference: string; pulled: boolean }>;
       datasets: Record<string, string>;
+      quota: Record<string, QuotaEvidence>;
     };
   }> {
     checkSpec(spec);
@@ -224,16 +232,29 @@ export class Denvd {
       images[name] = { reference: ref, pulled };
     }
     const env = await this.newEnvironmentRecord(spec, options.name, null, options.operationId);
+    let quota: Record<string, QuotaEvidence>;
     try {
       for (const [vol, ds] of Object.entries(env.datasets)) {
         await this.storage.createDataset(ds);
         this.log("Created dataset", { environment: env.id, volume: vol, dataset: ds });
       }
+      quota = await this.limitDatasets(env);
     } catch (err) {
       await this.teardown(env).catch(() => {});
       throw err;
     }
-    return { environment: env, evidence: { images, datasets: { ...env.datasets } } };
+    return { environment: env, evidence: { images, datasets: { ...env.datasets }, quota } };
+  }
+
+  /** Caps every dataset's growth (the storage driver's quota), before any container can write. */
+  private async limitDatasets(env: EnvironmentRecord): Promise<Record<string, QuotaEvidence>> {
+    const growth = this.options.datasetGrowthBytes ?? 10 * 1024 ** 3;
+    const entries = await Promise.all(
+      Object.entries(env.datasets).map(
+        async ([vol, ds]) => [vol, await this.storage.limitGrowth(ds, growth)] as const,
+      ),
+    );
+    return Object.fromEntries(entries);
   }
 
   private async newEnvironmentRecord(
@@ -419,7 +440,10 @@ export class Denvd {
       readOnlyRootfs: s.read_only,
       tty: s.tty,
       openStdin: s.stdin_open,
-      capDrop: s.cap_drop,
+      // Hardened whatever the image: no privilege gained through setuid binaries, and fewer
+      // capabilities than the engine's default (a service may ask some of them back: cap_add).
+      capDrop: hardenedCapDrop(s),
+      noNewPrivileges: true,
       extraHosts: s.extra_hosts,
       ulimits: s.ulimits,
       shmSizeBytes: s.shm_size_bytes,
@@ -857,6 +881,7 @@ export class Denvd {
           this.storage.clone(version.snapshots[vol] as string, ds),
         ),
       );
+      const quota = await this.limitDatasets(env);
       const cloneMs = Math.round(performance.now() - cloneStart);
       // The probe runs as soon as the service it probes from is up, alongside the health checks.
       const probeFrom = this.probeService(version.spec);
@@ -879,6 +904,7 @@ export class Denvd {
           environment_id: env.id,
           from_version: version.id,
           clone_ms: cloneMs,
+          quota,
           start,
           start_ms: startMs,
           health,
@@ -948,6 +974,7 @@ export class Denvd {
       if (snap) await this.storage.clone(snap, ds);
       else await this.storage.createDataset(ds);
     }
+    await this.limitDatasets(env);
     env.spec = version.spec;
     env.versionId = version.id;
     env.status = "creating";

@@ -5,6 +5,7 @@
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
+import { parseBytes } from "@denv/spec";
 import { Command } from "commander";
 import { Denvd } from "./denvd.ts";
 import { defaultAgentBinary } from "./exec/agent-binary.ts";
@@ -40,7 +41,7 @@ export function storageFor(
 
 export async function runDenvd(
   stateDir: string,
-  options: { egressProbe?: string; label?: string[] } = {},
+  options: { egressProbe?: string; label?: string[]; datasetGrowth?: string } = {},
 ): Promise<{ sidecar: Sidecar; denvd: Denvd }> {
   const path = join(stateDir, "host.json");
   if (!existsSync(path))
@@ -55,6 +56,7 @@ export async function runDenvd(
     }),
     egressProbeTarget: host && port ? { host, port: Number(port) } : null,
     agentBinary: defaultAgentBinary(),
+    ...(options.datasetGrowth ? { datasetGrowthBytes: growthBytes(options.datasetGrowth) } : {}),
     extraLabels: Object.fromEntries(
       (options.label ?? []).map((l) => [l.split("=")[0], l.split("=").slice(1).join("=")]),
     ),
@@ -76,6 +78,12 @@ export async function runDenvd(
   });
   sidecar.start();
   return { sidecar, denvd };
+}
+
+function growthBytes(text: string): number {
+  const n = parseBytes(text);
+  if (!n) throw new Error(`--dataset-growth ${text} is not a size (e.g. 10g, 512m)`);
+  return n;
 }
 
 export async function main(argv: string[]): Promise<number> {
@@ -136,21 +144,28 @@ export async function main(argv: string[]): Promise<number> {
     .option(...stateOpt)
     .option("--egress-probe <ip:port>", "where the egress probe connects (default: each network's gateway)")
     .option(
+      "--dataset-growth <size>",
+      "how much each dataset may grow beyond what it held when made (e.g. 10g; btrfs and zfs enforce it)",
+      "10g",
+    )
+    .option(
       "--label <key=value>",
       "an extra label on every object denvd creates (repeatable)",
       (v: string, acc: string[]) => [...acc, v],
       [],
     )
-    .action(async (o: { stateDir: string; egressProbe?: string; label: string[] }) => {
-      const { sidecar } = await runDenvd(o.stateDir, o);
-      const stop = async () => {
-        await sidecar.stop();
-        process.exit(0);
-      };
-      process.on("SIGINT", stop);
-      process.on("SIGTERM", stop);
-      await new Promise(() => {});
-    });
+    .action(
+      async (o: { stateDir: string; egressProbe?: string; label: string[]; datasetGrowth?: string }) => {
+        const { sidecar } = await runDenvd(o.stateDir, o);
+        const stop = async () => {
+          await sidecar.stop();
+          process.exit(0);
+        };
+        process.on("SIGINT", stop);
+        process.on("SIGTERM", stop);
+        await new Promise(() => {});
+      },
+    );
   try {
     await program.parseAsync(argv, { from: "user" });
     return 0;

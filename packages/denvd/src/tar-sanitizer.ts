@@ -1,8 +1,11 @@
 /**
  * Checks a tar stream before it reaches a container: entries must stay inside the directory they
  * are extracted to. Refused: absolute names, `..` components, NUL bytes, hard or symbolic links
- * whose target leaves the tree, and device, FIFO or other special entries. The checked entries are
- * re-packed into a new tar that is safe to hand to the engine.
+ * whose target leaves the tree, entries (and hard links) that go through a symbolic link an earlier
+ * entry made (a chain `a/b -> ..`, `a/b/c -> ..`, then `a/b/c/FILE` would land outside), entries
+ * that replace such a link, and device, FIFO or other special entries. setuid and setgid bits are
+ * dropped: an upload gives no one new powers. The checked entries are re-packed into a new tar
+ * that is safe to hand to the engine.
  */
 import { posix } from "node:path";
 import type { Readable, Writable } from "node:stream";
@@ -47,18 +50,36 @@ export async function sanitizeTar(
   extract.on("error", () => {});
   pack.on("error", () => {});
   const packed = pipeline(pack, output);
+  // Names of the symbolic links this tar made: nothing may pass through or replace one.
+  const links = new Set<string>();
+  const throughLink = (name: string): string | undefined => {
+    const parts = name.split("/");
+    for (let i = 1; i <= parts.length; i++) {
+      const prefix = parts.slice(0, i).join("/");
+      if (links.has(prefix)) return prefix;
+    }
+    return undefined;
+  };
   extract.on("entry", (header, stream, next) => {
     stream.on("error", () => {}); // a refused entry's stream is destroyed with the refusal
     try {
       const name = checkEntryName(header.name);
-      if (header.type === "symlink") checkLink(name, header.linkname ?? "", "symlink");
-      else if (header.type === "link") checkLink(name, header.linkname ?? "", "link");
-      else if (header.type !== "file" && header.type !== "directory" && header.type !== "contiguous-file") {
+      const via = throughLink(name);
+      if (via) refuse(`${name} goes through (or replaces) the symbolic link ${via} made earlier in the tar`);
+      if (header.type === "symlink") {
+        checkLink(name, header.linkname ?? "", "symlink");
+        links.add(name);
+      } else if (header.type === "link") {
+        checkLink(name, header.linkname ?? "", "link");
+        const target = throughLink(posix.normalize(header.linkname ?? ""));
+        if (target) refuse(`hard link ${name} points through the symbolic link ${target}`);
+      } else if (header.type !== "file" && header.type !== "directory" && header.type !== "contiguous-file") {
         refuse(`${name} is a ${header.type}; only files, directories and links inside the tree are accepted`);
       }
       entries++;
       bytes += header.size ?? 0;
-      const out = pack.entry({ ...header, name }, (err) => next(err ?? undefined));
+      const mode = (header.mode ?? (header.type === "directory" ? 0o755 : 0o644)) & ~0o6000;
+      const out = pack.entry({ ...header, name, mode }, (err) => next(err ?? undefined));
       stream.pipe(out);
     } catch (err) {
       stream.resume();

@@ -23,6 +23,7 @@ import { dirname, join, posix } from "node:path";
 import { Readable } from "node:stream";
 import { DenvError, type ResolvedSpec } from "@denv/spec";
 import tar from "tar-stream";
+import { DROPPED_CAPS } from "./caps-readback.ts";
 import type { Denvd } from "./denvd.ts";
 import { LABEL } from "./labels.ts";
 import { NoFollowDir, NotFollowed } from "./no-follow-dir.ts";
@@ -325,7 +326,8 @@ export class Verifier {
         readOnlyRootfs: false,
         tty: false,
         openStdin: false,
-        capDrop: [],
+        capDrop: DROPPED_CAPS,
+        noNewPrivileges: true,
         extraHosts: [],
         ulimits: {},
         shmSizeBytes: null,

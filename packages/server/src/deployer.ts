@@ -758,6 +758,7 @@ export class Deployer {
               environment_id: out.environment_id,
               clone_ms: out.evidence.clone_ms,
               from_version: versionId,
+              quota: out.evidence.quota,
             },
           };
         })) as { environment_id: string; evidence: Record<string, unknown> };

@@ -65,6 +65,8 @@ export interface ContainerSpec {
   tty: boolean;
   openStdin: boolean;
   capDrop: string[];
+  /** Processes cannot gain privileges through setuid binaries or file capabilities. */
+  noNewPrivileges: boolean;
   extraHosts: string[];
   ulimits: Record<string, { soft: number; hard: number }>;
   shmSizeBytes: number | null;

@@ -207,6 +207,7 @@ export class DockerRuntime implements ContainerRuntime {
           Init: spec.init,
           ReadonlyRootfs: spec.readOnlyRootfs,
           CapDrop: spec.capDrop,
+          ...(spec.noNewPrivileges ? { SecurityOpt: ["no-new-privileges:true"] } : {}),
           ExtraHosts: spec.extraHosts,
           Ulimits: Object.entries(spec.ulimits).map(([Name, u]) => ({ Name, Soft: u.soft, Hard: u.hard })),
           ...(spec.shmSizeBytes ? { ShmSize: spec.shmSizeBytes } : {}),

@@ -9,7 +9,13 @@ import { join } from "node:path";
 import { DenvError } from "@denv/spec";
 import { directoryBytes } from "./directory-bytes.ts";
 import { runCommand } from "./run-command.ts";
-import { assertSafeId, type DatasetInfo, type SnapshotInfo, type StorageDriver } from "./storage-driver.ts";
+import {
+  assertSafeId,
+  type DatasetInfo,
+  type QuotaEvidence,
+  type SnapshotInfo,
+  type StorageDriver,
+} from "./storage-driver.ts";
 
 const BTRFS_MAGIC = 0x9123683e;
 
@@ -51,6 +57,25 @@ export class BtrfsDriver implements StorageDriver {
     }
     await mkdir(join(this.poolPath, "datasets"), { recursive: true });
     await mkdir(join(this.poolPath, "snapshots"), { recursive: true });
+    // Quotas (qgroups) let each dataset's growth be capped: no environment fills the pool.
+    await runCommand("btrfs", ["quota", "enable", this.poolPath]);
+  }
+
+  /**
+   * A limit on the dataset's referenced bytes: what it holds now plus the growth allowed. The
+   * subvolume's own (level 0) qgroup is used: a fork's counts stay right when the snapshot it came
+   * from is deleted, which a shared parent group's exclusive count would not.
+   */
+  async limitGrowth(id: string, growthBytes: number): Promise<QuotaEvidence> {
+    const path = this.datasetPath(id);
+    const out = await runCommand("btrfs", ["qgroup", "show", "--raw", "-f", path]);
+    const line = out.split("\n").find((l) => /^0\/\d+\s/.test(l.trim()));
+    const referenced = Number(line?.trim().split(/\s+/)[1]);
+    if (!Number.isFinite(referenced))
+      throw new DenvError("storage_error", `the quota of dataset ${id} could not be read`);
+    const limit = referenced + growthBytes;
+    await runCommand("btrfs", ["qgroup", "limit", String(limit), path]);
+    return { enforced: "btrfs qgroup", limit_bytes: limit };
   }
 
   datasetPath(id: string): string {

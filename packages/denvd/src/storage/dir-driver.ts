@@ -6,7 +6,13 @@ import { mkdir, readdir, rm, statfs } from "node:fs/promises";
 import { join } from "node:path";
 import { directoryBytes } from "./directory-bytes.ts";
 import { runCommand } from "./run-command.ts";
-import { assertSafeId, type DatasetInfo, type SnapshotInfo, type StorageDriver } from "./storage-driver.ts";
+import {
+  assertSafeId,
+  type DatasetInfo,
+  type QuotaEvidence,
+  type SnapshotInfo,
+  type StorageDriver,
+} from "./storage-driver.ts";
 
 export class DirDriver implements StorageDriver {
   readonly kind = "dir" as const;
@@ -71,6 +77,14 @@ export class DirDriver implements StorageDriver {
 
   async freeBytes(): Promise<number> {
     return (await this.capacity()).freeBytes;
+  }
+
+  async limitGrowth(_id: string, _growthBytes: number): Promise<QuotaEvidence> {
+    return {
+      enforced: "none",
+      limit_bytes: null,
+      reason: "the dir driver has no quotas: an environment can fill the filesystem; use btrfs or zfs",
+    };
   }
 
   async capacity(): Promise<{ totalBytes: number; freeBytes: number }> {

@@ -82,6 +82,47 @@ function contract(name: string, make: () => StorageDriver, skip: string | false 
       assert.ok(!(await driver.listSnapshots()).includes(snap.id));
     });
 
+    test("a dataset's growth is capped where the driver has quotas, and said to be unlimited where not", async () => {
+      const ds = await driver.createDataset(id("ds"));
+      await writeFile(join(ds.path, "base"), Buffer.alloc(4 * 1024 * 1024, 1));
+      const snap = await driver.snapshot(ds.id, id("snap"));
+      const fork = await driver.clone(snap.id, id("fork"));
+      const q = await driver.limitGrowth(fork.id, 8 * 1024 * 1024);
+      const write = async () => {
+        // 16 MiB of new data, in 1 MiB writes, synced so the quota sees them.
+        const { open } = await import("node:fs/promises");
+        const fh = await open(join(fork.path, "big"), "w");
+        try {
+          for (let i = 0; i < 16; i++) {
+            await fh.write(Buffer.alloc(1024 * 1024, i + 1));
+            await fh.sync();
+          }
+        } finally {
+          await fh.close();
+        }
+      };
+      if (q.enforced === "none") {
+        assert.equal(q.limit_bytes, null);
+        assert.match(q.reason ?? "", /no quotas/);
+        await write();
+      } else {
+        // The limit counts what the fork held when it was made (4 MiB of its snapshot) plus the growth.
+        assert.ok(
+          (q.limit_bytes ?? 0) >= 12 * 1024 * 1024 && (q.limit_bytes ?? 0) < 13 * 1024 * 1024,
+          String(q.limit_bytes),
+        );
+        // EDQUOT (122), which Node reports as an unknown system error.
+        await assert.rejects(
+          write(),
+          (err: NodeJS.ErrnoException) => err.code === "EDQUOT" || err.errno === -122,
+        );
+        // The source of the fork is not limited by its fork's quota.
+        await writeFile(join(ds.path, "more"), Buffer.alloc(16 * 1024 * 1024, 2));
+      }
+      for (const d of [fork, ds]) await driver.destroyDataset(d.id);
+      await driver.destroySnapshot(snap.id);
+    });
+
     test("unsafe ids are refused", async () => {
       await assert.rejects(driver.createDataset("../escape"));
       await assert.rejects(driver.createDataset("a/b"));

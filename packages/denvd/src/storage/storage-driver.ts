@@ -44,6 +44,20 @@ export interface StorageDriver {
   freeBytes(): Promise<number>;
   /** Total and used bytes, for the host's capacity report. */
   capacity(): Promise<{ totalBytes: number; freeBytes: number }>;
+  /**
+   * Caps how much a dataset may grow beyond what it holds now (its data at creation, or the
+   * snapshot it was cloned from), so no environment can fill the pool. Says how it is enforced;
+   * a driver without quotas says so.
+   */
+  limitGrowth(id: string, growthBytes: number): Promise<QuotaEvidence>;
+}
+
+export interface QuotaEvidence {
+  /** How the limit is held: "btrfs qgroup", "zfs refquota", or "none" (the dir driver). */
+  enforced: "btrfs qgroup" | "zfs refquota" | "none";
+  /** Bytes the dataset may hold in all (null: unlimited). */
+  limit_bytes: number | null;
+  reason?: string;
 }
 
 /** Ids become path components and zfs dataset names: keep them to a safe alphabet. */

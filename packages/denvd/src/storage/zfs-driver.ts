@@ -5,7 +5,13 @@
  */
 import { DenvError } from "@denv/spec";
 import { runCommand } from "./run-command.ts";
-import { assertSafeId, type DatasetInfo, type SnapshotInfo, type StorageDriver } from "./storage-driver.ts";
+import {
+  assertSafeId,
+  type DatasetInfo,
+  type QuotaEvidence,
+  type SnapshotInfo,
+  type StorageDriver,
+} from "./storage-driver.ts";
 
 export class ZfsDriver implements StorageDriver {
   readonly kind = "zfs" as const;
@@ -93,6 +99,16 @@ export class ZfsDriver implements StorageDriver {
 
   async freeBytes(): Promise<number> {
     return (await this.capacity()).freeBytes;
+  }
+
+  /** refquota: what the dataset references now plus the growth (untested here: no ZFS on these machines). */
+  async limitGrowth(id: string, growthBytes: number): Promise<QuotaEvidence> {
+    const referenced = Number(
+      (await runCommand("zfs", ["get", "-Hp", "-o", "value", "referenced", this.name(id)])).trim(),
+    );
+    const limit = referenced + growthBytes;
+    await runCommand("zfs", ["set", `refquota=${limit}`, this.name(id)]);
+    return { enforced: "zfs refquota", limit_bytes: limit };
   }
 
   async capacity(): Promise<{ totalBytes: number; freeBytes: number }> {

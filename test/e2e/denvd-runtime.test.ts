@@ -271,7 +271,7 @@ describe("destroy", () => {
     }
     const datasets = await host.storage.listDatasets();
     for (const d of ds) assert.ok(!datasets.includes(d));
-    assert.deepEqual(await host.denvd.reconcile(), { removed: [], lost: [] });
+    assert.deepEqual(await host.denvd.reconcile(), { removed: [], lost: [], failed: [] });
   });
 });
 

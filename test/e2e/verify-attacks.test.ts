@@ -296,6 +296,16 @@ describe("attack cases", () => {
     assert.match(v.grade.stdout_tail, /^0\n9993\n/);
   });
 
+  test("a collection of 20,000 files is refused, scores 0, and the record stays small", async () => {
+    const e = await episode(
+      "dir",
+      "mkdir -p /home/ubuntu/out && cd /home/ubuntu/out && seq 1 20000 | xargs touch",
+    );
+    const v = await verify(e.id);
+    refused(v, /more than 10000 files and directories/);
+    assert.ok(JSON.stringify(v.d).length < 50_000, `${JSON.stringify(v.d).length} bytes`);
+  });
+
   test("a collected directory of plain files is graded", async () => {
     const e = await episode(
       "dir",

@@ -1,7 +1,8 @@
 /*
- * denv-agent: runs inside a sandbox so that an exec does not pay for a runc exec. denvd starts it
- * once per container (one engine exec, as root) and it dials denvd: denvd listens on a unix socket
- * in a host directory only root can enter, mounted read-only into the container at /.denv/run.
+ * denv-agent: runs inside a sandbox so that an exec does not pay for a runc exec. It is the
+ * container's entrypoint (init mode, below): it forks itself off as root and then becomes the
+ * service's own command, as the service's user. The agent dials denvd: denvd listens on a unix
+ * socket in a host directory only root can enter, mounted read-only into the container at /.denv/run.
  *
  * Why the agent dials and denvd listens: the container (root in it, for an image sandbox) can
  * change anything it can write. If denvd connected to a socket the agent made, the container could
@@ -737,16 +738,13 @@ static int dial(const char *path) {
   return s;
 }
 
-int main(int argc, char **argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: denv-agent SOCKET\n");
-    return 2;
-  }
+/* Dials denvd and serves its requests, forever (reconnecting after a denvd restart). */
+static void agent_loop(const char *sock) {
   signal(SIGCHLD, SIG_IGN); /* request handlers are reaped by the kernel */
   signal(SIGPIPE, SIG_IGN);
   unsigned backoff_ms = 20;
   for (;;) {
-    int ctl = dial(argv[1]);
+    int ctl = dial(sock);
     if (ctl < 0) {
       /* denvd is not listening (yet, or it is restarting): try again, a little later each time. */
       struct timespec ts = {backoff_ms / 1000, (long)(backoff_ms % 1000) * 1000000L};
@@ -766,7 +764,7 @@ int main(int argc, char **argv) {
       if (h == 0) {
         close(ctl);
         signal(SIGCHLD, SIG_DFL); /* the handler waits for its own command */
-        int conn = dial(argv[1]);
+        int conn = dial(sock);
         if (conn < 0 || write_full(conn, "DNVC", 4) || write_full(conn, nonce, sizeof nonce)) _exit(1);
         serve(conn);
         _exit(0);
@@ -774,4 +772,61 @@ int main(int argc, char **argv) {
     }
     close(ctl);
   }
+}
+
+/*
+ * init mode, the container's entrypoint: `denv-agent init SOCKET USER FLAGS -- PROGRAM ARGS...`.
+ * The container starts as root, with the container's capabilities; the agent forks off and keeps
+ * them (it runs commands as whichever user is asked), then this process becomes the service:
+ * it drops to USER (resolved from the container's own files; empty: stays root), sets HOME from
+ * the user's passwd entry when FLAGS has 'h' (the configuration sets none), and execs PROGRAM.
+ * The service's processes therefore run as its user under no-new-privileges, and the agent is
+ * never something a command could start or replace.
+ */
+static int run_init(int argc, char **argv) {
+  if (argc < 7 || strcmp(argv[5], "--") != 0) {
+    fprintf(stderr, "usage: denv-agent init SOCKET USER FLAGS -- PROGRAM [ARGS...]\n");
+    return 2;
+  }
+  const char *sock = argv[2], *user = argv[3], *flags = argv[4];
+  char **prog = argv + 6;
+  pid_t agent = fork();
+  if (agent == 0) {
+    setsid(); /* no terminal, no signal meant for the service's group */
+    int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (devnull >= 0) {
+      dup2(devnull, 0);
+      dup2(devnull, 1);
+    }
+    for (int fd = 3; fd < 1024; fd++)
+      if (fd != devnull) close(fd);
+    agent_loop(sock);
+    _exit(0);
+  }
+  if (user[0]) {
+    struct ids ids;
+    char msg[1024];
+    if (resolve_user(user, &ids, msg, sizeof msg)) {
+      fputs(msg, stderr);
+      return 126;
+    }
+    if (drop_to(&ids)) {
+      fprintf(stderr, "denv-agent: cannot become user %s: %s\n", user, strerror(errno));
+      return 126;
+    }
+    if (strchr(flags, 'h')) setenv("HOME", ids.have_entry && ids.home[0] ? ids.home : "/", 1);
+  }
+  execvp(prog[0], prog);
+  fprintf(stderr, "denv-agent: %s: %s\n", prog[0], strerror(errno));
+  return errno == ENOENT ? 127 : 126;
+}
+
+int main(int argc, char **argv) {
+  if (argc >= 2 && strcmp(argv[1], "init") == 0) return run_init(argc, argv);
+  if (argc != 2) {
+    fprintf(stderr, "usage: denv-agent SOCKET | denv-agent init SOCKET USER FLAGS -- PROGRAM [ARGS...]\n");
+    return 2;
+  }
+  agent_loop(argv[1]);
+  return 0;
 }

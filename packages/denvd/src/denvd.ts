@@ -106,6 +106,13 @@ export interface ForkEvidence {
 }
 
 const HEALTH_DEADLINE_FLOOR_MS = 60_000;
+
+/** A service as it runs under its agent: its user (null: root), its argv, whether HOME is set. */
+interface ServiceIdentity {
+  user: string | null;
+  argv: string[];
+  homeSet: boolean;
+}
 /** Where the agent's executable is inside every container (a read-only bind of the file). */
 const AGENT_BIN = "/.denv/bin/denv-agent";
 /** Files read from a container travel in one message to the server: a bound on the tar. */
@@ -129,6 +136,8 @@ export class Denvd {
   private readonly agentTargets = new Map<string, AgentTarget>();
   /** The sockets denvd listens on for the agents (they dial in; see agent-channel.ts). */
   private readonly agents: AgentChannel;
+  /** Containers started by their agent: the user commands run as when none is asked for. */
+  private readonly defaultUsers = new Map<string, string | null>();
   /** What the reconcile at open found and settled (and what it could not). */
   lastReconcile: { removed: string[]; lost: string[]; failed: string[] } = {
     removed: [],
@@ -313,9 +322,17 @@ export class Denvd {
     }
     await volumes;
     const order = spec.start_order;
-    // Each agent's socket exists before its container does: the container mounts its directory.
-    if (this.options.agentBinary)
-      await Promise.all(order.map((svc) => this.agents.listen(AgentChannel.keyOf(env.id, svc))));
+    // Each agent's socket exists before its container does (the container mounts its directory),
+    // and each service's user and command are known: the agent starts the command as that user.
+    const identities = new Map<string, ServiceIdentity>();
+    if (this.options.agentBinary) {
+      await Promise.all(
+        order.map(async (svc) => {
+          await this.agents.listen(AgentChannel.keyOf(env.id, svc));
+          identities.set(svc, await this.identityOf(svc, spec.services[svc] as ResolvedService));
+        }),
+      );
+    }
     // Create every container up front (creation needs no ordering), then start by depends_on.
     const containerIds: Record<string, string> = {};
     const joinsAnother = (s: ResolvedService) =>
@@ -326,7 +343,7 @@ export class Denvd {
         const s = spec.services[svc] as ResolvedService;
         if (joinsAnother(s)) return;
         containerIds[svc] = await this.runtime.createContainer(
-          this.containerSpec(env, svc, s, netName, containerIds),
+          this.containerSpec(env, svc, s, netName, containerIds, identities.get(svc)),
         );
       }),
     );
@@ -334,11 +351,13 @@ export class Denvd {
       const s = spec.services[svc] as ResolvedService;
       if (!containerIds[svc])
         containerIds[svc] = await this.runtime.createContainer(
-          this.containerSpec(env, svc, s, netName, containerIds),
+          this.containerSpec(env, svc, s, netName, containerIds, identities.get(svc)),
         );
     }
     env.containers = containerIds;
     await this.store.putEnvironment(env);
+    for (const [svc, identity] of identities)
+      this.registerAgent(env, svc, containerIds[svc] as string, identity);
 
     const health = await this.startInOrder(env, hooks.onStarted);
     await this.assertAgentNotRoot(env);
@@ -364,6 +383,7 @@ export class Denvd {
     s: ResolvedService,
     netName: (n: string) => string,
     containerIds: Record<string, string>,
+    identity?: ServiceIdentity,
   ): ContainerSpec {
     const network: ContainerSpec["network"] =
       s.network_mode === "none"
@@ -379,13 +399,28 @@ export class Denvd {
             };
     const nsMode = (v: string | null | undefined) =>
       v?.startsWith("service:") ? `container:${containerIds[v.slice(8)] ?? ""}` : (v ?? null);
+    // With the agent, the container starts as root with the agent as its entrypoint; the agent forks
+    // itself off and becomes the service's command as the service's user (agent/denv-agent.c, init).
+    const viaAgent = identity
+      ? {
+          entrypoint: [
+            AGENT_BIN,
+            "init",
+            `${AGENT_RUN_DIR}/${AGENT_SOCKET_NAME}`,
+            identity.user ?? "",
+            identity.homeSet ? "-" : "h",
+            "--",
+            ...identity.argv,
+          ],
+          cmd: null,
+          user: "0",
+        }
+      : { entrypoint: s.entrypoint, cmd: s.command, user: s.user };
     return {
       name: `${env.network}-${svc}`,
       image: s.image_pinned ?? s.image,
-      entrypoint: s.entrypoint,
-      cmd: s.command,
+      ...viaAgent,
       env: s.environment,
-      user: s.user,
       workingDir: s.working_dir,
       hostname: s.hostname ?? svc,
       labels: this.labels({
@@ -427,15 +462,19 @@ export class Denvd {
       memoryBytes: s.caps.memory_bytes,
       pids: s.caps.pids,
       cpus: s.caps.cpus,
-      healthcheck: s.healthcheck
-        ? {
-            test: s.healthcheck.test,
-            intervalMs: s.healthcheck.interval_ms,
-            timeoutMs: s.healthcheck.timeout_ms,
-            startPeriodMs: s.healthcheck.start_period_ms,
-            retries: s.healthcheck.retries,
-          }
-        : null,
+      // With the agent the container runs as root: the engine's (and the image's) healthcheck would
+      // run as root too, so it is off; denvd runs the healthcheck itself, as the service's user.
+      healthcheck: identity
+        ? { test: ["NONE"], intervalMs: 0, timeoutMs: 0, startPeriodMs: 0, retries: 0 }
+        : s.healthcheck
+          ? {
+              test: s.healthcheck.test,
+              intervalMs: s.healthcheck.interval_ms,
+              timeoutMs: s.healthcheck.timeout_ms,
+              startPeriodMs: s.healthcheck.start_period_ms,
+              retries: s.healthcheck.retries,
+            }
+          : null,
       init: s.init,
       readOnlyRootfs: s.read_only,
       tty: s.tty,
@@ -472,8 +511,21 @@ export class Denvd {
     if (!svc || !id || env.spec.kind !== "rl-environment") return;
     const st = await this.runtime.inspectContainer(id);
     if (!st.running || st.pid <= 0) return;
-    const status = await readFile(`/proc/${st.pid}/status`, "utf8").catch(() => "");
-    const uids = /^Uid:\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)/m.exec(status)?.slice(1).map(Number) ?? [];
+    // The service's process: the container's first (or, under docker's init, the init's child),
+    // once the agent that started it has become the service's command.
+    let uids: number[] = [];
+    for (let i = 0; i < 40; i++) {
+      let pid = st.pid;
+      if (env.spec.services[svc]?.init) {
+        const kids = await readFile(`/proc/${pid}/task/${pid}/children`, "utf8").catch(() => "");
+        pid = Number(kids.trim().split(/\s+/)[0]) || pid;
+      }
+      const argv0 = (await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "")).split("\0")[0];
+      const status = await readFile(`/proc/${pid}/status`, "utf8").catch(() => "");
+      uids = /^Uid:\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)/m.exec(status)?.slice(1).map(Number) ?? [0];
+      if (argv0 !== AGENT_BIN) break;
+      await sleep(50);
+    }
     if (uids.includes(0)) {
       throw new DenvError(
         "forbidden",
@@ -484,25 +536,49 @@ export class Denvd {
 
   private networkLock: Promise<unknown> = Promise.resolve();
 
-  /** Starts denv-agent in a service's container (one engine exec), when denvd has the binary. */
-  private async startAgent(env: EnvironmentRecord, svc: string): Promise<void> {
-    if (!this.options.agentBinary) return;
-    const id = env.containers[svc] as string;
-    const st = await this.runtime.inspectContainer(id);
-    if (!st.running) return;
-    await this.runtime.execDetached(id, [AGENT_BIN, `${AGENT_RUN_DIR}/${AGENT_SOCKET_NAME}`], "0");
-    this.registerAgent(env, svc, st);
+  /**
+   * Who a service runs as and what it runs, as the engine would decide it: the service's `user:`,
+   * else the image's USER; its entrypoint and command, else the image's (an entrypoint set in the
+   * compose file drops the image's command, as in Docker).
+   */
+  private async identityOf(svc: string, s: ResolvedService): Promise<ServiceIdentity> {
+    const image = await this.runtime.imageConfig(s.image_pinned ?? s.image);
+    const entrypoint = s.entrypoint ?? image.entrypoint ?? [];
+    const argv = [...entrypoint, ...(s.command ?? (s.entrypoint !== null ? [] : (image.cmd ?? [])))];
+    if (argv.length === 0)
+      throw new DenvError(
+        "invalid_argument",
+        `service ${svc} has no command: its image gives none; set command: in the compose file`,
+      );
+    return {
+      user: s.user ?? image.user,
+      argv,
+      homeSet: Object.hasOwn(s.environment, "HOME") || image.envNames.includes("HOME"),
+    };
   }
 
-  private registerAgent(env: EnvironmentRecord, svc: string, st: ContainerState): void {
+  /** How exec reaches a container's agent, and the user its commands run as by default. */
+  private registerAgent(
+    env: EnvironmentRecord,
+    svc: string,
+    containerId: string,
+    identity: ServiceIdentity,
+  ): void {
     const key = AgentChannel.keyOf(env.id, svc);
-    this.agentTargets.set(st.id, {
+    // Commands run as the container's own user, as `docker exec` does: the service's `user:`, else
+    // the image's USER (an image that says USER 1000 never gets root by default).
+    this.defaultUsers.set(containerId, identity.user ?? null);
+    this.agentTargets.set(containerId, {
       dial: () => this.agents.dial(key),
-      // Commands run as the container's own user, as `docker exec` does: the service's `user:`,
-      // else the image's USER (an image that says USER 1000 never gets root by default).
-      defaultUser: env.spec.services[svc]?.user ?? st.user ?? null,
-      homeSet: st.envNames.includes("HOME"),
+      defaultUser: identity.user ?? null,
+      homeSet: identity.homeSet,
     });
+  }
+
+  /** A command in a container, as the given user or else the container's own. */
+  private runIn(containerId: string, options: ExecOptions): Promise<ExecResult> {
+    const user = options.user ?? this.defaultUsers.get(containerId) ?? null;
+    return this.executor.exec(containerId, { ...options, user });
   }
 
   /**
@@ -547,7 +623,6 @@ export class Denvd {
     const startedP = new Map<string, Promise<number>>();
     const healthyP = new Map<string, Promise<HealthEvidence["services"][string]>>();
     const exitedP = new Map<string, Promise<void>>();
-    const agentStarts: Promise<void>[] = [];
     const getStarted = (svc: string): Promise<number> => {
       let p = startedP.get(svc);
       if (!p) {
@@ -567,12 +642,6 @@ export class Denvd {
             if (!(err instanceof DenvError)) throw err;
             throw new DenvError(err.code, `service ${svc} did not start: ${err.message}`, { cause: err });
           });
-          // Off the critical path: until the agent listens, exec (and health checks) use the engine.
-          agentStarts.push(
-            this.startAgent(env, svc).catch((err: unknown) =>
-              this.log("Agent did not start", { service: svc, error: String(err) }),
-            ),
-          );
           this.log("Started container", { environment: env.id, service: svc });
           onStarted?.(svc);
           return t;
@@ -625,7 +694,6 @@ export class Denvd {
       }),
     );
     const health = { services: Object.fromEntries(results), ms: Math.round(performance.now() - begun) };
-    await Promise.all(agentStarts);
     return health;
   }
 
@@ -658,9 +726,11 @@ export class Denvd {
     let last = "";
     while (performance.now() - startedAt < deadlineMs) {
       checks++;
-      const r = await this.executor
-        .exec(id, { command: cmd, timeoutMs: Math.min(hc.timeout_ms, 10_000), maxOutputBytes: 4096 })
-        .catch((e: unknown) => ({ exitCode: -1, stdout: Buffer.alloc(0), stderr: Buffer.from(String(e)) }));
+      const r = await this.runIn(id, {
+        command: cmd,
+        timeoutMs: Math.min(hc.timeout_ms, 10_000),
+        maxOutputBytes: 4096,
+      }).catch((e: unknown) => ({ exitCode: -1, stdout: Buffer.alloc(0), stderr: Buffer.from(String(e)) }));
       if (r.exitCode === 0) {
         return { healthy_ms: Math.round(performance.now() - startedAt), method: "healthcheck", checks };
       }
@@ -685,7 +755,7 @@ export class Denvd {
     const env = this.environment(environmentId);
     const commands: WarmEvidence["commands"] = [];
     for (const w of env.spec.warm) {
-      const r = await this.executor.exec(env.containers[w.service] as string, {
+      const r = await this.runIn(env.containers[w.service] as string, {
         command: w.command,
         timeoutMs: 600_000,
       });
@@ -853,7 +923,7 @@ export class Denvd {
           cmds.unshift({ command: ["redis-cli", "SAVE"] });
         }
         for (const c of cmds) {
-          const r = await this.executor.exec(env.containers[svc] as string, {
+          const r = await this.runIn(env.containers[svc] as string, {
             command: c.command,
             user: c.user ?? null,
             timeoutMs: 120_000,
@@ -1026,7 +1096,10 @@ export class Denvd {
 
   private async teardown(env: EnvironmentRecord): Promise<void> {
     await this.removeStack(env);
-    for (const id of Object.values(env.containers)) this.agentTargets.delete(id);
+    for (const id of Object.values(env.containers)) {
+      this.agentTargets.delete(id);
+      this.defaultUsers.delete(id);
+    }
     for (const svc of Object.keys(env.spec.services))
       await this.agents.close(AgentChannel.keyOf(env.id, svc));
     for (const ds of Object.values(env.datasets)) {
@@ -1059,7 +1132,7 @@ export class Denvd {
 
   async exec(environmentId: string, service: string | undefined, options: ExecOptions): Promise<ExecResult> {
     const { id } = this.containerOf(environmentId, service);
-    return this.executor.exec(id, options);
+    return this.runIn(id, options);
   }
 
   /**
@@ -1259,8 +1332,8 @@ export class Denvd {
         for (const [svc, id] of Object.entries(env.containers)) {
           await attempt(`${env.id}/${svc}`, async () => {
             await this.agents.listen(AgentChannel.keyOf(env.id, svc));
-            const st = await this.runtime.inspectContainer(id).catch(() => null);
-            if (st?.running) this.registerAgent(env, svc, st);
+            const s = env.spec.services[svc];
+            if (s) this.registerAgent(env, svc, id, await this.identityOf(svc, s));
           });
         }
       }

@@ -24,6 +24,7 @@ import {
 import { DenvError, type ResolvedSpec } from "@denv/spec";
 import WebSocket from "ws";
 import type { Denvd } from "./denvd.ts";
+import { OpResultCache } from "./op-result-cache.ts";
 import { Verifier } from "./verify.ts";
 
 /** The release, with the build's commit when built as one executable (scripts/build-denvd.sh). */
@@ -41,12 +42,6 @@ export interface SidecarOptions {
 type Params = Record<string, unknown>;
 type Outcome = { ok: boolean; result?: unknown; error?: unknown };
 
-/** Bytes of finished results kept to answer re-sent operations (the newest is always kept). */
-const OP_CACHE_BYTES = 64 * 1024 * 1024;
-const OP_CACHE_COUNT = 2000;
-/** Ids of evicted results remembered, so a late re-send is answered rather than run again. */
-const FORGOTTEN_COUNT = 20_000;
-
 const str = (p: Params, k: string): string => {
   const v = p[k];
   if (typeof v !== "string") throw new DenvError("invalid_argument", `operation parameter ${k} is missing`);
@@ -58,15 +53,8 @@ export class Sidecar {
   private stopped = false;
   private backoffMs = 250;
   private heartbeat: NodeJS.Timeout | null = null;
-  /**
-   * Operations running or done, to answer one the server sends again after a reconnect from the
-   * run already made (never by running it twice). Finished results are kept within a byte budget,
-   * oldest first out; an evicted one is remembered by id only and answered with an error.
-   */
-  private readonly ops = new Map<string, Promise<Outcome>>();
-  private readonly finished: { opId: string; bytes: number }[] = [];
-  private finishedBytes = 0;
-  private readonly forgotten = new Set<string>();
+  /** Operations running or done, answered again from their run when re-sent (op-result-cache.ts). */
+  private readonly ops = new OpResultCache<Outcome>();
   private lastHello: HostMessage | null = null;
   /** Open tunnels (stream id -> the connection to the container port). */
   private readonly tunnels = new Map<number, Socket>();
@@ -170,7 +158,7 @@ export class Sidecar {
       storage: this.options.denvd.storage.kind,
       capacity: await this.capacity(),
       version: DENVD_VERSION,
-      known_ops: [...this.ops.keys()],
+      known_ops: this.ops.ids(),
     };
   }
 
@@ -189,7 +177,7 @@ export class Sidecar {
       return;
     }
     const opId = msg.op_id;
-    if (this.forgotten.has(opId)) {
+    if (this.ops.forgotten(opId)) {
       this.send({
         type: "result",
         op_id: opId,
@@ -220,28 +208,9 @@ export class Sidecar {
           };
         },
       );
-      this.ops.set(opId, run);
-      void run.then((r) => this.keep(opId, r));
+      this.ops.add(opId, run, (r) => JSON.stringify(r).length);
     }
     void run.then((r) => this.send({ type: "result", op_id: opId, ...r } as HostMessage));
-  }
-
-  /** Counts a finished result against the cache's budget and drops the oldest beyond it. */
-  private keep(opId: string, outcome: Outcome): void {
-    const bytes = JSON.stringify(outcome).length;
-    this.finished.push({ opId, bytes });
-    this.finishedBytes += bytes;
-    while (
-      this.finished.length > 1 &&
-      (this.finishedBytes > OP_CACHE_BYTES || this.finished.length > OP_CACHE_COUNT)
-    ) {
-      const old = this.finished.shift() as { opId: string; bytes: number };
-      this.finishedBytes -= old.bytes;
-      this.ops.delete(old.opId);
-      this.forgotten.add(old.opId);
-      if (this.forgotten.size > FORGOTTEN_COUNT)
-        this.forgotten.delete(this.forgotten.values().next().value as string);
-    }
   }
 
   private sendBinary(frame: Buffer): void {

@@ -109,6 +109,16 @@ export interface PathStat {
   linkTarget: string;
 }
 
+/** What an image says about running it (its config), in denv's own terms. */
+export interface ImageConfig {
+  /** USER, or null for root. */
+  user: string | null;
+  entrypoint: string[] | null;
+  cmd: string[] | null;
+  /** Names of the variables the image sets. */
+  envNames: string[];
+}
+
 export interface RawExecOptions {
   cmd: string[];
   user?: string | null;
@@ -138,6 +148,7 @@ export interface ContainerRuntime {
   removeVolume(name: string): Promise<void>;
   listVolumes(labels: Labels): Promise<ObjectSummary[]>;
   hasImage(reference: string): Promise<boolean>;
+  imageConfig(reference: string): Promise<ImageConfig>;
   pullImage(reference: string): Promise<void>;
   createContainer(spec: ContainerSpec): Promise<string>;
   startContainer(id: string): Promise<void>;

@@ -10,6 +10,7 @@ import type {
   ContainerRuntime,
   ContainerSpec,
   ContainerState,
+  ImageConfig,
   Labels,
   NetworkSpec,
   ObjectSummary,
@@ -150,6 +151,21 @@ export class DockerRuntime implements ContainerRuntime {
       if ((err as { statusCode?: number }).statusCode === 404) return false;
       mapError(err, `looking up image ${reference}`);
     }
+  }
+
+  async imageConfig(reference: string): Promise<ImageConfig> {
+    const info = await this.docker
+      .getImage(reference)
+      .inspect()
+      .catch((e: unknown) => mapError(e, `looking up image ${reference}`, "the host does not have it"));
+    const c = info.Config ?? ({} as Docker.ImageInspectInfo["Config"]);
+    const list = (v: unknown) => (Array.isArray(v) && v.length ? (v as string[]) : null);
+    return {
+      user: c.User || null,
+      entrypoint: list(c.Entrypoint),
+      cmd: list(c.Cmd),
+      envNames: (c.Env ?? []).map((e) => e.split("=")[0] ?? ""),
+    };
   }
 
   async pullImage(reference: string): Promise<void> {

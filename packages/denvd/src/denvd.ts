@@ -27,7 +27,7 @@ import { EngineExecutor } from "./exec/engine-executor.ts";
 import type { ExecOptions, ExecResult, Executor } from "./exec/executor.ts";
 import { hostRoutes } from "./host-routes.ts";
 import { LABEL } from "./labels.ts";
-import type { ContainerRuntime, ContainerSpec, ContainerState, Labels } from "./runtime/container-runtime.ts";
+import type { ContainerRuntime, ContainerSpec, Labels } from "./runtime/container-runtime.ts";
 import { type EnvironmentRecord, StateStore, type VersionRecord } from "./state-store.ts";
 import { isSafeId, type QuotaEvidence, type StorageDriver } from "./storage/storage-driver.ts";
 import { pickSubnet } from "./subnet-allocator.ts";

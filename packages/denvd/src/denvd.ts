@@ -513,8 +513,13 @@ export class Denvd {
     if (!st.running || st.pid <= 0) return;
     // The service's process: the container's first (or, under docker's init, the init's child),
     // once the agent that started it has become the service's command.
-    let uids: number[] = [];
-    for (let i = 0; i < 40; i++) {
+    // The agent takes a moment to become the command (longer on a loaded machine): until then the
+    // process is still the agent, as root. A process that cannot be read is looked up again.
+    const deadline = performance.now() + 30_000;
+    let uids: number[] | null = null;
+    while (uids === null) {
+      if (performance.now() > deadline)
+        throw new DenvError("timeout", `the agent service ${svc} did not start its command within 30 s`);
       let pid = st.pid;
       if (env.spec.services[svc]?.init) {
         const kids = await readFile(`/proc/${pid}/task/${pid}/children`, "utf8").catch(() => "");
@@ -522,9 +527,13 @@ export class Denvd {
       }
       const argv0 = (await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "")).split("\0")[0];
       const status = await readFile(`/proc/${pid}/status`, "utf8").catch(() => "");
-      uids = /^Uid:\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)/m.exec(status)?.slice(1).map(Number) ?? [0];
-      if (argv0 !== AGENT_BIN) break;
-      await sleep(50);
+      const m = /^Uid:\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)/m.exec(status);
+      if (m && argv0 && argv0 !== AGENT_BIN) uids = m.slice(1).map(Number);
+      else {
+        const again = await this.runtime.inspectContainer(id);
+        if (!again.running) return; // it exited: start or health says so
+        await sleep(50);
+      }
     }
     if (uids.includes(0)) {
       throw new DenvError(

@@ -95,10 +95,6 @@ export interface ContainerState {
   addresses: Record<string, { ip: string; gateway: string; networkId: string }>;
   /** Host path of the container's merged root filesystem, while it exists; null when unknown. */
   rootfsPath: string | null;
-  /** The user the container runs as (its `user:`, else the image's USER); null: root. */
-  user: string | null;
-  /** Names of the variables the container's configuration sets (image and service). */
-  envNames: string[];
 }
 
 /** What the engine says about a path in a container, without reading it. */
@@ -162,8 +158,6 @@ export interface ContainerRuntime {
   waitContainer(id: string, timeoutMs: number): Promise<{ exitCode: number; timedOut: boolean }>;
   /** A container's output so far, stdout and stderr apart. */
   containerLogs(id: string): Promise<{ stdout: Buffer; stderr: Buffer }>;
-  /** Starts a long-running process in a container and returns at once (denv-agent). */
-  execDetached(id: string, cmd: string[], user: string): Promise<void>;
   /** Runs a command; resolves to its exit code when its output has ended. */
   exec(id: string, options: RawExecOptions): Promise<{ exitCode: number }>;
   putArchive(id: string, path: string, tar: Readable): Promise<void>;

@@ -327,8 +327,6 @@ export class DockerRuntime implements ContainerRuntime {
       nanoCpus: info.HostConfig.NanoCpus ?? 0,
       addresses,
       rootfsPath: (info.GraphDriver?.Data as Record<string, string> | undefined)?.MergedDir ?? null,
-      user: info.Config?.User || null,
-      envNames: (info.Config?.Env ?? []).map((e) => e.split("=")[0] ?? ""),
     };
   }
 
@@ -367,20 +365,6 @@ export class DockerRuntime implements ContainerRuntime {
       name: (c.Names[0] ?? "").replace(/^\//, ""),
       labels: c.Labels ?? {},
     }));
-  }
-
-  async execDetached(id: string, cmd: string[], user: string): Promise<void> {
-    const exec = await this.docker
-      .getContainer(id)
-      .exec({ Cmd: cmd, User: user, AttachStdout: false, AttachStderr: false })
-      .catch((e: unknown) => mapError(e, "running a command in the service"));
-    const stream = (await exec
-      .start({ Detach: true })
-      .catch((e: unknown) => mapError(e, "running a command in the service"))) as
-      | (NodeJS.ReadableStream & { destroy?: () => void })
-      | undefined;
-    // The engine has answered, so the process runs; the connection itself is not needed.
-    stream?.destroy?.();
   }
 
   async exec(id: string, options: RawExecOptions): Promise<{ exitCode: number }> {

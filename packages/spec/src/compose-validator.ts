@@ -110,7 +110,7 @@ export class ComposeValidator {
         job.resolve(
           refusal(
             err.code === "ERR_WORKER_OUT_OF_MEMORY"
-              ? `checking the file needed more than ${this.maxHeapMb} MiB; write it out without repeating large values`
+              ? `checking the file needed more than ${this.maxHeapMb} MiB of memory; make it smaller`
               : `the file could not be checked: ${err.message}`,
           ),
         );

@@ -58,6 +58,17 @@ async function deployCompose(compose: string): Promise<any> {
   return (await api("POST", `/v1/projects/${name}/deploy?wait=true`, {})).data;
 }
 
+/** `POST /v1/clouds` for Hetzner with a token and an endpoint of the test's choosing. */
+const connectCloud = (name: string, apiUrl: string) =>
+  api("POST", "/v1/clouds", {
+    provider: "hetzner",
+    name,
+    token: "t",
+    server_type: "cx22",
+    location: "fsn1",
+    api_url: apiUrl,
+  });
+
 const manifest = JSON.stringify({
   schemaVersion: 2,
   mediaType: "application/vnd.oci.image.manifest.v1+json",
@@ -186,47 +197,19 @@ describe("a hostile git repository", () => {
 
 describe("server-side request forgery", () => {
   test("a cloud endpoint on a host the administrator did not allow is never called", async () => {
-    const r = await api("POST", "/v1/clouds", {
-      provider: "hetzner",
-      name: "ssrf",
-      token: "t",
-      server_type: "cx22",
-      location: "fsn1",
-      api_url: `${internal.url}/v1`,
-    });
+    const r = await connectCloud("ssrf", `${internal.url}/v1`);
     assert.equal(r.status, 403);
     assert.match(r.data.error.message, /not a host this server fetches from/);
     assert.deepEqual(internal.hits, []);
   });
 
   test("a # or ? in the endpoint cannot cut off the path, and an answer that is not the API's is not reflected", async () => {
-    const cut = await api("POST", "/v1/clouds", {
-      provider: "hetzner",
-      name: "cut",
-      token: "t",
-      server_type: "cx22",
-      location: "fsn1",
-      api_url: `${hetzner.url}/anything#`,
-    });
+    const cut = await connectCloud("cut", `${hetzner.url}/anything#`);
     assert.equal(cut.status, 400);
-    const answer = await api("POST", "/v1/clouds", {
-      provider: "hetzner",
-      name: "reflect",
-      token: "t",
-      server_type: "cx22",
-      location: "fsn1",
-      api_url: `${hetzner.url}/v1`,
-    });
+    const answer = await connectCloud("reflect", `${hetzner.url}/v1`);
     assert.equal(answer.status, 400);
     assert.ok(!JSON.stringify(answer.data).includes(CANARY), JSON.stringify(answer.data));
-    const redirected = await api("POST", "/v1/clouds", {
-      provider: "hetzner",
-      name: "redirect",
-      token: "t",
-      server_type: "cx22",
-      location: "fsn1",
-      api_url: `${hetzner.url}/redirect`,
-    });
+    const redirected = await connectCloud("redirect", `${hetzner.url}/redirect`);
     assert.equal(redirected.status, 400);
     assert.deepEqual(internal.hits, []);
   });

@@ -27,7 +27,7 @@ import { EngineExecutor } from "./exec/engine-executor.ts";
 import type { ExecOptions, ExecResult, Executor } from "./exec/executor.ts";
 import { hostRoutes } from "./host-routes.ts";
 import { LABEL } from "./labels.ts";
-import type { ContainerRuntime, ContainerSpec, Labels } from "./runtime/container-runtime.ts";
+import type { ContainerRuntime, ContainerSpec, Labels, ObjectSummary } from "./runtime/container-runtime.ts";
 import { type EnvironmentRecord, StateStore, type VersionRecord } from "./state-store.ts";
 import { isSafeId, type QuotaEvidence, type StorageDriver } from "./storage/storage-driver.ts";
 import { pickSubnet } from "./subnet-allocator.ts";
@@ -1271,33 +1271,23 @@ export class Denvd {
     }
     const owner = { [LABEL.owner]: this.store.ownerId };
     const known = new Set(this.store.environments().map((e) => e.id));
-    await attempt("containers", async () => {
-      for (const c of await this.runtime.listContainers(owner)) {
-        if (!known.has(c.labels[LABEL.environment] ?? ""))
-          await attempt(c.name, async () => {
-            await this.runtime.removeContainer(c.id);
-            removed.push(c.name);
-          });
-      }
-    });
-    await attempt("volumes", async () => {
-      for (const v of await this.runtime.listVolumes(owner)) {
-        if (!known.has(v.labels[LABEL.environment] ?? ""))
-          await attempt(v.name, async () => {
-            await this.runtime.removeVolume(v.name);
-            removed.push(v.name);
-          });
-      }
-    });
-    await attempt("networks", async () => {
-      for (const n of await this.runtime.listNetworks(owner)) {
-        if (!known.has(n.labels[LABEL.environment] ?? ""))
-          await attempt(n.name, async () => {
-            await this.runtime.removeNetwork(n.id);
-            removed.push(n.name);
-          });
-      }
-    });
+    // Labelled objects of environments no record holds.
+    const kinds: [string, () => Promise<ObjectSummary[]>, (o: ObjectSummary) => Promise<void>][] = [
+      ["containers", () => this.runtime.listContainers(owner), (o) => this.runtime.removeContainer(o.id)],
+      ["volumes", () => this.runtime.listVolumes(owner), (o) => this.runtime.removeVolume(o.name)],
+      ["networks", () => this.runtime.listNetworks(owner), (o) => this.runtime.removeNetwork(o.id)],
+    ];
+    for (const [kind, list, remove] of kinds) {
+      await attempt(kind, async () => {
+        for (const o of await list()) {
+          if (!known.has(o.labels[LABEL.environment] ?? ""))
+            await attempt(o.name, async () => {
+              await remove(o);
+              removed.push(o.name);
+            });
+        }
+      });
+    }
     const datasets = new Set(this.store.environments().flatMap((e) => Object.values(e.datasets)));
     await attempt("datasets", async () => {
       for (const ds of await this.storage.listDatasets()) {

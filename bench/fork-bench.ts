@@ -21,7 +21,8 @@ import {
   defaultAgentBinary,
   type StorageDriver,
 } from "@denv/denvd";
-import { pinSpec, RegistryPinner, type ResolvedSpec, validateCompose } from "@denv/spec";
+import type { ResolvedSpec } from "@denv/protocol";
+import { pinSpec, RegistryPinner, validateCompose } from "@denv/spec";
 import Docker from "dockerode";
 import { parse, stringify } from "yaml";
 

@@ -6,7 +6,8 @@ import { rm } from "node:fs/promises";
 import { createServer, type Server } from "node:net";
 import { join } from "node:path";
 import { BtrfsDriver, Denvd, DockerRuntime, defaultAgentBinary, type EgressTarget } from "@denv/denvd";
-import { pinSpec, RegistryPinner, type ResolvedSpec, validateCompose } from "@denv/spec";
+import type { ResolvedSpec } from "@denv/protocol";
+import { pinSpec, RegistryPinner, validateCompose } from "@denv/spec";
 import Docker from "dockerode";
 import { removeLabelled } from "./engine-helpers.ts";
 

@@ -7,14 +7,8 @@
 import assert from "node:assert/strict";
 import { readFileSync, writeFileSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
-import {
-  isValidName,
-  NAME_MAX_LENGTH,
-  pinSpec,
-  RegistryPinner,
-  type ResolvedSpec,
-  validateCompose,
-} from "@denv/spec";
+import type { ResolvedSpec } from "@denv/protocol";
+import { isValidName, NAME_MAX_LENGTH, pinSpec, RegistryPinner, validateCompose } from "@denv/spec";
 import { openTestHost, type TestHost } from "../e2e/denvd-helpers.ts";
 
 let host: TestHost;

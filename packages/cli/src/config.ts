@@ -5,8 +5,8 @@
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { dirname, join } from "node:path";
+import { DenvError } from "@denv/protocol/errors";
 import { DenvClient } from "@denv/sdk";
-import { DenvError } from "@denv/spec/errors";
 
 export interface CliConfig {
   server: string;

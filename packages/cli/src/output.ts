@@ -1,6 +1,7 @@
 /** How commands print: JSON for scripts (--json), plain lines for people, errors on stderr. */
+
+import { DenvError, ERROR_CODES, type ErrorCode } from "@denv/protocol/errors";
 import { DenvApiError } from "@denv/sdk";
-import { DenvError, ERROR_CODES, type ErrorCode } from "@denv/spec/errors";
 
 export function printJson(value: unknown): void {
   process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);

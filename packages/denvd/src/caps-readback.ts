@@ -4,7 +4,8 @@
  * machines) and v2.
  */
 import { access, readFile } from "node:fs/promises";
-import { RESTORABLE_CAPS, type ResolvedService } from "@denv/spec";
+import type { ResolvedService } from "@denv/protocol";
+import { RESTORABLE_CAPS } from "@denv/spec";
 import type { ContainerState } from "./runtime/container-runtime.ts";
 
 export interface CapsEvidence {

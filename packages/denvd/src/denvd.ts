@@ -12,13 +12,8 @@ import { readFile, rm } from "node:fs/promises";
 import type { Socket } from "node:net";
 import { join, posix } from "node:path";
 import type { Readable } from "node:stream";
-import {
-  DenvError,
-  nameProblem,
-  type ResolvedService,
-  type ResolvedSpec,
-  resolvedSpecSchema,
-} from "@denv/spec";
+import { DenvError, type ResolvedService, type ResolvedSpec, resolvedSpecSchema } from "@denv/protocol";
+import { nameProblem } from "@denv/spec";
 import { type CapsEvidence, hardenedCapDrop, readBackCaps } from "./caps-readback.ts";
 import { bridgeLinkLocal, type EgressEvidence, type EgressTarget, probeEgress } from "./egress-probe.ts";
 import { AGENT_RUN_DIR, AGENT_SOCKET_NAME, AgentChannel } from "./exec/agent-channel.ts";

@@ -9,19 +9,20 @@ import type { Socket } from "node:net";
 import { arch, cpus, totalmem } from "node:os";
 import { Readable } from "node:stream";
 import {
+  DenvError,
   decodeTunnelFrame,
   encodeTunnelFrame,
   HEARTBEAT_MS,
   type HostMessage,
   MAX_MESSAGE_BYTES,
   PROTOCOL_VERSION,
+  type ResolvedSpec,
   type ServerMessage,
   serverMessageSchema,
   TUNNEL_CLOSE,
   TUNNEL_DATA,
   TUNNEL_END,
 } from "@denv/protocol";
-import { DenvError, type ResolvedSpec } from "@denv/spec";
 import WebSocket from "ws";
 import type { Denvd } from "./denvd.ts";
 import { OpResultCache } from "./op-result-cache.ts";

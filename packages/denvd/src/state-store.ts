@@ -5,7 +5,7 @@
 import { randomBytes } from "node:crypto";
 import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import type { ResolvedSpec } from "@denv/spec";
+import type { ResolvedSpec } from "@denv/protocol";
 
 export type EnvironmentStatus = "creating" | "running" | "failed" | "lost" | "destroying";
 

@@ -10,7 +10,7 @@
 import { posix } from "node:path";
 import type { Readable, Writable } from "node:stream";
 import { pipeline } from "node:stream/promises";
-import { DenvError } from "@denv/spec";
+import { DenvError } from "@denv/protocol";
 import tar from "tar-stream";
 
 function refuse(message: string): never {

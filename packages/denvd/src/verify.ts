@@ -21,7 +21,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { mkdir, readdir, rm, writeFile } from "node:fs/promises";
 import { dirname, join, posix } from "node:path";
 import { Readable } from "node:stream";
-import { DenvError, type ResolvedSpec } from "@denv/spec";
+import { DenvError, type ResolvedSpec } from "@denv/protocol";
 import tar from "tar-stream";
 import { DROPPED_CAPS } from "./caps-readback.ts";
 import type { Denvd } from "./denvd.ts";

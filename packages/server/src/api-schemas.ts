@@ -2,7 +2,7 @@
  * The /v1 API's request and response schemas (zod), and the route table the OpenAPI document is
  * generated from. JSON on the wire is snake_case.
  */
-import { KINDS } from "@denv/spec";
+import { KINDS } from "@denv/protocol";
 import { z } from "zod";
 
 export const errorSchema = z.object({

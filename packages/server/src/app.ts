@@ -4,7 +4,7 @@
  * Errors are `{"error": {"code", "message"}}` with the status from the error table.
  */
 import { Readable } from "node:stream";
-import { DenvError, isDenvError } from "@denv/spec";
+import { DenvError, isDenvError } from "@denv/protocol";
 import type { MiddlewareHandler } from "hono";
 import { Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";

@@ -6,7 +6,8 @@
  * time. A deployment the server was running when it died is rolled back when it comes back.
  */
 import { EventEmitter } from "node:events";
-import { type ComposeValidator, DenvError, pinSpec, RegistryPinner, type ResolvedSpec } from "@denv/spec";
+import { DenvError, type ResolvedSpec } from "@denv/protocol";
+import { type ComposeValidator, pinSpec, RegistryPinner } from "@denv/spec";
 import type { ProvisionedMachine, Provisioner } from "./clouds/provisioner.ts";
 import type { SecretBox } from "./clouds/secret-box.ts";
 import type { FetchPolicy } from "./fetch-policy.ts";

@@ -6,7 +6,7 @@
 import { createReadStream, existsSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { Readable } from "node:stream";
-import { DenvError } from "@denv/spec";
+import { DenvError } from "@denv/protocol";
 
 export const DOWNLOADABLE = ["denvd-linux-x86_64", "denvd-linux-aarch64", "denvd.version"] as const;
 

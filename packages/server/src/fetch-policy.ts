@@ -11,7 +11,7 @@
  * Entries: `host` (default port), `host:port`, `*.domain` (any subdomain, default port), or `*`
  * (anything: for a server on a closed network only).
  */
-import { DenvError } from "@denv/spec";
+import { DenvError } from "@denv/protocol";
 
 /** Public registries, git hosts and cloud APIs a server fetches from unless configured otherwise. */
 export const DEFAULT_FETCH_ALLOW: readonly string[] = [

@@ -10,7 +10,8 @@ import { execFile } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { DenvError, MAX_COMPOSE_BYTES } from "@denv/spec";
+import { DenvError } from "@denv/protocol";
+import { MAX_COMPOSE_BYTES } from "@denv/spec";
 import type { FetchPolicy } from "./fetch-policy.ts";
 
 export const COMPOSE_NAMES = ["compose.yaml", "compose.yml", "docker-compose.yaml", "docker-compose.yml"];

@@ -13,7 +13,10 @@
 import type { IncomingMessage } from "node:http";
 import { Duplex } from "node:stream";
 import {
+  DenvError,
   decodeTunnelFrame,
+  ERROR_CODES,
+  type ErrorCode,
   encodeTunnelFrame,
   type HostMessage,
   hostMessageSchema,
@@ -24,7 +27,6 @@ import {
   TUNNEL_DATA,
   TUNNEL_END,
 } from "@denv/protocol";
-import { DenvError, ERROR_CODES, type ErrorCode } from "@denv/spec";
 import { type WebSocket, WebSocketServer } from "ws";
 import { hashSecret, newId, now } from "./ids.ts";
 import type { Store } from "./store/open-store.ts";

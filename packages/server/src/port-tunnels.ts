@@ -8,7 +8,7 @@
 import { request as httpRequest, type IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import { Readable } from "node:stream";
-import { DenvError } from "@denv/spec";
+import { DenvError } from "@denv/protocol";
 import type { HostHub } from "./host-hub.ts";
 import { hashSecret, newId, newSecret, now } from "./ids.ts";
 import type { Store } from "./store/open-store.ts";

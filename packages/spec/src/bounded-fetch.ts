@@ -3,7 +3,7 @@
  * read up to a byte limit and every redirect is looked at before it is followed. Used by the
  * control plane, which must never hold an unbounded answer in memory nor be led to another host.
  */
-import { DenvError, type ErrorCode } from "./errors.ts";
+import { DenvError, type ErrorCode } from "@denv/protocol";
 
 /** Reads a response body, refusing (and cancelling) one longer than maxBytes. */
 export async function readBounded(

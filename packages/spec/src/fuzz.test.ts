@@ -8,8 +8,8 @@ import assert from "node:assert/strict";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
+import { resolvedSpecSchema } from "@denv/protocol";
 import { RULE_CODES } from "./issues.ts";
-import { resolvedSpecSchema } from "./resolved-spec.ts";
 import { validateCompose } from "./validate-compose.ts";
 
 const ITERATIONS = 10_000;

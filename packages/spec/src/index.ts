@@ -1,7 +1,6 @@
 /** @module @denv/spec — compose + x-denv: parse, validate, resolve, pin. */
 export { hostOf, readBounded } from "./bounded-fetch.ts";
 export { ComposeValidator, type ComposeValidatorOptions } from "./compose-validator.ts";
-export { DenvError, ERROR_CODES, type ErrorCode, isDenvError } from "./errors.ts";
 export { type Env, interpolate, parseDotenv } from "./interpolate.ts";
 export { formatPath, RULE_CODES, type RuleCode, type SpecIssue } from "./issues.ts";
 export { MAX_COMPOSE_BYTES } from "./load-compose.ts";
@@ -19,14 +18,6 @@ export {
   RegistryPinner,
   type RegistryPinnerOptions,
 } from "./pin-images.ts";
-export {
-  type Caps,
-  DEFAULT_CAPS,
-  type Healthcheck,
-  type ResolvedService,
-  type ResolvedSpec,
-  resolvedSpecSchema,
-} from "./resolved-spec.ts";
 export { splitShellWords } from "./shell-words.ts";
 export { SAFE_SYSCTLS, sysctlProblem } from "./sysctls.ts";
 export { parseBytes, parseCpus, parseDurationMs } from "./units.ts";
@@ -38,4 +29,4 @@ export {
   validateCompose,
   withHash,
 } from "./validate-compose.ts";
-export { KINDS, type Kind, xDenvSchema } from "./x-denv-schema.ts";
+export { xDenvSchema } from "./x-denv-schema.ts";

@@ -4,17 +4,18 @@
  * warning saying it is ignored (only where ignoring it cannot change what the environment does), or
  * refused with a reason: nothing is dropped silently.
  */
-import type { Env } from "./interpolate.ts";
-import { parseDotenv } from "./interpolate.ts";
-import type { FieldPath } from "./issues.ts";
-import type { IssueList } from "./load-compose.ts";
+
 import {
   DEFAULT_CAPS,
   DEFAULT_HEALTHCHECK,
   DEFAULT_NETWORK,
   DEFAULT_STOP_GRACE_PERIOD_MS,
   type ResolvedService,
-} from "./resolved-spec.ts";
+} from "@denv/protocol";
+import type { Env } from "./interpolate.ts";
+import { parseDotenv } from "./interpolate.ts";
+import type { FieldPath } from "./issues.ts";
+import type { IssueList } from "./load-compose.ts";
 import { splitShellWords } from "./shell-words.ts";
 import { sysctlProblem } from "./sysctls.ts";
 import { parseBytes, parseCpus, parseDurationMs } from "./units.ts";

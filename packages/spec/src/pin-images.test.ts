@@ -8,7 +8,7 @@ import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
-import { DenvError } from "./errors.ts";
+import { DenvError } from "@denv/protocol";
 import { ChainPinner, EnginePinner, parseImageReference, pinSpec, RegistryPinner } from "./pin-images.ts";
 import { validateCompose } from "./validate-compose.ts";
 

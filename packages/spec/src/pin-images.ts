@@ -5,9 +5,9 @@
  */
 import { createHash } from "node:crypto";
 import { request } from "node:http";
+import type { ResolvedSpec } from "@denv/protocol";
+import { DenvError } from "@denv/protocol";
 import { readBounded } from "./bounded-fetch.ts";
-import { DenvError } from "./errors.ts";
-import type { ResolvedSpec } from "./resolved-spec.ts";
 import { withHash } from "./validate-compose.ts";
 
 export interface PinnedImage {

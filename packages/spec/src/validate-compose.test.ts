@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
-import { DEFAULT_CAPS } from "./resolved-spec.ts";
+import { DEFAULT_CAPS } from "@denv/protocol";
 import { canonicalJson, validateCompose } from "./validate-compose.ts";
 
 const seed = readFileSync(join(import.meta.dirname, "../../cli/src/templates/rl-environment.yaml"), "utf8");

@@ -5,15 +5,20 @@
  */
 import { createHash } from "node:crypto";
 import { posix } from "node:path";
+import {
+  DEFAULT_VERIFIER_TIMEOUT_MS,
+  type Kind,
+  type ResolvedService,
+  type ResolvedSpec,
+} from "@denv/protocol";
 import { type Env, parseDotenv } from "./interpolate.ts";
 import type { FieldPath, SpecIssue } from "./issues.ts";
 import { IssueList, loadCompose } from "./load-compose.ts";
 import { nameProblem } from "./names.ts";
 import { normalizeService } from "./normalize-service.ts";
-import { DEFAULT_VERIFIER_TIMEOUT_MS, type ResolvedService, type ResolvedSpec } from "./resolved-spec.ts";
 import { parseDurationMs } from "./units.ts";
 import { isRootUser } from "./users.ts";
-import { type Kind, xDenvSchema } from "./x-denv-schema.ts";
+import { xDenvSchema } from "./x-denv-schema.ts";
 
 export interface ValidateOptions {
   /** Variables for interpolation; the process environment in the CLI. They win over `.env`. */

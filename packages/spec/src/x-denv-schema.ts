@@ -1,8 +1,7 @@
 /** The `x-denv` block: denv's settings beside the compose file, validated strictly (unknown keys refused). */
-import { z } from "zod";
 
-export const KINDS = ["rl-environment", "agent", "service", "website", "inference"] as const;
-export type Kind = (typeof KINDS)[number];
+import { KINDS } from "@denv/protocol";
+import { z } from "zod";
 
 /** A command: a shell string (run with `sh -c`) or an argv list. */
 const commandSchema = z.union([

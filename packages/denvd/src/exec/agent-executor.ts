@@ -8,7 +8,7 @@
  */
 import type { Socket } from "node:net";
 import type { Readable } from "node:stream";
-import { DenvError } from "@denv/spec";
+import { DenvError } from "@denv/protocol";
 import {
   BoundedBuffer,
   DEFAULT_MAX_OUTPUT_BYTES,

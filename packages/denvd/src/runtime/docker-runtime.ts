@@ -4,7 +4,7 @@
  * Removing what is already gone succeeds, so teardown is idempotent.
  */
 import { PassThrough, type Readable } from "node:stream";
-import { DenvError } from "@denv/spec";
+import { DenvError } from "@denv/protocol";
 import Docker from "dockerode";
 import type {
   ContainerRuntime,

@@ -6,7 +6,7 @@
  */
 import { access, mkdir, readdir, statfs } from "node:fs/promises";
 import { join } from "node:path";
-import { DenvError } from "@denv/spec";
+import { DenvError } from "@denv/protocol";
 import { directoryBytes } from "./directory-bytes.ts";
 import { runCommand } from "./run-command.ts";
 import {

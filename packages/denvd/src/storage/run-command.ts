@@ -1,5 +1,5 @@
 import { execFile } from "node:child_process";
-import { DenvError } from "@denv/spec";
+import { DenvError } from "@denv/protocol";
 
 /** Runs a host command (btrfs, zfs, cp, mount) and returns its stdout; failures become storage_error. */
 export function runCommand(

@@ -2,7 +2,7 @@
  * The storage port: datasets (a stack's volumes), read-only snapshots of them, and writable clones
  * of snapshots (a fork's volumes). Three drivers pass one contract suite: btrfs, dir and zfs.
  */
-import { DenvError } from "@denv/spec";
+import { DenvError } from "@denv/protocol";
 
 export type StorageKind = "btrfs" | "dir" | "zfs";
 

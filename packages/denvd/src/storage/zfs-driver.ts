@@ -3,7 +3,7 @@
  * Written to the zfs(8) commands; ZFS is not available on the machines this project is built on, so
  * its contract tests skip there with the reason printed.
  */
-import { DenvError } from "@denv/spec";
+import { DenvError } from "@denv/protocol";
 import { runCommand } from "./run-command.ts";
 import {
   assertSafeId,

@@ -3,7 +3,9 @@
  * create hosts: create a server from an image with cloud-init user data and labels, read it, delete
  * it, list by label. Errors keep Hetzner's own code and message (e.g. resource_limit_exceeded).
  */
-import { DenvError, readBounded } from "@denv/spec";
+
+import { DenvError } from "@denv/protocol";
+import { readBounded } from "@denv/spec";
 import type { FetchPolicy } from "../fetch-policy.ts";
 
 export const HETZNER_API = "https://api.hetzner.cloud/v1";

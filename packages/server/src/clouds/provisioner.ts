@@ -5,7 +5,7 @@
  * Machines carry the label denv=host; failed provisioning deletes what it created.
  */
 import { randomBytes } from "node:crypto";
-import { DenvError } from "@denv/spec";
+import { DenvError } from "@denv/protocol";
 import type { FetchPolicy } from "../fetch-policy.ts";
 import type { HostHub } from "../host-hub.ts";
 import { hashSecret, newId, newSecret, now } from "../ids.ts";

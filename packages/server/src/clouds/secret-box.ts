@@ -7,7 +7,7 @@
 import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto";
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { DenvError } from "@denv/spec";
+import { DenvError } from "@denv/protocol";
 
 const SEALED_TEXT = "sealed:v1:";
 

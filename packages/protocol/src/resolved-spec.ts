@@ -5,7 +5,10 @@
  * between spec, server and denvd.
  */
 import { z } from "zod";
-import { KINDS } from "./x-denv-schema.ts";
+
+/** A project's kind, as the seed names them. */
+export const KINDS = ["rl-environment", "agent", "service", "website", "inference"] as const;
+export type Kind = (typeof KINDS)[number];
 
 export const DEFAULT_CAPS = { memory_bytes: 4 * 1024 ** 3, pids: 2048, cpus: 2 } as const;
 export const DEFAULT_VERIFIER_TIMEOUT_MS = 600_000;

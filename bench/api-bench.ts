@@ -148,10 +148,10 @@ export async function apiBench(quick: boolean): Promise<Record<string, Metric>> 
     const hostEnv = (
       await server.store
         .selectFrom("environments")
-        .select("host_env_id")
+        .select("stack_id")
         .where("id", "=", first)
         .executeTakeFirstOrThrow()
-    ).host_env_id as string;
+    ).stack_id as string;
     const containerId = denvd.environment(hostEnv).containers.box as string;
     const direct: number[] = [];
     for (let i = 0; i < (quick ? 50 : 200); i++) {

@@ -67,10 +67,10 @@ async function episode(project: string, agentScript: string) {
 async function homeDataset(envId: string): Promise<string> {
   const row = await server.store
     .selectFrom("environments")
-    .select("host_env_id")
+    .select("stack_id")
     .where("id", "=", envId)
     .executeTakeFirstOrThrow();
-  const rec = host.denvd.environment(row.host_env_id as string);
+  const rec = host.denvd.environment(row.stack_id as string);
   return host.storage.datasetPath(rec.datasets.home as string);
 }
 

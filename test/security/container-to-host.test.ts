@@ -40,11 +40,11 @@ function runDirOf(envId: string): Promise<string[]> {
   return (async () => {
     const row = await lab.server.store
       .selectFrom("environments")
-      .select("host_env_id")
+      .select("stack_id")
       .where("id", "=", envId)
       .executeTakeFirstOrThrow();
     const { AgentChannel } = await import("@denv/denvd");
-    const key = AgentChannel.keyOf(row.host_env_id as string, "main");
+    const key = AgentChannel.keyOf(row.stack_id as string, "main");
     return readdir(join(lab.host.stateDir, "agents", key));
   })();
 }

@@ -105,11 +105,11 @@ describe("names", () => {
       accepted++;
       assert.ok(name.length <= NAME_MAX_LENGTH);
       // Dataset and snapshot ids (storage-driver.ts), engine volume names, DNS labels.
-      for (const id of [`env_0123456789ab-${name}`, `ver_0123456789ab-${name}`]) {
+      for (const id of [`stk_0123456789ab-${name}`, `ver_0123456789ab-${name}`]) {
         assert.match(id, /^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$/);
         assert.ok(!id.includes(".."));
       }
-      assert.match(`denv-env_0123456789ab-${name}`, /^[a-zA-Z0-9][a-zA-Z0-9_.-]+$/);
+      assert.match(`denv-stk_0123456789ab-${name}`, /^[a-zA-Z0-9][a-zA-Z0-9_.-]+$/);
     }
     assert.ok(accepted > 100, `${accepted} names accepted`);
   });

@@ -80,10 +80,10 @@ describe("a hostile host of another team", () => {
     const host = lab.host.denvd.environments().find((e) => e.status === "running");
     assert.ok(host, "team A has a running environment");
     const seen: string[] = [];
-    const r = await lab.server.hub.call<{ exit_code: number; stdout_b64: string }>(
+    const r = await lab.server.hub.call(
       lab.hostId,
       "exec",
-      { environment_id: host.id, command: ["sh", "-c", "sleep 0.3; echo genuine"], stream: true },
+      { stack_id: host.id, command: ["sh", "-c", "sleep 0.3; echo genuine"], stream: true },
       { opId, onEvent: (_s, data) => seen.push(data.toString()) },
     );
     forging = false;
@@ -91,6 +91,25 @@ describe("a hostile host of another team", () => {
     await evil.close();
     assert.equal(Buffer.from(r.stdout_b64, "base64").toString(), "genuine\n");
     assert.deepEqual(seen.join(""), "genuine\n");
+  });
+
+  test("a host that speaks another protocol version is told so and let go", async () => {
+    const evil = await joinRawHost(lab, lab.keyB, { hello: false });
+    const closed = new Promise<[number, string]>((r) =>
+      evil.ws.once("close", (code, why) => r([code, why.toString()])),
+    );
+    evil.send({
+      type: "hello",
+      protocol: 1,
+      arch: "x86_64",
+      storage: "dir",
+      capacity: { total_bytes: 1, free_bytes: 1, cpus: 1, memory_bytes: 1 },
+      version: "old",
+      known_ops: [],
+    });
+    const [code, why] = await closed;
+    assert.equal(code, 4426);
+    assert.match(why, /denvd speaks protocol 1, this server 2: upgrade it/);
   });
 
   test("malformed or oversized host messages close that host's connection, and nothing else", async () => {
@@ -109,6 +128,27 @@ describe("a hostile host of another team", () => {
     assert.equal(lab.server.hub.isConnected(lab.hostId), true);
     const e = await lab.api("POST", `/v1/envs/${sandboxId}/exec`, { command: "echo ok" });
     assert.equal(e.data.stdout, "ok\n");
+  });
+});
+
+describe("the protocol table on the host's side", () => {
+  test("denvd checks every operation's params before it runs anything", async () => {
+    const bad: [string, Record<string, unknown>, RegExp][] = [
+      ["exec", { stack_id: "../../etc", command: "id" }, /exec: stack_id: a stack id/],
+      ["exec", { stack_id: "stk_0123456789ab", command: [] }, /exec: command/],
+      ["destroy", { stack_id: "stk_0123456789ab", extra: 1 }, /destroy: .*unrecognized/i],
+      ["put_files", { stack_id: "stk_0123456789ab", path: "/x" }, /put_files: tar_b64/],
+    ];
+    for (const [method, params, why] of bad) {
+      await assert.rejects(
+        lab.server.hub.call(lab.hostId, method as "exec", params as never),
+        (err: Error & { code?: string }) => {
+          assert.equal(err.code, "invalid_argument");
+          assert.match(err.message, why);
+          return true;
+        },
+      );
+    }
   });
 });
 

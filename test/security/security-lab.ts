@@ -8,7 +8,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { joinServer, Sidecar } from "@denv/denvd";
-import { encodeTunnelFrame, type HostMessage, type ServerMessage } from "@denv/protocol";
+import { encodeTunnelFrame, type HostMessage, PROTOCOL_VERSION, type ServerMessage } from "@denv/protocol";
 import { type RunningServer, type ServerOptions, startServer } from "@denv/server";
 import WebSocket from "ws";
 import { LOCAL_REGISTRY, openTestHost, type TestHost } from "../e2e/denvd-helpers.ts";
@@ -156,7 +156,7 @@ export async function joinRawHost(
   if (options.hello !== false) {
     raw.send({
       type: "hello",
-      protocol: 1,
+      protocol: PROTOCOL_VERSION,
       arch: "x86_64",
       storage: "dir",
       capacity: { total_bytes: 1e12, free_bytes: 1e12, cpus: 2, memory_bytes: 1e10 },

@@ -4,22 +4,9 @@
  * machines) and v2.
  */
 import { access, readFile } from "node:fs/promises";
-import type { ResolvedService } from "@denv/protocol";
+import type { CapsEvidence, ResolvedService } from "@denv/protocol";
 import { RESTORABLE_CAPS } from "@denv/spec";
 import type { ContainerState } from "./runtime/container-runtime.ts";
-
-export interface CapsEvidence {
-  engine: { memory_bytes: number; pids: number; cpus: number };
-  cgroup: { memory_bytes: number | null; pids: number | null; cpus: number | null; version: 1 | 2 | null };
-  /** The hardening as the kernel holds it for the container's first process (/proc on the host). */
-  security: {
-    no_new_privileges: boolean | null;
-    /** Capabilities denv drops that are indeed absent from the process's bounding set. */
-    dropped: string[];
-    /** The bounding set, as the kernel prints it (hex). */
-    cap_bnd: string | null;
-  };
-}
 
 /**
  * Capabilities the engine grants by default that denv drops from every container: raw sockets,
@@ -62,6 +49,8 @@ const read = (p: string) =>
     () => null,
   );
 const num = (s: string | null) => (s === null || s === "max" ? null : Number(s));
+
+export type { CapsEvidence };
 
 export async function readBackCaps(state: ContainerState): Promise<CapsEvidence> {
   const engine = { memory_bytes: state.memoryBytes, pids: state.pids, cpus: state.nanoCpus / 1e9 };

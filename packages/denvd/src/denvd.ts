@@ -12,9 +12,19 @@ import { readFile, rm } from "node:fs/promises";
 import type { Socket } from "node:net";
 import { join, posix } from "node:path";
 import type { Readable } from "node:stream";
-import { DenvError, type ResolvedService, type ResolvedSpec, resolvedSpecSchema } from "@denv/protocol";
+import {
+  DenvError,
+  type ForkEvidence,
+  type HealthEvidence,
+  type ResolvedService,
+  type ResolvedSpec,
+  resolvedSpecSchema,
+  type ServiceStartEvidence,
+  type SnapshotEvidence,
+  type WarmEvidence,
+} from "@denv/protocol";
 import { nameProblem } from "@denv/spec";
-import { type CapsEvidence, hardenedCapDrop, readBackCaps } from "./caps-readback.ts";
+import { hardenedCapDrop, readBackCaps } from "./caps-readback.ts";
 import { bridgeLinkLocal, type EgressEvidence, type EgressTarget, probeEgress } from "./egress-probe.ts";
 import { AGENT_RUN_DIR, AGENT_SOCKET_NAME, AgentChannel } from "./exec/agent-channel.ts";
 import { AgentExecutor, type AgentTarget } from "./exec/agent-executor.ts";
@@ -54,50 +64,6 @@ export interface DenvdOptions {
    */
   datasetGrowthBytes?: number;
   log?: (message: string, context?: Record<string, unknown>) => void;
-}
-
-export interface ServiceStartEvidence {
-  container_id: string;
-  image: string;
-  caps: CapsEvidence;
-}
-
-export interface HealthEvidence {
-  /** Per service: ms from start to healthy, how it was judged, and how many checks ran. */
-  services: Record<string, { healthy_ms: number; method: "healthcheck" | "running"; checks: number }>;
-  ms: number;
-}
-
-export interface WarmEvidence {
-  commands: {
-    service: string;
-    command: string[];
-    exit_code: number;
-    ms: number;
-    stdout_tail: string;
-    stderr_tail: string;
-  }[];
-}
-
-export interface SnapshotEvidence {
-  version_id: string;
-  frozen_ms: number;
-  checkpoint: { service: string; command: string[]; exit_code: number; ms: number }[];
-  datasets: Record<string, { dataset_id: string; snapshot_id: string; bytes: number }>;
-  health_after_ms: number;
-}
-
-export interface ForkEvidence {
-  environment_id: string;
-  from_version: string;
-  clone_ms: number;
-  /** Each dataset's growth limit (what it may hold in all), as the storage driver enforces it. */
-  quota: Record<string, QuotaEvidence>;
-  start: Record<string, ServiceStartEvidence>;
-  start_ms: number;
-  health: HealthEvidence;
-  egress: EgressEvidence;
-  total_ms: number;
 }
 
 const HEALTH_DEADLINE_FLOOR_MS = 60_000;
@@ -267,7 +233,7 @@ export class Denvd {
     parentVersionId: string | null,
     operationId: string | undefined,
   ): Promise<EnvironmentRecord> {
-    const id = newId("env");
+    const id = newId("stk");
     const env: EnvironmentRecord = {
       id,
       name,
@@ -975,7 +941,7 @@ export class Denvd {
       return {
         environment: this.environment(env.id),
         evidence: {
-          environment_id: env.id,
+          stack_id: env.id,
           from_version: version.id,
           clone_ms: cloneMs,
           quota,

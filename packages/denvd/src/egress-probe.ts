@@ -13,40 +13,16 @@
  * containers (a bridge keeps its IPv6 link-local address), and this probe checks the result.
  */
 import { execFile } from "node:child_process";
+import type { Egress6Evidence, EgressEvidence } from "@denv/protocol";
+
+export type { Egress6Evidence, EgressEvidence };
 
 export interface EgressTarget {
   host: string;
   port: number;
 }
 
-type Outcome = "connected" | "refused" | "timeout" | "unreachable";
-
-export interface Egress6Evidence {
-  result: "blocked" | "reachable";
-  /** The link-local target, or "none" when the bridge has no IPv6 address to aim at. */
-  target: string;
-  outcome: Outcome;
-  /** net.ipv6.conf.all.disable_ipv6 in the namespace. */
-  disabled: boolean;
-  /** IPv6 addresses on the namespace's interfaces other than loopback. */
-  addresses: number;
-}
-
-export interface EgressEvidence {
-  /** blocked only when IPv4 and IPv6 both are. */
-  result: "blocked" | "reachable";
-  target: string;
-  /** What the connect saw: connected, refused (something answered), or the error that blocked it. */
-  outcome: Outcome;
-  ms: number;
-  /** The service whose network namespace the probe ran in. */
-  from?: string;
-  /** How long a connect to the namespace's own address took (the local round trip), in µs. */
-  control_us?: number;
-  /** How long silence from the target had to last to count as blocked, in ms. */
-  wait_ms?: number;
-  ipv6?: Egress6Evidence;
-}
+type Outcome = EgressEvidence["outcome"];
 
 /**
  * Silence from the target counts as blocked only after it lasts MIN_WAIT_MS, and at least

@@ -1,15 +1,6 @@
 /** @module @denv/denvd — the host sidecar's runtime: stacks, storage, snapshots, forks, exec, files. */
-export type { CapsEvidence } from "./caps-readback.ts";
-export {
-  Denvd,
-  type DenvdOptions,
-  type ForkEvidence,
-  type HealthEvidence,
-  type ServiceStartEvidence,
-  type SnapshotEvidence,
-  type WarmEvidence,
-} from "./denvd.ts";
-export { bridgeLinkLocal, type EgressEvidence, type EgressTarget, probeEgress } from "./egress-probe.ts";
+export { Denvd, type DenvdOptions } from "./denvd.ts";
+export { bridgeLinkLocal, type EgressTarget, probeEgress } from "./egress-probe.ts";
 export { DEFAULT_AGENT_BINARY, defaultAgentBinary } from "./exec/agent-binary.ts";
 export { AgentChannel } from "./exec/agent-channel.ts";
 export { AgentExecutor } from "./exec/agent-executor.ts";
@@ -25,4 +16,4 @@ export { DirDriver } from "./storage/dir-driver.ts";
 export type { StorageDriver, StorageKind } from "./storage/storage-driver.ts";
 export { ZfsDriver } from "./storage/zfs-driver.ts";
 export { checkEntryName, sanitizeTar } from "./tar-sanitizer.ts";
-export { type CollectEvidence, DEFAULT_COLLECT_MAX_BYTES, type GradeEvidence, Verifier } from "./verify.ts";
+export { DEFAULT_COLLECT_MAX_BYTES, Verifier } from "./verify.ts";

@@ -15,8 +15,11 @@ import {
   HEARTBEAT_MS,
   type HostMessage,
   MAX_MESSAGE_BYTES,
+  OPERATIONS,
+  type OpCheckedParams,
+  type OpMethod,
+  type OpResult,
   PROTOCOL_VERSION,
-  type ResolvedSpec,
   type ServerMessage,
   serverMessageSchema,
   TUNNEL_CLOSE,
@@ -40,13 +43,10 @@ export interface SidecarOptions {
   onWelcome?: (hostId: string, hello: HostMessage) => void;
 }
 
-type Params = Record<string, unknown>;
 type Outcome = { ok: boolean; result?: unknown; error?: unknown };
-
-const str = (p: Params, k: string): string => {
-  const v = p[k];
-  if (typeof v !== "string") throw new DenvError("invalid_argument", `operation parameter ${k} is missing`);
-  return v;
+type Emit = (stream: "stdout" | "stderr") => (chunk: Buffer) => void;
+type Handlers = {
+  [M in OpMethod]: (p: OpCheckedParams<M>, emit: Emit) => Promise<OpResult<M>>;
 };
 
 export class Sidecar {
@@ -230,13 +230,9 @@ export class Sidecar {
     }
   }
 
-  private async openTunnel(p: Params): Promise<Record<string, never>> {
+  private async openTunnel(p: OpCheckedParams<"open_tunnel">): Promise<Record<string, never>> {
     const streamId = p.stream_id;
-    const port = p.port;
-    if (typeof streamId !== "number" || typeof port !== "number")
-      throw new DenvError("invalid_argument", "open_tunnel needs stream_id and port");
-    const service = typeof p.service === "string" ? p.service : undefined;
-    const sock = await this.options.denvd.openPort(str(p, "environment_id"), service, port);
+    const sock = await this.options.denvd.openPort(p.stack_id, p.service, p.port);
     this.tunnels.set(streamId, sock);
     sock.on("data", (chunk: Buffer) => this.sendBinary(encodeTunnelFrame(TUNNEL_DATA, streamId, chunk)));
     sock.on("end", () => this.sendBinary(encodeTunnelFrame(TUNNEL_END, streamId)));
@@ -252,103 +248,97 @@ export class Sidecar {
     return new Verifier(this.options.denvd, this.options.denvd.stateDir);
   }
 
-  private async perform(method: string, p: Params, opId: string): Promise<unknown> {
+  /** Checks an operation's params against the protocol table and runs its handler. */
+  private async perform(method: OpMethod, raw: Record<string, unknown>, opId: string): Promise<unknown> {
+    const parsed = OPERATIONS[method].params.safeParse(raw);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0];
+      throw new DenvError(
+        "invalid_argument",
+        `${method}: ${issue?.path.join(".") || "params"}: ${issue?.message ?? "invalid"}`,
+      );
+    }
     const emit = (stream: "stdout" | "stderr") => (chunk: Buffer) =>
       this.send({ type: "event", op_id: opId, stream, data_b64: chunk.toString("base64") });
-    const d = this.options.denvd;
-    switch (method) {
-      case "prepare": {
-        const r = await d.prepare(p.spec as ResolvedSpec, {
-          name: str(p, "name"),
-          operationId: str(p, "operation_id"),
-        });
-        return { environment_id: r.environment.id, evidence: r.evidence };
-      }
-      case "start": {
-        const r = await d.start(str(p, "environment_id"));
-        const egress = await d.probeEgress(str(p, "environment_id"));
-        return { ...r, egress };
-      }
-      case "warm":
-        return d.warm(str(p, "environment_id"));
-      case "snapshot": {
-        const r = await d.snapshot(str(p, "environment_id"));
-        return { version_id: r.version.id, images: r.version.images, evidence: r.evidence };
-      }
-      case "probe":
-        return d.probeEgress(str(p, "environment_id"));
-      case "fork": {
-        const r = await d.fork(str(p, "version_id"), {
-          name: str(p, "name"),
-          operationId: str(p, "operation_id"),
-        });
-        return { environment_id: r.environment.id, evidence: r.evidence };
-      }
-      case "rollback":
-        return d.rollback(str(p, "environment_id"), str(p, "version_id"));
-      case "destroy":
-        await d.destroy(str(p, "environment_id"));
-        return {};
-      case "delete_version":
-        await d.deleteVersion(str(p, "version_id"));
-        return {};
-      case "exec": {
-        const r = await d.exec(str(p, "environment_id"), p.service as string | undefined, {
-          command: p.command as string[] | string,
-          user: (p.user as string | undefined) ?? null,
-          cwd: (p.cwd as string | undefined) ?? null,
-          env: (p.env as Record<string, string> | undefined) ?? {},
-          stdin: typeof p.stdin_b64 === "string" ? Buffer.from(p.stdin_b64, "base64") : null,
-          timeoutMs: (p.timeout_ms as number | undefined) ?? null,
-          maxOutputBytes: (p.max_output_bytes as number | undefined) ?? undefined,
-          ...(p.stream === true ? { onStdout: emit("stdout"), onStderr: emit("stderr") } : {}),
-        });
-        return {
-          exit_code: r.exitCode,
-          stdout_b64: r.stdout.toString("base64"),
-          stderr_b64: r.stderr.toString("base64"),
-          stdout_truncated: r.stdoutTruncated,
-          stderr_truncated: r.stderrTruncated,
-          timed_out: r.timedOut,
-          duration_ms: r.durationMs,
-        };
-      }
-      case "put_files":
-        return d.putFiles(
-          str(p, "environment_id"),
-          p.service as string | undefined,
-          str(p, "path"),
-          Readable.from(Buffer.from(str(p, "tar_b64"), "base64")),
-        );
-      case "get_files": {
-        const tar = await d.getFiles(
-          str(p, "environment_id"),
-          p.service as string | undefined,
-          str(p, "path"),
-        );
-        return { tar_b64: tar.toString("base64") };
-      }
-      case "verify_stop":
-        return this.verifier().stop(str(p, "environment_id"));
-      case "verify_collect":
-        return this.verifier().collect(str(p, "environment_id"), str(p, "verify_id"));
-      case "verify_grade":
-        return this.verifier().grade(str(p, "environment_id"), str(p, "verify_id"));
-      case "verify_cleanup":
-        await this.verifier().cleanup(str(p, "verify_id"));
-        return {};
-      case "open_tunnel":
-        return this.openTunnel(p);
-      case "stop_service":
-        return d.stopService(str(p, "environment_id"), str(p, "service"));
-      case "resume":
-        await this.verifier().resume(str(p, "environment_id"));
-        return {};
-      case "status":
-        return { environments: d.environments().map((e) => ({ id: e.id, name: e.name, status: e.status })) };
-      default:
-        throw new DenvError("invalid_argument", `unknown operation ${method}`);
-    }
+    const handler = this.handlers[method] as (p: unknown, emit: Emit) => Promise<unknown>;
+    return handler(parsed.data, emit);
+  }
+
+  /** One handler per operation, typed from the protocol table: params in, result out. */
+  private readonly handlers: Handlers = {
+    prepare: async (p) => {
+      const r = await this.denvd.prepare(p.spec, { name: p.name, operationId: p.operation_id });
+      return { stack_id: r.environment.id, evidence: r.evidence };
+    },
+    start: async (p) => {
+      const r = await this.denvd.start(p.stack_id);
+      return { ...r, egress: await this.denvd.probeEgress(p.stack_id) };
+    },
+    warm: (p) => this.denvd.warm(p.stack_id),
+    snapshot: async (p) => {
+      const r = await this.denvd.snapshot(p.stack_id);
+      return { version_id: r.version.id, images: r.version.images, evidence: r.evidence };
+    },
+    probe: (p) => this.denvd.probeEgress(p.stack_id),
+    fork: async (p) => {
+      const r = await this.denvd.fork(p.version_id, { name: p.name, operationId: p.operation_id });
+      return { stack_id: r.environment.id, evidence: r.evidence };
+    },
+    rollback: (p) => this.denvd.rollback(p.stack_id, p.version_id),
+    destroy: async (p) => {
+      await this.denvd.destroy(p.stack_id);
+      return {};
+    },
+    delete_version: async (p) => {
+      await this.denvd.deleteVersion(p.version_id);
+      return {};
+    },
+    exec: async (p, emit) => {
+      const r = await this.denvd.exec(p.stack_id, p.service, {
+        command: p.command,
+        user: p.user ?? null,
+        cwd: p.cwd ?? null,
+        env: p.env ?? {},
+        stdin: p.stdin_b64 !== undefined ? Buffer.from(p.stdin_b64, "base64") : null,
+        timeoutMs: p.timeout_ms ?? null,
+        maxOutputBytes: p.max_output_bytes,
+        ...(p.stream ? { onStdout: emit("stdout"), onStderr: emit("stderr") } : {}),
+      });
+      return {
+        exit_code: r.exitCode,
+        stdout_b64: r.stdout.toString("base64"),
+        stderr_b64: r.stderr.toString("base64"),
+        stdout_truncated: r.stdoutTruncated,
+        stderr_truncated: r.stderrTruncated,
+        timed_out: r.timedOut,
+        duration_ms: r.durationMs,
+      };
+    },
+    put_files: (p) =>
+      this.denvd.putFiles(p.stack_id, p.service, p.path, Readable.from(Buffer.from(p.tar_b64, "base64"))),
+    get_files: async (p) => ({
+      tar_b64: (await this.denvd.getFiles(p.stack_id, p.service, p.path)).toString("base64"),
+    }),
+    verify_stop: (p) => this.verifier().stop(p.stack_id),
+    verify_collect: (p) => this.verifier().collect(p.stack_id, p.verify_id),
+    verify_grade: (p) => this.verifier().grade(p.stack_id, p.verify_id),
+    verify_cleanup: async (p) => {
+      await this.verifier().cleanup(p.verify_id);
+      return {};
+    },
+    open_tunnel: (p) => this.openTunnel(p),
+    stop_service: (p) => this.denvd.stopService(p.stack_id, p.service),
+    resume: async (p) => {
+      await this.verifier().resume(p.stack_id);
+      return {};
+    },
+    status: async () => ({
+      stacks: this.denvd.environments().map((e) => ({ id: e.id, name: e.name, status: e.status })),
+    }),
+  };
+
+  private get denvd(): Denvd {
+    return this.options.denvd;
   }
 }
 

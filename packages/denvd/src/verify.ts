@@ -21,7 +21,10 @@ import { createHash, randomBytes } from "node:crypto";
 import { mkdir, readdir, rm, writeFile } from "node:fs/promises";
 import { dirname, join, posix } from "node:path";
 import { Readable } from "node:stream";
-import { DenvError, type ResolvedSpec } from "@denv/protocol";
+import { type CollectEvidence, DenvError, type GradeEvidence, type ResolvedSpec } from "@denv/protocol";
+
+export type { CollectEvidence, GradeEvidence };
+
 import tar from "tar-stream";
 import { DROPPED_CAPS } from "./caps-readback.ts";
 import type { Denvd } from "./denvd.ts";
@@ -34,27 +37,6 @@ export const DEFAULT_COLLECT_MAX_FILES = 10_000;
 /** Files listed by name in the evidence; the rest are counted. */
 const EVIDENCE_FILES = 200;
 const TAIL = 4096;
-
-export interface CollectEvidence {
-  refused: string | null;
-  /** The first EVIDENCE_FILES files collected, with their digests. */
-  files: { path: string; bytes: number; sha256: string }[];
-  /** Every file collected. */
-  file_count: number;
-  missing: string[];
-  bytes: number;
-}
-
-export interface GradeEvidence {
-  reward: number;
-  reason: string | null;
-  exit_code: number | null;
-  timed_out: boolean;
-  stdout_tail: string;
-  stderr_tail: string;
-  ms: number;
-  mode: "image" | "service";
-}
 
 class Refusal extends Error {}
 

@@ -4,7 +4,9 @@
  * records, and the messages and operations between the control plane and denvd.
  */
 export { DenvError, ERROR_CODES, type ErrorCode, isDenvError } from "./errors.ts";
+export * from "./evidence.ts";
 export * from "./messages.ts";
+export * from "./operations.ts";
 export {
   type Caps,
   capsSchema,

@@ -4,8 +4,10 @@
  * answers from what it already did, so work is neither lost nor repeated.
  */
 import { z } from "zod";
+import { OP_METHODS } from "./operations.ts";
 
-export const PROTOCOL_VERSION = 1;
+/** 2: typed operations on stacks (stack_id); 1: the same operations on environment_id. */
+export const PROTOCOL_VERSION = 2;
 
 /**
  * The largest WebSocket message either side accepts (both set it as their maxPayload). The server
@@ -57,31 +59,6 @@ export const hostMessageSchema = z.discriminatedUnion("type", [
 ]);
 
 export type HostMessage = z.infer<typeof hostMessageSchema>;
-
-export const OP_METHODS = [
-  "prepare",
-  "start",
-  "warm",
-  "snapshot",
-  "probe",
-  "fork",
-  "rollback",
-  "destroy",
-  "delete_version",
-  "exec",
-  "put_files",
-  "get_files",
-  "verify_stop",
-  "verify_collect",
-  "verify_grade",
-  "verify_cleanup",
-  "stop_service",
-  "open_tunnel",
-  "resume",
-  "status",
-] as const;
-
-export type OpMethod = (typeof OP_METHODS)[number];
 
 export const serverMessageSchema = z.discriminatedUnion("type", [
   z.object({ type: z.literal("welcome"), host_id: z.string() }),

@@ -522,10 +522,10 @@ export function createApp(deps: AppDeps): Hono<Env> {
         `environment ${e.name} is frozen by verify for inspection; fork it, or verify with resume`,
       );
     }
-    if (e.status !== "running" || !e.host_id || !e.host_env_id) {
+    if (e.status !== "running" || !e.host_id || !e.stack_id) {
       throw new DenvError("conflict", `environment ${e.name} is ${e.status}, not running`);
     }
-    return { hostId: e.host_id, hostEnvId: e.host_env_id };
+    return { hostId: e.host_id, stackId: e.stack_id };
   };
 
   app.get("/v1/envs", async (c) => {
@@ -644,10 +644,10 @@ export function createApp(deps: AppDeps): Hono<Env> {
   app.post("/v1/envs/:id/exec", async (c) => {
     const e = await environment(c.get("teamId"), c.req.param("id"));
     const body = await parse(c.req.raw, execBody);
-    const { hostId, hostEnvId } = runningOn(e);
+    const { hostId, stackId } = runningOn(e);
     const enc = body.encoding ?? "utf8";
     const params = {
-      environment_id: hostEnvId,
+      stack_id: stackId,
       service: await serviceOf(e, body.service),
       command: body.command,
       user: body.user,
@@ -680,7 +680,7 @@ export function createApp(deps: AppDeps): Hono<Env> {
       };
     };
     if (c.req.query("stream") !== "true") {
-      return c.json(answer(await hub.call<HostExec>(hostId, "exec", params), true));
+      return c.json(answer(await hub.call(hostId, "exec", params), true));
     }
     // ?stream=true: newline-delimited JSON, output chunks ({"stream", "data"} in base64) as the
     // command writes them, then one {"result"} line with the exit code (its stdout/stderr empty).
@@ -691,7 +691,7 @@ export function createApp(deps: AppDeps): Hono<Env> {
         writes = writes.then(() => s.write(`${JSON.stringify(v)}\n`)).then(() => {});
       };
       try {
-        const r = await hub.call<HostExec>(
+        const r = await hub.call(
           hostId,
           "exec",
           { ...params, stream: true },
@@ -712,11 +712,11 @@ export function createApp(deps: AppDeps): Hono<Env> {
   app.put("/v1/envs/:id/files", async (c) => {
     const e = await environment(c.get("teamId"), c.req.param("id"));
     const path = containerPath(c.req.query("path"));
-    const { hostId, hostEnvId } = runningOn(e);
+    const { hostId, stackId } = runningOn(e);
     const service = await serviceOf(e, c.req.query("service"));
     const body = Buffer.from(await c.req.arrayBuffer());
     const r = await hub.call(hostId, "put_files", {
-      environment_id: hostEnvId,
+      stack_id: stackId,
       service,
       path,
       tar_b64: body.toString("base64"),
@@ -727,10 +727,10 @@ export function createApp(deps: AppDeps): Hono<Env> {
   app.get("/v1/envs/:id/files", async (c) => {
     const e = await environment(c.get("teamId"), c.req.param("id"));
     const path = containerPath(c.req.query("path"));
-    const { hostId, hostEnvId } = runningOn(e);
+    const { hostId, stackId } = runningOn(e);
     const service = await serviceOf(e, c.req.query("service"));
-    const r = await hub.call<{ tar_b64: string }>(hostId, "get_files", {
-      environment_id: hostEnvId,
+    const r = await hub.call(hostId, "get_files", {
+      stack_id: stackId,
       service,
       path,
     });
@@ -779,11 +779,9 @@ export function createApp(deps: AppDeps): Hono<Env> {
 
   app.post("/v1/envs/:id/services/:service/stop", async (c) => {
     const e = await environment(c.get("teamId"), c.req.param("id"));
-    const { hostId, hostEnvId } = runningOn(e);
+    const { hostId, stackId } = runningOn(e);
     const service = (await serviceOf(e, c.req.param("service"))) as string;
-    return c.json(
-      await hub.call<{ stopped: string }>(hostId, "stop_service", { environment_id: hostEnvId, service }),
-    );
+    return c.json(await hub.call(hostId, "stop_service", { stack_id: stackId, service }));
   });
 
   app.get("/v1/versions/:id", async (c) => {

@@ -6,6 +6,7 @@
  * time. A deployment the server was running when it died is rolled back when it comes back.
  */
 import { EventEmitter } from "node:events";
+import type { OpResult } from "@denv/protocol";
 import { DenvError, type ResolvedSpec } from "@denv/protocol";
 import { type ComposeValidator, pinSpec, RegistryPinner } from "@denv/spec";
 import type { ProvisionedMachine, Provisioner } from "./clouds/provisioner.ts";
@@ -50,7 +51,7 @@ export interface DeploymentState {
   /** A cloud machine this deployment created; deleted if its provisioning or join fails. */
   machine_id?: string;
   /** The stack this deployment is building on its host; removed if the deployment fails. */
-  building_host_env_id?: string;
+  building_stack_id?: string;
 }
 
 /** Where a deployment goes: a connected host, or a new machine in a connected cloud. */
@@ -302,7 +303,7 @@ export class Deployer {
       name,
       status: "pending",
       host_id: null,
-      host_env_id: null,
+      stack_id: null,
       current_version_id: null,
       parent_version_id: null,
       sandbox: sandbox ? 1 : 0,
@@ -417,35 +418,31 @@ export class Deployer {
         await rec.persist();
       }
       const id = hostId as string;
-      const hostEnvId = (await rec.run("prepare", async () => {
-        const r = await this.hub.call<{ environment_id: string; evidence: unknown }>(id, "prepare", {
+      const stackId = (await rec.run("prepare", async () => {
+        const r = await this.hub.call(id, "prepare", {
           spec,
           name: `${project.name}-${before.name}`,
           operation_id: rec.deploymentId,
         });
-        rec.state.building_host_env_id = r.environment_id;
-        return { value: r.environment_id, evidence: r.evidence };
+        rec.state.building_stack_id = r.stack_id;
+        return { value: r.stack_id, evidence: r.evidence };
       })) as string;
       const started = (await rec.run("start", async () => {
-        const r = await this.hub.call<{ evidence: unknown; ms: number; health: unknown; egress: unknown }>(
-          id,
-          "start",
-          {
-            environment_id: hostEnvId,
-          },
-        );
+        const r = await this.hub.call(id, "start", {
+          stack_id: stackId,
+        });
         return { value: r, evidence: { containers: r.evidence, ms: r.ms, egress: r.egress } };
       })) as { health: unknown };
       await rec.run("health", async () => ({ evidence: started.health }));
       await rec.run("warm", async () => {
         if (spec.warm.length === 0) return { evidence: { commands: [] } };
-        return { evidence: await this.hub.call(id, "warm", { environment_id: hostEnvId }) };
+        return { evidence: await this.hub.call(id, "warm", { stack_id: stackId }) };
       });
       const versionId = await this.snapshotPhase(
         rec,
         { id: environmentId, team_id: project.team_id, project_id: project.id },
         id,
-        hostEnvId,
+        stackId,
         async () => spec,
       );
       const published = Object.values(spec.services).some((s) => s.ports.length > 0);
@@ -458,14 +455,12 @@ export class Deployer {
       // The new stack replaces the old one only now, when it is whole.
       await this.store
         .updateTable("environments")
-        .set({ status: "running", host_id: id, host_env_id: hostEnvId, current_version_id: versionId })
+        .set({ status: "running", host_id: id, stack_id: stackId, current_version_id: versionId })
         .where("id", "=", environmentId)
         .execute();
-      delete rec.state.building_host_env_id;
-      if (before.host_env_id && before.host_id) {
-        await this.hub
-          .call(before.host_id, "destroy", { environment_id: before.host_env_id })
-          .catch(() => {});
+      delete rec.state.building_stack_id;
+      if (before.stack_id && before.host_id) {
+        await this.hub.call(before.host_id, "destroy", { stack_id: before.stack_id }).catch(() => {});
       }
       await rec.verdict("succeeded", null, { version_id: versionId, environment: before.name, host_id: id });
     } catch (err) {
@@ -480,10 +475,10 @@ export class Deployer {
     if (rec.state.machine_id && this.options.provisioner) {
       await this.options.provisioner.remove(rec.state.machine_id).catch(() => {});
     }
-    const building = rec.state.building_host_env_id;
+    const building = rec.state.building_stack_id;
     if (building && rec.state.host_id) {
       await this.hub
-        .call(rec.state.host_id, "destroy", { environment_id: building }, { timeoutMs: 120_000 })
+        .call(rec.state.host_id, "destroy", { stack_id: building }, { timeoutMs: 120_000 })
         .catch(() => {});
     }
     if (!before.current_version_id) {
@@ -609,19 +604,19 @@ export class Deployer {
   // -----------------------------------------------------------------------------------------------
   // snapshot, fork, rollback, destroy
 
-  private requireRunning(env: EnvironmentsTable): { hostId: string; hostEnvId: string } {
-    if (env.status !== "running" || !env.host_id || !env.host_env_id) {
+  private requireRunning(env: EnvironmentsTable): { hostId: string; stackId: string } {
+    if (env.status !== "running" || !env.host_id || !env.stack_id) {
       throw new DenvError("conflict", `environment ${env.name} is ${env.status}; deploy it first`);
     }
-    return { hostId: env.host_id, hostEnvId: env.host_env_id };
+    return { hostId: env.host_id, stackId: env.stack_id };
   }
 
   /** Captures a running environment's live state as a new version. */
   async snapshot(env: EnvironmentsTable): Promise<{ deploymentId: string; done: Promise<void> }> {
     const rec = await this.createDeployment(env.team_id, env.id, "snapshot", ["snapshot", "verdict"]);
     return this.launch(rec, env.id, async () => {
-      const { hostId, hostEnvId } = this.requireRunning(await this.environment(env.id));
-      const versionId = await this.snapshotPhase(rec, env, hostId, hostEnvId, () => this.specOf(env));
+      const { hostId, stackId } = this.requireRunning(await this.environment(env.id));
+      const versionId = await this.snapshotPhase(rec, env, hostId, stackId, () => this.specOf(env));
       await this.store
         .updateTable("environments")
         .set({ current_version_id: versionId })
@@ -637,15 +632,11 @@ export class Deployer {
     rec: PhaseRecorder,
     env: Pick<EnvironmentsTable, "id" | "team_id" | "project_id">,
     hostId: string,
-    hostEnvId: string,
+    stackId: string,
     spec: () => Promise<ResolvedSpec>,
   ): Promise<string> {
     return (await rec.run("snapshot", async () => {
-      const r = await this.hub.call<{
-        version_id: string;
-        images: Record<string, string>;
-        evidence: unknown;
-      }>(hostId, "snapshot", { environment_id: hostEnvId });
+      const r = await this.hub.call(hostId, "snapshot", { stack_id: stackId });
       await this.recordVersion(env, hostId, await spec(), r);
       return { value: r.version_id, evidence: r.evidence };
     })) as string;
@@ -743,26 +734,22 @@ export class Deployer {
             return { evidence: {} };
           });
         const r = (await rec.run("prepare", async () => {
-          const out = await this.hub.call<{ environment_id: string; evidence: Record<string, unknown> }>(
-            id,
-            "fork",
-            {
-              version_id: versionId,
-              name: `${project.name}-${options.name}`,
-              operation_id: rec.deploymentId,
-            },
-          );
-          rec.state.building_host_env_id = out.environment_id;
+          const out = await this.hub.call(id, "fork", {
+            version_id: versionId,
+            name: `${project.name}-${options.name}`,
+            operation_id: rec.deploymentId,
+          });
+          rec.state.building_stack_id = out.stack_id;
           return {
             value: out,
             evidence: {
-              environment_id: out.environment_id,
+              stack_id: out.stack_id,
               clone_ms: out.evidence.clone_ms,
               from_version: versionId,
               quota: out.evidence.quota,
             },
           };
-        })) as { environment_id: string; evidence: Record<string, unknown> };
+        })) as OpResult<"fork">;
         await rec.run("start", async () => ({
           evidence: { containers: r.evidence.start, ms: r.evidence.start_ms, egress: r.evidence.egress },
         }));
@@ -772,12 +759,12 @@ export class Deployer {
           .set({
             status: "running",
             host_id: id,
-            host_env_id: r.environment_id,
+            stack_id: r.stack_id,
             current_version_id: versionId,
           })
           .where("id", "=", env.id)
           .execute();
-        delete rec.state.building_host_env_id;
+        delete rec.state.building_stack_id;
         await rec.verdict("succeeded", null, {
           environment_id: env.id,
           from_version: versionId,
@@ -817,12 +804,12 @@ export class Deployer {
       "verdict",
     ]);
     return this.launch(rec, env.id, async () => {
-      const { hostId, hostEnvId } = this.requireRunning(await this.environment(env.id));
+      const { hostId, stackId } = this.requireRunning(await this.environment(env.id));
       if (version.host_id !== hostId)
         throw new DenvError("conflict", `version ${versionId} is on another host`);
       const r = (await rec.run("restore", async () => {
-        const out = await this.hub.call<{ health: unknown; ms: number }>(hostId, "rollback", {
-          environment_id: hostEnvId,
+        const out = await this.hub.call(hostId, "rollback", {
+          stack_id: stackId,
           version_id: versionId,
         });
         return { value: out, evidence: { version_id: versionId, ms: out.ms } };
@@ -858,17 +845,17 @@ export class Deployer {
     const done = this.serialize(env.id, async () => {
       const current = await this.environment(env.id);
       const hostId = current.host_id;
-      const hostEnvId = current.host_env_id;
+      const stackId = current.stack_id;
       let graderEnvId: string | undefined;
       try {
-        if (!hostId || !hostEnvId || !["running", "frozen"].includes(current.status)) {
+        if (!hostId || !stackId || !["running", "frozen"].includes(current.status)) {
           throw new DenvError(
             "conflict",
             `environment ${env.name} is ${current.status}; verify needs a running environment`,
           );
         }
         await rec.run("stop", async () => ({
-          evidence: await this.hub.call(hostId, "verify_stop", { environment_id: hostEnvId }),
+          evidence: await this.hub.call(hostId, "verify_stop", { stack_id: stackId }),
         }));
         await this.store
           .updateTable("environments")
@@ -876,8 +863,8 @@ export class Deployer {
           .where("id", "=", env.id)
           .execute();
         const collected = (await rec.run("collect", async () => {
-          const c = await this.hub.call<{ refused: string | null }>(hostId, "verify_collect", {
-            environment_id: hostEnvId,
+          const c = await this.hub.call(hostId, "verify_collect", {
+            stack_id: stackId,
             verify_id: rec.deploymentId,
           });
           return { value: c, evidence: c };
@@ -888,21 +875,17 @@ export class Deployer {
             await rec.skip(n, "the collected paths were refused: the episode scores 0");
           grade = { reward: 0, reason: `refused: ${collected.refused}` };
         } else {
-          const versionId = await this.snapshotPhase(rec, env, hostId, hostEnvId, () => this.specOf(current));
+          const versionId = await this.snapshotPhase(rec, env, hostId, stackId, () => this.specOf(current));
           graderEnvId = (await rec.run("clone", async () => {
-            const f = await this.hub.call<{ environment_id: string; evidence: Record<string, unknown> }>(
-              hostId,
-              "fork",
-              {
-                version_id: versionId,
-                name: `${env.name}-grader-${rec.deploymentId.slice(4, 10)}`,
-                operation_id: `${rec.deploymentId}-clone`,
-              },
-            );
+            const f = await this.hub.call(hostId, "fork", {
+              version_id: versionId,
+              name: `${env.name}-grader-${rec.deploymentId.slice(4, 10)}`,
+              operation_id: `${rec.deploymentId}-clone`,
+            });
             return {
-              value: f.environment_id,
+              value: f.stack_id,
               evidence: {
-                environment_id: f.environment_id,
+                stack_id: f.stack_id,
                 from_version: versionId,
                 total_ms: f.evidence.total_ms,
                 egress: f.evidence.egress,
@@ -910,15 +893,15 @@ export class Deployer {
             };
           })) as string;
           grade = (await rec.run("grade", async () => {
-            const g = await this.hub.call<Record<string, unknown>>(hostId, "verify_grade", {
-              environment_id: graderEnvId,
+            const g = await this.hub.call(hostId, "verify_grade", {
+              stack_id: graderEnvId as string,
               verify_id: rec.deploymentId,
             });
             return { value: g, evidence: g };
           })) as Record<string, unknown>;
         }
         if (options.resume) {
-          await this.hub.call(hostId, "resume", { environment_id: hostEnvId });
+          await this.hub.call(hostId, "resume", { stack_id: stackId });
           await this.store
             .updateTable("environments")
             .set({ status: "running" })
@@ -936,8 +919,7 @@ export class Deployer {
         await rec.verdict("failed", err instanceof Error ? err.message : String(err), null);
       } finally {
         if (hostId) {
-          if (graderEnvId)
-            await this.hub.call(hostId, "destroy", { environment_id: graderEnvId }).catch(() => {});
+          if (graderEnvId) await this.hub.call(hostId, "destroy", { stack_id: graderEnvId }).catch(() => {});
           await this.hub.call(hostId, "verify_cleanup", { verify_id: rec.deploymentId }).catch(() => {});
         }
       }
@@ -952,10 +934,10 @@ export class Deployer {
     return this.launch(rec, env.id, async () => {
       const current = await this.environment(env.id);
       await rec.run("destroy", async () => {
-        if (current.host_id && current.host_env_id) {
-          await this.hub.call(current.host_id, "destroy", { environment_id: current.host_env_id });
+        if (current.host_id && current.stack_id) {
+          await this.hub.call(current.host_id, "destroy", { stack_id: current.stack_id });
         }
-        return { evidence: { host_id: current.host_id, host_environment_id: current.host_env_id } };
+        return { evidence: { host_id: current.host_id, stack_id: current.stack_id } };
       });
       // A destroyed environment is gone for good: its port URLs are revoked, and its name is freed
       // (kept, marked, on the record) so that a new environment of that name is a new identity,
@@ -963,7 +945,7 @@ export class Deployer {
       const revoked = await revokePortUrls(this.store, env.id);
       await this.store
         .updateTable("environments")
-        .set({ status: "destroyed", host_env_id: null, name: `${current.name}~${env.id}` })
+        .set({ status: "destroyed", stack_id: null, name: `${current.name}~${env.id}` })
         .where("id", "=", env.id)
         .execute();
       await rec.verdict("succeeded", null, { port_urls_revoked: revoked });
@@ -997,7 +979,7 @@ export class Deployer {
         // A machine created for this deployment that never joined: delete it in its cloud.
         await this.options.provisioner.remove(rec.state.machine_id).catch(() => {});
       }
-      const building = rec.state.building_host_env_id;
+      const building = rec.state.building_stack_id;
       const hostId = rec.state.host_id;
       if (building && hostId) {
         // The host may still be reconnecting; the destroy is queued until it does.
@@ -1005,7 +987,7 @@ export class Deployer {
           .call(
             hostId,
             "destroy",
-            { environment_id: building },
+            { stack_id: building },
             { timeoutMs: 10 * 60_000, waitForHostMs: 10 * 60_000 },
           )
           .catch(() => {});

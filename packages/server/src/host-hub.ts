@@ -21,7 +21,11 @@ import {
   type HostMessage,
   hostMessageSchema,
   MAX_MESSAGE_BYTES,
+  OPERATIONS,
   type OpMethod,
+  type OpParams,
+  type OpResult,
+  PROTOCOL_VERSION,
   type ServerMessage,
   TUNNEL_CLOSE,
   TUNNEL_DATA,
@@ -141,6 +145,13 @@ export class HostHub {
         conn.ws.close(4400, "hello twice on one connection");
         return;
       }
+      if (msg.protocol !== PROTOCOL_VERSION) {
+        conn.ws.close(
+          4426,
+          `denvd speaks protocol ${msg.protocol}, this server ${PROTOCOL_VERSION}: upgrade it (the installer upgrades in place)`,
+        );
+        return;
+      }
       conn.helloed = true;
       await this.store
         .updateTable("hosts")
@@ -177,8 +188,20 @@ export class HostHub {
       const p = this.pending.get(msg.op_id);
       if (p?.hostId !== hostId) return;
       this.settle(msg.op_id, p);
-      if (msg.ok) p.resolve(msg.result);
-      else {
+      if (msg.ok) {
+        // Checked against the operation's result schema: a host's answer is input like any other.
+        const checked = OPERATIONS[p.method].result.safeParse(msg.result);
+        if (checked.success) p.resolve(checked.data);
+        else {
+          const issue = checked.error.issues[0];
+          p.reject(
+            new DenvError(
+              "unavailable",
+              `the host answered ${p.method} in a shape this server does not know (${issue?.path.join(".") || "result"}: ${issue?.message ?? "invalid"}); check that its denvd is this server's version`,
+            ),
+          );
+        }
+      } else {
         const code = (msg.error?.code ?? "internal") as ErrorCode;
         p.reject(
           new DenvError(
@@ -213,7 +236,7 @@ export class HostHub {
    */
   async openTunnel(
     hostId: string,
-    params: { environment_id: string; service?: string | undefined; port: number },
+    params: { stack_id: string; service?: string | undefined; port: number },
   ): Promise<Duplex> {
     const conn = this.connections.get(hostId);
     if (!conn) throw new DenvError("host_unavailable", "the environment's host is not connected");
@@ -316,10 +339,10 @@ export class HostHub {
    * otherwise it waits up to waitForHostMs for the host (default 10 s) and fails with
    * host_unavailable. The id stays the same across reconnects, so the host runs it at most once.
    */
-  call<T = unknown>(
+  call<M extends OpMethod>(
     hostId: string,
-    method: OpMethod,
-    params: Record<string, unknown>,
+    method: M,
+    params: OpParams<M>,
     options: {
       opId?: string;
       timeoutMs?: number;
@@ -327,7 +350,7 @@ export class HostHub {
       waitForHostMs?: number;
       onEvent?: (stream: "stdout" | "stderr", data: Buffer) => void;
     } = {},
-  ): Promise<T> {
+  ): Promise<OpResult<M>> {
     const opId = options.opId ?? newId("op");
     const text = JSON.stringify({ type: "op", op_id: opId, method, params } satisfies ServerMessage);
     if (Buffer.byteLength(text) > MAX_MESSAGE_BYTES) {
@@ -338,7 +361,7 @@ export class HostHub {
         ),
       );
     }
-    return new Promise<T>((resolve, reject) => {
+    return new Promise<OpResult<M>>((resolve, reject) => {
       const timeoutMs = options.timeoutMs ?? 15 * 60_000;
       const timer = setTimeout(() => {
         const p = this.pending.get(opId);

@@ -109,16 +109,16 @@ export async function openTunnel(
       "port_urls.service",
       "environments.status",
       "environments.host_id",
-      "environments.host_env_id",
+      "environments.stack_id",
       "environments.name",
     ])
     .where("port_urls.token_hash", "=", hashSecret(token))
     .executeTakeFirst();
   if (!row) throw new DenvError("not_found", "no such port URL");
-  if (row.status !== "running" || !row.host_id || !row.host_env_id)
+  if (row.status !== "running" || !row.host_id || !row.stack_id)
     throw new DenvError("unavailable", `environment ${row.name} is ${row.status}, not running`);
   const stream = await hub.openTunnel(row.host_id, {
-    environment_id: row.host_env_id,
+    stack_id: row.stack_id,
     service: row.service ?? undefined,
     port: row.port,
   });

@@ -2,7 +2,9 @@
  * The storage port: datasets (a stack's volumes), read-only snapshots of them, and writable clones
  * of snapshots (a fork's volumes). Three drivers pass one contract suite: btrfs, dir and zfs.
  */
-import { DenvError } from "@denv/protocol";
+import { DenvError, type QuotaEvidence } from "@denv/protocol";
+
+export type { QuotaEvidence };
 
 export type StorageKind = "btrfs" | "dir" | "zfs";
 
@@ -50,14 +52,6 @@ export interface StorageDriver {
    * a driver without quotas says so.
    */
   limitGrowth(id: string, growthBytes: number): Promise<QuotaEvidence>;
-}
-
-export interface QuotaEvidence {
-  /** How the limit is held: "btrfs qgroup", "zfs refquota", or "none" (the dir driver). */
-  enforced: "btrfs qgroup" | "zfs refquota" | "none";
-  /** Bytes the dataset may hold in all (null: unlimited). */
-  limit_bytes: number | null;
-  reason?: string;
 }
 
 /** Ids become path components and zfs dataset names: keep them to a safe alphabet. */

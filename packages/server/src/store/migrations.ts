@@ -169,6 +169,12 @@ export const MIGRATIONS: Record<string, Migration> = {
       await sql`create index port_urls_env on port_urls (environment_id)`.execute(db);
     },
   },
+  "0005_stack_id": {
+    async up(db: Kysely<unknown>) {
+      // One name per id: a host's stacks (stk_…) are not the control plane's environments (env_…).
+      await db.schema.alterTable("environments").renameColumn("host_env_id", "stack_id").execute();
+    },
+  },
 };
 
 export const migrationProvider: MigrationProvider = {

@@ -65,8 +65,8 @@ export interface EnvironmentsTable {
   name: string;
   status: string;
   host_id: string | null;
-  /** The environment's id on its host (changes when a deploy replaces the stack). */
-  host_env_id: string | null;
+  /** The stack on its host that serves it now (stk_…; changes when a deploy replaces the stack). */
+  stack_id: string | null;
   current_version_id: string | null;
   parent_version_id: string | null;
   sandbox: number;

@@ -1,0 +1,161 @@
+/**
+ * The evidence each phase records, as denvd makes it and the control plane stores it. One schema
+ * per kind, the types derived from them: denvd builds these objects, the host hub checks them on
+ * arrival, and the API serves them. Server and hosts speak one protocol version (the hello says
+ * which), so a field either side does not know is dropped, not guessed at.
+ */
+import { z } from "zod";
+
+const ms = z.number();
+const nullableNumber = z.number().nullable();
+
+export const quotaEvidence = z.object({
+  /** How the limit is held: "btrfs qgroup", "zfs refquota", or "none" (the dir driver). */
+  enforced: z.enum(["btrfs qgroup", "zfs refquota", "none"]),
+  /** Bytes the dataset may hold in all (null: unlimited). */
+  limit_bytes: nullableNumber,
+  reason: z.string().optional(),
+});
+
+export const capsEvidence = z.object({
+  engine: z.object({ memory_bytes: z.number(), pids: z.number(), cpus: z.number() }),
+  cgroup: z.object({
+    memory_bytes: nullableNumber,
+    pids: nullableNumber,
+    cpus: nullableNumber,
+    version: z.union([z.literal(1), z.literal(2)]).nullable(),
+  }),
+  /** The hardening as the kernel holds it for the container's first process (/proc on the host). */
+  security: z.object({
+    no_new_privileges: z.boolean().nullable(),
+    /** Capabilities denv drops that are indeed absent from the process's bounding set. */
+    dropped: z.array(z.string()),
+    /** The bounding set, as the kernel prints it (hex). */
+    cap_bnd: z.string().nullable(),
+  }),
+});
+
+export const serviceStartEvidence = z.object({
+  container_id: z.string(),
+  image: z.string(),
+  caps: capsEvidence,
+});
+
+export const healthEvidence = z.object({
+  /** Per service: ms from start to healthy, how it was judged, and how many checks ran. */
+  services: z.record(
+    z.string(),
+    z.object({ healthy_ms: ms, method: z.enum(["healthcheck", "running"]), checks: z.number() }),
+  ),
+  ms,
+});
+
+export const warmEvidence = z.object({
+  commands: z.array(
+    z.object({
+      service: z.string(),
+      command: z.array(z.string()),
+      exit_code: z.number(),
+      ms,
+      stdout_tail: z.string(),
+      stderr_tail: z.string(),
+    }),
+  ),
+});
+
+export const snapshotEvidence = z.object({
+  version_id: z.string(),
+  frozen_ms: ms,
+  checkpoint: z.array(
+    z.object({ service: z.string(), command: z.array(z.string()), exit_code: z.number(), ms }),
+  ),
+  datasets: z.record(
+    z.string(),
+    z.object({ dataset_id: z.string(), snapshot_id: z.string(), bytes: z.number() }),
+  ),
+  health_after_ms: ms,
+});
+
+type Outcome = "connected" | "refused" | "timeout" | "unreachable";
+const outcome = z.enum(["connected", "refused", "timeout", "unreachable"]) as z.ZodType<Outcome>;
+
+export const egress6Evidence = z.object({
+  result: z.enum(["blocked", "reachable"]),
+  /** The link-local target, or "none" when the bridge has no IPv6 address to aim at. */
+  target: z.string(),
+  outcome,
+  /** net.ipv6.conf.all.disable_ipv6 in the namespace. */
+  disabled: z.boolean(),
+  /** IPv6 addresses on the namespace's interfaces other than loopback. */
+  addresses: z.number(),
+});
+
+export const egressEvidence = z.object({
+  /** blocked only when IPv4 and IPv6 both are. */
+  result: z.enum(["blocked", "reachable"]),
+  target: z.string(),
+  /** What the connect saw: connected, refused (something answered), or the error that blocked it. */
+  outcome,
+  ms,
+  /** The service whose network namespace the probe ran in. */
+  from: z.string().optional(),
+  /** How long a connect to the namespace's own address took (the local round trip), in µs. */
+  control_us: z.number().optional(),
+  /** How long silence from the target had to last to count as blocked, in ms. */
+  wait_ms: z.number().optional(),
+  ipv6: egress6Evidence.optional(),
+});
+
+export const prepareEvidence = z.object({
+  images: z.record(z.string(), z.object({ reference: z.string(), pulled: z.boolean() })),
+  /** Volume name → dataset id. */
+  datasets: z.record(z.string(), z.string()),
+  quota: z.record(z.string(), quotaEvidence),
+});
+
+export const forkEvidence = z.object({
+  stack_id: z.string(),
+  from_version: z.string(),
+  clone_ms: ms,
+  /** Each dataset's growth limit (what it may hold in all), as the storage driver enforces it. */
+  quota: z.record(z.string(), quotaEvidence),
+  start: z.record(z.string(), serviceStartEvidence),
+  start_ms: ms,
+  health: healthEvidence,
+  egress: egressEvidence,
+  total_ms: ms,
+});
+
+export const collectEvidence = z.object({
+  refused: z.string().nullable(),
+  /** The first files collected, with their digests. */
+  files: z.array(z.object({ path: z.string(), bytes: z.number(), sha256: z.string() })),
+  /** Every file collected. */
+  file_count: z.number(),
+  missing: z.array(z.string()),
+  bytes: z.number(),
+});
+
+export const gradeEvidence = z.object({
+  reward: z.number(),
+  reason: z.string().nullable(),
+  exit_code: z.number().nullable(),
+  timed_out: z.boolean(),
+  stdout_tail: z.string(),
+  stderr_tail: z.string(),
+  ms,
+  mode: z.enum(["image", "service"]),
+});
+
+export type QuotaEvidence = z.infer<typeof quotaEvidence>;
+export type CapsEvidence = z.infer<typeof capsEvidence>;
+export type ServiceStartEvidence = z.infer<typeof serviceStartEvidence>;
+export type HealthEvidence = z.infer<typeof healthEvidence>;
+export type WarmEvidence = z.infer<typeof warmEvidence>;
+export type SnapshotEvidence = z.infer<typeof snapshotEvidence>;
+export type Egress6Evidence = z.infer<typeof egress6Evidence>;
+export type EgressEvidence = z.infer<typeof egressEvidence>;
+export type PrepareEvidence = z.infer<typeof prepareEvidence>;
+export type ForkEvidence = z.infer<typeof forkEvidence>;
+export type CollectEvidence = z.infer<typeof collectEvidence>;
+export type GradeEvidence = z.infer<typeof gradeEvidence>;

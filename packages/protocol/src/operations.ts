@@ -1,0 +1,168 @@
+/**
+ * The operations the control plane runs on a host: one table, each with the schema of its params
+ * and of its result. Both sides are compiled against it: `HostHub.call(host, op, params)` takes
+ * the op's params and resolves to its result (checked on arrival), and denvd checks the params
+ * and dispatches to a handler typed from the same entry. A renamed field fails the type check.
+ *
+ * Names: a host runs *stacks* (`stack_id`, `stk_…`): the containers, networks and datasets of one
+ * environment on that host. The control plane's environments (`environment_id`, `env_…`) point at
+ * the stack that currently serves them. Versions are one id on both sides (`ver_…`).
+ */
+import { z } from "zod";
+import {
+  collectEvidence,
+  egressEvidence,
+  forkEvidence,
+  gradeEvidence,
+  healthEvidence,
+  prepareEvidence,
+  serviceStartEvidence,
+  snapshotEvidence,
+  warmEvidence,
+} from "./evidence.ts";
+import { resolvedSpecSchema } from "./resolved-spec.ts";
+
+/** A stack on a host: `stk_` and 12 hex digits (older hosts made `env_…`; both are accepted). */
+export const stackId = z.string().regex(/^(stk|env)_[0-9a-f]{12}$/, "a stack id (stk_…)");
+/** A version: `ver_` and 12 hex digits, made by the host that snapshotted it. */
+export const versionId = z.string().regex(/^ver_[0-9a-f]{12}$/, "a version id (ver_…)");
+/** The deployment (or other operation) a stack is made for, kept on its objects' labels. */
+const operationId = z.string().min(1).max(80);
+const serviceName = z.string().min(1).max(63);
+const stack = z.strictObject({ stack_id: stackId });
+
+export const execParams = z.strictObject({
+  stack_id: stackId,
+  service: serviceName.optional(),
+  command: z.union([z.string().min(1), z.array(z.string()).min(1)]),
+  user: z.string().optional(),
+  cwd: z.string().optional(),
+  env: z.record(z.string(), z.string()).optional(),
+  stdin_b64: z.string().optional(),
+  timeout_ms: z.number().int().positive().optional(),
+  max_output_bytes: z.number().int().positive().optional(),
+  /** Output goes out as events while the command runs. */
+  stream: z.boolean().optional(),
+});
+
+export const execResult = z.object({
+  exit_code: z.number(),
+  stdout_b64: z.string(),
+  stderr_b64: z.string(),
+  stdout_truncated: z.boolean(),
+  stderr_truncated: z.boolean(),
+  timed_out: z.boolean(),
+  duration_ms: z.number(),
+});
+
+const empty = z.object({});
+
+export const OPERATIONS = {
+  /** Images present (pulled by digest when missing) and fresh, empty datasets. */
+  prepare: {
+    params: z.strictObject({
+      spec: resolvedSpecSchema,
+      name: z.string().min(1).max(200),
+      operation_id: operationId,
+    }),
+    result: z.object({ stack_id: stackId, evidence: prepareEvidence }),
+  },
+  /** Networks, volumes and containers, started in dependency order, healthy; then the egress probe. */
+  start: {
+    params: stack,
+    result: z.object({
+      evidence: z.record(z.string(), serviceStartEvidence),
+      ms: z.number(),
+      health: healthEvidence,
+      egress: egressEvidence,
+    }),
+  },
+  /** x-denv.warm commands, in order. */
+  warm: { params: stack, result: warmEvidence },
+  /** A consistent snapshot of every dataset: a version. */
+  snapshot: {
+    params: stack,
+    result: z.object({
+      version_id: versionId,
+      images: z.record(z.string(), z.string()),
+      evidence: snapshotEvidence,
+    }),
+  },
+  /** The egress probe alone. */
+  probe: { params: stack, result: egressEvidence },
+  /** A new stack from a version, started and healthy. */
+  fork: {
+    params: z.strictObject({
+      version_id: versionId,
+      name: z.string().min(1).max(200),
+      operation_id: operationId,
+    }),
+    result: z.object({ stack_id: stackId, evidence: forkEvidence }),
+  },
+  /** A stack put back to one of its versions. */
+  rollback: {
+    params: z.strictObject({ stack_id: stackId, version_id: versionId }),
+    result: z.object({ health: healthEvidence, ms: z.number() }),
+  },
+  /** Everything of a stack removed (idempotent). */
+  destroy: { params: stack, result: empty },
+  delete_version: { params: z.strictObject({ version_id: versionId }), result: empty },
+  exec: { params: execParams, result: execResult },
+  put_files: {
+    params: z.strictObject({
+      stack_id: stackId,
+      service: serviceName.optional(),
+      path: z.string().min(1),
+      tar_b64: z.string(),
+    }),
+    result: z.object({ entries: z.number(), bytes: z.number() }),
+  },
+  get_files: {
+    params: z.strictObject({ stack_id: stackId, service: serviceName.optional(), path: z.string().min(1) }),
+    result: z.object({ tar_b64: z.string() }),
+  },
+  verify_stop: {
+    params: stack,
+    result: z.object({ service: z.string(), frozen: z.literal(true), ms: z.number() }),
+  },
+  verify_collect: {
+    params: z.strictObject({ stack_id: stackId, verify_id: operationId }),
+    result: collectEvidence,
+  },
+  verify_grade: {
+    params: z.strictObject({ stack_id: stackId, verify_id: operationId }),
+    result: gradeEvidence,
+  },
+  verify_cleanup: { params: z.strictObject({ verify_id: operationId }), result: empty },
+  stop_service: {
+    params: z.strictObject({ stack_id: stackId, service: serviceName }),
+    result: z.object({ stopped: z.string() }),
+  },
+  /** A byte stream to a port in a service, carried as tunnel frames under stream_id. */
+  open_tunnel: {
+    params: z.strictObject({
+      stack_id: stackId,
+      service: serviceName.optional(),
+      port: z.number().int().min(1).max(65535),
+      stream_id: z.number().int().min(0).max(0xffffffff),
+    }),
+    result: empty,
+  },
+  /** Thaws an agent verify froze. */
+  resume: { params: stack, result: empty },
+  status: {
+    params: z.strictObject({}),
+    result: z.object({
+      stacks: z.array(z.object({ id: z.string(), name: z.string(), status: z.string() })),
+    }),
+  },
+} as const satisfies Record<string, { params: z.ZodType; result: z.ZodType }>;
+
+export type OpMethod = keyof typeof OPERATIONS;
+export const OP_METHODS = Object.keys(OPERATIONS) as [OpMethod, ...OpMethod[]];
+/** What a caller passes (defaults may be left out). */
+export type OpParams<M extends OpMethod> = z.input<(typeof OPERATIONS)[M]["params"]>;
+/** What a handler receives once the params are checked. */
+export type OpCheckedParams<M extends OpMethod> = z.output<(typeof OPERATIONS)[M]["params"]>;
+/** What a handler returns and a caller gets. */
+export type OpResult<M extends OpMethod> = z.output<(typeof OPERATIONS)[M]["result"]>;

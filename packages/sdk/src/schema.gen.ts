@@ -117,6 +117,14 @@ export type PostV1ProjectsByIdDeployResponse = {
   kind: string;
   status: "queued" | "running" | "succeeded" | "rolled_back" | "failed";
   reason: string | null;
+  version_id: string | null;
+  frozen_ms: number | null;
+  verify: {
+    reward: number;
+    reason: string | null;
+    exit_code: number | null;
+    agent: string;
+  } | null;
   phases: Array<{
     name: string;
     status: "pending" | "running" | "succeeded" | "failed" | "skipped";
@@ -140,6 +148,14 @@ export type GetV1DeploymentsByIdResponse = {
   kind: string;
   status: "queued" | "running" | "succeeded" | "rolled_back" | "failed";
   reason: string | null;
+  version_id: string | null;
+  frozen_ms: number | null;
+  verify: {
+    reward: number;
+    reason: string | null;
+    exit_code: number | null;
+    agent: string;
+  } | null;
   phases: Array<{
     name: string;
     status: "pending" | "running" | "succeeded" | "failed" | "skipped";
@@ -195,6 +211,14 @@ export type DeleteV1EnvsByIdResponse = {
   kind: string;
   status: "queued" | "running" | "succeeded" | "rolled_back" | "failed";
   reason: string | null;
+  version_id: string | null;
+  frozen_ms: number | null;
+  verify: {
+    reward: number;
+    reason: string | null;
+    exit_code: number | null;
+    agent: string;
+  } | null;
   phases: Array<{
     name: string;
     status: "pending" | "running" | "succeeded" | "failed" | "skipped";
@@ -216,6 +240,14 @@ export type GetV1EnvsByIdDeploymentsResponse = {
     kind: string;
     status: "queued" | "running" | "succeeded" | "rolled_back" | "failed";
     reason: string | null;
+    version_id: string | null;
+    frozen_ms: number | null;
+    verify: {
+      reward: number;
+      reason: string | null;
+      exit_code: number | null;
+      agent: string;
+    } | null;
     phases: Array<{
       name: string;
       status: "pending" | "running" | "succeeded" | "failed" | "skipped";
@@ -237,6 +269,14 @@ export type PostV1EnvsByIdSnapshotResponse = {
   kind: string;
   status: "queued" | "running" | "succeeded" | "rolled_back" | "failed";
   reason: string | null;
+  version_id: string | null;
+  frozen_ms: number | null;
+  verify: {
+    reward: number;
+    reason: string | null;
+    exit_code: number | null;
+    agent: string;
+  } | null;
   phases: Array<{
     name: string;
     status: "pending" | "running" | "succeeded" | "failed" | "skipped";
@@ -275,6 +315,14 @@ export type PostV1EnvsByIdRollbackResponse = {
   kind: string;
   status: "queued" | "running" | "succeeded" | "rolled_back" | "failed";
   reason: string | null;
+  version_id: string | null;
+  frozen_ms: number | null;
+  verify: {
+    reward: number;
+    reason: string | null;
+    exit_code: number | null;
+    agent: string;
+  } | null;
   phases: Array<{
     name: string;
     status: "pending" | "running" | "succeeded" | "failed" | "skipped";
@@ -298,6 +346,14 @@ export type PostV1EnvsByIdVerifyResponse = {
   kind: string;
   status: "queued" | "running" | "succeeded" | "rolled_back" | "failed";
   reason: string | null;
+  version_id: string | null;
+  frozen_ms: number | null;
+  verify: {
+    reward: number;
+    reason: string | null;
+    exit_code: number | null;
+    agent: string;
+  } | null;
   phases: Array<{
     name: string;
     status: "pending" | "running" | "succeeded" | "failed" | "skipped";

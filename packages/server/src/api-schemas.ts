@@ -80,12 +80,27 @@ export const phaseSchema = z.object({
   reason: z.string().nullable(),
 });
 
+/** A verify deployment's outcome: the reward, and why when it is not the verifier's own number. */
+export const verifyOutcome = z.object({
+  reward: z.number(),
+  reason: z.string().nullable(),
+  exit_code: z.number().nullable(),
+  /** "frozen for inspection", or "resumed" when verify was asked to resume the agent. */
+  agent: z.string(),
+});
+
 export const deploymentSchema = z.object({
   id: z.string(),
   environment_id: z.string(),
   kind: z.string(),
   status: z.enum(["queued", "running", "succeeded", "rolled_back", "failed"]),
   reason: z.string().nullable(),
+  /** The version this deployment made or restored (deploy, snapshot, rollback, fork: its parent). */
+  version_id: z.string().nullable(),
+  /** How long the stack was frozen for its snapshot, in ms (deploy, snapshot, verify). */
+  frozen_ms: z.number().nullable(),
+  /** Set on verify deployments once graded. */
+  verify: verifyOutcome.nullable(),
   phases: z.array(phaseSchema),
   created_at: z.string(),
   finished_at: z.string().nullable(),

@@ -15,6 +15,7 @@ import {
   createProjectBody,
   createTeamBody,
   deployBody,
+  type deploymentSchema,
   execBody,
   forkBody,
   hostJoinBody,
@@ -124,14 +125,34 @@ async function parse<T extends z.ZodType>(req: Request, schema: T): Promise<z.in
   return r.data;
 }
 
-export function serializeDeployment(d: DeploymentsTable) {
+export function serializeDeployment(d: DeploymentsTable): z.infer<typeof deploymentSchema> {
+  const phases = JSON.parse(d.phases_json) as { name: string; status: string; evidence: unknown }[];
+  const evidence = (name: string) => {
+    const p = phases.find((x) => x.name === name && x.status === "succeeded");
+    return (p?.evidence ?? null) as Record<string, unknown> | null;
+  };
+  const verdict = evidence("verdict");
+  const str = (v: unknown) => (typeof v === "string" ? v : null);
+  const num = (v: unknown) => (typeof v === "number" ? v : null);
+  const reward = d.kind === "verify" ? num(verdict?.reward) : null;
   return {
     id: d.id,
     environment_id: d.environment_id,
     kind: d.kind,
     status: d.status as "queued" | "running" | "succeeded" | "rolled_back" | "failed",
     reason: d.reason,
-    phases: JSON.parse(d.phases_json),
+    version_id: str(verdict?.version_id) ?? str(verdict?.from_version),
+    frozen_ms: num(evidence("snapshot")?.frozen_ms),
+    verify:
+      reward === null
+        ? null
+        : {
+            reward,
+            reason: str(verdict?.reason),
+            exit_code: num(verdict?.exit_code),
+            agent: str(verdict?.agent) ?? "frozen for inspection",
+          },
+    phases: phases as z.infer<typeof deploymentSchema>["phases"],
     created_at: d.created_at,
     finished_at: d.finished_at,
   };

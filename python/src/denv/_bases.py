@@ -46,5 +46,4 @@ def verdict(d: Deployment) -> dict:
     """The verify deployment's verdict evidence: {reward, reason, exit_code, agent}."""
     if d["status"] != "succeeded":
         raise RuntimeError(f"verify did not complete: {d['reason']} (deployment {d['id']})")
-    v = next(p for p in d["phases"] if p["name"] == "verdict")
-    return dict(v["evidence"] or {})
+    return dict(d["verify"] or {})

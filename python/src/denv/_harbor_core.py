@@ -260,8 +260,7 @@ class HarborCore:
         """A version of the trial's current state (to fork later trials from)."""
         assert self.env is not None
         d = self.client.snapshot(self.env["id"])
-        ver = next(p for p in d["phases"] if p["name"] == "verdict")["evidence"]
-        return str(ver["version_id"])
+        return str(d["version_id"])
 
     def verify(self) -> dict[str, Any]:
         """denv verify: graded on a fork as a separate principal; the agent cannot touch it."""

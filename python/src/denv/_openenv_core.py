@@ -122,7 +122,7 @@ class ProviderCore:
         if self.env is None:
             raise RuntimeError("the provider has no running environment")
         d = self.client.snapshot(self.env["id"])
-        return str(next(p for p in d["phases"] if p["name"] == "verdict")["evidence"]["version_id"])
+        return str(d["version_id"])
 
     def verify(self) -> dict[str, Any]:
         from ._bases import verdict

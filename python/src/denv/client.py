@@ -33,12 +33,22 @@ class Phase(TypedDict):
     reason: str | None
 
 
+class VerifyOutcome(TypedDict):
+    reward: float
+    reason: str | None
+    exit_code: int | None
+    agent: str
+
+
 class Deployment(TypedDict):
     id: str
     environment_id: str
     kind: str
     status: Literal["queued", "running", "succeeded", "rolled_back", "failed"]
     reason: str | None
+    version_id: str | None
+    frozen_ms: float | None
+    verify: VerifyOutcome | None
     phases: list[Phase]
     created_at: str
     finished_at: str | None

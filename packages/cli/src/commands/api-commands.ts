@@ -206,13 +206,10 @@ export function registerApiCommands(program: Command): void {
     run(snapshot, async (client, json, env: string) => {
       if (!json) process.stderr.write(`snapshotting ${env}…\n`);
       const d = await client().call("postV1EnvsByIdSnapshot", { params: envParam(env) });
-      const v = (d.phases.find((p) => p.name === "verdict")?.evidence as { version_id?: string } | null)
-        ?.version_id;
-      if (json) printJson({ ...d, version_id: v ?? null });
-      else if (d.status === "succeeded") {
-        const frozen = (d.phases[0]?.evidence as { frozen_ms?: number } | null)?.frozen_ms;
-        process.stdout.write(`snapshot of ${env}: version ${v} (frozen ${frozen} ms)\n`);
-      } else process.stdout.write(`snapshot failed: ${d.reason}\n`);
+      if (json) printJson(d);
+      else if (d.status === "succeeded")
+        process.stdout.write(`snapshot of ${env}: version ${d.version_id} (frozen ${d.frozen_ms} ms)\n`);
+      else process.stdout.write(`snapshot failed: ${d.reason}\n`);
       return d.status === "succeeded" ? 0 : 1;
     }),
   );
@@ -256,15 +253,13 @@ export function registerApiCommands(program: Command): void {
         params: envParam(env),
         body: { resume: o.resume === true },
       });
-      const verdict = (d.phases.find((p) => p.name === "verdict")?.evidence ?? {}) as {
-        reward?: number;
-        reason?: string | null;
-      };
-      if (json) printJson({ ...d, reward: verdict.reward ?? null });
+      if (json) printJson({ ...d, reward: d.verify?.reward ?? null });
       else {
         printPhaseLog(d, false);
-        if (d.status === "succeeded")
-          process.stdout.write(`reward ${verdict.reward}${verdict.reason ? ` (${verdict.reason})` : ""}\n`);
+        if (d.status === "succeeded" && d.verify)
+          process.stdout.write(
+            `reward ${d.verify.reward}${d.verify.reason ? ` (${d.verify.reason})` : ""}\n`,
+          );
       }
       return d.status === "succeeded" ? 0 : 1;
     }),

@@ -152,7 +152,7 @@ export async function apiBench(quick: boolean): Promise<Record<string, Metric>> 
         .where("id", "=", first)
         .executeTakeFirstOrThrow()
     ).stack_id as string;
-    const containerId = denvd.environment(hostEnv).containers.box as string;
+    const containerId = denvd.stack(hostEnv).containers.box as string;
     const direct: number[] = [];
     for (let i = 0; i < (quick ? 50 : 200); i++) {
       const t = performance.now();
@@ -205,7 +205,7 @@ export async function apiBench(quick: boolean): Promise<Record<string, Metric>> 
   } finally {
     await sidecar.stop();
     await server.close();
-    for (const e of denvd.environments()) await denvd.destroy(e.id).catch(() => {});
+    for (const e of denvd.stacks()) await denvd.destroy(e.id).catch(() => {});
     for (const v of denvd.versions()) await denvd.deleteVersion(v.id).catch(() => {});
     await storage.unmount().catch(() => {});
     rmSync(stateDir, { recursive: true, force: true });

@@ -25,6 +25,7 @@ import type { ResolvedSpec } from "@denv/protocol";
 import { pinSpec, RegistryPinner, validateCompose } from "@denv/spec";
 import Docker from "dockerode";
 import { parse, stringify } from "yaml";
+import { deployStack } from "../test/e2e/denvd-helpers.ts";
 
 const quick = process.argv.includes("--quick");
 const json = process.argv.includes("--json");
@@ -59,13 +60,13 @@ async function openHost(storage: StorageDriver, dir: string): Promise<Denvd> {
 
 /** Deploys ops-world, adds `ballastBytes` of random data to the db volume, and snapshots it. */
 async function version(d: Denvd, s: ResolvedSpec, ballastBytes: number) {
-  const dep = await d.deploy(s, { name: "alpha" });
-  const r = await d.exec(dep.environment.id, "db", {
+  const dep = await deployStack(d, s, { name: "alpha" });
+  const r = await d.exec(dep.stack.id, "db", {
     command: `head -c ${ballastBytes} /dev/urandom > /var/lib/postgresql/data/ballast && sync`,
     user: "postgres",
   });
   if (r.exitCode !== 0) throw new Error(r.stderr.toString());
-  return { env: dep.environment.id, version: (await d.snapshot(dep.environment.id)).version };
+  return { env: dep.stack.id, version: (await d.snapshot(dep.stack.id)).version };
 }
 
 async function denvForks(d: Denvd, versionId: string): Promise<number[]> {
@@ -74,7 +75,7 @@ async function denvForks(d: Denvd, versionId: string): Promise<number[]> {
     const t = performance.now();
     const f = await d.fork(versionId, { name: `f${i}` });
     out.push(performance.now() - t);
-    await d.destroy(f.environment.id);
+    await d.destroy(f.stack.id);
   }
   return out;
 }

@@ -61,7 +61,7 @@ async function cleanPrevious(): Promise<void> {
   const storage = new BtrfsDriver({ stateDir });
   if (existsSync(join(stateDir, "state.json"))) {
     const d = await Denvd.open({ stateDir, storage, runtime: new DockerRuntime() });
-    for (const e of d.environments()) await d.destroy(e.id);
+    for (const e of d.stacks()) await d.destroy(e.id);
     for (const v of d.versions()) await d.deleteVersion(v.id);
   }
   await storage.unmount().catch(() => {});

@@ -171,7 +171,7 @@ describe("deploy", () => {
     });
     assert.equal(r.data.stdout.trim(), "100000");
     // Only alpha's stack (and nothing of the failed deploy) is on the host.
-    assert.equal(host.denvd.environments().length, 1);
+    assert.equal(host.denvd.stacks().length, 1);
     await api("PUT", "/v1/projects/ops-world/source", {
       compose: compose.replace("no_such_column", "count(*)"),
     });

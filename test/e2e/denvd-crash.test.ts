@@ -8,7 +8,7 @@ import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { LABEL } from "@denv/denvd";
-import { openTestHost, opsWorldSpec, type TestHost } from "./denvd-helpers.ts";
+import { deployStack, openTestHost, opsWorldSpec, type TestHost } from "./denvd-helpers.ts";
 
 let host: TestHost;
 let versionId: string;
@@ -16,9 +16,9 @@ let alphaId: string;
 
 before(async () => {
   host = await openTestHost({});
-  const d = await host.denvd.deploy(await opsWorldSpec(), { name: "alpha" });
+  const d = await deployStack(host.denvd, await opsWorldSpec(), { name: "alpha" });
   versionId = d.version.id;
-  alphaId = d.environment.id;
+  alphaId = d.stack.id;
 });
 
 after(async () => {
@@ -54,7 +54,7 @@ for (const delayMs of [30, 150, 400, 700]) {
     // Restart: a new denvd on the same state directory reconciles on open.
     const again = await openTestHost({ stateDir: host.stateDir, runId: host.runId });
     removedPerCase.push(again.denvd.lastReconcile.removed.length);
-    const envs = again.denvd.environments();
+    const envs = again.denvd.stacks();
     assert.ok(
       envs.every((e) => e.status === "running"),
       JSON.stringify(envs.map((e) => [e.name, e.status])),
@@ -66,7 +66,7 @@ for (const delayMs of [30, 150, 400, 700]) {
       await again.denvd.runtime.listVolumes(owner),
       await again.denvd.runtime.listNetworks(owner),
     ]) {
-      for (const o of list) assert.ok(known.has(o.labels[LABEL.environment] ?? ""), `orphan ${o.name}`);
+      for (const o of list) assert.ok(known.has(o.labels[LABEL.stack] ?? ""), `orphan ${o.name}`);
     }
     const held = new Set(envs.flatMap((e) => Object.values(e.datasets)));
     for (const ds of await again.storage.listDatasets()) assert.ok(held.has(ds), `orphan dataset ${ds}`);

@@ -5,8 +5,23 @@ import { readFileSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { createServer, type Server } from "node:net";
 import { join } from "node:path";
-import { BtrfsDriver, Denvd, DockerRuntime, defaultAgentBinary, type EgressTarget } from "@denv/denvd";
-import type { ResolvedSpec } from "@denv/protocol";
+import {
+  BtrfsDriver,
+  Denvd,
+  DockerRuntime,
+  defaultAgentBinary,
+  type EgressTarget,
+  operationHandlers,
+  performOperation,
+} from "@denv/denvd";
+import {
+  DenvError,
+  OPERATIONS,
+  type OpMethod,
+  type OpParams,
+  type OpResult,
+  type ResolvedSpec,
+} from "@denv/protocol";
 import { pinSpec, RegistryPinner, validateCompose } from "@denv/spec";
 import Docker from "dockerode";
 import { removeLabelled } from "./engine-helpers.ts";
@@ -78,7 +93,7 @@ export async function openTestHost(options: {
     storage,
     docker,
     async close() {
-      for (const env of denvd.environments()) await denvd.destroy(env.id).catch(() => {});
+      for (const stack of denvd.stacks()) await denvd.destroy(stack.id).catch(() => {});
       await denvd.close();
       for (const v of denvd.versions()) await denvd.deleteVersion(v.id).catch(() => {});
       await removeLabelled(docker, { "dev.denv.test": runId });
@@ -87,3 +102,56 @@ export async function openTestHost(options: {
     },
   };
 }
+
+/**
+ * Runs a host operation the way the control plane does: params as they arrive over the wire
+ * (JSON), checked against the protocol table, the same handler the sidecar runs, and the result
+ * checked as HostHub checks it.
+ */
+export async function hostOp<M extends OpMethod>(
+  denvd: Denvd,
+  method: M,
+  params: OpParams<M>,
+): Promise<OpResult<M>> {
+  const handlers = operationHandlers(denvd, {
+    openTunnel: () => Promise.reject(new DenvError("unavailable", "tests open no tunnels")),
+  });
+  const result = await performOperation(handlers, method, JSON.parse(JSON.stringify(params)));
+  return OPERATIONS[method].result.parse(JSON.parse(JSON.stringify(result))) as OpResult<M>;
+}
+
+/**
+ * A deploy on one host through the phases the control plane runs, in its order: prepare, start
+ * (whose result carries the egress probe), warm, snapshot. A failure destroys what was made, as
+ * the server's deploy does.
+ */
+export async function deployStack(denvd: Denvd, spec: ResolvedSpec, options: { name: string }) {
+  const prepared = await hostOp(denvd, "prepare", {
+    spec,
+    name: options.name,
+    operation_id: `op_${randomBytes(6).toString("hex")}`,
+  });
+  const stackId = prepared.stack_id;
+  try {
+    const started = await hostOp(denvd, "start", { stack_id: stackId });
+    const warm = await hostOp(denvd, "warm", { stack_id: stackId });
+    const snap = await hostOp(denvd, "snapshot", { stack_id: stackId });
+    return {
+      stack: denvd.stack(stackId),
+      version: denvd.version(snap.version_id),
+      evidence: {
+        prepare: prepared.evidence,
+        start: started.evidence,
+        health: started.health,
+        warm,
+        snapshot: snap.evidence,
+        egress: started.egress,
+      },
+    };
+  } catch (err) {
+    await hostOp(denvd, "destroy", { stack_id: stackId }).catch(() => {});
+    throw err;
+  }
+}
+
+export type DeployedStack = Awaited<ReturnType<typeof deployStack>>;

@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { openTestHost, opsWorldSpec, type TestHost } from "./denvd-helpers.ts";
+import { deployStack, openTestHost, opsWorldSpec, type TestHost } from "./denvd-helpers.ts";
 
 const SNAPSHOTS = 20;
 let host: TestHost;
@@ -22,8 +22,8 @@ after(async () => {
 
 test(`${SNAPSHOTS} snapshots under a running writer each fork to exactly the rows committed before the freeze`, async () => {
   const { denvd } = host;
-  const d = await denvd.deploy(await opsWorldSpec(), { name: "writer" });
-  const env = d.environment.id;
+  const d = await deployStack(denvd, await opsWorldSpec(), { name: "writer" });
+  const env = d.stack.id;
   const create = await denvd.exec(env, "opsbox", {
     command: ["psql", "-qc", "create table writes (id int primary key)"],
   });
@@ -62,7 +62,7 @@ test(`${SNAPSHOTS} snapshots under a running writer each fork to exactly the row
   assert.ok(stop);
   for (const w of windows) {
     const f = await denvd.fork(w.version, { name: `check-${w.version}` });
-    const r = await denvd.exec(f.environment.id, "opsbox", {
+    const r = await denvd.exec(f.stack.id, "opsbox", {
       command: ["psql", "-tAc", "select count(*), coalesce(max(id), 0), coalesce(min(id), 0) from writes"],
     });
     assert.equal(r.exitCode, 0, r.stderr.toString());
@@ -77,7 +77,7 @@ test(`${SNAPSHOTS} snapshots under a running writer each fork to exactly the row
       max <= w.high,
       `fork of ${w.version} holds ${max} rows; only ${w.high} were acknowledged after it`,
     );
-    await denvd.destroy(f.environment.id);
+    await denvd.destroy(f.stack.id);
   }
   const frozen = windows.map((w) => w.frozenMs).sort((a, b) => a - b);
   process.stdout.write(

@@ -7,15 +7,22 @@ import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { Readable } from "node:stream";
 import { after, before, describe, test } from "node:test";
-import type { EnvironmentRecord, VersionRecord } from "@denv/denvd";
+import type { StackRecord, VersionRecord } from "@denv/denvd";
 import tar from "tar-stream";
-import { openTestHost, opsWorldSpec, probeListener, type TestHost } from "./denvd-helpers.ts";
+import {
+  type DeployedStack,
+  deployStack,
+  openTestHost,
+  opsWorldSpec,
+  probeListener,
+  type TestHost,
+} from "./denvd-helpers.ts";
 
 let host: TestHost;
 let listener: Awaited<ReturnType<typeof probeListener>>;
-let alpha: EnvironmentRecord;
+let alpha: StackRecord;
 let version: VersionRecord;
-let deployEvidence: Awaited<ReturnType<TestHost["denvd"]["deploy"]>>["evidence"];
+let deployEvidence: DeployedStack["evidence"];
 
 const psql = async (envId: string, sql: string) => {
   const r = await host.denvd.exec(envId, "opsbox", { command: ["psql", "-tAc", sql] });
@@ -42,8 +49,8 @@ async function tarOf(
 before(async () => {
   listener = await probeListener();
   host = await openTestHost({ egressProbeTarget: listener.target });
-  const d = await host.denvd.deploy(await opsWorldSpec(), { name: "alpha" });
-  alpha = d.environment;
+  const d = await deployStack(host.denvd, await opsWorldSpec(), { name: "alpha" });
+  alpha = d.stack;
   version = d.version;
   deployEvidence = d.evidence;
 });
@@ -111,35 +118,35 @@ describe("fork", () => {
     const b = await host.denvd.fork(version.id, { name: "rollout-b" });
     assert.equal(a.evidence.egress.result, "blocked");
     assert.ok(a.evidence.clone_ms < 1000);
-    assert.equal(await psql(a.environment.id, "select count(*) from orders"), "100000");
-    await psql(a.environment.id, "delete from orders where id <= 10");
-    await host.denvd.exec(a.environment.id, "opsbox", { command: "echo fork-a > /home/ubuntu/note" });
-    assert.equal(await psql(a.environment.id, "select count(*) from orders"), "99990");
-    assert.equal(await psql(b.environment.id, "select count(*) from orders"), "100000");
+    assert.equal(await psql(a.stack.id, "select count(*) from orders"), "100000");
+    await psql(a.stack.id, "delete from orders where id <= 10");
+    await host.denvd.exec(a.stack.id, "opsbox", { command: "echo fork-a > /home/ubuntu/note" });
+    assert.equal(await psql(a.stack.id, "select count(*) from orders"), "99990");
+    assert.equal(await psql(b.stack.id, "select count(*) from orders"), "100000");
     assert.equal(await psql(alpha.id, "select count(*) from orders"), "100000");
-    const note = await host.denvd.exec(b.environment.id, "opsbox", { command: "cat /home/ubuntu/note" });
+    const note = await host.denvd.exec(b.stack.id, "opsbox", { command: "cat /home/ubuntu/note" });
     assert.notEqual(note.exitCode, 0);
 
     // A snapshot mid-episode, and a fork from it, carries the fork's changes.
-    const mid = await host.denvd.snapshot(a.environment.id);
+    const mid = await host.denvd.snapshot(a.stack.id);
     const a2 = await host.denvd.fork(mid.version.id, { name: "rollout-a-b" });
-    assert.equal(await psql(a2.environment.id, "select count(*) from orders"), "99990");
-    const note2 = await host.denvd.exec(a2.environment.id, "opsbox", { command: "cat /home/ubuntu/note" });
+    assert.equal(await psql(a2.stack.id, "select count(*) from orders"), "99990");
+    const note2 = await host.denvd.exec(a2.stack.id, "opsbox", { command: "cat /home/ubuntu/note" });
     assert.equal(note2.stdout.toString().trim(), "fork-a");
 
     // Rollback restores the version's data.
-    await host.denvd.rollback(a.environment.id, version.id);
-    assert.equal(await psql(a.environment.id, "select count(*) from orders"), "100000");
-    for (const e of [a, b, a2]) await host.denvd.destroy(e.environment.id);
-    await host.denvd.destroy(a.environment.id); // idempotent
+    await host.denvd.rollback(a.stack.id, version.id);
+    assert.equal(await psql(a.stack.id, "select count(*) from orders"), "100000");
+    for (const e of [a, b, a2]) await host.denvd.destroy(e.stack.id);
+    await host.denvd.destroy(a.stack.id); // idempotent
   });
 
   test("egress allow is reachable, deny blocked, by the same probe", async () => {
     const spec = await opsWorldSpec((t) => t.replace("egress: deny", "egress: allow"));
-    const d = await host.denvd.deploy(spec, { name: "open" });
+    const d = await deployStack(host.denvd, spec, { name: "open" });
     assert.equal(d.evidence.egress.result, "reachable");
     assert.equal(d.evidence.egress.outcome, "connected");
-    await host.denvd.destroy(d.environment.id);
+    await host.denvd.destroy(d.stack.id);
   });
 });
 
@@ -262,9 +269,9 @@ describe("files", () => {
 describe("destroy", () => {
   test("destroy removes containers, networks, volumes and datasets, and reconcile finds nothing", async () => {
     const f = await host.denvd.fork(version.id, { name: "short-lived" });
-    const ds = Object.values(f.environment.datasets);
-    await host.denvd.destroy(f.environment.id);
-    const label = `dev.denv.environment=${f.environment.id}`;
+    const ds = Object.values(f.stack.datasets);
+    await host.denvd.destroy(f.stack.id);
+    const label = `dev.denv.environment=${f.stack.id}`;
     for (const kind of ["ps -aq", "network ls -q", "volume ls -q"]) {
       const out = execFileSync("sh", ["-c", `docker ${kind} --filter label=${label}`], { encoding: "utf8" });
       assert.equal(out.trim(), "", kind);
@@ -290,10 +297,10 @@ describe("space", () => {
     });
     try {
       await assert.rejects(
-        tight.deploy(await opsWorldSpec(), { name: "no-room" }),
+        deployStack(tight, await opsWorldSpec(), { name: "no-room" }),
         (e: Error & { code?: string }) => e.code === "insufficient_storage" && /free/.test(e.message),
       );
-      assert.deepEqual(tight.environments(), []);
+      assert.deepEqual(tight.stacks(), []);
       assert.deepEqual(await storage.listDatasets(), []);
     } finally {
       await storage.unmount().catch(() => {});

@@ -156,7 +156,7 @@ test("the server killed mid-deploy comes back, rolls the deployment back, and th
   // denvd reconnects and is told to remove what the deploy was building.
   const h = await until("the host to be clean", async () => {
     const s = JSON.parse(readFileSync(join(w.stateDir, "state.json"), "utf8"));
-    return Object.keys(s.environments).length === 0 ? s : undefined;
+    return Object.keys(s.stacks).length === 0 ? s : undefined;
   });
   const owner = `${LABEL.owner}=${h.ownerId}`;
   const left = spawnSync(
@@ -177,7 +177,7 @@ test("denvd killed mid-fork comes back and the fork completes once, with nothing
   const fork = w.api("POST", "/v1/envs/alpha/fork", { name: "rollout-017" });
   await until("the fork to reach the host", async () => {
     const s = JSON.parse(readFileSync(join(w.stateDir, "state.json"), "utf8"));
-    return Object.values<any>(s.environments).some((e) => e.name.endsWith("rollout-017")) ? true : undefined;
+    return Object.values<any>(s.stacks).some((e) => e.name.endsWith("rollout-017")) ? true : undefined;
   });
   await new Promise((r) => setTimeout(r, 150));
   await kill(w.denvd as ChildProcess);
@@ -191,7 +191,7 @@ test("denvd killed mid-fork comes back and the fork completes once, with nothing
   });
   assert.equal(count.data.stdout.trim(), "100000");
   const s = JSON.parse(readFileSync(join(w.stateDir, "state.json"), "utf8"));
-  const names = Object.values<any>(s.environments)
+  const names = Object.values<any>(s.stacks)
     .map((e) => e.name)
     .sort();
   assert.deepEqual(names, ["ops-world-alpha", "ops-world-rollout-017"]);

@@ -70,7 +70,7 @@ async function homeDataset(envId: string): Promise<string> {
     .select("stack_id")
     .where("id", "=", envId)
     .executeTakeFirstOrThrow();
-  const rec = host.denvd.environment(row.stack_id as string);
+  const rec = host.denvd.stack(row.stack_id as string);
   return host.storage.datasetPath(rec.datasets.home as string);
 }
 

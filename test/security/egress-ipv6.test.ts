@@ -10,7 +10,7 @@ import { createServer, type Server } from "node:net";
 import { after, before, describe, test } from "node:test";
 import { bridgeLinkLocal, probeEgress } from "@denv/denvd";
 import { pinSpec, RegistryPinner, validateCompose } from "@denv/spec";
-import { dockerBridgeAddress, openTestHost, type TestHost } from "../e2e/denvd-helpers.ts";
+import { deployStack, dockerBridgeAddress, openTestHost, type TestHost } from "../e2e/denvd-helpers.ts";
 
 let host: TestHost;
 let listener: Server;
@@ -29,7 +29,7 @@ ${extra}`;
 async function deploy(text: string) {
   const r = validateCompose(text, { projectName: "v6" });
   assert.ok(r.ok, JSON.stringify(!r.ok && r.errors));
-  return host.denvd.deploy(await pinSpec(r.spec, new RegistryPinner()), { name: `v6-${Date.now()}` });
+  return deployStack(host.denvd, await pinSpec(r.spec, new RegistryPinner()), { name: `v6-${Date.now()}` });
 }
 
 before(async () => {
@@ -60,7 +60,7 @@ describe("IPv6 on deny networks", () => {
     // From inside, as root in the container: nothing to send IPv6 from, and the host is not there.
     const ll = v6.target.slice(1, v6.target.indexOf("%"));
     const before = seen.length;
-    const r = await host.denvd.exec(d.environment.id, "box", {
+    const r = await host.denvd.exec(d.stack.id, "box", {
       command: [
         "bash",
         "-c",
@@ -70,7 +70,7 @@ describe("IPv6 on deny networks", () => {
     });
     assert.match(r.stdout.toString(), /^1\nwrite=[1-9]\d*\nconnect=[1-9]\d*\n$/);
     assert.equal(seen.length, before);
-    await host.denvd.destroy(d.environment.id);
+    await host.denvd.destroy(d.stack.id);
   });
 
   test("a container that turned IPv6 back on (what the refused sysctl did) is caught by the probe", async () => {

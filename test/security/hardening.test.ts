@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { pinSpec, RegistryPinner, validateCompose } from "@denv/spec";
-import { openTestHost, type TestHost } from "../e2e/denvd-helpers.ts";
+import { deployStack, openTestHost, type TestHost } from "../e2e/denvd-helpers.ts";
 
 let host: TestHost;
 const GROWTH = 64 * 1024 * 1024;
@@ -19,7 +19,7 @@ async function deploy(extra = "", name = `h-${Date.now()}`) {
     { projectName: "hardening" },
   );
   assert.ok(r.ok, JSON.stringify(!r.ok && r.errors));
-  return host.denvd.deploy(await pinSpec(r.spec, new RegistryPinner()), { name });
+  return deployStack(host.denvd, await pinSpec(r.spec, new RegistryPinner()), { name });
 }
 
 const sh = async (envId: string, script: string) => {
@@ -42,21 +42,21 @@ describe("hardening", () => {
     assert.equal(security?.no_new_privileges, true);
     assert.deepEqual(security?.dropped.sort(), ["AUDIT_WRITE", "MKNOD", "NET_RAW", "SETFCAP", "SYS_CHROOT"]);
     const out = await sh(
-      d.environment.id,
+      d.stack.id,
       "grep NoNewPrivs /proc/self/status; mknod /tmp/dev c 1 3 2>/dev/null; echo mknod=$?; chroot / true 2>/dev/null; echo chroot=$?; id -u",
     );
     assert.match(out, /NoNewPrivs:\s+1/);
     assert.match(out, /mknod=[1-9]/);
     assert.match(out, /chroot=[1-9]/);
     assert.match(out, /^0$/m, "the image's user (root) is kept; only its powers are not");
-    await host.denvd.destroy(d.environment.id);
+    await host.denvd.destroy(d.stack.id);
   });
 
   test("a service may ask for a dropped capability back, and gets only that one", async () => {
     const d = await deploy("    cap_add: [NET_RAW]\n");
     const security = d.evidence.start.box?.caps.security;
     assert.deepEqual(security?.dropped.sort(), ["AUDIT_WRITE", "MKNOD", "SETFCAP", "SYS_CHROOT"]);
-    await host.denvd.destroy(d.environment.id);
+    await host.denvd.destroy(d.stack.id);
   });
 });
 
@@ -68,7 +68,7 @@ describe("disk quota", () => {
     assert.ok((a.evidence.prepare.quota.work?.limit_bytes ?? 0) >= GROWTH);
     const freeBefore = (await host.storage.capacity()).freeBytes;
     const out = await sh(
-      a.environment.id,
+      a.stack.id,
       "dd if=/dev/zero of=/work/big bs=1M count=256 conv=fsync 2>&1; echo dd=$?; du -sm /work/big",
     );
     assert.match(out, /Disk quota exceeded/);
@@ -78,15 +78,15 @@ describe("disk quota", () => {
     // The pool lost no more than the limit; the neighbour writes as usual.
     assert.ok(freeBefore - (await host.storage.capacity()).freeBytes < 128 * 1024 * 1024);
     assert.match(
-      await sh(b.environment.id, "dd if=/dev/zero of=/work/ok bs=1M count=32 conv=fsync 2>&1; echo dd=$?"),
+      await sh(b.stack.id, "dd if=/dev/zero of=/work/ok bs=1M count=32 conv=fsync 2>&1; echo dd=$?"),
       /dd=0/,
     );
     // A fork of a snapshot gets its own limit, counted from the data it starts with.
-    const { version } = await host.denvd.snapshot(a.environment.id);
+    const { version } = await host.denvd.snapshot(a.stack.id);
     const fork = await host.denvd.fork(version.id, { name: "greedy-fork" });
     assert.ok((fork.evidence.quota.work?.limit_bytes ?? 0) >= GROWTH + mb * 1024 * 1024 * 0.9);
-    await host.denvd.destroy(fork.environment.id);
-    await host.denvd.destroy(a.environment.id);
-    await host.denvd.destroy(b.environment.id);
+    await host.denvd.destroy(fork.stack.id);
+    await host.denvd.destroy(a.stack.id);
+    await host.denvd.destroy(b.stack.id);
   });
 });

@@ -9,7 +9,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
 import type { ResolvedSpec } from "@denv/protocol";
 import { isValidName, NAME_MAX_LENGTH, pinSpec, RegistryPinner, validateCompose } from "@denv/spec";
-import { openTestHost, type TestHost } from "../e2e/denvd-helpers.ts";
+import { deployStack, openTestHost, type TestHost } from "../e2e/denvd-helpers.ts";
 
 let host: TestHost;
 let spec: ResolvedSpec;
@@ -45,7 +45,7 @@ function withVolume(name: string): ResolvedSpec {
 describe("names", () => {
   test("denvd refuses a spec with a name no driver accepts, and leaves nothing behind", async () => {
     const before = {
-      envs: host.denvd.environments().length,
+      envs: host.denvd.stacks().length,
       datasets: (await host.storage.listDatasets()).length,
     };
     for (const bad of ["a..b", "v".repeat(112), "../x", "constructor/x"]) {
@@ -58,14 +58,14 @@ describe("names", () => {
         },
       );
     }
-    assert.equal(host.denvd.environments().length, before.envs);
+    assert.equal(host.denvd.stacks().length, before.envs);
     assert.equal((await host.storage.listDatasets()).length, before.datasets);
   });
 
   test("a record from before the checks, with a name no driver accepts, does not keep denvd from starting", async () => {
     const path = `${host.stateDir}/state.json`;
     const state = JSON.parse(readFileSync(path, "utf8"));
-    state.environments.env_0123456789ab = {
+    state.stacks.env_0123456789ab = {
       id: "env_0123456789ab",
       name: "legacy",
       status: "creating",
@@ -86,7 +86,7 @@ describe("names", () => {
         JSON.stringify(again.denvd.lastReconcile),
       );
       assert.equal(
-        again.denvd.environments().some((e) => e.id === "env_0123456789ab"),
+        again.denvd.stacks().some((e) => e.id === "env_0123456789ab"),
         false,
       );
     } finally {
@@ -117,10 +117,10 @@ describe("names", () => {
 
 describe("lookups by name", () => {
   test("service=constructor or __proto__ is no service, and says nothing of the runtime's insides", async () => {
-    const d = await host.denvd.deploy(spec, { name: "lookups" });
+    const d = await deployStack(host.denvd, spec, { name: "lookups" });
     for (const svc of ["constructor", "__proto__", "toString", "hasOwnProperty"]) {
       await assert.rejects(
-        host.denvd.exec(d.environment.id, svc, { command: "true" }),
+        host.denvd.exec(d.stack.id, svc, { command: "true" }),
         (err: Error & { code?: string }) => {
           assert.equal(err.code, "not_found");
           assert.doesNotMatch(err.message, /function|native code|\[object/);
@@ -128,8 +128,8 @@ describe("lookups by name", () => {
         },
       );
     }
-    assert.throws(() => host.denvd.environment("constructor"), /no environment constructor/);
+    assert.throws(() => host.denvd.stack("constructor"), /no stack constructor/);
     assert.throws(() => host.denvd.version("__proto__"), /no version __proto__/);
-    await host.denvd.destroy(d.environment.id);
+    await host.denvd.destroy(d.stack.id);
   });
 });

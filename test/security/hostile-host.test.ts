@@ -77,7 +77,7 @@ describe("a hostile host of another team", () => {
         await new Promise((r) => setTimeout(r, 1));
       }
     })();
-    const host = lab.host.denvd.environments().find((e) => e.status === "running");
+    const host = lab.host.denvd.stacks().find((e) => e.status === "running");
     assert.ok(host, "team A has a running environment");
     const seen: string[] = [];
     const r = await lab.server.hub.call(

@@ -7,10 +7,16 @@ export { AgentExecutor } from "./exec/agent-executor.ts";
 export { EngineExecutor } from "./exec/engine-executor.ts";
 export type { ExecOptions, ExecResult, Executor } from "./exec/executor.ts";
 export { LABEL } from "./labels.ts";
+export {
+  type Emit,
+  type OperationHandlers,
+  operationHandlers,
+  performOperation,
+} from "./operation-handlers.ts";
 export type { ContainerRuntime, ContainerSpec, ContainerState } from "./runtime/container-runtime.ts";
 export { DockerRuntime } from "./runtime/docker-runtime.ts";
 export { DENVD_VERSION, joinServer, Sidecar } from "./sidecar.ts";
-export type { EnvironmentRecord, VersionRecord } from "./state-store.ts";
+export type { StackRecord, VersionRecord } from "./state-store.ts";
 export { BtrfsDriver } from "./storage/btrfs-driver.ts";
 export { DirDriver } from "./storage/dir-driver.ts";
 export type { StorageDriver, StorageKind } from "./storage/storage-driver.ts";

@@ -1,7 +1,8 @@
 /** Labels on every engine object denvd creates, so that reconcile can find what it owns. */
 export const LABEL = {
   owner: "dev.denv.owner",
-  environment: "dev.denv.environment",
+  /** The stack an object belongs to. (Its key predates the name "stack"; objects already made carry it.) */
+  stack: "dev.denv.environment",
   service: "dev.denv.service",
   version: "dev.denv.version",
   operation: "dev.denv.operation",

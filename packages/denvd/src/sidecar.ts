@@ -7,7 +7,6 @@
 
 import type { Socket } from "node:net";
 import { arch, cpus, totalmem } from "node:os";
-import { Readable } from "node:stream";
 import {
   DenvError,
   decodeTunnelFrame,
@@ -15,10 +14,7 @@ import {
   HEARTBEAT_MS,
   type HostMessage,
   MAX_MESSAGE_BYTES,
-  OPERATIONS,
   type OpCheckedParams,
-  type OpMethod,
-  type OpResult,
   PROTOCOL_VERSION,
   type ServerMessage,
   serverMessageSchema,
@@ -29,7 +25,7 @@ import {
 import WebSocket from "ws";
 import type { Denvd } from "./denvd.ts";
 import { OpResultCache } from "./op-result-cache.ts";
-import { Verifier } from "./verify.ts";
+import { type OperationHandlers, operationHandlers, performOperation } from "./operation-handlers.ts";
 
 /** The release, with the build's commit when built as one executable (scripts/build-denvd.sh). */
 export const DENVD_VERSION: string = process.env.DENVD_BUILD_VERSION ?? "0.1.0";
@@ -44,10 +40,6 @@ export interface SidecarOptions {
 }
 
 type Outcome = { ok: boolean; result?: unknown; error?: unknown };
-type Emit = (stream: "stdout" | "stderr") => (chunk: Buffer) => void;
-type Handlers = {
-  [M in OpMethod]: (p: OpCheckedParams<M>, emit: Emit) => Promise<OpResult<M>>;
-};
 
 export class Sidecar {
   private ws: WebSocket | null = null;
@@ -60,6 +52,8 @@ export class Sidecar {
   /** Open tunnels (stream id -> the connection to the container port). */
   private readonly tunnels = new Map<number, Socket>();
   private readonly options: SidecarOptions;
+  /** The operations this host serves (operation-handlers.ts). */
+  private readonly handlers: OperationHandlers;
   private readonly log: NonNullable<SidecarOptions["log"]>;
   /** Resolves once the first connection is welcomed (tests and `denv up` wait on it). */
   readonly ready: Promise<void>;
@@ -71,6 +65,7 @@ export class Sidecar {
     this.ready = new Promise((r) => {
       this.markReady = r;
     });
+    this.handlers = operationHandlers(options.denvd, { openTunnel: (p) => this.openTunnel(p) });
   }
 
   start(): void {
@@ -192,7 +187,9 @@ export class Sidecar {
     }
     let run = this.ops.get(opId);
     if (!run) {
-      run = this.perform(msg.method, msg.params, opId).then(
+      const emit = (stream: "stdout" | "stderr") => (chunk: Buffer) =>
+        this.send({ type: "event", op_id: opId, stream, data_b64: chunk.toString("base64") });
+      run = performOperation(this.handlers, msg.method, msg.params, emit).then(
         (result): Outcome => ({ ok: true, result }),
         (err: unknown): Outcome => {
           if (err instanceof DenvError)
@@ -242,103 +239,6 @@ export class Sidecar {
     sock.on("error", () => {});
     sock.resume();
     return {};
-  }
-
-  private verifier(): Verifier {
-    return new Verifier(this.options.denvd, this.options.denvd.stateDir);
-  }
-
-  /** Checks an operation's params against the protocol table and runs its handler. */
-  private async perform(method: OpMethod, raw: Record<string, unknown>, opId: string): Promise<unknown> {
-    const parsed = OPERATIONS[method].params.safeParse(raw);
-    if (!parsed.success) {
-      const issue = parsed.error.issues[0];
-      throw new DenvError(
-        "invalid_argument",
-        `${method}: ${issue?.path.join(".") || "params"}: ${issue?.message ?? "invalid"}`,
-      );
-    }
-    const emit = (stream: "stdout" | "stderr") => (chunk: Buffer) =>
-      this.send({ type: "event", op_id: opId, stream, data_b64: chunk.toString("base64") });
-    const handler = this.handlers[method] as (p: unknown, emit: Emit) => Promise<unknown>;
-    return handler(parsed.data, emit);
-  }
-
-  /** One handler per operation, typed from the protocol table: params in, result out. */
-  private readonly handlers: Handlers = {
-    prepare: async (p) => {
-      const r = await this.denvd.prepare(p.spec, { name: p.name, operationId: p.operation_id });
-      return { stack_id: r.environment.id, evidence: r.evidence };
-    },
-    start: async (p) => {
-      const r = await this.denvd.start(p.stack_id);
-      return { ...r, egress: await this.denvd.probeEgress(p.stack_id) };
-    },
-    warm: (p) => this.denvd.warm(p.stack_id),
-    snapshot: async (p) => {
-      const r = await this.denvd.snapshot(p.stack_id);
-      return { version_id: r.version.id, images: r.version.images, evidence: r.evidence };
-    },
-    probe: (p) => this.denvd.probeEgress(p.stack_id),
-    fork: async (p) => {
-      const r = await this.denvd.fork(p.version_id, { name: p.name, operationId: p.operation_id });
-      return { stack_id: r.environment.id, evidence: r.evidence };
-    },
-    rollback: (p) => this.denvd.rollback(p.stack_id, p.version_id),
-    destroy: async (p) => {
-      await this.denvd.destroy(p.stack_id);
-      return {};
-    },
-    delete_version: async (p) => {
-      await this.denvd.deleteVersion(p.version_id);
-      return {};
-    },
-    exec: async (p, emit) => {
-      const r = await this.denvd.exec(p.stack_id, p.service, {
-        command: p.command,
-        user: p.user ?? null,
-        cwd: p.cwd ?? null,
-        env: p.env ?? {},
-        stdin: p.stdin_b64 !== undefined ? Buffer.from(p.stdin_b64, "base64") : null,
-        timeoutMs: p.timeout_ms ?? null,
-        maxOutputBytes: p.max_output_bytes,
-        ...(p.stream ? { onStdout: emit("stdout"), onStderr: emit("stderr") } : {}),
-      });
-      return {
-        exit_code: r.exitCode,
-        stdout_b64: r.stdout.toString("base64"),
-        stderr_b64: r.stderr.toString("base64"),
-        stdout_truncated: r.stdoutTruncated,
-        stderr_truncated: r.stderrTruncated,
-        timed_out: r.timedOut,
-        duration_ms: r.durationMs,
-      };
-    },
-    put_files: (p) =>
-      this.denvd.putFiles(p.stack_id, p.service, p.path, Readable.from(Buffer.from(p.tar_b64, "base64"))),
-    get_files: async (p) => ({
-      tar_b64: (await this.denvd.getFiles(p.stack_id, p.service, p.path)).toString("base64"),
-    }),
-    verify_stop: (p) => this.verifier().stop(p.stack_id),
-    verify_collect: (p) => this.verifier().collect(p.stack_id, p.verify_id),
-    verify_grade: (p) => this.verifier().grade(p.stack_id, p.verify_id),
-    verify_cleanup: async (p) => {
-      await this.verifier().cleanup(p.verify_id);
-      return {};
-    },
-    open_tunnel: (p) => this.openTunnel(p),
-    stop_service: (p) => this.denvd.stopService(p.stack_id, p.service),
-    resume: async (p) => {
-      await this.verifier().resume(p.stack_id);
-      return {};
-    },
-    status: async () => ({
-      stacks: this.denvd.environments().map((e) => ({ id: e.id, name: e.name, status: e.status })),
-    }),
-  };
-
-  private get denvd(): Denvd {
-    return this.options.denvd;
   }
 }
 

@@ -1,18 +1,21 @@
 /**
- * denvd's own records: environments and versions on this host, kept in one JSON file in the state
+ * denvd's own records: the stacks and versions on this host, kept in one JSON file in the state
  * directory, written atomically (temp file + rename) and one write at a time.
+ *
+ * A stack (stk_…) is what one of the control plane's environments runs on this host: its
+ * containers, networks and datasets. The control plane's environment ids never appear here.
  */
 import { randomBytes } from "node:crypto";
 import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { ResolvedSpec } from "@denv/protocol";
 
-export type EnvironmentStatus = "creating" | "running" | "failed" | "lost" | "destroying";
+export type StackStatus = "creating" | "running" | "failed" | "lost" | "destroying";
 
-export interface EnvironmentRecord {
+export interface StackRecord {
   id: string;
   name: string;
-  status: EnvironmentStatus;
+  status: StackStatus;
   spec: ResolvedSpec;
   /** The version it was forked from or last rolled back to; null for a fresh deploy until snapshot. */
   versionId: string | null;
@@ -28,7 +31,8 @@ export interface EnvironmentRecord {
 
 export interface VersionRecord {
   id: string;
-  environmentId: string;
+  /** The stack it was taken of. */
+  stackId: string;
   specHash: string;
   spec: ResolvedSpec;
   /** Service → image digest. */
@@ -41,8 +45,16 @@ export interface VersionRecord {
 
 interface StateFile {
   ownerId: string;
-  environments: Record<string, EnvironmentRecord>;
+  stacks: Record<string, StackRecord>;
   versions: Record<string, VersionRecord>;
+}
+
+/** A state file written before stacks had their own name. */
+interface LegacyStateFile {
+  ownerId: string;
+  environments?: Record<string, StackRecord>;
+  stacks?: Record<string, StackRecord>;
+  versions: Record<string, VersionRecord & { environmentId?: string }>;
 }
 
 export class StateStore {
@@ -58,10 +70,14 @@ export class StateStore {
     const store = new StateStore(dir);
     await mkdir(dir, { recursive: true });
     try {
-      store.state = JSON.parse(await readFile(store.path, "utf8")) as StateFile;
+      const raw = JSON.parse(await readFile(store.path, "utf8")) as LegacyStateFile;
+      const versions: Record<string, VersionRecord> = {};
+      for (const [id, v] of Object.entries(raw.versions ?? {}))
+        versions[id] = { ...v, stackId: v.stackId ?? v.environmentId ?? "" };
+      store.state = { ownerId: raw.ownerId, stacks: raw.stacks ?? raw.environments ?? {}, versions };
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
-      store.state = { ownerId: randomBytes(6).toString("hex"), environments: {}, versions: {} };
+      store.state = { ownerId: randomBytes(6).toString("hex"), stacks: {}, versions: {} };
       await store.flush();
     }
     return store;
@@ -71,12 +87,13 @@ export class StateStore {
     return this.state.ownerId;
   }
 
-  environments(): EnvironmentRecord[] {
-    return Object.values(this.state.environments);
+  stacks(): StackRecord[] {
+    return Object.values(this.state.stacks);
   }
 
-  environment(id: string): EnvironmentRecord | undefined {
-    return Object.hasOwn(this.state.environments, id) ? this.state.environments[id] : undefined;
+  /** Own properties only: an id such as "constructor" is no stack. */
+  stack(id: string): StackRecord | undefined {
+    return Object.hasOwn(this.state.stacks, id) ? this.state.stacks[id] : undefined;
   }
 
   versions(): VersionRecord[] {
@@ -87,13 +104,13 @@ export class StateStore {
     return Object.hasOwn(this.state.versions, id) ? this.state.versions[id] : undefined;
   }
 
-  async putEnvironment(rec: EnvironmentRecord): Promise<void> {
-    this.state.environments[rec.id] = structuredClone(rec);
+  async putStack(rec: StackRecord): Promise<void> {
+    this.state.stacks[rec.id] = structuredClone(rec);
     await this.flush();
   }
 
-  async deleteEnvironment(id: string): Promise<void> {
-    delete this.state.environments[id];
+  async deleteStack(id: string): Promise<void> {
+    delete this.state.stacks[id];
     await this.flush();
   }
 

@@ -62,7 +62,7 @@ export class Verifier {
   }
 
   private agent(environmentId: string): { spec: ResolvedSpec; service: string; containerId: string } {
-    const env = this.denvd.environment(environmentId);
+    const env = this.denvd.stack(environmentId);
     const service = env.spec.agent?.service;
     if (!service)
       throw new DenvError("invalid_argument", `environment ${env.name} has no x-denv.agent.service to stop`);
@@ -93,7 +93,7 @@ export class Verifier {
 
   /** collect: the declared paths, from the frozen agent, into a root-owned directory. */
   async collect(environmentId: string, verifyId: string): Promise<CollectEvidence> {
-    const env = this.denvd.environment(environmentId);
+    const env = this.denvd.stack(environmentId);
     const { spec, service, containerId } = this.agent(environmentId);
     const st = await this.denvd.runtime.inspectContainer(containerId);
     if (!st.paused) throw new DenvError("conflict", "collect runs only after stop has frozen the agent");
@@ -264,7 +264,7 @@ export class Verifier {
 
   /** grade: the verifier on the grading fork. Never throws for the verifier's own failures. */
   async grade(graderEnvironmentId: string, verifyId: string): Promise<GradeEvidence> {
-    const env = this.denvd.environment(graderEnvironmentId);
+    const env = this.denvd.stack(graderEnvironmentId);
     const v = env.spec.verifier;
     if (!v) throw new DenvError("invalid_argument", "no x-denv.verifier");
     const started = performance.now();
@@ -289,7 +289,7 @@ export class Verifier {
         hostname: "verifier",
         labels: {
           ...this.denvd.objectLabels(),
-          [LABEL.environment]: env.id,
+          [LABEL.stack]: env.id,
           [LABEL.service]: "verifier",
           [LABEL.operation]: verifyId,
         },

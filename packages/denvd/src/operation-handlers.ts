@@ -1,0 +1,116 @@
+/**
+ * The host operations (packages/protocol/src/operations.ts), each served by one handler typed
+ * from the protocol table: its checked params in, its result out. The sidecar runs them for the
+ * control plane; tests and benchmarks run the very same handlers, so they drive the path the
+ * server drives.
+ */
+import { Readable } from "node:stream";
+import { DenvError, OPERATIONS, type OpCheckedParams, type OpMethod, type OpResult } from "@denv/protocol";
+import type { Denvd } from "./denvd.ts";
+import { Verifier } from "./verify.ts";
+
+/** Where an operation's streamed output goes (exec with stream: true). */
+export type Emit = (stream: "stdout" | "stderr") => (chunk: Buffer) => void;
+
+export type OperationHandlers = {
+  [M in OpMethod]: (p: OpCheckedParams<M>, emit: Emit) => Promise<OpResult<M>>;
+};
+
+export interface HandlerHooks {
+  /** Opens a port tunnel on the connection the operation came from (the sidecar's own). */
+  openTunnel(p: OpCheckedParams<"open_tunnel">): Promise<Record<string, never>>;
+}
+
+export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationHandlers {
+  const verifier = () => new Verifier(denvd, denvd.stateDir);
+  return {
+    prepare: async (p) => {
+      const r = await denvd.prepare(p.spec, { name: p.name, operationId: p.operation_id });
+      return { stack_id: r.stack.id, evidence: r.evidence };
+    },
+    start: async (p) => {
+      const r = await denvd.start(p.stack_id);
+      return { ...r, egress: await denvd.probeEgress(p.stack_id) };
+    },
+    warm: (p) => denvd.warm(p.stack_id),
+    snapshot: async (p) => {
+      const r = await denvd.snapshot(p.stack_id);
+      return { version_id: r.version.id, images: r.version.images, evidence: r.evidence };
+    },
+    probe: (p) => denvd.probeEgress(p.stack_id),
+    fork: async (p) => {
+      const r = await denvd.fork(p.version_id, { name: p.name, operationId: p.operation_id });
+      return { stack_id: r.stack.id, evidence: r.evidence };
+    },
+    rollback: (p) => denvd.rollback(p.stack_id, p.version_id),
+    destroy: async (p) => {
+      await denvd.destroy(p.stack_id);
+      return {};
+    },
+    delete_version: async (p) => {
+      await denvd.deleteVersion(p.version_id);
+      return {};
+    },
+    exec: async (p, emit) => {
+      const r = await denvd.exec(p.stack_id, p.service, {
+        command: p.command,
+        user: p.user ?? null,
+        cwd: p.cwd ?? null,
+        env: p.env ?? {},
+        stdin: p.stdin_b64 !== undefined ? Buffer.from(p.stdin_b64, "base64") : null,
+        timeoutMs: p.timeout_ms ?? null,
+        maxOutputBytes: p.max_output_bytes,
+        ...(p.stream ? { onStdout: emit("stdout"), onStderr: emit("stderr") } : {}),
+      });
+      return {
+        exit_code: r.exitCode,
+        stdout_b64: r.stdout.toString("base64"),
+        stderr_b64: r.stderr.toString("base64"),
+        stdout_truncated: r.stdoutTruncated,
+        stderr_truncated: r.stderrTruncated,
+        timed_out: r.timedOut,
+        duration_ms: r.durationMs,
+      };
+    },
+    put_files: (p) =>
+      denvd.putFiles(p.stack_id, p.service, p.path, Readable.from(Buffer.from(p.tar_b64, "base64"))),
+    get_files: async (p) => ({
+      tar_b64: (await denvd.getFiles(p.stack_id, p.service, p.path)).toString("base64"),
+    }),
+    verify_stop: (p) => verifier().stop(p.stack_id),
+    verify_collect: (p) => verifier().collect(p.stack_id, p.verify_id),
+    verify_grade: (p) => verifier().grade(p.stack_id, p.verify_id),
+    verify_cleanup: async (p) => {
+      await verifier().cleanup(p.verify_id);
+      return {};
+    },
+    open_tunnel: (p) => hooks.openTunnel(p),
+    stop_service: (p) => denvd.stopService(p.stack_id, p.service),
+    resume: async (p) => {
+      await verifier().resume(p.stack_id);
+      return {};
+    },
+    status: async () => ({
+      stacks: denvd.stacks().map((s) => ({ id: s.id, name: s.name, status: s.status })),
+    }),
+  };
+}
+
+/** Checks an operation's params against the protocol table, then runs its handler. */
+export async function performOperation<M extends OpMethod>(
+  handlers: OperationHandlers,
+  method: M,
+  raw: unknown,
+  emit: Emit = () => () => {},
+): Promise<OpResult<M>> {
+  const parsed = OPERATIONS[method].params.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    throw new DenvError(
+      "invalid_argument",
+      `${method}: ${issue?.path.join(".") || "params"}: ${issue?.message ?? "invalid"}`,
+    );
+  }
+  const handler = handlers[method] as (p: unknown, emit: Emit) => Promise<OpResult<M>>;
+  return handler(parsed.data, emit);
+}

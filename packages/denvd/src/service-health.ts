@@ -1,0 +1,139 @@
+/**
+ * Starting a stack's services in dependency order, and judging their health. Each service starts
+ * as soon as its depends_on conditions hold; health is judged by running each healthcheck's test
+ * ourselves every healthPollMs (as the service's user): the engine's own first check comes only
+ * after `interval`, which would put seconds into every fork.
+ */
+import { DenvError, type HealthEvidence, type ResolvedService } from "@denv/protocol";
+import { type StackContext, sleep } from "./stack-context.ts";
+import type { StackRecord } from "./state-store.ts";
+
+const HEALTH_DEADLINE_FLOOR_MS = 60_000;
+
+type ServiceHealth = HealthEvidence["services"][string];
+
+export async function startInOrder(
+  ctx: StackContext,
+  stack: StackRecord,
+  onStarted?: (service: string) => void,
+): Promise<HealthEvidence> {
+  const spec = stack.spec;
+  const pollMs = ctx.options.healthPollMs ?? 100;
+  const begun = performance.now();
+  const startedP = new Map<string, Promise<number>>();
+  const healthyP = new Map<string, Promise<ServiceHealth>>();
+  const exitedP = new Map<string, Promise<void>>();
+  const memo = <T>(map: Map<string, Promise<T>>, svc: string, make: () => Promise<T>): Promise<T> => {
+    let p = map.get(svc);
+    if (!p) {
+      p = make();
+      map.set(svc, p);
+    }
+    return p;
+  };
+  const getStarted = (svc: string): Promise<number> =>
+    memo(startedP, svc, async () => {
+      const s = spec.services[svc] as ResolvedService;
+      await Promise.all(
+        Object.entries(s.depends_on).map(([dep, cond]) =>
+          cond.condition === "service_healthy"
+            ? getHealthy(dep)
+            : cond.condition === "service_completed_successfully"
+              ? getExited(dep)
+              : getStarted(dep),
+        ),
+      );
+      const t = performance.now();
+      await ctx.runtime.startContainer(stack.containers[svc] as string).catch((err: unknown) => {
+        if (!(err instanceof DenvError)) throw err;
+        throw new DenvError(err.code, `service ${svc} did not start: ${err.message}`, { cause: err });
+      });
+      ctx.log("Started container", { stack: stack.id, service: svc });
+      onStarted?.(svc);
+      return t;
+    });
+  const getHealthy = (svc: string) =>
+    memo(healthyP, svc, () => getStarted(svc).then((t) => waitServiceHealthy(ctx, stack, svc, t)));
+  const getExited = (svc: string) =>
+    memo(exitedP, svc, () =>
+      getStarted(svc).then(async () => {
+        for (;;) {
+          const st = await ctx.runtime.inspectContainer(stack.containers[svc] as string);
+          if (!st.running) {
+            if (st.exitCode !== 0)
+              throw new DenvError("unavailable", `service ${svc} exited with ${st.exitCode}`);
+            return;
+          }
+          await sleep(pollMs);
+        }
+      }),
+    );
+  const results = await Promise.all(
+    spec.start_order.map(async (svc) => {
+      // A one-shot service that others wait on to complete is not expected to stay up.
+      const oneShot = Object.values(spec.services).some(
+        (o) => o.depends_on[svc]?.condition === "service_completed_successfully",
+      );
+      if (oneShot) {
+        const t = await getStarted(svc);
+        await getExited(svc);
+        return [
+          svc,
+          { healthy_ms: Math.round(performance.now() - t), method: "running" as const, checks: 0 },
+        ] as const;
+      }
+      return [svc, await getHealthy(svc)] as const;
+    }),
+  );
+  return { services: Object.fromEntries(results), ms: Math.round(performance.now() - begun) };
+}
+
+/** Healthy by its healthcheck (run as the service's user), or running when it declares none. */
+export async function waitServiceHealthy(
+  ctx: StackContext,
+  stack: StackRecord,
+  svc: string,
+  startedAt: number,
+): Promise<ServiceHealth> {
+  const s = stack.spec.services[svc] as ResolvedService;
+  const id = stack.containers[svc] as string;
+  const hc = s.healthcheck;
+  const pollMs = ctx.options.healthPollMs ?? 100;
+  if (!hc || s.healthcheck_disabled) {
+    const st = await ctx.runtime.inspectContainer(id);
+    if (!st.running)
+      throw new DenvError(
+        "unavailable",
+        `service ${svc} exited with code ${st.exitCode} right after it started`,
+      );
+    return { healthy_ms: Math.round(performance.now() - startedAt), method: "running", checks: 0 };
+  }
+  const deadlineMs = Math.max(
+    HEALTH_DEADLINE_FLOOR_MS,
+    hc.start_period_ms + hc.interval_ms * (hc.retries + 1),
+  );
+  const [kind, ...rest] = hc.test;
+  const cmd = kind === "CMD-SHELL" ? ["sh", "-c", rest[0] ?? "true"] : rest;
+  let checks = 0;
+  let last = "";
+  while (performance.now() - startedAt < deadlineMs) {
+    checks++;
+    const r = await ctx
+      .runIn(id, { command: cmd, timeoutMs: Math.min(hc.timeout_ms, 10_000), maxOutputBytes: 4096 })
+      .catch((e: unknown) => ({ exitCode: -1, stdout: Buffer.alloc(0), stderr: Buffer.from(String(e)) }));
+    if (r.exitCode === 0)
+      return { healthy_ms: Math.round(performance.now() - startedAt), method: "healthcheck", checks };
+    last = `${r.stdout.toString()}${r.stderr.toString()}`.trim().slice(-300);
+    const st = await ctx.runtime.inspectContainer(id);
+    if (!st.running)
+      throw new DenvError(
+        "unavailable",
+        `service ${svc} exited with code ${st.exitCode} before it was healthy`,
+      );
+    await sleep(pollMs);
+  }
+  throw new DenvError(
+    "timeout",
+    `service ${svc} was not healthy within ${deadlineMs} ms (last check: ${last || "no output"})`,
+  );
+}

@@ -1,0 +1,130 @@
+/**
+ * snapshot: one consistent capture of every dataset of a running stack. Databases checkpoint
+ * first (forks then start without a long recovery), every service is paused, every dataset is
+ * captured in the same frozen window, everything thaws and is healthy again. The result is a version.
+ */
+import { DenvError, type SnapshotEvidence } from "@denv/protocol";
+import { waitServiceHealthy } from "./service-health.ts";
+import { newId, type StackContext } from "./stack-context.ts";
+import type { StackRecord, VersionRecord } from "./state-store.ts";
+
+/** Refuses a fork or snapshot when the pool has less free space than minFreeBytes (default 1 GiB). */
+export async function assertSpace(ctx: StackContext, what: string): Promise<void> {
+  const min = ctx.options.minFreeBytes ?? 1024 ** 3;
+  const free = await ctx.storage.freeBytes();
+  if (free < min) {
+    throw new DenvError(
+      "insufficient_storage",
+      `the ${ctx.storage.kind} pool has ${Math.round(free / 1024 ** 2)} MiB free, below the ${Math.round(min / 1024 ** 2)} MiB a ${what} needs; destroy old environments or grow the pool`,
+    );
+  }
+}
+
+export async function snapshotStack(
+  ctx: StackContext,
+  stackId: string,
+): Promise<{ version: VersionRecord; evidence: SnapshotEvidence }> {
+  const stack = ctx.stack(stackId);
+  if (stack.status !== "running")
+    throw new DenvError("conflict", `environment ${stack.name} is ${stack.status}, not running`);
+  await assertSpace(ctx, "snapshot");
+  const checkpoint = await checkpointDatabases(ctx, stack);
+  const versionId = newId("ver");
+  // A container already paused (an agent frozen by verify) stays paused, and is not thawed here.
+  const states = await Promise.all(
+    Object.values(stack.containers).map((id) => ctx.runtime.inspectContainer(id)),
+  );
+  const ids = states.filter((st) => !st.paused).map((st) => st.id);
+  const snapshots: Record<string, string> = {};
+  // Most of what the snapshot would flush goes out now, while the stack still runs.
+  await ctx.storage.flush?.().catch(() => {});
+  const frozenStart = performance.now();
+  try {
+    await Promise.all(ids.map((id) => ctx.runtime.pauseContainer(id)));
+    await Promise.all(
+      Object.entries(stack.datasets).map(async ([vol, ds]) => {
+        const snapId = `${versionId}-${vol}`;
+        await ctx.storage.snapshot(ds, snapId);
+        snapshots[vol] = snapId;
+      }),
+    );
+  } finally {
+    await Promise.all(ids.map((id) => ctx.runtime.unpauseContainer(id).catch(() => {})));
+  }
+  const frozenMs = Math.round(performance.now() - frozenStart);
+  const healthStart = performance.now();
+  await Promise.all(
+    Object.entries(stack.containers)
+      .filter(([, id]) => ids.includes(id))
+      .map(([svc]) => waitServiceHealthy(ctx, stack, svc, performance.now())),
+  );
+  const healthAfterMs = Math.round(performance.now() - healthStart);
+  const version: VersionRecord = {
+    id: versionId,
+    stackId: stack.id,
+    specHash: stack.spec.hash,
+    spec: stack.spec,
+    images: Object.fromEntries(
+      Object.entries(stack.spec.services).map(([n, s]) => [n, s.image_digest ?? s.image_pinned ?? s.image]),
+    ),
+    snapshots,
+    frozenMs,
+    createdAt: new Date().toISOString(),
+  };
+  await ctx.store.putVersion(version);
+  stack.versionId = versionId;
+  await ctx.store.putStack(stack);
+  const datasets: SnapshotEvidence["datasets"] = {};
+  for (const [vol, snapId] of Object.entries(snapshots)) {
+    datasets[vol] = {
+      dataset_id: stack.datasets[vol] as string,
+      snapshot_id: snapId,
+      bytes: await ctx.storage.snapshotBytes(snapId),
+    };
+  }
+  ctx.log("Snapshot taken", { stack: stack.id, version: versionId, frozenMs });
+  return {
+    version,
+    evidence: {
+      version_id: versionId,
+      frozen_ms: frozenMs,
+      checkpoint,
+      datasets,
+      health_after_ms: healthAfterMs,
+    },
+  };
+}
+
+/** Postgres and Redis checkpoint by themselves; x-denv.checkpoint adds commands per service. */
+async function checkpointDatabases(
+  ctx: StackContext,
+  stack: StackRecord,
+): Promise<SnapshotEvidence["checkpoint"]> {
+  const out: SnapshotEvidence["checkpoint"] = [];
+  await Promise.all(
+    Object.entries(stack.spec.services).map(async ([svc, s]) => {
+      const cmds: { command: string[]; user?: string }[] = (stack.spec.checkpoint[svc] ?? []).map(
+        (command) => ({
+          command,
+        }),
+      );
+      if (/(^|\/)postgres[^/]*(:|@|$)/.test(s.image)) {
+        cmds.unshift({
+          command: ["sh", "-c", 'psql -U "${POSTGRES_USER:-postgres}" -d postgres -qc CHECKPOINT'],
+          user: "postgres",
+        });
+      } else if (/(^|\/)redis[^/]*(:|@|$)/.test(s.image)) {
+        cmds.unshift({ command: ["redis-cli", "SAVE"] });
+      }
+      for (const c of cmds) {
+        const r = await ctx.runIn(stack.containers[svc] as string, {
+          command: c.command,
+          user: c.user ?? null,
+          timeoutMs: 120_000,
+        });
+        out.push({ service: svc, command: c.command, exit_code: r.exitCode, ms: r.durationMs });
+      }
+    }),
+  );
+  return out;
+}

@@ -1,0 +1,98 @@
+/**
+ * Files in and out of a stack's services. In: a tar checked entry by entry (tar-sanitizer.ts),
+ * then extracted by the engine. Out: the path is walked inside the container by its agent, without
+ * following any link (a link the agent planted on the way is refused, not followed to files it
+ * could not read); a container that is not running has no agent and runs nothing that could swap
+ * a path, so the engine reads it, after each component is checked not to be a link.
+ */
+import { randomBytes } from "node:crypto";
+import { createReadStream, createWriteStream } from "node:fs";
+import { rm } from "node:fs/promises";
+import { join, posix } from "node:path";
+import type { Readable } from "node:stream";
+import { DenvError } from "@denv/protocol";
+import type { StackContext } from "./stack-context.ts";
+import { sanitizeTar } from "./tar-sanitizer.ts";
+
+/** Files read from a container travel in one message to the server: a bound on the tar. */
+export const MAX_FILES_BYTES = 64 * 1024 * 1024;
+/** How long a files read waits for the agent of a container that just started. */
+const AGENT_WAIT_MS = 3000;
+/** Go's os.ModeSymlink, as the engine reports a path's mode. */
+const GO_MODE_SYMLINK = 1 << 27;
+
+/** A service's container in a stack: the one asked for, else the agent's, else the first. */
+export interface ServiceTarget {
+  stackId: string;
+  containerId: string;
+  service: string;
+}
+
+/** Extracts a tar at `path` in a service, after checking every entry stays inside it. */
+export async function putFiles(
+  ctx: StackContext,
+  target: ServiceTarget,
+  path: string,
+  tar: Readable,
+): Promise<{ entries: number; bytes: number }> {
+  const clean = checkContainerPath(path);
+  // The checked tar goes to a file first: a tar refused half-way must leave nothing behind.
+  const tmp = join(ctx.options.stateDir, `upload-${randomBytes(6).toString("hex")}.tar`);
+  try {
+    const stats = await sanitizeTar(tar, createWriteStream(tmp));
+    await ctx.runtime.putArchive(target.containerId, clean, createReadStream(tmp));
+    return stats;
+  } finally {
+    await rm(tmp, { force: true });
+  }
+}
+
+/** A tar of `path` in a service, read without following links. */
+export async function getFiles(ctx: StackContext, target: ServiceTarget, path: string): Promise<Buffer> {
+  const id = target.containerId;
+  const clean = checkContainerPath(path);
+  const st = await ctx.runtime.inspectContainer(id);
+  const withAgent = Boolean(ctx.options.agentBinary);
+  if (st.running && ctx.executor.readFiles && withAgent) {
+    // Just after a start the agent may still be dialling in.
+    await ctx.agents.waitConnected(target.stackId, target.service, AGENT_WAIT_MS);
+    const tar = await ctx.executor.readFiles(id, clean, { maxBytes: MAX_FILES_BYTES });
+    if (tar) return tar;
+    throw new DenvError("unavailable", "the service's agent is not answering; try again in a moment");
+  }
+  if (st.running && !st.paused && withAgent)
+    throw new DenvError("unavailable", "the service's agent is not answering; try again in a moment");
+  // Stopped or paused (or a host without agents): nothing in the container runs to race the check.
+  let prefix = "";
+  for (const part of clean.split("/").filter(Boolean).slice(0, -1)) {
+    prefix += `/${part}`;
+    const stat = await ctx.runtime.statPath(id, prefix);
+    if (!stat) throw new DenvError("not_found", `${prefix} does not exist in the service`);
+    if (stat.mode & GO_MODE_SYMLINK)
+      throw new DenvError(
+        "invalid_argument",
+        `${prefix} is a symbolic link; denv does not follow links in a path (read the link's target)`,
+      );
+  }
+  const chunks: Buffer[] = [];
+  let bytes = 0;
+  for await (const c of await ctx.runtime.getArchive(id, clean)) {
+    bytes += (c as Buffer).length;
+    if (bytes > MAX_FILES_BYTES)
+      throw new DenvError(
+        "payload_too_large",
+        `${clean} is over ${MAX_FILES_BYTES / 1024 ** 2} MiB as a tar; get a smaller path`,
+      );
+    chunks.push(c as Buffer);
+  }
+  return Buffer.concat(chunks);
+}
+
+/** An absolute path in a container, normalised; `..` and NUL bytes refused. */
+export function checkContainerPath(path: string): string {
+  if (!path.startsWith("/")) throw new DenvError("invalid_argument", `path ${path} must be absolute`);
+  if (path.includes("\0")) throw new DenvError("invalid_argument", "a path cannot hold NUL bytes");
+  if (path.split("/").includes(".."))
+    throw new DenvError("invalid_argument", `path ${path} must not contain ".."`);
+  return posix.normalize(path).replace(/(.)\/$/, "$1");
+}

@@ -1,0 +1,246 @@
+/**
+ * The life of a stack past its start: prepare (images and empty datasets), warm, fork from a
+ * version, rollback to one, destroy, and deleting a version. Each returns the evidence the control
+ * plane records for its phase; a failure part-way removes what the step made.
+ */
+import {
+  DenvError,
+  type ForkEvidence,
+  type HealthEvidence,
+  type QuotaEvidence,
+  type ResolvedSpec,
+  resolvedSpecSchema,
+  type WarmEvidence,
+} from "@denv/protocol";
+import { nameProblem } from "@denv/spec";
+import type { EgressEvidence } from "./egress-probe.ts";
+import { assertSpace } from "./snapshotter.ts";
+import { newId, type StackContext, tail } from "./stack-context.ts";
+import { probeService, probeStack } from "./stack-egress.ts";
+import { startStack } from "./stack-starter.ts";
+import { removeStackObjects, teardownStack } from "./stack-teardown.ts";
+import type { StackRecord } from "./state-store.ts";
+
+export interface PrepareEvidence {
+  images: Record<string, { reference: string; pulled: boolean }>;
+  datasets: Record<string, string>;
+  quota: Record<string, QuotaEvidence>;
+}
+
+/** prepare: images present (pulled by digest when missing) and fresh, empty datasets. */
+export async function prepareStack(
+  ctx: StackContext,
+  spec: ResolvedSpec,
+  options: { name: string; operationId?: string },
+): Promise<{ stack: StackRecord; evidence: PrepareEvidence }> {
+  checkSpec(spec);
+  const images: PrepareEvidence["images"] = {};
+  for (const [name, svc] of Object.entries(spec.services)) {
+    const ref = svc.image_pinned ?? svc.image;
+    let pulled = false;
+    if (!(await ctx.runtime.hasImage(ref))) {
+      if (!svc.image_pinned || svc.image_pinned.startsWith("sha256:")) {
+        throw new DenvError(
+          "image_not_found",
+          `the engine has no image ${ref} for service ${name}, and it cannot be pulled`,
+        );
+      }
+      await ctx.runtime.pullImage(ref);
+      pulled = true;
+    }
+    images[name] = { reference: ref, pulled };
+  }
+  const stack = await newStackRecord(ctx, spec, options.name, null, options.operationId);
+  try {
+    for (const [vol, ds] of Object.entries(stack.datasets)) {
+      await ctx.storage.createDataset(ds);
+      ctx.log("Created dataset", { stack: stack.id, volume: vol, dataset: ds });
+    }
+    const quota = await limitDatasets(ctx, stack);
+    return { stack, evidence: { images, datasets: { ...stack.datasets }, quota } };
+  } catch (err) {
+    await teardownStack(ctx, stack).catch(() => {});
+    throw err;
+  }
+}
+
+/** warm: x-denv.warm commands, in order, each in its service; a failure stops the deploy. */
+export async function warmStack(ctx: StackContext, stackId: string): Promise<WarmEvidence> {
+  const stack = ctx.stack(stackId);
+  const commands: WarmEvidence["commands"] = [];
+  for (const w of stack.spec.warm) {
+    const r = await ctx.runIn(stack.containers[w.service] as string, {
+      command: w.command,
+      timeoutMs: 600_000,
+    });
+    commands.push({
+      service: w.service,
+      command: w.command,
+      exit_code: r.exitCode,
+      ms: r.durationMs,
+      stdout_tail: tail(r.stdout),
+      stderr_tail: tail(r.stderr),
+    });
+    if (r.exitCode !== 0) {
+      throw new DenvError(
+        "unavailable",
+        `warm command in ${w.service} exited with ${r.exitCode}: ${tail(r.stderr).slice(-300)}`,
+        { details: { commands } },
+      );
+    }
+  }
+  return { commands };
+}
+
+/** A new stack from a version: datasets cloned, a new network, the pinned images, healthy. */
+export async function forkStack(
+  ctx: StackContext,
+  versionId: string,
+  options: { name: string; operationId?: string },
+): Promise<{ stack: StackRecord; evidence: ForkEvidence }> {
+  const version = ctx.version(versionId);
+  await assertSpace(ctx, "fork");
+  const total = performance.now();
+  const stack = await newStackRecord(ctx, version.spec, options.name, version.id, options.operationId);
+  try {
+    const cloneStart = performance.now();
+    await Promise.all(
+      Object.entries(stack.datasets).map(([vol, ds]) =>
+        ctx.storage.clone(version.snapshots[vol] as string, ds),
+      ),
+    );
+    const quota = await limitDatasets(ctx, stack);
+    const cloneMs = Math.round(performance.now() - cloneStart);
+    // The probe runs as soon as the service it probes from is up, alongside the health checks.
+    const probeFrom = probeService(version.spec);
+    let probe: Promise<EgressEvidence> | undefined;
+    const started = await startStack(ctx, stack.id, {
+      onStarted: (svc) => {
+        if (svc !== probeFrom) return;
+        probe = probeStack(ctx, stack.id);
+        probe.catch(() => {}); // awaited below; this only keeps an early failure from going unhandled
+      },
+    });
+    const egress = await (probe ?? probeStack(ctx, stack.id));
+    return {
+      stack: ctx.stack(stack.id),
+      evidence: {
+        stack_id: stack.id,
+        from_version: version.id,
+        clone_ms: cloneMs,
+        quota,
+        start: started.evidence,
+        start_ms: started.ms,
+        health: started.health,
+        egress,
+        total_ms: Math.round(performance.now() - total),
+      },
+    };
+  } catch (err) {
+    await teardownStack(ctx, ctx.store.stack(stack.id) ?? stack).catch(() => {});
+    throw err;
+  }
+}
+
+/** Restores a stack to a version: containers replaced, datasets re-cloned, healthy again. */
+export async function rollbackStack(
+  ctx: StackContext,
+  stackId: string,
+  versionId: string,
+): Promise<{ health: HealthEvidence; ms: number }> {
+  const stack = ctx.stack(stackId);
+  const version = ctx.version(versionId);
+  const begun = performance.now();
+  await removeStackObjects(ctx, stack);
+  for (const [vol, ds] of Object.entries(stack.datasets)) {
+    await ctx.storage.destroyDataset(ds);
+    const snap = version.snapshots[vol];
+    if (snap) await ctx.storage.clone(snap, ds);
+    else await ctx.storage.createDataset(ds);
+  }
+  await limitDatasets(ctx, stack);
+  stack.spec = version.spec;
+  stack.versionId = version.id;
+  stack.status = "creating";
+  stack.containers = {};
+  await ctx.store.putStack(stack);
+  const { health } = await startStack(ctx, stack.id);
+  return { health, ms: Math.round(performance.now() - begun) };
+}
+
+/** Removes containers, volumes, networks and datasets. Idempotent: an unknown id is already gone. */
+export async function destroyStack(ctx: StackContext, stackId: string): Promise<void> {
+  const stack = ctx.store.stack(stackId);
+  if (!stack) return;
+  stack.status = "destroying";
+  await ctx.store.putStack(stack);
+  await teardownStack(ctx, stack);
+}
+
+/** Deletes a version's snapshots and its record. */
+export async function deleteVersion(ctx: StackContext, versionId: string): Promise<void> {
+  const v = ctx.store.version(versionId);
+  if (!v) return;
+  for (const snap of Object.values(v.snapshots)) await ctx.storage.destroySnapshot(snap);
+  await ctx.store.deleteVersion(versionId);
+}
+
+/** Caps every dataset's growth (the storage driver's quota), before any container can write. */
+async function limitDatasets(ctx: StackContext, stack: StackRecord): Promise<Record<string, QuotaEvidence>> {
+  const growth = ctx.options.datasetGrowthBytes ?? 10 * 1024 ** 3;
+  const entries = await Promise.all(
+    Object.entries(stack.datasets).map(
+      async ([vol, ds]) => [vol, await ctx.storage.limitGrowth(ds, growth)] as const,
+    ),
+  );
+  return Object.fromEntries(entries);
+}
+
+async function newStackRecord(
+  ctx: StackContext,
+  spec: ResolvedSpec,
+  name: string,
+  parentVersionId: string | null,
+  operationId: string | undefined,
+): Promise<StackRecord> {
+  const id = newId("stk");
+  const stack: StackRecord = {
+    id,
+    name,
+    status: "creating",
+    spec,
+    versionId: parentVersionId,
+    parentVersionId,
+    network: `denv-${id}`,
+    datasets: Object.fromEntries(Object.keys(spec.datasets).map((v) => [v, `${id}-${v}`])),
+    containers: {},
+    operationId: operationId ?? newId("op"),
+    createdAt: new Date().toISOString(),
+  };
+  // Recorded before anything exists, so a crash at any later point is found and cleaned up.
+  await ctx.store.putStack(stack);
+  return stack;
+}
+
+/**
+ * What denvd takes from the control plane is checked before anything is made: the spec's shape,
+ * and every name against the rule all drivers and the engine accept. A spec that fails is refused
+ * whole, leaving no record, dataset or object behind.
+ */
+export function checkSpec(spec: ResolvedSpec): void {
+  const parsed = resolvedSpecSchema.safeParse(spec);
+  if (!parsed.success)
+    throw new DenvError(
+      "invalid_argument",
+      `the spec is not a resolved spec: ${parsed.error.issues[0]?.message ?? ""}`,
+    );
+  const names: [string, string][] = [
+    ...Object.keys(spec.services).map((n): [string, string] => ["service", n]),
+    ...Object.keys(spec.datasets).map((n): [string, string] => ["volume", n]),
+    ...Object.keys(spec.networks).map((n): [string, string] => ["network", n]),
+  ];
+  for (const [kind, name] of names) {
+    const problem = nameProblem(name);
+    if (problem) throw new DenvError("invalid_argument", `${kind} name "${name}" ${problem}`);
+  }
+}

@@ -472,7 +472,13 @@ describe("API surface", () => {
         assert.equal(res.data.error.code, "unauthenticated");
       }
       if (/\{(id|name)\}/.test(r.path) && r.path !== "/v1/targets/{name}/sandboxes") {
-        const res = await api(r.method.toUpperCase(), path, body, otherTeamKey);
+        // A body the route accepts: bodies are checked before the object is looked up.
+        const valid: Record<string, unknown> = {
+          "/v1/projects/{id}/source": { compose: "services: {}" },
+          "/v1/envs/{id}/rollback": { version: alphaVersion },
+          "/v1/envs/{id}/exec": { command: "true" },
+        };
+        const res = await api(r.method.toUpperCase(), path, valid[r.path] ?? body, otherTeamKey);
         assert.equal(res.status, 404, `${r.method} ${path} with another team's key`);
       }
     }

@@ -370,6 +370,19 @@ export type PostV1EnvsByIdVerifyBody = {
   resume?: boolean;
 };
 
+/** A version — GET /v1/versions/{id} */
+export type GetV1VersionsByIdResponse = {
+  id: string;
+  environment_id: string;
+  host_id: string;
+  spec_hash: string;
+  images: {
+    [key: string]: string;
+  };
+  evidence: unknown;
+  created_at: string;
+};
+
 /** Run a command in a service (?stream=true: NDJSON output chunks as they come, then the result) — POST /v1/envs/{id}/exec */
 export type PostV1EnvsByIdExecResponse = {
   exit_code: number;
@@ -434,26 +447,13 @@ export type DeleteV1EnvsByIdPortsResponse = {
   revoked: number;
 };
 
-/** Any method, and WebSocket upgrades: relayed to the port a port URL names, with {path} as the request path — GET /v1/tunnels/{token}/{path} */
-export type GetV1TunnelsByTokenByPathResponse = unknown;
-
 /** Stop one service's container; the rest of the environment keeps running — POST /v1/envs/{id}/services/{service}/stop */
 export type PostV1EnvsByIdServicesByServiceStopResponse = {
   stopped: string;
 };
 
-/** A version — GET /v1/versions/{id} */
-export type GetV1VersionsByIdResponse = {
-  id: string;
-  environment_id: string;
-  host_id: string;
-  spec_hash: string;
-  images: {
-    [key: string]: string;
-  };
-  evidence: unknown;
-  created_at: string;
-};
+/** Any method, and WebSocket upgrades: relayed to the port a port URL names, with {path} as the request path — GET /v1/tunnels/{token}/{path} */
+export type GetV1TunnelsByTokenByPathResponse = unknown;
 
 /** A sandbox for one episode: {from_version} or {image, cmd, env, ports, volumes, egress} — POST /v1/sandboxes */
 export type PostV1SandboxesResponse = {
@@ -470,6 +470,53 @@ export type PostV1SandboxesResponse = {
   deployment_id?: string;
 };
 export type PostV1SandboxesBody = {
+  from_version: string;
+  name?: string;
+} | {
+  image: string;
+  cmd?: Array<string>;
+  env?: {
+    [key: string]: string;
+  };
+  ports?: Array<number>;
+  volumes?: Array<string>;
+  egress?: "deny" | "allow";
+  user?: string;
+  name?: string;
+};
+
+/** Targets with their capability rows — GET /v1/targets */
+export type GetV1TargetsResponse = {
+  targets: Array<{
+    name: string;
+    type: "denvd";
+    hosts: number;
+    capabilities: {
+      multi_service_stack: string;
+      consistent_snapshot: string;
+      fork_time: string;
+      egress_deny_verified: string;
+      caps_enforced: string;
+      gpu: string;
+    };
+  }>;
+};
+
+/** A sandbox on a named target — POST /v1/targets/{name}/sandboxes */
+export type PostV1TargetsByNameSandboxesResponse = {
+  id: string;
+  name: string;
+  project: string;
+  status: string;
+  host_id: string | null;
+  current_version_id: string | null;
+  parent_version_id: string | null;
+  sandbox: boolean;
+  services: Array<string>;
+  created_at: string;
+  deployment_id?: string;
+};
+export type PostV1TargetsByNameSandboxesBody = {
   from_version: string;
   name?: string;
 } | {
@@ -530,53 +577,6 @@ export type DeleteV1CloudsByNameResponse = {
   deleted: string;
 };
 
-/** Targets with their capability rows — GET /v1/targets */
-export type GetV1TargetsResponse = {
-  targets: Array<{
-    name: string;
-    type: "denvd";
-    hosts: number;
-    capabilities: {
-      multi_service_stack: string;
-      consistent_snapshot: string;
-      fork_time: string;
-      egress_deny_verified: string;
-      caps_enforced: string;
-      gpu: string;
-    };
-  }>;
-};
-
-/** A sandbox on a named target — POST /v1/targets/{name}/sandboxes */
-export type PostV1TargetsByNameSandboxesResponse = {
-  id: string;
-  name: string;
-  project: string;
-  status: string;
-  host_id: string | null;
-  current_version_id: string | null;
-  parent_version_id: string | null;
-  sandbox: boolean;
-  services: Array<string>;
-  created_at: string;
-  deployment_id?: string;
-};
-export type PostV1TargetsByNameSandboxesBody = {
-  from_version: string;
-  name?: string;
-} | {
-  image: string;
-  cmd?: Array<string>;
-  env?: {
-    [key: string]: string;
-  };
-  ports?: Array<number>;
-  volumes?: Array<string>;
-  egress?: "deny" | "allow";
-  user?: string;
-  name?: string;
-};
-
 export const OPERATIONS = {
   getV1OpenapiJson: { method: "GET", path: "/v1/openapi.json", params: [], body: "none", response: "json" },
   getInstallSh: { method: "GET", path: "/install.sh", params: [], body: "none", response: "json" },
@@ -600,6 +600,7 @@ export const OPERATIONS = {
   postV1EnvsByIdFork: { method: "POST", path: "/v1/envs/{id}/fork", params: ["id"], body: "json", response: "json" },
   postV1EnvsByIdRollback: { method: "POST", path: "/v1/envs/{id}/rollback", params: ["id"], body: "json", response: "json" },
   postV1EnvsByIdVerify: { method: "POST", path: "/v1/envs/{id}/verify", params: ["id"], body: "json", response: "json" },
+  getV1VersionsById: { method: "GET", path: "/v1/versions/{id}", params: ["id"], body: "none", response: "json" },
   postV1EnvsByIdExec: { method: "POST", path: "/v1/envs/{id}/exec", params: ["id"], body: "json", response: "json" },
   putV1EnvsByIdFiles: { method: "PUT", path: "/v1/envs/{id}/files", params: ["id"], body: "tar", response: "json" },
   getV1EnvsByIdFiles: { method: "GET", path: "/v1/envs/{id}/files", params: ["id"], body: "none", response: "tar" },
@@ -607,15 +608,14 @@ export const OPERATIONS = {
   deleteV1EnvsByIdPortsByPort: { method: "DELETE", path: "/v1/envs/{id}/ports/{port}", params: ["id","port"], body: "none", response: "json" },
   getV1EnvsByIdPorts: { method: "GET", path: "/v1/envs/{id}/ports", params: ["id"], body: "none", response: "json" },
   deleteV1EnvsByIdPorts: { method: "DELETE", path: "/v1/envs/{id}/ports", params: ["id"], body: "none", response: "json" },
-  getV1TunnelsByTokenByPath: { method: "GET", path: "/v1/tunnels/{token}/{path}", params: ["token","path"], body: "none", response: "json" },
   postV1EnvsByIdServicesByServiceStop: { method: "POST", path: "/v1/envs/{id}/services/{service}/stop", params: ["id","service"], body: "none", response: "json" },
-  getV1VersionsById: { method: "GET", path: "/v1/versions/{id}", params: ["id"], body: "none", response: "json" },
+  getV1TunnelsByTokenByPath: { method: "GET", path: "/v1/tunnels/{token}/{path}", params: ["token","path"], body: "none", response: "json" },
   postV1Sandboxes: { method: "POST", path: "/v1/sandboxes", params: [], body: "json", response: "json" },
+  getV1Targets: { method: "GET", path: "/v1/targets", params: [], body: "none", response: "json" },
+  postV1TargetsByNameSandboxes: { method: "POST", path: "/v1/targets/{name}/sandboxes", params: ["name"], body: "json", response: "json" },
   postV1Clouds: { method: "POST", path: "/v1/clouds", params: [], body: "json", response: "json" },
   getV1Clouds: { method: "GET", path: "/v1/clouds", params: [], body: "none", response: "json" },
   deleteV1CloudsByName: { method: "DELETE", path: "/v1/clouds/{name}", params: ["name"], body: "none", response: "json" },
-  getV1Targets: { method: "GET", path: "/v1/targets", params: [], body: "none", response: "json" },
-  postV1TargetsByNameSandboxes: { method: "POST", path: "/v1/targets/{name}/sandboxes", params: ["name"], body: "json", response: "json" },
 } as const;
 
 export interface Operations {
@@ -641,6 +641,7 @@ export interface Operations {
   postV1EnvsByIdFork: { params: { id: string }; body: PostV1EnvsByIdForkBody; response: PostV1EnvsByIdForkResponse };
   postV1EnvsByIdRollback: { params: { id: string }; body: PostV1EnvsByIdRollbackBody; response: PostV1EnvsByIdRollbackResponse };
   postV1EnvsByIdVerify: { params: { id: string }; body: PostV1EnvsByIdVerifyBody; response: PostV1EnvsByIdVerifyResponse };
+  getV1VersionsById: { params: { id: string }; body: undefined; response: GetV1VersionsByIdResponse };
   postV1EnvsByIdExec: { params: { id: string }; body: PostV1EnvsByIdExecBody; response: PostV1EnvsByIdExecResponse };
   putV1EnvsByIdFiles: { params: { id: string }; body: Uint8Array; response: PutV1EnvsByIdFilesResponse };
   getV1EnvsByIdFiles: { params: { id: string }; body: undefined; response: GetV1EnvsByIdFilesResponse };
@@ -648,13 +649,12 @@ export interface Operations {
   deleteV1EnvsByIdPortsByPort: { params: { id: string; port: string }; body: undefined; response: DeleteV1EnvsByIdPortsByPortResponse };
   getV1EnvsByIdPorts: { params: { id: string }; body: undefined; response: GetV1EnvsByIdPortsResponse };
   deleteV1EnvsByIdPorts: { params: { id: string }; body: undefined; response: DeleteV1EnvsByIdPortsResponse };
-  getV1TunnelsByTokenByPath: { params: { token: string; path: string }; body: undefined; response: GetV1TunnelsByTokenByPathResponse };
   postV1EnvsByIdServicesByServiceStop: { params: { id: string; service: string }; body: undefined; response: PostV1EnvsByIdServicesByServiceStopResponse };
-  getV1VersionsById: { params: { id: string }; body: undefined; response: GetV1VersionsByIdResponse };
+  getV1TunnelsByTokenByPath: { params: { token: string; path: string }; body: undefined; response: GetV1TunnelsByTokenByPathResponse };
   postV1Sandboxes: { params: {  }; body: PostV1SandboxesBody; response: PostV1SandboxesResponse };
+  getV1Targets: { params: {  }; body: undefined; response: GetV1TargetsResponse };
+  postV1TargetsByNameSandboxes: { params: { name: string }; body: PostV1TargetsByNameSandboxesBody; response: PostV1TargetsByNameSandboxesResponse };
   postV1Clouds: { params: {  }; body: PostV1CloudsBody; response: PostV1CloudsResponse };
   getV1Clouds: { params: {  }; body: undefined; response: GetV1CloudsResponse };
   deleteV1CloudsByName: { params: { name: string }; body: undefined; response: DeleteV1CloudsByNameResponse };
-  getV1Targets: { params: {  }; body: undefined; response: GetV1TargetsResponse };
-  postV1TargetsByNameSandboxes: { params: { name: string }; body: PostV1TargetsByNameSandboxesBody; response: PostV1TargetsByNameSandboxesResponse };
 }

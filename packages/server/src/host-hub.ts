@@ -32,7 +32,8 @@ import {
   TUNNEL_END,
 } from "@denv/protocol";
 import { type WebSocket, WebSocketServer } from "ws";
-import { hashSecret, newId, now } from "./ids.ts";
+import { newId, now } from "./ids.ts";
+import { hostBySecret, updateHost } from "./store/host-store.ts";
 import type { Store } from "./store/open-store.ts";
 
 interface PendingOp {
@@ -91,13 +92,7 @@ export class HostHub {
     };
     if (!req.url?.startsWith("/v1/hosts/connect")) return refuse(404, "Not Found");
     const secret = /^Bearer (.+)$/.exec(req.headers.authorization ?? "")?.[1];
-    const host = secret
-      ? await this.store
-          .selectFrom("hosts")
-          .selectAll()
-          .where("secret_hash", "=", hashSecret(secret))
-          .executeTakeFirst()
-      : undefined;
+    const host = secret ? await hostBySecret(this.store, secret) : undefined;
     if (!host) return refuse(401, "Unauthorized");
     this.wss.handleUpgrade(req, socket, head, (ws) => this.accept(host.id, ws));
   }
@@ -123,12 +118,7 @@ export class HostHub {
       this.connections.delete(hostId);
       // What was sent on this connection waits for the host to come back, for a while.
       for (const p of this.pending.values()) if (p.hostId === hostId) this.awaitHost(p);
-      void this.store
-        .updateTable("hosts")
-        .set({ connected: 0 })
-        .where("id", "=", hostId)
-        .execute()
-        .catch(() => {});
+      void updateHost(this.store, hostId, { connected: 0 }).catch(() => {});
     });
   }
 
@@ -153,18 +143,14 @@ export class HostHub {
         return;
       }
       conn.helloed = true;
-      await this.store
-        .updateTable("hosts")
-        .set({
-          arch: msg.arch,
-          storage: msg.storage,
-          capacity_json: JSON.stringify(msg.capacity),
-          version: msg.version,
-          last_seen: now(),
-          connected: 1,
-        })
-        .where("id", "=", hostId)
-        .execute();
+      await updateHost(this.store, hostId, {
+        arch: msg.arch,
+        storage: msg.storage,
+        capacity_json: JSON.stringify(msg.capacity),
+        version: msg.version,
+        last_seen: now(),
+        connected: 1,
+      });
       this.sendText(conn.ws, JSON.stringify({ type: "welcome", host_id: hostId } satisfies ServerMessage));
       // Operations sent before the drop go again, under the same ids.
       for (const p of this.pending.values()) if (p.hostId === hostId) this.send(p, conn);
@@ -174,11 +160,10 @@ export class HostHub {
       const t = Date.now();
       if (t - conn.lastHeartbeatWrite < HEARTBEAT_WRITE_MS) return;
       conn.lastHeartbeatWrite = t;
-      await this.store
-        .updateTable("hosts")
-        .set({ last_seen: now(), ...(msg.capacity ? { capacity_json: JSON.stringify(msg.capacity) } : {}) })
-        .where("id", "=", hostId)
-        .execute();
+      await updateHost(this.store, hostId, {
+        last_seen: now(),
+        ...(msg.capacity ? { capacity_json: JSON.stringify(msg.capacity) } : {}),
+      });
     } else if (msg.type === "event") {
       const p = this.pending.get(msg.op_id);
       // Only the host an operation was sent to speaks for it.

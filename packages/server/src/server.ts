@@ -8,16 +8,23 @@ import { createServer as createHttpsServer } from "node:https";
 import type { AddressInfo } from "node:net";
 import { ComposeValidator } from "@denv/spec";
 import { getRequestListener } from "@hono/node-server";
-import { createApiKey, createApp } from "./app.ts";
+import { createApp } from "./app.ts";
 import { Provisioner } from "./clouds/provisioner.ts";
 import { SecretBox } from "./clouds/secret-box.ts";
-import { Deployer } from "./deployer.ts";
+import { Deployer } from "./deploy/deployer.ts";
 import { FetchPolicy } from "./fetch-policy.ts";
 import { HostHub } from "./host-hub.ts";
-import { hashSecret, newId, now } from "./ids.ts";
 import { proxyUpgrade, TUNNEL_PREFIX } from "./port-tunnels.ts";
 import type { RateLimitOptions } from "./rate-limit.ts";
 import { openStore, type Store } from "./store/open-store.ts";
+import {
+  adminTeamId,
+  anyTeam,
+  createApiKey,
+  createJoinToken,
+  createTeam,
+  findApiKey,
+} from "./store/team-store.ts";
 
 export interface ServerOptions {
   dataDir: string;
@@ -144,31 +151,23 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
 
 /** First start: the admin team and key. Later starts: nothing (returns null). */
 async function bootstrap(store: Store, adminKey: string | undefined): Promise<string | null> {
-  const admin = await store.selectFrom("teams").select("id").where("admin", "=", 1).executeTakeFirst();
+  const admin = await adminTeamId(store);
   if (admin) {
     // A key given in the environment is honoured on later starts too, without printing it, and
     // always belongs to the admin team (never to whichever team a query returns first).
     if (adminKey) {
-      const known = await store
-        .selectFrom("api_keys")
-        .select(["id", "team_id", "admin"])
-        .where("key_hash", "=", hashSecret(adminKey))
-        .executeTakeFirst();
-      if (!known) await createApiKey(store, admin.id, "admin (from environment)", true, adminKey);
-      else if (known.team_id !== admin.id || known.admin !== 1)
+      const known = await findApiKey(store, adminKey);
+      if (!known) await createApiKey(store, admin, "admin (from environment)", true, adminKey);
+      else if (known.team_id !== admin || known.admin !== 1)
         throw new Error(
           "DENV_ADMIN_KEY is already a key of another team, or not an admin key; choose another",
         );
     }
     return null;
   }
-  if (await store.selectFrom("teams").select("id").executeTakeFirst())
+  if (await anyTeam(store))
     throw new Error("the store has teams but no admin team; it was not made by this server");
-  const teamId = newId("team");
-  await store
-    .insertInto("teams")
-    .values({ id: teamId, name: "default", admin: 1, created_at: now() })
-    .execute();
+  const teamId = await createTeam(store, "default", true);
   return createApiKey(store, teamId, "admin", true, adminKey);
 }
 
@@ -204,19 +203,7 @@ export async function joinLocalHost(
   teamId: string,
   name: string,
 ): Promise<{ host_id: string; secret: string }> {
-  const { newSecret } = await import("./ids.ts");
-  const token = newSecret("djt");
-  await server.store
-    .insertInto("join_tokens")
-    .values({
-      id: newId("jt"),
-      team_id: teamId,
-      token_hash: hashSecret(token),
-      expires_at: new Date(Date.now() + 60_000).toISOString(),
-      used_at: null,
-      host_id: null,
-    })
-    .execute();
+  const { token } = await createJoinToken(server.store, teamId, 60_000);
   const res = await fetch(`${server.url}/v1/hosts/join`, {
     method: "POST",
     headers: { "content-type": "application/json" },

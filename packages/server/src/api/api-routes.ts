@@ -1,0 +1,43 @@
+/**
+ * Every route of the /v1 API, by resource. The app mounts each resource as a Hono sub-app, and
+ * the OpenAPI document is generated from this same list.
+ */
+import { type ApiRoute, route } from "./api-route.ts";
+import { cloudRoutes } from "./cloud-routes.ts";
+import { deploymentRoutes } from "./deployment-routes.ts";
+import { downloadRoutes } from "./download-routes.ts";
+import { environmentIoRoutes } from "./environment-io-routes.ts";
+import { environmentRoutes } from "./environment-routes.ts";
+import { hostRoutes } from "./host-routes.ts";
+import { openApiDocument } from "./openapi-document.ts";
+import { projectRoutes } from "./project-routes.ts";
+import { sandboxRoutes } from "./sandbox-routes.ts";
+import { tunnelRoutes } from "./tunnel-routes.ts";
+
+const openApiRoute = route({
+  method: "get",
+  path: "/v1/openapi.json",
+  summary: "This document",
+  auth: false,
+  handler: (c) => c.json(apiDocument()),
+});
+
+/** The resources, each served by one sub-app. */
+export const RESOURCES: Record<string, ApiRoute[]> = {
+  meta: [openApiRoute],
+  downloads: downloadRoutes,
+  hosts: hostRoutes,
+  projects: projectRoutes,
+  deployments: deploymentRoutes,
+  environments: [...environmentRoutes, ...environmentIoRoutes],
+  tunnels: tunnelRoutes,
+  sandboxes: sandboxRoutes,
+  clouds: cloudRoutes,
+};
+
+export const API_ROUTES: ApiRoute[] = Object.values(RESOURCES).flat();
+
+/** The OpenAPI document of every route (GET /v1/openapi.json). */
+export function apiDocument(serverUrl?: string): Record<string, unknown> {
+  return openApiDocument(API_ROUTES, serverUrl);
+}

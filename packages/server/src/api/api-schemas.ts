@@ -1,0 +1,247 @@
+/**
+ * The /v1 API's request and response schemas (zod). Each route names the ones it takes and gives
+ * (see api-route.ts); the OpenAPI document is generated from them. JSON on the wire is snake_case.
+ */
+import { KINDS } from "@denv/protocol";
+import { z } from "zod";
+
+export const errorSchema = z.object({
+  error: z.object({ code: z.string(), message: z.string(), details: z.unknown().optional() }),
+});
+
+const name = z
+  .string()
+  .regex(
+    /^[a-z0-9][a-z0-9_-]*(?:\.[a-z0-9_-]+)*$/,
+    "lower-case letters, digits, '_' or '-' (single dots between them), starting with a letter or digit",
+  )
+  .max(63);
+
+export const createTeamBody = z.strictObject({ name: z.string().min(1).max(100) });
+export const teamCreated = z.object({ team_id: z.string(), name: z.string(), api_key: z.string() });
+
+export const joinTokenCreated = z.object({ token: z.string(), expires_at: z.string() });
+export const hostJoinBody = z.strictObject({
+  token: z.string().min(1),
+  name: z.string().min(1).max(100).optional(),
+});
+export const hostJoined = z.object({ host_id: z.string(), secret: z.string() });
+
+export const hostSchema = z.object({
+  id: z.string(),
+  name: z.string(),
+  arch: z.string().nullable(),
+  storage: z.string().nullable(),
+  capacity: z.unknown(),
+  version: z.string().nullable(),
+  last_seen: z.string().nullable(),
+  connected: z.boolean(),
+});
+
+export const createProjectBody = z.strictObject({
+  name,
+  kind: z.enum(KINDS),
+  /** A local directory (the CLI uploads it), any git URL, or github:owner/repo. */
+  source: z.string().min(1),
+  pinned_target: z.string().optional(),
+});
+
+export const projectSchema = z.object({
+  id: z.string(),
+  name: z.string(),
+  kind: z.string(),
+  source_type: z.enum(["local", "git", "github"]),
+  source: z.string(),
+  pinned_target: z.string().nullable(),
+  uploaded: z.boolean(),
+  created_at: z.string(),
+});
+
+export const uploadSourceBody = z.strictObject({
+  compose: z
+    .string()
+    .min(1)
+    .max(1024 * 1024),
+  dotenv: z
+    .string()
+    .max(1024 * 1024)
+    .optional(),
+});
+
+export const deployBody = z.strictObject({ env: name.default("alpha") });
+
+export const phaseSchema = z.object({
+  name: z.string(),
+  status: z.enum(["pending", "running", "succeeded", "failed", "skipped"]),
+  started_at: z.string().nullable(),
+  finished_at: z.string().nullable(),
+  duration_ms: z.number().nullable(),
+  evidence: z.unknown(),
+  reason: z.string().nullable(),
+});
+
+/** A verify deployment's outcome: the reward, and why when it is not the verifier's own number. */
+export const verifyOutcome = z.object({
+  reward: z.number(),
+  reason: z.string().nullable(),
+  exit_code: z.number().nullable(),
+  /** "frozen for inspection", or "resumed" when verify was asked to resume the agent. */
+  agent: z.string(),
+});
+
+export const deploymentSchema = z.object({
+  id: z.string(),
+  environment_id: z.string(),
+  kind: z.string(),
+  status: z.enum(["queued", "running", "succeeded", "rolled_back", "failed"]),
+  reason: z.string().nullable(),
+  /** The version this deployment made or restored (deploy, snapshot, rollback, fork: its parent). */
+  version_id: z.string().nullable(),
+  /** How long the stack was frozen for its snapshot, in ms (deploy, snapshot, verify). */
+  frozen_ms: z.number().nullable(),
+  /** Set on verify deployments once graded. */
+  verify: verifyOutcome.nullable(),
+  phases: z.array(phaseSchema),
+  created_at: z.string(),
+  finished_at: z.string().nullable(),
+});
+
+export const environmentSchema = z.object({
+  id: z.string(),
+  name: z.string(),
+  project: z.string(),
+  status: z.string(),
+  host_id: z.string().nullable(),
+  current_version_id: z.string().nullable(),
+  parent_version_id: z.string().nullable(),
+  sandbox: z.boolean(),
+  services: z.array(z.string()),
+  created_at: z.string(),
+  /** Set on the answers of fork and sandbox creation: the deployment that made it. */
+  deployment_id: z.string().optional(),
+});
+
+export const versionSchema = z.object({
+  id: z.string(),
+  environment_id: z.string(),
+  host_id: z.string(),
+  spec_hash: z.string(),
+  images: z.record(z.string(), z.string()),
+  evidence: z.unknown(),
+  created_at: z.string(),
+});
+
+export const forkBody = z.strictObject({ name: name.optional() });
+export const rollbackBody = z.strictObject({ version: z.string().min(1) });
+export const verifyBody = z.strictObject({ resume: z.boolean().optional() });
+
+export const sandboxBody = z.union([
+  z.strictObject({ from_version: z.string().min(1), name: name.optional() }),
+  z.strictObject({
+    image: z.string().min(1),
+    cmd: z.array(z.string()).optional(),
+    env: z.record(z.string(), z.string()).optional(),
+    ports: z.array(z.number().int().min(1).max(65535)).optional(),
+    /** Paths kept across snapshot and fork (default ["/work"]). */
+    volumes: z.array(z.string().regex(/^\/[^\0]*$/, "absolute paths")).optional(),
+    egress: z.enum(["deny", "allow"]).optional(),
+    user: z.string().optional(),
+    name: name.optional(),
+  }),
+]);
+
+export const execBody = z.strictObject({
+  command: z.union([z.string().min(1), z.array(z.string()).min(1)]),
+  service: z.string().optional(),
+  user: z.string().optional(),
+  cwd: z.string().optional(),
+  env: z.record(z.string(), z.string()).optional(),
+  /** Standard input, base64. */
+  stdin: z.string().optional(),
+  timeout_ms: z
+    .number()
+    .int()
+    .positive()
+    .max(24 * 3600 * 1000)
+    .optional(),
+  max_output_bytes: z
+    .number()
+    .int()
+    .positive()
+    .max(64 * 1024 * 1024)
+    .optional(),
+  /** How stdout and stderr come back: utf8 (default) or base64 for binary output. */
+  encoding: z.enum(["utf8", "base64"]).optional(),
+});
+
+export const portUrlBody = z.strictObject({
+  /** The service whose loopback the port is on (default: the agent's service, else the first). */
+  service: z.string().optional(),
+});
+
+export const portUrlCreated = z.object({
+  /** A bearer capability: anyone holding it reaches the port. Shown once; stored hashed. */
+  url: z.string(),
+  port: z.number(),
+  service: z.string().nullable(),
+});
+
+export const portUrlListed = z.object({
+  id: z.string(),
+  port: z.number(),
+  service: z.string().nullable(),
+  created_at: z.string(),
+});
+
+export const cloudConnectBody = z.strictObject({
+  provider: z.string().min(1),
+  name,
+  /** The provider's API token: stored encrypted, never returned. */
+  token: z.string().min(1).max(4096),
+  server_type: z.string().min(1).max(100),
+  location: z.string().min(1).max(100),
+  /** Another endpoint speaking the provider's API (default: the provider's own). */
+  api_url: z.url().optional(),
+});
+
+export const cloudSchema = z.object({
+  name: z.string(),
+  provider: z.string(),
+  server_type: z.string(),
+  location: z.string(),
+  api_url: z.string().nullable(),
+  created_at: z.string(),
+  /** Machines denv created there that still exist. */
+  machines: z.array(z.object({ name: z.string(), server_id: z.string(), status: z.string() })),
+});
+
+export const execResult = z.object({
+  exit_code: z.number(),
+  stdout: z.string(),
+  stderr: z.string(),
+  encoding: z.enum(["utf8", "base64"]),
+  stdout_truncated: z.boolean(),
+  stderr_truncated: z.boolean(),
+  timed_out: z.boolean(),
+  duration_ms: z.number(),
+});
+
+export const targetSchema = z.object({
+  name: z.string(),
+  type: z.enum(["denvd"]),
+  hosts: z.number(),
+  capabilities: z.object({
+    multi_service_stack: z.string(),
+    consistent_snapshot: z.string(),
+    fork_time: z.string(),
+    egress_deny_verified: z.string(),
+    caps_enforced: z.string(),
+    gpu: z.string(),
+  }),
+});
+
+/** The query of the file routes. */
+export const filesQuery = z.object({
+  path: z.string().optional().describe("An absolute path in the service"),
+  service: z.string().optional().describe("The service (default: the agent's, else the first)"),
+});

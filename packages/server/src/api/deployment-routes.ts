@@ -1,0 +1,58 @@
+/** Deployments: one change to an environment, its phase log, and its live updates. */
+import { streamSSE } from "hono/streaming";
+import { deploymentById, findDeployment } from "../store/deployment-store.ts";
+import type { DeploymentsTable } from "../store/schema.ts";
+import { type ApiRoute, route } from "./api-route.ts";
+import { deploymentSchema } from "./api-schemas.ts";
+import { serializeDeployment } from "./api-serializers.ts";
+
+export const deploymentRoutes: ApiRoute[] = [
+  route({
+    method: "get",
+    path: "/v1/deployments/{id}",
+    summary: "A deployment and its phase log with evidence",
+    response: deploymentSchema,
+    auth: true,
+    handler: async (c) =>
+      c.json(
+        serializeDeployment(await findDeployment(c.var.deps.store, c.var.teamId, c.req.param("id") ?? "")),
+      ),
+  }),
+  route({
+    method: "get",
+    path: "/v1/deployments/{id}/events",
+    summary: "Live phase updates (server-sent events) until the verdict",
+    responseType: "event-stream",
+    auth: true,
+    handler: async (c) => {
+      const { store, deployer } = c.var.deps;
+      const d = await findDeployment(store, c.var.teamId, c.req.param("id") ?? "");
+      return streamSSE(c, async (stream) => {
+        let last = "";
+        const send = async (row: DeploymentsTable) => {
+          const data = JSON.stringify(serializeDeployment(row));
+          if (data !== last) {
+            last = data;
+            await stream.writeSSE({ event: "deployment", data });
+          }
+        };
+        await send(d);
+        let current = d;
+        while ((current.status === "running" || current.status === "queued") && !stream.aborted) {
+          // Woken by the deployment's next change, or after a second; the listener goes either way.
+          await new Promise<void>((resolve) => {
+            const wake = () => {
+              clearTimeout(t);
+              deployer.events.off(d.id, wake);
+              resolve();
+            };
+            const t = setTimeout(wake, 1000);
+            deployer.events.on(d.id, wake);
+          });
+          current = (await deploymentById(store, d.id)) as DeploymentsTable;
+          await send(current);
+        }
+      });
+    },
+  }),
+];

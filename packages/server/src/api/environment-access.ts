@@ -1,0 +1,51 @@
+/** What routes check of an environment before they reach into it. */
+import { DenvError } from "@denv/protocol";
+import type { EnvironmentsTable } from "../store/schema.ts";
+import type { ApiDeps } from "./api-route.ts";
+import { serializeEnvironment } from "./api-serializers.ts";
+
+/** Its host and stack, when it is running; conflict (saying why) otherwise. */
+export function runningOn(e: EnvironmentsTable): { hostId: string; stackId: string } {
+  if (e.status === "frozen") {
+    throw new DenvError(
+      "conflict",
+      `environment ${e.name} is frozen by verify for inspection; fork it, or verify with resume`,
+    );
+  }
+  if (e.status !== "running" || !e.host_id || !e.stack_id)
+    throw new DenvError("conflict", `environment ${e.name} is ${e.status}, not running`);
+  return { hostId: e.host_id, stackId: e.stack_id };
+}
+
+/** The service a request names, checked against the environment's own services first. */
+export async function serviceOf(
+  deps: Pick<ApiDeps, "store" | "secrets">,
+  e: EnvironmentsTable,
+  service: string | undefined,
+): Promise<string | undefined> {
+  if (service === undefined) return undefined;
+  const { services } = await serializeEnvironment(deps.store, deps.secrets, e);
+  if (!services.includes(service))
+    throw new DenvError(
+      "not_found",
+      `environment ${e.name} has no service ${JSON.stringify(service.slice(0, 64))}; it has ${services.join(", ")}`,
+    );
+  return service;
+}
+
+/** An absolute path in a service: no `..` and no NUL byte (denvd normalises and checks it again). */
+export function containerPath(path: string | undefined): string {
+  if (!path?.startsWith("/"))
+    throw new DenvError("invalid_argument", "?path= must be an absolute path in the service");
+  if (path.includes("\0") || path.split("/").includes(".."))
+    throw new DenvError("invalid_argument", '?path= must not contain ".." or NUL bytes');
+  return path;
+}
+
+/** A TCP port from the path; invalid_argument for anything else. */
+export function tcpPort(raw: string | undefined): number {
+  const port = Number(raw);
+  if (!Number.isInteger(port) || port < 1 || port > 65535)
+    throw new DenvError("invalid_argument", `port ${raw} is not a TCP port (1-65535)`);
+  return port;
+}

@@ -1,0 +1,97 @@
+/**
+ * New environments made through the API rather than a deploy: forks (of an environment or a
+ * version) and sandboxes (from a version, or from an image with a compose file made for it).
+ * Each answers once its deployment has its verdict.
+ */
+import { DenvError } from "@denv/protocol";
+import type { z } from "zod";
+import { newId } from "../ids.ts";
+import { deploymentById } from "../store/deployment-store.ts";
+import { environmentById, updateEnvironment } from "../store/environment-store.ts";
+import { sandboxProject, setProjectSource } from "../store/project-store.ts";
+import type { DeploymentsTable, EnvironmentsTable } from "../store/schema.ts";
+import type { ApiDeps } from "./api-route.ts";
+import type { sandboxBody } from "./api-schemas.ts";
+import { serializeEnvironment } from "./api-serializers.ts";
+
+type Created = Awaited<ReturnType<typeof serializeEnvironment>> & { deployment_id: string };
+
+/** The new environment once its deployment succeeded; unavailable (with the deployment) if not. */
+async function createdEnv(
+  deps: ApiDeps,
+  what: string,
+  made: { deploymentId: string; environmentId: string; done: Promise<void> },
+): Promise<Created> {
+  await made.done;
+  const d = (await deploymentById(deps.store, made.deploymentId)) as DeploymentsTable;
+  if (d.status !== "succeeded") {
+    throw new DenvError(
+      "unavailable",
+      `the ${what} failed: ${d.reason ?? "see deployment"} (deployment ${d.id})`,
+      {
+        details: { deployment_id: d.id },
+      },
+    );
+  }
+  const env = await environmentById(deps.store, made.environmentId);
+  return { ...(await serializeEnvironment(deps.store, deps.secrets, env)), deployment_id: d.id };
+}
+
+const sandboxName = () => `sbx-${newId("x").slice(2, 10)}`;
+
+export async function forkVersion(
+  deps: ApiDeps,
+  teamId: string,
+  versionId: string,
+  name: string | undefined,
+  sandbox: boolean,
+): Promise<Created> {
+  const made = await deps.deployer.fork(versionId, { teamId, name: name ?? sandboxName(), sandbox });
+  return createdEnv(deps, "fork", made);
+}
+
+/** A fork of an environment is a fork of its current version (snapshotted first when it has none). */
+export async function forkEnvironment(
+  deps: ApiDeps,
+  teamId: string,
+  e: EnvironmentsTable,
+  name: string | undefined,
+): Promise<Created> {
+  let versionId = e.current_version_id;
+  if (!versionId) {
+    await (await deps.deployer.snapshot(e)).done;
+    versionId = (await environmentById(deps.store, e.id)).current_version_id;
+    if (!versionId) throw new DenvError("conflict", `environment ${e.name} could not be snapshotted`);
+  }
+  return forkVersion(deps, teamId, versionId, name, false);
+}
+
+/** A sandbox: a fork of a version, or a one-service environment made from an image. */
+export async function createSandbox(
+  deps: ApiDeps,
+  teamId: string,
+  body: z.infer<typeof sandboxBody>,
+): Promise<Created> {
+  if ("from_version" in body) return forkVersion(deps, teamId, body.from_version, body.name, true);
+  const p = await sandboxProject(deps.store, teamId);
+  const volumes = body.volumes ?? ["/work"];
+  const compose = {
+    "x-denv": { kind: "agent", egress: body.egress ?? "deny" },
+    services: {
+      main: {
+        image: body.image,
+        ...(body.cmd ? { command: body.cmd } : {}),
+        ...(body.env ? { environment: body.env } : {}),
+        ...(body.user ? { user: body.user } : {}),
+        ...(body.ports?.length ? { expose: body.ports.map(String) } : {}),
+        volumes: volumes.map((path, i) => `v${i}:${path}`),
+      },
+    },
+    volumes: Object.fromEntries(volumes.map((_p, i) => [`v${i}`, {}])),
+  };
+  const sealed = deps.secrets.sealText(JSON.stringify(compose));
+  await setProjectSource(deps.store, p.id, { compose_text: sealed });
+  const made = await deps.deployer.deploy({ ...p, compose_text: sealed }, body.name ?? sandboxName());
+  await updateEnvironment(deps.store, made.environmentId, { sandbox: 1 });
+  return createdEnv(deps, "sandbox", made);
+}

@@ -1,0 +1,129 @@
+/** Environments and their versions: list, read, destroy, snapshot, rollback, verify, fork. */
+import { z } from "zod";
+import { deploymentById, environmentDeployments } from "../store/deployment-store.ts";
+import { findEnvironment, teamEnvironments } from "../store/environment-store.ts";
+import type { DeploymentsTable } from "../store/schema.ts";
+import { findVersion } from "../store/version-store.ts";
+import { type ApiContext, type ApiRoute, route } from "./api-route.ts";
+import {
+  deploymentSchema,
+  environmentSchema,
+  forkBody,
+  rollbackBody,
+  verifyBody,
+  versionSchema,
+} from "./api-schemas.ts";
+import { serializeDeployment, serializeEnvironment, serializeVersion } from "./api-serializers.ts";
+import { runningOn } from "./environment-access.ts";
+import { forkEnvironment } from "./environment-creation.ts";
+
+/** The environment the path names, among the caller's team's. */
+const envOf = (c: ApiContext) => findEnvironment(c.var.deps.store, c.var.teamId, c.req.param("id") ?? "");
+
+/** Answers with a deployment once it has its verdict. */
+async function finished(c: ApiContext, made: { deploymentId: string; done: Promise<void> }) {
+  await made.done;
+  return c.json(
+    serializeDeployment((await deploymentById(c.var.deps.store, made.deploymentId)) as DeploymentsTable),
+  );
+}
+
+export const environmentRoutes: ApiRoute[] = [
+  route({
+    method: "get",
+    path: "/v1/envs",
+    summary: "List environments",
+    response: z.object({ environments: z.array(environmentSchema) }),
+    auth: true,
+    handler: async (c) => {
+      const { store, secrets } = c.var.deps;
+      const rows = await teamEnvironments(store, c.var.teamId);
+      return c.json({
+        environments: await Promise.all(rows.map((e) => serializeEnvironment(store, secrets, e))),
+      });
+    },
+  }),
+  route({
+    method: "get",
+    path: "/v1/envs/{id}",
+    summary: "An environment (by id, name, or project/name)",
+    response: environmentSchema,
+    auth: true,
+    handler: async (c) =>
+      c.json(await serializeEnvironment(c.var.deps.store, c.var.deps.secrets, await envOf(c))),
+  }),
+  route({
+    method: "get",
+    path: "/v1/envs/{id}/deployments",
+    summary: "An environment's deployments",
+    response: z.object({ deployments: z.array(deploymentSchema) }),
+    auth: true,
+    handler: async (c) => {
+      const e = await envOf(c);
+      return c.json({
+        deployments: (await environmentDeployments(c.var.deps.store, e.id)).map(serializeDeployment),
+      });
+    },
+  }),
+  route({
+    method: "delete",
+    path: "/v1/envs/{id}",
+    summary: "Destroy an environment",
+    response: deploymentSchema,
+    auth: true,
+    handler: async (c) => finished(c, await c.var.deps.deployer.destroy(await envOf(c))),
+  }),
+  route({
+    method: "post",
+    path: "/v1/envs/{id}/snapshot",
+    summary: "Capture the live state as a new version",
+    response: deploymentSchema,
+    auth: true,
+    handler: async (c) => {
+      const e = await envOf(c);
+      runningOn(e);
+      return finished(c, await c.var.deps.deployer.snapshot(e));
+    },
+  }),
+  route({
+    method: "post",
+    path: "/v1/envs/{id}/fork",
+    summary: "A new environment from this environment's current version",
+    body: forkBody,
+    response: environmentSchema,
+    status: 201,
+    auth: true,
+    handler: async (c, { body }) =>
+      c.json(await forkEnvironment(c.var.deps, c.var.teamId, await envOf(c), body.name), 201),
+  }),
+  route({
+    method: "post",
+    path: "/v1/envs/{id}/rollback",
+    summary: "Restore a version and re-check health",
+    body: rollbackBody,
+    response: deploymentSchema,
+    auth: true,
+    handler: async (c, { body }) =>
+      finished(c, await c.var.deps.deployer.rollback(await envOf(c), body.version)),
+  }),
+  route({
+    method: "post",
+    path: "/v1/envs/{id}/verify",
+    summary:
+      "Grade the environment on a fork as a separate principal: stop, collect, snapshot, clone, grade, verdict",
+    body: verifyBody,
+    response: deploymentSchema,
+    auth: true,
+    handler: async (c, { body }) =>
+      finished(c, await c.var.deps.deployer.verify(await envOf(c), { resume: body.resume ?? false })),
+  }),
+  route({
+    method: "get",
+    path: "/v1/versions/{id}",
+    summary: "A version",
+    response: versionSchema,
+    auth: true,
+    handler: async (c) =>
+      c.json(serializeVersion(await findVersion(c.var.deps.store, c.var.teamId, c.req.param("id") ?? ""))),
+  }),
+];

@@ -1,0 +1,69 @@
+/** Teams, hosts and joining: how a team gets keys, and how a machine becomes one of its hosts. */
+import { DenvError } from "@denv/protocol";
+import { z } from "zod";
+import { redeemJoinToken, teamHosts } from "../store/host-store.ts";
+import { createApiKey, createJoinToken, createTeam } from "../store/team-store.ts";
+import { type ApiRoute, route } from "./api-route.ts";
+import {
+  createTeamBody,
+  hostJoinBody,
+  hostJoined,
+  hostSchema,
+  joinTokenCreated,
+  teamCreated,
+} from "./api-schemas.ts";
+import { serializeHost } from "./api-serializers.ts";
+
+export const hostRoutes: ApiRoute[] = [
+  route({
+    method: "post",
+    path: "/v1/teams",
+    summary: "Create a team and its first API key (admin key only)",
+    body: createTeamBody,
+    response: teamCreated,
+    status: 201,
+    auth: true,
+    handler: async (c, { body }) => {
+      if (!c.var.admin) throw new DenvError("forbidden", "only an admin key can create teams");
+      const teamId = await createTeam(c.var.deps.store, body.name);
+      const key = await createApiKey(c.var.deps.store, teamId, "first key", false);
+      return c.json({ team_id: teamId, name: body.name, api_key: key }, 201);
+    },
+  }),
+  route({
+    method: "post",
+    path: "/v1/hosts/join-token",
+    summary: "Mint a single-use, expiring host join token",
+    response: joinTokenCreated,
+    status: 201,
+    auth: true,
+    handler: async (c) => {
+      const t = await createJoinToken(c.var.deps.store, c.var.teamId, c.var.deps.joinTokenTtlMs);
+      return c.json({ token: t.token, expires_at: t.expiresAt }, 201);
+    },
+  }),
+  route({
+    method: "post",
+    path: "/v1/hosts/join",
+    summary: "Exchange a join token for a per-host secret (used by denvd join)",
+    body: hostJoinBody,
+    response: hostJoined,
+    status: 201,
+    auth: false,
+    handler: async (c, { body }) => {
+      const { hostId, secret } = await redeemJoinToken(c.var.deps.store, body.token, body.name);
+      return c.json({ host_id: hostId, secret }, 201);
+    },
+  }),
+  route({
+    method: "get",
+    path: "/v1/hosts",
+    summary: "Hosts with what they reported",
+    response: z.object({ hosts: z.array(hostSchema) }),
+    auth: true,
+    handler: async (c) => {
+      const hosts = await teamHosts(c.var.deps.store, c.var.teamId);
+      return c.json({ hosts: hosts.map((h) => serializeHost(h, c.var.deps.hub.isConnected(h.id))) });
+    },
+  }),
+];

@@ -1,0 +1,130 @@
+/** Projects: what a team deploys; a local one takes uploads, a git one is fetched at each deploy. */
+import { DenvError } from "@denv/protocol";
+import { z } from "zod";
+import { checkGitUrl } from "../git-source.ts";
+import { newId, now } from "../ids.ts";
+import { deploymentById } from "../store/deployment-store.ts";
+import {
+  findProject,
+  insertProject,
+  projectNameTaken,
+  setProjectSource,
+  teamProjects,
+} from "../store/project-store.ts";
+import type { DeploymentsTable, ProjectsTable } from "../store/schema.ts";
+import { type ApiRoute, JSON_LIMIT_BYTES, route } from "./api-route.ts";
+import {
+  createProjectBody,
+  deployBody,
+  deploymentSchema,
+  projectSchema,
+  uploadSourceBody,
+} from "./api-schemas.ts";
+import { serializeDeployment, serializeProject } from "./api-serializers.ts";
+
+/** local (a directory the CLI uploads), git (any git URL), or github:OWNER/REPO. */
+function sourceTypeOf(source: string): "local" | "git" | "github" {
+  if (source.startsWith("github:")) return "github";
+  return /^[a-z][a-z0-9+.-]*:\/\/|^[a-z][a-z0-9+.-]*::|^[\w.-]+@[\w.-]+:/i.test(source) ? "git" : "local";
+}
+
+export const projectRoutes: ApiRoute[] = [
+  route({
+    method: "post",
+    path: "/v1/projects",
+    summary: "Create a project",
+    body: createProjectBody,
+    response: projectSchema,
+    status: 201,
+    auth: true,
+    handler: async (c, { body }) => {
+      const { store, fetchPolicy } = c.var.deps;
+      if (await projectNameTaken(store, c.var.teamId, body.name))
+        throw new DenvError("conflict", `a project named ${body.name} already exists`);
+      const sourceType = sourceTypeOf(body.source);
+      if (sourceType === "github" && !/^github:[\w.-]+\/[\w.-]+$/.test(body.source))
+        throw new DenvError("invalid_argument", "a GitHub source is github:OWNER/REPO");
+      // A git URL is a team's choice of what the server fetches: only https to an allowed host.
+      if (sourceType === "git") checkGitUrl(body.source, fetchPolicy);
+      const row: ProjectsTable = {
+        id: newId("prj"),
+        team_id: c.var.teamId,
+        name: body.name,
+        kind: body.kind,
+        source_type: sourceType,
+        source: body.source,
+        compose_text: null,
+        dotenv_text: null,
+        pinned_target: body.pinned_target ?? null,
+        created_at: now(),
+      };
+      await insertProject(store, row);
+      return c.json(serializeProject(row), 201);
+    },
+  }),
+  route({
+    method: "get",
+    path: "/v1/projects",
+    summary: "List projects",
+    response: z.object({ projects: z.array(projectSchema) }),
+    auth: true,
+    handler: async (c) =>
+      c.json({ projects: (await teamProjects(c.var.deps.store, c.var.teamId)).map(serializeProject) }),
+  }),
+  route({
+    method: "get",
+    path: "/v1/projects/{id}",
+    summary: "A project",
+    response: projectSchema,
+    auth: true,
+    handler: async (c) =>
+      c.json(serializeProject(await findProject(c.var.deps.store, c.var.teamId, c.req.param("id") ?? ""))),
+  }),
+  route({
+    method: "put",
+    path: "/v1/projects/{id}/source",
+    summary: "Upload a local project's compose file (and .env)",
+    body: uploadSourceBody,
+    response: projectSchema,
+    auth: true,
+    // A compose file and a .env of up to 1 MiB each, in JSON.
+    bodyLimitBytes: 3 * JSON_LIMIT_BYTES,
+    handler: async (c, { body }) => {
+      const { store, secrets } = c.var.deps;
+      const p = await findProject(store, c.var.teamId, c.req.param("id") ?? "");
+      if (p.source_type !== "local")
+        throw new DenvError(
+          "conflict",
+          `project ${p.name} deploys from ${p.source}; only local projects take uploads`,
+        );
+      // Sealed at rest: a .env (and often a compose file) holds the team's secrets.
+      const sealed = {
+        compose_text: secrets.sealText(body.compose),
+        dotenv_text: secrets.sealText(body.dotenv ?? null),
+      };
+      await setProjectSource(store, p.id, sealed);
+      return c.json(serializeProject({ ...p, ...sealed }));
+    },
+  }),
+  route({
+    method: "post",
+    path: "/v1/projects/{id}/deploy",
+    summary: "Deploy the project to an environment (alpha by default); ?wait=true waits for the verdict",
+    body: deployBody,
+    query: z.object({
+      wait: z.string().optional().describe("true: answer once the deployment has its verdict"),
+    }),
+    response: deploymentSchema,
+    status: 202,
+    auth: true,
+    handler: async (c, { body, query }) => {
+      const { store, deployer } = c.var.deps;
+      const p = await findProject(store, c.var.teamId, c.req.param("id") ?? "");
+      const wait = query.wait === "true";
+      const { deploymentId, done } = await deployer.deploy(p, body.env);
+      if (wait) await done.catch(() => {});
+      const d = (await deploymentById(store, deploymentId)) as DeploymentsTable;
+      return c.json(serializeDeployment(d), wait ? 200 : 202);
+    },
+  }),
+];

@@ -1,0 +1,172 @@
+/**
+ * deploy: the seed's eleven phases. resolve (validate and pin), place, provision and join (when a
+ * machine must be made or a host is away), prepare, start, health, warm, snapshot, ingress,
+ * verdict. When a phase fails the rest are skipped, the stack being built is removed, and the
+ * environment keeps serving its previous version (runner.rollBack).
+ */
+import type { ResolvedSpec } from "@denv/protocol";
+import { pinSpec, RegistryPinner } from "@denv/spec";
+import type { ProvisionedMachine, Provisioner } from "../clouds/provisioner.ts";
+import { environmentById, findOrCreateEnvironment, updateEnvironment } from "../store/environment-store.ts";
+import type { CloudsTable, EnvironmentsTable, ProjectsTable } from "../store/schema.ts";
+import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
+import { DEPLOY_PHASES, PhaseFailure, type PhaseRecorder } from "./phase-recorder.ts";
+import { type Placement, place } from "./placement.ts";
+import { projectSource } from "./project-source.ts";
+import { snapshotPhase } from "./snapshot-kind.ts";
+
+export async function runDeploy(
+  runner: DeploymentRunner,
+  project: ProjectsTable,
+  envName: string,
+): Promise<Launched & { environmentId: string }> {
+  const env = await findOrCreateEnvironment(runner.store, project, envName);
+  const rec = await runner.begin(project.team_id, env.id, "deploy", DEPLOY_PHASES);
+  // The environment as it was when this deployment's turn came: what a failure restores.
+  let before = env;
+  const launched = runner.launch(
+    rec,
+    env.id,
+    async () => {
+      before = await environmentById(runner.store, env.id);
+      await deployPhases(runner, rec, project, before);
+    },
+    (err) => runner.rollBack(rec, before, err),
+  );
+  return { ...launched, environmentId: env.id };
+}
+
+async function deployPhases(
+  runner: DeploymentRunner,
+  rec: PhaseRecorder,
+  project: ProjectsTable,
+  before: EnvironmentsTable,
+): Promise<void> {
+  const spec = await resolvePhase(runner, rec, project);
+  const hostId = await placeAndJoin(runner, rec, project, before);
+  const stackId = (await rec.run("prepare", async () => {
+    const r = await runner.hub.call(hostId, "prepare", {
+      spec,
+      name: `${project.name}-${before.name}`,
+      operation_id: rec.deploymentId,
+    });
+    rec.state.building_stack_id = r.stack_id;
+    return { value: r.stack_id, evidence: r.evidence };
+  })) as string;
+  const started = (await rec.run("start", async () => {
+    const r = await runner.hub.call(hostId, "start", { stack_id: stackId });
+    return { value: r, evidence: { containers: r.evidence, ms: r.ms, egress: r.egress } };
+  })) as { health: unknown };
+  // Services start as soon as what they depend on is healthy, so start and health interleave on
+  // the host; the health phase records what the start step measured of each service.
+  await rec.run("health", async () => ({ evidence: started.health }));
+  await rec.run("warm", async () => {
+    if (spec.warm.length === 0) return { evidence: { commands: [] } };
+    return { evidence: await runner.hub.call(hostId, "warm", { stack_id: stackId }) };
+  });
+  const versionId = await snapshotPhase(runner, rec, before, hostId, stackId, async () => spec);
+  const published = Object.values(spec.services).some((s) => s.ports.length > 0);
+  await rec.skip(
+    "ingress",
+    published
+      ? "ingress names and TLS are not available yet: published ports are not exposed"
+      : "no service publishes a port",
+  );
+  // The new stack replaces the old one only now, when it is whole.
+  await updateEnvironment(runner.store, before.id, {
+    status: "running",
+    host_id: hostId,
+    stack_id: stackId,
+    current_version_id: versionId,
+  });
+  delete rec.state.building_stack_id;
+  if (before.stack_id && before.host_id)
+    await runner.hub.call(before.host_id, "destroy", { stack_id: before.stack_id }).catch(() => {});
+  await rec.verdict("succeeded", null, { version_id: versionId, environment: before.name, host_id: hostId });
+}
+
+/** resolve: the compose file validated off the event loop (it is a team's input), images pinned. */
+async function resolvePhase(runner: DeploymentRunner, rec: PhaseRecorder, project: ProjectsTable) {
+  const { validator, fetchPolicy } = runner.options;
+  return (await rec.run("resolve", async () => {
+    const { compose, dotenv, source } = await projectSource(project, runner.options);
+    const r = await validator.validate(compose, {
+      env: {},
+      dotenv: dotenv ?? undefined,
+      noBuild: true,
+      projectName: project.name,
+    });
+    if (!r.ok) {
+      throw new PhaseFailure(
+        `the compose file was refused: ${r.errors.map((e) => `${e.path || "(file)"} (line ${e.line}) ${e.message}`).join("; ")}`,
+        { errors: r.errors, warnings: r.warnings },
+      );
+    }
+    if (r.spec.kind !== project.kind) {
+      r.warnings.push({
+        code: "x_denv_invalid",
+        severity: "warning",
+        message: `x-denv.kind is ${r.spec.kind} but the project's kind is ${project.kind}`,
+        path: "x-denv.kind",
+        line: 0,
+        column: 0,
+      });
+    }
+    const pinned = await pinSpec(r.spec, new RegistryPinner({ allowHost: (h) => fetchPolicy.allowsHost(h) }));
+    return {
+      value: pinned,
+      evidence: {
+        source,
+        spec_hash: pinned.hash,
+        images: Object.fromEntries(Object.entries(pinned.services).map(([n, s]) => [n, s.image_pinned])),
+        verifier_image: pinned.verifier?.image_pinned ?? null,
+        warnings: r.warnings,
+      },
+    };
+  })) as ResolvedSpec;
+}
+
+/** place, then provision and join: the host the stack is built on, connected. */
+async function placeAndJoin(
+  runner: DeploymentRunner,
+  rec: PhaseRecorder,
+  project: ProjectsTable,
+  before: EnvironmentsTable,
+): Promise<string> {
+  const placed = (await rec.run("place", async () => {
+    const { store, hub, options } = runner;
+    const p = await place({ store, hub, provisioner: options.provisioner }, project, before);
+    // The cloud row holds the sealed token: the evidence names the cloud only.
+    const c = "provision" in p ? (p.cloud as CloudsTable) : null;
+    const evidence = c ? { ...p, cloud: { name: c.name, provider: c.provider, location: c.location } } : p;
+    return { value: p, evidence };
+  })) as Placement;
+  if ("host_id" in placed) {
+    rec.state.host_id = placed.host_id;
+    await rec.skip("provision", "a connected host has capacity; no machine to create");
+    await runner.joinPhase(rec, placed.host_id);
+    return placed.host_id;
+  }
+  const provisioner = runner.options.provisioner as Provisioner;
+  const machine = (await rec.run("provision", async () => {
+    const { machine, evidence } = await provisioner.create(placed.cloud, rec.deploymentId, async (m) => {
+      rec.state.machine_id = m.machine_id;
+      await rec.persist();
+    });
+    return { value: machine, evidence };
+  })) as ProvisionedMachine;
+  const hostId = (await rec.run("join", async () => {
+    const t = performance.now();
+    const waitMs = runner.options.provisionJoinWaitMs ?? 15 * 60_000;
+    const id = await provisioner.waitJoined(project.team_id, machine.name, runner.hub, waitMs);
+    return {
+      value: id,
+      evidence: { host_id: id, name: machine.name, waited_ms: Math.round(performance.now() - t) },
+    };
+  })) as string;
+  rec.state.host_id = hostId;
+  // It joined: from here on the machine is a host like any other, kept if a later phase fails.
+  delete rec.state.machine_id;
+  await rec.persist();
+  return hostId;
+}

@@ -1,0 +1,75 @@
+/**
+ * The deployment engine: every change to an environment is a deployment, run in phases, each
+ * recorded as it happens with its evidence (phase-recorder.ts), one at a time per environment
+ * (deployment-runner.ts). One module per kind: deploy, fork, snapshot, rollback, verify, destroy,
+ * and the recovery of deployments a stopped server left running.
+ */
+import type { EventEmitter } from "node:events";
+import { deploymentById } from "../store/deployment-store.ts";
+import type { DeploymentsTable, EnvironmentsTable, ProjectsTable } from "../store/schema.ts";
+import { runDeploy } from "./deploy-kind.ts";
+import { recoverDeployments } from "./deployment-recovery.ts";
+import { type DeployerOptions, DeploymentRunner, type Launched } from "./deployment-runner.ts";
+import { runDestroy } from "./destroy-kind.ts";
+import { runFork } from "./fork-kind.ts";
+import { runRollback } from "./rollback-kind.ts";
+import { runSnapshot } from "./snapshot-kind.ts";
+import { runVerify } from "./verify-kind.ts";
+
+export type { DeployerOptions } from "./deployment-runner.ts";
+export { DEPLOY_PHASES } from "./phase-recorder.ts";
+
+export class Deployer {
+  private readonly runner: DeploymentRunner;
+
+  constructor(options: DeployerOptions) {
+    this.runner = new DeploymentRunner(options);
+  }
+
+  /** Each deployment's id is an event name, emitted on every change to it. */
+  get events(): EventEmitter {
+    return this.runner.events;
+  }
+
+  getDeployment(id: string): Promise<DeploymentsTable | undefined> {
+    return deploymentById(this.runner.store, id);
+  }
+
+  /** Deploys a project to a named environment (made when new); returns at once. */
+  deploy(project: ProjectsTable, envName: string): Promise<Launched & { environmentId: string }> {
+    return runDeploy(this.runner, project, envName);
+  }
+
+  /** A new environment from a version, on the host that holds the version's data. */
+  fork(
+    versionId: string,
+    options: { teamId: string; name: string; sandbox?: boolean },
+  ): Promise<Launched & { environmentId: string }> {
+    return runFork(this.runner, versionId, options);
+  }
+
+  /** Captures a running environment's live state as a new version. */
+  snapshot(env: EnvironmentsTable): Promise<Launched> {
+    return runSnapshot(this.runner, env);
+  }
+
+  /** Restores an environment to one of its versions and re-checks health. */
+  rollback(env: EnvironmentsTable, versionId: string): Promise<Launched> {
+    return runRollback(this.runner, env, versionId);
+  }
+
+  /** Grades an environment on a fork, as a separate principal (verify-kind.ts). */
+  verify(env: EnvironmentsTable, options: { resume: boolean }): Promise<Launched> {
+    return runVerify(this.runner, env, options);
+  }
+
+  /** Removes an environment's stack and data. Its versions stay. */
+  destroy(env: EnvironmentsTable): Promise<Launched> {
+    return runDestroy(this.runner, env);
+  }
+
+  /** After a restart: rolls back the deployments the server was running when it stopped. */
+  recover(): Promise<string[]> {
+    return recoverDeployments(this.runner);
+  }
+}

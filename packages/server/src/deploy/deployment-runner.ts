@@ -1,0 +1,149 @@
+/**
+ * Runs deployments: records a new one with its phases, runs its body one at a time per
+ * environment, and on failure skips what is left and ends it with the reason. A deploy or fork
+ * that fails is rolled back: what it built is removed and the environment keeps its version.
+ * Each deployment kind (deploy-kind.ts, fork-kind.ts, …) is a body run here.
+ */
+import { EventEmitter } from "node:events";
+import type { ComposeValidator } from "@denv/spec";
+import type { Provisioner } from "../clouds/provisioner.ts";
+import type { SecretBox } from "../clouds/secret-box.ts";
+import type { FetchPolicy } from "../fetch-policy.ts";
+import type { HostHub } from "../host-hub.ts";
+import { newId, now } from "../ids.ts";
+import { insertDeployment } from "../store/deployment-store.ts";
+import { updateEnvironment } from "../store/environment-store.ts";
+import type { Store } from "../store/open-store.ts";
+import type { EnvironmentsTable } from "../store/schema.ts";
+import { type DeploymentKind, PhaseRecorder } from "./phase-recorder.ts";
+
+export interface DeployerOptions {
+  store: Store;
+  hub: HostHub;
+  /** Checks compose files off the event loop, under a time and memory budget. */
+  validator: ComposeValidator;
+  /** Hosts the resolve phase may fetch from (registries, git sources). */
+  fetchPolicy: FetchPolicy;
+  /** Seals what is kept at rest that may hold a team's secrets (sources, resolved specs). */
+  secrets: SecretBox;
+  /** How long a deploy waits for a disconnected host to come back in its join phase. */
+  joinWaitMs?: number;
+  /** Creates machines in connected clouds when no host has capacity (the provision phase). */
+  provisioner?: Provisioner;
+  /** How long the join phase waits for a machine it created (default 15 minutes). */
+  provisionJoinWaitMs?: number;
+}
+
+/** A deployment under way: its id, and a promise settled once it has its verdict. */
+export interface Launched {
+  deploymentId: string;
+  done: Promise<void>;
+}
+
+export class DeploymentRunner {
+  readonly events = new EventEmitter();
+  readonly store: Store;
+  readonly hub: HostHub;
+  readonly options: DeployerOptions;
+  private readonly locks = new Map<string, Promise<unknown>>();
+
+  constructor(options: DeployerOptions) {
+    this.options = options;
+    this.store = options.store;
+    this.hub = options.hub;
+    this.events.setMaxListeners(0);
+  }
+
+  /** Records a new deployment, running, with its phases pending. */
+  async begin(
+    teamId: string,
+    environmentId: string,
+    kind: DeploymentKind,
+    phases: readonly string[],
+  ): Promise<PhaseRecorder> {
+    const id = newId("dep");
+    const rec = new PhaseRecorder(id, phases, { store: this.store, events: this.events });
+    await insertDeployment(this.store, {
+      id,
+      team_id: teamId,
+      environment_id: environmentId,
+      kind,
+      status: "running",
+      phases_json: JSON.stringify(rec.phases),
+      reason: null,
+      state_json: "{}",
+      created_at: now(),
+      finished_at: null,
+    });
+    return rec;
+  }
+
+  /** One deployment at a time per environment: each waits for the one before it. */
+  serialize<T>(environmentId: string, fn: () => Promise<T>): Promise<T> {
+    const prev = this.locks.get(environmentId) ?? Promise.resolve();
+    const next = prev.catch(() => {}).then(fn);
+    this.locks.set(environmentId, next);
+    void next
+      .finally(() => {
+        if (this.locks.get(environmentId) === next) this.locks.delete(environmentId);
+      })
+      .catch(() => {});
+    return next;
+  }
+
+  /**
+   * Runs a deployment's body in its environment's turn. A throw skips what is left and fails
+   * the deployment with the reason; `onError` (a rollback) may end it otherwise.
+   */
+  launch(
+    rec: PhaseRecorder,
+    environmentId: string,
+    body: () => Promise<void>,
+    onError?: (err: unknown) => Promise<void>,
+  ): Launched {
+    const done = this.serialize(environmentId, async () => {
+      try {
+        await body();
+      } catch (err) {
+        if (onError) return onError(err);
+        await rec.skipRest("skipped: an earlier phase failed");
+        await rec.verdict("failed", err instanceof Error ? err.message : String(err), null);
+      }
+    });
+    done.catch(() => {});
+    return { deploymentId: rec.deploymentId, done };
+  }
+
+  /** A failed deploy or fork: remove what it built, keep the previous version serving, say why. */
+  async rollBack(rec: PhaseRecorder, before: EnvironmentsTable, err: unknown): Promise<void> {
+    const reason = err instanceof Error ? err.message : String(err);
+    await rec.skipRest("skipped: an earlier phase failed");
+    if (rec.state.machine_id && this.options.provisioner) {
+      await this.options.provisioner.remove(rec.state.machine_id).catch(() => {});
+    }
+    const building = rec.state.building_stack_id;
+    if (building && rec.state.host_id) {
+      await this.hub
+        .call(rec.state.host_id, "destroy", { stack_id: building }, { timeoutMs: 120_000 })
+        .catch(() => {});
+    }
+    if (!before.current_version_id) await updateEnvironment(this.store, before.id, { status: "failed" });
+    await rec.verdict("rolled_back", reason, {
+      restored_version: before.current_version_id,
+      still_serving: before.current_version_id !== null,
+    });
+  }
+
+  /** Waits for a host to connect, when it is not; the join phase's evidence. */
+  async joinPhase(rec: PhaseRecorder, hostId: string): Promise<void> {
+    if (this.hub.isConnected(hostId)) {
+      await rec.skip("join", "the host's sidecar is connected");
+      return;
+    }
+    await rec.run("join", async () => {
+      const t = performance.now();
+      await this.hub.waitConnected(hostId, this.options.joinWaitMs ?? 30_000);
+      return { evidence: { waited_ms: Math.round(performance.now() - t) } };
+    });
+  }
+}

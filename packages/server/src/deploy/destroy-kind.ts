@@ -1,0 +1,27 @@
+/** destroy: an environment's stack and data removed from its host. Its versions stay. */
+import { revokePortUrls } from "../port-tunnels.ts";
+import { environmentById, updateEnvironment } from "../store/environment-store.ts";
+import type { EnvironmentsTable } from "../store/schema.ts";
+import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
+
+export async function runDestroy(runner: DeploymentRunner, env: EnvironmentsTable): Promise<Launched> {
+  const rec = await runner.begin(env.team_id, env.id, "destroy", ["destroy", "verdict"]);
+  return runner.launch(rec, env.id, async () => {
+    const current = await environmentById(runner.store, env.id);
+    await rec.run("destroy", async () => {
+      if (current.host_id && current.stack_id)
+        await runner.hub.call(current.host_id, "destroy", { stack_id: current.stack_id });
+      return { evidence: { host_id: current.host_id, stack_id: current.stack_id } };
+    });
+    // A destroyed environment is gone for good: its port URLs are revoked, and its name is freed
+    // (kept, marked, on the record) so that a new environment of that name is a new identity,
+    // which nothing minted for the old one can reach.
+    const revoked = await revokePortUrls(runner.store, env.id);
+    await updateEnvironment(runner.store, env.id, {
+      status: "destroyed",
+      stack_id: null,
+      name: `${current.name}~${env.id}`,
+    });
+    await rec.verdict("succeeded", null, { port_urls_revoked: revoked });
+  });
+}

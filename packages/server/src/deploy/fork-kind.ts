@@ -1,0 +1,60 @@
+/**
+ * fork: a new environment from a version, on the host that holds the version's snapshots. The
+ * host clones every dataset and starts the stack in one step (its fork operation), which probes
+ * egress while the services come up: that step is one phase, `fork`, with the clone, start, health
+ * and egress evidence of the host inside it.
+ */
+import { DenvError, type OpResult } from "@denv/protocol";
+import { environmentNamed, findOrCreateEnvironment, updateEnvironment } from "../store/environment-store.ts";
+import { projectById } from "../store/project-store.ts";
+import { findVersion } from "../store/version-store.ts";
+import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
+
+export async function runFork(
+  runner: DeploymentRunner,
+  versionId: string,
+  options: { teamId: string; name: string; sandbox?: boolean },
+): Promise<Launched & { environmentId: string }> {
+  const version = await findVersion(runner.store, options.teamId, versionId);
+  const project = await projectById(runner.store, version.project_id);
+  if (await environmentNamed(runner.store, project.id, options.name))
+    throw new DenvError("conflict", `an environment named ${options.name} already exists in ${project.name}`);
+  const env = await findOrCreateEnvironment(runner.store, project, options.name, options.sandbox);
+  await updateEnvironment(runner.store, env.id, { parent_version_id: versionId });
+  const rec = await runner.begin(options.teamId, env.id, "fork", ["place", "join", "fork", "verdict"]);
+  const launched = runner.launch(
+    rec,
+    env.id,
+    async () => {
+      const hostId = version.host_id;
+      await rec.run("place", async () => ({
+        evidence: { host_id: hostId, reason: "holds the version's snapshots (snapshot locality)" },
+      }));
+      rec.state.host_id = hostId;
+      await runner.joinPhase(rec, hostId);
+      const forked = (await rec.run("fork", async () => {
+        const out = await runner.hub.call(hostId, "fork", {
+          version_id: versionId,
+          name: `${project.name}-${options.name}`,
+          operation_id: rec.deploymentId,
+        });
+        rec.state.building_stack_id = out.stack_id;
+        return { value: out, evidence: out.evidence };
+      })) as OpResult<"fork">;
+      await updateEnvironment(runner.store, env.id, {
+        status: "running",
+        host_id: hostId,
+        stack_id: forked.stack_id,
+        current_version_id: versionId,
+      });
+      delete rec.state.building_stack_id;
+      await rec.verdict("succeeded", null, {
+        environment_id: env.id,
+        from_version: versionId,
+        total_ms: forked.evidence.total_ms,
+      });
+    },
+    (err) => runner.rollBack(rec, { ...env, current_version_id: null }, err),
+  );
+  return { ...launched, environmentId: env.id };
+}

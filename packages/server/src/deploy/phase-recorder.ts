@@ -1,0 +1,175 @@
+/**
+ * One deployment's phase log: each phase recorded in the store as it starts and ends, with its
+ * evidence or its reason, and announced to whoever follows the deployment (SSE, ?wait=true).
+ */
+import type { EventEmitter } from "node:events";
+import { DenvError } from "@denv/protocol";
+import { now } from "../ids.ts";
+import { updateDeployment } from "../store/deployment-store.ts";
+import type { Store } from "../store/open-store.ts";
+import type { DeploymentsTable } from "../store/schema.ts";
+
+/** The seed's eleven phases of a deploy. */
+export const DEPLOY_PHASES = [
+  "resolve",
+  "place",
+  "provision",
+  "join",
+  "prepare",
+  "start",
+  "health",
+  "warm",
+  "snapshot",
+  "ingress",
+  "verdict",
+] as const;
+
+export type DeploymentKind = "deploy" | "snapshot" | "fork" | "rollback" | "promote" | "destroy" | "verify";
+export type PhaseStatus = "pending" | "running" | "succeeded" | "failed" | "skipped";
+
+export interface Phase {
+  name: string;
+  status: PhaseStatus;
+  started_at: string | null;
+  finished_at: string | null;
+  duration_ms: number | null;
+  evidence: unknown;
+  reason: string | null;
+}
+
+/** What a deployment must undo if it fails, kept in the store so a restart can undo it too. */
+export interface DeploymentState {
+  host_id?: string;
+  /** A cloud machine this deployment created; deleted if its provisioning or join fails. */
+  machine_id?: string;
+  /** The stack this deployment is building on its host; removed if the deployment fails. */
+  building_stack_id?: string;
+}
+
+/** Raised by a phase to fail the deployment with a reason (and evidence). */
+export class PhaseFailure extends Error {
+  readonly evidence: unknown;
+  constructor(message: string, evidence?: unknown) {
+    super(message);
+    this.evidence = evidence;
+  }
+}
+
+export class PhaseRecorder {
+  readonly phases: Phase[];
+  state: DeploymentState = {};
+  private readonly startedAt = new Map<string, number>();
+  readonly deploymentId: string;
+  private readonly deps: { store: Store; events: EventEmitter };
+
+  constructor(deploymentId: string, names: readonly string[], deps: { store: Store; events: EventEmitter }) {
+    this.deploymentId = deploymentId;
+    this.deps = deps;
+    this.phases = names.map((name) => ({
+      name,
+      status: "pending",
+      started_at: null,
+      finished_at: null,
+      duration_ms: null,
+      evidence: null,
+      reason: null,
+    }));
+  }
+
+  /** A recorder for a deployment already in the store (recovery after a restart). */
+  static resume(row: DeploymentsTable, deps: { store: Store; events: EventEmitter }): PhaseRecorder {
+    const rec = new PhaseRecorder(row.id, [], deps);
+    rec.phases.push(...(JSON.parse(row.phases_json) as Phase[]));
+    rec.state = JSON.parse(row.state_json) as DeploymentState;
+    return rec;
+  }
+
+  private phase(name: string): Phase {
+    const p = this.phases.find((x) => x.name === name);
+    if (!p) throw new Error(`no phase ${name}`);
+    return p;
+  }
+
+  async persist(
+    extra: Partial<Pick<DeploymentsTable, "status" | "reason" | "finished_at">> = {},
+  ): Promise<void> {
+    await updateDeployment(this.deps.store, this.deploymentId, {
+      phases_json: JSON.stringify(this.phases),
+      state_json: JSON.stringify(this.state),
+      ...extra,
+    });
+    this.deps.events.emit(this.deploymentId, { phases: this.phases, ...extra });
+  }
+
+  /** Runs a phase: running, then succeeded with its evidence, or failed with the reason. */
+  async run<T>(name: string, fn: () => Promise<{ evidence: unknown; value?: T }>): Promise<T | undefined> {
+    const p = this.phase(name);
+    p.status = "running";
+    p.started_at = now();
+    this.startedAt.set(name, performance.now());
+    await this.persist();
+    try {
+      const { evidence, value } = await fn();
+      p.status = "succeeded";
+      p.evidence = evidence;
+      return value;
+    } catch (err) {
+      p.status = "failed";
+      p.reason = err instanceof Error ? err.message : String(err);
+      p.evidence =
+        err instanceof PhaseFailure
+          ? err.evidence
+          : err instanceof DenvError
+            ? { code: err.code, details: err.details ?? null }
+            : null;
+      throw err;
+    } finally {
+      p.finished_at = now();
+      p.duration_ms = Math.round(performance.now() - (this.startedAt.get(name) ?? performance.now()));
+      await this.persist();
+    }
+  }
+
+  async skip(name: string, reason: string, evidence: unknown = null): Promise<void> {
+    const p = this.phase(name);
+    Object.assign(p, {
+      status: "skipped",
+      reason,
+      evidence,
+      started_at: now(),
+      finished_at: now(),
+      duration_ms: 0,
+    });
+    await this.persist();
+  }
+
+  /** Phases still running when the server stopped are failed, with that as the reason. */
+  failRunning(reason: string): void {
+    for (const p of this.phases)
+      if (p.status === "running") Object.assign(p, { status: "failed", reason, finished_at: now() });
+  }
+
+  async skipRest(reason: string): Promise<void> {
+    for (const p of this.phases) {
+      if (p.status === "pending" && p.name !== "verdict") Object.assign(p, { status: "skipped", reason });
+    }
+    await this.persist();
+  }
+
+  async verdict(
+    status: "succeeded" | "rolled_back" | "failed",
+    reason: string | null,
+    evidence: unknown,
+  ): Promise<void> {
+    const p = this.phase("verdict");
+    Object.assign(p, {
+      status: status === "succeeded" ? "succeeded" : "failed",
+      started_at: p.started_at ?? now(),
+      finished_at: now(),
+      duration_ms: 0,
+      evidence,
+      reason,
+    });
+    await this.persist({ status, reason, finished_at: now() });
+  }
+}

@@ -1,0 +1,91 @@
+/**
+ * The place phase: where a deployment goes. A connected host with room, preferring the one that
+ * holds the environment's data (snapshot locality), then the most free space; a pinned target
+ * narrows the choice; with no host, a new machine in a connected cloud.
+ */
+import type { Provisioner } from "../clouds/provisioner.ts";
+import type { HostHub } from "../host-hub.ts";
+import { hostFreeBytes, teamHosts } from "../store/host-store.ts";
+import type { Store } from "../store/open-store.ts";
+import type { CloudsTable, EnvironmentsTable, ProjectsTable } from "../store/schema.ts";
+import { PhaseFailure } from "./phase-recorder.ts";
+
+/** A host with less free storage than this has no capacity for another environment. */
+export const MIN_FREE_BYTES = 1024 ** 3;
+
+/** Where a deployment goes: a connected host, or a new machine in a connected cloud. */
+export type Placement =
+  | { host_id: string; host_name: string; reason: string }
+  | { provision: true; cloud: CloudsTable; reason: string };
+
+export async function place(
+  deps: { store: Store; hub: HostHub; provisioner?: Provisioner },
+  project: ProjectsTable,
+  env: EnvironmentsTable,
+): Promise<Placement & Record<string, unknown>> {
+  const { store, hub, provisioner } = deps;
+  const hosts = await teamHosts(store, project.team_id);
+  const summary = () =>
+    hosts.map((h) => ({
+      id: h.id,
+      name: h.name,
+      connected: hub.isConnected(h.id),
+      free_bytes: hostFreeBytes(h),
+    }));
+  let candidates = hosts.filter((h) => hub.isConnected(h.id) && hostFreeBytes(h) >= MIN_FREE_BYTES);
+  const clouds = provisioner ? await provisioner.clouds(project.team_id) : [];
+  let cloud: CloudsTable | undefined;
+  if (project.pinned_target) {
+    cloud = clouds.find((c) => c.name === project.pinned_target);
+    if (cloud && provisioner) {
+      // Pinned to a cloud: only that cloud's machines, and a new one when none has room.
+      const names = new Set(await provisioner.hostNamesOf(cloud.id));
+      candidates = candidates.filter((h) => names.has(h.name));
+    } else {
+      candidates = candidates.filter(
+        (h) => h.name === project.pinned_target || h.id === project.pinned_target,
+      );
+      if (!candidates.length) {
+        throw new PhaseFailure(
+          `the project is pinned to ${project.pinned_target}, which is neither a connected host with capacity nor a connected cloud`,
+        );
+      }
+    }
+  }
+  if (!candidates.length) {
+    cloud ??= clouds[0];
+    if (cloud) {
+      return {
+        provision: true,
+        cloud,
+        reason: project.pinned_target
+          ? `pinned to cloud ${cloud.name}, which has no connected machine with capacity: provisioning one`
+          : `no connected host has capacity: provisioning a machine in cloud ${cloud.name}`,
+        hosts: summary(),
+      };
+    }
+    throw new PhaseFailure(
+      "no connected host with capacity: mint a token with `denv host join-token` and run the installer on a machine with Docker, or connect a cloud (`denv cloud connect hetzner`)",
+      { hosts: summary() },
+    );
+  }
+  const local = env.host_id;
+  const ranked = [...candidates].sort(
+    (a, b) => Number(b.id === local) - Number(a.id === local) || hostFreeBytes(b) - hostFreeBytes(a),
+  );
+  const chosen = ranked[0] as (typeof hosts)[number];
+  return {
+    host_id: chosen.id,
+    host_name: chosen.name,
+    reason:
+      chosen.id === local
+        ? "holds the environment's current data (snapshot locality)"
+        : "most free storage among connected hosts",
+    candidates: ranked.map((h) => ({
+      id: h.id,
+      name: h.name,
+      free_bytes: hostFreeBytes(h),
+      storage: h.storage,
+    })),
+  };
+}

@@ -1,0 +1,45 @@
+/**
+ * A project's compose file (and .env) for the resolve phase: a local project's upload, opened
+ * from its seal, or one commit of its git URL, fetched for this deploy only and read as hostile
+ * input (git-source.ts).
+ */
+import type { SecretBox } from "../clouds/secret-box.ts";
+import type { FetchPolicy } from "../fetch-policy.ts";
+import { readGitSource } from "../git-source.ts";
+import type { ProjectsTable } from "../store/schema.ts";
+import { PhaseFailure } from "./phase-recorder.ts";
+
+export interface ProjectSource {
+  compose: string;
+  dotenv: string | null;
+  /** What the resolve phase records of where the file came from. */
+  source: unknown;
+}
+
+export async function projectSource(
+  project: ProjectsTable,
+  deps: { secrets: SecretBox; fetchPolicy: FetchPolicy },
+): Promise<ProjectSource> {
+  if (project.source_type === "local") {
+    if (!project.compose_text)
+      throw new PhaseFailure(
+        "the project's local source has not been uploaded: run `denv deploy` from its directory",
+      );
+    return {
+      compose: deps.secrets.openText(project.compose_text),
+      dotenv: deps.secrets.openText(project.dotenv_text),
+      source: { type: "local", path: project.source },
+    };
+  }
+  if (project.source_type === "github") {
+    throw new PhaseFailure(
+      `${project.source}: the GitHub integration is not available yet; create the project with a git URL or a local directory`,
+    );
+  }
+  const g = await readGitSource(project.source, deps.fetchPolicy);
+  return {
+    compose: g.compose,
+    dotenv: g.dotenv,
+    source: { type: "git", url: project.source, commit: g.commit, file: g.file },
+  };
+}

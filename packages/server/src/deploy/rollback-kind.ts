@@ -1,0 +1,37 @@
+/** rollback: an environment restored to one of its own versions (or its parent), healthy again. */
+import { DenvError } from "@denv/protocol";
+import { environmentById, updateEnvironment } from "../store/environment-store.ts";
+import type { EnvironmentsTable } from "../store/schema.ts";
+import { findVersion } from "../store/version-store.ts";
+import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
+import { requireRunning } from "./snapshot-kind.ts";
+
+export async function runRollback(
+  runner: DeploymentRunner,
+  env: EnvironmentsTable,
+  versionId: string,
+): Promise<Launched> {
+  const version = await findVersion(runner.store, env.team_id, versionId);
+  // Only this environment's own versions, or the one it was forked from: another environment's
+  // version is another world (another spec, other data), not a state this one was ever in.
+  if (version.environment_id !== env.id && version.id !== env.parent_version_id) {
+    throw new DenvError(
+      "invalid_argument",
+      `version ${versionId} is not a version of environment ${env.name}; fork it instead (denv fork --name NAME ${versionId})`,
+    );
+  }
+  const rec = await runner.begin(env.team_id, env.id, "rollback", ["restore", "health", "verdict"]);
+  return runner.launch(rec, env.id, async () => {
+    const { hostId, stackId } = requireRunning(await environmentById(runner.store, env.id));
+    if (version.host_id !== hostId)
+      throw new DenvError("conflict", `version ${versionId} is on another host`);
+    const r = (await rec.run("restore", async () => {
+      const out = await runner.hub.call(hostId, "rollback", { stack_id: stackId, version_id: versionId });
+      return { value: out, evidence: { version_id: versionId, ms: out.ms } };
+    })) as { health: unknown };
+    // The stack restarts in dependency order on the host; this records what it measured.
+    await rec.run("health", async () => ({ evidence: r.health }));
+    await updateEnvironment(runner.store, env.id, { current_version_id: versionId });
+    await rec.verdict("succeeded", null, { version_id: versionId });
+  });
+}

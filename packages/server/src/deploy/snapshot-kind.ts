@@ -1,0 +1,65 @@
+/**
+ * snapshot: a running environment's live state captured as a new version. The snapshot phase is
+ * also how deploy and verify make their versions.
+ */
+import { DenvError, type ResolvedSpec } from "@denv/protocol";
+import { now } from "../ids.ts";
+import { environmentById, updateEnvironment } from "../store/environment-store.ts";
+import type { EnvironmentsTable } from "../store/schema.ts";
+import { insertVersion, versionSpecJson } from "../store/version-store.ts";
+import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
+import type { PhaseRecorder } from "./phase-recorder.ts";
+
+/** Its host and stack; conflict when it is not running. */
+export function requireRunning(env: EnvironmentsTable): { hostId: string; stackId: string } {
+  if (env.status !== "running" || !env.host_id || !env.stack_id)
+    throw new DenvError("conflict", `environment ${env.name} is ${env.status}; deploy it first`);
+  return { hostId: env.host_id, stackId: env.stack_id };
+}
+
+/** The resolved spec of an environment's current version. */
+export async function specOf(runner: DeploymentRunner, env: EnvironmentsTable): Promise<ResolvedSpec> {
+  const sealed = await versionSpecJson(runner.store, env.current_version_id);
+  if (!sealed) throw new DenvError("conflict", `environment ${env.name} has no version yet`);
+  return JSON.parse(runner.options.secrets.openText(sealed)) as ResolvedSpec;
+}
+
+/** The snapshot phase: the host captures the stack, and the version is recorded with its spec. */
+export async function snapshotPhase(
+  runner: DeploymentRunner,
+  rec: PhaseRecorder,
+  env: Pick<EnvironmentsTable, "id" | "team_id" | "project_id">,
+  hostId: string,
+  stackId: string,
+  spec: () => Promise<ResolvedSpec>,
+): Promise<string> {
+  return (await rec.run("snapshot", async () => {
+    const r = await runner.hub.call(hostId, "snapshot", { stack_id: stackId });
+    const s = await spec();
+    await insertVersion(runner.store, {
+      id: r.version_id,
+      team_id: env.team_id,
+      project_id: env.project_id,
+      environment_id: env.id,
+      host_id: hostId,
+      // Sealed: the spec holds the values interpolated from the project's .env.
+      spec_json: runner.options.secrets.sealText(JSON.stringify(s)),
+      spec_hash: s.hash,
+      images_json: JSON.stringify(r.images),
+      evidence_json: JSON.stringify(r.evidence),
+      created_at: now(),
+    });
+    return { value: r.version_id, evidence: r.evidence };
+  })) as string;
+}
+
+export async function runSnapshot(runner: DeploymentRunner, env: EnvironmentsTable): Promise<Launched> {
+  const rec = await runner.begin(env.team_id, env.id, "snapshot", ["snapshot", "verdict"]);
+  return runner.launch(rec, env.id, async () => {
+    const current = await environmentById(runner.store, env.id);
+    const { hostId, stackId } = requireRunning(current);
+    const versionId = await snapshotPhase(runner, rec, env, hostId, stackId, () => specOf(runner, env));
+    await updateEnvironment(runner.store, env.id, { current_version_id: versionId });
+    await rec.verdict("succeeded", null, { version_id: versionId });
+  });
+}

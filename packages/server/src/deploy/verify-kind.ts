@@ -1,0 +1,108 @@
+/**
+ * verify: stop → collect → snapshot → clone → grade → verdict. The agent is frozen first and stays
+ * frozen (unless resume); grading happens on a fork, as root, in the verifier's own container.
+ * The deployment succeeds when grading ran; the reward (0 for refused collections, a crashed or
+ * timed-out verifier) is in the verdict.
+ */
+import { DenvError } from "@denv/protocol";
+import { environmentById, updateEnvironment } from "../store/environment-store.ts";
+import type { EnvironmentsTable } from "../store/schema.ts";
+import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
+import type { PhaseRecorder } from "./phase-recorder.ts";
+import { snapshotPhase, specOf } from "./snapshot-kind.ts";
+
+const VERIFY_PHASES = ["stop", "collect", "snapshot", "clone", "grade", "verdict"];
+
+export async function runVerify(
+  runner: DeploymentRunner,
+  env: EnvironmentsTable,
+  options: { resume: boolean },
+): Promise<Launched> {
+  const rec = await runner.begin(env.team_id, env.id, "verify", VERIFY_PHASES);
+  const done = runner.serialize(env.id, async () => {
+    const current = await environmentById(runner.store, env.id);
+    const hostId = current.host_id;
+    const stackId = current.stack_id;
+    const made: { graderStackId?: string } = {};
+    try {
+      if (!hostId || !stackId || !["running", "frozen"].includes(current.status)) {
+        throw new DenvError(
+          "conflict",
+          `environment ${env.name} is ${current.status}; verify needs a running environment`,
+        );
+      }
+      const grade = await gradePhases(runner, rec, current, hostId, stackId, made);
+      if (options.resume) {
+        await runner.hub.call(hostId, "resume", { stack_id: stackId });
+        await updateEnvironment(runner.store, env.id, { status: "running" });
+      }
+      await rec.verdict("succeeded", null, {
+        reward: grade.reward,
+        reason: grade.reason ?? null,
+        exit_code: grade.exit_code ?? null,
+        agent: options.resume ? "resumed" : "frozen for inspection",
+      });
+    } catch (err) {
+      await rec.skipRest("skipped: an earlier phase failed");
+      await rec.verdict("failed", err instanceof Error ? err.message : String(err), null);
+    } finally {
+      if (hostId) {
+        if (made.graderStackId)
+          await runner.hub.call(hostId, "destroy", { stack_id: made.graderStackId }).catch(() => {});
+        await runner.hub.call(hostId, "verify_cleanup", { verify_id: rec.deploymentId }).catch(() => {});
+      }
+    }
+  });
+  done.catch(() => {});
+  return { deploymentId: rec.deploymentId, done };
+}
+
+/** stop, collect, then (unless the collection was refused) snapshot, clone and grade. */
+async function gradePhases(
+  runner: DeploymentRunner,
+  rec: PhaseRecorder,
+  env: EnvironmentsTable,
+  hostId: string,
+  stackId: string,
+  made: { graderStackId?: string },
+): Promise<Record<string, unknown>> {
+  const { hub } = runner;
+  await rec.run("stop", async () => ({
+    evidence: await hub.call(hostId, "verify_stop", { stack_id: stackId }),
+  }));
+  await updateEnvironment(runner.store, env.id, { status: "frozen" });
+  const collected = (await rec.run("collect", async () => {
+    const c = await hub.call(hostId, "verify_collect", { stack_id: stackId, verify_id: rec.deploymentId });
+    return { value: c, evidence: c };
+  })) as { refused: string | null };
+  if (collected.refused) {
+    for (const n of ["snapshot", "clone", "grade"])
+      await rec.skip(n, "the collected paths were refused: the episode scores 0");
+    return { reward: 0, reason: `refused: ${collected.refused}` };
+  }
+  const versionId = await snapshotPhase(runner, rec, env, hostId, stackId, () => specOf(runner, env));
+  const graderStackId = (await rec.run("clone", async () => {
+    const f = await hub.call(hostId, "fork", {
+      version_id: versionId,
+      name: `${env.name}-grader-${rec.deploymentId.slice(4, 10)}`,
+      operation_id: `${rec.deploymentId}-clone`,
+    });
+    made.graderStackId = f.stack_id;
+    return {
+      value: f.stack_id,
+      evidence: {
+        stack_id: f.stack_id,
+        from_version: versionId,
+        total_ms: f.evidence.total_ms,
+        egress: f.evidence.egress,
+      },
+    };
+  })) as string;
+  return (await rec.run("grade", async () => {
+    const g = await hub.call(hostId, "verify_grade", {
+      stack_id: graderStackId,
+      verify_id: rec.deploymentId,
+    });
+    return { value: g, evidence: g };
+  })) as Record<string, unknown>;
+}

@@ -1,0 +1,92 @@
+/** Environments: a project's named, running stacks (alpha, forks, sandboxes). */
+import { DenvError } from "@denv/protocol";
+import { newId, now } from "../ids.ts";
+import type { Store } from "./open-store.ts";
+import type { EnvironmentsTable, ProjectsTable } from "./schema.ts";
+
+/**
+ * A team's live environment by id, name, or PROJECT/NAME; not_found for anything else (another
+ * team's included), conflict when a bare name is used in several projects.
+ */
+export async function findEnvironment(store: Store, teamId: string, ref: string): Promise<EnvironmentsTable> {
+  const [projectName, envName] = ref.includes("/") ? (ref.split("/", 2) as [string, string]) : [null, ref];
+  let q = store
+    .selectFrom("environments")
+    .innerJoin("projects", "projects.id", "environments.project_id")
+    .selectAll("environments")
+    .where("environments.team_id", "=", teamId)
+    .where("environments.status", "!=", "destroyed");
+  if (projectName) q = q.where("projects.name", "=", projectName).where("environments.name", "=", envName);
+  else q = q.where((eb) => eb.or([eb("environments.id", "=", ref), eb("environments.name", "=", ref)]));
+  const rows = await q.execute();
+  if (rows.length === 0) throw new DenvError("not_found", `no environment ${ref}`);
+  if (rows.length > 1)
+    throw new DenvError(
+      "conflict",
+      `${ref} names environments in several projects; use PROJECT/${ref} or the id`,
+    );
+  return rows[0] as EnvironmentsTable;
+}
+
+export async function environmentById(store: Store, id: string): Promise<EnvironmentsTable> {
+  const env = await store.selectFrom("environments").selectAll().where("id", "=", id).executeTakeFirst();
+  if (!env) throw new DenvError("not_found", `no environment ${id}`);
+  return env;
+}
+
+/** A team's environments that are not destroyed. */
+export function teamEnvironments(store: Store, teamId: string): Promise<EnvironmentsTable[]> {
+  return store
+    .selectFrom("environments")
+    .selectAll()
+    .where("team_id", "=", teamId)
+    .where("status", "!=", "destroyed")
+    .execute();
+}
+
+export function environmentNamed(
+  store: Store,
+  projectId: string,
+  name: string,
+): Promise<EnvironmentsTable | undefined> {
+  return store
+    .selectFrom("environments")
+    .selectAll()
+    .where("project_id", "=", projectId)
+    .where("name", "=", name)
+    .executeTakeFirst();
+}
+
+/** The project's environment of that name, made (pending) when there is none. */
+export async function findOrCreateEnvironment(
+  store: Store,
+  project: ProjectsTable,
+  name: string,
+  sandbox = false,
+): Promise<EnvironmentsTable> {
+  const existing = await environmentNamed(store, project.id, name);
+  if (existing) return existing;
+  const env: EnvironmentsTable = {
+    id: newId("env"),
+    team_id: project.team_id,
+    project_id: project.id,
+    name,
+    status: "pending",
+    host_id: null,
+    stack_id: null,
+    current_version_id: null,
+    parent_version_id: null,
+    sandbox: sandbox ? 1 : 0,
+    created_at: now(),
+  };
+  await store.insertInto("environments").values(env).execute();
+  return env;
+}
+
+export async function updateEnvironment(
+  store: Store,
+  id: string,
+  fields: Partial<Omit<EnvironmentsTable, "id" | "team_id" | "project_id" | "created_at">>,
+): Promise<void> {
+  await store.updateTable("environments").set(fields).where("id", "=", id).execute();
+}

@@ -1,0 +1,91 @@
+/** Hosts: joined with a single-use token, known by the hash of their secret. */
+import { DenvError } from "@denv/protocol";
+import { hashSecret, newId, newSecret, now } from "../ids.ts";
+import type { Store } from "./open-store.ts";
+import type { HostsTable } from "./schema.ts";
+
+/**
+ * Trades a join token for a new host and its secret. The token is single use: of two hosts
+ * racing with one token, only the first claim succeeds.
+ */
+export async function redeemJoinToken(
+  store: Store,
+  token: string,
+  name: string | undefined,
+): Promise<{ hostId: string; secret: string }> {
+  const row = await store
+    .selectFrom("join_tokens")
+    .selectAll()
+    .where("token_hash", "=", hashSecret(token))
+    .executeTakeFirst();
+  if (!row)
+    throw new DenvError(
+      "unauthenticated",
+      "this join token is not valid; mint one with `denv host join-token`",
+    );
+  if (row.used_at)
+    throw new DenvError(
+      "unauthenticated",
+      "this join token was already used; mint a new one with `denv host join-token`",
+    );
+  if (Date.parse(row.expires_at) < Date.now())
+    throw new DenvError(
+      "unauthenticated",
+      "this join token has expired; mint a new one with `denv host join-token`",
+    );
+  const hostId = newId("host");
+  const claimed = await store
+    .updateTable("join_tokens")
+    .set({ used_at: now(), host_id: hostId })
+    .where("id", "=", row.id)
+    .where("used_at", "is", null)
+    .executeTakeFirst();
+  if (Number(claimed.numUpdatedRows) !== 1)
+    throw new DenvError("unauthenticated", "this join token was already used");
+  const secret = newSecret("dhs");
+  await store
+    .insertInto("hosts")
+    .values({
+      id: hostId,
+      team_id: row.team_id,
+      name: name ?? hostId,
+      secret_hash: hashSecret(secret),
+      arch: null,
+      storage: null,
+      capacity_json: null,
+      version: null,
+      last_seen: null,
+      connected: 0,
+      created_at: now(),
+    })
+    .execute();
+  return { hostId, secret };
+}
+
+export function hostBySecret(store: Store, secret: string): Promise<HostsTable | undefined> {
+  return store
+    .selectFrom("hosts")
+    .selectAll()
+    .where("secret_hash", "=", hashSecret(secret))
+    .executeTakeFirst();
+}
+
+export function teamHosts(store: Store, teamId: string): Promise<HostsTable[]> {
+  return store.selectFrom("hosts").selectAll().where("team_id", "=", teamId).execute();
+}
+
+/** What a host's hello or heartbeat reported. */
+export async function updateHost(
+  store: Store,
+  hostId: string,
+  fields: Partial<
+    Pick<HostsTable, "arch" | "storage" | "capacity_json" | "version" | "last_seen" | "connected">
+  >,
+): Promise<void> {
+  await store.updateTable("hosts").set(fields).where("id", "=", hostId).execute();
+}
+
+/** Free bytes a host last reported (0 when it never did). */
+export function hostFreeBytes(h: Pick<HostsTable, "capacity_json">): number {
+  return h.capacity_json ? (JSON.parse(h.capacity_json).free_bytes as number) : 0;
+}

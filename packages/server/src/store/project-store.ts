@@ -1,0 +1,86 @@
+/** Projects: what a team deploys, from a local upload or a git URL. */
+import { DenvError } from "@denv/protocol";
+import { newId, now } from "../ids.ts";
+import type { Store } from "./open-store.ts";
+import type { ProjectsTable } from "./schema.ts";
+
+/** The hidden project sandboxes made from an image belong to (one per team). */
+export const SANDBOX_PROJECT = "_sandboxes";
+
+/** A team's project by id or name; not_found otherwise (another team's project included). */
+export async function findProject(store: Store, teamId: string, ref: string): Promise<ProjectsTable> {
+  const p = await store
+    .selectFrom("projects")
+    .selectAll()
+    .where("team_id", "=", teamId)
+    .where((eb) => eb.or([eb("id", "=", ref), eb("name", "=", ref)]))
+    .executeTakeFirst();
+  if (!p) throw new DenvError("not_found", `no project ${ref}; create it with \`denv project create\``);
+  return p;
+}
+
+export function projectById(store: Store, id: string): Promise<ProjectsTable> {
+  return store.selectFrom("projects").selectAll().where("id", "=", id).executeTakeFirstOrThrow();
+}
+
+export async function projectNameTaken(store: Store, teamId: string, name: string): Promise<boolean> {
+  const row = await store
+    .selectFrom("projects")
+    .select("id")
+    .where("team_id", "=", teamId)
+    .where("name", "=", name)
+    .executeTakeFirst();
+  return row !== undefined;
+}
+
+export async function insertProject(store: Store, row: ProjectsTable): Promise<void> {
+  await store.insertInto("projects").values(row).execute();
+}
+
+/** A team's projects, without the hidden sandbox project. */
+export function teamProjects(store: Store, teamId: string): Promise<ProjectsTable[]> {
+  return store
+    .selectFrom("projects")
+    .selectAll()
+    .where("team_id", "=", teamId)
+    .where("name", "!=", SANDBOX_PROJECT)
+    .execute();
+}
+
+export async function projectName(store: Store, id: string): Promise<string | undefined> {
+  return (await store.selectFrom("projects").select("name").where("id", "=", id).executeTakeFirst())?.name;
+}
+
+/** A local project's uploaded source (already sealed by the caller). */
+export async function setProjectSource(
+  store: Store,
+  projectId: string,
+  sealed: Pick<ProjectsTable, "compose_text"> & Partial<Pick<ProjectsTable, "dotenv_text">>,
+): Promise<void> {
+  await store.updateTable("projects").set(sealed).where("id", "=", projectId).execute();
+}
+
+/** The team's hidden sandbox project, made on first use. */
+export async function sandboxProject(store: Store, teamId: string): Promise<ProjectsTable> {
+  const existing = await store
+    .selectFrom("projects")
+    .selectAll()
+    .where("team_id", "=", teamId)
+    .where("name", "=", SANDBOX_PROJECT)
+    .executeTakeFirst();
+  if (existing) return existing;
+  const row: ProjectsTable = {
+    id: newId("prj"),
+    team_id: teamId,
+    name: SANDBOX_PROJECT,
+    kind: "agent",
+    source_type: "local",
+    source: "(api)",
+    compose_text: null,
+    dotenv_text: null,
+    pinned_target: null,
+    created_at: now(),
+  };
+  await insertProject(store, row);
+  return row;
+}

@@ -1,0 +1,70 @@
+/**
+ * What every command that talks to a server shares: the client from the global options, errors
+ * mapped to exit codes, and the phase log of a deployment (printed, or followed live).
+ */
+import type { DenvClient, Operations } from "@denv/sdk";
+import type { Command } from "commander";
+import { clientFrom } from "../config.ts";
+import { reportError } from "../output.ts";
+
+export type Deployment = Operations["getV1DeploymentsById"]["response"];
+type Phase = Deployment["phases"][number];
+export interface GlobalOpts {
+  server?: string;
+  apiKey?: string;
+  json?: boolean;
+}
+
+/** Wraps a command's action: the client from global options, errors mapped to exit codes. */
+export function run<A extends unknown[]>(
+  cmd: Command,
+  fn: (client: () => DenvClient, json: boolean, ...args: A) => Promise<number | undefined>,
+) {
+  return async (...args: A) => {
+    const opts = cmd.optsWithGlobals() as GlobalOpts;
+    const json = opts.json === true;
+    try {
+      process.exitCode = (await fn(() => clientFrom(opts), json, ...args)) ?? 0;
+    } catch (err) {
+      process.exitCode = reportError(err, json);
+    }
+  };
+}
+
+export const envParam = (ref: string) => ({ id: ref });
+
+function phaseLine(p: Phase): string {
+  const mark = { pending: "·", running: "…", succeeded: "✓", failed: "✗", skipped: "-" }[p.status];
+  const ms = p.duration_ms !== null && p.status !== "skipped" ? ` ${p.duration_ms} ms` : "";
+  return `  ${mark} ${p.name.padEnd(10)}${ms}${p.reason ? `  (${p.reason})` : ""}`;
+}
+
+export function printPhaseLog(d: Deployment, withEvidence: boolean): void {
+  process.stdout.write(`deployment ${d.id} (${d.kind}) ${d.status}${d.reason ? `: ${d.reason}` : ""}\n`);
+  for (const p of d.phases) {
+    process.stdout.write(`${phaseLine(p)}\n`);
+    if (withEvidence && p.evidence !== null && p.evidence !== undefined) {
+      const text = JSON.stringify(p.evidence);
+      process.stdout.write(`      evidence: ${text.length > 400 ? `${text.slice(0, 400)}…` : text}\n`);
+    }
+  }
+}
+
+/** Follows a deployment's phases live, printing each change; resolves to the final deployment. */
+export async function follow(client: DenvClient, id: string, json: boolean): Promise<Deployment> {
+  const printed = new Map<string, string>();
+  let last: Deployment | undefined;
+  for await (const d of client.deploymentEvents(id)) {
+    last = d;
+    if (json) continue;
+    for (const p of d.phases) {
+      if (p.status === "pending") continue;
+      const line = phaseLine(p);
+      if (printed.get(p.name) !== line) {
+        printed.set(p.name, line);
+        process.stdout.write(`${line}\n`);
+      }
+    }
+  }
+  return last ?? (await client.call("getV1DeploymentsById", { params: { id } }));
+}

@@ -1,0 +1,163 @@
+/** Environments and their deployments: fork, snapshot, rollback, verify, list, show, destroy. */
+import type { Command } from "commander";
+import { printJson } from "../output.ts";
+import { envParam, printPhaseLog, run } from "./command-runner.ts";
+
+export function registerEnvironmentCommands(program: Command): void {
+  const fork = program
+    .command("fork")
+    .description("A new environment from an environment's current version")
+    .argument("<env>", "the environment to fork")
+    .requiredOption("--name <name>", "the new environment's name")
+    .option("--json", "print JSON")
+    .addHelpText("after", "\nExample:\n  denv fork --name rollout-017 alpha");
+  fork.action(
+    run(fork, async (client, json, env: string, o: { name: string }) => {
+      const t = performance.now();
+      if (!json) process.stderr.write(`forking ${env} → ${o.name}…\n`);
+      const e = await client().call("postV1EnvsByIdFork", { params: envParam(env), body: { name: o.name } });
+      if (json) printJson(e);
+      else
+        process.stdout.write(
+          `forked ${env} → ${e.name} (${e.id}) from ${e.parent_version_id} in ${Math.round(performance.now() - t)} ms\n`,
+        );
+      return 0;
+    }),
+  );
+  const snapshot = program
+    .command("snapshot")
+    .description("Capture an environment's live state as a new version")
+    .argument("<env>")
+    .option("--json", "print JSON")
+    .addHelpText("after", "\nExample:\n  denv snapshot rollout-017");
+  snapshot.action(
+    run(snapshot, async (client, json, env: string) => {
+      if (!json) process.stderr.write(`snapshotting ${env}…\n`);
+      const d = await client().call("postV1EnvsByIdSnapshot", { params: envParam(env) });
+      if (json) printJson(d);
+      else if (d.status === "succeeded")
+        process.stdout.write(`snapshot of ${env}: version ${d.version_id} (frozen ${d.frozen_ms} ms)\n`);
+      else process.stdout.write(`snapshot failed: ${d.reason}\n`);
+      return d.status === "succeeded" ? 0 : 1;
+    }),
+  );
+  const rollback = program
+    .command("rollback")
+    .description("Restore an environment to a version and re-check health")
+    .argument("<env>")
+    .argument("<version>")
+    .option("--json", "print JSON")
+    .addHelpText("after", "\nExample:\n  denv rollback alpha ver_0123456789ab");
+  rollback.action(
+    run(rollback, async (client, json, env: string, version: string) => {
+      if (!json) process.stderr.write(`rolling ${env} back to ${version}…\n`);
+      const d = await client().call("postV1EnvsByIdRollback", { params: envParam(env), body: { version } });
+      if (json) printJson(d);
+      else
+        process.stdout.write(
+          d.status === "succeeded" ? `rolled ${env} back to ${version}\n` : `rollback failed: ${d.reason}\n`,
+        );
+      return d.status === "succeeded" ? 0 : 1;
+    }),
+  );
+
+  const verify = program
+    .command("verify")
+    .description("Grade an environment on a fork, as a separate principal; prints the reward")
+    .argument("<env>")
+    .option(
+      "--resume",
+      "let the agent's processes run again afterwards (default: left frozen for inspection)",
+    )
+    .option("--json", "print JSON")
+    .addHelpText(
+      "after",
+      "\nExample:\n  denv verify rollout-017\n\nThe reward is the number the verifier writes to $DENV_REWARD_FILE, or the last line of its stdout.",
+    );
+  verify.action(
+    run(verify, async (client, json, env: string, o: { resume?: boolean }) => {
+      if (!json) process.stderr.write(`verifying ${env}: stop, collect, snapshot, clone, grade…\n`);
+      const d = await client().call("postV1EnvsByIdVerify", {
+        params: envParam(env),
+        body: { resume: o.resume === true },
+      });
+      if (json) printJson({ ...d, reward: d.verify?.reward ?? null });
+      else {
+        printPhaseLog(d, false);
+        if (d.status === "succeeded" && d.verify)
+          process.stdout.write(
+            `reward ${d.verify.reward}${d.verify.reason ? ` (${d.verify.reason})` : ""}\n`,
+          );
+      }
+      return d.status === "succeeded" ? 0 : 1;
+    }),
+  );
+
+  // --- environments and deployments ---
+  const env = program.command("env").description("Environments");
+  const el = env.command("list").description("List environments").option("--json", "print JSON");
+  el.action(
+    run(el, async (client, json) => {
+      const r = await client().call("getV1Envs", {});
+      if (json) printJson(r);
+      else {
+        process.stdout.write("ID\tPROJECT\tNAME\tSTATUS\tVERSION\n");
+        for (const e of r.environments)
+          process.stdout.write(
+            `${e.id}\t${e.project}\t${e.name}\t${e.status}\t${e.current_version_id ?? "-"}\n`,
+          );
+      }
+      return 0;
+    }),
+  );
+  const es = env
+    .command("show")
+    .description("An environment and its deployments")
+    .argument("<env>")
+    .option("--json", "print JSON");
+  es.action(
+    run(es, async (client, json, ref: string) => {
+      const e = await client().call("getV1EnvsById", { params: envParam(ref) });
+      const deps = await client().call("getV1EnvsByIdDeployments", { params: { id: e.id } });
+      if (json) printJson({ ...e, deployments: deps.deployments });
+      else {
+        process.stdout.write(
+          `${e.project}/${e.name} (${e.id}) ${e.status}\n  version ${e.current_version_id ?? "-"}  parent ${e.parent_version_id ?? "-"}\n  services ${e.services.join(", ")}\n`,
+        );
+        for (const d of deps.deployments)
+          process.stdout.write(`  ${d.created_at} ${d.kind.padEnd(9)} ${d.status} ${d.id}\n`);
+      }
+      return 0;
+    }),
+  );
+  const ed = env
+    .command("destroy")
+    .description("Destroy an environment (its versions stay)")
+    .argument("<env>")
+    .option("--json", "print JSON");
+  ed.action(
+    run(ed, async (client, json, ref: string) => {
+      const d = await client().call("deleteV1EnvsById", { params: envParam(ref) });
+      if (json) printJson(d);
+      else
+        process.stdout.write(
+          d.status === "succeeded" ? `destroyed ${ref}\n` : `destroy failed: ${d.reason}\n`,
+        );
+      return d.status === "succeeded" ? 0 : 1;
+    }),
+  );
+  const dep = program.command("deployment").description("Deployments");
+  const ds = dep
+    .command("show")
+    .description("A deployment's phase log with its evidence")
+    .argument("<id>")
+    .option("--json", "print JSON");
+  ds.action(
+    run(ds, async (client, json, id: string) => {
+      const d = await client().call("getV1DeploymentsById", { params: { id } });
+      if (json) printJson(d);
+      else printPhaseLog(d, true);
+      return 0;
+    }),
+  );
+}

@@ -1,0 +1,123 @@
+/** Hosts and clouds: join tokens, what hosts reported, and cloud accounts. */
+import type { Command } from "commander";
+import { printJson } from "../output.ts";
+import { run } from "./command-runner.ts";
+
+export function registerHostCommands(program: Command): void {
+  // --- hosts ---
+  const host = program.command("host").description("Hosts: machines with Docker running denvd");
+  const jt = host
+    .command("join-token")
+    .description("Mint a single-use join token for a new host")
+    .option("--json", "print JSON")
+    .addHelpText("after", "\nThen on the host: denvd join --server URL --token TOKEN && denvd run");
+  jt.action(
+    run(jt, async (client, json) => {
+      const r = await client().call("postV1HostsJoinToken", {});
+      if (json) printJson(r);
+      else process.stdout.write(`${r.token}\n`);
+      return 0;
+    }),
+  );
+  const hl = host.command("list").description("Hosts and what they reported").option("--json", "print JSON");
+  hl.action(
+    run(hl, async (client, json) => {
+      const r = await client().call("getV1Hosts", {});
+      if (json) printJson(r);
+      else {
+        process.stdout.write("ID\tNAME\tARCH\tSTORAGE\tCAPACITY\tVERSION\tCONNECTED\tLAST SEEN\n");
+        for (const h of r.hosts) {
+          const cap = h.capacity as {
+            free_bytes?: number;
+            total_bytes?: number;
+            cpus?: number;
+            memory_bytes?: number;
+          } | null;
+          const gib = (n?: number) => (n ? `${Math.round(n / 1024 ** 3)}GiB` : "-");
+          const capacity = cap
+            ? `${gib(cap.free_bytes)} free of ${gib(cap.total_bytes)}, ${cap.cpus ?? "-"} cpu, ${gib(cap.memory_bytes)} mem`
+            : "-";
+          process.stdout.write(
+            `${h.id}\t${h.name}\t${h.arch ?? "-"}\t${h.storage ?? "-"}\t${capacity}\t${h.version ?? "-"}\t${h.connected}\t${h.last_seen ?? "-"}\n`,
+          );
+        }
+      }
+      return 0;
+    }),
+  );
+
+  // --- clouds ---
+  const cloud = program.command("cloud").description("Cloud accounts the provision phase creates hosts in");
+  const cc = cloud
+    .command("connect")
+    .description("Connect a cloud account (hetzner); its token is checked, then stored encrypted")
+    .argument("<provider>", "hetzner (aws: not yet available)")
+    .requiredOption("--name <name>", "a name for this account (projects can be pinned to it)")
+    .requiredOption("--token <token>", "the provider's API token")
+    .option("--server-type <type>", "the machine type to create", "cx22")
+    .option("--location <loc>", "where to create machines", "fsn1")
+    .option("--api-url <url>", "another endpoint speaking the provider's API")
+    .option("--json", "print JSON")
+    .addHelpText(
+      "after",
+      "\nExample:\n  denv cloud connect hetzner --name hz --token $HCLOUD_TOKEN --server-type ax41-nvme --location fsn1",
+    );
+  cc.action(
+    run(cc, async (client, json, provider: string) => {
+      const o = cc.opts() as {
+        name: string;
+        token: string;
+        serverType: string;
+        location: string;
+        apiUrl?: string;
+      };
+      const r = await client().call("postV1Clouds", {
+        body: {
+          provider,
+          name: o.name,
+          token: o.token,
+          server_type: o.serverType,
+          location: o.location,
+          ...(o.apiUrl ? { api_url: o.apiUrl } : {}),
+        },
+      });
+      if (json) printJson(r);
+      else
+        process.stdout.write(
+          `connected ${r.provider} account ${r.name} (${r.server_type} in ${r.location}); deploys provision machines there when no host has capacity\n`,
+        );
+      return 0;
+    }),
+  );
+  const cl = cloud
+    .command("list")
+    .description("Connected cloud accounts and their machines")
+    .option("--json", "print JSON");
+  cl.action(
+    run(cl, async (client, json) => {
+      const r = await client().call("getV1Clouds", {});
+      if (json) printJson(r);
+      else {
+        process.stdout.write("NAME\tPROVIDER\tSERVER TYPE\tLOCATION\tMACHINES\n");
+        for (const c of r.clouds)
+          process.stdout.write(
+            `${c.name}\t${c.provider}\t${c.server_type}\t${c.location}\t${c.machines.map((m) => `${m.name}(${m.status})`).join(",") || "-"}\n`,
+          );
+      }
+      return 0;
+    }),
+  );
+  const cd = cloud
+    .command("disconnect")
+    .description("Forget a cloud account (machines it has are left running)")
+    .argument("<name>")
+    .option("--json", "print JSON");
+  cd.action(
+    run(cd, async (client, json, name: string) => {
+      const r = await client().call("deleteV1CloudsByName", { params: { name } });
+      if (json) printJson(r);
+      else process.stdout.write(`disconnected ${r.deleted}\n`);
+      return 0;
+    }),
+  );
+}

@@ -1,0 +1,96 @@
+/** Projects and deploys: create, list, and deploy (a local project's source is uploaded first). */
+import { existsSync, readFileSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import type { DenvClient } from "@denv/sdk";
+import type { Command } from "commander";
+import { printJson } from "../output.ts";
+import { follow, run } from "./command-runner.ts";
+import { findComposeFile } from "./validate.ts";
+
+export function registerProjectCommands(program: Command): void {
+  const project = program.command("project").description("Projects: a compose file with a kind and a source");
+  const create = project
+    .command("create")
+    .description("Create a project (and upload a local source)")
+    .argument("<name>", "project name")
+    .requiredOption("--kind <kind>", "rl-environment, agent, service, website or inference")
+    .requiredOption("--source <source>", "a local directory, any git URL, or github:owner/repo")
+    .option("--pin <target>", "always place on this host")
+    .option("--json", "print JSON")
+    .addHelpText(
+      "after",
+      "\nExamples:\n  denv project create --kind rl-environment --source ./examples/ops-world ops-world\n  denv project create --kind rl-environment --source github:you/ops-world ops-world",
+    );
+  create.action(
+    run(create, async (client, json, name: string, o: { kind: string; source: string; pin?: string }) => {
+      const isLocal = !/^github:|^(https?|git|ssh|file):\/\/|^[\w.-]+@[\w.-]+:/.test(o.source);
+      const source = isLocal ? resolve(o.source) : o.source;
+      if (isLocal) findComposeFile(source); // refuse a directory with no compose file before creating anything
+      let p = await client().call("postV1Projects", {
+        body: { name, kind: o.kind as "rl-environment", source, ...(o.pin ? { pinned_target: o.pin } : {}) },
+      });
+      if (isLocal) p = await uploadSource(client(), name, source);
+      if (json) printJson(p);
+      else
+        process.stdout.write(`created project ${p.name} (${p.kind}, ${p.source_type} source ${p.source})\n`);
+      return 0;
+    }),
+  );
+  const plist = project.command("list").description("List projects").option("--json", "print JSON");
+  plist.action(
+    run(plist, async (client, json) => {
+      const r = await client().call("getV1Projects", {});
+      if (json) printJson(r);
+      else
+        for (const p of r.projects)
+          process.stdout.write(`${p.name}\t${p.kind}\t${p.source_type}\t${p.source}\n`);
+      return 0;
+    }),
+  );
+
+  // --- deploy ---
+  const deploy = program
+    .command("deploy")
+    .description("Deploy a project to an environment, in recorded phases")
+    .requiredOption("--project <name>", "the project")
+    .option("--env <name>", "the environment", "alpha")
+    .option("--wait", "follow the phases live until the verdict")
+    .option("--json", "print JSON")
+    .addHelpText(
+      "after",
+      "\nExample:\n  denv deploy --project ops-world --env alpha --wait\n\nExits 1 when the deployment ends rolled_back.",
+    );
+  deploy.action(
+    run(deploy, async (client, json, o: { project: string; env: string; wait?: boolean }) => {
+      const c = client();
+      const p = await c.call("getV1ProjectsById", { params: { id: o.project } });
+      if (p.source_type === "local") await uploadSource(c, p.name, p.source);
+      const d = await c.call("postV1ProjectsByIdDeploy", { params: { id: p.name }, body: { env: o.env } });
+      if (!o.wait) {
+        if (json) printJson(d);
+        else
+          process.stdout.write(
+            `deployment ${d.id} started; follow it with \`denv deployment show ${d.id}\`\n`,
+          );
+        return 0;
+      }
+      if (!json) process.stdout.write(`deploying ${p.name} to ${o.env} (deployment ${d.id})\n`);
+      const final = await follow(c, d.id, json);
+      if (json) printJson(final);
+      else process.stdout.write(`${final.status}${final.reason ? `: ${final.reason}` : ""}\n`);
+      return final.status === "succeeded" ? 0 : 1;
+    }),
+  );
+}
+
+async function uploadSource(client: DenvClient, project: string, dir: string) {
+  const file = findComposeFile(dir);
+  const dotenv = join(dirname(file), ".env");
+  return client.call("putV1ProjectsByIdSource", {
+    params: { id: project },
+    body: {
+      compose: readFileSync(file, "utf8"),
+      ...(existsSync(dotenv) ? { dotenv: readFileSync(dotenv, "utf8") } : {}),
+    },
+  });
+}

@@ -54,8 +54,8 @@ if ! command -v aarch64-linux-gnu-gcc >/dev/null || ! command -v qemu-aarch64-st
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-gcc -O2 -static -o "$work/denv-agent-x86_64" packages/denvd/agent/denv-agent.c
-aarch64-linux-gnu-gcc -O2 -static -o "$work/denv-agent-aarch64" packages/denvd/agent/denv-agent.c
+gcc -O2 -static -o "$work/denv-agent-x86_64" packages/denvd/agent/*.c
+aarch64-linux-gnu-gcc -O2 -static -o "$work/denv-agent-aarch64" packages/denvd/agent/*.c
 # Without arguments it prints its usage and exits 2: proof it runs.
 agent_out=$(qemu-aarch64-static "$work/denv-agent-aarch64" 2>&1 || true)
 case "$agent_out" in

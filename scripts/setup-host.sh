@@ -103,13 +103,13 @@ fi
 
 # --- 5. denv-agent ---------------------------------------------------------------------------
 # Built static, so it runs in any image; rebuilt only when its source changes.
-AGENT_SRC="$ROOT/packages/denvd/agent/denv-agent.c"
+AGENT_SRC="$ROOT/packages/denvd/agent"
 AGENT_DIR="$STATE/agent"
-agent_hash=$(sha256sum "$AGENT_SRC" | cut -c1-16)
+agent_hash=$(cat "$AGENT_SRC"/*.c "$AGENT_SRC"/*.h | sha256sum | cut -c1-16)
 if [ "$(cat "$AGENT_DIR/.hash" 2>/dev/null)" != "$agent_hash" ]; then
   log "building denv-agent"
   mkdir -p "$AGENT_DIR"
-  gcc -O2 -static -o "$AGENT_DIR/denv-agent.tmp" "$AGENT_SRC"
+  gcc -O2 -static -o "$AGENT_DIR/denv-agent.tmp" "$AGENT_SRC"/*.c
   mv "$AGENT_DIR/denv-agent.tmp" "$AGENT_DIR/denv-agent"
   echo "$agent_hash" >"$AGENT_DIR/.hash"
 fi

@@ -1,0 +1,88 @@
+/* Framing on the agent channel: exact reads and writes, strings, lists, frames. */
+#include "denv-agent.h"
+
+int read_full(int fd, void *buf, size_t n) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = read(fd, (char *)buf + got, n - got);
+    if (r == 0) return -1;
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    got += (size_t)r;
+  }
+  return 0;
+}
+
+int write_full(int fd, const void *buf, size_t n) {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t w = write(fd, (const char *)buf + done, n - done);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    done += (size_t)w;
+  }
+  return 0;
+}
+
+int read_u32(int fd, uint32_t *v) { return read_full(fd, v, 4); }
+
+char *read_str(int fd) {
+  uint32_t len;
+  if (read_u32(fd, &len) || len > (64u << 20)) return NULL;
+  char *s = malloc(len + 1);
+  if (!s || read_full(fd, s, len)) return NULL;
+  s[len] = 0;
+  return s;
+}
+
+int send_frame(int fd, uint8_t type, const void *data, uint32_t len) {
+  char head[5];
+  head[0] = (char)type;
+  memcpy(head + 1, &len, 4);
+  if (write_full(fd, head, 5)) return -1;
+  return len ? write_full(fd, data, len) : 0;
+}
+
+char **read_list_n(int fd, uint32_t count) {
+  if (count > 100000) return NULL;
+  char **list = calloc(count + 1, sizeof(char *));
+  if (!list) return NULL;
+  for (uint32_t i = 0; i < count; i++) {
+    list[i] = read_str(fd);
+    if (!list[i]) return NULL;
+  }
+  return list;
+}
+
+char **read_list(int fd, uint32_t *count) {
+  if (read_u32(fd, count)) return NULL;
+  return read_list_n(fd, *count);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Users, from the container's own files. */
+
+/* Reads a small regular file whole (NUL-terminated); NULL when absent or not a regular file. */
+char *read_small_file(const char *path) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return NULL;
+  struct stat st;
+  if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_size > MAX_IDS_FILE) {
+    close(fd);
+    return NULL;
+  }
+  char *buf = malloc((size_t)st.st_size + 1);
+  size_t got = 0;
+  while (buf && got < (size_t)st.st_size) {
+    ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  close(fd);
+  if (buf) buf[got] = 0;
+  return buf;
+}

@@ -1,0 +1,70 @@
+/*
+ * What the parts of denv-agent share (see denv-agent.c for what the agent is and its protocol):
+ * framing on the channel (agent-io.c), users and groups read from the container's own files
+ * (agent-users.c), port relays (agent-ports.c) and tars of paths that never follow a link
+ * (agent-files.c).
+ */
+#ifndef DENV_AGENT_H
+#define DENV_AGENT_H
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define PROTOCOL_VERSION 2
+#define KEEP 0xffffffffu
+#define MODE_PORT 0xffffffffu
+#define MODE_FILES 0xfffffffeu
+#define MAX_IDS_FILE (1 << 20)
+#define MAX_GROUPS 64
+
+extern char **environ;
+
+struct ids {
+  uid_t uid;
+  gid_t gid;
+  char home[1024];
+  char name[256];
+  int have_entry;
+  gid_t groups[MAX_GROUPS];
+  int ngroups;
+};
+
+/* agent-io.c */
+int read_full(int fd, void *buf, size_t n);
+int write_full(int fd, const void *buf, size_t n);
+int read_u32(int fd, uint32_t *v);
+char *read_str(int fd);
+int send_frame(int fd, uint8_t type, const void *data, uint32_t len);
+char **read_list_n(int fd, uint32_t count);
+char **read_list(int fd, uint32_t *count);
+char *read_small_file(const char *path);
+
+/* agent-users.c */
+int resolve_user(const char *spec, struct ids *out, char *err, size_t errlen);
+int drop_to(const struct ids *ids);
+char **merge_env(char **extra, uint32_t n, const char *home);
+
+/* agent-ports.c */
+void relay(int a, int b);
+void serve_port(int conn);
+
+/* agent-files.c */
+void serve_files(int conn);
+
+#endif

@@ -11,16 +11,14 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DenvError } from "@denv/protocol";
-import { MAX_COMPOSE_BYTES } from "@denv/spec";
+import { COMPOSE_FILE_NAMES, MAX_COMPOSE_BYTES } from "@denv/spec";
 import type { FetchPolicy } from "./fetch-policy.ts";
-
-export const COMPOSE_NAMES = ["compose.yaml", "compose.yml", "docker-compose.yaml", "docker-compose.yml"];
 
 export interface GitSource {
   compose: string;
   dotenv: string | null;
   commit: string;
-  /** Which of COMPOSE_NAMES it was. */
+  /** Which of COMPOSE_FILE_NAMES it was. */
   file: string;
 }
 
@@ -170,7 +168,7 @@ export async function readGitSource(
         throw new DenvError("invalid_argument", `${name} in ${source} is over ${MAX_COMPOSE_BYTES} bytes`);
       return (await at(["cat-file", "blob", e.object])).toString("utf8");
     };
-    const file = COMPOSE_NAMES.find((n) => entries.some((e) => e.name === n));
+    const file = COMPOSE_FILE_NAMES.find((n) => entries.some((e) => e.name === n));
     if (!file)
       throw new DenvError(
         "invalid_argument",

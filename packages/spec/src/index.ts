@@ -1,5 +1,7 @@
 /** @module @denv/spec — compose + x-denv: parse, validate, resolve, pin. */
+
 export { hostOf, readBounded } from "./bounded-fetch.ts";
+export { COMPOSE_FILE_NAMES } from "./compose-file-names.ts";
 export { ComposeValidator, type ComposeValidatorOptions } from "./compose-validator.ts";
 export { type Env, interpolate, parseDotenv } from "./interpolate.ts";
 export { formatPath, RULE_CODES, type RuleCode, type SpecIssue } from "./issues.ts";

@@ -17,13 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from ._bases import ensure_base, verdict
-from ._compose import with_denv_block
+from ._compose import COMPOSE_NAMES, with_denv_block
 from ._session import SandboxGoneError, Session
 from .client import Client, Environment
 from .errors import DenvError
 
 MAIN = "main"
-COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
 
 
 @dataclass
@@ -34,7 +33,7 @@ class HarborExec:
 
 
 def compose_file(environment_dir: Path) -> Path | None:
-    for name in COMPOSE_FILES:
+    for name in COMPOSE_NAMES:
         if (environment_dir / name).is_file():
             return environment_dir / name
     return None
@@ -162,7 +161,7 @@ class HarborCore:
             r = self.session(service).exec(
                 ["bash", "-c", command],
                 cwd=cwd or self.workdir,
-                env=env,
+                env_vars=env,
                 user=None if user is None else str(user),
                 timeout_s=timeout_sec,
             )

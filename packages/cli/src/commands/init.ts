@@ -1,8 +1,8 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
+import { COMPOSE_FILE_NAMES } from "@denv/spec";
 import type { Command } from "commander";
 import { printJson, reportError, UsageError } from "../output.ts";
-import { COMPOSE_FILE_NAMES } from "./validate.ts";
 
 const TEMPLATES: Record<string, string> = {
   "rl-environment": "rl-environment.yaml",

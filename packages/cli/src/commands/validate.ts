@@ -1,16 +1,8 @@
 import { existsSync, readFileSync, statSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
-import type { SpecIssue } from "@denv/spec";
+import { COMPOSE_FILE_NAMES, type SpecIssue } from "@denv/spec";
 import type { Command } from "commander";
 import { printJson, reportError, UsageError } from "../output.ts";
-
-/** Compose's own search order for a project directory. */
-export const COMPOSE_FILE_NAMES = [
-  "compose.yaml",
-  "compose.yml",
-  "docker-compose.yaml",
-  "docker-compose.yml",
-];
 
 export function findComposeFile(path: string): string {
   const abs = resolve(path);

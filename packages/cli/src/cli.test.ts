@@ -31,6 +31,22 @@ test("unknown commands and options are usage errors (exit 2)", () => {
   assert.match(r.stderr, /available: rl-environment/);
 });
 
+test("an unknown command given --help is a usage error, not the top-level help", () => {
+  for (const args of [
+    ["replay", "--help"],
+    ["--server", "http://x", "replay", "-h"],
+  ]) {
+    const r = denv(args);
+    assert.equal(r.code, 2, args.join(" "));
+    assert.match(r.stderr, /unknown command 'replay'/);
+    assert.equal(r.stdout, "");
+  }
+  // Known commands and the help command still print their help.
+  assert.equal(denv(["deploy", "--help"]).code, 0);
+  assert.equal(denv(["--server", "http://x", "fork", "--help"]).code, 0);
+  assert.equal(denv(["help"]).code, 0);
+});
+
 test("denv validate --json prints the resolved ops-world spec", () => {
   const r = denv(["validate", opsWorld, "--json"]);
   assert.equal(r.code, 0, r.stderr);

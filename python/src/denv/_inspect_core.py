@@ -195,7 +195,7 @@ class InspectSandboxOps:
                 list(cmd),
                 stdin=input,
                 cwd=cwd,
-                env=env or None,
+                env_vars=env or None,
                 user=user,
                 timeout_s=timeout,
                 max_output_bytes=min(max_output_bytes, 64 * 1024 * 1024),

@@ -69,7 +69,7 @@ class ProviderCore:
             elif source.startswith("env:"):
                 env = c.fork(source.removeprefix("env:"), name)
             else:
-                env = c.sandbox(image=source, env=env_vars or None, ports=[self.container_port], egress=self.egress, name=name)
+                env = c.sandbox(image=source, env_vars=env_vars or None, ports=[self.container_port], egress=self.egress, name=name)
         except DenvError as e:
             self._remove(name)  # a failed start leaves nothing behind
             raise RuntimeError(f"denv could not start {source}: {e.message}") from e

@@ -251,7 +251,7 @@ class Client:
         from_version: str | None = None,
         image: str | None = None,
         cmd: list[str] | None = None,
-        env: dict[str, str] | None = None,
+        env_vars: dict[str, str] | None = None,
         ports: list[int] | None = None,
         volumes: list[str] | None = None,
         egress: Literal["deny", "allow"] | None = None,
@@ -262,7 +262,7 @@ class Client:
         if (from_version is None) == (image is None):
             raise DenvError("invalid_argument", "pass exactly one of from_version= and image=")
         body: dict[str, Any] = {"from_version": from_version} if from_version else {"image": image}
-        for k, v in (("cmd", cmd), ("env", env), ("ports", ports), ("volumes", volumes)):
+        for k, v in (("cmd", cmd), ("env", env_vars), ("ports", ports), ("volumes", volumes)):
             if v is not None:
                 body[k] = v
         for k, v in (("egress", egress), ("user", user)):
@@ -282,12 +282,13 @@ class Client:
         service: str | None = None,
         user: str | None = None,
         cwd: str | None = None,
-        environment: dict[str, str] | None = None,
+        env_vars: dict[str, str] | None = None,
         stdin: bytes | str | None = None,
         timeout_ms: int | None = None,
         max_output_bytes: int | None = None,
     ) -> ExecOutput:
-        """Runs a command (argv, or a string for ``sh -c``); output comes back as bytes."""
+        """Runs a command (argv, or a string for ``sh -c``) in environment ``env`` (id, name or
+        project/name), with ``env_vars`` added to its variables; output comes back as bytes."""
         body: dict[str, Any] = {"command": command, "encoding": "base64"}
         if service is not None:
             body["service"] = service
@@ -295,8 +296,8 @@ class Client:
             body["user"] = user
         if cwd is not None:
             body["cwd"] = cwd
-        if environment:
-            body["env"] = environment
+        if env_vars:
+            body["env"] = env_vars
         if stdin is not None:
             raw = stdin.encode() if isinstance(stdin, str) else stdin
             body["stdin"] = base64.b64encode(raw).decode()

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-#: The codes the server may send, with their HTTP status (packages/spec/src/errors.ts).
+#: The codes the server may send, with their HTTP status (packages/protocol/src/errors.ts; a test
+#: checks this table against the OpenAPI document's ``x-denv-error-codes``).
 ERROR_CODES: dict[str, int] = {
     "invalid_argument": 400,
     "spec_invalid": 422,
@@ -20,6 +21,8 @@ ERROR_CODES: dict[str, int] = {
     "payload_too_large": 413,
     "timeout": 504,
     "unavailable": 503,
+    "host_unavailable": 503,
+    "rate_limited": 429,
     "insufficient_storage": 507,
     "image_not_found": 422,
     "registry_error": 502,

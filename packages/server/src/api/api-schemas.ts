@@ -2,11 +2,14 @@
  * The /v1 API's request and response schemas (zod). Each route names the ones it takes and gives
  * (see api-route.ts); the OpenAPI document is generated from them. JSON on the wire is snake_case.
  */
-import { KINDS } from "@denv/protocol";
+import { ERROR_CODES, type ErrorCode, KINDS } from "@denv/protocol";
 import { z } from "zod";
 
+/** Every error's stable code (protocol's error table); the document maps each to its HTTP status. */
+export const errorCode = z.enum(Object.keys(ERROR_CODES) as [ErrorCode, ...ErrorCode[]]);
+
 export const errorSchema = z.object({
-  error: z.object({ code: z.string(), message: z.string(), details: z.unknown().optional() }),
+  error: z.object({ code: errorCode, message: z.string(), details: z.unknown().optional() }),
 });
 
 const name = z

@@ -1,4 +1,5 @@
 /** The OpenAPI 3.1 document, generated from the routes themselves (their paths and schemas). */
+import { ERROR_CODES } from "@denv/protocol";
 import { z } from "zod";
 import type { ApiRoute } from "./api-route.ts";
 import { errorSchema } from "./api-schemas.ts";
@@ -68,6 +69,8 @@ export function openApiDocument(routes: readonly ApiRoute[], serverUrl?: string)
     },
     ...(serverUrl ? { servers: [{ url: serverUrl }] } : {}),
     components: { securitySchemes: { bearer: { type: "http", scheme: "bearer" } } },
+    // The error table: each code clients may see, and the HTTP status it comes with.
+    "x-denv-error-codes": Object.fromEntries(Object.entries(ERROR_CODES).map(([code, e]) => [code, e.httpStatus])),
     security: [{ bearer: [] }],
     paths,
   };

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Everything both README commands need, each step skipped when already done:
-# Node 24, the npm dependencies, and the host (Docker engine, images, registry).
+# Node 24, the npm dependencies, and the host (Docker engine, images, registry). The denvd
+# executables (scripts/build-denvd.sh, with its aarch64 cross compiler) are built by the test
+# command only: the installer tests serve them, the main job does not use them.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -13,6 +15,3 @@ if [ "$(cat node_modules/.denv-lock-hash 2>/dev/null)" != "$lock_hash" ]; then
   echo "$lock_hash" >node_modules/.denv-lock-hash
 fi
 bash scripts/setup-host.sh
-# denvd as one executable per architecture (served by the server's /install.sh); rebuilt only when
-# its inputs changed.
-bash scripts/build-denvd.sh

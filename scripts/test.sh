@@ -7,6 +7,9 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 bash scripts/prepare.sh
+# denvd as one executable per architecture, which the installer tests serve through /install.sh;
+# rebuilt only when its inputs changed.
+bash scripts/build-denvd.sh
 source scripts/ensure-node.sh
 rc=0
 npm test || rc=$?

@@ -70,7 +70,9 @@ export function openApiDocument(routes: readonly ApiRoute[], serverUrl?: string)
     ...(serverUrl ? { servers: [{ url: serverUrl }] } : {}),
     components: { securitySchemes: { bearer: { type: "http", scheme: "bearer" } } },
     // The error table: each code clients may see, and the HTTP status it comes with.
-    "x-denv-error-codes": Object.fromEntries(Object.entries(ERROR_CODES).map(([code, e]) => [code, e.httpStatus])),
+    "x-denv-error-codes": Object.fromEntries(
+      Object.entries(ERROR_CODES).map(([code, e]) => [code, e.httpStatus]),
+    ),
     security: [{ bearer: [] }],
     paths,
   };

@@ -1,0 +1,465 @@
+/**
+ * Every route of the API, in process (Hono's app.request) against a real SQLite store and a host
+ * double that speaks the typed protocol over a real WebSocket: each route with no key, a bad key,
+ * another team's key, a malformed body, an oversize body and an unknown id, beside the request
+ * that works. No Docker; the whole matrix runs in seconds.
+ */
+import assert from "node:assert/strict";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { createServer, type Server } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import type { OpCheckedParams } from "@denv/protocol";
+import { ComposeValidator, validateCompose } from "@denv/spec";
+import { createApp } from "../app.ts";
+import { SecretBox } from "../clouds/secret-box.ts";
+import { Deployer } from "../deploy/deployer.ts";
+import { FetchPolicy } from "../fetch-policy.ts";
+import { HostHub } from "../host-hub.ts";
+import { insertCloud } from "../store/cloud-store.ts";
+import { insertDeployment } from "../store/deployment-store.ts";
+import { findOrCreateEnvironment, updateEnvironment } from "../store/environment-store.ts";
+import { openStore, type Store } from "../store/open-store.ts";
+import { insertProject } from "../store/project-store.ts";
+import { createApiKey, createTeam } from "../store/team-store.ts";
+import { insertVersion } from "../store/version-store.ts";
+import { type DoubleHandlers, HostDouble } from "../testing/host-double.ts";
+import { JSON_LIMIT_BYTES } from "./api-route.ts";
+import { API_ROUTES } from "./api-routes.ts";
+
+const hex = (n: number) => n.toString(16).padStart(12, "0");
+let counter = 0;
+const nextId = (prefix: "stk" | "ver") => `${prefix}_${hex(++counter + 0xabc000)}`;
+
+const health = { services: { box: { healthy_ms: 5, method: "running" as const, checks: 0 } }, ms: 5 };
+const egress = { result: "blocked" as const, target: "172.17.0.1:9", outcome: "timeout" as const, ms: 3 };
+const handlers: DoubleHandlers = {
+  snapshot: () => {
+    const id = nextId("ver");
+    return {
+      version_id: id,
+      images: { box: "127.0.0.1:5000/denv/box@sha256:0000" },
+      evidence: { version_id: id, frozen_ms: 4, checkpoint: [], datasets: {}, health_after_ms: 1 },
+    };
+  },
+  fork: (p: OpCheckedParams<"fork">) => {
+    const id = nextId("stk");
+    return {
+      stack_id: id,
+      evidence: {
+        stack_id: id,
+        from_version: p.version_id,
+        clone_ms: 1,
+        quota: {},
+        start: {},
+        start_ms: 2,
+        health,
+        egress,
+        total_ms: 9,
+      },
+    };
+  },
+  rollback: () => ({ health, ms: 7 }),
+  destroy: () => ({}),
+  exec: () => ({
+    exit_code: 0,
+    stdout_b64: Buffer.from("hello\n").toString("base64"),
+    stderr_b64: "",
+    stdout_truncated: false,
+    stderr_truncated: false,
+    timed_out: false,
+    duration_ms: 2,
+  }),
+  put_files: () => ({ entries: 1, bytes: 5 }),
+  get_files: () => ({ tar_b64: Buffer.alloc(1024).toString("base64") }),
+  stop_service: (p: OpCheckedParams<"stop_service">) => ({ stopped: p.service }),
+  verify_stop: () => ({ service: "box", frozen: true, ms: 1 }),
+  verify_collect: () => ({ refused: null, files: [], file_count: 0, missing: [], bytes: 0 }),
+  verify_grade: () => ({
+    reward: 1,
+    reason: null,
+    exit_code: 0,
+    timed_out: false,
+    stdout_tail: "1\n",
+    stderr_tail: "",
+    ms: 3,
+    mode: "image",
+  }),
+  verify_cleanup: () => ({}),
+  resume: () => ({}),
+};
+
+let dir: string;
+let store: Store;
+let hub: HostHub;
+let validator: ComposeValidator;
+let upgrades: Server;
+let double: HostDouble;
+let app: ReturnType<typeof createApp>;
+let keyA: string;
+let keyB: string;
+/** Team A's objects: another team's answers must never name them. */
+const a = { project: "", env: "", doomed: "", version: "", deployment: "", cloud: "ours", host: "" };
+
+async function call(
+  method: string,
+  path: string,
+  options: { key?: string | null; body?: string | Buffer; type?: string } = {},
+): Promise<{ status: number; text: string; json: () => { error?: { code: string } } }> {
+  const headers: Record<string, string> = {};
+  if (options.key) headers.authorization = `Bearer ${options.key}`;
+  if (options.body !== undefined) headers["content-type"] = options.type ?? "application/json";
+  const res = await app.request(path, { method, headers, body: options.body as string | undefined });
+  const text = await res.text();
+  return { status: res.status, text, json: () => JSON.parse(text) };
+}
+
+before(async () => {
+  dir = mkdtempSync(join(tmpdir(), "denv-routes-"));
+  store = await openStore(join(dir, "store"));
+  const secrets = SecretBox.open(join(dir, "store"));
+  hub = new HostHub(store, { waitForHostMs: 2000 });
+  validator = new ComposeValidator({ workers: 1 });
+  // Fetches nothing: a deploy's resolve cannot reach any registry from here.
+  const fetchPolicy = new FetchPolicy([]);
+  const deployer = new Deployer({ store, hub, secrets, validator, fetchPolicy, joinWaitMs: 1000 });
+  mkdirSync(join(dir, "dist"));
+  writeFileSync(join(dir, "dist", "denvd.version"), "0.1.0+test\n");
+  app = createApp({
+    store,
+    hub,
+    deployer,
+    secrets,
+    fetchPolicy,
+    downloadsDir: join(dir, "dist"),
+    joinTokenTtlMs: 60_000,
+    log: () => {},
+  });
+  upgrades = createServer((_req, res) => res.writeHead(404).end());
+  upgrades.on("upgrade", (req, socket, head) => void hub.handleUpgrade(req, socket, head));
+  await new Promise<void>((r) => upgrades.listen(0, "127.0.0.1", r));
+  const teamA = await createTeam(store, "a", true);
+  keyA = await createApiKey(store, teamA, "a", true);
+  keyB = await createApiKey(store, await createTeam(store, "b"), "b", false);
+
+  // Team A's host: joined through the API, then the double dials in with its secret.
+  const token = (await call("POST", "/v1/hosts/join-token", { key: keyA })).json() as unknown as {
+    token: string;
+  };
+  const joined = (
+    await call("POST", "/v1/hosts/join", { body: JSON.stringify({ token: token.token, name: "double" }) })
+  ).json() as unknown as { host_id: string; secret: string };
+  double = new HostDouble(handlers);
+  const port = (upgrades.address() as { port: number }).port;
+  a.host = await double.connect(`ws://127.0.0.1:${port}/v1/hosts/connect`, joined.secret);
+  assert.equal(a.host, joined.host_id);
+
+  // A project with a running environment and a version, as a deploy leaves them.
+  const r = validateCompose(
+    'x-denv: { kind: agent }\nservices:\n  box: { image: "127.0.0.1:5000/denv/box:1", user: "1000", volumes: [w:/work] }\nvolumes: { w: {} }\n',
+    { env: {} },
+  );
+  assert.ok(r.ok);
+  const project = {
+    id: "prj_000000000001",
+    team_id: teamA,
+    name: "p",
+    kind: "agent",
+    source_type: "local",
+    source: "./p",
+    compose_text: null,
+    dotenv_text: null,
+    pinned_target: null,
+    created_at: new Date().toISOString(),
+  };
+  await insertProject(store, project);
+  a.project = project.id;
+  a.version = "ver_000000000001";
+  for (const name of ["alpha", "doomed"]) {
+    const env = await findOrCreateEnvironment(store, project, name);
+    await updateEnvironment(store, env.id, {
+      status: "running",
+      host_id: a.host,
+      stack_id: nextId("stk"),
+      current_version_id: a.version,
+    });
+    if (name === "alpha") a.env = env.id;
+    else a.doomed = env.id;
+  }
+  await insertVersion(store, {
+    id: a.version,
+    team_id: teamA,
+    project_id: project.id,
+    environment_id: a.env,
+    host_id: a.host,
+    spec_json: secrets.sealText(JSON.stringify(r.spec)),
+    spec_hash: r.spec.hash,
+    images_json: "{}",
+    evidence_json: "{}",
+    created_at: new Date().toISOString(),
+  });
+  a.deployment = "dep_000000000001";
+  await insertDeployment(store, {
+    id: a.deployment,
+    team_id: teamA,
+    environment_id: a.env,
+    kind: "deploy",
+    status: "succeeded",
+    phases_json: "[]",
+    reason: null,
+    state_json: "{}",
+    created_at: new Date().toISOString(),
+    finished_at: new Date().toISOString(),
+  });
+  await insertCloud(store, {
+    id: "cld_000000000001",
+    team_id: teamA,
+    name: a.cloud,
+    provider: "hetzner",
+    token_sealed: secrets.seal("t"),
+    server_type: "cx22",
+    location: "fsn1",
+    api_url: null,
+    created_at: new Date().toISOString(),
+  });
+});
+
+after(async () => {
+  double?.close();
+  hub?.close();
+  upgrades?.close();
+  await validator?.close();
+  await store?.destroy();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+/** What makes each route work for team A: its path's ids, its body, its query, what it answers. */
+interface Case {
+  path: () => string;
+  body?: () => unknown;
+  /** A raw body (the tar routes). */
+  raw?: Buffer;
+  query?: string;
+  status: number;
+}
+const tar = Buffer.alloc(1024);
+const CASES: Record<string, Case> = {
+  "get /v1/openapi.json": { path: () => "/v1/openapi.json", status: 200 },
+  "get /install.sh": { path: () => "/install.sh", status: 200 },
+  "get /v1/downloads/{file}": { path: () => "/v1/downloads/denvd.version", status: 200 },
+  "post /v1/teams": { path: () => "/v1/teams", body: () => ({ name: "c" }), status: 201 },
+  "post /v1/hosts/join-token": { path: () => "/v1/hosts/join-token", status: 201 },
+  "post /v1/hosts/join": { path: () => "/v1/hosts/join", body: () => ({ token: "djt_used" }), status: 401 },
+  "get /v1/hosts": { path: () => "/v1/hosts", status: 200 },
+  "post /v1/projects": {
+    path: () => "/v1/projects",
+    body: () => ({ name: "q", kind: "agent", source: "./q" }),
+    status: 201,
+  },
+  "get /v1/projects": { path: () => "/v1/projects", status: 200 },
+  "get /v1/projects/{id}": { path: () => `/v1/projects/${a.project}`, status: 200 },
+  "put /v1/projects/{id}/source": {
+    path: () => `/v1/projects/${a.project}/source`,
+    body: () => ({ compose: "services: {}\n" }),
+    status: 200,
+  },
+  "post /v1/projects/{id}/deploy": {
+    path: () => `/v1/projects/${a.project}/deploy`,
+    body: () => ({ env: "beta" }),
+    status: 202,
+  },
+  "get /v1/deployments/{id}": { path: () => `/v1/deployments/${a.deployment}`, status: 200 },
+  "get /v1/deployments/{id}/events": { path: () => `/v1/deployments/${a.deployment}/events`, status: 200 },
+  "get /v1/envs": { path: () => "/v1/envs", status: 200 },
+  "get /v1/envs/{id}": { path: () => `/v1/envs/${a.env}`, status: 200 },
+  "get /v1/envs/{id}/deployments": { path: () => `/v1/envs/${a.env}/deployments`, status: 200 },
+  "delete /v1/envs/{id}": { path: () => `/v1/envs/${a.doomed}`, status: 200 },
+  "post /v1/envs/{id}/snapshot": { path: () => `/v1/envs/${a.env}/snapshot`, status: 200 },
+  "post /v1/envs/{id}/fork": {
+    path: () => `/v1/envs/${a.env}/fork`,
+    body: () => ({ name: "f1" }),
+    status: 201,
+  },
+  "post /v1/envs/{id}/rollback": {
+    path: () => `/v1/envs/${a.env}/rollback`,
+    body: () => ({ version: a.version }),
+    status: 200,
+  },
+  "post /v1/envs/{id}/verify": {
+    path: () => `/v1/envs/${a.env}/verify`,
+    body: () => ({ resume: true }),
+    status: 200,
+  },
+  "post /v1/envs/{id}/exec": {
+    path: () => `/v1/envs/${a.env}/exec`,
+    body: () => ({ command: "true" }),
+    status: 200,
+  },
+  "put /v1/envs/{id}/files": {
+    path: () => `/v1/envs/${a.env}/files`,
+    query: "?path=/work",
+    raw: tar,
+    status: 200,
+  },
+  "get /v1/envs/{id}/files": { path: () => `/v1/envs/${a.env}/files`, query: "?path=/work", status: 200 },
+  "post /v1/envs/{id}/ports/{port}": {
+    path: () => `/v1/envs/${a.env}/ports/8080`,
+    body: () => ({}),
+    status: 201,
+  },
+  "get /v1/envs/{id}/ports": { path: () => `/v1/envs/${a.env}/ports`, status: 200 },
+  "delete /v1/envs/{id}/ports": { path: () => `/v1/envs/${a.env}/ports`, status: 200 },
+  "delete /v1/envs/{id}/ports/{port}": { path: () => `/v1/envs/${a.env}/ports/8080`, status: 200 },
+  "get /v1/tunnels/{token}/{path}": { path: () => "/v1/tunnels/dpt_unknown/x", status: 404 },
+  "post /v1/envs/{id}/services/{service}/stop": {
+    path: () => `/v1/envs/${a.env}/services/box/stop`,
+    status: 200,
+  },
+  "get /v1/versions/{id}": { path: () => `/v1/versions/${a.version}`, status: 200 },
+  "post /v1/sandboxes": {
+    path: () => "/v1/sandboxes",
+    body: () => ({ from_version: a.version, name: "sbx1" }),
+    status: 201,
+  },
+  // Connecting a cloud calls the provider; a provider denv does not drive yet is refused first.
+  "post /v1/clouds": {
+    path: () => "/v1/clouds",
+    body: () => ({ provider: "e2b", name: "other", token: "t", server_type: "x", location: "y" }),
+    status: 400,
+  },
+  "get /v1/clouds": { path: () => "/v1/clouds", status: 200 },
+  "delete /v1/clouds/{name}": { path: () => `/v1/clouds/${a.cloud}`, status: 200 },
+  "get /v1/targets": { path: () => "/v1/targets", status: 200 },
+  "post /v1/targets/{name}/sandboxes": {
+    path: () => "/v1/targets/denvd/sandboxes",
+    body: () => ({ from_version: a.version, name: "sbx2" }),
+    status: 201,
+  },
+};
+
+const keyOf = (r: { method: string; path: string }) => `${r.method} ${r.path}`;
+const bodyOf = (c: Case) => (c.raw ? c.raw : c.body ? JSON.stringify(c.body()) : undefined);
+const typeOf = (c: Case) => (c.raw ? "application/x-tar" : undefined);
+/** The path with its object id (or name) replaced by one nobody has. */
+const unknownPath = (r: { path: string }, c: Case) => {
+  const real = c.path();
+  const template = r.path.split("/");
+  return real
+    .split("/")
+    .map((seg, i) => (/^\{(id|name|file|token)\}$/.test(template[i] ?? "") ? "nope_0123456789ab" : seg))
+    .join("/");
+};
+
+test("every route has a case in the matrix (a new route cannot go untested)", () => {
+  assert.deepEqual(
+    API_ROUTES.map(keyOf).filter((k) => !CASES[k]),
+    [],
+  );
+});
+
+test("no key and a bad key: 401 on every keyed route, before anything is read or done", async () => {
+  for (const r of API_ROUTES.filter((x) => x.auth)) {
+    const c = CASES[keyOf(r)] as Case;
+    for (const key of [null, "dk_not_a_key"]) {
+      const res = await call(r.method.toUpperCase(), c.path() + (c.query ?? ""), {
+        key,
+        body: bodyOf(c),
+        type: typeOf(c),
+      });
+      assert.equal(res.status, 401, `${keyOf(r)} with ${key ?? "no key"}: ${res.text}`);
+      assert.equal(res.json().error?.code, "unauthenticated");
+    }
+  }
+  assert.equal(double.calls.length, 0, "nothing reached the host");
+});
+
+test("another team's key: its objects are 404, its lists hold none of ours, and admin routes are 403", async () => {
+  const ours = () => [a.project, a.env, a.doomed, a.version, a.deployment, a.host, `"${a.cloud}"`];
+  for (const r of API_ROUTES.filter((x) => x.auth)) {
+    const c = CASES[keyOf(r)] as Case;
+    const res = await call(r.method.toUpperCase(), c.path() + (c.query ?? ""), {
+      key: keyB,
+      body: bodyOf(c),
+      type: typeOf(c),
+    });
+    const what = `${keyOf(r)} as team B: ${res.status} ${res.text.slice(0, 200)}`;
+    if (r.path === "/v1/teams") assert.equal(res.status, 403, what);
+    else if (/\{(id|name)\}/.test(r.path) && r.path !== "/v1/targets/{name}/sandboxes")
+      assert.equal(res.status, 404, what);
+    // The answer may repeat what was asked for; it names nothing else of team A's.
+    const asked = c.path() + (bodyOf(c)?.toString() ?? "");
+    for (const id of ours().filter((x) => !asked.includes(x.replaceAll('"', ""))))
+      assert.ok(!res.text.includes(id), `${what} names ${id}`);
+  }
+  assert.equal(double.calls.length, 0, "nothing reached team A's host");
+});
+
+test("a malformed body: 400 invalid_argument saying where, on every route that takes one", async () => {
+  for (const r of API_ROUTES.filter((x) => x.body)) {
+    const c = CASES[keyOf(r)] as Case;
+    const key = r.auth ? keyA : null;
+    for (const body of ["{", '{"__bogus": 1}', "[]"]) {
+      const res = await call(r.method.toUpperCase(), c.path(), { key, body });
+      assert.equal(res.status, 400, `${keyOf(r)} with ${body}: ${res.text}`);
+      assert.equal(res.json().error?.code, "invalid_argument");
+    }
+  }
+});
+
+test("an oversize body: 413 on every route that takes a body, whatever its limit", async () => {
+  // Only port URLs stream a body through unlimited (to the service, buffering nothing).
+  assert.deepEqual(API_ROUTES.filter((x) => x.bodyLimitBytes === null).map(keyOf), [
+    "get /v1/tunnels/{token}/{path}",
+  ]);
+  for (const r of API_ROUTES.filter((x) => x.method !== "get" && x.bodyLimitBytes !== null)) {
+    const c = CASES[keyOf(r)] as Case;
+    const limit = r.bodyLimitBytes ?? JSON_LIMIT_BYTES;
+    const res = await call(r.method.toUpperCase(), c.path() + (c.query ?? ""), {
+      key: r.auth ? keyA : null,
+      body: Buffer.alloc(limit + 1, 0x20),
+      type: typeOf(c),
+    });
+    assert.equal(res.status, 413, `${keyOf(r)} with ${limit + 1} bytes: ${res.text.slice(0, 200)}`);
+    assert.equal(res.json().error?.code, "payload_too_large");
+  }
+});
+
+test("an unknown id: 404 on every route that names an object", async () => {
+  for (const r of API_ROUTES.filter((x) => /\{(id|name|file|token)\}/.test(x.path))) {
+    const c = CASES[keyOf(r)] as Case;
+    const res = await call(r.method.toUpperCase(), unknownPath(r, c) + (c.query ?? ""), {
+      key: r.auth ? keyA : null,
+      body: bodyOf(c),
+      type: typeOf(c),
+    });
+    assert.equal(res.status, 404, `${keyOf(r)} at ${unknownPath(r, c)}: ${res.text.slice(0, 200)}`);
+    assert.equal(res.json().error?.code, "not_found");
+  }
+});
+
+test("and with the right key and body each route does its work, through the host where it must", async () => {
+  for (const r of API_ROUTES) {
+    const c = CASES[keyOf(r)] as Case;
+    const res = await call(r.method.toUpperCase(), c.path() + (c.query ?? ""), {
+      key: r.auth ? keyA : null,
+      body: bodyOf(c),
+      type: typeOf(c),
+    });
+    assert.equal(res.status, c.status, `${keyOf(r)}: ${res.text.slice(0, 300)}`);
+  }
+  const methods = new Set(double.calls.map((x) => x.method));
+  for (const m of [
+    "exec",
+    "put_files",
+    "get_files",
+    "stop_service",
+    "snapshot",
+    "fork",
+    "rollback",
+    "destroy",
+  ])
+    assert.ok(methods.has(m as never), `the host was asked to ${m}`);
+  for (const m of ["verify_stop", "verify_collect", "verify_grade", "resume"])
+    assert.ok(methods.has(m as never), `verify asked the host to ${m}`);
+});

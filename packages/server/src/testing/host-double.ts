@@ -1,0 +1,98 @@
+/**
+ * A host for in-process tests: it joins like denvd (a real WebSocket to the hub, hello, welcome),
+ * checks every operation's params against the protocol table, and answers from a table of typed
+ * handlers (tsc checks each answer's shape against the operation's result). No engine, no storage:
+ * what a route sends to a host and does with its answer, tested in milliseconds.
+ */
+import {
+  type HostMessage,
+  OPERATIONS,
+  type OpCheckedParams,
+  type OpMethod,
+  type OpResult,
+  PROTOCOL_VERSION,
+  serverMessageSchema,
+} from "@denv/protocol";
+import WebSocket from "ws";
+
+export type DoubleHandlers = {
+  [M in OpMethod]?: (p: OpCheckedParams<M>) => OpResult<M> | Promise<OpResult<M>>;
+};
+
+export class HostDouble {
+  /** Every operation received, with its params as sent. */
+  readonly calls: { method: OpMethod; params: unknown }[] = [];
+  private ws: WebSocket | null = null;
+  private readonly handlers: DoubleHandlers;
+
+  constructor(handlers: DoubleHandlers) {
+    this.handlers = handlers;
+  }
+
+  /** Dials the hub at wsUrl with the host's secret; resolves once welcomed, to the host id. */
+  connect(wsUrl: string, secret: string): Promise<string> {
+    const ws = new WebSocket(wsUrl, { headers: { authorization: `Bearer ${secret}` } });
+    this.ws = ws;
+    return new Promise((resolve, reject) => {
+      ws.on("error", reject);
+      ws.on("open", () =>
+        this.send({
+          type: "hello",
+          protocol: PROTOCOL_VERSION,
+          arch: "x86_64",
+          storage: "btrfs",
+          capacity: {
+            total_bytes: 100 * 1024 ** 3,
+            free_bytes: 90 * 1024 ** 3,
+            cpus: 2,
+            memory_bytes: 8 * 1024 ** 3,
+          },
+          version: "host-double",
+          known_ops: [],
+        }),
+      );
+      ws.on("message", (data) => {
+        const msg = serverMessageSchema.parse(JSON.parse(data.toString()));
+        if (msg.type === "welcome") resolve(msg.host_id);
+        else void this.answer(msg.op_id, msg.method, msg.params);
+      });
+    });
+  }
+
+  private send(msg: HostMessage): void {
+    this.ws?.send(JSON.stringify(msg));
+  }
+
+  private async answer(opId: string, method: OpMethod, raw: unknown): Promise<void> {
+    this.calls.push({ method, params: raw });
+    const parsed = OPERATIONS[method].params.safeParse(raw);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0];
+      this.send({
+        type: "result",
+        op_id: opId,
+        ok: false,
+        error: {
+          code: "invalid_argument",
+          message: `${method}: ${issue?.path.join(".")}: ${issue?.message}`,
+        },
+      });
+      return;
+    }
+    const handler = this.handlers[method] as ((p: unknown) => unknown) | undefined;
+    if (!handler) {
+      this.send({
+        type: "result",
+        op_id: opId,
+        ok: false,
+        error: { code: "unavailable", message: `the host double does not do ${method}` },
+      });
+      return;
+    }
+    this.send({ type: "result", op_id: opId, ok: true, result: await handler(parsed.data) });
+  }
+
+  close(): void {
+    this.ws?.close();
+  }
+}

@@ -1,8 +1,14 @@
 /** What routes check of an environment before they reach into it. */
 import { DenvError } from "@denv/protocol";
+import { findEnvironment } from "../store/environment-store.ts";
 import type { EnvironmentsTable } from "../store/schema.ts";
-import type { ApiDeps } from "./api-route.ts";
+import type { ApiContext, ApiDeps } from "./api-route.ts";
 import { serializeEnvironment } from "./api-serializers.ts";
+
+/** The environment the path's {id} names, among the caller's team's. */
+export function envOf(c: ApiContext): Promise<EnvironmentsTable> {
+  return findEnvironment(c.var.deps.store, c.var.teamId, c.req.param("id") ?? "");
+}
 
 /** Its host and stack, when it is running; conflict (saying why) otherwise. */
 export function runningOn(e: EnvironmentsTable): { hostId: string; stackId: string } {

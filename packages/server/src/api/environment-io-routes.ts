@@ -7,8 +7,7 @@ import { isDenvError, type OpResult } from "@denv/protocol";
 import { stream } from "hono/streaming";
 import { z } from "zod";
 import { createPortUrl, listPortUrls, revokePortUrls } from "../port-tunnels.ts";
-import { findEnvironment } from "../store/environment-store.ts";
-import { type ApiContext, type ApiRoute, route } from "./api-route.ts";
+import { type ApiRoute, route } from "./api-route.ts";
 import {
   execBody,
   execResult,
@@ -17,14 +16,12 @@ import {
   portUrlCreated,
   portUrlListed,
 } from "./api-schemas.ts";
-import { containerPath, runningOn, serviceOf, tcpPort } from "./environment-access.ts";
+import { containerPath, envOf, runningOn, serviceOf, tcpPort } from "./environment-access.ts";
 
 /** Exec stdin travels as base64 in JSON: 50 MiB of it. */
 const EXEC_LIMIT_BYTES = 80 * 1024 * 1024;
 /** Files travel to the host inside one message (MAX_MESSAGE_BYTES, base64): 64 MiB of tar fits. */
 const FILES_LIMIT_BYTES = 64 * 1024 * 1024;
-
-const envOf = (c: ApiContext) => findEnvironment(c.var.deps.store, c.var.teamId, c.req.param("id") ?? "");
 
 /** A host's exec result as the API answers it: output decoded to utf8 unless base64 was asked. */
 function execAnswer(r: OpResult<"exec">, encoding: "utf8" | "base64", withOutput: boolean) {

@@ -1,7 +1,7 @@
 /** Environments and their versions: list, read, destroy, snapshot, rollback, verify, fork. */
 import { z } from "zod";
 import { deploymentById, environmentDeployments } from "../store/deployment-store.ts";
-import { findEnvironment, teamEnvironments } from "../store/environment-store.ts";
+import { teamEnvironments } from "../store/environment-store.ts";
 import type { DeploymentsTable } from "../store/schema.ts";
 import { findVersion } from "../store/version-store.ts";
 import { type ApiContext, type ApiRoute, route } from "./api-route.ts";
@@ -14,11 +14,8 @@ import {
   versionSchema,
 } from "./api-schemas.ts";
 import { serializeDeployment, serializeEnvironment, serializeVersion } from "./api-serializers.ts";
-import { runningOn } from "./environment-access.ts";
+import { envOf, runningOn } from "./environment-access.ts";
 import { forkEnvironment } from "./environment-creation.ts";
-
-/** The environment the path names, among the caller's team's. */
-const envOf = (c: ApiContext) => findEnvironment(c.var.deps.store, c.var.teamId, c.req.param("id") ?? "");
 
 /** Answers with a deployment once it has its verdict. */
 async function finished(c: ApiContext, made: { deploymentId: string; done: Promise<void> }) {

@@ -129,17 +129,30 @@ describe("the agent channel", () => {
       new Uint8Array(Buffer.concat(chunks)),
     );
     assert.equal(put.status, 200, JSON.stringify(put.data));
-    // Root in the container stops the real agent and starts the impostor, which dials in.
-    // (This command's own handler is a denv-agent process too: it dies with the rest, so its answer
-    // is not looked at.)
+    // Root in the container starts a launcher in a session of its own (the agent kills a command's
+    // process group when it ends: the command waits until the launcher has left it), sees it
+    // running, then stops the real agent; the launcher starts the impostor, which dials in.
+    // (The stopping command's own handler is a denv-agent process too: it dies with the rest, so
+    // its answer is not looked at.)
     await lab.api("POST", `/v1/envs/${box}/exec`, {
       command:
-        "setsid sh -c 'sleep 0.3; /work/impostor /.denv/run/d.sock' >/work/log 2>&1 < /dev/null & pkill -f /.denv/bin/denv-agent",
+        "setsid sh -c ': >/work/launched; while [ ! -e /work/go ]; do sleep 0.05; done; sleep 0.3; exec /work/impostor /.denv/run/d.sock' >/work/log 2>&1 < /dev/null & sleep 0.5",
+    });
+    for (let i = 0; i < 100; i++) {
+      const up = await lab.api("POST", `/v1/envs/${box}/exec`, {
+        command: "pgrep -f 'work/go' >/dev/null && echo up",
+      });
+      if (up.data.stdout === "up\n") break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    await lab.api("POST", `/v1/envs/${box}/exec`, {
+      command: "touch /work/go; pkill -f /.denv/bin/denv-agent",
     });
     await new Promise((r) => setTimeout(r, 600));
     const rssBefore = process.memoryUsage().rss;
     let answered: { status: number; data: any } | undefined;
-    for (let i = 0; i < 20; i++) {
+    // Until the impostor is in, a command goes through the engine (the agent is not connected).
+    for (let i = 0; i < 100; i++) {
       answered = await lab.api("POST", `/v1/envs/${box}/exec`, { command: "echo genuine" });
       if (answered.status !== 200) break;
       await new Promise((r) => setTimeout(r, 100));

@@ -144,17 +144,19 @@ async function main(): Promise<void> {
     const fixtures = join(work, "fixtures");
     mkdirSync(fixtures, { recursive: true });
     writeFileSync(join(fixtures, "hint.txt"), "look at the orders table\n");
-    denv([
-      "files",
-      "put",
-      "rollout-017",
+    // The seed's own command: the files are the agent's (its service's user), so it can edit them.
+    denv(["files", "put", "rollout-017", "--service", "opsbox", fixtures, "/home/ubuntu/fixtures"]);
+    const edited = denv([
+      "exec",
       "--service",
       "opsbox",
-      "--owner",
-      "1000:1000",
-      fixtures,
-      "/home/ubuntu/fixtures",
+      "rollout-017",
+      "--",
+      "sh",
+      "-c",
+      "echo 'and the refunds' >> /home/ubuntu/fixtures/hint.txt && stat -c %U /home/ubuntu/fixtures/hint.txt",
     ]);
+    check(edited.trim() === "ubuntu", "the agent owns what was put for it, and edits it");
     const back = join(work, "out");
     denv([
       "files",
@@ -166,8 +168,8 @@ async function main(): Promise<void> {
       `${back}/`,
     ]);
     check(
-      readFileSync(join(back, "hint.txt"), "utf8") === "look at the orders table\n",
-      "the file came back intact",
+      readFileSync(join(back, "hint.txt"), "utf8") === "look at the orders table\nand the refunds\n",
+      "the file came back, with the agent's edit",
     );
 
     step("snapshot mid-episode, and fork rollout-017-b from it");

@@ -107,8 +107,10 @@ static int tar_header(const char *name, const char *link, const struct stat *st,
 }
 
 static char files_err[1024];
+static int files_status = FS_OTHER;
 
 static int fail(const char *fmt, const char *a, int err) {
+  files_status = err ? fs_status(err) : FS_INVALID;
   snprintf(files_err, sizeof files_err, fmt, a, strerror(err));
   return -1;
 }
@@ -209,12 +211,17 @@ void serve_files(int conn) {
   int status = 1;
   if (user[0]) {
     struct ids ids;
-    if (resolve_user(user, &ids, files_err, sizeof files_err) || drop_to(&ids)) {
-      if (!files_err[0]) snprintf(files_err, sizeof files_err, "cannot become user %s\n", user);
+    if (resolve_user(user, &ids, files_err, sizeof files_err)) {
+      files_status = FS_NO_USER;
+      goto done;
+    }
+    if (drop_to(&ids)) {
+      fail("cannot become user %s: %s", user, errno);
       goto done;
     }
   }
   if (path[0] != '/') {
+    files_status = FS_INVALID;
     snprintf(files_err, sizeof files_err, "%s: the path must be absolute", path);
     goto done;
   }
@@ -230,6 +237,7 @@ void serve_files(int conn) {
   for (;;) {
     next = strtok_r(NULL, "/", &save);
     if (!strcmp(comp, "..") || !strcmp(comp, ".")) {
+      files_status = FS_INVALID;
       snprintf(files_err, sizeof files_err, "%s/%s: the path must not contain . or ..", walked, comp);
       goto done;
     }
@@ -240,10 +248,14 @@ void serve_files(int conn) {
     if (fd < 0) {
       int err = errno;
       struct stat st;
-      if (!fstatat(cur, comp, &st, AT_SYMLINK_NOFOLLOW) && S_ISLNK(st.st_mode))
+      if (!fstatat(cur, comp, &st, AT_SYMLINK_NOFOLLOW) && S_ISLNK(st.st_mode)) {
+        files_status = FS_LINK;
         snprintf(files_err, sizeof files_err,
                  "%s is a symbolic link; denv does not follow links in a path (read the link's target)", walked);
-      else snprintf(files_err, sizeof files_err, "%s: %s", walked, strerror(err));
+      } else {
+        files_status = fs_status(err);
+        snprintf(files_err, sizeof files_err, "%s: %s", walked, strerror(err));
+      }
       goto done;
     }
     close(cur);
@@ -258,7 +270,7 @@ done:
     tarlen = 0;
     if (tar_write(end, sizeof end) || tar_flush()) status = 1;
   }
-  int32_t code = status;
+  int32_t code = status ? files_status : FS_OK;
   send_frame(conn, 3, &code, 4);
   shutdown(conn, SHUT_WR);
   char drain[256];

@@ -86,3 +86,19 @@ char *read_small_file(const char *path) {
   if (buf) buf[got] = 0;
   return buf;
 }
+
+/* An errno as an FS_* status. */
+int fs_status(int err) {
+  switch (err) {
+    case ENOENT: return FS_NOT_FOUND;
+    case EACCES: case EPERM: case EROFS: return FS_PERMISSION;
+    case EISDIR: return FS_IS_DIR;
+    case ENOTDIR: return FS_NOT_DIR;
+    case EEXIST: return FS_EXISTS;
+    case ENOSPC: case EDQUOT: return FS_NO_SPACE;
+    case ENOTEMPTY: return FS_NOT_EMPTY;
+    case ELOOP: return FS_LINK;
+    case ENAMETOOLONG: case EINVAL: return FS_INVALID;
+    default: return FS_OTHER;
+  }
+}

@@ -126,30 +126,37 @@ int drop_to(const struct ids *ids) {
 
 /*
  * The command's environment: the agent's own (the container's), with the request's on top. With
- * `home` (the container's configuration sets no HOME), the HOME the agent itself was started with
- * (root's) is replaced by the user's, as `docker exec -u` does.
+ * `home` (the container sets no HOME, or the command runs as another user than the service's),
+ * HOME is the user's from passwd; with `name`, USER and LOGNAME are that user's name, as a login
+ * would set them. The request's own variables override all three.
  */
-char **merge_env(char **extra, uint32_t n, const char *home) {
+char **merge_env(char **extra, uint32_t n, const char *home, const char *name) {
   size_t base = 0;
   while (environ[base]) base++;
-  char **env = calloc(base + n + 2, sizeof(char *));
+  char **env = calloc(base + n + 4, sizeof(char *));
   size_t k = 0;
-  int has_home = 0;
   for (size_t i = 0; i < base; i++) {
     int overridden = 0;
     size_t klen = strcspn(environ[i], "=");
     for (uint32_t j = 0; j < n; j++)
       if (strncmp(extra[j], environ[i], klen) == 0 && extra[j][klen] == '=') overridden = 1;
     if (home && strncmp(environ[i], "HOME=", 5) == 0) overridden = 1;
+    if (name && (strncmp(environ[i], "USER=", 5) == 0 || strncmp(environ[i], "LOGNAME=", 8) == 0)) overridden = 1;
     if (!overridden) env[k++] = environ[i];
   }
   for (uint32_t j = 0; j < n; j++) env[k++] = extra[j];
-  for (size_t i = 0; i < k; i++)
-    if (strncmp(env[i], "HOME=", 5) == 0) has_home = 1;
-  if (home && !has_home) {
-    char *h = malloc(strlen(home) + 6);
-    sprintf(h, "HOME=%s", home);
-    env[k++] = h;
+  const char *keys[3] = {"HOME", "USER", "LOGNAME"};
+  const char *values[3] = {home, name, name};
+  for (int v = 0; v < 3; v++) {
+    if (!values[v]) continue;
+    size_t klen = strlen(keys[v]);
+    int present = 0;
+    for (size_t i = 0; i < k; i++)
+      if (strncmp(env[i], keys[v], klen) == 0 && env[i][klen] == '=') present = 1;
+    if (present) continue;
+    char *e = malloc(klen + strlen(values[v]) + 2);
+    sprintf(e, "%s=%s", keys[v], values[v]);
+    env[k++] = e;
   }
   env[k] = NULL;
   return env;

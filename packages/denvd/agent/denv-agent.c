@@ -36,11 +36,81 @@
  */
 #include "denv-agent.h"
 
+/*
+ * Kills every process the command started, wherever it went: this handler is a subreaper, so a
+ * process that called setsid or double-forked is still its descendant (or, orphaned, its child).
+ * The tree is read from /proc until nothing of it is left.
+ */
+static pid_t cmd_pid;
+static int cmd_status, cmd_reaped;
+
+/* Reaps what has died, keeping the command's own status when it is among them. */
+static void reap(void) {
+  int st;
+  pid_t w;
+  while ((w = waitpid(-1, &st, WNOHANG)) > 0)
+    if (w == cmd_pid) cmd_status = st, cmd_reaped = 1;
+}
+
+static void kill_tree(void) {
+  pid_t self = getpid();
+  for (int round = 0; round < 100; round++) {
+    enum { MAX = 8192 };
+    static pid_t pids[MAX], parents[MAX];
+    int n = 0;
+    DIR *d = opendir("/proc");
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < MAX) {
+      char *end;
+      long pid = strtol(e->d_name, &end, 10);
+      if (*end || pid <= 0) continue;
+      char path[64], buf[512];
+      snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+      int fd = open(path, O_RDONLY | O_CLOEXEC);
+      if (fd < 0) continue;
+      ssize_t r = read(fd, buf, sizeof buf - 1);
+      close(fd);
+      if (r <= 0) continue;
+      buf[r] = 0;
+      /* "pid (comm) state ppid": comm may hold spaces and parentheses; the last ')' ends it. */
+      char *close_paren = strrchr(buf, ')');
+      long ppid = 0;
+      if (!close_paren || sscanf(close_paren + 1, " %*c %ld", &ppid) != 1) continue;
+      pids[n] = (pid_t)pid;
+      parents[n++] = (pid_t)ppid;
+    }
+    closedir(d);
+    /* Descendants of this handler: its children, then theirs, found by repeated passes. */
+    static char mark[MAX];
+    memset(mark, 0, (size_t)n);
+    int found = 0, grew = 1;
+    while (grew) {
+      grew = 0;
+      for (int i = 0; i < n; i++) {
+        if (mark[i]) continue;
+        int child = parents[i] == self;
+        for (int j = 0; j < n && !child; j++) child = mark[j] && parents[i] == pids[j];
+        if (child) mark[i] = 1, grew = 1, found++;
+      }
+    }
+    if (!found) return;
+    for (int i = 0; i < n; i++)
+      if (mark[i]) kill(pids[i], SIGKILL);
+    /* Reap what died here; what died elsewhere is reparented to this handler and reaped next round. */
+    reap();
+    struct timespec ts = {0, 5 * 1000000L};
+    nanosleep(&ts, NULL);
+    reap();
+  }
+}
+
 static void serve(int conn) {
   uint32_t argc, envc, flags;
   if (read_u32(conn, &argc)) _exit(1);
   if (argc == MODE_PORT) serve_port(conn);
   if (argc == MODE_FILES) serve_files(conn);
+  if (argc == MODE_PUT) serve_put(conn);
   char **argv = read_list_n(conn, argc);
   char **extra = argv ? read_list(conn, &envc) : NULL;
   char *cwd = extra ? read_str(conn) : NULL;
@@ -48,14 +118,17 @@ static void serve(int conn) {
   if (!argv || !extra || !cwd || !user || argc == 0 || read_u32(conn, &flags)) _exit(1);
   int in[2], out[2], err[2];
   if (pipe(in) || pipe(out) || pipe(err)) _exit(1);
+  /* Whatever the command starts stays this handler's descendant, setsid or not (see kill_tree). */
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
   pid_t pid = fork();
+  cmd_pid = pid;
   if (pid == 0) {
     setsid(); /* its own process group: a kill reaches every descendant */
     dup2(in[0], 0);
     dup2(out[1], 1);
     dup2(err[1], 2);
     for (int fd = 3; fd < 1024; fd++) close(fd);
-    const char *home = NULL;
+    const char *home = NULL, *name = NULL;
     if (user[0]) {
       struct ids ids;
       char msg[1024];
@@ -68,12 +141,13 @@ static void serve(int conn) {
         _exit(126);
       }
       if (flags & 1) home = ids.have_entry && ids.home[0] ? ids.home : "/";
+      if (ids.have_entry) name = strdup(ids.name);
     }
     if (cwd[0] && chdir(cwd)) {
       fprintf(stderr, "denv-agent: chdir %s: %s\n", cwd, strerror(errno));
       _exit(126);
     }
-    char **env = merge_env(extra, envc, home);
+    char **env = merge_env(extra, envc, home, name);
     environ = env;
     execvp(argv[0], argv);
     fprintf(stderr, "denv-agent: %s: %s\n", argv[0], strerror(errno));
@@ -99,6 +173,7 @@ static void serve(int conn) {
       if (read_full(conn, head, 5)) {
         /* the client is gone: nothing may outlive it */
         kill(-pid, SIGKILL);
+        kill_tree();
         killed = 1;
         fds[0].fd = -1;
       } else {
@@ -114,6 +189,7 @@ static void serve(int conn) {
           stdin_fd = -1;
         } else if (head[0] == 9) {
           kill(-pid, SIGKILL);
+          kill_tree();
           killed = 1;
         }
         free(data);
@@ -131,8 +207,9 @@ static void serve(int conn) {
     }
   }
   if (stdin_fd >= 0) close(stdin_fd);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  int status = cmd_status;
+  if (!cmd_reaped)
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
   /* Background children of the command are part of its tree: they go with it. */
   kill(-pid, SIGKILL);
   int32_t code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
@@ -19,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 #include <netinet/in.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -30,6 +32,7 @@
 #define KEEP 0xffffffffu
 #define MODE_PORT 0xffffffffu
 #define MODE_FILES 0xfffffffeu
+#define MODE_PUT 0xfffffffdu
 #define MAX_IDS_FILE (1 << 20)
 #define MAX_GROUPS 64
 
@@ -58,7 +61,7 @@ char *read_small_file(const char *path);
 /* agent-users.c */
 int resolve_user(const char *spec, struct ids *out, char *err, size_t errlen);
 int drop_to(const struct ids *ids);
-char **merge_env(char **extra, uint32_t n, const char *home);
+char **merge_env(char **extra, uint32_t n, const char *home, const char *name);
 
 /* agent-ports.c */
 void relay(int a, int b);
@@ -66,5 +69,28 @@ void serve_port(int conn);
 
 /* agent-files.c */
 void serve_files(int conn);
+
+/* agent-put.c */
+void serve_put(int conn);
+
+/*
+ * What a files request ended with (the status of its last frame), for denvd to answer with its
+ * own error codes: each kind of failure its own, never the kernel's words alone.
+ */
+enum {
+  FS_OK = 0,
+  FS_NOT_FOUND = 1,
+  FS_PERMISSION = 2,
+  FS_IS_DIR = 3,
+  FS_NOT_DIR = 4,
+  FS_EXISTS = 5,
+  FS_NO_SPACE = 6,
+  FS_INVALID = 7,
+  FS_OTHER = 8,
+  FS_NOT_EMPTY = 9,
+  FS_NO_USER = 10,
+  FS_LINK = 11,
+};
+int fs_status(int err);
 
 #endif

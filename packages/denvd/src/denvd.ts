@@ -219,17 +219,25 @@ export class Denvd {
     }
   }
 
+  /** A tar written at `path` as `user` (the service's own by default); see stack-files.ts. */
   async putFiles(
     stackId: string,
     service: string | undefined,
     path: string,
     tar: Readable,
+    options: { user?: string | null } = {},
   ): Promise<{ entries: number; bytes: number }> {
-    return putFiles(this.ctx, this.serviceTarget(stackId, service), path, tar);
+    return putFiles(this.ctx, this.serviceTarget(stackId, service), path, tar, options);
   }
 
-  async getFiles(stackId: string, service: string | undefined, path: string): Promise<Buffer> {
-    return getFiles(this.ctx, this.serviceTarget(stackId, service), path);
+  /** A tar of `path`, read as `user` (the service's own by default) without following links. */
+  async getFiles(
+    stackId: string,
+    service: string | undefined,
+    path: string,
+    options: { user?: string | null } = {},
+  ): Promise<Buffer> {
+    return getFiles(this.ctx, this.serviceTarget(stackId, service), path, options);
   }
 
   /** Settles the engine and storage against the records (see reconcile.ts). */

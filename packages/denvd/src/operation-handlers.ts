@@ -73,9 +73,11 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
       };
     },
     put_files: (p) =>
-      denvd.putFiles(p.stack_id, p.service, p.path, Readable.from(Buffer.from(p.tar_b64, "base64"))),
+      denvd.putFiles(p.stack_id, p.service, p.path, Readable.from(Buffer.from(p.tar_b64, "base64")), {
+        user: p.user,
+      }),
     get_files: async (p) => ({
-      tar_b64: (await denvd.getFiles(p.stack_id, p.service, p.path)).toString("base64"),
+      tar_b64: (await denvd.getFiles(p.stack_id, p.service, p.path, { user: p.user })).toString("base64"),
     }),
     verify_stop: (p) => verifier().stop(p.stack_id),
     verify_collect: (p) => verifier().collect(p.stack_id, p.verify_id),

@@ -28,18 +28,36 @@ export interface ServiceTarget {
   service: string;
 }
 
-/** Extracts a tar at `path` in a service, after checking every entry stays inside it. */
+/**
+ * Extracts a tar at `path` in a service, after checking every entry stays inside it. In a running
+ * container its agent writes it as `user` (the service's own by default): files owned by that user,
+ * missing parents made, nothing replaced by something of another kind. A stopped container is
+ * written by the engine, which also refuses such replacements (its parents must exist).
+ */
 export async function putFiles(
   ctx: StackContext,
   target: ServiceTarget,
   path: string,
   tar: Readable,
+  options: { user?: string | null } = {},
 ): Promise<{ entries: number; bytes: number }> {
   const clean = checkContainerPath(path);
   // The checked tar goes to a file first: a tar refused half-way must leave nothing behind.
   const tmp = join(ctx.options.stateDir, `upload-${randomBytes(6).toString("hex")}.tar`);
   try {
     const stats = await sanitizeTar(tar, createWriteStream(tmp));
+    const st = await ctx.runtime.inspectContainer(target.containerId);
+    if (st.running && !st.paused && ctx.executor.writeFiles && ctx.options.agentBinary) {
+      await ctx.agents.waitConnected(target.stackId, target.service, AGENT_WAIT_MS);
+      const written = await ctx.executor.writeFiles(
+        target.containerId,
+        clean,
+        createReadStream(tmp),
+        options,
+      );
+      if (written) return stats;
+      throw new DenvError("unavailable", "the service's agent is not answering; try again in a moment");
+    }
     await ctx.runtime.putArchive(target.containerId, clean, createReadStream(tmp));
     return stats;
   } finally {
@@ -47,8 +65,13 @@ export async function putFiles(
   }
 }
 
-/** A tar of `path` in a service, read without following links. */
-export async function getFiles(ctx: StackContext, target: ServiceTarget, path: string): Promise<Buffer> {
+/** A tar of `path` in a service, read as `user` (the service's own by default) without following links. */
+export async function getFiles(
+  ctx: StackContext,
+  target: ServiceTarget,
+  path: string,
+  options: { user?: string | null } = {},
+): Promise<Buffer> {
   const id = target.containerId;
   const clean = checkContainerPath(path);
   const st = await ctx.runtime.inspectContainer(id);
@@ -56,7 +79,8 @@ export async function getFiles(ctx: StackContext, target: ServiceTarget, path: s
   if (st.running && ctx.executor.readFiles && withAgent) {
     // Just after a start the agent may still be dialling in.
     await ctx.agents.waitConnected(target.stackId, target.service, AGENT_WAIT_MS);
-    const tar = await ctx.executor.readFiles(id, clean, { maxBytes: MAX_FILES_BYTES });
+    const user = options.user ?? ctx.agents.defaultUser(id) ?? null;
+    const tar = await ctx.executor.readFiles(id, clean, { user, maxBytes: MAX_FILES_BYTES });
     if (tar) return tar;
     throw new DenvError("unavailable", "the service's agent is not answering; try again in a moment");
   }

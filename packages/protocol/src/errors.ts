@@ -11,6 +11,12 @@ export const ERROR_CODES = {
   conflict: { httpStatus: 409, exitCode: 1 },
   unauthenticated: { httpStatus: 401, exitCode: 1 },
   forbidden: { httpStatus: 403, exitCode: 1 },
+  /** A file operation the user it ran as may not do (the kernel's EACCES/EPERM, a read-only path). */
+  permission_denied: { httpStatus: 403, exitCode: 1 },
+  /** A file operation met a directory where it needs something else (a write never replaces one). */
+  is_directory: { httpStatus: 409, exitCode: 1 },
+  /** A file operation met something else where it needs a directory. */
+  not_a_directory: { httpStatus: 409, exitCode: 1 },
   payload_too_large: { httpStatus: 413, exitCode: 1 },
   timeout: { httpStatus: 504, exitCode: 1 },
   unavailable: { httpStatus: 503, exitCode: 1 },

@@ -108,17 +108,24 @@ export const OPERATIONS = {
   destroy: { params: stack, result: empty },
   delete_version: { params: z.strictObject({ version_id: versionId }), result: empty },
   exec: { params: execParams, result: execResult },
+  /** A tar written at a path, as a user (the service's own when none is given). */
   put_files: {
     params: z.strictObject({
       stack_id: stackId,
       service: serviceName.optional(),
       path: z.string().min(1),
+      user: z.string().min(1).max(256).optional(),
       tar_b64: z.string(),
     }),
     result: z.object({ entries: z.number(), bytes: z.number() }),
   },
   get_files: {
-    params: z.strictObject({ stack_id: stackId, service: serviceName.optional(), path: z.string().min(1) }),
+    params: z.strictObject({
+      stack_id: stackId,
+      service: serviceName.optional(),
+      path: z.string().min(1),
+      user: z.string().min(1).max(256).optional(),
+    }),
     result: z.object({ tar_b64: z.string() }),
   },
   verify_stop: {

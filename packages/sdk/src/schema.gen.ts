@@ -408,13 +408,13 @@ export type PostV1EnvsByIdExecBody = {
   encoding?: "utf8" | "base64";
 };
 
-/** Extract a tar at ?path= in ?service= — PUT /v1/envs/{id}/files */
+/** Extract a tar at ?path= in ?service=, as ?user= (default: the service's user): parents are made; a directory is never replaced by a file, nor a file by a directory — PUT /v1/envs/{id}/files */
 export type PutV1EnvsByIdFilesResponse = {
   entries: number;
   bytes: number;
 };
 
-/** A tar of ?path= in ?service= — GET /v1/envs/{id}/files */
+/** A tar of ?path= in ?service=, read as ?user= (default: the service's user), never following a link — GET /v1/envs/{id}/files */
 export type GetV1EnvsByIdFilesResponse = Uint8Array;
 
 /** A URL reaching a TCP port inside a service (HTTP and WebSocket), relayed through the host's connection; the URL is the credential — POST /v1/envs/{id}/ports/{port} */

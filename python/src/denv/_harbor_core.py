@@ -182,33 +182,31 @@ class HarborCore:
 
     # --- files --------------------------------------------------------------------------------
 
-    def _mkdir(self, path: str, service: str | None) -> None:
-        r = self.session(service).exec(["mkdir", "-p", "--", path], user="root")
-        if r.exit_code != 0:
-            raise RuntimeError(f"mkdir {path}: {r.stderr.decode(errors='replace').strip()}")
+    # Harbor's own environments copy files in and out as root (docker cp), keeping the tar's owners:
+    # so do these, through denv's files API (which makes missing parents itself).
 
     def upload_file(self, source: Path, target: str, service: str | None = None) -> None:
         target = self._abs(target)
-        self._mkdir(posixpath.dirname(target) or "/", service)
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
             tf.add(str(source), arcname=posixpath.basename(target), recursive=False, filter=_as_root)
         assert self.env is not None
-        self.client.put_tar(self.env["id"], posixpath.dirname(target) or "/", buf.getvalue(), service=self._service(service))
+        self.client.put_tar(
+            self.env["id"], posixpath.dirname(target) or "/", buf.getvalue(), service=self._service(service), user="root"
+        )
 
     def upload_dir(self, source: Path, target: str, service: str | None = None) -> None:
         target = self._abs(target)
-        self._mkdir(target, service)
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
             for entry in sorted(Path(source).iterdir()):
                 tf.add(str(entry), arcname=entry.name, filter=_as_root)
         assert self.env is not None
-        self.client.put_tar(self.env["id"], target, buf.getvalue(), service=self._service(service))
+        self.client.put_tar(self.env["id"], target, buf.getvalue(), service=self._service(service), user="root")
 
     def download_file(self, source: str, target: Path, service: str | None = None) -> None:
         assert self.env is not None
-        tar = self.client.get_tar(self.env["id"], self._abs(source), service=self._service(service))
+        tar = self.client.get_tar(self.env["id"], self._abs(source), service=self._service(service), user="root")
         with tarfile.open(fileobj=io.BytesIO(tar), mode="r") as tf:
             member = next((m for m in tf.getmembers() if m.isfile()), None)
             if member is None:
@@ -221,7 +219,7 @@ class HarborCore:
         """Extracts regular files and directories only (overwriting); links and special files are
         skipped and returned, so nothing in the sandbox can make this write outside ``target``."""
         assert self.env is not None
-        tar = self.client.get_tar(self.env["id"], self._abs(source), service=self._service(service))
+        tar = self.client.get_tar(self.env["id"], self._abs(source), service=self._service(service), user="root")
         target = Path(target)
         target.mkdir(parents=True, exist_ok=True)
         skipped: list[str] = []

@@ -318,21 +318,30 @@ class Client:
             duration_ms=float(r["duration_ms"]),
         )
 
-    def put_tar(self, env: str, path: str, tar: bytes, *, service: str | None = None) -> dict[str, int]:
-        """Extracts a tar archive at ``path`` (absolute) in the service."""
+    def put_tar(
+        self, env: str, path: str, tar: bytes, *, service: str | None = None, user: str | None = None
+    ) -> dict[str, int]:
+        """Extracts a tar archive at ``path`` (absolute) in the service, as ``user`` (default: the
+        service's own). Missing parents are made; a directory is never replaced by a file (the
+        error is ``is_directory``), nor a file by a directory (``not_a_directory``)."""
         q = {"path": path}
         if service:
             q["service"] = service
+        if user:
+            q["user"] = user
         _s, payload, _c = self._request(
             "PUT", f"/v1/envs/{self._q(env)}/files", raw=tar, content_type="application/x-tar", query=q
         )
         return json.loads(payload)
 
-    def get_tar(self, env: str, path: str, *, service: str | None = None) -> bytes:
-        """A tar archive of ``path`` (absolute) in the service."""
+    def get_tar(self, env: str, path: str, *, service: str | None = None, user: str | None = None) -> bytes:
+        """A tar archive of ``path`` (absolute) in the service, read as ``user`` (default: the
+        service's own), never following a link."""
         q = {"path": path}
         if service:
             q["service"] = service
+        if user:
+            q["user"] = user
         _s, payload, _c = self._request("GET", f"/v1/envs/{self._q(env)}/files", query=q)
         return payload
 

@@ -68,11 +68,12 @@ export function registerIoCommands(program: Command): void {
     .argument("<local>")
     .argument("<remote>", "absolute path it lands at")
     .option("--service <name>", "the service (default: the agent's)")
-    .option("--owner <uid:gid>", "owner of the files written", "0:0")
+    .option("--user <user>", "write as this user (default: the service's own); parents are made, owned by it")
+    .option("--owner <uid:gid>", "owner of the files written (writes as root, unless --user says otherwise)")
     .option("--json", "print JSON")
     .addHelpText(
       "after",
-      "\nExample:\n  denv files put rollout-017 --service opsbox ./fixtures /home/ubuntu/fixtures",
+      "\nExample:\n  denv files put rollout-017 --service opsbox ./fixtures /home/ubuntu/fixtures\n\nA file never replaces a directory, nor a directory a file: such a put is refused.",
     );
   put.action(
     run(
@@ -83,16 +84,19 @@ export function registerIoCommands(program: Command): void {
         env: string,
         local: string,
         remote: string,
-        o: { service?: string; owner: string },
+        o: { service?: string; user?: string; owner?: string },
       ) => {
         if (!posix.isAbsolute(remote))
           throw new UsageError(`${remote} must be an absolute path in the service`);
         if (!existsSync(local)) throw new UsageError(`${local} does not exist`);
-        const [uid = 0, gid = 0] = o.owner.split(":").map(Number);
+        const [uid = 0, gid = 0] = (o.owner ?? "0:0").split(":").map(Number);
+        if (!Number.isInteger(uid) || !Number.isInteger(gid) || uid < 0 || gid < 0)
+          throw new UsageError(`--owner ${o.owner} is not uid:gid`);
+        const user = o.user ?? (o.owner ? "root" : undefined);
         const body = await tarOf(local, posix.basename(remote), uid, gid);
         const r = await client().call("putV1EnvsByIdFiles", {
           params: envParam(env),
-          query: { service: o.service, path: posix.dirname(remote) },
+          query: { service: o.service, path: posix.dirname(remote), ...(user ? { user } : {}) },
           body: new Uint8Array(body),
         });
         if (json) printJson(r);
@@ -108,27 +112,38 @@ export function registerIoCommands(program: Command): void {
     .argument("<remote>")
     .argument("<local>", "a directory (ending in /, or existing) to copy into, or a file path")
     .option("--service <name>", "the service (default: the agent's)")
+    .option("--user <user>", "read as this user (default: the service's own)")
     .option("--json", "print JSON")
     .addHelpText(
       "after",
       "\nExample:\n  denv files get rollout-017 --service opsbox /home/ubuntu/answer.txt ./out/",
     );
   get.action(
-    run(get, async (client, json, env: string, remote: string, local: string, o: { service?: string }) => {
-      const body = await client().call("getV1EnvsByIdFiles", {
-        params: envParam(env),
-        query: { service: o.service, path: remote },
-      });
-      const intoDir = local.endsWith("/") || (existsSync(local) && statSync(local).isDirectory());
-      const written = await untar(
-        Buffer.from(body),
-        intoDir ? local : dirname(local),
-        intoDir ? null : basename(local),
-      );
-      if (json) printJson({ ok: true, files: written });
-      else process.stdout.write(`got ${remote} → ${written.join(", ")}\n`);
-      return 0;
-    }),
+    run(
+      get,
+      async (
+        client,
+        json,
+        env: string,
+        remote: string,
+        local: string,
+        o: { service?: string; user?: string },
+      ) => {
+        const body = await client().call("getV1EnvsByIdFiles", {
+          params: envParam(env),
+          query: { service: o.service, path: remote, ...(o.user ? { user: o.user } : {}) },
+        });
+        const intoDir = local.endsWith("/") || (existsSync(local) && statSync(local).isDirectory());
+        const written = await untar(
+          Buffer.from(body),
+          intoDir ? local : dirname(local),
+          intoDir ? null : basename(local),
+        );
+        if (json) printJson({ ok: true, files: written });
+        else process.stdout.write(`got ${remote} → ${written.join(", ")}\n`);
+        return 0;
+      },
+    ),
   );
 }
 

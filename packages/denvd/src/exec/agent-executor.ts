@@ -8,7 +8,7 @@
  */
 import type { Socket } from "node:net";
 import type { Readable } from "node:stream";
-import { DenvError } from "@denv/protocol";
+import { DenvError, type ErrorCode } from "@denv/protocol";
 import {
   BoundedBuffer,
   DEFAULT_MAX_OUTPUT_BYTES,
@@ -28,6 +28,28 @@ export interface AgentTarget {
 
 const KEEP = 0xffffffff;
 const MODE_FILES = 0xfffffffe;
+const MODE_PUT = 0xfffffffd;
+
+/** What a files request ended with (agent/denv-agent.h, FS_*), as denv's error codes. */
+const FS_ERRORS: Record<number, ErrorCode> = {
+  1: "not_found",
+  2: "permission_denied",
+  3: "is_directory",
+  4: "not_a_directory",
+  5: "conflict",
+  6: "insufficient_storage",
+  7: "invalid_argument",
+  9: "conflict",
+  10: "invalid_argument",
+  11: "invalid_argument",
+};
+
+/** The agent's message for a failed files request, in denv's words (its text names container paths only). */
+function fsError(status: number, message: string, fallback: string): DenvError {
+  const code = FS_ERRORS[status] ?? "internal";
+  const text = message.replace(/\s+$/, "").slice(0, 1000) || fallback;
+  return new DenvError(code, code === "internal" ? `${fallback}: ${text}` : text);
+}
 /** The agent sends at most 64 KiB a frame; anything larger is not the agent speaking. */
 const MAX_FRAME_BYTES = 1024 * 1024;
 
@@ -173,12 +195,74 @@ export class AgentExecutor implements Executor {
       sock.on("error", () => {});
     });
     if (status !== 0) {
-      const text = Buffer.concat(message).toString("utf8").trim().slice(0, 1000);
-      if (/No such file or directory$/.test(text))
-        throw new DenvError("not_found", `${path} does not exist in the service`);
-      throw new DenvError("invalid_argument", text || `reading ${path} failed`);
+      const text = Buffer.concat(message).toString("utf8");
+      if (status === 1) throw new DenvError("not_found", `${path} does not exist in the service`);
+      throw fsError(status, text, `reading ${path} failed`);
     }
     return tar.toBuffer();
+  }
+
+  /**
+   * Extracts a tar (checked by tar-sanitizer.ts) at `path` in the container, by its agent, as
+   * `user`: files owned by that user, missing parents made, and nothing replaced by something of
+   * another kind (is_directory / not_a_directory). As root the tar's owners are kept. Null when
+   * the agent is not connected.
+   */
+  async writeFiles(
+    containerId: string,
+    path: string,
+    tar: Readable,
+    options: { user?: string | null },
+  ): Promise<{ entries: number; bytes: number } | null> {
+    const target = this.targets(containerId);
+    const sock = target ? await target.dial() : null;
+    if (!target || !sock) return null;
+    const user = options.user ?? target.defaultUser ?? "";
+    const asRoot = /^(|0|root)(:.*)?$/.test(user);
+    sock.write(Buffer.concat([u32(MODE_PUT), str(path), str(user), u32(asRoot ? 1 : 0)]));
+    const message: Buffer[] = [];
+    const result = new Promise<{ status: number; entries: number; bytes: number }>((resolve, reject) => {
+      let done = false;
+      readFrames(
+        sock,
+        (type, data) => {
+          if (type === 2) {
+            if (message.length < 8) message.push(data);
+          } else if (type === 3 && data.length >= 16) {
+            done = true;
+            resolve({
+              status: data.readInt32LE(0),
+              entries: data.readUInt32LE(4),
+              bytes: Number(data.readBigUInt64LE(8)),
+            });
+            sock.destroy();
+          }
+        },
+        reject,
+      );
+      sock.on("close", () => {
+        if (!done)
+          reject(
+            new DenvError("unavailable", "the service's agent closed the connection before it finished"),
+          );
+      });
+      sock.on("error", () => {});
+    });
+    result.catch(() => {});
+    // The tar goes in frames of at most 1 MiB, waiting for the socket to drain: memory stays flat.
+    for await (const chunk of tar) {
+      const b = Buffer.from(chunk as Buffer);
+      for (let i = 0; i < b.length && !sock.destroyed; i += 1 << 20) {
+        if (!sock.write(frame(0, b.subarray(i, i + (1 << 20)))))
+          await new Promise((r) => sock.once("drain", r));
+      }
+      if (sock.destroyed) break;
+    }
+    if (!sock.destroyed) sock.write(frame(1));
+    const r = await result;
+    if (r.status !== 0)
+      throw fsError(r.status, Buffer.concat(message).toString("utf8"), `writing to ${path} failed`);
+    return { entries: r.entries, bytes: r.bytes };
   }
 
   private async run(sock: Socket, target: AgentTarget, options: ExecOptions): Promise<ExecResult> {
@@ -198,7 +282,9 @@ export class AgentExecutor implements Executor {
         ...env.map(str),
         str(options.cwd ?? ""),
         str(user),
-        u32(target.homeSet ? 0 : 1),
+        // HOME from the user's passwd entry: when the container sets none, and whenever the command
+        // runs as another user than the service's (the container's HOME is its own user's).
+        u32(!target.homeSet || (options.user != null && options.user !== target.defaultUser) ? 1 : 0),
       ]),
     );
     let timedOut = false;

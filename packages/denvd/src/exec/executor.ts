@@ -45,6 +45,17 @@ export interface Executor {
     path: string,
     options: { user?: string | null; maxBytes: number },
   ): Promise<Buffer | null>;
+  /**
+   * Extracts a checked tar at a path in the container as a user (the container's own by default),
+   * creating missing parents and replacing nothing of another kind; null when this executor cannot
+   * reach the container that way right now.
+   */
+  writeFiles?(
+    containerId: string,
+    path: string,
+    tar: Readable,
+    options: { user?: string | null },
+  ): Promise<{ entries: number; bytes: number } | null>;
 }
 
 export const DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024 * 1024;

@@ -413,12 +413,25 @@ export class DockerRuntime implements ContainerRuntime {
   }
 
   async putArchive(id: string, path: string, tar: Readable): Promise<void> {
+    // noOverwriteDirNonDir: the engine refuses to replace a directory with a file (or the other
+    // way round) instead of silently removing what was there.
     await this.docker
       .getContainer(id)
-      .putArchive(tar, { path })
-      .catch((e: unknown) =>
-        mapError(e, `writing files to ${path}`, "the directory does not exist in the service"),
-      );
+      .putArchive(tar, { path, noOverwriteDirNonDir: "true" })
+      .catch((e: unknown) => {
+        const text = String(
+          (e as { json?: { message?: string } }).json?.message ?? (e as Error).message ?? "",
+        );
+        const m = /cannot overwrite (non-)?directory "([^"]*)"/.exec(text);
+        if (m)
+          throw new DenvError(
+            m[1] ? "not_a_directory" : "is_directory",
+            m[1]
+              ? `${m[2]} is a file; a directory cannot replace it`
+              : `${m[2]} is a directory; a file cannot replace it`,
+          );
+        return mapError(e, `writing files to ${path}`, "the directory does not exist in the service");
+      });
   }
 
   async statPath(id: string, path: string): Promise<PathStat | null> {

@@ -247,4 +247,10 @@ export const targetSchema = z.object({
 export const filesQuery = z.object({
   path: z.string().optional().describe("An absolute path in the service"),
   service: z.string().optional().describe("The service (default: the agent's, else the first)"),
+  user: z
+    .string()
+    .min(1)
+    .max(256)
+    .optional()
+    .describe("Who reads or writes (name|uid[:group|gid]); default: the service's own user"),
 });

@@ -98,7 +98,8 @@ export const environmentIoRoutes: ApiRoute[] = [
   route({
     method: "put",
     path: "/v1/envs/{id}/files",
-    summary: "Extract a tar at ?path= in ?service=",
+    summary:
+      "Extract a tar at ?path= in ?service=, as ?user= (default: the service's user): parents are made; a directory is never replaced by a file, nor a file by a directory",
     bodyType: "tar",
     query: filesQuery,
     response: z.object({ entries: z.number(), bytes: z.number() }),
@@ -115,6 +116,7 @@ export const environmentIoRoutes: ApiRoute[] = [
           stack_id: stackId,
           service,
           path,
+          ...(query.user ? { user: query.user } : {}),
           tar_b64: tar.toString("base64"),
         }),
       );
@@ -123,7 +125,8 @@ export const environmentIoRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/envs/{id}/files",
-    summary: "A tar of ?path= in ?service=",
+    summary:
+      "A tar of ?path= in ?service=, read as ?user= (default: the service's user), never following a link",
     query: filesQuery,
     responseType: "tar",
     auth: true,
@@ -132,7 +135,12 @@ export const environmentIoRoutes: ApiRoute[] = [
       const path = containerPath(query.path);
       const { hostId, stackId } = runningOn(e);
       const service = await serviceOf(c.var.deps, e, query.service);
-      const r = await c.var.deps.hub.call(hostId, "get_files", { stack_id: stackId, service, path });
+      const r = await c.var.deps.hub.call(hostId, "get_files", {
+        stack_id: stackId,
+        service,
+        path,
+        ...(query.user ? { user: query.user } : {}),
+      });
       const tar = Buffer.from(r.tar_b64, "base64");
       return c.body(Readable.toWeb(Readable.from(tar)) as ReadableStream, 200, {
         "content-type": "application/x-tar",

@@ -1,0 +1,299 @@
+/*
+ * put: a tar extracted at a path, as the request's user (denvd sends the service's own user unless
+ * another was asked for). Files are created with that user's rights and owned by them; missing
+ * parents are made, owned by them too. Nothing is replaced by something of another kind: a file
+ * where a directory is, or a directory where a file is, is refused, never removed. The tar comes
+ * checked by denvd (tar-sanitizer.ts: relative names, no "..", links inside the tree only, no
+ * special entries, no setuid bits), so this only has to extract it faithfully.
+ *
+ * Request: 0xfffffffd, len path, len user, u32 flags (1: keep the tar's owners; denvd sets it
+ * only for root). Then frames from denvd: 0 tar bytes, 1 end. Answer: frame 2 with a message on
+ * failure, then frame 3: i32 status (FS_*), u32 entries, u64 bytes.
+ */
+#include "denv-agent.h"
+
+#include <sys/time.h>
+
+/* The tar arrives in frames; this reads it as one stream. */
+static int in_conn;
+static char *in_buf;
+static uint32_t in_len, in_off;
+static int in_ended;
+
+static int in_fill(void) {
+  for (;;) {
+    char head[5];
+    if (in_ended || read_full(in_conn, head, 5)) return -1;
+    uint32_t len;
+    memcpy(&len, head + 1, 4);
+    if (len > (16u << 20)) return -1;
+    if (head[0] == 1) {
+      in_ended = 1;
+      return -1;
+    }
+    free(in_buf);
+    in_buf = len ? malloc(len) : NULL;
+    if (len && (!in_buf || read_full(in_conn, in_buf, len))) return -1;
+    in_len = len;
+    in_off = 0;
+    if (len) return 0;
+  }
+}
+
+static int in_read(void *dst, size_t n) {
+  char *p = dst;
+  while (n) {
+    if (in_off == in_len && in_fill()) return -1;
+    size_t take = in_len - in_off < n ? in_len - in_off : n;
+    if (p) memcpy(p, in_buf + in_off, take), p += take;
+    in_off += (uint32_t)take;
+    n -= take;
+  }
+  return 0;
+}
+
+static char put_err[1024];
+static int put_status;
+
+static int put_fail(int err, const char *what, const char *why) {
+  put_status = err ? fs_status(err) : FS_INVALID;
+  snprintf(put_err, sizeof put_err, "%s: %s", what, why ? why : strerror(err));
+  return -1;
+}
+
+/* A numeric tar field: octal, or base-256 when its first byte has the high bit (large sizes). */
+static uint64_t tar_number(const char *f, size_t width) {
+  if ((unsigned char)f[0] & 0x80) {
+    uint64_t v = (unsigned char)f[0] & 0x7f;
+    for (size_t i = 1; i < width; i++) v = (v << 8) | (unsigned char)f[i];
+    return v;
+  }
+  uint64_t v = 0;
+  for (size_t i = 0; i < width && f[i]; i++) {
+    if (f[i] == ' ') continue;
+    if (f[i] < '0' || f[i] > '7') break;
+    v = v * 8 + (uint64_t)(f[i] - '0');
+  }
+  return v;
+}
+
+/* Makes every missing directory of `path` (owned by the user, 0755); a non-directory on the way is refused. */
+static int make_dirs(const char *path, size_t upto) {
+  char p[PATH_MAX];
+  if (upto >= sizeof p) return put_fail(ENAMETOOLONG, path, NULL);
+  memcpy(p, path, upto);
+  p[upto] = 0;
+  for (size_t i = 1; i <= upto; i++) {
+    if (p[i] != '/' && p[i] != 0) continue;
+    char keep = p[i];
+    p[i] = 0;
+    struct stat st;
+    if (mkdir(p, 0755) && errno != EEXIST) {
+      int err = errno;
+      p[i] = keep;
+      return put_fail(err, p, NULL);
+    }
+    if (stat(p, &st)) {
+      int err = errno;
+      return put_fail(err, p, NULL);
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      put_status = FS_NOT_DIR;
+      snprintf(put_err, sizeof put_err, "%s is a file, not a directory; nothing was written under it", p);
+      return -1;
+    }
+    p[i] = keep;
+    if (!keep) break;
+  }
+  return 0;
+}
+
+static int make_parents(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash && slash != path ? make_dirs(path, (size_t)(slash - path)) : 0;
+}
+
+/* Clears the way for a non-directory at `path`: a directory there is refused, anything else goes. */
+static int clear_for_file(const char *path) {
+  struct stat st;
+  if (lstat(path, &st)) return errno == ENOENT ? 0 : put_fail(errno, path, NULL);
+  if (S_ISDIR(st.st_mode)) {
+    put_status = FS_IS_DIR;
+    snprintf(put_err, sizeof put_err, "%s is a directory; a file cannot replace it", path);
+    return -1;
+  }
+  /* A link is replaced (tar's way), a regular file is overwritten in place by open. */
+  if (!S_ISREG(st.st_mode) && unlink(path)) return put_fail(errno, path, NULL);
+  return 0;
+}
+
+static int write_file(const char *path, uint64_t size, mode_t mode, long uid, long gid, int keep, time_t mtime) {
+  if (make_parents(path) || clear_for_file(path)) return -1;
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode);
+  if (fd < 0) return put_fail(errno, path, NULL);
+  char buf[65536];
+  uint64_t left = size;
+  int rc = 0;
+  while (left) {
+    size_t take = left < sizeof buf ? (size_t)left : sizeof buf;
+    if (in_read(buf, take)) {
+      rc = put_fail(0, path, "the tar ended inside this file");
+      break;
+    }
+    if (!rc && write_full(fd, buf, take)) rc = put_fail(errno, path, NULL);
+    left -= take;
+  }
+  if (!rc && fchmod(fd, mode)) rc = put_fail(errno, path, NULL);
+  if (!rc && keep && fchown(fd, (uid_t)uid, (gid_t)gid)) rc = put_fail(errno, path, NULL);
+  if (!rc && mtime > 0) {
+    struct timespec ts[2] = {{mtime, 0}, {mtime, 0}};
+    futimens(fd, ts);
+  }
+  if (close(fd) && !rc) rc = put_fail(errno, path, NULL);
+  return rc;
+}
+
+static int write_dir(const char *path, mode_t mode, long uid, long gid, int keep) {
+  if (make_dirs(path, strlen(path))) return -1;
+  /* An existing directory of another user keeps its mode: only its owner may change it. */
+  if (chmod(path, mode) && errno != EPERM) return put_fail(errno, path, NULL);
+  if (keep && lchown(path, (uid_t)uid, (gid_t)gid)) return put_fail(errno, path, NULL);
+  return 0;
+}
+
+/* One PAX record set: the keys a later header takes its values from. */
+struct pax {
+  char path[PATH_MAX];
+  char link[PATH_MAX];
+  long long size, uid, gid;
+};
+
+static void parse_pax(char *data, size_t len, struct pax *x) {
+  size_t off = 0;
+  while (off < len) {
+    char *rec = data + off;
+    long n = strtol(rec, NULL, 10);
+    if (n <= 0 || off + (size_t)n > len) break;
+    char *kv = memchr(rec, ' ', (size_t)n);
+    char *eq = kv ? memchr(kv, '=', (size_t)(rec + n - kv)) : NULL;
+    if (kv && eq) {
+      size_t klen = (size_t)(eq - kv - 1), vlen = (size_t)(rec + n - eq - 2);
+      char *val = eq + 1;
+      if (klen == 4 && !memcmp(kv + 1, "path", 4) && vlen < sizeof x->path)
+        memcpy(x->path, val, vlen), x->path[vlen] = 0;
+      else if (klen == 8 && !memcmp(kv + 1, "linkpath", 8) && vlen < sizeof x->link)
+        memcpy(x->link, val, vlen), x->link[vlen] = 0;
+      else if (klen == 4 && !memcmp(kv + 1, "size", 4)) x->size = atoll(val);
+      else if (klen == 3 && !memcmp(kv + 1, "uid", 3)) x->uid = atoll(val);
+      else if (klen == 3 && !memcmp(kv + 1, "gid", 3)) x->gid = atoll(val);
+    }
+    off += (size_t)n;
+  }
+}
+
+static int extract(const char *dest, int keep, uint32_t *entries, uint64_t *bytes) {
+  if (make_dirs(dest, strlen(dest))) return -1;
+  struct pax x = {.size = -1, .uid = -1, .gid = -1};
+  for (;;) {
+    unsigned char h[512];
+    if (in_read(h, 512)) return put_fail(0, dest, "the tar ended before its end marker");
+    int zero = 1;
+    for (int i = 0; i < 512 && zero; i++) zero = h[i] == 0;
+    if (zero) return 0;
+    unsigned sum = 0;
+    for (int i = 0; i < 512; i++) sum += (i >= 148 && i < 156) ? ' ' : h[i];
+    if (sum != tar_number((char *)h + 148, 8)) return put_fail(0, dest, "the tar has a damaged header");
+    char type = (char)h[156];
+    uint64_t size = x.size >= 0 ? (uint64_t)x.size : tar_number((char *)h + 124, 12);
+    if (type == 'x' || type == 'g') {
+      if (size > (1u << 20)) return put_fail(0, dest, "the tar has an extended header over 1 MiB");
+      char *data = malloc(size + 1);
+      if (!data || in_read(data, size) || in_read(NULL, (512 - size % 512) % 512)) {
+        free(data);
+        return put_fail(0, dest, "the tar ended inside an extended header");
+      }
+      if (type == 'x') parse_pax(data, size, &x);
+      free(data);
+      continue;
+    }
+    char name[PATH_MAX];
+    if (x.path[0]) snprintf(name, sizeof name, "%s", x.path);
+    else if (h[345]) snprintf(name, sizeof name, "%.155s/%.100s", (char *)h + 345, (char *)h);
+    else snprintf(name, sizeof name, "%.100s", (char *)h);
+    char target_name[PATH_MAX];
+    snprintf(target_name, sizeof target_name, "%s", x.link[0] ? x.link : "");
+    if (!target_name[0]) snprintf(target_name, sizeof target_name, "%.100s", (char *)h + 157);
+    long uid = x.uid >= 0 ? (long)x.uid : (long)tar_number((char *)h + 108, 8);
+    long gid = x.gid >= 0 ? (long)x.gid : (long)tar_number((char *)h + 116, 8);
+    mode_t mode = (mode_t)(tar_number((char *)h + 100, 8) & 0777);
+    time_t mtime = (time_t)tar_number((char *)h + 136, 12);
+    memset(&x, 0, sizeof x);
+    x.size = x.uid = x.gid = -1;
+    size_t nl = strlen(name);
+    while (nl > 1 && name[nl - 1] == '/') name[--nl] = 0;
+    char path[PATH_MAX];
+    int whole = !strcmp(name, ".") || !name[0];
+    if ((size_t)snprintf(path, sizeof path, "%s%s%s", dest, whole ? "" : "/", whole ? "" : name) >= sizeof path)
+      return put_fail(ENAMETOOLONG, name, NULL);
+    int rc;
+    if (type == '5') rc = write_dir(path, mode, uid, gid, keep);
+    else if (type == '0' || type == 0 || type == '7') {
+      rc = write_file(path, size, mode, uid, gid, keep, mtime);
+      if (!rc && in_read(NULL, (512 - size % 512) % 512)) rc = put_fail(0, path, "the tar ended early");
+      *bytes += size;
+    } else if (type == '2') {
+      rc = make_parents(path) || clear_for_file(path) ? -1 : 0;
+      if (!rc && symlink(target_name, path)) rc = put_fail(errno, path, NULL);
+      if (!rc && keep && lchown(path, (uid_t)uid, (gid_t)gid)) rc = put_fail(errno, path, NULL);
+    } else if (type == '1') {
+      char target[PATH_MAX];
+      snprintf(target, sizeof target, "%s/%s", dest, target_name);
+      rc = make_parents(path) || clear_for_file(path) ? -1 : 0;
+      if (!rc && link(target, path)) rc = put_fail(errno, path, NULL);
+    } else rc = put_fail(0, name, "only files, directories and links can be written");
+    if (rc) return -1;
+    (*entries)++;
+  }
+}
+
+void serve_put(int conn) {
+  char *path = read_str(conn);
+  char *user = path ? read_str(conn) : NULL;
+  uint32_t flags;
+  if (!path || !user || read_u32(conn, &flags)) _exit(1);
+  in_conn = conn;
+  signal(SIGPIPE, SIG_IGN);
+  uint32_t entries = 0;
+  uint64_t bytes = 0;
+  put_status = FS_OTHER;
+  int rc = -1;
+  if (user[0]) {
+    struct ids ids;
+    if (resolve_user(user, &ids, put_err, sizeof put_err)) {
+      put_status = FS_NO_USER;
+      goto done;
+    }
+    if (drop_to(&ids)) {
+      put_fail(errno, user, NULL);
+      goto done;
+    }
+  }
+  umask(0);
+  if (path[0] != '/') {
+    put_fail(0, path, "the path must be absolute");
+    goto done;
+  }
+  rc = extract(path, flags & 1, &entries, &bytes);
+done:;
+  int32_t status = rc ? put_status : FS_OK;
+  if (rc && put_err[0]) send_frame(conn, 2, put_err, (uint32_t)strlen(put_err));
+  /* The rest of the tar is not wanted: read it to its end so denvd's writes do not fail first. */
+  while (!in_ended && in_fill() == 0) {}
+  char result[16];
+  memcpy(result, &status, 4);
+  memcpy(result + 4, &entries, 4);
+  memcpy(result + 8, &bytes, 8);
+  send_frame(conn, 3, result, sizeof result);
+  shutdown(conn, SHUT_WR);
+  _exit(0);
+}

@@ -1,0 +1,205 @@
+/**
+ * Files and commands as a framework author expects them, through the raw /v1 API on a real host:
+ * writes and reads as the service's user (or the one asked for), parents made, a directory never
+ * replaced by a file (nor a file by a directory), each failure its own error code in denv's words;
+ * commands with the user's HOME, USER and LOGNAME, and timeouts that kill every process a command
+ * started, setsid and double forks included.
+ */
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import tar from "tar-stream";
+import { type Lab, openLab } from "../security/security-lab.ts";
+
+let lab: Lab;
+/** An image sandbox running as ubuntu (1000), as an agent's box does. */
+let box: string;
+
+type Entry = {
+  name: string;
+  body?: string;
+  type?: "file" | "directory";
+  mode?: number;
+  uid?: number;
+  gid?: number;
+};
+
+async function tarOf(entries: Entry[]): Promise<Uint8Array> {
+  const pack = tar.pack();
+  for (const e of entries) {
+    if (e.type === "directory") pack.entry({ name: e.name, type: "directory", mode: e.mode ?? 0o755 });
+    else pack.entry({ name: e.name, mode: e.mode ?? 0o644, uid: e.uid ?? 0, gid: e.gid ?? 0 }, e.body ?? "");
+  }
+  pack.finalize();
+  const chunks: Buffer[] = [];
+  for await (const c of pack) chunks.push(c as Buffer);
+  return new Uint8Array(Buffer.concat(chunks));
+}
+
+async function filesOf(tarBytes: Buffer): Promise<Record<string, string>> {
+  const out: Record<string, string> = {};
+  const extract = tar.extract();
+  extract.on("entry", (header, stream, next) => {
+    const chunks: Buffer[] = [];
+    stream.on("data", (c) => chunks.push(c as Buffer));
+    stream.on("end", () => {
+      if (header.type === "file") out[header.name] = Buffer.concat(chunks).toString();
+      next();
+    });
+  });
+  await new Promise<void>((resolve, reject) => {
+    extract.on("finish", resolve);
+    extract.on("error", reject);
+    extract.end(tarBytes);
+  });
+  return out;
+}
+
+const put = (env: string, path: string, body: Uint8Array, user?: string) =>
+  lab.api(
+    "PUT",
+    `/v1/envs/${env}/files?path=${encodeURIComponent(path)}${user ? `&user=${user}` : ""}`,
+    body,
+  );
+const get = (env: string, path: string, user?: string) =>
+  lab.api("GET", `/v1/envs/${env}/files?path=${encodeURIComponent(path)}${user ? `&user=${user}` : ""}`);
+async function sh(env: string, command: string, extra: Record<string, unknown> = {}) {
+  const r = await lab.api("POST", `/v1/envs/${env}/exec`, { command, ...extra });
+  assert.equal(r.status, 200, JSON.stringify(r.data));
+  return r.data as { exit_code: number; stdout: string; stderr: string; timed_out: boolean };
+}
+
+/** An error body: its code, and a message with no engine text or container id in it. */
+function refused(r: { status: number; data: any }, status: number, code: string) {
+  assert.equal(r.status, status, JSON.stringify(r.data));
+  assert.equal(r.data.error.code, code);
+  assert.doesNotMatch(
+    r.data.error.message,
+    /HTTP code|no such container|[0-9a-f]{64}|Error response from daemon/,
+  );
+  return r.data.error.message as string;
+}
+
+before(async () => {
+  lab = await openLab();
+  const made = await lab.api("POST", "/v1/sandboxes", {
+    image: "127.0.0.1:5000/denv/opsbox:bookworm",
+    cmd: ["sleep", "infinity"],
+    user: "1000:1000",
+    volumes: ["/home/ubuntu"],
+  });
+  assert.equal(made.status, 201, JSON.stringify(made.data));
+  box = made.data.id;
+});
+
+after(async () => {
+  await lab?.close();
+});
+
+describe("files", () => {
+  test("a file never replaces a directory: the agent's work stays, and the answer says why", async () => {
+    await sh(box, "mkdir -p /home/ubuntu/work && echo kept > /home/ubuntu/work/notes.txt");
+    const r = await put(box, "/home/ubuntu", await tarOf([{ name: "work", body: "flat" }]));
+    const message = refused(r, 409, "is_directory");
+    assert.match(message, /\/home\/ubuntu\/work is a directory/);
+    assert.equal((await sh(box, "cat /home/ubuntu/work/notes.txt")).stdout, "kept\n");
+  });
+
+  test("nor a directory a file", async () => {
+    await sh(box, "echo flat > /home/ubuntu/plain");
+    const r = await put(box, "/home/ubuntu", await tarOf([{ name: "plain/inner.txt", body: "x" }]));
+    refused(r, 409, "not_a_directory");
+    assert.equal((await sh(box, "cat /home/ubuntu/plain")).stdout, "flat\n");
+  });
+
+  test("writes are the service's user's, parents made and owned by them too; root may be asked for", async () => {
+    const r = await put(
+      box,
+      "/home/ubuntu/deep/er",
+      await tarOf([{ name: "f.txt", body: "hi", uid: 0, gid: 0 }]),
+    );
+    assert.equal(r.status, 200, JSON.stringify(r.data));
+    const owners = await sh(
+      box,
+      "stat -c '%u:%g %n' /home/ubuntu/deep /home/ubuntu/deep/er /home/ubuntu/deep/er/f.txt",
+    );
+    assert.deepEqual(owners.stdout.trim().split("\n"), [
+      "1000:1000 /home/ubuntu/deep",
+      "1000:1000 /home/ubuntu/deep/er",
+      "1000:1000 /home/ubuntu/deep/er/f.txt",
+    ]);
+    // The agent's user can change what was uploaded for it.
+    assert.equal(
+      (await sh(box, "echo more >> /home/ubuntu/deep/er/f.txt && cat /home/ubuntu/deep/er/f.txt")).stdout,
+      "himore\n",
+    );
+    const asRoot = await put(
+      box,
+      "/opt/rooted",
+      await tarOf([{ name: "r.txt", body: "r", uid: 0, gid: 0 }]),
+      "root",
+    );
+    assert.equal(asRoot.status, 200, JSON.stringify(asRoot.data));
+    assert.equal((await sh(box, "stat -c %u:%g /opt/rooted/r.txt")).stdout, "0:0\n");
+  });
+
+  test("names with spaces, empty files and an overwrite", async () => {
+    const first = await put(
+      box,
+      "/home/ubuntu/sp ace",
+      await tarOf([{ name: "a b.txt", body: "one" }, { name: "empty" }]),
+    );
+    assert.equal(first.status, 200, JSON.stringify(first.data));
+    const again = await put(box, "/home/ubuntu/sp ace", await tarOf([{ name: "a b.txt", body: "two" }]));
+    assert.equal(again.status, 200, JSON.stringify(again.data));
+    const files = await filesOf((await get(box, "/home/ubuntu/sp ace")).data as Buffer);
+    assert.equal(files["sp ace/a b.txt"], "two");
+    assert.equal(files["sp ace/empty"], "");
+  });
+
+  test("permissions hold: the user cannot read a 000 file nor write where it may not; root can", async () => {
+    await sh(box, "echo secret > /home/ubuntu/locked && chmod 000 /home/ubuntu/locked");
+    refused(await get(box, "/home/ubuntu/locked"), 403, "permission_denied");
+    const asRoot = await get(box, "/home/ubuntu/locked", "root");
+    assert.equal(asRoot.status, 200);
+    assert.equal((await filesOf(asRoot.data as Buffer)).locked, "secret\n");
+    const msg = refused(
+      await put(box, "/etc/denv-test", await tarOf([{ name: "x", body: "x" }])),
+      403,
+      "permission_denied",
+    );
+    assert.match(msg, /\/etc\/denv-test/);
+  });
+
+  test("a missing path, and an unknown user, each say so", async () => {
+    refused(await get(box, "/home/ubuntu/nothing-here"), 404, "not_found");
+    const r = await put(box, "/tmp/x", await tarOf([{ name: "a", body: "a" }]), "nobody-such");
+    const msg = refused(r, 400, "invalid_argument");
+    assert.match(msg, /unable to find user nobody-such/);
+  });
+});
+
+describe("exec", () => {
+  test("HOME, USER and LOGNAME are the user's, and the request's env overrides them", async () => {
+    const own = await sh(box, 'echo "$HOME $USER $LOGNAME"');
+    assert.equal(own.stdout, "/home/ubuntu ubuntu ubuntu\n");
+    const root = await sh(box, 'echo "$HOME $USER $LOGNAME"', { user: "root" });
+    assert.equal(root.stdout, "/root root root\n");
+    const over = await sh(box, 'echo "$HOME $USER"', { env: { HOME: "/tmp", USER: "someone" } });
+    assert.equal(over.stdout, "/tmp someone\n");
+    // bash as the user starts without complaining about another user's profile.
+    const bash = await sh(box, "bash -lc 'echo ok'");
+    assert.equal(bash.stderr, "");
+  });
+
+  test("a timeout kills every process the command started, setsid and double forks included", async () => {
+    const r = await sh(
+      box,
+      "setsid sleep 901 & (sleep 902 &) ; nohup sh -c 'sleep 903' >/dev/null 2>&1 & sleep 904",
+      { timeout_ms: 1500 },
+    );
+    assert.equal(r.timed_out, true);
+    assert.equal(r.exit_code, 137);
+    const left = await sh(box, "ps -eo args | grep -c '^sleep 90[1-4]' || true");
+    assert.equal(left.stdout.trim(), "0");
+  });
+});

@@ -477,8 +477,12 @@ describe("API surface", () => {
           "/v1/projects/{id}/source": { compose: "services: {}" },
           "/v1/envs/{id}/rollback": { version: alphaVersion },
           "/v1/envs/{id}/exec": { command: "true" },
+          "/v1/envs/{id}/files/mkdir": { path: "/x" },
+          "/v1/envs/{id}/files/rename": { from: "/x", to: "/y" },
         };
-        const res = await api(r.method.toUpperCase(), path, valid[r.path] ?? body, otherTeamKey);
+        // A query the route accepts too (the file routes need a path).
+        const query = r.query ? "?path=/x" : "";
+        const res = await api(r.method.toUpperCase(), path + query, valid[r.path] ?? body, otherTeamKey);
         assert.equal(res.status, 404, `${r.method} ${path} with another team's key`);
       }
     }

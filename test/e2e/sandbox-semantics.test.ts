@@ -178,6 +178,125 @@ describe("files", () => {
   });
 });
 
+describe("stat, list, mkdir, remove, rename", () => {
+  const api = (method: string, path: string, body?: unknown) =>
+    lab.api(method, `/v1/envs/${box}${path}`, body);
+
+  test("mkdir makes parents owned by the user; stat and list tell type, size, mode, owner and time", async () => {
+    const made = await api("POST", "/files/mkdir", { path: "/home/ubuntu/tree/sub" });
+    assert.deepEqual(made.data, { created: true });
+    assert.deepEqual((await api("POST", "/files/mkdir", { path: "/home/ubuntu/tree/sub" })).data, {
+      created: false,
+    });
+    await sh(
+      box,
+      "printf abc > /home/ubuntu/tree/sub/f.txt && chmod 640 /home/ubuntu/tree/sub/f.txt && ln -s /etc /home/ubuntu/tree/to-etc",
+    );
+    const st = await api("GET", "/files/stat?path=/home/ubuntu/tree/sub/f.txt");
+    assert.equal(st.status, 200, JSON.stringify(st.data));
+    assert.equal(st.data.type, "file");
+    assert.equal(st.data.size, 3);
+    assert.equal(st.data.mode, 0o640);
+    assert.equal(st.data.owner, "ubuntu");
+    assert.equal(st.data.group, "ubuntu");
+    assert.ok(Math.abs(Date.parse(st.data.modified_at) - Date.now()) < 600_000);
+    const one = await api("GET", "/files/list?path=/home/ubuntu/tree");
+    assert.deepEqual(
+      one.data.entries.map((e: any) => [e.path, e.type, e.link_target]),
+      [
+        ["/home/ubuntu/tree/sub", "directory", null],
+        ["/home/ubuntu/tree/to-etc", "symlink", "/etc"],
+      ],
+    );
+    const deep = await api("GET", "/files/list?path=/home/ubuntu/tree&depth=5");
+    // The link is listed, never entered.
+    assert.deepEqual(
+      deep.data.entries.map((e: any) => e.name),
+      ["sub", "f.txt", "to-etc"],
+    );
+    refused(await api("GET", "/files/list?path=/home/ubuntu/tree/sub/f.txt"), 409, "not_a_directory");
+    refused(await api("GET", "/files/stat?path=/home/ubuntu/none"), 404, "not_found");
+  });
+
+  test("remove: a non-empty directory only when asked to recurse, and never through a link", async () => {
+    await sh(
+      box,
+      "mkdir -p /home/ubuntu/gone/inner && echo x > /home/ubuntu/gone/inner/x && ln -s /home/ubuntu/keep /home/ubuntu/gone/link && mkdir -p /home/ubuntu/keep && echo k > /home/ubuntu/keep/k",
+    );
+    refused(await api("DELETE", "/files?path=/home/ubuntu/gone"), 409, "conflict");
+    const r = await api("DELETE", "/files?path=/home/ubuntu/gone&recursive=true");
+    assert.equal(r.status, 200, JSON.stringify(r.data));
+    assert.equal(
+      (await sh(box, "test -e /home/ubuntu/gone; echo $?; cat /home/ubuntu/keep/k")).stdout,
+      "1\nk\n",
+    );
+    refused(await api("DELETE", "/files?path=/etc/hostname"), 403, "permission_denied");
+    assert.equal((await api("DELETE", "/files?path=/home/ubuntu/keep/k&user=root")).status, 200);
+  });
+
+  test("rename moves, and refuses a file over a directory", async () => {
+    await sh(box, "mkdir -p /home/ubuntu/mv/dir && echo m > /home/ubuntu/mv/a");
+    assert.equal(
+      (await api("POST", "/files/rename", { from: "/home/ubuntu/mv/a", to: "/home/ubuntu/mv/b" })).status,
+      200,
+    );
+    assert.equal((await sh(box, "cat /home/ubuntu/mv/b")).stdout, "m\n");
+    refused(
+      await api("POST", "/files/rename", { from: "/home/ubuntu/mv/b", to: "/home/ubuntu/mv/dir" }),
+      409,
+      "is_directory",
+    );
+    refused(
+      await api("POST", "/files/rename", { from: "/home/ubuntu/mv/none", to: "/home/ubuntu/mv/c" }),
+      404,
+      "not_found",
+    );
+  });
+});
+
+describe("the CLI", () => {
+  test("denv files mkdir, put, ls, stat, mv and rm, as the user", async () => {
+    const { execFile } = await import("node:child_process");
+    const { promisify } = await import("node:util");
+    const { mkdtempSync, writeFileSync } = await import("node:fs");
+    const { join } = await import("node:path");
+    const { tmpdir } = await import("node:os");
+    // Run apart from this process's event loop: the server answering it lives here.
+    const denv = async (...args: string[]) =>
+      (
+        await promisify(execFile)(
+          process.execPath,
+          [join(import.meta.dirname, "../../packages/cli/bin/denv.js"), ...args],
+          {
+            encoding: "utf8",
+            env: { ...process.env, DENV_SERVER: lab.server.url, DENV_API_KEY: lab.keyA, DENV_NO_STDIN: "1" },
+          },
+        )
+      ).stdout;
+    await denv("files", "mkdir", box, "/home/ubuntu/cli/a");
+    const local = mkdtempSync(join(tmpdir(), "denv-cli-"));
+    writeFileSync(join(local, "n.txt"), "note\n");
+    await denv("files", "put", box, join(local, "n.txt"), "/home/ubuntu/cli/a/n.txt");
+    const listed = JSON.parse(await denv("files", "ls", box, "/home/ubuntu/cli", "--depth", "2", "--json"));
+    assert.deepEqual(
+      listed.entries.map((e: any) => [e.name, e.type, e.owner]),
+      [
+        ["a", "directory", "ubuntu"],
+        ["n.txt", "file", "ubuntu"],
+      ],
+    );
+    assert.equal(JSON.parse(await denv("files", "stat", box, "/home/ubuntu/cli/a/n.txt", "--json")).size, 5);
+    await denv("files", "mv", box, "/home/ubuntu/cli/a/n.txt", "/home/ubuntu/cli/m.txt");
+    await denv("files", "rm", box, "-r", "/home/ubuntu/cli/a");
+    assert.deepEqual(
+      JSON.parse(await denv("files", "ls", box, "/home/ubuntu/cli", "--json")).entries.map(
+        (e: any) => e.name,
+      ),
+      ["m.txt"],
+    );
+  });
+});
+
 describe("exec", () => {
   test("HOME, USER and LOGNAME are the user's, and the request's env overrides them", async () => {
     const own = await sh(box, 'echo "$HOME $USER $LOGNAME"');

@@ -61,6 +61,20 @@ static long group_gid(const char *name) {
   return gid;
 }
 
+/* A group's name by gid, into buf ("" when there is none). */
+void group_name_of(gid_t gid, char *buf, size_t len) {
+  buf[0] = 0;
+  char *text = read_small_file("/etc/group");
+  if (!text) return;
+  char *lines = NULL;
+  for (char *line = strtok_r(text, "\n", &lines); line && !buf[0]; line = strtok_r(NULL, "\n", &lines)) {
+    char *f[4];
+    if (split_fields(line, f, 4) < 3) continue;
+    if (all_digits(f[2]) && (gid_t)atol(f[2]) == gid) snprintf(buf, len, "%s", f[0]);
+  }
+  free(text);
+}
+
 /* Supplementary groups: every group that lists the user as a member. */
 static void member_groups(struct ids *out) {
   out->ngroups = 0;

@@ -111,6 +111,7 @@ static void serve(int conn) {
   if (argc == MODE_PORT) serve_port(conn);
   if (argc == MODE_FILES) serve_files(conn);
   if (argc == MODE_PUT) serve_put(conn);
+  if (argc == MODE_FSOP) serve_fsop(conn);
   char **argv = read_list_n(conn, argc);
   char **extra = argv ? read_list(conn, &envc) : NULL;
   char *cwd = extra ? read_str(conn) : NULL;

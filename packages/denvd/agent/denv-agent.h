@@ -33,6 +33,7 @@
 #define MODE_PORT 0xffffffffu
 #define MODE_FILES 0xfffffffeu
 #define MODE_PUT 0xfffffffdu
+#define MODE_FSOP 0xfffffffcu
 #define MAX_IDS_FILE (1 << 20)
 #define MAX_GROUPS 64
 
@@ -62,6 +63,7 @@ char *read_small_file(const char *path);
 int resolve_user(const char *spec, struct ids *out, char *err, size_t errlen);
 int drop_to(const struct ids *ids);
 char **merge_env(char **extra, uint32_t n, const char *home, const char *name);
+void group_name_of(gid_t gid, char *buf, size_t len);
 
 /* agent-ports.c */
 void relay(int a, int b);
@@ -72,6 +74,9 @@ void serve_files(int conn);
 
 /* agent-put.c */
 void serve_put(int conn);
+
+/* agent-fsops.c */
+void serve_fsop(int conn);
 
 /*
  * What a files request ended with (the status of its last frame), for denvd to answer with its

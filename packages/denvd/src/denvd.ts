@@ -22,7 +22,7 @@ import { AgentRegistry } from "./agent-registry.ts";
 import type { EgressEvidence } from "./egress-probe.ts";
 import { AgentExecutor } from "./exec/agent-executor.ts";
 import { EngineExecutor } from "./exec/engine-executor.ts";
-import type { ExecOptions, ExecResult, Executor } from "./exec/executor.ts";
+import type { ExecOptions, ExecResult, Executor, FsRequest } from "./exec/executor.ts";
 import { LABEL } from "./labels.ts";
 import { NetworkAllocator } from "./network-allocator.ts";
 import { type ReconcileReport, reconcile } from "./reconcile.ts";
@@ -30,7 +30,7 @@ import type { ContainerRuntime, Labels } from "./runtime/container-runtime.ts";
 import { snapshotStack } from "./snapshotter.ts";
 import type { DenvdOptions, StackContext } from "./stack-context.ts";
 import { probeStack } from "./stack-egress.ts";
-import { getFiles, putFiles, type ServiceTarget } from "./stack-files.ts";
+import { type FsEntry, fileOp, getFiles, putFiles, type ServiceTarget } from "./stack-files.ts";
 import {
   deleteVersion,
   destroyStack,
@@ -238,6 +238,16 @@ export class Denvd {
     options: { user?: string | null } = {},
   ): Promise<Buffer> {
     return getFiles(this.ctx, this.serviceTarget(stackId, service), path, options);
+  }
+
+  /** stat, list, mkdir, remove or rename in a service, as `user` (see stack-files.ts). */
+  async fileOp(
+    stackId: string,
+    service: string | undefined,
+    request: FsRequest,
+    options: { user?: string | null } = {},
+  ): Promise<{ entries: FsEntry[]; created: boolean }> {
+    return fileOp(this.ctx, this.serviceTarget(stackId, service), request, options);
   }
 
   /** Settles the engine and storage against the records (see reconcile.ts). */

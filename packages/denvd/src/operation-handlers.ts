@@ -79,6 +79,45 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
     get_files: async (p) => ({
       tar_b64: (await denvd.getFiles(p.stack_id, p.service, p.path, { user: p.user })).toString("base64"),
     }),
+    stat_path: async (p) => {
+      const r = await denvd.fileOp(p.stack_id, p.service, { op: "stat", path: p.path }, { user: p.user });
+      const entry = r.entries[0];
+      if (!entry) throw new DenvError("not_found", `${p.path} does not exist in the service`);
+      return entry;
+    },
+    list_path: async (p) => ({
+      entries: (
+        await denvd.fileOp(
+          p.stack_id,
+          p.service,
+          { op: "list", path: p.path, depth: p.depth },
+          { user: p.user },
+        )
+      ).entries,
+    }),
+    make_dir: async (p) => ({
+      created: (
+        await denvd.fileOp(
+          p.stack_id,
+          p.service,
+          { op: "mkdir", path: p.path, parents: p.parents },
+          { user: p.user },
+        )
+      ).created,
+    }),
+    remove_path: async (p) => {
+      await denvd.fileOp(
+        p.stack_id,
+        p.service,
+        { op: "remove", path: p.path, recursive: p.recursive },
+        { user: p.user },
+      );
+      return {};
+    },
+    rename_path: async (p) => {
+      await denvd.fileOp(p.stack_id, p.service, { op: "rename", path: p.from, to: p.to }, { user: p.user });
+      return {};
+    },
     verify_stop: (p) => verifier().stop(p.stack_id),
     verify_collect: (p) => verifier().collect(p.stack_id, p.verify_id),
     verify_grade: (p) => verifier().grade(p.stack_id, p.verify_id),

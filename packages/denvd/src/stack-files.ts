@@ -11,6 +11,7 @@ import { rm } from "node:fs/promises";
 import { join, posix } from "node:path";
 import type { Readable } from "node:stream";
 import { DenvError } from "@denv/protocol";
+import type { FsEntryRaw, FsRequest } from "./exec/executor.ts";
 import type { StackContext } from "./stack-context.ts";
 import { sanitizeTar } from "./tar-sanitizer.ts";
 
@@ -110,6 +111,71 @@ export async function getFiles(
     chunks.push(c as Buffer);
   }
   return Buffer.concat(chunks);
+}
+
+/** A path as the API answers it. */
+export interface FsEntry {
+  path: string;
+  name: string;
+  type: "file" | "directory" | "symlink" | "other";
+  size: number;
+  mode: number;
+  uid: number;
+  gid: number;
+  owner: string | null;
+  group: string | null;
+  modified_at: string;
+  link_target: string | null;
+}
+
+function entryOf(raw: FsEntryRaw, path: string): FsEntry {
+  return {
+    path,
+    name: posix.basename(path) || "/",
+    type: raw.type,
+    size: raw.size,
+    mode: raw.mode,
+    uid: raw.uid,
+    gid: raw.gid,
+    owner: raw.owner,
+    group: raw.group,
+    modified_at: new Date(raw.mtimeMs).toISOString(),
+    link_target: raw.linkTarget,
+  };
+}
+
+/**
+ * stat, list, mkdir, remove and rename in a running service, by its agent, as `user` (the
+ * service's own by default): the kernel holds that user's permissions, and links are reported or
+ * removed as links, never followed inside what is listed or removed.
+ */
+export async function fileOp(
+  ctx: StackContext,
+  target: ServiceTarget,
+  request: FsRequest,
+  options: { user?: string | null } = {},
+): Promise<{ entries: FsEntry[]; created: boolean }> {
+  const clean: FsRequest =
+    request.op === "rename"
+      ? { ...request, path: checkContainerPath(request.path), to: checkContainerPath(request.to) }
+      : { ...request, path: checkContainerPath(request.path) };
+  const st = await ctx.runtime.inspectContainer(target.containerId);
+  if (!st.running || st.paused)
+    throw new DenvError(
+      "conflict",
+      `service ${target.service} is ${st.paused ? "frozen" : "stopped"}; its files can be read with GET /files`,
+    );
+  if (!ctx.executor.fsOp || !ctx.options.agentBinary)
+    throw new DenvError("unavailable", "this host has no agent in its containers to work on files");
+  await ctx.agents.waitConnected(target.stackId, target.service, AGENT_WAIT_MS);
+  const r = await ctx.executor.fsOp(target.containerId, clean, options);
+  if (!r) throw new DenvError("unavailable", "the service's agent is not answering; try again in a moment");
+  return {
+    created: r.created,
+    entries: r.entries.map((e) =>
+      entryOf(e, clean.op === "list" ? posix.join(clean.path, e.name) : clean.path),
+    ),
+  };
 }
 
 /** An absolute path in a container, normalised; `..` and NUL bytes refused. */

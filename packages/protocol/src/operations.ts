@@ -57,6 +57,32 @@ export const execResult = z.object({
 
 const empty = z.object({});
 
+/** A path in a container as the user saw it (a link is reported as a link, not followed). */
+export const fsEntry = z.object({
+  /** The absolute path. */
+  path: z.string(),
+  name: z.string(),
+  type: z.enum(["file", "directory", "symlink", "other"]),
+  size: z.number(),
+  /** Permission bits (0o7777), as a number. */
+  mode: z.number(),
+  uid: z.number(),
+  gid: z.number(),
+  /** The owner's and group's names in the container's own files, when they have one. */
+  owner: z.string().nullable(),
+  group: z.string().nullable(),
+  modified_at: z.string(),
+  link_target: z.string().nullable(),
+});
+
+/** Which service, and as whom (the service's own user when none is given). */
+const inService = {
+  stack_id: stackId,
+  service: serviceName.optional(),
+  user: z.string().min(1).max(256).optional(),
+};
+const containerPath = z.string().min(1).max(4096);
+
 export const OPERATIONS = {
   /** Images present (pulled by digest when missing) and fresh, empty datasets. */
   prepare: {
@@ -127,6 +153,25 @@ export const OPERATIONS = {
       user: z.string().min(1).max(256).optional(),
     }),
     result: z.object({ tar_b64: z.string() }),
+  },
+  /** A path's type, size, mode, owner and time. */
+  stat_path: { params: z.strictObject({ ...inService, path: containerPath }), result: fsEntry },
+  /** A directory's entries, one level (depth 1) or deeper; links are listed, not entered. */
+  list_path: {
+    params: z.strictObject({ ...inService, path: containerPath, depth: z.number().int().min(1).max(64) }),
+    result: z.object({ entries: z.array(fsEntry) }),
+  },
+  make_dir: {
+    params: z.strictObject({ ...inService, path: containerPath, parents: z.boolean() }),
+    result: z.object({ created: z.boolean() }),
+  },
+  remove_path: {
+    params: z.strictObject({ ...inService, path: containerPath, recursive: z.boolean() }),
+    result: empty,
+  },
+  rename_path: {
+    params: z.strictObject({ ...inService, from: containerPath, to: containerPath }),
+    result: empty,
   },
   verify_stop: {
     params: stack,

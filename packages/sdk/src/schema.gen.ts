@@ -408,15 +408,6 @@ export type PostV1EnvsByIdExecBody = {
   encoding?: "utf8" | "base64";
 };
 
-/** Extract a tar at ?path= in ?service=, as ?user= (default: the service's user): parents are made; a directory is never replaced by a file, nor a file by a directory — PUT /v1/envs/{id}/files */
-export type PutV1EnvsByIdFilesResponse = {
-  entries: number;
-  bytes: number;
-};
-
-/** A tar of ?path= in ?service=, read as ?user= (default: the service's user), never following a link — GET /v1/envs/{id}/files */
-export type GetV1EnvsByIdFilesResponse = Uint8Array;
-
 /** A URL reaching a TCP port inside a service (HTTP and WebSocket), relayed through the host's connection; the URL is the credential — POST /v1/envs/{id}/ports/{port} */
 export type PostV1EnvsByIdPortsByPortResponse = {
   url: string;
@@ -450,6 +441,75 @@ export type DeleteV1EnvsByIdPortsResponse = {
 /** Stop one service's container; the rest of the environment keeps running — POST /v1/envs/{id}/services/{service}/stop */
 export type PostV1EnvsByIdServicesByServiceStopResponse = {
   stopped: string;
+};
+
+/** Extract a tar at ?path= in ?service=, as ?user= (default: the service's user): parents are made; a directory is never replaced by a file, nor a file by a directory — PUT /v1/envs/{id}/files */
+export type PutV1EnvsByIdFilesResponse = {
+  entries: number;
+  bytes: number;
+};
+
+/** A tar of ?path= in ?service=, read as ?user= (default: the service's user), never following a link — GET /v1/envs/{id}/files */
+export type GetV1EnvsByIdFilesResponse = Uint8Array;
+
+/** Remove a file, a link, or an empty directory (recursive=true: a whole tree, following no link) — DELETE /v1/envs/{id}/files */
+export type DeleteV1EnvsByIdFilesResponse = {
+  removed: string;
+};
+
+/** A path's type, size, mode, owner and modification time (a link is reported as a link) — GET /v1/envs/{id}/files/stat */
+export type GetV1EnvsByIdFilesStatResponse = {
+  path: string;
+  name: string;
+  type: "file" | "directory" | "symlink" | "other";
+  size: number;
+  mode: number;
+  uid: number;
+  gid: number;
+  owner: string | null;
+  group: string | null;
+  modified_at: string;
+  link_target: string | null;
+};
+
+/** A directory's entries: one level (depth=1, the default) or deeper, up to 100,000; links are listed, not entered — GET /v1/envs/{id}/files/list */
+export type GetV1EnvsByIdFilesListResponse = {
+  entries: Array<{
+    path: string;
+    name: string;
+    type: "file" | "directory" | "symlink" | "other";
+    size: number;
+    mode: number;
+    uid: number;
+    gid: number;
+    owner: string | null;
+    group: string | null;
+    modified_at: string;
+    link_target: string | null;
+  }>;
+};
+
+/** Make a directory (and its parents, unless parents is false), owned by the user — POST /v1/envs/{id}/files/mkdir */
+export type PostV1EnvsByIdFilesMkdirResponse = {
+  created: boolean;
+};
+export type PostV1EnvsByIdFilesMkdirBody = {
+  path: string;
+  parents?: boolean;
+  service?: string;
+  user?: string;
+};
+
+/** Rename or move a path (a file over a directory, or a directory over a file, is refused) — POST /v1/envs/{id}/files/rename */
+export type PostV1EnvsByIdFilesRenameResponse = {
+  from: string;
+  to: string;
+};
+export type PostV1EnvsByIdFilesRenameBody = {
+  from: string;
+  to: string;
+  service?: string;
+  user?: string;
 };
 
 /** Any method, and WebSocket upgrades: relayed to the port a port URL names, with {path} as the request path — GET /v1/tunnels/{token}/{path} */
@@ -602,13 +662,18 @@ export const OPERATIONS = {
   postV1EnvsByIdVerify: { method: "POST", path: "/v1/envs/{id}/verify", params: ["id"], body: "json", response: "json" },
   getV1VersionsById: { method: "GET", path: "/v1/versions/{id}", params: ["id"], body: "none", response: "json" },
   postV1EnvsByIdExec: { method: "POST", path: "/v1/envs/{id}/exec", params: ["id"], body: "json", response: "json" },
-  putV1EnvsByIdFiles: { method: "PUT", path: "/v1/envs/{id}/files", params: ["id"], body: "tar", response: "json" },
-  getV1EnvsByIdFiles: { method: "GET", path: "/v1/envs/{id}/files", params: ["id"], body: "none", response: "tar" },
   postV1EnvsByIdPortsByPort: { method: "POST", path: "/v1/envs/{id}/ports/{port}", params: ["id","port"], body: "json", response: "json" },
   deleteV1EnvsByIdPortsByPort: { method: "DELETE", path: "/v1/envs/{id}/ports/{port}", params: ["id","port"], body: "none", response: "json" },
   getV1EnvsByIdPorts: { method: "GET", path: "/v1/envs/{id}/ports", params: ["id"], body: "none", response: "json" },
   deleteV1EnvsByIdPorts: { method: "DELETE", path: "/v1/envs/{id}/ports", params: ["id"], body: "none", response: "json" },
   postV1EnvsByIdServicesByServiceStop: { method: "POST", path: "/v1/envs/{id}/services/{service}/stop", params: ["id","service"], body: "none", response: "json" },
+  putV1EnvsByIdFiles: { method: "PUT", path: "/v1/envs/{id}/files", params: ["id"], body: "tar", response: "json" },
+  getV1EnvsByIdFiles: { method: "GET", path: "/v1/envs/{id}/files", params: ["id"], body: "none", response: "tar" },
+  deleteV1EnvsByIdFiles: { method: "DELETE", path: "/v1/envs/{id}/files", params: ["id"], body: "none", response: "json" },
+  getV1EnvsByIdFilesStat: { method: "GET", path: "/v1/envs/{id}/files/stat", params: ["id"], body: "none", response: "json" },
+  getV1EnvsByIdFilesList: { method: "GET", path: "/v1/envs/{id}/files/list", params: ["id"], body: "none", response: "json" },
+  postV1EnvsByIdFilesMkdir: { method: "POST", path: "/v1/envs/{id}/files/mkdir", params: ["id"], body: "json", response: "json" },
+  postV1EnvsByIdFilesRename: { method: "POST", path: "/v1/envs/{id}/files/rename", params: ["id"], body: "json", response: "json" },
   getV1TunnelsByTokenByPath: { method: "GET", path: "/v1/tunnels/{token}/{path}", params: ["token","path"], body: "none", response: "json" },
   postV1Sandboxes: { method: "POST", path: "/v1/sandboxes", params: [], body: "json", response: "json" },
   getV1Targets: { method: "GET", path: "/v1/targets", params: [], body: "none", response: "json" },
@@ -643,13 +708,18 @@ export interface Operations {
   postV1EnvsByIdVerify: { params: { id: string }; body: PostV1EnvsByIdVerifyBody; response: PostV1EnvsByIdVerifyResponse };
   getV1VersionsById: { params: { id: string }; body: undefined; response: GetV1VersionsByIdResponse };
   postV1EnvsByIdExec: { params: { id: string }; body: PostV1EnvsByIdExecBody; response: PostV1EnvsByIdExecResponse };
-  putV1EnvsByIdFiles: { params: { id: string }; body: Uint8Array; response: PutV1EnvsByIdFilesResponse };
-  getV1EnvsByIdFiles: { params: { id: string }; body: undefined; response: GetV1EnvsByIdFilesResponse };
   postV1EnvsByIdPortsByPort: { params: { id: string; port: string }; body: PostV1EnvsByIdPortsByPortBody; response: PostV1EnvsByIdPortsByPortResponse };
   deleteV1EnvsByIdPortsByPort: { params: { id: string; port: string }; body: undefined; response: DeleteV1EnvsByIdPortsByPortResponse };
   getV1EnvsByIdPorts: { params: { id: string }; body: undefined; response: GetV1EnvsByIdPortsResponse };
   deleteV1EnvsByIdPorts: { params: { id: string }; body: undefined; response: DeleteV1EnvsByIdPortsResponse };
   postV1EnvsByIdServicesByServiceStop: { params: { id: string; service: string }; body: undefined; response: PostV1EnvsByIdServicesByServiceStopResponse };
+  putV1EnvsByIdFiles: { params: { id: string }; body: Uint8Array; response: PutV1EnvsByIdFilesResponse };
+  getV1EnvsByIdFiles: { params: { id: string }; body: undefined; response: GetV1EnvsByIdFilesResponse };
+  deleteV1EnvsByIdFiles: { params: { id: string }; body: undefined; response: DeleteV1EnvsByIdFilesResponse };
+  getV1EnvsByIdFilesStat: { params: { id: string }; body: undefined; response: GetV1EnvsByIdFilesStatResponse };
+  getV1EnvsByIdFilesList: { params: { id: string }; body: undefined; response: GetV1EnvsByIdFilesListResponse };
+  postV1EnvsByIdFilesMkdir: { params: { id: string }; body: PostV1EnvsByIdFilesMkdirBody; response: PostV1EnvsByIdFilesMkdirResponse };
+  postV1EnvsByIdFilesRename: { params: { id: string }; body: PostV1EnvsByIdFilesRenameBody; response: PostV1EnvsByIdFilesRenameResponse };
   getV1TunnelsByTokenByPath: { params: { token: string; path: string }; body: undefined; response: GetV1TunnelsByTokenByPathResponse };
   postV1Sandboxes: { params: {  }; body: PostV1SandboxesBody; response: PostV1SandboxesResponse };
   getV1Targets: { params: {  }; body: undefined; response: GetV1TargetsResponse };

@@ -68,6 +68,27 @@ class Environment(TypedDict):
     deployment_id: NotRequired[str]
 
 
+class FileEntry(TypedDict):
+    """A path in a service as its user saw it (GET /v1/envs/{id}/files/stat and /list)."""
+
+    path: str
+    name: str
+    type: Literal["file", "directory", "symlink", "other"]
+    size: int
+    mode: int
+    uid: int
+    gid: int
+    owner: str | None
+    group: str | None
+    modified_at: str
+    link_target: str | None
+
+
+def _who(fields: dict[str, Any], service: str | None, user: str | None) -> dict[str, Any]:
+    """A files request's fields, with the service and the user when given."""
+    return {**fields, **({"service": service} if service else {}), **({"user": user} if user else {})}
+
+
 class Project(TypedDict):
     id: str
     name: str
@@ -367,6 +388,35 @@ class Client:
                     f = tf.extractfile(m)
                     out[m.name] = f.read() if f else b""
         return out
+
+    def stat(self, env: str, path: str, *, service: str | None = None, user: str | None = None) -> FileEntry:
+        """A path's type, size, mode, owner and modification time (a link is reported as a link)."""
+        return self._json("GET", f"/v1/envs/{self._q(env)}/files/stat", query=_who({"path": path}, service, user))
+
+    def list(
+        self, env: str, path: str, *, depth: int = 1, service: str | None = None, user: str | None = None
+    ) -> list[FileEntry]:
+        """A directory's entries, ``depth`` levels down (links are listed, not entered)."""
+        q = _who({"path": path, "depth": str(depth)}, service, user)
+        return self._json("GET", f"/v1/envs/{self._q(env)}/files/list", query=q)["entries"]
+
+    def mkdir(
+        self, env: str, path: str, *, parents: bool = True, service: str | None = None, user: str | None = None
+    ) -> bool:
+        """Makes a directory (and its parents), owned by the user; False when it was already there."""
+        body = _who({"path": path, "parents": parents}, service, user)
+        return bool(self._json("POST", f"/v1/envs/{self._q(env)}/files/mkdir", body)["created"])
+
+    def remove(
+        self, env: str, path: str, *, recursive: bool = False, service: str | None = None, user: str | None = None
+    ) -> None:
+        """Removes a file, a link or an empty directory; ``recursive`` removes a whole tree."""
+        q = _who({"path": path, **({"recursive": "true"} if recursive else {})}, service, user)
+        self._json("DELETE", f"/v1/envs/{self._q(env)}/files", query=q)
+
+    def rename(self, env: str, src: str, dst: str, *, service: str | None = None, user: str | None = None) -> None:
+        """Renames or moves a path; a file over a directory (or the reverse) is refused."""
+        self._json("POST", f"/v1/envs/{self._q(env)}/files/rename", _who({"from": src, "to": dst}, service, user))
 
     # --- hosts and targets --------------------------------------------------------------------
 

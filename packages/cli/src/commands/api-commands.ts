@@ -10,8 +10,9 @@ import { readConfig, writeConfig } from "../config.ts";
 import { printJson, UsageError } from "../output.ts";
 import { type GlobalOpts, run } from "./command-runner.ts";
 import { registerEnvironmentCommands } from "./environment-commands.ts";
+import { registerExecCommands } from "./exec-commands.ts";
+import { registerFileCommands } from "./file-commands.ts";
 import { registerHostCommands } from "./host-commands.ts";
-import { registerIoCommands } from "./io-commands.ts";
 import { registerProjectCommands } from "./project-commands.ts";
 
 export { printPhaseLog } from "./command-runner.ts";
@@ -43,6 +44,7 @@ export function registerApiCommands(program: Command): void {
 
   registerProjectCommands(program);
   registerEnvironmentCommands(program);
-  registerIoCommands(program);
+  registerExecCommands(program);
+  registerFileCommands(program);
   registerHostCommands(program);
 }

@@ -15,6 +15,8 @@ import {
   type ExecOptions,
   type ExecResult,
   type Executor,
+  type FsEntryRaw,
+  type FsRequest,
 } from "./executor.ts";
 
 export interface AgentTarget {
@@ -29,6 +31,41 @@ export interface AgentTarget {
 const KEEP = 0xffffffff;
 const MODE_FILES = 0xfffffffe;
 const MODE_PUT = 0xfffffffd;
+const MODE_FSOP = 0xfffffffc;
+const FS_OPS = { stat: 1, list: 2, mkdir: 3, remove: 4, rename: 5 } as const;
+const ENTRY_TYPES = ["file", "directory", "symlink", "other"] as const;
+
+/** One entry record of the agent's (agent-fsops.c); null when it is not one. */
+function parseEntry(b: Buffer): FsEntryRaw | null {
+  // u8 type, u32 mode, u32 uid, u32 gid, u64 size, i64 mtime s, u32 mtime ns: 33 bytes, then strings.
+  if (b.length < 33) return null;
+  let off = 33;
+  const str = (): string | null => {
+    if (off + 4 > b.length) return null;
+    const len = b.readUInt32LE(off);
+    if (off + 4 + len > b.length) return null;
+    const s = b.subarray(off + 4, off + 4 + len).toString("utf8");
+    off += 4 + len;
+    return s;
+  };
+  const name = str();
+  const link = str();
+  const owner = str();
+  const group = str();
+  if (name === null || link === null || owner === null || group === null) return null;
+  return {
+    name,
+    type: ENTRY_TYPES[b[0] as number] ?? "other",
+    mode: b.readUInt32LE(1),
+    uid: b.readUInt32LE(5),
+    gid: b.readUInt32LE(9),
+    size: Number(b.readBigUInt64LE(13)),
+    mtimeMs: Number(b.readBigInt64LE(21)) * 1000 + Math.floor(b.readUInt32LE(29) / 1e6),
+    linkTarget: b[0] === 2 ? link : null,
+    owner: owner || null,
+    group: group || null,
+  };
+}
 
 /** What a files request ended with (agent/denv-agent.h, FS_*), as denv's error codes. */
 const FS_ERRORS: Record<number, ErrorCode> = {
@@ -263,6 +300,69 @@ export class AgentExecutor implements Executor {
     if (r.status !== 0)
       throw fsError(r.status, Buffer.concat(message).toString("utf8"), `writing to ${path} failed`);
     return { entries: r.entries, bytes: r.bytes };
+  }
+
+  /** A file operation by the container's agent, as `user` (the container's own by default). */
+  async fsOp(
+    containerId: string,
+    request: FsRequest,
+    options: { user?: string | null },
+  ): Promise<{ entries: FsEntryRaw[]; created: boolean } | null> {
+    const target = this.targets(containerId);
+    const sock = target ? await target.dial() : null;
+    if (!target || !sock) return null;
+    const user = options.user ?? target.defaultUser ?? "";
+    const flags =
+      (request.op === "mkdir" && request.parents) || (request.op === "remove" && request.recursive) ? 1 : 0;
+    sock.write(
+      Buffer.concat([
+        u32(MODE_FSOP),
+        u32(FS_OPS[request.op]),
+        str(request.path),
+        str(request.op === "rename" ? request.to : ""),
+        str(user),
+        u32(flags),
+        u32(request.op === "list" ? request.depth : 0),
+      ]),
+    );
+    const entries: FsEntryRaw[] = [];
+    const message: Buffer[] = [];
+    let created = false;
+    const status = await new Promise<number>((resolve, reject) => {
+      let done = false;
+      readFrames(
+        sock,
+        (type, data) => {
+          if (type === 4) {
+            const e = parseEntry(data);
+            if (!e) {
+              sock.destroy();
+              reject(
+                new DenvError("unavailable", "the service's agent broke the protocol (a malformed entry)"),
+              );
+            } else entries.push(e);
+          } else if (type === 5) created = data[0] === 1;
+          else if (type === 2) {
+            if (message.length < 8) message.push(data);
+          } else if (type === 3 && data.length >= 4) {
+            done = true;
+            resolve(data.readInt32LE(0));
+            sock.destroy();
+          }
+        },
+        reject,
+      );
+      sock.on("close", () => {
+        if (!done)
+          reject(
+            new DenvError("unavailable", "the service's agent closed the connection before it finished"),
+          );
+      });
+      sock.on("error", () => {});
+    });
+    if (status !== 0)
+      throw fsError(status, Buffer.concat(message).toString("utf8"), `${request.op} ${request.path} failed`);
+    return { entries, created };
   }
 
   private async run(sock: Socket, target: AgentTarget, options: ExecOptions): Promise<ExecResult> {

@@ -32,6 +32,29 @@ export interface ExecResult {
   durationMs: number;
 }
 
+/** A file operation in a container, as a user (stat, list, mkdir, remove, rename). */
+export type FsRequest =
+  | { op: "stat"; path: string }
+  | { op: "list"; path: string; depth: number }
+  | { op: "mkdir"; path: string; parents: boolean }
+  | { op: "remove"; path: string; recursive: boolean }
+  | { op: "rename"; path: string; to: string };
+
+/** A path as the agent saw it (lstat: a link is reported as a link). */
+export interface FsEntryRaw {
+  /** The path (stat), or the name relative to the listed directory (list). */
+  name: string;
+  type: "file" | "directory" | "symlink" | "other";
+  mode: number;
+  uid: number;
+  gid: number;
+  size: number;
+  mtimeMs: number;
+  linkTarget: string | null;
+  owner: string | null;
+  group: string | null;
+}
+
 export interface Executor {
   exec(containerId: string, options: ExecOptions): Promise<ExecResult>;
   /** A byte stream to a TCP port inside the container (loopback), where the executor can reach it. */
@@ -56,6 +79,12 @@ export interface Executor {
     tar: Readable,
     options: { user?: string | null },
   ): Promise<{ entries: number; bytes: number } | null>;
+  /** A file operation as a user; null when this executor cannot reach the container that way now. */
+  fsOp?(
+    containerId: string,
+    request: FsRequest,
+    options: { user?: string | null },
+  ): Promise<{ entries: FsEntryRaw[]; created: boolean } | null>;
 }
 
 export const DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024 * 1024;

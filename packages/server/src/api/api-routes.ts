@@ -8,6 +8,7 @@ import { deploymentRoutes } from "./deployment-routes.ts";
 import { downloadRoutes } from "./download-routes.ts";
 import { environmentIoRoutes } from "./environment-io-routes.ts";
 import { environmentRoutes } from "./environment-routes.ts";
+import { fileRoutes } from "./file-routes.ts";
 import { hostRoutes } from "./host-routes.ts";
 import { openApiDocument } from "./openapi-document.ts";
 import { projectRoutes } from "./project-routes.ts";
@@ -30,6 +31,7 @@ export const RESOURCES: Record<string, ApiRoute[]> = {
   projects: projectRoutes,
   deployments: deploymentRoutes,
   environments: [...environmentRoutes, ...environmentIoRoutes],
+  files: fileRoutes,
   tunnels: tunnelRoutes,
   sandboxes: sandboxRoutes,
   clouds: cloudRoutes,

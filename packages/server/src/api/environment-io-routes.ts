@@ -1,27 +1,17 @@
 /**
- * Reaching into a running environment: exec, files in and out, port URLs, and stopping one
- * service. Each goes to the environment's host as a typed host operation.
+ * Reaching into a running environment: exec, port URLs, and stopping one service (files are in
+ * file-routes.ts). Each goes to the environment's host as a typed host operation.
  */
-import { Readable } from "node:stream";
 import { isDenvError, type OpResult } from "@denv/protocol";
 import { stream } from "hono/streaming";
 import { z } from "zod";
 import { createPortUrl, listPortUrls, revokePortUrls } from "../port-tunnels.ts";
 import { type ApiRoute, route } from "./api-route.ts";
-import {
-  execBody,
-  execResult,
-  filesQuery,
-  portUrlBody,
-  portUrlCreated,
-  portUrlListed,
-} from "./api-schemas.ts";
-import { containerPath, envOf, runningOn, serviceOf, tcpPort } from "./environment-access.ts";
+import { execBody, execResult, portUrlBody, portUrlCreated, portUrlListed } from "./api-schemas.ts";
+import { envOf, runningOn, serviceOf, tcpPort } from "./environment-access.ts";
 
 /** Exec stdin travels as base64 in JSON: 50 MiB of it. */
 const EXEC_LIMIT_BYTES = 80 * 1024 * 1024;
-/** Files travel to the host inside one message (MAX_MESSAGE_BYTES, base64): 64 MiB of tar fits. */
-const FILES_LIMIT_BYTES = 64 * 1024 * 1024;
 
 /** A host's exec result as the API answers it: output decoded to utf8 unless base64 was asked. */
 function execAnswer(r: OpResult<"exec">, encoding: "utf8" | "base64", withOutput: boolean) {
@@ -92,58 +82,6 @@ export const environmentIoRoutes: ApiRoute[] = [
           );
         }
         await writes;
-      });
-    },
-  }),
-  route({
-    method: "put",
-    path: "/v1/envs/{id}/files",
-    summary:
-      "Extract a tar at ?path= in ?service=, as ?user= (default: the service's user): parents are made; a directory is never replaced by a file, nor a file by a directory",
-    bodyType: "tar",
-    query: filesQuery,
-    response: z.object({ entries: z.number(), bytes: z.number() }),
-    auth: true,
-    bodyLimitBytes: FILES_LIMIT_BYTES,
-    handler: async (c, { query }) => {
-      const e = await envOf(c);
-      const path = containerPath(query.path);
-      const { hostId, stackId } = runningOn(e);
-      const service = await serviceOf(c.var.deps, e, query.service);
-      const tar = Buffer.from(await c.req.arrayBuffer());
-      return c.json(
-        await c.var.deps.hub.call(hostId, "put_files", {
-          stack_id: stackId,
-          service,
-          path,
-          ...(query.user ? { user: query.user } : {}),
-          tar_b64: tar.toString("base64"),
-        }),
-      );
-    },
-  }),
-  route({
-    method: "get",
-    path: "/v1/envs/{id}/files",
-    summary:
-      "A tar of ?path= in ?service=, read as ?user= (default: the service's user), never following a link",
-    query: filesQuery,
-    responseType: "tar",
-    auth: true,
-    handler: async (c, { query }) => {
-      const e = await envOf(c);
-      const path = containerPath(query.path);
-      const { hostId, stackId } = runningOn(e);
-      const service = await serviceOf(c.var.deps, e, query.service);
-      const r = await c.var.deps.hub.call(hostId, "get_files", {
-        stack_id: stackId,
-        service,
-        path,
-        ...(query.user ? { user: query.user } : {}),
-      });
-      const tar = Buffer.from(r.tar_b64, "base64");
-      return c.body(Readable.toWeb(Readable.from(tar)) as ReadableStream, 200, {
-        "content-type": "application/x-tar",
       });
     },
   }),

@@ -34,6 +34,19 @@ const nextId = (prefix: "stk" | "ver") => `${prefix}_${hex(++counter + 0xabc000)
 
 const health = { services: { box: { healthy_ms: 5, method: "running" as const, checks: 0 } }, ms: 5 };
 const egress = { result: "blocked" as const, target: "172.17.0.1:9", outcome: "timeout" as const, ms: 3 };
+const entry = (path: string) => ({
+  path,
+  name: path.split("/").pop() ?? "",
+  type: "file" as const,
+  size: 3,
+  mode: 0o644,
+  uid: 1000,
+  gid: 1000,
+  owner: "ubuntu",
+  group: "ubuntu",
+  modified_at: new Date(0).toISOString(),
+  link_target: null,
+});
 const handlers: DoubleHandlers = {
   snapshot: () => {
     const id = nextId("ver");
@@ -74,6 +87,11 @@ const handlers: DoubleHandlers = {
   put_files: () => ({ entries: 1, bytes: 5 }),
   get_files: () => ({ tar_b64: Buffer.alloc(1024).toString("base64") }),
   stop_service: (p: OpCheckedParams<"stop_service">) => ({ stopped: p.service }),
+  stat_path: (p: OpCheckedParams<"stat_path">) => entry(p.path),
+  list_path: (p: OpCheckedParams<"list_path">) => ({ entries: [entry(`${p.path}/a.txt`)] }),
+  make_dir: () => ({ created: true }),
+  remove_path: () => ({}),
+  rename_path: () => ({}),
   verify_stop: () => ({ service: "box", frozen: true, ms: 1 }),
   verify_collect: () => ({ refused: null, files: [], file_count: 0, missing: [], bytes: 0 }),
   verify_grade: () => ({
@@ -303,6 +321,31 @@ const CASES: Record<string, Case> = {
     status: 200,
   },
   "get /v1/envs/{id}/files": { path: () => `/v1/envs/${a.env}/files`, query: "?path=/work", status: 200 },
+  "get /v1/envs/{id}/files/stat": {
+    path: () => `/v1/envs/${a.env}/files/stat`,
+    query: "?path=/work",
+    status: 200,
+  },
+  "get /v1/envs/{id}/files/list": {
+    path: () => `/v1/envs/${a.env}/files/list`,
+    query: "?path=/work&depth=2",
+    status: 200,
+  },
+  "post /v1/envs/{id}/files/mkdir": {
+    path: () => `/v1/envs/${a.env}/files/mkdir`,
+    body: () => ({ path: "/work/new" }),
+    status: 200,
+  },
+  "delete /v1/envs/{id}/files": {
+    path: () => `/v1/envs/${a.env}/files`,
+    query: "?path=/work/old",
+    status: 200,
+  },
+  "post /v1/envs/{id}/files/rename": {
+    path: () => `/v1/envs/${a.env}/files/rename`,
+    body: () => ({ from: "/work/a", to: "/work/b" }),
+    status: 200,
+  },
   "post /v1/envs/{id}/ports/{port}": {
     path: () => `/v1/envs/${a.env}/ports/8080`,
     body: () => ({}),

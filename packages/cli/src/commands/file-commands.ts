@@ -1,4 +1,7 @@
-/** Exec and files: commands and files in and out of an environment's service. */
+/**
+ * Files in an environment's service, as the service's user unless --user says otherwise: put and
+ * get (tars), and ls, stat, mkdir, rm and mv.
+ */
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { basename, dirname, join, posix } from "node:path";
 import { Readable } from "node:stream";
@@ -7,59 +10,7 @@ import tar from "tar-stream";
 import { printJson, UsageError } from "../output.ts";
 import { envParam, run } from "./command-runner.ts";
 
-export function registerIoCommands(program: Command): void {
-  const exec = program
-    .command("exec")
-    .description("Run a command in an environment's service; its exit code passes through")
-    .argument("<env>")
-    .argument("<command...>", "after --")
-    .option("--service <name>", "the service (default: the agent's)")
-    .option("--user <user>", "run as this user")
-    .option("--cwd <dir>", "working directory")
-    .option("--timeout <ms>", "kill the command's process tree after this many ms")
-    .option("--json", "print JSON (exit code, stdout, stderr)")
-    .addHelpText(
-      "after",
-      '\nExample:\n  denv exec --service opsbox rollout-017 -- psql -c "select count(*) from orders"',
-    );
-  exec.action(
-    run(
-      exec,
-      async (
-        client,
-        json,
-        env: string,
-        command: string[],
-        o: { service?: string; user?: string; cwd?: string; timeout?: string },
-      ) => {
-        const stdin = process.stdin.isTTY || process.env.DENV_NO_STDIN ? undefined : await readStdinIfPiped();
-        const body = {
-          command,
-          ...(o.service ? { service: o.service } : {}),
-          ...(o.user ? { user: o.user } : {}),
-          ...(o.cwd ? { cwd: o.cwd } : {}),
-          ...(o.timeout ? { timeout_ms: Number(o.timeout) } : {}),
-          ...(stdin?.length ? { stdin: stdin.toString("base64") } : {}),
-          encoding: "base64" as const,
-        };
-        if (json) {
-          const r = await client().call("postV1EnvsByIdExec", { params: envParam(env), body });
-          const out = Buffer.from(r.stdout, "base64");
-          const err = Buffer.from(r.stderr, "base64");
-          printJson({ ...r, stdout: out.toString("utf8"), stderr: err.toString("utf8"), encoding: "utf8" });
-          return r.exit_code;
-        }
-        // Output streams as the command writes it.
-        const r = await client().execStream(env, body, (which, data) => {
-          (which === "stdout" ? process.stdout : process.stderr).write(data);
-        });
-        if (r.timed_out)
-          process.stderr.write(`denv: the command timed out after ${o.timeout} ms and was killed\n`);
-        return r.exit_code;
-      },
-    ),
-  );
-
+export function registerFileCommands(program: Command): void {
   const files = program.command("files").description("Move files in and out of an environment's service");
   const put = files
     .command("put")
@@ -145,13 +96,7 @@ export function registerIoCommands(program: Command): void {
       },
     ),
   );
-}
-
-async function readStdinIfPiped(): Promise<Buffer | undefined> {
-  if (process.stdin.isTTY) return undefined;
-  const chunks: Buffer[] = [];
-  for await (const c of process.stdin) chunks.push(c as Buffer);
-  return Buffer.concat(chunks);
+  registerFileOps(files);
 }
 
 /** A tar of a local file or directory whose top entry is named `top`. */
@@ -211,4 +156,117 @@ async function untar(body: Buffer, into: string, rename: string | null): Promise
     Readable.from(body).pipe(extract);
   });
   return written;
+}
+
+type Who = { service?: string; user?: string };
+const whoQuery = (o: Who) => ({
+  ...(o.service ? { service: o.service } : {}),
+  ...(o.user ? { user: o.user } : {}),
+});
+
+/** ls, stat, mkdir, rm and mv under `denv files`. */
+function registerFileOps(files: Command): void {
+  const withWho = (c: Command) =>
+    c
+      .option("--service <name>", "the service (default: the agent's)")
+      .option("--user <user>", "as this user (default: the service's own)")
+      .option("--json", "print JSON");
+  const ls = withWho(
+    files
+      .command("ls")
+      .description("List a directory (links are listed, not entered)")
+      .argument("<env>")
+      .argument("<path>"),
+  ).option("--depth <n>", "levels to list", "1");
+  ls.action(
+    run(ls, async (client, json, env: string, path: string, o: Who & { depth: string }) => {
+      const r = await client().call("getV1EnvsByIdFilesList", {
+        params: envParam(env),
+        query: { path, depth: o.depth, ...whoQuery(o) },
+      });
+      if (json) printJson(r);
+      else
+        for (const e of r.entries)
+          process.stdout.write(
+            `${e.type === "directory" ? "d" : e.type === "symlink" ? "l" : "-"}${e.mode.toString(8).padStart(4, "0")} ${(e.owner ?? String(e.uid)).padEnd(8)} ${String(e.size).padStart(10)} ${e.modified_at} ${e.path}${e.link_target ? ` -> ${e.link_target}` : ""}\n`,
+          );
+      return 0;
+    }),
+  );
+  const stat = withWho(
+    files
+      .command("stat")
+      .description("A path's type, size, mode, owner and time")
+      .argument("<env>")
+      .argument("<path>"),
+  );
+  stat.action(
+    run(stat, async (client, json, env: string, path: string, o: Who) => {
+      const e = await client().call("getV1EnvsByIdFilesStat", {
+        params: envParam(env),
+        query: { path, ...whoQuery(o) },
+      });
+      if (json) printJson(e);
+      else
+        process.stdout.write(
+          `${e.path}: ${e.type}, ${e.size} bytes, mode ${e.mode.toString(8)}, ${e.owner ?? e.uid}:${e.group ?? e.gid}, modified ${e.modified_at}${e.link_target ? `, -> ${e.link_target}` : ""}\n`,
+        );
+      return 0;
+    }),
+  );
+  const mkdir = withWho(
+    files
+      .command("mkdir")
+      .description("Make a directory and its parents, owned by the user")
+      .argument("<env>")
+      .argument("<path>"),
+  );
+  mkdir.action(
+    run(mkdir, async (client, json, env: string, path: string, o: Who) => {
+      const r = await client().call("postV1EnvsByIdFilesMkdir", {
+        params: envParam(env),
+        body: { path, ...whoQuery(o) },
+      });
+      if (json) printJson(r);
+      else process.stdout.write(r.created ? `made ${path}\n` : `${path} was already there\n`);
+      return 0;
+    }),
+  );
+  const rm = withWho(
+    files
+      .command("rm")
+      .description("Remove a file, link or empty directory (-r: a whole tree)")
+      .argument("<env>")
+      .argument("<path>"),
+  ).option("-r, --recursive", "remove a directory and everything in it");
+  rm.action(
+    run(rm, async (client, json, env: string, path: string, o: Who & { recursive?: boolean }) => {
+      const r = await client().call("deleteV1EnvsByIdFiles", {
+        params: envParam(env),
+        query: { path, ...(o.recursive ? { recursive: "true" as const } : {}), ...whoQuery(o) },
+      });
+      if (json) printJson(r);
+      else process.stdout.write(`removed ${r.removed}\n`);
+      return 0;
+    }),
+  );
+  const mv = withWho(
+    files
+      .command("mv")
+      .description("Rename or move a path")
+      .argument("<env>")
+      .argument("<from>")
+      .argument("<to>"),
+  );
+  mv.action(
+    run(mv, async (client, json, env: string, from: string, to: string, o: Who) => {
+      const r = await client().call("postV1EnvsByIdFilesRename", {
+        params: envParam(env),
+        body: { from, to, ...whoQuery(o) },
+      });
+      if (json) printJson(r);
+      else process.stdout.write(`moved ${r.from} → ${r.to}\n`);
+      return 0;
+    }),
+  );
 }

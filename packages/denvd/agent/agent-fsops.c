@@ -1,0 +1,275 @@
+/*
+ * fsop: stat, list, mkdir, remove and rename, as the request's user (the service's own unless
+ * another was asked for), so the kernel holds that user's permissions. Nothing is followed inside
+ * what is listed or removed: a link is reported (or removed) as a link.
+ *
+ * Request: 0xfffffffc, u32 op, len path, len path2 (rename's target), len user, u32 flags
+ * (1: mkdir makes parents / remove recurses), u32 depth (list: 1 = one level).
+ * Answer: frame 4 per entry (stat, list), frame 5 for mkdir (u8: 1 made, 0 was there), frame 2 a
+ * message on failure, then frame 3: i32 status (FS_*).
+ * Entry: u8 type (0 file, 1 directory, 2 link, 3 other), u32 mode, u32 uid, u32 gid, u64 size,
+ * i64 mtime seconds, u32 mtime nanoseconds, then len name, len link target, len owner, len group.
+ */
+#include "denv-agent.h"
+
+enum { OP_STAT = 1, OP_LIST = 2, OP_MKDIR = 3, OP_REMOVE = 4, OP_RENAME = 5 };
+/* A listing larger than this is refused: list a smaller path, or less deep. */
+#define MAX_LIST_ENTRIES 100000
+
+static int fs_conn;
+static char fs_err[1024];
+static int fs_code;
+static unsigned long listed;
+
+static int op_fail(int err, const char *path, const char *why) {
+  fs_code = err ? fs_status(err) : FS_INVALID;
+  snprintf(fs_err, sizeof fs_err, "%s: %s", path, why ? why : strerror(err));
+  return -1;
+}
+
+/* Owner and group names from the container's own files, the last one of each kept. */
+static const char *owner_name(uid_t uid) {
+  static uid_t last = (uid_t)-1;
+  static char name[256];
+  if (uid != last) {
+    struct ids ids;
+    char spec[32], msg[64];
+    snprintf(spec, sizeof spec, "%u", (unsigned)uid);
+    name[0] = 0;
+    if (!resolve_user(spec, &ids, msg, sizeof msg) && ids.have_entry) snprintf(name, sizeof name, "%s", ids.name);
+    last = uid;
+  }
+  return name;
+}
+
+static const char *group_name(gid_t gid) {
+  static gid_t last = (gid_t)-1;
+  static char name[256];
+  if (gid != last) {
+    name[0] = 0;
+    group_name_of(gid, name, sizeof name);
+    last = gid;
+  }
+  return name;
+}
+
+static int put_str(char *buf, size_t *off, size_t room, const char *s) {
+  uint32_t len = (uint32_t)strlen(s);
+  if (*off + 4 + len > room) return -1;
+  memcpy(buf + *off, &len, 4);
+  memcpy(buf + *off + 4, s, len);
+  *off += 4 + len;
+  return 0;
+}
+
+static int send_entry(const char *name, const struct stat *st, const char *link) {
+  char buf[PATH_MAX * 2 + 1024];
+  size_t off = 0;
+  uint8_t type = S_ISREG(st->st_mode) ? 0 : S_ISDIR(st->st_mode) ? 1 : S_ISLNK(st->st_mode) ? 2 : 3;
+  uint32_t mode = st->st_mode & 07777, uid = st->st_uid, gid = st->st_gid, ns = (uint32_t)st->st_mtim.tv_nsec;
+  uint64_t size = (uint64_t)st->st_size;
+  int64_t mtime = (int64_t)st->st_mtim.tv_sec;
+  buf[off++] = (char)type;
+  memcpy(buf + off, &mode, 4), off += 4;
+  memcpy(buf + off, &uid, 4), off += 4;
+  memcpy(buf + off, &gid, 4), off += 4;
+  memcpy(buf + off, &size, 8), off += 8;
+  memcpy(buf + off, &mtime, 8), off += 8;
+  memcpy(buf + off, &ns, 4), off += 4;
+  if (put_str(buf, &off, sizeof buf, name) || put_str(buf, &off, sizeof buf, link ? link : "") ||
+      put_str(buf, &off, sizeof buf, owner_name(st->st_uid)) ||
+      put_str(buf, &off, sizeof buf, group_name(st->st_gid)))
+    return op_fail(ENAMETOOLONG, name, NULL);
+  return send_frame(fs_conn, 4, buf, (uint32_t)off);
+}
+
+static int op_stat(const char *path) {
+  struct stat st;
+  if (lstat(path, &st)) return op_fail(errno, path, NULL);
+  char link[PATH_MAX] = "";
+  if (S_ISLNK(st.st_mode)) {
+    ssize_t n = readlink(path, link, sizeof link - 1);
+    if (n >= 0) link[n] = 0;
+  }
+  return send_entry(path, &st, link);
+}
+
+static int by_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The entries of directory `fd`, named under `rel`, down to `depth` more levels. */
+static int list_dir(int fd, const char *rel, unsigned depth) {
+  DIR *d = fdopendir(fd);
+  if (!d) {
+    close(fd);
+    return op_fail(errno, rel, NULL);
+  }
+  char **names = NULL;
+  size_t count = 0, cap = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    if (count == cap) {
+      cap = cap ? cap * 2 : 64;
+      names = realloc(names, cap * sizeof *names);
+    }
+    names[count++] = strdup(e->d_name);
+  }
+  qsort(names, count, sizeof *names, by_name);
+  int rc = 0;
+  for (size_t i = 0; i < count && !rc; i++) {
+    if (++listed > MAX_LIST_ENTRIES) {
+      rc = op_fail(0, rel, "over 100,000 entries; list a smaller path, or less deep");
+      break;
+    }
+    char child[PATH_MAX];
+    if ((size_t)snprintf(child, sizeof child, "%s%s%s", rel, rel[0] ? "/" : "", names[i]) >= sizeof child) {
+      rc = op_fail(ENAMETOOLONG, rel, NULL);
+      break;
+    }
+    struct stat st;
+    if (fstatat(dirfd(d), names[i], &st, AT_SYMLINK_NOFOLLOW)) continue; /* gone meanwhile */
+    char link[PATH_MAX] = "";
+    if (S_ISLNK(st.st_mode)) {
+      ssize_t n = readlinkat(dirfd(d), names[i], link, sizeof link - 1);
+      if (n >= 0) link[n] = 0;
+    }
+    rc = send_entry(child, &st, link);
+    if (!rc && S_ISDIR(st.st_mode) && depth > 1) {
+      int sub = openat(dirfd(d), names[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      /* A directory the user may not open is listed, not entered. */
+      if (sub >= 0) rc = list_dir(sub, child, depth - 1);
+    }
+  }
+  for (size_t i = 0; i < count; i++) free(names[i]);
+  free(names);
+  closedir(d);
+  return rc;
+}
+
+static int op_list(const char *path, unsigned depth) {
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return op_fail(errno, path, errno == ENOTDIR ? "not a directory" : NULL);
+  return list_dir(fd, "", depth ? depth : 1);
+}
+
+static int op_mkdir(const char *path, int parents) {
+  uint8_t made = 1;
+  if (parents) {
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s", path);
+    for (char *s = p + 1;; s++) {
+      if (*s != '/' && *s != 0) continue;
+      char keep = *s;
+      *s = 0;
+      if (mkdir(p, 0755)) {
+        if (errno != EEXIST) return op_fail(errno, p, NULL);
+        struct stat st;
+        if (stat(p, &st)) return op_fail(errno, p, NULL);
+        if (!S_ISDIR(st.st_mode)) {
+          fs_code = FS_NOT_DIR;
+          snprintf(fs_err, sizeof fs_err, "%s is a file, not a directory", p);
+          return -1;
+        }
+        if (!keep) made = 0;
+      }
+      *s = keep;
+      if (!keep) break;
+    }
+  } else if (mkdir(path, 0755)) {
+    if (errno != EEXIST) return op_fail(errno, path, NULL);
+    struct stat st;
+    if (lstat(path, &st) || !S_ISDIR(st.st_mode)) {
+      fs_code = FS_NOT_DIR;
+      snprintf(fs_err, sizeof fs_err, "%s exists and is not a directory", path);
+      return -1;
+    }
+    made = 0;
+  }
+  return send_frame(fs_conn, 5, &made, 1);
+}
+
+/* Removes what is in directory `fd` (entries, then itself by the caller), following no link. */
+static int remove_tree(int fd, const char *rel, int depth) {
+  if (depth > 4096) return op_fail(0, rel, "nested too deep");
+  DIR *d = fdopendir(fd);
+  if (!d) {
+    close(fd);
+    return op_fail(errno, rel, NULL);
+  }
+  struct dirent *e;
+  int rc = 0;
+  while (!rc && (e = readdir(d))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    char child[PATH_MAX];
+    snprintf(child, sizeof child, "%s/%s", rel, e->d_name);
+    struct stat st;
+    if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW)) continue;
+    if (S_ISDIR(st.st_mode)) {
+      int sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (sub < 0) rc = op_fail(errno, child, NULL);
+      else rc = remove_tree(sub, child, depth + 1);
+      if (!rc && unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR)) rc = op_fail(errno, child, NULL);
+    } else if (unlinkat(dirfd(d), e->d_name, 0)) rc = op_fail(errno, child, NULL);
+  }
+  closedir(d);
+  return rc;
+}
+
+static int op_remove(const char *path, int recursive) {
+  struct stat st;
+  if (lstat(path, &st)) return op_fail(errno, path, NULL);
+  if (!S_ISDIR(st.st_mode)) return unlink(path) ? op_fail(errno, path, NULL) : 0;
+  if (recursive) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return op_fail(errno, path, NULL);
+    if (remove_tree(fd, path, 0)) return -1;
+  }
+  if (rmdir(path)) {
+    int err = errno;
+    return op_fail(err, path, err == ENOTEMPTY || err == EEXIST ? "the directory is not empty (remove it recursively)" : NULL);
+  }
+  return 0;
+}
+
+void serve_fsop(int conn) {
+  uint32_t op, flags, depth;
+  if (read_u32(conn, &op)) _exit(1);
+  char *path = read_str(conn);
+  char *path2 = path ? read_str(conn) : NULL;
+  char *user = path2 ? read_str(conn) : NULL;
+  if (!user || read_u32(conn, &flags) || read_u32(conn, &depth)) _exit(1);
+  fs_conn = conn;
+  signal(SIGPIPE, SIG_IGN);
+  fs_code = FS_OTHER;
+  int rc = -1;
+  if (user[0]) {
+    struct ids ids;
+    if (resolve_user(user, &ids, fs_err, sizeof fs_err)) {
+      fs_code = FS_NO_USER;
+      goto done;
+    }
+    if (drop_to(&ids)) {
+      op_fail(errno, user, NULL);
+      goto done;
+    }
+  }
+  umask(022);
+  if (path[0] != '/' || (op == OP_RENAME && path2[0] != '/')) {
+    op_fail(0, path[0] != '/' ? path : path2, "the path must be absolute");
+    goto done;
+  }
+  switch (op) {
+    case OP_STAT: rc = op_stat(path); break;
+    case OP_LIST: rc = op_list(path, depth); break;
+    case OP_MKDIR: rc = op_mkdir(path, flags & 1); break;
+    case OP_REMOVE: rc = op_remove(path, flags & 1); break;
+    case OP_RENAME: rc = rename(path, path2) ? op_fail(errno, path, NULL) : 0; break;
+    default: op_fail(0, path, "unknown operation");
+  }
+done:;
+  int32_t status = rc ? fs_code : FS_OK;
+  if (rc && fs_err[0]) send_frame(conn, 2, fs_err, (uint32_t)strlen(fs_err));
+  send_frame(conn, 3, &status, 4);
+  shutdown(conn, SHUT_WR);
+  _exit(0);
+}

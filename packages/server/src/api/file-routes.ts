@@ -1,0 +1,187 @@
+/**
+ * Files in a running environment's services, as the service's user unless ?user= (or "user")
+ * names another: tars in and out, and stat, list, mkdir, remove and rename. A write never replaces
+ * a directory with a file nor a file with a directory; each failure answers its own code
+ * (not_found, permission_denied, is_directory, not_a_directory, conflict).
+ */
+import { Readable } from "node:stream";
+import { fsEntry } from "@denv/protocol";
+import { z } from "zod";
+import { type ApiContext, type ApiRoute, route } from "./api-route.ts";
+import { filesQuery } from "./api-schemas.ts";
+import { containerPath, envOf, runningOn, serviceOf } from "./environment-access.ts";
+
+/** Files travel to the host inside one message (MAX_MESSAGE_BYTES, base64): 64 MiB of tar fits. */
+const FILES_LIMIT_BYTES = 64 * 1024 * 1024;
+
+const path = z.string().min(1).max(4096);
+const who = {
+  service: z.string().optional().describe("The service (default: the agent's, else the first)"),
+  user: z
+    .string()
+    .min(1)
+    .max(256)
+    .optional()
+    .describe("Who does it (name|uid[:group|gid]); default: the service's user"),
+};
+
+/** The environment's host and stack, the service checked against its own, and the user. */
+async function where(c: ApiContext, service: string | undefined, user: string | undefined) {
+  const e = await envOf(c);
+  const { hostId, stackId } = runningOn(e);
+  return {
+    hostId,
+    target: {
+      stack_id: stackId,
+      service: await serviceOf(c.var.deps, e, service),
+      ...(user ? { user } : {}),
+    },
+  };
+}
+
+export const fileRoutes: ApiRoute[] = [
+  route({
+    method: "put",
+    path: "/v1/envs/{id}/files",
+    summary:
+      "Extract a tar at ?path= in ?service=, as ?user= (default: the service's user): parents are made; a directory is never replaced by a file, nor a file by a directory",
+    bodyType: "tar",
+    query: filesQuery,
+    response: z.object({ entries: z.number(), bytes: z.number() }),
+    auth: true,
+    bodyLimitBytes: FILES_LIMIT_BYTES,
+    handler: async (c, { query }) => {
+      const e = await envOf(c);
+      const path = containerPath(query.path);
+      const { hostId, stackId } = runningOn(e);
+      const service = await serviceOf(c.var.deps, e, query.service);
+      const tar = Buffer.from(await c.req.arrayBuffer());
+      return c.json(
+        await c.var.deps.hub.call(hostId, "put_files", {
+          stack_id: stackId,
+          service,
+          path,
+          ...(query.user ? { user: query.user } : {}),
+          tar_b64: tar.toString("base64"),
+        }),
+      );
+    },
+  }),
+  route({
+    method: "get",
+    path: "/v1/envs/{id}/files",
+    summary:
+      "A tar of ?path= in ?service=, read as ?user= (default: the service's user), never following a link",
+    query: filesQuery,
+    responseType: "tar",
+    auth: true,
+    handler: async (c, { query }) => {
+      const e = await envOf(c);
+      const path = containerPath(query.path);
+      const { hostId, stackId } = runningOn(e);
+      const service = await serviceOf(c.var.deps, e, query.service);
+      const r = await c.var.deps.hub.call(hostId, "get_files", {
+        stack_id: stackId,
+        service,
+        path,
+        ...(query.user ? { user: query.user } : {}),
+      });
+      const tar = Buffer.from(r.tar_b64, "base64");
+      return c.body(Readable.toWeb(Readable.from(tar)) as ReadableStream, 200, {
+        "content-type": "application/x-tar",
+      });
+    },
+  }),
+  route({
+    method: "get",
+    path: "/v1/envs/{id}/files/stat",
+    summary: "A path's type, size, mode, owner and modification time (a link is reported as a link)",
+    query: z.object({ path: path.describe("An absolute path in the service"), ...who }),
+    response: fsEntry,
+    auth: true,
+    handler: async (c, { query }) => {
+      const { hostId, target } = await where(c, query.service, query.user);
+      return c.json(
+        await c.var.deps.hub.call(hostId, "stat_path", { ...target, path: containerPath(query.path) }),
+      );
+    },
+  }),
+  route({
+    method: "get",
+    path: "/v1/envs/{id}/files/list",
+    summary:
+      "A directory's entries: one level (depth=1, the default) or deeper, up to 100,000; links are listed, not entered",
+    query: z.object({
+      path: path.describe("An absolute path in the service"),
+      depth: z.coerce.number().int().min(1).max(64).optional().describe("How many levels (default 1)"),
+      ...who,
+    }),
+    response: z.object({ entries: z.array(fsEntry) }),
+    auth: true,
+    handler: async (c, { query }) => {
+      const { hostId, target } = await where(c, query.service, query.user);
+      return c.json(
+        await c.var.deps.hub.call(hostId, "list_path", {
+          ...target,
+          path: containerPath(query.path),
+          depth: query.depth ?? 1,
+        }),
+      );
+    },
+  }),
+  route({
+    method: "post",
+    path: "/v1/envs/{id}/files/mkdir",
+    summary: "Make a directory (and its parents, unless parents is false), owned by the user",
+    body: z.strictObject({ path, parents: z.boolean().optional(), ...who }),
+    response: z.object({ created: z.boolean() }),
+    auth: true,
+    handler: async (c, { body }) => {
+      const { hostId, target } = await where(c, body.service, body.user);
+      return c.json(
+        await c.var.deps.hub.call(hostId, "make_dir", {
+          ...target,
+          path: containerPath(body.path),
+          parents: body.parents ?? true,
+        }),
+      );
+    },
+  }),
+  route({
+    method: "delete",
+    path: "/v1/envs/{id}/files",
+    summary: "Remove a file, a link, or an empty directory (recursive=true: a whole tree, following no link)",
+    query: z.object({
+      path: path.describe("An absolute path in the service"),
+      recursive: z.enum(["true", "false"]).optional().describe("true: remove a directory and all it holds"),
+      ...who,
+    }),
+    response: z.object({ removed: z.string() }),
+    auth: true,
+    handler: async (c, { query }) => {
+      const { hostId, target } = await where(c, query.service, query.user);
+      const p = containerPath(query.path);
+      await c.var.deps.hub.call(hostId, "remove_path", {
+        ...target,
+        path: p,
+        recursive: query.recursive === "true",
+      });
+      return c.json({ removed: p });
+    },
+  }),
+  route({
+    method: "post",
+    path: "/v1/envs/{id}/files/rename",
+    summary: "Rename or move a path (a file over a directory, or a directory over a file, is refused)",
+    body: z.strictObject({ from: path, to: path, ...who }),
+    response: z.object({ from: z.string(), to: z.string() }),
+    auth: true,
+    handler: async (c, { body }) => {
+      const { hostId, target } = await where(c, body.service, body.user);
+      const from = containerPath(body.from);
+      const to = containerPath(body.to);
+      await c.var.deps.hub.call(hostId, "rename_path", { ...target, from, to });
+      return c.json({ from, to });
+    },
+  }),
+];

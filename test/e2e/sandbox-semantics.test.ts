@@ -298,6 +298,19 @@ describe("the CLI", () => {
 });
 
 describe("exec", () => {
+  test("an output limit says exactly how much was dropped", async () => {
+    const r = await lab.api("POST", `/v1/envs/${box}/exec`, {
+      command: "head -c 5000 /dev/zero; head -c 300 /dev/zero >&2",
+      max_output_bytes: 1000,
+    });
+    assert.equal(r.status, 200, JSON.stringify(r.data));
+    assert.equal(r.data.stdout.length, 1000);
+    assert.equal(r.data.stdout_truncated, true);
+    assert.equal(r.data.stdout_dropped_bytes, 4000);
+    assert.equal(r.data.stderr_truncated, false);
+    assert.equal(r.data.stderr_dropped_bytes, 0);
+  });
+
   test("HOME, USER and LOGNAME are the user's, and the request's env overrides them", async () => {
     const own = await sh(box, 'echo "$HOME $USER $LOGNAME"');
     assert.equal(own.stdout, "/home/ubuntu ubuntu ubuntu\n");

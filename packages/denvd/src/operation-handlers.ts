@@ -67,6 +67,8 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
         stdout_b64: r.stdout.toString("base64"),
         stderr_b64: r.stderr.toString("base64"),
         stdout_truncated: r.stdoutTruncated,
+        stdout_dropped_bytes: r.stdoutDroppedBytes,
+        stderr_dropped_bytes: r.stderrDroppedBytes,
         stderr_truncated: r.stderrTruncated,
         timed_out: r.timedOut,
         duration_ms: r.durationMs,

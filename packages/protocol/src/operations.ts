@@ -50,6 +50,9 @@ export const execResult = z.object({
   stdout_b64: z.string(),
   stderr_b64: z.string(),
   stdout_truncated: z.boolean(),
+  /** How many bytes of output went past max_output_bytes and were dropped. */
+  stdout_dropped_bytes: z.number().int().nonnegative(),
+  stderr_dropped_bytes: z.number().int().nonnegative(),
   stderr_truncated: z.boolean(),
   timed_out: z.boolean(),
   duration_ms: z.number(),

@@ -390,6 +390,8 @@ export type PostV1EnvsByIdExecResponse = {
   stderr: string;
   encoding: "utf8" | "base64";
   stdout_truncated: boolean;
+  stdout_dropped_bytes: number;
+  stderr_dropped_bytes: number;
   stderr_truncated: boolean;
   timed_out: boolean;
   duration_ms: number;

@@ -111,6 +111,9 @@ class ExecOutput:
     stderr_truncated: bool
     timed_out: bool
     duration_ms: float
+    #: Bytes of output past ``max_output_bytes``, dropped (0 when nothing was).
+    stdout_dropped_bytes: int = 0
+    stderr_dropped_bytes: int = 0
 
     @property
     def ok(self) -> bool:
@@ -337,6 +340,8 @@ class Client:
             stderr_truncated=bool(r["stderr_truncated"]),
             timed_out=bool(r["timed_out"]),
             duration_ms=float(r["duration_ms"]),
+            stdout_dropped_bytes=int(r.get("stdout_dropped_bytes", 0)),
+            stderr_dropped_bytes=int(r.get("stderr_dropped_bytes", 0)),
         )
 
     def put_tar(

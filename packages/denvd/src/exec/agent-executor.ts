@@ -443,6 +443,8 @@ export class AgentExecutor implements Executor {
         stdout: out.toBuffer(),
         stderr: err.toBuffer(),
         stdoutTruncated: out.truncated,
+        stdoutDroppedBytes: out.dropped,
+        stderrDroppedBytes: err.dropped,
         stderrTruncated: err.truncated,
         timedOut,
         durationMs: Math.round(performance.now() - started),

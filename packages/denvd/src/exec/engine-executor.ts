@@ -63,6 +63,8 @@ export class EngineExecutor implements Executor {
         stdout: out.toBuffer(),
         stderr: err.toBuffer(),
         stdoutTruncated: out.truncated,
+        stdoutDroppedBytes: out.dropped,
+        stderrDroppedBytes: err.dropped,
         stderrTruncated: err.truncated,
         timedOut,
         durationMs: Math.round(performance.now() - started),

@@ -27,6 +27,9 @@ export interface ExecResult {
   stdout: Buffer;
   stderr: Buffer;
   stdoutTruncated: boolean;
+  /** Bytes of output past maxOutputBytes, dropped (0 when nothing was). */
+  stdoutDroppedBytes: number;
+  stderrDroppedBytes: number;
   stderrTruncated: boolean;
   timedOut: boolean;
   durationMs: number;
@@ -94,6 +97,8 @@ export class BoundedBuffer {
   private readonly chunks: Buffer[] = [];
   private size = 0;
   truncated = false;
+  /** How many bytes went past the limit (they are counted, not kept). */
+  dropped = 0;
   private readonly limit: number;
 
   constructor(limit: number) {
@@ -104,10 +109,14 @@ export class BoundedBuffer {
     const room = this.limit - this.size;
     if (room <= 0) {
       this.truncated = this.truncated || chunk.length > 0;
+      this.dropped += chunk.length;
       return;
     }
     const part = chunk.length > room ? chunk.subarray(0, room) : chunk;
-    if (part.length < chunk.length) this.truncated = true;
+    if (part.length < chunk.length) {
+      this.truncated = true;
+      this.dropped += chunk.length - part.length;
+    }
     this.chunks.push(part);
     this.size += part.length;
   }

@@ -224,6 +224,9 @@ export const execResult = z.object({
   stderr: z.string(),
   encoding: z.enum(["utf8", "base64"]),
   stdout_truncated: z.boolean(),
+  /** How many bytes of output went past max_output_bytes and were dropped. */
+  stdout_dropped_bytes: z.number(),
+  stderr_dropped_bytes: z.number(),
   stderr_truncated: z.boolean(),
   timed_out: z.boolean(),
   duration_ms: z.number(),

@@ -22,6 +22,8 @@ function execAnswer(r: OpResult<"exec">, encoding: "utf8" | "base64", withOutput
     stderr: withOutput ? out(r.stderr_b64) : "",
     encoding,
     stdout_truncated: r.stdout_truncated,
+    stdout_dropped_bytes: r.stdout_dropped_bytes,
+    stderr_dropped_bytes: r.stderr_dropped_bytes,
     stderr_truncated: r.stderr_truncated,
     timed_out: r.timed_out,
     duration_ms: r.duration_ms,

@@ -81,6 +81,8 @@ const handlers: DoubleHandlers = {
     stderr_b64: "",
     stdout_truncated: false,
     stderr_truncated: false,
+    stdout_dropped_bytes: 0,
+    stderr_dropped_bytes: 0,
     timed_out: false,
     duration_ms: 2,
   }),

@@ -2,21 +2,12 @@
  * @module @denv/sdk — a typed client of denv's /v1 API. The types and the operation table come
  * from the server's OpenAPI document (schema.gen.ts); errors carry the server's stable codes.
  */
+import { apiError } from "./errors.ts";
 import { OPERATIONS, type Operations } from "./schema.gen.ts";
 
-export class DenvApiError extends Error {
-  readonly code: string;
-  readonly status: number;
-  readonly details: unknown;
-  constructor(code: string, message: string, status: number, details?: unknown) {
-    super(message);
-    this.name = "DenvApiError";
-    this.code = code;
-    this.status = status;
-    this.details = details;
-  }
-}
+export { DenvApiError } from "./errors.ts";
 
+/** Where the server is, and the key. */
 export interface ClientOptions {
   /** e.g. http://127.0.0.1:7070 */
   baseUrl: string;
@@ -33,6 +24,7 @@ type Args<K extends OpId> = (keyof Operations[K]["params"] extends never
     query?: Record<string, string | undefined>;
   };
 
+/** The API by operation (`call("postV1EnvsByIdExec", …)`), typed from the OpenAPI document; Denv builds on it. */
 export class DenvClient {
   readonly options: ClientOptions;
 
@@ -73,17 +65,13 @@ export class DenvClient {
         signal: AbortSignal.timeout(this.options.timeoutMs ?? 30 * 60_000),
       });
     } catch (err) {
-      throw new DenvApiError(
-        "unavailable",
-        `cannot reach ${this.options.baseUrl}: ${(err as Error).message}`,
-        0,
-      );
+      throw apiError("unavailable", `cannot reach ${this.options.baseUrl}: ${(err as Error).message}`, 0);
     }
     if (!res.ok) {
       const e = (await res.json().catch(() => ({}))) as {
         error?: { code: string; message: string; details?: unknown };
       };
-      throw new DenvApiError(
+      throw apiError(
         e.error?.code ?? "internal",
         e.error?.message ?? `HTTP ${res.status}`,
         res.status,
@@ -108,15 +96,11 @@ export class DenvClient {
       headers: { authorization: `Bearer ${this.options.apiKey}`, "content-type": "application/json" },
       body: JSON.stringify(body),
     }).catch((err: Error) => {
-      throw new DenvApiError("unavailable", `cannot reach ${this.options.baseUrl}: ${err.message}`, 0);
+      throw apiError("unavailable", `cannot reach ${this.options.baseUrl}: ${err.message}`, 0);
     });
     if (!res.ok || !res.body) {
       const e = (await res.json().catch(() => ({}))) as { error?: { code: string; message: string } };
-      throw new DenvApiError(
-        e.error?.code ?? "internal",
-        e.error?.message ?? `HTTP ${res.status}`,
-        res.status,
-      );
+      throw apiError(e.error?.code ?? "internal", e.error?.message ?? `HTTP ${res.status}`, res.status);
     }
     const decoder = new TextDecoder();
     let buf = "";
@@ -136,10 +120,10 @@ export class DenvClient {
         };
         if (msg.stream && msg.data !== undefined) onOutput(msg.stream, Buffer.from(msg.data, "base64"));
         else if (msg.result) return msg.result;
-        else if (msg.error) throw new DenvApiError(msg.error.code, msg.error.message, 200);
+        else if (msg.error) throw apiError(msg.error.code, msg.error.message, 200);
       }
     }
-    throw new DenvApiError("unavailable", "the exec stream ended without a result", 200);
+    throw apiError("unavailable", "the exec stream ended without a result", 200);
   }
 
   /** Server-sent events of a deployment's phases, until its verdict. */
@@ -150,7 +134,7 @@ export class DenvClient {
       headers: { authorization: `Bearer ${this.options.apiKey}` },
     });
     if (!res.ok || !res.body)
-      throw new DenvApiError("unavailable", `event stream answered ${res.status}`, res.status);
+      throw apiError("unavailable", `event stream answered ${res.status}`, res.status);
     const decoder = new TextDecoder();
     let buf = "";
     for await (const chunk of res.body) {

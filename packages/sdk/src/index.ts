@@ -1,2 +1,29 @@
 export { type ClientOptions, DenvApiError, DenvClient, OPERATIONS, type Operations } from "./client.ts";
+export {
+  AuthenticationError,
+  apiError,
+  ConflictError,
+  ERROR_FAMILIES,
+  ImageError,
+  InternalError,
+  InvalidArgumentError,
+  NotFoundError,
+  PayloadTooLargeError,
+  PermissionDeniedError,
+  RateLimitError,
+  StorageError,
+  TimeoutError,
+  UnavailableError,
+} from "./errors.ts";
+export {
+  type CommandResult,
+  Commands,
+  Denv,
+  type Deployment,
+  type EnvironmentInfo,
+  type RunOptions,
+  Sandbox,
+  type SandboxOptions,
+} from "./sandbox.ts";
+export { type FileEntry, type FileOptions, Files } from "./sandbox-files.ts";
 export type * from "./schema.gen.ts";

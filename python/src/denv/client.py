@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NotRequired, TypedDict
 
-from .errors import DenvError
+from .errors import DenvError, error_for
 
 
 class Phase(TypedDict):
@@ -150,7 +150,7 @@ class Client:
         base = server or os.environ.get("DENV_SERVER") or file.get("server")
         key = api_key or os.environ.get("DENV_API_KEY") or file.get("api_key")
         if not base or not key:
-            raise DenvError(
+            raise error_for(
                 "unauthenticated",
                 "no server or API key: pass server= and api_key=, set DENV_SERVER and DENV_API_KEY, "
                 "or run `denv login`",
@@ -187,20 +187,20 @@ class Client:
             payload = e.read()
             try:
                 err = json.loads(payload)["error"]
-                raise DenvError(
+                raise error_for(
                     str(err.get("code", "internal")),
                     str(err.get("message", "")),
                     status=e.code,
                     details=err.get("details"),
                 ) from None
             except (ValueError, KeyError, TypeError):
-                raise DenvError(
+                raise error_for(
                     "internal", f"HTTP {e.code} from {method} {path}: {payload[:200]!r}", status=e.code
                 ) from None
         except urllib.error.URLError as e:
-            raise DenvError("unavailable", f"cannot reach the denv server at {self.server}: {e.reason}") from None
+            raise error_for("unavailable", f"cannot reach the denv server at {self.server}: {e.reason}") from None
         except TimeoutError:
-            raise DenvError("timeout", f"{method} {path} did not answer in time") from None
+            raise error_for("timeout", f"{method} {path} did not answer in time") from None
 
     def _json(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
         _status, payload, _ctype = self._request(method, path, body=body, **kw)
@@ -343,6 +343,76 @@ class Client:
             stdout_dropped_bytes=int(r.get("stdout_dropped_bytes", 0)),
             stderr_dropped_bytes=int(r.get("stderr_dropped_bytes", 0)),
         )
+
+    def exec_stream(
+        self,
+        env: str,
+        command: list[str] | str,
+        on_output: Any,
+        *,
+        service: str | None = None,
+        user: str | None = None,
+        cwd: str | None = None,
+        env_vars: dict[str, str] | None = None,
+        stdin: bytes | str | None = None,
+        timeout_ms: int | None = None,
+        max_output_bytes: int | None = None,
+    ) -> ExecOutput:
+        """Like :meth:`exec`, with ``on_output(stream, data)`` called for each chunk of output as the
+        command writes it (``stream`` is "stdout" or "stderr"); the result holds all of it too."""
+        body: dict[str, Any] = {"command": command, "encoding": "base64"}
+        for k, v in (("service", service), ("user", user), ("cwd", cwd), ("env", env_vars or None)):
+            if v is not None:
+                body[k] = v
+        if stdin is not None:
+            body["stdin"] = base64.b64encode(stdin.encode() if isinstance(stdin, str) else stdin).decode()
+        if timeout_ms is not None:
+            body["timeout_ms"] = int(timeout_ms)
+        if max_output_bytes is not None:
+            body["max_output_bytes"] = int(max_output_bytes)
+        url = f"{self.server}/v1/envs/{self._q(env)}/exec?stream=true"
+        req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
+        req.add_header("authorization", f"Bearer {self._key}")
+        req.add_header("content-type", "application/json")
+        http_timeout = None if timeout_ms is None else max(self.timeout_s, timeout_ms / 1000 + 60)
+        out: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
+        try:
+            res = urllib.request.urlopen(req, timeout=http_timeout or self.timeout_s)
+        except urllib.error.HTTPError as e:
+            err = json.loads(e.read() or b"{}").get("error", {})
+            raise error_for(str(err.get("code", "internal")), str(err.get("message", "")), status=e.code) from None
+        except urllib.error.URLError as e:
+            raise error_for("unavailable", f"cannot reach the denv server at {self.server}: {e.reason}") from None
+        with res:
+            for line in res:
+                if not line.strip():
+                    continue
+                msg = json.loads(line)
+                if "stream" in msg:
+                    data = base64.b64decode(msg["data"])
+                    out[msg["stream"]].append(data)
+                    on_output(msg["stream"], data)
+                elif "result" in msg:
+                    r = msg["result"]
+                    return ExecOutput(
+                        exit_code=int(r["exit_code"]),
+                        stdout=b"".join(out["stdout"]),
+                        stderr=b"".join(out["stderr"]),
+                        stdout_truncated=bool(r["stdout_truncated"]),
+                        stderr_truncated=bool(r["stderr_truncated"]),
+                        timed_out=bool(r["timed_out"]),
+                        duration_ms=float(r["duration_ms"]),
+                        stdout_dropped_bytes=int(r.get("stdout_dropped_bytes", 0)),
+                        stderr_dropped_bytes=int(r.get("stderr_dropped_bytes", 0)),
+                    )
+                elif "error" in msg:
+                    raise error_for(str(msg["error"].get("code", "internal")), str(msg["error"].get("message", "")))
+        raise error_for("unavailable", "the exec stream ended without a result")
+
+    def port_url(self, env: str, port: int, *, service: str | None = None) -> str:
+        """A URL reaching a TCP port inside a service (HTTP and WebSocket); the URL is the credential."""
+        body = {"service": service} if service else {}
+        return str(self._json("POST", f"/v1/envs/{self._q(env)}/ports/{int(port)}", body)["url"])
 
     def put_tar(
         self, env: str, path: str, tar: bytes, *, service: str | None = None, user: str | None = None

@@ -53,6 +53,84 @@ class DenvError(Exception):
         self.details = details
 
 
+class NotFoundError(DenvError):
+    """``not_found``: no such object (another team's included), path, or route."""
+
+
+class InvalidArgumentError(DenvError):
+    """``invalid_argument``, ``spec_invalid``: the request or the compose file was refused."""
+
+
+class AuthenticationError(DenvError):
+    """``unauthenticated``: no key, or a key the server does not know."""
+
+
+class PermissionDeniedError(DenvError):
+    """``forbidden``, ``permission_denied``: the key, or the user a file operation ran as, may not."""
+
+
+class ConflictError(DenvError):
+    """``conflict``, ``is_directory``, ``not_a_directory``: not in a state (or of a kind) for this."""
+
+
+class RateLimitError(DenvError):
+    """``rate_limited``: over the key's rate limit; ``details["retry_after_ms"]`` says when to retry."""
+
+
+class PayloadTooLargeError(DenvError):
+    """``payload_too_large``: the body, or what was asked for, is over a limit."""
+
+
+class OperationTimeoutError(DenvError):
+    """``timeout``: an operation ran past its deadline."""
+
+
+class UnavailableError(DenvError):
+    """``unavailable``, ``host_unavailable``: the server, host or service cannot answer now; retry."""
+
+
+class StorageError(DenvError):
+    """``insufficient_storage``, ``storage_error``: the host's storage refused."""
+
+
+class ImageError(DenvError):
+    """``image_not_found``, ``registry_error``: an image could not be found or pinned."""
+
+
+class InternalError(DenvError):
+    """``internal``, ``engine_error``, and codes this package does not know."""
+
+
+#: Each code's family (a test holds the keys to ERROR_CODES).
+ERROR_FAMILIES: dict[str, type[DenvError]] = {
+    "invalid_argument": InvalidArgumentError,
+    "spec_invalid": InvalidArgumentError,
+    "not_found": NotFoundError,
+    "conflict": ConflictError,
+    "is_directory": ConflictError,
+    "not_a_directory": ConflictError,
+    "unauthenticated": AuthenticationError,
+    "forbidden": PermissionDeniedError,
+    "permission_denied": PermissionDeniedError,
+    "payload_too_large": PayloadTooLargeError,
+    "timeout": OperationTimeoutError,
+    "unavailable": UnavailableError,
+    "host_unavailable": UnavailableError,
+    "rate_limited": RateLimitError,
+    "insufficient_storage": StorageError,
+    "storage_error": StorageError,
+    "image_not_found": ImageError,
+    "registry_error": ImageError,
+    "engine_error": InternalError,
+    "internal": InternalError,
+}
+
+
+def error_for(code: str, message: str, *, status: int | None = None, details: Any = None) -> DenvError:
+    """The error for a code, of its family's class (``InternalError`` for a code not known here)."""
+    return ERROR_FAMILIES.get(code, InternalError)(code, message, status=status, details=details)
+
+
 class FrameworkMissingError(ImportError):
     """An adapter was imported without its framework installed."""
 

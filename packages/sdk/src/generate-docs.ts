@@ -1,0 +1,121 @@
+/**
+ * Generates the SDK's reference (docs/sdk/typescript.md) from its doc comments: every exported
+ * class, function, interface and type of the public modules, with each public member's signature
+ * and comment. A test regenerates it and compares, so the reference cannot go stale.
+ *
+ *   node packages/sdk/src/generate-docs.ts          writes docs/sdk/typescript.md
+ */
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+
+/** The modules whose exports make the public surface, in the order the reference shows them. */
+const MODULES = ["sandbox.ts", "sandbox-files.ts", "errors.ts", "client.ts"];
+
+interface Item {
+  signature: string;
+  doc: string;
+  members: Item[];
+}
+
+/** The comment text of a JSDoc block: its lines without the leading stars. */
+function commentText(block: string): string {
+  return block
+    .replace(/^\/\*\*\s?/, "")
+    .replace(/\s*\*\/$/, "")
+    .split("\n")
+    .map((l) => l.replace(/^\s*\* ?/, ""))
+    .join("\n")
+    .trim();
+}
+
+/** A declaration's signature: from its first line up to its body's `{` (or its end). */
+function signatureAt(lines: string[], i: number): string {
+  const parts: string[] = [];
+  let depth = 0;
+  for (let j = i; j < lines.length && j < i + 40; j++) {
+    const line = lines[j] as string;
+    for (let k = 0; k < line.length; k++) {
+      const ch = line[k];
+      if (ch === "(" || ch === "<" || ch === "[") depth++;
+      else if (ch === ")" || ch === ">" || ch === "]") depth--;
+      else if (
+        (ch === "{" || ch === ";" || ch === "=") &&
+        depth <= 0 &&
+        !/=>\s*$/.test(line.slice(0, k + 2))
+      ) {
+        if (ch === "=" && line[k + 1] === ">") continue;
+        parts.push(line.slice(0, k));
+        return parts.join(" ").replace(/\s+/g, " ").trim();
+      }
+    }
+    parts.push(line);
+  }
+  return parts.join(" ").replace(/\s+/g, " ").trim();
+}
+
+const TOP = /^export (?:abstract )?(class|function|async function|interface|type|const) (\w+)/;
+const MEMBER = /^ {2}(?:readonly |static |async |get |set )*(?:\[Symbol\.\w+\]|[a-zA-Z]\w*)\s*[(<:?]/;
+
+export function extract(source: string): Item[] {
+  const lines = source.split("\n");
+  const items: Item[] = [];
+  let doc = "";
+  let current: Item | null = null;
+  for (let i = 0; i < lines.length; i++) {
+    const line = lines[i] as string;
+    const trimmed = line.trim();
+    if (trimmed.startsWith("/**")) {
+      let block = line;
+      while (!block.includes("*/") && i + 1 < lines.length) block += `\n${lines[++i]}`;
+      doc = commentText(block.trim());
+      continue;
+    }
+    if (TOP.test(line)) {
+      current = { signature: signatureAt(lines, i), doc, members: [] };
+      items.push(current);
+      if (!line.startsWith("export class") && !line.startsWith("export interface")) current = null;
+      doc = "";
+      continue;
+    }
+    if (line.startsWith("}")) current = null;
+    if (
+      current &&
+      MEMBER.test(line) &&
+      !/^ {2}(private|protected) /.test(line) &&
+      !/^ {2}constructor/.test(line)
+    ) {
+      current.members.push({ signature: signatureAt(lines, i).replace(/^\s+/, ""), doc, members: [] });
+    }
+    if (trimmed && !trimmed.startsWith("//") && !trimmed.startsWith("*")) doc = "";
+  }
+  return items;
+}
+
+export function renderDocs(dir = import.meta.dirname): string {
+  const out: string[] = [
+    "# @denv/sdk reference",
+    "",
+    "Generated from the doc comments by `node packages/sdk/src/generate-docs.ts`; do not edit.",
+    "",
+  ];
+  for (const file of MODULES) {
+    const items = extract(readFileSync(join(dir, file), "utf8")).filter((it) => it.doc || it.members.length);
+    if (!items.length) continue;
+    out.push(`## ${file}`, "");
+    for (const it of items) {
+      out.push(`### \`${it.signature}\``, "");
+      if (it.doc) out.push(it.doc, "");
+      for (const m of it.members) {
+        out.push(`- \`${m.signature}\`${m.doc ? ` — ${m.doc.replace(/\n+/g, " ")}` : ""}`);
+      }
+      if (it.members.length) out.push("");
+    }
+  }
+  return `${out.join("\n").trim()}\n`;
+}
+
+if (import.meta.main) {
+  const target = join(import.meta.dirname, "..", "..", "..", "docs", "sdk", "typescript.md");
+  writeFileSync(target, renderDocs());
+  process.stdout.write(`wrote ${target}\n`);
+}

@@ -1,0 +1,82 @@
+"""denv.Sandbox and denv.AsyncSandbox against a live denv: create, commands, files, errors as
+classes, snapshot and fork, and ``with`` / ``async with`` destroying what they made."""
+
+from __future__ import annotations
+
+import asyncio
+import unittest
+
+from live import OPSBOX, client, live
+
+
+class SandboxSdk(unittest.TestCase):
+    def setUp(self) -> None:
+        live()
+
+    def test_sync_surface(self) -> None:
+        import denv
+
+        made = ""
+        with denv.Sandbox.create(image=OPSBOX, cmd=["sleep", "infinity"], user="1000:1000", volumes=["/home/ubuntu"]) as sb:
+            made = sb.id
+            r = sb.commands.run(["sh", "-c", 'echo "$USER $HOME"; echo e >&2; exit 4'])
+            self.assertEqual((r.exit_code, r.stdout, r.stderr), (4, "ubuntu /home/ubuntu\n", "e\n"))
+            chunks: list[bytes] = []
+            s = sb.commands.run("for i in 1 2; do echo $i; done", on_stdout=chunks.append)
+            self.assertEqual(b"".join(chunks), b"1\n2\n")
+            self.assertEqual(s.stdout, "1\n2\n")
+            self.assertEqual(sb.commands.run("cat", stdin=b"\x00z").stdout_bytes, b"\x00z")
+            t = sb.commands.run("sleep 30", timeout_ms=500)
+            self.assertTrue(t.timed_out)
+            sb.files.write("/home/ubuntu/sdk/a.txt", "alpha\n")
+            self.assertEqual(sb.files.read_text("/home/ubuntu/sdk/a.txt"), "alpha\n")
+            self.assertEqual(sb.files.stat("/home/ubuntu/sdk/a.txt")["owner"], "ubuntu")
+            self.assertEqual([e["name"] for e in sb.files.list("/home/ubuntu/sdk")], ["a.txt"])
+            with self.assertRaises(denv.ConflictError) as e:
+                sb.files.write("/home/ubuntu/sdk", "x")
+            self.assertEqual(e.exception.code, "is_directory")
+            with self.assertRaises(denv.PermissionDeniedError):
+                sb.files.write("/etc/x.conf", "x")
+            with self.assertRaises(denv.NotFoundError):
+                sb.files.read("/home/ubuntu/none")
+            self.assertTrue(sb.files.exists("/home/ubuntu/sdk"))
+            sb.files.remove("/home/ubuntu/sdk", recursive=True)
+            self.assertFalse(sb.files.exists("/home/ubuntu/sdk"))
+            sb.files.write("/home/ubuntu/state", "v1")
+            self.assertEqual(sb.snapshot()["status"], "succeeded")
+            with sb.fork(name="py-fork") as f:
+                self.assertEqual(f.files.read_text("/home/ubuntu/state"), "v1")
+                fork_id = f.id
+            with self.assertRaises(denv.NotFoundError):
+                client().env(fork_id)
+            self.assertIn("/v1/tunnels/", sb.port_url(8000))
+        with self.assertRaises(denv.NotFoundError):
+            client().env(made)
+
+    def test_async_surface(self) -> None:
+        import denv
+
+        async def main() -> str:
+            async with await denv.AsyncSandbox.create(image=OPSBOX, cmd=["sleep", "infinity"]) as sb:
+                r = await sb.commands.run("id -u")
+                self.assertEqual(r.stdout, "0\n")
+                await sb.files.write("/work/x", b"bytes")
+                self.assertEqual(await sb.files.read("/work/x"), b"bytes")
+                return sb.id
+
+        made = asyncio.run(main())
+        with self.assertRaises(denv.NotFoundError):
+            client().env(made)
+
+    def test_error_families_cover_the_table(self) -> None:
+        from denv.errors import ERROR_CODES, ERROR_FAMILIES, DenvError, error_for
+
+        self.assertEqual(sorted(ERROR_FAMILIES), sorted(ERROR_CODES))
+        e = error_for("not_a_directory", "x")
+        self.assertIsInstance(e, DenvError)
+        self.assertEqual(type(e).__name__, "ConflictError")
+        self.assertEqual(type(error_for("brand_new", "?")).__name__, "InternalError")
+
+
+if __name__ == "__main__":
+    unittest.main()

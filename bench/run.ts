@@ -9,6 +9,7 @@ import { cpus, release, totalmem } from "node:os";
 import { join } from "node:path";
 import { apiBench, type Metric } from "./api-bench.ts";
 import { forkBench } from "./fork-bench.ts";
+import { transferBench } from "./transfer-bench.ts";
 
 const quick = process.argv.includes("--quick");
 const json = process.argv.includes("--json");
@@ -35,7 +36,11 @@ function machine() {
   };
 }
 
-const metrics: Record<string, Metric> = { ...(await forkBench()), ...(await apiBench(quick)) };
+const metrics: Record<string, Metric> = {
+  ...(await forkBench()),
+  ...(await apiBench(quick)),
+  ...(await transferBench(quick)),
+};
 const v = (n: string) => metrics[n]?.value ?? Number.NaN;
 const r2 = (x: number) => Math.round(x * 100) / 100;
 const ratios = {
@@ -47,6 +52,8 @@ const ratios = {
   exec_vs_engine_api: r2(v("exec_p50_ms") / v("exec_direct_p50_ms")),
   exec_vs_docker_exec: r2(v("exec_p50_ms") / v("exec_cli_p50_ms")),
   deploy_vs_docker_compose: r2(v("deploy_ms") / v("deploy_peer_ms")),
+  files_put_vs_docker_cp: r2(v("files_put_mib_per_s") / v("files_put_peer_mib_per_s")),
+  files_get_vs_docker_cp: r2(v("files_get_mib_per_s") / v("files_get_peer_mib_per_s")),
 };
 const goals: [string, boolean][] = [
   ["fork of 1 GiB ≤ 1.2× the floor", ratios.fork_1gib_vs_floor <= 1.2],
@@ -56,6 +63,12 @@ const goals: [string, boolean][] = [
   ["frozen window ≤ 100 ms", v("frozen_window_p50_ms") <= 100],
   ["sandbox create ≤ 500 ms p50", v("sandbox_create_p50_ms") <= 500],
   ["deploy no slower than docker-compose", ratios.deploy_vs_docker_compose <= 1],
+  ["files put ≥ 200 MiB/s", v("files_put_mib_per_s") >= 200],
+  ["files get ≥ 200 MiB/s", v("files_get_mib_per_s") >= 200],
+  [
+    "peak RSS of server and denvd under 256 MiB over the transfers",
+    v("files_peak_rss_mib_server") < 256 && v("files_peak_rss_mib_denvd") < 256,
+  ],
 ];
 
 const out = process.stdout;

@@ -194,16 +194,19 @@ describe("exec", () => {
     assert.equal(ps.stdout.toString().trim(), "0");
   });
 
-  test("output beyond the limit is cut and flagged; streaming callbacks see it as it comes", async () => {
+  test("output beyond the limit is cut, flagged and counted; streaming callbacks see what is kept", async () => {
     const chunks: Buffer[] = [];
     const r = await host.denvd.exec(alpha.id, "opsbox", {
       command: "head -c 100000 /dev/zero",
       maxOutputBytes: 1000,
-      onStdout: (c) => chunks.push(c),
+      onStdout: (c) => {
+        chunks.push(c);
+      },
     });
     assert.equal(r.stdout.length, 1000);
     assert.equal(r.stdoutTruncated, true);
-    assert.equal(Buffer.concat(chunks).length, 100000);
+    assert.equal(r.stdoutDroppedBytes, 99000);
+    assert.equal(Buffer.concat(chunks).length, 1000);
   });
 });
 

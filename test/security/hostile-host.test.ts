@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { TUNNEL_CLOSE, TUNNEL_DATA, TUNNEL_END } from "@denv/protocol";
+import { PROTOCOL_VERSION, STREAM_CLOSE, STREAM_DATA, STREAM_END } from "@denv/protocol";
 import { joinRawHost, type Lab, openLab } from "./security-lab.ts";
 
 let lab: Lab;
@@ -38,8 +38,8 @@ describe("a hostile host of another team", () => {
     const spray = (async () => {
       while (spraying) {
         for (let id = 0; id < 512; id++) {
-          evil.sendFrame(TUNNEL_DATA, id, fake);
-          evil.sendFrame(id % 2 ? TUNNEL_CLOSE : TUNNEL_END, id);
+          evil.sendFrame(STREAM_DATA, id, fake);
+          evil.sendFrame(id % 2 ? STREAM_CLOSE : STREAM_END, id);
         }
         await new Promise((r) => setImmediate(r));
       }
@@ -56,40 +56,55 @@ describe("a hostile host of another team", () => {
     for (const a of answers) assert.equal(a, '200 {"status": "healthy"}');
   });
 
-  test("results and events forged for another host's operation are ignored", async () => {
+  test("results and stream frames forged for another host's operation are ignored", async () => {
     const evil = await joinRawHost(lab, lab.keyB);
     const opId = "op_forgery_target";
     let forging = true;
     const forge = (async () => {
       while (forging) {
-        evil.send({
-          type: "event",
-          op_id: opId,
-          stream: "stdout",
-          data_b64: Buffer.from("FORGED").toString("base64"),
-        });
+        // Output frames for every stream id this server might have picked, and a result for the op.
+        for (let id = 1; id < 64; id++) evil.sendFrame(STREAM_DATA, id, Buffer.from("FORGED"));
         evil.send({
           type: "result",
           op_id: opId,
           ok: true,
-          result: { exit_code: 0, stdout_b64: "Rk9SR0VE" },
+          result: {
+            exit_code: 0,
+            stdout_truncated: false,
+            stderr_truncated: false,
+            stdout_dropped_bytes: 0,
+            stderr_dropped_bytes: 0,
+            timed_out: false,
+            duration_ms: 1,
+          },
         });
         await new Promise((r) => setTimeout(r, 1));
       }
     })();
     const host = lab.host.denvd.stacks().find((e) => e.status === "running");
     assert.ok(host, "team A has a running environment");
-    const seen: string[] = [];
-    const r = await lab.server.hub.call(
+    const { streams, result } = await lab.server.hub.streamCall(
       lab.hostId,
       "exec",
-      { stack_id: host.id, command: ["sh", "-c", "sleep 0.3; echo genuine"], stream: true },
-      { opId, onEvent: (_s, data) => seen.push(data.toString()) },
+      2,
+      ([out, err]) => ({
+        stack_id: host.id,
+        command: ["sh", "-c", "sleep 0.3; echo genuine"],
+        stdout_stream: out as number,
+        stderr_stream: err as number,
+      }),
+      { opId },
     );
+    const seen: string[] = [];
+    const reading = (async () => {
+      for await (const c of streams[0] as AsyncIterable<Buffer>) seen.push(c.toString());
+    })();
+    const r = await result;
+    await reading;
     forging = false;
     await forge;
     await evil.close();
-    assert.equal(Buffer.from(r.stdout_b64, "base64").toString(), "genuine\n");
+    assert.equal(r.duration_ms > 1, true, "the genuine host's result, not the forged one");
     assert.deepEqual(seen.join(""), "genuine\n");
   });
 
@@ -109,7 +124,7 @@ describe("a hostile host of another team", () => {
     });
     const [code, why] = await closed;
     assert.equal(code, 4426);
-    assert.match(why, /denvd speaks protocol 1, this server 2: upgrade it/);
+    assert.match(why, new RegExp(`denvd speaks protocol 1, this server ${PROTOCOL_VERSION}: upgrade it`));
   });
 
   test("malformed or oversized host messages close that host's connection, and nothing else", async () => {
@@ -137,7 +152,7 @@ describe("the protocol table on the host's side", () => {
       ["exec", { stack_id: "../../etc", command: "id" }, /exec: stack_id: a stack id/],
       ["exec", { stack_id: "stk_0123456789ab", command: [] }, /exec: command/],
       ["destroy", { stack_id: "stk_0123456789ab", extra: 1 }, /destroy: .*unrecognized/i],
-      ["put_files", { stack_id: "stk_0123456789ab", path: "/x" }, /put_files: tar_b64/],
+      ["put_files", { stack_id: "stk_0123456789ab", path: "/x" }, /put_files: tar_stream/],
     ];
     for (const [method, params, why] of bad) {
       await assert.rejects(
@@ -210,16 +225,18 @@ describe("hosts that are away", () => {
     await flapping;
   });
 
-  test("a files upload too large for the host link is refused at once and the link stays up", async () => {
+  test("80 MiB of something that is not a tar streams to the host, is refused there, and the link stays up", async () => {
     const r = await lab.api(
       "PUT",
       `/v1/envs/${sandboxId}/files?path=/work`,
-      new Uint8Array(80 * 1024 * 1024),
+      new Uint8Array(80 * 1024 * 1024).fill(0x41),
     );
-    assert.equal(r.status, 413);
-    assert.equal(r.data.error.code, "payload_too_large");
+    assert.equal(r.status, 400, JSON.stringify(r.data));
+    assert.equal(r.data.error.code, "invalid_argument");
     assert.equal(lab.server.hub.isConnected(lab.hostId), true);
-    const e = await lab.api("POST", `/v1/envs/${sandboxId}/exec`, { command: "echo still" });
-    assert.equal(e.data.stdout, "still\n");
+    const e = await lab.api("POST", `/v1/envs/${sandboxId}/exec`, {
+      command: "echo still; ls /work | wc -l",
+    });
+    assert.equal(e.data.stdout, "still\n0\n");
   });
 });

@@ -8,7 +8,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { joinServer, Sidecar } from "@denv/denvd";
-import { encodeTunnelFrame, type HostMessage, PROTOCOL_VERSION, type ServerMessage } from "@denv/protocol";
+import { encodeStreamFrame, type HostMessage, PROTOCOL_VERSION, type ServerMessage } from "@denv/protocol";
 import { type RunningServer, type ServerOptions, startServer } from "@denv/server";
 import WebSocket from "ws";
 import { LOCAL_REGISTRY, openTestHost, type TestHost } from "../e2e/denvd-helpers.ts";
@@ -145,7 +145,7 @@ export async function joinRawHost(
     ops,
     send: (msg) => ws.readyState === ws.OPEN && ws.send(JSON.stringify(msg)),
     sendFrame: (kind, streamId, payload) =>
-      ws.readyState === ws.OPEN && ws.send(encodeTunnelFrame(kind, streamId, payload), { binary: true }),
+      ws.readyState === ws.OPEN && ws.send(encodeStreamFrame(kind, streamId, payload), { binary: true }),
     close: () =>
       new Promise<void>((resolve) => {
         if (ws.readyState === ws.CLOSED) return resolve();

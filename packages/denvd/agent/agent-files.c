@@ -5,7 +5,7 @@
  */
 #include "denv-agent.h"
 
-static char tarbuf[65536];
+static char tarbuf[262144];
 static size_t tarlen;
 static int tar_conn;
 

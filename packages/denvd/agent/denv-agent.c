@@ -158,18 +158,32 @@ static void serve(int conn) {
   close(out[1]);
   close(err[1]);
   int stdin_fd = in[1];
-  struct pollfd fds[3] = {{conn, POLLIN, 0}, {out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+  /* stdin is written without blocking: a command that stops reading its stdin while it writes
+   * output must not stall the relay (its output would fill, and it would wait forever). While a
+   * frame of stdin is pending no further frame is read, so denvd (and the client) wait instead. */
+  fcntl(stdin_fd, F_SETFL, fcntl(stdin_fd, F_GETFL) | O_NONBLOCK);
+  char *pend = NULL;
+  uint32_t pend_len = 0, pend_off = 0;
+  struct pollfd fds[4] = {{conn, POLLIN, 0}, {out[0], POLLIN, 0}, {err[0], POLLIN, 0}, {-1, POLLOUT, 0}};
   int open_out = 1, open_err = 1, killed = 0;
   char buf[65536];
   signal(SIGPIPE, SIG_IGN);
   while (open_out || open_err) {
     fds[1].fd = open_out ? out[0] : -1;
     fds[2].fd = open_err ? err[0] : -1;
-    if (poll(fds, 3, -1) < 0) {
+    fds[3].fd = pend ? stdin_fd : -1;
+    /* With stdin pending the connection is watched only for a hang-up (always reported). */
+    fds[0].events = pend ? 0 : POLLIN;
+    if (poll(fds, 4, -1) < 0) {
       if (errno == EINTR) continue;
       break;
     }
-    if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+    if (fds[0].fd >= 0 && pend && (fds[0].revents & (POLLHUP | POLLERR))) {
+      kill(-pid, SIGKILL);
+      kill_tree();
+      killed = 1;
+      fds[0].fd = -1;
+    } else if (fds[0].fd >= 0 && !pend && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) {
       char head[5];
       if (read_full(conn, head, 5)) {
         /* the client is gone: nothing may outlive it */
@@ -183,8 +197,9 @@ static void serve(int conn) {
         if (len > (16u << 20)) _exit(1);
         char *data = len ? malloc(len) : NULL;
         if (len && (!data || read_full(conn, data, len))) _exit(1);
-        if (head[0] == 0 && stdin_fd >= 0) {
-          if (write_full(stdin_fd, data, len)) { close(stdin_fd); stdin_fd = -1; }
+        if (head[0] == 0 && stdin_fd >= 0 && len) {
+          pend = data, pend_len = len, pend_off = 0;
+          data = NULL;
         } else if (head[0] == 1 && stdin_fd >= 0) {
           close(stdin_fd);
           stdin_fd = -1;
@@ -194,6 +209,16 @@ static void serve(int conn) {
           killed = 1;
         }
         free(data);
+      }
+    }
+    if (pend) {
+      ssize_t w = write(stdin_fd, pend + pend_off, pend_len - pend_off);
+      if (w > 0) pend_off += (uint32_t)w;
+      if ((w < 0 && errno != EAGAIN && errno != EINTR) || pend_off == pend_len) {
+        /* written, or the command closed its stdin: what it did not take is dropped */
+        if (w < 0) { close(stdin_fd); stdin_fd = -1; }
+        free(pend);
+        pend = NULL;
       }
     }
     for (int i = 1; i <= 2; i++) {
@@ -207,6 +232,7 @@ static void serve(int conn) {
       }
     }
   }
+  free(pend);
   if (stdin_fd >= 0) close(stdin_fd);
   int status = cmd_status;
   if (!cmd_reaped)

@@ -22,7 +22,7 @@ import { AgentRegistry } from "./agent-registry.ts";
 import type { EgressEvidence } from "./egress-probe.ts";
 import { AgentExecutor } from "./exec/agent-executor.ts";
 import { EngineExecutor } from "./exec/engine-executor.ts";
-import type { ExecOptions, ExecResult, Executor, FsRequest } from "./exec/executor.ts";
+import type { ExecOptions, ExecResult, Executor, FileSink, FsRequest } from "./exec/executor.ts";
 import { LABEL } from "./labels.ts";
 import { NetworkAllocator } from "./network-allocator.ts";
 import { type ReconcileReport, reconcile } from "./reconcile.ts";
@@ -30,7 +30,7 @@ import type { ContainerRuntime, Labels } from "./runtime/container-runtime.ts";
 import { snapshotStack } from "./snapshotter.ts";
 import type { DenvdOptions, StackContext } from "./stack-context.ts";
 import { probeStack } from "./stack-egress.ts";
-import { type FsEntry, fileOp, getFiles, putFiles, type ServiceTarget } from "./stack-files.ts";
+import { type FsEntry, fileOp, getFiles, putFiles, readFilesTo, type ServiceTarget } from "./stack-files.ts";
 import {
   deleteVersion,
   destroyStack,
@@ -238,6 +238,17 @@ export class Denvd {
     options: { user?: string | null } = {},
   ): Promise<Buffer> {
     return getFiles(this.ctx, this.serviceTarget(stackId, service), path, options);
+  }
+
+  /** The same tar, to a sink as it is made (the streamed path the server uses). */
+  async readFilesTo(
+    stackId: string,
+    service: string | undefined,
+    path: string,
+    sink: FileSink,
+    options: { user?: string | null } = {},
+  ): Promise<{ bytes: number }> {
+    return readFilesTo(this.ctx, this.serviceTarget(stackId, service), path, sink, options);
   }
 
   /** stat, list, mkdir, remove or rename in a service, as `user` (see stack-files.ts). */

@@ -8,10 +8,11 @@ export { EngineExecutor } from "./exec/engine-executor.ts";
 export type { ExecOptions, ExecResult, Executor } from "./exec/executor.ts";
 export { LABEL } from "./labels.ts";
 export {
-  type Emit,
   type OperationHandlers,
+  type OpStreams,
   operationHandlers,
   performOperation,
+  streamSink,
 } from "./operation-handlers.ts";
 export type { ContainerRuntime, ContainerSpec, ContainerState } from "./runtime/container-runtime.ts";
 export { DockerRuntime } from "./runtime/docker-runtime.ts";

@@ -4,21 +4,67 @@
  * control plane; tests and benchmarks run the very same handlers, so they drive the path the
  * server drives.
  */
-import { Readable } from "node:stream";
-import { DenvError, OPERATIONS, type OpCheckedParams, type OpMethod, type OpResult } from "@denv/protocol";
+import type { Duplex } from "node:stream";
+import {
+  DenvError,
+  finishStream,
+  OPERATIONS,
+  type OpCheckedParams,
+  type OpMethod,
+  type OpResult,
+} from "@denv/protocol";
 import type { Denvd } from "./denvd.ts";
+import type { FileSink } from "./exec/executor.ts";
 import { Verifier } from "./verify.ts";
 
-/** Where an operation's streamed output goes (exec with stream: true). */
-export type Emit = (stream: "stdout" | "stderr") => (chunk: Buffer) => void;
+/**
+ * The byte streams an operation was given (its *_stream params, OP_STREAM_PARAMS), opened on the
+ * connection it came on before its first frame could arrive.
+ */
+export interface OpStreams {
+  get(id: number): Duplex;
+}
+
+/** Operations run without a connection (tests, benchmarks) have no streams to move bytes on. */
+const noStreams: OpStreams = {
+  get: () => {
+    throw new DenvError(
+      "invalid_argument",
+      "this operation moves bytes, which only a host connection carries",
+    );
+  },
+};
 
 export type OperationHandlers = {
-  [M in OpMethod]: (p: OpCheckedParams<M>, emit: Emit) => Promise<OpResult<M>>;
+  [M in OpMethod]: (p: OpCheckedParams<M>, io: OpStreams) => Promise<OpResult<M>>;
 };
 
 export interface HandlerHooks {
-  /** Opens a port tunnel on the connection the operation came from (the sidecar's own). */
-  openTunnel(p: OpCheckedParams<"open_tunnel">): Promise<Record<string, never>>;
+  /** Relays a port inside a service over a stream of the connection the operation came on. */
+  openTunnel(p: OpCheckedParams<"open_tunnel">, stream: Duplex): Promise<Record<string, never>>;
+}
+
+/**
+ * Writes to a stream as a sink: resolves at once while it has room, else once it drained, so the
+ * producer waits for the reader at the far end; rejects once the stream is gone.
+ */
+export function streamSink(stream: Duplex): FileSink {
+  return (chunk) => {
+    if (stream.destroyed) return Promise.reject(new Error("the stream's reader went away"));
+    if (stream.write(chunk)) return;
+    return new Promise<void>((resolve, reject) => {
+      const drained = () => {
+        stream.off("close", gone);
+        resolve();
+      };
+      const gone = () => {
+        stream.off("drain", drained);
+        reject(new Error("the stream's reader went away"));
+      };
+      stream.once("drain", drained);
+      stream.once("close", gone);
+    });
+  };
 }
 
 export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationHandlers {
@@ -51,21 +97,25 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
       await denvd.deleteVersion(p.version_id);
       return {};
     },
-    exec: async (p, emit) => {
+    exec: async (p, io) => {
+      const stdout = io.get(p.stdout_stream);
+      const stderr = io.get(p.stderr_stream);
       const r = await denvd.exec(p.stack_id, p.service, {
         command: p.command,
         user: p.user ?? null,
         cwd: p.cwd ?? null,
         env: p.env ?? {},
-        stdin: p.stdin_b64 !== undefined ? Buffer.from(p.stdin_b64, "base64") : null,
+        stdin: p.stdin_stream !== undefined ? io.get(p.stdin_stream) : null,
         timeoutMs: p.timeout_ms ?? null,
-        maxOutputBytes: p.max_output_bytes,
-        ...(p.stream ? { onStdout: emit("stdout"), onStderr: emit("stderr") } : {}),
+        maxOutputBytes: p.max_output_bytes ?? Number.POSITIVE_INFINITY,
+        keepOutput: false,
+        onStdout: streamSink(stdout),
+        onStderr: streamSink(stderr),
       });
+      // Every byte of output is on its way before the result is.
+      await Promise.all([finishStream(stdout), finishStream(stderr)]);
       return {
         exit_code: r.exitCode,
-        stdout_b64: r.stdout.toString("base64"),
-        stderr_b64: r.stderr.toString("base64"),
         stdout_truncated: r.stdoutTruncated,
         stdout_dropped_bytes: r.stdoutDroppedBytes,
         stderr_dropped_bytes: r.stderrDroppedBytes,
@@ -74,13 +124,14 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
         duration_ms: r.durationMs,
       };
     },
-    put_files: (p) =>
-      denvd.putFiles(p.stack_id, p.service, p.path, Readable.from(Buffer.from(p.tar_b64, "base64")), {
-        user: p.user,
-      }),
-    get_files: async (p) => ({
-      tar_b64: (await denvd.getFiles(p.stack_id, p.service, p.path, { user: p.user })).toString("base64"),
-    }),
+    put_files: (p, io) =>
+      denvd.putFiles(p.stack_id, p.service, p.path, io.get(p.tar_stream), { user: p.user }),
+    get_files: async (p, io) => {
+      const tar = io.get(p.tar_stream);
+      const r = await denvd.readFilesTo(p.stack_id, p.service, p.path, streamSink(tar), { user: p.user });
+      await finishStream(tar);
+      return r;
+    },
     stat_path: async (p) => {
       const r = await denvd.fileOp(p.stack_id, p.service, { op: "stat", path: p.path }, { user: p.user });
       const entry = r.entries[0];
@@ -127,7 +178,7 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
       await verifier().cleanup(p.verify_id);
       return {};
     },
-    open_tunnel: (p) => hooks.openTunnel(p),
+    open_tunnel: (p, io) => hooks.openTunnel(p, io.get(p.stream_id)),
     stop_service: (p) => denvd.stopService(p.stack_id, p.service),
     resume: async (p) => {
       await verifier().resume(p.stack_id);
@@ -144,7 +195,7 @@ export async function performOperation<M extends OpMethod>(
   handlers: OperationHandlers,
   method: M,
   raw: unknown,
-  emit: Emit = () => () => {},
+  io: OpStreams = noStreams,
 ): Promise<OpResult<M>> {
   const parsed = OPERATIONS[method].params.safeParse(raw);
   if (!parsed.success) {
@@ -154,6 +205,6 @@ export async function performOperation<M extends OpMethod>(
       `${method}: ${issue?.path.join(".") || "params"}: ${issue?.message ?? "invalid"}`,
     );
   }
-  const handler = handlers[method] as (p: unknown, emit: Emit) => Promise<OpResult<M>>;
-  return handler(parsed.data, emit);
+  const handler = handlers[method] as (p: unknown, io: OpStreams) => Promise<OpResult<M>>;
+  return handler(parsed.data, io);
 }

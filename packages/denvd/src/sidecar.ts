@@ -5,22 +5,22 @@
  * not started again, so a reconnect neither loses nor repeats work.
  */
 
-import type { Socket } from "node:net";
 import { arch, cpus, totalmem } from "node:os";
+import type { Duplex } from "node:stream";
 import {
   DenvError,
-  decodeTunnelFrame,
-  encodeTunnelFrame,
+  finishStream,
   HEARTBEAT_MS,
   type HostMessage,
   MAX_MESSAGE_BYTES,
+  type MuxStream,
+  OP_STREAM_PARAMS,
   type OpCheckedParams,
+  type OpMethod,
   PROTOCOL_VERSION,
   type ServerMessage,
+  StreamMux,
   serverMessageSchema,
-  TUNNEL_CLOSE,
-  TUNNEL_DATA,
-  TUNNEL_END,
 } from "@denv/protocol";
 import WebSocket from "ws";
 import type { Denvd } from "./denvd.ts";
@@ -49,8 +49,8 @@ export class Sidecar {
   /** Operations running or done, answered again from their run when re-sent (op-result-cache.ts). */
   private readonly ops = new OpResultCache<Outcome>();
   private lastHello: HostMessage | null = null;
-  /** Open tunnels (stream id -> the connection to the container port). */
-  private readonly tunnels = new Map<number, Socket>();
+  /** The byte streams of the current connection (tunnels, file tars, exec's stdin and output). */
+  private mux: StreamMux | null = null;
   private readonly options: SidecarOptions;
   /** The operations this host serves (operation-handlers.ts). */
   private readonly handlers: OperationHandlers;
@@ -65,7 +65,7 @@ export class Sidecar {
     this.ready = new Promise((r) => {
       this.markReady = r;
     });
-    this.handlers = operationHandlers(options.denvd, { openTunnel: (p) => this.openTunnel(p) });
+    this.handlers = operationHandlers(options.denvd, { openTunnel: (p, s) => this.openTunnel(p, s) });
   }
 
   start(): void {
@@ -92,6 +92,11 @@ export class Sidecar {
       maxPayload: MAX_MESSAGE_BYTES,
     });
     this.ws = ws;
+    const mux = new StreamMux((frame, done) => {
+      if (ws.readyState !== WebSocket.OPEN) return done?.(new Error("the connection closed"));
+      ws.send(frame, { binary: true }, done);
+    });
+    this.mux = mux;
     ws.on("open", async () => {
       this.backoffMs = 250;
       this.lastHello = await this.hello();
@@ -101,14 +106,13 @@ export class Sidecar {
       }, HEARTBEAT_MS);
     });
     ws.on("message", (data, isBinary) => {
-      if (isBinary) this.onTunnelFrame(data as Buffer);
+      if (isBinary) mux.onFrame(data as Buffer);
       else this.onMessage(data.toString());
     });
     ws.on("close", () => {
       if (this.heartbeat) clearInterval(this.heartbeat);
-      // A tunnel lives on one connection; the client reconnects through a new one.
-      for (const sock of this.tunnels.values()) sock.destroy();
-      this.tunnels.clear();
+      // Streams live on one connection: their operations fail with it (the server does not resend them).
+      mux.closeAll();
       if (this.stopped) return;
       const wait = this.backoffMs;
       this.backoffMs = Math.min(this.backoffMs * 2, 10_000);
@@ -187,11 +191,21 @@ export class Sidecar {
     }
     let run = this.ops.get(opId);
     if (!run) {
-      const emit = (stream: "stdout" | "stderr") => (chunk: Buffer) =>
-        this.send({ type: "event", op_id: opId, stream, data_b64: chunk.toString("base64") });
-      run = performOperation(this.handlers, msg.method, msg.params, emit).then(
-        (result): Outcome => ({ ok: true, result }),
+      const streams = this.openStreams(msg.method, msg.params);
+      run = performOperation(this.handlers, msg.method, msg.params, {
+        get: (id) => {
+          const s = streams.get(id);
+          if (!s) throw new DenvError("invalid_argument", `stream ${id} was not opened for ${msg.method}`);
+          return s;
+        },
+      }).then(
+        (result): Outcome => {
+          if (msg.method !== "open_tunnel") for (const s of streams.values()) void finishStream(s);
+          return { ok: true, result };
+        },
         (err: unknown): Outcome => {
+          // A failed operation's streams are cut, not ended: a half-sent tar must not look whole.
+          for (const s of streams.values()) s.destroy();
           if (err instanceof DenvError)
             return { ok: false, error: { code: err.code, message: err.message, details: err.details } };
           // Anything else is a fault of denvd's own (a file, a system call): its words, with host
@@ -211,32 +225,36 @@ export class Sidecar {
     void run.then((r) => this.send({ type: "result", op_id: opId, ...r } as HostMessage));
   }
 
-  private sendBinary(frame: Buffer): void {
-    if (this.ws?.readyState === WebSocket.OPEN) this.ws.send(frame, { binary: true });
-  }
-
-  private onTunnelFrame(frame: Buffer): void {
-    const f = decodeTunnelFrame(frame);
-    const sock = f ? this.tunnels.get(f.streamId) : undefined;
-    if (!f || !sock) return;
-    if (f.kind === TUNNEL_DATA) sock.write(f.payload);
-    else if (f.kind === TUNNEL_END) sock.end();
-    else if (f.kind === TUNNEL_CLOSE) {
-      this.tunnels.delete(f.streamId);
-      sock.destroy();
+  /**
+   * The streams an operation names, opened now: its first frames may follow it at once. An id
+   * already in use is not taken over (the operation then fails when it asks for it).
+   */
+  private openStreams(method: OpMethod, params: Record<string, unknown>): Map<number, MuxStream> {
+    const streams = new Map<number, MuxStream>();
+    const mux = this.mux;
+    for (const key of OP_STREAM_PARAMS[method] ?? []) {
+      const id = params[key];
+      if (!mux || typeof id !== "number" || !Number.isInteger(id) || id < 1 || id > 0xffffffff) continue;
+      if (mux.has(id) || streams.has(id)) continue;
+      const s = mux.open(id);
+      // Failures show in the operation's result; the stream's own error is only its end.
+      s.on("error", () => {});
+      streams.set(id, s);
     }
+    return streams;
   }
 
-  private async openTunnel(p: OpCheckedParams<"open_tunnel">): Promise<Record<string, never>> {
-    const streamId = p.stream_id;
+  /** A port in a service, relayed both ways over a stream, each side waiting for the other's reader. */
+  private async openTunnel(
+    p: OpCheckedParams<"open_tunnel">,
+    stream: Duplex,
+  ): Promise<Record<string, never>> {
     const sock = await this.options.denvd.openPort(p.stack_id, p.service, p.port);
-    this.tunnels.set(streamId, sock);
-    sock.on("data", (chunk: Buffer) => this.sendBinary(encodeTunnelFrame(TUNNEL_DATA, streamId, chunk)));
-    sock.on("end", () => this.sendBinary(encodeTunnelFrame(TUNNEL_END, streamId)));
-    sock.on("close", () => {
-      if (this.tunnels.delete(streamId)) this.sendBinary(encodeTunnelFrame(TUNNEL_CLOSE, streamId));
-    });
     sock.on("error", () => {});
+    stream.pipe(sock);
+    sock.pipe(stream);
+    sock.on("close", () => stream.destroy());
+    stream.on("close", () => sock.destroy());
     sock.resume();
     return {};
   }

@@ -6,16 +6,17 @@
  * a path, so the engine reads it, after each component is checked not to be a link.
  */
 import { randomBytes } from "node:crypto";
+import { once } from "node:events";
 import { createReadStream, createWriteStream } from "node:fs";
 import { rm } from "node:fs/promises";
 import { join, posix } from "node:path";
-import type { Readable } from "node:stream";
+import { PassThrough, Readable } from "node:stream";
 import { DenvError } from "@denv/protocol";
-import type { FsEntryRaw, FsRequest } from "./exec/executor.ts";
+import type { FileSink, FsEntryRaw, FsRequest } from "./exec/executor.ts";
 import type { StackContext } from "./stack-context.ts";
 import { sanitizeTar } from "./tar-sanitizer.ts";
 
-/** Files read from a container travel in one message to the server: a bound on the tar. */
+/** A tar read into memory on the host (getFiles, not the streamed path) is at most this. */
 export const MAX_FILES_BYTES = 64 * 1024 * 1024;
 /** How long a files read waits for the agent of a container that just started. */
 const AGENT_WAIT_MS = 3000;
@@ -34,6 +35,11 @@ export interface ServiceTarget {
  * container its agent writes it as `user` (the service's own by default): files owned by that user,
  * missing parents made, nothing replaced by something of another kind. A stopped container is
  * written by the engine, which also refuses such replacements (its parents must exist).
+ *
+ * A tar of up to SPOOL_BYTES is checked whole before any of it is written, so a refused one writes
+ * nothing. A larger one streams: its first SPOOL_BYTES are checked and spooled, then the rest is
+ * checked as it passes, so a 10 GiB upload is written once, not twice; one refused past that point
+ * stops at the refused entry, the entries before it written (as `docker cp` and tar do).
  */
 export async function putFiles(
   ctx: StackContext,
@@ -43,36 +49,94 @@ export async function putFiles(
   options: { user?: string | null } = {},
 ): Promise<{ entries: number; bytes: number }> {
   const clean = checkContainerPath(path);
-  // The checked tar goes to a file first: a tar refused half-way must leave nothing behind.
   const tmp = join(ctx.options.stateDir, `upload-${randomBytes(6).toString("hex")}.tar`);
+  const checked = new PassThrough({ highWaterMark: 1024 * 1024 });
+  const checking = sanitizeTar(tar, checked);
+  checking.catch(() => {});
   try {
-    const stats = await sanitizeTar(tar, createWriteStream(tmp));
+    const spooled = await spool(checked, tmp, SPOOL_BYTES);
+    // Whole: checked before anything is written. Not whole: the rest follows as it is checked.
+    if (spooled.ended) await checking;
+    const body = spooled.ended
+      ? createReadStream(tmp)
+      : Readable.from(concatStreams(createReadStream(tmp), checked));
     const st = await ctx.runtime.inspectContainer(target.containerId);
-    if (st.running && !st.paused && ctx.executor.writeFiles && ctx.options.agentBinary) {
-      await ctx.agents.waitConnected(target.stackId, target.service, AGENT_WAIT_MS);
-      const written = await ctx.executor.writeFiles(
-        target.containerId,
-        clean,
-        createReadStream(tmp),
-        options,
-      );
-      if (written) return stats;
-      throw new DenvError("unavailable", "the service's agent is not answering; try again in a moment");
-    }
-    await ctx.runtime.putArchive(target.containerId, clean, createReadStream(tmp));
-    return stats;
+    const written = (async () => {
+      if (st.running && !st.paused && ctx.executor.writeFiles && ctx.options.agentBinary) {
+        await ctx.agents.waitConnected(target.stackId, target.service, AGENT_WAIT_MS);
+        const r = await ctx.executor.writeFiles(target.containerId, clean, body, options);
+        if (!r)
+          throw new DenvError("unavailable", "the service's agent is not answering; try again in a moment");
+      } else await ctx.runtime.putArchive(target.containerId, clean, body);
+    })();
+    // A refusal on the way is the answer (the write then fails on its cut tar).
+    const [check] = await Promise.allSettled([checking, written]);
+    if (check.status === "rejected") throw check.reason;
+    await written;
+    return check.value;
   } finally {
+    checked.destroy();
     await rm(tmp, { force: true });
   }
 }
 
-/** A tar of `path` in a service, read as `user` (the service's own by default) without following links. */
-export async function getFiles(
+/** Checked tars up to this size are written only once wholly checked. */
+const SPOOL_BYTES = 64 * 1024 * 1024;
+
+/** Writes a stream's first `limitBytes` to a file; says whether the stream ended within them. */
+async function spool(input: Readable, file: string, limitBytes: number): Promise<{ ended: boolean }> {
+  const out = createWriteStream(file);
+  let size = 0;
+  let ended = true;
+  try {
+    for (;;) {
+      if (size >= limitBytes) {
+        ended = false;
+        break;
+      }
+      const chunk = input.read() as Buffer | null;
+      if (chunk) {
+        size += chunk.length;
+        if (!out.write(chunk)) await once(out, "drain");
+        continue;
+      }
+      if (input.readableEnded || input.destroyed) break;
+      // Waits for more, its end, or the check failing (the input is then destroyed).
+      await new Promise<void>((resolve) => {
+        const go = () => {
+          input.off("readable", go);
+          input.off("end", go);
+          input.off("close", go);
+          resolve();
+        };
+        input.on("readable", go);
+        input.on("end", go);
+        input.on("close", go);
+      });
+    }
+  } finally {
+    out.end();
+    await once(out, "close");
+  }
+  return { ended };
+}
+
+async function* concatStreams(...streams: Readable[]): AsyncGenerator<Buffer> {
+  for (const s of streams) for await (const chunk of s) yield chunk as Buffer;
+}
+
+/**
+ * A tar of `path` in a service, read as `user` (the service's own by default) without following
+ * links, to `sink` as it is made: memory stays flat however large the tree. Nothing reaches the
+ * sink before the path was found and may be read, so those failures are errors, not short tars.
+ */
+export async function readFilesTo(
   ctx: StackContext,
   target: ServiceTarget,
   path: string,
+  sink: FileSink,
   options: { user?: string | null } = {},
-): Promise<Buffer> {
+): Promise<{ bytes: number }> {
   const id = target.containerId;
   const clean = checkContainerPath(path);
   const st = await ctx.runtime.inspectContainer(id);
@@ -81,8 +145,8 @@ export async function getFiles(
     // Just after a start the agent may still be dialling in.
     await ctx.agents.waitConnected(target.stackId, target.service, AGENT_WAIT_MS);
     const user = options.user ?? ctx.agents.defaultUser(id) ?? null;
-    const tar = await ctx.executor.readFiles(id, clean, { user, maxBytes: MAX_FILES_BYTES });
-    if (tar) return tar;
+    const read = await ctx.executor.readFiles(id, clean, { user, sink });
+    if (read) return read;
     throw new DenvError("unavailable", "the service's agent is not answering; try again in a moment");
   }
   if (st.running && !st.paused && withAgent)
@@ -99,17 +163,41 @@ export async function getFiles(
         `${prefix} is a symbolic link; denv does not follow links in a path (read the link's target)`,
       );
   }
-  const chunks: Buffer[] = [];
   let bytes = 0;
   for await (const c of await ctx.runtime.getArchive(id, clean)) {
     bytes += (c as Buffer).length;
-    if (bytes > MAX_FILES_BYTES)
-      throw new DenvError(
-        "payload_too_large",
-        `${clean} is over ${MAX_FILES_BYTES / 1024 ** 2} MiB as a tar; get a smaller path`,
-      );
-    chunks.push(c as Buffer);
+    await sink(c as Buffer);
   }
+  return { bytes };
+}
+
+/** A tar of `path` in a service, in memory (at most `maxBytes`): for callers on the host itself. */
+export async function getFiles(
+  ctx: StackContext,
+  target: ServiceTarget,
+  path: string,
+  options: { user?: string | null; maxBytes?: number } = {},
+): Promise<Buffer> {
+  const limit = options.maxBytes ?? MAX_FILES_BYTES;
+  const chunks: Buffer[] = [];
+  let size = 0;
+  await readFilesTo(
+    ctx,
+    target,
+    path,
+    (c) => {
+      size += c.length;
+      if (size > limit)
+        return Promise.reject(
+          new DenvError(
+            "payload_too_large",
+            `${path} is over ${limit / 1024 ** 2} MiB as a tar; get a smaller path`,
+          ),
+        );
+      chunks.push(Buffer.from(c));
+    },
+    options,
+  );
   return Buffer.concat(chunks);
 }
 

@@ -22,3 +22,4 @@ export {
   type ResolvedSpec,
   resolvedSpecSchema,
 } from "./resolved-spec.ts";
+export * from "./stream-mux.ts";

@@ -6,15 +6,20 @@
 import { z } from "zod";
 import { OP_METHODS } from "./operations.ts";
 
-/** 2: typed operations on stacks (stack_id); 1: the same operations on environment_id. */
-export const PROTOCOL_VERSION = 2;
+/**
+ * 3: exec and files as byte streams (stream-mux.ts), not base64 in JSON; 2: typed operations on
+ * stacks (stack_id); 1: the same operations on environment_id.
+ */
+export const PROTOCOL_VERSION = 3;
 
 /**
- * The largest WebSocket message either side accepts (both set it as their maxPayload). The server
- * refuses to send an operation that would not fit, rather than have the host drop the connection
- * and the operation be sent again on every reconnect.
+ * The largest WebSocket message either side accepts (both set it as their maxPayload). Bulk bytes
+ * travel as stream frames of at most STREAM_CHUNK_BYTES; a JSON message is an operation, its
+ * result or a heartbeat. The server refuses to send an operation that would not fit (an argv of
+ * several MiB does), rather than have the host drop the connection and the operation be sent again
+ * on every reconnect.
  */
-export const MAX_MESSAGE_BYTES = 128 * 1024 * 1024;
+export const MAX_MESSAGE_BYTES = 32 * 1024 * 1024;
 
 const bytes = z.number().finite().nonnegative();
 export const capacitySchema = z.object({
@@ -40,13 +45,6 @@ export const hostMessageSchema = z.discriminatedUnion("type", [
     known_ops: z.array(opId).max(20_000),
   }),
   z.object({ type: z.literal("heartbeat"), capacity: capacitySchema.optional() }),
-  /** Output of a running operation (exec with stream), in order, before its result. */
-  z.object({
-    type: z.literal("event"),
-    op_id: opId,
-    stream: z.enum(["stdout", "stderr"]),
-    data_b64: z.string(),
-  }),
   z.object({
     type: z.literal("result"),
     op_id: opId,
@@ -74,26 +72,3 @@ export type ServerMessage = z.infer<typeof serverMessageSchema>;
 
 /** How often a host says it is alive (last_seen in GET /v1/hosts). */
 export const HEARTBEAT_MS = 5000;
-
-/**
- * Tunnel bytes (a client's connection to a port inside a sandbox) travel as binary WebSocket
- * frames beside the JSON messages: u8 kind, u32 stream id (big-endian), then the payload. The
- * server picks the stream id and opens it with the `open_tunnel` operation.
- */
-export const TUNNEL_DATA = 1;
-/** The sender will write no more on this stream (a half-close). */
-export const TUNNEL_END = 2;
-/** The stream is gone in both directions. */
-export const TUNNEL_CLOSE = 3;
-
-export function encodeTunnelFrame(kind: number, streamId: number, payload?: Buffer): Buffer {
-  const head = Buffer.alloc(5);
-  head[0] = kind;
-  head.writeUInt32BE(streamId >>> 0, 1);
-  return payload?.length ? Buffer.concat([head, payload]) : head;
-}
-
-export function decodeTunnelFrame(frame: Buffer): { kind: number; streamId: number; payload: Buffer } | null {
-  if (frame.length < 5) return null;
-  return { kind: frame[0] as number, streamId: frame.readUInt32BE(1), payload: frame.subarray(5) };
-}

@@ -11,12 +11,21 @@ test("every operation has a params and a result schema, and the message schema n
 });
 
 test("params are strict: unknown fields, wrong ids and missing fields are refused", () => {
-  const ok = OPERATIONS.exec.params.safeParse({ stack_id: "stk_0123456789ab", command: ["true"] });
+  const streams = { stdout_stream: 1, stderr_stream: 2 };
+  const ok = OPERATIONS.exec.params.safeParse({
+    stack_id: "stk_0123456789ab",
+    command: ["true"],
+    ...streams,
+  });
   assert.ok(ok.success);
   for (const bad of [
-    { stack_id: "stk_0123456789ab", command: ["true"], environment_id: "x" },
-    { stack_id: "env/../x", command: ["true"] },
-    { stack_id: "stk_0123456789ab" },
+    { stack_id: "stk_0123456789ab", command: ["true"], environment_id: "x", ...streams },
+    { stack_id: "env/../x", command: ["true"], ...streams },
+    { stack_id: "stk_0123456789ab", ...streams },
+    // Output goes on streams: an exec without them, or with a stream id out of range, is refused.
+    { stack_id: "stk_0123456789ab", command: ["true"] },
+    { stack_id: "stk_0123456789ab", command: ["true"], stdout_stream: 0, stderr_stream: 2 },
+    { stack_id: "stk_0123456789ab", command: ["true"], ...streams, stdin_stream: 2 ** 32 },
   ])
     assert.equal(OPERATIONS.exec.params.safeParse(bad).success, false, JSON.stringify(bad));
   // Stacks an older host made (env_…) are still addressed.

@@ -30,6 +30,11 @@ export const versionId = z.string().regex(/^ver_[0-9a-f]{12}$/, "a version id (v
 const operationId = z.string().min(1).max(80);
 const serviceName = z.string().min(1).max(63);
 const stack = z.strictObject({ stack_id: stackId });
+/**
+ * A byte stream on the host's connection (stream-mux.ts), named by the server in the operation
+ * that uses it. The host opens its side when the operation arrives, before any of its frames.
+ */
+export const streamId = z.number().int().min(1).max(0xffffffff);
 
 export const execParams = z.strictObject({
   stack_id: stackId,
@@ -38,17 +43,18 @@ export const execParams = z.strictObject({
   user: z.string().optional(),
   cwd: z.string().optional(),
   env: z.record(z.string(), z.string()).optional(),
-  stdin_b64: z.string().optional(),
+  /** The command's stdin, from the server, to its end; none: stdin is empty. */
+  stdin_stream: streamId.optional(),
+  /** The command's stdout and stderr, to the server, as it writes them. */
+  stdout_stream: streamId,
+  stderr_stream: streamId,
   timeout_ms: z.number().int().positive().optional(),
+  /** Per stream; output past it is counted and dropped. None: all of it is streamed. */
   max_output_bytes: z.number().int().positive().optional(),
-  /** Output goes out as events while the command runs. */
-  stream: z.boolean().optional(),
 });
 
 export const execResult = z.object({
   exit_code: z.number(),
-  stdout_b64: z.string(),
-  stderr_b64: z.string(),
   stdout_truncated: z.boolean(),
   /** How many bytes of output went past max_output_bytes and were dropped. */
   stdout_dropped_bytes: z.number().int().nonnegative(),
@@ -137,25 +143,30 @@ export const OPERATIONS = {
   destroy: { params: stack, result: empty },
   delete_version: { params: z.strictObject({ version_id: versionId }), result: empty },
   exec: { params: execParams, result: execResult },
-  /** A tar written at a path, as a user (the service's own when none is given). */
+  /** A tar, streamed from the server, written at a path as a user (the service's own when none is given). */
   put_files: {
     params: z.strictObject({
       stack_id: stackId,
       service: serviceName.optional(),
       path: z.string().min(1),
       user: z.string().min(1).max(256).optional(),
-      tar_b64: z.string(),
+      tar_stream: streamId,
     }),
     result: z.object({ entries: z.number(), bytes: z.number() }),
   },
+  /**
+   * A tar of a path, streamed to the server. The host starts the stream only once the path was
+   * found and may be read, so a failure before its first byte is the operation's own error.
+   */
   get_files: {
     params: z.strictObject({
       stack_id: stackId,
       service: serviceName.optional(),
       path: z.string().min(1),
       user: z.string().min(1).max(256).optional(),
+      tar_stream: streamId,
     }),
-    result: z.object({ tar_b64: z.string() }),
+    result: z.object({ bytes: z.number() }),
   },
   /** A path's type, size, mode, owner and time. */
   stat_path: { params: z.strictObject({ ...inService, path: containerPath }), result: fsEntry },
@@ -199,7 +210,7 @@ export const OPERATIONS = {
       stack_id: stackId,
       service: serviceName.optional(),
       port: z.number().int().min(1).max(65535),
-      stream_id: z.number().int().min(0).max(0xffffffff),
+      stream_id: streamId,
     }),
     result: empty,
   },
@@ -214,6 +225,14 @@ export const OPERATIONS = {
 } as const satisfies Record<string, { params: z.ZodType; result: z.ZodType }>;
 
 export type OpMethod = keyof typeof OPERATIONS;
+
+/** The params of each operation that name byte streams: the host opens them as the operation arrives. */
+export const OP_STREAM_PARAMS: Partial<Record<OpMethod, readonly string[]>> = {
+  exec: ["stdin_stream", "stdout_stream", "stderr_stream"],
+  put_files: ["tar_stream"],
+  get_files: ["tar_stream"],
+  open_tunnel: ["stream_id"],
+};
 export const OP_METHODS = Object.keys(OPERATIONS) as [OpMethod, ...OpMethod[]];
 /** What a caller passes (defaults may be left out). */
 export type OpParams<M extends OpMethod> = z.input<(typeof OPERATIONS)[M]["params"]>;

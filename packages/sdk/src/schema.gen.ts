@@ -410,6 +410,9 @@ export type PostV1EnvsByIdExecBody = {
   encoding?: "utf8" | "base64";
 };
 
+/** Run a command with its stdin streamed from the body: the first line is the exec request (JSON), the rest of the body is stdin; the answer is NDJSON output chunks as they come, then the result — POST /v1/envs/{id}/exec/stream */
+export type PostV1EnvsByIdExecStreamResponse = unknown;
+
 /** A URL reaching a TCP port inside a service (HTTP and WebSocket), relayed through the host's connection; the URL is the credential — POST /v1/envs/{id}/ports/{port} */
 export type PostV1EnvsByIdPortsByPortResponse = {
   url: string;
@@ -445,13 +448,13 @@ export type PostV1EnvsByIdServicesByServiceStopResponse = {
   stopped: string;
 };
 
-/** Extract a tar at ?path= in ?service=, as ?user= (default: the service's user): parents are made; a directory is never replaced by a file, nor a file by a directory — PUT /v1/envs/{id}/files */
+/** Extract a tar at ?path= in ?service=, as ?user= (default: the service's user): parents are made; a directory is never replaced by a file, nor a file by a directory. The tar streams through (up to 16 GiB) — PUT /v1/envs/{id}/files */
 export type PutV1EnvsByIdFilesResponse = {
   entries: number;
   bytes: number;
 };
 
-/** A tar of ?path= in ?service=, read as ?user= (default: the service's user), never following a link — GET /v1/envs/{id}/files */
+/** A tar of ?path= in ?service=, read as ?user= (default: the service's user), never following a link; it streams as the host reads it — GET /v1/envs/{id}/files */
 export type GetV1EnvsByIdFilesResponse = Uint8Array;
 
 /** Remove a file, a link, or an empty directory (recursive=true: a whole tree, following no link) — DELETE /v1/envs/{id}/files */
@@ -664,6 +667,7 @@ export const OPERATIONS = {
   postV1EnvsByIdVerify: { method: "POST", path: "/v1/envs/{id}/verify", params: ["id"], body: "json", response: "json" },
   getV1VersionsById: { method: "GET", path: "/v1/versions/{id}", params: ["id"], body: "none", response: "json" },
   postV1EnvsByIdExec: { method: "POST", path: "/v1/envs/{id}/exec", params: ["id"], body: "json", response: "json" },
+  postV1EnvsByIdExecStream: { method: "POST", path: "/v1/envs/{id}/exec/stream", params: ["id"], body: "tar", response: "json" },
   postV1EnvsByIdPortsByPort: { method: "POST", path: "/v1/envs/{id}/ports/{port}", params: ["id","port"], body: "json", response: "json" },
   deleteV1EnvsByIdPortsByPort: { method: "DELETE", path: "/v1/envs/{id}/ports/{port}", params: ["id","port"], body: "none", response: "json" },
   getV1EnvsByIdPorts: { method: "GET", path: "/v1/envs/{id}/ports", params: ["id"], body: "none", response: "json" },
@@ -710,6 +714,7 @@ export interface Operations {
   postV1EnvsByIdVerify: { params: { id: string }; body: PostV1EnvsByIdVerifyBody; response: PostV1EnvsByIdVerifyResponse };
   getV1VersionsById: { params: { id: string }; body: undefined; response: GetV1VersionsByIdResponse };
   postV1EnvsByIdExec: { params: { id: string }; body: PostV1EnvsByIdExecBody; response: PostV1EnvsByIdExecResponse };
+  postV1EnvsByIdExecStream: { params: { id: string }; body: Uint8Array; response: PostV1EnvsByIdExecStreamResponse };
   postV1EnvsByIdPortsByPort: { params: { id: string; port: string }; body: PostV1EnvsByIdPortsByPortBody; response: PostV1EnvsByIdPortsByPortResponse };
   deleteV1EnvsByIdPortsByPort: { params: { id: string; port: string }; body: undefined; response: DeleteV1EnvsByIdPortsByPortResponse };
   getV1EnvsByIdPorts: { params: { id: string }; body: undefined; response: GetV1EnvsByIdPortsResponse };

@@ -7,29 +7,28 @@
  * Invariant (DESIGN, trust boundaries): a host's messages can only touch that host's operations
  * and streams. Hosts belong to teams and any team can connect one, so every host is untrusted
  * toward every other: a result or event is taken only for an operation sent to the host that
- * answers; tunnel frames are looked up in the table of the connection they arrive on (stream ids
- * are per connection), so no id a hostile host sends can reach another host's streams.
+ * answers; stream frames are looked up in the table of the connection they arrive on (stream ids
+ * are per connection), so no id a hostile host sends can reach another host's streams. Bytes
+ * (tunnels, files, exec's stdin and output) travel as stream frames with per-stream credit
+ * (@denv/protocol stream-mux.ts): a host cannot make the server hold more than a window per stream.
  */
 import type { IncomingMessage } from "node:http";
-import { Duplex } from "node:stream";
+import type { Duplex } from "node:stream";
 import {
   DenvError,
-  decodeTunnelFrame,
   ERROR_CODES,
   type ErrorCode,
-  encodeTunnelFrame,
   type HostMessage,
   hostMessageSchema,
   MAX_MESSAGE_BYTES,
+  type MuxStream,
   OPERATIONS,
   type OpMethod,
   type OpParams,
   type OpResult,
   PROTOCOL_VERSION,
   type ServerMessage,
-  TUNNEL_CLOSE,
-  TUNNEL_DATA,
-  TUNNEL_END,
+  StreamMux,
 } from "@denv/protocol";
 import { type WebSocket, WebSocketServer } from "ws";
 import { newId, now } from "./ids.ts";
@@ -38,8 +37,9 @@ import type { Store } from "./store/open-store.ts";
 
 interface PendingOp {
   opId: string;
-  onEvent?: ((stream: "stdout" | "stderr", data: Buffer) => void) | undefined;
   hostId: string;
+  /** Set for an operation with streams: it lives and dies with this one connection. */
+  conn: Connection | null;
   method: OpMethod;
   text: string;
   resolve: (value: unknown) => void;
@@ -53,10 +53,10 @@ interface PendingOp {
   sends: number;
 }
 
-/** One connected host: its socket and the tunnel streams opened on that connection. */
+/** One connected host: its socket and the byte streams opened on that connection. */
 interface Connection {
   ws: WebSocket;
-  tunnels: Map<number, Duplex>;
+  mux: StreamMux;
   nextStreamId: number;
   helloed: boolean;
   lastHeartbeatWrite: number;
@@ -101,19 +101,32 @@ export class HostHub {
     this.connections.get(hostId)?.ws.close(4000, "replaced by a newer connection");
     const conn: Connection = {
       ws,
-      tunnels: new Map(),
+      mux: new StreamMux((frame, done) => {
+        if (ws.readyState !== ws.OPEN) return done?.(new Error("the host disconnected"));
+        ws.send(frame, { binary: true }, done);
+      }),
       nextStreamId: 1,
       helloed: false,
       lastHeartbeatWrite: 0,
     };
     this.connections.set(hostId, conn);
     ws.on("message", (data, isBinary) => {
-      if (isBinary) this.onTunnelFrame(conn, data as Buffer);
+      if (isBinary) conn.mux.onFrame(data as Buffer);
       else void this.onMessage(hostId, conn, data.toString()).catch(() => {});
     });
     ws.on("close", () => {
-      for (const stream of conn.tunnels.values()) stream.destroy();
-      conn.tunnels.clear();
+      conn.mux.closeAll();
+      // An operation with streams cannot be sent again (its bytes went with the connection).
+      for (const p of this.pending.values())
+        if (p.conn === conn) {
+          this.settle(p.opId, p);
+          p.reject(
+            new DenvError(
+              "host_unavailable",
+              `the host's connection dropped during ${p.method}; nothing was retried, run it again`,
+            ),
+          );
+        }
       if (this.connections.get(hostId) !== conn) return;
       this.connections.delete(hostId);
       // What was sent on this connection waits for the host to come back, for a while.
@@ -153,7 +166,7 @@ export class HostHub {
       });
       this.sendText(conn.ws, JSON.stringify({ type: "welcome", host_id: hostId } satisfies ServerMessage));
       // Operations sent before the drop go again, under the same ids.
-      for (const p of this.pending.values()) if (p.hostId === hostId) this.send(p, conn);
+      for (const p of this.pending.values()) if (p.hostId === hostId && !p.conn) this.send(p, conn);
       for (const w of this.waiters.get(hostId) ?? []) w();
       this.waiters.delete(hostId);
     } else if (msg.type === "heartbeat") {
@@ -164,11 +177,6 @@ export class HostHub {
         last_seen: now(),
         ...(msg.capacity ? { capacity_json: JSON.stringify(msg.capacity) } : {}),
       });
-    } else if (msg.type === "event") {
-      const p = this.pending.get(msg.op_id);
-      // Only the host an operation was sent to speaks for it.
-      if (p?.hostId !== hostId) return;
-      p.onEvent?.(msg.stream, Buffer.from(msg.data_b64, "base64"));
     } else {
       const p = this.pending.get(msg.op_id);
       if (p?.hostId !== hostId) return;
@@ -201,18 +209,46 @@ export class HostHub {
     }
   }
 
-  /** Tunnel bytes: only streams opened on this very connection can be reached by its frames. */
-  private onTunnelFrame(conn: Connection, frame: Buffer): void {
-    const f = decodeTunnelFrame(frame);
-    const stream = f ? conn.tunnels.get(f.streamId) : undefined;
-    if (!f || !stream) return;
-    if (f.kind === TUNNEL_DATA) stream.push(Buffer.from(f.payload));
-    else if (f.kind === TUNNEL_END) stream.push(null);
-    else if (f.kind === TUNNEL_CLOSE) {
-      conn.tunnels.delete(f.streamId);
-      stream.push(null);
-      stream.destroy();
+  /**
+   * Runs an operation that moves bytes: opens `count` streams on the host's connection, builds the
+   * params from their ids, and sends it on that connection only (it is not sent again on another:
+   * its bytes went with the first). Resolves once sent, with the streams and the result to come.
+   * The host closes its streams before it answers; one still open when the answer comes is failed
+   * (unless `streamsOutliveOp`, as a tunnel's do).
+   */
+  async streamCall<M extends OpMethod>(
+    hostId: string,
+    method: M,
+    count: number,
+    build: (ids: number[]) => OpParams<M>,
+    options: { opId?: string; timeoutMs?: number; waitForHostMs?: number; streamsOutliveOp?: boolean } = {},
+  ): Promise<{ streams: MuxStream[]; result: Promise<OpResult<M>> }> {
+    const waitMs = options.waitForHostMs ?? this.waitForHostMs;
+    if (waitMs > 0) await this.waitConnected(hostId, waitMs);
+    const conn = this.connections.get(hostId);
+    if (!conn?.helloed) throw new DenvError("host_unavailable", "the environment's host is not connected");
+    const ids = Array.from({ length: count }, () => {
+      conn.nextStreamId = conn.nextStreamId >= 0xffffffff ? 1 : conn.nextStreamId + 1;
+      return conn.nextStreamId;
+    });
+    // Registered before the host is asked, so bytes it sends right away are kept.
+    const streams = ids.map((id) => {
+      const s = conn.mux.open(id);
+      // A cut stream is reported by its operation's result and to whoever reads it; with no reader
+      // (a request that already failed) it must not become an uncaught error.
+      s.on("error", () => {});
+      return s;
+    });
+    const result = this.call(hostId, method, build(ids), { ...options, conn });
+    if (!options.streamsOutliveOp) {
+      const sweep = () => {
+        for (const s of streams)
+          if (conn.mux.has(s.streamId)) s.destroy(new Error(`the host left a stream of ${method} open`));
+      };
+      result.then(sweep, sweep);
     }
+    result.catch(() => {});
+    return { streams, result };
   }
 
   /**
@@ -223,33 +259,17 @@ export class HostHub {
     hostId: string,
     params: { stack_id: string; service?: string | undefined; port: number },
   ): Promise<Duplex> {
-    const conn = this.connections.get(hostId);
-    if (!conn) throw new DenvError("host_unavailable", "the environment's host is not connected");
-    const streamId = conn.nextStreamId++;
-    const { ws } = conn;
-    const send = (kind: number, payload?: Buffer, cb?: (err?: Error) => void) => {
-      if (ws.readyState !== ws.OPEN) return cb?.(new Error("the host disconnected"));
-      ws.send(encodeTunnelFrame(kind, streamId, payload), { binary: true }, cb);
-    };
-    const stream = new Duplex({
-      read() {},
-      write(chunk: Buffer, _enc, cb) {
-        send(TUNNEL_DATA, chunk, cb);
-      },
-      final(cb) {
-        send(TUNNEL_END, undefined, () => cb());
-      },
-      destroy: (err, cb) => {
-        if (conn.tunnels.delete(streamId)) send(TUNNEL_CLOSE);
-        cb(err);
-      },
-    });
-    // Registered before the host is asked, so bytes it sends right after connecting are kept.
-    conn.tunnels.set(streamId, stream);
+    const { streams, result } = await this.streamCall(
+      hostId,
+      "open_tunnel",
+      1,
+      ([id]) => ({ ...params, stream_id: id as number }),
+      { timeoutMs: 30_000, waitForHostMs: 0, streamsOutliveOp: true },
+    );
+    const stream = streams[0] as MuxStream;
     try {
-      await this.call(hostId, "open_tunnel", { ...params, stream_id: streamId }, { timeoutMs: 30_000 });
+      await result;
     } catch (err) {
-      conn.tunnels.delete(streamId);
       stream.destroy();
       throw err;
     }
@@ -303,7 +323,7 @@ export class HostHub {
 
   /** Resolves when the host is connected, or rejects after timeoutMs. */
   waitConnected(hostId: string, timeoutMs: number): Promise<void> {
-    if (this.isConnected(hostId)) return Promise.resolve();
+    if (this.connections.get(hostId)?.helloed) return Promise.resolve();
     return new Promise((resolve, reject) => {
       const timer = setTimeout(
         () =>
@@ -333,7 +353,8 @@ export class HostHub {
       timeoutMs?: number;
       /** How long to wait for an absent host before failing (background work waits longer). */
       waitForHostMs?: number;
-      onEvent?: (stream: "stdout" | "stderr", data: Buffer) => void;
+      /** @internal The one connection an operation with streams goes on (streamCall). */
+      conn?: Connection;
     } = {},
   ): Promise<OpResult<M>> {
     const opId = options.opId ?? newId("op");
@@ -364,9 +385,19 @@ export class HostHub {
         awayTimer: null,
         waitForHostMs: options.waitForHostMs ?? this.waitForHostMs,
         sends: 0,
-        onEvent: options.onEvent,
+        conn: options.conn ?? null,
       };
       this.pending.set(opId, p);
+      if (options.conn) {
+        if (this.connections.get(hostId) === options.conn) this.send(p, options.conn);
+        else {
+          this.settle(opId, p);
+          reject(
+            new DenvError("host_unavailable", `the host's connection dropped before ${method} was sent`),
+          );
+        }
+        return;
+      }
       const conn = this.connections.get(hostId);
       if (conn?.helloed) this.send(p, conn);
       else this.awaitHost(p);

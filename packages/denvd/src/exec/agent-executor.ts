@@ -15,6 +15,7 @@ import {
   type ExecOptions,
   type ExecResult,
   type Executor,
+  type FileSink,
   type FsEntryRaw,
   type FsRequest,
 } from "./executor.ts";
@@ -87,7 +88,7 @@ function fsError(status: number, message: string, fallback: string): DenvError {
   const text = message.replace(/\s+$/, "").slice(0, 1000) || fallback;
   return new DenvError(code, code === "internal" ? `${fallback}: ${text}` : text);
 }
-/** The agent sends at most 64 KiB a frame; anything larger is not the agent speaking. */
+/** The agent sends at most 256 KiB a frame; anything larger is not the agent speaking. */
 const MAX_FRAME_BYTES = 1024 * 1024;
 
 function u32(n: number): Buffer {
@@ -105,17 +106,55 @@ function frame(type: number, data: Buffer = Buffer.alloc(0)): Buffer {
   return Buffer.concat([Buffer.from([type]), u32(data.length), data]);
 }
 
-/** Reads the agent's frames off a socket: type, then payload, each bounded. */
+/**
+ * Reads the agent's frames off a socket: type, then payload, each bounded. Chunks are queued and
+ * a frame is copied out once, when whole (a frame in one chunk is not copied at all).
+ */
 function readFrames(
   sock: Socket,
   onFrame: (type: number, data: Buffer) => void,
   onBad: (err: Error) => void,
 ): void {
-  let buf: Buffer = Buffer.alloc(0);
+  const queue: Buffer[] = [];
+  let queued = 0;
+  /** The first n queued bytes, removed from the queue. */
+  const take = (n: number): Buffer => {
+    const head = queue[0] as Buffer;
+    if (head.length >= n) {
+      const out = head.subarray(0, n);
+      if (head.length === n) queue.shift();
+      else queue[0] = head.subarray(n);
+      queued -= n;
+      return out;
+    }
+    const out = Buffer.allocUnsafe(n);
+    let off = 0;
+    while (off < n) {
+      const b = queue[0] as Buffer;
+      const k = Math.min(b.length, n - off);
+      b.copy(out, off, 0, k);
+      off += k;
+      if (k === b.length) queue.shift();
+      else queue[0] = b.subarray(k);
+    }
+    queued -= n;
+    return out;
+  };
+  /** The 5-byte header of the next frame, without removing it. */
+  const peekHeader = (): Buffer => {
+    const head = queue[0] as Buffer;
+    if (head.length >= 5) return head;
+    const h = take(5);
+    queue.unshift(h);
+    queued += 5;
+    return h;
+  };
   sock.on("data", (chunk: Buffer) => {
-    buf = buf.length ? Buffer.concat([buf, chunk]) : chunk;
-    while (buf.length >= 5) {
-      const len = buf.readUInt32LE(1);
+    queue.push(chunk);
+    queued += chunk.length;
+    while (queued >= 5) {
+      const h = peekHeader();
+      const len = h.readUInt32LE(1);
       if (len > MAX_FRAME_BYTES) {
         sock.destroy();
         onBad(
@@ -126,11 +165,11 @@ function readFrames(
         );
         return;
       }
-      if (buf.length < 5 + len) break;
-      const type = buf[0] as number;
-      const data = buf.subarray(5, 5 + len);
-      buf = buf.subarray(5 + len);
-      onFrame(type, data);
+      if (queued < 5 + len) break;
+      const type = h[0] as number;
+      take(5);
+      onFrame(type, len ? take(len) : Buffer.alloc(0));
+      if (sock.destroyed) return;
     }
   });
   sock.resume();
@@ -183,34 +222,39 @@ export class AgentExecutor implements Executor {
   }
 
   /**
-   * A tar of `path` in the container, made by the agent: every component walked without following
-   * a link, links inside archived as links. Null when the agent is not connected.
+   * A tar of `path` in the container, made by the agent, to `sink` as it comes: every component
+   * walked without following a link, links inside archived as links. A promise the sink returns
+   * holds the agent back until it settles (a rejected one ends the read). Null when the agent is
+   * not connected.
    */
   async readFiles(
     containerId: string,
     path: string,
-    options: { user?: string | null; maxBytes: number },
-  ): Promise<Buffer | null> {
+    options: { user?: string | null; sink: FileSink },
+  ): Promise<{ bytes: number } | null> {
     const sock = await this.targets(containerId)?.dial();
     if (!sock) return null;
     sock.write(Buffer.concat([u32(MODE_FILES), str(path), str(options.user ?? "")]));
-    const tar = new BoundedBuffer(options.maxBytes);
     const message: Buffer[] = [];
+    let bytes = 0;
     const status = await new Promise<number>((resolve, reject) => {
       let done = false;
       readFrames(
         sock,
         (type, data) => {
+          if (done) return;
           if (type === 1) {
-            tar.push(data);
-            if (tar.truncated) {
-              done = true;
-              sock.destroy();
-              reject(
-                new DenvError(
-                  "payload_too_large",
-                  `${path} is over ${Math.round(options.maxBytes / 1024 ** 2)} MiB as a tar; get a smaller path`,
-                ),
+            bytes += data.length;
+            const held = options.sink(data);
+            if (held) {
+              sock.pause();
+              held.then(
+                () => sock.resume(),
+                (e: Error) => {
+                  done = true;
+                  sock.destroy();
+                  reject(e);
+                },
               );
             }
           } else if (type === 2) {
@@ -236,7 +280,7 @@ export class AgentExecutor implements Executor {
       if (status === 1) throw new DenvError("not_found", `${path} does not exist in the service`);
       throw fsError(status, text, `reading ${path} failed`);
     }
-    return tar.toBuffer();
+    return { bytes };
   }
 
   /**
@@ -368,8 +412,9 @@ export class AgentExecutor implements Executor {
   private async run(sock: Socket, target: AgentTarget, options: ExecOptions): Promise<ExecResult> {
     const started = performance.now();
     const limit = options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
-    const out = new BoundedBuffer(limit);
-    const err = new BoundedBuffer(limit);
+    const keep = options.keepOutput ?? true;
+    const out = new BoundedBuffer(limit, keep);
+    const err = new BoundedBuffer(limit, keep);
     const argv = typeof options.command === "string" ? ["sh", "-c", options.command] : options.command;
     // The user is resolved by the agent, inside the container, from the container's own files.
     const user = options.user ?? target.defaultUser ?? "";
@@ -388,24 +433,41 @@ export class AgentExecutor implements Executor {
       ]),
     );
     let timedOut = false;
+    let hangUp: NodeJS.Timeout | undefined;
     const timer = options.timeoutMs
       ? setTimeout(() => {
           timedOut = true;
           sock.write(frame(9));
+          // The kill frame may wait behind stdin the command never reads: hanging up kills too.
+          hangUp = setTimeout(() => sock.destroy(), 1000);
         }, options.timeoutMs)
       : undefined;
     let code: number | undefined;
+    let readerGone: Error | null = null;
+    /** Output to its reader; while the reader is slow the agent's socket is not read. */
+    const deliver = (chunk: Buffer, into: BoundedBuffer, to: ExecOptions["onStdout"]) => {
+      const part = into.push(chunk);
+      if (!to || part.length === 0) return;
+      const held = to(part);
+      if (held) {
+        sock.pause();
+        held.then(
+          () => sock.resume(),
+          (e: Error) => {
+            // The reader went away: the agent kills the command when its connection closes.
+            readerGone = e;
+            sock.destroy();
+          },
+        );
+      }
+    };
     const exitCode = new Promise<number>((resolve, reject) => {
       readFrames(
         sock,
         (type, data) => {
-          if (type === 1) {
-            out.push(data);
-            options.onStdout?.(data);
-          } else if (type === 2) {
-            err.push(data);
-            options.onStderr?.(data);
-          } else if (type === 3 && data.length >= 4) {
+          if (type === 1) deliver(data, out, options.onStdout);
+          else if (type === 2) deliver(data, err, options.onStderr);
+          else if (type === 3 && data.length >= 4) {
             code = data.readInt32LE(0);
             resolve(code);
           }
@@ -413,7 +475,11 @@ export class AgentExecutor implements Executor {
         reject,
       );
       sock.on("close", () => {
-        if (code === undefined)
+        if (code !== undefined) return;
+        if (timedOut) resolve(137);
+        else if (readerGone)
+          reject(new DenvError("unavailable", "the command's output had no reader any more; it was killed"));
+        else
           reject(
             new DenvError(
               "unavailable",
@@ -427,15 +493,37 @@ export class AgentExecutor implements Executor {
           reject(e);
       });
     });
-    // stdin: streamed in frames, then its end.
-    const input = options.stdin;
-    if (input) {
-      if (Buffer.isBuffer(input)) {
-        for (let i = 0; i < input.length; i += 1 << 20)
-          sock.write(frame(0, input.subarray(i, i + (1 << 20))));
-      } else for await (const chunk of input as Readable) sock.write(frame(0, Buffer.from(chunk as Buffer)));
-    }
-    sock.write(frame(1));
+    exitCode.catch(() => {});
+    // stdin: streamed in frames of at most 1 MiB as the socket drains, then its end; beside the
+    // output, so a command that answers before it has read all its input is not held up.
+    const pumpStdin = async () => {
+      const drained = () =>
+        new Promise<void>((r) => {
+          const done = () => {
+            sock.off("drain", done);
+            sock.off("close", done);
+            r();
+          };
+          sock.once("drain", done);
+          sock.once("close", done);
+        });
+      const send = async (b: Buffer) => {
+        for (let i = 0; i < b.length && !sock.destroyed && code === undefined; i += 1 << 20)
+          if (!sock.write(frame(0, b.subarray(i, i + (1 << 20))))) await drained();
+      };
+      const input = options.stdin;
+      if (Buffer.isBuffer(input)) await send(input);
+      else if (input)
+        for await (const chunk of input as Readable) {
+          if (sock.destroyed || code !== undefined) break;
+          await send(Buffer.from(chunk as Buffer));
+        }
+      if (!sock.destroyed && code === undefined) sock.write(frame(1));
+    };
+    pumpStdin().catch(() => {
+      // The input failed (its sender went away): the command gets the end of its stdin.
+      if (!sock.destroyed && code === undefined) sock.write(frame(1));
+    });
     try {
       const code = await exitCode;
       return {
@@ -451,6 +539,7 @@ export class AgentExecutor implements Executor {
       };
     } finally {
       if (timer) clearTimeout(timer);
+      if (hangUp) clearTimeout(hangUp);
       sock.destroy();
     }
   }

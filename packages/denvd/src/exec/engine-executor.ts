@@ -19,8 +19,8 @@ export class EngineExecutor implements Executor {
   async exec(containerId: string, options: ExecOptions): Promise<ExecResult> {
     const started = performance.now();
     const limit = options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
-    const out = new BoundedBuffer(limit);
-    const err = new BoundedBuffer(limit);
+    const out = new BoundedBuffer(limit, options.keepOutput ?? true);
+    const err = new BoundedBuffer(limit, options.keepOutput ?? true);
     const cmd = typeof options.command === "string" ? ["sh", "-c", options.command] : options.command;
     let pid = 0;
     let timedOut = false;
@@ -35,13 +35,14 @@ export class EngineExecutor implements Executor {
       workingDir: options.cwd ?? null,
       env: options.env ?? {},
       stdin: options.stdin ?? null,
+      // The engine's stream gives no way to hold the command back: a slow reader buffers here.
       onStdout: (c) => {
-        out.push(c);
-        options.onStdout?.(c);
+        const part = out.push(c);
+        if (part.length) void options.onStdout?.(part)?.catch(() => {});
       },
       onStderr: (c) => {
-        err.push(c);
-        options.onStderr?.(c);
+        const part = err.push(c);
+        if (part.length) void options.onStderr?.(part)?.catch(() => {});
       },
       onPid: (p) => {
         pid = p;

@@ -15,10 +15,17 @@ export interface ExecOptions {
   stdin?: Buffer | Readable | null;
   /** Kills the whole process tree when exceeded; the result says timedOut. */
   timeoutMs?: number | null;
-  /** Per stream; output beyond it is dropped and flagged truncated. Default 16 MiB. */
+  /** Per stream; output beyond it is dropped and flagged truncated. Default 16 MiB (Infinity: none). */
   maxOutputBytes?: number;
-  onStdout?: (chunk: Buffer) => void;
-  onStderr?: (chunk: Buffer) => void;
+  /**
+   * Output as it comes (only what is within maxOutputBytes). A promise returned holds the command's
+   * output until it settles, so a slow reader slows the command instead of filling memory; a
+   * rejected one ends the command.
+   */
+  onStdout?: (chunk: Buffer) => void | Promise<void>;
+  onStderr?: (chunk: Buffer) => void | Promise<void>;
+  /** false: output goes only to onStdout/onStderr, and the result's stdout and stderr are empty. */
+  keepOutput?: boolean;
 }
 
 export interface ExecResult {
@@ -34,6 +41,12 @@ export interface ExecResult {
   timedOut: boolean;
   durationMs: number;
 }
+
+/**
+ * Where bytes read from a container go, as they come. A promise returned holds the reading back
+ * until it settles (a slow reader slows the read instead of filling memory); a rejected one ends it.
+ */
+export type FileSink = (chunk: Buffer) => void | Promise<void>;
 
 /** A file operation in a container, as a user (stat, list, mkdir, remove, rename). */
 export type FsRequest =
@@ -63,14 +76,14 @@ export interface Executor {
   /** A byte stream to a TCP port inside the container (loopback), where the executor can reach it. */
   openPort?(containerId: string, port: number): Promise<Socket>;
   /**
-   * A tar of a path in the container, walked inside it without following any link; null when this
-   * executor cannot reach the container that way right now.
+   * A tar of a path in the container, walked inside it without following any link, to a sink;
+   * null when this executor cannot reach the container that way right now.
    */
   readFiles?(
     containerId: string,
     path: string,
-    options: { user?: string | null; maxBytes: number },
-  ): Promise<Buffer | null>;
+    options: { user?: string | null; sink: FileSink },
+  ): Promise<{ bytes: number } | null>;
   /**
    * Extracts a checked tar at a path in the container as a user (the container's own by default),
    * creating missing parents and replacing nothing of another kind; null when this executor cannot
@@ -100,25 +113,30 @@ export class BoundedBuffer {
   /** How many bytes went past the limit (they are counted, not kept). */
   dropped = 0;
   private readonly limit: number;
+  /** false: bytes are counted against the limit but not kept (they were streamed elsewhere). */
+  private readonly keep: boolean;
 
-  constructor(limit: number) {
+  constructor(limit: number, keep = true) {
     this.limit = limit;
+    this.keep = keep;
   }
 
-  push(chunk: Buffer): void {
+  /** Takes a chunk; returns the part of it within the limit. */
+  push(chunk: Buffer): Buffer {
     const room = this.limit - this.size;
     if (room <= 0) {
       this.truncated = this.truncated || chunk.length > 0;
       this.dropped += chunk.length;
-      return;
+      return chunk.subarray(0, 0);
     }
     const part = chunk.length > room ? chunk.subarray(0, room) : chunk;
     if (part.length < chunk.length) {
       this.truncated = true;
       this.dropped += chunk.length - part.length;
     }
-    this.chunks.push(part);
+    if (this.keep) this.chunks.push(part);
     this.size += part.length;
+    return part;
   }
 
   toBuffer(): Buffer {

@@ -46,12 +46,15 @@ export interface ApiRoute<
   summary: string;
   /** A JSON body, parsed with this schema (a refusal is invalid_argument with each issue's path). */
   body?: B;
-  /** A body that is not JSON (a tar): the handler reads it. */
-  bodyType?: "json" | "tar";
+  /**
+   * A body that is not JSON, read by the handler as a stream: a tar, or exec's stream form (one
+   * line of the exec JSON, then the command's stdin to the end of the body).
+   */
+  bodyType?: "json" | "tar" | "exec-stream";
   /** The query string, parsed with this schema. */
   query?: Q;
   response?: z.ZodType;
-  responseType?: "json" | "tar" | "event-stream" | "any";
+  responseType?: "json" | "tar" | "event-stream" | "ndjson" | "any";
   status?: number;
   /** Needs an API key (Authorization: Bearer). */
   auth: boolean;
@@ -140,7 +143,8 @@ export function resourceApp(routes: ApiRoute[]): Hono<ApiEnv> {
     if (r.bodyLimitBytes !== null) chain.push(limitBody(r.bodyLimitBytes ?? JSON_LIMIT_BYTES));
     if (r.auth) chain.push(requireKey);
     const handle = async (c: ApiContext) => {
-      const body = r.body && r.bodyType !== "tar" ? await parseBody(c.req.raw, r.body) : undefined;
+      const body =
+        r.body && (r.bodyType ?? "json") === "json" ? await parseBody(c.req.raw, r.body) : undefined;
       let query: unknown;
       if (r.query) {
         const q = r.query.safeParse(c.req.query());

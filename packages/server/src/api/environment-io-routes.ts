@@ -2,24 +2,32 @@
  * Reaching into a running environment: exec, port URLs, and stopping one service (files are in
  * file-routes.ts). Each goes to the environment's host as a typed host operation.
  */
-import { isDenvError, type OpResult } from "@denv/protocol";
+import type { Readable } from "node:stream";
+import { DenvError, isDenvError, type OpResult } from "@denv/protocol";
 import { stream } from "hono/streaming";
 import { z } from "zod";
 import { createPortUrl, listPortUrls, revokePortUrls } from "../port-tunnels.ts";
-import { type ApiRoute, route } from "./api-route.ts";
+import { type ApiContext, type ApiRoute, route } from "./api-route.ts";
 import { execBody, execResult, portUrlBody, portUrlCreated, portUrlListed } from "./api-schemas.ts";
 import { envOf, runningOn, serviceOf, tcpPort } from "./environment-access.ts";
+import { execOverStreams, requestBody, splitExecStream } from "./host-bytes.ts";
 
-/** Exec stdin travels as base64 in JSON: 50 MiB of it. */
+/** The JSON form carries stdin as base64 in its body: 50 MiB of it. */
 const EXEC_LIMIT_BYTES = 80 * 1024 * 1024;
+/** The stream form's stdin has no bound but this. */
+const EXEC_STREAM_LIMIT_BYTES = 64 * 1024 ** 3;
+/** Output the JSON answer holds when the request names no max_output_bytes. */
+const DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024 * 1024;
 
-/** A host's exec result as the API answers it: output decoded to utf8 unless base64 was asked. */
-function execAnswer(r: OpResult<"exec">, encoding: "utf8" | "base64", withOutput: boolean) {
-  const out = (b64: string) => (encoding === "base64" ? b64 : Buffer.from(b64, "base64").toString("utf8"));
+type ExecRequest = z.infer<typeof execBody>;
+
+/** A host's exec result as the API answers it, with the output collected (or streamed: empty). */
+function execAnswer(r: OpResult<"exec">, encoding: "utf8" | "base64", stdout: Buffer, stderr: Buffer) {
+  const out = (b: Buffer) => b.toString(encoding);
   return {
     exit_code: r.exit_code,
-    stdout: withOutput ? out(r.stdout_b64) : "",
-    stderr: withOutput ? out(r.stderr_b64) : "",
+    stdout: out(stdout),
+    stderr: out(stderr),
     encoding,
     stdout_truncated: r.stdout_truncated,
     stdout_dropped_bytes: r.stdout_dropped_bytes,
@@ -28,6 +36,50 @@ function execAnswer(r: OpResult<"exec">, encoding: "utf8" | "base64", withOutput
     timed_out: r.timed_out,
     duration_ms: r.duration_ms,
   };
+}
+
+/** Where a command runs and how, from the request. */
+async function execTarget(c: ApiContext, body: ExecRequest) {
+  const e = await envOf(c);
+  const { hostId, stackId } = runningOn(e);
+  return {
+    hostId,
+    params: {
+      stack_id: stackId,
+      service: await serviceOf(c.var.deps, e, body.service),
+      command: body.command,
+      user: body.user,
+      cwd: body.cwd,
+      env: body.env,
+      timeout_ms: body.timeout_ms,
+      max_output_bytes: body.max_output_bytes,
+    },
+  };
+}
+
+/**
+ * The streamed answer: newline-delimited JSON, output chunks ({"stream", "data"} in base64) as the
+ * command writes them, then one {"result"} line (its stdout and stderr empty), or an {"error"}.
+ * Each chunk is written before the next is taken from the host: a reader that stops, stops it.
+ */
+async function streamedExec(c: ApiContext, body: ExecRequest, stdin: Readable | Buffer | null) {
+  // Where it runs is settled first: a missing environment or service is an HTTP error, not a line.
+  const { hostId, params } = await execTarget(c, body);
+  c.header("content-type", "application/x-ndjson");
+  return stream(c, async (s) => {
+    const enc = body.encoding ?? "utf8";
+    try {
+      const r = await execOverStreams(c.var.deps.hub, hostId, params, stdin, async (which, data) => {
+        if (s.aborted) throw new Error("the client went away");
+        await s.write(`${JSON.stringify({ stream: which, data: data.toString("base64") })}\n`);
+      });
+      await s.write(`${JSON.stringify({ result: execAnswer(r, enc, Buffer.alloc(0), Buffer.alloc(0)) })}\n`);
+    } catch (err) {
+      await s.write(
+        `${JSON.stringify(isDenvError(err) ? err.toJSON() : { error: { code: "internal", message: (err as Error).message } })}\n`,
+      );
+    }
+  });
 }
 
 export const environmentIoRoutes: ApiRoute[] = [
@@ -43,48 +95,52 @@ export const environmentIoRoutes: ApiRoute[] = [
     auth: true,
     bodyLimitBytes: EXEC_LIMIT_BYTES,
     handler: async (c, { body, query }) => {
-      const { hub } = c.var.deps;
-      const e = await envOf(c);
-      const { hostId, stackId } = runningOn(e);
-      const enc = body.encoding ?? "utf8";
-      const params = {
-        stack_id: stackId,
-        service: await serviceOf(c.var.deps, e, body.service),
-        command: body.command,
-        user: body.user,
-        cwd: body.cwd,
-        env: body.env,
-        stdin_b64: body.stdin,
-        timeout_ms: body.timeout_ms,
-        max_output_bytes: body.max_output_bytes,
-      };
-      if (query.stream !== "true")
-        return c.json(execAnswer(await hub.call(hostId, "exec", params), enc, true));
-      // ?stream=true: newline-delimited JSON, output chunks ({"stream", "data"} in base64) as the
-      // command writes them, then one {"result"} line with the exit code (its stdout/stderr empty).
-      c.header("content-type", "application/x-ndjson");
-      return stream(c, async (s) => {
-        let writes = Promise.resolve();
-        const line = (v: unknown) => {
-          writes = writes.then(() => s.write(`${JSON.stringify(v)}\n`)).then(() => {});
-        };
-        try {
-          const r = await hub.call(
-            hostId,
-            "exec",
-            { ...params, stream: true },
-            { onEvent: (which, data) => line({ stream: which, data: data.toString("base64") }) },
-          );
-          line({ result: execAnswer(r, enc, false) });
-        } catch (err) {
-          line(
-            isDenvError(err)
-              ? err.toJSON()
-              : { error: { code: "internal", message: (err as Error).message } },
-          );
-        }
-        await writes;
-      });
+      const stdin = body.stdin !== undefined ? Buffer.from(body.stdin, "base64") : null;
+      if (query.stream === "true") return streamedExec(c, body, stdin);
+      const { hostId, params } = await execTarget(c, body);
+      // The host drops what is past the limit; only what it keeps travels and is held here.
+      const limit = body.max_output_bytes ?? DEFAULT_MAX_OUTPUT_BYTES;
+      const got = { stdout: [] as Buffer[], stderr: [] as Buffer[] };
+      const r = await execOverStreams(
+        c.var.deps.hub,
+        hostId,
+        { ...params, max_output_bytes: limit },
+        stdin,
+        (which, chunk) => {
+          got[which].push(chunk);
+        },
+      );
+      const out = Buffer.concat(got.stdout).subarray(0, limit);
+      const err = Buffer.concat(got.stderr).subarray(0, limit);
+      return c.json(execAnswer(r, body.encoding ?? "utf8", out, err));
+    },
+  }),
+  route({
+    method: "post",
+    path: "/v1/envs/{id}/exec/stream",
+    summary:
+      "Run a command with its stdin streamed from the body: the first line is the exec request (JSON), the rest of the body is stdin; the answer is NDJSON output chunks as they come, then the result",
+    bodyType: "exec-stream",
+    body: execBody.omit({ stdin: true }),
+    responseType: "ndjson",
+    auth: true,
+    bodyLimitBytes: null,
+    handler: async (c) => {
+      // The environment first: another team's id is not_found before any of the body is read.
+      runningOn(await envOf(c));
+      const { request, stdin } = await splitExecStream(
+        requestBody(c, EXEC_STREAM_LIMIT_BYTES),
+        4 * 1024 ** 2,
+      );
+      const parsed = execBody.omit({ stdin: true }).safeParse(request);
+      if (!parsed.success) {
+        const issue = parsed.error.issues[0];
+        throw new DenvError(
+          "invalid_argument",
+          `${issue?.path.join(".") || "(exec request)"}: ${issue?.message ?? "invalid"}`,
+        );
+      }
+      return streamedExec(c, parsed.data, stdin);
     },
   }),
   route({

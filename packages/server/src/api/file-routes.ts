@@ -4,15 +4,18 @@
  * a directory with a file nor a file with a directory; each failure answers its own code
  * (not_found, permission_denied, is_directory, not_a_directory, conflict).
  */
-import { Readable } from "node:stream";
-import { fsEntry } from "@denv/protocol";
+import { pipeline } from "node:stream/promises";
+import { fsEntry, isDenvError, type MuxStream } from "@denv/protocol";
 import { z } from "zod";
 import { type ApiContext, type ApiRoute, route } from "./api-route.ts";
 import { filesQuery } from "./api-schemas.ts";
 import { containerPath, envOf, runningOn, serviceOf } from "./environment-access.ts";
+import { requestBody, streamResponse } from "./host-bytes.ts";
 
-/** Files travel to the host inside one message (MAX_MESSAGE_BYTES, base64): 64 MiB of tar fits. */
-const FILES_LIMIT_BYTES = 64 * 1024 * 1024;
+/** A tar streams through to the host: up to 16 GiB of it in one request. */
+const FILES_LIMIT_BYTES = 16 * 1024 ** 3;
+/** How long a transfer may take (10 GiB at 20 MiB/s is under 9 minutes). */
+const TRANSFER_TIMEOUT_MS = 60 * 60_000;
 
 const path = z.string().min(1).max(4096);
 const who = {
@@ -44,52 +47,80 @@ export const fileRoutes: ApiRoute[] = [
     method: "put",
     path: "/v1/envs/{id}/files",
     summary:
-      "Extract a tar at ?path= in ?service=, as ?user= (default: the service's user): parents are made; a directory is never replaced by a file, nor a file by a directory",
+      "Extract a tar at ?path= in ?service=, as ?user= (default: the service's user): parents are made; a directory is never replaced by a file, nor a file by a directory. The tar streams through (up to 16 GiB)",
     bodyType: "tar",
     query: filesQuery,
     response: z.object({ entries: z.number(), bytes: z.number() }),
     auth: true,
-    bodyLimitBytes: FILES_LIMIT_BYTES,
+    bodyLimitBytes: null,
     handler: async (c, { query }) => {
-      const e = await envOf(c);
+      const { hostId, target } = await where(c, query.service, query.user);
       const path = containerPath(query.path);
-      const { hostId, stackId } = runningOn(e);
-      const service = await serviceOf(c.var.deps, e, query.service);
-      const tar = Buffer.from(await c.req.arrayBuffer());
-      return c.json(
-        await c.var.deps.hub.call(hostId, "put_files", {
-          stack_id: stackId,
-          service,
-          path,
-          ...(query.user ? { user: query.user } : {}),
-          tar_b64: tar.toString("base64"),
-        }),
+      const body = requestBody(c, FILES_LIMIT_BYTES);
+      const { streams, result } = await c.var.deps.hub.streamCall(
+        hostId,
+        "put_files",
+        1,
+        ([id]) => ({ ...target, path, tar_stream: id as number }),
+        { timeoutMs: TRANSFER_TIMEOUT_MS },
       );
+      const tar = streams[0] as MuxStream;
+      tar.on("error", () => {});
+      // The body goes to the host as fast as it takes it; a body refused on the way (too large)
+      // cuts the stream, and the host keeps nothing of it.
+      const sending = pipeline(body, tar);
+      sending.catch(() => {});
+      try {
+        return c.json(await result);
+      } catch (err) {
+        await sending.catch((bodyErr: unknown) => {
+          if (isDenvError(bodyErr)) throw bodyErr;
+        });
+        throw err;
+      }
     },
   }),
   route({
     method: "get",
     path: "/v1/envs/{id}/files",
     summary:
-      "A tar of ?path= in ?service=, read as ?user= (default: the service's user), never following a link",
+      "A tar of ?path= in ?service=, read as ?user= (default: the service's user), never following a link; it streams as the host reads it",
     query: filesQuery,
     responseType: "tar",
     auth: true,
     handler: async (c, { query }) => {
-      const e = await envOf(c);
+      const { hostId, target } = await where(c, query.service, query.user);
       const path = containerPath(query.path);
-      const { hostId, stackId } = runningOn(e);
-      const service = await serviceOf(c.var.deps, e, query.service);
-      const r = await c.var.deps.hub.call(hostId, "get_files", {
-        stack_id: stackId,
-        service,
-        path,
-        ...(query.user ? { user: query.user } : {}),
+      const { streams, result } = await c.var.deps.hub.streamCall(
+        hostId,
+        "get_files",
+        1,
+        ([id]) => ({ ...target, path, tar_stream: id as number }),
+        { timeoutMs: TRANSFER_TIMEOUT_MS },
+      );
+      const tar = streams[0] as MuxStream;
+      // The host sends no byte before the path was found and may be read: until the first one (or
+      // the end), a failure is the operation's, answered as its error code.
+      const ready = new Promise<void>((resolve, reject) => {
+        const go = () => {
+          tar.off("readable", go);
+          tar.off("error", reject);
+          resolve();
+        };
+        tar.on("readable", go);
+        tar.once("error", reject);
       });
-      const tar = Buffer.from(r.tar_b64, "base64");
-      return c.body(Readable.toWeb(Readable.from(tar)) as ReadableStream, 200, {
-        "content-type": "application/x-tar",
+      await Promise.race([ready, result.then(() => ready)]).catch(async (err: unknown) => {
+        tar.destroy();
+        // The operation's own error says why; a cut stream alone says less.
+        throw await result.then(
+          () => err,
+          (opErr: unknown) => opErr,
+        );
       });
+      // A failure after the first byte cuts the response: the client sees a truncated transfer.
+      tar.on("error", () => {});
+      return streamResponse(c, tar, "application/x-tar");
     },
   }),
   route({

@@ -11,6 +11,7 @@ function responseContent(r: ApiRoute): Record<string, unknown> {
     return { "application/x-tar": { schema: { type: "string", format: "binary" } } };
   if (r.responseType === "any") return { "*/*": { schema: {} } };
   if (r.responseType === "event-stream") return { "text/event-stream": { schema: { type: "string" } } };
+  if (r.responseType === "ndjson") return { "application/x-ndjson": { schema: { type: "string" } } };
   return { "application/json": { schema: r.response ? json(r.response) : {} } };
 }
 
@@ -50,8 +51,14 @@ export function openApiDocument(routes: readonly ApiRoute[], serverUrl?: string)
         default: { description: "error", content: { "application/json": { schema: json(errorSchema) } } },
       },
     };
-    if (r.body)
+    if (r.body && (r.bodyType ?? "json") === "json")
       op.requestBody = { required: true, content: { "application/json": { schema: json(r.body) } } };
+    if (r.bodyType === "exec-stream")
+      op.requestBody = {
+        required: true,
+        description: "One line of the exec request (JSON, as POST /exec takes it), then stdin to the end",
+        content: { "application/octet-stream": { schema: { type: "string", format: "binary" } } },
+      };
     if (r.bodyType === "tar")
       op.requestBody = {
         required: true,

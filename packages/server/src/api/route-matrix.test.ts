@@ -9,6 +9,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import type { Duplex } from "node:stream";
 import { after, before, test } from "node:test";
 import type { OpCheckedParams } from "@denv/protocol";
 import { ComposeValidator, validateCompose } from "@denv/spec";
@@ -75,19 +76,27 @@ const handlers: DoubleHandlers = {
   },
   rollback: () => ({ health, ms: 7 }),
   destroy: () => ({}),
-  exec: () => ({
-    exit_code: 0,
-    stdout_b64: Buffer.from("hello\n").toString("base64"),
-    stderr_b64: "",
-    stdout_truncated: false,
-    stderr_truncated: false,
-    stdout_dropped_bytes: 0,
-    stderr_dropped_bytes: 0,
-    timed_out: false,
-    duration_ms: 2,
-  }),
-  put_files: () => ({ entries: 1, bytes: 5 }),
-  get_files: () => ({ tar_b64: Buffer.alloc(1024).toString("base64") }),
+  exec: (p: OpCheckedParams<"exec">, streams: (id: number) => Duplex) => {
+    streams(p.stdout_stream).write("hello\n");
+    return {
+      exit_code: 0,
+      stdout_truncated: false,
+      stderr_truncated: false,
+      stdout_dropped_bytes: 0,
+      stderr_dropped_bytes: 0,
+      timed_out: false,
+      duration_ms: 2,
+    };
+  },
+  put_files: async (p: OpCheckedParams<"put_files">, streams: (id: number) => Duplex) => {
+    let bytes = 0;
+    for await (const c of streams(p.tar_stream)) bytes += (c as Buffer).length;
+    return { entries: 1, bytes };
+  },
+  get_files: (p: OpCheckedParams<"get_files">, streams: (id: number) => Duplex) => {
+    streams(p.tar_stream).write(Buffer.alloc(1024));
+    return { bytes: 1024 };
+  },
   stop_service: (p: OpCheckedParams<"stop_service">) => ({ stopped: p.service }),
   stat_path: (p: OpCheckedParams<"stat_path">) => entry(p.path),
   list_path: (p: OpCheckedParams<"list_path">) => ({ entries: [entry(`${p.path}/a.txt`)] }),
@@ -316,6 +325,11 @@ const CASES: Record<string, Case> = {
     body: () => ({ command: "true" }),
     status: 200,
   },
+  "post /v1/envs/{id}/exec/stream": {
+    path: () => `/v1/envs/${a.env}/exec/stream`,
+    raw: Buffer.from('{"command":["cat"]}\nsome stdin'),
+    status: 200,
+  },
   "put /v1/envs/{id}/files": {
     path: () => `/v1/envs/${a.env}/files`,
     query: "?path=/work",
@@ -453,10 +467,22 @@ test("a malformed body: 400 invalid_argument saying where, on every route that t
 });
 
 test("an oversize body: 413 on every route that takes a body, whatever its limit", async () => {
-  // Only port URLs stream a body through unlimited (to the service, buffering nothing).
+  // Bodies that stream (never held whole) count their own limit as they come; port URLs have none.
   assert.deepEqual(API_ROUTES.filter((x) => x.bodyLimitBytes === null).map(keyOf), [
+    "post /v1/envs/{id}/exec/stream",
+    "put /v1/envs/{id}/files",
     "get /v1/tunnels/{token}/{path}",
   ]);
+  for (const k of ["post /v1/envs/{id}/exec/stream", "put /v1/envs/{id}/files"]) {
+    const c = CASES[k] as Case;
+    const res = await app.request(c.path() + (c.query ?? ""), {
+      method: k.split(" ")[0]?.toUpperCase(),
+      headers: { authorization: `Bearer ${keyA}`, "content-length": String(2 ** 40) },
+      body: c.raw as Buffer,
+    });
+    assert.equal(res.status, 413, `${k} declaring 1 TiB`);
+    assert.equal(((await res.json()) as { error: { code: string } }).error.code, "payload_too_large");
+  }
   for (const r of API_ROUTES.filter((x) => x.method !== "get" && x.bodyLimitBytes !== null)) {
     const c = CASES[keyOf(r)] as Case;
     const limit = r.bodyLimitBytes ?? JSON_LIMIT_BYTES;

@@ -4,25 +4,35 @@
  * handlers (tsc checks each answer's shape against the operation's result). No engine, no storage:
  * what a route sends to a host and does with its answer, tested in milliseconds.
  */
+import type { Duplex } from "node:stream";
 import {
+  finishStream,
   type HostMessage,
+  type MuxStream,
+  OP_STREAM_PARAMS,
   OPERATIONS,
   type OpCheckedParams,
   type OpMethod,
   type OpResult,
   PROTOCOL_VERSION,
+  StreamMux,
   serverMessageSchema,
 } from "@denv/protocol";
 import WebSocket from "ws";
 
+/** A handler gets the operation's checked params and its byte streams by id. */
 export type DoubleHandlers = {
-  [M in OpMethod]?: (p: OpCheckedParams<M>) => OpResult<M> | Promise<OpResult<M>>;
+  [M in OpMethod]?: (
+    p: OpCheckedParams<M>,
+    streams: (id: number) => Duplex,
+  ) => OpResult<M> | Promise<OpResult<M>>;
 };
 
 export class HostDouble {
   /** Every operation received, with its params as sent. */
   readonly calls: { method: OpMethod; params: unknown }[] = [];
   private ws: WebSocket | null = null;
+  private mux: StreamMux | null = null;
   private readonly handlers: DoubleHandlers;
 
   constructor(handlers: DoubleHandlers) {
@@ -33,6 +43,8 @@ export class HostDouble {
   connect(wsUrl: string, secret: string): Promise<string> {
     const ws = new WebSocket(wsUrl, { headers: { authorization: `Bearer ${secret}` } });
     this.ws = ws;
+    const mux = new StreamMux((frame, done) => ws.send(frame, { binary: true }, done));
+    this.mux = mux;
     return new Promise((resolve, reject) => {
       ws.on("error", reject);
       ws.on("open", () =>
@@ -51,7 +63,8 @@ export class HostDouble {
           known_ops: [],
         }),
       );
-      ws.on("message", (data) => {
+      ws.on("message", (data, isBinary) => {
+        if (isBinary) return mux.onFrame(data as Buffer);
         const msg = serverMessageSchema.parse(JSON.parse(data.toString()));
         if (msg.type === "welcome") resolve(msg.host_id);
         else void this.answer(msg.op_id, msg.method, msg.params);
@@ -79,7 +92,18 @@ export class HostDouble {
       });
       return;
     }
-    const handler = this.handlers[method] as ((p: unknown) => unknown) | undefined;
+    const streams = new Map<number, MuxStream>();
+    for (const key of OP_STREAM_PARAMS[method] ?? []) {
+      const id = (parsed.data as Record<string, unknown>)[key];
+      if (typeof id === "number" && this.mux) {
+        const s = this.mux.open(id);
+        s.on("error", () => {});
+        streams.set(id, s);
+      }
+    }
+    const handler = this.handlers[method] as
+      | ((p: unknown, streams: (id: number) => Duplex) => unknown)
+      | undefined;
     if (!handler) {
       this.send({
         type: "result",
@@ -89,7 +113,13 @@ export class HostDouble {
       });
       return;
     }
-    this.send({ type: "result", op_id: opId, ok: true, result: await handler(parsed.data) });
+    const result = await handler(parsed.data, (id) => {
+      const s = streams.get(id);
+      if (!s) throw new Error(`no stream ${id}`);
+      return s;
+    });
+    if (method !== "open_tunnel") await Promise.all([...streams.values()].map(finishStream));
+    this.send({ type: "result", op_id: opId, ok: true, result });
   }
 
   close(): void {

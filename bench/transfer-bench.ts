@@ -1,0 +1,85 @@
+/**
+ * Files through the API each way, beside `docker cp` of the same tar in the same run: MiB/s over
+ * several samples, then one transfer of 10 GiB each way with the peak resident memory of the
+ * server and of denvd (each its own process). The tar is made as it is sent and checked as it is
+ * read on both paths, so the client's work is the same for denv and for its peer.
+ */
+import {
+  dockerCpIn,
+  dockerCpOut,
+  getThroughApi,
+  openTransferRig,
+  peakRssBytes,
+  putThroughApi,
+} from "./transfer-rig.ts";
+
+type Metric = { value: number; unit: string; samples?: number[]; note?: string };
+
+const MIB = 1024 ** 2;
+const GIB = 1024 ** 3;
+const log = (s: string) => process.stderr.write(`${s}\n`);
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)] as number;
+const rate = (bytes: number, ms: number) => Math.round((bytes / MIB / (ms / 1000)) * 10) / 10;
+
+export async function transferBench(quick: boolean): Promise<Record<string, Metric>> {
+  const rig = await openTransferRig();
+  const results: Record<string, Metric> = {};
+  try {
+    const sampleBytes = quick ? GIB : 2 * GIB;
+    const rounds = quick ? 2 : 3;
+    const put: number[] = [];
+    const get: number[] = [];
+    const cpIn: number[] = [];
+    const cpOut: number[] = [];
+    const restBefore = [peakRssBytes(rig.serverPid), peakRssBytes(rig.denvdPid)];
+    for (let i = 0; i < rounds; i++) {
+      const p = await putThroughApi(rig, "/home/bench", `api-${i}.bin`, sampleBytes);
+      if (p.status !== 200) throw new Error(`PUT: ${JSON.stringify(p.body)}`);
+      put.push(rate(sampleBytes, p.ms));
+      const g = await getThroughApi(rig, `/home/bench/api-${i}.bin`);
+      if (g.status !== 200 || g.wrong) throw new Error(`GET: ${g.status}, ${g.wrong} MiB out of place`);
+      get.push(rate(sampleBytes, g.ms));
+      cpIn.push(rate(sampleBytes, await dockerCpIn(rig.containerId, "/home/bench", `cp-${i}.bin`, sampleBytes)));
+      const o = await dockerCpOut(rig.containerId, `/home/bench/cp-${i}.bin`);
+      if (o.wrong) throw new Error(`docker cp out: ${o.wrong} MiB out of place`);
+      cpOut.push(rate(sampleBytes, o.ms));
+      // The container's disk is not the subject: each round starts from the same free space.
+      await fetch(`${rig.url}/v1/envs/${rig.sandboxId}/exec`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${rig.key}`, "content-type": "application/json" },
+        body: JSON.stringify({ command: "rm -f /home/bench/*", user: "root" }),
+      });
+      log(`  files ${sampleBytes / GIB} GiB round ${i + 1}: put ${put[i]} MiB/s (docker cp ${cpIn[i]}), get ${get[i]} MiB/s (docker cp ${cpOut[i]})`);
+    }
+    const note = `${sampleBytes / GIB} GiB each, ${rounds} rounds`;
+    results.files_put_mib_per_s = { value: median(put), unit: "MiB/s", samples: put, note };
+    results.files_get_mib_per_s = { value: median(get), unit: "MiB/s", samples: get, note };
+    results.files_put_peer_mib_per_s = { value: median(cpIn), unit: "MiB/s", samples: cpIn, note: `docker cp -, ${note}` };
+    results.files_get_peer_mib_per_s = { value: median(cpOut), unit: "MiB/s", samples: cpOut, note: `docker cp to -, ${note}` };
+    if (!quick) {
+      const big = 10 * GIB;
+      const p = await putThroughApi(rig, "/home/bench", "big.bin", big);
+      if (p.status !== 200) throw new Error(`PUT 10 GiB: ${JSON.stringify(p.body)}`);
+      const g = await getThroughApi(rig, "/home/bench/big.bin");
+      if (g.status !== 200 || g.wrong) throw new Error(`GET 10 GiB: ${g.status}, ${g.wrong} MiB out of place`);
+      results.files_10gib_put_mib_per_s = { value: rate(big, p.ms), unit: "MiB/s" };
+      results.files_10gib_get_mib_per_s = { value: rate(big, g.ms), unit: "MiB/s" };
+      log(`  files 10 GiB: put ${rate(big, p.ms)} MiB/s, get ${rate(big, g.ms)} MiB/s`);
+    }
+    const what = quick ? `${sampleBytes / GIB} GiB transfers` : "a 10 GiB transfer each way";
+    const [serverRest, denvdRest] = restBefore.map((b) => Math.round((b as number) / MIB));
+    results.files_peak_rss_mib_server = {
+      value: Math.round(peakRssBytes(rig.serverPid) / MIB),
+      unit: "MiB",
+      note: `peak resident memory of the server process over ${what}; ${serverRest} MiB before the first`,
+    };
+    results.files_peak_rss_mib_denvd = {
+      value: Math.round(peakRssBytes(rig.denvdPid) / MIB),
+      unit: "MiB",
+      note: `peak resident memory of the denvd process over ${what}; ${denvdRest} MiB before the first`,
+    };
+  } finally {
+    await rig.close();
+  }
+  return results;
+}

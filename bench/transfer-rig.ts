@@ -1,0 +1,286 @@
+/**
+ * Large transfers as a user makes them: a `denv server` and a `denvd` each in its own process (so
+ * each one's peak memory is its own), an image sandbox, and files of any size streamed through the
+ * API each way: generated as they are sent, checked as they are read, never held whole. `docker cp`
+ * moves the same tar in the same run, as the peer. Used by the memory test and by the benchmark.
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Readable, Writable } from "node:stream";
+import { pipeline } from "node:stream/promises";
+
+const root = join(import.meta.dirname, "..");
+const OPSBOX = "127.0.0.1:5000/denv/opsbox:bookworm";
+const MIB = 1024 * 1024;
+
+export interface TransferRig {
+  url: string;
+  key: string;
+  sandboxId: string;
+  containerId: string;
+  serverPid: number;
+  denvdPid: number;
+  close(): Promise<void>;
+}
+
+function startProcess(
+  args: string[],
+  env: Record<string, string>,
+  ready: RegExp,
+): Promise<[ChildProcess, string]> {
+  // DENV_RIG_NODE_OPTIONS: extra node flags for the server and denvd (a CPU profile, say).
+  const nodeArgs = process.env.DENV_RIG_NODE_OPTIONS?.split(" ").filter(Boolean) ?? [];
+  const child = spawn(process.execPath, [...nodeArgs, ...args], {
+    env: { ...process.env, ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  return new Promise((resolve, reject) => {
+    let out = "";
+    const onData = (d: Buffer) => {
+      out += d.toString();
+      const m = ready.exec(out);
+      if (m) resolve([child, m[1] ?? m[0]]);
+    };
+    child.stdout?.on("data", onData);
+    child.stderr?.on("data", onData);
+    child.once("exit", (code) => reject(new Error(`${args.join(" ")} exited ${code}: ${out.slice(-2000)}`)));
+  });
+}
+
+/** A server and a denvd, each its own process, and an image sandbox on them. */
+export async function openTransferRig(): Promise<TransferRig> {
+  const runId = `xfer-${randomBytes(3).toString("hex")}`;
+  const dataDir = mkdtempSync(join(tmpdir(), "denv-xfer-"));
+  const stateDir = join("/var/lib/denv-test", runId);
+  const key = `dk_${runId}_${randomBytes(8).toString("hex")}`;
+  const [server, url] = await startProcess(
+    [
+      join(root, "packages/cli/bin/denv.js"),
+      "server",
+      "--data-dir",
+      dataDir,
+      "--port",
+      "0",
+      "--allow-fetch",
+      "127.0.0.1:5000",
+    ],
+    { DENV_ADMIN_KEY: key },
+    /listening on (http:\/\/\S+)/,
+  );
+  const api = async (method: string, path: string, body?: unknown) => {
+    const res = await fetch(`${url}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${key}`, ...(body ? { "content-type": "application/json" } : {}) },
+      body: body ? JSON.stringify(body) : undefined,
+    });
+    const data = (await res.json()) as Record<string, any>;
+    if (!res.ok) throw new Error(`${method} ${path}: ${JSON.stringify(data)}`);
+    return data;
+  };
+  let denvd: ChildProcess | null = null;
+  try {
+    const token = (await api("POST", "/v1/hosts/join-token")).token as string;
+    const denvdMain = join(root, "packages/denvd/bin/denvd.js");
+    const join_ = spawn(
+      process.execPath,
+      [
+        denvdMain,
+        "join",
+        "--server",
+        url,
+        "--token",
+        token,
+        "--storage",
+        "dir",
+        "--state-dir",
+        stateDir,
+        "--name",
+        runId,
+      ],
+      { stdio: "ignore" },
+    );
+    await new Promise((r, j) =>
+      join_.once("exit", (c) => (c === 0 ? r(null) : j(new Error(`denvd join exited ${c}`)))),
+    );
+    [denvd] = await startProcess(
+      [denvdMain, "run", "--state-dir", stateDir, "--label", `dev.denv.test=${runId}`],
+      {},
+      /Connected/,
+    );
+    const sb = await api("POST", "/v1/sandboxes", { image: OPSBOX, cmd: ["sleep", "infinity"] });
+    const containerId = (await import("node:child_process"))
+      .execFileSync("docker", ["ps", "-q", "--no-trunc", "--filter", `label=dev.denv.test=${runId}`], {
+        encoding: "utf8",
+      })
+      .trim()
+      .split("\n")[0] as string;
+    const d = denvd;
+    return {
+      url,
+      key,
+      sandboxId: sb.id,
+      containerId,
+      serverPid: server.pid as number,
+      denvdPid: d.pid as number,
+      close: async () => {
+        await api("DELETE", `/v1/envs/${sb.id}`).catch(() => {});
+        d.kill("SIGTERM");
+        server.kill("SIGTERM");
+        await Promise.all(
+          [d, server].map((c) => new Promise((r) => (c.exitCode !== null ? r(null) : c.once("exit", r)))),
+        );
+        rmSync(dataDir, { recursive: true, force: true });
+        rmSync(stateDir, { recursive: true, force: true });
+      },
+    };
+  } catch (err) {
+    denvd?.kill("SIGKILL");
+    server.kill("SIGKILL");
+    throw err;
+  }
+}
+
+/** A process's peak resident memory so far (VmHWM), in bytes. */
+export function peakRssBytes(pid: number): number {
+  const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+  return m ? Number(m[1]) * 1024 : Number.NaN;
+}
+
+/**
+ * A tar of one file of `bytes`, made as it is read: every MiB of the file starts with its index
+ * (u64), so a reader can check each one landed where it belongs.
+ */
+export function patternTar(name: string, bytes: number): Readable {
+  const header = Buffer.alloc(512);
+  header.write(name, 0, 100, "utf8");
+  header.write("0000644\0", 100);
+  header.write("0000000\0", 108);
+  header.write("0000000\0", 116);
+  header.write(`${bytes.toString(8).padStart(11, "0")}\0`, 124);
+  header.write(
+    `${Math.floor(Date.now() / 1000)
+      .toString(8)
+      .padStart(11, "0")}\0`,
+    136,
+  );
+  header.write("        ", 148);
+  header.write("0", 156);
+  header.write("ustar\0", 257);
+  header.write("00", 263);
+  let sum = 0;
+  for (const b of header) sum += b;
+  header.write(`${sum.toString(8).padStart(6, "0")}\0 `, 148);
+  async function* gen() {
+    yield header;
+    const block = Buffer.alloc(MIB);
+    for (let off = 0, i = 0n; off < bytes; off += MIB, i++) {
+      block.writeBigUInt64LE(i, 0);
+      yield Buffer.from(block.subarray(0, Math.min(MIB, bytes - off)));
+    }
+    yield Buffer.alloc(((512 - (bytes % 512)) % 512) + 1024);
+  }
+  return Readable.from(gen(), { objectMode: false });
+}
+
+/** Counts a tar stream holding one patternTar file and checks every MiB's index. */
+export function patternChecker(): Writable & { bytes: number; blocksChecked: number; wrong: number } {
+  let offset = 0;
+  let fileBytes = 0;
+  const w = new Writable({
+    write(chunk: Buffer, _enc, cb) {
+      // The file's data starts after its 512-byte header; MiB i of it starts with u64 i.
+      const start = offset;
+      const end = offset + chunk.length;
+      // The file's size, from its header (the tar's first 512 bytes arrive in the first chunk).
+      if (start === 0)
+        fileBytes = Number.parseInt(chunk.subarray(124, 136).toString().replace(/\0.*$/, ""), 8);
+      let next = start <= 512 ? 512 : 512 + Math.ceil((start - 512) / MIB) * MIB;
+      for (; next + 8 <= end && next - 512 < fileBytes; next += MIB) {
+        const i = BigInt((next - 512) / MIB);
+        if (chunk.readBigUInt64LE(next - start) !== i) state.wrong++;
+        state.blocksChecked++;
+      }
+      offset = end;
+      state.bytes = offset;
+      cb();
+    },
+  });
+  const state = Object.assign(w, { bytes: 0, blocksChecked: 0, wrong: 0 });
+  return state;
+}
+
+/** PUT of a patternTar through the API; resolves with the answer and the time it took. */
+export async function putThroughApi(
+  rig: TransferRig,
+  dir: string,
+  name: string,
+  bytes: number,
+): Promise<{ ms: number; status: number; body: Record<string, any> }> {
+  const t = performance.now();
+  const res = await fetch(`${rig.url}/v1/envs/${rig.sandboxId}/files?path=${encodeURIComponent(dir)}`, {
+    method: "PUT",
+    headers: { authorization: `Bearer ${rig.key}`, "content-type": "application/x-tar" },
+    body: Readable.toWeb(patternTar(name, bytes)) as ReadableStream,
+    duplex: "half",
+  } as RequestInit);
+  const body = (await res.json()) as Record<string, any>;
+  return { ms: performance.now() - t, status: res.status, body };
+}
+
+/** GET of a path through the API, checked as it streams in. */
+export async function getThroughApi(
+  rig: TransferRig,
+  path: string,
+): Promise<{ ms: number; status: number; bytes: number; blocksChecked: number; wrong: number }> {
+  const t = performance.now();
+  const res = await fetch(`${rig.url}/v1/envs/${rig.sandboxId}/files?path=${encodeURIComponent(path)}`, {
+    headers: { authorization: `Bearer ${rig.key}` },
+  });
+  const check = patternChecker();
+  if (res.body) await pipeline(Readable.fromWeb(res.body as never), check);
+  return {
+    ms: performance.now() - t,
+    status: res.status,
+    bytes: check.bytes,
+    blocksChecked: check.blocksChecked,
+    wrong: check.wrong,
+  };
+}
+
+/** The peer: `docker cp` of the same tar into the container, from stdin. */
+export async function dockerCpIn(
+  containerId: string,
+  dir: string,
+  name: string,
+  bytes: number,
+): Promise<number> {
+  const t = performance.now();
+  const child = spawn("docker", ["cp", "-", `${containerId}:${dir}`], {
+    stdio: ["pipe", "ignore", "inherit"],
+  });
+  const exited = new Promise<number | null>((r) => child.once("exit", r));
+  await pipeline(patternTar(name, bytes), child.stdin);
+  const code = await exited;
+  if (code !== 0) throw new Error(`docker cp in exited ${code}`);
+  return performance.now() - t;
+}
+
+/** The peer: `docker cp` of a path out of the container to stdout, checked as it streams. */
+export async function dockerCpOut(
+  containerId: string,
+  path: string,
+): Promise<{ ms: number; bytes: number; wrong: number }> {
+  const t = performance.now();
+  const child = spawn("docker", ["cp", `${containerId}:${path}`, "-"], {
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  const exited = new Promise<number | null>((r) => child.once("exit", r));
+  const check = patternChecker();
+  await pipeline(child.stdout, check);
+  const code = await exited;
+  if (code !== 0) throw new Error(`docker cp out exited ${code}`);
+  return { ms: performance.now() - t, bytes: check.bytes, wrong: check.wrong };
+}

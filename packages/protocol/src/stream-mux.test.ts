@@ -1,0 +1,145 @@
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import { once } from "node:events";
+import { test } from "node:test";
+import {
+  encodeStreamFrame,
+  finishStream,
+  STREAM_CHUNK_BYTES,
+  STREAM_CLOSE,
+  STREAM_DATA,
+  STREAM_END,
+  STREAM_WINDOW_BYTES,
+  StreamMux,
+} from "./stream-mux.ts";
+
+/** Two muxes joined as over a socket: frames arrive later, in order, and are counted in flight. */
+function pair() {
+  const inFlight = { bytes: 0, max: 0 };
+  let a!: StreamMux;
+  let b!: StreamMux;
+  const deliver = (to: () => StreamMux) => (frame: Buffer, done?: (err?: Error) => void) => {
+    inFlight.bytes += frame.length;
+    inFlight.max = Math.max(inFlight.max, inFlight.bytes);
+    setImmediate(() => {
+      inFlight.bytes -= frame.length;
+      to().onFrame(frame);
+    });
+    done?.();
+  };
+  a = new StreamMux(deliver(() => b));
+  b = new StreamMux(deliver(() => a));
+  return { a, b, inFlight };
+}
+
+test("a stream carries bytes both ways with ends and the same content", async () => {
+  const { a, b } = pair();
+  const left = a.open(7);
+  const right = b.open(7);
+  const data = Buffer.alloc(3 * STREAM_WINDOW_BYTES + 12345, 7);
+  for (let i = 0; i < data.length; i += 4099) data[i] = i & 0xff;
+  const got: Buffer[] = [];
+  right.on("data", (c: Buffer) => got.push(c));
+  const ended = once(right, "end");
+  left.end(data);
+  await ended;
+  assert.equal(
+    createHash("sha256").update(Buffer.concat(got)).digest("hex"),
+    createHash("sha256").update(data).digest("hex"),
+  );
+  right.end(Buffer.from("back"));
+  const back: Buffer[] = [];
+  for await (const c of left) back.push(c as Buffer);
+  assert.equal(Buffer.concat(back).toString(), "back");
+});
+
+test("a reader that does not read holds the sender to one window", async () => {
+  const { a, b, inFlight } = pair();
+  const left = a.open(1);
+  const right = b.open(1);
+  let written = 0;
+  const big = Buffer.alloc(STREAM_CHUNK_BYTES);
+  // Writes until the sender is told to wait, for a while: nothing reads on the other side.
+  const deadline = Date.now() + 300;
+  while (Date.now() < deadline) {
+    if (left.writableNeedDrain) await new Promise((r) => setTimeout(r, 20));
+    else {
+      left.write(big);
+      written += big.length;
+    }
+  }
+  assert.ok(right.readableLength <= STREAM_WINDOW_BYTES, `receiver buffered ${right.readableLength}`);
+  assert.ok(inFlight.max <= STREAM_WINDOW_BYTES + 64 * 1024, `in flight at most ${inFlight.max}`);
+  assert.ok(written <= STREAM_WINDOW_BYTES + 4 * STREAM_CHUNK_BYTES, `accepted ${written} bytes`);
+  // Once read, the rest flows.
+  left.end();
+  let total = 0;
+  for await (const c of right) total += (c as Buffer).length;
+  assert.ok(total >= written);
+});
+
+test("a peer sending past its credit fails the stream instead of being buffered", async () => {
+  const sent: Buffer[] = [];
+  const mux = new StreamMux((f) => sent.push(f));
+  const s = mux.open(3);
+  const failed = once(s, "error");
+  const flood = Buffer.alloc(STREAM_CHUNK_BYTES);
+  for (let i = 0; i < STREAM_WINDOW_BYTES / STREAM_CHUNK_BYTES + 2; i++)
+    mux.onFrame(encodeStreamFrame(STREAM_DATA, 3, flood));
+  const [err] = await failed;
+  assert.match((err as Error).message, /more than the stream's window/);
+  assert.equal(mux.has(3), false);
+  assert.ok(s.readableLength <= STREAM_WINDOW_BYTES);
+  // Its CLOSE went back to the peer.
+  assert.ok(sent.some((f) => f[0] === STREAM_CLOSE && f.readUInt32BE(1) === 3));
+});
+
+test("frames for streams not opened on this connection reach nothing", () => {
+  const mux = new StreamMux(() => {});
+  const s = mux.open(5);
+  let got = 0;
+  s.on("data", (c: Buffer) => {
+    got += c.length;
+  });
+  mux.onFrame(encodeStreamFrame(STREAM_DATA, 6, Buffer.from("not yours")));
+  mux.onFrame(encodeStreamFrame(STREAM_CLOSE, 6));
+  mux.onFrame(Buffer.from([1, 2]));
+  assert.equal(got, 0);
+  assert.equal(s.destroyed, false);
+});
+
+test("a close before the end is an error; after the end, what was sent is still read", async () => {
+  const mux = new StreamMux(() => {});
+  const cut = mux.open(1);
+  const err = once(cut, "error");
+  mux.onFrame(encodeStreamFrame(STREAM_DATA, 1, Buffer.from("half")));
+  mux.onFrame(encodeStreamFrame(STREAM_CLOSE, 1));
+  assert.match(((await err)[0] as Error).message, /before its end/);
+
+  const whole = mux.open(2);
+  mux.onFrame(encodeStreamFrame(STREAM_DATA, 2, Buffer.from("all of it")));
+  mux.onFrame(encodeStreamFrame(STREAM_END, 2));
+  mux.onFrame(encodeStreamFrame(STREAM_CLOSE, 2));
+  const parts: Buffer[] = [];
+  for await (const c of whole) parts.push(c as Buffer);
+  assert.equal(Buffer.concat(parts).toString(), "all of it");
+});
+
+test("finishStream sends the end, then the close; a lost connection fails open streams", async () => {
+  const sent: Buffer[] = [];
+  const mux = new StreamMux((f, done) => {
+    sent.push(f);
+    done?.();
+  });
+  const s = mux.open(9);
+  s.write(Buffer.from("x"));
+  await finishStream(s);
+  assert.deepEqual(
+    sent.map((f) => f[0]),
+    [STREAM_DATA, STREAM_END, STREAM_CLOSE],
+  );
+  const open = mux.open(10);
+  const err = once(open, "error");
+  mux.closeAll();
+  assert.match(((await err)[0] as Error).message, /connection/);
+});

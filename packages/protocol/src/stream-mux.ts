@@ -1,0 +1,237 @@
+/**
+ * Byte streams over the host's one WebSocket, beside its JSON messages: port tunnels, file tars
+ * and exec's stdin, stdout and stderr all travel as binary frames, never as base64 in JSON.
+ *
+ * A frame is u8 kind, u32 stream id (big-endian), then the payload. The server picks every id
+ * and names it in the operation that uses it; the host opens its side when the operation arrives.
+ *
+ * Flow control is per stream, by credit (as HTTP/2 does): a sender may have at most
+ * STREAM_WINDOW_BYTES unacknowledged on a stream, and the receiver grants more only as its reader
+ * takes bytes. So a 10 GiB file costs each side at most a window of memory, however slow the
+ * reader, and a slow stream never holds up the others or the connection's heartbeats. A peer that
+ * sends past the credit it was given is breaking the protocol: that stream is failed, not buffered.
+ */
+import { Duplex } from "node:stream";
+
+/** Closes a stream this side is done with: its END once every write is out, then its CLOSE. */
+export function finishStream(stream: Duplex): Promise<void> {
+  if (stream.destroyed) return Promise.resolve();
+  return new Promise<void>((resolve) => {
+    stream.end(() => {
+      stream.destroy();
+      resolve();
+    });
+    stream.once("error", () => resolve());
+  });
+}
+
+/** Bytes on the stream. */
+export const STREAM_DATA = 1;
+/** The sender will write no more on this stream (a half-close). */
+export const STREAM_END = 2;
+/** The stream is gone in both directions; before an END it means the sender gave up. */
+export const STREAM_CLOSE = 3;
+/** The receiver took bytes: the payload (u32) is how many more the sender may send. */
+export const STREAM_CREDIT = 4;
+
+/** Unacknowledged bytes a sender may have on one stream. */
+export const STREAM_WINDOW_BYTES = 8 * 1024 * 1024;
+/** The largest payload of one DATA frame. */
+export const STREAM_CHUNK_BYTES = 1024 * 1024;
+
+export function encodeStreamFrame(kind: number, streamId: number, payload?: Buffer): Buffer {
+  const head = Buffer.alloc(5);
+  head[0] = kind;
+  head.writeUInt32BE(streamId >>> 0, 1);
+  return payload?.length ? Buffer.concat([head, payload]) : head;
+}
+
+export function decodeStreamFrame(frame: Buffer): { kind: number; streamId: number; payload: Buffer } | null {
+  if (frame.length < 5) return null;
+  return { kind: frame[0] as number, streamId: frame.readUInt32BE(1), payload: frame.subarray(5) };
+}
+
+/** Sends one frame; `done` is called once the frame is handed to the socket (or it failed). */
+export type SendFrame = (frame: Buffer, done?: (err?: Error) => void) => void;
+
+/** One stream: a Duplex whose writes wait for credit and whose reads grant it. */
+export class MuxStream extends Duplex {
+  readonly streamId: number;
+  private readonly mux: StreamMux;
+  /** Bytes this side may still send before the peer grants more. */
+  private sendCredit = STREAM_WINDOW_BYTES;
+  /** Bytes the peer may still send before this side grants more. */
+  private peerCredit = STREAM_WINDOW_BYTES;
+  /** Bytes taken in but not yet granted back to the peer. */
+  private owed = 0;
+  private creditWaiter: (() => void) | null = null;
+  private peerEnded = false;
+  /** The peer closed the stream (or the connection went): nothing more is sent on it. */
+  private gone = false;
+  /** Total bytes received and sent, for whoever reports on the transfer. */
+  bytesIn = 0;
+  bytesOut = 0;
+
+  constructor(mux: StreamMux, streamId: number) {
+    super({
+      allowHalfOpen: true,
+      highWaterMark: STREAM_CHUNK_BYTES,
+      readableHighWaterMark: STREAM_CHUNK_BYTES,
+    });
+    this.mux = mux;
+    this.streamId = streamId;
+  }
+
+  override _write(chunk: Buffer, _enc: BufferEncoding, cb: (err?: Error | null) => void): void {
+    this.sendChunk(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk)).then(() => cb(), cb);
+  }
+
+  private async sendChunk(chunk: Buffer): Promise<void> {
+    let off = 0;
+    while (off < chunk.length) {
+      if (this.gone) throw new Error("the stream was closed by the other side");
+      if (this.sendCredit <= 0) {
+        await new Promise<void>((r) => {
+          this.creditWaiter = r;
+        });
+        continue;
+      }
+      const n = Math.min(chunk.length - off, this.sendCredit, STREAM_CHUNK_BYTES);
+      const piece = chunk.subarray(off, off + n);
+      this.sendCredit -= n;
+      off += n;
+      this.bytesOut += n;
+      await new Promise<void>((resolve, reject) =>
+        this.mux.send(encodeStreamFrame(STREAM_DATA, this.streamId, piece), (err) =>
+          err ? reject(err) : resolve(),
+        ),
+      );
+    }
+  }
+
+  override _final(cb: (err?: Error | null) => void): void {
+    if (this.gone) {
+      cb();
+      return;
+    }
+    this.mux.send(encodeStreamFrame(STREAM_END, this.streamId), () => cb());
+  }
+
+  override _read(): void {
+    this.grant();
+  }
+
+  override _destroy(err: Error | null, cb: (err?: Error | null) => void): void {
+    this.mux.forget(this.streamId, this);
+    if (!this.gone) {
+      this.gone = true;
+      this.mux.send(encodeStreamFrame(STREAM_CLOSE, this.streamId));
+    }
+    this.wake();
+    cb(err);
+  }
+
+  /** Gives the peer back the credit for what the reader took. */
+  private grant(): void {
+    if (this.owed === 0 || this.gone || this.peerEnded) return;
+    const n = this.owed;
+    this.owed = 0;
+    this.peerCredit += n;
+    const payload = Buffer.alloc(4);
+    payload.writeUInt32BE(n);
+    this.mux.send(encodeStreamFrame(STREAM_CREDIT, this.streamId, payload));
+  }
+
+  private wake(): void {
+    const w = this.creditWaiter;
+    this.creditWaiter = null;
+    w?.();
+  }
+
+  /** A frame for this stream, from the peer. */
+  receive(kind: number, payload: Buffer): void {
+    if (kind === STREAM_DATA) {
+      if (this.peerEnded) return;
+      if (payload.length > this.peerCredit) {
+        this.destroy(new Error("the other side sent more than the stream's window allows"));
+        return;
+      }
+      this.peerCredit -= payload.length;
+      this.bytesIn += payload.length;
+      this.owed += payload.length;
+      // No copy: a WebSocket message's buffer is never reused by the socket that read it.
+      const room = this.push(payload);
+      // Credit goes back in batches while the reader keeps up, and from _read once it catches up.
+      if (room && this.owed >= STREAM_WINDOW_BYTES / 4) this.grant();
+    } else if (kind === STREAM_END) {
+      if (this.peerEnded) return;
+      this.peerEnded = true;
+      this.push(null);
+    } else if (kind === STREAM_CLOSE) {
+      this.gone = true;
+      this.wake();
+      this.mux.forget(this.streamId, this);
+      // After its END the peer is only done with the stream: what it sent is still read to the end.
+      if (this.peerEnded) this.end();
+      else this.destroy(new Error("the other side closed the stream before its end"));
+    } else if (kind === STREAM_CREDIT && payload.length >= 4) {
+      this.sendCredit = Math.min(this.sendCredit + payload.readUInt32BE(0), 2 * STREAM_WINDOW_BYTES);
+      this.wake();
+    }
+  }
+
+  /** The connection under the stream is gone. */
+  lost(): void {
+    this.gone = true;
+    this.wake();
+    this.destroy(new Error("the connection carrying the stream closed"));
+  }
+}
+
+/**
+ * The streams of one connection. Ids are per connection: a frame reaches only a stream opened on
+ * the connection it arrived on, so no id a peer makes up can touch another connection's streams.
+ */
+export class StreamMux {
+  private readonly streams = new Map<number, MuxStream>();
+  readonly send: SendFrame;
+
+  constructor(send: SendFrame) {
+    this.send = send;
+  }
+
+  /** Opens (registers) a stream under an id; frames for it are kept from this moment. */
+  open(streamId: number): MuxStream {
+    if (this.streams.has(streamId)) throw new Error(`stream ${streamId} is already open`);
+    const s = new MuxStream(this, streamId);
+    this.streams.set(streamId, s);
+    return s;
+  }
+
+  has(streamId: number): boolean {
+    return this.streams.has(streamId);
+  }
+
+  get size(): number {
+    return this.streams.size;
+  }
+
+  /** A binary frame from the peer. Frames for streams this side does not have are dropped. */
+  onFrame(frame: Buffer): void {
+    const f = decodeStreamFrame(frame);
+    if (!f) return;
+    this.streams.get(f.streamId)?.receive(f.kind, f.payload);
+  }
+
+  /** @internal A stream removing itself once destroyed. */
+  forget(streamId: number, stream: MuxStream): void {
+    if (this.streams.get(streamId) === stream) this.streams.delete(streamId);
+  }
+
+  /** The connection closed: every stream on it fails. */
+  closeAll(): void {
+    const all = [...this.streams.values()];
+    this.streams.clear();
+    for (const s of all) s.lost();
+  }
+}

@@ -1,0 +1,160 @@
+/**
+ * Bytes between an HTTP request and a host: request bodies read as streams with their limit
+ * counted as they come (never buffered whole), and exec run over the host's byte streams, its
+ * stdin fed from the request and its stdout and stderr handed on as the host sends them. Each
+ * side waits for the other's reader, so a 10 GiB file or 1 GiB of output costs a window of memory.
+ */
+import { IncomingMessage, ServerResponse } from "node:http";
+import { Readable, Transform } from "node:stream";
+import { pipeline } from "node:stream/promises";
+import type { ReadableStream as WebReadable } from "node:stream/web";
+import { DenvError, type OpParams, type OpResult } from "@denv/protocol";
+import { RESPONSE_ALREADY_SENT } from "@hono/node-server/utils/response";
+import type { HostHub } from "../host-hub.ts";
+import type { ApiContext } from "./api-route.ts";
+
+/** The request's body as a stream, failing with payload_too_large past `limitBytes`. */
+export function requestBody(c: ApiContext, limitBytes: number): Readable {
+  const declared = Number(c.req.header("content-length") ?? Number.NaN);
+  const tooLarge = () =>
+    new DenvError(
+      "payload_too_large",
+      `the request body is over ${limitBytes} bytes (${Math.round(limitBytes / 1024 ** 3)} GiB); send less at a time`,
+    );
+  if (Number.isFinite(declared) && declared > limitBytes) throw tooLarge();
+  let seen = 0;
+  const counter = new Transform({
+    transform(chunk: Buffer, _enc, cb) {
+      seen += chunk.length;
+      if (seen > limitBytes) cb(tooLarge());
+      else cb(null, chunk);
+    },
+  });
+  // Under the Node server the request itself is read: no detour through a web stream.
+  // (c.req.raw.body is not touched then: reading it would start a second reader on the request.)
+  const source = nodeBindings(c).incoming ?? webBody(c);
+  source.on("error", (err) => counter.destroy(err));
+  return source.pipe(counter);
+}
+
+function webBody(c: ApiContext): Readable {
+  const web = c.req.raw.body;
+  return web ? Readable.fromWeb(web as WebReadable<Uint8Array>) : Readable.from([]);
+}
+
+/** The Node request and response behind a request, when it came through the Node server. */
+export function nodeBindings(c: ApiContext): { incoming?: IncomingMessage; outgoing?: ServerResponse } {
+  const env = c.env as { incoming?: unknown; outgoing?: unknown } | undefined;
+  return {
+    ...(env?.incoming instanceof IncomingMessage ? { incoming: env.incoming } : {}),
+    ...(env?.outgoing instanceof ServerResponse ? { outgoing: env.outgoing } : {}),
+  };
+}
+
+/**
+ * Answers with a stream of bytes: written straight to the Node response when there is one (the
+ * web-stream detour costs a copy and a promise per chunk), else as a web stream.
+ */
+export function streamResponse(c: ApiContext, body: Readable, contentType: string): Response {
+  const { outgoing } = nodeBindings(c);
+  if (!outgoing) return c.body(Readable.toWeb(body) as ReadableStream, 200, { "content-type": contentType });
+  outgoing.writeHead(200, { "content-type": contentType });
+  // A failure mid-way cuts the response: the client sees a transfer that did not finish.
+  pipeline(body, outgoing).catch(() => outgoing.destroy());
+  return RESPONSE_ALREADY_SENT;
+}
+
+/**
+ * Splits exec's stream form: the exec request on the first line (at most `maxLineBytes`), then
+ * stdin to the end of the body.
+ */
+export async function splitExecStream(
+  body: Readable,
+  maxLineBytes: number,
+): Promise<{ request: unknown; stdin: Readable }> {
+  const parts: Buffer[] = [];
+  let size = 0;
+  const iterator = body[Symbol.asyncIterator]();
+  for (;;) {
+    const next = await iterator.next();
+    if (next.done) break;
+    const chunk = next.value as Buffer;
+    const nl = chunk.indexOf(10);
+    if (nl < 0) {
+      parts.push(chunk);
+      size += chunk.length;
+      if (size > maxLineBytes)
+        throw new DenvError(
+          "invalid_argument",
+          `the exec request must be the body's first line, at most ${maxLineBytes} bytes, ended by a newline`,
+        );
+      continue;
+    }
+    parts.push(chunk.subarray(0, nl));
+    const rest = chunk.subarray(nl + 1);
+    let request: unknown;
+    try {
+      request = JSON.parse(Buffer.concat(parts).toString("utf8"));
+    } catch {
+      throw new DenvError("invalid_argument", "the body's first line is not the exec request as JSON");
+    }
+    async function* stdin() {
+      if (rest.length) yield rest;
+      for (;;) {
+        const n = await iterator.next();
+        if (n.done) return;
+        yield n.value as Buffer;
+      }
+    }
+    return { request, stdin: Readable.from(stdin(), { objectMode: false }) };
+  }
+  throw new DenvError("invalid_argument", "the body has no newline after the exec request");
+}
+
+export type ExecOnHost = Omit<OpParams<"exec">, "stdout_stream" | "stderr_stream" | "stdin_stream">;
+
+/**
+ * Runs a command on a host over its byte streams. `stdin` is sent as the host asks for it;
+ * `onOutput` gets each chunk of output, and the host waits while the promise it returns is
+ * pending. Resolves with the host's result once every byte of output was handed on.
+ */
+export async function execOverStreams(
+  hub: HostHub,
+  hostId: string,
+  params: ExecOnHost,
+  stdin: Readable | Buffer | null,
+  onOutput: (which: "stdout" | "stderr", chunk: Buffer) => void | Promise<void>,
+): Promise<OpResult<"exec">> {
+  const timeoutMs = Math.max(15 * 60_000, (params.timeout_ms ?? 0) + 60_000);
+  const { streams, result } = await hub.streamCall(
+    hostId,
+    "exec",
+    stdin ? 3 : 2,
+    ([out, err, input]) => ({
+      ...params,
+      stdout_stream: out as number,
+      stderr_stream: err as number,
+      ...(input ? { stdin_stream: input } : {}),
+    }),
+    { timeoutMs },
+  );
+  const [out, err, input] = streams;
+  if (input && stdin) {
+    // The command may finish before it read all of its stdin: what it did not take is dropped.
+    input.on("error", () => {});
+    void pipeline(Buffer.isBuffer(stdin) ? Readable.from([stdin]) : stdin, input).catch(() => {});
+  }
+  const drain = async (which: "stdout" | "stderr", s: Readable | undefined) => {
+    if (!s) return;
+    for await (const chunk of s) await onOutput(which, chunk as Buffer);
+  };
+  const reading = Promise.all([drain("stdout", out), drain("stderr", err)]);
+  reading.catch(() => {});
+  const r = await result;
+  try {
+    await reading;
+  } catch {
+    throw new DenvError("unavailable", "the host cut the command's output short; run it again");
+  }
+  return r;
+}

@@ -11,6 +11,7 @@ import {
   openTransferRig,
   peakRssBytes,
   putThroughApi,
+  resetPeakRss,
 } from "./transfer-rig.ts";
 
 type Metric = { value: number; unit: string; samples?: number[]; note?: string };
@@ -31,7 +32,6 @@ export async function transferBench(quick: boolean): Promise<Record<string, Metr
     const get: number[] = [];
     const cpIn: number[] = [];
     const cpOut: number[] = [];
-    const restBefore = [peakRssBytes(rig.serverPid), peakRssBytes(rig.denvdPid)];
     for (let i = 0; i < rounds; i++) {
       const p = await putThroughApi(rig, "/home/bench", `api-${i}.bin`, sampleBytes);
       if (p.status !== 200) throw new Error(`PUT: ${JSON.stringify(p.body)}`);
@@ -39,7 +39,9 @@ export async function transferBench(quick: boolean): Promise<Record<string, Metr
       const g = await getThroughApi(rig, `/home/bench/api-${i}.bin`);
       if (g.status !== 200 || g.wrong) throw new Error(`GET: ${g.status}, ${g.wrong} MiB out of place`);
       get.push(rate(sampleBytes, g.ms));
-      cpIn.push(rate(sampleBytes, await dockerCpIn(rig.containerId, "/home/bench", `cp-${i}.bin`, sampleBytes)));
+      cpIn.push(
+        rate(sampleBytes, await dockerCpIn(rig.containerId, "/home/bench", `cp-${i}.bin`, sampleBytes)),
+      );
       const o = await dockerCpOut(rig.containerId, `/home/bench/cp-${i}.bin`);
       if (o.wrong) throw new Error(`docker cp out: ${o.wrong} MiB out of place`);
       cpOut.push(rate(sampleBytes, o.ms));
@@ -49,35 +51,50 @@ export async function transferBench(quick: boolean): Promise<Record<string, Metr
         headers: { authorization: `Bearer ${rig.key}`, "content-type": "application/json" },
         body: JSON.stringify({ command: "rm -f /home/bench/*", user: "root" }),
       });
-      log(`  files ${sampleBytes / GIB} GiB round ${i + 1}: put ${put[i]} MiB/s (docker cp ${cpIn[i]}), get ${get[i]} MiB/s (docker cp ${cpOut[i]})`);
+      log(
+        `  files ${sampleBytes / GIB} GiB round ${i + 1}: put ${put[i]} MiB/s (docker cp ${cpIn[i]}), get ${get[i]} MiB/s (docker cp ${cpOut[i]})`,
+      );
     }
     const note = `${sampleBytes / GIB} GiB each, ${rounds} rounds`;
     results.files_put_mib_per_s = { value: median(put), unit: "MiB/s", samples: put, note };
     results.files_get_mib_per_s = { value: median(get), unit: "MiB/s", samples: get, note };
-    results.files_put_peer_mib_per_s = { value: median(cpIn), unit: "MiB/s", samples: cpIn, note: `docker cp -, ${note}` };
-    results.files_get_peer_mib_per_s = { value: median(cpOut), unit: "MiB/s", samples: cpOut, note: `docker cp to -, ${note}` };
-    if (!quick) {
-      const big = 10 * GIB;
-      const p = await putThroughApi(rig, "/home/bench", "big.bin", big);
-      if (p.status !== 200) throw new Error(`PUT 10 GiB: ${JSON.stringify(p.body)}`);
-      const g = await getThroughApi(rig, "/home/bench/big.bin");
-      if (g.status !== 200 || g.wrong) throw new Error(`GET 10 GiB: ${g.status}, ${g.wrong} MiB out of place`);
-      results.files_10gib_put_mib_per_s = { value: rate(big, p.ms), unit: "MiB/s" };
-      results.files_10gib_get_mib_per_s = { value: rate(big, g.ms), unit: "MiB/s" };
-      log(`  files 10 GiB: put ${rate(big, p.ms)} MiB/s, get ${rate(big, g.ms)} MiB/s`);
-    }
-    const what = quick ? `${sampleBytes / GIB} GiB transfers` : "a 10 GiB transfer each way";
-    const [serverRest, denvdRest] = restBefore.map((b) => Math.round((b as number) / MIB));
+    results.files_put_peer_mib_per_s = {
+      value: median(cpIn),
+      unit: "MiB/s",
+      samples: cpIn,
+      note: `docker cp -, ${note}`,
+    };
+    results.files_get_peer_mib_per_s = {
+      value: median(cpOut),
+      unit: "MiB/s",
+      samples: cpOut,
+      note: `docker cp to -, ${note}`,
+    };
+    // The peak is of the transfer itself: each process's high-water mark starts again here.
+    const big = quick ? GIB : 10 * GIB;
+    const rest = [resetPeakRss(rig.serverPid), resetPeakRss(rig.denvdPid)].map((b) => Math.round(b / MIB));
+    const p = await putThroughApi(rig, "/home/bench", "big.bin", big);
+    if (p.status !== 200) throw new Error(`PUT ${big / GIB} GiB: ${JSON.stringify(p.body)}`);
+    const g = await getThroughApi(rig, "/home/bench/big.bin");
+    if (g.status !== 200 || g.wrong)
+      throw new Error(`GET ${big / GIB} GiB: ${g.status}, ${g.wrong} MiB out of place`);
+    const peaks = [peakRssBytes(rig.serverPid), peakRssBytes(rig.denvdPid)].map((b) => Math.round(b / MIB));
+    const what = `${big / GIB} GiB each way`;
+    results.files_big_put_mib_per_s = { value: rate(big, p.ms), unit: "MiB/s", note: what };
+    results.files_big_get_mib_per_s = { value: rate(big, g.ms), unit: "MiB/s", note: what };
     results.files_peak_rss_mib_server = {
-      value: Math.round(peakRssBytes(rig.serverPid) / MIB),
+      value: peaks[0] as number,
       unit: "MiB",
-      note: `peak resident memory of the server process over ${what}; ${serverRest} MiB before the first`,
+      note: `peak resident memory of the server process over ${what}; ${rest[0]} MiB when it began`,
     };
     results.files_peak_rss_mib_denvd = {
-      value: Math.round(peakRssBytes(rig.denvdPid) / MIB),
+      value: peaks[1] as number,
       unit: "MiB",
-      note: `peak resident memory of the denvd process over ${what}; ${denvdRest} MiB before the first`,
+      note: `peak resident memory of the denvd process over ${what}; ${rest[1]} MiB when it began`,
     };
+    log(
+      `  files ${what}: put ${rate(big, p.ms)} MiB/s, get ${rate(big, g.ms)} MiB/s; peak RSS server ${peaks[0]} MiB (${rest[0]} at rest), denvd ${peaks[1]} MiB (${rest[1]})`,
+    );
   } finally {
     await rig.close();
   }

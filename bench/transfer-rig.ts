@@ -6,7 +6,7 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable, Writable } from "node:stream";
@@ -143,7 +143,17 @@ export async function openTransferRig(): Promise<TransferRig> {
   }
 }
 
-/** A process's peak resident memory so far (VmHWM), in bytes. */
+/**
+ * Starts a new peak for a process: its VmHWM becomes its resident memory now (Linux clear_refs 5),
+ * so the next peakRssBytes is the peak of what happens in between. Returns the resident bytes now.
+ */
+export function resetPeakRss(pid: number): number {
+  writeFileSync(`/proc/${pid}/clear_refs`, "5");
+  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+  return m ? Number(m[1]) * 1024 : Number.NaN;
+}
+
+/** A process's peak resident memory (VmHWM) since it started or since resetPeakRss, in bytes. */
 export function peakRssBytes(pid: number): number {
   const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
   return m ? Number(m[1]) * 1024 : Number.NaN;
@@ -283,4 +293,83 @@ export async function dockerCpOut(
   const code = await exited;
   if (code !== 0) throw new Error(`docker cp out exited ${code}`);
   return { ms: performance.now() - t, bytes: check.bytes, wrong: check.wrong };
+}
+
+/** Bytes of the pattern (a tar's worth of file data, no header), made as they are read. */
+export function patternBytes(bytes: number): Readable {
+  async function* gen() {
+    const block = Buffer.alloc(MIB);
+    for (let off = 0, i = 0n; off < bytes; off += MIB, i++) {
+      block.writeBigUInt64LE(i, 0);
+      yield Buffer.from(block.subarray(0, Math.min(MIB, bytes - off)));
+    }
+  }
+  return Readable.from(gen(), { objectMode: false });
+}
+
+/**
+ * POST /exec/stream: the request's line, then `stdinBytes` of the pattern as stdin; the answer's
+ * frames (8-byte header: kind, 0, 0, 0, u32 length) read as they come, the output counted.
+ */
+export async function execStreamed(
+  rig: TransferRig,
+  request: Record<string, unknown>,
+  stdinBytes: number,
+): Promise<{
+  ms: number;
+  status: number;
+  stdoutBytes: number;
+  stderr: string;
+  result: Record<string, any> | null;
+  error: unknown;
+}> {
+  const t = performance.now();
+  async function* body() {
+    yield Buffer.from(`${JSON.stringify(request)}\n`);
+    for await (const c of patternBytes(stdinBytes)) yield c as Buffer;
+  }
+  const res = await fetch(`${rig.url}/v1/envs/${rig.sandboxId}/exec/stream`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${rig.key}`, "content-type": "application/octet-stream" },
+    body: Readable.toWeb(Readable.from(body(), { objectMode: false })) as ReadableStream,
+    duplex: "half",
+  } as RequestInit);
+  let stdoutBytes = 0;
+  let stderr = "";
+  let result: Record<string, any> | null = null;
+  let error: unknown = null;
+  if (res.status !== 200)
+    return { ms: 0, status: res.status, stdoutBytes, stderr, result, error: await res.json() };
+  let pending: Buffer = Buffer.alloc(0);
+  let want = -1;
+  let kind = 0;
+  for await (const chunk of Readable.fromWeb(res.body as never)) {
+    pending = pending.length ? Buffer.concat([pending, chunk as Buffer]) : (chunk as Buffer);
+    for (;;) {
+      if (want < 0) {
+        if (pending.length < 8) break;
+        kind = pending[0] as number;
+        want = pending.readUInt32BE(4);
+        pending = pending.subarray(8);
+      }
+      // Output is counted as it passes; only the small frames are kept whole.
+      if (kind === 1 && pending.length) {
+        const n = Math.min(want, pending.length);
+        stdoutBytes += n;
+        want -= n;
+        pending = pending.subarray(n);
+        if (want === 0) want = -1;
+        if (want > 0) break;
+        continue;
+      }
+      if (pending.length < want) break;
+      const payload = pending.subarray(0, want);
+      pending = pending.subarray(want);
+      want = -1;
+      if (kind === 2) stderr += payload.toString();
+      else if (kind === 3) result = JSON.parse(payload.toString());
+      else if (kind === 4) error = JSON.parse(payload.toString()).error;
+    }
+  }
+  return { ms: performance.now() - t, status: res.status, stdoutBytes, stderr, result, error };
 }

@@ -162,11 +162,15 @@ static void serve(int conn) {
    * output must not stall the relay (its output would fill, and it would wait forever). While a
    * frame of stdin is pending no further frame is read, so denvd (and the client) wait instead. */
   fcntl(stdin_fd, F_SETFL, fcntl(stdin_fd, F_GETFL) | O_NONBLOCK);
+  /* Larger pipes: output is relayed in frames of up to 256 KiB instead of 64 KiB (best effort). */
+  fcntl(stdin_fd, F_SETPIPE_SZ, 256 * 1024);
+  fcntl(out[0], F_SETPIPE_SZ, 256 * 1024);
+  fcntl(err[0], F_SETPIPE_SZ, 256 * 1024);
   char *pend = NULL;
   uint32_t pend_len = 0, pend_off = 0;
   struct pollfd fds[4] = {{conn, POLLIN, 0}, {out[0], POLLIN, 0}, {err[0], POLLIN, 0}, {-1, POLLOUT, 0}};
   int open_out = 1, open_err = 1, killed = 0;
-  char buf[65536];
+  static char buf[256 * 1024];
   signal(SIGPIPE, SIG_IGN);
   while (open_out || open_err) {
     fds[1].fd = open_out ? out[0] : -1;

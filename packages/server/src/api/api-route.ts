@@ -54,7 +54,7 @@ export interface ApiRoute<
   /** The query string, parsed with this schema. */
   query?: Q;
   response?: z.ZodType;
-  responseType?: "json" | "tar" | "event-stream" | "ndjson" | "any";
+  responseType?: "json" | "tar" | "event-stream" | "multiplexed" | "any";
   status?: number;
   /** Needs an API key (Authorization: Bearer). */
   auth: boolean;

@@ -2,7 +2,8 @@
  * Reaching into a running environment: exec, port URLs, and stopping one service (files are in
  * file-routes.ts). Each goes to the environment's host as a typed host operation.
  */
-import type { Readable } from "node:stream";
+import { once } from "node:events";
+import { PassThrough, type Readable } from "node:stream";
 import { DenvError, isDenvError, type OpResult } from "@denv/protocol";
 import { stream } from "hono/streaming";
 import { z } from "zod";
@@ -10,7 +11,7 @@ import { createPortUrl, listPortUrls, revokePortUrls } from "../port-tunnels.ts"
 import { type ApiContext, type ApiRoute, route } from "./api-route.ts";
 import { execBody, execResult, portUrlBody, portUrlCreated, portUrlListed } from "./api-schemas.ts";
 import { envOf, runningOn, serviceOf, tcpPort } from "./environment-access.ts";
-import { execOverStreams, requestBody, splitExecStream } from "./host-bytes.ts";
+import { execOverStreams, requestBody, splitExecStream, streamResponse } from "./host-bytes.ts";
 
 /** The JSON form carries stdin as base64 in its body: 50 MiB of it. */
 const EXEC_LIMIT_BYTES = 80 * 1024 * 1024;
@@ -82,6 +83,56 @@ async function streamedExec(c: ApiContext, body: ExecRequest, stdin: Readable | 
   });
 }
 
+/** Kinds of frame in exec's stream form's answer (docker's multiplexed stream, plus two). */
+const MUX_STDOUT = 1;
+const MUX_STDERR = 2;
+/** The result, as JSON: the last frame of a command that ran. */
+const MUX_RESULT = 3;
+/** An error, as JSON ({"error": {code, message}}): the last frame of one that could not. */
+const MUX_ERROR = 4;
+
+function muxFrame(kind: number, payload: Buffer): Buffer[] {
+  const head = Buffer.alloc(8);
+  head[0] = kind;
+  head.writeUInt32BE(payload.length, 4);
+  return [head, payload];
+}
+
+/**
+ * The stream form's answer: frames of an 8-byte header (u8 kind, three zero bytes, u32 length,
+ * big-endian, as `docker attach` multiplexes) and the bytes as they are: no base64, no JSON per
+ * chunk. Each frame is written before the next is taken from the host.
+ */
+async function multiplexedExec(c: ApiContext, body: ExecRequest, stdin: Readable) {
+  const { hostId, params } = await execTarget(c, body);
+  const out = new PassThrough({ highWaterMark: 1024 * 1024 });
+  const send = async (kind: number, payload: Buffer) => {
+    if (out.destroyed) throw new Error("the client went away");
+    let room = true;
+    for (const part of muxFrame(kind, payload)) room = out.write(part);
+    if (!room) await once(out, "drain");
+  };
+  void (async () => {
+    try {
+      const r = await execOverStreams(c.var.deps.hub, hostId, params, stdin, (which, data) =>
+        send(which === "stdout" ? MUX_STDOUT : MUX_STDERR, data),
+      );
+      const enc = body.encoding ?? "utf8";
+      await send(
+        MUX_RESULT,
+        Buffer.from(JSON.stringify(execAnswer(r, enc, Buffer.alloc(0), Buffer.alloc(0)))),
+      );
+    } catch (err) {
+      const e = isDenvError(err)
+        ? err.toJSON()
+        : { error: { code: "internal", message: (err as Error).message } };
+      if (!out.destroyed) out.write(Buffer.concat(muxFrame(MUX_ERROR, Buffer.from(JSON.stringify(e)))));
+    }
+    out.end();
+  })();
+  return streamResponse(c, out, "application/vnd.denv.multiplexed-stream");
+}
+
 export const environmentIoRoutes: ApiRoute[] = [
   route({
     method: "post",
@@ -119,10 +170,10 @@ export const environmentIoRoutes: ApiRoute[] = [
     method: "post",
     path: "/v1/envs/{id}/exec/stream",
     summary:
-      "Run a command with its stdin streamed from the body: the first line is the exec request (JSON), the rest of the body is stdin; the answer is NDJSON output chunks as they come, then the result",
+      "Run a command with its stdin streamed from the body: the first line is the exec request (JSON), the rest of the body is stdin. The answer streams as the command writes, in frames of an 8-byte header (u8 kind: 1 stdout, 2 stderr, 3 the result as JSON, 4 an error as JSON; three zero bytes; u32 length, big-endian) and that many bytes",
     bodyType: "exec-stream",
     body: execBody.omit({ stdin: true }),
-    responseType: "ndjson",
+    responseType: "multiplexed",
     auth: true,
     bodyLimitBytes: null,
     handler: async (c) => {
@@ -140,7 +191,7 @@ export const environmentIoRoutes: ApiRoute[] = [
           `${issue?.path.join(".") || "(exec request)"}: ${issue?.message ?? "invalid"}`,
         );
       }
-      return streamedExec(c, parsed.data, stdin);
+      return multiplexedExec(c, parsed.data, stdin);
     },
   }),
   route({

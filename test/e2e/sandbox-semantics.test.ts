@@ -294,6 +294,19 @@ describe("the CLI", () => {
       ),
       ["m.txt"],
     );
+    // A tree with a file larger than a message ever was (100 MiB) goes each way as a stream.
+    const { createHash, randomBytes } = await import("node:crypto");
+    const { mkdirSync, readFileSync } = await import("node:fs");
+    mkdirSync(join(local, "tree", "deep"), { recursive: true });
+    const big = randomBytes(100 * 1024 * 1024);
+    writeFileSync(join(local, "tree", "deep", "big.bin"), big);
+    writeFileSync(join(local, "tree", "small.txt"), "small\n");
+    await denv("files", "put", box, join(local, "tree"), "/home/ubuntu/cli/tree");
+    const back = mkdtempSync(join(tmpdir(), "denv-cli-back-"));
+    await denv("files", "get", box, "/home/ubuntu/cli/tree", `${back}/`);
+    const digest = (b: Buffer) => createHash("sha256").update(b).digest("hex");
+    assert.equal(digest(readFileSync(join(back, "tree", "deep", "big.bin"))), digest(big));
+    assert.equal(readFileSync(join(back, "tree", "small.txt"), "utf8"), "small\n");
   });
 });
 

@@ -3,6 +3,7 @@
  * errors as classes, snapshot and fork, and `await using` destroying what it made.
  */
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 import { after, before, test } from "node:test";
 import {
   ConflictError,
@@ -78,6 +79,46 @@ test("files: write, read, list, stat, mkdir, rename, remove, exists; failures as
   assert.equal(await sb.files.exists("/home/ubuntu/sdk/notes/a.txt"), false);
   await sb.files.remove("/home/ubuntu/sdk", { recursive: true });
   assert.equal(await sb.files.exists("/home/ubuntu/sdk"), false);
+});
+
+/** `bytes` of a pattern that changes every KiB, made as it is read. */
+async function* pattern(bytes: number): AsyncGenerator<Uint8Array> {
+  const block = Buffer.alloc(1024 * 1024);
+  for (let off = 0; off < bytes; off += block.length) {
+    for (let k = 0; k < block.length; k += 1024) block.writeUInt32LE((off + k) >>> 10, k);
+    yield Buffer.from(block.subarray(0, Math.min(block.length, bytes - off)));
+  }
+}
+
+async function sha256(source: AsyncIterable<Uint8Array> | ReadableStream<Uint8Array>): Promise<string> {
+  const h = createHash("sha256");
+  for await (const c of source as AsyncIterable<Uint8Array>) h.update(c);
+  return h.digest("hex");
+}
+
+test("streams: a file written and read as streams, and a command's stdin streamed to it", async () => {
+  const size = 48 * 1024 * 1024 + 123;
+  await sb.files.write("/home/ubuntu/sdk/big.bin", pattern(size), { size });
+  assert.equal((await sb.files.stat("/home/ubuntu/sdk/big.bin")).size, size);
+  assert.equal(
+    await sha256(await sb.files.readStream("/home/ubuntu/sdk/big.bin")),
+    await sha256(pattern(size)),
+  );
+  // A stream's size is part of what is written: without it nothing is sent.
+  await assert.rejects(sb.files.write("/home/ubuntu/sdk/nosize.bin", pattern(10)), /with its size/);
+  // A stream shorter than its size is refused by the tar it travels in, and leaves no file.
+  await assert.rejects(sb.files.write("/home/ubuntu/sdk/short.bin", pattern(10), { size: 20 }));
+  assert.equal(await sb.files.exists("/home/ubuntu/sdk/short.bin"), false);
+  await assert.rejects(sb.files.readStream("/home/ubuntu/sdk/absent.bin"), NotFoundError);
+  const seen: number[] = [];
+  const wc = await sb.commands.run(["sh", "-c", "sha256sum | cut -c1-64; echo done >&2"], {
+    stdin: pattern(size),
+    onStdout: (d) => seen.push(d.length),
+  });
+  assert.equal(wc.exitCode, 0, wc.stderr);
+  assert.equal(wc.stdout.trim(), await sha256(pattern(size)));
+  assert.equal(wc.stderr, "done\n");
+  assert.ok(seen.length > 0);
 });
 
 test("snapshot and fork carry the files; await using destroys the fork", async () => {

@@ -126,6 +126,115 @@ export class DenvClient {
     throw apiError("unavailable", "the exec stream ended without a result", 200);
   }
 
+  /** A request of the API's byte routes, its failure mapped to the error of its code. */
+  private async send(
+    method: string,
+    path: string,
+    query: Record<string, string | undefined>,
+    init: { headers?: Record<string, string>; body?: RequestInit["body"] | AsyncIterable<Uint8Array> } = {},
+  ): Promise<Response> {
+    let res: Response;
+    try {
+      res = await fetch(this.url(path, query), {
+        method,
+        headers: { authorization: `Bearer ${this.options.apiKey}`, ...init.headers },
+        body: init.body as RequestInit["body"],
+        // A body that streams goes out as it is made (fetch needs to be told).
+        ...(init.body && typeof init.body === "object" && !(init.body instanceof Uint8Array)
+          ? { duplex: "half" }
+          : {}),
+        signal: AbortSignal.timeout(this.options.timeoutMs ?? 30 * 60_000),
+      } as RequestInit);
+    } catch (err) {
+      throw apiError("unavailable", `cannot reach ${this.options.baseUrl}: ${(err as Error).message}`, 0);
+    }
+    if (!res.ok) {
+      const e = (await res.json().catch(() => ({}))) as {
+        error?: { code: string; message: string; details?: unknown };
+      };
+      throw apiError(
+        e.error?.code ?? "internal",
+        e.error?.message ?? `HTTP ${res.status}`,
+        res.status,
+        e.error?.details,
+      );
+    }
+    return res;
+  }
+
+  /**
+   * Extracts a tar at `query.path` (PUT …/files); the tar may be a stream, sent as it is made, so
+   * its size is not bounded by memory.
+   */
+  async putTar(
+    envId: string,
+    query: { path: string; service?: string; user?: string },
+    tar: Uint8Array | ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>,
+  ): Promise<{ entries: number; bytes: number }> {
+    const res = await this.send("PUT", `/v1/envs/${encodeURIComponent(envId)}/files`, query, {
+      headers: { "content-type": "application/x-tar" },
+      body: tar,
+    });
+    return (await res.json()) as { entries: number; bytes: number };
+  }
+
+  /**
+   * A tar of `query.path` as a stream (GET …/files): a missing path or a refusal is thrown before
+   * the first byte; a failure later ends the stream with an error.
+   */
+  async getTar(
+    envId: string,
+    query: { path: string; service?: string; user?: string },
+  ): Promise<ReadableStream<Uint8Array>> {
+    const res = await this.send("GET", `/v1/envs/${encodeURIComponent(envId)}/files`, query);
+    return res.body ?? new ReadableStream({ start: (c) => c.close() });
+  }
+
+  /**
+   * Runs a command with its stdin streamed (POST …/exec/stream): the request's line, then stdin
+   * as it is read; output is handed over as it comes. Resolves to the result once it has ended.
+   */
+  async execWithStdin(
+    envId: string,
+    body: Omit<Operations["postV1EnvsByIdExec"]["body"], "stdin">,
+    stdin: ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>,
+    onOutput: (stream: "stdout" | "stderr", data: Buffer) => void | Promise<void>,
+  ): Promise<Operations["postV1EnvsByIdExec"]["response"]> {
+    async function* request() {
+      yield Buffer.from(`${JSON.stringify(body)}\n`);
+      for await (const chunk of stdin as AsyncIterable<Uint8Array>) yield chunk;
+    }
+    const res = await this.send(
+      "POST",
+      `/v1/envs/${encodeURIComponent(envId)}/exec/stream`,
+      {},
+      {
+        headers: { "content-type": "application/octet-stream" },
+        body: ReadableStream.from(request()),
+      },
+    );
+    // Frames: u8 kind (1 stdout, 2 stderr, 3 result, 4 error), three zero bytes, u32 length (BE).
+    let pending = Buffer.alloc(0);
+    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+      pending = pending.length ? Buffer.concat([pending, chunk]) : Buffer.from(chunk);
+      while (pending.length >= 8) {
+        const length = pending.readUInt32BE(4);
+        if (pending.length < 8 + length) break;
+        const kind = pending[0];
+        const payload = pending.subarray(8, 8 + length);
+        pending = pending.subarray(8 + length);
+        if (kind === 1 || kind === 2) await onOutput(kind === 1 ? "stdout" : "stderr", Buffer.from(payload));
+        else if (kind === 3)
+          return JSON.parse(payload.toString()) as Operations["postV1EnvsByIdExec"]["response"];
+        else if (kind === 4) {
+          const e = (JSON.parse(payload.toString()) as { error: { code: string; message: string } }).error;
+          throw apiError(e.code, e.message, 200);
+        }
+      }
+    }
+    throw apiError("unavailable", "the exec stream ended without a result", 200);
+  }
+
   /** Server-sent events of a deployment's phases, until its verdict. */
   async *deploymentEvents(
     deploymentId: string,

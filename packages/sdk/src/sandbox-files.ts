@@ -5,6 +5,9 @@
  * directory (ConflictError, code is_directory / not_a_directory).
  */
 import { posix } from "node:path";
+import { Readable } from "node:stream";
+import { pipeline } from "node:stream/promises";
+import type { ReadableStream as NodeReadableStream } from "node:stream/web";
 import tar from "tar-stream";
 import type { DenvClient } from "./client.ts";
 import { NotFoundError } from "./errors.ts";
@@ -26,9 +29,9 @@ const who = (o: FileOptions) => ({
   ...(o.user ? { user: o.user } : {}),
 });
 
-async function collect(stream: AsyncIterable<unknown>): Promise<Buffer> {
+async function collect(stream: AsyncIterable<unknown> | ReadableStream<Uint8Array>): Promise<Buffer> {
   const chunks: Buffer[] = [];
-  for await (const c of stream) chunks.push(Buffer.from(c as Uint8Array));
+  for await (const c of stream as AsyncIterable<unknown>) chunks.push(Buffer.from(c as Uint8Array));
   return Buffer.concat(chunks);
 }
 
@@ -44,22 +47,32 @@ export class Files {
 
   /** A file's bytes. */
   async read(path: string, options: FileOptions = {}): Promise<Uint8Array> {
-    const archive = await this.getTar(path, options);
+    return collect(await this.readStream(path, options));
+  }
+
+  /**
+   * A file's bytes as a stream, as the host reads them: a file of any size, in little memory. A
+   * missing path (NotFoundError) or one that is not a regular file is thrown before the first byte.
+   */
+  async readStream(path: string, options: FileOptions = {}): Promise<ReadableStream<Uint8Array>> {
+    const archive = Readable.fromWeb(
+      (await this.client.getTar(this.id, { path, ...who(options) })) as NodeReadableStream<Uint8Array>,
+    );
     const extract = tar.extract();
-    let found: Buffer | null = null;
-    extract.on("entry", (header, stream, next) => {
-      void collect(stream).then((data) => {
-        if (found === null && (header.type === "file" || header.type === "contiguous-file")) found = data;
-        next();
+    return new Promise((resolve, reject) => {
+      let handed = false;
+      extract.on("entry", (header, stream, next) => {
+        stream.on("end", () => next());
+        if (!handed && (header.type === "file" || header.type === "contiguous-file")) {
+          handed = true;
+          resolve(ReadableStream.from(stream as unknown as AsyncIterable<Uint8Array>));
+        } else stream.resume();
       });
+      extract.on("finish", () => {
+        if (!handed) reject(new NotFoundError("not_found", `${path} is not a regular file`, 404));
+      });
+      pipeline(archive, extract).catch(reject);
     });
-    await new Promise<void>((resolve, reject) => {
-      extract.on("finish", resolve);
-      extract.on("error", reject);
-      extract.end(Buffer.from(archive));
-    });
-    if (found === null) throw new NotFoundError("not_found", `${path} is not a regular file`, 404);
-    return found;
   }
 
   /** A file's text (UTF-8). */
@@ -67,39 +80,54 @@ export class Files {
     return Buffer.from(await this.read(path, options)).toString("utf8");
   }
 
-  /** Writes a file (made, or overwritten), with `mode` (default 0644), making missing parents. */
+  /**
+   * Writes a file (made, or overwritten), with `mode` (default 0644), making missing parents.
+   * `data` may be a stream (a ReadableStream or any async iterable of bytes), sent as it is read;
+   * a stream's `size` must be given (the tar it travels in says it first).
+   */
   async write(
     path: string,
-    data: string | Uint8Array,
-    options: FileOptions & { mode?: number } = {},
+    data: string | Uint8Array | ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>,
+    options: FileOptions & { mode?: number; size?: number } = {},
   ): Promise<void> {
     if (!posix.isAbsolute(path) || path.endsWith("/"))
       throw new TypeError(`${path} must be an absolute path to a file`);
     const pack = tar.pack();
-    pack.entry({ name: posix.basename(path), mode: options.mode ?? 0o644 }, Buffer.from(data));
-    pack.finalize();
-    await this.putTar(posix.dirname(path), await collect(pack), options);
+    const header = { name: posix.basename(path), mode: options.mode ?? 0o644 };
+    if (typeof data === "string" || data instanceof Uint8Array) {
+      pack.entry(header, Buffer.from(data));
+      pack.finalize();
+    } else {
+      if (options.size === undefined || !Number.isSafeInteger(options.size) || options.size < 0)
+        throw new TypeError("a stream is written with its size: write(path, stream, { size })");
+      const entry = pack.entry({ ...header, size: options.size }, (err) => {
+        if (err) pack.destroy(err);
+        else pack.finalize();
+      });
+      pipeline(Readable.from(data as AsyncIterable<Uint8Array>), entry).catch((err: Error) =>
+        pack.destroy(err),
+      );
+    }
+    await this.putTar(posix.dirname(path), pack as unknown as AsyncIterable<Uint8Array>, options);
   }
 
-  /** Extracts a tar at a directory. */
+  /** Extracts a tar at a directory; the tar may be a stream (sent as it is made). */
   async putTar(
     dir: string,
-    archive: Uint8Array,
+    archive: Uint8Array | ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>,
     options: FileOptions = {},
   ): Promise<{ entries: number; bytes: number }> {
-    return this.client.call("putV1EnvsByIdFiles", {
-      params: { id: this.id },
-      query: { path: dir, ...who(options) },
-      body: new Uint8Array(archive),
-    });
+    return this.client.putTar(this.id, { path: dir, ...who(options) }, archive);
   }
 
   /** A tar of a path (a file, or a directory and all it holds), read without following links. */
   async getTar(path: string, options: FileOptions = {}): Promise<Uint8Array> {
-    return this.client.call("getV1EnvsByIdFiles", {
-      params: { id: this.id },
-      query: { path, ...who(options) },
-    });
+    return collect(await this.getTarStream(path, options));
+  }
+
+  /** The same tar, as a stream. */
+  async getTarStream(path: string, options: FileOptions = {}): Promise<ReadableStream<Uint8Array>> {
+    return this.client.getTar(this.id, { path, ...who(options) });
   }
 
   /** A path's type, size, mode, owner and time; a link is reported as a link. */

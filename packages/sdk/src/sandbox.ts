@@ -44,7 +44,8 @@ export interface RunOptions {
   env?: Record<string, string>;
   /** Kills every process the command started after this long. */
   timeoutMs?: number;
-  stdin?: string | Uint8Array;
+  /** Bytes, or a stream of them (a ReadableStream or an async iterable), sent as it is read. */
+  stdin?: string | Uint8Array | ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>;
   /** Each stream's bytes kept (the rest is counted in stdoutDroppedBytes / stderrDroppedBytes). */
   maxOutputBytes?: number;
   /** Output as it comes (the result still holds all of it). */
@@ -75,7 +76,14 @@ export class Commands {
 
   /** Runs a command (argv, or a string for `sh -c`); resolves once it has ended, whatever its exit code. */
   async run(command: string | string[], options: RunOptions = {}): Promise<CommandResult> {
-    const stdin = options.stdin === undefined ? undefined : Buffer.from(options.stdin);
+    const streamedIn =
+      options.stdin !== undefined &&
+      typeof options.stdin !== "string" &&
+      !(options.stdin instanceof Uint8Array);
+    const stdin =
+      options.stdin === undefined || streamedIn
+        ? undefined
+        : Buffer.from(options.stdin as string | Uint8Array);
     const body: ExecBody = {
       command,
       encoding: "base64",
@@ -88,15 +96,23 @@ export class Commands {
       ...(stdin ? { stdin: stdin.toString("base64") } : {}),
     };
     const client = this.sandbox.client;
-    const streamed = options.onStdout || options.onStderr;
+    const streamed = Boolean(options.onStdout || options.onStderr || streamedIn);
     const out: Buffer[] = [];
     const err: Buffer[] = [];
-    const r = streamed
-      ? await client.execStream(this.sandbox.id, body, (which, data) => {
-          (which === "stdout" ? out : err).push(data);
-          (which === "stdout" ? options.onStdout : options.onStderr)?.(data);
-        })
-      : await client.call("postV1EnvsByIdExec", { params: { id: this.sandbox.id }, body });
+    const onOutput = (which: "stdout" | "stderr", data: Buffer) => {
+      (which === "stdout" ? out : err).push(data);
+      (which === "stdout" ? options.onStdout : options.onStderr)?.(data);
+    };
+    const r = streamedIn
+      ? await client.execWithStdin(
+          this.sandbox.id,
+          body,
+          options.stdin as ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>,
+          onOutput,
+        )
+      : streamed
+        ? await client.execStream(this.sandbox.id, body, onOutput)
+        : await client.call("postV1EnvsByIdExec", { params: { id: this.sandbox.id }, body });
     const stdoutBytes = streamed ? Buffer.concat(out) : Buffer.from(r.stdout, "base64");
     const stderrBytes = streamed ? Buffer.concat(err) : Buffer.from(r.stderr, "base64");
     return {

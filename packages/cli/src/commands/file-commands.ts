@@ -2,9 +2,11 @@
  * Files in an environment's service, as the service's user unless --user says otherwise: put and
  * get (tars), and ls, stat, mkdir, rm and mv.
  */
-import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { createReadStream, createWriteStream, existsSync, mkdirSync, readdirSync, statSync } from "node:fs";
 import { basename, dirname, join, posix } from "node:path";
 import { Readable } from "node:stream";
+import { pipeline } from "node:stream/promises";
+import type { ReadableStream as NodeReadableStream } from "node:stream/web";
 import type { Command } from "commander";
 import tar from "tar-stream";
 import { printJson, UsageError } from "../output.ts";
@@ -44,12 +46,16 @@ export function registerFileCommands(program: Command): void {
         if (!Number.isInteger(uid) || !Number.isInteger(gid) || uid < 0 || gid < 0)
           throw new UsageError(`--owner ${o.owner} is not uid:gid`);
         const user = o.user ?? (o.owner ? "root" : undefined);
-        const body = await tarOf(local, posix.basename(remote), uid, gid);
-        const r = await client().call("putV1EnvsByIdFiles", {
-          params: envParam(env),
-          query: { service: o.service, path: posix.dirname(remote), ...(user ? { user } : {}) },
-          body: new Uint8Array(body),
-        });
+        // The tar is made as it is sent: files of any size, read from disk as the server takes them.
+        const r = await client().putTar(
+          env,
+          {
+            path: posix.dirname(remote),
+            ...(o.service ? { service: o.service } : {}),
+            ...(user ? { user } : {}),
+          },
+          tarOf(local, posix.basename(remote), uid, gid),
+        );
         if (json) printJson(r);
         else process.stdout.write(`put ${local} → ${remote} (${r.entries} entries, ${r.bytes} bytes)\n`);
         return 0;
@@ -80,13 +86,14 @@ export function registerFileCommands(program: Command): void {
         local: string,
         o: { service?: string; user?: string },
       ) => {
-        const body = await client().call("getV1EnvsByIdFiles", {
-          params: envParam(env),
-          query: { service: o.service, path: remote, ...(o.user ? { user: o.user } : {}) },
+        const body = await client().getTar(env, {
+          path: remote,
+          ...(o.service ? { service: o.service } : {}),
+          ...(o.user ? { user: o.user } : {}),
         });
         const intoDir = local.endsWith("/") || (existsSync(local) && statSync(local).isDirectory());
         const written = await untar(
-          Buffer.from(body),
+          Readable.fromWeb(body as NodeReadableStream<Uint8Array>),
           intoDir ? local : dirname(local),
           intoDir ? null : basename(local),
         );
@@ -99,62 +106,60 @@ export function registerFileCommands(program: Command): void {
   registerFileOps(files);
 }
 
-/** A tar of a local file or directory whose top entry is named `top`. */
-async function tarOf(local: string, top: string, uid: number, gid: number): Promise<Buffer> {
+/**
+ * A tar of a local file or directory whose top entry is named `top`, made as it is read: each
+ * file is streamed from disk into its entry, one after another.
+ */
+function tarOf(local: string, top: string, uid: number, gid: number): AsyncIterable<Uint8Array> {
   const pack = tar.pack();
-  const add = (path: string, name: string): void => {
+  const add = async (path: string, name: string): Promise<void> => {
     const st = statSync(path);
     if (st.isDirectory()) {
       pack.entry({ name, type: "directory", mode: st.mode & 0o7777, uid, gid });
-      for (const child of readdirSorted(path)) add(join(path, child), `${name}/${child}`);
+      for (const child of readdirSorted(path)) await add(join(path, child), `${name}/${child}`);
     } else if (st.isFile()) {
-      pack.entry({ name, mode: st.mode & 0o7777, uid, gid }, readFileSync(path));
+      const entry = pack.entry({ name, size: st.size, mode: st.mode & 0o7777, uid, gid });
+      await pipeline(createReadStream(path), entry as unknown as NodeJS.WritableStream);
     }
   };
-  add(local, top);
-  pack.finalize();
-  const chunks: Buffer[] = [];
-  for await (const c of pack) chunks.push(c as Buffer);
-  return Buffer.concat(chunks);
+  add(local, top).then(
+    () => pack.finalize(),
+    (err: Error) => pack.destroy(err),
+  );
+  return pack as unknown as AsyncIterable<Uint8Array>;
 }
 
 function readdirSorted(dir: string): string[] {
   return readdirSync(dir).sort();
 }
 
-/** Extracts files and directories (links and special files are skipped) under `into`. */
-async function untar(body: Buffer, into: string, rename: string | null): Promise<string[]> {
+/** Extracts files and directories (links and special files are skipped) under `into`, as it streams. */
+async function untar(body: Readable, into: string, rename: string | null): Promise<string[]> {
   // Loaded here: @denv/denvd brings the Docker client, which every other command would pay for.
   const { checkEntryName } = await import("@denv/denvd");
   const written: string[] = [];
   const extract = tar.extract();
   extract.on("entry", (header, stream, next) => {
-    const chunks: Buffer[] = [];
-    stream.on("data", (c: unknown) => {
-      chunks.push(c as Buffer);
-    });
-    stream.on("end", () => {
-      try {
-        let name = checkEntryName(header.name);
-        if (rename) name = [rename, ...name.split("/").slice(1)].join("/");
-        const target = join(into, name);
-        if (header.type === "directory") mkdirSync(target, { recursive: true });
-        else if (header.type === "file") {
-          mkdirSync(dirname(target), { recursive: true });
-          writeFileSync(target, Buffer.concat(chunks));
-          written.push(target);
-        }
-        next();
-      } catch (err) {
-        next(err as Error);
+    const done = (err?: unknown) => next(err as Error | undefined);
+    try {
+      let name = checkEntryName(header.name);
+      if (rename) name = [rename, ...name.split("/").slice(1)].join("/");
+      const target = join(into, name);
+      if (header.type === "file" || header.type === "contiguous-file") {
+        mkdirSync(dirname(target), { recursive: true });
+        written.push(target);
+        pipeline(stream as unknown as Readable, createWriteStream(target)).then(() => done(), done);
+        return;
       }
-    });
+      if (header.type === "directory") mkdirSync(target, { recursive: true });
+      stream.on("end", () => done());
+      stream.resume();
+    } catch (err) {
+      stream.resume();
+      done(err);
+    }
   });
-  await new Promise<void>((resolvePromise, reject) => {
-    extract.on("finish", () => resolvePromise());
-    extract.on("error", reject);
-    Readable.from(body).pipe(extract);
-  });
+  await pipeline(body, extract as unknown as NodeJS.WritableStream);
   return written;
 }
 

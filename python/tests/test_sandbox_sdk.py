@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import unittest
+from collections.abc import Iterator
 
 from live import OPSBOX, client, live
 
@@ -52,6 +53,41 @@ class SandboxSdk(unittest.TestCase):
             self.assertIn("/v1/tunnels/", sb.port_url(8000))
         with self.assertRaises(denv.NotFoundError):
             client().env(made)
+
+    def test_streams(self) -> None:
+        import hashlib
+
+        import denv
+
+        size = 40 * 1024 * 1024 + 17
+
+        def pattern() -> Iterator[bytes]:
+            block = bytearray(1 << 20)
+            for off in range(0, size, len(block)):
+                block[0:8] = off.to_bytes(8, "little")
+                yield bytes(block[: min(len(block), size - off)])
+
+        want = hashlib.sha256(b"".join(pattern())).hexdigest()
+        with denv.Sandbox.create(image=OPSBOX, cmd=["sleep", "infinity"], user="1000:1000", volumes=["/home/ubuntu"]) as sb:
+            sb.files.write("/home/ubuntu/big/f.bin", pattern(), size=size)
+            self.assertEqual(sb.files.stat("/home/ubuntu/big/f.bin")["size"], size)
+            h = hashlib.sha256()
+            for chunk in sb.files.read_stream("/home/ubuntu/big/f.bin"):
+                h.update(chunk)
+            self.assertEqual(h.hexdigest(), want)
+            with self.assertRaises(ValueError):
+                sb.files.write("/home/ubuntu/big/g.bin", pattern())
+            with self.assertRaises(ValueError):
+                sb.files.write("/home/ubuntu/big/short.bin", iter([b"abc"]), size=10)
+            self.assertFalse(sb.files.exists("/home/ubuntu/big/short.bin"))
+            with self.assertRaises(denv.NotFoundError):
+                sb.files.read_stream("/home/ubuntu/none")
+            r = sb.commands.run(["sh", "-c", "sha256sum | cut -c1-64"], stdin=pattern())
+            self.assertEqual((r.exit_code, r.stdout.strip()), (0, want))
+            with open(__file__, "rb") as f:
+                mine = f.read()
+                f.seek(0)
+                self.assertEqual(sb.commands.run(["wc", "-c"], stdin=f).stdout.strip(), str(len(mine)))
 
     def test_async_surface(self) -> None:
         import denv

@@ -104,6 +104,31 @@ describe("files", () => {
     assert.equal((await sh(box, "cat /home/ubuntu/work/notes.txt")).stdout, "kept\n");
   });
 
+  test("an upload cut off mid-file keeps nothing and harms nothing: the next requests are answered", async () => {
+    const { request } = await import("node:http");
+    const whole = Buffer.from(await tarOf([{ name: "cut.bin", body: "y".repeat(3 * 1024 * 1024) }]));
+    const u = new URL(`${lab.server.url}/v1/envs/${box}/files?path=/home/ubuntu/cutdir`);
+    await new Promise<void>((resolve) => {
+      const req = request(u, {
+        method: "PUT",
+        headers: {
+          authorization: `Bearer ${lab.keyA}`,
+          "content-type": "application/x-tar",
+          "content-length": String(whole.length),
+        },
+      });
+      req.on("error", () => resolve());
+      req.on("response", () => resolve());
+      // Half the tar, then the connection goes.
+      req.write(whole.subarray(0, whole.length >> 1), () => setTimeout(() => req.destroy(), 200));
+    });
+    for (let i = 0; i < 20 && (await sh(box, "test -e /home/ubuntu/cutdir/cut.bin && echo there")).stdout; i++)
+      await new Promise((r) => setTimeout(r, 100));
+    assert.equal((await sh(box, "ls /home/ubuntu/cutdir 2>/dev/null | wc -l")).stdout.trim(), "0");
+    const ok = await put(box, "/home/ubuntu/cutdir", await tarOf([{ name: "after.txt", body: "fine" }]));
+    assert.equal(ok.status, 200);
+  });
+
   test("nor a directory a file", async () => {
     await sh(box, "echo flat > /home/ubuntu/plain");
     const r = await put(box, "/home/ubuntu", await tarOf([{ name: "plain/inner.txt", body: "x" }]));

@@ -80,6 +80,8 @@ export async function sanitizeTar(
       bytes += header.size ?? 0;
       const mode = (header.mode ?? (header.type === "directory" ? 0o755 : 0o644)) & ~0o6000;
       const out = pack.entry({ ...header, name, mode }, (err) => next(err ?? undefined));
+      // A tar cut off mid-entry (its sender gone) fails through the pipelines; not here as well.
+      out.on("error", () => {});
       stream.pipe(out);
     } catch (err) {
       stream.resume();

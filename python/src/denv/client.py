@@ -16,9 +16,10 @@ import tarfile
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, BinaryIO, Literal, NotRequired, TypedDict
 
 from .errors import DenvError, error_for
 
@@ -82,6 +83,24 @@ class FileEntry(TypedDict):
     group: str | None
     modified_at: str
     link_target: str | None
+
+
+def _chunks(f: BinaryIO, size: int = 1 << 20) -> Iterator[bytes]:
+    """A binary file's bytes in chunks of ``size`` (sent as they are read)."""
+    while chunk := f.read(size):
+        yield chunk
+
+
+def _read_exactly(f: BinaryIO, n: int) -> bytes:
+    """``n`` bytes of a stream (fewer only at its end)."""
+    parts: list[bytes] = []
+    while n > 0:
+        chunk = f.read(n)
+        if not chunk:
+            break
+        parts.append(chunk)
+        n -= len(chunk)
+    return b"".join(parts)
 
 
 def _who(fields: dict[str, Any], service: str | None, user: str | None) -> dict[str, Any]:
@@ -167,7 +186,7 @@ class Client:
         path: str,
         *,
         body: Any = None,
-        raw: bytes | None = None,
+        raw: bytes | Iterable[bytes] | BinaryIO | None = None,
         content_type: str = "application/json",
         query: dict[str, str] | None = None,
         timeout_s: float | None = None,
@@ -415,16 +434,21 @@ class Client:
         return str(self._json("POST", f"/v1/envs/{self._q(env)}/ports/{int(port)}", body)["url"])
 
     def put_tar(
-        self, env: str, path: str, tar: bytes, *, service: str | None = None, user: str | None = None
+        self,
+        env: str,
+        path: str,
+        tar: bytes | Iterable[bytes] | BinaryIO,
+        *,
+        service: str | None = None,
+        user: str | None = None,
     ) -> dict[str, int]:
         """Extracts a tar archive at ``path`` (absolute) in the service, as ``user`` (default: the
         service's own). Missing parents are made; a directory is never replaced by a file (the
-        error is ``is_directory``), nor a file by a directory (``not_a_directory``)."""
-        q = {"path": path}
-        if service:
-            q["service"] = service
-        if user:
-            q["user"] = user
+        error is ``is_directory``), nor a file by a directory (``not_a_directory``). ``tar`` may be
+        bytes, a binary file or an iterable of chunks: those stream, of any size."""
+        q = _who({"path": path}, service, user)
+        if hasattr(tar, "read"):
+            tar = _chunks(tar)  # type: ignore[arg-type]
         _s, payload, _c = self._request(
             "PUT", f"/v1/envs/{self._q(env)}/files", raw=tar, content_type="application/x-tar", query=q
         )
@@ -433,13 +457,92 @@ class Client:
     def get_tar(self, env: str, path: str, *, service: str | None = None, user: str | None = None) -> bytes:
         """A tar archive of ``path`` (absolute) in the service, read as ``user`` (default: the
         service's own), never following a link."""
-        q = {"path": path}
-        if service:
-            q["service"] = service
-        if user:
-            q["user"] = user
-        _s, payload, _c = self._request("GET", f"/v1/envs/{self._q(env)}/files", query=q)
-        return payload
+        with self.get_tar_stream(env, path, service=service, user=user) as res:
+            return res.read()
+
+    def get_tar_stream(
+        self, env: str, path: str, *, service: str | None = None, user: str | None = None
+    ) -> BinaryIO:
+        """The same tar as a binary file to read as it streams (close it, or use ``with``). A missing
+        path or a refusal is raised here, before the first byte."""
+        url = f"{self.server}/v1/envs/{self._q(env)}/files?" + urllib.parse.urlencode(
+            _who({"path": path}, service, user)
+        )
+        return self._open(urllib.request.Request(url, method="GET"), self.timeout_s)
+
+    def _open(self, req: urllib.request.Request, timeout_s: float) -> BinaryIO:
+        """Opens a request whose answer is read as it streams; errors mapped as _request maps them."""
+        req.add_header("authorization", f"Bearer {self._key}")
+        try:
+            return urllib.request.urlopen(req, timeout=timeout_s)  # noqa: S310 (the server's own URL)
+        except urllib.error.HTTPError as e:
+            try:
+                err = json.loads(e.read() or b"{}").get("error", {})
+            except ValueError:
+                err = {}
+            raise error_for(
+                str(err.get("code", "internal")), str(err.get("message", f"HTTP {e.code}")), status=e.code
+            ) from None
+        except urllib.error.URLError as e:
+            raise error_for("unavailable", f"cannot reach the denv server at {self.server}: {e.reason}") from None
+
+    def exec_with_stdin(
+        self,
+        env: str,
+        command: list[str] | str,
+        stdin: Iterable[bytes] | BinaryIO,
+        on_output: Callable[[str, bytes], None],
+        *,
+        service: str | None = None,
+        user: str | None = None,
+        cwd: str | None = None,
+        env_vars: dict[str, str] | None = None,
+        timeout_ms: int | None = None,
+        max_output_bytes: int | None = None,
+    ) -> ExecOutput:
+        """Runs a command with ``stdin`` streamed to it as it is read (a binary file or an iterable
+        of chunks, of any size), ``on_output(stream, data)`` called as it writes. The result's
+        ``stdout``/``stderr`` are empty: the output went to ``on_output``."""
+        request: dict[str, Any] = {"command": command}
+        for k, v in (("service", service), ("user", user), ("cwd", cwd), ("env", env_vars or None)):
+            if v is not None:
+                request[k] = v
+        if timeout_ms is not None:
+            request["timeout_ms"] = int(timeout_ms)
+        if max_output_bytes is not None:
+            request["max_output_bytes"] = int(max_output_bytes)
+
+        def body() -> Iterator[bytes]:
+            yield json.dumps(request).encode() + b"\n"
+            yield from _chunks(stdin) if hasattr(stdin, "read") else stdin  # type: ignore[arg-type]
+
+        req = urllib.request.Request(f"{self.server}/v1/envs/{self._q(env)}/exec/stream", data=body(), method="POST")
+        req.add_header("content-type", "application/octet-stream")
+        http_timeout = None if timeout_ms is None else max(self.timeout_s, timeout_ms / 1000 + 60)
+        with self._open(req, http_timeout or self.timeout_s) as res:
+            # Frames: u8 kind (1 stdout, 2 stderr, 3 result, 4 error), three zero bytes, u32 length.
+            while head := _read_exactly(res, 8):
+                kind, length = head[0], int.from_bytes(head[4:8], "big")
+                payload = _read_exactly(res, length)
+                if kind in (1, 2):
+                    on_output("stdout" if kind == 1 else "stderr", payload)
+                elif kind == 3:
+                    r = json.loads(payload)
+                    return ExecOutput(
+                        exit_code=int(r["exit_code"]),
+                        stdout=b"",
+                        stderr=b"",
+                        stdout_truncated=bool(r["stdout_truncated"]),
+                        stderr_truncated=bool(r["stderr_truncated"]),
+                        timed_out=bool(r["timed_out"]),
+                        duration_ms=float(r["duration_ms"]),
+                        stdout_dropped_bytes=int(r.get("stdout_dropped_bytes", 0)),
+                        stderr_dropped_bytes=int(r.get("stderr_dropped_bytes", 0)),
+                    )
+                elif kind == 4:
+                    e = json.loads(payload).get("error", {})
+                    raise error_for(str(e.get("code", "internal")), str(e.get("message", "")))
+        raise error_for("unavailable", "the exec stream ended without a result")
 
     def put_files(
         self, env: str, target_dir: str, files: dict[str, bytes], *, service: str | None = None

@@ -14,9 +14,9 @@ import asyncio
 import io
 import posixpath
 import tarfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
 from .client import Client, Deployment, Environment, FileEntry
 from .errors import NotFoundError, UnavailableError
@@ -52,7 +52,7 @@ class Commands:
         cwd: str | None = None,
         env: dict[str, str] | None = None,
         timeout_ms: int | None = None,
-        stdin: bytes | str | None = None,
+        stdin: bytes | str | Iterable[bytes] | BinaryIO | None = None,
         max_output_bytes: int | None = None,
         on_stdout: Callable[[bytes], None] | None = None,
         on_stderr: Callable[[bytes], None] | None = None,
@@ -60,7 +60,41 @@ class Commands:
         """Runs a command (argv, or a string for ``sh -c``) and returns once it has ended, whatever its
         exit code. ``env`` adds variables (HOME, USER and LOGNAME are the user's unless set here);
         ``timeout_ms`` kills every process the command started; ``on_stdout``/``on_stderr`` get the
-        output as it comes."""
+        output as it comes. ``stdin`` may be a binary file or an iterable of chunks: it streams to
+        the command as it is read, of any size."""
+        if stdin is not None and not isinstance(stdin, (bytes, str)):
+            out: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
+
+            def keep(stream: str, data: bytes) -> None:
+                out[stream].append(data)
+                handler = on_stdout if stream == "stdout" else on_stderr
+                if handler:
+                    handler(data)
+
+            r = self._sb.client.exec_with_stdin(
+                self._sb.id,
+                cmd,
+                stdin,
+                keep,
+                service=service,
+                user=user,
+                cwd=cwd,
+                env_vars=env,
+                timeout_ms=timeout_ms,
+                max_output_bytes=max_output_bytes,
+            )
+            stdout, stderr = b"".join(out["stdout"]), b"".join(out["stderr"])
+            return CommandResult(
+                exit_code=r.exit_code,
+                stdout=stdout.decode("utf-8", errors="replace"),
+                stderr=stderr.decode("utf-8", errors="replace"),
+                stdout_bytes=stdout,
+                stderr_bytes=stderr,
+                stdout_dropped_bytes=r.stdout_dropped_bytes,
+                stderr_dropped_bytes=r.stderr_dropped_bytes,
+                timed_out=r.timed_out,
+                duration_ms=r.duration_ms,
+            )
         kw: dict[str, Any] = {
             "service": service,
             "user": user,
@@ -94,6 +128,22 @@ class Commands:
         )
 
 
+def _tar_stream(info: tarfile.TarInfo, data: Iterable[bytes] | BinaryIO) -> Iterator[bytes]:
+    """A one-file tar made as it is sent: the header, the data as it is read, the padding, the end.
+    Data that is not exactly ``info.size`` bytes stops it (the server then keeps nothing of it)."""
+    yield info.tobuf(format=tarfile.PAX_FORMAT)
+    sent = 0
+    source = iter(lambda: data.read(1 << 20), b"") if hasattr(data, "read") else data  # type: ignore[union-attr]
+    for chunk in source:
+        sent += len(chunk)
+        if sent > info.size:
+            raise ValueError(f"the stream is longer than its size ({info.size} bytes)")
+        yield chunk
+    if sent != info.size:
+        raise ValueError(f"the stream ended after {sent} of its {info.size} bytes")
+    yield b"\0" * ((512 - info.size % 512) % 512) + b"\0" * 1024
+
+
 class Files:
     """A sandbox's files, as its service's user unless ``user=`` names another. A write makes missing
     parents and never replaces a directory with a file, nor a file with a directory
@@ -104,13 +154,26 @@ class Files:
 
     def read(self, path: str, *, service: str | None = None, user: str | None = None) -> bytes:
         """A file's bytes."""
-        tar = self._sb.client.get_tar(self._sb.id, path, service=service, user=user)
-        with tarfile.open(fileobj=io.BytesIO(tar), mode="r") as tf:
-            for m in tf.getmembers():
-                if m.isfile():
-                    f = tf.extractfile(m)
-                    return f.read() if f else b""
-        raise NotFoundError("not_found", f"{path} is not a regular file", status=404)
+        return b"".join(self.read_stream(path, service=service, user=user))
+
+    def read_stream(
+        self, path: str, *, service: str | None = None, user: str | None = None, chunk_bytes: int = 1 << 20
+    ) -> Iterator[bytes]:
+        """A file's bytes in chunks, as the host reads them: a file of any size in little memory. A
+        missing path (:class:`~denv.errors.NotFoundError`) is raised before the first chunk."""
+        res = self._sb.client.get_tar_stream(self._sb.id, path, service=service, user=user)
+
+        def chunks() -> Iterator[bytes]:
+            with res, tarfile.open(fileobj=res, mode="r|") as tf:
+                for m in tf:
+                    if m.isfile():
+                        f = tf.extractfile(m)
+                        while f is not None and (chunk := f.read(chunk_bytes)):
+                            yield chunk
+                        return
+            raise NotFoundError("not_found", f"{path} is not a regular file", status=404)
+
+        return chunks()
 
     def read_text(self, path: str, **kw: Any) -> str:
         """A file's text (UTF-8)."""
@@ -119,24 +182,33 @@ class Files:
     def write(
         self,
         path: str,
-        data: bytes | str,
+        data: bytes | str | Iterable[bytes] | BinaryIO,
         *,
+        size: int | None = None,
         mode: int = 0o644,
         service: str | None = None,
         user: str | None = None,
     ) -> None:
-        """Writes a file (made, or overwritten), making missing parents owned by the user."""
+        """Writes a file (made, or overwritten), making missing parents owned by the user. ``data``
+        may be a binary file or an iterable of chunks, streamed as it is read; its ``size`` must then
+        be given (the tar it travels in says it first)."""
         if not path.startswith("/") or path.endswith("/"):
             raise ValueError(f"{path} must be an absolute path to a file")
-        raw = data.encode() if isinstance(data, str) else data
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
-            info = tarfile.TarInfo(posixpath.basename(path))
-            info.size = len(raw)
-            info.mode = mode
-            tf.addfile(info, io.BytesIO(raw))
-        self._sb.client.put_tar(self._sb.id, posixpath.dirname(path), buf.getvalue(), service=service, user=user)
-
+        info = tarfile.TarInfo(posixpath.basename(path))
+        info.mode = mode
+        if isinstance(data, (bytes, str)):
+            raw = data.encode() if isinstance(data, str) else data
+            buf = io.BytesIO()
+            with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+                info.size = len(raw)
+                tf.addfile(info, io.BytesIO(raw))
+            body: bytes | Iterable[bytes] = buf.getvalue()
+        else:
+            if size is None or size < 0:
+                raise ValueError("a stream is written with its size: write(path, stream, size=...)")
+            info.size = size
+            body = _tar_stream(info, data)
+        self._sb.client.put_tar(self._sb.id, posixpath.dirname(path), body, service=service, user=user)
     def stat(self, path: str, **kw: Any) -> FileEntry:
         """A path's type, size, mode, owner and time; a link is reported as a link."""
         return self._sb.client.stat(self._sb.id, path, **kw)

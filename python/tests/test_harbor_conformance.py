@@ -72,12 +72,23 @@ MOUNTS = [
 ]
 
 
-def construct(task: Path, trial_dir: Path, *, image: str | None = None, mode: str = "no-network", **kw):  # noqa: ANN003, ANN201
+def construct(  # noqa: ANN201
+    task: Path,
+    trial_dir: Path,
+    *,
+    image: str | None = None,
+    mode: str = "no-network",
+    task_env: dict[str, str] | None = None,
+    workdir: str | None = None,
+    **kw,  # noqa: ANN003
+):
     from denv.harbor import DenvEnvironment
     from harbor.models.task.config import EnvironmentConfig, NetworkMode, NetworkPolicy
     from harbor.models.trial.paths import TrialPaths
 
-    cfg = EnvironmentConfig(docker_image=image, network_mode=NetworkMode(mode))
+    cfg = EnvironmentConfig(
+        docker_image=image, network_mode=NetworkMode(mode), env=task_env or {}, workdir=workdir
+    )
     return DenvEnvironment(
         environment_dir=task / "environment",
         environment_name="hello-denv",
@@ -85,7 +96,7 @@ def construct(task: Path, trial_dir: Path, *, image: str | None = None, mode: st
         trial_paths=TrialPaths(trial_dir),
         task_env_config=cfg,
         mounts=MOUNTS,
-        network_policy=NetworkPolicy(NetworkMode(mode)),
+        network_policy=NetworkPolicy(network_mode=NetworkMode(mode)),
         persistent_env={"TRIAL_FLAG": "on"},
         **kw,
     )
@@ -271,13 +282,21 @@ class HarborTrial(unittest.TestCase):
 
     def test_docker_image_task_and_fork_from(self) -> None:
         bare = make_task(self.tmp / "image-task", compose=False)
+        (bare / "environment" / "seed.txt").write_text("seeded\n")
         trial = self.tmp / "trial-image"
-        env = construct(bare, trial, image=OPSBOX)
+        # The trial's persistent env (TRIAL_FLAG=on) wins over the task's; the task's own stays.
+        env = construct(bare, trial, image=OPSBOX, task_env={"TRIAL_FLAG": "task", "TASK_ONLY": "t"}, workdir="/work")
 
         async def go() -> None:
             await env.start(force_build=False)
             try:
                 self.assertEqual(env._core.env["services"], ["main"])
+                self.assertEqual((await env.exec("echo $TRIAL_FLAG-$TASK_ONLY")).stdout, "on-t\n")
+                # Harbor's _upload_environment_dir_after_start: environment/ lands in the workdir.
+                self.assertEqual((await env.exec("cat /work/seed.txt")).stdout, "seeded\n")
+                self.assertTrue(await env.is_file("/work/seed.txt"))
+                self.assertFalse(await env.is_dir("/work/seed.txt"))
+                self.assertFalse(await env.is_file("/work/none"))
                 await env.exec("echo state > /work/mark", user="root")
                 version = await env.snapshot()
                 self.assertTrue(version.startswith("ver_"))

@@ -87,6 +87,35 @@ class InspectSelfCheck(unittest.TestCase):
         self.assertTrue(hasattr(self.env, "_inject_lock"), "super().__init__() was called")
         self.assertTrue(self.S.is_docker_compatible())
 
+    def test_00_base_class_members_work_on_it(self) -> None:
+        # exec_remote reads what SandboxEnvironment.__init__ set; as_type narrows to our class.
+        r = run(self.env.exec_remote(["echo", "remote"], stream=False))
+        self.assertEqual(r.stdout, "remote\n")
+        self.assertIs(self.env.as_type(self.S), self.env)
+        with self.assertRaises(TypeError):
+            self.env.as_type(int)
+
+    def test_00_a_dict_config_is_read_back_as_compose_config(self) -> None:
+        # Inspect validates a docker-compatible provider's dict config as its ComposeConfig first.
+        import json
+
+        import denv._registry  # noqa: F401
+        from inspect_ai.util import ComposeConfig, deserialize_sandbox_specific_config
+
+        as_dict = {
+            "services": {
+                "box": {"image": OPSBOX, "user": "1000:1000", "command": ["sleep", "infinity"], "x-default": True}
+            }
+        }
+        cfg = deserialize_sandbox_specific_config("denv", json.loads(json.dumps(as_dict)))
+        self.assertIsInstance(cfg, ComposeConfig)
+        envs = run(self.S.sample_init("dict-config", cfg, {}))
+        try:
+            self.assertEqual(list(envs), ["box"])
+            self.assertEqual(run(envs["box"].exec(["id", "-u"])).stdout, "1000\n")
+        finally:
+            run(self.S.sample_cleanup("dict-config", cfg, envs, False))
+
     def test_00_registered_as_denv(self) -> None:
         import denv._registry  # noqa: F401  (the entry point's module)
         from inspect_ai.util import registry_find_sandboxenv
@@ -95,9 +124,9 @@ class InspectSelfCheck(unittest.TestCase):
 
     def test_00_exec_output_limit(self) -> None:
         # Inspect's proxy re-checks each stream against MAX_EXEC_OUTPUT_SIZE; the provider may raise.
-        from inspect_ai.util import OutputLimitExceededError, override_max_exec_output_size
+        from inspect_ai.util import OutputLimitExceededError, override_sandbox_output_limit
 
-        with override_max_exec_output_size(1024):
+        with override_sandbox_output_limit(1024, "exec"):
             with self.assertRaises(OutputLimitExceededError) as cm:
                 self.ex(["sh", "-c", "head -c 2048 /dev/zero | tr '\\0' a"])
             self.assertIn("limit of 1 KiB was exceeded", str(cm.exception))
@@ -191,10 +220,10 @@ class InspectSelfCheck(unittest.TestCase):
         self.assertIn("wikipedia", str(cm.exception))
 
     def test_12_read_file_limit(self) -> None:
-        from inspect_ai.util import OutputLimitExceededError, override_max_read_file_size
+        from inspect_ai.util import OutputLimitExceededError, override_sandbox_output_limit
 
         self.write("large.file", "a" * 2048)
-        with override_max_read_file_size(1024):
+        with override_sandbox_output_limit(1024, "read_file"):
             with self.assertRaises(OutputLimitExceededError) as cm:
                 self.read("large.file")
         self.assertIn("limit of 1 KiB was exceeded", str(cm.exception))

@@ -128,6 +128,19 @@ class OpenEnvProviderLifecycle(unittest.TestCase):
         finally:
             p.close()
 
+    def test_with_block_destroys_what_it_started(self) -> None:
+        # OpenEnv's base class has no context-manager protocol: DenvProvider brings its own.
+        from openenv.core.containers.runtime import ContainerProvider
+
+        self.assertFalse(hasattr(ContainerProvider, "__enter__"))
+        with self.P() as p:
+            base_url = p.start_container(ECHO)  # the image, as OpenEnv passes it
+            p.wait_for_ready(base_url)
+            name = p.environment
+            self.assertEqual(get(f"{base_url}/health"), (200, {"status": "healthy"}))
+        self.assertIsNone(p.environment)
+        self.assertNotIn(name, {e["name"] for e in client().envs()})
+
     def test_snapshot_and_fork_from_version(self) -> None:
         p = self.P(ECHO)
         base_url = p.start_container()

@@ -8,10 +8,10 @@ container sandbox). denv does not build images yet, so a task with only a Docker
 
 from __future__ import annotations
 
-import io
 import os
 import posixpath
 import tarfile
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -185,47 +185,55 @@ class HarborCore:
     # Harbor's own environments copy files in and out as root (docker cp), keeping the tar's owners:
     # so do these, through denv's files API (which makes missing parents itself).
 
+    # Tars are spooled to a temporary file past 8 MiB and streamed both ways: a trial's logs or
+    # data of any size cost little memory.
+
     def upload_file(self, source: Path, target: str, service: str | None = None) -> None:
         target = self._abs(target)
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
-            tf.add(str(source), arcname=posixpath.basename(target), recursive=False, filter=_as_root)
-        assert self.env is not None
-        self.client.put_tar(
-            self.env["id"], posixpath.dirname(target) or "/", buf.getvalue(), service=self._service(service), user="root"
-        )
+        with tempfile.SpooledTemporaryFile(max_size=8 << 20) as buf:
+            with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+                tf.add(str(source), arcname=posixpath.basename(target), recursive=False, filter=_as_root)
+            buf.seek(0)
+            assert self.env is not None
+            self.client.put_tar(
+                self.env["id"], posixpath.dirname(target) or "/", buf, service=self._service(service), user="root"
+            )
 
     def upload_dir(self, source: Path, target: str, service: str | None = None) -> None:
         target = self._abs(target)
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
-            for entry in sorted(Path(source).iterdir()):
-                tf.add(str(entry), arcname=entry.name, filter=_as_root)
-        assert self.env is not None
-        self.client.put_tar(self.env["id"], target, buf.getvalue(), service=self._service(service), user="root")
+        with tempfile.SpooledTemporaryFile(max_size=8 << 20) as buf:
+            with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+                for entry in sorted(Path(source).iterdir()):
+                    tf.add(str(entry), arcname=entry.name, filter=_as_root)
+            buf.seek(0)
+            assert self.env is not None
+            self.client.put_tar(self.env["id"], target, buf, service=self._service(service), user="root")
 
     def download_file(self, source: str, target: Path, service: str | None = None) -> None:
         assert self.env is not None
-        tar = self.client.get_tar(self.env["id"], self._abs(source), service=self._service(service), user="root")
-        with tarfile.open(fileobj=io.BytesIO(tar), mode="r") as tf:
-            member = next((m for m in tf.getmembers() if m.isfile()), None)
-            if member is None:
-                raise FileNotFoundError(f"{source} is not a regular file")
-            f = tf.extractfile(member)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(f.read() if f else b"")
+        res = self.client.get_tar_stream(self.env["id"], self._abs(source), service=self._service(service), user="root")
+        with res, tarfile.open(fileobj=res, mode="r|") as tf:
+            for m in tf:
+                if m.isfile():
+                    f = tf.extractfile(m)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    with open(target, "wb") as out:
+                        while f is not None and (chunk := f.read(1 << 20)):
+                            out.write(chunk)
+                    return
+        raise FileNotFoundError(f"{source} is not a regular file")
 
     def download_dir(self, source: str, target: Path, service: str | None = None) -> list[str]:
         """Extracts regular files and directories only (overwriting); links and special files are
         skipped and returned, so nothing in the sandbox can make this write outside ``target``."""
         assert self.env is not None
-        tar = self.client.get_tar(self.env["id"], self._abs(source), service=self._service(service), user="root")
+        res = self.client.get_tar_stream(self.env["id"], self._abs(source), service=self._service(service), user="root")
         target = Path(target)
         target.mkdir(parents=True, exist_ok=True)
         skipped: list[str] = []
         root = target.resolve()
-        with tarfile.open(fileobj=io.BytesIO(tar), mode="r") as tf:
-            for m in tf.getmembers():
+        with res, tarfile.open(fileobj=res, mode="r|") as tf:
+            for m in tf:
                 parts = Path(m.name).parts[1:]  # the archive's first component is the directory itself
                 if not parts:
                     continue
@@ -241,10 +249,23 @@ class HarborCore:
                     f = tf.extractfile(m)
                     if dest.is_symlink():
                         dest.unlink()
-                    dest.write_bytes(f.read() if f else b"")
+                    with open(dest, "wb") as out:
+                        while f is not None and (chunk := f.read(1 << 20)):
+                            out.write(chunk)
                 else:
                     skipped.append(m.name)
         return skipped
+
+    def stat(self, path: str, service: str | None, user: str | None) -> dict[str, Any] | None:
+        """A path as ``user`` sees it (a link reported as a link), or None when there is none (or
+        the user may not see it)."""
+        assert self.env is not None
+        try:
+            return dict(self.client.stat(self.env["id"], self._abs(path), service=self._service(service), user=user))
+        except DenvError as e:
+            if e.code in ("not_found", "permission_denied", "not_a_directory"):
+                return None
+            raise
 
     def _abs(self, path: str) -> str:
         if path.startswith("/"):

@@ -1,51 +1,23 @@
 """One service of one denv environment, as the adapters see it: exec and files with the exception
 types frameworks expect. Framework-independent and synchronous; the adapters run it in threads.
 
-Files are read and written by commands run *as the sandbox's user* (not through the root-side tar
-API), so the permission answers are the ones that user would get: a file the agent cannot read
-raises PermissionError, exactly as it would for a process inside the sandbox.
+Files go through denv's files API *as the sandbox's user* (the service's own unless one is named):
+the agent in the container reads and writes them with that user's rights, so a file the user may
+not read raises PermissionError exactly as it would for a process inside the sandbox, a write over
+a directory raises IsADirectoryError, and parents are made. Bytes stream both ways; a read stops at
+the tar header when the file is over the caller's limit.
 """
 
 from __future__ import annotations
 
 import errno
-import shlex
+import io
+import posixpath
+import tarfile
 from dataclasses import dataclass
 
 from .client import Client, ExecOutput
 from .errors import DenvError
-
-#: Payload per exec round trip. The server takes 80 MiB of base64 per request (about 60 MiB raw);
-#: larger files move in several commands.
-CHUNK_BYTES = 32 * 1024 * 1024
-
-# Exit codes of the helper scripts below (the errno values they stand for).
-_ENOENT, _EACCES, _EISDIR, _EFBIG = 2, 13, 21, 27
-
-# Writes stdin to "$1", creating parent directories; "$2" is "append" for the chunks after the
-# first. Checks are made as the caller's user so their answers match what that user may do.
-_WRITE = r"""
-f=$1
-if [ -d "$f" ]; then exit 21; fi
-d=$(dirname -- "$f")
-if [ ! -d "$d" ]; then mkdir -p -- "$d" 2>/dev/null || exit 13; fi
-if [ -e "$f" ] && [ ! -w "$f" ]; then exit 13; fi
-if [ ! -e "$f" ] && [ ! -w "$d" ]; then exit 13; fi
-if [ "$2" = append ]; then cat >>"$f" || exit 13; else cat >"$f" || exit 13; fi
-"""
-
-# Prints the size of "$1" on stderr, then its bytes when they fit in "$2" (and in one chunk).
-_READ = r"""
-f=$1
-if [ -d "$f" ]; then exit 21; fi
-if [ ! -e "$f" ]; then exit 2; fi
-if [ ! -r "$f" ]; then exit 13; fi
-s=$(wc -c <"$f") || exit 13
-echo "$s" >&2
-if [ "$s" -gt "$2" ]; then exit 27; fi
-if [ "$s" -le "$3" ]; then exec cat -- "$f"; fi
-"""
-
 
 class SandboxGoneError(RuntimeError):
     """The environment (or its service) is no longer there to run commands in."""
@@ -65,6 +37,8 @@ class Session:
     service: str | None = None
     #: The user commands run as when a call names none (None: the service's own user).
     user: str | None = None
+    #: Where the service's commands start (relative paths are resolved against it).
+    _cwd: str | None = None
 
     def exec(
         self,
@@ -97,63 +71,92 @@ class Session:
     # --- files --------------------------------------------------------------------------------
 
     def write_file(self, path: str, data: bytes, *, user: str | None = None) -> None:
-        chunks = [data[i : i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)] or [b""]
-        for i, chunk in enumerate(chunks):
-            r = self.exec(
-                ["sh", "-c", _WRITE, "denv-write", path, "append" if i else "create"],
-                stdin=chunk,
-                user=user,
-                timeout_s=600,
+        path = self._absolute(path, user)
+        if path.endswith("/"):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
+        info = tarfile.TarInfo(posixpath.basename(path))
+        info.size = len(data)
+        info.mode = 0o644
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+            tf.addfile(info, io.BytesIO(data))
+        buf.seek(0)
+        try:
+            self.client.put_tar(
+                self.env_id, posixpath.dirname(path), buf, service=self.service, user=self._who(user)
             )
-            _raise_for(r, path)
+        except DenvError as e:
+            raise self._os_error(e, path) from None
 
     def read_file(self, path: str, *, limit_bytes: int, user: str | None = None) -> bytes:
-        r = self.exec(
-            ["sh", "-c", _READ, "denv-read", path, str(limit_bytes), str(CHUNK_BYTES)],
-            user=user,
-            timeout_s=600,
-            max_output_bytes=CHUNK_BYTES + 1,
-        )
-        if r.exit_code == _EFBIG:
-            raise FileTooLargeError(path, _size(r), limit_bytes)
-        _raise_for(r, path)
-        size = _size(r)
-        if size <= CHUNK_BYTES:
-            return r.stdout
-        parts: list[bytes] = []
-        for off in range(0, size, CHUNK_BYTES):
-            n = min(CHUNK_BYTES, size - off)
-            q = shlex.quote(path)
-            c = self.exec(
-                f"tail -c +{off + 1} -- {q} | head -c {n}",
-                user=user,
-                timeout_s=600,
-                max_output_bytes=n,
-            )
-            _raise_for(c, path)
-            parts.append(c.stdout)
-        return b"".join(parts)
+        path = self._absolute(path, user)
+        who = self._who(user)
+        try:
+            # What it is first: a directory, a link, or a file over the limit is answered from here.
+            entry = self.client.stat(self.env_id, path, service=self.service, user=who)
+            if entry["type"] == "directory":
+                raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
+            if entry["type"] == "symlink":
+                # denv's files API never follows a link; a process in the sandbox would, with the
+                # user's rights: so read it as one does.
+                return self._read_through_link(path, limit_bytes, user)
+            if entry["type"] != "file":
+                raise PermissionError(errno.EACCES, "Not a regular file", path)
+            if entry["size"] > limit_bytes:
+                raise FileTooLargeError(path, int(entry["size"]), limit_bytes)
+            res = self.client.get_tar_stream(self.env_id, path, service=self.service, user=who)
+        except DenvError as e:
+            raise self._os_error(e, path) from None
+        with res, tarfile.open(fileobj=res, mode="r|") as tf:
+            member = next(iter(tf), None)
+            if member is None or not member.isfile():
+                raise FileNotFoundError(errno.ENOENT, "No such file or directory", path)
+            if member.size > limit_bytes:  # it grew since the stat
+                raise FileTooLargeError(path, member.size, limit_bytes)
+            f = tf.extractfile(member)
+            return f.read() if f else b""
+
+    def _read_through_link(self, path: str, limit_bytes: int, user: str | None) -> bytes:
+        r = self.exec(["cat", "--", path], user=user, timeout_s=600, max_output_bytes=limit_bytes + 1)
+        if r.exit_code == 0 and len(r.stdout) > limit_bytes:
+            raise FileTooLargeError(path, len(r.stdout), limit_bytes)
+        if r.exit_code != 0:
+            detail = r.stderr.decode(errors="replace")
+            if "Permission denied" in detail:
+                raise PermissionError(errno.EACCES, "Permission denied", path)
+            if "Is a directory" in detail:
+                raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", path)
+        return r.stdout
+
+    def _absolute(self, path: str, user: str | None) -> str:
+        """A relative path is the sandbox's: relative to where its commands start (asked once)."""
+        if path.startswith("/"):
+            return path
+        if self._cwd is None:
+            r = self.exec(["pwd"], user=user, timeout_s=60)
+            self._cwd = r.stdout.decode(errors="replace").strip() or "/"
+        return posixpath.normpath(posixpath.join(self._cwd, path)) + ("/" if path.endswith("/") else "")
+
+    def _who(self, user: str | None) -> str | None:
+        return user if user is not None else self.user
+
+    def _os_error(self, e: DenvError, path: str) -> Exception:
+        """denv's file error codes as the OSError a process in the sandbox would have seen; a missing
+        environment or service is the sandbox being gone."""
+        about_path = path in e.message
+        if e.code == "permission_denied":
+            return PermissionError(errno.EACCES, "Permission denied", path)
+        if e.code == "is_directory":
+            return IsADirectoryError(errno.EISDIR, "Is a directory", path)
+        if e.code == "not_a_directory":
+            return NotADirectoryError(errno.ENOTDIR, "Not a directory", path)
+        if e.code == "not_found" and about_path:
+            return FileNotFoundError(errno.ENOENT, "No such file or directory", path)
+        if e.code == "payload_too_large":
+            return FileTooLargeError(path, -1, -1)
+        if e.code in ("not_found", "unavailable", "conflict"):
+            return SandboxGoneError(f"environment {self.env_id}: {e.message}")
+        return e
 
 
-def _size(r: ExecOutput) -> int:
-    try:
-        return int(r.stderr.decode().strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return 0
-
-
-def _raise_for(r: ExecOutput, path: str) -> None:
-    if r.timed_out:
-        raise TimeoutError(f"moving {path} did not finish in time")
-    if r.exit_code == 0:
-        return
-    if r.exit_code == _ENOENT:
-        raise FileNotFoundError(errno.ENOENT, "No such file or directory", path)
-    if r.exit_code == _EACCES:
-        raise PermissionError(errno.EACCES, "Permission denied", path)
-    if r.exit_code == _EISDIR:
-        raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
-    detail = r.stderr.decode(errors="replace").strip()
-    if "unable to find user" in detail:
-        raise PermissionError(errno.EACCES, detail, path)
-    raise OSError(errno.EIO, f"exit {r.exit_code}: {detail[-500:]}", path)

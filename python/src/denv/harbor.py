@@ -20,7 +20,6 @@ with denv verify (on a fork, as a separate principal).
 from __future__ import annotations
 
 import asyncio
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +89,10 @@ class DenvEnvironment(BaseEnvironment):
         # Harbor's mounts are host directories; remotely they are only directories to create.
         targets = getattr(self, "_mount_targets", None)
         if callable(targets):
-            await self.ensure_dirs(targets(writable_only=True))
+            # Harbor's ensure_dirs answers with a result rather than raising.
+            r = await self.ensure_dirs(targets(writable_only=True))
+            if r is not None and getattr(r, "return_code", 0) != 0:
+                raise RuntimeError(f"could not make the trial's directories: {(r.stderr or '').strip()}")
         await self._upload_environment_dir_after_start()
 
     async def stop(self, delete: bool) -> None:
@@ -141,9 +143,23 @@ class DenvEnvironment(BaseEnvironment):
         if skipped:
             self.logger.warning("not downloaded (links or special files): %s", ", ".join(skipped))
 
+    # is_dir / is_file answer from denv's stat (as the user, links reported, never followed), not a
+    # shell's test.
+
+    async def is_dir(self, path: str, user: str | int | None = None) -> bool:
+        return await self.service_is_dir(path, service=None, user=user)
+
+    async def is_file(self, path: str, user: str | int | None = None) -> bool:
+        entry = await asyncio.to_thread(self._core.stat, path, None, self._user_of(user, None))
+        return entry is not None and entry["type"] == "file"
+
     async def service_is_dir(self, path: str, *, service: str | None = None, user: str | int | None = None) -> bool:
-        r = await self.service_exec(f"test -d {shlex.quote(path)}", service=service, user=user)
-        return r.return_code == 0
+        entry = await asyncio.to_thread(self._core.stat, path, service, self._user_of(user, service))
+        return entry is not None and entry["type"] == "directory"
+
+    def _user_of(self, user: str | int | None, service: str | None) -> str | None:
+        u = self._resolve_user(user) if service in (None, MAIN) else user
+        return None if u is None else str(u)
 
     async def stop_service(self, service: str) -> None:
         await asyncio.to_thread(self._core.stop_service, service)

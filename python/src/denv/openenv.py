@@ -6,7 +6,8 @@
     # or: EchoEnv.from_docker_image(None, provider=provider)
 
 The source is stored at construction, so ``start_container()`` may be called with no image (as
-OpenEnv's provider-owned startup does); extra keyword arguments (``wait_timeout``, …) are accepted,
+OpenEnv's provider-owned startup does; OpenEnv's own signature requires one, and one passed wins);
+``with DenvProvider(...) as p:`` destroys the environment at the end of the block; extra keyword arguments (``wait_timeout``, …) are accepted,
 ``wait_timeout`` is honoured by ``wait_for_ready``. The returned base URL is a denv port URL for
 port 8000: a bearer capability, HTTP and the ``/ws`` upgrade both work through it; it is https when
 the denv server is. ``snapshot()`` and ``verify()`` are orchestration methods, never tools.
@@ -57,6 +58,14 @@ class DenvProvider(ContainerProvider):
 
     def close(self) -> None:
         self._core.stop()
+
+    # OpenEnv's ContainerProvider has no context-manager protocol of its own: this one's `with`
+    # destroys what the block started.
+    def __enter__(self) -> DenvProvider:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
     def snapshot(self) -> str:
         return self._core.snapshot()

@@ -8,21 +8,23 @@ import contextlib
 import logging
 import shlex
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from _kwmodel import KwModel
 from harbor.environments.capabilities import EnvironmentCapabilities
 from harbor.models.task.config import NetworkMode
 
 MAIN_SERVICE_NAME = "main"
+_COMPOSE_NAMES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
 
 
-@dataclass
-class ExecResult:
+class ExecResult(KwModel):
+    """A pydantic model in Harbor: keyword-only, and return_code is required."""
+
     stdout: str | None = None
     stderr: str | None = None
-    return_code: int = 0
+    return_code: int
 
 
 class ServiceOperationsUnsupportedError(RuntimeError):
@@ -42,11 +44,12 @@ class BaseEnvironment(ABC):
         self.task_env_config = task_env_config
         self.logger = logger or logging.getLogger("harbor")
         self.default_user: str | int | None = None
-        self._persistent_env = dict(persistent_env or {})
         self._mounts = list(mounts or [])
         self.network_policy = network_policy
-        if not self._uses_compose:
-            self._persistent_env.update(task_env_config.env or {})
+        # The trial's persistent env wins over the task's [environment].env (which compose tasks
+        # hand to compose instead).
+        task_env = {} if self._uses_compose else dict(task_env_config.env or {})
+        self._persistent_env = {**task_env, **dict(persistent_env or {})}
         self._validate_definition()
         type(self).resource_capabilities()
         self.type()
@@ -120,14 +123,13 @@ class BaseEnvironment(ABC):
         finally:
             self.default_user = before
 
-    async def ensure_dirs(self, dirs: list[str], *, chmod: bool = True) -> None:
+    async def ensure_dirs(self, dirs: list[str], *, chmod: bool = True) -> ExecResult:
+        """Makes the directories (as root) and answers with the result; it does not raise."""
         if not dirs:
-            return
+            return ExecResult(return_code=0)
         quoted = " ".join(shlex.quote(d) for d in dirs)
         cmd = f"mkdir -p {quoted}" + (f" && chmod 777 {quoted}" if chmod else "")
-        r = await self.exec(cmd, user="root")
-        if r.return_code != 0:
-            raise RuntimeError(f"ensure_dirs failed: {r.stderr}")
+        return await self.exec(cmd, user="root")
 
     async def is_dir(self, path: str, user: str | int | None = None) -> bool:
         return (await self.exec(f"test -d {shlex.quote(path)}", user=user)).return_code == 0
@@ -136,7 +138,16 @@ class BaseEnvironment(ABC):
         return (await self.exec(f"test -f {shlex.quote(path)}", user=user)).return_code == 0
 
     async def _upload_environment_dir_after_start(self) -> None:
-        return None
+        """A task with a docker_image and neither a Dockerfile nor a compose file: its environment/
+        files go into the workdir."""
+        cfg = self.task_env_config
+        d = self.environment_dir
+        if not cfg.docker_image or not cfg.workdir or not d.is_dir():
+            return
+        if (d / "Dockerfile").exists() or any((d / n).exists() for n in _COMPOSE_NAMES):
+            return
+        if any(d.iterdir()):
+            await self.upload_dir(d, cfg.workdir)
 
     @staticmethod
     def is_main_service(service: str | None) -> bool:

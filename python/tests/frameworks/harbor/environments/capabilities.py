@@ -1,10 +1,10 @@
-"""Stand-in for harbor.environments.capabilities (see ../../README.md)."""
+"""Stand-in for harbor.environments.capabilities (see ../../README.md): frozen pydantic models,
+constructed by keyword only."""
 
-from dataclasses import dataclass
+from _kwmodel import KwModel
 
 
-@dataclass(frozen=True)
-class EnvironmentCapabilities:
+class EnvironmentCapabilities(KwModel, frozen=True):
     gpus: bool = False
     tpus: bool = False
     disable_internet: bool = False
@@ -15,8 +15,7 @@ class EnvironmentCapabilities:
     docker_compose: bool = False
 
 
-@dataclass(frozen=True)
-class EnvironmentResourceCapabilities:
+class EnvironmentResourceCapabilities(KwModel, frozen=True):
     cpu_limit: bool = False
     cpu_request: bool = False
     memory_limit: bool = False

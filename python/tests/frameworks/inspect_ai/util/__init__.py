@@ -8,6 +8,8 @@ import contextvars
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from _kwmodel import KwModel
+
 T = TypeVar("T", str, bytes)
 
 SandboxEnvironmentConfigType = Any
@@ -63,21 +65,32 @@ class SandboxEnvironmentLimits:
 
 
 @contextlib.contextmanager
-def override_max_read_file_size(n: int):  # noqa: ANN201
-    token = _max_read.set(n)
+def override_sandbox_output_limit(limit: int, *operations: str):  # noqa: ANN201
+    """The one override Inspect exports: the output limit for the named operations ("exec",
+    "read_file"), or for both when none is named, for the duration of the block."""
+    vars_ = {"exec": _max_exec, "read_file": _max_read}
+    unknown = set(operations) - set(vars_)
+    if unknown:
+        raise ValueError(f"unknown sandbox operation(s): {sorted(unknown)}")
+    tokens = [(v, v.set(limit)) for k, v in vars_.items() if not operations or k in operations]
     try:
         yield
     finally:
-        _max_read.reset(token)
+        for v, t in reversed(tokens):
+            v.reset(t)
 
 
-@contextlib.contextmanager
-def override_max_exec_output_size(n: int):  # noqa: ANN201
-    token = _max_exec.set(n)
-    try:
-        yield
-    finally:
-        _max_exec.reset(token)
+class ComposeConfig(KwModel):
+    """Inspect's pydantic model of a compose file (services only, here)."""
+
+    services: dict[str, Any]
+
+    @classmethod
+    def model_validate(cls, data: dict[str, Any]) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("services"), dict):
+            raise ValueError("a compose config needs a services mapping")
+        return cls(services={k: dict(v or {}) for k, v in data["services"].items()},
+                   **{k: v for k, v in data.items() if k != "services" and k in cls._fields()})
 
 
 class SandboxEnvironment(abc.ABC):
@@ -102,6 +115,23 @@ class SandboxEnvironment(abc.ABC):
 
     async def connection(self, *, user: str | None = None) -> Any:
         raise NotImplementedError("connection not implemented")
+
+    async def exec_remote(self, cmd: list[str], options: Any = None, *, stream: bool = True) -> Any:
+        """Not abstract: Inspect injects its tools binary through exec/write_file and runs a server
+        in the sandbox. Here only the awaitable form, over exec, with what __init__ set."""
+        assert hasattr(self, "_tools_injected"), "a subclass must call SandboxEnvironment.__init__"
+        if stream:
+            raise NotImplementedError("the stand-in has no streaming exec_remote")
+        return await self.exec(cmd)
+
+    def as_type(self, sandbox_cls: type) -> Any:
+        if not isinstance(self, sandbox_cls):
+            raise TypeError(f"{type(self).__name__} is not a {sandbox_cls.__name__}")
+        return self
+
+    @classmethod
+    def config_deserialize(cls, config: dict[str, Any]) -> Any:
+        raise NotImplementedError(f"{cls.__name__} does not deserialize configs")
 
     def default_polling_interval(self) -> float:
         return 2
@@ -151,3 +181,16 @@ def registry_find_sandboxenv(name: str) -> type:
     if name not in _REGISTRY:
         raise ValueError(f"SandboxEnvironment type '{name}' not recognized.")
     return _REGISTRY[name]
+
+
+def deserialize_sandbox_specific_config(type: str, config: dict[str, Any]) -> Any:  # noqa: A002
+    """What Inspect does with a dict config read back (from a log, or a task's spec): a
+    docker-compatible provider's is validated as a ComposeConfig first, else the provider's own
+    config_deserialize is asked."""
+    cls = registry_find_sandboxenv(type)
+    if cls.is_docker_compatible():
+        try:
+            return ComposeConfig.model_validate(config)
+        except (ValueError, TypeError):
+            pass
+    return cls.config_deserialize(config)

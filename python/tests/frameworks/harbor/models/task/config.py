@@ -1,7 +1,9 @@
-"""Stand-in for harbor.models.task.config: the task's [environment] section (see ../../../README.md)."""
+"""Stand-in for harbor.models.task.config: the task's [environment] section (see ../../../README.md).
+Like Harbor's, these are pydantic models: constructed by keyword only."""
 
-from dataclasses import dataclass, field
 from enum import Enum
+
+from _kwmodel import KwModel
 
 
 class NetworkMode(str, Enum):
@@ -10,14 +12,12 @@ class NetworkMode(str, Enum):
     ALLOWLIST = "allowlist"
 
 
-@dataclass
-class NetworkPolicy:
+class NetworkPolicy(KwModel):
     network_mode: NetworkMode = NetworkMode.PUBLIC
     allowed_hosts: list[str] | None = None
 
 
-@dataclass
-class EnvironmentConfig:
+class EnvironmentConfig(KwModel):
     build_timeout_sec: float = 600.0
     docker_image: str | None = None
     os: str = "linux"
@@ -27,5 +27,5 @@ class EnvironmentConfig:
     gpus: int | None = None
     network_mode: NetworkMode = NetworkMode.PUBLIC
     allowed_hosts: list[str] | None = None
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = {}  # noqa: RUF012 (copied per instance, as pydantic does)
     workdir: str | None = None

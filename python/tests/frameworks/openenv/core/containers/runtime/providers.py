@@ -1,4 +1,5 @@
-"""Stand-in for openenv.core.containers.runtime.providers (see ../../../../README.md)."""
+"""Stand-in for openenv.core.containers.runtime.providers (see ../../../../README.md): the image is a
+required argument of start_container, and the base class has no context-manager protocol."""
 
 from abc import ABC, abstractmethod
 from typing import Any, Dict, Optional
@@ -14,12 +15,3 @@ class ContainerProvider(ABC):
 
     @abstractmethod
     def wait_for_ready(self, base_url: str, timeout_s: float = 30.0) -> None: ...
-
-    def close(self) -> None:
-        return None
-
-    def __enter__(self):  # noqa: ANN204
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:  # noqa: ANN001
-        self.close()

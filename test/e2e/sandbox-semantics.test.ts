@@ -122,7 +122,11 @@ describe("files", () => {
       // Half the tar, then the connection goes.
       req.write(whole.subarray(0, whole.length >> 1), () => setTimeout(() => req.destroy(), 200));
     });
-    for (let i = 0; i < 20 && (await sh(box, "test -e /home/ubuntu/cutdir/cut.bin && echo there")).stdout; i++)
+    for (
+      let i = 0;
+      i < 20 && (await sh(box, "test -e /home/ubuntu/cutdir/cut.bin && echo there")).stdout;
+      i++
+    )
       await new Promise((r) => setTimeout(r, 100));
     assert.equal((await sh(box, "ls /home/ubuntu/cutdir 2>/dev/null | wc -l")).stdout.trim(), "0");
     const ok = await put(box, "/home/ubuntu/cutdir", await tarOf([{ name: "after.txt", body: "fine" }]));

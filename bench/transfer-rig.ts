@@ -169,7 +169,12 @@ export function patternTar(name: string, bytes: number): Readable {
   header.write("0000644\0", 100);
   header.write("0000000\0", 108);
   header.write("0000000\0", 116);
-  header.write(`${bytes.toString(8).padStart(11, "0")}\0`, 124);
+  if (bytes <= 0o77777777777) header.write(`${bytes.toString(8).padStart(11, "0")}\0`, 124);
+  else {
+    // Past 8 GiB the octal field is too small: GNU's base-256 form (high bit set, big-endian).
+    header[124] = 0x80;
+    header.writeBigUInt64BE(BigInt(bytes), 128);
+  }
   header.write(
     `${Math.floor(Date.now() / 1000)
       .toString(8)
@@ -195,29 +200,67 @@ export function patternTar(name: string, bytes: number): Readable {
   return Readable.from(gen(), { objectMode: false });
 }
 
-/** Counts a tar stream holding one patternTar file and checks every MiB's index. */
+/** A tar header's size field: octal, or GNU base-256 when its high bit is set. */
+function headerSize(h: Buffer): number {
+  if ((h[124] as number) & 0x80) return Number(h.readBigUInt64BE(128));
+  return Number.parseInt(h.subarray(124, 136).toString().replace(/\0.*$/, "").trim() || "0", 8);
+}
+
+/**
+ * Counts a tar stream holding one patternTar file and checks every MiB's index. Headers before
+ * the file's (a pax header, as tars of files over 8 GiB carry) are read and skipped.
+ */
 export function patternChecker(): Writable & { bytes: number; blocksChecked: number; wrong: number } {
   let offset = 0;
+  /** Where the file's data starts, and its size, once its header was read. */
+  let dataStart = -1;
   let fileBytes = 0;
+  let head = Buffer.alloc(0);
+  let paxSize: number | null = null;
   const w = new Writable({
     write(chunk: Buffer, _enc, cb) {
-      // The file's data starts after its 512-byte header; MiB i of it starts with u64 i.
       const start = offset;
       const end = offset + chunk.length;
-      // The file's size, from its header (the tar's first 512 bytes arrive in the first chunk).
-      if (start === 0)
-        fileBytes = Number.parseInt(chunk.subarray(124, 136).toString().replace(/\0.*$/, ""), 8);
-      let next = start <= 512 ? 512 : 512 + Math.ceil((start - 512) / MIB) * MIB;
-      for (; next + 8 <= end && next - 512 < fileBytes; next += MIB) {
-        const i = BigInt((next - 512) / MIB);
-        if (chunk.readBigUInt64LE(next - start) !== i) state.wrong++;
-        state.blocksChecked++;
-      }
       offset = end;
       state.bytes = offset;
+      if (dataStart < 0) {
+        // Headers are collected until the file's own: pax records (type x) may come first.
+        head = Buffer.concat([head, chunk]);
+        let at = 0;
+        while (dataStart < 0 && head.length >= at + 512) {
+          const h = head.subarray(at, at + 512);
+          const type = String.fromCharCode(h[156] as number);
+          const size = headerSize(h);
+          if (type === "x" || type === "g") {
+            const body = at + 512;
+            if (head.length < body + size) break;
+            const m = /\d+ size=(\d+)\n/.exec(head.subarray(body, body + size).toString());
+            if (m) paxSize = Number(m[1]);
+            at = body + Math.ceil(size / 512) * 512;
+          } else {
+            dataStart = at + 512;
+            fileBytes = paxSize ?? size;
+          }
+        }
+        if (dataStart < 0) return cb();
+        const rest = head.subarray(dataStart);
+        head = Buffer.alloc(0);
+        checkRange(dataStart, rest);
+        return cb();
+      }
+      checkRange(start, chunk);
       cb();
     },
   });
+  /** Checks the MiB starts that fall inside `data`, which begins at absolute offset `from`. */
+  const checkRange = (from: number, data: Buffer) => {
+    const end = from + data.length;
+    let next = from <= dataStart ? dataStart : dataStart + Math.ceil((from - dataStart) / MIB) * MIB;
+    for (; next + 8 <= end && next - dataStart < fileBytes; next += MIB) {
+      if (data.readBigUInt64LE(next - from) !== BigInt((next - dataStart) / MIB)) state.wrong++;
+      state.blocksChecked++;
+    }
+  };
   const state = Object.assign(w, { bytes: 0, blocksChecked: 0, wrong: 0 });
   return state;
 }

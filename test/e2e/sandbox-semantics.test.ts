@@ -336,6 +336,29 @@ describe("the CLI", () => {
     const digest = (b: Buffer) => createHash("sha256").update(b).digest("hex");
     assert.equal(digest(readFileSync(join(back, "tree", "deep", "big.bin"))), digest(big));
     assert.equal(readFileSync(join(back, "tree", "small.txt"), "utf8"), "small\n");
+    // denv exec streams piped stdin to the command and its output back.
+    const { spawn } = await import("node:child_process");
+    const child = spawn(
+      process.execPath,
+      [
+        join(import.meta.dirname, "../../packages/cli/bin/denv.js"),
+        "exec",
+        box,
+        "--",
+        "sh",
+        "-c",
+        "sha256sum | cut -c1-64",
+      ],
+      { env: { ...process.env, DENV_SERVER: lab.server.url, DENV_API_KEY: lab.keyA } },
+    );
+    let out = "";
+    child.stdout.on("data", (d: Buffer) => {
+      out += d.toString();
+    });
+    const exited = new Promise<number | null>((r) => child.once("exit", r));
+    child.stdin.end(big);
+    assert.equal(await exited, 0);
+    assert.equal(out.trim(), digest(big));
   });
 });
 

@@ -28,7 +28,25 @@ export function registerExecCommands(program: Command): void {
         command: string[],
         o: { service?: string; user?: string; cwd?: string; timeout?: string },
       ) => {
-        const stdin = process.stdin.isTTY || process.env.DENV_NO_STDIN ? undefined : await readStdinIfPiped();
+        const piped = !process.stdin.isTTY && !process.env.DENV_NO_STDIN;
+        // Piped stdin streams to the command as it is read (any size), its output back as it comes.
+        if (piped && !json) {
+          const request = {
+            command,
+            ...(o.service ? { service: o.service } : {}),
+            ...(o.user ? { user: o.user } : {}),
+            ...(o.cwd ? { cwd: o.cwd } : {}),
+            ...(o.timeout ? { timeout_ms: Number(o.timeout) } : {}),
+          };
+          const r = await client().execWithStdin(env, request, process.stdin, (which, data) => {
+            const out = which === "stdout" ? process.stdout : process.stderr;
+            if (!out.write(data)) return new Promise<void>((resolve) => out.once("drain", () => resolve()));
+          });
+          if (r.timed_out)
+            process.stderr.write(`denv: the command timed out after ${o.timeout} ms and was killed\n`);
+          return r.exit_code;
+        }
+        const stdin = piped ? await readStdinIfPiped() : undefined;
         const body = {
           command,
           ...(o.service ? { service: o.service } : {}),

@@ -52,8 +52,8 @@ export class DenvClient {
     if (spec.body === "json") {
       headers["content-type"] = "application/json";
       body = JSON.stringify(args.body ?? {});
-    } else if (spec.body === "tar") {
-      headers["content-type"] = "application/x-tar";
+    } else if (spec.body === "tar" || spec.body === "binary") {
+      headers["content-type"] = spec.body === "tar" ? "application/x-tar" : "application/octet-stream";
       body = args.body as Uint8Array<ArrayBuffer>;
     }
     let res: Response;

@@ -89,15 +89,17 @@ export function generateSdkSource(doc: OpenApiDoc): string {
       const response = content["application/json"]?.schema;
       const kind = content["application/x-tar"]
         ? "tar"
-        : content["text/event-stream"]
-          ? "event-stream"
-          : "json";
+        : content["application/vnd.denv.multiplexed-stream"]
+          ? "multiplexed"
+          : content["text/event-stream"]
+            ? "event-stream"
+            : "json";
       out.push(`/** ${op.summary} — ${method.toUpperCase()} ${path} */`);
       out.push(`export type ${name}Response = ${kind === "json" ? schemaToTs(response) : "Uint8Array"};`);
       if (body) out.push(`export type ${name}Body = ${schemaToTs(body)};`);
       out.push("");
       table.push(
-        `  ${id}: { method: "${method.toUpperCase()}", path: "${path}", params: ${JSON.stringify(params)}, body: "${body ? "json" : op.requestBody ? "tar" : "none"}", response: "${kind}" },`,
+        `  ${id}: { method: "${method.toUpperCase()}", path: "${path}", params: ${JSON.stringify(params)}, body: "${body ? "json" : op.requestBody?.content?.["application/octet-stream"] ? "binary" : op.requestBody ? "tar" : "none"}", response: "${kind}" },`,
       );
       ops.push(
         `  ${id}: { params: { ${params.map((p) => `${p}: string`).join("; ")} }; body: ${body ? `${name}Body` : op.requestBody ? "Uint8Array" : "undefined"}; response: ${name}Response };`,

@@ -23,3 +23,43 @@ test("the generator maps zod's JSON Schema shapes to TypeScript", async () => {
   );
   assert.equal(schemaToTs({ enum: ["deny", "allow"] }), '"deny" | "allow"');
 });
+
+test("python/src/denv/_api_types.py is what the same document generates (regenerate: node packages/sdk/src/generate-python-types.ts)", async () => {
+  const { generatePythonTypes, PYTHON_TYPES_PATH } = await import("./generate-python-types.ts");
+  assert.equal(readFileSync(PYTHON_TYPES_PATH, "utf8"), generatePythonTypes(openApiDocument() as never));
+});
+
+test("the Python generator makes TypedDicts, NotRequired fields, Literals and unions", async () => {
+  const { generatePythonTypes } = await import("./generate-python-types.ts");
+  const schema = {
+    type: "object",
+    properties: {
+      id: { type: "string" },
+      size: { type: "integer" },
+      mode: { enum: ["a", "b"] },
+      parent: { anyOf: [{ type: "string" }, { type: "null" }] },
+      tags: { type: "array", items: { type: "string" } },
+      "x-extra": { type: "boolean" },
+    },
+    required: ["id", "size", "mode", "parent", "tags"],
+  };
+  const py = generatePythonTypes({
+    paths: {
+      "/v1/things/{id}": {
+        get: {
+          operationId: "getThing",
+          summary: "",
+          responses: { "200": { content: { "application/json": { schema } } } },
+        },
+      },
+    },
+  } as never);
+  // A key that is not a Python name makes the functional form.
+  assert.match(py, /GetThingResponse = TypedDict\(/);
+  assert.match(py, /"id": str,/);
+  assert.match(py, /"size": int,/);
+  assert.match(py, /"mode": Literal\["a", "b"\],/);
+  assert.match(py, /"parent": str \| None,/);
+  assert.match(py, /"tags": list\[str\],/);
+  assert.match(py, /"x-extra": NotRequired\[bool\],/);
+});

@@ -411,7 +411,7 @@ export type PostV1EnvsByIdExecBody = {
 };
 
 /** Run a command with its stdin streamed from the body: the first line is the exec request (JSON), the rest of the body is stdin. The answer streams as the command writes, in frames of an 8-byte header (u8 kind: 1 stdout, 2 stderr, 3 the result as JSON, 4 an error as JSON; three zero bytes; u32 length, big-endian) and that many bytes — POST /v1/envs/{id}/exec/stream */
-export type PostV1EnvsByIdExecStreamResponse = unknown;
+export type PostV1EnvsByIdExecStreamResponse = Uint8Array;
 
 /** A URL reaching a TCP port inside a service (HTTP and WebSocket), relayed through the host's connection; the URL is the credential — POST /v1/envs/{id}/ports/{port} */
 export type PostV1EnvsByIdPortsByPortResponse = {
@@ -667,7 +667,7 @@ export const OPERATIONS = {
   postV1EnvsByIdVerify: { method: "POST", path: "/v1/envs/{id}/verify", params: ["id"], body: "json", response: "json" },
   getV1VersionsById: { method: "GET", path: "/v1/versions/{id}", params: ["id"], body: "none", response: "json" },
   postV1EnvsByIdExec: { method: "POST", path: "/v1/envs/{id}/exec", params: ["id"], body: "json", response: "json" },
-  postV1EnvsByIdExecStream: { method: "POST", path: "/v1/envs/{id}/exec/stream", params: ["id"], body: "tar", response: "json" },
+  postV1EnvsByIdExecStream: { method: "POST", path: "/v1/envs/{id}/exec/stream", params: ["id"], body: "binary", response: "multiplexed" },
   postV1EnvsByIdPortsByPort: { method: "POST", path: "/v1/envs/{id}/ports/{port}", params: ["id","port"], body: "json", response: "json" },
   deleteV1EnvsByIdPortsByPort: { method: "DELETE", path: "/v1/envs/{id}/ports/{port}", params: ["id","port"], body: "none", response: "json" },
   getV1EnvsByIdPorts: { method: "GET", path: "/v1/envs/{id}/ports", params: ["id"], body: "none", response: "json" },

@@ -3,7 +3,7 @@
 These machines (and many training clusters) cannot install from PyPI, so the client speaks HTTP
 with :mod:`urllib` and moves files as tar archives with :mod:`tarfile`. JSON on the wire is
 snake_case, as in the product documentation; responses come back as plain dicts typed with
-:class:`typing.TypedDict`.
+:class:`typing.TypedDict`, generated from the server's OpenAPI document (``_api_types.py``).
 """
 
 from __future__ import annotations
@@ -19,70 +19,27 @@ import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Literal, NotRequired, TypedDict
+from typing import Any, BinaryIO, Literal
 
+from ._api_types import (
+    GetV1DeploymentsByIdResponse,
+    GetV1EnvsByIdFilesStatResponse,
+    GetV1EnvsByIdResponse,
+    GetV1ProjectsByIdResponse,
+    PostV1ProjectsByIdDeployResponsePhasesItem,
+    PostV1ProjectsByIdDeployResponseVerify,
+)
 from .errors import DenvError, error_for
 
 
-class Phase(TypedDict):
-    name: str
-    status: Literal["pending", "running", "succeeded", "failed", "skipped"]
-    started_at: str | None
-    finished_at: str | None
-    duration_ms: float | None
-    evidence: Any
-    reason: str | None
-
-
-class VerifyOutcome(TypedDict):
-    reward: float
-    reason: str | None
-    exit_code: int | None
-    agent: str
-
-
-class Deployment(TypedDict):
-    id: str
-    environment_id: str
-    kind: str
-    status: Literal["queued", "running", "succeeded", "rolled_back", "failed"]
-    reason: str | None
-    version_id: str | None
-    frozen_ms: float | None
-    verify: VerifyOutcome | None
-    phases: list[Phase]
-    created_at: str
-    finished_at: str | None
-
-
-class Environment(TypedDict):
-    id: str
-    name: str
-    project: str
-    status: str
-    host_id: str | None
-    current_version_id: str | None
-    parent_version_id: str | None
-    sandbox: bool
-    services: list[str]
-    created_at: str
-    deployment_id: NotRequired[str]
-
-
-class FileEntry(TypedDict):
-    """A path in a service as its user saw it (GET /v1/envs/{id}/files/stat and /list)."""
-
-    path: str
-    name: str
-    type: Literal["file", "directory", "symlink", "other"]
-    size: int
-    mode: int
-    uid: int
-    gid: int
-    owner: str | None
-    group: str | None
-    modified_at: str
-    link_target: str | None
+# The API's answers, typed from the server's OpenAPI document (_api_types.py is generated from it).
+Deployment = GetV1DeploymentsByIdResponse
+Environment = GetV1EnvsByIdResponse
+#: A path in a service as its user saw it (GET /v1/envs/{id}/files/stat and /list).
+FileEntry = GetV1EnvsByIdFilesStatResponse
+Project = GetV1ProjectsByIdResponse
+Phase = PostV1ProjectsByIdDeployResponsePhasesItem
+VerifyOutcome = PostV1ProjectsByIdDeployResponseVerify
 
 
 def _chunks(f: BinaryIO, size: int = 1 << 20) -> Iterator[bytes]:
@@ -106,17 +63,6 @@ def _read_exactly(f: BinaryIO, n: int) -> bytes:
 def _who(fields: dict[str, Any], service: str | None, user: str | None) -> dict[str, Any]:
     """A files request's fields, with the service and the user when given."""
     return {**fields, **({"service": service} if service else {}), **({"user": user} if user else {})}
-
-
-class Project(TypedDict):
-    id: str
-    name: str
-    kind: str
-    source_type: str
-    source: str
-    pinned_target: str | None
-    uploaded: bool
-    created_at: str
 
 
 @dataclass(frozen=True)

@@ -363,6 +363,33 @@ describe("the CLI", () => {
 });
 
 describe("exec", () => {
+  test("a client that goes away mid-output takes the command with it (its output has no reader)", async () => {
+    const ac = new AbortController();
+    const res = await fetch(`${lab.server.url}/v1/envs/${box}/exec/stream`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${lab.keyA}`, "content-type": "application/octet-stream" },
+      body: '{"command": ["sh", "-c", "exec yes denv-endless"]}\n',
+      signal: ac.signal,
+    });
+    assert.equal(res.status, 200);
+    let got = 0;
+    try {
+      for await (const c of res.body as unknown as AsyncIterable<Uint8Array>) {
+        got += c.length;
+        if (got > 4 * 1024 * 1024) ac.abort();
+      }
+    } catch {
+      // the abort
+    }
+    assert.ok(got > 4 * 1024 * 1024);
+    let left = "1";
+    for (let i = 0; i < 50 && left !== "0"; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      left = (await sh(box, "ps -eo args | grep -c '^yes denv-endless' || true")).stdout.trim();
+    }
+    assert.equal(left, "0", "the command was killed once nobody read its output");
+  });
+
   test("an output limit says exactly how much was dropped", async () => {
     const r = await lab.api("POST", `/v1/envs/${box}/exec`, {
       command: "head -c 5000 /dev/zero; head -c 300 /dev/zero >&2",

@@ -68,6 +68,8 @@ export class MuxStream extends Duplex {
   private peerEnded = false;
   /** The peer closed the stream (or the connection went): nothing more is sent on it. */
   private gone = false;
+  /** The peer broke the protocol on this stream (sent past its credit). */
+  violated = false;
   /** Total bytes received and sent, for whoever reports on the transfer. */
   bytesIn = 0;
   bytesOut = 0;
@@ -153,6 +155,7 @@ export class MuxStream extends Duplex {
     if (kind === STREAM_DATA) {
       if (this.peerEnded) return;
       if (payload.length > this.peerCredit) {
+        this.violated = true;
         this.destroy(new Error("the other side sent more than the stream's window allows"));
         return;
       }

@@ -232,14 +232,25 @@ export class HostHub {
       return conn.nextStreamId;
     });
     // Registered before the host is asked, so bytes it sends right away are kept.
+    const opId = options.opId ?? newId("op");
     const streams = ids.map((id) => {
       const s = conn.mux.open(id);
       // A cut stream is reported by its operation's result and to whoever reads it; with no reader
       // (a request that already failed) it must not become an uncaught error.
-      s.on("error", () => {});
+      s.on("error", () => {
+        // A host that broke the stream protocol is not waited on for an answer.
+        if (s.violated)
+          this.fail(
+            opId,
+            new DenvError(
+              "unavailable",
+              `the host broke the stream protocol during ${method} (it sent past its window)`,
+            ),
+          );
+      });
       return s;
     });
-    const result = this.call(hostId, method, build(ids), { ...options, conn });
+    const result = this.call(hostId, method, build(ids), { ...options, opId, conn });
     if (!options.streamsOutliveOp) {
       const sweep = () => {
         for (const s of streams)
@@ -308,6 +319,14 @@ export class HostHub {
         ),
       p.waitForHostMs,
     );
+  }
+
+  /** Fails an operation still waiting for its answer. */
+  private fail(opId: string, err: Error): void {
+    const p = this.pending.get(opId);
+    if (!p) return;
+    this.settle(opId, p);
+    p.reject(err);
   }
 
   private settle(opId: string, p: PendingOp): void {

@@ -5,7 +5,7 @@
  * (not_found, permission_denied, is_directory, not_a_directory, conflict).
  */
 import { pipeline } from "node:stream/promises";
-import { fsEntry, isDenvError, type MuxStream } from "@denv/protocol";
+import { DenvError, fsEntry, isDenvError, type MuxStream } from "@denv/protocol";
 import { z } from "zod";
 import { type ApiContext, type ApiRoute, route } from "./api-route.ts";
 import { filesQuery } from "./api-schemas.ts";
@@ -118,6 +118,8 @@ export const fileRoutes: ApiRoute[] = [
           (opErr: unknown) => opErr,
         );
       });
+      // Failed already (its host broke the protocol, say): an error, not a beginning.
+      if (tar.errored) throw new DenvError("unavailable", `the host cut the tar of ${path} short; try again`);
       // A failure after the first byte cuts the response: the client sees a truncated transfer.
       tar.on("error", () => {});
       return streamResponse(c, tar, "application/x-tar");

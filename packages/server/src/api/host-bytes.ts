@@ -57,7 +57,11 @@ export function nodeBindings(c: ApiContext): { incoming?: IncomingMessage; outgo
  */
 export function streamResponse(c: ApiContext, body: Readable, contentType: string): Response {
   const { outgoing } = nodeBindings(c);
-  if (!outgoing) return c.body(Readable.toWeb(body) as ReadableStream, 200, { "content-type": contentType });
+  // (The stream's async iterator, not Readable.toWeb: a stream already failed must fail the answer.)
+  if (!outgoing)
+    return c.body(ReadableStream.from(body as AsyncIterable<Uint8Array>), 200, {
+      "content-type": contentType,
+    });
   outgoing.writeHead(200, { "content-type": contentType });
   // A failure mid-way cuts the response: the client sees a transfer that did not finish.
   pipeline(body, outgoing).catch(() => outgoing.destroy());
@@ -90,6 +94,11 @@ export async function splitExecStream(
         );
       continue;
     }
+    if (size + nl > maxLineBytes)
+      throw new DenvError(
+        "invalid_argument",
+        `the exec request must be the body's first line, at most ${maxLineBytes} bytes, ended by a newline`,
+      );
     parts.push(chunk.subarray(0, nl));
     const rest = chunk.subarray(nl + 1);
     let request: unknown;

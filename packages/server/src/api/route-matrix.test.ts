@@ -534,3 +534,62 @@ test("and with the right key and body each route does its work, through the host
   for (const m of ["verify_stop", "verify_collect", "verify_grade", "resume"])
     assert.ok(methods.has(m as never), `verify asked the host to ${m}`);
 });
+
+test("exec's stream form: its answer is multiplexed frames; a malformed first line is refused", async () => {
+  const path = `/v1/envs/${a.env}/exec/stream`;
+  const res = await app.request(path, {
+    method: "POST",
+    headers: { authorization: `Bearer ${keyA}`, "content-type": "application/octet-stream" },
+    body: Buffer.from('{"command":["cat"]}\nsome stdin'),
+  });
+  assert.equal(res.status, 200);
+  assert.equal(res.headers.get("content-type"), "application/vnd.denv.multiplexed-stream");
+  const bytes = Buffer.from(await res.arrayBuffer());
+  const frames: [number, string][] = [];
+  for (let off = 0; off + 8 <= bytes.length; ) {
+    const n = bytes.readUInt32BE(off + 4);
+    frames.push([bytes[off] as number, bytes.subarray(off + 8, off + 8 + n).toString()]);
+    off += 8 + n;
+  }
+  assert.deepEqual(frames[0], [1, "hello\n"]);
+  assert.equal(frames.at(-1)?.[0], 3);
+  assert.equal(JSON.parse(frames.at(-1)?.[1] as string).exit_code, 0);
+  for (const [body, why] of [
+    ['{"command": ["cat"]', /no newline/],
+    ["not json\nstdin", /not the exec request as JSON/],
+    ['{"command": ["cat"], "evil": 1}\n', /unrecognized|evil/i],
+    [`{"command": ["cat"], "cwd": "${"x".repeat(5 * 1024 * 1024)}"}\n`, /first line, at most/],
+  ] as const) {
+    const r = await app.request(path, {
+      method: "POST",
+      headers: { authorization: `Bearer ${keyA}`, "content-type": "application/octet-stream" },
+      body,
+    });
+    assert.equal(r.status, 400, body.slice(0, 40));
+    const e = ((await r.json()) as { error: { code: string; message: string } }).error;
+    assert.equal(e.code, "invalid_argument");
+    assert.match(e.message, why);
+  }
+});
+
+test("a host that sends past its credit has that stream failed, and the server stays whole", async () => {
+  const { STREAM_DATA, STREAM_WINDOW_BYTES, encodeStreamFrame } = await import("@denv/protocol");
+  const honest = handlers.get_files;
+  handlers.get_files = (p) => {
+    // More than the whole window in one frame, with no credit for it: the server must not take it.
+    double.sendRaw(encodeStreamFrame(STREAM_DATA, p.tar_stream, Buffer.alloc(STREAM_WINDOW_BYTES + 1, 0x41)));
+    return new Promise(() => {}); // and it never answers
+  };
+  try {
+    const res = await call("GET", `/v1/envs/${a.env}/files?path=/work`, { key: keyA });
+    // Not waited on for the answer it will never give: the call fails at once, in denv's words.
+    assert.equal(res.status, 503, res.text.slice(0, 200));
+    assert.equal(res.json().error?.code, "unavailable");
+    assert.match(res.text, /broke the stream protocol/);
+  } finally {
+    handlers.get_files = honest;
+  }
+  // The host and the server carry on.
+  const ok = await call("GET", `/v1/envs/${a.env}/files?path=/work`, { key: keyA });
+  assert.equal(ok.status, 200);
+});

@@ -122,6 +122,11 @@ export class HostDouble {
     this.send({ type: "result", op_id: opId, ok: true, result });
   }
 
+  /** A binary frame sent as is, credit or not: what a host that breaks the protocol does. */
+  sendRaw(frame: Buffer): void {
+    this.ws?.send(frame, { binary: true });
+  }
+
   close(): void {
     this.ws?.close();
   }

@@ -89,6 +89,28 @@ class SandboxSdk(unittest.TestCase):
                 f.seek(0)
                 self.assertEqual(sb.commands.run(["wc", "-c"], stdin=f).stdout.strip(), str(len(mine)))
 
+    def test_fan_out(self) -> None:
+        import secrets
+
+        import denv
+
+        prefix = f"fan-{secrets.token_hex(3)}"
+        with denv.Sandbox.create(image=OPSBOX, cmd=["sleep", "infinity"]) as sb:
+            sb.files.write("/work/mark", "v1")
+            version = sb.snapshot()["version_id"]
+            r = client().fan_out(version, 3, name_prefix=prefix)
+            try:
+                self.assertEqual((r["requested"], r["created"], r["failed"]), (3, 3, 0))
+                self.assertEqual([f["name"] for f in r["forks"]], [f"{prefix}-1", f"{prefix}-2", f"{prefix}-3"])
+                first = r["forks"][0]["environment"]["id"]
+                self.assertEqual(client().exec(first, ["cat", "/work/mark"]).stdout, b"v1")
+                again = client().fan_out(version, 1, name_prefix=prefix)
+                self.assertEqual((again["created"], again["forks"][0]["error"]["code"]), (0, "conflict"))
+            finally:
+                for f in r["forks"]:
+                    if f["ok"]:
+                        client().destroy(f["environment"]["id"])
+
     def test_async_surface(self) -> None:
         import denv
 

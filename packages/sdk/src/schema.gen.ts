@@ -370,6 +370,41 @@ export type PostV1EnvsByIdVerifyBody = {
   resume?: boolean;
 };
 
+/** N forks of a version in one call ({count, name_prefix, sandbox}); each fork's outcome is reported, made or not (partial success is not hidden) — POST /v1/versions/{id}/forks */
+export type PostV1VersionsByIdForksResponse = {
+  version_id: string;
+  requested: number;
+  created: number;
+  failed: number;
+  forks: Array<{
+    name: string;
+    ok: boolean;
+    environment?: {
+      id: string;
+      name: string;
+      project: string;
+      status: string;
+      host_id: string | null;
+      current_version_id: string | null;
+      parent_version_id: string | null;
+      sandbox: boolean;
+      services: Array<string>;
+      created_at: string;
+      deployment_id: string;
+    };
+    error?: {
+      code: string;
+      message: string;
+      details?: unknown;
+    };
+  }>;
+};
+export type PostV1VersionsByIdForksBody = {
+  count: number;
+  name_prefix?: string;
+  sandbox?: boolean;
+};
+
 /** A version — GET /v1/versions/{id} */
 export type GetV1VersionsByIdResponse = {
   id: string;
@@ -665,6 +700,7 @@ export const OPERATIONS = {
   postV1EnvsByIdFork: { method: "POST", path: "/v1/envs/{id}/fork", params: ["id"], body: "json", response: "json" },
   postV1EnvsByIdRollback: { method: "POST", path: "/v1/envs/{id}/rollback", params: ["id"], body: "json", response: "json" },
   postV1EnvsByIdVerify: { method: "POST", path: "/v1/envs/{id}/verify", params: ["id"], body: "json", response: "json" },
+  postV1VersionsByIdForks: { method: "POST", path: "/v1/versions/{id}/forks", params: ["id"], body: "json", response: "json" },
   getV1VersionsById: { method: "GET", path: "/v1/versions/{id}", params: ["id"], body: "none", response: "json" },
   postV1EnvsByIdExec: { method: "POST", path: "/v1/envs/{id}/exec", params: ["id"], body: "json", response: "json" },
   postV1EnvsByIdExecStream: { method: "POST", path: "/v1/envs/{id}/exec/stream", params: ["id"], body: "binary", response: "multiplexed" },
@@ -712,6 +748,7 @@ export interface Operations {
   postV1EnvsByIdFork: { params: { id: string }; body: PostV1EnvsByIdForkBody; response: PostV1EnvsByIdForkResponse };
   postV1EnvsByIdRollback: { params: { id: string }; body: PostV1EnvsByIdRollbackBody; response: PostV1EnvsByIdRollbackResponse };
   postV1EnvsByIdVerify: { params: { id: string }; body: PostV1EnvsByIdVerifyBody; response: PostV1EnvsByIdVerifyResponse };
+  postV1VersionsByIdForks: { params: { id: string }; body: PostV1VersionsByIdForksBody; response: PostV1VersionsByIdForksResponse };
   getV1VersionsById: { params: { id: string }; body: undefined; response: GetV1VersionsByIdResponse };
   postV1EnvsByIdExec: { params: { id: string }; body: PostV1EnvsByIdExecBody; response: PostV1EnvsByIdExecResponse };
   postV1EnvsByIdExecStream: { params: { id: string }; body: Uint8Array; response: PostV1EnvsByIdExecStreamResponse };

@@ -106,6 +106,41 @@ class GetV1EnvsByIdDeploymentsResponse(TypedDict):
     deployments: list[PostV1ProjectsByIdDeployResponse]
 
 
+class PostV1VersionsByIdForksResponseForksItemEnvironment(TypedDict):
+    id: str
+    name: str
+    project: str
+    status: str
+    host_id: str | None
+    current_version_id: str | None
+    parent_version_id: str | None
+    sandbox: bool
+    services: list[str]
+    created_at: str
+    deployment_id: str
+
+
+class PostV1VersionsByIdForksResponseForksItemError(TypedDict):
+    code: str
+    message: str
+    details: NotRequired[Any]
+
+
+class PostV1VersionsByIdForksResponseForksItem(TypedDict):
+    name: str
+    ok: bool
+    environment: NotRequired[PostV1VersionsByIdForksResponseForksItemEnvironment]
+    error: NotRequired[PostV1VersionsByIdForksResponseForksItemError]
+
+
+class PostV1VersionsByIdForksResponse(TypedDict):
+    version_id: str
+    requested: float
+    created: float
+    failed: float
+    forks: list[PostV1VersionsByIdForksResponseForksItem]
+
+
 class GetV1VersionsByIdResponse(TypedDict):
     id: str
     environment_id: str

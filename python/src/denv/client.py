@@ -374,6 +374,17 @@ class Client:
                     raise error_for(str(msg["error"].get("code", "internal")), str(msg["error"].get("message", "")))
         raise error_for("unavailable", "the exec stream ended without a result")
 
+    def fan_out(
+        self, version: str, count: int, *, name_prefix: str | None = None, sandbox: bool = False
+    ) -> dict[str, Any]:
+        """``count`` forks of a version in one call, named ``<name_prefix>-1`` … (default ``fork``).
+        Each fork's outcome is in ``forks`` (``ok``, and ``environment`` or ``error``); ``created`` and
+        ``failed`` count them: a partial success is reported, not raised."""
+        body: dict[str, Any] = {"count": int(count), **({"name_prefix": name_prefix} if name_prefix else {})}
+        if sandbox:
+            body["sandbox"] = True
+        return self._json("POST", f"/v1/versions/{self._q(version)}/forks", body)
+
     def port_url(self, env: str, port: int, *, service: str | None = None) -> str:
         """A URL reaching a TCP port inside a service (HTTP and WebSocket); the URL is the credential."""
         body = {"service": service} if service else {}

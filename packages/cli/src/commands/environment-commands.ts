@@ -1,6 +1,6 @@
 /** Environments and their deployments: fork, snapshot, rollback, verify, list, show, destroy. */
 import type { Command } from "commander";
-import { printJson } from "../output.ts";
+import { printJson, UsageError } from "../output.ts";
 import { envParam, printPhaseLog, run } from "./command-runner.ts";
 
 export function registerEnvironmentCommands(program: Command): void {
@@ -8,12 +8,42 @@ export function registerEnvironmentCommands(program: Command): void {
     .command("fork")
     .description("A new environment from an environment's current version")
     .argument("<env>", "the environment to fork")
-    .requiredOption("--name <name>", "the new environment's name")
+    .requiredOption("--name <name>", "the new environment's name (with --count: the prefix of their names)")
+    .option("--count <n>", "make N forks of the environment's current version at once: <name>-1 … <name>-N")
     .option("--json", "print JSON")
-    .addHelpText("after", "\nExample:\n  denv fork --name rollout-017 alpha");
+    .addHelpText(
+      "after",
+      "\nExamples:\n  denv fork --name rollout-017 alpha\n  denv fork --name rollout --count 32 alpha    (rollout-01 … rollout-32; each one's outcome is printed)",
+    );
   fork.action(
-    run(fork, async (client, json, env: string, o: { name: string }) => {
+    run(fork, async (client, json, env: string, o: { name: string; count?: string }) => {
       const t = performance.now();
+      if (o.count !== undefined) {
+        const count = Number(o.count);
+        if (!Number.isInteger(count) || count < 1 || count > 64)
+          throw new UsageError(`--count ${o.count} must be a whole number from 1 to 64`);
+        const e = await client().call("getV1EnvsById", { params: envParam(env) });
+        if (!e.current_version_id)
+          throw new UsageError(`${env} has no version yet: snapshot it first (denv snapshot ${env})`);
+        if (!json) process.stderr.write(`forking ${env} (${e.current_version_id}) ${count} times…\n`);
+        const r = await client().call("postV1VersionsByIdForks", {
+          params: { id: e.current_version_id },
+          body: { count, name_prefix: o.name },
+        });
+        if (json) printJson(r);
+        else {
+          for (const f of r.forks)
+            process.stdout.write(
+              f.ok
+                ? `  ✓ ${f.name} (${f.environment?.id})\n`
+                : `  ✗ ${f.name}: ${f.error?.code}: ${f.error?.message}\n`,
+            );
+          process.stdout.write(
+            `${r.created} of ${r.requested} forks made in ${Math.round(performance.now() - t)} ms${r.failed ? `; ${r.failed} failed` : ""}\n`,
+          );
+        }
+        return r.failed ? 1 : 0;
+      }
       if (!json) process.stderr.write(`forking ${env} → ${o.name}…\n`);
       const e = await client().call("postV1EnvsByIdFork", { params: envParam(env), body: { name: o.name } });
       if (json) printJson(e);

@@ -124,6 +124,22 @@ export const environmentSchema = z.object({
   deployment_id: z.string().optional(),
 });
 
+/** One fork of a fan-out: made, or why not (the others are not held back by it). */
+export const fanOutResult = z.object({
+  version_id: z.string(),
+  requested: z.number(),
+  created: z.number(),
+  failed: z.number(),
+  forks: z.array(
+    z.object({
+      name: z.string(),
+      ok: z.boolean(),
+      environment: environmentSchema.extend({ deployment_id: z.string() }).optional(),
+      error: z.object({ code: z.string(), message: z.string(), details: z.unknown().optional() }).optional(),
+    }),
+  ),
+});
+
 export const versionSchema = z.object({
   id: z.string(),
   environment_id: z.string(),
@@ -135,6 +151,16 @@ export const versionSchema = z.object({
 });
 
 export const forkBody = z.strictObject({ name: name.optional() });
+
+/** At most this many forks in one fan-out request. */
+export const MAX_FAN_OUT = 64;
+export const fanOutBody = z.strictObject({
+  count: z.number().int().min(1).max(MAX_FAN_OUT).describe(`How many forks (1..${MAX_FAN_OUT})`),
+  /** The forks are named `<name_prefix>-1` … `<name_prefix>-N` (numbers padded to one width). */
+  name_prefix: name.max(56).optional().describe("Forks are named <prefix>-1 … <prefix>-N (default: fork)"),
+  /** true: sandboxes (listed and destroyed as sandboxes), as POST /v1/sandboxes makes them. */
+  sandbox: z.boolean().optional(),
+});
 export const rollbackBody = z.strictObject({ version: z.string().min(1) });
 export const verifyBody = z.strictObject({ resume: z.boolean().optional() });
 

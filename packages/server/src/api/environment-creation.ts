@@ -3,15 +3,16 @@
  * version) and sandboxes (from a version, or from an image with a compose file made for it).
  * Each answers once its deployment has its verdict.
  */
-import { DenvError } from "@denv/protocol";
+import { DenvError, isDenvError } from "@denv/protocol";
 import type { z } from "zod";
 import { newId } from "../ids.ts";
 import { deploymentById } from "../store/deployment-store.ts";
 import { environmentById, updateEnvironment } from "../store/environment-store.ts";
 import { sandboxProject, setProjectSource } from "../store/project-store.ts";
 import type { DeploymentsTable, EnvironmentsTable } from "../store/schema.ts";
+import { findVersion } from "../store/version-store.ts";
 import type { ApiDeps } from "./api-route.ts";
-import type { sandboxBody } from "./api-schemas.ts";
+import type { fanOutBody, fanOutResult, sandboxBody } from "./api-schemas.ts";
 import { serializeEnvironment } from "./api-serializers.ts";
 
 type Created = Awaited<ReturnType<typeof serializeEnvironment>> & { deployment_id: string };
@@ -48,6 +49,51 @@ export async function forkVersion(
 ): Promise<Created> {
   const made = await deps.deployer.fork(versionId, { teamId, name: name ?? sandboxName(), sandbox });
   return createdEnv(deps, "fork", made);
+}
+
+/** Forks a fan-out starts at once; the rest wait for one of them to finish. */
+const FAN_OUT_PARALLEL = 8;
+
+/**
+ * N forks of one version in one request, named `<prefix>-1` … `<prefix>-N`. Each is made (or not)
+ * on its own: one that fails is reported with its code beside the ones that were made, never hidden
+ * and never holding the others back.
+ */
+export async function fanOut(
+  deps: ApiDeps,
+  teamId: string,
+  versionId: string,
+  body: z.infer<typeof fanOutBody>,
+): Promise<z.infer<typeof fanOutResult>> {
+  const version = await findVersion(deps.store, teamId, versionId);
+  const prefix = body.name_prefix ?? "fork";
+  const width = String(body.count).length;
+  const names = Array.from(
+    { length: body.count },
+    (_, i) => `${prefix}-${String(i + 1).padStart(width, "0")}`,
+  );
+  const forks: z.infer<typeof fanOutResult>["forks"] = new Array(names.length);
+  let next = 0;
+  const worker = async () => {
+    for (let i = next++; i < names.length; i = next++) {
+      const name = names[i] as string;
+      try {
+        forks[i] = {
+          name,
+          ok: true,
+          environment: await forkVersion(deps, teamId, version.id, name, body.sandbox ?? false),
+        };
+      } catch (err) {
+        const e = isDenvError(err)
+          ? err.toJSON().error
+          : { code: "internal", message: `the fork failed: ${(err as Error).message}` };
+        forks[i] = { name, ok: false, error: e };
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(FAN_OUT_PARALLEL, names.length) }, worker));
+  const created = forks.filter((f) => f.ok).length;
+  return { version_id: version.id, requested: names.length, created, failed: names.length - created, forks };
 }
 
 /** A fork of an environment is a fork of its current version (snapshotted first when it has none). */

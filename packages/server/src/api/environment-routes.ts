@@ -8,6 +8,8 @@ import { type ApiContext, type ApiRoute, route } from "./api-route.ts";
 import {
   deploymentSchema,
   environmentSchema,
+  fanOutBody,
+  fanOutResult,
   forkBody,
   rollbackBody,
   verifyBody,
@@ -15,7 +17,7 @@ import {
 } from "./api-schemas.ts";
 import { serializeDeployment, serializeEnvironment, serializeVersion } from "./api-serializers.ts";
 import { envOf, runningOn } from "./environment-access.ts";
-import { forkEnvironment } from "./environment-creation.ts";
+import { fanOut, forkEnvironment } from "./environment-creation.ts";
 
 /** Answers with a deployment once it has its verdict. */
 async function finished(c: ApiContext, made: { deploymentId: string; done: Promise<void> }) {
@@ -113,6 +115,17 @@ export const environmentRoutes: ApiRoute[] = [
     auth: true,
     handler: async (c, { body }) =>
       finished(c, await c.var.deps.deployer.verify(await envOf(c), { resume: body.resume ?? false })),
+  }),
+  route({
+    method: "post",
+    path: "/v1/versions/{id}/forks",
+    summary:
+      "N forks of a version in one call ({count, name_prefix, sandbox}); each fork's outcome is reported, made or not (partial success is not hidden)",
+    body: fanOutBody,
+    response: fanOutResult,
+    auth: true,
+    handler: async (c, { body }) =>
+      c.json(await fanOut(c.var.deps, c.var.teamId, c.req.param("id") ?? "", body)),
   }),
   route({
     method: "get",

@@ -310,6 +310,11 @@ const CASES: Record<string, Case> = {
     body: () => ({ name: "f1" }),
     status: 201,
   },
+  "post /v1/versions/{id}/forks": {
+    path: () => `/v1/versions/${a.version}/forks`,
+    body: () => ({ count: 3, name_prefix: "fan" }),
+    status: 200,
+  },
   "post /v1/envs/{id}/rollback": {
     path: () => `/v1/envs/${a.env}/rollback`,
     body: () => ({ version: a.version }),
@@ -592,4 +597,39 @@ test("a host that sends past its credit has that stream failed, and the server s
   // The host and the server carry on.
   const ok = await call("GET", `/v1/envs/${a.env}/files?path=/work`, { key: keyA });
   assert.equal(ok.status, 200);
+});
+
+test("a fan-out reports each fork: four made; asked again, the taken names are refused beside the one made", async () => {
+  const res = await call("POST", `/v1/versions/${a.version}/forks`, {
+    key: keyA,
+    body: JSON.stringify({ count: 4, name_prefix: "wide" }),
+  });
+  assert.equal(res.status, 200, res.text);
+  const r = JSON.parse(res.text) as {
+    requested: number;
+    created: number;
+    failed: number;
+    forks: { name: string; ok: boolean; environment?: { name: string; parent_version_id: string } }[];
+  };
+  assert.deepEqual([r.requested, r.created, r.failed], [4, 4, 0]);
+  assert.deepEqual(
+    r.forks.map((f) => f.name),
+    ["wide-1", "wide-2", "wide-3", "wide-4"],
+  );
+  assert.ok(r.forks.every((f) => f.environment?.parent_version_id === a.version));
+  // Again with the same names: every one is refused on its own, with its code, none hidden.
+  const again = JSON.parse(
+    (
+      await call("POST", `/v1/versions/${a.version}/forks`, {
+        key: keyA,
+        body: JSON.stringify({ count: 5, name_prefix: "wide" }),
+      })
+    ).text,
+  ) as { created: number; failed: number; forks: { name: string; ok: boolean; error?: { code: string } }[] };
+  assert.equal(again.created, 1, JSON.stringify(again.forks));
+  assert.equal(again.failed, 4);
+  assert.equal(again.forks.find((f) => f.name === "wide-5")?.ok, true);
+  assert.ok(again.forks.filter((f) => !f.ok).every((f) => f.error?.code === "conflict"));
+  const over = await call("POST", `/v1/versions/${a.version}/forks`, { key: keyA, body: '{"count": 65}' });
+  assert.equal(over.status, 400);
 });

@@ -96,6 +96,37 @@ export async function apiBench(quick: boolean): Promise<Record<string, Metric>> 
       note: "docker-compose up -d on fresh volumes until the same healthchecks pass",
     };
 
+    // --- fan-out: N forks of one version in one call, beside the same N made one after another ---
+    const fanBase = await api("POST", "/v1/projects/ops-world/deploy?wait=true", { env: "fan-base" });
+    const fanCount = quick ? 8 : 32;
+    let t0 = performance.now();
+    const fan = await api("POST", `/v1/versions/${fanBase.version_id}/forks`, {
+      count: fanCount,
+      name_prefix: "fan",
+    });
+    const fanMs = Math.round(performance.now() - t0);
+    for (const f of fan.forks) if (f.ok) await api("DELETE", `/v1/envs/${f.environment.id}`);
+    t0 = performance.now();
+    const seq: string[] = [];
+    for (let i = 0; i < fanCount; i++)
+      seq.push(
+        (await api("POST", "/v1/sandboxes", { from_version: fanBase.version_id, name: `seq-${i}` })).id,
+      );
+    const seqMs = Math.round(performance.now() - t0);
+    for (const id of seq) await api("DELETE", `/v1/envs/${id}`);
+    await api("DELETE", `/v1/envs/${encodeURIComponent("ops-world/fan-base")}`);
+    results[`fanout_${fanCount}_ms`] = {
+      value: fanMs,
+      unit: "ms",
+      note: `${fan.created} of ${fanCount} ops-world forks made and healthy, one POST /v1/versions/{id}/forks`,
+    };
+    results[`fanout_${fanCount}_sequential_ms`] = {
+      value: seqMs,
+      unit: "ms",
+      note: `the same ${fanCount} forks made one after another (POST /v1/sandboxes each)`,
+    };
+    log(`  fan-out of ${fanCount}: ${fanMs} ms (${fan.created} made); one after another: ${seqMs} ms`);
+
     // --- sandbox create ---
     const single =
       'x-denv: { kind: agent, agent: { service: box } }\nservices:\n  box:\n    image: 127.0.0.1:5000/denv/opsbox:bookworm\n    user: "1000:1000"\n    command: [sleep, infinity]\n    volumes: ["work:/work"]\nvolumes: { work: {} }\n';

@@ -52,6 +52,9 @@ const ratios = {
   exec_vs_engine_api: r2(v("exec_p50_ms") / v("exec_direct_p50_ms")),
   exec_vs_docker_exec: r2(v("exec_p50_ms") / v("exec_cli_p50_ms")),
   deploy_vs_docker_compose: r2(v("deploy_ms") / v("deploy_peer_ms")),
+  fanout_vs_sequential: quick
+    ? r2(v("fanout_8_ms") / v("fanout_8_sequential_ms"))
+    : r2(v("fanout_32_ms") / v("fanout_32_sequential_ms")),
   files_put_vs_docker_cp: r2(v("files_put_mib_per_s") / v("files_put_peer_mib_per_s")),
   files_get_vs_docker_cp: r2(v("files_get_mib_per_s") / v("files_get_peer_mib_per_s")),
 };
@@ -63,6 +66,9 @@ const goals: [string, boolean][] = [
   ["frozen window ≤ 100 ms", v("frozen_window_p50_ms") <= 100],
   ["sandbox create ≤ 500 ms p50", v("sandbox_create_p50_ms") <= 500],
   ["deploy no slower than docker-compose", ratios.deploy_vs_docker_compose <= 1],
+  ...(quick
+    ? []
+    : ([["32 ops-world forks ready ≤ 10 s (fan-out)", v("fanout_32_ms") <= 10_000]] as [string, boolean][])),
   ["files put ≥ 200 MiB/s", v("files_put_mib_per_s") >= 200],
   ["files get ≥ 200 MiB/s", v("files_get_mib_per_s") >= 200],
   [

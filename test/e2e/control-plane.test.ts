@@ -479,6 +479,7 @@ describe("API surface", () => {
           "/v1/envs/{id}/exec": { command: "true" },
           "/v1/envs/{id}/files/mkdir": { path: "/x" },
           "/v1/envs/{id}/files/rename": { from: "/x", to: "/y" },
+          "/v1/versions/{id}/forks": { count: 1 },
         };
         // A query the route accepts too (the file routes need a path).
         const query = r.query ? "?path=/x" : "";

@@ -16,35 +16,67 @@ export async function assertAgentNotRoot(ctx: StackContext, stack: StackRecord):
   const svc = stack.spec.agent?.service;
   const id = svc ? stack.containers[svc] : undefined;
   if (!svc || !id || stack.spec.kind !== "rl-environment") return;
-  const st = await ctx.runtime.inspectContainer(id);
-  if (!st.running || st.pid <= 0) return;
-  // The service's process: the container's first (or, under docker's init, the init's child), once
-  // the agent that started it has become the service's command; until then the process is still
-  // the agent, as root. A process that cannot be read is looked up again.
   const deadline = performance.now() + BECOME_COMMAND_MS;
-  let uids: number[] | null = null;
-  while (uids === null) {
+  for (;;) {
+    const st = await ctx.runtime.inspectContainer(id);
+    if (!st.running || st.pid <= 0) return; // not running: start or health says so
+    const read = await serviceUids(ctx, stack, svc, id, st.pid, deadline);
+    if (!read || !read.uids.includes(0)) return;
+    // Root, and still root a moment later in the same container: refused. A reading taken while
+    // the container was being replaced proves nothing either way, so it is taken again.
+    if (await stillRoot(ctx, id, st.pid, read.pid))
+      throw new DenvError(
+        "forbidden",
+        `the agent service ${svc} runs as uid 0 (user: ${stack.spec.services[svc]?.user ?? "the image's"}); the agent must never be root: set user: to a non-root uid (e.g. "1000:1000")`,
+      );
+  }
+}
+
+/**
+ * The uids of the service's process: the container's first (or, under docker's init, the init's
+ * child), once the agent that started it has become the service's command; until then the process
+ * is still the agent, as root. Null when the container stopped meanwhile.
+ */
+async function serviceUids(
+  ctx: StackContext,
+  stack: StackRecord,
+  svc: string,
+  id: string,
+  first: number,
+  deadline: number,
+): Promise<{ uids: number[]; pid: number } | null> {
+  for (;;) {
     if (performance.now() > deadline)
       throw new DenvError("timeout", `the agent service ${svc} did not start its command within 30 s`);
-    let pid = st.pid;
+    let pid = first;
     if (stack.spec.services[svc]?.init) {
+      // Under docker's init the service is its child; until the init has started it there is
+      // nothing to read (the init itself is root, and is not the service).
       const kids = await readFile(`/proc/${pid}/task/${pid}/children`, "utf8").catch(() => "");
-      pid = Number(kids.trim().split(/\s+/)[0]) || pid;
+      pid = Number(kids.trim().split(/\s+/)[0]) || 0;
     }
-    const argv0 = (await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "")).split("\0")[0];
-    const status = await readFile(`/proc/${pid}/status`, "utf8").catch(() => "");
+    const argv0 = pid ? (await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "")).split("\0")[0] : "";
+    const status = pid ? await readFile(`/proc/${pid}/status`, "utf8").catch(() => "") : "";
     const m = /^Uid:\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)/m.exec(status);
-    if (m && argv0 && argv0 !== AGENT_BIN) uids = m.slice(1).map(Number);
-    else {
-      const again = await ctx.runtime.inspectContainer(id);
-      if (!again.running) return; // it exited: start or health says so
-      await sleep(50);
-    }
+    if (m && argv0 && argv0 !== AGENT_BIN) return { uids: m.slice(1).map(Number), pid };
+    const again = await ctx.runtime.inspectContainer(id);
+    if (!again.running) return null;
+    await sleep(50);
   }
-  if (uids.includes(0)) {
-    throw new DenvError(
-      "forbidden",
-      `the agent service ${svc} runs as uid 0 (user: ${stack.spec.services[svc]?.user ?? "the image's"}); the agent must never be root: set user: to a non-root uid (e.g. "1000:1000")`,
-    );
-  }
+}
+
+/**
+ * A root reading confirmed: the same container, with the same first process, still not the agent
+ * and still uid 0 a moment later. A process read while its container was being replaced (its pid
+ * gone, or taken by another) is not evidence either way.
+ */
+async function stillRoot(ctx: StackContext, id: string, first: number, pid: number): Promise<boolean> {
+  await sleep(200);
+  const again = await ctx.runtime.inspectContainer(id);
+  if (!again.running || again.pid !== first) return false;
+  const argv0 = (await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "")).split("\0")[0];
+  if (!argv0 || argv0 === AGENT_BIN) return false;
+  const status = await readFile(`/proc/${pid}/status`, "utf8").catch(() => "");
+  const m = /^Uid:\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)/m.exec(status);
+  return m !== null && m.slice(1).map(Number).includes(0);
 }

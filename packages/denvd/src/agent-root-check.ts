@@ -21,7 +21,7 @@ export async function assertAgentNotRoot(ctx: StackContext, stack: StackRecord):
     const st = await ctx.runtime.inspectContainer(id);
     if (!st.running || st.pid <= 0) return; // not running: start or health says so
     const read = await serviceUids(ctx, stack, svc, id, st.pid, deadline);
-    if (!read || !read.uids.includes(0)) return;
+    if (!read?.uids.includes(0)) return;
     // Root, and still root a moment later in the same container: refused. A reading taken while
     // the container was being replaced proves nothing either way, so it is taken again.
     if (await stillRoot(ctx, id, st.pid, read.pid))

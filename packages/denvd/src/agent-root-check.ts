@@ -78,5 +78,5 @@ async function stillRoot(ctx: StackContext, id: string, first: number, pid: numb
   if (!argv0 || argv0 === AGENT_BIN) return false;
   const status = await readFile(`/proc/${pid}/status`, "utf8").catch(() => "");
   const m = /^Uid:\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)/m.exec(status);
-  return m !== null && m.slice(1).map(Number).includes(0);
+  return m?.slice(1).map(Number).includes(0) ?? false;
 }

@@ -133,6 +133,19 @@ describe("files", () => {
     assert.equal(ok.status, 200);
   });
 
+  test("past the 64 MiB checked first, an entry the agent refuses ends the upload with its code, at once", async () => {
+    await sh(box, "mkdir -p /home/ubuntu/late/work && echo kept > /home/ubuntu/late/work/x");
+    // The refused entry comes after the spooled part, with 100 MiB still behind it.
+    const archive = await tarOf([
+      { name: "big.bin", body: "z".repeat(66 * 1024 * 1024) },
+      { name: "work", body: "flat" },
+      { name: "after.bin", body: "y".repeat(100 * 1024 * 1024) },
+    ]);
+    const r = await put(box, "/home/ubuntu/late", archive);
+    refused(r, 409, "is_directory");
+    assert.equal((await sh(box, "cat /home/ubuntu/late/work/x")).stdout, "kept\n");
+  });
+
   test("nor a directory a file", async () => {
     await sh(box, "echo flat > /home/ubuntu/plain");
     const r = await put(box, "/home/ubuntu", await tarOf([{ name: "plain/inner.txt", body: "x" }]));

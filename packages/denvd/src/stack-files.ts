@@ -11,7 +11,7 @@ import { createReadStream, createWriteStream } from "node:fs";
 import { rm } from "node:fs/promises";
 import { join, posix } from "node:path";
 import { PassThrough, Readable } from "node:stream";
-import { DenvError } from "@denv/protocol";
+import { DenvError, isDenvError } from "@denv/protocol";
 import type { FileSink, FsEntryRaw, FsRequest } from "./exec/executor.ts";
 import type { StackContext } from "./stack-context.ts";
 import { sanitizeTar } from "./tar-sanitizer.ts";
@@ -69,16 +69,33 @@ export async function putFiles(
           throw new DenvError("unavailable", "the service's agent is not answering; try again in a moment");
       } else await ctx.runtime.putArchive(target.containerId, clean, body);
     })();
-    // A refusal on the way is the answer (the write then fails on its cut tar).
-    const [check] = await Promise.allSettled([checking, written]);
+    // A write the agent refused (an entry that passed the check) stops the check, which would
+    // otherwise wait for a reader that is gone.
+    written.catch(() => checked.destroy());
+    const [check, write] = await Promise.allSettled([checking, written]);
+    if (write.status === "rejected") {
+      // The agent's own refusal (is_directory, permission_denied, ...) is the answer; a write that
+      // failed only because the check cut its tar short is not.
+      const code = isDenvError(write.reason) ? write.reason.code : "";
+      if (check.status === "fulfilled" || WRITE_REFUSALS.has(code)) throw write.reason;
+    }
     if (check.status === "rejected") throw check.reason;
-    await written;
     return check.value;
   } finally {
     checked.destroy();
     await rm(tmp, { force: true });
   }
 }
+
+/** What the agent answers when it refuses an entry itself. */
+const WRITE_REFUSALS = new Set([
+  "is_directory",
+  "not_a_directory",
+  "permission_denied",
+  "insufficient_storage",
+  "conflict",
+  "not_found",
+]);
 
 /** Checked tars up to this size are written only once wholly checked. */
 const SPOOL_BYTES = 64 * 1024 * 1024;

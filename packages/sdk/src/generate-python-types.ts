@@ -8,21 +8,7 @@
  */
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import type { OpenApiDoc } from "./generate-sdk.ts";
-
-type JsonSchema = {
-  type?: string | string[];
-  properties?: Record<string, JsonSchema>;
-  required?: string[];
-  items?: JsonSchema;
-  enum?: unknown[];
-  const?: unknown;
-  anyOf?: JsonSchema[];
-  oneOf?: JsonSchema[];
-  additionalProperties?: boolean | JsonSchema;
-  default?: unknown;
-  description?: string;
-};
+import type { JsonSchema, OpenApiDoc } from "./generate-sdk.ts";
 
 const pascal = (s: string) =>
   s

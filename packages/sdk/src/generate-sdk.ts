@@ -8,7 +8,8 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 
-type JsonSchema = {
+/** JSON Schema as zod emits it (what both generators read). */
+export type JsonSchema = {
   type?: string | string[];
   properties?: Record<string, JsonSchema>;
   required?: string[];

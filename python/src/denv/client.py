@@ -60,6 +60,21 @@ def _read_exactly(f: BinaryIO, n: int) -> bytes:
     return b"".join(parts)
 
 
+def _exec_output(r: dict[str, Any], stdout: bytes, stderr: bytes) -> ExecOutput:
+    """An exec result as the API answers it (its output given apart: decoded, collected or streamed)."""
+    return ExecOutput(
+        exit_code=int(r["exit_code"]),
+        stdout=stdout,
+        stderr=stderr,
+        stdout_truncated=bool(r["stdout_truncated"]),
+        stderr_truncated=bool(r["stderr_truncated"]),
+        timed_out=bool(r["timed_out"]),
+        duration_ms=float(r["duration_ms"]),
+        stdout_dropped_bytes=int(r.get("stdout_dropped_bytes", 0)),
+        stderr_dropped_bytes=int(r.get("stderr_dropped_bytes", 0)),
+    )
+
+
 def _who(fields: dict[str, Any], service: str | None, user: str | None) -> dict[str, Any]:
     """A files request's fields, with the service and the user when given."""
     return {**fields, **({"service": service} if service else {}), **({"user": user} if user else {})}
@@ -297,17 +312,7 @@ class Client:
         # The request outlives the command's own timeout by a margin for the round trip.
         http_timeout = None if timeout_ms is None else max(self.timeout_s, timeout_ms / 1000 + 60)
         r = self._json("POST", f"/v1/envs/{self._q(env)}/exec", body, timeout_s=http_timeout)
-        return ExecOutput(
-            exit_code=int(r["exit_code"]),
-            stdout=base64.b64decode(r["stdout"]),
-            stderr=base64.b64decode(r["stderr"]),
-            stdout_truncated=bool(r["stdout_truncated"]),
-            stderr_truncated=bool(r["stderr_truncated"]),
-            timed_out=bool(r["timed_out"]),
-            duration_ms=float(r["duration_ms"]),
-            stdout_dropped_bytes=int(r.get("stdout_dropped_bytes", 0)),
-            stderr_dropped_bytes=int(r.get("stderr_dropped_bytes", 0)),
-        )
+        return _exec_output(r, base64.b64decode(r["stdout"]), base64.b64decode(r["stderr"]))
 
     def exec_stream(
         self,
@@ -359,17 +364,7 @@ class Client:
                     on_output(msg["stream"], data)
                 elif "result" in msg:
                     r = msg["result"]
-                    return ExecOutput(
-                        exit_code=int(r["exit_code"]),
-                        stdout=b"".join(out["stdout"]),
-                        stderr=b"".join(out["stderr"]),
-                        stdout_truncated=bool(r["stdout_truncated"]),
-                        stderr_truncated=bool(r["stderr_truncated"]),
-                        timed_out=bool(r["timed_out"]),
-                        duration_ms=float(r["duration_ms"]),
-                        stdout_dropped_bytes=int(r.get("stdout_dropped_bytes", 0)),
-                        stderr_dropped_bytes=int(r.get("stderr_dropped_bytes", 0)),
-                    )
+                    return _exec_output(r, b"".join(out["stdout"]), b"".join(out["stderr"]))
                 elif "error" in msg:
                     raise error_for(str(msg["error"].get("code", "internal")), str(msg["error"].get("message", "")))
         raise error_for("unavailable", "the exec stream ended without a result")
@@ -485,17 +480,7 @@ class Client:
                     on_output("stdout" if kind == 1 else "stderr", payload)
                 elif kind == 3:
                     r = json.loads(payload)
-                    return ExecOutput(
-                        exit_code=int(r["exit_code"]),
-                        stdout=b"",
-                        stderr=b"",
-                        stdout_truncated=bool(r["stdout_truncated"]),
-                        stderr_truncated=bool(r["stderr_truncated"]),
-                        timed_out=bool(r["timed_out"]),
-                        duration_ms=float(r["duration_ms"]),
-                        stdout_dropped_bytes=int(r.get("stdout_dropped_bytes", 0)),
-                        stderr_dropped_bytes=int(r.get("stderr_dropped_bytes", 0)),
-                    )
+                    return _exec_output(r, b"", b"")
                 elif kind == 4:
                     e = json.loads(payload).get("error", {})
                     raise error_for(str(e.get("code", "internal")), str(e.get("message", "")))

@@ -462,7 +462,8 @@ describe("API surface", () => {
     for (const r of ROUTES.filter((x) => x.auth)) {
       let path = r.path.replace("{name}", ids.name as string);
       if (r.path.startsWith("/v1/deployments")) path = path.replace("{id}", dep);
-      else if (r.path.startsWith("/v1/versions")) path = path.replace("{id}", alphaVersion);
+      else if (r.path.startsWith("/v1/versions") || r.path.startsWith("/v1/pools"))
+        path = path.replace("{id}", alphaVersion);
       else if (r.path.startsWith("/v1/projects")) path = path.replace("{id}", "ops-world");
       else path = path.replace("{id}", env);
       const body = r.method === "get" || r.method === "delete" ? undefined : {};
@@ -480,10 +481,16 @@ describe("API surface", () => {
           "/v1/envs/{id}/files/mkdir": { path: "/x" },
           "/v1/envs/{id}/files/rename": { from: "/x", to: "/y" },
           "/v1/versions/{id}/forks": { count: 1 },
+          "/v1/pools/{id}": { size: 1 },
         };
         // A query the route accepts too (the file routes need a path).
         const query = r.query ? "?path=/x" : "";
-        const res = await api(r.method.toUpperCase(), path + query, valid[r.path] ?? body, otherTeamKey);
+        const res = await api(
+          r.method.toUpperCase(),
+          path + query,
+          r.method === "put" || r.method === "post" ? (valid[r.path] ?? body) : undefined,
+          otherTeamKey,
+        );
         assert.equal(res.status, 404, `${r.method} ${path} with another team's key`);
       }
     }

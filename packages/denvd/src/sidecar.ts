@@ -5,7 +5,7 @@
  * not started again, so a reconnect neither loses nor repeats work.
  */
 
-import { arch, cpus, totalmem } from "node:os";
+import { arch, cpus, freemem, totalmem } from "node:os";
 import type { Duplex } from "node:stream";
 import {
   DenvError,
@@ -147,6 +147,8 @@ export class Sidecar {
       free_bytes: c.freeBytes,
       cpus: cpus().length,
       memory_bytes: totalmem(),
+      // libuv reads MemAvailable: page cache the kernel can drop counts as free.
+      memory_free_bytes: freemem(),
     };
   }
 

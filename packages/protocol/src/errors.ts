@@ -23,6 +23,8 @@ export const ERROR_CODES = {
   /** The host that holds the environment is not connected (or dropped while working). */
   host_unavailable: { httpStatus: 503, exitCode: 1 },
   rate_limited: { httpStatus: 429, exitCode: 1 },
+  /** The host has no room for another environment now (caps, memory, disk, or the create queue is full); retry after `details.retry_after_ms`. */
+  capacity: { httpStatus: 503, exitCode: 1 },
   insufficient_storage: { httpStatus: 507, exitCode: 1 },
   image_not_found: { httpStatus: 422, exitCode: 1 },
   registry_error: { httpStatus: 502, exitCode: 1 },

@@ -27,6 +27,8 @@ export const capacitySchema = z.object({
   free_bytes: bytes,
   cpus: bytes,
   memory_bytes: bytes,
+  /** Memory available for new work now (the kernel's MemAvailable); older hosts do not say. */
+  memory_free_bytes: bytes.optional(),
 });
 
 const opId = z.string().min(1).max(80);

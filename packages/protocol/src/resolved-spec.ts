@@ -119,6 +119,11 @@ export const resolvedSpecSchema = z.object({
   kind: z.enum(KINDS),
   egress: z.enum(["deny", "allow"]),
   clock: z.enum(["frozen", "real"]),
+  /**
+   * x-denv.pool: ready forks of the latest version the control plane keeps warm. Absent when the
+   * file does not declare one (so a file without it resolves, and hashes, as before).
+   */
+  pool: z.number().int().min(0).max(256).optional(),
   agent: z.object({ service: z.string() }).nullable(),
   warm: z.array(z.object({ service: z.string(), command: argv })),
   verifier: z

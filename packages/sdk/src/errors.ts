@@ -36,7 +36,7 @@ export class RateLimitError extends DenvApiError {}
 export class PayloadTooLargeError extends DenvApiError {}
 /** timeout: an operation ran past its deadline. */
 export class TimeoutError extends DenvApiError {}
-/** unavailable, host_unavailable: the server, the host or the service cannot answer now; retry. */
+/** unavailable, host_unavailable, capacity: the server, the host or the service cannot answer (or take more) now; retry. */
 export class UnavailableError extends DenvApiError {}
 /** insufficient_storage, storage_error: the host's storage refused. */
 export class StorageError extends DenvApiError {}
@@ -68,6 +68,7 @@ const FAMILIES: Record<
   timeout: TimeoutError,
   unavailable: UnavailableError,
   host_unavailable: UnavailableError,
+  capacity: UnavailableError,
   insufficient_storage: StorageError,
   storage_error: StorageError,
   image_not_found: ImageError,

@@ -632,6 +632,84 @@ export type PostV1TargetsByNameSandboxesBody = {
   name?: string;
 };
 
+/** The team's warm pools, with what each holds and its hit rate — GET /v1/pools */
+export type GetV1PoolsResponse = {
+  pools: Array<{
+    id: string;
+    version_id: string;
+    project_id: string;
+    size: number;
+    ready: number;
+    warming: number;
+    hits: number;
+    misses: number;
+    hit_rate: number | null;
+    source: "api" | "x-denv";
+    last_error: string | null;
+    created_at: string;
+  }>;
+};
+
+/** A version's warm pool — GET /v1/pools/{id} */
+export type GetV1PoolsByIdResponse = {
+  id: string;
+  version_id: string;
+  project_id: string;
+  size: number;
+  ready: number;
+  warming: number;
+  hits: number;
+  misses: number;
+  hit_rate: number | null;
+  source: "api" | "x-denv";
+  last_error: string | null;
+  created_at: string;
+};
+
+/** Keep N ready forks of a version ({size}); creates of it take one at once and the pool refills. Refused with capacity when the host has no room for them — PUT /v1/pools/{id} */
+export type PutV1PoolsByIdResponse = {
+  id: string;
+  version_id: string;
+  project_id: string;
+  size: number;
+  ready: number;
+  warming: number;
+  hits: number;
+  misses: number;
+  hit_rate: number | null;
+  source: "api" | "x-denv";
+  last_error: string | null;
+  created_at: string;
+};
+export type PutV1PoolsByIdBody = {
+  size: number;
+};
+
+/** Drain a version's warm pool: its ready members are destroyed — DELETE /v1/pools/{id} */
+export type DeleteV1PoolsByIdResponse = {
+  version_id: string;
+  drained: number;
+};
+
+/** Each host's create turns: running, queued (with positions) and its room — GET /v1/admission */
+export type GetV1AdmissionResponse = {
+  hosts: Array<{
+    host_id: string;
+    running: number;
+    parallel: number;
+    queued: Array<{
+      label: string;
+      position: number;
+      waited_ms: number;
+    }>;
+    queue_limit: number;
+    committed_memory_bytes: number;
+    memory_budget_bytes: number;
+    memory_free_bytes: number | null;
+    free_bytes: number;
+  }>;
+};
+
 /** Connect a cloud account (hetzner) the provision phase creates machines in; the token is checked, then stored encrypted — POST /v1/clouds */
 export type PostV1CloudsResponse = {
   name: string;
@@ -720,6 +798,11 @@ export const OPERATIONS = {
   postV1Sandboxes: { method: "POST", path: "/v1/sandboxes", params: [], body: "json", response: "json" },
   getV1Targets: { method: "GET", path: "/v1/targets", params: [], body: "none", response: "json" },
   postV1TargetsByNameSandboxes: { method: "POST", path: "/v1/targets/{name}/sandboxes", params: ["name"], body: "json", response: "json" },
+  getV1Pools: { method: "GET", path: "/v1/pools", params: [], body: "none", response: "json" },
+  getV1PoolsById: { method: "GET", path: "/v1/pools/{id}", params: ["id"], body: "none", response: "json" },
+  putV1PoolsById: { method: "PUT", path: "/v1/pools/{id}", params: ["id"], body: "json", response: "json" },
+  deleteV1PoolsById: { method: "DELETE", path: "/v1/pools/{id}", params: ["id"], body: "none", response: "json" },
+  getV1Admission: { method: "GET", path: "/v1/admission", params: [], body: "none", response: "json" },
   postV1Clouds: { method: "POST", path: "/v1/clouds", params: [], body: "json", response: "json" },
   getV1Clouds: { method: "GET", path: "/v1/clouds", params: [], body: "none", response: "json" },
   deleteV1CloudsByName: { method: "DELETE", path: "/v1/clouds/{name}", params: ["name"], body: "none", response: "json" },
@@ -768,6 +851,11 @@ export interface Operations {
   postV1Sandboxes: { params: {  }; body: PostV1SandboxesBody; response: PostV1SandboxesResponse };
   getV1Targets: { params: {  }; body: undefined; response: GetV1TargetsResponse };
   postV1TargetsByNameSandboxes: { params: { name: string }; body: PostV1TargetsByNameSandboxesBody; response: PostV1TargetsByNameSandboxesResponse };
+  getV1Pools: { params: {  }; body: undefined; response: GetV1PoolsResponse };
+  getV1PoolsById: { params: { id: string }; body: undefined; response: GetV1PoolsByIdResponse };
+  putV1PoolsById: { params: { id: string }; body: PutV1PoolsByIdBody; response: PutV1PoolsByIdResponse };
+  deleteV1PoolsById: { params: { id: string }; body: undefined; response: DeleteV1PoolsByIdResponse };
+  getV1Admission: { params: {  }; body: undefined; response: GetV1AdmissionResponse };
   postV1Clouds: { params: {  }; body: PostV1CloudsBody; response: PostV1CloudsResponse };
   getV1Clouds: { params: {  }; body: undefined; response: GetV1CloudsResponse };
   deleteV1CloudsByName: { params: { name: string }; body: undefined; response: DeleteV1CloudsByNameResponse };

@@ -9,7 +9,9 @@ import { Hono } from "hono";
 import { type ApiDeps, type ApiEnv, resourceApp } from "./api/api-route.ts";
 import { RESOURCES } from "./api/api-routes.ts";
 import type { SecretBox } from "./clouds/secret-box.ts";
+import { Admission } from "./deploy/admission.ts";
 import type { Deployer } from "./deploy/deployer.ts";
+import { PoolKeeper } from "./deploy/pool-keeper.ts";
 import { defaultDownloadsDir } from "./downloads.ts";
 import type { FetchPolicy } from "./fetch-policy.ts";
 import type { HostHub } from "./host-hub.ts";
@@ -21,6 +23,10 @@ export interface AppOptions {
   store: Store;
   hub: HostHub;
   deployer: Deployer;
+  /** Create turns per host (default: made here with the defaults). */
+  admission?: Admission;
+  /** Warm pools (default: made here, refilled only when kicked; the server starts its own). */
+  pools?: PoolKeeper;
   joinTokenTtlMs?: number;
   /** Where the denvd executables are served from (GET /v1/downloads/{file}). */
   downloadsDir?: string;
@@ -35,10 +41,15 @@ export interface AppOptions {
 }
 
 export function createApp(options: AppOptions): Hono<ApiEnv> {
+  const admission = options.admission ?? new Admission({ store: options.store, secrets: options.secrets });
   const deps: ApiDeps = {
     store: options.store,
     hub: options.hub,
     deployer: options.deployer,
+    admission,
+    pools:
+      options.pools ??
+      new PoolKeeper({ store: options.store, deployer: options.deployer, hub: options.hub, admission }),
     secrets: options.secrets,
     fetchPolicy: options.fetchPolicy,
     limiter: new RateLimiter(options.rateLimit ?? DEFAULT_RATE_LIMIT),
@@ -50,6 +61,8 @@ export function createApp(options: AppOptions): Hono<ApiEnv> {
   app.onError((err, c) => {
     // The rest of a refused body is never read: the connection cannot be reused.
     if (isDenvError(err) && err.code === "payload_too_large") c.header("connection", "close");
+    const retryMs = isDenvError(err) ? err.details?.retry_after_ms : undefined;
+    if (typeof retryMs === "number") c.header("retry-after", String(Math.max(1, Math.ceil(retryMs / 1000))));
     if (isDenvError(err)) return c.json(err.toJSON(), err.httpStatus as 400);
     // A fault of the server's own: its words (SQL, paths, stacks) go to the log under a reference.
     const ref = newId("err");

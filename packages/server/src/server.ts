@@ -11,7 +11,9 @@ import { getRequestListener } from "@hono/node-server";
 import { createApp } from "./app.ts";
 import { Provisioner } from "./clouds/provisioner.ts";
 import { SecretBox } from "./clouds/secret-box.ts";
+import { Admission, type AdmissionOptions } from "./deploy/admission.ts";
 import { Deployer } from "./deploy/deployer.ts";
+import { PoolKeeper, type PoolKeeperOptions } from "./deploy/pool-keeper.ts";
 import { FetchPolicy } from "./fetch-policy.ts";
 import { HostHub } from "./host-hub.ts";
 import { proxyUpgrade, TUNNEL_PREFIX } from "./port-tunnels.ts";
@@ -53,6 +55,10 @@ export interface ServerOptions {
   composeBudget?: { timeoutMs?: number; maxHeapMb?: number };
   /** Requests per API key (default 2,000 a second sustained, bursts of 4,000). */
   rateLimit?: RateLimitOptions;
+  /** Create turns and room per host (admission.ts). */
+  admission?: AdmissionOptions;
+  /** How warm pools are refilled (pool-keeper.ts). */
+  pools?: PoolKeeperOptions;
 }
 
 export interface RunningServer {
@@ -86,6 +92,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     fetchPolicy,
   });
   const validator = new ComposeValidator(options.composeBudget);
+  let pools: PoolKeeper | undefined;
   const deployer = new Deployer({
     store,
     hub,
@@ -95,11 +102,23 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     joinWaitMs: options.joinWaitMs,
     provisioner,
     provisionJoinWaitMs: options.provisionJoinWaitMs,
+    onDeployed: (d) =>
+      void pools?.replaceDeclared(d.teamId, d.projectId, d.versionId, d.pool).catch((err) =>
+        // The deploy stands; the pool it declared does not fit (or its version went): said here.
+        console.error(
+          "x-denv.pool not applied",
+          JSON.stringify({ version: d.versionId, error: String(err) }),
+        ),
+      ),
   });
+  const admission = new Admission({ store, secrets }, options.admission);
+  pools = new PoolKeeper({ store, deployer, hub, admission }, options.pools);
   const app = createApp({
     store,
     hub,
     deployer,
+    admission,
+    pools,
     downloadsDir: options.downloadsDir,
     secrets,
     fetchPolicy,
@@ -130,6 +149,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const host = options.host && options.host !== "0.0.0.0" ? options.host : "127.0.0.1";
   url = `${options.tls ? "https" : "http"}://${host}:${port}`;
   const recovered = await deployer.recover();
+  pools.start();
   return {
     url,
     adminKey,
@@ -140,6 +160,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     fetchPolicy,
     dataDir: options.dataDir,
     async close() {
+      pools?.stop();
       hub.close();
       await validator.close();
       server.closeAllConnections();

@@ -300,6 +300,7 @@ export function validateCompose(text: string, options: ValidateOptions = {}): Va
     kind,
     egress,
     clock: x.clock ?? (kind === "rl-environment" ? "frozen" : "real"),
+    ...(x.pool === undefined ? {} : { pool: typeof x.pool === "object" ? x.pool.size : x.pool }),
     agent: agentService ? { service: agentService } : null,
     warm: warmItems.map((w) =>
       typeof w === "string"

@@ -29,6 +29,10 @@ export const xDenvSchema = z.strictObject({
     })
     .optional(),
   clock: z.enum(["frozen", "real"]).optional(),
+  /** Ready forks of the project's latest version kept warm (a number, or {size}). */
+  pool: z
+    .union([z.number().int().min(0).max(256), z.strictObject({ size: z.number().int().min(0).max(256) })])
+    .optional(),
   checkpoint: z.record(z.string(), z.union([commandSchema, z.array(commandSchema).min(1)])).optional(),
 });
 

@@ -249,6 +249,52 @@ class GetV1TargetsResponse(TypedDict):
     targets: list[GetV1TargetsResponseTargetsItem]
 
 
+class GetV1PoolsResponsePoolsItem(TypedDict):
+    id: str
+    version_id: str
+    project_id: str
+    size: int
+    ready: int
+    warming: int
+    hits: int
+    misses: int
+    hit_rate: float | None
+    source: Literal["api", "x-denv"]
+    last_error: str | None
+    created_at: str
+
+
+class GetV1PoolsResponse(TypedDict):
+    pools: list[GetV1PoolsResponsePoolsItem]
+
+
+class DeleteV1PoolsByIdResponse(TypedDict):
+    version_id: str
+    drained: int
+
+
+class GetV1AdmissionResponseHostsItemQueuedItem(TypedDict):
+    label: str
+    position: int
+    waited_ms: float
+
+
+class GetV1AdmissionResponseHostsItem(TypedDict):
+    host_id: str
+    running: int
+    parallel: int
+    queued: list[GetV1AdmissionResponseHostsItemQueuedItem]
+    queue_limit: int
+    committed_memory_bytes: float
+    memory_budget_bytes: float
+    memory_free_bytes: float | None
+    free_bytes: float
+
+
+class GetV1AdmissionResponse(TypedDict):
+    hosts: list[GetV1AdmissionResponseHostsItem]
+
+
 class PostV1CloudsResponseMachinesItem(TypedDict):
     name: str
     server_id: str
@@ -311,3 +357,9 @@ PostV1SandboxesResponse = GetV1EnvsResponseEnvironmentsItem
 
 #: POST /v1/targets/{name}/sandboxes
 PostV1TargetsByNameSandboxesResponse = GetV1EnvsResponseEnvironmentsItem
+
+#: GET /v1/pools/{id}
+GetV1PoolsByIdResponse = GetV1PoolsResponsePoolsItem
+
+#: PUT /v1/pools/{id}
+PutV1PoolsByIdResponse = GetV1PoolsResponsePoolsItem

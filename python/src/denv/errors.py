@@ -26,6 +26,7 @@ ERROR_CODES: dict[str, int] = {
     "unavailable": 503,
     "host_unavailable": 503,
     "rate_limited": 429,
+    "capacity": 503,
     "insufficient_storage": 507,
     "image_not_found": 422,
     "registry_error": 502,
@@ -86,7 +87,8 @@ class OperationTimeoutError(DenvError):
 
 
 class UnavailableError(DenvError):
-    """``unavailable``, ``host_unavailable``: the server, host or service cannot answer now; retry."""
+    """``unavailable``, ``host_unavailable``, ``capacity``: the server, host or service cannot
+    answer (or take more) now; retry."""
 
 
 class StorageError(DenvError):
@@ -116,6 +118,7 @@ ERROR_FAMILIES: dict[str, type[DenvError]] = {
     "timeout": OperationTimeoutError,
     "unavailable": UnavailableError,
     "host_unavailable": UnavailableError,
+    "capacity": UnavailableError,
     "rate_limited": RateLimitError,
     "insufficient_storage": StorageError,
     "storage_error": StorageError,

@@ -13,6 +13,7 @@ import { registerEnvironmentCommands } from "./environment-commands.ts";
 import { registerExecCommands } from "./exec-commands.ts";
 import { registerFileCommands } from "./file-commands.ts";
 import { registerHostCommands } from "./host-commands.ts";
+import { registerPoolCommands } from "./pool-commands.ts";
 import { registerProjectCommands } from "./project-commands.ts";
 
 export { printPhaseLog } from "./command-runner.ts";
@@ -47,4 +48,5 @@ export function registerApiCommands(program: Command): void {
   registerExecCommands(program);
   registerFileCommands(program);
   registerHostCommands(program);
+  registerPoolCommands(program);
 }

@@ -9,7 +9,9 @@ import { type Context, Hono, type MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import type { z } from "zod";
 import type { SecretBox } from "../clouds/secret-box.ts";
+import type { Admission } from "../deploy/admission.ts";
 import type { Deployer } from "../deploy/deployer.ts";
+import type { PoolKeeper } from "../deploy/pool-keeper.ts";
 import type { FetchPolicy } from "../fetch-policy.ts";
 import type { HostHub } from "../host-hub.ts";
 import type { RateLimiter } from "../rate-limit.ts";
@@ -21,6 +23,10 @@ export interface ApiDeps {
   store: Store;
   hub: HostHub;
   deployer: Deployer;
+  /** Every create's turn on its host (admission.ts). */
+  admission: Admission;
+  /** Warm pools: creates of a pooled version take a ready member (pool-keeper.ts). */
+  pools: PoolKeeper;
   secrets: SecretBox;
   fetchPolicy: FetchPolicy;
   limiter: RateLimiter;

@@ -11,6 +11,7 @@ import { environmentRoutes } from "./environment-routes.ts";
 import { fileRoutes } from "./file-routes.ts";
 import { hostRoutes } from "./host-routes.ts";
 import { openApiDocument } from "./openapi-document.ts";
+import { poolRoutes } from "./pool-routes.ts";
 import { projectRoutes } from "./project-routes.ts";
 import { sandboxRoutes } from "./sandbox-routes.ts";
 import { tunnelRoutes } from "./tunnel-routes.ts";
@@ -34,6 +35,7 @@ export const RESOURCES: Record<string, ApiRoute[]> = {
   files: fileRoutes,
   tunnels: tunnelRoutes,
   sandboxes: sandboxRoutes,
+  pools: poolRoutes,
   clouds: cloudRoutes,
 };
 

@@ -283,3 +283,36 @@ export const filesQuery = z.object({
     .optional()
     .describe("Who reads or writes (name|uid[:group|gid]); default: the service's own user"),
 });
+
+/** A warm pool: ready forks of one version kept aside, taken by creates of that version. */
+export const poolSchema = z.object({
+  id: z.string(),
+  version_id: z.string(),
+  project_id: z.string(),
+  size: z.number().int().describe("Ready members kept"),
+  ready: z.number().int().describe("Members ready to be taken now"),
+  warming: z.number().int().describe("Members being made"),
+  hits: z.number().int().describe("Creates served from the pool"),
+  misses: z.number().int().describe("Creates that found it empty and forked cold"),
+  hit_rate: z.number().nullable().describe("hits / (hits + misses); null before any create"),
+  source: z.enum(["api", "x-denv"]).describe("Set with denv pool set, or declared by x-denv.pool"),
+  last_error: z.string().nullable().describe("Why the last refill failed, while refills keep failing"),
+  created_at: z.string(),
+});
+
+export const poolBody = z.strictObject({
+  size: z.number().int().min(0).max(256).describe("Ready members to keep (0 drains the pool)"),
+});
+
+/** A host's create turns, queue and room (admission control). */
+export const admissionSchema = z.object({
+  host_id: z.string(),
+  running: z.number().int().describe("Creates running now"),
+  parallel: z.number().int().describe("Creates the host runs at once"),
+  queued: z.array(z.object({ label: z.string(), position: z.number().int(), waited_ms: z.number() })),
+  queue_limit: z.number().int().describe("Creates that may wait; past it, capacity"),
+  committed_memory_bytes: z.number().describe("Memory caps of what runs there and is being made"),
+  memory_budget_bytes: z.number(),
+  memory_free_bytes: z.number().nullable(),
+  free_bytes: z.number(),
+});

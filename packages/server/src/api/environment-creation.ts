@@ -3,11 +3,13 @@
  * version) and sandboxes (from a version, or from an image with a compose file made for it).
  * Each answers once its deployment has its verdict.
  */
-import { DenvError, isDenvError } from "@denv/protocol";
+import { DEFAULT_CAPS, DenvError, isDenvError } from "@denv/protocol";
 import type { z } from "zod";
+import { MIN_FREE_BYTES } from "../deploy/placement.ts";
 import { newId } from "../ids.ts";
 import { deploymentById } from "../store/deployment-store.ts";
 import { environmentById, updateEnvironment } from "../store/environment-store.ts";
+import { hostFreeBytes, teamHosts } from "../store/host-store.ts";
 import { sandboxProject, setProjectSource } from "../store/project-store.ts";
 import type { DeploymentsTable, EnvironmentsTable } from "../store/schema.ts";
 import { findVersion } from "../store/version-store.ts";
@@ -40,6 +42,10 @@ async function createdEnv(
 
 const sandboxName = () => `sbx-${newId("x").slice(2, 10)}`;
 
+/**
+ * A fork of a version: a ready member of its warm pool when it has one, else a cold fork once the
+ * host gives it a create turn (admission.ts).
+ */
 export async function forkVersion(
   deps: ApiDeps,
   teamId: string,
@@ -47,8 +53,23 @@ export async function forkVersion(
   name: string | undefined,
   sandbox: boolean,
 ): Promise<Created> {
-  const made = await deps.deployer.fork(versionId, { teamId, name: name ?? sandboxName(), sandbox });
-  return createdEnv(deps, "fork", made);
+  const as = { name: name ?? sandboxName(), sandbox };
+  const pooled = await deps.pools.take(teamId, versionId, as);
+  if (pooled)
+    return {
+      ...(await serializeEnvironment(deps.store, deps.secrets, pooled.env)),
+      deployment_id: pooled.deploymentId,
+    };
+  const version = await findVersion(deps.store, teamId, versionId);
+  const ticket = await deps.admission.admit(version.host_id, {
+    memoryBytes: await deps.admission.versionMemoryBytes(version.id),
+    label: `fork ${as.name}`,
+  });
+  try {
+    return await createdEnv(deps, "fork", await deps.deployer.fork(versionId, { teamId, ...as }));
+  } finally {
+    ticket.release();
+  }
 }
 
 /** Forks a fan-out starts at once; the rest wait for one of them to finish. */
@@ -121,11 +142,16 @@ export async function createSandbox(
   if ("from_version" in body) return forkVersion(deps, teamId, body.from_version, body.name, true);
   const p = await sandboxProject(deps.store, teamId);
   const volumes = body.volumes ?? ["/work"];
+  const egress = body.egress ?? "deny";
+  // Denied egress and no ports: the sandbox needs no network at all (exec and files go through
+  // its agent's socket), so none is made: no bridge, no subnet, nothing to probe but loopback.
+  const isolated = egress === "deny" && !body.ports?.length;
   const compose = {
-    "x-denv": { kind: "agent", egress: body.egress ?? "deny" },
+    "x-denv": { kind: "agent", egress },
     services: {
       main: {
         image: body.image,
+        ...(isolated ? { network_mode: "none" } : {}),
         ...(body.cmd ? { command: body.cmd } : {}),
         ...(body.env ? { environment: body.env } : {}),
         ...(body.user ? { user: body.user } : {}),
@@ -136,8 +162,31 @@ export async function createSandbox(
     volumes: Object.fromEntries(volumes.map((_p, i) => [`v${i}`, {}])),
   };
   const sealed = deps.secrets.sealText(JSON.stringify(compose));
-  await setProjectSource(deps.store, p.id, { compose_text: sealed });
-  const made = await deps.deployer.deploy({ ...p, compose_text: sealed }, body.name ?? sandboxName());
-  await updateEnvironment(deps.store, made.environmentId, { sandbox: 1 });
-  return createdEnv(deps, "sandbox", made);
+  const hostId = await sandboxHost(deps, teamId);
+  const ticket = hostId
+    ? await deps.admission.admit(hostId, {
+        memoryBytes: DEFAULT_CAPS.memory_bytes,
+        label: `sandbox ${body.name ?? body.image}`,
+      })
+    : null;
+  try {
+    await setProjectSource(deps.store, p.id, { compose_text: sealed });
+    const made = await deps.deployer.deploy({ ...p, compose_text: sealed }, body.name ?? sandboxName());
+    await updateEnvironment(deps.store, made.environmentId, { sandbox: 1 });
+    return await createdEnv(deps, "sandbox", made);
+  } finally {
+    ticket?.release();
+  }
+}
+
+/**
+ * The host a sandbox's deploy will be placed on (placement.ts: the connected host with the most
+ * free storage), for its create turn; null when there is none (the deploy says why).
+ */
+async function sandboxHost(deps: ApiDeps, teamId: string): Promise<string | null> {
+  const hosts = (await teamHosts(deps.store, teamId)).filter(
+    (h) => deps.hub.isConnected(h.id) && hostFreeBytes(h) >= MIN_FREE_BYTES,
+  );
+  hosts.sort((a, b) => hostFreeBytes(b) - hostFreeBytes(a));
+  return hosts[0]?.id ?? null;
 }

@@ -22,6 +22,7 @@ import { insertCloud } from "../store/cloud-store.ts";
 import { insertDeployment } from "../store/deployment-store.ts";
 import { findOrCreateEnvironment, updateEnvironment } from "../store/environment-store.ts";
 import { openStore, type Store } from "../store/open-store.ts";
+import { upsertPool } from "../store/pool-store.ts";
 import { insertProject } from "../store/project-store.ts";
 import { createApiKey, createTeam } from "../store/team-store.ts";
 import { insertVersion } from "../store/version-store.ts";
@@ -228,6 +229,8 @@ before(async () => {
     evidence_json: "{}",
     created_at: new Date().toISOString(),
   });
+  // A version's pool, empty until a case sets its size.
+  await upsertPool(store, { team_id: teamA, project_id: project.id, version_id: a.version }, 0, "api");
   a.deployment = "dep_000000000001";
   await insertDeployment(store, {
     id: a.deployment,
@@ -310,6 +313,11 @@ const CASES: Record<string, Case> = {
     body: () => ({ name: "f1" }),
     status: 201,
   },
+  "get /v1/pools": { path: () => "/v1/pools", status: 200 },
+  "get /v1/pools/{id}": { path: () => `/v1/pools/${a.version}`, status: 200 },
+  "put /v1/pools/{id}": { path: () => `/v1/pools/${a.version}`, body: () => ({ size: 1 }), status: 200 },
+  "delete /v1/pools/{id}": { path: () => `/v1/pools/${a.version}`, status: 200 },
+  "get /v1/admission": { path: () => "/v1/admission", status: 200 },
   "post /v1/versions/{id}/forks": {
     path: () => `/v1/versions/${a.version}/forks`,
     body: () => ({ count: 3, name_prefix: "fan" }),

@@ -83,6 +83,12 @@ async function deployPhases(
   if (before.stack_id && before.host_id)
     await runner.hub.call(before.host_id, "destroy", { stack_id: before.stack_id }).catch(() => {});
   await rec.verdict("succeeded", null, { version_id: versionId, environment: before.name, host_id: hostId });
+  runner.options.onDeployed?.({
+    teamId: project.team_id,
+    projectId: project.id,
+    versionId,
+    pool: spec.pool ?? 0,
+  });
 }
 
 /** resolve: the compose file validated off the event loop (it is a team's input), images pinned. */

@@ -40,10 +40,10 @@ export class Deployer {
     return runDeploy(this.runner, project, envName);
   }
 
-  /** A new environment from a version, on the host that holds the version's data. */
+  /** A new environment from a version, on the host that holds the version's data (or a pool's member). */
   fork(
     versionId: string,
-    options: { teamId: string; name: string; sandbox?: boolean },
+    options: { teamId: string; name: string; sandbox?: boolean; poolId?: string },
   ): Promise<Launched & { environmentId: string }> {
     return runFork(this.runner, versionId, options);
   }

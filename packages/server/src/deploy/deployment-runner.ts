@@ -32,6 +32,8 @@ export interface DeployerOptions {
   provisioner?: Provisioner;
   /** How long the join phase waits for a machine it created (default 15 minutes). */
   provisionJoinWaitMs?: number;
+  /** Told of each deploy that made a version (the warm pools follow x-denv.pool). */
+  onDeployed?: (d: { teamId: string; projectId: string; versionId: string; pool: number }) => void;
 }
 
 /** A deployment under way: its id, and a promise settled once it has its verdict. */

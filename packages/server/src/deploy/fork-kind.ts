@@ -13,13 +13,19 @@ import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
 export async function runFork(
   runner: DeploymentRunner,
   versionId: string,
-  options: { teamId: string; name: string; sandbox?: boolean },
+  options: { teamId: string; name: string; sandbox?: boolean; poolId?: string },
 ): Promise<Launched & { environmentId: string }> {
   const version = await findVersion(runner.store, options.teamId, versionId);
   const project = await projectById(runner.store, version.project_id);
   if (await environmentNamed(runner.store, project.id, options.name))
     throw new DenvError("conflict", `an environment named ${options.name} already exists in ${project.name}`);
-  const env = await findOrCreateEnvironment(runner.store, project, options.name, options.sandbox);
+  const env = await findOrCreateEnvironment(
+    runner.store,
+    project,
+    options.name,
+    options.sandbox,
+    options.poolId ?? null,
+  );
   await updateEnvironment(runner.store, env.id, { parent_version_id: versionId });
   const rec = await runner.begin(options.teamId, env.id, "fork", ["place", "join", "fork", "verdict"]);
   const launched = runner.launch(

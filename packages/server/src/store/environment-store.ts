@@ -15,7 +15,8 @@ export async function findEnvironment(store: Store, teamId: string, ref: string)
     .innerJoin("projects", "projects.id", "environments.project_id")
     .selectAll("environments")
     .where("environments.team_id", "=", teamId)
-    .where("environments.status", "!=", "destroyed");
+    .where("environments.status", "!=", "destroyed")
+    .where("environments.pool_id", "is", null);
   if (projectName) q = q.where("projects.name", "=", projectName).where("environments.name", "=", envName);
   else q = q.where((eb) => eb.or([eb("environments.id", "=", ref), eb("environments.name", "=", ref)]));
   const rows = await q.execute();
@@ -34,13 +35,14 @@ export async function environmentById(store: Store, id: string): Promise<Environ
   return env;
 }
 
-/** A team's environments that are not destroyed. */
+/** A team's environments that are not destroyed (warm pools' members are not theirs yet). */
 export function teamEnvironments(store: Store, teamId: string): Promise<EnvironmentsTable[]> {
   return store
     .selectFrom("environments")
     .selectAll()
     .where("team_id", "=", teamId)
     .where("status", "!=", "destroyed")
+    .where("pool_id", "is", null)
     .execute();
 }
 
@@ -63,6 +65,7 @@ export async function findOrCreateEnvironment(
   project: ProjectsTable,
   name: string,
   sandbox = false,
+  poolId: string | null = null,
 ): Promise<EnvironmentsTable> {
   const existing = await environmentNamed(store, project.id, name);
   if (existing) return existing;
@@ -77,6 +80,7 @@ export async function findOrCreateEnvironment(
     current_version_id: null,
     parent_version_id: null,
     sandbox: sandbox ? 1 : 0,
+    pool_id: poolId,
     created_at: now(),
   };
   await store.insertInto("environments").values(env).execute();

@@ -175,6 +175,27 @@ export const MIGRATIONS: Record<string, Migration> = {
       await db.schema.alterTable("environments").renameColumn("host_env_id", "stack_id").execute();
     },
   },
+  "0006_pools": {
+    async up(db: Kysely<unknown>) {
+      // A warm pool: ready forks of one version, kept at a size; a member is an environment whose
+      // pool_id is set, invisible to the team until a create takes it over (pool_id cleared).
+      await db.schema
+        .createTable("pools")
+        .addColumn("id", text, (c) => c.primaryKey())
+        .addColumn("team_id", text, (c) => c.notNull())
+        .addColumn("project_id", text, (c) => c.notNull())
+        .addColumn("version_id", text, (c) => c.notNull())
+        .addColumn("size", "integer", (c) => c.notNull())
+        .addColumn("source", text, (c) => c.notNull())
+        .addColumn("hits", "integer", (c) => c.notNull().defaultTo(0))
+        .addColumn("misses", "integer", (c) => c.notNull().defaultTo(0))
+        .addColumn("created_at", text, (c) => c.notNull())
+        .addUniqueConstraint("pools_team_version", ["team_id", "version_id"])
+        .execute();
+      await db.schema.alterTable("environments").addColumn("pool_id", text).execute();
+      await sql`create index environments_pool on environments (pool_id)`.execute(db);
+    },
+  },
 };
 
 export const migrationProvider: MigrationProvider = {

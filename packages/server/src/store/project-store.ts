@@ -62,12 +62,14 @@ export async function setProjectSource(
 
 /** The team's hidden sandbox project, made on first use. */
 export async function sandboxProject(store: Store, teamId: string): Promise<ProjectsTable> {
-  const existing = await store
-    .selectFrom("projects")
-    .selectAll()
-    .where("team_id", "=", teamId)
-    .where("name", "=", SANDBOX_PROJECT)
-    .executeTakeFirst();
+  const find = () =>
+    store
+      .selectFrom("projects")
+      .selectAll()
+      .where("team_id", "=", teamId)
+      .where("name", "=", SANDBOX_PROJECT)
+      .executeTakeFirst();
+  const existing = await find();
   if (existing) return existing;
   const row: ProjectsTable = {
     id: newId("prj"),
@@ -81,6 +83,13 @@ export async function sandboxProject(store: Store, teamId: string): Promise<Proj
     pinned_target: null,
     created_at: now(),
   };
-  await insertProject(store, row);
-  return row;
+  try {
+    await insertProject(store, row);
+    return row;
+  } catch (err) {
+    // A team's first sandboxes, asked for at once: one insert wins (team and name are unique).
+    const made = await find();
+    if (made) return made;
+    throw err;
+  }
 }

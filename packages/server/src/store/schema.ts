@@ -70,6 +70,8 @@ export interface EnvironmentsTable {
   current_version_id: string | null;
   parent_version_id: string | null;
   sandbox: number;
+  /** Set while the environment is a warm pool's member: not the team's to see until taken. */
+  pool_id: string | null;
   created_at: string;
 }
 
@@ -142,6 +144,21 @@ export interface CloudMachinesTable {
   deleted_at: string | null;
 }
 
+export interface PoolsTable {
+  id: string;
+  team_id: string;
+  project_id: string;
+  version_id: string;
+  /** Ready members kept. */
+  size: number;
+  /** Who asked for it: "api" (denv pool set) or "x-denv" (the compose file's x-denv.pool). */
+  source: string;
+  /** Creates served from the pool, and creates that found it empty (a cold fork). */
+  hits: number;
+  misses: number;
+  created_at: string;
+}
+
 export interface Database {
   teams: TeamsTable;
   api_keys: ApiKeysTable;
@@ -154,4 +171,5 @@ export interface Database {
   port_urls: PortUrlsTable;
   clouds: CloudsTable;
   cloud_machines: CloudMachinesTable;
+  pools: PoolsTable;
 }

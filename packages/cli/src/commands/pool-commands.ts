@@ -1,0 +1,105 @@
+/** Warm pools: ready forks of a version kept aside, so a fork of it is handed over at once. */
+
+import type { DenvClient } from "@denv/sdk";
+import type { Command } from "commander";
+import { printJson, UsageError } from "../output.ts";
+import { envParam, run } from "./command-runner.ts";
+
+/** A version id as given, or an environment's current version. */
+async function versionOf(client: DenvClient, ref: string): Promise<string> {
+  if (ref.startsWith("ver_")) return ref;
+  const e = await client.call("getV1EnvsById", { params: envParam(ref) });
+  if (!e.current_version_id)
+    throw new UsageError(`${ref} has no version yet: snapshot it first (denv snapshot ${ref})`);
+  return e.current_version_id;
+}
+
+type Pool = {
+  version_id: string;
+  size: number;
+  ready: number;
+  warming: number;
+  hits: number;
+  misses: number;
+  hit_rate: number | null;
+  source: string;
+  last_error: string | null;
+};
+
+function printPools(pools: Pool[]): void {
+  process.stdout.write("VERSION\tSIZE\tREADY\tWARMING\tHITS\tMISSES\tHIT RATE\tSOURCE\tLAST ERROR\n");
+  for (const p of pools)
+    process.stdout.write(
+      `${p.version_id}\t${p.size}\t${p.ready}\t${p.warming}\t${p.hits}\t${p.misses}\t${p.hit_rate === null ? "-" : `${Math.round(p.hit_rate * 100)}%`}\t${p.source}\t${p.last_error ?? "-"}\n`,
+    );
+}
+
+export function registerPoolCommands(program: Command): void {
+  const pool = program
+    .command("pool")
+    .description(
+      "Warm pools: ready forks of a version, handed over at once by fork, sandbox create and fan-out",
+    );
+  const set = pool
+    .command("set")
+    .description("Keep N ready forks of an environment's current version (or of a version id)")
+    .argument("<env-or-version>", "an environment (its current version) or a version id (ver_…)")
+    .requiredOption("--size <n>", "ready forks to keep (0 drains the pool)")
+    .option("--json", "print JSON")
+    .addHelpText(
+      "after",
+      "\nExamples:\n  denv pool set alpha --size 8\n  denv pool set ver_abc123 --size 0    (drains it)",
+    );
+  set.action(
+    run(set, async (client, json, ref: string, o: { size: string }) => {
+      const size = Number(o.size);
+      if (!Number.isInteger(size) || size < 0 || size > 256)
+        throw new UsageError(`--size ${o.size} must be a whole number from 0 to 256`);
+      const version = await versionOf(client(), ref);
+      if (size === 0) {
+        const r = await client().call("deleteV1PoolsById", { params: { id: version } });
+        if (json) printJson(r);
+        else process.stdout.write(`drained the pool of ${version} (${r.drained} ready forks destroyed)\n`);
+        return 0;
+      }
+      const r = await client().call("putV1PoolsById", { params: { id: version }, body: { size } });
+      if (json) printJson(r);
+      else
+        process.stdout.write(`pool of ${version}: ${r.size} kept, ${r.ready} ready, ${r.warming} warming\n`);
+      return 0;
+    }),
+  );
+  const show = pool
+    .command("show")
+    .description("Pools with what each holds and its hit rate (all of them, or one)")
+    .argument("[env-or-version]", "an environment (its current version) or a version id")
+    .option("--json", "print JSON");
+  show.action(
+    run(show, async (client, json, ref: string | undefined) => {
+      const pools = ref
+        ? [
+            await client().call("getV1PoolsById", {
+              params: { id: await versionOf(client(), ref) },
+            }),
+          ]
+        : (await client().call("getV1Pools", {})).pools;
+      if (json) printJson(ref ? pools[0] : { pools });
+      else printPools(pools);
+      return 0;
+    }),
+  );
+  const rm = pool
+    .command("rm")
+    .description("Drain a pool: its ready forks are destroyed; forks already taken stay")
+    .argument("<env-or-version>", "an environment (its current version) or a version id")
+    .option("--json", "print JSON");
+  rm.action(
+    run(rm, async (client, json, ref: string) => {
+      const version = await versionOf(client(), ref);
+      const r = await client().call("deleteV1PoolsById", { params: { id: version } });
+      if (json) printJson(r);
+      else process.stdout.write(`drained the pool of ${version} (${r.drained} ready forks destroyed)\n`);
+      return 0;
+    }),
+  );
+}

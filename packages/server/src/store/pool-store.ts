@@ -1,0 +1,133 @@
+/**
+ * Warm pools: per version, a number of ready forks kept aside. A member is an environment with
+ * pool_id set; taking one is a single conditional update (pool_id cleared, the user's name given),
+ * so two creates never get the same member.
+ */
+import { DenvError } from "@denv/protocol";
+import { sql } from "kysely";
+import { newId, now } from "../ids.ts";
+import type { Store } from "./open-store.ts";
+import type { EnvironmentsTable, PoolsTable } from "./schema.ts";
+
+/** Members that count towards a pool's size: ready, or on their way. */
+const LIVE = ["pending", "running"];
+
+export function teamPools(store: Store, teamId: string): Promise<PoolsTable[]> {
+  return store.selectFrom("pools").selectAll().where("team_id", "=", teamId).orderBy("created_at").execute();
+}
+
+export function allPools(store: Store): Promise<PoolsTable[]> {
+  return store.selectFrom("pools").selectAll().execute();
+}
+
+export function poolOfVersion(
+  store: Store,
+  teamId: string,
+  versionId: string,
+): Promise<PoolsTable | undefined> {
+  return store
+    .selectFrom("pools")
+    .selectAll()
+    .where("team_id", "=", teamId)
+    .where("version_id", "=", versionId)
+    .executeTakeFirst();
+}
+
+export async function findPool(store: Store, teamId: string, versionId: string): Promise<PoolsTable> {
+  const p = await poolOfVersion(store, teamId, versionId);
+  if (!p) throw new DenvError("not_found", `version ${versionId} has no warm pool`);
+  return p;
+}
+
+/** Creates the version's pool, or changes its size (and who declared it). */
+export async function upsertPool(
+  store: Store,
+  v: { team_id: string; project_id: string; version_id: string },
+  size: number,
+  source: "api" | "x-denv",
+): Promise<PoolsTable> {
+  const existing = await poolOfVersion(store, v.team_id, v.version_id);
+  if (existing) {
+    await store.updateTable("pools").set({ size, source }).where("id", "=", existing.id).execute();
+    return { ...existing, size, source };
+  }
+  const row: PoolsTable = {
+    id: newId("pool"),
+    team_id: v.team_id,
+    project_id: v.project_id,
+    version_id: v.version_id,
+    size,
+    source,
+    hits: 0,
+    misses: 0,
+    created_at: now(),
+  };
+  await store.insertInto("pools").values(row).execute();
+  return row;
+}
+
+export async function deletePool(store: Store, id: string): Promise<void> {
+  await store.deleteFrom("pools").where("id", "=", id).execute();
+}
+
+/** A pool's members that are ready or being made. */
+export function poolMembers(store: Store, poolId: string): Promise<EnvironmentsTable[]> {
+  return store
+    .selectFrom("environments")
+    .selectAll()
+    .where("pool_id", "=", poolId)
+    .where("status", "in", LIVE)
+    .orderBy("created_at")
+    .execute();
+}
+
+/** Members that are no more use (their fork failed): released from the pool for good. */
+export async function releaseDeadMembers(store: Store, poolId: string): Promise<number> {
+  const r = await store
+    .updateTable("environments")
+    .set({ pool_id: null })
+    .where("pool_id", "=", poolId)
+    .where("status", "not in", LIVE)
+    .executeTakeFirst();
+  return Number(r.numUpdatedRows);
+}
+
+/**
+ * Takes a ready member for the caller: it becomes an ordinary environment with the caller's
+ * name and its creation time now. Undefined when none is ready (the caller forks cold).
+ */
+export async function takeMember(
+  store: Store,
+  pool: PoolsTable,
+  as: { name: string; sandbox: boolean },
+): Promise<EnvironmentsTable | undefined> {
+  for (let attempt = 0; attempt < 8; attempt++) {
+    const candidate = await store
+      .selectFrom("environments")
+      .selectAll()
+      .where("pool_id", "=", pool.id)
+      .where("status", "=", "running")
+      .orderBy("created_at")
+      .limit(1)
+      .executeTakeFirst();
+    if (!candidate) return undefined;
+    const taken = await store
+      .updateTable("environments")
+      .set({ pool_id: null, name: as.name, sandbox: as.sandbox ? 1 : 0, created_at: now() })
+      .where("id", "=", candidate.id)
+      .where("pool_id", "=", pool.id)
+      .executeTakeFirst();
+    // Another create took it between the read and the update: try the next one.
+    if (Number(taken.numUpdatedRows) === 1)
+      return { ...candidate, pool_id: null, name: as.name, sandbox: as.sandbox ? 1 : 0 };
+  }
+  return undefined;
+}
+
+export async function countPoolUse(store: Store, poolId: string, hit: boolean): Promise<void> {
+  await store
+    .updateTable("pools")
+    .set(hit ? { hits: sql`hits + 1` } : { misses: sql`misses + 1` })
+    .where("id", "=", poolId)
+    .execute();
+}

@@ -4,28 +4,21 @@
  *     vs `docker run` of the same image until the same exec answers;
  *   exec of `echo` through POST /v1/envs/{id}/exec vs the Engine API directly vs `docker exec`;
  *   deploy of ops-world to healthy by denv vs `docker-compose up` of the same stack to the same health;
- *   sandboxes held alive at once, and exec throughput and p99 across 50 of them.
+ *   fan-out of ops-world forks in one call vs the same forks one after another.
+ * Rollouts at scale (pools, create throughput, live sandboxes, exec under load) are scale-bench.ts.
  */
 import { execFileSync, spawnSync } from "node:child_process";
-import { randomBytes } from "node:crypto";
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { mkdtemp } from "node:fs/promises";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { BtrfsDriver, Denvd, DockerRuntime, defaultAgentBinary, joinServer, Sidecar } from "@denv/denvd";
-import { startServer } from "@denv/server";
 import Docker from "dockerode";
 import { parse, stringify } from "yaml";
+import { log, ms, openBenchRig } from "./bench-rig.ts";
 
 export type Metric = { value: number; unit: string; samples?: number[]; note?: string };
 
 const root = join(import.meta.dirname, "..");
 const docker = new Docker();
 const OPSBOX = "127.0.0.1:5000/denv/opsbox:bookworm";
-const log = (s: string) => process.stderr.write(`${s}\n`);
-const pct = (xs: number[], p: number) =>
-  [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((xs.length - 1) * p))] as number;
-const ms = (xs: number[], p = 0.5) => Math.round(pct(xs, p) * 10) / 10;
 
 async function dockerExecEcho(c: Docker.Container): Promise<void> {
   const exec = await c.exec({ Cmd: ["echo", "hi"], AttachStdout: true, AttachStderr: true });
@@ -35,36 +28,8 @@ async function dockerExecEcho(c: Docker.Container): Promise<void> {
 }
 
 export async function apiBench(quick: boolean): Promise<Record<string, Metric>> {
-  const runId = `bench-api-${randomBytes(3).toString("hex")}`;
-  const labels = { "dev.denv.test": runId };
-  const stateDir = join("/var/lib/denv-test", runId);
-  const dataDir = await mkdtemp(join(tmpdir(), "denv-bench-"));
-  const KEY = `dk_${runId}`;
-  const server = await startServer({ dataDir, adminKey: KEY, fetchAllow: ["127.0.0.1:5000"] });
-  const storage = new BtrfsDriver({ stateDir, imageSizeBytes: 32 * 1024 ** 3 });
-  const denvd = await Denvd.open({
-    stateDir,
-    storage,
-    runtime: new DockerRuntime(),
-    extraLabels: labels,
-    minFreeBytes: 256 * 1024 ** 2,
-    agentBinary: defaultAgentBinary(),
-  });
-  const api = async (method: string, path: string, body?: unknown) => {
-    const res = await fetch(`${server.url}${path}`, {
-      method,
-      headers: { authorization: `Bearer ${KEY}`, ...(body ? { "content-type": "application/json" } : {}) },
-      body: body ? JSON.stringify(body) : undefined,
-    });
-    const data = (await res.json()) as Record<string, any>;
-    if (!res.ok) throw new Error(`${method} ${path}: ${JSON.stringify(data)}`);
-    return data;
-  };
-  const token = (await api("POST", "/v1/hosts/join-token")).token;
-  const joined = await joinServer(server.url, token, "bench");
-  const sidecar = new Sidecar({ serverUrl: server.url, secret: joined.secret, denvd });
-  sidecar.start();
-  await sidecar.ready;
+  const rig = await openBenchRig("api");
+  const { api, server, denvd, labels, runId, stateDir } = rig;
   const results: Record<string, Metric> = {};
   const peerDir = join(stateDir, "peer");
   try {
@@ -203,44 +168,9 @@ export async function apiBench(quick: boolean): Promise<Record<string, Metric>> 
     }
     results.exec_cli_p50_ms = { value: ms(cli), unit: "ms" };
 
-    // --- sandboxes at once, and exec under load across them ---
-    const target = quick ? 20 : 50;
-    while (sandboxes.length < target)
-      sandboxes.push((await api("POST", "/v1/sandboxes", { from_version: version })).id);
-    const alive = (await api("GET", "/v1/envs")).environments.filter(
-      (e: any) => e.sandbox && e.status === "running",
-    ).length;
-    results.concurrent_sandboxes = {
-      value: alive,
-      unit: "sandboxes",
-      note: `created and held alive at once (the run asks for ${target}; not a limit search)`,
-    };
-    const loadMs = quick ? 5000 : 15_000;
-    const latencies: number[] = [];
-    const deadline = performance.now() + loadMs;
-    const workers = Array.from({ length: 8 }, async (_w, w) => {
-      for (let i = w; performance.now() < deadline; i += 8) {
-        const t = performance.now();
-        await api("POST", `/v1/envs/${sandboxes[i % sandboxes.length]}/exec`, { command: ["echo", "hi"] });
-        latencies.push(performance.now() - t);
-      }
-    });
-    await Promise.all(workers);
-    results.exec_per_s = {
-      value: Math.round((latencies.length / loadMs) * 1000 * 10) / 10,
-      unit: "exec/s",
-      note: `8 clients round-robin over ${sandboxes.length} sandboxes for ${loadMs / 1000} s`,
-    };
-    results.exec_load_p99_ms = { value: ms(latencies, 0.99), unit: "ms" };
     for (const id of sandboxes) await api("DELETE", `/v1/envs/${id}`);
   } finally {
-    await sidecar.stop();
-    await server.close();
-    for (const e of denvd.stacks()) await denvd.destroy(e.id).catch(() => {});
-    for (const v of denvd.versions()) await denvd.deleteVersion(v.id).catch(() => {});
-    await storage.unmount().catch(() => {});
-    rmSync(stateDir, { recursive: true, force: true });
-    rmSync(dataDir, { recursive: true, force: true });
+    await rig.close();
   }
   return results;
 }

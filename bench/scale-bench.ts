@@ -1,0 +1,241 @@
+/**
+ * Rollouts at scale, each figure beside its peer in the same run:
+ *   pool acquisition (POST /v1/sandboxes {from_version} served by a warm pool of ops-world forks)
+ *     vs a cold fork of the same version;
+ *   create throughput: 100 single-container sandboxes from an image at concurrency 10 and 50
+ *     vs `docker run` (create + start, no network) of the same image at the same concurrency;
+ *   where a sandbox create's time goes (each phase's p50, from the deployments' own records);
+ *   the most live sandboxes the host holds (created at concurrency 10 until a create is refused
+ *     or the search's cap), and exec throughput and p99 across them at 20 and 100 concurrent
+ *     callers vs Engine API exec against the same containers at the same concurrency.
+ */
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import Docker from "dockerode";
+import type { Metric } from "./api-bench.ts";
+import { type BenchRig, log, ms, openBenchRig } from "./bench-rig.ts";
+
+const root = join(import.meta.dirname, "..");
+const docker = new Docker();
+const OPSBOX = "127.0.0.1:5000/denv/opsbox:bookworm";
+const sandboxBody = (name: string) => ({ image: OPSBOX, cmd: ["sleep", "infinity"], user: "1000", name });
+
+/** Runs `count` jobs with at most `width` at once; how long all took. */
+async function atConcurrency(
+  count: number,
+  width: number,
+  job: (i: number) => Promise<void>,
+): Promise<number> {
+  let next = 0;
+  const t = performance.now();
+  await Promise.all(
+    Array.from({ length: Math.min(width, count) }, async () => {
+      for (let i = next++; i < count; i = next++) await job(i);
+    }),
+  );
+  return performance.now() - t;
+}
+
+/** Calls per second and latencies of `call` from `callers` loops for `durationMs`. */
+async function load(callers: number, durationMs: number, call: (i: number) => Promise<void>) {
+  const latencies: number[] = [];
+  const deadline = performance.now() + durationMs;
+  const t = performance.now();
+  await Promise.all(
+    Array.from({ length: callers }, async (_c, c) => {
+      for (let i = c; performance.now() < deadline; i += callers) {
+        const s = performance.now();
+        await call(i);
+        latencies.push(performance.now() - s);
+      }
+    }),
+  );
+  const elapsed = performance.now() - t;
+  return { perS: Math.round((latencies.length / elapsed) * 1000 * 10) / 10, latencies };
+}
+
+async function engineExecEcho(id: string): Promise<void> {
+  const exec = await docker
+    .getContainer(id)
+    .exec({ Cmd: ["echo", "hi"], AttachStdout: true, AttachStderr: true });
+  const stream = await exec.start({ hijack: true, stdin: false });
+  stream.resume();
+  await new Promise((r) => stream.on("end", r).on("close", r));
+}
+
+async function destroyAll(rig: BenchRig, ids: string[]): Promise<void> {
+  await atConcurrency(ids.length, 8, async (i) => {
+    await rig.api("DELETE", `/v1/envs/${ids[i]}`);
+  });
+}
+
+export async function scaleBench(quick: boolean): Promise<Record<string, Metric>> {
+  const rig = await openBenchRig("scale", { serverOptions: { pools: { intervalMs: 200 } } });
+  const { api } = rig;
+  const results: Record<string, Metric> = {};
+  try {
+    // --- pool acquisition vs a cold fork ---
+    const compose = readFileSync(join(root, "examples/ops-world/docker-compose.yaml"), "utf8");
+    await api("POST", "/v1/projects", { name: "ops-world", kind: "rl-environment", source: "./ops-world" });
+    await api("PUT", "/v1/projects/ops-world/source", { compose });
+    const base = await api("POST", "/v1/projects/ops-world/deploy?wait=true", { env: "alpha" });
+    const version = base.version_id as string;
+    const samples = quick ? 5 : 12;
+    const cold: number[] = [];
+    const made: string[] = [];
+    for (let i = 0; i < samples; i++) {
+      const t = performance.now();
+      made.push((await api("POST", "/v1/sandboxes", { from_version: version, name: `cold-${i}` })).id);
+      cold.push(performance.now() - t);
+    }
+    await destroyAll(rig, made.splice(0));
+    await api("PUT", `/v1/pools/${version}`, { size: 4 });
+    const ready = async () => {
+      for (;;) {
+        const p = await api("GET", `/v1/pools/${version}`);
+        if (p.ready === p.size) return;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    };
+    const warm: number[] = [];
+    for (let i = 0; i < samples; i++) {
+      await ready();
+      const t = performance.now();
+      made.push((await api("POST", "/v1/sandboxes", { from_version: version, name: `warm-${i}` })).id);
+      warm.push(performance.now() - t);
+    }
+    const pool = await api("GET", `/v1/pools/${version}`);
+    await api("DELETE", `/v1/pools/${version}`);
+    await destroyAll(rig, made.splice(0));
+    results.pool_acquire_p50_ms = {
+      value: ms(warm),
+      unit: "ms",
+      samples: warm.map((x) => Math.round(x * 10) / 10),
+      note: `POST /v1/sandboxes {from_version} of ops-world, served by a warm pool of 4 (${pool.hits} hits, ${pool.misses} misses)`,
+    };
+    results.pool_acquire_p95_ms = { value: ms(warm, 0.95), unit: "ms" };
+    results.pool_acquire_peer_p50_ms = {
+      value: ms(cold),
+      unit: "ms",
+      samples: cold.map(Math.round),
+      note: "the same create with no pool: a cold fork (clone, start, health, egress probe)",
+    };
+    log(`  pool acquisition p50 ${ms(warm)} ms; cold fork p50 ${ms(cold)} ms`);
+
+    // --- create throughput: image sandboxes vs docker run, at concurrency 10 and 50 ---
+    const count = quick ? 30 : 100;
+    for (const width of [10, 50]) {
+      const ids: string[] = [];
+      const elapsed = await atConcurrency(count, width, async (i) => {
+        ids.push((await api("POST", "/v1/sandboxes", sandboxBody(`tp${width}-${i}`))).id);
+      });
+      if (width === 10) await phaseBreakdown(rig, ids, results);
+      await destroyAll(rig, ids);
+      const containers: Docker.Container[] = [];
+      const peerElapsed = await atConcurrency(count, width, async () => {
+        const c = await docker.createContainer({
+          Image: OPSBOX,
+          Cmd: ["sleep", "infinity"],
+          User: "1000",
+          Labels: rig.labels,
+          HostConfig: { NetworkMode: "none" },
+        });
+        await c.start();
+        containers.push(c);
+      });
+      await Promise.all(containers.map((c) => c.remove({ force: true })));
+      const perS = Math.round((count / elapsed) * 1000 * 100) / 100;
+      const peerPerS = Math.round((count / peerElapsed) * 1000 * 100) / 100;
+      const suffix = width === 10 ? "" : `_${width}`;
+      results[`create_throughput_per_s${suffix}`] = {
+        value: perS,
+        unit: "sandboxes/s",
+        note: `${count} image sandboxes (egress denied, no ports) at concurrency ${width}: ${Math.round(elapsed)} ms`,
+      };
+      results[`create_throughput_peer_per_s${suffix}`] = {
+        value: peerPerS,
+        unit: "containers/s",
+        note: `docker run -d --network none (create + start) of the same image at concurrency ${width}: ${Math.round(peerElapsed)} ms`,
+      };
+      log(`  ${count} creates at ${width}: ${perS}/s; docker run ${peerPerS}/s`);
+    }
+
+    // --- the most live sandboxes, and exec under load across them ---
+    const cap = quick ? 40 : 250;
+    const live: string[] = [];
+    const containerIds: string[] = [];
+    let stoppedBy = `the search's cap (${cap})`;
+    await atConcurrency(cap, 10, async (i) => {
+      if (stoppedBy !== `the search's cap (${cap})`) return;
+      const r = await rig.raw("POST", "/v1/sandboxes", sandboxBody(`live-${i}`));
+      if (r.status !== 201) {
+        stoppedBy = `${r.data.error?.code}: ${r.data.error?.message}`;
+        return;
+      }
+      live.push(r.data.id as string);
+    });
+    const running = (await api("GET", "/v1/envs")).environments.filter(
+      (e: { sandbox: boolean; status: string }) => e.sandbox && e.status === "running",
+    ).length;
+    results.max_live_sandboxes = {
+      value: running,
+      unit: "sandboxes",
+      note: `image sandboxes live at once, made at concurrency 10; the search stopped at ${stoppedBy}`,
+    };
+    log(`  live sandboxes: ${running} (stopped at ${stoppedBy})`);
+    for (const id of live) {
+      const row = await rig.server.store
+        .selectFrom("environments")
+        .select("stack_id")
+        .where("id", "=", id)
+        .executeTakeFirstOrThrow();
+      containerIds.push(rig.denvd.stack(row.stack_id as string).containers.main as string);
+    }
+    const loadMs = quick ? 4000 : 10_000;
+    for (const callers of [20, 100]) {
+      const denv = await load(callers, loadMs, async (i) => {
+        await api("POST", `/v1/envs/${live[i % live.length]}/exec`, { command: ["echo", "hi"] });
+      });
+      const peer = await load(callers, loadMs, async (i) => {
+        await engineExecEcho(containerIds[i % containerIds.length] as string);
+      });
+      const suffix = callers === 20 ? "" : `_${callers}`;
+      results[`exec_per_s${suffix}`] = {
+        value: denv.perS,
+        unit: "exec/s",
+        note: `${callers} callers round-robin over ${live.length} sandboxes for ${loadMs / 1000} s (POST /v1/envs/{id}/exec of echo)`,
+      };
+      results[`exec_load_p99_ms${suffix}`] = { value: ms(denv.latencies, 0.99), unit: "ms" };
+      results[`exec_peer_per_s${suffix}`] = {
+        value: peer.perS,
+        unit: "exec/s",
+        note: `Engine API exec (create + start) of echo, ${callers} callers over the same containers`,
+      };
+      results[`exec_peer_load_p99_ms${suffix}`] = { value: ms(peer.latencies, 0.99), unit: "ms" };
+      log(
+        `  exec at ${callers} callers: ${denv.perS}/s p99 ${ms(denv.latencies, 0.99)} ms; Engine API ${peer.perS}/s p99 ${ms(peer.latencies, 0.99)} ms`,
+      );
+    }
+    await destroyAll(rig, live);
+  } finally {
+    await rig.close();
+  }
+  return results;
+}
+
+/** Where an image sandbox's create goes: each phase's p50 over the sandboxes made. */
+async function phaseBreakdown(rig: BenchRig, ids: string[], results: Record<string, Metric>): Promise<void> {
+  const byPhase = new Map<string, number[]>();
+  for (const id of ids) {
+    const { deployments } = await rig.api("GET", `/v1/envs/${id}/deployments`);
+    for (const p of deployments[0].phases as { name: string; status: string; duration_ms: number | null }[])
+      if (p.status === "succeeded" && p.duration_ms !== null)
+        byPhase.set(p.name, [...(byPhase.get(p.name) ?? []), p.duration_ms]);
+  }
+  for (const [name, xs] of byPhase)
+    results[`create_phase_${name}_p50_ms`] = {
+      value: ms(xs),
+      unit: "ms",
+      note: `the ${name} phase of an image sandbox's create, at concurrency 10 (its p95 ${ms(xs, 0.95)} ms)`,
+    };
+}

@@ -7,9 +7,10 @@
  *   fan-out of ops-world forks in one call vs the same forks one after another.
  * Rollouts at scale (pools, create throughput, live sandboxes, exec under load) are scale-bench.ts.
  */
-import { execFileSync, spawnSync } from "node:child_process";
+import { execFile, execFileSync, spawnSync } from "node:child_process";
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { promisify } from "node:util";
 import Docker from "dockerode";
 import { parse, stringify } from "yaml";
 import { log, ms, openBenchRig } from "./bench-rig.ts";
@@ -175,24 +176,36 @@ export async function apiBench(quick: boolean): Promise<Record<string, Metric>> 
   return results;
 }
 
-/** The peer's deploy: docker-compose up -d of the same stack on fresh volumes, to the same health. */
-async function composeUp(
+/**
+ * The peer's deploy: docker-compose up -d of the same stack, to the same health; on fresh volumes,
+ * or with each volume bound to a directory given (a copy of another stack's data).
+ */
+export async function composeUp(
   text: string,
   dir: string,
   project: string,
   labels: Record<string, string>,
+  volumeDirs?: Record<string, string>,
+  options: { keep?: boolean } = {},
 ): Promise<number> {
   const compose = parse(text);
   delete compose["x-denv"];
   for (const svc of Object.values<Record<string, unknown>>(compose.services)) svc.labels = labels;
-  compose.volumes = Object.fromEntries(Object.keys(compose.volumes).map((v) => [v, { labels }]));
+  compose.volumes = Object.fromEntries(
+    Object.keys(compose.volumes).map((v) => [
+      v,
+      volumeDirs?.[v]
+        ? { labels, driver: "local", driver_opts: { type: "none", o: "bind", device: volumeDirs[v] } }
+        : { labels },
+    ]),
+  );
   compose.networks = { default: { internal: true, labels } };
   mkdirSync(dir, { recursive: true });
   const file = join(dir, "docker-compose.yaml");
   writeFileSync(file, stringify(compose, { defaultStringType: "QUOTE_DOUBLE" }));
   const t = performance.now();
-  const up = spawnSync("docker-compose", ["-p", project, "-f", file, "up", "-d"], { encoding: "utf8" });
-  if (up.status !== 0) throw new Error(up.stderr);
+  // Not spawnSync: several of these run at once in the fan-out peer.
+  await promisify(execFile)("docker-compose", ["-p", project, "-f", file, "up", "-d"], { encoding: "utf8" });
   for (const name of ["db", "queue"]) {
     const [c] = await docker.listContainers({
       filters: JSON.stringify({
@@ -212,8 +225,17 @@ async function composeUp(
     }
   }
   const elapsed = performance.now() - t;
-  spawnSync("docker-compose", ["-p", project, "-f", file, "down", "-v"], { stdio: "ignore" });
-  rmSync(dir, { recursive: true, force: true });
-  log(`  docker-compose up to healthy: ${Math.round(elapsed)} ms`);
+  if (!options.keep) {
+    composeDown(dir, project);
+    log(`  docker-compose up to healthy: ${Math.round(elapsed)} ms`);
+  }
   return elapsed;
+}
+
+/** Removes what composeUp made: the project's containers, network and volumes, and its directory. */
+export function composeDown(dir: string, project: string): void {
+  spawnSync("docker-compose", ["-p", project, "-f", join(dir, "docker-compose.yaml"), "down", "-v"], {
+    stdio: "ignore",
+  });
+  rmSync(dir, { recursive: true, force: true });
 }

@@ -17,6 +17,7 @@ export interface BenchRig {
   stateDir: string;
   server: RunningServer;
   denvd: Denvd;
+  storage: BtrfsDriver;
   api(method: string, path: string, body?: unknown): Promise<Record<string, any>>;
   /** The answer whatever its status. */
   raw(method: string, path: string, body?: unknown): Promise<{ status: number; data: Record<string, any> }>;
@@ -72,6 +73,7 @@ export async function openBenchRig(
     stateDir,
     server,
     denvd,
+    storage,
     api,
     raw,
     async close() {

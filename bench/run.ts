@@ -61,6 +61,9 @@ const ratios = {
   fanout_vs_sequential: quick
     ? r2(v("fanout_8_ms") / v("fanout_8_sequential_ms"))
     : r2(v("fanout_32_ms") / v("fanout_32_sequential_ms")),
+  fanout_pooled_vs_compose_copies: quick
+    ? r2(v("fanout_8_pooled_ms") / v("fanout_8_peer_ms"))
+    : r2(v("fanout_32_pooled_ms") / v("fanout_32_peer_ms")),
   pool_acquire_vs_cold_fork: r2(v("pool_acquire_p50_ms") / v("pool_acquire_peer_p50_ms")),
   create_throughput_vs_docker_run: r2(v("create_throughput_per_s") / v("create_throughput_peer_per_s")),
   create_throughput_vs_docker_run_50: r2(
@@ -81,7 +84,10 @@ const goals: [string, boolean][] = [
   ["deploy no slower than docker-compose", ratios.deploy_vs_docker_compose <= 1],
   ...(quick
     ? []
-    : ([["32 ops-world forks ready ≤ 10 s (fan-out)", v("fanout_32_ms") <= 10_000]] as [string, boolean][])),
+    : ([
+        ["32 ops-world forks ready ≤ 10 s (fan-out from a warm pool)", v("fanout_32_pooled_ms") <= 10_000],
+        ["32 ops-world forks ready ≤ 10 s (fan-out, cold)", v("fanout_32_ms") <= 10_000],
+      ] as [string, boolean][])),
   ["pool acquisition ≤ 50 ms p50", v("pool_acquire_p50_ms") <= 50],
   ["100 single-container sandboxes at concurrency 10 in ≤ 30 s", v("create_throughput_per_s") >= 100 / 30],
   ["200 live sandboxes", v("max_live_sandboxes") >= 200],

@@ -2,6 +2,8 @@
  * Rollouts at scale, each figure beside its peer in the same run:
  *   pool acquisition (POST /v1/sandboxes {from_version} served by a warm pool of ops-world forks)
  *     vs a cold fork of the same version;
+ *   fan-out of 32 ops-world forks served by a pool of 32 vs 32 `docker-compose up` of copies of
+ *     the same data (8 at a time), and the CPU a cold fork costs this host;
  *   create throughput: 100 single-container sandboxes from an image at concurrency 10 and 50
  *     vs `docker run` (create + start, no network) of the same image at the same concurrency;
  *   where a sandbox create's time goes (each phase's p50, from the deployments' own records);
@@ -9,10 +11,12 @@
  *     or the search's cap), and exec throughput and p99 across them at 20 and 100 concurrent
  *     callers vs Engine API exec against the same containers at the same concurrency.
  */
-import { readFileSync } from "node:fs";
+import { execFile } from "node:child_process";
+import { mkdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
+import { promisify } from "node:util";
 import Docker from "dockerode";
-import type { Metric } from "./api-bench.ts";
+import { composeDown, composeUp, type Metric } from "./api-bench.ts";
 import { type BenchRig, log, ms, openBenchRig } from "./bench-rig.ts";
 
 const root = join(import.meta.dirname, "..");
@@ -107,6 +111,7 @@ export async function scaleBench(quick: boolean): Promise<Record<string, Metric>
     const pool = await api("GET", `/v1/pools/${version}`);
     await api("DELETE", `/v1/pools/${version}`);
     await destroyAll(rig, made.splice(0));
+    await fanOutFromPool(rig, version, compose, quick, results);
     results.pool_acquire_p50_ms = {
       value: ms(warm),
       unit: "ms",
@@ -221,6 +226,119 @@ export async function scaleBench(quick: boolean): Promise<Record<string, Metric>
     await rig.close();
   }
   return results;
+}
+
+/** CPU time the whole host spent (all cores), in seconds, from /proc/stat. */
+function busyCpuS(): number {
+  const f = readFileSync("/proc/stat", "utf8").split("\n")[0]?.trim().split(/\s+/).slice(1).map(Number) ?? [];
+  const [user = 0, nice = 0, system = 0, , , irq = 0, softirq = 0, steal = 0] = f;
+  return (user + nice + system + irq + softirq + steal) / 100;
+}
+
+/**
+ * N forks of ops-world in one call, served by a pool of N made beforehand, beside the peer: N
+ * `docker-compose up` of copies of the same data (cp -a of the stopped stack's volumes), 8 at a
+ * time. And what a cold fork costs: the host's busy CPU seconds over N cold forks, per fork.
+ */
+async function fanOutFromPool(
+  rig: BenchRig,
+  version: string,
+  compose: string,
+  quick: boolean,
+  results: Record<string, Metric>,
+): Promise<void> {
+  const { api } = rig;
+  const n = quick ? 8 : 32;
+  await api("PUT", `/v1/pools/${version}`, { size: n });
+  const filling = performance.now();
+  for (;;) {
+    const p = await api("GET", `/v1/pools/${version}`);
+    if (p.ready === n) break;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  const fillMs = Math.round(performance.now() - filling);
+  let t = performance.now();
+  const fan = await api("POST", `/v1/versions/${version}/forks`, { count: n, name_prefix: "pooled" });
+  const pooledMs = Math.round(performance.now() - t);
+  const pool = await api("DELETE", `/v1/pools/${version}`);
+  await destroyAll(
+    rig,
+    fan.forks
+      .filter((f: { ok: boolean }) => f.ok)
+      .map((f: { environment: { id: string } }) => f.environment.id),
+  );
+  results[`fanout_${n}_pooled_ms`] = {
+    value: pooledMs,
+    unit: "ms",
+    note: `${fan.created} of ${n} ops-world forks in one POST /v1/versions/{id}/forks, served by a warm pool of ${n} (drained ${pool.drained} refills after); filling the pool took ${fillMs} ms`,
+  };
+
+  // What a cold fork costs the host: busy CPU over N cold forks, 8 at a time (fan-out, no pool).
+  const cpu0 = busyCpuS();
+  t = performance.now();
+  const cold = await api("POST", `/v1/versions/${version}/forks`, { count: n, name_prefix: "cold" });
+  const coldMs = Math.round(performance.now() - t);
+  const cpuPerFork = Math.round(((busyCpuS() - cpu0) / n) * 100) / 100;
+  await destroyAll(
+    rig,
+    cold.forks
+      .filter((f: { ok: boolean }) => f.ok)
+      .map((f: { environment: { id: string } }) => f.environment.id),
+  );
+  results.fork_cpu_s = {
+    value: cpuPerFork,
+    unit: "cpu-s",
+    note: `busy CPU of the whole host per cold ops-world fork, over ${n} cold forks in one fan-out (${coldMs} ms)`,
+  };
+
+  // The peer: copies of the same data, each brought up by docker-compose, 8 at a time.
+  const envs = (await api("GET", "/v1/envs")).environments as { id: string; name: string }[];
+  const alpha = envs.find((e) => e.name === "alpha") as { id: string };
+  const row = await rig.server.store
+    .selectFrom("environments")
+    .select("stack_id")
+    .where("id", "=", alpha.id)
+    .executeTakeFirstOrThrow();
+  const stack = rig.denvd.stack(row.stack_id as string);
+  // The data at rest: the stack stopped (postgres shut down cleanly), as a copy would be taken.
+  for (const id of Object.values(stack.containers))
+    await docker
+      .getContainer(id)
+      .stop()
+      .catch(() => {});
+  const peerRoot = join(rig.stateDir, "fan-peer");
+  const copies = Array.from({ length: n }, (_, i) => ({
+    dir: join(peerRoot, String(i)),
+    project: `${rig.runId}f${i}`.replace(/[^a-z0-9]/g, ""),
+  }));
+  t = performance.now();
+  await atConcurrency(n, 8, async (i) => {
+    const c = copies[i] as (typeof copies)[number];
+    const dirs: Record<string, string> = {};
+    for (const [vol, ds] of Object.entries(stack.datasets)) {
+      const to = join(c.dir, "data", vol);
+      mkdirSync(join(c.dir, "data"), { recursive: true });
+      await promisify(execFile)("cp", ["-a", rig.storage.datasetPath(ds), to]);
+      dirs[vol] = to;
+    }
+    await composeUp(compose, c.dir, c.project, rig.labels, dirs, { keep: true });
+  });
+  const peerMs = Math.round(performance.now() - t);
+  for (const c of copies) composeDown(c.dir, c.project);
+  rmSync(peerRoot, { recursive: true, force: true });
+  for (const id of Object.values(stack.containers))
+    await docker
+      .getContainer(id)
+      .start()
+      .catch(() => {});
+  results[`fanout_${n}_peer_ms`] = {
+    value: peerMs,
+    unit: "ms",
+    note: `${n} docker-compose up of copies of the same data (cp -a of each volume, then up until the same healthchecks pass), 8 at a time`,
+  };
+  log(
+    `  fan-out of ${n}: from a pool ${pooledMs} ms (filling it ${fillMs} ms); cold ${coldMs} ms at ${cpuPerFork} cpu-s a fork; docker-compose up of copies ${peerMs} ms`,
+  );
 }
 
 /** Where an image sandbox's create goes: each phase's p50 over the sandboxes made. */

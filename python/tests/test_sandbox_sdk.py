@@ -111,6 +111,45 @@ class SandboxSdk(unittest.TestCase):
                     if f["ok"]:
                         client().destroy(f["environment"]["id"])
 
+    def test_warm_pool(self) -> None:
+        import time
+
+        import denv
+
+        with denv.Sandbox.create(image=OPSBOX, cmd=["sleep", "infinity"]) as sb:
+            sb.files.write("/work/mark", "pooled")
+            version = sb.snapshot()["version_id"]
+            pool = client().set_pool(version, 1)
+            self.assertEqual((pool["size"], pool["hits"], pool["misses"]), (1, 0, 0))
+            try:
+                deadline = time.monotonic() + 120
+                while client().pool(version)["ready"] < 1:
+                    self.assertLess(time.monotonic(), deadline, "the pool never filled")
+                    time.sleep(0.2)
+                with denv.Sandbox.create(from_version=version) as taken:
+                    self.assertEqual(taken.files.read("/work/mark"), b"pooled")
+                    self.assertEqual(client().pool(version)["hits"], 1)
+                    self.assertIn(version, [p["version_id"] for p in client().pools()])
+                with self.assertRaises(denv.InvalidArgumentError):
+                    client().set_pool(version, 100000)
+            finally:
+                self.assertGreaterEqual(client().drain_pool(version), 0)
+            with self.assertRaises(denv.NotFoundError):
+                client().pool(version)
+        # A pool of sandboxes from an image: Sandbox.create with the same settings takes one.
+        settings = {"cmd": ["sleep", "infinity"], "env": {"POOLED": "yes"}}
+        image_pool = client().set_image_pool(1, image=OPSBOX, **settings)
+        try:
+            deadline = time.monotonic() + 120
+            while client().pool(image_pool["version_id"])["ready"] < 1:
+                self.assertLess(time.monotonic(), deadline, "the image pool never filled")
+                time.sleep(0.2)
+            with denv.Sandbox.create(image=OPSBOX, **settings) as taken:
+                self.assertEqual(taken.commands.run("printenv POOLED").stdout, "yes\n")
+                self.assertEqual(client().pool(image_pool["version_id"])["hits"], 1)
+        finally:
+            client().set_image_pool(0, image=OPSBOX, **settings)
+
     def test_async_surface(self) -> None:
         import denv
 

@@ -257,3 +257,69 @@ test("x-denv.pool declares a pool for the latest version; a new version takes it
   assert.equal((await lab.api("GET", `/v1/pools/${d2.data.version_id}`)).data.hits, 1);
   assert.equal(await exec(f.data.id, "box", ["printenv", "NOTE"]), "two");
 });
+
+test("a pool of image sandboxes: a create with the same settings takes one; other settings do not", async () => {
+  const settings = {
+    image: "127.0.0.1:5000/denv/opsbox:bookworm",
+    cmd: ["sleep", "infinity"],
+    user: "1000",
+    env: { B: "2", A: "1" },
+  };
+  const cold = await lab.api("POST", "/v1/sandboxes", { ...settings, name: "img-cold" });
+  assert.equal(cold.status, 201, JSON.stringify(cold.data));
+  const set = await lab.api("PUT", "/v1/pools", { size: 1, ...settings });
+  assert.equal(set.status, 200, JSON.stringify(set.data));
+  assert.match(set.data.image_key, /^[0-9a-f]{64}$/);
+  const version = set.data.version_id as string;
+  await waitPool(version, 1);
+  // The first sandbox the pool was made from is gone; only its version stays.
+  const names = ((await lab.api("GET", "/v1/envs")).data.environments as { name: string }[]).map(
+    (e) => e.name,
+  );
+  assert.ok(!names.some((n) => n.startsWith("pool-")), names.join(" "));
+
+  // The same settings, env in another order: taken from the pool.
+  const warm = await lab.api("POST", "/v1/sandboxes", {
+    ...settings,
+    env: { A: "1", B: "2" },
+    name: "img-warm",
+  });
+  assert.equal(warm.status, 201, JSON.stringify(warm.data));
+  assert.equal((await lab.api("GET", `/v1/pools/${version}`)).data.hits, 1);
+  for (const id of [cold.data.id, warm.data.id]) {
+    assert.equal(await exec(id, "main", ["id", "-u"]), "1000");
+    assert.equal(await exec(id, "main", ["bash", "-c", "echo $A$B"]), "12");
+    assert.equal(await exec(id, "main", ["bash", "-c", "ls -A /work | wc -l"]), "0");
+  }
+  const procs = async (id: string) =>
+    exec(id, "main", [
+      "bash",
+      "-c",
+      "for d in /proc/[0-9]*; do tr '\\0' ' ' < $d/cmdline 2>/dev/null; echo; done | grep -c 'sleep infinity'",
+    ]);
+  assert.equal(await procs(warm.data.id), await procs(cold.data.id));
+
+  // Other settings are another sandbox: made cold, the pool untouched.
+  const other = await lab.api("POST", "/v1/sandboxes", { ...settings, env: { A: "9" }, name: "img-other" });
+  assert.equal(other.status, 201, JSON.stringify(other.data));
+  assert.equal(await exec(other.data.id, "main", ["printenv", "A"]), "9");
+  const after = (await lab.api("GET", `/v1/pools/${version}`)).data;
+  assert.deepEqual([after.hits, after.misses], [1, 0]);
+
+  // Size 0 drains it; draining it again is not_found.
+  const drained = await lab.api("PUT", "/v1/pools", { size: 0, ...settings });
+  assert.equal(drained.status, 200, JSON.stringify(drained.data));
+  assert.deepEqual([drained.data.size, drained.data.ready], [0, 0]);
+  assert.equal((await lab.api("GET", `/v1/pools/${version}`)).status, 404);
+  assert.equal((await lab.api("PUT", "/v1/pools", { size: 0, ...settings })).status, 404);
+  // A hostile or malformed pool request is refused whole.
+  for (const bad of [
+    { size: 1 },
+    { size: 1, image: "" },
+    { size: 1, image: "x", name: "n" },
+    { size: 300, image: "x" },
+  ]) {
+    const r = await lab.api("PUT", "/v1/pools", bad);
+    assert.equal(r.status, 400, JSON.stringify(r.data));
+  }
+});

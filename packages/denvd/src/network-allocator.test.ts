@@ -44,7 +44,7 @@ test("concurrent creates get distinct subnets, from one reading of what is used"
 
 test("a subnet someone else took meanwhile is refused by the engine, and another is picked", async () => {
   const e = engine([], { overlapOnce: "198.19.0.0/24" });
-  const a = new NetworkAllocator(e.runtime, "198.19.0.0/16");
+  const a = new NetworkAllocator(e.runtime, "198.19.0.0/16", () => 0);
   await a.create({ name: "n", internal: true, labels: {} });
   assert.deepEqual(e.made, ["198.19.1.0/24"]);
   assert.equal(e.lists(), 2, "read again after the overlap");

@@ -30,3 +30,15 @@ test("CIDRs parse; bad ones do not", () => {
   assert.equal(parseCidr("300.1.1.1/24"), null);
   assert.equal(parseCidr("fe80::/64"), null);
 });
+
+test("a random pick is any free subnet alike, never a used one", () => {
+  const used = ["10.0.0.0/24", "10.0.2.0/24"];
+  const seen = new Set<string>();
+  for (const r of [0, 0.34, 0.67, 0.99])
+    seen.add(pickSubnet("10.0.0.0/22", used, 24, () => r)?.subnet as string);
+  assert.deepEqual([...seen].sort(), ["10.0.1.0/24", "10.0.3.0/24"]);
+  assert.equal(
+    pickSubnet("10.0.0.0/24", ["10.0.0.0/24"], 24, () => 0.5),
+    null,
+  );
+});

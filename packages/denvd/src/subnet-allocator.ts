@@ -23,11 +23,15 @@ export function parseCidr(cidr: string): { base: number; bits: number } | null {
 
 const toDotted = (n: number) => [24, 16, 8, 0].map((s) => (n >>> s) & 255).join(".");
 
-/** The first /size subnet of `pool` that overlaps none of `used`; null when the pool is full. */
+/**
+ * A /size subnet of `pool` that overlaps none of `used` (the first, or with `random` any of them
+ * alike); null when the pool is full.
+ */
 export function pickSubnet(
   pool: string,
   used: string[],
   size = 24,
+  random?: () => number,
 ): { subnet: string; gateway: string } | null {
   const p = parseCidr(pool);
   if (!p || size < p.bits) throw new Error(`bad subnet pool ${pool}`);
@@ -46,8 +50,14 @@ export function pickSubnet(
     const last = Math.floor((Math.min(end, poolEnd) - 1 - p.base) / step);
     blocked.fill(1, first, last + 1);
   }
-  const i = blocked.indexOf(0);
+  let i = blocked.indexOf(0);
   if (i === -1) return null;
+  if (random) {
+    let free = 0;
+    for (const b of blocked) if (b === 0) free++;
+    let k = Math.floor(random() * free);
+    for (i = 0; i < count; i++) if (blocked[i] === 0 && k-- === 0) break;
+  }
   const base = p.base + i * step;
   return { subnet: `${toDotted(base)}/${size}`, gateway: toDotted(base + 1) };
 }

@@ -645,9 +645,39 @@ export type GetV1PoolsResponse = {
     misses: number;
     hit_rate: number | null;
     source: "api" | "x-denv";
+    image_key: string | null;
     last_error: string | null;
     created_at: string;
   }>;
+};
+
+/** Keep N ready sandboxes of an image and settings ({size, image, cmd, env, ports, volumes, egress, user}): a POST /v1/sandboxes with the same settings takes one at once — PUT /v1/pools */
+export type PutV1PoolsResponse = {
+  id: string;
+  version_id: string;
+  project_id: string;
+  size: number;
+  ready: number;
+  warming: number;
+  hits: number;
+  misses: number;
+  hit_rate: number | null;
+  source: "api" | "x-denv";
+  image_key: string | null;
+  last_error: string | null;
+  created_at: string;
+};
+export type PutV1PoolsBody = {
+  size: number;
+  image: string;
+  cmd?: Array<string>;
+  env?: {
+    [key: string]: string;
+  };
+  ports?: Array<number>;
+  volumes?: Array<string>;
+  egress?: "deny" | "allow";
+  user?: string;
 };
 
 /** A version's warm pool — GET /v1/pools/{id} */
@@ -662,6 +692,7 @@ export type GetV1PoolsByIdResponse = {
   misses: number;
   hit_rate: number | null;
   source: "api" | "x-denv";
+  image_key: string | null;
   last_error: string | null;
   created_at: string;
 };
@@ -678,6 +709,7 @@ export type PutV1PoolsByIdResponse = {
   misses: number;
   hit_rate: number | null;
   source: "api" | "x-denv";
+  image_key: string | null;
   last_error: string | null;
   created_at: string;
 };
@@ -799,6 +831,7 @@ export const OPERATIONS = {
   getV1Targets: { method: "GET", path: "/v1/targets", params: [], body: "none", response: "json" },
   postV1TargetsByNameSandboxes: { method: "POST", path: "/v1/targets/{name}/sandboxes", params: ["name"], body: "json", response: "json" },
   getV1Pools: { method: "GET", path: "/v1/pools", params: [], body: "none", response: "json" },
+  putV1Pools: { method: "PUT", path: "/v1/pools", params: [], body: "json", response: "json" },
   getV1PoolsById: { method: "GET", path: "/v1/pools/{id}", params: ["id"], body: "none", response: "json" },
   putV1PoolsById: { method: "PUT", path: "/v1/pools/{id}", params: ["id"], body: "json", response: "json" },
   deleteV1PoolsById: { method: "DELETE", path: "/v1/pools/{id}", params: ["id"], body: "none", response: "json" },
@@ -852,6 +885,7 @@ export interface Operations {
   getV1Targets: { params: {  }; body: undefined; response: GetV1TargetsResponse };
   postV1TargetsByNameSandboxes: { params: { name: string }; body: PostV1TargetsByNameSandboxesBody; response: PostV1TargetsByNameSandboxesResponse };
   getV1Pools: { params: {  }; body: undefined; response: GetV1PoolsResponse };
+  putV1Pools: { params: {  }; body: PutV1PoolsBody; response: PutV1PoolsResponse };
   getV1PoolsById: { params: { id: string }; body: undefined; response: GetV1PoolsByIdResponse };
   putV1PoolsById: { params: { id: string }; body: PutV1PoolsByIdBody; response: PutV1PoolsByIdResponse };
   deleteV1PoolsById: { params: { id: string }; body: undefined; response: DeleteV1PoolsByIdResponse };

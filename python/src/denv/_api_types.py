@@ -260,6 +260,7 @@ class GetV1PoolsResponsePoolsItem(TypedDict):
     misses: int
     hit_rate: float | None
     source: Literal["api", "x-denv"]
+    image_key: str | None
     last_error: str | None
     created_at: str
 
@@ -357,6 +358,9 @@ PostV1SandboxesResponse = GetV1EnvsResponseEnvironmentsItem
 
 #: POST /v1/targets/{name}/sandboxes
 PostV1TargetsByNameSandboxesResponse = GetV1EnvsResponseEnvironmentsItem
+
+#: PUT /v1/pools
+PutV1PoolsResponse = GetV1PoolsResponsePoolsItem
 
 #: GET /v1/pools/{id}
 GetV1PoolsByIdResponse = GetV1PoolsResponsePoolsItem

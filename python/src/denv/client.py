@@ -380,6 +380,30 @@ class Client:
             body["sandbox"] = True
         return self._json("POST", f"/v1/versions/{self._q(version)}/forks", body)
 
+    def set_pool(self, version: str, size: int) -> dict[str, Any]:
+        """Keeps ``size`` ready forks of a version (a warm pool): a create of that version (a
+        sandbox ``from_version``, a fork, a fan-out) takes one at once and the pool refills behind
+        it. ``size`` 0 drains it. Refused with ``capacity`` when the host has no room for them."""
+        return dict(self._json("PUT", f"/v1/pools/{self._q(version)}", {"size": int(size)}))
+
+    def set_image_pool(self, size: int, *, image: str, **settings: Any) -> dict[str, Any]:
+        """Keeps ``size`` ready sandboxes of an image and settings (``cmd``, ``env``, ``ports``,
+        ``volumes``, ``egress``, ``user``): ``Sandbox.create`` with the same settings takes one at
+        once. ``size`` 0 drains it."""
+        return dict(self._json("PUT", "/v1/pools", {"size": int(size), "image": image, **settings}))
+
+    def pool(self, version: str) -> dict[str, Any]:
+        """A version's warm pool: ``size``, ``ready``, ``warming``, ``hits``, ``misses``, ``hit_rate``."""
+        return dict(self._json("GET", f"/v1/pools/{self._q(version)}"))
+
+    def pools(self) -> list[dict[str, Any]]:
+        """The team's warm pools."""
+        return list(self._json("GET", "/v1/pools")["pools"])
+
+    def drain_pool(self, version: str) -> int:
+        """Drains a version's warm pool (its ready forks are destroyed); how many were."""
+        return int(self._json("DELETE", f"/v1/pools/{self._q(version)}")["drained"])
+
     def port_url(self, env: str, port: int, *, service: str | None = None) -> str:
         """A URL reaching a TCP port inside a service (HTTP and WebSocket); the URL is the credential."""
         body = {"service": service} if service else {}

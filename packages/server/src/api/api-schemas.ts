@@ -164,20 +164,28 @@ export const fanOutBody = z.strictObject({
 export const rollbackBody = z.strictObject({ version: z.string().min(1) });
 export const verifyBody = z.strictObject({ resume: z.boolean().optional() });
 
+/** What a sandbox from an image is made with (a pool of them is keyed by it). */
+const imageSandboxSettings = {
+  image: z.string().min(1),
+  cmd: z.array(z.string()).optional(),
+  env: z.record(z.string(), z.string()).optional(),
+  ports: z.array(z.number().int().min(1).max(65535)).optional(),
+  /** Paths kept across snapshot and fork (default ["/work"]). */
+  volumes: z.array(z.string().regex(/^\/[^\0]*$/, "absolute paths")).optional(),
+  egress: z.enum(["deny", "allow"]).optional(),
+  user: z.string().optional(),
+};
+
 export const sandboxBody = z.union([
   z.strictObject({ from_version: z.string().min(1), name: name.optional() }),
-  z.strictObject({
-    image: z.string().min(1),
-    cmd: z.array(z.string()).optional(),
-    env: z.record(z.string(), z.string()).optional(),
-    ports: z.array(z.number().int().min(1).max(65535)).optional(),
-    /** Paths kept across snapshot and fork (default ["/work"]). */
-    volumes: z.array(z.string().regex(/^\/[^\0]*$/, "absolute paths")).optional(),
-    egress: z.enum(["deny", "allow"]).optional(),
-    user: z.string().optional(),
-    name: name.optional(),
-  }),
+  z.strictObject({ ...imageSandboxSettings, name: name.optional() }),
 ]);
+
+/** A pool of sandboxes from an image: its size, and the settings a create must match to take one. */
+export const imagePoolBody = z.strictObject({
+  size: z.number().int().min(0).max(256).describe("Ready members to keep (0 drains the pool)"),
+  ...imageSandboxSettings,
+});
 
 export const execBody = z.strictObject({
   command: z.union([z.string().min(1), z.array(z.string()).min(1)]),
@@ -296,6 +304,10 @@ export const poolSchema = z.object({
   misses: z.number().int().describe("Creates that found it empty and forked cold"),
   hit_rate: z.number().nullable().describe("hits / (hits + misses); null before any create"),
   source: z.enum(["api", "x-denv"]).describe("Set with denv pool set, or declared by x-denv.pool"),
+  image_key: z
+    .string()
+    .nullable()
+    .describe("For a pool of image sandboxes: the hash of the settings a create must match to take a member"),
   last_error: z.string().nullable().describe("Why the last refill failed, while refills keep failing"),
   created_at: z.string(),
 });

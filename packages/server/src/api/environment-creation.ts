@@ -3,6 +3,7 @@
  * version) and sandboxes (from a version, or from an image with a compose file made for it).
  * Each answers once its deployment has its verdict.
  */
+import { createHash } from "node:crypto";
 import { DEFAULT_CAPS, DenvError, isDenvError } from "@denv/protocol";
 import type { z } from "zod";
 import { MIN_FREE_BYTES } from "../deploy/placement.ts";
@@ -10,11 +11,12 @@ import { newId } from "../ids.ts";
 import { deploymentById } from "../store/deployment-store.ts";
 import { environmentById, updateEnvironment } from "../store/environment-store.ts";
 import { hostFreeBytes, teamHosts } from "../store/host-store.ts";
+import { poolOfImage } from "../store/pool-store.ts";
 import { sandboxProject, setProjectSource } from "../store/project-store.ts";
-import type { DeploymentsTable, EnvironmentsTable } from "../store/schema.ts";
+import type { DeploymentsTable, EnvironmentsTable, PoolsTable } from "../store/schema.ts";
 import { findVersion } from "../store/version-store.ts";
 import type { ApiDeps } from "./api-route.ts";
-import type { fanOutBody, fanOutResult, sandboxBody } from "./api-schemas.ts";
+import type { fanOutBody, fanOutResult, imagePoolBody, sandboxBody } from "./api-schemas.ts";
 import { serializeEnvironment } from "./api-serializers.ts";
 
 type Created = Awaited<ReturnType<typeof serializeEnvironment>> & { deployment_id: string };
@@ -140,6 +142,19 @@ export async function createSandbox(
   body: z.infer<typeof sandboxBody>,
 ): Promise<Created> {
   if ("from_version" in body) return forkVersion(deps, teamId, body.from_version, body.name, true);
+  // A pool of sandboxes made with these same settings: a ready one is taken over.
+  const imagePool = await poolOfImage(deps.store, teamId, sandboxImageKey(body));
+  if (imagePool) {
+    const pooled = await deps.pools.take(teamId, imagePool.version_id, {
+      name: body.name ?? sandboxName(),
+      sandbox: true,
+    });
+    if (pooled)
+      return {
+        ...(await serializeEnvironment(deps.store, deps.secrets, pooled.env)),
+        deployment_id: pooled.deploymentId,
+      };
+  }
   const p = await sandboxProject(deps.store, teamId);
   const volumes = body.volumes ?? ["/work"];
   const egress = body.egress ?? "deny";
@@ -189,4 +204,52 @@ async function sandboxHost(deps: ApiDeps, teamId: string): Promise<string | null
   );
   hosts.sort((a, b) => hostFreeBytes(b) - hostFreeBytes(a));
   return hosts[0]?.id ?? null;
+}
+
+type ImageSettings = Omit<z.infer<typeof imagePoolBody>, "size">;
+
+/**
+ * What makes two image sandboxes the same (everything but the name), with the defaults filled in
+ * and order that does not matter removed: a pool's key.
+ */
+export function sandboxImageKey(body: ImageSettings & { name?: string }): string {
+  const env = Object.entries(body.env ?? {}).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  const settings = {
+    image: body.image,
+    cmd: body.cmd ?? null,
+    env,
+    ports: [...(body.ports ?? [])].sort((a, b) => a - b),
+    volumes: body.volumes ?? ["/work"],
+    egress: body.egress ?? "deny",
+    user: body.user ?? null,
+  };
+  return createHash("sha256").update(JSON.stringify(settings)).digest("hex");
+}
+
+/**
+ * Sets the size of the pool of sandboxes made with these settings (0 drains it). The first time,
+ * one sandbox is made with them and its first version kept (the sandbox itself is destroyed): the
+ * members are forks of it, as a fork of any version is.
+ */
+export async function setImagePool(
+  deps: ApiDeps,
+  teamId: string,
+  body: z.infer<typeof imagePoolBody>,
+): Promise<PoolsTable | null> {
+  const { size, ...settings } = body;
+  const key = sandboxImageKey(settings);
+  const existing = await poolOfImage(deps.store, teamId, key);
+  if (existing) return deps.pools.set(teamId, existing.version_id, size, "api", key);
+  if (size === 0) return null;
+  const template = await createSandbox(deps, teamId, {
+    ...settings,
+    name: `pool-template-${key.slice(0, 12)}`,
+  });
+  try {
+    if (!template.current_version_id)
+      throw new DenvError("internal", "the pool's first sandbox has no version");
+    return await deps.pools.set(teamId, template.current_version_id, size, "api", key);
+  } finally {
+    await (await deps.deployer.destroy(await environmentById(deps.store, template.id))).done;
+  }
 }

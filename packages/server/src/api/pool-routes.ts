@@ -6,7 +6,8 @@ import { teamHosts } from "../store/host-store.ts";
 import { findPool, teamPools } from "../store/pool-store.ts";
 import { findVersion } from "../store/version-store.ts";
 import { type ApiRoute, route } from "./api-route.ts";
-import { admissionSchema, poolBody, poolSchema } from "./api-schemas.ts";
+import { admissionSchema, imagePoolBody, poolBody, poolSchema } from "./api-schemas.ts";
+import { setImagePool } from "./environment-creation.ts";
 
 function serializePool(v: PoolView): z.infer<typeof poolSchema> {
   const { pool } = v;
@@ -22,6 +23,7 @@ function serializePool(v: PoolView): z.infer<typeof poolSchema> {
     misses: pool.misses,
     hit_rate: uses ? pool.hits / uses : null,
     source: pool.source === "x-denv" ? "x-denv" : "api",
+    image_key: pool.image_key,
     last_error: v.last_error,
     created_at: pool.created_at,
   };
@@ -40,6 +42,21 @@ export const poolRoutes: ApiRoute[] = [
       const { store, pools } = c.var.deps;
       const rows = await teamPools(store, c.var.teamId);
       return c.json({ pools: await Promise.all(rows.map(async (p) => serializePool(await pools.view(p)))) });
+    },
+  }),
+  route({
+    method: "put",
+    path: "/v1/pools",
+    summary:
+      "Keep N ready sandboxes of an image and settings ({size, image, cmd, env, ports, volumes, egress, user}): a POST /v1/sandboxes with the same settings takes one at once",
+    body: imagePoolBody,
+    response: poolSchema,
+    auth: true,
+    handler: async (c, { body }) => {
+      const { pools } = c.var.deps;
+      const pool = await setImagePool(c.var.deps, c.var.teamId, body);
+      if (!pool) throw new DenvError("not_found", "no pool of sandboxes with these settings to drain");
+      return c.json(serializePool(await pools.view(pool)));
     },
   }),
   route({
@@ -66,8 +83,7 @@ export const poolRoutes: ApiRoute[] = [
       const { pools } = c.var.deps;
       const versionId = versionParam(c.req.param("id"));
       const pool = await pools.set(c.var.teamId, versionId, body.size, "api");
-      if (!pool)
-        throw new DenvError("not_found", `version ${versionId} has no warm pool (size 0 drained it)`);
+      if (!pool) throw new DenvError("not_found", `version ${versionId} has no warm pool to drain`);
       return c.json(serializePool(await pools.view(pool)));
     },
   }),

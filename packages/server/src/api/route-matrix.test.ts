@@ -314,6 +314,8 @@ const CASES: Record<string, Case> = {
     status: 201,
   },
   "get /v1/pools": { path: () => "/v1/pools", status: 200 },
+  // Draining a pool of image sandboxes there is none of (the double cannot make one: no registry).
+  "put /v1/pools": { path: () => "/v1/pools", body: () => ({ size: 0, image: "img" }), status: 404 },
   "get /v1/pools/{id}": { path: () => `/v1/pools/${a.version}`, status: 200 },
   "put /v1/pools/{id}": { path: () => `/v1/pools/${a.version}`, body: () => ({ size: 1 }), status: 200 },
   "delete /v1/pools/{id}": { path: () => `/v1/pools/${a.version}`, status: 200 },

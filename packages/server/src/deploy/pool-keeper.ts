@@ -124,12 +124,13 @@ export class PoolKeeper {
     return { env, deploymentId: fork?.id ?? "" };
   }
 
-  /** Sets a version's pool to a size the host has room for (0 drains it). */
+  /** Sets a version's pool to a size the host has room for (0 drains it; null: there was none). */
   async set(
     teamId: string,
     versionId: string,
     size: number,
     source: "api" | "x-denv",
+    imageKey: string | null = null,
   ): Promise<PoolsTable | null> {
     const { store, admission } = this.deps;
     const version = await findVersion(store, teamId, versionId);
@@ -139,9 +140,11 @@ export class PoolKeeper {
         `size: a pool holds 0 to ${MAX_POOL_SIZE} environments, not ${size}`,
       );
     if (size === 0) {
+      // Drained: the pool as it was, at size 0 (null when there was none).
       const existing = await poolOfVersion(store, teamId, versionId);
-      if (existing) await this.drain(existing);
-      return null;
+      if (!existing) return null;
+      await this.drain(existing);
+      return { ...existing, size: 0 };
     }
     const existing = await poolOfVersion(store, teamId, versionId);
     const have = existing ? (await poolMembers(store, existing.id)).length : 0;
@@ -151,6 +154,7 @@ export class PoolKeeper {
       { team_id: version.team_id, project_id: version.project_id, version_id: version.id },
       size,
       source,
+      imageKey,
     );
     this.kick();
     return pool;

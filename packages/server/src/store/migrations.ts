@@ -187,6 +187,9 @@ export const MIGRATIONS: Record<string, Migration> = {
         .addColumn("version_id", text, (c) => c.notNull())
         .addColumn("size", "integer", (c) => c.notNull())
         .addColumn("source", text, (c) => c.notNull())
+        // A pool of image sandboxes: the hash of their settings (image, cmd, env, …), whose
+        // first sandbox's version the members are forks of; null for a version's pool.
+        .addColumn("image_key", text)
         .addColumn("hits", "integer", (c) => c.notNull().defaultTo(0))
         .addColumn("misses", "integer", (c) => c.notNull().defaultTo(0))
         .addColumn("created_at", text, (c) => c.notNull())

@@ -33,6 +33,15 @@ export function poolOfVersion(
     .executeTakeFirst();
 }
 
+export function poolOfImage(store: Store, teamId: string, imageKey: string): Promise<PoolsTable | undefined> {
+  return store
+    .selectFrom("pools")
+    .selectAll()
+    .where("team_id", "=", teamId)
+    .where("image_key", "=", imageKey)
+    .executeTakeFirst();
+}
+
 export async function findPool(store: Store, teamId: string, versionId: string): Promise<PoolsTable> {
   const p = await poolOfVersion(store, teamId, versionId);
   if (!p) throw new DenvError("not_found", `version ${versionId} has no warm pool`);
@@ -45,6 +54,7 @@ export async function upsertPool(
   v: { team_id: string; project_id: string; version_id: string },
   size: number,
   source: "api" | "x-denv",
+  imageKey: string | null = null,
 ): Promise<PoolsTable> {
   const existing = await poolOfVersion(store, v.team_id, v.version_id);
   if (existing) {
@@ -58,6 +68,7 @@ export async function upsertPool(
     version_id: v.version_id,
     size,
     source,
+    image_key: imageKey,
     hits: 0,
     misses: 0,
     created_at: now(),

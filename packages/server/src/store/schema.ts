@@ -153,6 +153,11 @@ export interface PoolsTable {
   size: number;
   /** Who asked for it: "api" (denv pool set) or "x-denv" (the compose file's x-denv.pool). */
   source: string;
+  /**
+   * For a pool of image sandboxes: the hash of their settings (sandboxImageKey); its members are
+   * forks of the version of a first sandbox made with them. Null for a version's pool.
+   */
+  image_key: string | null;
   /** Creates served from the pool, and creates that found it empty (a cold fork). */
   hits: number;
   misses: number;

@@ -214,13 +214,17 @@ test("a pool too large for the host, or of a size that is not one, is refused an
 
 test("draining a pool destroys its members; an empty pool's version still forks, cold", async () => {
   await waitPool(version, 2);
-  const stacksBefore = (await run("docker", ["ps", "-q", "--filter", "label=dev.denv.environment"])).stdout
+  const stacksBefore = (
+    await run("docker", ["ps", "-q", "--filter", `label=dev.denv.test=${lab.host.runId}`])
+  ).stdout
     .trim()
     .split("\n");
   const d = await lab.api("DELETE", `/v1/pools/${version}`);
   assert.equal(d.status, 200, JSON.stringify(d.data));
   assert.equal(d.data.drained, 2);
-  const stacksAfter = (await run("docker", ["ps", "-q", "--filter", "label=dev.denv.environment"])).stdout
+  const stacksAfter = (
+    await run("docker", ["ps", "-q", "--filter", `label=dev.denv.test=${lab.host.runId}`])
+  ).stdout
     .trim()
     .split("\n");
   // Three containers per ops-world member.
@@ -322,4 +326,34 @@ test("a pool of image sandboxes: a create with the same settings takes one; othe
     const r = await lab.api("PUT", "/v1/pools", bad);
     assert.equal(r.status, 400, JSON.stringify(r.data));
   }
+});
+
+test("denv pool set | show | rm, by environment or version", async () => {
+  const denv = (...args: string[]) =>
+    run(process.execPath, [join(import.meta.dirname, "../../packages/cli/bin/denv.js"), ...args], {
+      encoding: "utf8",
+      env: { ...process.env, DENV_SERVER: lab.server.url, DENV_API_KEY: lab.keyA, DENV_NO_STDIN: "1" },
+    });
+  const set = await denv("pool", "set", "ops-world/alpha", "--size", "1");
+  assert.match(set.stdout, new RegExp(`pool of ${version}: 1 kept`));
+  await waitPool(version, 1);
+  const show = await denv("pool", "show");
+  assert.match(show.stdout, /^VERSION\tSIZE\tREADY/);
+  assert.match(show.stdout, new RegExp(`${version}\\t1\\t1\\t0\\t`));
+  const one = JSON.parse((await denv("pool", "show", version, "--json")).stdout);
+  assert.equal(one.version_id, version);
+  await assert.rejects(
+    denv("pool", "set", "ops-world/alpha", "--size", "many"),
+    (err: { code: number; stderr: string }) => {
+      assert.equal(err.code, 2);
+      assert.match(err.stderr, /--size many must be a whole number from 0 to 256/);
+      return true;
+    },
+  );
+  const rm = await denv("pool", "rm", "ops-world/alpha");
+  assert.match(rm.stdout, /drained the pool of .* \(1 ready forks destroyed\)/);
+  await assert.rejects(denv("pool", "show", version), (err: { code: number; stderr: string }) => {
+    assert.match(err.stderr, /not_found|no warm pool/);
+    return true;
+  });
 });

@@ -186,7 +186,7 @@ export async function composeUp(
   project: string,
   labels: Record<string, string>,
   volumeDirs?: Record<string, string>,
-  options: { keep?: boolean } = {},
+  options: { keep?: boolean; subnet?: string } = {},
 ): Promise<number> {
   const compose = parse(text);
   delete compose["x-denv"];
@@ -199,7 +199,14 @@ export async function composeUp(
         : { labels },
     ]),
   );
-  compose.networks = { default: { internal: true, labels } };
+  // Many projects at once need their own subnets: the engine's default pools hold about 31.
+  compose.networks = {
+    default: {
+      internal: true,
+      labels,
+      ...(options.subnet ? { ipam: { config: [{ subnet: options.subnet }] } } : {}),
+    },
+  };
   mkdirSync(dir, { recursive: true });
   const file = join(dir, "docker-compose.yaml");
   writeFileSync(file, stringify(compose, { defaultStringType: "QUOTE_DOUBLE" }));

@@ -115,7 +115,9 @@ const result = { machine: machine(), metrics, ratios, goals: Object.fromEntries(
 if (save) {
   const dir = join(import.meta.dirname, "results");
   mkdirSync(dir, { recursive: true });
-  const file = join(dir, `${result.machine.date.slice(0, 10)}-${result.machine.mode}.json`);
+  // A run of some parts is saved beside the full run of the day, never over it.
+  const parts = only ? `-${[...only].sort().join("-")}` : "";
+  const file = join(dir, `${result.machine.date.slice(0, 10)}-${result.machine.mode}${parts}.json`);
   writeFileSync(file, `${JSON.stringify(result, null, 2)}\n`);
   out.write(`\nsaved ${file}\n`);
 }

@@ -105,32 +105,42 @@ export async function releaseDeadMembers(store: Store, poolId: string): Promise<
 
 /**
  * Takes a ready member for the caller: it becomes an ordinary environment with the caller's
- * name and its creation time now. Undefined when none is ready (the caller forks cold).
+ * name and its creation time now. One statement picks and takes the oldest ready member, so
+ * creates that arrive together (a fan-out) each get their own at the first try; a member another
+ * writer took between the pick and the update (PostgreSQL's concurrent transactions) is not
+ * updated, and the next try picks again. Undefined when none is ready (the caller forks cold).
  */
 export async function takeMember(
   store: Store,
   pool: PoolsTable,
   as: { name: string; sandbox: boolean },
 ): Promise<EnvironmentsTable | undefined> {
-  for (let attempt = 0; attempt < 8; attempt++) {
-    const candidate = await store
+  for (let attempt = 0; attempt < 16; attempt++) {
+    const ready = await store
       .selectFrom("environments")
-      .selectAll()
+      .select("id")
       .where("pool_id", "=", pool.id)
       .where("status", "=", "running")
-      .orderBy("created_at")
       .limit(1)
       .executeTakeFirst();
-    if (!candidate) return undefined;
+    if (!ready) return undefined;
     const taken = await store
       .updateTable("environments")
       .set({ pool_id: null, name: as.name, sandbox: as.sandbox ? 1 : 0, created_at: now() })
-      .where("id", "=", candidate.id)
       .where("pool_id", "=", pool.id)
+      .where("status", "=", "running")
+      .where("id", "=", (eb) =>
+        eb
+          .selectFrom("environments as m")
+          .select("m.id")
+          .where("m.pool_id", "=", pool.id)
+          .where("m.status", "=", "running")
+          .orderBy("m.created_at")
+          .limit(1),
+      )
+      .returningAll()
       .executeTakeFirst();
-    // Another create took it between the read and the update: try the next one.
-    if (Number(taken.numUpdatedRows) === 1)
-      return { ...candidate, pool_id: null, name: as.name, sandbox: as.sandbox ? 1 : 0 };
+    if (taken) return taken;
   }
   return undefined;
 }

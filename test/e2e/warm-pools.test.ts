@@ -299,9 +299,12 @@ test("a pool of image sandboxes: a create with the same settings takes one; othe
     exec(id, "main", [
       "bash",
       "-c",
-      "for d in /proc/[0-9]*; do tr '\\0' ' ' < $d/cmdline 2>/dev/null; echo; done | grep -c 'sleep infinity'",
+      // Processes whose whole command line is the service's command (this script's own and its
+      // subshells', whose command lines also name it, are not).
+      "n=0; for d in /proc/[0-9]*; do [ \"$(tr '\\0' ' ' < $d/cmdline 2>/dev/null)\" = 'sleep infinity ' ] && n=$((n+1)); done; echo $n",
     ]);
-  assert.equal(await procs(warm.data.id), await procs(cold.data.id));
+  assert.equal(await procs(cold.data.id), "1");
+  assert.equal(await procs(warm.data.id), "1");
 
   // Other settings are another sandbox: made cold, the pool untouched.
   const other = await lab.api("POST", "/v1/sandboxes", { ...settings, env: { A: "9" }, name: "img-other" });

@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --quick] [-- --json] [-- --save] [-- --only fork,api,scale,transfer]`: every
+ * `npm run bench [-- --quick] [-- --json] [-- --save] [-- --only fork,api,scale,exec,transfer]`: every
  * figure beside its peer, measured in the same run on this machine. Prints a table for people;
  * with --json, one JSON object on the last line ({machine, metrics, ratios}); with --save, also
  * writes bench/results/<date>.json. --only runs some parts (goals of the others read "not met").
@@ -10,7 +10,7 @@ import { cpus, release, totalmem } from "node:os";
 import { join } from "node:path";
 import { apiBench, type Metric } from "./api-bench.ts";
 import { forkBench } from "./fork-bench.ts";
-import { scaleBench } from "./scale-bench.ts";
+import { execUnderLoad, scaleBench } from "./scale-bench.ts";
 import { transferBench } from "./transfer-bench.ts";
 
 const quick = process.argv.includes("--quick");
@@ -44,7 +44,8 @@ function machine() {
 const metrics: Record<string, Metric> = {
   ...(part("fork") ? await forkBench() : {}),
   ...(part("api") ? await apiBench(quick) : {}),
-  ...(part("scale") ? await scaleBench(quick) : {}),
+  // "exec" alone: the exec-under-load figures of the scale part.
+  ...(part("scale") ? await scaleBench(quick) : part("exec") ? await execUnderLoad(quick) : {}),
   ...(part("transfer") ? await transferBench(quick) : {}),
 };
 const v = (n: string) => metrics[n]?.value ?? Number.NaN;

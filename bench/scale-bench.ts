@@ -8,8 +8,9 @@
  *     vs `docker run` (create + start, no network) of the same image at the same concurrency;
  *   where a sandbox create's time goes (each phase's p50, from the deployments' own records);
  *   the most live sandboxes the host holds (created at concurrency 10 until a create is refused
- *     or the search's cap), and exec throughput and p99 across them at 20 and 100 concurrent
- *     callers vs Engine API exec against the same containers at the same concurrency.
+ *     or the search's cap);
+ *   exec throughput and p99 at 20 and 100 concurrent callers, with the server and denvd in their
+ *     own processes as in production, vs Engine API exec against the same containers.
  */
 import { execFile } from "node:child_process";
 import { mkdirSync, readFileSync, rmSync } from "node:fs";
@@ -18,6 +19,7 @@ import { promisify } from "node:util";
 import Docker from "dockerode";
 import { composeDown, composeUp, type Metric } from "./api-bench.ts";
 import { type BenchRig, log, ms, openBenchRig } from "./bench-rig.ts";
+import { openTransferRig } from "./transfer-rig.ts";
 
 const root = join(import.meta.dirname, "..");
 const docker = new Docker();
@@ -168,7 +170,6 @@ export async function scaleBench(quick: boolean): Promise<Record<string, Metric>
     // --- the most live sandboxes, and exec under load across them ---
     const cap = quick ? 40 : 250;
     const live: string[] = [];
-    const containerIds: string[] = [];
     let stoppedBy = `the search's cap (${cap})`;
     await atConcurrency(cap, 10, async (i) => {
       if (stoppedBy !== `the search's cap (${cap})`) return;
@@ -188,18 +189,54 @@ export async function scaleBench(quick: boolean): Promise<Record<string, Metric>
       note: `image sandboxes live at once, made at concurrency 10; the search stopped at ${stoppedBy}`,
     };
     log(`  live sandboxes: ${running} (stopped at ${stoppedBy})`);
-    for (const id of live) {
-      const row = await rig.server.store
-        .selectFrom("environments")
-        .select("stack_id")
-        .where("id", "=", id)
-        .executeTakeFirstOrThrow();
-      containerIds.push(rig.denvd.stack(row.stack_id as string).containers.main as string);
-    }
+    await destroyAll(rig, live);
+  } finally {
+    await rig.close();
+  }
+  await execUnderLoad(quick, results);
+  return results;
+}
+
+/**
+ * Exec under load as it runs in production: `denv server` and `denvd run` each in its own process
+ * (transfer-rig.ts), the callers in this one; `echo` round-robin over N sandboxes at 20 and 100
+ * concurrent callers, beside Engine API exec against the same containers at the same concurrency.
+ */
+export async function execUnderLoad(
+  quick: boolean,
+  results: Record<string, Metric> = {},
+): Promise<Record<string, Metric>> {
+  const rig = await openTransferRig();
+  const api = async (method: string, path: string, body?: unknown) => {
+    const res = await fetch(`${rig.url}${path}`, {
+      method,
+      headers: {
+        authorization: `Bearer ${rig.key}`,
+        ...(body ? { "content-type": "application/json" } : {}),
+      },
+      body: body ? JSON.stringify(body) : undefined,
+    });
+    const data = (await res.json()) as Record<string, any>;
+    if (!res.ok) throw new Error(`${method} ${path}: ${JSON.stringify(data)}`);
+    return data;
+  };
+  const sandboxes: string[] = [rig.sandboxId];
+  try {
+    const n = quick ? 20 : 100;
+    await atConcurrency(n - 1, 10, async (i) => {
+      sandboxes.push((await api("POST", "/v1/sandboxes", sandboxBody(`load-${i}`))).id);
+    });
+    const listed = await promisify(execFile)("docker", [
+      "ps",
+      "-q",
+      "--filter",
+      `label=dev.denv.test=${rig.runId}`,
+    ]);
+    const containerIds = listed.stdout.trim().split("\n");
     const loadMs = quick ? 4000 : 10_000;
     for (const callers of [20, 100]) {
       const denv = await load(callers, loadMs, async (i) => {
-        await api("POST", `/v1/envs/${live[i % live.length]}/exec`, { command: ["echo", "hi"] });
+        await api("POST", `/v1/envs/${sandboxes[i % sandboxes.length]}/exec`, { command: ["echo", "hi"] });
       });
       const peer = await load(callers, loadMs, async (i) => {
         await engineExecEcho(containerIds[i % containerIds.length] as string);
@@ -208,21 +245,23 @@ export async function scaleBench(quick: boolean): Promise<Record<string, Metric>
       results[`exec_per_s${suffix}`] = {
         value: denv.perS,
         unit: "exec/s",
-        note: `${callers} callers round-robin over ${live.length} sandboxes for ${loadMs / 1000} s (POST /v1/envs/{id}/exec of echo)`,
+        note: `${callers} callers round-robin over ${sandboxes.length} sandboxes for ${loadMs / 1000} s (POST /v1/envs/{id}/exec of echo; denv server and denvd run each in its own process)`,
       };
       results[`exec_load_p99_ms${suffix}`] = { value: ms(denv.latencies, 0.99), unit: "ms" };
       results[`exec_peer_per_s${suffix}`] = {
         value: peer.perS,
         unit: "exec/s",
-        note: `Engine API exec (create + start) of echo, ${callers} callers over the same containers`,
+        note: `Engine API exec (create + start) of echo, ${callers} callers over the same ${containerIds.length} containers`,
       };
       results[`exec_peer_load_p99_ms${suffix}`] = { value: ms(peer.latencies, 0.99), unit: "ms" };
       log(
         `  exec at ${callers} callers: ${denv.perS}/s p99 ${ms(denv.latencies, 0.99)} ms; Engine API ${peer.perS}/s p99 ${ms(peer.latencies, 0.99)} ms`,
       );
     }
-    await destroyAll(rig, live);
   } finally {
+    await atConcurrency(sandboxes.length - 1, 8, async (i) => {
+      await api("DELETE", `/v1/envs/${sandboxes[i + 1]}`).catch(() => {});
+    });
     await rig.close();
   }
   return results;

@@ -17,6 +17,8 @@ const OPSBOX = "127.0.0.1:5000/denv/opsbox:bookworm";
 const MIB = 1024 * 1024;
 
 export interface TransferRig {
+  /** On every engine object its denvd makes (label dev.denv.test). */
+  runId: string;
   url: string;
   key: string;
   sandboxId: string;
@@ -119,6 +121,7 @@ export async function openTransferRig(): Promise<TransferRig> {
       .split("\n")[0] as string;
     const d = denvd;
     return {
+      runId,
       url,
       key,
       sandboxId: sb.id,

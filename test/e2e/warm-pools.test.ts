@@ -212,8 +212,19 @@ test("a pool too large for the host, or of a size that is not one, is refused an
   assert.deepEqual((await lab.api("GET", "/v1/pools", undefined, lab.keyB)).data.pools, []);
 });
 
-test("draining a pool destroys its members; an empty pool's version still forks, cold", async () => {
+test("shrinking a pool destroys the members past its size; draining it destroys the rest; an empty pool's version still forks, cold", async () => {
   await waitPool(version, 2);
+  const containers = async () =>
+    (await run("docker", ["ps", "-q", "--filter", `label=dev.denv.test=${lab.host.runId}`])).stdout
+      .trim()
+      .split("\n").length;
+  const beforeShrink = await containers();
+  const shrunk = await lab.api("PUT", `/v1/pools/${version}`, { size: 1 });
+  assert.equal(shrunk.status, 200, JSON.stringify(shrunk.data));
+  assert.equal(shrunk.data.size, 1);
+  await waitPool(version, 1);
+  // One ops-world member (three containers) gone; none of the team's environments touched.
+  assert.equal(beforeShrink - (await containers()), 3);
   const stacksBefore = (
     await run("docker", ["ps", "-q", "--filter", `label=dev.denv.test=${lab.host.runId}`])
   ).stdout
@@ -221,14 +232,14 @@ test("draining a pool destroys its members; an empty pool's version still forks,
     .split("\n");
   const d = await lab.api("DELETE", `/v1/pools/${version}`);
   assert.equal(d.status, 200, JSON.stringify(d.data));
-  assert.equal(d.data.drained, 2);
+  assert.equal(d.data.drained, 1);
   const stacksAfter = (
     await run("docker", ["ps", "-q", "--filter", `label=dev.denv.test=${lab.host.runId}`])
   ).stdout
     .trim()
     .split("\n");
   // Three containers per ops-world member.
-  assert.equal(stacksBefore.length - stacksAfter.length, 6);
+  assert.equal(stacksBefore.length - stacksAfter.length, 3);
   assert.equal((await lab.api("GET", `/v1/pools/${version}`)).status, 404);
   const f = await lab.api("POST", "/v1/sandboxes", { from_version: version, name: "after-drain" });
   assert.equal(f.status, 201, JSON.stringify(f.data));

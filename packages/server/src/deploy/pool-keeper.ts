@@ -21,6 +21,7 @@ import {
   poolOfVersion,
   takeMember,
   upsertPool,
+  withdrawMembers,
 } from "../store/pool-store.ts";
 import type { EnvironmentsTable, PoolsTable } from "../store/schema.ts";
 import { findVersion } from "../store/version-store.ts";
@@ -156,18 +157,25 @@ export class PoolKeeper {
       source,
       imageKey,
     );
+    // Smaller than it holds: the members past the size go (ready ones first).
+    if (have > size) await this.destroyAll(await withdrawMembers(store, pool.id, have - size));
     this.kick();
     return pool;
   }
 
   /** The pool, then its members: gone. Members still being made go once they are. */
   async drain(pool: PoolsTable): Promise<number> {
-    const { store, deployer } = this.deps;
+    const { store } = this.deps;
     await deletePool(store, pool.id);
     this.health.delete(pool.id);
-    const members = await poolMembers(store, pool.id);
-    await Promise.all(members.map(async (m) => (await deployer.destroy(m)).done.catch(() => {})));
+    const members = await withdrawMembers(store, pool.id);
+    await this.destroyAll(members);
     return members.length;
+  }
+
+  private async destroyAll(members: EnvironmentsTable[]): Promise<void> {
+    const { deployer } = this.deps;
+    await Promise.all(members.map(async (m) => (await deployer.destroy(m)).done.catch(() => {})));
   }
 
   /** The pools of a project declared in its compose file other than the version's: drained. */

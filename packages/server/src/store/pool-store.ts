@@ -92,15 +92,33 @@ export function poolMembers(store: Store, poolId: string): Promise<EnvironmentsT
     .execute();
 }
 
-/** Members that are no more use (their fork failed): released from the pool for good. */
-export async function releaseDeadMembers(store: Store, poolId: string): Promise<number> {
-  const r = await store
-    .updateTable("environments")
-    .set({ pool_id: null })
+/**
+ * Takes members out of a pool to be destroyed (all, or at most `limit`, the ready ones first): they
+ * stay hidden from the team (their pool_id becomes `drained:<pool>`), and no create can take one
+ * while it is being destroyed.
+ */
+export async function withdrawMembers(
+  store: Store,
+  poolId: string,
+  limit?: number,
+): Promise<EnvironmentsTable[]> {
+  let q = store
+    .selectFrom("environments")
+    .select("id")
     .where("pool_id", "=", poolId)
-    .where("status", "not in", LIVE)
-    .executeTakeFirst();
-  return Number(r.numUpdatedRows);
+    .where("status", "in", LIVE)
+    .orderBy("status", "desc")
+    .orderBy("created_at", "desc");
+  if (limit !== undefined) q = q.limit(limit);
+  const ids = (await q.execute()).map((r) => r.id);
+  if (!ids.length) return [];
+  return store
+    .updateTable("environments")
+    .set({ pool_id: `drained:${poolId}` })
+    .where("id", "in", ids)
+    .where("pool_id", "=", poolId)
+    .returningAll()
+    .execute();
 }
 
 /**

@@ -46,7 +46,14 @@ function startProcess(bin: string, args: string[], env: Record<string, string> =
   });
 }
 
+/**
+ * Kills a child and waits for it to be gone. One already gone resolves at once: a child killed by a
+ * signal has a null exitCode (its signalCode says how it ended), and waiting for an 'exit' that has
+ * already come would leave nothing for the event loop to do, so the test file would end there and
+ * skip the rest of its cleanup (its stacks were left running).
+ */
 function kill(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
   return new Promise((r) => {
     child.on("exit", () => r());
     child.kill("SIGKILL");
@@ -112,7 +119,7 @@ async function world() {
     },
   };
   cleanups.push(async () => {
-    for (const c of [w.server, w.denvd]) if (c && c.exitCode === null) await kill(c);
+    for (const c of [w.server, w.denvd]) if (c) await kill(c);
     const h = await openTestHost({ stateDir, runId });
     await h.close();
     await removeLabelled(h.docker, { "dev.denv.test": runId });

@@ -5,26 +5,17 @@
  */
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { promisify } from "node:util";
-import { type Lab, openLab } from "../security/security-lab.ts";
+import { deployOpsWorld, type Lab, openLab } from "../security/security-lab.ts";
 
 let lab: Lab;
 let version: string;
 
 before(async () => {
   lab = await openLab();
-  const compose = readFileSync(
-    join(import.meta.dirname, "../../examples/ops-world/docker-compose.yaml"),
-    "utf8",
-  );
-  await lab.api("POST", "/v1/projects", { name: "ops-world", kind: "rl-environment", source: "./ops-world" });
-  await lab.api("PUT", "/v1/projects/ops-world/source", { compose });
-  const d = await lab.api("POST", "/v1/projects/ops-world/deploy?wait=true", { env: "alpha" });
-  assert.equal(d.data.status, "succeeded", d.data.reason);
-  version = d.data.version_id;
+  version = await deployOpsWorld(lab);
 });
 
 after(async () => {

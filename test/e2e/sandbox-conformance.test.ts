@@ -9,11 +9,9 @@
  */
 import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
-import { readFileSync } from "node:fs";
-import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import tar from "tar-stream";
-import { type Lab, openLab } from "../security/security-lab.ts";
+import { deployOpsWorld, type Lab, openLab } from "../security/security-lab.ts";
 
 let lab: Lab;
 /** The sandboxes the same checks run on: name → environment id and service. */
@@ -51,15 +49,8 @@ async function fileOf(archive: Buffer): Promise<Buffer | null> {
 before(async () => {
   lab = await openLab();
   // A fork of ops-world, as every rollout gets one.
-  const compose = readFileSync(
-    join(import.meta.dirname, "../../examples/ops-world/docker-compose.yaml"),
-    "utf8",
-  );
-  await lab.api("POST", "/v1/projects", { name: "ops-world", kind: "rl-environment", source: "./ops-world" });
-  await lab.api("PUT", "/v1/projects/ops-world/source", { compose });
-  const d = await lab.api("POST", "/v1/projects/ops-world/deploy?wait=true", { env: "alpha" });
-  assert.equal(d.data.status, "succeeded", d.data.reason);
-  const fork = await lab.api("POST", "/v1/sandboxes", { from_version: d.data.version_id });
+  const versionId = await deployOpsWorld(lab);
+  const fork = await lab.api("POST", "/v1/sandboxes", { from_version: versionId });
   assert.equal(fork.status, 201, JSON.stringify(fork.data));
   targets["a fork of ops-world"] = { id: fork.data.id, service: "opsbox" };
   // A sandbox from an image, as E2B's and Modal's are made.

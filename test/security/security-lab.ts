@@ -4,6 +4,7 @@
  * team B's that speaks the protocol by hand).
  */
 import { randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -166,4 +167,17 @@ export async function joinRawHost(
     await welcomed;
   }
   return raw;
+}
+
+/** ops-world as the seed deploys it: the project, its compose file, alpha deployed; its version. */
+export async function deployOpsWorld(lab: Lab): Promise<string> {
+  const compose = readFileSync(
+    join(import.meta.dirname, "../../examples/ops-world/docker-compose.yaml"),
+    "utf8",
+  );
+  await lab.api("POST", "/v1/projects", { name: "ops-world", kind: "rl-environment", source: "./ops-world" });
+  await lab.api("PUT", "/v1/projects/ops-world/source", { compose });
+  const d = await lab.api("POST", "/v1/projects/ops-world/deploy?wait=true", { env: "alpha" });
+  if (d.data.status !== "succeeded") throw new Error(`deploying ops-world failed: ${d.data.reason}`);
+  return d.data.version_id as string;
 }

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { hostMessageSchema } from "./messages.ts";
 import { OP_METHODS, OPERATIONS } from "./operations.ts";
 
 test("every operation has a params and a result schema, and the message schema names them all", () => {
@@ -49,4 +50,23 @@ test("results are checked: a host's answer of the wrong shape is refused, extra 
   assert.equal("surprise" in r.data.evidence, false);
   assert.equal(OPERATIONS.snapshot.result.safeParse({ version_id: "ver_../x" }).success, false);
   assert.equal(OPERATIONS.verify_grade.result.safeParse({ reward: "1" }).success, false);
+});
+
+test("a host's capacity with a memory reading that is not a size is refused whole", () => {
+  const capacity = { total_bytes: 1, free_bytes: 1, cpus: 2, memory_bytes: 8 };
+  assert.ok(
+    hostMessageSchema.safeParse({ type: "heartbeat", capacity }).success,
+    "older hosts say no free memory",
+  );
+  assert.ok(
+    hostMessageSchema.safeParse({ type: "heartbeat", capacity: { ...capacity, memory_free_bytes: 4 } })
+      .success,
+  );
+  for (const bad of [-1, Number.POSITIVE_INFINITY, "4", null])
+    assert.equal(
+      hostMessageSchema.safeParse({ type: "heartbeat", capacity: { ...capacity, memory_free_bytes: bad } })
+        .success,
+      false,
+      `memory_free_bytes ${String(bad)}`,
+    );
 });

@@ -79,3 +79,21 @@ test("build without image is refused only where the target cannot build", () => 
   const r = validateCompose(text, { noBuild: true });
   assert.ok(!r.ok && r.errors[0]?.code === "build_without_image");
 });
+
+test("x-denv.pool: a number or {size}, 0 to 256; absent leaves the spec (and its hash) as before; anything else is refused where it is", () => {
+  const file = (pool: string) =>
+    `x-denv: { kind: agent${pool ? `, pool: ${pool}` : ""} }\nservices:\n  box: { image: "img:1", user: "1000" }\n`;
+  const ok = (pool: string) => {
+    const r = validateCompose(file(pool), { env: {} });
+    assert.ok(r.ok, JSON.stringify(!r.ok && r.errors));
+    return r.spec;
+  };
+  assert.equal(ok("4").pool, 4);
+  assert.equal(ok("{ size: 2 }").pool, 2);
+  assert.equal("pool" in ok(""), false);
+  for (const bad of ["-1", "257", "1.5", '"8"', "{ size: 1000 }", "{ size: 1, extra: 1 }", "[1]"]) {
+    const r = validateCompose(file(bad), { env: {} });
+    assert.equal(r.ok, false, `pool: ${bad} was accepted`);
+    assert.match(JSON.stringify(!r.ok && r.errors), /pool/, `pool: ${bad}`);
+  }
+});

@@ -1,6 +1,6 @@
 /** Warm pools: ready forks of a version kept aside, so a fork of it is handed over at once. */
 
-import type { DenvClient } from "@denv/sdk";
+import type { DenvClient, Operations } from "@denv/sdk";
 import type { Command } from "commander";
 import { printJson, UsageError } from "../output.ts";
 import { envParam, run } from "./command-runner.ts";
@@ -14,17 +14,15 @@ async function versionOf(client: DenvClient, ref: string): Promise<string> {
   return e.current_version_id;
 }
 
-type Pool = {
-  version_id: string;
-  size: number;
-  ready: number;
-  warming: number;
-  hits: number;
-  misses: number;
-  hit_rate: number | null;
-  source: string;
-  last_error: string | null;
-};
+type Pool = Operations["getV1Pools"]["response"]["pools"][number];
+
+/** Drains a version's pool and says how many ready forks went. */
+async function drain(client: DenvClient, version: string, json: boolean): Promise<number> {
+  const r = await client.call("deleteV1PoolsById", { params: { id: version } });
+  if (json) printJson(r);
+  else process.stdout.write(`drained the pool of ${version} (${r.drained} ready forks destroyed)\n`);
+  return 0;
+}
 
 function printPools(pools: Pool[]): void {
   process.stdout.write("VERSION\tSIZE\tREADY\tWARMING\tHITS\tMISSES\tHIT RATE\tSOURCE\tLAST ERROR\n");
@@ -56,12 +54,7 @@ export function registerPoolCommands(program: Command): void {
       if (!Number.isInteger(size) || size < 0 || size > 256)
         throw new UsageError(`--size ${o.size} must be a whole number from 0 to 256`);
       const version = await versionOf(client(), ref);
-      if (size === 0) {
-        const r = await client().call("deleteV1PoolsById", { params: { id: version } });
-        if (json) printJson(r);
-        else process.stdout.write(`drained the pool of ${version} (${r.drained} ready forks destroyed)\n`);
-        return 0;
-      }
+      if (size === 0) return drain(client(), version, json);
       const r = await client().call("putV1PoolsById", { params: { id: version }, body: { size } });
       if (json) printJson(r);
       else
@@ -95,11 +88,7 @@ export function registerPoolCommands(program: Command): void {
     .option("--json", "print JSON");
   rm.action(
     run(rm, async (client, json, ref: string) => {
-      const version = await versionOf(client(), ref);
-      const r = await client().call("deleteV1PoolsById", { params: { id: version } });
-      if (json) printJson(r);
-      else process.stdout.write(`drained the pool of ${version} (${r.drained} ready forks destroyed)\n`);
-      return 0;
+      return drain(client(), await versionOf(client(), ref), json);
     }),
   );
 }

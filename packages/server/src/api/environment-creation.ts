@@ -44,6 +44,21 @@ async function createdEnv(
 
 const sandboxName = () => `sbx-${newId("x").slice(2, 10)}`;
 
+/** A ready member of the version's warm pool, as the caller's new environment; null if none. */
+async function takeFromPool(
+  deps: ApiDeps,
+  teamId: string,
+  versionId: string,
+  as: { name: string; sandbox: boolean },
+): Promise<Created | null> {
+  const pooled = await deps.pools.take(teamId, versionId, as);
+  if (!pooled) return null;
+  return {
+    ...(await serializeEnvironment(deps.store, deps.secrets, pooled.env)),
+    deployment_id: pooled.deploymentId,
+  };
+}
+
 /**
  * A fork of a version: a ready member of its warm pool when it has one, else a cold fork once the
  * host gives it a create turn (admission.ts).
@@ -56,12 +71,8 @@ export async function forkVersion(
   sandbox: boolean,
 ): Promise<Created> {
   const as = { name: name ?? sandboxName(), sandbox };
-  const pooled = await deps.pools.take(teamId, versionId, as);
-  if (pooled)
-    return {
-      ...(await serializeEnvironment(deps.store, deps.secrets, pooled.env)),
-      deployment_id: pooled.deploymentId,
-    };
+  const pooled = await takeFromPool(deps, teamId, versionId, as);
+  if (pooled) return pooled;
   const version = await findVersion(deps.store, teamId, versionId);
   const ticket = await deps.admission.admit(version.host_id, {
     memoryBytes: await deps.admission.versionMemoryBytes(version.id),
@@ -145,15 +156,11 @@ export async function createSandbox(
   // A pool of sandboxes made with these same settings: a ready one is taken over.
   const imagePool = await poolOfImage(deps.store, teamId, sandboxImageKey(body));
   if (imagePool) {
-    const pooled = await deps.pools.take(teamId, imagePool.version_id, {
+    const pooled = await takeFromPool(deps, teamId, imagePool.version_id, {
       name: body.name ?? sandboxName(),
       sandbox: true,
     });
-    if (pooled)
-      return {
-        ...(await serializeEnvironment(deps.store, deps.secrets, pooled.env)),
-        deployment_id: pooled.deploymentId,
-      };
+    if (pooled) return pooled;
   }
   const p = await sandboxProject(deps.store, teamId);
   const volumes = body.volumes ?? ["/work"];

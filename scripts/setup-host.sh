@@ -6,7 +6,8 @@
 #   2. dockerd running (no systemd here: started in the background, socket awaited)
 #   3. the base image debian:bookworm, built with debootstrap + `docker import` when missing
 #   4. a local registry on 127.0.0.1:5000, so images get real registry digests
-#   5. denv-agent, the static exec agent denvd mounts into sandboxes (gcc -static)
+#   5. denv-agent, the static exec agent denvd mounts into sandboxes (gcc -static), and
+#      libdenv-clock.so, the frozen clock it preloads
 #   6. the example images built FROM debian:bookworm and pushed to that registry
 #
 # It never pulls from the internet: the only network it uses is Debian's mirror (apt, debootstrap,
@@ -112,6 +113,18 @@ if [ "$(cat "$AGENT_DIR/.hash" 2>/dev/null)" != "$agent_hash" ]; then
   gcc -O2 -static -o "$AGENT_DIR/denv-agent.tmp" "$AGENT_SRC"/*.c
   mv "$AGENT_DIR/denv-agent.tmp" "$AGENT_DIR/denv-agent"
   echo "$agent_hash" >"$AGENT_DIR/.hash"
+fi
+# libdenv-clock.so, the frozen clock denvd preloads into stacks with x-denv.clock: frozen. It uses
+# no C library (raw system calls), so it loads into any glibc and into musl.
+CLOCK_SRC="$ROOT/packages/denvd/clock/denv-clock.c"
+clock_hash=$(sha256sum <"$CLOCK_SRC" | cut -c1-16)
+if [ "$(cat "$AGENT_DIR/.clock-hash" 2>/dev/null)" != "$clock_hash" ]; then
+  log "building libdenv-clock.so"
+  mkdir -p "$AGENT_DIR"
+  gcc -O2 -Wall -shared -fPIC -nostdlib -fno-stack-protector -fno-builtin -fvisibility=hidden \
+    -Wl,--hash-style=both -Wl,-z,noexecstack -o "$AGENT_DIR/libdenv-clock.so.tmp" "$CLOCK_SRC"
+  mv "$AGENT_DIR/libdenv-clock.so.tmp" "$AGENT_DIR/libdenv-clock.so"
+  echo "$clock_hash" >"$AGENT_DIR/.clock-hash"
 fi
 
 # --- 6. example images --------------------------------------------------------------------------

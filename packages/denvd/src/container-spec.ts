@@ -6,6 +6,7 @@
  */
 import { DenvError, type ResolvedService } from "@denv/protocol";
 import { hardenedCapDrop } from "./caps-readback.ts";
+import { clockMounts } from "./clock-state.ts";
 import { AGENT_RUN_DIR, AGENT_SOCKET_NAME } from "./exec/agent-channel.ts";
 import { LABEL } from "./labels.ts";
 import type { ContainerSpec, ImageConfig, Labels } from "./runtime/container-runtime.ts";
@@ -53,6 +54,8 @@ export interface ContainerSpecInput {
   labels: (extra: Labels) => Labels;
   /** With the agent: its executable on the host, this container's run directory, the identity. */
   agent: { binary: string; runDir: string; identity: ServiceIdentity } | null;
+  /** The stack's clock directory on the host when its clock is frozen (clock-state.ts); else null. */
+  clockDir?: string | null;
 }
 
 export function containerSpecFor(i: ContainerSpecInput): ContainerSpec {
@@ -88,11 +91,12 @@ export function containerSpecFor(i: ContainerSpecInput): ContainerSpec {
         user: "0",
       }
     : { entrypoint: s.entrypoint, cmd: s.command, user: s.user };
+  const clock = i.clockDir ? clockMounts(i.clockDir, s.environment) : null;
   return {
     name: `${stack.network}-${svc}`,
     image: s.image_pinned ?? s.image,
     ...command,
-    env: s.environment,
+    env: clock?.env ?? s.environment,
     workingDir: s.working_dir,
     hostname: s.hostname ?? svc,
     labels: i.labels({
@@ -125,6 +129,7 @@ export function containerSpecFor(i: ContainerSpecInput): ContainerSpec {
             { kind: "bind" as const, source: agent.runDir, target: AGENT_RUN_DIR, readOnly: true },
           ]
         : []),
+      ...(clock?.mounts ?? []),
     ],
     memoryBytes: s.caps.memory_bytes,
     pids: s.caps.pids,

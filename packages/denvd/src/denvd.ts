@@ -14,11 +14,13 @@ import {
   DenvError,
   type ForkEvidence,
   type HealthEvidence,
+  type OpResult,
   type ResolvedSpec,
   type SnapshotEvidence,
   type WarmEvidence,
 } from "@denv/protocol";
 import { AgentRegistry } from "./agent-registry.ts";
+import { defaultClockLibrary } from "./clock-state.ts";
 import type { EgressEvidence } from "./egress-probe.ts";
 import { AgentExecutor } from "./exec/agent-executor.ts";
 import { EngineExecutor } from "./exec/engine-executor.ts";
@@ -28,7 +30,9 @@ import { NetworkAllocator } from "./network-allocator.ts";
 import { type ReconcileReport, reconcile } from "./reconcile.ts";
 import type { ContainerRuntime, Labels } from "./runtime/container-runtime.ts";
 import { snapshotStack } from "./snapshotter.ts";
+import { clockDirFor, releaseStackClock } from "./stack-clock.ts";
 import type { DenvdOptions, StackContext } from "./stack-context.ts";
+import { digestStack } from "./stack-digest.ts";
 import { probeStack } from "./stack-egress.ts";
 import { type FsEntry, fileOp, getFiles, putFiles, readFilesTo, type ServiceTarget } from "./stack-files.ts";
 import {
@@ -72,6 +76,8 @@ export class Denvd {
     const log = options.log ?? (() => {});
     const executor = this.executor;
     const agents = this.agents;
+    // The set-up builds the clock library beside the agent; a caller may name another, or none.
+    if (options.clockLibrary === undefined) options = { ...options, clockLibrary: defaultClockLibrary() };
     this.ctx = {
       options,
       store,
@@ -109,6 +115,11 @@ export class Denvd {
   /** The labels every object of this denvd carries (for containers made outside a stack, e.g. the grader). */
   objectLabels(): Labels {
     return this.ctx.labels({});
+  }
+
+  /** The stack's clock directory when its clock is frozen (the grader mounts it too). */
+  clockDir(stack: StackRecord): string | null {
+    return clockDirFor(this.ctx, stack);
   }
 
   stacks(): StackRecord[] {
@@ -158,9 +169,19 @@ export class Denvd {
 
   fork(
     versionId: string,
-    options: { name: string; operationId?: string },
+    options: { name: string; operationId?: string; holdClock?: boolean },
   ): Promise<{ stack: StackRecord; evidence: ForkEvidence }> {
     return forkStack(this.ctx, versionId, options);
+  }
+
+  /** Every volume's state, digested, for a replay report (stack-digest.ts). */
+  digestVolumes(stackId: string): Promise<OpResult<"digest_volumes">> {
+    return digestStack(this.ctx, stackId);
+  }
+
+  /** Starts a stack's held clock (a pool's member handed over); its reading after, or null. */
+  releaseClock(stackId: string): Promise<string | null> {
+    return releaseStackClock(this.ctx, stackId);
   }
 
   rollback(stackId: string, versionId: string): Promise<{ health: HealthEvidence; ms: number }> {

@@ -85,9 +85,15 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
     },
     probe: (p) => denvd.probeEgress(p.stack_id),
     fork: async (p) => {
-      const r = await denvd.fork(p.version_id, { name: p.name, operationId: p.operation_id });
+      const r = await denvd.fork(p.version_id, {
+        name: p.name,
+        operationId: p.operation_id,
+        holdClock: p.hold_clock ?? false,
+      });
       return { stack_id: r.stack.id, evidence: r.evidence };
     },
+    digest_volumes: (p) => denvd.digestVolumes(p.stack_id),
+    release_clock: async (p) => ({ clock_at: await denvd.releaseClock(p.stack_id) }),
     rollback: (p) => denvd.rollback(p.stack_id, p.version_id),
     destroy: async (p) => {
       await denvd.destroy(p.stack_id);

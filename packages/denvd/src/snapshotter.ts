@@ -5,6 +5,7 @@
  */
 import { DenvError, type SnapshotEvidence } from "@denv/protocol";
 import { waitServiceHealthy } from "./service-health.ts";
+import { stackClockMs } from "./stack-clock.ts";
 import { newId, type StackContext } from "./stack-context.ts";
 import type { StackRecord, VersionRecord } from "./state-store.ts";
 
@@ -39,8 +40,10 @@ export async function snapshotStack(
   // Most of what the snapshot would flush goes out now, while the stack still runs.
   await ctx.storage.flush?.().catch(() => {});
   const frozenStart = performance.now();
+  let clockMs = Date.now();
   try {
     await Promise.all(ids.map((id) => ctx.runtime.pauseContainer(id)));
+    clockMs = await stackClockMs(ctx, stack);
     await Promise.all(
       Object.entries(stack.datasets).map(async ([vol, ds]) => {
         const snapId = `${versionId}-${vol}`;
@@ -69,6 +72,7 @@ export async function snapshotStack(
     ),
     snapshots,
     frozenMs,
+    clockMs,
     createdAt: new Date().toISOString(),
   };
   await ctx.store.putVersion(version);
@@ -91,14 +95,20 @@ export async function snapshotStack(
       checkpoint,
       datasets,
       health_after_ms: healthAfterMs,
+      clock: { mode: stack.spec.clock, at: new Date(clockMs).toISOString() },
     },
   };
 }
 
-/** Postgres and Redis checkpoint by themselves; x-denv.checkpoint adds commands per service. */
-async function checkpointDatabases(
+/**
+ * Postgres and Redis checkpoint by themselves; x-denv.checkpoint adds commands per service. Without
+ * redisSave, Redis is left alone: its append-only file already holds every write, while SAVE writes
+ * a dump with the server's memory use in it, which differs between identical runs.
+ */
+export async function checkpointDatabases(
   ctx: StackContext,
   stack: StackRecord,
+  options: { redisSave: boolean } = { redisSave: true },
 ): Promise<SnapshotEvidence["checkpoint"]> {
   const out: SnapshotEvidence["checkpoint"] = [];
   await Promise.all(
@@ -113,7 +123,7 @@ async function checkpointDatabases(
           command: ["sh", "-c", 'psql -U "${POSTGRES_USER:-postgres}" -d postgres -qc CHECKPOINT'],
           user: "postgres",
         });
-      } else if (/(^|\/)redis[^/]*(:|@|$)/.test(s.image)) {
+      } else if (options.redisSave && /(^|\/)redis[^/]*(:|@|$)/.test(s.image)) {
         cmds.unshift({ command: ["redis-cli", "SAVE"] });
       }
       for (const c of cmds) {

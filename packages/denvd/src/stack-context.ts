@@ -28,6 +28,8 @@ export interface DenvdOptions {
    * the service's command) and exec goes through it instead of the engine's exec; when absent, the engine.
    */
   agentBinary?: string | null;
+  /** Host path of libdenv-clock.so (clock/denv-clock.c); without it a frozen clock is reported real. */
+  clockLibrary?: string | null;
   /** Where stack networks get their /24 subnets (default 172.16.0.0/12). */
   subnetPool?: string;
   /** Refuse a fork or snapshot when the pool has less free space than this. */

@@ -15,11 +15,12 @@ import {
 import { nameProblem } from "@denv/spec";
 import type { EgressEvidence } from "./egress-probe.ts";
 import { assertSpace } from "./snapshotter.ts";
+import { releaseStackClock, setUpClock } from "./stack-clock.ts";
 import { newId, type StackContext, tail } from "./stack-context.ts";
 import { probeService, probeStack } from "./stack-egress.ts";
 import { startStack } from "./stack-starter.ts";
 import { removeStackObjects, teardownStack } from "./stack-teardown.ts";
-import type { StackRecord } from "./state-store.ts";
+import type { StackRecord, VersionRecord } from "./state-store.ts";
 
 export interface PrepareEvidence {
   images: Record<string, { reference: string; pulled: boolean }>;
@@ -52,6 +53,8 @@ export async function prepareStack(
   }
   const stack = await newStackRecord(ctx, spec, options.name, null, options.operationId);
   try {
+    // A deploy's stack runs on a clock that starts now: its snapshot fixes the version's time.
+    await setUpClock(ctx, stack, { baseMs: Date.now(), held: false });
     for (const [vol, ds] of Object.entries(stack.datasets)) {
       await ctx.storage.createDataset(ds);
       ctx.log("Created dataset", { stack: stack.id, volume: vol, dataset: ds });
@@ -96,13 +99,16 @@ export async function warmStack(ctx: StackContext, stackId: string): Promise<War
 export async function forkStack(
   ctx: StackContext,
   versionId: string,
-  options: { name: string; operationId?: string },
+  options: { name: string; operationId?: string; holdClock?: boolean },
 ): Promise<{ stack: StackRecord; evidence: ForkEvidence }> {
   const version = ctx.version(versionId);
   await assertSpace(ctx, "fork");
   const total = performance.now();
   const stack = await newStackRecord(ctx, version.spec, options.name, version.id, options.operationId);
   try {
+    // Held at the version's time while the fork starts and is checked: every fork is handed over
+    // reading the same time, however long its start took.
+    await setUpClock(ctx, stack, { baseMs: versionClockMs(version), held: true });
     const cloneStart = performance.now();
     await Promise.all(
       Object.entries(stack.datasets).map(([vol, ds]) =>
@@ -122,6 +128,7 @@ export async function forkStack(
       },
     });
     const egress = await (probe ?? probeStack(ctx, stack.id));
+    if (!options.holdClock) await releaseStackClock(ctx, stack.id);
     return {
       stack: ctx.stack(stack.id),
       evidence: {
@@ -133,6 +140,7 @@ export async function forkStack(
         start_ms: started.ms,
         health: started.health,
         egress,
+        clock: started.clock,
         total_ms: Math.round(performance.now() - total),
       },
     };
@@ -164,7 +172,9 @@ export async function rollbackStack(
   stack.status = "creating";
   stack.containers = {};
   await ctx.store.putStack(stack);
+  await setUpClock(ctx, stack, { baseMs: versionClockMs(version), held: true });
   const { health } = await startStack(ctx, stack.id);
+  await releaseStackClock(ctx, stack.id);
   return { health, ms: Math.round(performance.now() - begun) };
 }
 
@@ -183,6 +193,11 @@ export async function deleteVersion(ctx: StackContext, versionId: string): Promi
   if (!v) return;
   for (const snap of Object.values(v.snapshots)) await ctx.storage.destroySnapshot(snap);
   await ctx.store.deleteVersion(versionId);
+}
+
+/** The time a fork of a version starts at: its snapshot's clock (versions from before: their creation). */
+function versionClockMs(version: VersionRecord): number {
+  return version.clockMs ?? Date.parse(version.createdAt);
 }
 
 /** Caps every dataset's growth (the storage driver's quota), before any container can write. */

@@ -4,18 +4,20 @@
  * before the container exists (it mounts the socket's directory) and the agent is registered once
  * the container is created; the agent service is then read back to prove it is not root.
  */
-import type { HealthEvidence, ResolvedService, ServiceStartEvidence } from "@denv/protocol";
+import type { ClockEvidence, HealthEvidence, ResolvedService, ServiceStartEvidence } from "@denv/protocol";
 import { assertAgentNotRoot } from "./agent-root-check.ts";
 import { readBackCaps } from "./caps-readback.ts";
 import { containerSpecFor, type ServiceIdentity } from "./container-spec.ts";
 import { LABEL } from "./labels.ts";
 import { startInOrder } from "./service-health.ts";
+import { clockDirFor, clockStartEvidence } from "./stack-clock.ts";
 import type { StackContext } from "./stack-context.ts";
 
 export interface StartResult {
   evidence: Record<string, ServiceStartEvidence>;
   ms: number;
   health: HealthEvidence;
+  clock: ClockEvidence;
 }
 
 export async function startStack(
@@ -65,6 +67,7 @@ export async function startStack(
     );
   }
   const containerIds: Record<string, string> = {};
+  const clockDir = clockDirFor(ctx, stack);
   const create = async (svc: string) => {
     const agent = agents.get(svc);
     containerIds[svc] = await ctx.runtime.createContainer(
@@ -76,6 +79,7 @@ export async function startStack(
         containerIds,
         labels: (extra) => ctx.labels(extra),
         agent: agent && agentBinary ? { binary: agentBinary, ...agent } : null,
+        clockDir,
       }),
     );
   };
@@ -92,6 +96,8 @@ export async function startStack(
 
   const health = await startInOrder(ctx, stack, hooks.onStarted);
   await assertAgentNotRoot(ctx, stack);
+  // Read once every service is healthy: an entrypoint script has exec'd its program by then.
+  const clock = await clockStartEvidence(ctx, stack);
   const evidence: Record<string, ServiceStartEvidence> = {};
   await Promise.all(
     order.map(async (svc) => {
@@ -105,5 +111,5 @@ export async function startStack(
   );
   stack.status = "running";
   await ctx.store.putStack(stack);
-  return { evidence, ms: Math.round(performance.now() - started), health };
+  return { evidence, ms: Math.round(performance.now() - started), health, clock };
 }

@@ -4,6 +4,7 @@
  */
 import { DenvError } from "@denv/protocol";
 import { LABEL } from "./labels.ts";
+import { dropClock } from "./stack-clock.ts";
 import { type StackContext, sleep } from "./stack-context.ts";
 import type { StackRecord } from "./state-store.ts";
 import { isSafeId } from "./storage/storage-driver.ts";
@@ -37,6 +38,7 @@ export async function teardownStack(ctx: StackContext, stack: StackRecord): Prom
     // An id no driver accepts was never created (a record from before names were checked).
     if (isSafeId(ds)) await ctx.storage.destroyDataset(ds);
   }
+  await dropClock(ctx, stack.id);
   await ctx.store.deleteStack(stack.id);
   ctx.log("Destroyed stack", { stack: stack.id });
 }

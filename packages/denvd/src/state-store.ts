@@ -40,6 +40,8 @@ export interface VersionRecord {
   /** Volume name → snapshot id. */
   snapshots: Record<string, string>;
   frozenMs: number;
+  /** What the stack's clock read in the frozen window (ms since 1970): a fork's clock starts there. */
+  clockMs?: number;
   createdAt: string;
 }
 

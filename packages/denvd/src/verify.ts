@@ -27,6 +27,7 @@ export type { CollectEvidence, GradeEvidence };
 
 import tar from "tar-stream";
 import { DROPPED_CAPS } from "./caps-readback.ts";
+import { clockMounts } from "./clock-state.ts";
 import type { Denvd } from "./denvd.ts";
 import { LABEL } from "./labels.ts";
 import { NoFollowDir, NotFollowed } from "./no-follow-dir.ts";
@@ -278,12 +279,15 @@ export class Verifier {
     let mode: GradeEvidence["mode"] = "image";
     if (v.image) {
       const net = Object.keys(env.spec.networks)[0];
+      const verifierEnv = { DENV_COLLECT_DIR: "/collect", DENV_REWARD_FILE: "/denv-reward/reward" };
+      const clockDir = this.denvd.clockDir(env);
+      const clock = clockDir ? clockMounts(clockDir, verifierEnv) : null;
       const id = await this.denvd.runtime.createContainer({
         name: `${env.network}-verifier-${randomBytes(3).toString("hex")}`,
         image: v.image_pinned ?? v.image,
         entrypoint: null,
         cmd: v.command,
-        env: { DENV_COLLECT_DIR: "/collect", DENV_REWARD_FILE: "/denv-reward/reward" },
+        env: clock?.env ?? verifierEnv,
         user: "0",
         workingDir: null,
         hostname: "verifier",
@@ -299,6 +303,8 @@ export class Verifier {
         mounts: [
           { kind: "bind", source: collectDir, target: "/collect", readOnly: true },
           { kind: "bind", source: rewardDir, target: "/denv-reward", readOnly: false },
+          // The grader reads the grading fork's clock: the time the episode ended, when frozen.
+          ...(clock?.mounts ?? []),
         ],
         memoryBytes: 4 * 1024 ** 3,
         pids: 2048,

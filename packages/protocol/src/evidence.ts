@@ -35,6 +35,28 @@ export const capsEvidence = z.object({
   }),
 });
 
+/** A service's clock, as denvd read it from the host: its program has the clock library or says why not. */
+export const clockServiceEvidence = z.object({
+  frozen: z.boolean(),
+  /** The main program, as the container sees its path; null when it is not running. */
+  program: z.string().nullable(),
+  linkage: z.enum(["glibc", "musl", "static", "other", "unknown"]),
+  reason: z.string().nullable(),
+});
+
+/** The stack's wall clock when its services were started (x-denv.clock). */
+export const clockEvidence = z.object({
+  mode: z.enum(["frozen", "frozen-strict", "real"]),
+  /** What the clock read when the stack started (ISO); null for the real clock. */
+  base: z.string().nullable(),
+  tick_ms: z.number().nullable(),
+  /** Held: it reads base until the stack is handed over (a fork's hand-over releases it). */
+  held: z.boolean(),
+  services: z.record(z.string(), clockServiceEvidence),
+  /** Services whose clock is real although the stack's is frozen, with why. */
+  warnings: z.array(z.string()),
+});
+
 export const serviceStartEvidence = z.object({
   container_id: z.string(),
   image: z.string(),
@@ -74,6 +96,8 @@ export const snapshotEvidence = z.object({
     z.object({ dataset_id: z.string(), snapshot_id: z.string(), bytes: z.number() }),
   ),
   health_after_ms: ms,
+  /** What the stack's clock read in the frozen window: the time a fork of the version starts at. */
+  clock: z.object({ mode: z.enum(["frozen", "frozen-strict", "real"]), at: z.string() }).optional(),
 });
 
 type Outcome = "connected" | "refused" | "timeout" | "unreachable";
@@ -123,6 +147,8 @@ export const forkEvidence = z.object({
   start_ms: ms,
   health: healthEvidence,
   egress: egressEvidence,
+  /** Absent from hosts before the frozen clock. */
+  clock: clockEvidence.optional(),
   total_ms: ms,
 });
 
@@ -150,6 +176,8 @@ export const gradeEvidence = z.object({
 export type QuotaEvidence = z.infer<typeof quotaEvidence>;
 export type CapsEvidence = z.infer<typeof capsEvidence>;
 export type ServiceStartEvidence = z.infer<typeof serviceStartEvidence>;
+export type ClockServiceEvidence = z.infer<typeof clockServiceEvidence>;
+export type ClockEvidence = z.infer<typeof clockEvidence>;
 export type HealthEvidence = z.infer<typeof healthEvidence>;
 export type WarmEvidence = z.infer<typeof warmEvidence>;
 export type SnapshotEvidence = z.infer<typeof snapshotEvidence>;

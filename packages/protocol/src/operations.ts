@@ -10,6 +10,7 @@
  */
 import { z } from "zod";
 import {
+  clockEvidence,
   collectEvidence,
   egressEvidence,
   forkEvidence,
@@ -110,6 +111,7 @@ export const OPERATIONS = {
       ms: z.number(),
       health: healthEvidence,
       egress: egressEvidence,
+      clock: clockEvidence.optional(),
     }),
   },
   /** x-denv.warm commands, in order. */
@@ -131,9 +133,34 @@ export const OPERATIONS = {
       version_id: versionId,
       name: z.string().min(1).max(200),
       operation_id: operationId,
+      /** Keep a frozen clock held at the version's time until release_clock (a pool's member). */
+      hold_clock: z.boolean().optional(),
     }),
     result: z.object({ stack_id: stackId, evidence: forkEvidence }),
   },
+  /** Every volume's state, digested (databases checkpointed, services paused while it is read). */
+  digest_volumes: {
+    params: stack,
+    result: z.object({
+      volumes: z.record(
+        z.string(),
+        z.object({
+          digest: z.string(),
+          files: z.number(),
+          bytes: z.number(),
+          entries: z.array(z.tuple([z.string(), z.string()])),
+          listed_all: z.boolean(),
+          left_out: z.array(z.string()),
+        }),
+      ),
+      checkpoint: snapshotEvidence.shape.checkpoint,
+      /** The frozen clock was held at the version's time for the checkpoint. */
+      clock_held: z.boolean(),
+      ms: z.number(),
+    }),
+  },
+  /** A held frozen clock starts to advance (a pool's member handed over); a running one is left. */
+  release_clock: { params: stack, result: z.object({ clock_at: z.string().nullable() }) },
   /** A stack put back to one of its versions. */
   rollback: {
     params: z.strictObject({ stack_id: stackId, version_id: versionId }),

@@ -118,7 +118,7 @@ export const resolvedSpecSchema = z.object({
   name: z.string().nullable(),
   kind: z.enum(KINDS),
   egress: z.enum(["deny", "allow"]),
-  clock: z.enum(["frozen", "real"]),
+  clock: z.enum(["frozen", "frozen-strict", "real"]),
   /**
    * x-denv.pool: ready forks of the latest version the control plane keeps warm. Absent when the
    * file does not declare one (so a file without it resolves, and hashes, as before).

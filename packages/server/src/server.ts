@@ -19,6 +19,7 @@ import { HostHub } from "./host-hub.ts";
 import { proxyUpgrade, TUNNEL_PREFIX } from "./port-tunnels.ts";
 import type { RateLimitOptions } from "./rate-limit.ts";
 import { openStore, type Store } from "./store/open-store.ts";
+import { failRunningReplays } from "./store/replay-store.ts";
 import {
   adminTeamId,
   anyTeam,
@@ -149,6 +150,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const host = options.host && options.host !== "0.0.0.0" ? options.host : "127.0.0.1";
   url = `${options.tls ? "https" : "http"}://${host}:${port}`;
   const recovered = await deployer.recover();
+  await failRunningReplays(store);
   pools.start();
   return {
     url,

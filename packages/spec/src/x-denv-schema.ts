@@ -28,7 +28,7 @@ export const xDenvSchema = z.strictObject({
       timeout: z.union([z.string(), z.number().nonnegative()]).optional(),
     })
     .optional(),
-  clock: z.enum(["frozen", "real"]).optional(),
+  clock: z.enum(["frozen", "frozen-strict", "real"]).optional(),
   /** Ready forks of the project's latest version kept warm (a number, or {size}). */
   pool: z
     .union([z.number().int().min(0).max(256), z.strictObject({ size: z.number().int().min(0).max(256) })])

@@ -47,7 +47,7 @@ export interface ContainerSpec {
         nocopy: boolean;
       }
     | { kind: "tmpfs"; target: string; sizeBytes: number | null; mode: number | null }
-    /** Only for denvd's own containers (the grader): user specs never get binds. */
+    /** Only denvd's own files (the agent, the clock, the grader's inputs): user specs never get binds. */
     | { kind: "bind"; source: string; target: string; readOnly: boolean }
   )[];
   memoryBytes: number;

@@ -13,6 +13,7 @@ import { hostRoutes } from "./host-routes.ts";
 import { openApiDocument } from "./openapi-document.ts";
 import { poolRoutes } from "./pool-routes.ts";
 import { projectRoutes } from "./project-routes.ts";
+import { replayRoutes } from "./replay-routes.ts";
 import { sandboxRoutes } from "./sandbox-routes.ts";
 import { tunnelRoutes } from "./tunnel-routes.ts";
 
@@ -36,6 +37,7 @@ export const RESOURCES: Record<string, ApiRoute[]> = {
   tunnels: tunnelRoutes,
   sandboxes: sandboxRoutes,
   pools: poolRoutes,
+  replays: replayRoutes,
   clouds: cloudRoutes,
 };
 

@@ -161,6 +161,33 @@ export const fanOutBody = z.strictObject({
   /** true: sandboxes (listed and destroyed as sandboxes), as POST /v1/sandboxes makes them. */
   sandbox: z.boolean().optional(),
 });
+/** One step of a replay's episode: a command in a service, as exec runs it. */
+export const replayStep = z.strictObject({
+  service: z.string().min(1).max(63).optional(),
+  command: z.union([z.string().min(1).max(65_536), z.array(z.string().max(65_536)).min(1).max(4096)]),
+  user: z.string().min(1).max(256).optional(),
+  timeout_ms: z.number().int().min(1).max(3_600_000).optional(),
+});
+export const replayBody = z.strictObject({
+  forks: z.number().int().min(1).max(100).optional().describe("How many forks run the episode (default 20)"),
+  parallel: z.number().int().min(1).max(16).optional().describe("Forks running at once (default 4)"),
+  steps: z
+    .array(replayStep)
+    .min(1)
+    .max(256)
+    .optional()
+    .describe("The episode; default: the version's warm commands, then each collected path read"),
+});
+export const replaySchema = z.object({
+  id: z.string(),
+  version_id: z.string(),
+  status: z.enum(["running", "identical", "diverged", "failed"]),
+  request: z.object({ forks: z.number(), parallel: z.number(), steps: z.array(replayStep) }),
+  /** The report (replay-runner.ts, replay-report.ts); null while it runs. */
+  report: z.record(z.string(), z.unknown()).nullable(),
+  created_at: z.string(),
+  finished_at: z.string().nullable(),
+});
 export const rollbackBody = z.strictObject({ version: z.string().min(1) });
 export const verifyBody = z.strictObject({ resume: z.boolean().optional() });
 

@@ -14,7 +14,7 @@ import { hostFreeBytes, teamHosts } from "../store/host-store.ts";
 import { poolOfImage } from "../store/pool-store.ts";
 import { sandboxProject, setProjectSource } from "../store/project-store.ts";
 import type { DeploymentsTable, EnvironmentsTable, PoolsTable } from "../store/schema.ts";
-import { findVersion } from "../store/version-store.ts";
+import { findVersion, resolveVersionRef } from "../store/version-store.ts";
 import type { ApiDeps } from "./api-route.ts";
 import type { fanOutBody, fanOutResult, imagePoolBody, sandboxBody } from "./api-schemas.ts";
 import { serializeEnvironment } from "./api-serializers.ts";
@@ -152,7 +152,13 @@ export async function createSandbox(
   teamId: string,
   body: z.infer<typeof sandboxBody>,
 ): Promise<Created> {
-  if ("from_version" in body) return forkVersion(deps, teamId, body.from_version, body.name, true);
+  if ("from_version" in body) {
+    // ver_…, PROJECT@ver_… or an environment (PROJECT/ENV): the seed's references.
+    const version = /^ver_[0-9a-f]{12}$/.test(body.from_version)
+      ? body.from_version
+      : (await resolveVersionRef(deps.store, teamId, body.from_version)).id;
+    return forkVersion(deps, teamId, version, body.name, true);
+  }
   // A pool of sandboxes made with these same settings: a ready one is taken over.
   const imagePool = await poolOfImage(deps.store, teamId, sandboxImageKey(body));
   if (imagePool) {

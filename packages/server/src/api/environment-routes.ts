@@ -3,7 +3,7 @@ import { z } from "zod";
 import { deploymentById, environmentDeployments } from "../store/deployment-store.ts";
 import { teamEnvironments } from "../store/environment-store.ts";
 import type { DeploymentsTable } from "../store/schema.ts";
-import { findVersion } from "../store/version-store.ts";
+import { resolveVersionRef } from "../store/version-store.ts";
 import { type ApiContext, type ApiRoute, route } from "./api-route.ts";
 import {
   deploymentSchema,
@@ -125,15 +125,24 @@ export const environmentRoutes: ApiRoute[] = [
     response: fanOutResult,
     auth: true,
     handler: async (c, { body }) =>
-      c.json(await fanOut(c.var.deps, c.var.teamId, c.req.param("id") ?? "", body)),
+      c.json(
+        await fanOut(
+          c.var.deps,
+          c.var.teamId,
+          (await resolveVersionRef(c.var.deps.store, c.var.teamId, c.req.param("id") ?? "")).id,
+          body,
+        ),
+      ),
   }),
   route({
     method: "get",
     path: "/v1/versions/{id}",
-    summary: "A version",
+    summary: "A version (ver_…, PROJECT@ver_…, or PROJECT/ENV for the version it runs)",
     response: versionSchema,
     auth: true,
     handler: async (c) =>
-      c.json(serializeVersion(await findVersion(c.var.deps.store, c.var.teamId, c.req.param("id") ?? ""))),
+      c.json(
+        serializeVersion(await resolveVersionRef(c.var.deps.store, c.var.teamId, c.req.param("id") ?? "")),
+      ),
   }),
 ];

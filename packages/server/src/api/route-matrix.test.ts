@@ -24,6 +24,7 @@ import { findOrCreateEnvironment, updateEnvironment } from "../store/environment
 import { openStore, type Store } from "../store/open-store.ts";
 import { upsertPool } from "../store/pool-store.ts";
 import { insertProject } from "../store/project-store.ts";
+import { insertReplay } from "../store/replay-store.ts";
 import { createApiKey, createTeam } from "../store/team-store.ts";
 import { insertVersion } from "../store/version-store.ts";
 import { type DoubleHandlers, HostDouble } from "../testing/host-double.ts";
@@ -118,6 +119,15 @@ const handlers: DoubleHandlers = {
   }),
   verify_cleanup: () => ({}),
   resume: () => ({}),
+  release_clock: () => ({ clock_at: null }),
+  digest_volumes: () => ({
+    volumes: {
+      w: { digest: "d0", files: 1, bytes: 3, entries: [["a.txt", "e0"]], listed_all: true, left_out: [] },
+    },
+    checkpoint: [],
+    clock_held: false,
+    ms: 1,
+  }),
 };
 
 let dir: string;
@@ -130,7 +140,16 @@ let app: ReturnType<typeof createApp>;
 let keyA: string;
 let keyB: string;
 /** Team A's objects: another team's answers must never name them. */
-const a = { project: "", env: "", doomed: "", version: "", deployment: "", cloud: "ours", host: "" };
+const a = {
+  project: "",
+  env: "",
+  doomed: "",
+  version: "",
+  deployment: "",
+  replay: "rpl_000000000001",
+  cloud: "ours",
+  host: "",
+};
 
 async function call(
   method: string,
@@ -231,6 +250,16 @@ before(async () => {
   });
   // A version's pool, empty until a case sets its size.
   await upsertPool(store, { team_id: teamA, project_id: project.id, version_id: a.version }, 0, "api");
+  await insertReplay(store, {
+    id: a.replay,
+    team_id: teamA,
+    version_id: a.version,
+    status: "identical",
+    request_json: JSON.stringify({ forks: 1, parallel: 1, steps: [{ command: "true" }] }),
+    report_json: "{}",
+    created_at: new Date().toISOString(),
+    finished_at: new Date().toISOString(),
+  });
   a.deployment = "dep_000000000001";
   await insertDeployment(store, {
     id: a.deployment,
@@ -325,6 +354,14 @@ const CASES: Record<string, Case> = {
     body: () => ({ count: 3, name_prefix: "fan" }),
     status: 200,
   },
+  "post /v1/versions/{id}/replays": {
+    path: () => `/v1/versions/${a.version}/replays`,
+    query: "?wait=true",
+    body: () => ({ forks: 2, parallel: 2, steps: [{ service: "box", command: "date" }] }),
+    status: 200,
+  },
+  "get /v1/versions/{id}/replays": { path: () => `/v1/versions/${a.version}/replays`, status: 200 },
+  "get /v1/replays/{id}": { path: () => `/v1/replays/${a.replay}`, status: 200 },
   "post /v1/envs/{id}/rollback": {
     path: () => `/v1/envs/${a.env}/rollback`,
     body: () => ({ version: a.version }),
@@ -449,7 +486,7 @@ test("no key and a bad key: 401 on every keyed route, before anything is read or
 });
 
 test("another team's key: its objects are 404, its lists hold none of ours, and admin routes are 403", async () => {
-  const ours = () => [a.project, a.env, a.doomed, a.version, a.deployment, a.host, `"${a.cloud}"`];
+  const ours = () => [a.project, a.env, a.doomed, a.version, a.deployment, a.replay, a.host, `"${a.cloud}"`];
   for (const r of API_ROUTES.filter((x) => x.auth)) {
     const c = CASES[keyOf(r)] as Case;
     const res = await call(r.method.toUpperCase(), c.path() + (c.query ?? ""), {
@@ -548,6 +585,8 @@ test("and with the right key and body each route does its work, through the host
     assert.ok(methods.has(m as never), `the host was asked to ${m}`);
   for (const m of ["verify_stop", "verify_collect", "verify_grade", "resume"])
     assert.ok(methods.has(m as never), `verify asked the host to ${m}`);
+  for (const m of ["release_clock", "digest_volumes"])
+    assert.ok(methods.has(m as never), `a replay asked the host to ${m}`);
 });
 
 test("exec's stream form: its answer is multiplexed frames; a malformed first line is refused", async () => {

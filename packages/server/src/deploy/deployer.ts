@@ -43,7 +43,7 @@ export class Deployer {
   /** A new environment from a version, on the host that holds the version's data (or a pool's member). */
   fork(
     versionId: string,
-    options: { teamId: string; name: string; sandbox?: boolean; poolId?: string },
+    options: { teamId: string; name: string; sandbox?: boolean; poolId?: string; holdClock?: boolean },
   ): Promise<Launched & { environmentId: string }> {
     return runFork(this.runner, versionId, options);
   }

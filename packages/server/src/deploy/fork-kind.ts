@@ -13,7 +13,7 @@ import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
 export async function runFork(
   runner: DeploymentRunner,
   versionId: string,
-  options: { teamId: string; name: string; sandbox?: boolean; poolId?: string },
+  options: { teamId: string; name: string; sandbox?: boolean; poolId?: string; holdClock?: boolean },
 ): Promise<Launched & { environmentId: string }> {
   const version = await findVersion(runner.store, options.teamId, versionId);
   const project = await projectById(runner.store, version.project_id);
@@ -43,6 +43,9 @@ export async function runFork(
           version_id: versionId,
           name: `${project.name}-${options.name}`,
           operation_id: rec.deploymentId,
+          // A pool's member keeps its clock at the version's time until it is taken (pool-keeper.ts),
+          // a replay's until its episode starts (replay-runner.ts).
+          ...(options.poolId || options.holdClock ? { hold_clock: true } : {}),
         });
         rec.state.building_stack_id = out.stack_id;
         return { value: out, evidence: out.evidence };

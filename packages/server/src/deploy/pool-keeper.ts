@@ -121,6 +121,12 @@ export class PoolKeeper {
     await countPoolUse(store, pool.id, env !== undefined);
     this.kick();
     if (!env) return undefined;
+    // A member's frozen clock waited at its version's time: it starts now, as a fresh fork's would.
+    if (env.stack_id && env.host_id)
+      await hub.call(env.host_id, "release_clock", { stack_id: env.stack_id }).catch((err: unknown) => {
+        const h = this.health.get(pool.id);
+        if (h) h.lastError = `member ${env.name}'s clock was not released: ${String(err)}`;
+      });
     const fork = (await environmentDeployments(store, env.id)).find((d) => d.kind === "fork");
     return { env, deploymentId: fork?.id ?? "" };
   }

@@ -199,6 +199,22 @@ export const MIGRATIONS: Record<string, Migration> = {
       await sql`create index environments_pool on environments (pool_id)`.execute(db);
     },
   },
+  "0007_replays": {
+    async up(db: Kysely<unknown>) {
+      await db.schema
+        .createTable("replays")
+        .addColumn("id", text, (c) => c.primaryKey())
+        .addColumn("team_id", text, (c) => c.notNull())
+        .addColumn("version_id", text, (c) => c.notNull())
+        .addColumn("status", text, (c) => c.notNull())
+        .addColumn("request_json", text, (c) => c.notNull())
+        .addColumn("report_json", text)
+        .addColumn("created_at", text, (c) => c.notNull())
+        .addColumn("finished_at", text)
+        .execute();
+      await sql`create index replays_version on replays (team_id, version_id)`.execute(db);
+    },
+  },
 };
 
 export const migrationProvider: MigrationProvider = {

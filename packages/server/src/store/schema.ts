@@ -144,6 +144,20 @@ export interface CloudMachinesTable {
   deleted_at: string | null;
 }
 
+/** A replay of a version: N forks ran one episode; the report compares them (replay-report.ts). */
+export interface ReplaysTable {
+  id: string;
+  team_id: string;
+  version_id: string;
+  /** running, identical, diverged, or failed (no fork could run the episode, or the server stopped). */
+  status: string;
+  /** The request (forks, parallel, steps) and, once done, the report. */
+  request_json: string;
+  report_json: string | null;
+  created_at: string;
+  finished_at: string | null;
+}
+
 export interface PoolsTable {
   id: string;
   team_id: string;
@@ -177,4 +191,5 @@ export interface Database {
   clouds: CloudsTable;
   cloud_machines: CloudMachinesTable;
   pools: PoolsTable;
+  replays: ReplaysTable;
 }

@@ -1,6 +1,8 @@
 /** Versions: immutable snapshots of an environment, with the resolved spec sealed at rest. */
 import { DenvError } from "@denv/protocol";
+import { findEnvironment } from "./environment-store.ts";
 import type { Store } from "./open-store.ts";
+import { findProject } from "./project-store.ts";
 import type { VersionsTable } from "./schema.ts";
 
 /** A team's version; not_found for anything else (another team's included). */
@@ -24,4 +26,27 @@ export async function versionSpecJson(store: Store, id: string | null): Promise<
 
 export async function insertVersion(store: Store, row: VersionsTable): Promise<void> {
   await store.insertInto("versions").values(row).execute();
+}
+
+/**
+ * A version by any of the seed's references: `ver_…`, `PROJECT@ver_…` (the version, checked to be
+ * the project's), or an environment (`PROJECT/ENV`, its id or name): the version it runs.
+ */
+export async function resolveVersionRef(store: Store, teamId: string, ref: string): Promise<VersionsTable> {
+  if (ref.length === 0 || ref.length > 300)
+    throw new DenvError("invalid_argument", "a version reference is 1 to 300 characters");
+  const at = ref.lastIndexOf("@");
+  if (at >= 0) {
+    const projectRef = ref.slice(0, at);
+    const v = await findVersion(store, teamId, ref.slice(at + 1));
+    const project = await findProject(store, teamId, projectRef).catch(() => null);
+    // Another project's version is as unknown here as another team's.
+    if (!project || project.id !== v.project_id) throw new DenvError("not_found", `no version ${ref}`);
+    return v;
+  }
+  if (/^ver_[0-9a-f]{12}$/.test(ref)) return findVersion(store, teamId, ref);
+  const env = await findEnvironment(store, teamId, ref);
+  if (!env.current_version_id)
+    throw new DenvError("conflict", `environment ${ref} has no version yet: deploy it or snapshot it first`);
+  return findVersion(store, teamId, env.current_version_id);
 }

@@ -1,0 +1,206 @@
+/*
+ * libdenv-clock.so: the wall clock of a stack with x-denv.clock: frozen.
+ *
+ * denvd mounts a directory read-only at /.denv/clock in every container of such a stack: this
+ * library and `state`, a 64-byte record denvd writes (clock-state.ts). Every process loads the
+ * library, through /etc/ld.so.preload (glibc: it survives programs that clear their environment
+ * and setuid programs, which drop LD_PRELOAD) and LD_PRELOAD (musl, which has no preload file).
+ *
+ * The wall clock it reports: the record's base time while the record is held (a fork starting and
+ * being health-checked), then base + the whole ticks of CLOCK_MONOTONIC elapsed since the record's
+ * epoch. CLOCK_MONOTONIC is the host's in every container, so every process of every service of
+ * a stack reads the same clock, and two forks of a version read the same values at the same
+ * whole-tick offsets from their hand-over: sub-tick jitter between forks does not show.
+ *
+ * It uses no C library at all (raw system calls, -nostdlib): it loads into any glibc, old or new,
+ * and into musl, and it cannot disturb the program's own libc. Statically linked programs never
+ * load it; clock-reach.ts finds them and says so.
+ */
+#include <stdint.h>
+#include <sys/syscall.h>
+
+/*
+ * Our own declarations of what the C library's headers declare (with nonnull attributes that
+ * would let the compiler drop the NULL checks a program may rely on): both supported ABIs are LP64.
+ */
+typedef int clockid_t;
+typedef long time_t;
+struct timespec {
+  long tv_sec;
+  long tv_nsec;
+};
+struct timeval {
+  long tv_sec;
+  long tv_usec;
+};
+#define CLOCK_REALTIME 0
+#define CLOCK_MONOTONIC 1
+#define CLOCK_REALTIME_COARSE 5
+#define CLOCK_REALTIME_ALARM 8
+#define CLOCK_TAI 11
+#define TIMER_ABSTIME 1
+#define TIME_UTC 1
+#define AT_FDCWD (-100)
+#define O_RDONLY 0
+#define O_CLOEXEC 02000000
+#define PROT_READ 1
+#define MAP_SHARED 1
+
+#define EXPORT __attribute__((visibility("default")))
+#define STATE_PATH "/.denv/clock/state"
+#define MAGIC 0x314b4c43564e4544ULL /* "DENVCLK1", little-endian */
+
+struct clock_state {
+  uint64_t magic;
+  int64_t base_ns;  /* the wall clock at the epoch (ns since 1970) */
+  int64_t epoch_ns; /* CLOCK_MONOTONIC when the clock started to advance; 0: held at base */
+  int64_t tick_ns;  /* the clock advances in whole ticks */
+  uint64_t reserved[4];
+};
+
+/* errno lives in the program's libc; found at load time when there is one (glibc and musl both). */
+extern int *__errno_location(void) __attribute__((weak));
+
+static long raw_syscall6(long n, long a, long b, long c, long d, long e, long f) {
+#if defined(__x86_64__)
+  long ret;
+  register long r10 __asm__("r10") = d;
+  register long r8 __asm__("r8") = e;
+  register long r9 __asm__("r9") = f;
+  __asm__ volatile("syscall"
+                   : "=a"(ret)
+                   : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+                   : "rcx", "r11", "memory");
+  return ret;
+#elif defined(__aarch64__)
+  register long x8 __asm__("x8") = n;
+  register long x0 __asm__("x0") = a;
+  register long x1 __asm__("x1") = b;
+  register long x2 __asm__("x2") = c;
+  register long x3 __asm__("x3") = d;
+  register long x4 __asm__("x4") = e;
+  register long x5 __asm__("x5") = f;
+  __asm__ volatile("svc #0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5) : "memory");
+  return x0;
+#else
+#error "denv-clock supports x86_64 and aarch64"
+#endif
+}
+
+static long raw_syscall(long n, long a, long b, long c, long d) { return raw_syscall6(n, a, b, c, d, 0, 0); }
+
+static long sys_ret(long r) {
+  if (r < 0 && r > -4096) {
+    if (__errno_location) *__errno_location() = (int)-r;
+    return -1;
+  }
+  return r;
+}
+
+/* NULL: not looked up yet; MAP_FAILED-like sentinel: no state (the real clock is reported). */
+static const struct clock_state *volatile state_ptr;
+static const struct clock_state none_state = {0};
+
+static const struct clock_state *state(void) {
+  const struct clock_state *s = state_ptr;
+  if (s) return s;
+  const struct clock_state *found = &none_state;
+  long fd = raw_syscall(SYS_openat, AT_FDCWD, (long)STATE_PATH, O_RDONLY | O_CLOEXEC, 0);
+  if (fd >= 0) {
+    long m = raw_syscall6(SYS_mmap, 0, 4096, PROT_READ, MAP_SHARED, fd, 0);
+    raw_syscall(SYS_close, fd, 0, 0, 0);
+    if (m > 0 || m < -4096) {
+      const struct clock_state *mapped = (const struct clock_state *)m;
+      if (mapped->magic == MAGIC && mapped->tick_ns > 0) found = mapped;
+      else raw_syscall(SYS_munmap, m, 4096, 0, 0);
+    }
+  }
+  /* Two threads may both look; either answer is the same file. */
+  state_ptr = found;
+  return found;
+}
+
+static int is_realtime(clockid_t id) {
+  return id == CLOCK_REALTIME || id == CLOCK_REALTIME_COARSE || id == CLOCK_REALTIME_ALARM ||
+         id == CLOCK_TAI;
+}
+
+/* The frozen wall clock in ns, or -1 when this process reports the real one. */
+static int64_t frozen_ns(void) {
+  const struct clock_state *s = state();
+  if (s->magic != MAGIC) return -1;
+  int64_t base = s->base_ns, epoch = s->epoch_ns, tick = s->tick_ns;
+  if (epoch == 0) return base;
+  struct timespec mono;
+  if (raw_syscall(SYS_clock_gettime, CLOCK_MONOTONIC, (long)&mono, 0, 0) != 0) return base;
+  int64_t elapsed = (int64_t)mono.tv_sec * 1000000000LL + mono.tv_nsec - epoch;
+  if (elapsed < 0) elapsed = 0;
+  return base + elapsed - elapsed % tick;
+}
+
+static int64_t real_ns(clockid_t id) {
+  struct timespec ts;
+  if (raw_syscall(SYS_clock_gettime, id, (long)&ts, 0, 0) != 0) return 0;
+  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static int denv_clock_gettime(clockid_t id, struct timespec *ts) {
+  if (is_realtime(id)) {
+    int64_t f = frozen_ns();
+    if (f >= 0) {
+      /* TAI keeps its offset from UTC (leap seconds) */
+      if (id == CLOCK_TAI) f += real_ns(CLOCK_TAI) - real_ns(CLOCK_REALTIME);
+      ts->tv_sec = f / 1000000000LL;
+      ts->tv_nsec = f % 1000000000LL;
+      return 0;
+    }
+  }
+  return (int)sys_ret(raw_syscall(SYS_clock_gettime, id, (long)ts, 0, 0));
+}
+
+EXPORT int clock_gettime(clockid_t id, struct timespec *ts) { return denv_clock_gettime(id, ts); }
+
+EXPORT int gettimeofday(struct timeval *tv, void *tz) {
+  int64_t f = frozen_ns();
+  if (f < 0 || tz) {
+    long r = sys_ret(raw_syscall(SYS_gettimeofday, (long)tv, (long)tz, 0, 0));
+    if (r != 0 || f < 0) return (int)r;
+  }
+  if (tv) {
+    tv->tv_sec = f / 1000000000LL;
+    tv->tv_usec = (f % 1000000000LL) / 1000;
+  }
+  return 0;
+}
+
+EXPORT time_t time(time_t *t) {
+  int64_t f = frozen_ns();
+  time_t now = f >= 0 ? (time_t)(f / 1000000000LL) : (time_t)(real_ns(CLOCK_REALTIME) / 1000000000LL);
+  if (t) *t = now;
+  return now;
+}
+
+EXPORT int timespec_get(struct timespec *ts, int base) {
+  if (base != TIME_UTC) return 0;
+  return denv_clock_gettime(CLOCK_REALTIME, ts) == 0 ? base : 0;
+}
+
+/*
+ * An absolute sleep on the wall clock names a frozen time: it is moved onto the real clock by the
+ * frozen clock's distance from it, so it ends when the frozen clock reaches it.
+ */
+EXPORT int clock_nanosleep(clockid_t id, int flags, const struct timespec *req, struct timespec *rem) {
+  struct timespec moved;
+  if ((flags & TIMER_ABSTIME) && is_realtime(id)) {
+    int64_t f = frozen_ns();
+    if (f >= 0) {
+      int64_t target = (int64_t)req->tv_sec * 1000000000LL + req->tv_nsec + (real_ns(id) - f);
+      moved.tv_sec = target / 1000000000LL;
+      moved.tv_nsec = target % 1000000000LL;
+      req = &moved;
+    }
+  }
+  /* clock_nanosleep returns the error number itself, not -1 */
+  long r = raw_syscall(SYS_clock_nanosleep, id, flags, (long)req, (long)rem);
+  return r < 0 ? (int)-r : 0;
+}

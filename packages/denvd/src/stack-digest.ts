@@ -1,0 +1,33 @@
+/**
+ * digest_volumes: the state of every volume of a running stack, for a replay report. Databases
+ * checkpoint first (what they hold in memory reaches the files), every service is paused while the
+ * datasets are read (nothing changes under the walk, and no container can swap a name for a link
+ * mid-walk), then everything thaws. A frozen clock is held at the version's time first: the
+ * checkpoint is the digest's, not the episode's, and the time it records (PostgreSQL's pg_control)
+ * must not depend on how long each fork's episode took. The stack is a replay's, destroyed next.
+ */
+import type { OpResult } from "@denv/protocol";
+import { holdClock, isFrozen } from "./clock-state.ts";
+import { checkpointDatabases } from "./snapshotter.ts";
+import type { StackContext } from "./stack-context.ts";
+import { digestTree } from "./volume-digest.ts";
+
+export async function digestStack(ctx: StackContext, stackId: string): Promise<OpResult<"digest_volumes">> {
+  const stack = ctx.stack(stackId);
+  const started = performance.now();
+  const clockHeld = isFrozen(stack.spec) && (await holdClock(ctx.options.stateDir, stack.id));
+  const checkpoint = await checkpointDatabases(ctx, stack, { redisSave: false });
+  const states = await Promise.all(
+    Object.values(stack.containers).map((id) => ctx.runtime.inspectContainer(id)),
+  );
+  const ids = states.filter((st) => st.running && !st.paused).map((st) => st.id);
+  const volumes: OpResult<"digest_volumes">["volumes"] = {};
+  try {
+    await Promise.all(ids.map((id) => ctx.runtime.pauseContainer(id)));
+    for (const [vol, ds] of Object.entries(stack.datasets))
+      volumes[vol] = await digestTree(ctx.storage.datasetPath(ds));
+  } finally {
+    await Promise.all(ids.map((id) => ctx.runtime.unpauseContainer(id).catch(() => {})));
+  }
+  return { volumes, checkpoint, clock_held: clockHeld, ms: Math.round(performance.now() - started) };
+}

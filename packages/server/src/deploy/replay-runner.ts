@@ -1,0 +1,202 @@
+/**
+ * A replay: N forks of a version run one scripted episode each, and the report compares them
+ * (replay-report.ts). Each fork is made with its clock held, released just before its first step
+ * (so every episode starts at the version's time, however long its fork took), runs the steps in
+ * order through the host's exec, has every volume digested, and is destroyed. Forks run a few at a
+ * time, each on a create turn of its host (admission.ts).
+ */
+import { randomBytes } from "node:crypto";
+import { DenvError, type ResolvedSpec } from "@denv/protocol";
+import { execOverStreams } from "../api/host-bytes.ts";
+import type { HostHub } from "../host-hub.ts";
+import { deploymentById } from "../store/deployment-store.ts";
+import { environmentById } from "../store/environment-store.ts";
+import type { Store } from "../store/open-store.ts";
+import type { Admission } from "./admission.ts";
+import type { Deployer } from "./deployer.ts";
+import { compareRuns, type ForkRun, type ReplayOutcome, type StepRun } from "./replay-report.ts";
+
+export interface ReplayStep {
+  service?: string;
+  command: string | string[];
+  user?: string;
+  timeout_ms?: number;
+}
+
+export interface ReplayRequest {
+  forks: number;
+  parallel: number;
+  steps: ReplayStep[];
+}
+
+export interface ReplayResult extends ReplayOutcome {
+  version_id: string;
+  forks: number;
+  steps: ReplayStep[];
+  /** The reference fork's results, in full (each output up to STEP_OUTPUT_BYTES). */
+  reference: {
+    steps: StepRun[];
+    volumes: Record<string, { digest: string; files: number; bytes: number }>;
+  } | null;
+  runs: {
+    index: number;
+    environment_id: string | null;
+    error: string | null;
+    digest: string;
+    steps: { exit_code: number | null; ms: number; timed_out: boolean }[];
+  }[];
+  ms: number;
+}
+
+/** Output kept per stream per step: a diff needs the lines, not megabytes of them. */
+const STEP_OUTPUT_BYTES = 256 * 1024;
+export const DEFAULT_REPLAY_FORKS = 20;
+export const MAX_REPLAY_FORKS = 100;
+
+export interface ReplayDeps {
+  store: Store;
+  hub: HostHub;
+  deployer: Deployer;
+  admission: Admission;
+}
+
+async function runStep(
+  deps: ReplayDeps,
+  hostId: string,
+  stackId: string,
+  step: ReplayStep,
+): Promise<StepRun> {
+  const out: Record<"stdout" | "stderr", Buffer[]> = { stdout: [], stderr: [] };
+  const r = await execOverStreams(
+    deps.hub,
+    hostId,
+    {
+      stack_id: stackId,
+      ...(step.service ? { service: step.service } : {}),
+      command: step.command,
+      ...(step.user ? { user: step.user } : {}),
+      timeout_ms: step.timeout_ms ?? 120_000,
+      max_output_bytes: STEP_OUTPUT_BYTES,
+    },
+    null,
+    (which, chunk) => {
+      out[which].push(chunk);
+    },
+  );
+  return {
+    exit_code: r.timed_out ? null : r.exit_code,
+    stdout: Buffer.concat(out.stdout).toString("utf8"),
+    stderr: Buffer.concat(out.stderr).toString("utf8"),
+    timed_out: r.timed_out,
+    ms: Math.round(r.duration_ms),
+  };
+}
+
+async function replayOne(
+  deps: ReplayDeps,
+  teamId: string,
+  versionId: string,
+  hostId: string,
+  name: string,
+  index: number,
+  steps: ReplayStep[],
+): Promise<ForkRun> {
+  const run: ForkRun = { index, environment_id: null, error: null, steps: [], volumes: {} };
+  const ticket = await deps.admission.admit(hostId, {
+    memoryBytes: await deps.admission.versionMemoryBytes(versionId),
+    label: `replay fork ${name}`,
+  });
+  let envId: string | null = null;
+  try {
+    const made = await deps.deployer.fork(versionId, { teamId, name, sandbox: true, holdClock: true });
+    envId = made.environmentId;
+    run.environment_id = envId;
+    await made.done;
+    ticket.release();
+    const d = await deploymentById(deps.store, made.deploymentId);
+    if (d?.status !== "succeeded")
+      throw new DenvError("unavailable", `the fork failed: ${d?.reason ?? "unknown"}`);
+    const env = await environmentById(deps.store, envId);
+    if (!env.host_id || !env.stack_id) throw new DenvError("unavailable", "the fork has no stack");
+    // The episode starts now: the clock the fork was held at starts to advance.
+    await deps.hub.call(env.host_id, "release_clock", { stack_id: env.stack_id });
+    for (const step of steps) run.steps.push(await runStep(deps, env.host_id, env.stack_id, step));
+    const digest = await deps.hub.call(env.host_id, "digest_volumes", { stack_id: env.stack_id });
+    run.volumes = digest.volumes;
+  } catch (err) {
+    run.error = (err as Error).message;
+  } finally {
+    ticket.release();
+    if (envId) {
+      const env = await environmentById(deps.store, envId).catch(() => null);
+      if (env) await (await deps.deployer.destroy(env)).done.catch(() => {});
+    }
+  }
+  return run;
+}
+
+export async function replayVersion(
+  deps: ReplayDeps,
+  teamId: string,
+  version: { id: string; host_id: string },
+  request: ReplayRequest,
+): Promise<ReplayResult> {
+  const started = performance.now();
+  const tag = randomBytes(3).toString("hex");
+  const runs: ForkRun[] = new Array(request.forks);
+  let next = 0;
+  const worker = async () => {
+    for (;;) {
+      const i = next++;
+      if (i >= request.forks) return;
+      const name = `replay-${tag}-${String(i + 1).padStart(String(request.forks).length, "0")}`;
+      runs[i] = await replayOne(deps, teamId, version.id, version.host_id, name, i + 1, request.steps);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(request.parallel, request.forks) }, worker));
+  const outcome = compareRuns(runs);
+  const ref = runs.find((r) => r.error === null);
+  return {
+    version_id: version.id,
+    forks: request.forks,
+    steps: request.steps,
+    ...outcome,
+    reference: ref
+      ? {
+          steps: ref.steps,
+          volumes: Object.fromEntries(
+            Object.entries(ref.volumes).map(([v, d]) => [
+              v,
+              { digest: d.digest, files: d.files, bytes: d.bytes },
+            ]),
+          ),
+        }
+      : null,
+    runs: runs.map((r, i) => ({
+      index: r.index,
+      environment_id: r.environment_id,
+      error: r.error,
+      digest: outcome.digests[i] ?? "",
+      steps: r.steps.map((s) => ({ exit_code: s.exit_code, ms: s.ms, timed_out: s.timed_out })),
+    })),
+    ms: Math.round(performance.now() - started),
+  };
+}
+
+/** The default episode of a version (a promote's): its warm commands, then each collected path read. */
+export function defaultEpisode(spec: ResolvedSpec): ReplayStep[] {
+  const steps: ReplayStep[] = spec.warm.map((w) => ({ service: w.service, command: w.command }));
+  const agent = spec.agent?.service;
+  for (const path of spec.verifier?.collect ?? [])
+    steps.push({
+      ...(agent ? { service: agent } : {}),
+      command: [
+        "sh",
+        "-c",
+        'if [ -e "$1" ]; then ls -ld "$1" | cut -d" " -f1; cat "$1"; else echo absent; fi',
+        "sh",
+        path,
+      ],
+    });
+  return steps;
+}

@@ -33,12 +33,12 @@ test("unknown commands and options are usage errors (exit 2)", () => {
 
 test("an unknown command given --help is a usage error, not the top-level help", () => {
   for (const args of [
-    ["replay", "--help"],
-    ["--server", "http://x", "replay", "-h"],
+    ["rewind", "--help"],
+    ["--server", "http://x", "rewind", "-h"],
   ]) {
     const r = denv(args);
     assert.equal(r.code, 2, args.join(" "));
-    assert.match(r.stderr, /unknown command 'replay'/);
+    assert.match(r.stderr, /unknown command 'rewind'/);
     assert.equal(r.stdout, "");
   }
   // Known commands and the help command still print their help.

@@ -29,6 +29,7 @@ import { LABEL } from "./labels.ts";
 import { NetworkAllocator } from "./network-allocator.ts";
 import { type ReconcileReport, reconcile } from "./reconcile.ts";
 import type { ContainerRuntime, Labels } from "./runtime/container-runtime.ts";
+import { waitServiceHealthy } from "./service-health.ts";
 import { snapshotStack } from "./snapshotter.ts";
 import { clockDirFor, releaseStackClock } from "./stack-clock.ts";
 import type { DenvdOptions, StackContext } from "./stack-context.ts";
@@ -174,9 +175,21 @@ export class Denvd {
     return forkStack(this.ctx, versionId, options);
   }
 
+  /** Every service of a running stack checked once (a promote's soak): health evidence, or why not. */
+  async checkHealth(stackId: string): Promise<HealthEvidence> {
+    const stack = this.ctx.stack(stackId);
+    const begun = performance.now();
+    const entries = await Promise.all(
+      Object.keys(stack.containers).map(
+        async (svc) => [svc, await waitServiceHealthy(this.ctx, stack, svc, performance.now())] as const,
+      ),
+    );
+    return { services: Object.fromEntries(entries), ms: Math.round(performance.now() - begun) };
+  }
+
   /** Every volume's state, digested, for a replay report (stack-digest.ts). */
-  digestVolumes(stackId: string): Promise<OpResult<"digest_volumes">> {
-    return digestStack(this.ctx, stackId);
+  digestVolumes(stackId: string, options: { holdClock: boolean }): Promise<OpResult<"digest_volumes">> {
+    return digestStack(this.ctx, stackId, options);
   }
 
   /** Starts a stack's held clock (a pool's member handed over); its reading after, or null. */

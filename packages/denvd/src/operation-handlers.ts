@@ -92,7 +92,8 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
       });
       return { stack_id: r.stack.id, evidence: r.evidence };
     },
-    digest_volumes: (p) => denvd.digestVolumes(p.stack_id),
+    digest_volumes: (p) => denvd.digestVolumes(p.stack_id, { holdClock: p.hold_clock ?? true }),
+    check_health: (p) => denvd.checkHealth(p.stack_id),
     release_clock: async (p) => ({ clock_at: await denvd.releaseClock(p.stack_id) }),
     rollback: (p) => denvd.rollback(p.stack_id, p.version_id),
     destroy: async (p) => {

@@ -12,10 +12,15 @@ import { checkpointDatabases } from "./snapshotter.ts";
 import type { StackContext } from "./stack-context.ts";
 import { digestTree } from "./volume-digest.ts";
 
-export async function digestStack(ctx: StackContext, stackId: string): Promise<OpResult<"digest_volumes">> {
+export async function digestStack(
+  ctx: StackContext,
+  stackId: string,
+  options: { holdClock: boolean } = { holdClock: true },
+): Promise<OpResult<"digest_volumes">> {
   const stack = ctx.stack(stackId);
   const started = performance.now();
-  const clockHeld = isFrozen(stack.spec) && (await holdClock(ctx.options.stateDir, stack.id));
+  const clockHeld =
+    options.holdClock && isFrozen(stack.spec) && (await holdClock(ctx.options.stateDir, stack.id));
   const checkpoint = await checkpointDatabases(ctx, stack, { redisSave: false });
   const states = await Promise.all(
     Object.values(stack.containers).map((id) => ctx.runtime.inspectContainer(id)),

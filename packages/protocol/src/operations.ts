@@ -138,9 +138,15 @@ export const OPERATIONS = {
     }),
     result: z.object({ stack_id: stackId, evidence: forkEvidence }),
   },
+  /** Every service checked once: its healthcheck passes (as its user), or it runs when it has none. */
+  check_health: { params: stack, result: healthEvidence },
   /** Every volume's state, digested (databases checkpointed, services paused while it is read). */
   digest_volumes: {
-    params: stack,
+    params: z.strictObject({
+      stack_id: stackId,
+      /** Hold a frozen clock at the version's time for the checkpoint (default true: a replay's). */
+      hold_clock: z.boolean().optional(),
+    }),
     result: z.object({
       volumes: z.record(
         z.string(),

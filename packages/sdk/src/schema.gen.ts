@@ -141,6 +141,48 @@ export type PostV1ProjectsByIdDeployBody = {
   env?: string;
 };
 
+/** Promote a version to an environment through the gates: fresh fork, dataset consistency, N identical replays, invariants, soak; then the target points at it. ?wait=true waits for the verdict — POST /v1/projects/{id}/promote */
+export type PostV1ProjectsByIdPromoteResponse = {
+  id: string;
+  environment_id: string;
+  kind: string;
+  status: "queued" | "running" | "succeeded" | "rolled_back" | "failed";
+  reason: string | null;
+  version_id: string | null;
+  frozen_ms: number | null;
+  verify: {
+    reward: number;
+    reason: string | null;
+    exit_code: number | null;
+    agent: string;
+  } | null;
+  phases: Array<{
+    name: string;
+    status: "pending" | "running" | "succeeded" | "failed" | "skipped";
+    started_at: string | null;
+    finished_at: string | null;
+    duration_ms: number | null;
+    evidence: unknown;
+    reason: string | null;
+  }>;
+  created_at: string;
+  finished_at: string | null;
+};
+export type PostV1ProjectsByIdPromoteBody = {
+  from?: string;
+  to: string;
+  version?: string;
+  replays?: number;
+  soak_ms?: number;
+  steps?: Array<{
+    service?: string;
+    command?: string | Array<string>;
+    user?: string;
+    timeout_ms?: number;
+    verifier?: true;
+  }>;
+};
+
 /** A deployment and its phase log with evidence — GET /v1/deployments/{id} */
 export type GetV1DeploymentsByIdResponse = {
   id: string;
@@ -405,7 +447,7 @@ export type PostV1VersionsByIdForksBody = {
   sandbox?: boolean;
 };
 
-/** A version — GET /v1/versions/{id} */
+/** A version (ver_…, PROJECT@ver_…, or PROJECT/ENV for the version it runs) — GET /v1/versions/{id} */
 export type GetV1VersionsByIdResponse = {
   id: string;
   environment_id: string;
@@ -742,6 +784,91 @@ export type GetV1AdmissionResponse = {
   }>;
 };
 
+/** Replay a version: N forks (default 20) run one scripted episode; the report says identical or shows the first divergence. ?wait=true answers with the report — POST /v1/versions/{id}/replays */
+export type PostV1VersionsByIdReplaysResponse = {
+  id: string;
+  version_id: string;
+  status: "running" | "identical" | "diverged" | "failed";
+  request: {
+    forks: number;
+    parallel: number;
+    steps: Array<{
+      service?: string;
+      command?: string | Array<string>;
+      user?: string;
+      timeout_ms?: number;
+      verifier?: true;
+    }>;
+  };
+  report: {
+    [key: string]: unknown;
+  } | null;
+  created_at: string;
+  finished_at: string | null;
+};
+export type PostV1VersionsByIdReplaysBody = {
+  forks?: number;
+  parallel?: number;
+  steps?: Array<{
+    service?: string;
+    command?: string | Array<string>;
+    user?: string;
+    timeout_ms?: number;
+    verifier?: true;
+  }>;
+};
+
+/** A version's replays, newest first — GET /v1/versions/{id}/replays */
+export type GetV1VersionsByIdReplaysResponse = {
+  replays: Array<{
+    id: string;
+    version_id: string;
+    status: "running" | "identical" | "diverged" | "failed";
+    request: {
+      forks: number;
+      parallel: number;
+      steps: Array<{
+        service?: string;
+        command?: string | Array<string>;
+        user?: string;
+        timeout_ms?: number;
+        verifier?: true;
+      }>;
+    };
+    report: {
+      [key: string]: unknown;
+    } | null;
+    created_at: string;
+    finished_at: string | null;
+  }>;
+};
+
+/** A replay and its report — GET /v1/replays/{id} */
+export type GetV1ReplaysByIdResponse = {
+  id: string;
+  version_id: string;
+  status: "running" | "identical" | "diverged" | "failed";
+  request: {
+    forks: number;
+    parallel: number;
+    steps: Array<{
+      service?: string;
+      command?: string | Array<string>;
+      user?: string;
+      timeout_ms?: number;
+      verifier?: true;
+    }>;
+  };
+  report: {
+    [key: string]: unknown;
+  } | null;
+  created_at: string;
+  finished_at: string | null;
+};
+
+/** A version's data sheet: digests, volumes and sizes, caps, egress, clock reach, replays, every promote's gate evidence, verify results; ?format=markdown for people — GET /v1/versions/{id}/datasheet */
+export type GetV1VersionsByIdDatasheetResponse = unknown;
+
 /** Connect a cloud account (hetzner) the provision phase creates machines in; the token is checked, then stored encrypted — POST /v1/clouds */
 export type PostV1CloudsResponse = {
   name: string;
@@ -800,6 +927,7 @@ export const OPERATIONS = {
   getV1ProjectsById: { method: "GET", path: "/v1/projects/{id}", params: ["id"], body: "none", response: "json" },
   putV1ProjectsByIdSource: { method: "PUT", path: "/v1/projects/{id}/source", params: ["id"], body: "json", response: "json" },
   postV1ProjectsByIdDeploy: { method: "POST", path: "/v1/projects/{id}/deploy", params: ["id"], body: "json", response: "json" },
+  postV1ProjectsByIdPromote: { method: "POST", path: "/v1/projects/{id}/promote", params: ["id"], body: "json", response: "json" },
   getV1DeploymentsById: { method: "GET", path: "/v1/deployments/{id}", params: ["id"], body: "none", response: "json" },
   getV1DeploymentsByIdEvents: { method: "GET", path: "/v1/deployments/{id}/events", params: ["id"], body: "none", response: "event-stream" },
   getV1Envs: { method: "GET", path: "/v1/envs", params: [], body: "none", response: "json" },
@@ -836,6 +964,10 @@ export const OPERATIONS = {
   putV1PoolsById: { method: "PUT", path: "/v1/pools/{id}", params: ["id"], body: "json", response: "json" },
   deleteV1PoolsById: { method: "DELETE", path: "/v1/pools/{id}", params: ["id"], body: "none", response: "json" },
   getV1Admission: { method: "GET", path: "/v1/admission", params: [], body: "none", response: "json" },
+  postV1VersionsByIdReplays: { method: "POST", path: "/v1/versions/{id}/replays", params: ["id"], body: "json", response: "json" },
+  getV1VersionsByIdReplays: { method: "GET", path: "/v1/versions/{id}/replays", params: ["id"], body: "none", response: "json" },
+  getV1ReplaysById: { method: "GET", path: "/v1/replays/{id}", params: ["id"], body: "none", response: "json" },
+  getV1VersionsByIdDatasheet: { method: "GET", path: "/v1/versions/{id}/datasheet", params: ["id"], body: "none", response: "json" },
   postV1Clouds: { method: "POST", path: "/v1/clouds", params: [], body: "json", response: "json" },
   getV1Clouds: { method: "GET", path: "/v1/clouds", params: [], body: "none", response: "json" },
   deleteV1CloudsByName: { method: "DELETE", path: "/v1/clouds/{name}", params: ["name"], body: "none", response: "json" },
@@ -854,6 +986,7 @@ export interface Operations {
   getV1ProjectsById: { params: { id: string }; body: undefined; response: GetV1ProjectsByIdResponse };
   putV1ProjectsByIdSource: { params: { id: string }; body: PutV1ProjectsByIdSourceBody; response: PutV1ProjectsByIdSourceResponse };
   postV1ProjectsByIdDeploy: { params: { id: string }; body: PostV1ProjectsByIdDeployBody; response: PostV1ProjectsByIdDeployResponse };
+  postV1ProjectsByIdPromote: { params: { id: string }; body: PostV1ProjectsByIdPromoteBody; response: PostV1ProjectsByIdPromoteResponse };
   getV1DeploymentsById: { params: { id: string }; body: undefined; response: GetV1DeploymentsByIdResponse };
   getV1DeploymentsByIdEvents: { params: { id: string }; body: undefined; response: GetV1DeploymentsByIdEventsResponse };
   getV1Envs: { params: {  }; body: undefined; response: GetV1EnvsResponse };
@@ -890,6 +1023,10 @@ export interface Operations {
   putV1PoolsById: { params: { id: string }; body: PutV1PoolsByIdBody; response: PutV1PoolsByIdResponse };
   deleteV1PoolsById: { params: { id: string }; body: undefined; response: DeleteV1PoolsByIdResponse };
   getV1Admission: { params: {  }; body: undefined; response: GetV1AdmissionResponse };
+  postV1VersionsByIdReplays: { params: { id: string }; body: PostV1VersionsByIdReplaysBody; response: PostV1VersionsByIdReplaysResponse };
+  getV1VersionsByIdReplays: { params: { id: string }; body: undefined; response: GetV1VersionsByIdReplaysResponse };
+  getV1ReplaysById: { params: { id: string }; body: undefined; response: GetV1ReplaysByIdResponse };
+  getV1VersionsByIdDatasheet: { params: { id: string }; body: undefined; response: GetV1VersionsByIdDatasheetResponse };
   postV1Clouds: { params: {  }; body: PostV1CloudsBody; response: PostV1CloudsResponse };
   getV1Clouds: { params: {  }; body: undefined; response: GetV1CloudsResponse };
   deleteV1CloudsByName: { params: { name: string }; body: undefined; response: DeleteV1CloudsByNameResponse };

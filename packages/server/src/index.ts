@@ -1,5 +1,6 @@
 /** @module @denv/server — the control plane: /v1 API, store, auth, host hub, deployments. */
 export { API_ROUTES as ROUTES, apiDocument as openApiDocument } from "./api/api-routes.ts";
+export { type Datasheet, datasheetMarkdown } from "./api/datasheet.ts";
 export { createApp } from "./app.ts";
 export { DEPLOY_PHASES, Deployer } from "./deploy/deployer.ts";
 export { DEFAULT_FETCH_ALLOW, FetchPolicy, parseFetchAllow } from "./fetch-policy.ts";

@@ -296,6 +296,34 @@ class GetV1AdmissionResponse(TypedDict):
     hosts: list[GetV1AdmissionResponseHostsItem]
 
 
+class PostV1VersionsByIdReplaysResponseRequestStepsItem(TypedDict):
+    service: NotRequired[str]
+    command: NotRequired[str | list[str]]
+    user: NotRequired[str]
+    timeout_ms: NotRequired[int]
+    verifier: NotRequired[Literal[True]]
+
+
+class PostV1VersionsByIdReplaysResponseRequest(TypedDict):
+    forks: float
+    parallel: float
+    steps: list[PostV1VersionsByIdReplaysResponseRequestStepsItem]
+
+
+class PostV1VersionsByIdReplaysResponse(TypedDict):
+    id: str
+    version_id: str
+    status: Literal["running", "identical", "diverged", "failed"]
+    request: PostV1VersionsByIdReplaysResponseRequest
+    report: dict[str, Any] | None
+    created_at: str
+    finished_at: str | None
+
+
+class GetV1VersionsByIdReplaysResponse(TypedDict):
+    replays: list[PostV1VersionsByIdReplaysResponse]
+
+
 class PostV1CloudsResponseMachinesItem(TypedDict):
     name: str
     server_id: str
@@ -328,6 +356,9 @@ GetV1ProjectsByIdResponse = PostV1ProjectsResponse
 
 #: PUT /v1/projects/{id}/source
 PutV1ProjectsByIdSourceResponse = PostV1ProjectsResponse
+
+#: POST /v1/projects/{id}/promote
+PostV1ProjectsByIdPromoteResponse = PostV1ProjectsByIdDeployResponse
 
 #: GET /v1/deployments/{id}
 GetV1DeploymentsByIdResponse = PostV1ProjectsByIdDeployResponse
@@ -367,3 +398,6 @@ GetV1PoolsByIdResponse = GetV1PoolsResponsePoolsItem
 
 #: PUT /v1/pools/{id}
 PutV1PoolsByIdResponse = GetV1PoolsResponsePoolsItem
+
+#: GET /v1/replays/{id}
+GetV1ReplaysByIdResponse = PostV1VersionsByIdReplaysResponse

@@ -11,6 +11,7 @@ import { printJson, UsageError } from "../output.ts";
 import { type GlobalOpts, run } from "./command-runner.ts";
 import { registerEnvironmentCommands } from "./environment-commands.ts";
 import { registerExecCommands } from "./exec-commands.ts";
+import { registerFidelityCommands } from "./fidelity-commands.ts";
 import { registerFileCommands } from "./file-commands.ts";
 import { registerHostCommands } from "./host-commands.ts";
 import { registerPoolCommands } from "./pool-commands.ts";
@@ -49,4 +50,5 @@ export function registerApiCommands(program: Command): void {
   registerFileCommands(program);
   registerHostCommands(program);
   registerPoolCommands(program);
+  registerFidelityCommands(program);
 }

@@ -1,7 +1,26 @@
 /** Environments and their deployments: fork, snapshot, rollback, verify, list, show, destroy. */
+import type { ClockEvidence } from "@denv/protocol";
+import type { Operations } from "@denv/sdk";
 import type { Command } from "commander";
 import { printJson, UsageError } from "../output.ts";
 import { envParam, printPhaseLog, run } from "./command-runner.ts";
+
+type Deployment = Operations["getV1DeploymentsById"]["response"];
+
+/** The clock the stack's services read, from the start (deploy) or fork evidence of the newest one. */
+export function clockLine(deployments: Deployment[]): string | null {
+  const newest = [...deployments]
+    .filter((d) => d.status === "succeeded" && (d.kind === "deploy" || d.kind === "fork"))
+    .sort((a, b) => b.created_at.localeCompare(a.created_at))[0];
+  const phase = newest?.phases.find((p) => p.name === (newest.kind === "deploy" ? "start" : "fork"));
+  const clock = (phase?.evidence as { clock?: ClockEvidence } | null)?.clock;
+  if (!clock) return null;
+  if (clock.mode === "real") return "real";
+  const real = Object.entries(clock.services).filter(([, r]) => !r.frozen);
+  const base = clock.base ? ` from ${clock.base}` : "";
+  if (real.length === 0) return `${clock.mode}${base}: every service`;
+  return `${clock.mode}${base}; real in ${real.map(([svc, r]) => `${svc} (${r.reason})`).join(", ")}`;
+}
 
 export function registerEnvironmentCommands(program: Command): void {
   const fork = program
@@ -154,6 +173,10 @@ export function registerEnvironmentCommands(program: Command): void {
         process.stdout.write(
           `${e.project}/${e.name} (${e.id}) ${e.status}\n  version ${e.current_version_id ?? "-"}  parent ${e.parent_version_id ?? "-"}\n  services ${e.services.join(", ")}\n`,
         );
+        const clock = clockLine(deps.deployments);
+        if (clock) process.stdout.write(`  clock ${clock}\n`);
+        if (e.current_version_id)
+          process.stdout.write(`  data sheet: denv datasheet ${e.project}@${e.current_version_id}\n`);
         for (const d of deps.deployments)
           process.stdout.write(`  ${d.created_at} ${d.kind.padEnd(9)} ${d.status} ${d.id}\n`);
       }

@@ -16,6 +16,7 @@ import { projectRoutes } from "./project-routes.ts";
 import { replayRoutes } from "./replay-routes.ts";
 import { sandboxRoutes } from "./sandbox-routes.ts";
 import { tunnelRoutes } from "./tunnel-routes.ts";
+import { versionRoutes } from "./version-routes.ts";
 
 const openApiRoute = route({
   method: "get",
@@ -38,6 +39,7 @@ export const RESOURCES: Record<string, ApiRoute[]> = {
   sandboxes: sandboxRoutes,
   pools: poolRoutes,
   replays: replayRoutes,
+  versions: versionRoutes,
   clouds: cloudRoutes,
 };
 

@@ -162,12 +162,20 @@ export const fanOutBody = z.strictObject({
   sandbox: z.boolean().optional(),
 });
 /** One step of a replay's episode: a command in a service, as exec runs it. */
-export const replayStep = z.strictObject({
-  service: z.string().min(1).max(63).optional(),
-  command: z.union([z.string().min(1).max(65_536), z.array(z.string().max(65_536)).min(1).max(4096)]),
-  user: z.string().min(1).max(256).optional(),
-  timeout_ms: z.number().int().min(1).max(3_600_000).optional(),
-});
+export const replayStep = z
+  .strictObject({
+    service: z.string().min(1).max(63).optional(),
+    command: z
+      .union([z.string().min(1).max(65_536), z.array(z.string().max(65_536)).min(1).max(4096)])
+      .optional(),
+    user: z.string().min(1).max(256).optional(),
+    timeout_ms: z.number().int().min(1).max(3_600_000).optional(),
+    /** true: the version's verifier, graded on the fork (the agent stopped, its paths collected). */
+    verifier: z.literal(true).optional(),
+  })
+  .refine((s) => (s.command === undefined) !== (s.verifier === undefined), {
+    message: "a step has a command or verifier: true, not both",
+  });
 export const replayBody = z.strictObject({
   forks: z.number().int().min(1).max(100).optional().describe("How many forks run the episode (default 20)"),
   parallel: z.number().int().min(1).max(16).optional().describe("Forks running at once (default 4)"),
@@ -187,6 +195,25 @@ export const replaySchema = z.object({
   report: z.record(z.string(), z.unknown()).nullable(),
   created_at: z.string(),
   finished_at: z.string().nullable(),
+});
+export const promoteBody = z.strictObject({
+  from: name.optional().describe("The environment whose current version is promoted"),
+  to: name.describe("The environment that points at the version once every gate passed"),
+  version: z
+    .string()
+    .min(1)
+    .max(300)
+    .optional()
+    .describe("The version (ver_…, PROJECT@ver_…) instead of from's"),
+  replays: z.number().int().min(1).max(100).optional().describe("Forks the replays gate runs (default 5)"),
+  soak_ms: z
+    .number()
+    .int()
+    .min(0)
+    .max(24 * 3_600_000)
+    .optional()
+    .describe("The soak (default 10000)"),
+  steps: z.array(replayStep).min(1).max(256).optional().describe("The replays' episode"),
 });
 export const rollbackBody = z.strictObject({ version: z.string().min(1) });
 export const verifyBody = z.strictObject({ resume: z.boolean().optional() });

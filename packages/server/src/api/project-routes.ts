@@ -12,12 +12,14 @@ import {
   teamProjects,
 } from "../store/project-store.ts";
 import type { DeploymentsTable, ProjectsTable } from "../store/schema.ts";
+import { resolveVersionRef } from "../store/version-store.ts";
 import { type ApiRoute, JSON_LIMIT_BYTES, route } from "./api-route.ts";
 import {
   createProjectBody,
   deployBody,
   deploymentSchema,
   projectSchema,
+  promoteBody,
   uploadSourceBody,
 } from "./api-schemas.ts";
 import { serializeDeployment, serializeProject } from "./api-serializers.ts";
@@ -122,6 +124,54 @@ export const projectRoutes: ApiRoute[] = [
       const p = await findProject(store, c.var.teamId, c.req.param("id") ?? "");
       const wait = query.wait === "true";
       const { deploymentId, done } = await deployer.deploy(p, body.env);
+      if (wait) await done.catch(() => {});
+      const d = (await deploymentById(store, deploymentId)) as DeploymentsTable;
+      return c.json(serializeDeployment(d), wait ? 200 : 202);
+    },
+  }),
+  route({
+    method: "post",
+    path: "/v1/projects/{id}/promote",
+    summary:
+      "Promote a version to an environment through the gates: fresh fork, dataset consistency, N identical replays, invariants, soak; then the target points at it. ?wait=true waits for the verdict",
+    body: promoteBody,
+    query: z.object({
+      wait: z.string().optional().describe("true: answer once the deployment has its verdict"),
+    }),
+    response: deploymentSchema,
+    status: 202,
+    auth: true,
+    handler: async (c, { body, query }) => {
+      const { store, deployer, admission } = c.var.deps;
+      const p = await findProject(store, c.var.teamId, c.req.param("id") ?? "");
+      if (!body.from && !body.version)
+        throw new DenvError(
+          "invalid_argument",
+          "from or version: name the environment or the version to promote",
+        );
+      if (body.from === body.to)
+        throw new DenvError("invalid_argument", `to: ${body.to} is the environment promoted from`);
+      const version = await resolveVersionRef(
+        store,
+        c.var.teamId,
+        body.version
+          ? body.version.startsWith("ver_")
+            ? `${p.name}@${body.version}`
+            : body.version
+          : `${p.name}/${body.from}`,
+      );
+      if (version.project_id !== p.id)
+        throw new DenvError("invalid_argument", `version: ${version.id} is not a version of ${p.name}`);
+      const wait = query.wait === "true";
+      const { deploymentId, done } = await deployer.promote(
+        admission,
+        { project: p, version, fromName: body.from ?? null, target: body.to },
+        {
+          replays: body.replays ?? 5,
+          soakMs: body.soak_ms ?? 10_000,
+          ...(body.steps ? { steps: body.steps } : {}),
+        },
+      );
       if (wait) await done.catch(() => {});
       const d = (await deploymentById(store, deploymentId)) as DeploymentsTable;
       return c.json(serializeDeployment(d), wait ? 200 : 202);

@@ -120,6 +120,7 @@ const handlers: DoubleHandlers = {
   verify_cleanup: () => ({}),
   resume: () => ({}),
   release_clock: () => ({ clock_at: null }),
+  check_health: () => health,
   digest_volumes: () => ({
     volumes: {
       w: { digest: "d0", files: 1, bytes: 3, entries: [["a.txt", "e0"]], listed_all: true, left_out: [] },
@@ -362,6 +363,17 @@ const CASES: Record<string, Case> = {
   },
   "get /v1/versions/{id}/replays": { path: () => `/v1/versions/${a.version}/replays`, status: 200 },
   "get /v1/replays/{id}": { path: () => `/v1/replays/${a.replay}`, status: 200 },
+  "get /v1/versions/{id}/datasheet": {
+    path: () => `/v1/versions/${a.version}/datasheet`,
+    query: "?format=markdown",
+    status: 200,
+  },
+  "post /v1/projects/{id}/promote": {
+    path: () => `/v1/projects/${a.project}/promote`,
+    query: "?wait=true",
+    body: () => ({ from: "alpha", to: "staging", replays: 1, soak_ms: 0, steps: [{ command: "date" }] }),
+    status: 200,
+  },
   "post /v1/envs/{id}/rollback": {
     path: () => `/v1/envs/${a.env}/rollback`,
     body: () => ({ version: a.version }),

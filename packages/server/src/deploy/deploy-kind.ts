@@ -55,7 +55,10 @@ async function deployPhases(
   })) as string;
   const started = (await rec.run("start", async () => {
     const r = await runner.hub.call(hostId, "start", { stack_id: stackId });
-    return { value: r, evidence: { containers: r.evidence, ms: r.ms, egress: r.egress } };
+    return {
+      value: r,
+      evidence: { containers: r.evidence, ms: r.ms, egress: r.egress, clock: r.clock ?? null },
+    };
   })) as { health: unknown };
   // Services start as soon as what they depend on is healthy, so start and health interleave on
   // the host; the health phase records what the start step measured of each service.

@@ -6,12 +6,14 @@
  */
 import type { EventEmitter } from "node:events";
 import { deploymentById } from "../store/deployment-store.ts";
-import type { DeploymentsTable, EnvironmentsTable, ProjectsTable } from "../store/schema.ts";
+import type { DeploymentsTable, EnvironmentsTable, ProjectsTable, VersionsTable } from "../store/schema.ts";
+import type { Admission } from "./admission.ts";
 import { runDeploy } from "./deploy-kind.ts";
 import { recoverDeployments } from "./deployment-recovery.ts";
 import { type DeployerOptions, DeploymentRunner, type Launched } from "./deployment-runner.ts";
 import { runDestroy } from "./destroy-kind.ts";
 import { runFork } from "./fork-kind.ts";
+import { type PromoteOptions, runPromote } from "./promote-kind.ts";
 import { runRollback } from "./rollback-kind.ts";
 import { runSnapshot } from "./snapshot-kind.ts";
 import { runVerify } from "./verify-kind.ts";
@@ -61,6 +63,15 @@ export class Deployer {
   /** Grades an environment on a fork, as a separate principal (verify-kind.ts). */
   verify(env: EnvironmentsTable, options: { resume: boolean }): Promise<Launched> {
     return runVerify(this.runner, env, options);
+  }
+
+  /** Moves a version to an environment through the promote gates (promote-kind.ts). */
+  promote(
+    admission: Admission,
+    args: { project: ProjectsTable; version: VersionsTable; fromName: string | null; target: string },
+    options: PromoteOptions,
+  ): Promise<Launched & { environmentId: string }> {
+    return runPromote(this.runner, this, admission, args, options);
   }
 
   /** Removes an environment's stack and data. Its versions stay. */

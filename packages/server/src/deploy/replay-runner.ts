@@ -9,6 +9,7 @@ import { randomBytes } from "node:crypto";
 import { DenvError, type ResolvedSpec } from "@denv/protocol";
 import { execOverStreams } from "../api/host-bytes.ts";
 import type { HostHub } from "../host-hub.ts";
+import { newId } from "../ids.ts";
 import { deploymentById } from "../store/deployment-store.ts";
 import { environmentById } from "../store/environment-store.ts";
 import type { Store } from "../store/open-store.ts";
@@ -16,11 +17,13 @@ import type { Admission } from "./admission.ts";
 import type { Deployer } from "./deployer.ts";
 import { compareRuns, type ForkRun, type ReplayOutcome, type StepRun } from "./replay-report.ts";
 
+/** A command in a service, as exec runs it; or, with verifier, the version's verifier graded on the fork. */
 export interface ReplayStep {
   service?: string;
-  command: string | string[];
+  command?: string | string[];
   user?: string;
   timeout_ms?: number;
+  verifier?: boolean;
 }
 
 export interface ReplayRequest {
@@ -36,7 +39,7 @@ export interface ReplayResult extends ReplayOutcome {
   /** The reference fork's results, in full (each output up to STEP_OUTPUT_BYTES). */
   reference: {
     steps: StepRun[];
-    volumes: Record<string, { digest: string; files: number; bytes: number }>;
+    volumes: Record<string, { digest: string; files: number; bytes: number; left_out: string[] }>;
   } | null;
   runs: {
     index: number;
@@ -60,12 +63,49 @@ export interface ReplayDeps {
   admission: Admission;
 }
 
+/**
+ * The verifier as a step: the agent stopped, the declared paths collected (special files refused,
+ * as in verify), the verifier's image run on this fork, the agent thawed. What it printed and its
+ * reward are the step's output. The fork is the replay's own, so it grades there, not on a clone.
+ */
+async function verifierStep(deps: ReplayDeps, hostId: string, stackId: string): Promise<StepRun> {
+  const begun = performance.now();
+  const verifyId = newId("rpv");
+  try {
+    await deps.hub.call(hostId, "verify_stop", { stack_id: stackId });
+    const c = await deps.hub.call(hostId, "verify_collect", { stack_id: stackId, verify_id: verifyId });
+    const collected = c.files.map((f) => `${f.path} ${f.bytes} ${f.sha256}`).join("\n");
+    if (c.refused)
+      return {
+        exit_code: null,
+        stdout: `refused: ${c.refused}\n`,
+        stderr: "",
+        timed_out: false,
+        ms: Math.round(performance.now() - begun),
+      };
+    const g = await deps.hub.call(hostId, "verify_grade", { stack_id: stackId, verify_id: verifyId });
+    return {
+      exit_code: g.exit_code,
+      stdout: `collected:\n${collected}${c.missing.map((m) => `\nmissing ${m}`).join("")}\nreward ${g.reward}\n${g.stdout_tail}`,
+      stderr: g.stderr_tail,
+      timed_out: g.timed_out,
+      ms: Math.round(performance.now() - begun),
+    };
+  } finally {
+    await deps.hub.call(hostId, "verify_cleanup", { verify_id: verifyId }).catch(() => {});
+    await deps.hub.call(hostId, "resume", { stack_id: stackId }).catch(() => {});
+  }
+}
+
 async function runStep(
   deps: ReplayDeps,
   hostId: string,
   stackId: string,
   step: ReplayStep,
 ): Promise<StepRun> {
+  if (step.verifier) return verifierStep(deps, hostId, stackId);
+  if (step.command === undefined)
+    throw new DenvError("invalid_argument", "a step needs a command or verifier: true");
   const out: Record<"stdout" | "stderr", Buffer[]> = { stdout: [], stderr: [] };
   const r = await execOverStreams(
     deps.hub,
@@ -167,7 +207,7 @@ export async function replayVersion(
           volumes: Object.fromEntries(
             Object.entries(ref.volumes).map(([v, d]) => [
               v,
-              { digest: d.digest, files: d.files, bytes: d.bytes },
+              { digest: d.digest, files: d.files, bytes: d.bytes, left_out: d.left_out ?? [] },
             ]),
           ),
         }
@@ -183,9 +223,14 @@ export async function replayVersion(
   };
 }
 
-/** The default episode of a version (a promote's): its warm commands, then each collected path read. */
+/**
+ * The default episode of a version (a promote's): each collected path read where the agent works,
+ * then the verifier graded on the fork. The warm commands are not run again: they made the
+ * snapshot, and ops-world's own ANALYZE samples rows at random, so a second run is a different
+ * pg_statistic in every fork (a replay that includes it says so: the volume pg diverges).
+ */
 export function defaultEpisode(spec: ResolvedSpec): ReplayStep[] {
-  const steps: ReplayStep[] = spec.warm.map((w) => ({ service: w.service, command: w.command }));
+  const steps: ReplayStep[] = [];
   const agent = spec.agent?.service;
   for (const path of spec.verifier?.collect ?? [])
     steps.push({

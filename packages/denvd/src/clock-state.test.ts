@@ -1,0 +1,86 @@
+import assert from "node:assert/strict";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { test } from "node:test";
+import {
+  clockMounts,
+  clockReadingMs,
+  decodeClockState,
+  encodeClockState,
+  holdClock,
+  readClock,
+  releaseClock,
+  writeClock,
+} from "./clock-state.ts";
+
+test("the state record round-trips, and the library's layout is fixed: magic, base, epoch, tick", () => {
+  const s = { baseMs: 1_700_000_000_123, epochNs: 5_000_000_000n, tickMs: 1000 };
+  const b = encodeClockState(s);
+  assert.equal(b.length, 64);
+  assert.equal(b.subarray(0, 8).toString("latin1"), "DENVCLK1");
+  assert.equal(b.readBigInt64LE(8), 1_700_000_000_123_000_000n);
+  assert.equal(b.readBigInt64LE(16), 5_000_000_000n);
+  assert.equal(b.readBigInt64LE(24), 1_000_000_000n);
+  assert.deepEqual(decodeClockState(b), s);
+  assert.deepEqual(decodeClockState(encodeClockState({ ...s, epochNs: null })), { ...s, epochNs: null });
+});
+
+test("a record that is short or not ours is no clock", () => {
+  assert.equal(decodeClockState(Buffer.alloc(10)), null);
+  const b = encodeClockState({ baseMs: 1, epochNs: null, tickMs: 1000 });
+  b.write("XXXXXXXX", 0, "latin1");
+  assert.equal(decodeClockState(b), null);
+});
+
+test("held, the clock reads its base; released, base plus whole ticks since the epoch, never less", () => {
+  const held = { baseMs: 1000, epochNs: null, tickMs: 1000 };
+  assert.equal(clockReadingMs(held, 99_000_000_000n), 1000);
+  const running = { baseMs: 1000, epochNs: 10_000_000_000n, tickMs: 1000 };
+  assert.equal(clockReadingMs(running, 10_000_000_000n), 1000);
+  assert.equal(clockReadingMs(running, 10_999_999_999n), 1000);
+  assert.equal(clockReadingMs(running, 11_000_000_000n), 2000);
+  assert.equal(clockReadingMs(running, 13_500_000_000n), 4000);
+  // A monotonic reading before the epoch (another CPU's view) does not run the clock backwards.
+  assert.equal(clockReadingMs(running, 9_000_000_000n), 1000);
+});
+
+test("written held, released in place (the same file every process maps), held again for a digest", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "denv-clock-"));
+  try {
+    const lib = join(dir, "lib.so");
+    writeFileSync(lib, "ELF");
+    await writeClock(dir, "stk_000000000001", lib, { baseMs: 5000, held: true });
+    const stateFile = join(dir, "clock", "stk_000000000001", "state");
+    const before = readFileSync(stateFile);
+    assert.equal((await readClock(dir, "stk_000000000001"))?.epochNs, null);
+    const released = await releaseClock(dir, "stk_000000000001");
+    assert.ok(released?.epochNs && released.epochNs > 0n);
+    const after = readFileSync(stateFile);
+    // Only the epoch changed.
+    assert.deepEqual(after.subarray(0, 16), before.subarray(0, 16));
+    assert.deepEqual(after.subarray(24), before.subarray(24));
+    // Released twice: the first epoch stands.
+    assert.equal((await releaseClock(dir, "stk_000000000001"))?.epochNs, released.epochNs);
+    assert.equal(await holdClock(dir, "stk_000000000001"), true);
+    assert.equal((await readClock(dir, "stk_000000000001"))?.epochNs, null);
+    assert.equal(await holdClock(dir, "stk_000000000002"), false);
+    assert.equal(
+      readFileSync(join(dir, "clock", "stk_000000000001", "ld.so.preload"), "utf8"),
+      "/.denv/clock/libdenv-clock.so\n",
+    );
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("a container gets the directory and the preload list read-only, its own LD_PRELOAD kept after ours", () => {
+  const m = clockMounts("/state/clock/stk_1", { LD_PRELOAD: "/usr/lib/libjemalloc.so", A: "1" });
+  assert.deepEqual(m.env, { LD_PRELOAD: "/.denv/clock/libdenv-clock.so:/usr/lib/libjemalloc.so", A: "1" });
+  assert.ok(m.mounts.every((x) => x.kind === "bind" && x.readOnly));
+  assert.deepEqual(
+    m.mounts.map((x) => (x.kind === "bind" ? x.target : "")),
+    ["/.denv/clock", "/etc/ld.so.preload"],
+  );
+  assert.equal(clockMounts("/d", {}).env.LD_PRELOAD, "/.denv/clock/libdenv-clock.so");
+});

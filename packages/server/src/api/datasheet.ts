@@ -1,0 +1,280 @@
+/**
+ * A version's data sheet: what the version is (images by digest, volumes and their sizes, caps,
+ * egress, the clock and its reach), how it replayed, every promote that took it through the gates
+ * with each gate's evidence, and the verify results seen on its forks. JSON for programs,
+ * Markdown for people (`denv datasheet`); both from the records, nothing recomputed.
+ */
+import type { ClockEvidence, ResolvedSpec } from "@denv/protocol";
+import type { SecretBox } from "../clouds/secret-box.ts";
+import type { Store } from "../store/open-store.ts";
+import { versionReplays } from "../store/replay-store.ts";
+import type { DeploymentsTable, VersionsTable } from "../store/schema.ts";
+
+interface PhaseRow {
+  name: string;
+  status: string;
+  reason: string | null;
+  evidence: unknown;
+}
+
+export interface Datasheet {
+  version: {
+    id: string;
+    project: string;
+    environment: string;
+    kind: string;
+    host_id: string;
+    spec_hash: string;
+    created_at: string;
+    images: Record<string, string>;
+  };
+  clock: {
+    mode: string;
+    /** The time every fork of the version starts at. */
+    at: string | null;
+    /** Per service, whether its program reads the frozen clock (the deploy's start evidence). */
+    reach: Record<
+      string,
+      { frozen: boolean; program: string | null; linkage: string; reason: string | null }
+    > | null;
+    warnings: string[];
+  };
+  volumes: Record<string, { bytes: number | null; snapshot_id: string | null }>;
+  frozen_ms: number | null;
+  caps: Record<string, { memory_bytes: number; pids: number; cpus: number }>;
+  egress: string;
+  agent: string | null;
+  verifier: { image: string | null; collect: string[] } | null;
+  replays: {
+    id: string;
+    status: string;
+    forks: number;
+    identical: boolean | null;
+    first_divergence: unknown;
+    created_at: string;
+  }[];
+  promotes: {
+    deployment_id: string;
+    target: string;
+    status: string;
+    reason: string | null;
+    created_at: string;
+    gates: PhaseRow[];
+  }[];
+  verifies: {
+    deployment_id: string;
+    environment: string;
+    status: string;
+    reward: number | null;
+    created_at: string;
+  }[];
+}
+
+const phasesOf = (d: DeploymentsTable) => JSON.parse(d.phases_json) as PhaseRow[];
+const evidenceOf = (d: DeploymentsTable, phase: string) =>
+  (phasesOf(d).find((p) => p.name === phase)?.evidence ?? null) as Record<string, unknown> | null;
+
+export async function buildDatasheet(
+  store: Store,
+  secrets: SecretBox,
+  version: VersionsTable,
+): Promise<Datasheet> {
+  const spec = JSON.parse(secrets.openText(version.spec_json)) as ResolvedSpec;
+  const evidence = JSON.parse(version.evidence_json) as {
+    frozen_ms?: number;
+    datasets?: Record<string, { snapshot_id: string; bytes: number }>;
+    clock?: { mode: string; at: string };
+  };
+  const project = await store
+    .selectFrom("projects")
+    .select(["name", "kind"])
+    .where("id", "=", version.project_id)
+    .executeTakeFirstOrThrow();
+  const env = await store
+    .selectFrom("environments")
+    .select("name")
+    .where("id", "=", version.environment_id)
+    .executeTakeFirst();
+  // The deployment that made the version: its start phase read each service's clock.
+  const madeBy = (
+    await store
+      .selectFrom("deployments")
+      .selectAll()
+      .where("environment_id", "=", version.environment_id)
+      .where("kind", "in", ["deploy", "snapshot"])
+      .execute()
+  ).find((d) => evidenceOf(d, "snapshot")?.version_id === version.id);
+  const startClock = madeBy ? (evidenceOf(madeBy, "start")?.clock as ClockEvidence | undefined) : undefined;
+  const teamDeployments = await store
+    .selectFrom("deployments")
+    .innerJoin("environments", "environments.id", "deployments.environment_id")
+    .selectAll("deployments")
+    .select("environments.name as env_name")
+    .select("environments.parent_version_id as env_parent")
+    .where("deployments.team_id", "=", version.team_id)
+    .where("deployments.kind", "in", ["promote", "verify"])
+    .orderBy("deployments.created_at")
+    .execute();
+  const promotes = teamDeployments
+    .filter((d) => d.kind === "promote" && evidenceOf(d, "candidate")?.version_id === version.id)
+    .map((d) => ({
+      deployment_id: d.id,
+      target: d.env_name,
+      status: d.status,
+      reason: d.reason,
+      created_at: d.created_at,
+      gates: phasesOf(d).map((p) => ({
+        name: p.name,
+        status: p.status,
+        reason: p.reason ?? null,
+        evidence: p.evidence,
+      })),
+    }));
+  const verifies = teamDeployments
+    .filter((d) => d.kind === "verify" && d.env_parent === version.id)
+    .slice(-50)
+    .map((d) => {
+      const v = evidenceOf(d, "verdict");
+      return {
+        deployment_id: d.id,
+        environment: d.env_name,
+        status: d.status,
+        reward: typeof v?.reward === "number" ? v.reward : null,
+        created_at: d.created_at,
+      };
+    });
+  const replays = (await versionReplays(store, version.team_id, version.id)).map((r) => {
+    const rep = r.report_json
+      ? (JSON.parse(r.report_json) as { identical?: boolean; first_divergence?: unknown })
+      : null;
+    const req = JSON.parse(r.request_json) as { forks: number };
+    return {
+      id: r.id,
+      status: r.status,
+      forks: req.forks,
+      identical: typeof rep?.identical === "boolean" ? rep.identical : null,
+      first_divergence: rep?.first_divergence ?? null,
+      created_at: r.created_at,
+    };
+  });
+  return {
+    version: {
+      id: version.id,
+      project: project.name,
+      environment: env?.name ?? version.environment_id,
+      kind: spec.kind,
+      host_id: version.host_id,
+      spec_hash: version.spec_hash,
+      created_at: version.created_at,
+      images: Object.fromEntries(
+        Object.entries(spec.services).map(([svc, s]) => [svc, s.image_pinned ?? s.image]),
+      ),
+    },
+    clock: {
+      mode: spec.clock,
+      at: evidence.clock?.at ?? null,
+      reach: startClock?.services ?? null,
+      warnings: startClock?.warnings ?? [],
+    },
+    volumes: Object.fromEntries(
+      Object.keys(spec.datasets).map((v) => [
+        v,
+        {
+          bytes: evidence.datasets?.[v]?.bytes ?? null,
+          snapshot_id: evidence.datasets?.[v]?.snapshot_id ?? null,
+        },
+      ]),
+    ),
+    frozen_ms: evidence.frozen_ms ?? null,
+    caps: Object.fromEntries(Object.entries(spec.services).map(([svc, s]) => [svc, s.caps])),
+    egress: spec.egress,
+    agent: spec.agent?.service ?? null,
+    verifier: spec.verifier
+      ? { image: spec.verifier.image_pinned ?? spec.verifier.image ?? null, collect: spec.verifier.collect }
+      : null,
+    replays,
+    promotes,
+    verifies,
+  };
+}
+
+const cell = (v: unknown) =>
+  String(v ?? "")
+    .replaceAll("|", "\\|")
+    .replaceAll("\n", " ");
+/** A code block no content can close: its fence is longer than any run of backticks inside. */
+function fence(v: unknown): string {
+  const text = JSON.stringify(v, null, 2);
+  const longest = Math.max(0, ...(text.match(/`+/g) ?? []).map((m) => m.length));
+  const f = "`".repeat(Math.max(3, longest + 1));
+  return `${f}json\n${text}\n${f}`;
+}
+
+/** The data sheet for people: the same content, as Markdown. */
+export function datasheetMarkdown(d: Datasheet): string {
+  const out: string[] = [];
+  const v = d.version;
+  out.push(`# Data sheet: ${v.project}@${v.id}`, "");
+  out.push(
+    `Made in ${v.environment} on ${v.created_at}, kind ${v.kind}, spec ${v.spec_hash}, host ${v.host_id}.`,
+    "",
+  );
+  out.push("## Images", "", "| service | image |", "| --- | --- |");
+  for (const [svc, img] of Object.entries(v.images)) out.push(`| ${cell(svc)} | ${cell(img)} |`);
+  out.push("", "## Volumes", "", "| volume | bytes | snapshot |", "| --- | --- | --- |");
+  for (const [vol, x] of Object.entries(d.volumes))
+    out.push(`| ${cell(vol)} | ${cell(x.bytes)} | ${cell(x.snapshot_id)} |`);
+  out.push("", `Frozen window: ${d.frozen_ms ?? "unknown"} ms.`, "");
+  out.push("## Caps and egress", "", "| service | memory bytes | pids | cpus |", "| --- | --- | --- | --- |");
+  for (const [svc, c] of Object.entries(d.caps))
+    out.push(`| ${cell(svc)} | ${c.memory_bytes} | ${c.pids} | ${c.cpus} |`);
+  out.push("", `Egress: ${d.egress}. Agent: ${d.agent ?? "none"}.`);
+  if (d.verifier)
+    out.push(
+      `Verifier: ${d.verifier.image ?? "in a service"}, collects ${d.verifier.collect.join(", ") || "nothing"}.`,
+    );
+  out.push(
+    "",
+    "## Clock",
+    "",
+    `Mode: ${d.clock.mode}. Forks start at: ${d.clock.at ?? "the real time"}.`,
+    "",
+  );
+  if (d.clock.reach) {
+    out.push("| service | frozen | program | linkage | reason |", "| --- | --- | --- | --- | --- |");
+    for (const [svc, r] of Object.entries(d.clock.reach))
+      out.push(
+        `| ${cell(svc)} | ${r.frozen ? "yes" : "**no**"} | ${cell(r.program)} | ${r.linkage} | ${cell(r.reason)} |`,
+      );
+    out.push("");
+  }
+  for (const w of d.clock.warnings) out.push(`- warning: ${w}`);
+  out.push("## Replays", "");
+  if (d.replays.length === 0) out.push("None yet: `denv replay` runs one.", "");
+  for (const r of d.replays) {
+    out.push(`- ${r.id} (${r.created_at}): ${r.forks} forks, **${r.status}**`);
+    if (r.first_divergence) out.push("", fence(r.first_divergence), "");
+  }
+  out.push("", "## Promotes", "");
+  if (d.promotes.length === 0) out.push("None yet: `denv promote` runs the gates.", "");
+  for (const p of d.promotes) {
+    out.push(`### ${p.deployment_id} → ${p.target}: ${p.status}`, "");
+    if (p.reason) out.push(`Reason: ${p.reason}`, "");
+    for (const g of p.gates) {
+      out.push(`#### ${g.name}: ${g.status}`, "");
+      if (g.reason) out.push(`Reason: ${g.reason}`, "");
+      if (g.evidence !== null && g.evidence !== undefined) out.push(fence(g.evidence), "");
+    }
+  }
+  out.push("## Verify results on its forks", "");
+  if (d.verifies.length === 0) out.push("None yet.", "");
+  else {
+    out.push("| deployment | environment | status | reward | when |", "| --- | --- | --- | --- | --- |");
+    for (const x of d.verifies)
+      out.push(
+        `| ${x.deployment_id} | ${cell(x.environment)} | ${x.status} | ${x.reward ?? ""} | ${x.created_at} |`,
+      );
+    out.push("");
+  }
+  return `${out.join("\n")}\n`;
+}

@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --quick] [-- --json] [-- --save] [-- --only fork,api,scale,exec,transfer]`: every
+ * `npm run bench [-- --quick] [-- --json] [-- --save] [-- --only fork,api,scale,exec,transfer,fidelity]`: every
  * figure beside its peer, measured in the same run on this machine. Prints a table for people;
  * with --json, one JSON object on the last line ({machine, metrics, ratios}); with --save, also
  * writes bench/results/<date>.json. --only runs some parts (goals of the others read "not met").
@@ -9,6 +9,7 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { cpus, release, totalmem } from "node:os";
 import { join } from "node:path";
 import { apiBench, type Metric } from "./api-bench.ts";
+import { fidelityBench } from "./fidelity-bench.ts";
 import { forkBench } from "./fork-bench.ts";
 import { execUnderLoad, scaleBench } from "./scale-bench.ts";
 import { transferBench } from "./transfer-bench.ts";
@@ -47,6 +48,7 @@ const metrics: Record<string, Metric> = {
   // "exec" alone: the exec-under-load figures of the scale part.
   ...(part("scale") ? await scaleBench(quick) : part("exec") ? await execUnderLoad(quick) : {}),
   ...(part("transfer") ? await transferBench(quick) : {}),
+  ...(part("fidelity") ? await fidelityBench(quick) : {}),
 };
 const v = (n: string) => metrics[n]?.value ?? Number.NaN;
 const r2 = (x: number) => Math.round(x * 100) / 100;
@@ -74,6 +76,8 @@ const ratios = {
   exec_load_vs_engine_api_100: r2(v("exec_per_s_100") / v("exec_peer_per_s_100")),
   files_put_vs_docker_cp: r2(v("files_put_mib_per_s") / v("files_put_peer_mib_per_s")),
   files_get_vs_docker_cp: r2(v("files_get_mib_per_s") / v("files_get_peer_mib_per_s")),
+  clock_read_frozen_vs_real: r2(v("clock_read_ns_frozen") / v("clock_read_ns_real")),
+  fork_frozen_vs_real: r2(v("fork_p50_ms_frozen") / v("fork_p50_ms_real")),
 };
 const goals: [string, boolean][] = [
   ["fork of 1 GiB ≤ 1.2× the floor", ratios.fork_1gib_vs_floor <= 1.2],
@@ -99,6 +103,7 @@ const goals: [string, boolean][] = [
     "peak RSS of server and denvd under 256 MiB over the transfers",
     v("files_peak_rss_mib_server") < 256 && v("files_peak_rss_mib_denvd") < 256,
   ],
+  ["a frozen fork ≤ 1.1× a real-clock fork", ratios.fork_frozen_vs_real <= 1.1],
 ];
 
 const out = process.stdout;

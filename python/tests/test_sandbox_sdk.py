@@ -111,6 +111,31 @@ class SandboxSdk(unittest.TestCase):
                     if f["ok"]:
                         client().destroy(f["environment"]["id"])
 
+    def test_replay_and_datasheet(self) -> None:
+        import denv
+
+        with denv.Sandbox.create(image=OPSBOX, cmd=["sleep", "infinity"]) as sb:
+            sb.files.write("/work/mark", "replayed")
+            version = sb.snapshot()["version_id"]
+            same = client().replay(version, [{"command": "cat /work/mark"}], forks=2)
+            self.assertEqual(same["status"], "identical", same["report"].get("first_divergence"))
+            self.assertEqual(same["report"]["reference"]["steps"][0]["stdout"], "replayed")
+            # An image sandbox runs on the real clock: nanoseconds differ in every fork.
+            differ = client().replay(version, [{"command": "date +%s%N"}], forks=2)
+            self.assertEqual(differ["status"], "diverged")
+            self.assertIn("clock", differ["report"]["first_divergence"]["sources"])
+            sheet = client().datasheet(version)
+            self.assertEqual(sheet["version"]["id"], version)
+            self.assertEqual(sorted(r["status"] for r in sheet["replays"]), ["diverged", "identical"])
+            self.assertIn(f"@{version}", client().datasheet(version, markdown=True).splitlines()[0])
+            listed = [v for v in client().versions() if v["id"] == version]
+            self.assertEqual(len(listed), 1)
+            with self.assertRaises(denv.ConflictError) as e:
+                client().delete_version(version)
+            self.assertIn("runs it", str(e.exception))
+            with self.assertRaises(denv.InvalidArgumentError):
+                client().replay(version, [{"command": "true", "verifier": True}], forks=1)
+
     def test_warm_pool(self) -> None:
         import time
 

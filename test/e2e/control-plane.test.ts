@@ -482,6 +482,7 @@ describe("API surface", () => {
           "/v1/envs/{id}/files/rename": { from: "/x", to: "/y" },
           "/v1/versions/{id}/forks": { count: 1 },
           "/v1/pools/{id}": { size: 1 },
+          "/v1/projects/{id}/promote": { from: "alpha", to: "staging" },
         };
         // A query the route accepts too (the file routes need a path).
         const query = r.query ? "?path=/x" : "";

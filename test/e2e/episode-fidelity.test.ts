@@ -135,7 +135,7 @@ test("a fork's every clock reads the version's time: PostgreSQL, date, Python, N
   assert.match(shown.stdout, new RegExp(`data sheet: denv datasheet ops-world@${version}`));
 });
 
-test("a statically linked service reads the real clock: named in the evidence with frozen, refused with frozen-strict", async () => {
+test("a statically linked service reads the real clock: named in the evidence with frozen, refused with frozen-strict; musl and the verifier read the frozen one", async () => {
   const compose = (clock: string) => `x-denv:
   kind: rl-environment
   clock: ${clock}
@@ -170,6 +170,18 @@ services:
   await new Promise((r) => setTimeout(r, 5000));
   const f = await lab.api("POST", "/v1/sandboxes", { from_version: d.version_id, name: "graded" });
   assert.equal(f.status, 201, JSON.stringify(f.data));
+  // A musl program in the same container is on the frozen clock (LD_PRELOAD); busybox, static, is not.
+  const realNowS = Math.floor(Date.now() / 1000);
+  const [muslTime, muslClock] = (await sh(f.data.id, "static", "/usr/local/bin/musl-time"))
+    .split(" ")
+    .map(Number);
+  for (const v of [muslTime, muslClock] as number[])
+    assert.ok(v >= atS && v <= atS + 3, `musl read ${v}; the version's time is ${atS}`);
+  const busyboxS = Number(await sh(f.data.id, "static", "/bin/busybox date +%s"));
+  assert.ok(
+    Math.abs(busyboxS - realNowS) <= 2,
+    `busybox (static) read ${busyboxS}, the real time is ${realNowS}`,
+  );
   const verified = await lab.api("POST", `/v1/envs/${f.data.id}/verify`, { resume: true });
   assert.equal(verified.data.status, "succeeded", verified.data.reason);
   const grade = verified.data.phases.find((p: { name: string }) => p.name === "grade").evidence;
@@ -357,4 +369,37 @@ test("replays that diverge fail the replays gate by name, the randomness named",
   assert.deepEqual(ev.first_divergence.sources, ["randomness"]);
   const target = await lab.api("GET", `/v1/envs/${encodeURIComponent("ops-world/staging-2")}`);
   assert.notEqual(target.data.current_version_id, version);
+});
+
+test("versions: listed with what keeps each; one in use is refused by name; one nothing uses is deleted with its snapshots", async () => {
+  const listed = await lab.api("GET", "/v1/versions?project=ops-world");
+  assert.equal(listed.status, 200);
+  const ours = listed.data.versions.find((v: { id: string }) => v.id === version);
+  assert.ok(ours.in_use.includes("environment staging runs it"), JSON.stringify(ours.in_use));
+  const refused = await lab.api("DELETE", `/v1/versions/${version}`);
+  assert.equal(refused.status, 409);
+  assert.match(refused.data.error.message, /in use: .*environment staging runs it/);
+  // A version of a sandbox that is then destroyed: nothing keeps it.
+  const f = await lab.api("POST", "/v1/sandboxes", { from_version: version, name: "short-lived" });
+  const snap = await lab.api("POST", `/v1/envs/${f.data.id}/snapshot`);
+  assert.equal(snap.data.status, "succeeded", snap.data.reason);
+  const orphan = snap.data.version_id as string;
+  assert.equal((await lab.api("DELETE", `/v1/envs/${f.data.id}`)).data.status, "succeeded");
+  assert.ok((await lab.host.storage.listSnapshots()).some((s) => s.startsWith(orphan)));
+  const dry = await lab.api("POST", "/v1/versions/prune", { keep: 1, project: "ops-world", dry_run: true });
+  assert.ok(dry.data.deleted.includes(orphan), JSON.stringify(dry.data));
+  assert.ok(!dry.data.deleted.includes(version));
+  assert.ok(
+    (await lab.host.storage.listSnapshots()).some((s) => s.startsWith(orphan)),
+    "a dry run deletes nothing",
+  );
+  const cli = await denv("version", "rm", `ops-world@${orphan}`);
+  assert.equal(cli.stdout, `deleted ${orphan}\n`);
+  assert.ok(!(await lab.host.storage.listSnapshots()).some((s) => s.startsWith(orphan)));
+  assert.equal((await lab.api("GET", `/v1/versions/${orphan}`)).status, 404);
+  // Another project's name does not reach a version.
+  assert.equal(
+    (await lab.api("DELETE", `/v1/versions/${encodeURIComponent(`clockwork@${version}`)}`)).status,
+    404,
+  );
 });

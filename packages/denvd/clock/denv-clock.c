@@ -45,6 +45,7 @@ struct timeval {
 #define O_CLOEXEC 02000000
 #define PROT_READ 1
 #define MAP_SHARED 1
+#define ENOENT 2
 
 #define EXPORT __attribute__((visibility("default")))
 #define STATE_PATH "/.denv/clock/state"
@@ -97,7 +98,7 @@ static long sys_ret(long r) {
   return r;
 }
 
-/* NULL: not looked up yet; MAP_FAILED-like sentinel: no state (the real clock is reported). */
+/* NULL: not looked up yet; &none_state: this process has no frozen clock (the real one is reported). */
 static const struct clock_state *volatile state_ptr;
 static const struct clock_state none_state = {0};
 
@@ -106,14 +107,16 @@ static const struct clock_state *state(void) {
   if (s) return s;
   const struct clock_state *found = &none_state;
   long fd = raw_syscall(SYS_openat, AT_FDCWD, (long)STATE_PATH, O_RDONLY | O_CLOEXEC, 0);
+  /* Only "no such file" settles it (no frozen clock here); out of descriptors or memory, this call
+   * reads the real clock and the next one looks again, so a process is never left real for good. */
+  if (fd < 0 && fd != -ENOENT) return &none_state;
   if (fd >= 0) {
     long m = raw_syscall6(SYS_mmap, 0, 4096, PROT_READ, MAP_SHARED, fd, 0);
     raw_syscall(SYS_close, fd, 0, 0, 0);
-    if (m > 0 || m < -4096) {
-      const struct clock_state *mapped = (const struct clock_state *)m;
-      if (mapped->magic == MAGIC && mapped->tick_ns > 0) found = mapped;
-      else raw_syscall(SYS_munmap, m, 4096, 0, 0);
-    }
+    if (m < 0 && m > -4096) return &none_state;
+    const struct clock_state *mapped = (const struct clock_state *)m;
+    if (mapped->magic == MAGIC && mapped->tick_ns > 0) found = mapped;
+    else raw_syscall(SYS_munmap, m, 4096, 0, 0);
   }
   /* Two threads may both look; either answer is the same file. */
   state_ptr = found;

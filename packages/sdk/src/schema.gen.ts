@@ -460,6 +460,11 @@ export type GetV1VersionsByIdResponse = {
   created_at: string;
 };
 
+/** Delete a version nothing uses (its snapshots and record); in use: 409 naming what uses it — DELETE /v1/versions/{id} */
+export type DeleteV1VersionsByIdResponse = {
+  deleted: string;
+};
+
 /** Run a command in a service (?stream=true: NDJSON output chunks as they come, then the result) — POST /v1/envs/{id}/exec */
 export type PostV1EnvsByIdExecResponse = {
   exit_code: number;
@@ -866,6 +871,39 @@ export type GetV1ReplaysByIdResponse = {
   finished_at: string | null;
 };
 
+/** The team's versions, newest first, each with what keeps it (in_use) — GET /v1/versions */
+export type GetV1VersionsResponse = {
+  versions: Array<{
+    id: string;
+    environment_id: string;
+    host_id: string;
+    spec_hash: string;
+    images: {
+      [key: string]: string;
+    };
+    evidence: unknown;
+    created_at: string;
+    project: string;
+    environment: string;
+    in_use: Array<string>;
+  }>;
+};
+
+/** Retention: keep each live environment's newest `keep` versions; delete the others nothing uses (a destroyed environment's included; dry_run: only say which) — POST /v1/versions/prune */
+export type PostV1VersionsPruneResponse = {
+  deleted: Array<string>;
+  kept: Array<{
+    id: string;
+    reason: string;
+  }>;
+  dry_run: boolean;
+};
+export type PostV1VersionsPruneBody = {
+  keep: number;
+  project?: string;
+  dry_run?: boolean;
+};
+
 /** A version's data sheet: digests, volumes and sizes, caps, egress, clock reach, replays, every promote's gate evidence, verify results; ?format=markdown for people — GET /v1/versions/{id}/datasheet */
 export type GetV1VersionsByIdDatasheetResponse = unknown;
 
@@ -940,6 +978,7 @@ export const OPERATIONS = {
   postV1EnvsByIdVerify: { method: "POST", path: "/v1/envs/{id}/verify", params: ["id"], body: "json", response: "json" },
   postV1VersionsByIdForks: { method: "POST", path: "/v1/versions/{id}/forks", params: ["id"], body: "json", response: "json" },
   getV1VersionsById: { method: "GET", path: "/v1/versions/{id}", params: ["id"], body: "none", response: "json" },
+  deleteV1VersionsById: { method: "DELETE", path: "/v1/versions/{id}", params: ["id"], body: "none", response: "json" },
   postV1EnvsByIdExec: { method: "POST", path: "/v1/envs/{id}/exec", params: ["id"], body: "json", response: "json" },
   postV1EnvsByIdExecStream: { method: "POST", path: "/v1/envs/{id}/exec/stream", params: ["id"], body: "binary", response: "multiplexed" },
   postV1EnvsByIdPortsByPort: { method: "POST", path: "/v1/envs/{id}/ports/{port}", params: ["id","port"], body: "json", response: "json" },
@@ -967,6 +1006,8 @@ export const OPERATIONS = {
   postV1VersionsByIdReplays: { method: "POST", path: "/v1/versions/{id}/replays", params: ["id"], body: "json", response: "json" },
   getV1VersionsByIdReplays: { method: "GET", path: "/v1/versions/{id}/replays", params: ["id"], body: "none", response: "json" },
   getV1ReplaysById: { method: "GET", path: "/v1/replays/{id}", params: ["id"], body: "none", response: "json" },
+  getV1Versions: { method: "GET", path: "/v1/versions", params: [], body: "none", response: "json" },
+  postV1VersionsPrune: { method: "POST", path: "/v1/versions/prune", params: [], body: "json", response: "json" },
   getV1VersionsByIdDatasheet: { method: "GET", path: "/v1/versions/{id}/datasheet", params: ["id"], body: "none", response: "json" },
   postV1Clouds: { method: "POST", path: "/v1/clouds", params: [], body: "json", response: "json" },
   getV1Clouds: { method: "GET", path: "/v1/clouds", params: [], body: "none", response: "json" },
@@ -999,6 +1040,7 @@ export interface Operations {
   postV1EnvsByIdVerify: { params: { id: string }; body: PostV1EnvsByIdVerifyBody; response: PostV1EnvsByIdVerifyResponse };
   postV1VersionsByIdForks: { params: { id: string }; body: PostV1VersionsByIdForksBody; response: PostV1VersionsByIdForksResponse };
   getV1VersionsById: { params: { id: string }; body: undefined; response: GetV1VersionsByIdResponse };
+  deleteV1VersionsById: { params: { id: string }; body: undefined; response: DeleteV1VersionsByIdResponse };
   postV1EnvsByIdExec: { params: { id: string }; body: PostV1EnvsByIdExecBody; response: PostV1EnvsByIdExecResponse };
   postV1EnvsByIdExecStream: { params: { id: string }; body: Uint8Array; response: PostV1EnvsByIdExecStreamResponse };
   postV1EnvsByIdPortsByPort: { params: { id: string; port: string }; body: PostV1EnvsByIdPortsByPortBody; response: PostV1EnvsByIdPortsByPortResponse };
@@ -1026,6 +1068,8 @@ export interface Operations {
   postV1VersionsByIdReplays: { params: { id: string }; body: PostV1VersionsByIdReplaysBody; response: PostV1VersionsByIdReplaysResponse };
   getV1VersionsByIdReplays: { params: { id: string }; body: undefined; response: GetV1VersionsByIdReplaysResponse };
   getV1ReplaysById: { params: { id: string }; body: undefined; response: GetV1ReplaysByIdResponse };
+  getV1Versions: { params: {  }; body: undefined; response: GetV1VersionsResponse };
+  postV1VersionsPrune: { params: {  }; body: PostV1VersionsPruneBody; response: PostV1VersionsPruneResponse };
   getV1VersionsByIdDatasheet: { params: { id: string }; body: undefined; response: GetV1VersionsByIdDatasheetResponse };
   postV1Clouds: { params: {  }; body: PostV1CloudsBody; response: PostV1CloudsResponse };
   getV1Clouds: { params: {  }; body: undefined; response: GetV1CloudsResponse };

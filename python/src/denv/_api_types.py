@@ -151,6 +151,10 @@ class GetV1VersionsByIdResponse(TypedDict):
     created_at: str
 
 
+class DeleteV1VersionsByIdResponse(TypedDict):
+    deleted: str
+
+
 class PostV1EnvsByIdExecResponse(TypedDict):
     exit_code: float
     stdout: str
@@ -324,6 +328,34 @@ class GetV1VersionsByIdReplaysResponse(TypedDict):
     replays: list[PostV1VersionsByIdReplaysResponse]
 
 
+class GetV1VersionsResponseVersionsItem(TypedDict):
+    id: str
+    environment_id: str
+    host_id: str
+    spec_hash: str
+    images: dict[str, str]
+    evidence: Any
+    created_at: str
+    project: str
+    environment: str
+    in_use: list[str]
+
+
+class GetV1VersionsResponse(TypedDict):
+    versions: list[GetV1VersionsResponseVersionsItem]
+
+
+class PostV1VersionsPruneResponseKeptItem(TypedDict):
+    id: str
+    reason: str
+
+
+class PostV1VersionsPruneResponse(TypedDict):
+    deleted: list[str]
+    kept: list[PostV1VersionsPruneResponseKeptItem]
+    dry_run: bool
+
+
 class PostV1CloudsResponseMachinesItem(TypedDict):
     name: str
     server_id: str
@@ -342,10 +374,6 @@ class PostV1CloudsResponse(TypedDict):
 
 class GetV1CloudsResponse(TypedDict):
     clouds: list[PostV1CloudsResponse]
-
-
-class DeleteV1CloudsByNameResponse(TypedDict):
-    deleted: str
 
 
 #: GET /v1/openapi.json
@@ -401,3 +429,6 @@ PutV1PoolsByIdResponse = GetV1PoolsResponsePoolsItem
 
 #: GET /v1/replays/{id}
 GetV1ReplaysByIdResponse = PostV1VersionsByIdReplaysResponse
+
+#: DELETE /v1/clouds/{name}
+DeleteV1CloudsByNameResponse = DeleteV1VersionsByIdResponse

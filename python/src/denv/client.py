@@ -404,6 +404,82 @@ class Client:
         """Drains a version's warm pool (its ready forks are destroyed); how many were."""
         return int(self._json("DELETE", f"/v1/pools/{self._q(version)}")["drained"])
 
+    # --- episode fidelity: replays, promote, data sheets, versions ---------------------------
+
+    def replay(
+        self,
+        version: str,
+        steps: list[dict[str, Any]] | None = None,
+        *,
+        forks: int = 20,
+        parallel: int = 4,
+    ) -> dict[str, Any]:
+        """Runs one scripted episode in ``forks`` forks of a version and compares them. ``version``
+        is ``ver_…``, ``PROJECT@ver_…`` or an environment (``PROJECT/ENV``); each step is
+        ``{"service", "command"}`` (a string runs with ``sh -c``) or ``{"verifier": True}``; no steps:
+        the version's default episode. The answer's ``status`` is ``identical`` or ``diverged``, and
+        its ``report`` has ``first_divergence`` (fork, step or volume, diff, sources)."""
+        body: dict[str, Any] = {"forks": int(forks), "parallel": int(parallel)}
+        if steps is not None:
+            body["steps"] = steps
+        return dict(
+            self._json(
+                "POST",
+                f"/v1/versions/{self._q(version)}/replays",
+                body,
+                query={"wait": "true"},
+                timeout_s=max(self.timeout_s, 3600.0),
+            )
+        )
+
+    def promote(
+        self,
+        project: str,
+        from_env: str | None,
+        to_env: str,
+        *,
+        version: str | None = None,
+        replays: int = 5,
+        soak_ms: int = 10_000,
+        steps: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """Points ``to_env`` at ``from_env``'s current version (or ``version``) through the gates:
+        fresh fork, dataset consistency, identical replays, invariants, soak. Returns the
+        deployment: ``status`` ``succeeded``, or ``rolled_back`` with the failed gate in ``reason``."""
+        body: dict[str, Any] = {"to": to_env, "replays": int(replays), "soak_ms": int(soak_ms)}
+        if from_env is not None:
+            body["from"] = from_env
+        if version is not None:
+            body["version"] = version
+        if steps is not None:
+            body["steps"] = steps
+        return dict(
+            self._json(
+                "POST",
+                f"/v1/projects/{self._q(project)}/promote",
+                body,
+                query={"wait": "true"},
+                timeout_s=max(self.timeout_s, 3600.0),
+            )
+        )
+
+    def datasheet(self, ref: str, *, markdown: bool = False) -> Any:
+        """A version's data sheet (an environment names its current version): a dict, or the
+        Markdown text with ``markdown=True``."""
+        path = f"/v1/versions/{self._q(ref)}/datasheet"
+        if not markdown:
+            return dict(self._json("GET", path))
+        _status, payload, _ctype = self._request("GET", path, query={"format": "markdown"})
+        return payload.decode("utf-8")
+
+    def versions(self, project: str | None = None) -> list[dict[str, Any]]:
+        """The team's versions, newest first, each with ``in_use`` (what keeps it)."""
+        return list(self._json("GET", "/v1/versions", query={"project": project} if project else None)["versions"])
+
+    def delete_version(self, ref: str) -> str:
+        """Deletes a version nothing uses (its snapshots and record); ``ConflictError`` names what uses it."""
+        return str(self._json("DELETE", f"/v1/versions/{self._q(ref)}")["deleted"])
+
     def port_url(self, env: str, port: int, *, service: str | None = None) -> str:
         """A URL reaching a TCP port inside a service (HTTP and WebSocket); the URL is the credential."""
         body = {"service": service} if service else {}

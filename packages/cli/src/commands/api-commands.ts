@@ -16,6 +16,7 @@ import { registerFileCommands } from "./file-commands.ts";
 import { registerHostCommands } from "./host-commands.ts";
 import { registerPoolCommands } from "./pool-commands.ts";
 import { registerProjectCommands } from "./project-commands.ts";
+import { registerVersionCommands } from "./version-commands.ts";
 
 export { printPhaseLog } from "./command-runner.ts";
 
@@ -51,4 +52,5 @@ export function registerApiCommands(program: Command): void {
   registerHostCommands(program);
   registerPoolCommands(program);
   registerFidelityCommands(program);
+  registerVersionCommands(program);
 }

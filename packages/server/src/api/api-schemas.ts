@@ -150,6 +150,23 @@ export const versionSchema = z.object({
   created_at: z.string(),
 });
 
+export const versionListItem = versionSchema.extend({
+  project: z.string(),
+  environment: z.string(),
+  /** What keeps it: environments running it or forked from it, pools, running replays. */
+  in_use: z.array(z.string()),
+});
+export const pruneBody = z.strictObject({
+  keep: z.number().int().min(1).max(10_000).describe("Newest versions kept per environment"),
+  project: z.string().min(1).max(200).optional(),
+  dry_run: z.boolean().optional(),
+});
+export const pruneResult = z.object({
+  deleted: z.array(z.string()),
+  kept: z.array(z.object({ id: z.string(), reason: z.string() })),
+  dry_run: z.boolean(),
+});
+
 export const forkBody = z.strictObject({ name: name.optional() });
 
 /** At most this many forks in one fan-out request. */

@@ -363,6 +363,14 @@ const CASES: Record<string, Case> = {
   },
   "get /v1/versions/{id}/replays": { path: () => `/v1/versions/${a.version}/replays`, status: 200 },
   "get /v1/replays/{id}": { path: () => `/v1/replays/${a.replay}`, status: 200 },
+  "get /v1/versions": { path: () => "/v1/versions", status: 200 },
+  // In use: alpha runs it; the answer names what keeps it.
+  "delete /v1/versions/{id}": { path: () => `/v1/versions/${a.version}`, status: 409 },
+  "post /v1/versions/prune": {
+    path: () => "/v1/versions/prune",
+    body: () => ({ keep: 1, dry_run: true }),
+    status: 200,
+  },
   "get /v1/versions/{id}/datasheet": {
     path: () => `/v1/versions/${a.version}/datasheet`,
     query: "?format=markdown",

@@ -1,10 +1,129 @@
-/** A version's data sheet: JSON, or Markdown with ?format=markdown (denv datasheet). */
+/** A team's versions: list, delete one nothing uses, prune by a retention, and each one's data sheet. */
+import { DenvError } from "@denv/protocol";
 import { z } from "zod";
-import { resolveVersionRef } from "../store/version-store.ts";
-import { type ApiRoute, route } from "./api-route.ts";
+import type { Store } from "../store/open-store.ts";
+import { findProject } from "../store/project-store.ts";
+import type { VersionsTable } from "../store/schema.ts";
+import { deleteVersionRow, resolveVersionRef, teamVersions, versionUsers } from "../store/version-store.ts";
+import { type ApiContext, type ApiRoute, route } from "./api-route.ts";
+import { pruneBody, pruneResult, versionListItem } from "./api-schemas.ts";
+import { serializeVersion } from "./api-serializers.ts";
 import { buildDatasheet, datasheetMarkdown } from "./datasheet.ts";
 
+async function listItem(store: Store, v: VersionsTable): Promise<z.infer<typeof versionListItem>> {
+  const project = await store
+    .selectFrom("projects")
+    .select("name")
+    .where("id", "=", v.project_id)
+    .executeTakeFirst();
+  const env = await store
+    .selectFrom("environments")
+    .select("name")
+    .where("id", "=", v.environment_id)
+    .executeTakeFirst();
+  return {
+    ...serializeVersion(v),
+    project: project?.name ?? v.project_id,
+    environment: env?.name ?? v.environment_id,
+    in_use: await versionUsers(store, v.id),
+  };
+}
+
+/** Deletes a version nothing uses: its snapshots on its host, then its record. */
+async function deleteVersion(c: ApiContext, v: VersionsTable): Promise<void> {
+  const { store, hub } = c.var.deps;
+  const users = await versionUsers(store, v.id);
+  if (users.length > 0)
+    throw new DenvError("conflict", `version ${v.id} is in use: ${users.join("; ")}`, {
+      details: { in_use: users },
+    });
+  if (!hub.isConnected(v.host_id))
+    throw new DenvError(
+      "host_unavailable",
+      `the host holding ${v.id}'s snapshots is not connected; its snapshots can be deleted only there`,
+    );
+  await hub.call(v.host_id, "delete_version", { version_id: v.id });
+  await deleteVersionRow(store, v.id);
+}
+
 export const versionRoutes: ApiRoute[] = [
+  route({
+    method: "get",
+    path: "/v1/versions",
+    summary: "The team's versions, newest first, each with what keeps it (in_use)",
+    query: z.object({ project: z.string().min(1).max(200).optional() }),
+    response: z.object({ versions: z.array(versionListItem) }),
+    auth: true,
+    handler: async (c, { query }) => {
+      const { store } = c.var.deps;
+      const project = query.project ? await findProject(store, c.var.teamId, query.project) : null;
+      const rows = await teamVersions(store, c.var.teamId, project?.id);
+      return c.json({ versions: await Promise.all(rows.map((v) => listItem(store, v))) });
+    },
+  }),
+  route({
+    method: "delete",
+    path: "/v1/versions/{id}",
+    summary: "Delete a version nothing uses (its snapshots and record); in use: 409 naming what uses it",
+    response: z.object({ deleted: z.string() }),
+    auth: true,
+    handler: async (c) => {
+      const v = await resolveVersionRef(c.var.deps.store, c.var.teamId, c.req.param("id") ?? "");
+      await deleteVersion(c, v);
+      return c.json({ deleted: v.id });
+    },
+  }),
+  route({
+    method: "post",
+    path: "/v1/versions/prune",
+    summary:
+      "Retention: keep each live environment's newest `keep` versions; delete the others nothing uses (a destroyed environment's included; dry_run: only say which)",
+    body: pruneBody,
+    response: pruneResult,
+    auth: true,
+    handler: async (c, { body }) => {
+      const { store } = c.var.deps;
+      const project = body.project ? await findProject(store, c.var.teamId, body.project) : null;
+      const rows = await teamVersions(store, c.var.teamId, project?.id);
+      const seen = new Map<string, number>();
+      const deleted: string[] = [];
+      const kept: { id: string; reason: string }[] = [];
+      // A destroyed environment (a sandbox done with) keeps nothing by itself: only use keeps its versions.
+      const live = new Set(
+        (
+          await store
+            .selectFrom("environments")
+            .select("id")
+            .where("team_id", "=", c.var.teamId)
+            .where("status", "!=", "destroyed")
+            .execute()
+        ).map((e) => e.id),
+      );
+      for (const v of rows) {
+        const n = (seen.get(v.environment_id) ?? 0) + 1;
+        seen.set(v.environment_id, n);
+        if (n <= body.keep && live.has(v.environment_id)) {
+          kept.push({ id: v.id, reason: `one of its environment's ${body.keep} newest` });
+          continue;
+        }
+        const users = await versionUsers(store, v.id);
+        if (users.length > 0) {
+          kept.push({ id: v.id, reason: users.join("; ") });
+          continue;
+        }
+        if (!body.dry_run) {
+          try {
+            await deleteVersion(c, v);
+          } catch (err) {
+            kept.push({ id: v.id, reason: (err as Error).message });
+            continue;
+          }
+        }
+        deleted.push(v.id);
+      }
+      return c.json({ deleted, kept, dry_run: body.dry_run ?? false });
+    },
+  }),
   route({
     method: "get",
     path: "/v1/versions/{id}/datasheet",

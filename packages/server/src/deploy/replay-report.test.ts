@@ -52,6 +52,9 @@ test("the sources named: randomness, network addresses and MACs, ordering", () =
   ]);
   assert.deepEqual(sourcesOf(["b", "a"], ["a", "b"]), ["ordering"]);
   assert.deepEqual(sourcesOf(["3 rows"], ["4 rows"]), []);
+  assert.deepEqual(sourcesOf(["1796098581123456789"], ["1796098581987654321"]), ["clock"]);
+  assert.deepEqual(sourcesOf(["1796098581"], ["1796098583"]), ["clock"]);
+  assert.deepEqual(sourcesOf(["b8c1e0f2d93a47aa"], ["0f3e9a1c2b7d6e54"]), ["randomness"]);
   const { before, after } = lineDiff("x\ny\nz", "x\nY\nz\nextra");
   assert.deepEqual(before, ["y"]);
   assert.deepEqual(after, ["Y", "extra"]);

@@ -66,13 +66,16 @@ const CLOCK_PATTERNS = [
   /\b\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(:\d{2}(\.\d+)?)?/,
   /\b1[5-9]\d{8}(\.\d+)?\b/, // seconds since 1970, 2017…2033
   /\b1[5-9]\d{11}\b/, // milliseconds since 1970
+  /\b1[5-9]\d{14}\b/, // microseconds since 1970
+  /\b1[5-9]\d{17}\b/, // nanoseconds since 1970 (date +%s%N)
   /\b(Mon|Tue|Wed|Thu|Fri|Sat|Sun) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) /,
 ];
 const RANDOM_PATTERNS = [
   /\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b/i, // UUIDs
-  /\b[0-9a-f]{64}\b/, // container ids
-  /\b[0-9a-f]{12}\b/, // short container ids, default hostnames
-  /\b[0-9a-f]{16,}\b/, // random hex
+  // Hex with at least one letter: an all-digit run is a number (a time, a count), not an id.
+  /\b(?=[0-9]*[a-f])[0-9a-f]{64}\b/, // container ids
+  /\b(?=[0-9]*[a-f])[0-9a-f]{12}\b/, // short container ids, default hostnames
+  /\b(?=[0-9]*[a-f])[0-9a-f]{16,}\b/, // random hex
   /\bpid[ =:]+\d+|\b\d+ pts\/|\[\d+\]/i, // process ids
 ];
 const NETWORK_PATTERNS = [

@@ -50,3 +50,44 @@ export async function resolveVersionRef(store: Store, teamId: string, ref: strin
     throw new DenvError("conflict", `environment ${ref} has no version yet: deploy it or snapshot it first`);
   return findVersion(store, teamId, env.current_version_id);
 }
+
+/**
+ * What keeps a version: environments that run it or were forked from it (their rollback target),
+ * warm pools of it, replays of it still running. A version nothing uses may be deleted.
+ */
+export async function versionUsers(store: Store, versionId: string): Promise<string[]> {
+  const envs = await store
+    .selectFrom("environments")
+    .select(["name", "current_version_id", "parent_version_id", "pool_id"])
+    .where("status", "!=", "destroyed")
+    .where((eb) => eb.or([eb("current_version_id", "=", versionId), eb("parent_version_id", "=", versionId)]))
+    .execute();
+  const pools = await store.selectFrom("pools").select("id").where("version_id", "=", versionId).execute();
+  const replays = await store
+    .selectFrom("replays")
+    .select("id")
+    .where("version_id", "=", versionId)
+    .where("status", "=", "running")
+    .execute();
+  return [
+    ...envs
+      .filter((e) => !e.pool_id)
+      .map((e) =>
+        e.current_version_id === versionId
+          ? `environment ${e.name} runs it`
+          : `environment ${e.name} was forked from it`,
+      ),
+    ...(envs.some((e) => e.pool_id) || pools.length > 0 ? ["a warm pool keeps forks of it"] : []),
+    ...replays.map((r) => `replay ${r.id} is running`),
+  ];
+}
+
+export function teamVersions(store: Store, teamId: string, projectId?: string): Promise<VersionsTable[]> {
+  let q = store.selectFrom("versions").selectAll().where("team_id", "=", teamId);
+  if (projectId) q = q.where("project_id", "=", projectId);
+  return q.orderBy("created_at", "desc").execute();
+}
+
+export async function deleteVersionRow(store: Store, id: string): Promise<void> {
+  await store.deleteFrom("versions").where("id", "=", id).execute();
+}

@@ -1,0 +1,67 @@
+/** Versions: list them with what keeps each, delete one nothing uses, prune by a retention. */
+import type { Command } from "commander";
+import { printJson, UsageError } from "../output.ts";
+import { run } from "./command-runner.ts";
+
+export function registerVersionCommands(program: Command): void {
+  const version = program
+    .command("version")
+    .description("Versions: list, delete, prune (their snapshots fill the pool)");
+  const list = version
+    .command("list")
+    .description("The team's versions, newest first, with what keeps each")
+    .option("--project <name>", "only this project's")
+    .option("--json", "print JSON");
+  list.action(
+    run(list, async (client, json, o: { project?: string }) => {
+      const r = await client().call("getV1Versions", { query: o.project ? { project: o.project } : {} });
+      if (json) printJson(r);
+      else {
+        process.stdout.write("VERSION\tPROJECT\tENVIRONMENT\tCREATED\tIN USE\n");
+        for (const v of r.versions)
+          process.stdout.write(
+            `${v.id}\t${v.project}\t${v.environment}\t${v.created_at}\t${v.in_use.join("; ") || "-"}\n`,
+          );
+      }
+      return 0;
+    }),
+  );
+  const rm = version
+    .command("rm")
+    .description("Delete a version nothing uses: its snapshots on its host and its record")
+    .argument("<version>", "ver_… or PROJECT@ver_…")
+    .option("--json", "print JSON");
+  rm.action(
+    run(rm, async (client, json, ref: string) => {
+      const r = await client().call("deleteV1VersionsById", { params: { id: ref } });
+      if (json) printJson(r);
+      else process.stdout.write(`deleted ${r.deleted}\n`);
+      return 0;
+    }),
+  );
+  const prune = version
+    .command("prune")
+    .description("Retention: keep each live environment's newest N versions; delete the others nothing uses")
+    .requiredOption("--keep <n>", "versions kept per environment")
+    .option("--project <name>", "only this project's")
+    .option("--dry-run", "only say what would be deleted")
+    .option("--json", "print JSON");
+  prune.action(
+    run(prune, async (client, json, o: { keep: string; project?: string; dryRun?: boolean }) => {
+      const keep = Number(o.keep);
+      if (!Number.isInteger(keep) || keep < 1)
+        throw new UsageError(`--keep ${o.keep}: a whole number, at least 1`);
+      const r = await client().call("postV1VersionsPrune", {
+        body: { keep, ...(o.project ? { project: o.project } : {}), ...(o.dryRun ? { dry_run: true } : {}) },
+      });
+      if (json) printJson(r);
+      else {
+        const verb = r.dry_run ? "would delete" : "deleted";
+        process.stdout.write(`${verb} ${r.deleted.length}: ${r.deleted.join(" ") || "-"}\n`);
+        for (const k of r.kept.filter((x) => !x.reason.startsWith("one of its")))
+          process.stdout.write(`kept ${k.id}: ${k.reason}\n`);
+      }
+      return 0;
+    }),
+  );
+}

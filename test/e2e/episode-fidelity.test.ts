@@ -189,15 +189,36 @@ services:
   assert.ok(graderS >= atS && graderS <= atS + 8, `the grader read ${graderS}; the version's time is ${atS}`);
   assert.ok(Math.floor(Date.now() / 1000) - graderS >= 4, `the grader read ${graderS}, near the real time`);
 
-  const strict = await deployProject("clockwork", compose("frozen-strict"));
-  assert.equal(strict.status, "rolled_back");
+  // frozen-strict on a project never started: found at start, where the program runs.
+  const fresh = await deployProject("clockwork-strict", compose("frozen-strict"));
+  assert.equal(fresh.status, "rolled_back");
+  assert.equal(fresh.phases.find((p: { name: string }) => p.name === "start").status, "failed");
   assert.match(
-    strict.reason,
+    fresh.reason,
     /frozen-strict but service static reads the real clock: \/usr\/bin\/busybox is statically linked/,
   );
-  // The environment keeps serving the version it had.
+  // On a project that ran the image before, resolve knows it: refused there, before anything starts.
+  const strict = await deployProject("clockwork", compose("frozen-strict"));
+  assert.equal(strict.status, "rolled_back");
+  assert.equal(strict.phases.find((p: { name: string }) => p.name === "resolve").status, "failed");
+  assert.match(
+    strict.reason,
+    /frozen-strict but service static reads the real clock: .*statically linked.*\(seen by deployment dep_/,
+  );
+  // With frozen, the same is a warning in the resolve evidence.
+  const again = await deployProject("clockwork", compose("frozen"));
+  assert.equal(again.status, "succeeded", again.reason);
+  const warned = again.phases.find((p: { name: string }) => p.name === "resolve").evidence.warnings;
+  assert.ok(
+    warned.some(
+      (w: { code: string; path: string }) =>
+        w.code === "clock_not_frozen" && w.path === "services.static.image",
+    ),
+    JSON.stringify(warned),
+  );
+  // The environment kept serving through the refusals.
   const after = (await lab.api("GET", `/v1/envs/${encodeURIComponent("clockwork/alpha")}`)).data;
-  assert.equal(after.current_version_id, d.version_id);
+  assert.equal(after.current_version_id, again.version_id);
 });
 
 test("20 forks running one scripted episode: identical with clock: frozen, divergent (the clock named) with real", async () => {
@@ -397,6 +418,9 @@ test("versions: listed with what keeps each; one in use is refused by name; one 
   assert.equal(cli.stdout, `deleted ${orphan}\n`);
   assert.ok(!(await lab.host.storage.listSnapshots()).some((s) => s.startsWith(orphan)));
   assert.equal((await lab.api("GET", `/v1/versions/${orphan}`)).status, 404);
+  // A version as `denv fork` takes it: the fork named as given.
+  const exact = await denv("fork", "--name", "exact", `ops-world@${version}`);
+  assert.match(exact.stdout, /^forked ops-world@ver_[0-9a-f]{12} → exact \(env_[0-9a-f]{12}\)/);
   // Another project's name does not reach a version.
   assert.equal(
     (await lab.api("DELETE", `/v1/versions/${encodeURIComponent(`clockwork@${version}`)}`)).status,

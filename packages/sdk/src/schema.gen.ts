@@ -444,6 +444,7 @@ export type PostV1VersionsByIdForksResponse = {
 export type PostV1VersionsByIdForksBody = {
   count: number;
   name_prefix?: string;
+  name?: string;
   sandbox?: boolean;
 };
 

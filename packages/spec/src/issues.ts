@@ -53,6 +53,8 @@ export const RULE_CODES = [
   "agent_user_unset",
   "verifier_invalid",
   "collect_path_invalid",
+  // Raised by the control plane at resolve, from what an earlier start read of the same image.
+  "clock_not_frozen",
 ] as const;
 
 export type RuleCode = (typeof RULE_CODES)[number];

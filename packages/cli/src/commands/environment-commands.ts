@@ -25,8 +25,8 @@ export function clockLine(deployments: Deployment[]): string | null {
 export function registerEnvironmentCommands(program: Command): void {
   const fork = program
     .command("fork")
-    .description("A new environment from an environment's current version")
-    .argument("<env>", "the environment to fork")
+    .description("A new environment from an environment's current version, or from a version")
+    .argument("<env-or-version>", "the environment to fork (its current version), or ver_… / PROJECT@ver_…")
     .requiredOption("--name <name>", "the new environment's name (with --count: the prefix of their names)")
     .option("--count <n>", "make N forks of the environment's current version at once: <name>-1 … <name>-N")
     .option("--json", "print JSON")
@@ -64,6 +64,22 @@ export function registerEnvironmentCommands(program: Command): void {
         return r.failed ? 1 : 0;
       }
       if (!json) process.stderr.write(`forking ${env} → ${o.name}…\n`);
+      // A version (ver_…, PROJECT@ver_…) rather than an environment: a fork of it, named as given.
+      if (/^ver_|@ver_/.test(env)) {
+        const r = await client().call("postV1VersionsByIdForks", {
+          params: { id: env },
+          body: { count: 1, name: o.name },
+        });
+        const made = r.forks[0];
+        if (!made?.ok || !made.environment)
+          throw new UsageError(`the fork failed: ${made?.error?.code}: ${made?.error?.message}`);
+        if (json) printJson(made.environment);
+        else
+          process.stdout.write(
+            `forked ${env} → ${made.environment.name} (${made.environment.id}) in ${Math.round(performance.now() - t)} ms\n`,
+          );
+        return 0;
+      }
       const e = await client().call("postV1EnvsByIdFork", { params: envParam(env), body: { name: o.name } });
       if (json) printJson(e);
       else

@@ -175,6 +175,7 @@ export const fanOutBody = z.strictObject({
   count: z.number().int().min(1).max(MAX_FAN_OUT).describe(`How many forks (1..${MAX_FAN_OUT})`),
   /** The forks are named `<name_prefix>-1` … `<name_prefix>-N` (numbers padded to one width). */
   name_prefix: name.max(56).optional().describe("Forks are named <prefix>-1 … <prefix>-N (default: fork)"),
+  name: name.optional().describe("With count 1: the fork's name, as it is"),
   /** true: sandboxes (listed and destroyed as sandboxes), as POST /v1/sandboxes makes them. */
   sandbox: z.boolean().optional(),
 });

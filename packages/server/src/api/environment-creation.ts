@@ -102,10 +102,12 @@ export async function fanOut(
   const version = await findVersion(deps.store, teamId, versionId);
   const prefix = body.name_prefix ?? "fork";
   const width = String(body.count).length;
-  const names = Array.from(
-    { length: body.count },
-    (_, i) => `${prefix}-${String(i + 1).padStart(width, "0")}`,
-  );
+  if (body.name !== undefined && body.count !== 1)
+    throw new DenvError("invalid_argument", "name: names one fork (count 1); name_prefix names several");
+  const names =
+    body.name !== undefined
+      ? [body.name]
+      : Array.from({ length: body.count }, (_, i) => `${prefix}-${String(i + 1).padStart(width, "0")}`);
   const forks: z.infer<typeof fanOutResult>["forks"] = new Array(names.length);
   let next = 0;
   const worker = async () => {

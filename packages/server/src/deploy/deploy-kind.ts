@@ -9,6 +9,7 @@ import { pinSpec, RegistryPinner } from "@denv/spec";
 import type { ProvisionedMachine, Provisioner } from "../clouds/provisioner.ts";
 import { environmentById, findOrCreateEnvironment, updateEnvironment } from "../store/environment-store.ts";
 import type { CloudsTable, EnvironmentsTable, ProjectsTable } from "../store/schema.ts";
+import { clockHistory, clockIssues } from "./clock-history.ts";
 import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
 import { DEPLOY_PHASES, PhaseFailure, type PhaseRecorder } from "./phase-recorder.ts";
 import { type Placement, place } from "./placement.ts";
@@ -122,6 +123,15 @@ async function resolvePhase(runner: DeploymentRunner, rec: PhaseRecorder, projec
       });
     }
     const pinned = await pinSpec(r.spec, new RegistryPinner({ allowHost: (h) => fetchPolicy.allowsHost(h) }));
+    // An image an earlier start found on the real clock: said now, refused with frozen-strict.
+    const clock = clockIssues(pinned, await clockHistory(runner.store, project.id));
+    const strict = clock.filter((i) => i.severity === "error");
+    if (strict.length > 0)
+      throw new PhaseFailure(`x-denv.clock is frozen-strict but ${strict.map((i) => i.message).join("; ")}`, {
+        errors: strict,
+        warnings: r.warnings,
+      });
+    r.warnings.push(...clock);
     return {
       value: pinned,
       evidence: {

@@ -56,7 +56,10 @@ struct clock_state {
   int64_t base_ns;  /* the wall clock at the epoch (ns since 1970) */
   int64_t epoch_ns; /* CLOCK_MONOTONIC when the clock started to advance; 0: held at base */
   int64_t tick_ns;  /* the clock advances in whole ticks */
-  uint64_t reserved[4];
+  /* A sequence lock: odd while denvd rewrites base and epoch (each write its own system call, in
+   * order); a reader that saw it odd, or changed under it, reads again. */
+  uint64_t seq;
+  uint64_t reserved[3];
 };
 
 /* errno lives in the program's libc; found at load time when there is one (glibc and musl both). */
@@ -132,7 +135,17 @@ static int is_realtime(clockid_t id) {
 static int64_t frozen_ns(void) {
   const struct clock_state *s = state();
   if (s->magic != MAGIC) return -1;
-  int64_t base = s->base_ns, epoch = s->epoch_ns, tick = s->tick_ns;
+  int64_t base, epoch, tick;
+  for (;;) {
+    uint64_t before = __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE);
+    base = __atomic_load_n(&s->base_ns, __ATOMIC_RELAXED);
+    epoch = __atomic_load_n(&s->epoch_ns, __ATOMIC_RELAXED);
+    tick = __atomic_load_n(&s->tick_ns, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (!(before & 1) && __atomic_load_n(&s->seq, __ATOMIC_RELAXED) == before) break;
+    raw_syscall(SYS_sched_yield, 0, 0, 0, 0);
+  }
+  if (tick <= 0) tick = 1000000000LL;
   if (epoch == 0) return base;
   struct timespec mono;
   if (raw_syscall(SYS_clock_gettime, CLOCK_MONOTONIC, (long)&mono, 0, 0) != 0) return base;

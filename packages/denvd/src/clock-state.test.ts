@@ -45,7 +45,7 @@ test("held, the clock reads its base; released, base plus whole ticks since the 
   assert.equal(clockReadingMs(running, 9_000_000_000n), 1000);
 });
 
-test("written held, released in place (the same file every process maps), held again for a digest", async () => {
+test("written held, released in place (the same file every process maps, under its sequence lock), held at its reading", async () => {
   const dir = mkdtempSync(join(tmpdir(), "denv-clock-"));
   try {
     const lib = join(dir, "lib.so");
@@ -53,18 +53,27 @@ test("written held, released in place (the same file every process maps), held a
     await writeClock(dir, "stk_000000000001", lib, { baseMs: 5000, held: true });
     const stateFile = join(dir, "clock", "stk_000000000001", "state");
     const before = readFileSync(stateFile);
+    assert.equal(before.readBigUInt64LE(32), 0n, "the sequence starts even");
     assert.equal((await readClock(dir, "stk_000000000001"))?.epochNs, null);
     const released = await releaseClock(dir, "stk_000000000001");
     assert.ok(released?.epochNs && released.epochNs > 0n);
     const after = readFileSync(stateFile);
-    // Only the epoch changed.
+    // The magic, base and tick stayed; the epoch is set; the sequence moved on by two, even again.
     assert.deepEqual(after.subarray(0, 16), before.subarray(0, 16));
-    assert.deepEqual(after.subarray(24), before.subarray(24));
+    assert.deepEqual(after.subarray(24, 32), before.subarray(24, 32));
+    assert.equal(after.readBigInt64LE(16), released.epochNs);
+    assert.equal(after.readBigUInt64LE(32), 2n);
     // Released twice: the first epoch stands.
     assert.equal((await releaseClock(dir, "stk_000000000001"))?.epochNs, released.epochNs);
-    assert.equal(await holdClock(dir, "stk_000000000001"), true);
-    assert.equal((await readClock(dir, "stk_000000000001"))?.epochNs, null);
-    assert.equal(await holdClock(dir, "stk_000000000002"), false);
+    const held = await holdClock(dir, "stk_000000000001");
+    assert.equal(held?.epochNs, null);
+    assert.ok(
+      held && held.baseMs >= 5000 && (held.baseMs - 5000) % 1000 === 0,
+      "held at its whole-second reading",
+    );
+    assert.deepEqual(await readClock(dir, "stk_000000000001"), held);
+    assert.equal(readFileSync(stateFile).readBigUInt64LE(32), 4n);
+    assert.equal(await holdClock(dir, "stk_000000000002"), null);
     assert.equal(
       readFileSync(join(dir, "clock", "stk_000000000001", "ld.so.preload"), "utf8"),
       "/.denv/clock/libdenv-clock.so\n",

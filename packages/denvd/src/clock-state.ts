@@ -3,7 +3,10 @@
  * every container mounts read-only at /.denv/clock, holding the clock library (clock/denv-clock.c)
  * and its state, a 64-byte record the library maps and reads on every clock call:
  *
- *   magic "DENVCLK1" · base (wall ns) · epoch (CLOCK_MONOTONIC ns; 0 = held) · tick (ns) · reserved
+ *   magic "DENVCLK1" · base (wall ns) · epoch (CLOCK_MONOTONIC ns; 0 = held) · tick (ns) · seq · reserved
+ *
+ * Changes go through a sequence lock (seq odd while base and epoch are rewritten, each write its
+ * own system call, in order): a process reading mid-change reads again, never half a change.
  *
  * A fork's clock is held at its version's clock while the fork starts and is health-checked, then
  * released: from then on it reads base + whole ticks of CLOCK_MONOTONIC since the release. The
@@ -36,7 +39,9 @@ export function defaultClockLibrary(): string | null {
 
 const MAGIC = 0x314b4c43564e4544n; // "DENVCLK1"
 const RECORD_BYTES = 64;
+const BASE_OFFSET = 8;
 const EPOCH_OFFSET = 16;
+const SEQ_OFFSET = 32;
 
 export interface ClockState {
   baseMs: number;
@@ -109,34 +114,48 @@ export async function readClock(stateDir: string, stackId: string): Promise<Cloc
   return b ? decodeClockState(b) : null;
 }
 
-/** Starts a held clock: from now on it advances. A clock already running is left as it is. */
-export async function releaseClock(stateDir: string, stackId: string): Promise<ClockState | null> {
-  const s = await readClock(stateDir, stackId);
-  if (!s || s.epochNs !== null) return s;
-  const epoch = Buffer.alloc(8);
-  const epochNs = process.hrtime.bigint();
-  epoch.writeBigInt64LE(epochNs);
+/** Rewrites base and epoch under the sequence lock, in the file every process maps. */
+async function rewrite(stateDir: string, stackId: string, next: (s: ClockState) => ClockState | null) {
   const fh = await open(join(clockDirOf(stateDir, stackId), "state"), "r+");
   try {
-    // One aligned 8-byte write into the page every process maps: a reader sees 0 or the epoch.
-    await fh.write(epoch, 0, 8, EPOCH_OFFSET);
+    const b = Buffer.alloc(RECORD_BYTES);
+    await fh.read(b, 0, RECORD_BYTES, 0);
+    const s = decodeClockState(b);
+    const to = s ? next(s) : null;
+    if (!s || !to || to === s) return s;
+    const seq = b.readBigUInt64LE(SEQ_OFFSET);
+    const word = (v: bigint) => {
+      const w = Buffer.alloc(8);
+      w.writeBigUInt64LE(BigInt.asUintN(64, v));
+      return w;
+    };
+    const fields = Buffer.alloc(16);
+    fields.writeBigInt64LE(BigInt(Math.round(to.baseMs)) * 1_000_000n, 0);
+    fields.writeBigInt64LE(to.epochNs ?? 0n, 8);
+    await fh.write(word(seq | 1n), 0, 8, SEQ_OFFSET);
+    await fh.write(fields, 0, 16, BASE_OFFSET);
+    await fh.write(word((seq | 1n) + 1n), 0, 8, SEQ_OFFSET);
+    return to;
   } finally {
     await fh.close();
   }
-  return { ...s, epochNs };
 }
 
-/** Holds a clock at its base again (a replay's digest: its checkpoints must read one time in every fork). */
-export async function holdClock(stateDir: string, stackId: string): Promise<boolean> {
-  const s = await readClock(stateDir, stackId);
-  if (!s) return false;
-  const fh = await open(join(clockDirOf(stateDir, stackId), "state"), "r+");
-  try {
-    await fh.write(Buffer.alloc(8), 0, 8, EPOCH_OFFSET);
-  } finally {
-    await fh.close();
-  }
-  return true;
+/** Starts a held clock: from now on it advances. A clock already running is left as it is. */
+export async function releaseClock(stateDir: string, stackId: string): Promise<ClockState | null> {
+  return rewrite(stateDir, stackId, (s) =>
+    s.epochNs !== null ? s : { ...s, epochNs: process.hrtime.bigint() },
+  );
+}
+
+/**
+ * Holds a clock at what it reads now: it stands until released again (between a replay's steps,
+ * and for its digest: what the stack records then must not depend on how long a fork took).
+ */
+export async function holdClock(stateDir: string, stackId: string): Promise<ClockState | null> {
+  const exists = await readClock(stateDir, stackId);
+  if (!exists) return null;
+  return rewrite(stateDir, stackId, (s) => ({ ...s, baseMs: clockReadingMs(s), epochNs: null }));
 }
 
 export async function removeClock(stateDir: string, stackId: string): Promise<void> {

@@ -31,7 +31,7 @@ import { type ReconcileReport, reconcile } from "./reconcile.ts";
 import type { ContainerRuntime, Labels } from "./runtime/container-runtime.ts";
 import { waitServiceHealthy } from "./service-health.ts";
 import { snapshotStack } from "./snapshotter.ts";
-import { clockDirFor, releaseStackClock } from "./stack-clock.ts";
+import { clockDirFor, holdStackClock, releaseStackClock } from "./stack-clock.ts";
 import type { DenvdOptions, StackContext } from "./stack-context.ts";
 import { digestStack } from "./stack-digest.ts";
 import { probeStack } from "./stack-egress.ts";
@@ -190,6 +190,11 @@ export class Denvd {
   /** Every volume's state, digested, for a replay report (stack-digest.ts). */
   digestVolumes(stackId: string, options: { holdClock: boolean }): Promise<OpResult<"digest_volumes">> {
     return digestStack(this.ctx, stackId, options);
+  }
+
+  /** Stops a stack's frozen clock at what it reads (between a replay's steps); its reading, or null. */
+  holdClock(stackId: string): Promise<string | null> {
+    return holdStackClock(this.ctx, stackId);
   }
 
   /** Starts a stack's held clock (a pool's member handed over); its reading after, or null. */

@@ -94,6 +94,7 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
     },
     digest_volumes: (p) => denvd.digestVolumes(p.stack_id, { holdClock: p.hold_clock ?? true }),
     check_health: (p) => denvd.checkHealth(p.stack_id),
+    hold_clock: async (p) => ({ clock_at: await denvd.holdClock(p.stack_id) }),
     release_clock: async (p) => ({ clock_at: await denvd.releaseClock(p.stack_id) }),
     rollback: (p) => denvd.rollback(p.stack_id, p.version_id),
     destroy: async (p) => {

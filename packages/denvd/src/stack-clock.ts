@@ -12,6 +12,7 @@ import {
   CLOCK_TICK_MS,
   clockDirOf,
   clockReadingMs,
+  holdClock,
   isFrozen,
   readClock,
   releaseClock,
@@ -49,6 +50,13 @@ export async function releaseStackClock(ctx: StackContext, stackId: string): Pro
   const stack = ctx.stack(stackId);
   const s = isFrozen(stack.spec) ? await releaseClock(ctx.options.stateDir, stack.id) : null;
   return s ? new Date(clockReadingMs(s)).toISOString() : null;
+}
+
+/** Stops a stack's clock at what it reads now; its reading, or null when it has no frozen clock. */
+export async function holdStackClock(ctx: StackContext, stackId: string): Promise<string | null> {
+  const stack = ctx.stack(stackId);
+  const s = isFrozen(stack.spec) ? await holdClock(ctx.options.stateDir, stack.id) : null;
+  return s ? new Date(s.baseMs).toISOString() : null;
 }
 
 export const dropClock = (ctx: StackContext, stackId: string) => removeClock(ctx.options.stateDir, stackId);

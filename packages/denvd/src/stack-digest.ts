@@ -2,9 +2,10 @@
  * digest_volumes: the state of every volume of a running stack, for a replay report. Databases
  * checkpoint first (what they hold in memory reaches the files), every service is paused while the
  * datasets are read (nothing changes under the walk, and no container can swap a name for a link
- * mid-walk), then everything thaws. A frozen clock is held at the version's time first: the
- * checkpoint is the digest's, not the episode's, and the time it records (PostgreSQL's pg_control)
- * must not depend on how long each fork's episode took. The stack is a replay's, destroyed next.
+ * mid-walk), then everything thaws. A frozen clock is held first, at what it reads (a replay holds
+ * it between steps, so that is the episode's end): the checkpoint is the digest's, not the
+ * episode's, and the time it records (PostgreSQL's pg_control) must not depend on how long the
+ * digest took in each fork. The stack is a replay's, destroyed next.
  */
 import type { OpResult } from "@denv/protocol";
 import { holdClock, isFrozen } from "./clock-state.ts";
@@ -20,7 +21,7 @@ export async function digestStack(
   const stack = ctx.stack(stackId);
   const started = performance.now();
   const clockHeld =
-    options.holdClock && isFrozen(stack.spec) && (await holdClock(ctx.options.stateDir, stack.id));
+    options.holdClock && isFrozen(stack.spec) && (await holdClock(ctx.options.stateDir, stack.id)) !== null;
   const checkpoint = await checkpointDatabases(ctx, stack, { redisSave: false });
   const states = await Promise.all(
     Object.values(stack.containers).map((id) => ctx.runtime.inspectContainer(id)),

@@ -165,6 +165,8 @@ export const OPERATIONS = {
       ms: z.number(),
     }),
   },
+  /** A frozen clock stops at what it reads, until release_clock (between a replay's steps). */
+  hold_clock: { params: stack, result: z.object({ clock_at: z.string().nullable() }) },
   /** A held frozen clock starts to advance (a pool's member handed over); a running one is left. */
   release_clock: { params: stack, result: z.object({ clock_at: z.string().nullable() }) },
   /** A stack put back to one of its versions. */

@@ -1,9 +1,10 @@
 /**
  * A replay: N forks of a version run one scripted episode each, and the report compares them
- * (replay-report.ts). Each fork is made with its clock held, released just before its first step
- * (so every episode starts at the version's time, however long its fork took), runs the steps in
- * order through the host's exec, has every volume digested, and is destroyed. Forks run a few at a
- * time, each on a create turn of its host (admission.ts).
+ * (replay-report.ts). Each fork is made with its clock held at the version's time; the clock runs
+ * only while a step runs (released before it, held after it), so every episode starts at the
+ * version's time however long its fork took, and the gaps between steps do not count. The steps
+ * run in order through the host's exec; then every volume is digested and the fork destroyed.
+ * Forks run a few at a time, each on a create turn of its host (admission.ts).
  */
 import { randomBytes } from "node:crypto";
 import { DenvError, type ResolvedSpec } from "@denv/protocol";
@@ -158,9 +159,14 @@ async function replayOne(
       throw new DenvError("unavailable", `the fork failed: ${d?.reason ?? "unknown"}`);
     const env = await environmentById(deps.store, envId);
     if (!env.host_id || !env.stack_id) throw new DenvError("unavailable", "the fork has no stack");
-    // The episode starts now: the clock the fork was held at starts to advance.
-    await deps.hub.call(env.host_id, "release_clock", { stack_id: env.stack_id });
-    for (const step of steps) run.steps.push(await runStep(deps, env.host_id, env.stack_id, step));
+    // The episode's clock runs while a step runs and stands between steps: the replay's own
+    // waits (exec round trips, other forks on the CPU) are not the episode's time, so every fork
+    // reads the same times as long as each step's reads fall in the same whole second of it.
+    for (const step of steps) {
+      await deps.hub.call(env.host_id, "release_clock", { stack_id: env.stack_id });
+      run.steps.push(await runStep(deps, env.host_id, env.stack_id, step));
+      await deps.hub.call(env.host_id, "hold_clock", { stack_id: env.stack_id });
+    }
     const digest = await deps.hub.call(env.host_id, "digest_volumes", { stack_id: env.stack_id });
     run.volumes = digest.volumes;
   } catch (err) {

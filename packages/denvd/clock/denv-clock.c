@@ -16,6 +16,7 @@
  * and into musl, and it cannot disturb the program's own libc. Statically linked programs never
  * load it; clock-reach.ts finds them and says so.
  */
+#include <elf.h>
 #include <stdint.h>
 #include <sys/syscall.h>
 
@@ -101,6 +102,91 @@ static long sys_ret(long r) {
   return r;
 }
 
+/*
+ * The kernel's own clock_gettime in the vDSO, found through the program's libc (getauxval, in glibc
+ * and musl): a clock read without a system call. Without it (no libc, an odd vDSO) the system call
+ * serves, only slower.
+ */
+extern unsigned long getauxval(unsigned long) __attribute__((weak));
+#define AT_SYSINFO_EHDR 33
+#if defined(__x86_64__)
+#define VDSO_GETTIME "__vdso_clock_gettime"
+#else
+#define VDSO_GETTIME "__kernel_clock_gettime"
+#endif
+typedef long (*vdso_gettime_fn)(long, struct timespec *);
+static vdso_gettime_fn volatile vdso_gettime;
+static volatile int vdso_looked;
+
+static int same_name(const char *a, const char *b) {
+  while (*a && *a == *b) a++, b++;
+  return *a == *b;
+}
+
+static vdso_gettime_fn vdso_lookup(void) {
+  if (!getauxval) return 0;
+  uintptr_t base = getauxval(AT_SYSINFO_EHDR);
+  if (!base) return 0;
+  const Elf64_Ehdr *eh = (const Elf64_Ehdr *)base;
+  if (eh->e_ident[EI_MAG0] != ELFMAG0 || eh->e_ident[EI_MAG1] != ELFMAG1 || eh->e_ident[EI_CLASS] != ELFCLASS64)
+    return 0;
+  const Elf64_Phdr *ph = (const Elf64_Phdr *)(base + eh->e_phoff);
+  uintptr_t load = 0;
+  int loaded = 0;
+  const Elf64_Dyn *dyn = 0;
+  for (int i = 0; i < eh->e_phnum; i++) {
+    if (ph[i].p_type == PT_LOAD && !loaded) {
+      load = base + ph[i].p_offset - ph[i].p_vaddr;
+      loaded = 1;
+    } else if (ph[i].p_type == PT_DYNAMIC) {
+      dyn = (const Elf64_Dyn *)(base + ph[i].p_offset);
+    }
+  }
+  if (!loaded || !dyn) return 0;
+  const Elf64_Sym *syms = 0;
+  const char *names = 0;
+  const uint32_t *hash = 0, *gnu = 0;
+  for (; dyn->d_tag != DT_NULL; dyn++) {
+    if (dyn->d_tag == DT_SYMTAB) syms = (const Elf64_Sym *)(load + dyn->d_un.d_ptr);
+    else if (dyn->d_tag == DT_STRTAB) names = (const char *)(load + dyn->d_un.d_ptr);
+    else if (dyn->d_tag == DT_HASH) hash = (const uint32_t *)(load + dyn->d_un.d_ptr);
+    else if (dyn->d_tag == DT_GNU_HASH) gnu = (const uint32_t *)(load + dyn->d_un.d_ptr);
+  }
+  if (!syms || !names) return 0;
+  uint32_t count = 0;
+  if (hash) {
+    count = hash[1]; /* nchain: one per symbol */
+  } else if (gnu) {
+    /* The highest symbol a bucket names, then its chain to the end marker. */
+    uint32_t nbuckets = gnu[0], symoffset = gnu[1], bloom = gnu[2];
+    const uint32_t *buckets = gnu + 4 + bloom * 2; /* 64-bit bloom words */
+    const uint32_t *chains = buckets + nbuckets;
+    for (uint32_t b = 0; b < nbuckets; b++)
+      if (buckets[b] > count) count = buckets[b];
+    if (count >= symoffset)
+      while (!(chains[count - symoffset] & 1)) count++;
+    count++;
+  }
+  if (count == 0 || count > 4096) return 0;
+  for (uint32_t i = 0; i < count; i++) {
+    const Elf64_Sym *sym = &syms[i];
+    if (ELF64_ST_TYPE(sym->st_info) != STT_FUNC || sym->st_shndx == SHN_UNDEF) continue;
+    if (same_name(names + sym->st_name, VDSO_GETTIME)) return (vdso_gettime_fn)(load + sym->st_value);
+  }
+  return 0;
+}
+
+/* clock_gettime as the kernel answers it: the vDSO when there is one, the system call otherwise. */
+static long kernel_gettime(long id, struct timespec *ts) {
+  if (!vdso_looked) {
+    vdso_gettime = vdso_lookup();
+    vdso_looked = 1;
+  }
+  vdso_gettime_fn f = vdso_gettime;
+  if (f) return f(id, ts);
+  return raw_syscall(SYS_clock_gettime, id, (long)ts, 0, 0);
+}
+
 /* NULL: not looked up yet; &none_state: this process has no frozen clock (the real one is reported). */
 static const struct clock_state *volatile state_ptr;
 static const struct clock_state none_state = {0};
@@ -148,7 +234,7 @@ static int64_t frozen_ns(void) {
   if (tick <= 0) tick = 1000000000LL;
   if (epoch == 0) return base;
   struct timespec mono;
-  if (raw_syscall(SYS_clock_gettime, CLOCK_MONOTONIC, (long)&mono, 0, 0) != 0) return base;
+  if (kernel_gettime(CLOCK_MONOTONIC, &mono) != 0) return base;
   int64_t elapsed = (int64_t)mono.tv_sec * 1000000000LL + mono.tv_nsec - epoch;
   if (elapsed < 0) elapsed = 0;
   return base + elapsed - elapsed % tick;
@@ -156,7 +242,7 @@ static int64_t frozen_ns(void) {
 
 static int64_t real_ns(clockid_t id) {
   struct timespec ts;
-  if (raw_syscall(SYS_clock_gettime, id, (long)&ts, 0, 0) != 0) return 0;
+  if (kernel_gettime(id, &ts) != 0) return 0;
   return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
@@ -171,7 +257,7 @@ static int denv_clock_gettime(clockid_t id, struct timespec *ts) {
       return 0;
     }
   }
-  return (int)sys_ret(raw_syscall(SYS_clock_gettime, id, (long)ts, 0, 0));
+  return (int)sys_ret(kernel_gettime(id, ts));
 }
 
 EXPORT int clock_gettime(clockid_t id, struct timespec *ts) { return denv_clock_gettime(id, ts); }

@@ -108,18 +108,23 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
     exec: async (p, io) => {
       const stdout = io.get(p.stdout_stream);
       const stderr = io.get(p.stderr_stream);
-      const r = await denvd.exec(p.stack_id, p.service, {
-        command: p.command,
-        user: p.user ?? null,
-        cwd: p.cwd ?? null,
-        env: p.env ?? {},
-        stdin: p.stdin_stream !== undefined ? io.get(p.stdin_stream) : null,
-        timeoutMs: p.timeout_ms ?? null,
-        maxOutputBytes: p.max_output_bytes ?? Number.POSITIVE_INFINITY,
-        keepOutput: false,
-        onStdout: streamSink(stdout),
-        onStderr: streamSink(stderr),
-      });
+      // A replay's step: the stack's frozen clock runs for exactly the command's run, here on the
+      // host, so no round trip to the server counts as the episode's time.
+      if (p.episode_clock) await denvd.releaseClock(p.stack_id);
+      const r = await denvd
+        .exec(p.stack_id, p.service, {
+          command: p.command,
+          user: p.user ?? null,
+          cwd: p.cwd ?? null,
+          env: p.env ?? {},
+          stdin: p.stdin_stream !== undefined ? io.get(p.stdin_stream) : null,
+          timeoutMs: p.timeout_ms ?? null,
+          maxOutputBytes: p.max_output_bytes ?? Number.POSITIVE_INFINITY,
+          keepOutput: false,
+          onStdout: streamSink(stdout),
+          onStderr: streamSink(stderr),
+        })
+        .finally(() => (p.episode_clock ? denvd.holdClock(p.stack_id) : null));
       // Every byte of output is on its way before the result is.
       await Promise.all([finishStream(stdout), finishStream(stderr)]);
       return {

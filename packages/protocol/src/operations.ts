@@ -52,6 +52,11 @@ export const execParams = z.strictObject({
   timeout_ms: z.number().int().positive().optional(),
   /** Per stream; output past it is counted and dropped. None: all of it is streamed. */
   max_output_bytes: z.number().int().positive().optional(),
+  /**
+   * A replay's step: the stack's frozen clock is released as the command starts and held as it
+   * ends, so the episode's time is the commands' own.
+   */
+  episode_clock: z.boolean().optional(),
 });
 
 export const execResult = z.object({

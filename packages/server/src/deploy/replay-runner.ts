@@ -118,6 +118,7 @@ async function runStep(
       ...(step.user ? { user: step.user } : {}),
       timeout_ms: step.timeout_ms ?? 120_000,
       max_output_bytes: STEP_OUTPUT_BYTES,
+      episode_clock: true,
     },
     null,
     (which, chunk) => {
@@ -162,10 +163,11 @@ async function replayOne(
     // The episode's clock runs while a step runs and stands between steps: the replay's own
     // waits (exec round trips, other forks on the CPU) are not the episode's time, so every fork
     // reads the same times as long as each step's reads fall in the same whole second of it.
+    // The host releases the clock as a step's command starts and holds it as it ends.
     for (const step of steps) {
-      await deps.hub.call(env.host_id, "release_clock", { stack_id: env.stack_id });
+      if (step.verifier) await deps.hub.call(env.host_id, "release_clock", { stack_id: env.stack_id });
       run.steps.push(await runStep(deps, env.host_id, env.stack_id, step));
-      await deps.hub.call(env.host_id, "hold_clock", { stack_id: env.stack_id });
+      if (step.verifier) await deps.hub.call(env.host_id, "hold_clock", { stack_id: env.stack_id });
     }
     const digest = await deps.hub.call(env.host_id, "digest_volumes", { stack_id: env.stack_id });
     run.volumes = digest.volumes;

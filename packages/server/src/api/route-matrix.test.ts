@@ -606,8 +606,7 @@ test("and with the right key and body each route does its work, through the host
     assert.ok(methods.has(m as never), `the host was asked to ${m}`);
   for (const m of ["verify_stop", "verify_collect", "verify_grade", "resume"])
     assert.ok(methods.has(m as never), `verify asked the host to ${m}`);
-  for (const m of ["digest_volumes"])
-    assert.ok(methods.has(m as never), `a replay asked the host to ${m}`);
+  assert.ok(methods.has("digest_volumes"), "a replay asked the host to digest_volumes");
 });
 
 test("exec's stream form: its answer is multiplexed frames; a malformed first line is refused", async () => {

@@ -304,6 +304,16 @@ test("promote ops-world alpha staging passes every gate; the data sheet shows ea
   assert.deepEqual(Object.keys(gates.consistency.volumes).sort(), ["home", "pg", "redis"]);
   assert.equal(gates.replays.identical, true);
   assert.equal(gates.replays.forks, 3);
+  // The default episode: the collected path read, then the verifier graded on each fork.
+  const replay = (await lab.api("GET", `/v1/replays/${gates.replays.replay_id}`)).data;
+  assert.deepEqual(
+    replay.request.steps.map((s: { verifier?: boolean }) => (s.verifier ? "verifier" : "read")),
+    ["read", "verifier"],
+  );
+  assert.match(
+    replay.report.reference.steps[1].stdout,
+    /reward 0\n[\s\S]*no answer at \/collect\/home\/ubuntu\/answer\.txt/,
+  );
   assert.equal(gates.invariants.compared_with, null);
   assert.ok(gates.soak.checks >= 2);
   const staging = (await lab.api("GET", `/v1/envs/${encodeURIComponent("ops-world/staging")}`)).data;

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
-import { elfInterpreter, linkageOf, serviceClockReach } from "./clock-reach.ts";
+import { elfInterpreter, isRuntimeInit, linkageOf, serviceClockReach } from "./clock-reach.ts";
 
 const head = (path: string) => readFileSync(path).subarray(0, 4096);
 
@@ -45,7 +45,14 @@ test("a hostile or broken ELF header is 'unknown', never an exception or a read 
 
 test("a process that is not running, or not there, is reported so", async () => {
   assert.equal((await serviceClockReach(0)).reason, "its program is not running");
-  assert.equal((await serviceClockReach(2 ** 22 + 17)).frozen, false);
+  assert.equal((await serviceClockReach(2 ** 22 + 17, { settleMs: 200 })).frozen, false);
+});
+
+test("the engine's runtime, before it execs the program, is not taken for the service's program", () => {
+  for (const exe of ["/", "/memfd:runc_cloned:/proc/self/exe (deleted)", "/usr/bin/runc"])
+    assert.equal(isRuntimeInit(exe), true, exe);
+  for (const exe of ["/usr/bin/busybox", "/usr/lib/postgresql/15/bin/postgres"])
+    assert.equal(isRuntimeInit(exe), false, exe);
 });
 
 test("this test's own process: running, glibc, and not on a frozen clock (the library is not mapped)", async () => {

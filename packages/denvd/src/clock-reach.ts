@@ -78,9 +78,35 @@ async function readHead(pid: number): Promise<Buffer> {
   }
 }
 
+/**
+ * The engine's runtime (`runc init`, a cloned binary whose path reads as "/" or a memfd) is what
+ * a container's first process is until it execs the entrypoint: the engine already says
+ * "running" then. Such a process is not the service's program yet.
+ */
+export const isRuntimeInit = (exe: string) => exe === "/" || /memfd:|runc/.test(exe);
+
 /** A service's clock, given its container's first process (its host pid; 0 when not running). */
-export async function serviceClockReach(hostPid: number): Promise<ClockServiceEvidence> {
-  const main = hostPid > 0 ? await mainProcess(hostPid) : null;
+export async function serviceClockReach(
+  hostPid: number,
+  options: { settleMs?: number } = {},
+): Promise<ClockServiceEvidence> {
+  let main = hostPid > 0 ? await mainProcess(hostPid) : null;
+  // A moment after the engine says running, the program may not have been exec'd yet.
+  for (
+    let waited = 0;
+    hostPid > 0 && (!main || isRuntimeInit(main.exe)) && waited < (options.settleMs ?? 3000);
+    waited += 100
+  ) {
+    await new Promise((r) => setTimeout(r, 100));
+    main = await mainProcess(hostPid);
+  }
+  if (main && isRuntimeInit(main.exe))
+    return {
+      frozen: false,
+      program: null,
+      linkage: "unknown",
+      reason: "its program had not started when it was read",
+    };
   if (!main)
     return { frozen: false, program: null, linkage: "unknown", reason: "its program is not running" };
   const program = main.exe.replace(/ \(deleted\)$/, "");

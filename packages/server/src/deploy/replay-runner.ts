@@ -251,5 +251,7 @@ export function defaultEpisode(spec: ResolvedSpec): ReplayStep[] {
         path,
       ],
     });
+  // The verifier grades on the fork, in its image or in its service (verify's own grade).
+  if (spec.verifier && agent) steps.push({ verifier: true });
   return steps;
 }

@@ -402,6 +402,42 @@ test("replays that diverge fail the replays gate by name, the randomness named",
   assert.notEqual(target.data.current_version_id, version);
 });
 
+test("a replay a stopped server left behind: failed at the next start, and its forks destroyed", async () => {
+  const started = await lab.api("POST", `/v1/versions/${version}/replays`, {
+    forks: 2,
+    parallel: 2,
+    steps: [{ service: "opsbox", command: ["sleep", "120"] }],
+  });
+  assert.equal(started.status, 202, JSON.stringify(started.data));
+  const prefix = `replay-${(started.data.id as string).slice(4)}-`;
+  const forks = async () =>
+    (
+      (await lab.api("GET", "/v1/envs")).data.environments as { id: string; name: string; status: string }[]
+    ).filter((e) => e.name.startsWith(prefix));
+  for (const until = Date.now() + 120_000; ; ) {
+    const f = await forks();
+    if (f.length === 2 && f.every((e) => e.status === "running")) break;
+    assert.ok(Date.now() < until, `the replay's forks never ran: ${JSON.stringify(f)}`);
+    await new Promise((r) => setTimeout(r, 300));
+  }
+  // What a start does after a stop: the same recovery, on this server's store and deployer.
+  const { recoverReplays } = await import("../../packages/server/src/deploy/replay-runner.ts");
+  assert.equal(await recoverReplays({ store: lab.server.store, deployer: lab.server.deployer }), 2);
+  for (const until = Date.now() + 120_000; (await forks()).length > 0; ) {
+    assert.ok(Date.now() < until, "the replay's forks were not destroyed");
+    await new Promise((r) => setTimeout(r, 300));
+  }
+  const failed = (await lab.api("GET", `/v1/replays/${started.data.id}`)).data;
+  assert.equal(failed.status, "failed");
+  assert.equal(failed.report.error, "the server stopped while the replay ran");
+  // The replay's own run, ending now that its forks are gone, does not write over that record.
+  await new Promise((r) => setTimeout(r, 3000));
+  assert.equal(
+    (await lab.api("GET", `/v1/replays/${started.data.id}`)).data.report.error,
+    failed.report.error,
+  );
+});
+
 test("versions: listed with what keeps each; one in use is refused by name; one nothing uses is deleted with its snapshots", async () => {
   const listed = await lab.api("GET", "/v1/versions?project=ops-world");
   assert.equal(listed.status, 200);

@@ -14,12 +14,12 @@ import { SecretBox } from "./clouds/secret-box.ts";
 import { Admission, type AdmissionOptions } from "./deploy/admission.ts";
 import { Deployer } from "./deploy/deployer.ts";
 import { PoolKeeper, type PoolKeeperOptions } from "./deploy/pool-keeper.ts";
+import { recoverReplays } from "./deploy/replay-runner.ts";
 import { FetchPolicy } from "./fetch-policy.ts";
 import { HostHub } from "./host-hub.ts";
 import { proxyUpgrade, TUNNEL_PREFIX } from "./port-tunnels.ts";
 import type { RateLimitOptions } from "./rate-limit.ts";
 import { openStore, type Store } from "./store/open-store.ts";
-import { failRunningReplays } from "./store/replay-store.ts";
 import {
   adminTeamId,
   anyTeam,
@@ -150,7 +150,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const host = options.host && options.host !== "0.0.0.0" ? options.host : "127.0.0.1";
   url = `${options.tls ? "https" : "http"}://${host}:${port}`;
   const recovered = await deployer.recover();
-  await failRunningReplays(store);
+  await recoverReplays({ store, deployer });
   pools.start();
   return {
     url,

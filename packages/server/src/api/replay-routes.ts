@@ -1,14 +1,8 @@
 /** Replays: N forks of a version run one scripted episode; the report says identical or where not. */
 import { DenvError, type ResolvedSpec } from "@denv/protocol";
 import { z } from "zod";
-import {
-  DEFAULT_REPLAY_FORKS,
-  defaultEpisode,
-  type ReplayResult,
-  replayVersion,
-} from "../deploy/replay-runner.ts";
-import { newId, now } from "../ids.ts";
-import { findReplay, finishReplay, insertReplay, versionReplays } from "../store/replay-store.ts";
+import { DEFAULT_REPLAY_FORKS, defaultEpisode, startRecordedReplay } from "../deploy/replay-runner.ts";
+import { findReplay, versionReplays } from "../store/replay-store.ts";
 import type { ReplaysTable } from "../store/schema.ts";
 import { resolveVersionRef } from "../store/version-store.ts";
 import { type ApiContext, type ApiRoute, route } from "./api-route.ts";
@@ -26,10 +20,6 @@ export function serializeReplay(r: ReplaysTable): z.infer<typeof replaySchema> {
   };
 }
 
-/** The status a finished replay records. */
-export const replayStatus = (r: ReplayResult) =>
-  r.identical ? "identical" : r.compared === 0 ? "failed" : "diverged";
-
 /** Starts a replay of a version; its promise settles with the stored row once it is done. */
 export async function startReplay(
   c: ApiContext,
@@ -44,34 +34,14 @@ export async function startReplay(
   if (steps.length === 0)
     throw new DenvError(
       "invalid_argument",
-      "steps: the version has no warm commands or collected paths to build a default episode from; send steps",
+      "steps: the version has no collected paths and no verifier to build a default episode from; send steps",
     );
   for (const [i, s] of steps.entries())
     if (s.service && !spec.services[s.service])
       throw new DenvError("invalid_argument", `steps.${i}.service: the version has no service ${s.service}`);
   const request = { forks: body.forks ?? DEFAULT_REPLAY_FORKS, parallel: body.parallel ?? 4, steps };
-  const row: ReplaysTable = {
-    id: newId("rpl"),
-    team_id: teamId,
-    version_id: version.id,
-    status: "running",
-    request_json: JSON.stringify(request),
-    report_json: null,
-    created_at: now(),
-    finished_at: null,
-  };
-  await insertReplay(deps.store, row);
-  const done = replayVersion(deps, teamId, version, request).then(
-    async (report) => {
-      await finishReplay(deps.store, row.id, replayStatus(report), report);
-      return findReplay(deps.store, teamId, row.id);
-    },
-    async (err: unknown) => {
-      await finishReplay(deps.store, row.id, "failed", { error: (err as Error).message });
-      return findReplay(deps.store, teamId, row.id);
-    },
-  );
-  return { row, done };
+  const { row, done } = await startRecordedReplay(deps, teamId, version, request);
+  return { row, done: done.then((d) => d.row) };
 }
 
 export const replayRoutes: ApiRoute[] = [

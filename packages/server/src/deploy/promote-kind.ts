@@ -17,9 +17,7 @@
 import { randomBytes } from "node:crypto";
 import { DenvError, type OpResult, type ResolvedSpec } from "@denv/protocol";
 import { execOverStreams } from "../api/host-bytes.ts";
-import { newId, now } from "../ids.ts";
 import { environmentById, findOrCreateEnvironment, updateEnvironment } from "../store/environment-store.ts";
-import { finishReplay, insertReplay } from "../store/replay-store.ts";
 import type { EnvironmentsTable, ProjectsTable, VersionsTable } from "../store/schema.ts";
 import { versionSpecJson } from "../store/version-store.ts";
 import type { Admission } from "./admission.ts";
@@ -27,7 +25,7 @@ import type { Deployer } from "./deployer.ts";
 import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
 import { PhaseFailure } from "./phase-recorder.ts";
 import { promoteInvariants } from "./promote-invariants.ts";
-import { defaultEpisode, type ReplayStep, replayVersion } from "./replay-runner.ts";
+import { defaultEpisode, type ReplayStep, startRecordedReplay } from "./replay-runner.ts";
 
 export const PROMOTE_PHASES = [
   "candidate",
@@ -181,29 +179,23 @@ export async function runPromote(
         if (steps.length === 0)
           return {
             evidence: {
-              skipped: "the version has no warm commands or collected paths to replay; send steps",
+              skipped: "the version has no collected paths and no verifier to replay; send steps",
             },
           };
         const request = { forks: options.replays, parallel: Math.min(4, options.replays), steps };
-        const replayId = newId("rpl");
-        await insertReplay(store, {
-          id: replayId,
-          team_id: project.team_id,
-          version_id: version.id,
-          status: "running",
-          request_json: JSON.stringify(request),
-          report_json: null,
-          created_at: now(),
-          finished_at: null,
-        });
-        const report = await replayVersion(
+        const started = await startRecordedReplay(
           { store, hub, deployer, admission },
           project.team_id,
           version,
           request,
         );
-        const status = report.identical ? "identical" : report.compared === 0 ? "failed" : "diverged";
-        await finishReplay(store, replayId, status, report);
+        const { row, report } = await started.done;
+        const replayId = row.id;
+        if (!report)
+          throw gate(
+            "replays",
+            `the replay failed: ${(JSON.parse(row.report_json ?? "{}") as { error?: string }).error ?? "unknown"}`,
+          );
         const evidence = {
           replay_id: replayId,
           forks: report.forks,

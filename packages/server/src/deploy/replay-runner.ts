@@ -10,10 +10,12 @@ import { randomBytes } from "node:crypto";
 import { DenvError, type ResolvedSpec } from "@denv/protocol";
 import { execOverStreams } from "../api/host-bytes.ts";
 import type { HostHub } from "../host-hub.ts";
-import { newId } from "../ids.ts";
+import { newId, now } from "../ids.ts";
 import { deploymentById } from "../store/deployment-store.ts";
 import { environmentById } from "../store/environment-store.ts";
 import type { Store } from "../store/open-store.ts";
+import { failRunningReplays, findReplay, finishReplay, insertReplay } from "../store/replay-store.ts";
+import type { ReplaysTable } from "../store/schema.ts";
 import type { Admission } from "./admission.ts";
 import type { Deployer } from "./deployer.ts";
 import { compareRuns, type ForkRun, type ReplayOutcome, type StepRun } from "./replay-report.ts";
@@ -188,16 +190,16 @@ export async function replayVersion(
   teamId: string,
   version: { id: string; host_id: string },
   request: ReplayRequest,
+  tag: string = randomBytes(6).toString("hex"),
 ): Promise<ReplayResult> {
   const started = performance.now();
-  const tag = randomBytes(3).toString("hex");
   const runs: ForkRun[] = new Array(request.forks);
   let next = 0;
   const worker = async () => {
     for (;;) {
       const i = next++;
       if (i >= request.forks) return;
-      const name = `replay-${tag}-${String(i + 1).padStart(String(request.forks).length, "0")}`;
+      const name = `${forkPrefix(`rpl_${tag}`)}${String(i + 1).padStart(String(request.forks).length, "0")}`;
       runs[i] = await replayOne(deps, teamId, version.id, version.host_id, name, i + 1, request.steps);
     }
   };
@@ -229,6 +231,74 @@ export async function replayVersion(
     })),
     ms: Math.round(performance.now() - started),
   };
+}
+
+/** The forks of a replay are named after it, so that what a stopped server left can be found. */
+const forkPrefix = (replayId: string) => `replay-${replayId.slice(4)}-`;
+
+export const replayStatus = (r: ReplayResult) =>
+  r.identical ? "identical" : r.compared === 0 ? "failed" : "diverged";
+
+/**
+ * A replay recorded as it runs: its row made first (running), the report stored once it is done.
+ * `done` settles with the finished row and the report (null when the replay itself failed).
+ */
+export async function startRecordedReplay(
+  deps: ReplayDeps,
+  teamId: string,
+  version: { id: string; host_id: string },
+  request: ReplayRequest,
+): Promise<{ row: ReplaysTable; done: Promise<{ row: ReplaysTable; report: ReplayResult | null }> }> {
+  const row: ReplaysTable = {
+    id: newId("rpl"),
+    team_id: teamId,
+    version_id: version.id,
+    status: "running",
+    request_json: JSON.stringify(request),
+    report_json: null,
+    created_at: now(),
+    finished_at: null,
+  };
+  await insertReplay(deps.store, row);
+  const done = replayVersion(deps, teamId, version, request, row.id.slice(4)).then(
+    async (report) => {
+      await finishReplay(deps.store, row.id, replayStatus(report), report);
+      return { row: await findReplay(deps.store, teamId, row.id), report };
+    },
+    async (err: unknown) => {
+      await finishReplay(deps.store, row.id, "failed", { error: (err as Error).message });
+      return { row: await findReplay(deps.store, teamId, row.id), report: null };
+    },
+  );
+  return { row, done };
+}
+
+/**
+ * After a restart: the replays the stopped server ran are failed, and the forks they had made
+ * (named after them) destroyed, not left running. Returns how many forks it destroys.
+ */
+export async function recoverReplays(deps: { store: Store; deployer: Deployer }): Promise<number> {
+  const stopped = await failRunningReplays(deps.store);
+  let destroyed = 0;
+  for (const r of stopped) {
+    const forks = await deps.store
+      .selectFrom("environments")
+      .selectAll()
+      .where("team_id", "=", r.team_id)
+      .where("sandbox", "=", 1)
+      .where("status", "!=", "destroyed")
+      .where("name", "like", `${forkPrefix(r.id)}%`)
+      .execute();
+    for (const env of forks) {
+      destroyed++;
+      // In the background: a host still away makes its destroy wait for it.
+      void deps.deployer
+        .destroy(env)
+        .then((d) => d.done)
+        .catch(() => {});
+    }
+  }
+  return destroyed;
 }
 
 /**

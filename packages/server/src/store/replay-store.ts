@@ -8,11 +8,13 @@ export async function insertReplay(store: Store, row: ReplaysTable): Promise<voi
   await store.insertInto("replays").values(row).execute();
 }
 
+/** Records a replay's end; one already ended (failed by a restart) keeps its record. */
 export async function finishReplay(store: Store, id: string, status: string, report: unknown): Promise<void> {
   await store
     .updateTable("replays")
     .set({ status, report_json: JSON.stringify(report), finished_at: now() })
     .where("id", "=", id)
+    .where("status", "=", "running")
     .execute();
 }
 
@@ -38,16 +40,10 @@ export function versionReplays(store: Store, teamId: string, versionId: string):
     .execute();
 }
 
-/** After a restart: replays the stopped server was running have no one to finish them. */
-export async function failRunningReplays(store: Store): Promise<number> {
-  const r = await store
-    .updateTable("replays")
-    .set({
-      status: "failed",
-      report_json: JSON.stringify({ error: "the server stopped while the replay ran" }),
-      finished_at: now(),
-    })
-    .where("status", "=", "running")
-    .executeTakeFirst();
-  return Number(r.numUpdatedRows);
+/** After a restart: replays the stopped server was running have no one to finish them; failed. */
+export async function failRunningReplays(store: Store): Promise<ReplaysTable[]> {
+  const running = await store.selectFrom("replays").selectAll().where("status", "=", "running").execute();
+  for (const r of running)
+    await finishReplay(store, r.id, "failed", { error: "the server stopped while the replay ran" });
+  return running;
 }

@@ -165,12 +165,10 @@ async function replayOne(
     // The episode's clock runs while a step runs and stands between steps: the replay's own
     // waits (exec round trips, other forks on the CPU) are not the episode's time, so every fork
     // reads the same times as long as each step's reads fall in the same whole second of it.
-    // The host releases the clock as a step's command starts and holds it as it ends.
-    for (const step of steps) {
-      if (step.verifier) await deps.hub.call(env.host_id, "release_clock", { stack_id: env.stack_id });
-      run.steps.push(await runStep(deps, env.host_id, env.stack_id, step));
-      if (step.verifier) await deps.hub.call(env.host_id, "hold_clock", { stack_id: env.stack_id });
-    }
+    // The host releases the clock as a step's command starts and holds it as it ends. The verifier
+    // grades after the episode, on its clock as it stands: how long grading takes (a container to
+    // start, paths to collect) is not the episode's time, and it differs from fork to fork.
+    for (const step of steps) run.steps.push(await runStep(deps, env.host_id, env.stack_id, step));
     const digest = await deps.hub.call(env.host_id, "digest_volumes", { stack_id: env.stack_id });
     run.volumes = digest.volumes;
   } catch (err) {

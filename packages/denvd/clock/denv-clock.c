@@ -12,9 +12,11 @@
  * a stack reads the same clock, and two forks of a version read the same values at the same
  * whole-tick offsets from their hand-over: sub-tick jitter between forks does not show.
  *
- * It uses no C library at all (raw system calls, -nostdlib): it loads into any glibc, old or new,
- * and into musl, and it cannot disturb the program's own libc. Statically linked programs never
- * load it; clock-reach.ts finds them and says so.
+ * It links no C library (raw system calls, -nostdlib): it loads into any glibc, old or new, and
+ * into musl, and it cannot disturb the program's own libc. Two symbols are taken from the program's
+ * libc when it has them, weakly: __errno_location (to set errno) and getauxval (to find the vDSO,
+ * so a clock read makes no system call). Statically linked programs never load it;
+ * clock-reach.ts finds them and says so.
  */
 #include <elf.h>
 #include <stdint.h>

@@ -1,10 +1,12 @@
 /**
  * A replay: N forks of a version run one scripted episode each, and the report compares them
  * (replay-report.ts). Each fork is made with its clock held at the version's time; the clock runs
- * only while a step runs (released before it, held after it), so every episode starts at the
- * version's time however long its fork took, and the gaps between steps do not count. The steps
- * run in order through the host's exec; then every volume is digested and the fork destroyed.
- * Forks run a few at a time, each on a create turn of its host (admission.ts).
+ * only while a step's command runs (the host releases it as the command starts and holds it as it
+ * ends: exec's episode_clock), so every episode starts at the version's time however long its fork
+ * took, and neither the gaps between steps nor the round trips count. The verifier grades on the
+ * clock as it stands. Then every volume is digested and the fork destroyed. Forks run a few at a
+ * time, each on a create turn of its host (admission.ts); they are named after the replay, so a
+ * restart finds and removes what a stopped server left (recoverReplays).
  */
 import { randomBytes } from "node:crypto";
 import { DenvError, type ResolvedSpec } from "@denv/protocol";
@@ -57,7 +59,6 @@ export interface ReplayResult extends ReplayOutcome {
 /** Output kept per stream per step: a diff needs the lines, not megabytes of them. */
 const STEP_OUTPUT_BYTES = 256 * 1024;
 export const DEFAULT_REPLAY_FORKS = 20;
-export const MAX_REPLAY_FORKS = 100;
 
 export interface ReplayDeps {
   store: Store;

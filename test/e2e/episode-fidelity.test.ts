@@ -188,6 +188,12 @@ services:
   const graderS = Number(grade.stdout_tail.split("\n")[0]);
   assert.ok(graderS >= atS && graderS <= atS + 8, `the grader read ${graderS}; the version's time is ${atS}`);
   assert.ok(Math.floor(Date.now() / 1000) - graderS >= 4, `the grader read ${graderS}, near the real time`);
+  // The verify result is on the data sheet of the version the graded sandbox was forked from.
+  const sheet = (await lab.api("GET", `/v1/versions/${d.version_id}/datasheet`)).data;
+  assert.deepEqual(
+    sheet.verifies.map((v: { deployment_id: string; reward: number | null }) => [v.deployment_id, v.reward]),
+    [[verified.data.id, 1]],
+  );
 
   // frozen-strict on a project never started: found at start, where the program runs.
   const fresh = await deployProject("clockwork-strict", compose("frozen-strict"));

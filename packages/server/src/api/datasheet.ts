@@ -105,18 +105,19 @@ export async function buildDatasheet(
       .execute()
   ).find((d) => evidenceOf(d, "snapshot")?.version_id === version.id);
   const startClock = madeBy ? (evidenceOf(madeBy, "start")?.clock as ClockEvidence | undefined) : undefined;
-  const teamDeployments = await store
+  // Promotes: the team's (a candidate names its version in its evidence); verifies: only those of
+  // forks of this version, the newest 50, filtered in the query (a team may have many thousands).
+  const teamPromotes = await store
     .selectFrom("deployments")
     .innerJoin("environments", "environments.id", "deployments.environment_id")
     .selectAll("deployments")
     .select("environments.name as env_name")
-    .select("environments.parent_version_id as env_parent")
     .where("deployments.team_id", "=", version.team_id)
-    .where("deployments.kind", "in", ["promote", "verify"])
+    .where("deployments.kind", "=", "promote")
     .orderBy("deployments.created_at")
     .execute();
-  const promotes = teamDeployments
-    .filter((d) => d.kind === "promote" && evidenceOf(d, "candidate")?.version_id === version.id)
+  const promotes = teamPromotes
+    .filter((d) => evidenceOf(d, "candidate")?.version_id === version.id)
     .map((d) => ({
       deployment_id: d.id,
       target: d.env_name,
@@ -130,19 +131,27 @@ export async function buildDatasheet(
         evidence: p.evidence,
       })),
     }));
-  const verifies = teamDeployments
-    .filter((d) => d.kind === "verify" && d.env_parent === version.id)
-    .slice(-50)
-    .map((d) => {
-      const v = evidenceOf(d, "verdict");
-      return {
-        deployment_id: d.id,
-        environment: d.env_name,
-        status: d.status,
-        reward: typeof v?.reward === "number" ? v.reward : null,
-        created_at: d.created_at,
-      };
-    });
+  const forkVerifies = await store
+    .selectFrom("deployments")
+    .innerJoin("environments", "environments.id", "deployments.environment_id")
+    .selectAll("deployments")
+    .select("environments.name as env_name")
+    .where("deployments.team_id", "=", version.team_id)
+    .where("deployments.kind", "=", "verify")
+    .where("environments.parent_version_id", "=", version.id)
+    .orderBy("deployments.created_at", "desc")
+    .limit(50)
+    .execute();
+  const verifies = forkVerifies.reverse().map((d) => {
+    const v = evidenceOf(d, "verdict");
+    return {
+      deployment_id: d.id,
+      environment: d.env_name,
+      status: d.status,
+      reward: typeof v?.reward === "number" ? v.reward : null,
+      created_at: d.created_at,
+    };
+  });
   const replays = (await versionReplays(store, version.team_id, version.id)).map((r) => {
     const rep = r.report_json
       ? (JSON.parse(r.report_json) as { identical?: boolean; first_divergence?: unknown })

@@ -9,6 +9,7 @@ import type { SecretBox } from "../clouds/secret-box.ts";
 import type { Store } from "../store/open-store.ts";
 import { versionReplays } from "../store/replay-store.ts";
 import type { DeploymentsTable, VersionsTable } from "../store/schema.ts";
+import { versionPlace } from "../store/version-store.ts";
 
 interface PhaseRow {
   name: string;
@@ -85,16 +86,7 @@ export async function buildDatasheet(
     datasets?: Record<string, { snapshot_id: string; bytes: number }>;
     clock?: { mode: string; at: string };
   };
-  const project = await store
-    .selectFrom("projects")
-    .select(["name", "kind"])
-    .where("id", "=", version.project_id)
-    .executeTakeFirstOrThrow();
-  const env = await store
-    .selectFrom("environments")
-    .select("name")
-    .where("id", "=", version.environment_id)
-    .executeTakeFirst();
+  const place = await versionPlace(store, version);
   // The deployment that made the version: its start phase read each service's clock.
   const madeBy = (
     await store
@@ -169,8 +161,8 @@ export async function buildDatasheet(
   return {
     version: {
       id: version.id,
-      project: project.name,
-      environment: env?.name ?? version.environment_id,
+      project: place.project,
+      environment: place.environment,
       kind: spec.kind,
       host_id: version.host_id,
       spec_hash: version.spec_hash,

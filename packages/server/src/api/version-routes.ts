@@ -4,27 +4,22 @@ import { z } from "zod";
 import type { Store } from "../store/open-store.ts";
 import { findProject } from "../store/project-store.ts";
 import type { VersionsTable } from "../store/schema.ts";
-import { deleteVersionRow, resolveVersionRef, teamVersions, versionUsers } from "../store/version-store.ts";
+import {
+  deleteVersionRow,
+  resolveVersionRef,
+  teamVersions,
+  versionPlace,
+  versionUsers,
+} from "../store/version-store.ts";
 import { type ApiContext, type ApiRoute, route } from "./api-route.ts";
 import { pruneBody, pruneResult, versionListItem } from "./api-schemas.ts";
 import { serializeVersion } from "./api-serializers.ts";
 import { buildDatasheet, datasheetMarkdown } from "./datasheet.ts";
 
 async function listItem(store: Store, v: VersionsTable): Promise<z.infer<typeof versionListItem>> {
-  const project = await store
-    .selectFrom("projects")
-    .select("name")
-    .where("id", "=", v.project_id)
-    .executeTakeFirst();
-  const env = await store
-    .selectFrom("environments")
-    .select("name")
-    .where("id", "=", v.environment_id)
-    .executeTakeFirst();
   return {
     ...serializeVersion(v),
-    project: project?.name ?? v.project_id,
-    environment: env?.name ?? v.environment_id,
+    ...(await versionPlace(store, v)),
     in_use: await versionUsers(store, v.id),
   };
 }

@@ -91,3 +91,21 @@ export function teamVersions(store: Store, teamId: string, projectId?: string): 
 export async function deleteVersionRow(store: Store, id: string): Promise<void> {
   await store.deleteFrom("versions").where("id", "=", id).execute();
 }
+
+/** The names a version is shown under: its project's, and the environment it was made in. */
+export async function versionPlace(
+  store: Store,
+  v: VersionsTable,
+): Promise<{ project: string; environment: string }> {
+  const project = await store
+    .selectFrom("projects")
+    .select("name")
+    .where("id", "=", v.project_id)
+    .executeTakeFirst();
+  const env = await store
+    .selectFrom("environments")
+    .select("name")
+    .where("id", "=", v.environment_id)
+    .executeTakeFirst();
+  return { project: project?.name ?? v.project_id, environment: env?.name ?? v.environment_id };
+}

@@ -110,7 +110,18 @@ export async function serviceClockReach(
   if (!main)
     return { frozen: false, program: null, linkage: "unknown", reason: "its program is not running" };
   const program = main.exe.replace(/ \(deleted\)$/, "");
-  const maps = await readFile(`/proc/${main.pid}/maps`, "utf8").catch(() => "");
+  const mapsOf = () => readFile(`/proc/${main.pid}/maps`, "utf8").catch(() => "");
+  let maps = await mapsOf();
+  // A program exec'd a moment ago may still be in its loader, which maps the preload next: a
+  // dynamic program is looked at again for a while before it is called real.
+  for (let waited = 0; !maps.includes(CLOCK_LIBRARY) && waited < (options.settleMs ?? 3000); waited += 100) {
+    const interpNow = await readHead(main.pid)
+      .then(elfInterpreter)
+      .catch(() => "unknown" as const);
+    if (interpNow === null || interpNow === "unknown") break;
+    await new Promise((r) => setTimeout(r, 100));
+    maps = await mapsOf();
+  }
   const interp = await readHead(main.pid)
     .then(elfInterpreter)
     .catch(() => "unknown" as const);

@@ -11,6 +11,7 @@
 import type { Socket } from "node:net";
 import type { Readable } from "node:stream";
 import {
+  type BuildImageParams,
   DenvError,
   type ForkEvidence,
   type HealthEvidence,
@@ -25,6 +26,7 @@ import type { EgressEvidence } from "./egress-probe.ts";
 import { AgentExecutor } from "./exec/agent-executor.ts";
 import { EngineExecutor } from "./exec/engine-executor.ts";
 import type { ExecOptions, ExecResult, Executor, FileSink, FsRequest } from "./exec/executor.ts";
+import { buildServiceImage, findBuiltImage } from "./image-builder.ts";
 import { LABEL } from "./labels.ts";
 import { NetworkAllocator } from "./network-allocator.ts";
 import { type ReconcileReport, reconcile } from "./reconcile.ts";
@@ -144,6 +146,18 @@ export class Denvd {
   }
 
   // The phases, one call each; the control plane records each one's evidence as it happens.
+
+  findBuiltImage(buildKey: string): Promise<string | null> {
+    return findBuiltImage(this.ctx, buildKey);
+  }
+
+  buildImage(
+    params: BuildImageParams,
+    context: Readable,
+    log: (text: string) => Promise<void> | void,
+  ): Promise<{ image_id: string; ms: number; steps: number; log_tail: string[] }> {
+    return buildServiceImage(this.ctx, params, context, log);
+  }
 
   prepare(
     spec: ResolvedSpec,

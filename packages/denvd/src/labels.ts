@@ -6,4 +6,6 @@ export const LABEL = {
   service: "dev.denv.service",
   version: "dev.denv.version",
   operation: "dev.denv.operation",
+  /** On an image denvd built: the build key (context digest, Dockerfile, args, target) it was built for. */
+  buildKey: "dev.denv.build-key",
 } as const;

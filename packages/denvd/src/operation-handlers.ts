@@ -70,6 +70,16 @@ export function streamSink(stream: Duplex): FileSink {
 export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationHandlers {
   const verifier = () => new Verifier(denvd, denvd.stateDir);
   return {
+    find_built_image: async (p) => ({ image_id: await denvd.findBuiltImage(p.build_key) }),
+    build_image: async (p, io) => {
+      const log = io.get(p.log_stream);
+      const sink = streamSink(log);
+      try {
+        return await denvd.buildImage(p, io.get(p.context_stream), (text) => sink(Buffer.from(text)));
+      } finally {
+        await finishStream(log).catch(() => {});
+      }
+    },
     prepare: async (p) => {
       const r = await denvd.prepare(p.spec, { name: p.name, operationId: p.operation_id });
       return { stack_id: r.stack.id, evidence: r.evidence };

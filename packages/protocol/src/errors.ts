@@ -27,6 +27,8 @@ export const ERROR_CODES = {
   capacity: { httpStatus: 503, exitCode: 1 },
   insufficient_storage: { httpStatus: 507, exitCode: 1 },
   image_not_found: { httpStatus: 422, exitCode: 1 },
+  /** A service's image did not build: the message ends with the build log's last lines. */
+  build_failed: { httpStatus: 422, exitCode: 1 },
   registry_error: { httpStatus: 502, exitCode: 1 },
   engine_error: { httpStatus: 502, exitCode: 1 },
   storage_error: { httpStatus: 500, exitCode: 1 },

@@ -98,7 +98,56 @@ const inService = {
 };
 const containerPath = z.string().min(1).max(4096);
 
+/** What names one build: the sha256 (hex) of its context digest, Dockerfile, args, target and cache sources. */
+const buildKey = z.string().regex(/^[0-9a-f]{64}$/, "a build key (64 hex digits)");
+
+export const buildImageParams = z.strictObject({
+  build_key: buildKey,
+  /** The local name the image is tagged with (repository:tag), besides its id. */
+  tag: z
+    .string()
+    .max(255)
+    .regex(/^[a-z0-9][a-z0-9._/-]*:[\w][\w.-]{0,127}$/, "a local image name (repository:tag)"),
+  service: z.string().min(1).max(63),
+  /** Relative to the context. */
+  dockerfile: z.string().min(1).max(1024),
+  args: z.record(z.string().max(256), z.string().max(65536)),
+  target: z.string().max(256).nullable(),
+  cache_from: z.array(z.string().max(512)).max(32),
+  no_cache: z.boolean(),
+  labels: z.record(z.string().max(256), z.string().max(4096)),
+  network: z.enum(["default", "none"]),
+  /** Each build step's memory cap. */
+  memory_bytes: z.number().int().positive(),
+  timeout_ms: z.number().int().positive(),
+  /** The context, a tar, from the server. */
+  context_stream: streamId,
+  /** The build's output, as the engine writes it, to the server. */
+  log_stream: streamId,
+});
+
+export type BuildImageParams = z.output<typeof buildImageParams>;
+
+export const buildImageResult = z.object({
+  image_id: z.string().regex(/^sha256:[0-9a-f]{64}$/),
+  ms: z.number(),
+  steps: z.number().int().nonnegative(),
+  log_tail: z.array(z.string()),
+});
+
 export const OPERATIONS = {
+  /** The image this host built earlier for a build key, when it still has it. */
+  find_built_image: {
+    params: z.strictObject({ build_key: buildKey }),
+    result: z.object({
+      image_id: z
+        .string()
+        .regex(/^sha256:[0-9a-f]{64}$/)
+        .nullable(),
+    }),
+  },
+  /** An image built by the host's engine from a context streamed from the server. */
+  build_image: { params: buildImageParams, result: buildImageResult },
   /** Images present (pulled by digest when missing) and fresh, empty datasets. */
   prepare: {
     params: z.strictObject({
@@ -270,6 +319,7 @@ export type OpMethod = keyof typeof OPERATIONS;
 export const OP_STREAM_PARAMS: Partial<Record<OpMethod, readonly string[]>> = {
   exec: ["stdin_stream", "stdout_stream", "stderr_stream"],
   put_files: ["tar_stream"],
+  build_image: ["context_stream", "log_stream"],
   get_files: ["tar_stream"],
   open_tunnel: ["stream_id"],
 };

@@ -47,7 +47,23 @@ export const serviceSchema = z.object({
   image_digest: z.string().nullable(),
   /** Reference to pull by digest (repo@sha256:…), or the image ID for engine-only images; null until pinned. */
   image_pinned: z.string().nullable(),
-  build: z.object({ context: z.string(), dockerfile: z.string().nullable() }).nullable(),
+  /** Built on the target's engine in prepare; image_pinned is then the built image's id. */
+  build: z
+    .object({
+      /** The context directory, relative to the compose file (never outside the project). */
+      context: z.string(),
+      /** Relative to the context. */
+      dockerfile: z.string(),
+      args: z.record(z.string(), z.string()),
+      target: z.string().nullable(),
+      cache_from: z.array(z.string()),
+      no_cache: z.boolean(),
+      labels: z.record(z.string(), z.string()),
+      network: z.enum(["default", "none"]),
+      /** sha256 of the context's tar as uploaded (or archived from git); null from `validate`. */
+      context_digest: z.string().nullable(),
+    })
+    .nullable(),
   entrypoint: argv.nullable(),
   command: argv.nullable(),
   environment: z.record(z.string(), z.string()),

@@ -179,6 +179,24 @@ export class DenvClient {
   }
 
   /**
+   * Uploads a build context (PUT /v1/projects/{id}/contexts/{digest}): a tar whose sha256 is
+   * `digest`, which the server checks before keeping it.
+   */
+  async putBuildContext(
+    project: string,
+    digest: string,
+    tar: Uint8Array | ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>,
+  ): Promise<{ digest: string; size_bytes: number }> {
+    const res = await this.send(
+      "PUT",
+      `/v1/projects/${encodeURIComponent(project)}/contexts/${encodeURIComponent(digest)}`,
+      {},
+      { headers: { "content-type": "application/x-tar" }, body: tar },
+    );
+    return (await res.json()) as { digest: string; size_bytes: number };
+  }
+
+  /**
    * A tar of `query.path` as a stream (GET …/files): a missing path or a refusal is thrown before
    * the first byte; a failure later ends the stream with an error.
    */

@@ -40,7 +40,7 @@ export class TimeoutError extends DenvApiError {}
 export class UnavailableError extends DenvApiError {}
 /** insufficient_storage, storage_error: the host's storage refused. */
 export class StorageError extends DenvApiError {}
-/** image_not_found, registry_error: an image could not be found or pinned. */
+/** image_not_found, registry_error, build_failed: an image could not be found, pinned or built. */
 export class ImageError extends DenvApiError {}
 /** internal, engine_error, and codes this SDK does not know: a fault on the server's side. */
 export class InternalError extends DenvApiError {}
@@ -72,6 +72,7 @@ const FAMILIES: Record<
   insufficient_storage: StorageError,
   storage_error: StorageError,
   image_not_found: ImageError,
+  build_failed: ImageError,
   registry_error: ImageError,
   engine_error: InternalError,
   internal: InternalError,

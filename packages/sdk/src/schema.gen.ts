@@ -108,6 +108,21 @@ export type PutV1ProjectsByIdSourceResponse = {
 export type PutV1ProjectsByIdSourceBody = {
   compose: string;
   dotenv?: string;
+  build_contexts?: {
+    [key: string]: string;
+  };
+};
+
+/** Upload a build context: a tar of the context directory (.dockerignore applied), named by its sha256, which is checked — PUT /v1/projects/{id}/contexts/{digest} */
+export type PutV1ProjectsByIdContextsByDigestResponse = {
+  digest: string;
+  size_bytes: number;
+};
+
+/** Whether a build context (a tar, by its sha256) was uploaded: 404 when it was not — GET /v1/projects/{id}/contexts/{digest} */
+export type GetV1ProjectsByIdContextsByDigestResponse = {
+  digest: string;
+  size_bytes: number;
 };
 
 /** Deploy the project to an environment (alpha by default); ?wait=true waits for the verdict — POST /v1/projects/{id}/deploy */
@@ -965,6 +980,8 @@ export const OPERATIONS = {
   getV1Projects: { method: "GET", path: "/v1/projects", params: [], body: "none", response: "json" },
   getV1ProjectsById: { method: "GET", path: "/v1/projects/{id}", params: ["id"], body: "none", response: "json" },
   putV1ProjectsByIdSource: { method: "PUT", path: "/v1/projects/{id}/source", params: ["id"], body: "json", response: "json" },
+  putV1ProjectsByIdContextsByDigest: { method: "PUT", path: "/v1/projects/{id}/contexts/{digest}", params: ["id","digest"], body: "tar", response: "json" },
+  getV1ProjectsByIdContextsByDigest: { method: "GET", path: "/v1/projects/{id}/contexts/{digest}", params: ["id","digest"], body: "none", response: "json" },
   postV1ProjectsByIdDeploy: { method: "POST", path: "/v1/projects/{id}/deploy", params: ["id"], body: "json", response: "json" },
   postV1ProjectsByIdPromote: { method: "POST", path: "/v1/projects/{id}/promote", params: ["id"], body: "json", response: "json" },
   getV1DeploymentsById: { method: "GET", path: "/v1/deployments/{id}", params: ["id"], body: "none", response: "json" },
@@ -1027,6 +1044,8 @@ export interface Operations {
   getV1Projects: { params: {  }; body: undefined; response: GetV1ProjectsResponse };
   getV1ProjectsById: { params: { id: string }; body: undefined; response: GetV1ProjectsByIdResponse };
   putV1ProjectsByIdSource: { params: { id: string }; body: PutV1ProjectsByIdSourceBody; response: PutV1ProjectsByIdSourceResponse };
+  putV1ProjectsByIdContextsByDigest: { params: { id: string; digest: string }; body: Uint8Array; response: PutV1ProjectsByIdContextsByDigestResponse };
+  getV1ProjectsByIdContextsByDigest: { params: { id: string; digest: string }; body: undefined; response: GetV1ProjectsByIdContextsByDigestResponse };
   postV1ProjectsByIdDeploy: { params: { id: string }; body: PostV1ProjectsByIdDeployBody; response: PostV1ProjectsByIdDeployResponse };
   postV1ProjectsByIdPromote: { params: { id: string }; body: PostV1ProjectsByIdPromoteBody; response: PostV1ProjectsByIdPromoteResponse };
   getV1DeploymentsById: { params: { id: string }; body: undefined; response: GetV1DeploymentsByIdResponse };

@@ -55,6 +55,7 @@ export function createApp(options: AppOptions): Hono<ApiEnv> {
     limiter: new RateLimiter(options.rateLimit ?? DEFAULT_RATE_LIMIT),
     joinTokenTtlMs: options.joinTokenTtlMs ?? 3600_000,
     downloadsDir: options.downloadsDir ?? defaultDownloadsDir(),
+    buildContexts: options.deployer.buildContexts,
   };
   const log = options.log ?? ((message, context) => console.error(message, JSON.stringify(context ?? {})));
   const app = new Hono<ApiEnv>();

@@ -2,6 +2,7 @@
  * `denv server`: the /v1 API and the sidecars' WebSocket hub on one port, over TLS when given a
  * certificate. The first start creates the admin team and prints its key (or takes DENV_ADMIN_KEY).
  */
+
 import { readFileSync } from "node:fs";
 import { createServer as createHttpServer, type Server } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
@@ -9,6 +10,7 @@ import type { AddressInfo } from "node:net";
 import { ComposeValidator } from "@denv/spec";
 import { getRequestListener } from "@hono/node-server";
 import { createApp } from "./app.ts";
+import { BuildContexts } from "./build-contexts.ts";
 import { Provisioner } from "./clouds/provisioner.ts";
 import { SecretBox } from "./clouds/secret-box.ts";
 import { Admission, type AdmissionOptions } from "./deploy/admission.ts";
@@ -103,6 +105,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     joinWaitMs: options.joinWaitMs,
     provisioner,
     provisionJoinWaitMs: options.provisionJoinWaitMs,
+    buildContexts: new BuildContexts(options.dataDir),
     onDeployed: (d) =>
       void pools?.replaceDeclared(d.teamId, d.projectId, d.versionId, d.pool).catch((err) =>
         // The deploy stands; the pool it declared does not fit (or its version went): said here.

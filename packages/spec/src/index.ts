@@ -1,6 +1,7 @@
 /** @module @denv/spec — compose + x-denv: parse, validate, resolve, pin. */
 
 export { hostOf, readBounded } from "./bounded-fetch.ts";
+export { buildField, projectRelativePath, type ResolvedBuild } from "./build-field.ts";
 export { COMPOSE_FILE_NAMES } from "./compose-file-names.ts";
 export { ComposeValidator, type ComposeValidatorOptions } from "./compose-validator.ts";
 export { type Env, interpolate, parseDotenv } from "./interpolate.ts";
@@ -19,6 +20,8 @@ export {
   pinSpec,
   RegistryPinner,
   type RegistryPinnerOptions,
+  withBuiltImages,
+  withContextDigests,
 } from "./pin-images.ts";
 export { splitShellWords } from "./shell-words.ts";
 export { SAFE_SYSCTLS, sysctlProblem } from "./sysctls.ts";

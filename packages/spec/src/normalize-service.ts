@@ -12,6 +12,7 @@ import {
   DEFAULT_STOP_GRACE_PERIOD_MS,
   type ResolvedService,
 } from "@denv/protocol";
+import { buildField } from "./build-field.ts";
 import type { Env } from "./interpolate.ts";
 import { parseDotenv } from "./interpolate.ts";
 import type { FieldPath } from "./issues.ts";
@@ -185,13 +186,7 @@ export function normalizeService(
   let image = scalarString(svc.image);
   let build: ResolvedService["build"] = null;
   if (svc.build !== undefined) {
-    if (typeof svc.build === "string") build = { context: svc.build, dockerfile: null };
-    else if (isRecord(svc.build) && typeof (svc.build.context ?? ".") === "string") {
-      build = {
-        context: String(svc.build.context ?? "."),
-        dockerfile: typeof svc.build.dockerfile === "string" ? svc.build.dockerfile : null,
-      };
-    } else issues.error("invalid_value", at("build"), "build must be a path or a mapping with context:");
+    build = buildField(svc.build, at("build"), issues);
     if (!image) {
       if (ctx.noBuild) {
         issues.error(

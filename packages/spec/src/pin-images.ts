@@ -316,12 +316,18 @@ export class ChainPinner implements ImagePinner {
 
 /** Returns the spec with every image (services and verifier) pinned, and its hash recomputed. */
 export async function pinSpec(spec: ResolvedSpec, pinner: ImagePinner): Promise<ResolvedSpec> {
-  const refs = new Set<string>(Object.values(spec.services).map((s) => s.image));
+  // A service with build: is pinned by the host that builds it (prepare), not by a registry.
+  const refs = new Set<string>(
+    Object.values(spec.services)
+      .filter((s) => !s.build)
+      .map((s) => s.image),
+  );
   if (spec.verifier?.image) refs.add(spec.verifier.image);
   const pinned = new Map<string, PinnedImage>();
   await Promise.all([...refs].map(async (r) => pinned.set(r, await pinner.pin(r))));
   const services = Object.fromEntries(
     Object.entries(spec.services).map(([name, s]) => {
+      if (s.build) return [name, s];
       const p = pinned.get(s.image) as PinnedImage;
       return [name, { ...s, image_digest: p.digest, image_pinned: p.pinned }];
     }),
@@ -335,4 +341,28 @@ export async function pinSpec(spec: ResolvedSpec, pinner: ImagePinner): Promise<
     : spec.verifier;
   const { hash: _old, ...body } = spec;
   return withHash({ ...body, services, verifier });
+}
+
+/** The spec with each built service pinned to the image its host built (by id), hashed again. */
+export function withBuiltImages(spec: ResolvedSpec, imageIds: Record<string, string>): ResolvedSpec {
+  const services = Object.fromEntries(
+    Object.entries(spec.services).map(([name, s]) => {
+      const id = imageIds[name];
+      return [name, id ? { ...s, image_digest: id, image_pinned: id } : s];
+    }),
+  );
+  const { hash: _old, ...body } = spec;
+  return withHash({ ...body, services });
+}
+
+/** The spec with each built service's uploaded context digest, hashed again. */
+export function withContextDigests(spec: ResolvedSpec, digests: Record<string, string>): ResolvedSpec {
+  const services = Object.fromEntries(
+    Object.entries(spec.services).map(([name, s]) => {
+      const d = digests[name];
+      return [name, s.build && d ? { ...s, build: { ...s.build, context_digest: d } } : s];
+    }),
+  );
+  const { hash: _old, ...body } = spec;
+  return withHash({ ...body, services });
 }

@@ -53,6 +53,11 @@ class GetV1ProjectsResponse(TypedDict):
     projects: list[PostV1ProjectsResponse]
 
 
+class PutV1ProjectsByIdContextsByDigestResponse(TypedDict):
+    digest: str
+    size_bytes: float
+
+
 class PostV1ProjectsByIdDeployResponseVerify(TypedDict):
     reward: float
     reason: str | None
@@ -384,6 +389,9 @@ GetV1ProjectsByIdResponse = PostV1ProjectsResponse
 
 #: PUT /v1/projects/{id}/source
 PutV1ProjectsByIdSourceResponse = PostV1ProjectsResponse
+
+#: GET /v1/projects/{id}/contexts/{digest}
+GetV1ProjectsByIdContextsByDigestResponse = PutV1ProjectsByIdContextsByDigestResponse
 
 #: POST /v1/projects/{id}/promote
 PostV1ProjectsByIdPromoteResponse = PostV1ProjectsByIdDeployResponse

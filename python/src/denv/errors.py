@@ -29,6 +29,7 @@ ERROR_CODES: dict[str, int] = {
     "capacity": 503,
     "insufficient_storage": 507,
     "image_not_found": 422,
+    "build_failed": 422,
     "registry_error": 502,
     "engine_error": 502,
     "storage_error": 500,
@@ -96,7 +97,7 @@ class StorageError(DenvError):
 
 
 class ImageError(DenvError):
-    """``image_not_found``, ``registry_error``: an image could not be found or pinned."""
+    """``image_not_found``, ``registry_error``, ``build_failed``: an image could not be found, pinned or built."""
 
 
 class InternalError(DenvError):
@@ -123,6 +124,7 @@ ERROR_FAMILIES: dict[str, type[DenvError]] = {
     "insufficient_storage": StorageError,
     "storage_error": StorageError,
     "image_not_found": ImageError,
+    "build_failed": ImageError,
     "registry_error": ImageError,
     "engine_error": InternalError,
     "internal": InternalError,

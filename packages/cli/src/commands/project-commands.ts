@@ -1,9 +1,12 @@
 /** Projects and deploys: create, list, and deploy (a local project's source is uploaded first). */
-import { existsSync, readFileSync } from "node:fs";
+import { createReadStream, existsSync, readFileSync } from "node:fs";
+import { rm } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import type { DenvClient } from "@denv/sdk";
+import { validateCompose } from "@denv/spec";
 import type { Command } from "commander";
-import { printJson } from "../output.ts";
+import { packContext } from "../build-context.ts";
+import { printJson, UsageError } from "../output.ts";
 import { follow, run } from "./command-runner.ts";
 import { findComposeFile } from "./validate.ts";
 
@@ -86,11 +89,74 @@ export function registerProjectCommands(program: Command): void {
 async function uploadSource(client: DenvClient, project: string, dir: string) {
   const file = findComposeFile(dir);
   const dotenv = join(dirname(file), ".env");
+  const compose = readFileSync(file, "utf8");
+  const dotenvText = existsSync(dotenv) ? readFileSync(dotenv, "utf8") : undefined;
+  const build_contexts = await uploadBuildContexts(client, project, dirname(file), compose, dotenvText);
   return client.call("putV1ProjectsByIdSource", {
     params: { id: project },
     body: {
-      compose: readFileSync(file, "utf8"),
-      ...(existsSync(dotenv) ? { dotenv: readFileSync(dotenv, "utf8") } : {}),
+      compose,
+      ...(dotenvText !== undefined ? { dotenv: dotenvText } : {}),
+      ...(Object.keys(build_contexts).length ? { build_contexts } : {}),
     },
   });
+}
+
+/**
+ * Each build context of the file, packed (.dockerignore applied) and uploaded unless the server
+ * already has that exact tar. A file that does not validate uploads none: the deploy says why.
+ */
+async function uploadBuildContexts(
+  client: DenvClient,
+  project: string,
+  dir: string,
+  compose: string,
+  dotenv: string | undefined,
+): Promise<Record<string, string>> {
+  const r = validateCompose(compose, {
+    env: {},
+    ...(dotenv !== undefined ? { dotenv } : {}),
+    noBuild: false,
+    projectName: project,
+  });
+  if (!r.ok) return {};
+  const out: Record<string, string> = {};
+  for (const svc of Object.values(r.spec.services)) {
+    const b = svc.build;
+    if (!b || out[b.context]) continue;
+    const contextDir = join(dir, b.context);
+    if (!existsSync(contextDir)) throw new UsageError(`the build context ${contextDir} does not exist`);
+    if (!existsSync(join(contextDir, b.dockerfile)))
+      throw new UsageError(`the build context ${contextDir} has no ${b.dockerfile}`);
+    const packed = await packContext(contextDir, b.dockerfile);
+    try {
+      for (const s of packed.skipped)
+        process.stderr.write(
+          `warning: ${join(b.context, s)} is not a file, directory or link; left out of the build context\n`,
+        );
+      const have = await client
+        .call("getV1ProjectsByIdContextsByDigest", { params: { id: project, digest: packed.digest } })
+        .then(
+          () => true,
+          (err: { code?: string }) => {
+            if (err.code === "not_found") return false;
+            throw err;
+          },
+        );
+      if (!have) {
+        await client.putBuildContext(
+          project,
+          packed.digest,
+          createReadStream(packed.file) as AsyncIterable<Uint8Array>,
+        );
+        process.stderr.write(
+          `uploaded build context ${b.context} (${packed.entries} entries, ${packed.bytes} bytes, ${packed.digest.slice(0, 19)})\n`,
+        );
+      }
+      out[b.context] = packed.digest;
+    } finally {
+      await rm(dirname(packed.file), { recursive: true, force: true });
+    }
+  }
+  return out;
 }

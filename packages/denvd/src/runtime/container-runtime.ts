@@ -127,6 +127,26 @@ export interface RawExecOptions {
   onPid?: (pid: number) => void;
 }
 
+/** An image build, in denv's terms (the engine's classic builder takes each of these). */
+export interface BuildOptions {
+  /** repository:tag the image is named by besides its id. */
+  tag: string;
+  /** Relative to the context. */
+  dockerfile: string;
+  args: Record<string, string>;
+  target: string | null;
+  cacheFrom: string[];
+  noCache: boolean;
+  labels: Labels;
+  /** default: the engine's bridge (build steps reach what the engine reaches); none: no network. */
+  network: "default" | "none";
+  /** Each build step's memory cap (no swap beyond it). */
+  memoryBytes: number;
+}
+
+/** A build that failed: the engine's error and the steps it got through. */
+export class BuildFailure extends Error {}
+
 export interface ObjectSummary {
   id: string;
   name: string;
@@ -146,6 +166,18 @@ export interface ContainerRuntime {
   hasImage(reference: string): Promise<boolean>;
   imageConfig(reference: string): Promise<ImageConfig>;
   pullImage(reference: string): Promise<void>;
+  /** The id of the newest image carrying every one of these labels; null when there is none. */
+  findImage(labels: Labels): Promise<string | null>;
+  /**
+   * Builds an image from a context tar. onLog gets the build's output as the engine writes it;
+   * a step that fails rejects with a BuildFailure carrying the engine's words.
+   */
+  buildImage(
+    context: Readable,
+    options: BuildOptions,
+    onLog: (text: string) => void,
+    signal: AbortSignal,
+  ): Promise<{ imageId: string }>;
   createContainer(spec: ContainerSpec): Promise<string>;
   startContainer(id: string): Promise<void>;
   stopContainer(id: string, timeoutMs: number): Promise<void>;

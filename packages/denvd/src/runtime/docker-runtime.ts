@@ -6,17 +6,19 @@
 import { PassThrough, type Readable } from "node:stream";
 import { DenvError } from "@denv/protocol";
 import Docker from "dockerode";
-import type {
-  ContainerRuntime,
-  ContainerSpec,
-  ContainerState,
-  ImageConfig,
-  Labels,
-  NetworkSpec,
-  ObjectSummary,
-  PathStat,
-  RawExecOptions,
-  VolumeSpec,
+import {
+  BuildFailure,
+  type BuildOptions,
+  type ContainerRuntime,
+  type ContainerSpec,
+  type ContainerState,
+  type ImageConfig,
+  type Labels,
+  type NetworkSpec,
+  type ObjectSummary,
+  type PathStat,
+  type RawExecOptions,
+  type VolumeSpec,
 } from "./container-runtime.ts";
 
 /**
@@ -175,6 +177,87 @@ export class DockerRuntime implements ContainerRuntime {
     await new Promise<void>((resolve, reject) => {
       this.docker.modem.followProgress(stream, (err: Error | null) => (err ? reject(err) : resolve()));
     }).catch((e: unknown) => mapError(e, `pulling ${reference}`));
+  }
+
+  async findImage(labels: Labels): Promise<string | null> {
+    const images = await this.docker
+      .listImages({ filters: { label: Object.entries(labels).map(([k, v]) => `${k}=${v}`) } })
+      .catch((e: unknown) => mapError(e, "listing images"));
+    const newest = images.sort((a, b) => b.Created - a.Created)[0];
+    return newest?.Id ?? null;
+  }
+
+  async buildImage(
+    context: Readable,
+    o: BuildOptions,
+    onLog: (text: string) => void,
+    signal: AbortSignal,
+  ): Promise<{ imageId: string }> {
+    const stream = (await this.docker
+      .buildImage(context, {
+        t: o.tag,
+        dockerfile: o.dockerfile,
+        buildargs: o.args,
+        ...(o.target ? { target: o.target } : {}),
+        ...(o.cacheFrom.length ? { cachefrom: o.cacheFrom } : {}),
+        nocache: o.noCache,
+        labels: o.labels,
+        networkmode: o.network,
+        memory: o.memoryBytes,
+        memswap: o.memoryBytes,
+        rm: true,
+        forcerm: true,
+        // The classic builder: it needs no session, and runs no step privileged.
+        version: "1",
+        abortSignal: signal,
+      } as Docker.ImageBuildOptions)
+      .catch((e: unknown) => mapError(e, "starting the build"))) as Readable;
+    let imageId: string | null = null;
+    let failure: string | null = null;
+    let pending = "";
+    const line = (raw: string) => {
+      if (!raw.trim()) return;
+      let m: { stream?: string; aux?: { ID?: string }; error?: string; errorDetail?: { message?: string } };
+      try {
+        m = JSON.parse(raw);
+      } catch {
+        onLog(`${raw}\n`);
+        return;
+      }
+      if (typeof m.stream === "string") onLog(m.stream);
+      if (typeof m.aux?.ID === "string") imageId = m.aux.ID;
+      if (m.error || m.errorDetail) {
+        failure = String(m.errorDetail?.message ?? m.error);
+        onLog(`${failure}\n`);
+      }
+    };
+    try {
+      for await (const chunk of stream) {
+        pending += (chunk as Buffer).toString("utf8");
+        // A line longer than 1 MiB is a build printing without newlines: handed on in pieces.
+        if (pending.length > 1024 * 1024 && !pending.includes("\n")) {
+          onLog(pending);
+          pending = "";
+        }
+        const parts = pending.split("\n");
+        pending = parts.pop() ?? "";
+        for (const p of parts) line(p);
+      }
+      line(pending);
+    } catch (err) {
+      if (signal.aborted) throw new BuildFailure("the build was stopped");
+      mapError(err, "reading the build's output");
+    }
+    if (failure) throw new BuildFailure(failure);
+    if (!imageId) {
+      // Older engines say "Successfully built <short id>" only: the tag names the result.
+      const info = await this.docker
+        .getImage(o.tag)
+        .inspect()
+        .catch((e: unknown) => mapError(e, `looking up the built image ${o.tag}`));
+      imageId = info.Id;
+    }
+    return { imageId: imageId as string };
   }
 
   async createContainer(spec: ContainerSpec): Promise<string> {

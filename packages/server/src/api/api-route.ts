@@ -8,6 +8,7 @@ import { DenvError } from "@denv/protocol";
 import { type Context, Hono, type MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import type { z } from "zod";
+import type { BuildContexts } from "../build-contexts.ts";
 import type { SecretBox } from "../clouds/secret-box.ts";
 import type { Admission } from "../deploy/admission.ts";
 import type { Deployer } from "../deploy/deployer.ts";
@@ -32,6 +33,8 @@ export interface ApiDeps {
   limiter: RateLimiter;
   joinTokenTtlMs: number;
   downloadsDir: string;
+  /** Build contexts uploaded with local projects (build-contexts.ts). */
+  buildContexts: BuildContexts;
 }
 
 export type ApiEnv = { Variables: { deps: ApiDeps; teamId: string; admin: boolean } };

@@ -69,7 +69,16 @@ export const uploadSourceBody = z.strictObject({
     .string()
     .max(1024 * 1024)
     .optional(),
+  /**
+   * The build contexts of the file's services with build:, each a tar uploaded first
+   * (PUT /v1/projects/{id}/contexts/{digest}): context path as written, normalised → sha256:….
+   */
+  build_contexts: z
+    .record(z.string().min(1).max(1024), z.string().regex(/^sha256:[0-9a-f]{64}$/, "a sha256: digest"))
+    .optional(),
 });
+
+export const buildContextSchema = z.object({ digest: z.string(), size_bytes: z.number() });
 
 export const deployBody = z.strictObject({ env: name.default("alpha") });
 

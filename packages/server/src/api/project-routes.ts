@@ -1,6 +1,8 @@
 /** Projects: what a team deploys; a local one takes uploads, a git one is fetched at each deploy. */
 import { DenvError } from "@denv/protocol";
+import { projectRelativePath } from "@denv/spec";
 import { z } from "zod";
+import { CONTEXT_DIGEST } from "../build-contexts.ts";
 import { checkGitUrl } from "../git-source.ts";
 import { newId, now } from "../ids.ts";
 import { deploymentById } from "../store/deployment-store.ts";
@@ -15,6 +17,7 @@ import type { DeploymentsTable, ProjectsTable } from "../store/schema.ts";
 import { resolveVersionRef } from "../store/version-store.ts";
 import { type ApiRoute, JSON_LIMIT_BYTES, route } from "./api-route.ts";
 import {
+  buildContextSchema,
   createProjectBody,
   deployBody,
   deploymentSchema,
@@ -23,6 +26,7 @@ import {
   uploadSourceBody,
 } from "./api-schemas.ts";
 import { serializeDeployment, serializeProject } from "./api-serializers.ts";
+import { requestBody } from "./host-bytes.ts";
 
 /** local (a directory the CLI uploads), git (any git URL), or github:OWNER/REPO. */
 function sourceTypeOf(source: string): "local" | "git" | "github" {
@@ -99,13 +103,65 @@ export const projectRoutes: ApiRoute[] = [
           "conflict",
           `project ${p.name} deploys from ${p.source}; only local projects take uploads`,
         );
+      const contexts = body.build_contexts ?? {};
+      if (Object.keys(contexts).length > 64)
+        throw new DenvError("invalid_argument", "build_contexts: at most 64 build contexts per project");
+      for (const [path, digest] of Object.entries(contexts)) {
+        if (typeof projectRelativePath(path, "a build context") !== "string")
+          throw new DenvError("invalid_argument", `build_contexts: ${path} is not a path inside the project`);
+        if ((await c.var.deps.buildContexts.size(c.var.teamId, digest)) === null)
+          throw new DenvError(
+            "invalid_argument",
+            `build_contexts: ${path} names ${digest}, which was not uploaded; PUT /v1/projects/{id}/contexts/${digest} first`,
+          );
+      }
       // Sealed at rest: a .env (and often a compose file) holds the team's secrets.
       const sealed = {
         compose_text: secrets.sealText(body.compose),
         dotenv_text: secrets.sealText(body.dotenv ?? null),
+        build_contexts_json: JSON.stringify(contexts),
       };
       await setProjectSource(store, p.id, sealed);
       return c.json(serializeProject({ ...p, ...sealed }));
+    },
+  }),
+  route({
+    method: "put",
+    path: "/v1/projects/{id}/contexts/{digest}",
+    summary:
+      "Upload a build context: a tar of the context directory (.dockerignore applied), named by its sha256, which is checked",
+    bodyType: "tar",
+    response: buildContextSchema,
+    auth: true,
+    bodyLimitBytes: null,
+    handler: async (c) => {
+      const { store, buildContexts } = c.var.deps;
+      const p = await findProject(store, c.var.teamId, c.req.param("id") ?? "");
+      if (p.source_type !== "local")
+        throw new DenvError(
+          "conflict",
+          `project ${p.name} deploys from ${p.source}; its build contexts come from there`,
+        );
+      const digest = c.req.param("digest") ?? "";
+      if (!CONTEXT_DIGEST.test(digest))
+        throw new DenvError("invalid_argument", `${digest} is not a sha256: digest of the tar`);
+      const size = await buildContexts.put(c.var.teamId, digest, requestBody(c, buildContexts.limitBytes));
+      return c.json({ digest, size_bytes: size });
+    },
+  }),
+  route({
+    method: "get",
+    path: "/v1/projects/{id}/contexts/{digest}",
+    summary: "Whether a build context (a tar, by its sha256) was uploaded: 404 when it was not",
+    response: buildContextSchema,
+    auth: true,
+    handler: async (c) => {
+      const { store, buildContexts } = c.var.deps;
+      await findProject(store, c.var.teamId, c.req.param("id") ?? "");
+      const digest = c.req.param("digest") ?? "";
+      const size = await buildContexts.size(c.var.teamId, digest);
+      if (size === null) throw new DenvError("not_found", `no build context ${digest} was uploaded`);
+      return c.json({ digest, size_bytes: size });
     },
   }),
   route({

@@ -5,6 +5,7 @@
  * that works. No Docker; the whole matrix runs in seconds.
  */
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import { tmpdir } from "node:os";
@@ -307,6 +308,7 @@ interface Case {
   status: number;
 }
 const tar = Buffer.alloc(1024);
+const tarDigest = `sha256:${createHash("sha256").update(tar).digest("hex")}`;
 const CASES: Record<string, Case> = {
   "get /v1/openapi.json": { path: () => "/v1/openapi.json", status: 200 },
   "get /install.sh": { path: () => "/install.sh", status: 200 },
@@ -325,6 +327,15 @@ const CASES: Record<string, Case> = {
   "put /v1/projects/{id}/source": {
     path: () => `/v1/projects/${a.project}/source`,
     body: () => ({ compose: "services: {}\n" }),
+    status: 200,
+  },
+  "put /v1/projects/{id}/contexts/{digest}": {
+    path: () => `/v1/projects/${a.project}/contexts/${tarDigest}`,
+    raw: tar,
+    status: 200,
+  },
+  "get /v1/projects/{id}/contexts/{digest}": {
+    path: () => `/v1/projects/${a.project}/contexts/${tarDigest}`,
     status: 200,
   },
   "post /v1/projects/{id}/deploy": {
@@ -542,11 +553,16 @@ test("a malformed body: 400 invalid_argument saying where, on every route that t
 test("an oversize body: 413 on every route that takes a body, whatever its limit", async () => {
   // Bodies that stream (never held whole) count their own limit as they come; port URLs have none.
   assert.deepEqual(API_ROUTES.filter((x) => x.bodyLimitBytes === null).map(keyOf), [
+    "put /v1/projects/{id}/contexts/{digest}",
     "post /v1/envs/{id}/exec/stream",
     "put /v1/envs/{id}/files",
     "get /v1/tunnels/{token}/{path}",
   ]);
-  for (const k of ["post /v1/envs/{id}/exec/stream", "put /v1/envs/{id}/files"]) {
+  for (const k of [
+    "post /v1/envs/{id}/exec/stream",
+    "put /v1/envs/{id}/files",
+    "put /v1/projects/{id}/contexts/{digest}",
+  ]) {
     const c = CASES[k] as Case;
     const res = await app.request(c.path() + (c.query ?? ""), {
       method: k.split(" ")[0]?.toUpperCase(),

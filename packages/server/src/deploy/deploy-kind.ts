@@ -5,12 +5,13 @@
  * environment keeps serving its previous version (runner.rollBack).
  */
 import type { ResolvedSpec } from "@denv/protocol";
-import { pinSpec, RegistryPinner } from "@denv/spec";
+import { pinSpec, RegistryPinner, withContextDigests } from "@denv/spec";
 import type { ProvisionedMachine, Provisioner } from "../clouds/provisioner.ts";
 import { environmentById, findOrCreateEnvironment, updateEnvironment } from "../store/environment-store.ts";
 import type { CloudsTable, EnvironmentsTable, ProjectsTable } from "../store/schema.ts";
 import { clockHistory, clockIssues } from "./clock-history.ts";
 import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
+import { buildImages } from "./image-builds.ts";
 import { DEPLOY_PHASES, PhaseFailure, type PhaseRecorder } from "./phase-recorder.ts";
 import { type Placement, place } from "./placement.ts";
 import { projectSource } from "./project-source.ts";
@@ -43,16 +44,25 @@ async function deployPhases(
   project: ProjectsTable,
   before: EnvironmentsTable,
 ): Promise<void> {
-  const spec = await resolvePhase(runner, rec, project);
+  let spec = await resolvePhase(runner, rec, project);
   const hostId = await placeAndJoin(runner, rec, project, before);
   const stackId = (await rec.run("prepare", async () => {
+    // Services with build: are built (or found built) on the host first, and pinned to the result.
+    const built = await buildImages(runner, rec, {
+      teamId: project.team_id,
+      projectName: project.name,
+      hostId,
+      spec,
+    });
+    spec = built.spec;
     const r = await runner.hub.call(hostId, "prepare", {
       spec,
       name: `${project.name}-${before.name}`,
       operation_id: rec.deploymentId,
     });
     rec.state.building_stack_id = r.stack_id;
-    return { value: r.stack_id, evidence: r.evidence };
+    const builds = Object.keys(built.builds).length ? { builds: built.builds, spec_hash: spec.hash } : {};
+    return { value: r.stack_id, evidence: { ...r.evidence, ...builds } };
   })) as string;
   const started = (await rec.run("start", async () => {
     const r = await runner.hub.call(hostId, "start", { stack_id: stackId });
@@ -99,11 +109,11 @@ async function deployPhases(
 async function resolvePhase(runner: DeploymentRunner, rec: PhaseRecorder, project: ProjectsTable) {
   const { validator, fetchPolicy } = runner.options;
   return (await rec.run("resolve", async () => {
-    const { compose, dotenv, source } = await projectSource(project, runner.options);
+    const { compose, dotenv, source, buildContexts } = await projectSource(project, runner.options);
     const r = await validator.validate(compose, {
       env: {},
       dotenv: dotenv ?? undefined,
-      noBuild: true,
+      noBuild: false,
       projectName: project.name,
     });
     if (!r.ok) {
@@ -122,7 +132,25 @@ async function resolvePhase(runner: DeploymentRunner, rec: PhaseRecorder, projec
         column: 0,
       });
     }
-    const pinned = await pinSpec(r.spec, new RegistryPinner({ allowHost: (h) => fetchPolicy.allowsHost(h) }));
+    // Each build: names the context uploaded with the file; a context never uploaded is refused here.
+    const digests: Record<string, string> = {};
+    for (const [name, svc] of Object.entries(r.spec.services)) {
+      if (!svc.build) continue;
+      const d = buildContexts[svc.build.context];
+      if (!d)
+        throw new PhaseFailure(
+          project.source_type === "local"
+            ? `service ${name} builds from ${svc.build.context}, whose context was not uploaded: deploy with the CLI from the project's directory (it uploads each build context)`
+            : `service ${name} builds from ${svc.build.context}: building from a git source is not available yet; push the image to a registry and name it in image:`,
+          { errors: [], warnings: r.warnings },
+        );
+      digests[name] = d;
+    }
+    const withContexts = withContextDigests(r.spec, digests);
+    const pinned = await pinSpec(
+      withContexts,
+      new RegistryPinner({ allowHost: (h) => fetchPolicy.allowsHost(h) }),
+    );
     // An image an earlier start found on the real clock: said now, refused with frozen-strict.
     const clock = clockIssues(pinned, await clockHistory(runner.store, project.id));
     const strict = clock.filter((i) => i.severity === "error");
@@ -138,6 +166,22 @@ async function resolvePhase(runner: DeploymentRunner, rec: PhaseRecorder, projec
         source,
         spec_hash: pinned.hash,
         images: Object.fromEntries(Object.entries(pinned.services).map(([n, s]) => [n, s.image_pinned])),
+        ...(Object.keys(digests).length
+          ? {
+              builds: Object.fromEntries(
+                Object.entries(pinned.services)
+                  .filter(([, s]) => s.build)
+                  .map(([n, s]) => [
+                    n,
+                    {
+                      context: s.build?.context,
+                      context_digest: s.build?.context_digest,
+                      dockerfile: s.build?.dockerfile,
+                    },
+                  ]),
+              ),
+            }
+          : {}),
         verifier_image: pinned.verifier?.image_pinned ?? null,
         warnings: r.warnings,
       },

@@ -5,6 +5,7 @@
  * and the recovery of deployments a stopped server left running.
  */
 import type { EventEmitter } from "node:events";
+import type { BuildContexts } from "../build-contexts.ts";
 import { deploymentById } from "../store/deployment-store.ts";
 import type { DeploymentsTable, EnvironmentsTable, ProjectsTable, VersionsTable } from "../store/schema.ts";
 import type { Admission } from "./admission.ts";
@@ -26,6 +27,11 @@ export class Deployer {
 
   constructor(options: DeployerOptions) {
     this.runner = new DeploymentRunner(options);
+  }
+
+  /** Build contexts uploaded with local projects, read by the prepare phase. */
+  get buildContexts(): BuildContexts {
+    return this.runner.buildContexts;
   }
 
   /** Each deployment's id is an event name, emitted on every change to it. */

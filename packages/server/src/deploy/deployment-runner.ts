@@ -5,7 +5,10 @@
  * Each deployment kind (deploy-kind.ts, fork-kind.ts, …) is a body run here.
  */
 import { EventEmitter } from "node:events";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import type { ComposeValidator } from "@denv/spec";
+import { BuildContexts } from "../build-contexts.ts";
 import type { Provisioner } from "../clouds/provisioner.ts";
 import type { SecretBox } from "../clouds/secret-box.ts";
 import type { FetchPolicy } from "../fetch-policy.ts";
@@ -32,6 +35,8 @@ export interface DeployerOptions {
   provisioner?: Provisioner;
   /** How long the join phase waits for a machine it created (default 15 minutes). */
   provisionJoinWaitMs?: number;
+  /** Build contexts uploaded with local projects (default: a directory of its own under the temp dir). */
+  buildContexts?: BuildContexts;
   /** Told of each deploy that made a version (the warm pools follow x-denv.pool). */
   onDeployed?: (d: { teamId: string; projectId: string; versionId: string; pool: number }) => void;
 }
@@ -47,12 +52,15 @@ export class DeploymentRunner {
   readonly store: Store;
   readonly hub: HostHub;
   readonly options: DeployerOptions;
+  readonly buildContexts: BuildContexts;
   private readonly locks = new Map<string, Promise<unknown>>();
 
   constructor(options: DeployerOptions) {
     this.options = options;
     this.store = options.store;
     this.hub = options.hub;
+    this.buildContexts =
+      options.buildContexts ?? new BuildContexts(join(tmpdir(), `denv-server-${process.pid}`));
     this.events.setMaxListeners(0);
   }
 

@@ -124,11 +124,35 @@ export class PhaseRecorder {
             : null;
       throw err;
     } finally {
+      clearTimeout(this.progressPending);
+      this.progressPending = undefined;
       p.finished_at = now();
       p.duration_ms = Math.round(performance.now() - (this.startedAt.get(name) ?? performance.now()));
       await this.persist();
     }
   }
+
+  /**
+   * What a running phase has to show before it ends (a build's log as it comes): set as its
+   * evidence and announced, written to the store at most every 500 ms.
+   */
+  async progress(name: string, evidence: unknown): Promise<void> {
+    const p = this.phase(name);
+    if (p.status !== "running") return;
+    p.evidence = evidence;
+    const t = performance.now();
+    if (t - this.lastProgressAt < 500) {
+      this.progressPending ??= setTimeout(() => {
+        this.progressPending = undefined;
+        void this.progress(name, p.evidence).catch(() => {});
+      }, 500);
+      return;
+    }
+    this.lastProgressAt = t;
+    await this.persist();
+  }
+  private lastProgressAt = 0;
+  private progressPending: NodeJS.Timeout | undefined;
 
   async skip(name: string, reason: string, evidence: unknown = null): Promise<void> {
     const p = this.phase(name);

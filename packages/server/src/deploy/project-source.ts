@@ -14,6 +14,8 @@ export interface ProjectSource {
   dotenv: string | null;
   /** What the resolve phase records of where the file came from. */
   source: unknown;
+  /** Build context path (normalised) → the sha256: of its uploaded tar. */
+  buildContexts: Record<string, string>;
 }
 
 export async function projectSource(
@@ -29,6 +31,7 @@ export async function projectSource(
       compose: deps.secrets.openText(project.compose_text),
       dotenv: deps.secrets.openText(project.dotenv_text),
       source: { type: "local", path: project.source },
+      buildContexts: JSON.parse(project.build_contexts_json ?? "{}") as Record<string, string>,
     };
   }
   if (project.source_type === "github") {
@@ -41,5 +44,6 @@ export async function projectSource(
     compose: g.compose,
     dotenv: g.dotenv,
     source: { type: "git", url: project.source, commit: g.commit, file: g.file },
+    buildContexts: {},
   };
 }

@@ -215,6 +215,12 @@ export const MIGRATIONS: Record<string, Migration> = {
       await sql`create index replays_version on replays (team_id, version_id)`.execute(db);
     },
   },
+  "0008_build_contexts": {
+    async up(db: Kysely<unknown>) {
+      // For local sources: which uploaded context tar each build context path is (JSON).
+      await db.schema.alterTable("projects").addColumn("build_contexts_json", text).execute();
+    },
+  },
 };
 
 export const migrationProvider: MigrationProvider = {

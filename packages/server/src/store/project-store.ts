@@ -55,7 +55,8 @@ export async function projectName(store: Store, id: string): Promise<string | un
 export async function setProjectSource(
   store: Store,
   projectId: string,
-  sealed: Pick<ProjectsTable, "compose_text"> & Partial<Pick<ProjectsTable, "dotenv_text">>,
+  sealed: Pick<ProjectsTable, "compose_text"> &
+    Partial<Pick<ProjectsTable, "dotenv_text" | "build_contexts_json">>,
 ): Promise<void> {
   await store.updateTable("projects").set(sealed).where("id", "=", projectId).execute();
 }

@@ -54,6 +54,8 @@ export interface ProjectsTable {
   /** For local sources: the uploaded compose file and .env, sealed (SecretBox.sealText). */
   compose_text: string | null;
   dotenv_text: string | null;
+  /** For local sources: {context path: sha256:…} of the build contexts uploaded with the file (JSON). */
+  build_contexts_json?: string | null;
   pinned_target: string | null;
   created_at: string;
 }

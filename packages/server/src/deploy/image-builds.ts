@@ -1,0 +1,154 @@
+/**
+ * The builds of a deploy's prepare phase: each service with `build:` is built by the host's engine
+ * from the context the team uploaded, its log streamed into the phase as it runs, and pinned by the
+ * built image's id. A build is named by its key (the context's digest, Dockerfile, args, target,
+ * cache sources, labels and network): a host that already built that key builds nothing.
+ */
+import { createHash } from "node:crypto";
+import { pipeline } from "node:stream/promises";
+import type { MuxStream } from "@denv/protocol";
+import { DEFAULT_CAPS, type ResolvedSpec } from "@denv/protocol";
+import { canonicalJson, withBuiltImages } from "@denv/spec";
+import type { DeploymentRunner } from "./deployment-runner.ts";
+import type { PhaseRecorder } from "./phase-recorder.ts";
+
+/** How long one build may run before the host stops it. */
+export const BUILD_TIMEOUT_MS = 30 * 60_000;
+/** Lines of each build's log the phase shows while it runs. */
+const LIVE_LOG_LINES = 30;
+
+export interface BuildEvidence {
+  build_key: string;
+  context: string;
+  context_digest: string;
+  dockerfile: string;
+  target: string | null;
+  image_id: string;
+  /** false: the host had built this key before, and nothing was built. */
+  built: boolean;
+  ms: number;
+  steps: number;
+  log_tail: string[];
+}
+
+type Build = NonNullable<ResolvedSpec["services"][string]["build"]>;
+
+/** The key a build is known by on its host: everything that decides what it makes. */
+export function buildKey(b: Build): string {
+  const { context: _path, ...decides } = b;
+  return createHash("sha256").update(canonicalJson(decides)).digest("hex");
+}
+
+/** A local image name for a build, from the project and service (both already checked names). */
+function buildTag(projectName: string, service: string, key: string): string {
+  const repo = `denv-build/${projectName}-${service}`.toLowerCase().replace(/[^a-z0-9._/-]/g, "-");
+  return `${repo}:${key.slice(0, 16)}`;
+}
+
+/**
+ * Builds (or finds) every built service's image on the host; returns the spec pinned to them and
+ * each build's evidence. `live` is told of log lines as they arrive.
+ */
+export async function buildImages(
+  runner: DeploymentRunner,
+  rec: PhaseRecorder,
+  args: { teamId: string; projectName: string; hostId: string; spec: ResolvedSpec },
+): Promise<{ spec: ResolvedSpec; builds: Record<string, BuildEvidence> }> {
+  const { spec, hostId } = args;
+  const builds: Record<string, BuildEvidence> = {};
+  const byKey = new Map<string, BuildEvidence>();
+  const live: Record<string, string[]> = {};
+  const showLive = () => rec.progress("prepare", { building: live });
+  for (const [service, svc] of Object.entries(spec.services)) {
+    const b = svc.build;
+    if (!b) continue;
+    if (!b.context_digest) throw new Error(`service ${service} has no context digest at prepare`);
+    const key = buildKey(b);
+    const same = byKey.get(key);
+    if (same) {
+      // Two services, one build: built once.
+      builds[service] = { ...same, built: false, ms: 0 };
+      continue;
+    }
+    const base = {
+      build_key: key,
+      context: b.context,
+      context_digest: b.context_digest,
+      dockerfile: b.dockerfile,
+      target: b.target,
+    };
+    const found = b.no_cache
+      ? null
+      : (await runner.hub.call(hostId, "find_built_image", { build_key: key })).image_id;
+    if (found) {
+      builds[service] = { ...base, image_id: found, built: false, ms: 0, steps: 0, log_tail: [] };
+    } else {
+      const lines: string[] = [];
+      live[service] = lines;
+      const { streams, result } = await runner.hub.streamCall(
+        hostId,
+        "build_image",
+        2,
+        ([ctxId, logId]) => ({
+          build_key: key,
+          tag: buildTag(args.projectName, service, key),
+          service,
+          dockerfile: b.dockerfile,
+          args: b.args,
+          target: b.target,
+          cache_from: b.cache_from,
+          no_cache: b.no_cache,
+          labels: b.labels,
+          network: b.network,
+          memory_bytes: svc.caps.memory_bytes ?? DEFAULT_CAPS.memory_bytes,
+          timeout_ms: BUILD_TIMEOUT_MS,
+          context_stream: ctxId as number,
+          log_stream: logId as number,
+        }),
+        { timeoutMs: BUILD_TIMEOUT_MS + 60_000 },
+      );
+      const [context, log] = streams as [MuxStream, MuxStream];
+      context.on("error", () => {});
+      const sending = pipeline(runner.buildContexts.open(args.teamId, b.context_digest), context);
+      sending.catch(() => {});
+      const reading = readLog(log, (line) => {
+        lines.push(line);
+        if (lines.length > LIVE_LOG_LINES) lines.shift();
+        void showLive();
+      });
+      const r = await result;
+      await reading.catch(() => {});
+      builds[service] = {
+        ...base,
+        image_id: r.image_id,
+        built: true,
+        ms: r.ms,
+        steps: r.steps,
+        log_tail: r.log_tail,
+      };
+      delete live[service];
+    }
+    byKey.set(key, builds[service] as BuildEvidence);
+  }
+  const ids = Object.fromEntries(Object.entries(builds).map(([s, e]) => [s, e.image_id]));
+  return { spec: withBuiltImages(spec, ids), builds };
+}
+
+/** The host's log stream, a line at a time (cut at 400 characters; control bytes dropped). */
+async function readLog(log: MuxStream, onLine: (line: string) => void): Promise<void> {
+  let partial = "";
+  for await (const chunk of log) {
+    const parts = (partial + (chunk as Buffer).toString("utf8")).split("\n");
+    partial = parts.pop() ?? "";
+    if (partial.length > 4096) {
+      parts.push(partial);
+      partial = "";
+    }
+    for (const raw of parts) {
+      // biome-ignore lint/suspicious/noControlCharactersInRegex: a host's bytes are not trusted to be text
+      const clean = raw.replace(/[\x00-\x08\x0b-\x1f\x7f]/g, "").slice(0, 400);
+      if (clean.trim()) onLine(clean);
+    }
+  }
+  if (partial.trim()) onLine(partial.slice(0, 400));
+}

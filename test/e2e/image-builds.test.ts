@@ -280,3 +280,38 @@ test("hostile uploads: a forged digest, another team's context, a git project's 
   assert.equal(refused.d.status, "rolled_back");
   assert.match(phase(refused.d, "resolve").reason ?? "", /services\.app\.build\.network .*host/);
 });
+
+test("denv init agent|service|website|inference: each starter deploys as it stands and answers", async () => {
+  const probe = (port: number, request: string) =>
+    `perl -MIO::Socket::INET -e '$s=IO::Socket::INET->new("127.0.0.1:${port}") or die; print $s "${request}"; print <$s>'`;
+  const checks: Record<string, { service: string; script: string; expect: RegExp }> = {
+    agent: { service: "box", script: "id -u; echo made > /work/x && cat /work/x", expect: /^1000\nmade$/ },
+    service: { service: "web", script: probe(8080, "GET / HTTP/1.0\\r\\n\\r\\n"), expect: /hello from denv/ },
+    website: {
+      service: "site",
+      script: probe(8080, "GET / HTTP/1.0\\r\\n\\r\\n"),
+      expect: /<h1>It works<\/h1>/,
+    },
+    inference: {
+      service: "model",
+      script: probe(
+        8000,
+        'POST /v1/completions HTTP/1.0\\r\\nContent-Length: 16\\r\\n\\r\\n{\\"prompt\\": \\"hi\\"}',
+      ),
+      expect: /"text":"echo: hi"/,
+    },
+  };
+  for (const [kind, check] of Object.entries(checks)) {
+    const dir = join(work, `starter-${kind}`);
+    const init = await denv("init", kind, dir);
+    assert.equal(init.code, 0, init.stderr);
+    const name = `starter-${kind}`;
+    assert.equal((await denv("project", "create", "--kind", kind, "--source", dir, name)).code, 0);
+    const r = await deploy(name);
+    assert.equal(r.d.status, "succeeded", `${kind}: ${r.d.reason}`);
+    assert.ok(phase(r.d, "prepare").evidence.builds, kind);
+    const out = await sh(`${name}/alpha`, check.service, check.script);
+    assert.equal(out.code, 0, `${kind}: ${out.out}`);
+    assert.match(out.out, check.expect, kind);
+  }
+});

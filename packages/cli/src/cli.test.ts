@@ -1,7 +1,7 @@
 /** The `denv` command as a user runs it: a real process, its exit code, its --json output. */
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
@@ -111,6 +111,24 @@ test("denv init rl-environment writes the seed's file, which validates, and neve
   const second = denv(["init", "rl-environment", dir]);
   assert.equal(second.code, 1);
   assert.equal(readFileSync(path, "utf8"), "# mine\n");
+});
+
+test("denv init writes a starter for every kind the seed names; each validates; none overwrites a file", () => {
+  for (const kind of ["rl-environment", "agent", "service", "website", "inference"]) {
+    const dir = join(mkdtempSync(join(tmpdir(), "denv-")), kind);
+    const r = denv(["init", kind, dir, "--json"]);
+    assert.equal(r.code, 0, `${kind}: ${r.stderr}`);
+    const out = JSON.parse(r.stdout) as { files: string[] };
+    const v = denv(["validate", dir, "--json"]);
+    assert.equal(v.code, 0, `${kind}: ${v.stdout}`);
+    assert.equal(JSON.parse(v.stdout).spec.kind, kind);
+    // A file it would write that the user already has (not the compose file) stops it too.
+    const last = out.files.find((f) => !f.endsWith("docker-compose.yaml")) ?? (out.files[0] as string);
+    writeFileSync(last, "mine\n");
+    if (last !== join(dir, "docker-compose.yaml")) rmSync(join(dir, "docker-compose.yaml"));
+    assert.equal(denv(["init", kind, dir]).code, 1);
+    assert.equal(readFileSync(last, "utf8"), "mine\n");
+  }
 });
 
 test("API commands answer bad arguments with usage errors (exit 2) before calling anything", () => {

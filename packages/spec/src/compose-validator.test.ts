@@ -6,7 +6,10 @@ import { ComposeValidator } from "./compose-validator.ts";
 import { MAX_ISSUES } from "./load-compose.ts";
 import { validateCompose } from "./validate-compose.ts";
 
-const seed = readFileSync(join(import.meta.dirname, "../../cli/src/templates/rl-environment.yaml"), "utf8");
+const seed = readFileSync(
+  join(import.meta.dirname, "../../cli/src/templates/rl-environment/docker-compose.yaml"),
+  "utf8",
+);
 
 /** The attack from the security review: aliases of one anchored string full of `$`. */
 function aliasBomb(aliases: number, chars = 450_000): string {

@@ -5,7 +5,10 @@ import { test } from "node:test";
 import { DEFAULT_CAPS } from "@denv/protocol";
 import { canonicalJson, validateCompose } from "./validate-compose.ts";
 
-const seed = readFileSync(join(import.meta.dirname, "../../cli/src/templates/rl-environment.yaml"), "utf8");
+const seed = readFileSync(
+  join(import.meta.dirname, "../../cli/src/templates/rl-environment/docker-compose.yaml"),
+  "utf8",
+);
 
 test("the seed's compose file validates: declared caps honoured, defaults applied to the rest", () => {
   const r = validateCompose(seed, { env: {} });

@@ -14,6 +14,7 @@ import { registerExecCommands } from "./exec-commands.ts";
 import { registerFidelityCommands } from "./fidelity-commands.ts";
 import { registerFileCommands } from "./file-commands.ts";
 import { registerHostCommands } from "./host-commands.ts";
+import { registerImportCommands } from "./import-commands.ts";
 import { registerPoolCommands } from "./pool-commands.ts";
 import { registerProjectCommands } from "./project-commands.ts";
 import { registerVersionCommands } from "./version-commands.ts";
@@ -53,4 +54,5 @@ export function registerApiCommands(program: Command): void {
   registerPoolCommands(program);
   registerFidelityCommands(program);
   registerVersionCommands(program);
+  registerImportCommands(program);
 }

@@ -1,7 +1,10 @@
 /** Environments and their deployments: fork, snapshot, rollback, verify, list, show, destroy. */
+import { existsSync } from "node:fs";
+import { join } from "node:path";
 import type { ClockEvidence } from "@denv/protocol";
 import type { Operations } from "@denv/sdk";
 import type { Command } from "commander";
+import { runOracle } from "../harbor/oracle.ts";
 import { printJson, UsageError } from "../output.ts";
 import { envParam, printPhaseLog, run } from "./command-runner.ts";
 
@@ -134,28 +137,41 @@ export function registerEnvironmentCommands(program: Command): void {
       "--resume",
       "let the agent's processes run again afterwards (default: left frozen for inspection)",
     )
+    .option(
+      "--oracle <dir>",
+      "run a known-good solution first: DIR is copied to /solution and DIR/solve.sh runs as the service's user",
+    )
+    .option("--oracle-service <name>", "the service the oracle runs in", "main")
     .option("--json", "print JSON")
     .addHelpText(
       "after",
-      "\nExample:\n  denv verify rollout-017\n\nThe reward is the number the verifier writes to $DENV_REWARD_FILE, or the last line of its stdout.",
+      "\nExamples:\n  denv verify rollout-017\n  denv verify hello-world/alpha --oracle ./hello-world/solution   # an imported Harbor task\n\nThe reward is the number the verifier writes to $DENV_REWARD_FILE, or the last line of its stdout.",
     );
   verify.action(
-    run(verify, async (client, json, env: string, o: { resume?: boolean }) => {
-      if (!json) process.stderr.write(`verifying ${env}: stop, collect, snapshot, clone, grade…\n`);
-      const d = await client().call("postV1EnvsByIdVerify", {
-        params: envParam(env),
-        body: { resume: o.resume === true },
-      });
-      if (json) printJson({ ...d, reward: d.verify?.reward ?? null });
-      else {
-        printPhaseLog(d, false);
-        if (d.status === "succeeded" && d.verify)
-          process.stdout.write(
-            `reward ${d.verify.reward}${d.verify.reason ? ` (${d.verify.reason})` : ""}\n`,
-          );
-      }
-      return d.status === "succeeded" ? 0 : 1;
-    }),
+    run(
+      verify,
+      async (client, json, env: string, o: { resume?: boolean; oracle?: string; oracleService: string }) => {
+        if (o.oracle) {
+          if (!existsSync(join(o.oracle, "solve.sh"))) throw new UsageError(`${o.oracle} has no solve.sh`);
+          const r = await runOracle(client(), env, o.oracle, { service: o.oracleService });
+          if (!json) process.stderr.write(`oracle: solve.sh exited ${r.exit_code}\n`);
+        }
+        if (!json) process.stderr.write(`verifying ${env}: stop, collect, snapshot, clone, grade…\n`);
+        const d = await client().call("postV1EnvsByIdVerify", {
+          params: envParam(env),
+          body: { resume: o.resume === true },
+        });
+        if (json) printJson({ ...d, reward: d.verify?.reward ?? null });
+        else {
+          printPhaseLog(d, false);
+          if (d.status === "succeeded" && d.verify)
+            process.stdout.write(
+              `reward ${d.verify.reward}${d.verify.reason ? ` (${d.verify.reason})` : ""}\n`,
+            );
+        }
+        return d.status === "succeeded" ? 0 : 1;
+      },
+    ),
   );
 
   // --- environments and deployments ---

@@ -2,7 +2,15 @@
  * Files in an environment's service, as the service's user unless --user says otherwise: put and
  * get (tars), and ls, stat, mkdir, rm and mv.
  */
-import { createReadStream, createWriteStream, existsSync, mkdirSync, readdirSync, statSync } from "node:fs";
+import {
+  createReadStream,
+  createWriteStream,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  readdirSync,
+  statSync,
+} from "node:fs";
 import { basename, dirname, join, posix } from "node:path";
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
@@ -110,9 +118,18 @@ export function registerFileCommands(program: Command): void {
  * A tar of a local file or directory whose top entry is named `top`, made as it is read: each
  * file is streamed from disk into its entry, one after another.
  */
-function tarOf(local: string, top: string, uid: number, gid: number): AsyncIterable<Uint8Array> {
+export function tarOf(
+  local: string,
+  top: string,
+  uid: number,
+  gid: number,
+  options: { refuseLinks?: boolean } = {},
+): AsyncIterable<Uint8Array> {
   const pack = tar.pack();
   const add = async (path: string, name: string): Promise<void> => {
+    // A directory from someone else (an imported task) may hold links to this machine's files.
+    if (options.refuseLinks && lstatSync(path).isSymbolicLink())
+      throw new UsageError(`${path} is a symbolic link; it is not followed`);
     const st = statSync(path);
     if (st.isDirectory()) {
       pack.entry({ name, type: "directory", mode: st.mode & 0o7777, uid, gid });

@@ -86,7 +86,7 @@ export function registerProjectCommands(program: Command): void {
   );
 }
 
-async function uploadSource(client: DenvClient, project: string, dir: string) {
+export async function uploadSource(client: DenvClient, project: string, dir: string) {
   const file = findComposeFile(dir);
   const dotenv = join(dirname(file), ".env");
   const compose = readFileSync(file, "utf8");

@@ -1,0 +1,162 @@
+/**
+ * `denv import harbor DIR|GIT [OUT]`: each Harbor task becomes a denv project directory, and then
+ * (unless --no-check) a deployed project whose verifier is checked twice on forks of its version:
+ * with the task's oracle run first (it must score 1) and without (it must not).
+ */
+import { execFile } from "node:child_process";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { promisify } from "node:util";
+import type { DenvClient } from "@denv/sdk";
+import type { Command } from "commander";
+import { type ImportedTask, importHarborTask } from "../harbor/harbor-import.ts";
+import { findTasks, readHarborTask } from "../harbor/harbor-task.ts";
+import { runOracle } from "../harbor/oracle.ts";
+import { printJson, UsageError } from "../output.ts";
+import { follow, run } from "./command-runner.ts";
+import { uploadSource } from "./project-commands.ts";
+
+/** A git URL (cloned shallow into a temporary directory), or a local path. */
+const isGitUrl = (s: string) => /^(https?|git|ssh):\/\/|^[\w.-]+@[\w.-]+:|\.git$/.test(s) && !existsSync(s);
+
+async function cloneShallow(url: string): Promise<string> {
+  const dir = mkdtempSync(join(tmpdir(), "denv-import-"));
+  // No hooks run on clone; links in the checkout are never followed by the import.
+  await promisify(execFile)("git", ["clone", "--depth", "1", "--quiet", "--", url, join(dir, "repo")], {
+    timeout: 10 * 60_000,
+    env: { ...process.env, GIT_TERMINAL_PROMPT: "0" },
+  }).catch((err: { stderr?: string }) => {
+    rmSync(dir, { recursive: true, force: true });
+    throw new UsageError(
+      `git clone ${url} failed: ${String(err.stderr ?? err)
+        .trim()
+        .split("\n")
+        .at(-1)}`,
+    );
+  });
+  return join(dir, "repo");
+}
+
+export interface CheckResult {
+  version_id: string | null;
+  deploy: string;
+  oracle_exit_code: number | null;
+  reward_with_oracle: number | null;
+  reward_without_oracle: number | null;
+  reason: string | null;
+}
+
+/** Deploys an imported task and verifies two forks of its version: with its oracle, and without. */
+export async function checkImported(c: DenvClient, t: ImportedTask, json: boolean): Promise<CheckResult> {
+  const out: CheckResult = {
+    version_id: null,
+    deploy: "not run",
+    oracle_exit_code: null,
+    reward_with_oracle: null,
+    reward_without_oracle: null,
+    reason: null,
+  };
+  const existing = await c.call("getV1ProjectsById", { params: { id: t.name } }).catch(() => null);
+  if (existing && (existing.source_type !== "local" || existing.source !== t.dir))
+    throw new UsageError(`a project named ${t.name} already exists with another source (${existing.source})`);
+  if (!existing)
+    await c.call("postV1Projects", { body: { name: t.name, kind: "rl-environment", source: t.dir } });
+  await uploadSource(c, t.name, t.dir);
+  const d = await c.call("postV1ProjectsByIdDeploy", { params: { id: t.name }, body: { env: "alpha" } });
+  const final = await follow(c, d.id, true);
+  out.deploy = final.status;
+  if (final.status !== "succeeded") {
+    out.reason = final.reason;
+    return out;
+  }
+  out.version_id = final.version_id;
+  const verifyFork = async (suffix: string, oracle: boolean): Promise<number | null> => {
+    const fork = await c.call("postV1EnvsByIdFork", {
+      params: { id: `${t.name}/alpha` },
+      body: { name: `${t.name.slice(0, 40)}-${suffix}` },
+    });
+    try {
+      if (oracle && t.oracle) {
+        const r = await runOracle(c, fork.id, join(t.dir, t.oracle), { service: "main", env: t.solutionEnv });
+        out.oracle_exit_code = r.exit_code;
+        if (r.exit_code !== 0 && !json)
+          process.stderr.write(`${t.name}: solve.sh exited ${r.exit_code}: ${r.stderr_tail.slice(-400)}\n`);
+      }
+      const v = await c.call("postV1EnvsByIdVerify", { params: { id: fork.id }, body: { resume: false } });
+      if (v.status !== "succeeded") out.reason = v.reason;
+      else if (v.verify?.reason && !json) process.stderr.write(`${t.name} (${suffix}): ${v.verify.reason}\n`);
+      return v.verify?.reward ?? null;
+    } finally {
+      await c.call("deleteV1EnvsById", { params: { id: fork.id } }).catch(() => {});
+    }
+  };
+  if (t.oracle) out.reward_with_oracle = await verifyFork("oracle", true);
+  out.reward_without_oracle = await verifyFork("control", false);
+  return out;
+}
+
+export function registerImportCommands(program: Command): void {
+  const imp = program
+    .command("import")
+    .description("Turn environments of other formats into denv projects (harbor)");
+  const harbor = imp
+    .command("harbor")
+    .description(
+      "A Harbor task, or a dataset directory of tasks, or a git repository of them → a denv project per task; then deploy each and check its verifier with the task's oracle",
+    )
+    .argument("<source>", "a task directory (with task.toml), a directory of tasks, or a git URL")
+    .argument("[out]", "where the projects are written, one directory each", ".")
+    .option("--no-check", "only write the projects (no deploy, no oracle check)")
+    .option("--json", "print JSON")
+    .addHelpText(
+      "after",
+      `
+Examples:
+  denv import harbor ./tasks/hello-world ./projects
+  denv import harbor https://github.com/you/harbor-tasks.git ./projects --no-check
+
+Each project keeps instruction.md, tests/ and solution/; what did not map is listed in its
+denv-import.json and printed. The check deploys the project, runs solution/solve.sh on one fork
+and verifies it (reward 1 expected), and verifies a second fork without it (reward 0 expected).
+Exits 1 when an oracle does not score 1.`,
+    );
+  harbor.action(
+    run(harbor, async (client, json, source: string, outArg: string, o: { check: boolean }) => {
+      const cloned = isGitUrl(source) ? await cloneShallow(source) : null;
+      try {
+        const tasks = findTasks(resolve(cloned ?? source));
+        const out = resolve(outArg);
+        const results: (ImportedTask & { check?: CheckResult })[] = [];
+        let failed = false;
+        for (const dir of tasks) {
+          const t = await importHarborTask(readHarborTask(dir), out);
+          if (!json) {
+            process.stdout.write(`imported ${dir} → ${t.dir} (project ${t.name})\n`);
+            for (const u of t.unmapped) process.stdout.write(`  not mapped: ${u}\n`);
+          }
+          const r: ImportedTask & { check?: CheckResult } = { ...t };
+          if (o.check) {
+            r.check = await checkImported(client(), t, json);
+            const ok =
+              r.check.deploy === "succeeded" &&
+              (t.oracle === null || r.check.reward_with_oracle === 1) &&
+              r.check.reward_without_oracle !== 1;
+            if (!ok) failed = true;
+            if (!json)
+              process.stdout.write(
+                r.check.deploy !== "succeeded"
+                  ? `  deploy ${r.check.deploy}: ${r.check.reason}\n`
+                  : `  version ${r.check.version_id}: reward ${r.check.reward_with_oracle ?? "-"} with the oracle, ${r.check.reward_without_oracle} without${ok ? "" : "  ✗"}\n`,
+              );
+          }
+          results.push(r);
+        }
+        if (json) printJson({ projects: results });
+        return failed ? 1 : 0;
+      } finally {
+        if (cloned) rmSync(join(cloned, ".."), { recursive: true, force: true });
+      }
+    }),
+  );
+}

@@ -1,0 +1,109 @@
+import assert from "node:assert/strict";
+import { mkdirSync, mkdtempSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { test } from "node:test";
+import { parse } from "yaml";
+import { importHarborTask, projectNameFor } from "./harbor-import.ts";
+import { findTasks, readHarborTask } from "./harbor-task.ts";
+
+function task(files: Record<string, string>, name = "t"): string {
+  const dir = join(mkdtempSync(join(tmpdir(), "harbor-")), name);
+  const all = {
+    "task.toml": "[verifier]\ntimeout_sec = 30.0\n",
+    "environment/Dockerfile": "FROM debian:bookworm\nWORKDIR /srv/work\n",
+    "tests/test.sh": "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n",
+    ...files,
+  };
+  for (const [rel, text] of Object.entries(all)) {
+    mkdirSync(join(dir, rel, ".."), { recursive: true });
+    writeFileSync(join(dir, rel), text);
+  }
+  return dir;
+}
+
+const out = () => mkdtempSync(join(tmpdir(), "harbor-out-"));
+
+test("a Dockerfile task: main is built with denv's layer, the agent is uid 1000, the verifier carries tests/", async () => {
+  const t = await importHarborTask(readHarborTask(task({ "solution/solve.sh": "echo hi\n" })), out());
+  const compose = parse(readFileSync(join(t.dir, "docker-compose.yaml"), "utf8"));
+  assert.equal(compose.services.main.user, "1000:1000");
+  assert.equal(compose.services.main.working_dir, "/srv/work");
+  assert.deepEqual(compose.services.main.volumes, ["workdir:/srv/work", "logs:/logs"]);
+  assert.equal(compose["x-denv"].agent.service, "main");
+  assert.equal(compose["x-denv"].verifier.service, "main");
+  assert.equal(compose["x-denv"].verifier.timeout, "30s");
+  // Compose would interpolate a bare $: every one in the script is doubled.
+  assert.doesNotMatch(compose["x-denv"].verifier.command[2], /(^|[^$])\$[A-Za-z@?{]/);
+  assert.match(readFileSync(join(t.dir, "environment/Dockerfile.denv"), "utf8"), /useradd -m -u 1000/);
+  assert.equal(t.oracle, "solution");
+});
+
+test("hostile tasks fail safely, saying where", async () => {
+  const bad: [Record<string, string>, RegExp][] = [
+    [{ "task.toml": "[environment]\ncpus = 'lots'\n" }, /environment\.cpus/],
+    [{ "task.toml": "[environment\n" }, /not valid TOML/],
+    [{ "task.toml": "[[steps]]\nname = 'a'\n" }, /multi-step/],
+    [
+      { "environment/docker-compose.yaml": "services:\n  side:\n    build: ../../..\n" },
+      /leaves environment/,
+    ],
+    [{ "task.toml": "[environment]\nos = 'windows'\n" }, /Windows/],
+  ];
+  for (const [files, why] of bad) {
+    await assert.rejects(async () => importHarborTask(readHarborTask(task(files)), out()), why);
+  }
+  // Links are never followed: not task.toml, not tests/test.sh, not anything under tests/.
+  const linkedTest = task({});
+  const shadow = join(linkedTest, "tests/test.sh");
+  writeFileSync(join(linkedTest, "secret"), "s");
+  const { rmSync } = await import("node:fs");
+  rmSync(shadow);
+  symlinkSync("/etc/passwd", shadow);
+  assert.throws(() => readHarborTask(linkedTest), /symbolic link/);
+  const linkedToml = task({});
+  rmSync(join(linkedToml, "task.toml"));
+  symlinkSync("/etc/hostname", join(linkedToml, "task.toml"));
+  assert.throws(() => findTasks(linkedToml), /no task\.toml/);
+  const linkedInside = task({});
+  symlinkSync("/etc/passwd", join(linkedInside, "tests/data"));
+  await assert.rejects(async () => importHarborTask(readHarborTask(linkedInside), out()), /symbolic link/);
+});
+
+test("what does not map is listed: bind mounts, limits denv has no field for, unknown keys", async () => {
+  const t = await importHarborTask(
+    readHarborTask(
+      task({
+        "task.toml":
+          "surprise = 1\n[environment]\nstorage_mb = 100\ngpus = 1\nallow_internet = false\n[agent]\nuser = 'root'\n",
+        "environment/docker-compose.yaml":
+          "services:\n  main:\n    depends_on: [side]\n    command: ['x']\n  side:\n    image: debian:bookworm\n    volumes: ['./data:/data', 'named:/n']\nvolumes: {named: {}}\n",
+      }),
+    ),
+    out(),
+  );
+  for (const want of [
+    /services\.side\.volumes "\.\/data:\/data"/,
+    /storage_mb/,
+    /\[environment\]\.gpus/,
+    /\[agent\]\.user root/,
+    /services\.main\.command/,
+    /^surprise/,
+  ])
+    assert.ok(
+      t.unmapped.some((u) => want.test(u)),
+      `${want}: ${t.unmapped.join("\n")}`,
+    );
+  const compose = parse(readFileSync(join(t.dir, "docker-compose.yaml"), "utf8"));
+  assert.deepEqual(compose.services.side.volumes, ["named:/n"]);
+  assert.deepEqual(compose.services.main.depends_on, ["side"]);
+  assert.equal(compose["x-denv"].egress, "deny");
+  assert.deepEqual(JSON.parse(readFileSync(join(t.dir, "denv-import.json"), "utf8")).unmapped, t.unmapped);
+});
+
+test("project names from task names are safe names", () => {
+  assert.equal(projectNameFor("Hello World!"), "hello-world");
+  assert.equal(projectNameFor("../../etc"), "etc");
+  assert.equal(projectNameFor("42-answers"), "task-42-answers");
+  assert.equal(projectNameFor("!!!"), "task");
+});

@@ -1,0 +1,117 @@
+/**
+ * `denv import harbor` on the real engine: three Harbor tasks (Dockerfile-only, a compose file with
+ * a sidecar whose state the grader reads, a prebuilt docker_image) become denv projects; each
+ * deploys, its oracle scores 1 and its verifier scores 0 without it. A reward the agent writes
+ * itself before grading counts for nothing.
+ */
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { promisify } from "node:util";
+import { type Lab, openLab } from "../security/security-lab.ts";
+
+let lab: Lab;
+const out = mkdtempSync(join(tmpdir(), "denv-harbor-"));
+const fixtures = join(import.meta.dirname, "fixtures/harbor");
+
+before(async () => {
+  lab = await openLab();
+});
+
+after(async () => {
+  await lab?.close();
+  rmSync(out, { recursive: true, force: true });
+});
+
+const denv = async (...args: string[]) => {
+  try {
+    const r = await promisify(execFile)(
+      process.execPath,
+      [join(import.meta.dirname, "../../packages/cli/bin/denv.js"), ...args],
+      {
+        encoding: "utf8",
+        maxBuffer: 64 * 1024 * 1024,
+        env: { ...process.env, DENV_SERVER: lab.server.url, DENV_API_KEY: lab.keyA, DENV_NO_STDIN: "1" },
+      },
+    );
+    return { code: 0, stdout: r.stdout, stderr: r.stderr };
+  } catch (err) {
+    const e = err as { code: number; stdout: string; stderr: string };
+    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
+  }
+};
+
+test("three Harbor tasks import, deploy, and verify to 1 with their oracle and 0 without", async () => {
+  const r = await denv("import", "harbor", fixtures, out, "--json");
+  assert.equal(r.code, 0, `${r.stdout}\n${r.stderr}`);
+  const projects = JSON.parse(r.stdout).projects as {
+    name: string;
+    dir: string;
+    unmapped: string[];
+    check: {
+      deploy: string;
+      reward_with_oracle: number;
+      reward_without_oracle: number;
+      oracle_exit_code: number;
+    };
+  }[];
+  assert.deepEqual(
+    projects.map((p) => p.name),
+    ["hello-dockerfile", "prebuilt-image", "sidecar-compose"],
+  );
+  for (const p of projects) {
+    assert.equal(p.check.deploy, "succeeded", p.name);
+    assert.equal(p.check.oracle_exit_code, 0, p.name);
+    assert.equal(p.check.reward_with_oracle, 1, p.name);
+    assert.equal(p.check.reward_without_oracle, 0, p.name);
+    // The task's files are kept with the project.
+    for (const f of ["instruction.md", "tests/test.sh", "solution/solve.sh", "task.toml", "denv-import.json"])
+      assert.ok(readFileSync(join(p.dir, f)).length > 0, `${p.name}: ${f}`);
+  }
+  const by = Object.fromEntries(projects.map((p) => [p.name, p]));
+  // What does not map is listed, never dropped.
+  assert.ok(by["prebuilt-image"]?.unmapped.some((u) => u.startsWith("[environment].storage_mb")));
+  assert.ok(by["sidecar-compose"]?.unmapped.some((u) => u.includes("[environment].memory 1G")));
+  assert.ok(by["hello-dockerfile"]?.unmapped.some((u) => u.startsWith("[agent].timeout_sec")));
+  const compose = readFileSync(join(out, "sidecar-compose", "docker-compose.yaml"), "utf8");
+  assert.match(compose, /context: \.\/environment\/store/);
+  assert.match(compose, /egress: deny/);
+  assert.match(
+    readFileSync(join(out, "hello-dockerfile", "docker-compose.yaml"), "utf8"),
+    /mem_limit: 1024m/,
+  );
+
+  // Imported projects stay deployed: `denv verify --oracle` checks one by hand.
+  const v = await denv(
+    "verify",
+    "hello-dockerfile/alpha",
+    "--oracle",
+    join(out, "hello-dockerfile", "solution"),
+    "--json",
+  );
+  assert.equal(v.code, 0, v.stderr);
+  assert.equal(JSON.parse(v.stdout).reward, 1);
+});
+
+test("a reward the agent writes before grading, or a test.sh it plants, counts for nothing", async () => {
+  const fork = await lab.api("POST", `/v1/envs/${encodeURIComponent("hello-dockerfile/alpha")}/fork`, {
+    name: "cheater",
+  });
+  assert.equal(fork.status, 201, JSON.stringify(fork.data));
+  const cheat = await lab.api("POST", `/v1/envs/${fork.data.id}/exec`, {
+    service: "main",
+    command: [
+      "sh",
+      "-c",
+      'id -u; mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt && echo \'{"reward": 1}\' > /logs/verifier/reward.json; mkdir -p /tests 2>/dev/null; echo "echo 1 > /logs/verifier/reward.txt" > /tests/test.sh 2>/dev/null; true',
+    ],
+  });
+  assert.equal(cheat.data.exit_code, 0, cheat.data.stderr);
+  assert.equal(cheat.data.stdout.trim().split("\n")[0], "1000");
+  const v = await lab.api("POST", `/v1/envs/${fork.data.id}/verify`, { resume: false });
+  assert.equal(v.data.status, "succeeded", v.data.reason);
+  assert.equal(v.data.verify.reward, 0);
+});

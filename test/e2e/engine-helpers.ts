@@ -1,6 +1,6 @@
 /** Helpers for end-to-end tests that talk to the real Docker engine. */
 import { PassThrough } from "node:stream";
-import type Docker from "dockerode";
+import Docker from "dockerode";
 
 export interface ExecResult {
   exitCode: number;
@@ -49,4 +49,20 @@ export async function removeLabelled(docker: Docker, labels: Record<string, stri
   for (const n of await docker.listNetworks({ filters })) await docker.getNetwork(n.Id).remove();
   for (const v of (await docker.listVolumes({ filters })).Volumes ?? [])
     await docker.getVolume(v.Name).remove();
+}
+
+/** Removes the images denv built for these projects (tagged denv-build/<project>-<service>:…). */
+export async function removeBuiltImages(projectPrefixes: string[]): Promise<void> {
+  const docker = new Docker();
+  const images = await docker.listImages();
+  for (const image of images) {
+    const ours = (image.RepoTags ?? []).some((t) =>
+      projectPrefixes.some((p) => t.startsWith(`denv-build/${p}`)),
+    );
+    if (ours)
+      await docker
+        .getImage(image.Id)
+        .remove({ force: true })
+        .catch(() => {});
+  }
 }

@@ -12,6 +12,7 @@ import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { promisify } from "node:util";
 import { type Lab, openLab } from "../security/security-lab.ts";
+import { removeBuiltImages } from "./engine-helpers.ts";
 
 let lab: Lab;
 const out = mkdtempSync(join(tmpdir(), "denv-harbor-"));
@@ -23,6 +24,8 @@ before(async () => {
 
 after(async () => {
   await lab?.close();
+  // The images this file built: the engine's build cache, needed by nothing after it.
+  await removeBuiltImages(["hello-dockerfile", "prebuilt-image", "sidecar-compose"]);
   rmSync(out, { recursive: true, force: true });
 });
 

@@ -13,6 +13,7 @@ import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { promisify } from "node:util";
 import { type Lab, openLab } from "../security/security-lab.ts";
+import { removeBuiltImages } from "./engine-helpers.ts";
 
 let lab: Lab;
 const work = mkdtempSync(join(tmpdir(), "denv-builds-"));
@@ -25,6 +26,8 @@ before(async () => {
 
 after(async () => {
   await lab?.close();
+  // The images this file built: the engine's build cache, needed by nothing after it.
+  await removeBuiltImages(["multi", "pair", "breaks", "starter-"]);
   rmSync(work, { recursive: true, force: true });
 });
 

@@ -920,6 +920,15 @@ export type PostV1VersionsPruneBody = {
   dry_run?: boolean;
 };
 
+/** A version's resolved spec: every service with its image pinned, the volumes, x-denv as resolved (what export writes other formats from) — GET /v1/versions/{id}/spec */
+export type GetV1VersionsByIdSpecResponse = {
+  version_id: string;
+  project: string;
+  spec: {
+    [key: string]: unknown;
+  };
+};
+
 /** A version's data sheet: digests, volumes and sizes, caps, egress, clock reach, replays, every promote's gate evidence, verify results; ?format=markdown for people — GET /v1/versions/{id}/datasheet */
 export type GetV1VersionsByIdDatasheetResponse = unknown;
 
@@ -1026,6 +1035,7 @@ export const OPERATIONS = {
   getV1ReplaysById: { method: "GET", path: "/v1/replays/{id}", params: ["id"], body: "none", response: "json" },
   getV1Versions: { method: "GET", path: "/v1/versions", params: [], body: "none", response: "json" },
   postV1VersionsPrune: { method: "POST", path: "/v1/versions/prune", params: [], body: "json", response: "json" },
+  getV1VersionsByIdSpec: { method: "GET", path: "/v1/versions/{id}/spec", params: ["id"], body: "none", response: "json" },
   getV1VersionsByIdDatasheet: { method: "GET", path: "/v1/versions/{id}/datasheet", params: ["id"], body: "none", response: "json" },
   postV1Clouds: { method: "POST", path: "/v1/clouds", params: [], body: "json", response: "json" },
   getV1Clouds: { method: "GET", path: "/v1/clouds", params: [], body: "none", response: "json" },
@@ -1090,6 +1100,7 @@ export interface Operations {
   getV1ReplaysById: { params: { id: string }; body: undefined; response: GetV1ReplaysByIdResponse };
   getV1Versions: { params: {  }; body: undefined; response: GetV1VersionsResponse };
   postV1VersionsPrune: { params: {  }; body: PostV1VersionsPruneBody; response: PostV1VersionsPruneResponse };
+  getV1VersionsByIdSpec: { params: { id: string }; body: undefined; response: GetV1VersionsByIdSpecResponse };
   getV1VersionsByIdDatasheet: { params: { id: string }; body: undefined; response: GetV1VersionsByIdDatasheetResponse };
   postV1Clouds: { params: {  }; body: PostV1CloudsBody; response: PostV1CloudsResponse };
   getV1Clouds: { params: {  }; body: undefined; response: GetV1CloudsResponse };

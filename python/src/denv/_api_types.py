@@ -361,6 +361,12 @@ class PostV1VersionsPruneResponse(TypedDict):
     dry_run: bool
 
 
+class GetV1VersionsByIdSpecResponse(TypedDict):
+    version_id: str
+    project: str
+    spec: dict[str, Any]
+
+
 class PostV1CloudsResponseMachinesItem(TypedDict):
     name: str
     server_id: str

@@ -11,6 +11,7 @@ import { printJson, UsageError } from "../output.ts";
 import { type GlobalOpts, run } from "./command-runner.ts";
 import { registerEnvironmentCommands } from "./environment-commands.ts";
 import { registerExecCommands } from "./exec-commands.ts";
+import { registerExportCommands } from "./export-commands.ts";
 import { registerFidelityCommands } from "./fidelity-commands.ts";
 import { registerFileCommands } from "./file-commands.ts";
 import { registerHostCommands } from "./host-commands.ts";
@@ -55,4 +56,5 @@ export function registerApiCommands(program: Command): void {
   registerFidelityCommands(program);
   registerVersionCommands(program);
   registerImportCommands(program);
+  registerExportCommands(program);
 }

@@ -380,7 +380,10 @@ export async function importHarborTask(t: HarborTask, outDir: string): Promise<I
     volumes,
   };
   const header = `# Imported from the Harbor task ${t.name} by \`denv import harbor\`.\n# What did not map is listed in denv-import.json.\n`;
-  writeFileSync(join(dir, "docker-compose.yaml"), header + stringifyYaml(compose, { lineWidth: 0 }));
+  writeFileSync(
+    join(dir, "docker-compose.yaml"),
+    header + stringifyYaml(compose, { lineWidth: 0, version: "1.1", aliasDuplicateObjects: false }),
+  );
   const solutionEnv = toml.solution?.env ?? {};
   const known = new Set([
     "schema_version",

@@ -383,6 +383,7 @@ const CASES: Record<string, Case> = {
     body: () => ({ keep: 1, dry_run: true }),
     status: 200,
   },
+  "get /v1/versions/{id}/spec": { path: () => `/v1/versions/${a.version}/spec`, status: 200 },
   "get /v1/versions/{id}/datasheet": {
     path: () => `/v1/versions/${a.version}/datasheet`,
     query: "?format=markdown",

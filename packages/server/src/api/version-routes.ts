@@ -121,6 +121,28 @@ export const versionRoutes: ApiRoute[] = [
   }),
   route({
     method: "get",
+    path: "/v1/versions/{id}/spec",
+    summary:
+      "A version's resolved spec: every service with its image pinned, the volumes, x-denv as resolved (what export writes other formats from)",
+    response: z.object({
+      version_id: z.string(),
+      project: z.string(),
+      spec: z.record(z.string(), z.unknown()),
+    }),
+    auth: true,
+    handler: async (c) => {
+      const { store, secrets } = c.var.deps;
+      const version = await resolveVersionRef(store, c.var.teamId, c.req.param("id") ?? "");
+      const place = await versionPlace(store, version);
+      return c.json({
+        version_id: version.id,
+        project: place.project,
+        spec: JSON.parse(secrets.openText(version.spec_json)) as Record<string, unknown>,
+      });
+    },
+  }),
+  route({
+    method: "get",
     path: "/v1/versions/{id}/datasheet",
     summary:
       "A version's data sheet: digests, volumes and sizes, caps, egress, clock reach, replays, every promote's gate evidence, verify results; ?format=markdown for people",

@@ -1,0 +1,58 @@
+/**
+ * A denv version → an OpenEnv environment image's build context (OpenEnv's layout; facts in
+ * ../shared/reference/inspect_openenv.md): a standard-library server whose reset forks the version
+ * through the denv API and whose step runs the action in the fork (templates/openenv). The key is
+ * never written into it: the image reads DENV_SERVER and DENV_API_KEY when it runs.
+ */
+import { cpSync, mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import type { ResolvedSpec } from "@denv/protocol";
+import { UsageError } from "../output.ts";
+import type { HarborExport } from "./harbor-export.ts";
+
+const TEMPLATE = join(import.meta.dirname, "..", "templates", "openenv");
+
+export function exportOpenEnv(
+  spec: ResolvedSpec,
+  args: { project: string; versionId: string; instruction: string | null; out: string },
+): HarborExport {
+  const service = spec.agent?.service;
+  if (!service)
+    throw new UsageError(
+      `${args.project} has no x-denv.agent.service: an OpenEnv step runs its action there`,
+    );
+  const notes: string[] = [];
+  if (!spec.verifier) notes.push("x-denv.verifier: none, so a submit step scores 0 with the verify's reason");
+  const dir = join(args.out, `${args.project}-openenv`);
+  mkdirSync(dir, { recursive: true });
+  cpSync(TEMPLATE, dir, { recursive: true });
+  const name = `${args.project.replace(/-/g, "_")}_env`;
+  writeFileSync(
+    join(dir, "openenv.yaml"),
+    `# Exported from denv ${args.project}@${args.versionId} by \`denv export --openenv\`.\nspec_version: 1\nname: ${name}\ntype: space\nruntime: python-stdlib\napp: server.app:main\nport: 8000\ndescription: "${args.project} (denv ${args.versionId}): each reset is a fork of the version"\n`,
+  );
+  writeFileSync(
+    join(dir, "server", "denv.json"),
+    `${JSON.stringify(
+      {
+        name,
+        description: `${args.project} at ${args.versionId}: each episode is a fork of the version; actions run in ${service}`,
+        version: args.versionId,
+        project: args.project,
+        service,
+        instruction: args.instruction ?? "",
+      },
+      null,
+      2,
+    )}\n`,
+  );
+  if (args.instruction === null) notes.push("instruction.md: the project has none; /metadata has no readme");
+  notes.push(
+    "the image needs DENV_SERVER and DENV_API_KEY when it runs: each episode is a fork on denv's hosts",
+  );
+  writeFileSync(
+    join(dir, "denv-export.json"),
+    `${JSON.stringify({ to: "openenv", project: args.project, version_id: args.versionId, spec_hash: spec.hash, not_exported: notes }, null, 2)}\n`,
+  );
+  return { dir, notExported: notes };
+}

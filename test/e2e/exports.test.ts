@@ -1,0 +1,223 @@
+/**
+ * `denv export` on the real engine: ops-world's version written as a Harbor task runs under a
+ * Harbor-format runner with no denv in its path (the seeded database rebuilt by the warm job, the
+ * image verifier in Harbor's separate verifier environment): reward 1 for the right answer, 0 for
+ * none. Written as an OpenEnv environment, its image passes the six criteria of `openenv validate
+ * --url`, and a WebSocket session's reset forks the version, a step runs in the fork, and submit
+ * grades it.
+ */
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { promisify } from "node:util";
+import { parse as parseToml } from "smol-toml";
+import WebSocket from "ws";
+import { parse as parseYaml } from "yaml";
+import { type Lab, openLab } from "../security/security-lab.ts";
+import { runHarborTrial } from "./harbor-runner.ts";
+
+let lab: Lab;
+let version: string;
+const out = mkdtempSync(join(tmpdir(), "denv-export-"));
+const opsWorld = join(import.meta.dirname, "../../examples/ops-world");
+const ANSWER_SQL =
+  "psql -Atc \"select count(*) from orders where status = 'failed' and total_cents > 50000\"";
+
+const denv = async (...args: string[]) => {
+  try {
+    const r = await promisify(execFile)(
+      process.execPath,
+      [join(import.meta.dirname, "../../packages/cli/bin/denv.js"), ...args],
+      {
+        encoding: "utf8",
+        env: { ...process.env, DENV_SERVER: lab.server.url, DENV_API_KEY: lab.keyA, DENV_NO_STDIN: "1" },
+      },
+    );
+    return { code: 0, stdout: r.stdout, stderr: r.stderr };
+  } catch (err) {
+    const e = err as { code: number; stdout: string; stderr: string };
+    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
+  }
+};
+
+before(async () => {
+  lab = await openLab();
+  assert.equal(
+    (await denv("project", "create", "--kind", "rl-environment", "--source", opsWorld, "ops-world")).code,
+    0,
+  );
+  const d = await denv("deploy", "--project", "ops-world", "--wait", "--json");
+  const dep = JSON.parse(d.stdout);
+  assert.equal(dep.status, "succeeded", dep.reason);
+  version = dep.version_id;
+});
+
+after(async () => {
+  await lab?.close();
+  rmSync(out, { recursive: true, force: true });
+});
+
+test("export --harbor: a task directory in Harbor's layout, every image by digest", async () => {
+  const r = await denv("export", "--harbor", `ops-world@${version}`, out, "--json");
+  assert.equal(r.code, 0, r.stderr);
+  const written = JSON.parse(r.stdout) as { dir: string; notExported: string[] };
+  const dir = written.dir;
+  for (const f of [
+    "task.toml",
+    "instruction.md",
+    "tests/test.sh",
+    "tests/Dockerfile",
+    "environment/docker-compose.yaml",
+  ])
+    assert.ok(existsSync(join(dir, f)), f);
+  assert.equal(
+    readFileSync(join(dir, "instruction.md"), "utf8"),
+    readFileSync(join(opsWorld, "instruction.md"), "utf8"),
+  );
+  const task = parseToml(readFileSync(join(dir, "task.toml"), "utf8")) as any;
+  assert.equal(task.schema_version, "1.3");
+  assert.match(task.environment.docker_image, /^127\.0\.0\.1:5000\/denv\/opsbox@sha256:[0-9a-f]{64}$/);
+  assert.equal(task.agent.user, "1000:1000");
+  assert.equal(task.verifier.environment_mode, "separate");
+  assert.deepEqual(task.artifacts, ["/home/ubuntu/answer.txt"]);
+  assert.equal(task.metadata.denv_version, version);
+  const compose = parseYaml(readFileSync(join(dir, "environment/docker-compose.yaml"), "utf8"));
+  assert.match(compose.services.db.image, /@sha256:[0-9a-f]{64}$/);
+  assert.match(compose.services.queue.image, /@sha256:[0-9a-f]{64}$/);
+  assert.equal(compose.services.main.image, undefined, "main's image is Harbor's to supply");
+  assert.equal(compose.networks.default.internal, true);
+  assert.match(
+    readFileSync(join(dir, "tests/Dockerfile"), "utf8"),
+    /^FROM 127\.0\.0\.1:5000\/denv\/ops-verifier@sha256:/m,
+  );
+  assert.ok(written.notExported.some((n) => n.startsWith("x-denv.clock frozen")));
+  assert.ok(written.notExported.some((n) => n.startsWith("volume contents")));
+});
+
+test("the exported task runs under a Harbor-format runner without denv: 1 with the answer, 0 without", async () => {
+  const dir = join(out, "ops-world");
+  const solved = await runHarborTrial(dir, [
+    `${ANSWER_SQL} > /home/ubuntu/answer.txt && cat /home/ubuntu/answer.txt`,
+  ]);
+  assert.equal(solved.agentOutputs[0]?.trim(), "9993", "the warm job rebuilt the seeded orders");
+  assert.equal(solved.rewards.reward, 1, solved.testStdout);
+  const unsolved = await runHarborTrial(dir, []);
+  assert.equal(unsolved.rewards.reward, 0, unsolved.testStdout);
+});
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const s = createServer().listen(0, "127.0.0.1", () => {
+      const { port } = s.address() as { port: number };
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+test("export --openenv: the image passes openenv validate's six criteria; a WS session forks, steps and grades", async () => {
+  const r = await denv("export", "--openenv", `ops-world@${version}`, out, "--json");
+  assert.equal(r.code, 0, r.stderr);
+  const dir = JSON.parse(r.stdout).dir as string;
+  assert.match(readFileSync(join(dir, "openenv.yaml"), "utf8"), /^app: server\.app:main$/m);
+  assert.doesNotMatch(readFileSync(join(dir, "server/denv.json"), "utf8"), new RegExp(lab.keyA));
+  const tag = `denv-test/ops-world-openenv:${Date.now()}`;
+  await promisify(execFile)(
+    "docker",
+    ["build", "-q", "--build-arg", "BASE_IMAGE=127.0.0.1:5000/denv/openenv-echo:0.1", "-t", tag, dir],
+    { env: { ...process.env, DOCKER_BUILDKIT: "0" } },
+  );
+  const port = await freePort();
+  const name = `openenv-${port}`;
+  // The exported image is the user's OpenEnv provider, not a denv environment: it reaches the
+  // denv server (here on this machine's loopback) the way a provider would.
+  await promisify(execFile)("docker", [
+    "run",
+    "-d",
+    "--name",
+    name,
+    "--network",
+    "host",
+    "-e",
+    `DENV_SERVER=${lab.server.url}`,
+    "-e",
+    `DENV_API_KEY=${lab.keyA}`,
+    "-e",
+    `PORT=${port}`,
+    tag,
+  ]);
+  try {
+    const base = `http://127.0.0.1:${port}`;
+    let up = false;
+    for (let i = 0; i < 100 && !up; i++) {
+      up = await fetch(`${base}/health`).then(
+        (x) => x.ok,
+        () => false,
+      );
+      if (!up) await new Promise((res) => setTimeout(res, 100));
+    }
+    assert.ok(up, "the server did not answer /health");
+    // openenv validate --url's six criteria.
+    const openapi = (await (await fetch(`${base}/openapi.json`)).json()) as any;
+    assert.equal(typeof openapi.info.version, "string");
+    assert.equal(((await (await fetch(`${base}/health`)).json()) as any).status, "healthy");
+    const meta = (await (await fetch(`${base}/metadata`)).json()) as any;
+    assert.equal(typeof meta.name, "string");
+    assert.equal(typeof meta.description, "string");
+    const schema = (await (await fetch(`${base}/schema`)).json()) as any;
+    for (const k of ["action", "observation", "state"]) assert.equal(typeof schema[k], "object", k);
+    const mcp = await fetch(`${base}/mcp`, {
+      method: "POST",
+      body: "{}",
+      headers: { "content-type": "application/json" },
+    });
+    assert.equal(mcp.status, 200);
+    assert.equal(((await mcp.json()) as any).jsonrpc, "2.0");
+    const sim = ["/reset", "/step", "/state"].map((p) => p in openapi.paths);
+    assert.ok(sim.every(Boolean) || sim.every((x) => !x), "mode_endpoint_consistency");
+
+    // A session: reset forks the version, a step answers from the fork's database, submit grades.
+    const ws = new WebSocket(`ws://127.0.0.1:${port}/ws`);
+    await new Promise((res, rej) => ws.once("open", res).once("error", rej));
+    const ask = (msg: unknown) =>
+      new Promise<any>((res) => {
+        ws.once("message", (data) => res(JSON.parse(String(data))));
+        ws.send(JSON.stringify(msg));
+      });
+    const reset = await ask({ type: "reset", data: {} });
+    assert.equal(reset.type, "observation", JSON.stringify(reset));
+    const forkId = reset.data.observation.environment as string;
+    assert.match(forkId, /^env_/);
+    assert.match(reset.data.observation.instruction, /failed payments/);
+    const step = await ask({
+      type: "step",
+      data: { command: `${ANSWER_SQL} | tee /home/ubuntu/answer.txt` },
+    });
+    assert.equal(step.data.observation.stdout.trim(), "9993");
+    assert.equal(step.data.done, false);
+    const graded = await ask({ type: "step", data: { submit: true } });
+    assert.equal(graded.data.reward, 1);
+    assert.equal(graded.data.done, true);
+    const state = await ask({ type: "state" });
+    assert.equal(state.data.step_count, 2);
+    assert.equal(state.data.version, version);
+    const bad = await ask({ type: "step", data: { command: "true" } });
+    assert.equal(bad.type, "error");
+    assert.equal(bad.data.code, "VALIDATION_ERROR");
+    ws.close();
+    // The session's fork is destroyed when it closes.
+    let gone = false;
+    for (let i = 0; i < 100 && !gone; i++) {
+      const e = await lab.api("GET", `/v1/envs/${forkId}`);
+      gone = e.status === 404 || e.data.status === "destroyed";
+      if (!gone) await new Promise((res) => setTimeout(res, 200));
+    }
+    assert.ok(gone, "the episode's fork was left behind");
+  } finally {
+    await promisify(execFile)("docker", ["rm", "-f", name]).catch(() => {});
+    await promisify(execFile)("docker", ["rmi", "-f", tag]).catch(() => {});
+  }
+});

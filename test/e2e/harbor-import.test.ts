@@ -25,7 +25,7 @@ before(async () => {
 after(async () => {
   await lab?.close();
   // The images this file built: the engine's build cache, needed by nothing after it.
-  await removeBuiltImages(["hello-dockerfile", "prebuilt-image", "sidecar-compose"]);
+  await removeBuiltImages(["hello-dockerfile", "prebuilt-image", "sidecar-compose", "karotte-"]);
   rmSync(out, { recursive: true, force: true });
 });
 
@@ -117,4 +117,54 @@ test("a reward the agent writes before grading, or a test.sh it plants, counts f
   const v = await lab.api("POST", `/v1/envs/${fork.data.id}/verify`, { resume: false });
   assert.equal(v.data.status, "succeeded", v.data.reason);
   assert.equal(v.data.verify.reward, 0);
+});
+
+test("denv import karotte: a Karotte image's tasks as projects; an episode's transcript score is the reward", async () => {
+  const image = "127.0.0.1:5000/denv/test-karotte:0.1";
+  const dir = join(out, "karotte");
+  const run = async (model: string) => {
+    const r = await denv(
+      "import",
+      "karotte",
+      image,
+      dir,
+      "--tasks",
+      "say-hello,count-lines",
+      "--model",
+      model,
+      "--egress",
+      "deny",
+      "--json",
+    );
+    assert.equal(r.code, 0, `${r.stdout}\n${r.stderr}`);
+    return JSON.parse(r.stdout).projects as {
+      name: string;
+      check: { deploy: string; reward: number; episode_exit_code: number };
+    }[];
+  };
+  const solved = await run("oracle");
+  assert.deepEqual(
+    solved.map((p) => p.name),
+    ["karotte-say-hello", "karotte-count-lines"],
+  );
+  for (const p of solved) {
+    assert.equal(p.check.deploy, "succeeded", p.name);
+    assert.equal(p.check.episode_exit_code, 0, p.name);
+    assert.equal(p.check.reward, 1, p.name);
+  }
+  // The same projects, redeployed with a student that does nothing: the transcript scores 0.
+  for (const p of await run("noop")) assert.equal(p.check.reward, 0, p.name);
+  // The agent's service is not root; hostile task ids and images are refused before anything runs.
+  const who = await lab.api("POST", `/v1/envs/${encodeURIComponent("karotte-say-hello/alpha")}/exec`, {
+    service: "karotte",
+    command: ["id", "-u"],
+  });
+  assert.equal(who.data.stdout.trim(), "1000");
+  for (const args of [
+    [image, dir, "--tasks", "../../etc"],
+    ["evil;rm -rf /", dir, "--tasks", "a"],
+  ]) {
+    const r = await denv("import", "karotte", ...args, "--no-check");
+    assert.equal(r.code, 2, r.stderr);
+  }
 });

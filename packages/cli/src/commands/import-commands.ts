@@ -12,6 +12,7 @@ import type { DenvClient } from "@denv/sdk";
 import type { Command } from "commander";
 import { type ImportedTask, importHarborTask } from "../harbor/harbor-import.ts";
 import { findTasks, readHarborTask } from "../harbor/harbor-task.ts";
+import { importKarotteTask, type KarotteImport } from "../harbor/karotte-import.ts";
 import { runOracle } from "../harbor/oracle.ts";
 import { printJson, UsageError } from "../output.ts";
 import { follow, run } from "./command-runner.ts";
@@ -57,14 +58,7 @@ export async function checkImported(c: DenvClient, t: ImportedTask, json: boolea
     reward_without_oracle: null,
     reason: null,
   };
-  const existing = await c.call("getV1ProjectsById", { params: { id: t.name } }).catch(() => null);
-  if (existing && (existing.source_type !== "local" || existing.source !== t.dir))
-    throw new UsageError(`a project named ${t.name} already exists with another source (${existing.source})`);
-  if (!existing)
-    await c.call("postV1Projects", { body: { name: t.name, kind: "rl-environment", source: t.dir } });
-  await uploadSource(c, t.name, t.dir);
-  const d = await c.call("postV1ProjectsByIdDeploy", { params: { id: t.name }, body: { env: "alpha" } });
-  const final = await follow(c, d.id, true);
+  const final = await deployDir(c, t.name, t.dir);
   out.deploy = final.status;
   if (final.status !== "succeeded") {
     out.reason = final.reason;
@@ -96,10 +90,49 @@ export async function checkImported(c: DenvClient, t: ImportedTask, json: boolea
   return out;
 }
 
+/** Creates (or reuses) a local project for a directory, uploads it, deploys it to alpha. */
+async function deployDir(c: DenvClient, name: string, dir: string) {
+  const existing = await c.call("getV1ProjectsById", { params: { id: name } }).catch(() => null);
+  if (existing && (existing.source_type !== "local" || existing.source !== dir))
+    throw new UsageError(`a project named ${name} already exists with another source (${existing.source})`);
+  if (!existing) await c.call("postV1Projects", { body: { name, kind: "rl-environment", source: dir } });
+  await uploadSource(c, name, dir);
+  const d = await c.call("postV1ProjectsByIdDeploy", { params: { id: name }, body: { env: "alpha" } });
+  return follow(c, d.id, true);
+}
+
+/** Deploys an imported Karotte task, runs one episode on a fork, and verifies it. */
+async function checkKarotte(c: DenvClient, t: KarotteImport) {
+  const final = await deployDir(c, t.name, t.dir);
+  if (final.status !== "succeeded")
+    return { deploy: final.status, reason: final.reason, episode_exit_code: null, reward: null };
+  const fork = await c.call("postV1EnvsByIdFork", {
+    params: { id: `${t.name}/alpha` },
+    body: { name: `${t.name.slice(0, 40)}-check` },
+  });
+  try {
+    const e = await c.call("postV1EnvsByIdExec", {
+      params: { id: fork.id },
+      body: { service: "karotte", command: ["denv-episode"], timeout_ms: 60 * 60_000 },
+    });
+    const v = await c.call("postV1EnvsByIdVerify", { params: { id: fork.id }, body: { resume: false } });
+    return {
+      deploy: final.status,
+      version_id: final.version_id,
+      episode_exit_code: e.exit_code,
+      episode_tail: `${e.stdout}${e.stderr}`.slice(-400),
+      reward: v.verify?.reward ?? null,
+      reason: v.verify?.reason ?? v.reason,
+    };
+  } finally {
+    await c.call("deleteV1EnvsById", { params: { id: fork.id } }).catch(() => {});
+  }
+}
+
 export function registerImportCommands(program: Command): void {
   const imp = program
     .command("import")
-    .description("Turn environments of other formats into denv projects (harbor)");
+    .description("Turn environments of other formats into denv projects (harbor, karotte)");
   const harbor = imp
     .command("harbor")
     .description(
@@ -121,6 +154,66 @@ denv-import.json and printed. The check deploys the project, runs solution/solve
 and verifies it (reward 1 expected), and verifies a second fork without it (reward 0 expected).
 Exits 1 when an oracle does not score 1.`,
     );
+  const karotte = imp
+    .command("karotte")
+    .description(
+      "A built Karotte environment image → a denv project per task, whose agent service runs `karotte run --no-containerized` and whose verifier reads the transcript's score",
+    )
+    .argument("<image>", "the built Karotte environment image (as the target host's engine names it)")
+    .argument("[out]", "where the projects are written, one directory each", ".")
+    .requiredOption("--tasks <ids>", "the task ids, comma-separated")
+    .option("--model <model>", "the run config's model (the student)", "anthropic/claude-fable-5")
+    .option("--egress <egress>", "allow (the student reaches its model's API) or deny", "allow")
+    .option("--no-check", "only write the projects (no deploy, no episode)")
+    .option("--json", "print JSON")
+    .addHelpText(
+      "after",
+      `
+Examples:
+  denv import karotte registry.example.com/my-env:1.0 ./projects --tasks count-lines,say-hello
+  denv exec karotte-count-lines/alpha -- denv-episode      # one episode, then: denv verify …
+
+The check deploys each project, runs one episode on a fork and verifies it (the reward is the
+transcript's score).`,
+    );
+  karotte.action(
+    run(
+      karotte,
+      async (
+        client,
+        json,
+        image: string,
+        outArg: string,
+        o: { tasks: string; model: string; egress: string; check: boolean },
+      ) => {
+        if (o.egress !== "allow" && o.egress !== "deny") throw new UsageError("--egress is allow or deny");
+        const tasks = o.tasks
+          .split(",")
+          .map((t) => t.trim())
+          .filter(Boolean);
+        if (tasks.length === 0) throw new UsageError("--tasks names at least one task id");
+        const results = [];
+        for (const task of tasks) {
+          const t = importKarotteTask(image, task, {
+            out: resolve(outArg),
+            model: o.model,
+            egress: o.egress,
+          });
+          if (!json) process.stdout.write(`imported ${image} task ${task} → ${t.dir} (project ${t.name})\n`);
+          const check = o.check ? await checkKarotte(client(), t) : undefined;
+          if (check && !json)
+            process.stdout.write(
+              check.deploy !== "succeeded"
+                ? `  deploy ${check.deploy}: ${check.reason}\n`
+                : `  episode exited ${check.episode_exit_code}; reward ${check.reward}${check.reason ? ` (${check.reason})` : ""}\n`,
+            );
+          results.push({ ...t, ...(check ? { check } : {}) });
+        }
+        if (json) printJson({ projects: results });
+        return results.some((r) => r.check && r.check.deploy !== "succeeded") ? 1 : 0;
+      },
+    ),
+  );
   harbor.action(
     run(harbor, async (client, json, source: string, outArg: string, o: { check: boolean }) => {
       const cloned = isGitUrl(source) ? await cloneShallow(source) : null;

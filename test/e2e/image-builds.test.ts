@@ -6,28 +6,36 @@
  * ran); and what a hostile team sends (forged digests, another team's contexts, host networking).
  */
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { execFile, execFileSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { promisify } from "node:util";
 import { type Lab, openLab } from "../security/security-lab.ts";
+import { LOCAL_REGISTRY } from "./denvd-helpers.ts";
 import { removeBuiltImages } from "./engine-helpers.ts";
+import { type GitHttpServer, startGitHttpServer } from "./git-http-server.ts";
 
 let lab: Lab;
 const work = mkdtempSync(join(tmpdir(), "denv-builds-"));
 // In every context: an engine that kept an earlier run's images would otherwise (rightly) reuse them.
 const nonce = `${Date.now()}-${Math.random()}\n`;
 
+let gitServer: GitHttpServer;
+const gitRoot = mkdtempSync(join(tmpdir(), "denv-builds-git-"));
+
 before(async () => {
-  lab = await openLab();
+  gitServer = await startGitHttpServer(gitRoot);
+  lab = await openLab({ fetchAllow: [...LOCAL_REGISTRY, gitServer.host] });
 });
 
 after(async () => {
   await lab?.close();
+  await gitServer?.close();
+  rmSync(gitRoot, { recursive: true, force: true });
   // The images this file built: the engine's build cache, needed by nothing after it.
-  await removeBuiltImages(["multi", "pair", "breaks", "starter-"]);
+  await removeBuiltImages(["multi", "pair", "breaks", "starter-", "from-git-build"]);
   rmSync(work, { recursive: true, force: true });
 });
 
@@ -317,4 +325,54 @@ test("denv init agent|service|website|inference: each starter deploys as it stan
     assert.equal(out.code, 0, `${kind}: ${out.out}`);
     assert.match(out.out, check.expect, kind);
   }
+});
+
+test("a git source's build context is the commit's directory: built on the host, a link in it kept a link", async () => {
+  const repo = join(gitRoot, "built.git");
+  write(repo, {
+    "compose.yaml":
+      "x-denv:\n  kind: service\nservices:\n  app:\n    build:\n      context: app\n      args: {MARK: from-git}\n",
+    "app/Dockerfile": `FROM debian:bookworm\nARG MARK\nRUN echo "$MARK" > /srv/mark\nCOPY . /srv/context/\nCMD ["sleep", "infinity"]\n`,
+    "app/nonce.txt": nonce,
+  });
+  // A hostile repository's link to the server's files: archived as a link, never followed.
+  symlinkSync("/etc/shadow", join(repo, "app/shadow"));
+  const git = (...args: string[]) => execFileSync("git", ["-C", repo, ...args], { encoding: "utf8" });
+  execFileSync("git", ["init", "-q", "-b", "main", repo]);
+  git("add", ".");
+  git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init");
+  const commit = git("rev-parse", "HEAD").trim();
+  const source = `${gitServer.url}/built.git`;
+  assert.equal(
+    (await lab.api("POST", "/v1/projects", { name: "from-git-build", kind: "service", source })).status,
+    201,
+  );
+  const d = (await lab.api("POST", "/v1/projects/from-git-build/deploy?wait=true", { env: "alpha" })).data;
+  assert.equal(d.status, "succeeded", d.reason);
+  assert.equal(phase(d, "resolve").evidence.source.commit, commit);
+  const b = phase(d, "prepare").evidence.builds.app;
+  assert.equal(b.built, true);
+  assert.equal(b.context_digest, phase(d, "resolve").evidence.builds.app.context_digest);
+  assert.equal((await sh("from-git-build/alpha", "app", "cat /srv/mark")).out, "from-git");
+  assert.equal((await sh("from-git-build/alpha", "app", "readlink /srv/context/shadow")).out, "/etc/shadow");
+  assert.equal((await sh("from-git-build/alpha", "app", "test -L /srv/context/shadow")).code, 0);
+  // Deployed again from the same commit: the same archive, nothing built.
+  const again = (await lab.api("POST", "/v1/projects/from-git-build/deploy?wait=true", { env: "alpha" }))
+    .data;
+  assert.equal(again.status, "succeeded", again.reason);
+  assert.equal(phase(again, "prepare").evidence.builds.app.built, false);
+  // A context path that is not a directory of the commit fails resolve with git's reason.
+  const broken = join(gitRoot, "broken.git");
+  write(broken, { "compose.yaml": "services:\n  app:\n    build: nowhere\n" });
+  execFileSync("git", ["init", "-q", "-b", "main", broken]);
+  execFileSync("git", ["-C", broken, "add", "."]);
+  execFileSync("git", ["-C", broken, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]);
+  await lab.api("POST", "/v1/projects", {
+    name: "broken-git",
+    kind: "service",
+    source: `${gitServer.url}/broken.git`,
+  });
+  const bad = (await lab.api("POST", "/v1/projects/broken-git/deploy?wait=true", { env: "alpha" })).data;
+  assert.equal(bad.status, "rolled_back");
+  assert.match(phase(bad, "resolve").reason ?? "", /build context nowhere could not be read/);
 });

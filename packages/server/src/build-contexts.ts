@@ -12,6 +12,7 @@ import { join } from "node:path";
 import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { DenvError } from "@denv/protocol";
+import tar from "tar-stream";
 import { newId } from "./ids.ts";
 
 /** A context's name: sha256: and 64 hex digits. */
@@ -46,8 +47,22 @@ export class BuildContexts {
 
   /** Stores a tar from a stream; refuses it when its sha256 is not `digest`. */
   async put(teamId: string, digest: string, body: Readable): Promise<number> {
-    const final = this.path(teamId, digest);
+    return (await this.store(teamId, body, digest)).bytes;
+  }
+
+  /** Stores a tar from a stream (a git archive) under the digest it turns out to have. */
+  async putStream(teamId: string, body: Readable): Promise<{ digest: string; bytes: number }> {
+    return this.store(teamId, body, null);
+  }
+
+  private async store(
+    teamId: string,
+    body: Readable,
+    expected: string | null,
+  ): Promise<{ digest: string; bytes: number }> {
+    if (expected !== null) this.path(teamId, expected);
     await mkdir(join(this.dir, teamId), { recursive: true, mode: 0o700 });
+    const limit = this.limitBytes;
     const tmp = join(this.dir, teamId, `.${newId("up")}.part`);
     const hash = createHash("sha256");
     let bytes = 0;
@@ -58,19 +73,21 @@ export class BuildContexts {
           for await (const chunk of source) {
             hash.update(chunk);
             bytes += chunk.length;
+            if (bytes > limit)
+              throw new DenvError("payload_too_large", `the build context is over ${limit} bytes`);
             yield chunk;
           }
         },
         createWriteStream(tmp, { mode: 0o600 }),
       );
       const got = `sha256:${hash.digest("hex")}`;
-      if (got !== digest)
+      if (expected !== null && got !== expected)
         throw new DenvError(
           "invalid_argument",
-          `the uploaded context's sha256 is ${got}, not ${digest}: it was cut or changed on the way; upload it again`,
+          `the uploaded context's sha256 is ${got}, not ${expected}: it was cut or changed on the way; upload it again`,
         );
-      await rename(tmp, final);
-      return bytes;
+      await rename(tmp, this.path(teamId, got));
+      return { digest: got, bytes };
     } finally {
       await rm(tmp, { force: true });
     }
@@ -79,4 +96,32 @@ export class BuildContexts {
   open(teamId: string, digest: string): Readable {
     return createReadStream(this.path(teamId, digest));
   }
+}
+
+/**
+ * A tar made the same way each time from the same files: entries as they come, times zeroed, owner
+ * 0:0; anything but files, directories and links dropped. (git archive of a tree stamps every entry
+ * with the time of the archive, which would make each deploy's context new.)
+ */
+export function normalizedTar(input: Readable): Readable {
+  const extract = tar.extract();
+  const pack = tar.pack();
+  extract.on("entry", (header, stream, next) => {
+    const base = { name: header.name, mode: header.mode, uid: 0, gid: 0, mtime: new Date(0) };
+    if (header.type === "file") {
+      const entry = pack.entry({ ...base, type: "file", size: header.size }, (err) => next(err));
+      stream.pipe(entry);
+      return;
+    }
+    if (header.type === "directory") pack.entry({ ...base, type: "directory" });
+    else if (header.type === "symlink")
+      pack.entry({ ...base, type: "symlink", linkname: header.linkname ?? "" });
+    stream.resume();
+    stream.on("end", () => next());
+  });
+  extract.on("finish", () => pack.finalize());
+  extract.on("error", (err) => pack.destroy(err));
+  input.on("error", (err) => extract.destroy(err));
+  input.pipe(extract);
+  return pack as unknown as Readable;
 }

@@ -6,10 +6,11 @@
  * with no configuration of the server's own: no credentials, no SSH identity, no protocols but
  * http(s), no redirects, only hosts an administrator allowed.
  */
-import { execFile } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { PassThrough, type Readable } from "node:stream";
 import { DenvError } from "@denv/protocol";
 import { COMPOSE_FILE_NAMES, MAX_COMPOSE_BYTES } from "@denv/spec";
 import type { FetchPolicy } from "./fetch-policy.ts";
@@ -52,19 +53,42 @@ export function checkGitUrl(source: string, policy: FetchPolicy): URL {
   return url;
 }
 
+// biome-ignore lint/suspicious/noControlCharactersInRegex: what a remote prints is stripped of them
+const CONTROL = /[\u0000-\u0008\u000b-\u001f\u007f]/g;
+
+/** git's configuration for a team's repository: nothing of the server's, only http(s), no redirects. */
+const GIT_CONFIG = [
+  "protocol.allow=never",
+  "protocol.https.allow=always",
+  "protocol.http.allow=always",
+  "http.followRedirects=false",
+  "credential.helper=",
+  "core.askPass=",
+  "core.hooksPath=/dev/null",
+  "core.fsmonitor=false",
+  "transfer.fsckObjects=true",
+].flatMap((c) => ["-c", c]);
+
+function gitEnv(home: string): NodeJS.ProcessEnv {
+  return {
+    PATH: process.env.PATH ?? "/usr/bin:/bin",
+    HOME: home,
+    GIT_CONFIG_NOSYSTEM: "1",
+    GIT_CONFIG_GLOBAL: "/dev/null",
+    GIT_TERMINAL_PROMPT: "0",
+    GIT_ASKPASS: "/bin/false",
+    SSH_ASKPASS: "/bin/false",
+    GIT_SSH_COMMAND: "/bin/false",
+    GIT_ALLOW_PROTOCOL: "https:http",
+    GIT_LFS_SKIP_SMUDGE: "1",
+    ...(process.env.http_proxy ? { http_proxy: process.env.http_proxy } : {}),
+    ...(process.env.https_proxy ? { https_proxy: process.env.https_proxy } : {}),
+  };
+}
+
 /** git with nothing of the server's configuration and only http(s) transports. */
 function git(args: string[], home: string, timeoutMs: number): Promise<Buffer> {
-  const config = [
-    "protocol.allow=never",
-    "protocol.https.allow=always",
-    "protocol.http.allow=always",
-    "http.followRedirects=false",
-    "credential.helper=",
-    "core.askPass=",
-    "core.hooksPath=/dev/null",
-    "core.fsmonitor=false",
-    "transfer.fsckObjects=true",
-  ].flatMap((c) => ["-c", c]);
+  const config = GIT_CONFIG;
   return new Promise((resolve, reject) => {
     execFile(
       "git",
@@ -73,20 +97,7 @@ function git(args: string[], home: string, timeoutMs: number): Promise<Buffer> {
         encoding: "buffer",
         timeout: timeoutMs,
         maxBuffer: MAX_COMPOSE_BYTES + 64 * 1024,
-        env: {
-          PATH: process.env.PATH ?? "/usr/bin:/bin",
-          HOME: home,
-          GIT_CONFIG_NOSYSTEM: "1",
-          GIT_CONFIG_GLOBAL: "/dev/null",
-          GIT_TERMINAL_PROMPT: "0",
-          GIT_ASKPASS: "/bin/false",
-          SSH_ASKPASS: "/bin/false",
-          GIT_SSH_COMMAND: "/bin/false",
-          GIT_ALLOW_PROTOCOL: "https:http",
-          GIT_LFS_SKIP_SMUDGE: "1",
-          ...(process.env.http_proxy ? { http_proxy: process.env.http_proxy } : {}),
-          ...(process.env.https_proxy ? { https_proxy: process.env.https_proxy } : {}),
-        },
+        env: gitEnv(home),
       },
       (err, stdout, stderr) => {
         if (!err) return resolve(stdout);
@@ -111,6 +122,27 @@ export async function readGitSource(
   policy: FetchPolicy,
   options: { timeoutMs?: number } = {},
 ): Promise<GitSource> {
+  const checkout = await openGitSource(source, policy, options);
+  await checkout.close();
+  const { archive: _a, close: _c, ...files } = checkout;
+  return files;
+}
+
+/** A clone kept open after its files are read: its directories archived as build contexts. */
+export interface GitCheckout extends GitSource {
+  /**
+   * A tar of one directory of the commit (a path inside the repository, already normalised), as
+   * git archive writes it: links inside stay links, for the host's builder to keep in the context.
+   */
+  archive(path: string): Readable;
+  close(): Promise<void>;
+}
+
+export async function openGitSource(
+  source: string,
+  policy: FetchPolicy,
+  options: { timeoutMs?: number } = {},
+): Promise<GitCheckout> {
   const url = checkGitUrl(source, policy);
   const timeoutMs = options.timeoutMs ?? 120_000;
   const dir = await mkdtemp(join(tmpdir(), "denv-src-"));
@@ -174,8 +206,46 @@ export async function readGitSource(
         "invalid_argument",
         `${source} has no compose.yaml or docker-compose.yaml at its root`,
       );
-    return { compose: (await blob(file)) as string, dotenv: await blob(".env"), commit, file };
-  } finally {
+    return {
+      compose: (await blob(file)) as string,
+      dotenv: await blob(".env"),
+      commit,
+      file,
+      archive: (path: string) => gitArchive(repo, home, commit, path, timeoutMs),
+      close: () => rm(dir, { recursive: true, force: true }),
+    };
+  } catch (err) {
     await rm(dir, { recursive: true, force: true });
+    throw err;
   }
+}
+
+/** git archive of one tree of a commit, streamed (the clone fetches the tree's blobs as it goes). */
+function gitArchive(repo: string, home: string, commit: string, path: string, timeoutMs: number): Readable {
+  if (path.startsWith("-") || path.includes("\0") || path.split("/").includes(".."))
+    throw new DenvError("invalid_argument", `${path} is not a path inside the repository`);
+  const tree = path === "." ? commit : `${commit}:${path}`;
+  const child = spawn("git", [...GIT_CONFIG, "--git-dir", repo, "archive", "--format=tar", tree], {
+    env: gitEnv(home),
+    stdio: ["ignore", "pipe", "pipe"],
+    timeout: timeoutMs * 5,
+  });
+  const out = new PassThrough();
+  let stderr = "";
+  child.stderr.on("data", (c: Buffer) => {
+    stderr = (stderr + c.toString("utf8")).slice(-2000);
+  });
+  child.stdout.pipe(out, { end: false });
+  child.on("close", (code) => {
+    if (code === 0) return out.end();
+    const said = stderr.replace(CONTROL, "").trim().split("\n").at(-1);
+    out.destroy(
+      new DenvError(
+        "invalid_argument",
+        `the build context ${path} could not be read from the repository: ${said || `git exited ${code}`}`,
+      ),
+    );
+  });
+  child.on("error", (err) => out.destroy(err));
+  return out;
 }

@@ -6,6 +6,7 @@
  */
 import type { ResolvedSpec } from "@denv/protocol";
 import { pinSpec, RegistryPinner, withContextDigests } from "@denv/spec";
+import { normalizedTar } from "../build-contexts.ts";
 import type { ProvisionedMachine, Provisioner } from "../clouds/provisioner.ts";
 import { environmentById, findOrCreateEnvironment, updateEnvironment } from "../store/environment-store.ts";
 import type { CloudsTable, EnvironmentsTable, ProjectsTable } from "../store/schema.ts";
@@ -14,7 +15,7 @@ import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
 import { buildImages } from "./image-builds.ts";
 import { DEPLOY_PHASES, PhaseFailure, type PhaseRecorder } from "./phase-recorder.ts";
 import { type Placement, place } from "./placement.ts";
-import { projectSource } from "./project-source.ts";
+import { type ProjectSource, projectSource } from "./project-source.ts";
 import { snapshotPhase } from "./snapshot-kind.ts";
 
 export async function runDeploy(
@@ -107,86 +108,100 @@ async function deployPhases(
 
 /** resolve: the compose file validated off the event loop (it is a team's input), images pinned. */
 async function resolvePhase(runner: DeploymentRunner, rec: PhaseRecorder, project: ProjectsTable) {
-  const { validator, fetchPolicy } = runner.options;
   return (await rec.run("resolve", async () => {
-    const { compose, dotenv, source, buildContexts } = await projectSource(project, runner.options);
-    const r = await validator.validate(compose, {
-      env: {},
-      dotenv: dotenv ?? undefined,
-      noBuild: false,
-      projectName: project.name,
-    });
-    if (!r.ok) {
-      throw new PhaseFailure(
-        `the compose file was refused: ${r.errors.map((e) => `${e.path || "(file)"} (line ${e.line}) ${e.message}`).join("; ")}`,
-        { errors: r.errors, warnings: r.warnings },
-      );
+    const src = await projectSource(project, runner.options);
+    try {
+      return await resolveSource(runner, project, src);
+    } finally {
+      await src.close();
     }
-    if (r.spec.kind !== project.kind) {
-      r.warnings.push({
-        code: "x_denv_invalid",
-        severity: "warning",
-        message: `x-denv.kind is ${r.spec.kind} but the project's kind is ${project.kind}`,
-        path: "x-denv.kind",
-        line: 0,
-        column: 0,
-      });
-    }
-    // Each build: names the context uploaded with the file; a context never uploaded is refused here.
-    const digests: Record<string, string> = {};
-    for (const [name, svc] of Object.entries(r.spec.services)) {
-      if (!svc.build) continue;
-      const d = buildContexts[svc.build.context];
-      if (!d)
-        throw new PhaseFailure(
-          project.source_type === "local"
-            ? `service ${name} builds from ${svc.build.context}, whose context was not uploaded: deploy with the CLI from the project's directory (it uploads each build context)`
-            : `service ${name} builds from ${svc.build.context}: building from a git source is not available yet; push the image to a registry and name it in image:`,
-          { errors: [], warnings: r.warnings },
-        );
-      digests[name] = d;
-    }
-    const withContexts = withContextDigests(r.spec, digests);
-    const pinned = await pinSpec(
-      withContexts,
-      new RegistryPinner({ allowHost: (h) => fetchPolicy.allowsHost(h) }),
-    );
-    // An image an earlier start found on the real clock: said now, refused with frozen-strict.
-    const clock = clockIssues(pinned, await clockHistory(runner.store, project.id));
-    const strict = clock.filter((i) => i.severity === "error");
-    if (strict.length > 0)
-      throw new PhaseFailure(`x-denv.clock is frozen-strict but ${strict.map((i) => i.message).join("; ")}`, {
-        errors: strict,
-        warnings: r.warnings,
-      });
-    r.warnings.push(...clock);
-    return {
-      value: pinned,
-      evidence: {
-        source,
-        spec_hash: pinned.hash,
-        images: Object.fromEntries(Object.entries(pinned.services).map(([n, s]) => [n, s.image_pinned])),
-        ...(Object.keys(digests).length
-          ? {
-              builds: Object.fromEntries(
-                Object.entries(pinned.services)
-                  .filter(([, s]) => s.build)
-                  .map(([n, s]) => [
-                    n,
-                    {
-                      context: s.build?.context,
-                      context_digest: s.build?.context_digest,
-                      dockerfile: s.build?.dockerfile,
-                    },
-                  ]),
-              ),
-            }
-          : {}),
-        verifier_image: pinned.verifier?.image_pinned ?? null,
-        warnings: r.warnings,
-      },
-    };
   })) as ResolvedSpec;
+}
+
+/** The source validated, each build context found (uploaded, or archived from git), images pinned. */
+async function resolveSource(runner: DeploymentRunner, project: ProjectsTable, src: ProjectSource) {
+  const { validator, fetchPolicy } = runner.options;
+  const { compose, dotenv, source, buildContexts } = src;
+  const r = await validator.validate(compose, {
+    env: {},
+    dotenv: dotenv ?? undefined,
+    noBuild: false,
+    projectName: project.name,
+  });
+  if (!r.ok) {
+    throw new PhaseFailure(
+      `the compose file was refused: ${r.errors.map((e) => `${e.path || "(file)"} (line ${e.line}) ${e.message}`).join("; ")}`,
+      { errors: r.errors, warnings: r.warnings },
+    );
+  }
+  if (r.spec.kind !== project.kind) {
+    r.warnings.push({
+      code: "x_denv_invalid",
+      severity: "warning",
+      message: `x-denv.kind is ${r.spec.kind} but the project's kind is ${project.kind}`,
+      path: "x-denv.kind",
+      line: 0,
+      column: 0,
+    });
+  }
+  // Each build: names the context uploaded with the file; a context never uploaded is refused here.
+  const digests: Record<string, string> = {};
+  for (const [name, svc] of Object.entries(r.spec.services)) {
+    if (!svc.build) continue;
+    let d = buildContexts[svc.build.context];
+    if (!d && src.archive) {
+      // A git source: the context is the commit's directory, kept beside uploaded ones.
+      const archive = normalizedTar(src.archive(svc.build.context));
+      d = (await runner.buildContexts.putStream(project.team_id, archive)).digest;
+      buildContexts[svc.build.context] = d;
+    }
+    if (!d)
+      throw new PhaseFailure(
+        `service ${name} builds from ${svc.build.context}, whose context was not uploaded: deploy with the CLI from the project's directory (it uploads each build context)`,
+        { errors: [], warnings: r.warnings },
+      );
+    digests[name] = d;
+  }
+  const withContexts = withContextDigests(r.spec, digests);
+  const pinned = await pinSpec(
+    withContexts,
+    new RegistryPinner({ allowHost: (h) => fetchPolicy.allowsHost(h) }),
+  );
+  // An image an earlier start found on the real clock: said now, refused with frozen-strict.
+  const clock = clockIssues(pinned, await clockHistory(runner.store, project.id));
+  const strict = clock.filter((i) => i.severity === "error");
+  if (strict.length > 0)
+    throw new PhaseFailure(`x-denv.clock is frozen-strict but ${strict.map((i) => i.message).join("; ")}`, {
+      errors: strict,
+      warnings: r.warnings,
+    });
+  r.warnings.push(...clock);
+  return {
+    value: pinned,
+    evidence: {
+      source,
+      spec_hash: pinned.hash,
+      images: Object.fromEntries(Object.entries(pinned.services).map(([n, s]) => [n, s.image_pinned])),
+      ...(Object.keys(digests).length
+        ? {
+            builds: Object.fromEntries(
+              Object.entries(pinned.services)
+                .filter(([, s]) => s.build)
+                .map(([n, s]) => [
+                  n,
+                  {
+                    context: s.build?.context,
+                    context_digest: s.build?.context_digest,
+                    dockerfile: s.build?.dockerfile,
+                  },
+                ]),
+            ),
+          }
+        : {}),
+      verifier_image: pinned.verifier?.image_pinned ?? null,
+      warnings: r.warnings,
+    },
+  };
 }
 
 /** place, then provision and join: the host the stack is built on, connected. */

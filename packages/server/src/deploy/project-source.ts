@@ -3,9 +3,11 @@
  * from its seal, or one commit of its git URL, fetched for this deploy only and read as hostile
  * input (git-source.ts).
  */
+
+import type { Readable } from "node:stream";
 import type { SecretBox } from "../clouds/secret-box.ts";
 import type { FetchPolicy } from "../fetch-policy.ts";
-import { readGitSource } from "../git-source.ts";
+import { openGitSource } from "../git-source.ts";
 import type { ProjectsTable } from "../store/schema.ts";
 import { PhaseFailure } from "./phase-recorder.ts";
 
@@ -16,6 +18,10 @@ export interface ProjectSource {
   source: unknown;
   /** Build context path (normalised) → the sha256: of its uploaded tar. */
   buildContexts: Record<string, string>;
+  /** A git source's directory as a tar (its build contexts come from the commit itself). */
+  archive?: (path: string) => Readable;
+  /** Lets go of what the source holds open (a git clone); always called once resolve is done. */
+  close(): Promise<void>;
 }
 
 export async function projectSource(
@@ -32,6 +38,7 @@ export async function projectSource(
       dotenv: deps.secrets.openText(project.dotenv_text),
       source: { type: "local", path: project.source },
       buildContexts: JSON.parse(project.build_contexts_json ?? "{}") as Record<string, string>,
+      close: async () => {},
     };
   }
   if (project.source_type === "github") {
@@ -39,11 +46,13 @@ export async function projectSource(
       `${project.source}: the GitHub integration is not available yet; create the project with a git URL or a local directory`,
     );
   }
-  const g = await readGitSource(project.source, deps.fetchPolicy);
+  const g = await openGitSource(project.source, deps.fetchPolicy);
   return {
     compose: g.compose,
     dotenv: g.dotenv,
     source: { type: "git", url: project.source, commit: g.commit, file: g.file },
     buildContexts: {},
+    archive: g.archive,
+    close: g.close,
   };
 }

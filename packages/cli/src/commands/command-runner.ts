@@ -50,9 +50,41 @@ export function printPhaseLog(d: Deployment, withEvidence: boolean): void {
   }
 }
 
+/**
+ * The build log in the prepare phase's evidence: while it runs, the lines so far (a sliding
+ * window: what follows the last line printed); once done, the rest of each build's tail.
+ */
+function printBuildLog(p: Phase, printed: Map<string, string>, logged: Map<string, string[]>): void {
+  const ev = p.evidence as {
+    building?: Record<string, string[]>;
+    builds?: Record<string, { built: boolean; log_tail: string[] }>;
+  } | null;
+  const done = `${p.name}:log-done`;
+  if (printed.has(done)) return;
+  const building =
+    p.status === "running"
+      ? ev?.building
+      : ev?.builds &&
+        Object.fromEntries(
+          Object.entries(ev.builds)
+            .filter(([, b]) => b.built)
+            .map(([svc, b]) => [svc, b.log_tail]),
+        );
+  if (!building) return;
+  if (p.status !== "running") printed.set(done, "");
+  for (const [service, lines] of Object.entries(building)) {
+    const seen = logged.get(service) ?? [];
+    const at = seen.length ? lines.lastIndexOf(seen[seen.length - 1] as string) : -1;
+    for (const line of lines.slice(at + 1)) process.stdout.write(`      ${service} | ${line}\n`);
+    logged.set(service, lines);
+  }
+}
+
 /** Follows a deployment's phases live, printing each change; resolves to the final deployment. */
 export async function follow(client: DenvClient, id: string, json: boolean): Promise<Deployment> {
   const printed = new Map<string, string>();
+  // A build's log, shown as it comes (the prepare phase's evidence holds its last lines).
+  const logged = new Map<string, string[]>();
   let last: Deployment | undefined;
   for await (const d of client.deploymentEvents(id)) {
     last = d;
@@ -60,10 +92,15 @@ export async function follow(client: DenvClient, id: string, json: boolean): Pro
     for (const p of d.phases) {
       if (p.status === "pending") continue;
       const line = phaseLine(p);
-      if (printed.get(p.name) !== line) {
+      const say = () => {
+        if (printed.get(p.name) === line) return;
         printed.set(p.name, line);
         process.stdout.write(`${line}\n`);
-      }
+      };
+      // A running phase's line comes before its log; a finished one's after the rest of it.
+      if (p.status === "running") say();
+      printBuildLog(p, printed, logged);
+      say();
     }
   }
   return last ?? (await client.call("getV1DeploymentsById", { params: { id } }));

@@ -4,7 +4,8 @@
  * working tree is written, so no link in it is ever followed), the two files are read from git's
  * objects as blobs (a symbolic link there is refused, not resolved), sizes are bounded, and git runs
  * with no configuration of the server's own: no credentials, no SSH identity, no protocols but
- * http(s), no redirects, only hosts an administrator allowed.
+ * http(s), no redirects, only hosts an administrator allowed. The clone is kept open while the
+ * deploy's resolve phase archives its build contexts (git archive: links stay links in the tar).
  */
 import { execFile, spawn } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
@@ -116,18 +117,6 @@ function git(args: string[], home: string, timeoutMs: number): Promise<Buffer> {
   });
 }
 
-/** Clones the repository's default branch (one commit, no working tree) and reads the two files. */
-export async function readGitSource(
-  source: string,
-  policy: FetchPolicy,
-  options: { timeoutMs?: number } = {},
-): Promise<GitSource> {
-  const checkout = await openGitSource(source, policy, options);
-  await checkout.close();
-  const { archive: _a, close: _c, ...files } = checkout;
-  return files;
-}
-
 /** A clone kept open after its files are read: its directories archived as build contexts. */
 export interface GitCheckout extends GitSource {
   /**
@@ -138,6 +127,7 @@ export interface GitCheckout extends GitSource {
   close(): Promise<void>;
 }
 
+/** Clones the repository's default branch (one commit, no working tree) and reads the two files. */
 export async function openGitSource(
   source: string,
   policy: FetchPolicy,

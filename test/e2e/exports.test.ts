@@ -18,6 +18,7 @@ import { parse as parseToml } from "smol-toml";
 import WebSocket from "ws";
 import { parse as parseYaml } from "yaml";
 import { type Lab, openLab } from "../security/security-lab.ts";
+import { cliRunner } from "./cli-runner.ts";
 import { runHarborTrial } from "./harbor-runner.ts";
 
 let lab: Lab;
@@ -27,22 +28,7 @@ const opsWorld = join(import.meta.dirname, "../../examples/ops-world");
 const ANSWER_SQL =
   "psql -Atc \"select count(*) from orders where status = 'failed' and total_cents > 50000\"";
 
-const denv = async (...args: string[]) => {
-  try {
-    const r = await promisify(execFile)(
-      process.execPath,
-      [join(import.meta.dirname, "../../packages/cli/bin/denv.js"), ...args],
-      {
-        encoding: "utf8",
-        env: { ...process.env, DENV_SERVER: lab.server.url, DENV_API_KEY: lab.keyA, DENV_NO_STDIN: "1" },
-      },
-    );
-    return { code: 0, stdout: r.stdout, stderr: r.stderr };
-  } catch (err) {
-    const e = err as { code: number; stdout: string; stderr: string };
-    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
-  }
-};
+const denv = cliRunner(() => ({ url: lab.server.url, key: lab.keyA }));
 
 before(async () => {
   lab = await openLab();

@@ -5,13 +5,12 @@
  * itself before grading counts for nothing.
  */
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { promisify } from "node:util";
 import { type Lab, openLab } from "../security/security-lab.ts";
+import { cliRunner } from "./cli-runner.ts";
 import { removeBuiltImages } from "./engine-helpers.ts";
 
 let lab: Lab;
@@ -29,23 +28,7 @@ after(async () => {
   rmSync(out, { recursive: true, force: true });
 });
 
-const denv = async (...args: string[]) => {
-  try {
-    const r = await promisify(execFile)(
-      process.execPath,
-      [join(import.meta.dirname, "../../packages/cli/bin/denv.js"), ...args],
-      {
-        encoding: "utf8",
-        maxBuffer: 64 * 1024 * 1024,
-        env: { ...process.env, DENV_SERVER: lab.server.url, DENV_API_KEY: lab.keyA, DENV_NO_STDIN: "1" },
-      },
-    );
-    return { code: 0, stdout: r.stdout, stderr: r.stderr };
-  } catch (err) {
-    const e = err as { code: number; stdout: string; stderr: string };
-    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
-  }
-};
+const denv = cliRunner(() => ({ url: lab.server.url, key: lab.keyA }));
 
 test("three Harbor tasks import, deploy, and verify to 1 with their oracle and 0 without", async () => {
   const r = await denv("import", "harbor", fixtures, out, "--json");

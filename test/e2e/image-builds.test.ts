@@ -6,13 +6,13 @@
  * ran); and what a hostile team sends (forged digests, another team's contexts, host networking).
  */
 import assert from "node:assert/strict";
-import { execFile, execFileSync } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { promisify } from "node:util";
 import { type Lab, openLab } from "../security/security-lab.ts";
+import { cliRunner } from "./cli-runner.ts";
 import { LOCAL_REGISTRY } from "./denvd-helpers.ts";
 import { removeBuiltImages } from "./engine-helpers.ts";
 import { type GitHttpServer, startGitHttpServer } from "./git-http-server.ts";
@@ -39,22 +39,7 @@ after(async () => {
   rmSync(work, { recursive: true, force: true });
 });
 
-const denv = async (...args: string[]) => {
-  try {
-    const r = await promisify(execFile)(
-      process.execPath,
-      [join(import.meta.dirname, "../../packages/cli/bin/denv.js"), ...args],
-      {
-        encoding: "utf8",
-        env: { ...process.env, DENV_SERVER: lab.server.url, DENV_API_KEY: lab.keyA, DENV_NO_STDIN: "1" },
-      },
-    );
-    return { code: 0, stdout: r.stdout, stderr: r.stderr };
-  } catch (err) {
-    const e = err as { code: number; stdout: string; stderr: string };
-    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
-  }
-};
+const denv = cliRunner(() => ({ url: lab.server.url, key: lab.keyA }));
 
 function write(dir: string, files: Record<string, string>) {
   for (const [rel, text] of Object.entries(files)) {
@@ -327,6 +312,25 @@ test("denv init agent|service|website|inference: each starter deploys as it stan
   }
 });
 
+/**
+ * Deploys through the API and follows the deployment to its verdict (up to 5 minutes); one that
+ * does not end is reported with its phases, so a stall says where it stalled.
+ */
+async function deployed(project: string) {
+  const started = await lab.api("POST", `/v1/projects/${project}/deploy`, { env: "alpha" });
+  assert.equal(started.status, 202, JSON.stringify(started.data));
+  let d = started.data;
+  for (let i = 0; i < 1500 && (d.status === "running" || d.status === "queued"); i++) {
+    await new Promise((r) => setTimeout(r, 200));
+    d = (await lab.api("GET", `/v1/deployments/${started.data.id}`)).data;
+  }
+  assert.ok(
+    d.status !== "running" && d.status !== "queued",
+    `deployment of ${project} still ${d.status} after 5 minutes: ${JSON.stringify(d.phases.map((p: { name: string; status: string; evidence: unknown }) => [p.name, p.status, p.evidence]))}`,
+  );
+  return d;
+}
+
 test("a git source's build context is the commit's directory: built on the host, a link in it kept a link", async () => {
   const repo = join(gitRoot, "built.git");
   write(repo, {
@@ -347,7 +351,7 @@ test("a git source's build context is the commit's directory: built on the host,
     (await lab.api("POST", "/v1/projects", { name: "from-git-build", kind: "service", source })).status,
     201,
   );
-  const d = (await lab.api("POST", "/v1/projects/from-git-build/deploy?wait=true", { env: "alpha" })).data;
+  const d = await deployed("from-git-build");
   assert.equal(d.status, "succeeded", d.reason);
   assert.equal(phase(d, "resolve").evidence.source.commit, commit);
   const b = phase(d, "prepare").evidence.builds.app;
@@ -357,8 +361,7 @@ test("a git source's build context is the commit's directory: built on the host,
   assert.equal((await sh("from-git-build/alpha", "app", "readlink /srv/context/shadow")).out, "/etc/shadow");
   assert.equal((await sh("from-git-build/alpha", "app", "test -L /srv/context/shadow")).code, 0);
   // Deployed again from the same commit: the same archive, nothing built.
-  const again = (await lab.api("POST", "/v1/projects/from-git-build/deploy?wait=true", { env: "alpha" }))
-    .data;
+  const again = await deployed("from-git-build");
   assert.equal(again.status, "succeeded", again.reason);
   assert.equal(phase(again, "prepare").evidence.builds.app.built, false);
   // A context path that is not a directory of the commit fails resolve with git's reason.
@@ -372,7 +375,7 @@ test("a git source's build context is the commit's directory: built on the host,
     kind: "service",
     source: `${gitServer.url}/broken.git`,
   });
-  const bad = (await lab.api("POST", "/v1/projects/broken-git/deploy?wait=true", { env: "alpha" })).data;
+  const bad = await deployed("broken-git");
   assert.equal(bad.status, "rolled_back");
   assert.match(phase(bad, "resolve").reason ?? "", /build context nowhere could not be read/);
 });

@@ -7,7 +7,7 @@
  */
 import { createHash } from "node:crypto";
 import { createReadStream, createWriteStream } from "node:fs";
-import { mkdir, rename, rm, stat } from "node:fs/promises";
+import { mkdir, readdir, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
@@ -18,6 +18,8 @@ import { newId } from "./ids.ts";
 /** A context's name: sha256: and 64 hex digits. */
 export const CONTEXT_DIGEST = /^sha256:[0-9a-f]{64}$/;
 export const DEFAULT_CONTEXT_LIMIT_BYTES = 2 * 1024 ** 3;
+/** How long an unreferenced context is kept: an upload whose source is not sent yet is not lost. */
+export const CONTEXT_GRACE_MS = 3600_000;
 
 export class BuildContexts {
   readonly dir: string;
@@ -91,6 +93,32 @@ export class BuildContexts {
     } finally {
       await rm(tmp, { force: true });
     }
+  }
+
+  /**
+   * Deletes the team's contexts that none of `keep` names and that were written more than
+   * `olderThanMs` ago (an upload racing the prune is younger than that). The host keeps what it
+   * built; a context deleted here is uploaded (or archived from git) again if it is ever needed.
+   */
+  async prune(teamId: string, keep: ReadonlySet<string>, olderThanMs: number): Promise<string[]> {
+    const dir = join(this.dir, teamId);
+    let names: string[];
+    try {
+      names = await readdir(dir);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === "ENOENT") return [];
+      throw err;
+    }
+    const removed: string[] = [];
+    for (const name of names) {
+      const m = /^([0-9a-f]{64})\.tar$/.exec(name);
+      if (!m || keep.has(`sha256:${m[1]}`)) continue;
+      const st = await stat(join(dir, name)).catch(() => null);
+      if (!st || Date.now() - st.mtimeMs < olderThanMs) continue;
+      await rm(join(dir, name), { force: true });
+      removed.push(`sha256:${m[1]}`);
+    }
+    return removed;
   }
 
   open(teamId: string, digest: string): Readable {

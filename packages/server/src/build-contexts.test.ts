@@ -3,7 +3,7 @@ import { createHash } from "node:crypto";
 import { mkdtempSync, readdirSync, utimesSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Readable } from "node:stream";
+import { PassThrough, Readable } from "node:stream";
 import { test } from "node:test";
 import { BuildContexts, normalizedTar } from "./build-contexts.ts";
 
@@ -37,6 +37,19 @@ test("prune lets go of what no project names, once it is older than the grace", 
   assert.equal(await store.size("team_a", digestOf(a)), 100);
   assert.equal(await store.size("team_a", digestOf(c)), 100, "a fresh upload survives");
   assert.deepEqual(await store.prune("team_none", new Set(), 0), []);
+});
+
+test("normalizedTar: a source that fails before anyone reads (git refusing at once) fails the store, never hangs", async () => {
+  for (const delayMs of [0, 1, 30]) {
+    const source = new PassThrough();
+    const tarred = normalizedTar(source);
+    const fail = () => source.destroy(new Error("git said no"));
+    if (delayMs === 0) fail();
+    else setTimeout(fail, delayMs);
+    const store = new BuildContexts(mkdtempSync(join(tmpdir(), "ctx-")));
+    await assert.rejects(store.putStream("team_a", tarred), /git said no/);
+    assert.deepEqual(readdirSync(join(store.dir, "team_a")), []);
+  }
 });
 
 test("normalizedTar: the same entries make the same bytes, whatever their times", async () => {

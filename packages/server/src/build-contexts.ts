@@ -9,7 +9,7 @@ import { createHash } from "node:crypto";
 import { createReadStream, createWriteStream } from "node:fs";
 import { mkdir, readdir, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
-import type { Readable } from "node:stream";
+import { PassThrough, type Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { DenvError } from "@denv/protocol";
 import tar from "tar-stream";
@@ -147,9 +147,15 @@ export function normalizedTar(input: Readable): Readable {
     stream.resume();
     stream.on("end", () => next());
   });
+  // Handed on as a Node stream: one that failed before its reader came (git refusing the path at
+  // once) must still fail that reader, which a destroyed tar-stream pack does not do.
+  const out = new PassThrough();
+  const fail = (err: Error) => out.destroy(err);
   extract.on("finish", () => pack.finalize());
-  extract.on("error", (err) => pack.destroy(err));
-  input.on("error", (err) => extract.destroy(err));
+  extract.on("error", fail);
+  pack.on("error", fail);
+  input.on("error", fail);
+  (pack as unknown as Readable).pipe(out);
   input.pipe(extract);
-  return pack as unknown as Readable;
+  return out;
 }

@@ -237,5 +237,9 @@ function gitArchive(repo: string, home: string, commit: string, path: string, ti
     );
   });
   child.on("error", (err) => out.destroy(err));
+  // A reader that gave up (a context over its limit) stops git too.
+  out.on("close", () => {
+    if (child.exitCode === null) child.kill("SIGKILL");
+  });
   return out;
 }

@@ -6,8 +6,7 @@
  */
 import { createHash } from "node:crypto";
 import { pipeline } from "node:stream/promises";
-import type { MuxStream } from "@denv/protocol";
-import { DEFAULT_CAPS, type ResolvedSpec } from "@denv/protocol";
+import { DEFAULT_CAPS, type MuxStream, type ResolvedSpec } from "@denv/protocol";
 import { canonicalJson, withBuiltImages } from "@denv/spec";
 import type { DeploymentRunner } from "./deployment-runner.ts";
 import type { PhaseRecorder } from "./phase-recorder.ts";
@@ -47,7 +46,7 @@ function buildTag(projectName: string, service: string, key: string): string {
 
 /**
  * Builds (or finds) every built service's image on the host; returns the spec pinned to them and
- * each build's evidence. `live` is told of log lines as they arrive.
+ * each build's evidence. The prepare phase shows each build's last log lines while it runs.
  */
 export async function buildImages(
   runner: DeploymentRunner,

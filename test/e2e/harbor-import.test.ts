@@ -137,6 +137,29 @@ test("denv import karotte: a Karotte image's tasks as projects; an episode's tra
   }
   // The same projects, redeployed with a student that does nothing: the transcript scores 0.
   for (const p of await run("noop")) assert.equal(p.check.reward, 0, p.name);
+  // The grader never follows a link the agent left where the transcript goes, nor reads a hard link.
+  for (const [how, plant] of [
+    ["symlink", "ln -sf /work/fake.json /work/out/transcript.json"],
+    ["hard link", "ln -f /work/fake.json /work/out/transcript.json"],
+    [
+      "linked directory",
+      "rm -rf /work/out && mkdir -p /work/elsewhere && cp /work/fake.json /work/elsewhere/transcript.json && ln -s /work/elsewhere /work/out",
+    ],
+  ] as const) {
+    const fork = await lab.api("POST", `/v1/envs/${encodeURIComponent("karotte-say-hello/alpha")}/fork`, {
+      name: `planted-${how.replace(/ /g, "-")}`,
+    });
+    assert.equal(fork.status, 201, JSON.stringify(fork.data));
+    const planted = await lab.api("POST", `/v1/envs/${fork.data.id}/exec`, {
+      service: "karotte",
+      command: ["sh", "-c", `mkdir -p /work/out && echo '{"score": 1}' > /work/fake.json && ${plant}`],
+    });
+    assert.equal(planted.data.exit_code, 0, planted.data.stderr);
+    const v = await lab.api("POST", `/v1/envs/${fork.data.id}/verify`, { resume: false });
+    assert.equal(v.data.status, "succeeded", v.data.reason);
+    assert.equal(v.data.verify.reward, 0, `${how}: ${JSON.stringify(v.data.verify)}`);
+    await lab.api("DELETE", `/v1/envs/${fork.data.id}`);
+  }
   // The agent's service is not root; hostile task ids and images are refused before anything runs.
   const who = await lab.api("POST", `/v1/envs/${encodeURIComponent("karotte-say-hello/alpha")}/exec`, {
     service: "karotte",

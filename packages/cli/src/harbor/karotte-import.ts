@@ -14,19 +14,39 @@ import { projectNameFor } from "./harbor-import.ts";
 
 export const KAROTTE_WORKDIR = "/work";
 
-/** The verifier: the transcript's top-level score, else the last step's that has one; 0 when none. */
+/**
+ * The verifier, as root on the grading fork: the transcript's top-level score, else the last
+ * scored step's. The transcript lies in the agent's workspace, so it is opened without following a
+ * link in any component, read only when it is a regular file with one link, and bounded (16 MiB).
+ */
 const READ_SCORE = `
-import json, sys
+import json, os, stat, sys
+def fail(why):
+    print(why, file=sys.stderr); sys.exit(1)
 try:
-    t = json.load(open("${KAROTTE_WORKDIR}/out/transcript.json"))
-except (OSError, ValueError) as e:
-    print(f"no transcript: {e}", file=sys.stderr); sys.exit(1)
+    work = os.open("${KAROTTE_WORKDIR}", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    out = os.open("out", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=work)
+    fd = os.open("transcript.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=out)
+except OSError as e:
+    fail(f"no transcript at ${KAROTTE_WORKDIR}/out/transcript.json (links are not followed): {e.strerror}")
+st = os.fstat(fd)
+if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+    fail("the transcript is not a regular file with one link")
+with os.fdopen(fd, "rb") as f:
+    data = f.read(16 * 1024 * 1024 + 1)
+if len(data) > 16 * 1024 * 1024:
+    fail("the transcript is over 16 MiB")
+try:
+    t = json.loads(data)
+except ValueError as e:
+    fail(f"the transcript is not JSON: {e}")
 score = t.get("score") if isinstance(t, dict) else None
-if not isinstance(score, (int, float)):
-    scored = [s.get("score") for s in (t.get("steps") or []) if isinstance(s, dict) and isinstance(s.get("score"), (int, float))]
+if not isinstance(score, (int, float)) and isinstance(t, dict):
+    steps = t.get("steps") if isinstance(t.get("steps"), list) else []
+    scored = [s.get("score") for s in steps if isinstance(s, dict) and isinstance(s.get("score"), (int, float))]
     score = scored[-1] if scored else None
-if score is None:
-    print("the transcript has no scored step", file=sys.stderr); sys.exit(1)
+if not isinstance(score, (int, float)) or isinstance(score, bool):
+    fail("the transcript has no scored step")
 print(float(score))
 `;
 

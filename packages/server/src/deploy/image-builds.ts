@@ -134,7 +134,7 @@ export async function buildImages(
 }
 
 /** The host's log stream, a line at a time (cut at 400 characters; control bytes dropped). */
-async function readLog(log: MuxStream, onLine: (line: string) => void): Promise<void> {
+export async function readLog(log: AsyncIterable<unknown>, onLine: (line: string) => void): Promise<void> {
   let partial = "";
   for await (const chunk of log) {
     const parts = (partial + (chunk as Buffer).toString("utf8")).split("\n");

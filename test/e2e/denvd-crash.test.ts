@@ -1,10 +1,13 @@
 /**
  * denvd killed with SIGKILL in the middle of a fork, then restarted: reconcile must leave no orphan
  * (no container, network or volume of the interrupted fork; no dataset no record holds), and the
- * environments that were already there keep running.
+ * environments that were already there keep running. Then, set up exactly as a kill leaves them:
+ * a snapshot cut off inside its frozen window (thawed, undone), a verify's frozen agent (kept
+ * frozen), a rollback cut off half way (finished, its outcome kept for the server's re-send).
  */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { LABEL } from "@denv/denvd";
@@ -89,3 +92,101 @@ test("at least one kill landed mid-fork and reconcile removed what it had made",
   );
   process.stdout.write(`# objects reconcile removed per kill: ${removedPerCase.join(", ")}\n`);
 });
+
+/** Opens the host again on the same state directory, as a restarted denvd does. */
+async function reopen(): Promise<TestHost> {
+  return openTestHost({ stateDir: host.stateDir, runId: host.runId });
+}
+
+async function pausedServices(h: TestHost, stackId: string): Promise<string[]> {
+  const stack = h.denvd.stack(stackId);
+  const out: string[] = [];
+  for (const [svc, id] of Object.entries(stack.containers))
+    if ((await h.denvd.runtime.inspectContainer(id)).paused) out.push(svc);
+  return out.sort();
+}
+
+test("a snapshot cut off inside its frozen window is thawed and undone at the next open", async () => {
+  const stack = host.denvd.stack(alphaId);
+  // What a kill inside the frozen window leaves: every service paused, the operation written down
+  // as running, one dataset's snapshot made and no version recorded.
+  const opId = "op_0123456789ab";
+  const versionId = "ver_0123456789ab";
+  await host.denvd.journal.begin({
+    opId,
+    method: "snapshot",
+    params: { stack_id: alphaId, new_version_id: versionId },
+    stackVersionId: stack.versionId,
+  });
+  for (const id of Object.values(stack.containers)) await host.denvd.runtime.pauseContainer(id);
+  const half = `${versionId}-pg`;
+  await host.storage.snapshot(stack.datasets.pg as string, half);
+  assert.deepEqual(await pausedServices(host, alphaId), ["db", "opsbox", "queue"]);
+  const again = await reopen();
+  assert.deepEqual(await pausedServices(again, alphaId), []);
+  assert.deepEqual(again.denvd.lastReconcile.thawed.sort(), [
+    `${alphaId}/db`,
+    `${alphaId}/opsbox`,
+    `${alphaId}/queue`,
+  ]);
+  assert.deepEqual(again.denvd.lastReconcile.interrupted, [`snapshot ${opId}: undone`]);
+  assert.ok(!(await again.storage.listSnapshots()).includes(half), "the half-made snapshot is removed");
+  assert.equal((await again.denvd.journal.get(opId))?.status, "undone");
+  // The environment answers, and the server's re-send of the same operation runs it anew.
+  const r = await again.denvd.exec(alphaId, "opsbox", { command: ["psql", "-tAc", "select 1"] });
+  assert.equal(r.stdout.toString().trim(), "1");
+  const snap = await again.denvd.snapshot(alphaId, { versionId });
+  assert.equal(snap.version.id, versionId);
+  await again.denvd.deleteVersion(versionId);
+});
+
+test("a service verify froze stays frozen across a restart; one recorded frozen but running is cleared", async () => {
+  const stack = host.denvd.stack(alphaId);
+  await host.denvd.recordFrozen(alphaId, "opsbox", true);
+  await host.denvd.runtime.pauseContainer(stack.containers.opsbox as string);
+  // Recorded, but cut off before it paused: the record follows the engine.
+  await host.denvd.recordFrozen(alphaId, "queue", true);
+  const again = await reopen();
+  assert.deepEqual(await pausedServices(again, alphaId), ["opsbox"]);
+  assert.deepEqual(again.denvd.stack(alphaId).frozen, ["opsbox"]);
+  assert.deepEqual(again.denvd.lastReconcile.thawed, []);
+  await again.denvd.runtime.unpauseContainer(stack.containers.opsbox as string);
+  await again.denvd.recordFrozen(alphaId, "opsbox", false);
+});
+
+test("a rollback cut off after the stack's data was removed is finished at the next open, its outcome kept for the re-send", async () => {
+  const before = host.denvd.stack(alphaId);
+  const versionId = before.versionId as string;
+  const opId = "op_abcdef012345";
+  await host.denvd.journal.begin({
+    opId,
+    method: "rollback",
+    params: { stack_id: alphaId, version_id: versionId },
+    stackVersionId: versionId,
+  });
+  // What the first half of a rollback does before a kill: the stack marked restoring, its
+  // containers removed, one dataset gone.
+  writeStackRecord({ ...before, status: "restoring", restoreVersionId: versionId });
+  for (const id of Object.values(before.containers)) await host.denvd.runtime.removeContainer(id);
+  await host.storage.destroyDataset(before.datasets.pg as string);
+  const again = await reopen();
+  assert.deepEqual(again.denvd.lastReconcile.interrupted, [`rollback ${opId}: finished`]);
+  const after = again.denvd.stack(alphaId);
+  assert.equal(after.status, "running");
+  assert.equal(after.restoreVersionId, undefined);
+  const entry = await again.denvd.journal.get(opId);
+  assert.equal(entry?.status, "done");
+  assert.equal(entry?.outcome?.ok, true);
+  const r = await again.denvd.exec(alphaId, "opsbox", {
+    command: ["psql", "-tAc", "select count(*) from orders"],
+  });
+  assert.equal(r.stdout.toString().trim(), "100000");
+});
+
+/** Writes a stack record into the state file, as a kill mid-operation leaves it. */
+function writeStackRecord(rec: ReturnType<TestHost["denvd"]["stack"]>): void {
+  const path = join(host.stateDir, "state.json");
+  const state = JSON.parse(readFileSync(path, "utf8"));
+  state.stacks[rec.id] = rec;
+  writeFileSync(path, JSON.stringify(state));
+}

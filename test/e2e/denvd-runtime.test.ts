@@ -281,7 +281,13 @@ describe("destroy", () => {
     }
     const datasets = await host.storage.listDatasets();
     for (const d of ds) assert.ok(!datasets.includes(d));
-    assert.deepEqual(await host.denvd.reconcile(), { removed: [], lost: [], failed: [] });
+    assert.deepEqual(await host.denvd.reconcile(), {
+      removed: [],
+      lost: [],
+      thawed: [],
+      interrupted: [],
+      failed: [],
+    });
   });
 });
 

@@ -29,6 +29,7 @@ import type { ExecOptions, ExecResult, Executor, FileSink, FsRequest } from "./e
 import { buildServiceImage, findBuiltImage } from "./image-builder.ts";
 import { LABEL } from "./labels.ts";
 import { NetworkAllocator } from "./network-allocator.ts";
+import { OpJournal } from "./op-journal.ts";
 import { type ReconcileReport, reconcile } from "./reconcile.ts";
 import type { ContainerRuntime, Labels } from "./runtime/container-runtime.ts";
 import { waitServiceHealthy } from "./service-health.ts";
@@ -60,8 +61,10 @@ export class Denvd {
   private readonly ctx: StackContext;
   private readonly store: StateStore;
   private readonly agents: AgentRegistry;
+  /** The operations that change engine state, written down before they act (op-journal.ts). */
+  readonly journal: OpJournal;
   /** What the reconcile at open found and settled (and what it could not). */
-  lastReconcile: ReconcileReport = { removed: [], lost: [], failed: [] };
+  lastReconcile: ReconcileReport = { removed: [], lost: [], thawed: [], interrupted: [], failed: [] };
 
   private constructor(options: DenvdOptions, store: StateStore) {
     const t = options.egressProbeTarget;
@@ -71,6 +74,7 @@ export class Denvd {
     this.storage = options.storage;
     this.runtime = options.runtime;
     this.store = store;
+    this.journal = new OpJournal(options.stateDir);
     this.agents = new AgentRegistry(options.stateDir, options.runtime);
     const engine = new EngineExecutor(options.runtime);
     this.executor =
@@ -103,6 +107,7 @@ export class Denvd {
     await options.runtime.ping();
     await options.storage.init();
     const d = new Denvd(options, await StateStore.open(options.stateDir));
+    await d.journal.open();
     d.lastReconcile = await d.reconcile();
     return d;
   }
@@ -139,6 +144,18 @@ export class Denvd {
     return stack;
   }
 
+  /** Records (or clears) a service as frozen by verify: the one kind of pause a restart keeps. */
+  async recordFrozen(stackId: string, service: string, frozen: boolean): Promise<void> {
+    const stack = this.stack(stackId);
+    const set = new Set(stack.frozen ?? []);
+    if (frozen === set.has(service)) return;
+    if (frozen) set.add(service);
+    else set.delete(service);
+    stack.frozen = [...set].sort();
+    if (stack.frozen.length === 0) delete stack.frozen;
+    await this.store.putStack(stack);
+  }
+
   version(id: string): VersionRecord {
     const v = this.store.version(id);
     if (!v) throw new DenvError("not_found", `no version ${id} on this host`);
@@ -161,7 +178,7 @@ export class Denvd {
 
   prepare(
     spec: ResolvedSpec,
-    options: { name: string; operationId?: string },
+    options: { name: string; operationId?: string; stackId?: string },
   ): Promise<{ stack: StackRecord; evidence: PrepareEvidence }> {
     return prepareStack(this.ctx, spec, options);
   }
@@ -174,8 +191,11 @@ export class Denvd {
     return warmStack(this.ctx, stackId);
   }
 
-  snapshot(stackId: string): Promise<{ version: VersionRecord; evidence: SnapshotEvidence }> {
-    return snapshotStack(this.ctx, stackId);
+  snapshot(
+    stackId: string,
+    options: { versionId?: string } = {},
+  ): Promise<{ version: VersionRecord; evidence: SnapshotEvidence }> {
+    return snapshotStack(this.ctx, stackId, options);
   }
 
   probeEgress(stackId: string): Promise<EgressEvidence> {
@@ -184,7 +204,7 @@ export class Denvd {
 
   fork(
     versionId: string,
-    options: { name: string; operationId?: string; holdClock?: boolean },
+    options: { name: string; operationId?: string; holdClock?: boolean; stackId?: string },
   ): Promise<{ stack: StackRecord; evidence: ForkEvidence }> {
     return forkStack(this.ctx, versionId, options);
   }
@@ -316,7 +336,7 @@ export class Denvd {
 
   /** Settles the engine and storage against the records (see reconcile.ts). */
   reconcile(): Promise<ReconcileReport> {
-    return reconcile(this.ctx);
+    return reconcile(this.ctx, this.journal);
   }
 
   /** Stops listening for agents (the process is going away; containers and data stay). */

@@ -81,7 +81,11 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
       }
     },
     prepare: async (p) => {
-      const r = await denvd.prepare(p.spec, { name: p.name, operationId: p.operation_id });
+      const r = await denvd.prepare(p.spec, {
+        name: p.name,
+        operationId: p.operation_id,
+        ...(p.new_stack_id ? { stackId: p.new_stack_id } : {}),
+      });
       return { stack_id: r.stack.id, evidence: r.evidence };
     },
     start: async (p) => {
@@ -90,7 +94,7 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
     },
     warm: (p) => denvd.warm(p.stack_id),
     snapshot: async (p) => {
-      const r = await denvd.snapshot(p.stack_id);
+      const r = await denvd.snapshot(p.stack_id, p.new_version_id ? { versionId: p.new_version_id } : {});
       return { version_id: r.version.id, images: r.version.images, evidence: r.evidence };
     },
     probe: (p) => denvd.probeEgress(p.stack_id),
@@ -99,6 +103,7 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
         name: p.name,
         operationId: p.operation_id,
         holdClock: p.hold_clock ?? false,
+        ...(p.new_stack_id ? { stackId: p.new_stack_id } : {}),
       });
       return { stack_id: r.stack.id, evidence: r.evidence };
     },
@@ -208,7 +213,9 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
       return {};
     },
     status: async () => ({
-      stacks: denvd.stacks().map((s) => ({ id: s.id, name: s.name, status: s.status })),
+      stacks: denvd
+        .stacks()
+        .map((s) => ({ id: s.id, name: s.name, status: s.status, frozen: s.frozen ?? [] })),
     }),
   };
 }

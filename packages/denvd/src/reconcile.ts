@@ -1,25 +1,40 @@
 /**
- * Settles the engine and the storage against denvd's records, when denvd opens: stacks caught
- * mid-operation (creating or destroying) are removed entirely; labelled objects of unknown stacks
- * are removed; datasets and snapshots no record holds are destroyed; recorded stacks whose
- * containers are gone are marked lost, stopped ones are started again, and their agents (which
- * keep running across a denvd restart) are listened for and registered again.
+ * Settles the engine and the storage against denvd's records, when denvd opens:
+ *
+ * - operations a kill cut off (op-journal.ts) are finished or undone: a rollback or destroy is
+ *   finished, and its outcome written down for the server's re-send; a fork or prepare has the
+ *   stack it made removed, a snapshot the version it made, and the server's re-send runs it anew;
+ * - stacks caught mid-operation (creating or destroying) are removed entirely, stacks caught mid
+ *   rollback (restoring) are restored;
+ * - labelled objects of unknown stacks are removed; datasets and snapshots no record holds are
+ *   destroyed;
+ * - recorded stacks whose containers are gone are marked lost, stopped ones are started again,
+ *   paused ones are thawed unless verify recorded them frozen (a snapshot's frozen window a kill
+ *   cut off must not outlive the process), and their agents (which keep running across a denvd
+ *   restart) are listened for and registered again.
  */
+
 import { LABEL } from "./labels.ts";
+import type { OpEntry, OpJournal } from "./op-journal.ts";
 import type { ObjectSummary } from "./runtime/container-runtime.ts";
 import type { StackContext } from "./stack-context.ts";
+import { deleteVersion, destroyStack, rollbackStack } from "./stack-lifecycle.ts";
 import { teardownStack } from "./stack-teardown.ts";
 
 export interface ReconcileReport {
   removed: string[];
   lost: string[];
+  /** Containers a cut-off operation left paused, thawed. */
+  thawed: string[];
+  /** Operations a kill cut off: each with what was done about it. */
+  interrupted: string[];
   /** What could not be settled (logged, and left for the next open). */
   failed: string[];
 }
 
-export async function reconcile(ctx: StackContext): Promise<ReconcileReport> {
+export async function reconcile(ctx: StackContext, journal: OpJournal): Promise<ReconcileReport> {
   const { store, runtime, storage } = ctx;
-  const report: ReconcileReport = { removed: [], lost: [], failed: [] };
+  const report: ReconcileReport = { removed: [], lost: [], thawed: [], interrupted: [], failed: [] };
   // One record or object that cannot be settled is logged and left: it never keeps denvd from
   // coming up (a host that cannot start is lost to every stack on it).
   const attempt = async (what: string, fn: () => Promise<void>) => {
@@ -36,9 +51,24 @@ export async function reconcile(ctx: StackContext): Promise<ReconcileReport> {
       report.removed.push(what);
     });
 
+  for (const entry of await journal.running())
+    await attempt(`${entry.method} ${entry.opId}`, async () => {
+      report.interrupted.push(
+        `${entry.method} ${entry.opId}: ${await settleInterrupted(ctx, journal, entry)}`,
+      );
+    });
   for (const stack of store.stacks()) {
     if (stack.status === "creating" || stack.status === "destroying")
       await remove(stack.id, () => teardownStack(ctx, stack));
+    else if (stack.status === "restoring" && stack.restoreVersionId) {
+      const versionId = stack.restoreVersionId;
+      await attempt(stack.id, async () => {
+        await rollbackStack(ctx, stack.id, versionId).catch(async (err) => {
+          await store.putStack({ ...(store.stack(stack.id) ?? stack), status: "failed" });
+          throw err;
+        });
+      });
+    }
   }
   const owner = { [LABEL.owner]: store.ownerId };
   const known = new Set(store.stacks().map((s) => s.id));
@@ -74,8 +104,24 @@ export async function reconcile(ctx: StackContext): Promise<ReconcileReport> {
         stack.status = "lost";
         await store.putStack(stack);
         report.lost.push(stack.id);
-      } else {
-        for (const st of states) if (st && !st.running) await runtime.startContainer(st.id);
+        return;
+      }
+      for (const st of states) if (st && !st.running) await runtime.startContainer(st.id);
+      // The record follows the engine: a service recorded frozen that is not paused is not frozen
+      // (verify recorded it, and was cut off before it paused it).
+      const frozen = new Set(stack.frozen ?? []);
+      for (const [svc, id] of Object.entries(stack.containers)) {
+        const st = states.find((x) => x?.id === id);
+        if (!st?.paused) frozen.delete(svc);
+        else if (!frozen.has(svc)) {
+          await runtime.unpauseContainer(id);
+          report.thawed.push(`${stack.id}/${svc}`);
+        }
+      }
+      if (frozen.size !== (stack.frozen ?? []).length) {
+        stack.frozen = [...frozen];
+        if (!stack.frozen.length) delete stack.frozen;
+        await store.putStack(stack);
       }
     });
   }
@@ -91,7 +137,85 @@ export async function reconcile(ctx: StackContext): Promise<ReconcileReport> {
       }
     }
   }
-  const { removed, lost, failed } = report;
-  if (removed.length || lost.length || failed.length) ctx.log("Reconciled", { removed, lost, failed });
+  const { removed, lost, thawed, interrupted, failed } = report;
+  if (removed.length || lost.length || thawed.length || interrupted.length || failed.length)
+    ctx.log("Reconciled", { removed, lost, thawed, interrupted, failed });
   return report;
+}
+
+/**
+ * One operation a kill cut off: finished when it can only go forward (a rollback has already
+ * replaced the stack's data; a destroy, a version's deletion), its outcome written for the
+ * server's re-send; otherwise what it made is removed and the re-send runs it anew. Says what it did.
+ */
+async function settleInterrupted(ctx: StackContext, journal: OpJournal, e: OpEntry): Promise<string> {
+  const { store } = ctx;
+  const p = e.params as {
+    stack_id?: string;
+    version_id?: string;
+    operation_id?: string;
+    new_stack_id?: string;
+    new_version_id?: string;
+  };
+  const finish = async (run: () => Promise<unknown>): Promise<string> => {
+    try {
+      await journal.finish(e, { ok: true, result: (await run()) ?? {} });
+      return "finished";
+    } catch (err) {
+      const code = (err as { code?: string }).code ?? "internal";
+      await journal.finish(e, {
+        ok: false,
+        error: {
+          code,
+          message: `denvd restarted during ${e.method}, and finishing it failed: ${(err as Error).message}`,
+        },
+      });
+      return "failed";
+    }
+  };
+  switch (e.method) {
+    case "rollback": {
+      const stack = p.stack_id ? store.stack(p.stack_id) : undefined;
+      if (!stack || !p.version_id) return finish(async () => ({}));
+      const versionId = p.version_id;
+      return finish(async () => {
+        try {
+          return await rollbackStack(ctx, stack.id, versionId);
+        } catch (err) {
+          const now = store.stack(stack.id);
+          if (now) await store.putStack({ ...now, status: "failed" });
+          throw err;
+        }
+      });
+    }
+    case "destroy":
+      return finish(() => destroyStack(ctx, p.stack_id ?? ""));
+    case "delete_version":
+      return finish(() => deleteVersion(ctx, p.version_id ?? ""));
+    case "fork":
+    case "prepare": {
+      // The stack it made: the id the server chose, or its operation id and made after it began.
+      for (const s of store.stacks())
+        if (s.id === p.new_stack_id || (s.operationId === p.operation_id && s.createdAt >= e.startedAt))
+          await teardownStack(ctx, s);
+      await journal.undone(e);
+      return "undone";
+    }
+    case "snapshot": {
+      const made = store
+        .versions()
+        .filter((v) => v.id === p.new_version_id || (v.stackId === p.stack_id && v.createdAt >= e.startedAt));
+      for (const v of made) await deleteVersion(ctx, v.id);
+      const stack = p.stack_id ? store.stack(p.stack_id) : undefined;
+      if (stack && made.some((v) => v.id === stack.versionId)) {
+        stack.versionId = e.stackVersionId ?? null;
+        await store.putStack(stack);
+      }
+      await journal.undone(e);
+      return "undone";
+    }
+    default:
+      await journal.undone(e);
+      return "undone";
+  }
 }

@@ -24,6 +24,7 @@ import {
 } from "@denv/protocol";
 import WebSocket from "ws";
 import type { Denvd } from "./denvd.ts";
+import { JOURNALED_OPS, type OpEntry } from "./op-journal.ts";
 import { OpResultCache } from "./op-result-cache.ts";
 import { type OperationHandlers, operationHandlers, performOperation } from "./operation-handlers.ts";
 
@@ -48,6 +49,8 @@ export class Sidecar {
   private heartbeat: NodeJS.Timeout | null = null;
   /** Operations running or done, answered again from their run when re-sent (op-result-cache.ts). */
   private readonly ops = new OpResultCache<Outcome>();
+  /** The last journaled operation of each stack: the next one on it waits for it (runJournaled). */
+  private readonly stackTurns = new Map<string, Promise<void>>();
   private lastHello: HostMessage | null = null;
   /** The byte streams of the current connection (tunnels, file tars, exec's stdin and output). */
   private mux: StreamMux | null = null;
@@ -193,38 +196,119 @@ export class Sidecar {
     }
     let run = this.ops.get(opId);
     if (!run) {
-      const streams = this.openStreams(msg.method, msg.params);
-      run = performOperation(this.handlers, msg.method, msg.params, {
-        get: (id) => {
-          const s = streams.get(id);
-          if (!s) throw new DenvError("invalid_argument", `stream ${id} was not opened for ${msg.method}`);
-          return s;
-        },
-      }).then(
-        (result): Outcome => {
-          if (msg.method !== "open_tunnel") for (const s of streams.values()) void finishStream(s);
-          return { ok: true, result };
-        },
-        (err: unknown): Outcome => {
-          // A failed operation's streams are cut, not ended: a half-sent tar must not look whole.
-          for (const s of streams.values()) s.destroy();
-          if (err instanceof DenvError)
-            return { ok: false, error: { code: err.code, message: err.message, details: err.details } };
-          // Anything else is a fault of denvd's own (a file, a system call): its words, with host
-          // paths in them, stay in the host's log.
-          this.log("Operation failed", { op: msg.method, error: (err as Error).message });
-          return {
-            ok: false,
-            error: {
-              code: "internal",
-              message: `the host could not finish ${msg.method}; its log has the details`,
-            },
-          };
-        },
-      );
+      const { method, params } = msg;
+      run = JOURNALED_OPS.has(method)
+        ? this.runJournaled(opId, method, params)
+        : this.perform(method, params, this.openStreams(method, params));
       this.ops.add(opId, run, (r) => JSON.stringify(r).length);
     }
     void run.then((r) => this.send({ type: "result", op_id: opId, ...r } as HostMessage));
+  }
+
+  /**
+   * An operation that changes engine state: written down before it acts and when it ends
+   * (op-journal.ts), so that a re-send after this process died is answered from its outcome, or
+   * run anew once the next open undid what it had made; never run twice over.
+   */
+  private async runJournaled(
+    opId: string,
+    method: OpMethod,
+    params: Record<string, unknown>,
+  ): Promise<Outcome> {
+    const { journal } = this.options.denvd;
+    const prior = await journal.get(opId);
+    if (prior?.status === "done" && prior.outcome) return prior.outcome;
+    const stackId = typeof params.stack_id === "string" ? params.stack_id : undefined;
+    // One change at a time per stack: a server restarted mid-rollback finishes it with a rollback
+    // of its own, and a destroy sent after a fork's deadline must wait for that fork to end.
+    const key = stackId ?? (typeof params.new_stack_id === "string" ? params.new_stack_id : undefined);
+    if (!key) return this.runWritten(opId, method, params, undefined);
+    const prev = this.stackTurns.get(key) ?? Promise.resolve();
+    const turn = prev.then(() => this.runWritten(opId, method, params, stackId));
+    const tail = turn.then(
+      () => {},
+      () => {},
+    );
+    this.stackTurns.set(key, tail);
+    void tail.then(() => {
+      if (this.stackTurns.get(key) === tail) this.stackTurns.delete(key);
+    });
+    return turn;
+  }
+
+  private async runWritten(
+    opId: string,
+    method: OpMethod,
+    params: Record<string, unknown>,
+    stackId: string | undefined,
+  ): Promise<Outcome> {
+    const { journal } = this.options.denvd;
+    let entry: OpEntry;
+    try {
+      entry = await journal.begin({
+        opId,
+        method,
+        params,
+        ...(stackId
+          ? { stackVersionId: this.options.denvd.stacks().find((x) => x.id === stackId)?.versionId ?? null }
+          : {}),
+      });
+    } catch (err) {
+      // Not written down, not run: acting without the record is what a restart could not settle.
+      if (err instanceof DenvError)
+        return { ok: false, error: { code: err.code, message: `${method}: ${err.message}` } };
+      this.log("Could not write the operation down", { op: method, error: (err as Error).message });
+      return {
+        ok: false,
+        error: {
+          code: "unavailable",
+          message: `the host could not record ${method} before running it; its log has the details`,
+        },
+      };
+    }
+    const outcome = await this.perform(method, params, new Map());
+    await journal
+      .finish(entry, outcome)
+      .catch((err: Error) =>
+        this.log("Could not write the operation's outcome", { op: method, error: err.message }),
+      );
+    return outcome;
+  }
+
+  /** Runs an operation's handler and turns its end into the answer sent to the server. */
+  private perform(
+    method: OpMethod,
+    params: Record<string, unknown>,
+    streams: Map<number, MuxStream>,
+  ): Promise<Outcome> {
+    return performOperation(this.handlers, method, params, {
+      get: (id) => {
+        const s = streams.get(id);
+        if (!s) throw new DenvError("invalid_argument", `stream ${id} was not opened for ${method}`);
+        return s;
+      },
+    }).then(
+      (result): Outcome => {
+        if (method !== "open_tunnel") for (const s of streams.values()) void finishStream(s);
+        return { ok: true, result };
+      },
+      (err: unknown): Outcome => {
+        // A failed operation's streams are cut, not ended: a half-sent tar must not look whole.
+        for (const s of streams.values()) s.destroy();
+        if (err instanceof DenvError)
+          return { ok: false, error: { code: err.code, message: err.message, details: err.details } };
+        // Anything else is a fault of denvd's own (a file, a system call): its words, with host
+        // paths in them, stay in the host's log.
+        this.log("Operation failed", { op: method, error: (err as Error).message });
+        return {
+          ok: false,
+          error: {
+            code: "internal",
+            message: `the host could not finish ${method}; its log has the details`,
+          },
+        };
+      },
+    );
   }
 
   /**

@@ -24,13 +24,16 @@ export async function assertSpace(ctx: StackContext, what: string): Promise<void
 export async function snapshotStack(
   ctx: StackContext,
   stackId: string,
+  options: { versionId?: string } = {},
 ): Promise<{ version: VersionRecord; evidence: SnapshotEvidence }> {
   const stack = ctx.stack(stackId);
+  if (options.versionId && ctx.store.version(options.versionId))
+    throw new DenvError("conflict", `a version ${options.versionId} already exists on this host`);
   if (stack.status !== "running")
     throw new DenvError("conflict", `environment ${stack.name} is ${stack.status}, not running`);
   await assertSpace(ctx, "snapshot");
   const checkpoint = await checkpointDatabases(ctx, stack);
-  const versionId = newId("ver");
+  const versionId = options.versionId ?? newId("ver");
   // A container already paused (an agent frozen by verify) stays paused, and is not thawed here.
   const states = await Promise.all(
     Object.values(stack.containers).map((id) => ctx.runtime.inspectContainer(id)),
@@ -44,13 +47,21 @@ export async function snapshotStack(
   try {
     await Promise.all(ids.map((id) => ctx.runtime.pauseContainer(id)));
     clockMs = await stackClockMs(ctx, stack);
-    await Promise.all(
+    // Every capture ends before a failure is raised: none is left running to finish after the cleanup.
+    const taken = await Promise.allSettled(
       Object.entries(stack.datasets).map(async ([vol, ds]) => {
         const snapId = `${versionId}-${vol}`;
         await ctx.storage.snapshot(ds, snapId);
         snapshots[vol] = snapId;
       }),
     );
+    for (const t of taken) if (t.status === "rejected") throw t.reason;
+  } catch (err) {
+    // Nothing half-made outlives a failed snapshot (the next open would also find it unrecorded).
+    await Promise.all(
+      Object.values(snapshots).map((snap) => ctx.storage.destroySnapshot(snap).catch(() => {})),
+    );
+    throw err;
   } finally {
     await Promise.all(ids.map((id) => ctx.runtime.unpauseContainer(id).catch(() => {})));
   }

@@ -32,7 +32,7 @@ export interface PrepareEvidence {
 export async function prepareStack(
   ctx: StackContext,
   spec: ResolvedSpec,
-  options: { name: string; operationId?: string },
+  options: { name: string; operationId?: string; stackId?: string },
 ): Promise<{ stack: StackRecord; evidence: PrepareEvidence }> {
   checkSpec(spec);
   const images: PrepareEvidence["images"] = {};
@@ -51,7 +51,7 @@ export async function prepareStack(
     }
     images[name] = { reference: ref, pulled };
   }
-  const stack = await newStackRecord(ctx, spec, options.name, null, options.operationId);
+  const stack = await newStackRecord(ctx, spec, options.name, null, options.operationId, options.stackId);
   try {
     // A deploy's stack runs on a clock that starts now: its snapshot fixes the version's time.
     await setUpClock(ctx, stack, { baseMs: Date.now(), held: false });
@@ -99,12 +99,19 @@ export async function warmStack(ctx: StackContext, stackId: string): Promise<War
 export async function forkStack(
   ctx: StackContext,
   versionId: string,
-  options: { name: string; operationId?: string; holdClock?: boolean },
+  options: { name: string; operationId?: string; holdClock?: boolean; stackId?: string },
 ): Promise<{ stack: StackRecord; evidence: ForkEvidence }> {
   const version = ctx.version(versionId);
   await assertSpace(ctx, "fork");
   const total = performance.now();
-  const stack = await newStackRecord(ctx, version.spec, options.name, version.id, options.operationId);
+  const stack = await newStackRecord(
+    ctx,
+    version.spec,
+    options.name,
+    version.id,
+    options.operationId,
+    options.stackId,
+  );
   try {
     // Held at the version's time while the fork starts and is checked: every fork is handed over
     // reading the same time, however long its start took.
@@ -159,6 +166,11 @@ export async function rollbackStack(
   const stack = ctx.stack(stackId);
   const version = ctx.version(versionId);
   const begun = performance.now();
+  // Written first: a kill anywhere below leaves a stack that the next open restores (reconcile.ts),
+  // where "creating" would have it removed.
+  stack.status = "restoring";
+  stack.restoreVersionId = version.id;
+  await ctx.store.putStack(stack);
   await removeStackObjects(ctx, stack);
   for (const [vol, ds] of Object.entries(stack.datasets)) {
     await ctx.storage.destroyDataset(ds);
@@ -169,8 +181,9 @@ export async function rollbackStack(
   await limitDatasets(ctx, stack);
   stack.spec = version.spec;
   stack.versionId = version.id;
-  stack.status = "creating";
   stack.containers = {};
+  // The restored stack runs again: nothing of it is frozen any more.
+  delete stack.frozen;
   await ctx.store.putStack(stack);
   await setUpClock(ctx, stack, { baseMs: versionClockMs(version), held: true });
   const { health } = await startStack(ctx, stack.id);
@@ -217,8 +230,11 @@ async function newStackRecord(
   name: string,
   parentVersionId: string | null,
   operationId: string | undefined,
+  chosenId: string | undefined,
 ): Promise<StackRecord> {
-  const id = newId("stk");
+  if (chosenId && ctx.store.stack(chosenId))
+    throw new DenvError("conflict", `a stack ${chosenId} already exists on this host`);
+  const id = chosenId ?? newId("stk");
   const stack: StackRecord = {
     id,
     name,

@@ -110,6 +110,7 @@ export async function startStack(
     }),
   );
   stack.status = "running";
+  delete stack.restoreVersionId;
   await ctx.store.putStack(stack);
   return { evidence, ms: Math.round(performance.now() - started), health, clock };
 }

@@ -10,7 +10,12 @@ import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { ResolvedSpec } from "@denv/protocol";
 
-export type StackStatus = "creating" | "running" | "failed" | "lost" | "destroying";
+/**
+ * creating and destroying: cut off by a kill, removed at the next open. restoring: a rollback under
+ * way (restoreVersionId), finished at the next open: the stack is the environment, never removed
+ * for it.
+ */
+export type StackStatus = "creating" | "running" | "restoring" | "failed" | "lost" | "destroying";
 
 export interface StackRecord {
   id: string;
@@ -27,6 +32,10 @@ export interface StackRecord {
   containers: Record<string, string>;
   operationId: string;
   createdAt: string;
+  /** Services verify froze for inspection: the only containers that may stay paused. */
+  frozen?: string[];
+  /** The version a rollback under way restores (status restoring). */
+  restoreVersionId?: string;
 }
 
 export interface VersionRecord {

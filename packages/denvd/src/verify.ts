@@ -77,14 +77,17 @@ export class Verifier {
     const t = performance.now();
     const { service, containerId } = this.agent(environmentId);
     const st = await this.denvd.runtime.inspectContainer(containerId);
+    // Recorded before it acts: the next open thaws any paused container not recorded frozen.
+    await this.denvd.recordFrozen(environmentId, service, true);
     if (!st.paused) await this.denvd.runtime.pauseContainer(containerId);
     return { service, frozen: true, ms: Math.round(performance.now() - t) };
   }
 
   async resume(environmentId: string): Promise<void> {
-    const { containerId } = this.agent(environmentId);
+    const { service, containerId } = this.agent(environmentId);
     const st = await this.denvd.runtime.inspectContainer(containerId);
     if (st.paused) await this.denvd.runtime.unpauseContainer(containerId);
+    await this.denvd.recordFrozen(environmentId, service, false);
   }
 
   private dir(verifyId: string): string {

@@ -32,6 +32,12 @@ const operationId = z.string().min(1).max(80);
 const serviceName = z.string().min(1).max(63);
 const stack = z.strictObject({ stack_id: stackId });
 /**
+ * The id a new stack or version gets, chosen by the server and written into its deployment before
+ * it asks: whatever then dies (the server, the host, the connection), the server can name what to
+ * remove. The host picks one when it is absent.
+ */
+const newStackId = stackId.optional();
+/**
  * A byte stream on the host's connection (stream-mux.ts), named by the server in the operation
  * that uses it. The host opens its side when the operation arrives, before any of its frames.
  */
@@ -154,6 +160,7 @@ export const OPERATIONS = {
       spec: resolvedSpecSchema,
       name: z.string().min(1).max(200),
       operation_id: operationId,
+      new_stack_id: newStackId,
     }),
     result: z.object({ stack_id: stackId, evidence: prepareEvidence }),
   },
@@ -172,7 +179,7 @@ export const OPERATIONS = {
   warm: { params: stack, result: warmEvidence },
   /** A consistent snapshot of every dataset: a version. */
   snapshot: {
-    params: stack,
+    params: z.strictObject({ stack_id: stackId, new_version_id: versionId.optional() }),
     result: z.object({
       version_id: versionId,
       images: z.record(z.string(), z.string()),
@@ -187,6 +194,7 @@ export const OPERATIONS = {
       version_id: versionId,
       name: z.string().min(1).max(200),
       operation_id: operationId,
+      new_stack_id: newStackId,
       /** Keep a frozen clock held at the version's time until release_clock (a pool's member). */
       hold_clock: z.boolean().optional(),
     }),
@@ -308,7 +316,15 @@ export const OPERATIONS = {
   status: {
     params: z.strictObject({}),
     result: z.object({
-      stacks: z.array(z.object({ id: z.string(), name: z.string(), status: z.string() })),
+      stacks: z.array(
+        z.object({
+          id: z.string(),
+          name: z.string(),
+          status: z.string(),
+          /** Services verify froze for inspection (the only pause a restart keeps). */
+          frozen: z.array(z.string()).optional(),
+        }),
+      ),
     }),
   },
 } as const satisfies Record<string, { params: z.ZodType; result: z.ZodType }>;

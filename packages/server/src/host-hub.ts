@@ -67,6 +67,35 @@ export interface HostHubOptions {
   waitForHostMs?: number;
 }
 
+/**
+ * How long the server waits for each operation's answer, sends again after a reconnect included:
+ * past it the operation fails with `timeout`, so nothing waits on a host for good. Sized for what
+ * each does on a loaded host (a fork starts a whole stack and waits for its health checks); the
+ * rest (prepare pulls images, warm and verify_grade run the user's commands) keep the long default.
+ */
+export const OP_DEADLINE_MS: Partial<Record<OpMethod, number>> = {
+  status: 30_000,
+  resume: 60_000,
+  verify_stop: 60_000,
+  verify_cleanup: 60_000,
+  hold_clock: 60_000,
+  release_clock: 60_000,
+  stop_service: 2 * 60_000,
+  stat_path: 2 * 60_000,
+  list_path: 2 * 60_000,
+  make_dir: 2 * 60_000,
+  remove_path: 2 * 60_000,
+  rename_path: 2 * 60_000,
+  delete_version: 2 * 60_000,
+  destroy: 3 * 60_000,
+  snapshot: 5 * 60_000,
+  fork: 5 * 60_000,
+  rollback: 5 * 60_000,
+  verify_collect: 5 * 60_000,
+};
+/** Everything else: the user's own commands run in it (image pulls, warm, the verifier). */
+const DEFAULT_DEADLINE_MS = 15 * 60_000;
+
 /** A host that drops its connection this many times while one operation runs fails it. */
 const MAX_SENDS = 3;
 /** Heartbeats refresh last_seen at most this often per host (a host cannot flood the store). */
@@ -77,6 +106,7 @@ export class HostHub {
   private readonly connections = new Map<string, Connection>();
   private readonly pending = new Map<string, PendingOp>();
   private readonly waiters = new Map<string, (() => void)[]>();
+  private readonly readyListeners: ((hostId: string) => void)[] = [];
   private readonly store: Store;
   private readonly waitForHostMs: number;
 
@@ -169,6 +199,7 @@ export class HostHub {
       for (const p of this.pending.values()) if (p.hostId === hostId && !p.conn) this.send(p, conn);
       for (const w of this.waiters.get(hostId) ?? []) w();
       this.waiters.delete(hostId);
+      for (const l of this.readyListeners) l(hostId);
     } else if (msg.type === "heartbeat") {
       const t = Date.now();
       if (t - conn.lastHeartbeatWrite < HEARTBEAT_WRITE_MS) return;
@@ -336,6 +367,11 @@ export class HostHub {
     p.awayTimer = null;
   }
 
+  /** Called each time a host says hello (first connection and every reconnect). */
+  onHostReady(listener: (hostId: string) => void): void {
+    this.readyListeners.push(listener);
+  }
+
   isConnected(hostId: string): boolean {
     return this.connections.has(hostId);
   }
@@ -387,7 +423,7 @@ export class HostHub {
       );
     }
     return new Promise<OpResult<M>>((resolve, reject) => {
-      const timeoutMs = options.timeoutMs ?? 15 * 60_000;
+      const timeoutMs = options.timeoutMs ?? OP_DEADLINE_MS[method] ?? DEFAULT_DEADLINE_MS;
       const timer = setTimeout(() => {
         const p = this.pending.get(opId);
         if (p) this.settle(opId, p);

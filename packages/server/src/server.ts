@@ -62,6 +62,8 @@ export interface ServerOptions {
   admission?: AdmissionOptions;
   /** How warm pools are refilled (pool-keeper.ts). */
   pools?: PoolKeeperOptions;
+  /** How long a request waiting for a verdict is held before `timeout` (default 240 s). */
+  answerWithinMs?: number;
 }
 
 export interface RunningServer {
@@ -103,6 +105,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     validator,
     fetchPolicy,
     joinWaitMs: options.joinWaitMs,
+    answerWithinMs: options.answerWithinMs,
     provisioner,
     provisionJoinWaitMs: options.provisionJoinWaitMs,
     buildContexts: new BuildContexts(options.dataDir),
@@ -114,6 +117,16 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
           JSON.stringify({ version: d.versionId, error: String(err) }),
         ),
       ),
+  });
+  // A host that (re)connects may have restarted: what it holds now is what its environments are.
+  hub.onHostReady((hostId) => {
+    void deployer.syncHost(hostId).then(
+      (changed) => {
+        if (changed.length)
+          console.error("environment statuses set from their host", JSON.stringify({ hostId, changed }));
+      },
+      () => {},
+    );
   });
   const admission = new Admission({ store, secrets }, options.admission);
   pools = new PoolKeeper({ store, deployer, hub, admission }, options.pools);

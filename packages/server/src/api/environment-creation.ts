@@ -27,7 +27,7 @@ async function createdEnv(
   what: string,
   made: { deploymentId: string; environmentId: string; done: Promise<void> },
 ): Promise<Created> {
-  await made.done;
+  await deps.deployer.awaitVerdict(made, what);
   const d = (await deploymentById(deps.store, made.deploymentId)) as DeploymentsTable;
   if (d.status !== "succeeded") {
     throw new DenvError(

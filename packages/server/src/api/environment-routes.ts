@@ -19,13 +19,27 @@ import { serializeDeployment, serializeEnvironment, serializeVersion } from "./a
 import { envOf, runningOn } from "./environment-access.ts";
 import { fanOut, forkEnvironment } from "./environment-creation.ts";
 
-/** Answers with a deployment once it has its verdict. */
-async function finished(c: ApiContext, made: { deploymentId: string; done: Promise<void> }) {
-  await made.done;
+/**
+ * The deployment once it has its verdict (200); at once, running, when the caller asked not to wait
+ * (?wait=false, 202). A verdict that takes longer than a request may be held is answered `timeout`
+ * with the deployment to follow (answer-deadline.ts).
+ */
+async function finished(c: ApiContext, what: string, made: { deploymentId: string; done: Promise<void> }) {
+  const wait = c.req.query("wait") !== "false";
+  if (wait) await c.var.deps.deployer.awaitVerdict(made, what);
   return c.json(
     serializeDeployment((await deploymentById(c.var.deps.store, made.deploymentId)) as DeploymentsTable),
+    wait ? 200 : 202,
   );
 }
+
+/** ?wait=false: answer with the deployment at once instead of its verdict. */
+const waitQuery = z.object({
+  wait: z
+    .enum(["true", "false"])
+    .optional()
+    .describe("false: answer at once (202) with the running deployment; default: wait for its verdict"),
+});
 
 export const environmentRoutes: ApiRoute[] = [
   route({
@@ -68,20 +82,22 @@ export const environmentRoutes: ApiRoute[] = [
     method: "delete",
     path: "/v1/envs/{id}",
     summary: "Destroy an environment",
+    query: waitQuery,
     response: deploymentSchema,
     auth: true,
-    handler: async (c) => finished(c, await c.var.deps.deployer.destroy(await envOf(c))),
+    handler: async (c) => finished(c, "destroy", await c.var.deps.deployer.destroy(await envOf(c))),
   }),
   route({
     method: "post",
     path: "/v1/envs/{id}/snapshot",
     summary: "Capture the live state as a new version",
+    query: waitQuery,
     response: deploymentSchema,
     auth: true,
     handler: async (c) => {
       const e = await envOf(c);
       runningOn(e);
-      return finished(c, await c.var.deps.deployer.snapshot(e));
+      return finished(c, "snapshot", await c.var.deps.deployer.snapshot(e));
     },
   }),
   route({
@@ -100,10 +116,11 @@ export const environmentRoutes: ApiRoute[] = [
     path: "/v1/envs/{id}/rollback",
     summary: "Restore a version and re-check health",
     body: rollbackBody,
+    query: waitQuery,
     response: deploymentSchema,
     auth: true,
     handler: async (c, { body }) =>
-      finished(c, await c.var.deps.deployer.rollback(await envOf(c), body.version)),
+      finished(c, "rollback", await c.var.deps.deployer.rollback(await envOf(c), body.version)),
   }),
   route({
     method: "post",
@@ -111,10 +128,15 @@ export const environmentRoutes: ApiRoute[] = [
     summary:
       "Grade the environment on a fork as a separate principal: stop, collect, snapshot, clone, grade, verdict",
     body: verifyBody,
+    query: waitQuery,
     response: deploymentSchema,
     auth: true,
     handler: async (c, { body }) =>
-      finished(c, await c.var.deps.deployer.verify(await envOf(c), { resume: body.resume ?? false })),
+      finished(
+        c,
+        "verify",
+        await c.var.deps.deployer.verify(await envOf(c), { resume: body.resume ?? false }),
+      ),
   }),
   route({
     method: "post",

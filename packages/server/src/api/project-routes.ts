@@ -187,7 +187,7 @@ export const projectRoutes: ApiRoute[] = [
       const p = await findProject(store, c.var.teamId, c.req.param("id") ?? "");
       const wait = query.wait === "true";
       const { deploymentId, done } = await deployer.deploy(p, body.env);
-      if (wait) await done.catch(() => {});
+      if (wait) await deployer.awaitVerdict({ deploymentId, done }, "deploy");
       const d = (await deploymentById(store, deploymentId)) as DeploymentsTable;
       return c.json(serializeDeployment(d), wait ? 200 : 202);
     },
@@ -235,7 +235,7 @@ export const projectRoutes: ApiRoute[] = [
           ...(body.steps ? { steps: body.steps } : {}),
         },
       );
-      if (wait) await done.catch(() => {});
+      if (wait) await deployer.awaitVerdict({ deploymentId, done }, "promote");
       const d = (await deploymentById(store, deploymentId)) as DeploymentsTable;
       return c.json(serializeDeployment(d), wait ? 200 : 202);
     },

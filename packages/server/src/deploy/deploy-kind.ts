@@ -60,8 +60,8 @@ async function deployPhases(
       spec,
       name: `${project.name}-${before.name}`,
       operation_id: rec.deploymentId,
+      new_stack_id: await rec.building(),
     });
-    rec.state.building_stack_id = r.stack_id;
     const builds = Object.keys(built.builds).length ? { builds: built.builds, spec_hash: spec.hash } : {};
     return { value: r.stack_id, evidence: { ...r.evidence, ...builds } };
   })) as string;
@@ -87,7 +87,12 @@ async function deployPhases(
       ? "ingress names and TLS are not available yet: published ports are not exposed"
       : "no service publishes a port",
   );
-  // The new stack replaces the old one only now, when it is whole.
+  // The new stack replaces the old one only now, when it is whole. The old one is written down
+  // first: a restart between the switch and its removal still removes it (deployment-recovery.ts).
+  if (before.stack_id) {
+    rec.state.retiring_stack_id = before.stack_id;
+    await rec.persist();
+  }
   await updateEnvironment(runner.store, before.id, {
     status: "running",
     host_id: hostId,
@@ -95,8 +100,10 @@ async function deployPhases(
     current_version_id: versionId,
   });
   delete rec.state.building_stack_id;
+  await rec.persist();
   if (before.stack_id && before.host_id)
     await runner.hub.call(before.host_id, "destroy", { stack_id: before.stack_id }).catch(() => {});
+  delete rec.state.retiring_stack_id;
   await rec.verdict("succeeded", null, { version_id: versionId, environment: before.name, host_id: hostId });
   runner.options.onDeployed?.({
     teamId: project.team_id,

@@ -9,11 +9,13 @@ import type { BuildContexts } from "../build-contexts.ts";
 import { deploymentById } from "../store/deployment-store.ts";
 import type { DeploymentsTable, EnvironmentsTable, ProjectsTable, VersionsTable } from "../store/schema.ts";
 import type { Admission } from "./admission.ts";
+import { ANSWER_WITHIN_MS, awaitVerdict } from "./answer-deadline.ts";
 import { runDeploy } from "./deploy-kind.ts";
 import { recoverDeployments } from "./deployment-recovery.ts";
 import { type DeployerOptions, DeploymentRunner, type Launched } from "./deployment-runner.ts";
 import { runDestroy } from "./destroy-kind.ts";
 import { runFork } from "./fork-kind.ts";
+import { syncHostStatuses } from "./host-sync.ts";
 import { type PromoteOptions, runPromote } from "./promote-kind.ts";
 import { runRollback } from "./rollback-kind.ts";
 import { runSnapshot } from "./snapshot-kind.ts";
@@ -27,6 +29,14 @@ export class Deployer {
 
   constructor(options: DeployerOptions) {
     this.runner = new DeploymentRunner(options);
+  }
+
+  /**
+   * Waits for a deployment's verdict, at most as long as a request may be held: past that it
+   * throws `timeout` with the deployment's id (answer-deadline.ts).
+   */
+  awaitVerdict(made: { deploymentId: string; done: Promise<unknown> }, what: string): Promise<void> {
+    return awaitVerdict(made, what, this.runner.options.answerWithinMs ?? ANSWER_WITHIN_MS);
   }
 
   /** Build contexts uploaded with local projects, read by the prepare phase. */
@@ -85,8 +95,13 @@ export class Deployer {
     return runDestroy(this.runner, env);
   }
 
-  /** After a restart: rolls back the deployments the server was running when it stopped. */
+  /** After a restart: ends the deployments the server was running when it stopped (deployment-recovery.ts). */
   recover(): Promise<string[]> {
     return recoverDeployments(this.runner);
+  }
+
+  /** A host said hello: its environments' statuses are set to what it holds (host-sync.ts). */
+  syncHost(hostId: string): Promise<string[]> {
+    return syncHostStatuses(this.runner, hostId);
   }
 }

@@ -1,44 +1,136 @@
 /**
- * After a restart: deployments that were running when the server died are rolled back. The stack
- * each was building is removed (once its host is connected), a machine it created and that never
- * joined is deleted, and the reason is recorded.
+ * After a restart: every deployment that was running when the server died is ended, from what it
+ * wrote down before each step that changes a host (its state, phase-recorder.ts):
+ *
+ * - a stack it was building is removed, unless the environment already points at it (the switch
+ *   happened: the deployment is finished and succeeds); a stack it was replacing is removed once
+ *   the environment no longer points at it; a grader fork is removed, a version it was taking is
+ *   deleted from the host unless it was recorded;
+ * - a verify that froze a running agent thaws it (no verdict will say "frozen for inspection");
+ * - a rollback the host began is finished (the host holds the stack half restored), a destroy is
+ *   finished (it cannot be undone);
+ * - a machine it created and that never joined is deleted.
+ *
+ * The phases that were running are failed at once, with the reason; the work on the host runs in
+ * the environment's turn (new deployments of it queue behind), waits for the host to reconnect,
+ * and the verdict is written only once it is done: a server killed again meanwhile does it again
+ * (every step is idempotent). Every deployment ends succeeded or rolled_back.
  */
+import type { OpMethod, OpParams } from "@denv/protocol";
+import { revokePortUrls } from "../port-tunnels.ts";
 import { runningDeployments } from "../store/deployment-store.ts";
 import { environmentById, updateEnvironment } from "../store/environment-store.ts";
+import type { DeploymentsTable, EnvironmentsTable } from "../store/schema.ts";
 import type { DeploymentRunner } from "./deployment-runner.ts";
 import { PhaseRecorder } from "./phase-recorder.ts";
+
+/** How long the work on a host waits for it to reconnect after the server restarted. */
+const HOST_WAIT_MS = 2 * 60_000;
+const STOPPED = "the server stopped during the deployment";
 
 export async function recoverDeployments(runner: DeploymentRunner): Promise<string[]> {
   const stuck = await runningDeployments(runner.store);
   for (const d of stuck) {
     const rec = PhaseRecorder.resume(d, { store: runner.store, events: runner.events });
     rec.failRunning("the server stopped during this phase");
-    const env = await environmentById(runner.store, d.environment_id).catch(() => undefined);
-    const provisioner = runner.options.provisioner;
-    if (rec.state.machine_id && provisioner) await provisioner.remove(rec.state.machine_id).catch(() => {});
-    const building = rec.state.building_stack_id;
-    const hostId = rec.state.host_id;
-    if (building && hostId) {
-      // The host may still be reconnecting; the destroy is queued until it does.
-      void runner.hub
-        .call(
-          hostId,
-          "destroy",
-          { stack_id: building },
-          { timeoutMs: 10 * 60_000, waitForHostMs: 10 * 60_000 },
-        )
-        .catch(() => {});
-    }
-    await rec.skipRest("skipped: the server stopped during the deployment");
-    if (env && !env.current_version_id && env.status === "pending")
-      await updateEnvironment(runner.store, env.id, { status: "failed" });
-    await rec.verdict(
-      "rolled_back",
-      "the server stopped during the deployment; what it was building was removed",
-      {
-        restored_version: env?.current_version_id ?? null,
-      },
-    );
+    await rec.skipRest(`skipped: ${STOPPED}`);
+    const done = runner.serialize(d.environment_id, () => endDeployment(runner, rec, d));
+    done.catch(() => {});
   }
   return stuck.map((d) => d.id);
+}
+
+async function endDeployment(
+  runner: DeploymentRunner,
+  rec: PhaseRecorder,
+  d: DeploymentsTable,
+): Promise<void> {
+  const { store } = runner;
+  const s = rec.state;
+  let env: EnvironmentsTable | undefined = await environmentById(store, d.environment_id).catch(
+    () => undefined,
+  );
+  const provisioner = runner.options.provisioner;
+  if (s.machine_id && provisioner) await provisioner.remove(s.machine_id).catch(() => {});
+  const hostId = s.host_id ?? env?.host_id ?? null;
+  const done: string[] = [];
+  const failed: string[] = [];
+  const call = async <M extends OpMethod>(method: M, params: OpParams<M>, what: string) => {
+    if (!hostId) return false;
+    try {
+      await runner.hub.call(hostId, method, params, { waitForHostMs: HOST_WAIT_MS });
+      done.push(what);
+      return true;
+    } catch (err) {
+      failed.push(`${what}: ${(err as Error).message}`);
+      return false;
+    }
+  };
+  let finished = false;
+  if (s.building_stack_id) {
+    if (env?.stack_id === s.building_stack_id) finished = true;
+    else await call("destroy", { stack_id: s.building_stack_id }, `removed stack ${s.building_stack_id}`);
+  }
+  if (s.retiring_stack_id && env?.stack_id !== s.retiring_stack_id)
+    await call("destroy", { stack_id: s.retiring_stack_id }, `removed replaced stack ${s.retiring_stack_id}`);
+  if (s.grader_stack_id) {
+    await call("destroy", { stack_id: s.grader_stack_id }, `removed grader fork ${s.grader_stack_id}`);
+    await call("verify_cleanup", { verify_id: d.id }, "removed the collected files");
+  }
+  if (s.building_version_id) {
+    const recorded = await store
+      .selectFrom("versions")
+      .select("id")
+      .where("id", "=", s.building_version_id)
+      .executeTakeFirst();
+    if (!recorded)
+      await call(
+        "delete_version",
+        { version_id: s.building_version_id },
+        `deleted unrecorded version ${s.building_version_id}`,
+      );
+  }
+  if (d.kind === "verify" && s.froze_agent && env?.stack_id) {
+    if (await call("resume", { stack_id: env.stack_id }, "thawed the agent verify had frozen"))
+      await updateEnvironment(store, env.id, { status: "running" });
+  }
+  if (d.kind === "rollback" && s.target_version_id && env?.stack_id) {
+    const target = s.target_version_id;
+    if (await call("rollback", { stack_id: env.stack_id, version_id: target }, `restored ${target}`)) {
+      await updateEnvironment(store, env.id, { current_version_id: target, status: "running" });
+      finished = true;
+    }
+  }
+  if (d.kind === "destroy" && env) {
+    if (
+      !env.stack_id ||
+      (await call("destroy", { stack_id: env.stack_id }, `removed stack ${env.stack_id}`))
+    ) {
+      const revoked = await revokePortUrls(store, env.id);
+      await updateEnvironment(store, env.id, {
+        status: "destroyed",
+        stack_id: null,
+        name: `${env.name}~${env.id}`,
+      });
+      done.push(`revoked ${revoked} port URLs`);
+      finished = true;
+    }
+  }
+  env = env ? await environmentById(store, env.id).catch(() => undefined) : undefined;
+  if (!finished && env && !env.current_version_id && env.status === "pending")
+    await updateEnvironment(store, env.id, { status: "failed" });
+  const evidence = {
+    after_restart: done,
+    not_done: failed,
+    restored_version: env?.current_version_id ?? null,
+  };
+  if (finished) await rec.verdict("succeeded", null, { ...evidence, finished_after_restart: true });
+  else
+    await rec.verdict(
+      "rolled_back",
+      failed.length
+        ? `${STOPPED}; cleaning up on its host failed: ${failed.join("; ")}`
+        : `${STOPPED}; what it was building was removed`,
+      evidence,
+    );
 }

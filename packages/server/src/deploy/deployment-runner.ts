@@ -37,6 +37,11 @@ export interface DeployerOptions {
   provisionJoinWaitMs?: number;
   /** Build contexts uploaded with local projects (default: a directory of its own under the temp dir). */
   buildContexts?: BuildContexts;
+  /**
+   * How long a request waiting for a verdict is held before it is answered `timeout` with the
+   * deployment to follow (default ANSWER_WITHIN_MS, under the 300 s HTTP clients give up at).
+   */
+  answerWithinMs?: number;
   /** Told of each deploy that made a version (the warm pools follow x-denv.pool). */
   onDeployed?: (d: { teamId: string; projectId: string; versionId: string; pool: number }) => void;
 }

@@ -39,15 +39,16 @@ export async function runFork(
       rec.state.host_id = hostId;
       await runner.joinPhase(rec, hostId);
       const forked = (await rec.run("fork", async () => {
+        const newStackId = await rec.building();
         const out = await runner.hub.call(hostId, "fork", {
           version_id: versionId,
           name: `${project.name}-${options.name}`,
           operation_id: rec.deploymentId,
+          new_stack_id: newStackId,
           // A pool's member keeps its clock at the version's time until it is taken (pool-keeper.ts),
           // a replay's until its episode starts (replay-runner.ts).
           ...(options.poolId || options.holdClock ? { hold_clock: true } : {}),
         });
-        rec.state.building_stack_id = out.stack_id;
         return { value: out, evidence: out.evidence };
       })) as OpResult<"fork">;
       await updateEnvironment(runner.store, env.id, {

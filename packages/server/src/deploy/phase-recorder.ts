@@ -4,7 +4,7 @@
  */
 import type { EventEmitter } from "node:events";
 import { DenvError } from "@denv/protocol";
-import { now } from "../ids.ts";
+import { newId, now } from "../ids.ts";
 import { updateDeployment } from "../store/deployment-store.ts";
 import type { Store } from "../store/open-store.ts";
 import type { DeploymentsTable } from "../store/schema.ts";
@@ -42,8 +42,21 @@ export interface DeploymentState {
   host_id?: string;
   /** A cloud machine this deployment created; deleted if its provisioning or join fails. */
   machine_id?: string;
-  /** The stack this deployment is building on its host; removed if the deployment fails. */
+  /**
+   * The stack this deployment is building on its host; removed if the deployment fails. Its id is
+   * chosen here and written down before the host is asked, so a restart can always name it.
+   */
   building_stack_id?: string;
+  /** A version this deployment is snapshotting, chosen and written down before the host is asked. */
+  building_version_id?: string;
+  /** The stack a deploy replaces: removed once the environment points at the new one. */
+  retiring_stack_id?: string;
+  /** A verify's grader fork (its clone phase), removed whatever happens. */
+  grader_stack_id?: string;
+  /** Set once a verify froze an agent that was running before it: a stopped server's verify thaws it. */
+  froze_agent?: boolean;
+  /** A rollback's target: a stopped server finishes the restore the host already began. */
+  target_version_id?: string;
 }
 
 /** Raised by a phase to fail the deployment with a reason (and evidence). */
@@ -99,6 +112,17 @@ export class PhaseRecorder {
       ...extra,
     });
     this.deps.events.emit(this.deploymentId, { phases: this.phases, ...extra });
+  }
+
+  /**
+   * The id of the stack this deployment is about to have its host make, chosen and written down
+   * before the host is asked (so whatever dies next, the stack can be named and removed).
+   */
+  async building(): Promise<string> {
+    const id = newId("stk");
+    this.state.building_stack_id = id;
+    await this.persist();
+    return id;
   }
 
   /** Runs a phase: running, then succeeded with its evidence, or failed with the reason. */

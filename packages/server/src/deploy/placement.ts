@@ -13,6 +13,9 @@ import { PhaseFailure } from "./phase-recorder.ts";
 /** A host with less free storage than this has no capacity for another environment. */
 export const MIN_FREE_BYTES = 1024 ** 3;
 
+/** A host not connected but seen this recently is taken to be reconnecting. */
+const RECONNECT_GRACE_MS = 60_000;
+
 /** Where a deployment goes: a connected host, or a new machine in a connected cloud. */
 export type Placement =
   | { host_id: string; host_name: string; reason: string }
@@ -51,6 +54,27 @@ export async function place(
         );
       }
     }
+  }
+  if (!candidates.length && !cloud) {
+    // A host seen moments ago is reconnecting (its denvd or this server restarted): the join phase
+    // waits for it, instead of the deploy failing in the seconds a reconnect takes.
+    const recent = hosts
+      .filter(
+        (h) =>
+          !hub.isConnected(h.id) &&
+          hostFreeBytes(h) >= MIN_FREE_BYTES &&
+          Date.now() - Date.parse(h.last_seen ?? "") < RECONNECT_GRACE_MS &&
+          (!project.pinned_target || h.name === project.pinned_target || h.id === project.pinned_target),
+      )
+      .sort((a, b) => Number(b.id === env.host_id) - Number(a.id === env.host_id));
+    const back = recent[0];
+    if (back)
+      return {
+        host_id: back.id,
+        host_name: back.name,
+        reason: `no host is connected; ${back.name} was seen ${Math.round((Date.now() - Date.parse(back.last_seen ?? "")) / 1000)} s ago and is awaited in the join phase`,
+        hosts: summary(),
+      };
   }
   if (!candidates.length) {
     cloud ??= clouds[0];

@@ -125,9 +125,8 @@ export async function runPromote(
             version_id: version.id,
             name: `${project.name}-promote-${randomBytes(3).toString("hex")}`,
             operation_id: rec.deploymentId,
+            new_stack_id: await rec.building(),
           });
-          rec.state.building_stack_id = out.stack_id;
-          await rec.persist();
           const e = out.evidence;
           return {
             value: out,
@@ -278,14 +277,17 @@ export async function runPromote(
           version_id: version.id,
           name: `${project.name}-${target}`,
           operation_id: rec.deploymentId,
+          new_stack_id: await rec.building(),
         });
-        rec.state.building_stack_id = out.stack_id;
-        await rec.persist();
         return {
           value: out,
           evidence: { stack_id: out.stack_id, replaced_stack: before.stack_id, health: out.evidence.health },
         };
       })) as OpResult<"fork">;
+      if (before.stack_id) {
+        rec.state.retiring_stack_id = before.stack_id;
+        await rec.persist();
+      }
       await updateEnvironment(store, env.id, {
         status: "running",
         host_id: hostId,
@@ -294,8 +296,10 @@ export async function runPromote(
         parent_version_id: version.id,
       });
       delete rec.state.building_stack_id;
+      await rec.persist();
       if (before.stack_id && before.host_id)
         await hub.call(before.host_id, "destroy", { stack_id: before.stack_id }).catch(() => {});
+      delete rec.state.retiring_stack_id;
       await rec.verdict("succeeded", null, {
         version_id: version.id,
         environment: target,

@@ -25,6 +25,10 @@ export async function runRollback(
     const { hostId, stackId } = requireRunning(await environmentById(runner.store, env.id));
     if (version.host_id !== hostId)
       throw new DenvError("conflict", `version ${versionId} is on another host`);
+    // Written down before the host begins: a stopped server finishes the restore on restart.
+    rec.state.host_id = hostId;
+    rec.state.target_version_id = versionId;
+    await rec.persist();
     const r = (await rec.run("restore", async () => {
       const out = await runner.hub.call(hostId, "rollback", { stack_id: stackId, version_id: versionId });
       return { value: out, evidence: { version_id: versionId, ms: out.ms } };

@@ -3,7 +3,7 @@
  * also how deploy and verify make their versions.
  */
 import { DenvError, type ResolvedSpec } from "@denv/protocol";
-import { now } from "../ids.ts";
+import { newId, now } from "../ids.ts";
 import { environmentById, updateEnvironment } from "../store/environment-store.ts";
 import type { EnvironmentsTable } from "../store/schema.ts";
 import { insertVersion, versionSpecJson } from "../store/version-store.ts";
@@ -34,7 +34,13 @@ export async function snapshotPhase(
   spec: () => Promise<ResolvedSpec>,
 ): Promise<string> {
   return (await rec.run("snapshot", async () => {
-    const r = await runner.hub.call(hostId, "snapshot", { stack_id: stackId });
+    // Chosen and written down before the host is asked: a restart removes it if it was not recorded.
+    rec.state.building_version_id = newId("ver");
+    await rec.persist();
+    const r = await runner.hub.call(hostId, "snapshot", {
+      stack_id: stackId,
+      new_version_id: rec.state.building_version_id,
+    });
     const s = await spec();
     await insertVersion(runner.store, {
       id: r.version_id,
@@ -49,6 +55,7 @@ export async function snapshotPhase(
       evidence_json: JSON.stringify(r.evidence),
       created_at: now(),
     });
+    delete rec.state.building_version_id;
     return { value: r.version_id, evidence: r.evidence };
   })) as string;
 }

@@ -5,6 +5,7 @@
  * timed-out verifier) is in the verdict.
  */
 import { DenvError } from "@denv/protocol";
+import { newId } from "../ids.ts";
 import { environmentById, updateEnvironment } from "../store/environment-store.ts";
 import type { EnvironmentsTable } from "../store/schema.ts";
 import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
@@ -24,6 +25,7 @@ export async function runVerify(
     const hostId = current.host_id;
     const stackId = current.stack_id;
     const made: { graderStackId?: string } = {};
+    let verdict: () => Promise<void>;
     try {
       if (!hostId || !stackId || !["running", "frozen"].includes(current.status)) {
         throw new DenvError(
@@ -36,22 +38,27 @@ export async function runVerify(
         await runner.hub.call(hostId, "resume", { stack_id: stackId });
         await updateEnvironment(runner.store, env.id, { status: "running" });
       }
-      await rec.verdict("succeeded", null, {
-        reward: grade.reward,
-        reason: grade.reason ?? null,
-        exit_code: grade.exit_code ?? null,
-        agent: options.resume ? "resumed" : "frozen for inspection",
-      });
+      verdict = () =>
+        rec.verdict("succeeded", null, {
+          reward: grade.reward,
+          reason: grade.reason ?? null,
+          exit_code: grade.exit_code ?? null,
+          agent: options.resume ? "resumed" : "frozen for inspection",
+        });
     } catch (err) {
       await rec.skipRest("skipped: an earlier phase failed");
-      await rec.verdict("failed", err instanceof Error ? err.message : String(err), null);
-    } finally {
-      if (hostId) {
-        if (made.graderStackId)
-          await runner.hub.call(hostId, "destroy", { stack_id: made.graderStackId }).catch(() => {});
-        await runner.hub.call(hostId, "verify_cleanup", { verify_id: rec.deploymentId }).catch(() => {});
-      }
+      verdict = () => rec.verdict("failed", err instanceof Error ? err.message : String(err), null);
     }
+    // The grader's fork and the collected files go before the verdict is written: a server that
+    // stops in between still has them in the deployment's state to remove (deployment-recovery.ts).
+    if (hostId) {
+      if (made.graderStackId)
+        await runner.hub.call(hostId, "destroy", { stack_id: made.graderStackId }).catch(() => {});
+      await runner.hub.call(hostId, "verify_cleanup", { verify_id: rec.deploymentId }).catch(() => {});
+    }
+    delete rec.state.grader_stack_id;
+    delete rec.state.froze_agent;
+    await verdict();
   });
   done.catch(() => {});
   return { deploymentId: rec.deploymentId, done };
@@ -67,6 +74,12 @@ async function gradePhases(
   made: { graderStackId?: string },
 ): Promise<Record<string, unknown>> {
   const { hub } = runner;
+  // Written down before the agent is frozen: a server stopped from here on thaws it on restart,
+  // since no verdict will say "frozen for inspection" (deployment-recovery.ts).
+  if (env.status === "running") {
+    rec.state.froze_agent = true;
+    await rec.persist();
+  }
   await rec.run("stop", async () => ({
     evidence: await hub.call(hostId, "verify_stop", { stack_id: stackId }),
   }));
@@ -82,12 +95,16 @@ async function gradePhases(
   }
   const versionId = await snapshotPhase(runner, rec, env, hostId, stackId, () => specOf(runner, env));
   const graderStackId = (await rec.run("clone", async () => {
+    // Named and written down before the host is asked: removed whatever happens next.
+    made.graderStackId = newId("stk");
+    rec.state.grader_stack_id = made.graderStackId;
+    await rec.persist();
     const f = await hub.call(hostId, "fork", {
       version_id: versionId,
       name: `${env.name}-grader-${rec.deploymentId.slice(4, 10)}`,
       operation_id: `${rec.deploymentId}-clone`,
+      new_stack_id: made.graderStackId,
     });
-    made.graderStackId = f.stack_id;
     return {
       value: f.stack_id,
       evidence: {

@@ -1,0 +1,115 @@
+/**
+ * A request is never held past what an HTTP client waits: a deploy, snapshot, rollback, verify or
+ * destroy that asks for the verdict gets it, or a clean `timeout` naming the deployment to follow,
+ * within the server's answer deadline (240 s by default, shortened here), and the deployment goes
+ * on to its verdict. ?wait=false answers at once with the running deployment. A host that is gone
+ * fails the operation with host_unavailable within the host wait, instead of leaving it hanging.
+ */
+import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { joinServer, Sidecar } from "@denv/denvd";
+import { type RunningServer, startServer } from "@denv/server";
+import { LOCAL_REGISTRY, openTestHost, repoRoot, type TestHost } from "./denvd-helpers.ts";
+
+const key = `dk_${randomBytes(12).toString("hex")}`;
+const dataDir = mkdtempSync(join(tmpdir(), "denv-deadline-"));
+const compose = readFileSync(join(repoRoot, "examples/ops-world/docker-compose.yaml"), "utf8");
+let server: RunningServer;
+let host: TestHost;
+let sidecar: Sidecar;
+let hostSecret = "";
+
+async function api(method: string, path: string, body?: unknown) {
+  const t = performance.now();
+  const res = await fetch(`${server.url}${path}`, {
+    method,
+    headers: { authorization: `Bearer ${key}`, ...(body ? { "content-type": "application/json" } : {}) },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  return { status: res.status, data: (await res.json()) as any, ms: performance.now() - t };
+}
+
+async function verdictOf(id: string, timeoutMs = 120_000): Promise<any> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const d = (await api("GET", `/v1/deployments/${id}`)).data;
+    if (d.status !== "running" && d.status !== "queued") return d;
+    if (Date.now() > deadline) throw new Error(`deployment ${id} still ${d.status}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+before(async () => {
+  host = await openTestHost({ egressProbeTarget: null });
+  server = await startServer({
+    dataDir,
+    adminKey: key,
+    port: 0,
+    fetchAllow: LOCAL_REGISTRY,
+    answerWithinMs: 400,
+    hostWaitMs: 1500,
+  });
+  const token = (await api("POST", "/v1/hosts/join-token")).data.token;
+  hostSecret = (await joinServer(server.url, token, "deadline-host")).secret;
+  sidecar = new Sidecar({ serverUrl: server.url, secret: hostSecret, denvd: host.denvd });
+  sidecar.start();
+  await sidecar.ready;
+  await api("POST", "/v1/projects", { name: "ops-world", kind: "rl-environment", source: "./ops-world" });
+  await api("PUT", "/v1/projects/ops-world/source", { compose });
+});
+
+after(async () => {
+  await sidecar?.stop().catch(() => {});
+  await server?.close().catch(() => {});
+  await host?.close();
+  rmSync(dataDir, { recursive: true, force: true });
+});
+
+test("a deploy that outlasts the answer deadline is answered timeout with its deployment, which goes on to succeed", async () => {
+  const r = await api("POST", "/v1/projects/ops-world/deploy?wait=true", { env: "alpha" });
+  assert.equal(r.status, 504, JSON.stringify(r.data));
+  assert.equal(r.data.error.code, "timeout");
+  const id = r.data.error.details.deployment_id as string;
+  assert.match(id, /^dep_/);
+  assert.match(r.data.error.message, new RegExp(`follow deployment ${id}`));
+  // Answered at the deadline, not at the verdict (a deploy of ops-world takes seconds).
+  assert.ok(r.ms < 3000, `answered after ${r.ms} ms`);
+  const d = await verdictOf(id);
+  assert.equal(d.status, "succeeded", d.reason);
+});
+
+test("?wait=false answers at once with the running deployment; without it, the verdict or timeout", async () => {
+  const quick = await api("POST", "/v1/envs/alpha/snapshot?wait=false");
+  assert.equal(quick.status, 202);
+  assert.equal(quick.data.status, "running");
+  assert.equal((await verdictOf(quick.data.id)).status, "succeeded");
+  const bad = await api("POST", "/v1/envs/alpha/snapshot?wait=maybe");
+  assert.equal(bad.status, 400);
+  assert.equal(bad.data.error.code, "invalid_argument");
+  // Waiting (the default): the verdict if it comes in time, else timeout with the deployment.
+  const waited = await api("POST", "/v1/envs/alpha/verify", { resume: true });
+  if (waited.status === 200) assert.equal(waited.data.status, "succeeded");
+  else {
+    assert.equal(waited.status, 504);
+    assert.equal((await verdictOf(waited.data.error.details.deployment_id)).status, "succeeded");
+  }
+});
+
+test("with its host gone, a snapshot fails host_unavailable within the host wait instead of hanging", async () => {
+  await sidecar.stop();
+  const t = performance.now();
+  const r = await api("POST", "/v1/envs/alpha/snapshot?wait=false");
+  const d = await verdictOf(r.data.id, 30_000);
+  const ms = performance.now() - t;
+  assert.equal(d.status, "failed");
+  assert.match(d.reason, /not connected/);
+  assert.equal(d.phases.find((p: any) => p.name === "snapshot").evidence.code, "host_unavailable");
+  assert.ok(ms < 15_000, `ended after ${ms} ms`);
+  sidecar = new Sidecar({ serverUrl: server.url, secret: hostSecret, denvd: host.denvd });
+  sidecar.start();
+  await sidecar.ready;
+});

@@ -2,7 +2,7 @@
  * @module @denv/sdk — a typed client of denv's /v1 API. The types and the operation table come
  * from the server's OpenAPI document (schema.gen.ts); errors carry the server's stable codes.
  */
-import { apiError } from "./errors.ts";
+import { apiError, DenvApiError } from "./errors.ts";
 import { OPERATIONS, type Operations } from "./schema.gen.ts";
 
 export { DenvApiError } from "./errors.ts";
@@ -254,6 +254,29 @@ export class DenvClient {
   }
 
   /** Server-sent events of a deployment's phases, until its verdict. */
+  /**
+   * Runs a call that answers with a deployment's verdict (snapshot, rollback, verify, destroy,
+   * deploy with wait). The server holds a request at most about 4 minutes, what HTTP clients wait,
+   * then answers `timeout` naming the deployment, which goes on: it is followed here to its verdict.
+   */
+  async untilVerdict(
+    call: () => Promise<Operations["getV1DeploymentsById"]["response"]>,
+  ): Promise<Operations["getV1DeploymentsById"]["response"]> {
+    try {
+      return await call();
+    } catch (err) {
+      const id =
+        err instanceof DenvApiError
+          ? (err.details as { deployment_id?: unknown } | null)?.deployment_id
+          : null;
+      if (!(err instanceof DenvApiError) || err.code !== "timeout" || typeof id !== "string") throw err;
+      // The event stream ends with the verdict; the record is read once more as the answer.
+      for await (const d of this.deploymentEvents(id))
+        if (d.status !== "running" && d.status !== "queued") break;
+      return this.call("getV1DeploymentsById", { params: { id } });
+    }
+  }
+
   async *deploymentEvents(
     deploymentId: string,
   ): AsyncGenerator<Operations["getV1DeploymentsById"]["response"]> {

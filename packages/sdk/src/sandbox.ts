@@ -164,7 +164,9 @@ export class Sandbox {
 
   /** The live state as a new version; resolves to the deployment, whose version_id names it. */
   async snapshot(): Promise<Deployment> {
-    const d = await this.client.call("postV1EnvsByIdSnapshot", { params: { id: this.id } });
+    const d = await this.client.untilVerdict(() =>
+      this.client.call("postV1EnvsByIdSnapshot", { params: { id: this.id } }),
+    );
     await this.refresh();
     return d;
   }
@@ -182,10 +184,12 @@ export class Sandbox {
   async verify(
     options: { resume?: boolean } = {},
   ): Promise<NonNullable<Deployment["verify"]> & { deployment: Deployment }> {
-    const d = await this.client.call("postV1EnvsByIdVerify", {
-      params: { id: this.id },
-      body: { resume: options.resume ?? false },
-    });
+    const d = await this.client.untilVerdict(() =>
+      this.client.call("postV1EnvsByIdVerify", {
+        params: { id: this.id },
+        body: { resume: options.resume ?? false },
+      }),
+    );
     if (!d.verify)
       throw apiError("unavailable", `verify did not grade: ${d.reason ?? d.status}`, 200, { deployment: d });
     return { ...d.verify, deployment: d };

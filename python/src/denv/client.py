@@ -13,6 +13,7 @@ import io
 import json
 import os
 import tarfile
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -232,19 +233,35 @@ class Client:
         return self._json("GET", f"/v1/envs/{self._q(env)}/deployments")["deployments"]
 
     def destroy(self, env: str) -> Deployment:
-        return self._json("DELETE", f"/v1/envs/{self._q(env)}")
+        return self._until_verdict("DELETE", f"/v1/envs/{self._q(env)}")
 
     def snapshot(self, env: str) -> Deployment:
-        return self._json("POST", f"/v1/envs/{self._q(env)}/snapshot")
+        return self._until_verdict("POST", f"/v1/envs/{self._q(env)}/snapshot")
+
+    def _until_verdict(self, method: str, path: str, body: Any = None) -> Deployment:
+        """A call answered with a deployment's verdict. The server holds a request at most about
+        4 minutes, then answers ``timeout`` naming the deployment, which goes on: it is polled
+        here until it has its verdict."""
+        try:
+            return self._json(method, path, body)
+        except DenvError as err:
+            dep = err.details.get("deployment_id") if isinstance(err.details, dict) else None
+            if err.code != "timeout" or not isinstance(dep, str):
+                raise
+            while True:
+                d = self._json("GET", f"/v1/deployments/{self._q(dep)}")
+                if d["status"] not in ("running", "queued"):
+                    return d
+                time.sleep(1.0)
 
     def fork(self, env: str, name: str | None = None) -> Environment:
         return self._json("POST", f"/v1/envs/{self._q(env)}/fork", {"name": name} if name else {})
 
     def rollback(self, env: str, version: str) -> Deployment:
-        return self._json("POST", f"/v1/envs/{self._q(env)}/rollback", {"version": version})
+        return self._until_verdict("POST", f"/v1/envs/{self._q(env)}/rollback", {"version": version})
 
     def verify(self, env: str, *, resume: bool = False) -> Deployment:
-        return self._json("POST", f"/v1/envs/{self._q(env)}/verify", {"resume": resume})
+        return self._until_verdict("POST", f"/v1/envs/{self._q(env)}/verify", {"resume": resume})
 
     def version(self, version_id: str) -> dict[str, Any]:
         return self._json("GET", f"/v1/versions/{self._q(version_id)}")

@@ -101,7 +101,9 @@ export function registerEnvironmentCommands(program: Command): void {
   snapshot.action(
     run(snapshot, async (client, json, env: string) => {
       if (!json) process.stderr.write(`snapshotting ${env}…\n`);
-      const d = await client().call("postV1EnvsByIdSnapshot", { params: envParam(env) });
+      const d = await client().untilVerdict(() =>
+        client().call("postV1EnvsByIdSnapshot", { params: envParam(env) }),
+      );
       if (json) printJson(d);
       else if (d.status === "succeeded")
         process.stdout.write(`snapshot of ${env}: version ${d.version_id} (frozen ${d.frozen_ms} ms)\n`);
@@ -119,7 +121,9 @@ export function registerEnvironmentCommands(program: Command): void {
   rollback.action(
     run(rollback, async (client, json, env: string, version: string) => {
       if (!json) process.stderr.write(`rolling ${env} back to ${version}…\n`);
-      const d = await client().call("postV1EnvsByIdRollback", { params: envParam(env), body: { version } });
+      const d = await client().untilVerdict(() =>
+        client().call("postV1EnvsByIdRollback", { params: envParam(env), body: { version } }),
+      );
       if (json) printJson(d);
       else
         process.stdout.write(
@@ -157,10 +161,12 @@ export function registerEnvironmentCommands(program: Command): void {
           if (!json) process.stderr.write(`oracle: solve.sh exited ${r.exit_code}\n`);
         }
         if (!json) process.stderr.write(`verifying ${env}: stop, collect, snapshot, clone, grade…\n`);
-        const d = await client().call("postV1EnvsByIdVerify", {
-          params: envParam(env),
-          body: { resume: o.resume === true },
-        });
+        const d = await client().untilVerdict(() =>
+          client().call("postV1EnvsByIdVerify", {
+            params: envParam(env),
+            body: { resume: o.resume === true },
+          }),
+        );
         if (json) printJson({ ...d, reward: d.verify?.reward ?? null });
         else {
           printPhaseLog(d, false);
@@ -222,7 +228,9 @@ export function registerEnvironmentCommands(program: Command): void {
     .option("--json", "print JSON");
   ed.action(
     run(ed, async (client, json, ref: string) => {
-      const d = await client().call("deleteV1EnvsById", { params: envParam(ref) });
+      const d = await client().untilVerdict(() =>
+        client().call("deleteV1EnvsById", { params: envParam(ref) }),
+      );
       if (json) printJson(d);
       else
         process.stdout.write(

@@ -14,6 +14,11 @@ export interface ClientOptions {
   apiKey: string;
   /** Per-request timeout; long operations (deploy with wait) need minutes. */
   timeoutMs?: number;
+  /**
+   * How requests are sent (default: the global fetch). The server's own MCP endpoint passes its
+   * app's handler, so its tools reach /v1 in process, through the same routes and checks.
+   */
+  fetch?: (input: string, init?: RequestInit) => Promise<Response>;
 }
 
 type OpId = keyof Operations;
@@ -28,8 +33,11 @@ type Args<K extends OpId> = (keyof Operations[K]["params"] extends never
 export class DenvClient {
   readonly options: ClientOptions;
 
+  private readonly fetch: (input: string, init?: RequestInit) => Promise<Response>;
+
   constructor(options: ClientOptions) {
     this.options = { ...options, baseUrl: options.baseUrl.replace(/\/$/, "") };
+    this.fetch = options.fetch ?? ((input, init) => fetch(input, init));
   }
 
   url(path: string, query?: Record<string, string | undefined>): string {
@@ -58,7 +66,7 @@ export class DenvClient {
     }
     let res: Response;
     try {
-      res = await fetch(this.url(path, args.query), {
+      res = await this.fetch(this.url(path, args.query), {
         method: spec.method,
         headers,
         body,
@@ -91,7 +99,7 @@ export class DenvClient {
     body: Operations["postV1EnvsByIdExec"]["body"],
     onOutput: (stream: "stdout" | "stderr", data: Buffer) => void,
   ): Promise<Operations["postV1EnvsByIdExec"]["response"]> {
-    const res = await fetch(this.url(`/v1/envs/${encodeURIComponent(envId)}/exec`, { stream: "true" }), {
+    const res = await this.fetch(this.url(`/v1/envs/${encodeURIComponent(envId)}/exec`, { stream: "true" }), {
       method: "POST",
       headers: { authorization: `Bearer ${this.options.apiKey}`, "content-type": "application/json" },
       body: JSON.stringify(body),
@@ -135,7 +143,7 @@ export class DenvClient {
   ): Promise<Response> {
     let res: Response;
     try {
-      res = await fetch(this.url(path, query), {
+      res = await this.fetch(this.url(path, query), {
         method,
         headers: { authorization: `Bearer ${this.options.apiKey}`, ...init.headers },
         body: init.body as RequestInit["body"],
@@ -253,7 +261,11 @@ export class DenvClient {
     throw apiError("unavailable", "the exec stream ended without a result", 200);
   }
 
-  /** Server-sent events of a deployment's phases, until its verdict. */
+  /** A GET route's body as text (a data sheet as markdown, say), its failure mapped to its code. */
+  async getText(path: string, query: Record<string, string | undefined> = {}): Promise<string> {
+    return (await this.send("GET", path, query)).text();
+  }
+
   /**
    * Runs a call that answers with a deployment's verdict (snapshot, rollback, verify, destroy,
    * deploy with wait). The server holds a request at most about 4 minutes, what HTTP clients wait,
@@ -277,11 +289,14 @@ export class DenvClient {
     }
   }
 
+  /** Server-sent events of a deployment's phases, until its verdict. */
   async *deploymentEvents(
     deploymentId: string,
+    options: { signal?: AbortSignal } = {},
   ): AsyncGenerator<Operations["getV1DeploymentsById"]["response"]> {
-    const res = await fetch(this.url(`/v1/deployments/${encodeURIComponent(deploymentId)}/events`), {
+    const res = await this.fetch(this.url(`/v1/deployments/${encodeURIComponent(deploymentId)}/events`), {
       headers: { authorization: `Bearer ${this.options.apiKey}` },
+      ...(options.signal ? { signal: options.signal } : {}),
     });
     if (!res.ok || !res.body)
       throw apiError("unavailable", `event stream answered ${res.status}`, res.status);

@@ -1,6 +1,7 @@
 import { Command } from "commander";
 import { registerApiCommands } from "./commands/api-commands.ts";
 import { registerInit } from "./commands/init.ts";
+import { registerMcpCommand } from "./commands/mcp-command.ts";
 import { registerServer } from "./commands/server.ts";
 import { registerUp } from "./commands/up.ts";
 import { registerValidate } from "./commands/validate.ts";
@@ -20,6 +21,7 @@ export function buildProgram(): Command {
   registerServer(program);
   registerApiCommands(program);
   registerUp(program);
+  registerMcpCommand(program, CLI_VERSION);
   program.addHelpText(
     "after",
     `

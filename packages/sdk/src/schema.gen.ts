@@ -977,6 +977,15 @@ export type DeleteV1CloudsByNameResponse = {
   deleted: string;
 };
 
+/** MCP (Streamable HTTP): denv's tools and resources for agents and assistants — sandboxes, exec, files, snapshot, verify — with this key's team scoping; POST sends JSON-RPC messages (initialize first) — POST /v1/mcp */
+export type PostV1McpResponse = unknown;
+
+/** MCP: the session's stream of server-to-client messages (Mcp-Session-Id) — GET /v1/mcp */
+export type GetV1McpResponse = unknown;
+
+/** MCP: ends the session (Mcp-Session-Id) — DELETE /v1/mcp */
+export type DeleteV1McpResponse = unknown;
+
 export const OPERATIONS = {
   getV1OpenapiJson: { method: "GET", path: "/v1/openapi.json", params: [], body: "none", response: "json" },
   getInstallSh: { method: "GET", path: "/install.sh", params: [], body: "none", response: "json" },
@@ -1040,6 +1049,9 @@ export const OPERATIONS = {
   postV1Clouds: { method: "POST", path: "/v1/clouds", params: [], body: "json", response: "json" },
   getV1Clouds: { method: "GET", path: "/v1/clouds", params: [], body: "none", response: "json" },
   deleteV1CloudsByName: { method: "DELETE", path: "/v1/clouds/{name}", params: ["name"], body: "none", response: "json" },
+  postV1Mcp: { method: "POST", path: "/v1/mcp", params: [], body: "none", response: "json" },
+  getV1Mcp: { method: "GET", path: "/v1/mcp", params: [], body: "none", response: "json" },
+  deleteV1Mcp: { method: "DELETE", path: "/v1/mcp", params: [], body: "none", response: "json" },
 } as const;
 
 export interface Operations {
@@ -1105,4 +1117,7 @@ export interface Operations {
   postV1Clouds: { params: {  }; body: PostV1CloudsBody; response: PostV1CloudsResponse };
   getV1Clouds: { params: {  }; body: undefined; response: GetV1CloudsResponse };
   deleteV1CloudsByName: { params: { name: string }; body: undefined; response: DeleteV1CloudsByNameResponse };
+  postV1Mcp: { params: {  }; body: undefined; response: PostV1McpResponse };
+  getV1Mcp: { params: {  }; body: undefined; response: GetV1McpResponse };
+  deleteV1Mcp: { params: {  }; body: undefined; response: DeleteV1McpResponse };
 }

@@ -4,7 +4,9 @@
  * Bearer`); every object belongs to a team, and another team's object answers 404. Errors are
  * `{"error": {"code", "message"}}` with the status from the error table.
  */
+import { createDenvMcpServer, McpSessions } from "@denv/mcp";
 import { DenvError, isDenvError } from "@denv/protocol";
+import { DenvClient } from "@denv/sdk";
 import { Hono } from "hono";
 import { type ApiDeps, type ApiEnv, resourceApp } from "./api/api-route.ts";
 import { RESOURCES } from "./api/api-routes.ts";
@@ -41,6 +43,17 @@ export interface AppOptions {
 }
 
 export function createApp(options: AppOptions): Hono<ApiEnv> {
+  // /v1/mcp's tools call /v1 in process with the caller's key: the same routes, checks and scoping.
+  const mcp = new McpSessions({
+    makeServer: (apiKey) =>
+      createDenvMcpServer({
+        client: new DenvClient({
+          baseUrl: "http://denv.internal",
+          apiKey,
+          fetch: async (input, init) => app.fetch(new Request(input, init)),
+        }),
+      }),
+  });
   const admission = options.admission ?? new Admission({ store: options.store, secrets: options.secrets });
   const deps: ApiDeps = {
     store: options.store,
@@ -56,6 +69,7 @@ export function createApp(options: AppOptions): Hono<ApiEnv> {
     joinTokenTtlMs: options.joinTokenTtlMs ?? 3600_000,
     downloadsDir: options.downloadsDir ?? defaultDownloadsDir(),
     buildContexts: options.deployer.buildContexts,
+    mcp,
   };
   const log = options.log ?? ((message, context) => console.error(message, JSON.stringify(context ?? {})));
   const app = new Hono<ApiEnv>();

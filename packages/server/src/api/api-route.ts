@@ -4,6 +4,8 @@
  * handler runs, the key is checked when the route says so, and the OpenAPI document is generated
  * from the same objects (openapi-document.ts): a route cannot say one thing and do another.
  */
+
+import type { McpSessions } from "@denv/mcp";
 import { DenvError } from "@denv/protocol";
 import { type Context, Hono, type MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
@@ -35,9 +37,11 @@ export interface ApiDeps {
   downloadsDir: string;
   /** Build contexts uploaded with local projects (build-contexts.ts). */
   buildContexts: BuildContexts;
+  /** /v1/mcp's sessions (mcp-routes.ts). */
+  mcp: McpSessions;
 }
 
-export type ApiEnv = { Variables: { deps: ApiDeps; teamId: string; admin: boolean } };
+export type ApiEnv = { Variables: { deps: ApiDeps; teamId: string; admin: boolean; keyId: string } };
 export type ApiContext = Context<ApiEnv>;
 
 /** 1 MiB: every JSON body but the ones that carry data. */
@@ -135,6 +139,7 @@ const requireKey: MiddlewareHandler<ApiEnv> = async (c, next) => {
   }
   c.set("teamId", row.team_id);
   c.set("admin", row.admin === 1);
+  c.set("keyId", row.id);
   await next();
 };
 

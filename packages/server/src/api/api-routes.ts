@@ -10,6 +10,7 @@ import { environmentIoRoutes } from "./environment-io-routes.ts";
 import { environmentRoutes } from "./environment-routes.ts";
 import { fileRoutes } from "./file-routes.ts";
 import { hostRoutes } from "./host-routes.ts";
+import { mcpRoutes } from "./mcp-routes.ts";
 import { openApiDocument } from "./openapi-document.ts";
 import { poolRoutes } from "./pool-routes.ts";
 import { projectRoutes } from "./project-routes.ts";
@@ -41,6 +42,7 @@ export const RESOURCES: Record<string, ApiRoute[]> = {
   replays: replayRoutes,
   versions: versionRoutes,
   clouds: cloudRoutes,
+  mcp: mcpRoutes,
 };
 
 export const API_ROUTES: ApiRoute[] = Object.values(RESOURCES).flat();

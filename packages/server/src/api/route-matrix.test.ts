@@ -157,9 +157,14 @@ const a = {
 async function call(
   method: string,
   path: string,
-  options: { key?: string | null; body?: string | Buffer; type?: string } = {},
+  options: {
+    key?: string | null;
+    body?: string | Buffer;
+    type?: string;
+    headers?: Record<string, string>;
+  } = {},
 ): Promise<{ status: number; text: string; json: () => { error?: { code: string } } }> {
-  const headers: Record<string, string> = {};
+  const headers: Record<string, string> = { ...options.headers };
   if (options.key) headers.authorization = `Bearer ${options.key}`;
   if (options.body !== undefined) headers["content-type"] = options.type ?? "application/json";
   const res = await app.request(path, { method, headers, body: options.body as string | undefined });
@@ -305,6 +310,8 @@ interface Case {
   /** A raw body (the tar routes). */
   raw?: Buffer;
   query?: string;
+  /** Headers the route needs to do its work (MCP's Accept). */
+  headers?: Record<string, string>;
   status: number;
 }
 const tar = Buffer.alloc(1024);
@@ -461,6 +468,24 @@ const CASES: Record<string, Case> = {
     status: 200,
   },
   "get /v1/versions/{id}": { path: () => `/v1/versions/${a.version}`, status: 200 },
+  "post /v1/mcp": {
+    path: () => "/v1/mcp",
+    body: () => ({
+      jsonrpc: "2.0",
+      id: 1,
+      method: "initialize",
+      params: {
+        protocolVersion: "2025-06-18",
+        capabilities: {},
+        clientInfo: { name: "matrix", version: "1" },
+      },
+    }),
+    headers: { accept: "application/json, text/event-stream" },
+    status: 200,
+  },
+  // Without a session (an initialize first) there is nothing to stream or to end.
+  "get /v1/mcp": { path: () => "/v1/mcp", status: 400 },
+  "delete /v1/mcp": { path: () => "/v1/mcp", status: 400 },
   "post /v1/sandboxes": {
     path: () => "/v1/sandboxes",
     body: () => ({ from_version: a.version, name: "sbx1" }),
@@ -606,6 +631,7 @@ test("and with the right key and body each route does its work, through the host
       key: r.auth ? keyA : null,
       body: bodyOf(c),
       type: typeOf(c),
+      ...(c.headers ? { headers: c.headers } : {}),
     });
     assert.equal(res.status, c.status, `${keyOf(r)}: ${res.text.slice(0, 300)}`);
   }

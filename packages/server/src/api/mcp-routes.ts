@@ -1,0 +1,48 @@
+/**
+ * /v1/mcp: denv's tools over the Model Context Protocol's Streamable HTTP transport, with the same
+ * bearer API key and team scoping as the rest of /v1 (the tools are a client of /v1, in process).
+ * POST carries JSON-RPC (the answer is JSON or an event stream with progress), GET opens the
+ * session's stream of server messages, DELETE ends the session.
+ */
+import type { ApiContext, ApiRoute } from "./api-route.ts";
+import { route } from "./api-route.ts";
+
+/** A write_file's content travels base64 in the JSON-RPC body: room for a few MiB of it. */
+const MCP_BODY_LIMIT_BYTES = 8 * 1024 * 1024;
+
+function handle(c: ApiContext): Promise<Response> {
+  // requireKey has checked the key; the session is bound to its id, its tools act with it.
+  const key = /^Bearer (.+)$/.exec(c.req.header("authorization") ?? "")?.[1] ?? "";
+  return c.var.deps.mcp.handle(c.req.raw, c.var.keyId, key);
+}
+
+const summary =
+  "MCP (Streamable HTTP): denv's tools and resources for agents and assistants — sandboxes, exec, files, snapshot, verify — with this key's team scoping";
+
+export const mcpRoutes: ApiRoute[] = [
+  route({
+    method: "post",
+    path: "/v1/mcp",
+    summary: `${summary}; POST sends JSON-RPC messages (initialize first)`,
+    responseType: "any",
+    auth: true,
+    bodyLimitBytes: MCP_BODY_LIMIT_BYTES,
+    handler: handle,
+  }),
+  route({
+    method: "get",
+    path: "/v1/mcp",
+    summary: "MCP: the session's stream of server-to-client messages (Mcp-Session-Id)",
+    responseType: "any",
+    auth: true,
+    handler: handle,
+  }),
+  route({
+    method: "delete",
+    path: "/v1/mcp",
+    summary: "MCP: ends the session (Mcp-Session-Id)",
+    responseType: "any",
+    auth: true,
+    handler: handle,
+  }),
+];

@@ -32,10 +32,10 @@ after(async () => {
   await lab?.close();
 });
 
-async function overHttp(key: string): Promise<Client> {
+async function overHttp(key: string, query = ""): Promise<Client> {
   const client = new Client({ name: "denv-test", version: "1" });
   await client.connect(
-    new StreamableHTTPClientTransport(new URL(`${lab.server.url}/v1/mcp`), {
+    new StreamableHTTPClientTransport(new URL(`${lab.server.url}/v1/mcp${query}`), {
       requestInit: { headers: { authorization: `Bearer ${key}` } },
     }),
   );
@@ -239,24 +239,38 @@ test("no key ever reaches a tool's answer, a resource, or a sandbox's environmen
   }
 });
 
+const READ_ONLY_TOOLS = [
+  "get_deployment",
+  "list_environments",
+  "list_files",
+  "list_projects",
+  "list_versions",
+  "read_file",
+];
+
 test("--read-only offers only the tools that change nothing; the others are refused", async () => {
   const client = await overStdio(lab.keyA, "--read-only");
   try {
     const names = (await client.listTools()).tools.map((t) => t.name).sort();
-    assert.deepEqual(names, [
-      "get_deployment",
-      "list_environments",
-      "list_files",
-      "list_projects",
-      "list_versions",
-      "read_file",
-    ]);
+    assert.deepEqual(names, READ_ONLY_TOOLS);
     const refused = await tool(client, "destroy", { environment: "alpha" });
     assert.equal(refused.isError, true);
     const alpha = await lab.api("GET", "/v1/envs/alpha");
     assert.equal(alpha.data.status, "running", "alpha is untouched");
     const envs = (await ok(client, "list_environments", {})).environments as { name: string }[];
     assert.ok(envs.some((e) => e.name === "alpha"));
+  } finally {
+    await client.close();
+  }
+});
+
+test("/v1/mcp?read_only=true is the same read-only set over HTTP", async () => {
+  const client = await overHttp(lab.keyA, "?read_only=true");
+  try {
+    assert.deepEqual((await client.listTools()).tools.map((t) => t.name).sort(), READ_ONLY_TOOLS);
+    const refused = await tool(client, "exec", { environment: "alpha", command: "touch /tmp/x" });
+    assert.equal(refused.isError, true);
+    assert.match(String((refused.content[0] as { text: string }).text), /exec/);
   } finally {
     await client.close();
   }

@@ -15,7 +15,7 @@ import { WebStandardStreamableHTTPServerTransport } from "@modelcontextprotocol/
 
 export interface McpSessionsOptions {
   /** A fresh server for a new session, acting with this caller's key. */
-  makeServer: (key: string) => McpServer;
+  makeServer: (key: string, mode: { readOnly: boolean }) => McpServer;
   idleMs?: number;
   maxPerOwner?: number;
 }
@@ -37,7 +37,7 @@ function rpcError(status: number, code: number, message: string): Response {
 
 export class McpSessions {
   private readonly sessions = new Map<string, Session>();
-  private readonly makeServer: (key: string) => McpServer;
+  private readonly makeServer: (key: string, mode: { readOnly: boolean }) => McpServer;
   private readonly idleMs: number;
   private readonly maxPerOwner: number;
   private readonly sweeper: NodeJS.Timeout;
@@ -55,9 +55,10 @@ export class McpSessions {
 
   /**
    * One HTTP request of the MCP endpoint: `owner` identifies the caller's key (never the key
-   * itself), `key` is what the session's tools call /v1 with.
+   * itself), `key` is what the session's tools call /v1 with. `readOnly` is chosen when the
+   * session starts (its initialize request) and holds for its life.
    */
-  async handle(req: Request, owner: string, key: string): Promise<Response> {
+  async handle(req: Request, owner: string, key: string, mode = { readOnly: false }): Promise<Response> {
     const id = req.headers.get("mcp-session-id");
     if (id) {
       const s = this.sessions.get(id);
@@ -74,7 +75,7 @@ export class McpSessions {
     }
     if (req.method !== "POST")
       return rpcError(400, -32000, "Bad Request: no Mcp-Session-Id; start with an initialize request (POST)");
-    const server = this.makeServer(key);
+    const server = this.makeServer(key, mode);
     const session: Session = {
       owner,
       server,

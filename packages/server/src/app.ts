@@ -45,8 +45,9 @@ export interface AppOptions {
 export function createApp(options: AppOptions): Hono<ApiEnv> {
   // /v1/mcp's tools call /v1 in process with the caller's key: the same routes, checks and scoping.
   const mcp = new McpSessions({
-    makeServer: (apiKey) =>
+    makeServer: (apiKey, { readOnly }) =>
       createDenvMcpServer({
+        readOnly,
         client: new DenvClient({
           baseUrl: "http://denv.internal",
           apiKey,

@@ -4,17 +4,26 @@
  * POST carries JSON-RPC (the answer is JSON or an event stream with progress), GET opens the
  * session's stream of server messages, DELETE ends the session.
  */
+import { z } from "zod";
 import type { ApiContext, ApiRoute } from "./api-route.ts";
 import { route } from "./api-route.ts";
 
 /** A write_file's content travels base64 in the JSON-RPC body: room for a few MiB of it. */
 const MCP_BODY_LIMIT_BYTES = 8 * 1024 * 1024;
 
-function handle(c: ApiContext): Promise<Response> {
+function handle(c: ApiContext, input: { query?: { read_only?: "true" | "false" } }): Promise<Response> {
   // requireKey has checked the key; the session is bound to its id, its tools act with it.
   const key = /^Bearer (.+)$/.exec(c.req.header("authorization") ?? "")?.[1] ?? "";
-  return c.var.deps.mcp.handle(c.req.raw, c.var.keyId, key);
+  return c.var.deps.mcp.handle(c.req.raw, c.var.keyId, key, { readOnly: input.query?.read_only === "true" });
 }
+
+/** `denv mcp --read-only`'s counterpart, chosen by the URL a host is configured with. */
+const modeQuery = z.object({
+  read_only: z
+    .enum(["true", "false"])
+    .optional()
+    .describe("true: the session offers only the tools that change nothing (set on its initialize request)"),
+});
 
 const summary =
   "MCP (Streamable HTTP): denv's tools and resources for agents and assistants — sandboxes, exec, files, snapshot, verify — with this key's team scoping";
@@ -26,6 +35,7 @@ export const mcpRoutes: ApiRoute[] = [
     summary: `${summary}; POST sends JSON-RPC messages (initialize first)`,
     responseType: "any",
     auth: true,
+    query: modeQuery,
     bodyLimitBytes: MCP_BODY_LIMIT_BYTES,
     handler: handle,
   }),

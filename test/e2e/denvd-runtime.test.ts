@@ -98,9 +98,31 @@ describe("deploy", () => {
     assert.match(version.images.db ?? "", /^sha256:/);
   });
 
-  test("egress deny is proven blocked from inside the network", () => {
-    assert.equal(deployEvidence.egress.result, "blocked");
-    assert.equal(deployEvidence.egress.target, `${listener.target.host}:${listener.target.port}`);
+  test("egress deny is proven blocked from inside the network, by the kernel's answer", () => {
+    const ev = deployEvidence.egress;
+    assert.equal(ev.result, "blocked", JSON.stringify(ev));
+    assert.equal(ev.target, `${listener.target.host}:${listener.target.port}`);
+    // No route off the subnet (the default route is gone) and no host address on the bridge:
+    // proven without waiting for silence.
+    assert.equal(ev.outcome, "no_route", JSON.stringify(ev));
+    assert.match(ev.route ?? "", /unreachable/i);
+    assert.equal(ev.host_addresses_on_bridge, 0);
+  });
+
+  test("a host address on a deny network's bridge fails the probe, whatever the routes say", async () => {
+    const st = await host.docker.getContainer(alpha.containers.db as string).inspect();
+    const netId = Object.values(st.NetworkSettings.Networks)[0]?.NetworkID as string;
+    const bridge = `br-${netId.slice(0, 12)}`;
+    execFileSync("ip", ["addr", "add", "198.18.7.1/32", "dev", bridge]);
+    try {
+      await assert.rejects(
+        host.denvd.probeEgress(alpha.id),
+        (e: Error & { code?: string }) => e.code === "forbidden" && /holds 198\.18\.7\.1/.test(e.message),
+      );
+    } finally {
+      execFileSync("ip", ["addr", "del", "198.18.7.1/32", "dev", bridge]);
+    }
+    assert.equal((await host.denvd.probeEgress(alpha.id)).result, "blocked");
   });
 
   test("the agent's home was populated from the image and is owned by the agent", async () => {
@@ -262,10 +284,15 @@ describe("files", () => {
         JSON.stringify(entries),
       );
     }
-    const ls = await host.denvd.exec(alpha.id, "opsbox", {
-      command: "ls /tmp/bad /tmp/first-ok 2>&1; ls /etc/evil 2>&1",
+    // Everywhere an entry could have landed: under the target, and where each escape points
+    // (/tmp/bad/../evil and ok/../../evil are /tmp/evil; /etc/evil and /abs as absolute). The
+    // control file shows the check sees what exists.
+    const landed = await host.denvd.exec(alpha.id, "opsbox", {
+      command:
+        "touch /tmp/control; for p in /tmp/control /tmp/bad /tmp/evil /evil /etc/evil /abs /tmp/abs /tmp/first-ok /tmp/link /tmp/hard /tmp/outside /tmp/pipe; do if [ -e $p ] || [ -L $p ]; then echo $p; fi; done; rm /tmp/control",
     });
-    assert.doesNotMatch(ls.stdout.toString(), /first-ok\n|^evil/m);
+    assert.equal(landed.exitCode, 0, landed.stderr.toString());
+    assert.equal(landed.stdout.toString(), "/tmp/control\n", "nothing of a refused tar was written");
   });
 });
 

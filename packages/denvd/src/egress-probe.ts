@@ -13,7 +13,7 @@
  * containers (a bridge keeps its IPv6 link-local address), and this probe checks the result.
  */
 import { execFile } from "node:child_process";
-import type { Egress6Evidence, EgressEvidence } from "@denv/protocol";
+import { DenvError, type Egress6Evidence, type EgressEvidence } from "@denv/protocol";
 
 export type { Egress6Evidence, EgressEvidence };
 
@@ -25,20 +25,97 @@ export interface EgressTarget {
 type Outcome = EgressEvidence["outcome"];
 
 /**
- * Silence from the target counts as blocked only after it lasts MIN_WAIT_MS, and at least
- * CONTROL_FACTOR times what a connect to the namespace's own address took just before (its local
- * round trip): a local peer answers a SYN in well under a millisecond, so 100 ms is a margin of
- * hundreds; on a machine so loaded that the control itself is slow, the wait grows with it
- * (up to MAX_WAIT_MS) rather than mistaking a slow answer for none.
+ * Blocked is proven two ways. At once, where the namespace's routes lead nowhere (`ip route get`
+ * answers unreachable: no_route) or the kernel answers the connect itself (no route to host, network
+ * unreachable). Otherwise by silence, and silence must outlast what a slow but reachable target
+ * takes: a connect whose first SYN is lost (or sits in a full accept queue) is answered by the
+ * kernel's retransmission one second later, so the wait is at least MIN_WAIT_MS, and
+ * CONTROL_FACTOR times a connect to the namespace's own address on a machine so loaded that the
+ * control itself is slow (up to MAX_WAIT_MS). A probe that cannot run is an error, never "blocked".
  */
-const MIN_WAIT_MS = 100;
-const MAX_WAIT_MS = 1000;
+export const MIN_WAIT_MS = 1500;
+const MAX_WAIT_MS = 5000;
 const CONTROL_FACTOR = 50;
 
-function outcomeOf(err: (Error & { code?: number | string | null }) | null, stderr: string): Outcome {
+/** A connect's end, from bash's exit status and message. */
+export function outcomeOf(err: (Error & { code?: number | string | null }) | null, stderr: string): Outcome {
   if (!err) return "connected";
+  if (err.code === 7 && /denv-noroute/.test(stderr)) return "no_route";
   if (/refused/i.test(stderr)) return "refused";
-  return err.code === 124 ? "timeout" : "unreachable";
+  if (/No route to host|Network is unreachable/i.test(stderr)) return "unreachable";
+  if (err.code === 124) return "timeout";
+  throw new DenvError(
+    "unavailable",
+    `the egress probe could not run in the service's network namespace: ${
+      stderr
+        .replace(/denv-\S+[^\n]*\n?/g, "")
+        .trim()
+        .slice(0, 300) || err.message
+    }`,
+  );
+}
+
+/**
+ * Removes the IPv4 default route of a container on a deny network. Its network is internal and the
+ * host holds no address on it, so the route leads to a gateway nobody answers for; without it,
+ * anything off the stack's subnets fails at once with "network unreachable", and the probe proves
+ * blocked by the kernel's answer instead of by a second and a half of silence. Traffic between
+ * the stack's services (on-link) and the engine's DNS (loopback) do not use it. Returns whether a
+ * route was removed; a namespace without one is left as it is.
+ */
+export function dropDefaultRoute(containerPid: number): Promise<boolean> {
+  return new Promise((resolve, reject) => {
+    execFile(
+      "nsenter",
+      [`--net=/proc/${containerPid}/ns/net`, "--", "ip", "-4", "route", "del", "default"],
+      { encoding: "utf8", timeout: 5000 },
+      (err, _stdout, stderr) => {
+        if (!err) resolve(true);
+        else if (/No such process|Cannot find/i.test(stderr)) resolve(false);
+        else
+          reject(
+            new DenvError("internal", `could not remove the default route: ${stderr.trim().slice(0, 300)}`),
+          );
+      },
+    );
+  });
+}
+
+/**
+ * The default IPv4 target: this host's own address toward the world (the source address of its
+ * route to 192.0.2.1, a documentation address: only the route table is read, nothing is sent),
+ * which is off every stack's subnet, so a deny stack's missing route answers at once; an allow
+ * stack reaches it through its gateway. Null on a host with no such route.
+ */
+export function hostAddress(): Promise<string | null> {
+  return new Promise((resolve) => {
+    execFile(
+      "ip",
+      ["-4", "-o", "route", "get", "192.0.2.1"],
+      { encoding: "utf8", timeout: 5000 },
+      (err, out) => {
+        resolve(err ? null : (/\bsrc (\d+\.\d+\.\d+\.\d+)/.exec(out)?.[1] ?? null));
+      },
+    );
+  });
+}
+
+/**
+ * The IPv4 addresses this host holds on a docker bridge network (br-<id>): a deny network has
+ * none, so nothing on its link is the host. Null when there is no such bridge.
+ */
+export function bridgeIpv4(networkId: string): Promise<string[] | null> {
+  return new Promise((resolve) => {
+    execFile(
+      "ip",
+      ["-4", "-o", "addr", "show", "dev", `br-${networkId.slice(0, 12)}`],
+      { encoding: "utf8", timeout: 5000 },
+      (err, out) => {
+        if (err) resolve(null);
+        else resolve([...out.matchAll(/\binet (\d+\.\d+\.\d+\.\d+)/g)].map((m) => m[1] as string));
+      },
+    );
+  });
 }
 
 /** The host's IPv6 link-local address on a docker bridge network (br-<id>), if it has one. */
@@ -79,9 +156,13 @@ function probe4(
   selfAddress?: string,
 ): Promise<Omit<EgressEvidence, "ms">> {
   const control = selfAddress ?? "127.0.0.1";
-  // One bash in the namespace: the control connect (port 9 on its own address: refused at once),
-  // then the target under a wait scaled from it. EPOCHREALTIME is bash's µs clock.
+  // One bash in the namespace: the route to the target (none: blocked, no wait), the control
+  // connect (port 9 on its own address: refused at once), then the target under a wait scaled
+  // from it. EPOCHREALTIME is bash's µs clock; `ip` is the host's, run in the namespace.
   const script = [
+    `r=$(ip -4 -o route get ${target.host} 2>&1 | head -c 400)`,
+    'echo "denv-route $r" >&2',
+    'case "$r" in *unreachable*|*prohibit*|*blackhole*|*"No route"*) echo denv-noroute >&2; exit 7;; esac',
     "s=${EPOCHREALTIME/./}",
     `(exec 4<>/dev/tcp/${control}/9) 2>/dev/null`,
     "e=${EPOCHREALTIME/./}",
@@ -93,14 +174,22 @@ function probe4(
     `exec timeout "$(printf '%d.%06d' $((t/1000000)) $((t%1000000)))" bash -c 'exec 3<>/dev/tcp/${target.host}/${target.port}'`,
   ].join("; ");
   const args = [`--net=/proc/${containerPid}/ns/net`, "--", "bash", "-c", script];
-  return new Promise((resolve) => {
-    execFile("nsenter", args, { encoding: "utf8", timeout: 5000 }, (err, _stdout, stderr) => {
+  return new Promise((resolve, reject) => {
+    execFile("nsenter", args, { encoding: "utf8", timeout: MAX_WAIT_MS + 5000 }, (err, _stdout, stderr) => {
       const m = /denv-probe (\d+) (\d+)/.exec(stderr);
-      const outcome = outcomeOf(err, stderr);
+      const route = /denv-route ([^\n]*)/.exec(stderr)?.[1]?.trim();
+      let outcome: Outcome;
+      try {
+        outcome = outcomeOf(err, stderr);
+      } catch (e) {
+        reject(e);
+        return;
+      }
       resolve({
         result: outcome === "connected" || outcome === "refused" ? "reachable" : "blocked",
         target: `${target.host}:${target.port}`,
         outcome,
+        ...(route ? { route } : {}),
         ...(m ? { control_us: Number(m[1]), wait_ms: Math.round(Number(m[2]) / 1000) } : {}),
       });
     });
@@ -128,12 +217,32 @@ function probe6(
     ? [`exec timeout 0.5 bash -c "exec 3<>/dev/tcp/${linkLocal}%\${i:-eth0}/${port}"`]
     : ["exit 3"];
   const args = [`--net=/proc/${containerPid}/ns/net`, "--", "bash", "-c", [...state, ...connect].join("; ")];
-  return new Promise((resolve) => {
+  return new Promise((resolve, reject) => {
     execFile("nsenter", args, { encoding: "utf8", timeout: 5000 }, (err, _stdout, stderr) => {
       const m = /denv-probe6 (\d+) (\d+) ?(\S*)/.exec(stderr);
-      const disabled = m ? m[1] === "1" : true;
-      const addresses = m ? Number(m[2]) : 0;
-      const outcome: Outcome = linkLocal ? outcomeOf(err, stderr) : "unreachable";
+      // No state read: the probe did not run, which proves nothing (never "blocked").
+      if (!m) {
+        reject(
+          new DenvError(
+            "unavailable",
+            `the IPv6 egress probe could not run in the service's network namespace: ${stderr.trim().slice(0, 300) || err?.message}`,
+          ),
+        );
+        return;
+      }
+      const disabled = m[1] === "1";
+      const addresses = Number(m[2]);
+      // With no IPv6 address the connect fails whatever its error (no source address to send
+      // from); the addresses, not this error, are the proof.
+      const outcome: Outcome = !linkLocal
+        ? "unreachable"
+        : !err
+          ? "connected"
+          : /refused/i.test(stderr)
+            ? "refused"
+            : err.code === 124
+              ? "timeout"
+              : "unreachable";
       const ifname = m?.[3] || "eth0";
       // An IPv6 address on an interface (even one still in duplicate address detection, whose
       // connect fails for a second or two) is a way to the host on the same link: only a namespace

@@ -4,7 +4,9 @@
  * ourselves every healthPollMs (as the service's user): the engine's own first check comes only
  * after `interval`, which would put seconds into every fork.
  */
+
 import { DenvError, type HealthEvidence, type ResolvedService } from "@denv/protocol";
+import { dropDefaultRoute } from "./egress-probe.ts";
 import { type StackContext, sleep } from "./stack-context.ts";
 import type { StackRecord } from "./state-store.ts";
 
@@ -49,6 +51,10 @@ export async function startInOrder(
         throw new DenvError(err.code, `service ${svc} did not start: ${err.message}`, { cause: err });
       });
       ctx.log("Started container", { stack: stack.id, service: svc });
+      if (spec.egress === "deny" && s.network_mode !== "none" && !s.network_mode?.startsWith("service:")) {
+        const st = await ctx.runtime.inspectContainer(stack.containers[svc] as string);
+        if (st.pid) await dropDefaultRoute(st.pid);
+      }
       onStarted?.(svc);
       return t;
     });

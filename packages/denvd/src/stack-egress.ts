@@ -3,7 +3,13 @@
  * whose egress is deny must prove blocked, over IPv4 and IPv6, or the phase fails.
  */
 import { DenvError, type ResolvedSpec } from "@denv/protocol";
-import { bridgeLinkLocal, type EgressEvidence, probeEgress } from "./egress-probe.ts";
+import {
+  bridgeIpv4,
+  bridgeLinkLocal,
+  type EgressEvidence,
+  hostAddress,
+  probeEgress,
+} from "./egress-probe.ts";
 import type { StackContext } from "./stack-context.ts";
 
 /**
@@ -26,21 +32,35 @@ export async function probeStack(ctx: StackContext, stackId: string): Promise<Eg
   const st = await ctx.runtime.inspectContainer(id);
   const first = Object.values(st.addresses)[0];
   const gateway = first?.gateway;
-  const target = ctx.options.egressProbeTarget ?? (gateway ? { host: gateway, port: 9 } : null);
+  const host = ctx.options.egressProbeTarget ? null : await hostAddress();
+  const target =
+    ctx.options.egressProbeTarget ?? (host ? { host, port: 9 } : gateway ? { host: gateway, port: 9 } : null);
   if (!target) {
-    // network_mode none: no interface but loopback, so nothing can leave.
+    // No address to aim at (a host with no routes, a service with network_mode none): only
+    // loopback is there, so nothing can leave.
     return { result: "blocked", target: "none", outcome: "unreachable", ms: 0 };
   }
   const linkLocal = first?.networkId ? await bridgeLinkLocal(first.networkId) : null;
-  const evidence = {
-    ...(await probeEgress(st.pid, target, first?.ip || undefined, linkLocal)),
+  const [probed, bridge] = await Promise.all([
+    probeEgress(st.pid, target, first?.ip || undefined, linkLocal),
+    first?.networkId ? bridgeIpv4(first.networkId) : Promise.resolve(null),
+  ]);
+  // The connect proves the way off the subnet closed; the bridge's addresses prove the host is not
+  // on the link either (a host address there would answer whatever the routes say).
+  const onLink = bridge?.length ?? 0;
+  const evidence: EgressEvidence = {
+    ...probed,
+    ...(bridge ? { host_addresses_on_bridge: onLink } : {}),
+    ...(onLink > 0 ? { result: "reachable" as const } : {}),
     from: svc as string,
   };
   if (stack.spec.egress === "deny" && evidence.result !== "blocked") {
     const reached = evidence.outcome === "connected" || evidence.outcome === "refused";
     throw new DenvError(
       "forbidden",
-      `egress is deny but the probe from ${svc} reached ${reached ? evidence.target : evidence.ipv6?.target}`,
+      onLink > 0
+        ? `egress is deny but this host holds ${bridge?.join(", ")} on ${svc}'s network`
+        : `egress is deny but the probe from ${svc} reached ${reached ? evidence.target : evidence.ipv6?.target}`,
       { details: { egress: evidence } },
     );
   }

@@ -100,8 +100,13 @@ export const snapshotEvidence = z.object({
   clock: z.object({ mode: z.enum(["frozen", "frozen-strict", "real"]), at: z.string() }).optional(),
 });
 
-type Outcome = "connected" | "refused" | "timeout" | "unreachable";
-const outcome = z.enum(["connected", "refused", "timeout", "unreachable"]) as z.ZodType<Outcome>;
+/**
+ * What a connect saw: connected or refused (something answered: reachable); no_route (the
+ * namespace's routes lead nowhere: blocked at once), unreachable (the kernel answered that no host
+ * or network is there) or timeout (silence for the whole wait).
+ */
+type Outcome = "connected" | "refused" | "timeout" | "unreachable" | "no_route";
+const outcome = z.enum(["connected", "refused", "timeout", "unreachable", "no_route"]) as z.ZodType<Outcome>;
 
 export const egress6Evidence = z.object({
   result: z.enum(["blocked", "reachable"]),
@@ -127,6 +132,10 @@ export const egressEvidence = z.object({
   control_us: z.number().optional(),
   /** How long silence from the target had to last to count as blocked, in ms. */
   wait_ms: z.number().optional(),
+  /** The namespace's route to the target, as the kernel answered (`ip route get`). */
+  route: z.string().max(500).optional(),
+  /** IPv4 addresses this host holds on the probed network's bridge (a deny network: 0). */
+  host_addresses_on_bridge: z.number().optional(),
   ipv6: egress6Evidence.optional(),
 });
 

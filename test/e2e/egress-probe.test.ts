@@ -1,0 +1,115 @@
+/**
+ * The egress probe as a proof, against real namespaces: a slow but reachable target (a listener
+ * whose accept queue is full, so the probe's first SYN is dropped and only its retransmission a
+ * second later is answered) is reachable, not "blocked" by impatience; a namespace with no route is
+ * blocked at once, with the kernel's answer as evidence; a probe that cannot run is an error, never
+ * "blocked". Targets are this machine's own addresses only.
+ */
+import assert from "node:assert/strict";
+import { type ChildProcess, spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { createInterface } from "node:readline";
+import { after, before, test } from "node:test";
+import { hostAddress, MIN_WAIT_MS, probeEgress } from "@denv/denvd";
+import Docker from "dockerode";
+import { dockerBridgeAddress } from "./denvd-helpers.ts";
+import { removeLabelled } from "./engine-helpers.ts";
+
+const docker = new Docker();
+const labels = { "dev.denv.test": `probe-${randomBytes(3).toString("hex")}` };
+const IMAGE = "debian:bookworm";
+
+async function container(networkMode: string): Promise<number> {
+  const c = await docker.createContainer({
+    Image: IMAGE,
+    Cmd: ["sleep", "infinity"],
+    Labels: labels,
+    HostConfig: { NetworkMode: networkMode },
+  });
+  await c.start();
+  return (await c.inspect()).State.Pid;
+}
+
+/**
+ * A listener that is slow to answer: listen(0) with one connection left in its accept queue, so
+ * the kernel drops new SYNs until `delayMs` later, when that connection is accepted and the queue
+ * has room for the connect's retransmitted SYN. It keeps accepting afterwards.
+ */
+async function slowListener(host: string, delayMs: number): Promise<{ port: number; proc: ChildProcess }> {
+  const script = `
+import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((${JSON.stringify(host)}, 0)); s.listen(0)
+filler = socket.create_connection((${JSON.stringify(host)}, s.getsockname()[1]))
+print(s.getsockname()[1], flush=True)
+sys.stdin.readline()
+time.sleep(${delayMs / 1000})
+while True:
+    c, _ = s.accept(); print("accepted", flush=True)
+`;
+  const proc = spawn("python3", ["-c", script], { stdio: ["pipe", "pipe", "inherit"] });
+  const lines = createInterface({ input: proc.stdout as NodeJS.ReadableStream });
+  const port = await new Promise<number>((resolve, reject) => {
+    lines.once("line", (l) => resolve(Number(l)));
+    proc.once("exit", (code) => reject(new Error(`the listener exited (${code})`)));
+  });
+  return { port, proc };
+}
+
+before(async () => {
+  await removeLabelled(docker, labels);
+});
+
+after(async () => {
+  await removeLabelled(docker, labels);
+});
+
+test("a target that answers only after a dropped SYN's retransmission is reachable, not blocked", async () => {
+  const pid = await container("bridge");
+  const host = dockerBridgeAddress();
+  const { port, proc } = await slowListener(host, 300);
+  try {
+    proc.stdin?.write("go\n"); // the listener starts its delay as the probe starts
+    const ev = await probeEgress(pid, { host, port });
+    assert.equal(ev.outcome, "connected", JSON.stringify(ev));
+    assert.equal(ev.result, "reachable");
+    assert.ok((ev.wait_ms ?? 0) >= MIN_WAIT_MS, JSON.stringify(ev));
+    // The premise: the connect was slow (answered by the retransmission, a second after the first SYN).
+    assert.ok(ev.ms >= 900, `the target answered after ${ev.ms} ms: not the slow target this test needs`);
+  } finally {
+    proc.kill();
+  }
+});
+
+test("a namespace with no route to the target is blocked at once, the kernel's answer kept", async () => {
+  const pid = await container("none");
+  const ev = await probeEgress(pid, { host: dockerBridgeAddress(), port: 9 });
+  assert.equal(ev.result, "blocked", JSON.stringify(ev));
+  assert.equal(ev.outcome, "no_route");
+  assert.match(ev.route ?? "", /unreachable/i);
+  assert.equal(ev.wait_ms, undefined, "no silence was waited for");
+});
+
+test("a reachable target that refuses is reachable", async () => {
+  const pid = await container("bridge");
+  // Port 9 on the host's bridge address: nothing listens, the host answers with a reset.
+  const ev = await probeEgress(pid, { host: dockerBridgeAddress(), port: 9 });
+  assert.equal(ev.outcome, "refused", JSON.stringify(ev));
+  assert.equal(ev.result, "reachable");
+});
+
+test("a probe that cannot run is an error, never blocked", async () => {
+  await assert.rejects(
+    probeEgress(2 ** 22 + 12345, { host: dockerBridgeAddress(), port: 9 }),
+    (e: Error & { code?: string }) => e.code === "unavailable" && /could not run/.test(e.message),
+  );
+});
+
+test("the default target, this host's own address toward the world, is reachable with a route and not without", async () => {
+  const address = await hostAddress();
+  assert.ok(address, "this host has a route to the world's addresses");
+  const reachable = await probeEgress(await container("bridge"), { host: address, port: 9 });
+  assert.equal(reachable.result, "reachable", JSON.stringify(reachable));
+  const none = await probeEgress(await container("none"), { host: address, port: 9 });
+  assert.equal(none.outcome, "no_route", JSON.stringify(none));
+});

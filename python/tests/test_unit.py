@@ -94,7 +94,12 @@ class ClientErrors(unittest.TestCase):
         dead = ThreadingHTTPServer(("127.0.0.1", 0), _Errors)
         free = dead.server_address[1]
         dead.server_close()
-        self.assertNotEqual(port, free)
+        # The premise: nothing answers there now (a connect is refused), while our server's port does.
+        import socket
+
+        with self.assertRaises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", free), timeout=2).close()
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
         with self.assertRaises(DenvError) as cm:
             Client(f"http://127.0.0.1:{free}", "k").projects()
         self.assertEqual(cm.exception.code, "unavailable")

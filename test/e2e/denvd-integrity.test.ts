@@ -2,8 +2,9 @@
  * Data integrity under load: a writer keeps inserting into ops-world's PostgreSQL (one committed row
  * per statement, each acknowledged on stdout) while 20 snapshots are taken; every fork of them must
  * start cleanly and hold exactly the rows committed before its freeze: ids 1..N with no gap, N at
- * least the last id acknowledged before the snapshot began and at most the last acknowledged just
- * after it ended.
+ * least the last id acknowledged before the snapshot began and at most the live table's last id
+ * just after it ended; and the writer is seen committing past that bound after each snapshot, so
+ * each one was taken while it ran.
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
@@ -31,7 +32,6 @@ test(`${SNAPSHOTS} snapshots under a running writer each fork to exactly the row
 
   let acked = 0;
   let pending = "";
-  let stop = false;
   const writer = denvd.exec(env, "opsbox", {
     command:
       'i=0; while [ ! -e /tmp/stop ]; do i=$((i+1)); psql -qc "insert into writes values ($i)" >/dev/null || exit 1; echo $i; done',
@@ -42,24 +42,43 @@ test(`${SNAPSHOTS} snapshots under a running writer each fork to exactly the row
       for (const l of lines) if (l) acked = Number(l);
     },
   });
+  /** Waits for the writer's acknowledgements to reach `n`, or fails by the deadline. */
+  const ackedAtLeast = async (n: number, what: string) => {
+    const deadline = Date.now() + 30_000;
+    while (acked < n) {
+      assert.ok(Date.now() < deadline, `the writer stalled at ${acked} (waiting for ${n}: ${what})`);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  };
+  const liveMax = async () => {
+    const r = await denvd.exec(env, "opsbox", {
+      command: ["psql", "-tAc", "select coalesce(max(id), 0) from writes"],
+    });
+    assert.equal(r.exitCode, 0, r.stderr.toString());
+    return Number(r.stdout.toString().trim());
+  };
   const windows: { version: string; low: number; high: number; frozenMs: number }[] = [];
   try {
-    while (acked < 5) await new Promise((r) => setTimeout(r, 20));
+    await ackedAtLeast(5, "the first rows");
     for (let i = 0; i < SNAPSHOTS; i++) {
       const low = acked;
       const s = await denvd.snapshot(env);
-      // Acks of rows committed before the freeze may still be in flight through the exec stream.
-      await new Promise((r) => setTimeout(r, 300));
-      windows.push({ version: s.version.id, low, high: acked, frozenMs: s.evidence.frozen_ms });
-      await new Promise((r) => setTimeout(r, 50 + 25 * i));
+      // Every row committed before the freeze is in the live table now: its max is the bound.
+      const high = await liveMax();
+      windows.push({ version: s.version.id, low, high, frozenMs: s.evidence.frozen_ms });
+      // The writer was running across this snapshot: it commits rows past the bound after the
+      // thaw (a stalled writer would make the bounds prove nothing).
+      await ackedAtLeast(high + 2, `after snapshot ${i + 1}`);
     }
   } finally {
-    stop = true;
     await denvd.exec(env, "opsbox", { command: "touch /tmp/stop" });
     const w = await writer;
     assert.equal(w.exitCode, 0, w.stderr.toString());
   }
-  assert.ok(stop);
+  assert.ok(
+    (windows.at(-1)?.high ?? 0) - (windows[0]?.low ?? 0) >= SNAPSHOTS,
+    "the writer committed rows across every snapshot",
+  );
   for (const w of windows) {
     const f = await denvd.fork(w.version, { name: `check-${w.version}` });
     const r = await denvd.exec(f.stack.id, "opsbox", {
@@ -75,7 +94,7 @@ test(`${SNAPSHOTS} snapshots under a running writer each fork to exactly the row
     );
     assert.ok(
       max <= w.high,
-      `fork of ${w.version} holds ${max} rows; only ${w.high} were acknowledged after it`,
+      `fork of ${w.version} holds ${max} rows; only ${w.high} were committed when it ended`,
     );
     await denvd.destroy(f.stack.id);
   }

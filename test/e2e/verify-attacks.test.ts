@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -74,6 +74,30 @@ async function homeDataset(envId: string): Promise<string> {
   return host.storage.datasetPath(rec.datasets.home as string);
 }
 
+/** A counter file an agent's background process keeps increasing: waits to see it move (it runs). */
+async function running(file: string): Promise<void> {
+  const read = () => Number(readFileSync(file, "utf8") || 0);
+  const deadline = Date.now() + 10_000;
+  while (!existsSync(file)) {
+    assert.ok(Date.now() < deadline, `${file} never appeared`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  const first = read();
+  while (read() <= first) {
+    assert.ok(Date.now() < deadline, `the background process is not running (${file} stays ${first})`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** The counter after verify: it must not move again over a second (the process is frozen). */
+async function frozenCount(file: string): Promise<number> {
+  const read = () => Number(readFileSync(file, "utf8") || 0);
+  const at = read();
+  await new Promise((r) => setTimeout(r, 1000));
+  assert.equal(read(), at, `the background process ran after the stop (${file})`);
+  return at;
+}
+
 async function verify(envId: string) {
   const t = performance.now();
   const d = (await api("POST", `/v1/envs/${envId}/verify`, {})).data;
@@ -101,7 +125,9 @@ before(async () => {
     honest: compose({}),
     dir: compose({
       collect: "/home/ubuntu/out",
-      command: '["sh", "-c", "ls -la /collect/home/ubuntu/out; echo 1"]',
+      // The reward depends on what was collected: 1 only when out/a reads "a" and out/sub/b "b".
+      command:
+        '["sh", "-c", "ls -laR /collect/home/ubuntu/out; [ \\"$$(cat /collect/home/ubuntu/out/a /collect/home/ubuntu/out/sub/b)\\" = \\"$$(printf \'a\\\\nb\')\\" ] && echo 1 || echo 0"]',
     }),
     slow: compose({ command: '["sleep", "1000"]', timeout: "2s" }),
     crash: compose({ command: '["sh", "-c", "echo partial output; echo oops >&2; exit 3"]' }),
@@ -223,11 +249,17 @@ describe("attack cases", () => {
   });
 
   test("a path swapped for a link around the stop: no link is followed", async () => {
+    // setsid: out of the exec's process group, so the swapper outlives the exec (as an agent's
+    // would) and races the stop. Each round is counted in swaps.n.
     const e = await episode(
       "honest",
-      "cd /home/ubuntu; (while :; do ln -sf /etc/shadow l.tmp && mv -T l.tmp answer.txt; echo 9993 > f.tmp && mv -T f.tmp answer.txt; done) >/dev/null 2>&1 & sleep 0.5",
+      "cd /home/ubuntu; setsid -f bash -c 'n=0; while :; do ln -sf /etc/shadow l.tmp && mv -T l.tmp answer.txt; echo 9993 > f.tmp && mv -T f.tmp answer.txt; n=$((n+1)); echo $n > swaps.n; done' </dev/null >/dev/null 2>&1",
     );
+    const counter = join(await homeDataset(e.id), "swaps.n");
+    await running(counter);
     const v = await verify(e.id);
+    const stopped = await frozenCount(counter);
+    assert.ok(stopped > 0, "the swapper ran until the stop");
     assert.equal(v.d.status, "succeeded", v.d.reason);
     if (v.collect.refused) assert.match(v.collect.refused, /symbolic link/);
     else {
@@ -239,11 +271,13 @@ describe("attack cases", () => {
   test("a background process that rewrites the answer after the agent is done cannot", async () => {
     const e = await episode(
       "honest",
-      "echo 9993 > /home/ubuntu/answer.txt; (sleep 2; echo 0 > /home/ubuntu/answer.txt) >/dev/null 2>&1 &",
+      "echo 9993 > /home/ubuntu/answer.txt; setsid -f bash -c 'n=0; while :; do n=$((n+1)); echo $n > /home/ubuntu/beat; [ $n -ge 40 ] && echo 0 > /home/ubuntu/answer.txt; sleep 0.05; done' </dev/null >/dev/null 2>&1",
     );
+    const beat = join(await homeDataset(e.id), "beat");
+    await running(beat);
     const v = await verify(e.id);
     assert.equal(v.reward, 1);
-    await new Promise((r) => setTimeout(r, 3000));
+    await frozenCount(beat);
     const answer = readFileSync(join(await homeDataset(e.id), "answer.txt"), "utf8");
     assert.equal(answer, "9993\n", "the frozen background process never ran again");
   });
@@ -318,5 +352,11 @@ describe("attack cases", () => {
       "/home/ubuntu/out/sub/b",
     ]);
     assert.match(v.grade.stdout_tail, /sub/);
+    // The same directory with another content scores 0: the reward is the grader's, not a constant.
+    const other = await episode(
+      "dir",
+      "mkdir -p /home/ubuntu/out/sub && echo a > /home/ubuntu/out/a && echo c > /home/ubuntu/out/sub/b",
+    );
+    assert.equal((await verify(other.id)).reward, 0);
   });
 });

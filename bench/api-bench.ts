@@ -11,21 +11,42 @@ import { execFile, execFileSync, spawnSync } from "node:child_process";
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
+import { DenvClient } from "@denv/sdk";
 import Docker from "dockerode";
 import { parse, stringify } from "yaml";
 import { log, ms, openBenchRig } from "./bench-rig.ts";
+import { metricOf, shuffled } from "./bench-stats.ts";
 
-export type Metric = { value: number; unit: string; samples?: number[]; note?: string };
+export type { Metric } from "./bench-stats.ts";
+
+import type { Metric } from "./bench-stats.ts";
 
 const root = join(import.meta.dirname, "..");
 const docker = new Docker();
 const OPSBOX = "127.0.0.1:5000/denv/opsbox:bookworm";
 
-async function dockerExecEcho(c: Docker.Container): Promise<void> {
-  const exec = await c.exec({ Cmd: ["echo", "hi"], AttachStdout: true, AttachStderr: true });
+/** An exec through the Engine API: its exit code and output, demultiplexed. */
+export async function engineExec(
+  c: Docker.Container,
+  cmd: string[],
+): Promise<{ exitCode: number; stdout: string; stderr: string }> {
+  const exec = await c.exec({ Cmd: cmd, AttachStdout: true, AttachStderr: true });
   const stream = await exec.start({ hijack: true, stdin: false });
-  stream.resume();
+  const out: Buffer[] = [];
+  const err: Buffer[] = [];
+  docker.modem.demuxStream(
+    stream,
+    { write: (b: Buffer) => out.push(b) } as never,
+    {
+      write: (b: Buffer) => err.push(b),
+    } as never,
+  );
   await new Promise((r) => stream.on("end", r).on("close", r));
+  return {
+    exitCode: (await exec.inspect()).ExitCode ?? -1,
+    stdout: Buffer.concat(out).toString(),
+    stderr: Buffer.concat(err).toString(),
+  };
 }
 
 export async function apiBench(quick: boolean): Promise<Record<string, Metric>> {
@@ -34,33 +55,93 @@ export async function apiBench(quick: boolean): Promise<Record<string, Metric>> 
   const results: Record<string, Metric> = {};
   const peerDir = join(stateDir, "peer");
   try {
-    // --- deploy vs docker-compose up ---
+    // --- deploy vs docker-compose up, each to healthy and to ready, by this client's clock ---
     const compose = readFileSync(join(root, "examples/ops-world/docker-compose.yaml"), "utf8");
     await api("POST", "/v1/projects", { name: "ops-world", kind: "rl-environment", source: "./ops-world" });
     await api("PUT", "/v1/projects/ops-world/source", { compose });
-    const deploys: number[] = [];
-    const peers: number[] = [];
-    for (let i = 0; i < (quick ? 2 : 3); i++) {
-      const d = await api("POST", "/v1/projects/ops-world/deploy?wait=true", { env: `deploy-${i}` });
-      const health = d.phases.find((p: any) => p.name === "health");
-      deploys.push(Date.parse(health.finished_at) - Date.parse(d.created_at));
-      await api("DELETE", `/v1/envs/${encodeURIComponent(`ops-world/deploy-${i}`)}`);
-      peers.push(
-        await composeUp(compose, join(peerDir, String(i)), `${runId}p${i}`.replace(/[^a-z0-9]/g, ""), labels),
-      );
-    }
-    results.deploy_ms = {
-      value: ms(deploys),
-      unit: "ms",
-      samples: deploys,
-      note: "request to the end of the health phase (resolve, place, prepare, start, health)",
+    const client = new DenvClient({ baseUrl: server.url, apiKey: rig.key });
+    let deployN = 0;
+    /** `denv deploy --wait`'s wait: the request, then the deployment's events to its verdict. */
+    const denvDeploy = async (): Promise<{ healthy: number; ready: number }> => {
+      const env = `deploy-${deployN++}`;
+      const t = performance.now();
+      const d = await api("POST", "/v1/projects/ops-world/deploy?wait=false", { env });
+      let healthy = Number.NaN;
+      let last: Record<string, any> = d;
+      for await (const e of client.deploymentEvents(d.id)) {
+        last = e;
+        const health = e.phases.find((p: { name: string }) => p.name === "health");
+        if (Number.isNaN(healthy) && health?.status === "succeeded") healthy = performance.now() - t;
+        if (["succeeded", "failed", "rolled_back"].includes(e.status)) break;
+      }
+      const ready = performance.now() - t;
+      if (last.status !== "succeeded" || Number.isNaN(healthy))
+        throw new Error(`deploy ${env}: ${last.status} ${last.reason ?? ""}`);
+      const id = encodeURIComponent(`ops-world/${env}`);
+      const count = await api("POST", `/v1/envs/${id}/exec`, {
+        command: ["psql", "-tAc", "select count(*) from orders"],
+      });
+      if (count.stdout !== "100000\n") throw new Error(`deploy ${env}: ${count.stdout} orders`);
+      await api("DELETE", `/v1/envs/${id}`);
+      return { healthy, ready };
     };
-    results.deploy_peer_ms = {
-      value: ms(peers),
-      unit: "ms",
-      samples: peers,
-      note: "docker-compose up -d on fresh volumes until the same healthchecks pass",
+    /** The peer: docker-compose up to the same health, then the same warm command (the seed). */
+    const peerDeploy = async (): Promise<{ healthy: number; ready: number }> => {
+      const i = deployN++;
+      const project = `${runId}p${i}`.replace(/[^a-z0-9]/g, "");
+      const dir = join(peerDir, String(i));
+      const t = performance.now();
+      const healthy = await composeUp(compose, dir, project, labels, undefined, { keep: true });
+      const [c] = await docker.listContainers({
+        filters: JSON.stringify({
+          label: [`com.docker.compose.project=${project}`, "com.docker.compose.service=opsbox"],
+        }),
+      });
+      const box = docker.getContainer(c?.Id as string);
+      const warm = await engineExec(box, ["sh", "-c", "psql -h db -U postgres -f /seed/orders.sql"]);
+      const ready = performance.now() - t;
+      const count = await engineExec(box, ["psql", "-tAc", "select count(*) from orders"]);
+      composeDown(dir, project);
+      if (warm.exitCode !== 0 || count.stdout !== "100000\n")
+        throw new Error(`peer deploy: warm ${warm.exitCode} ${warm.stderr}; ${count.stdout} orders`);
+      return { healthy, ready };
     };
+    const denvRuns: { healthy: number; ready: number }[] = [];
+    const peerRuns: { healthy: number; ready: number }[] = [];
+    await denvDeploy(); // warm-up, untimed
+    await peerDeploy();
+    const deployRounds = quick ? 3 : 20;
+    for (let round = 0; round < deployRounds; round++)
+      for (const who of shuffled(["denv", "peer"], round + 1))
+        if (who === "denv") denvRuns.push(await denvDeploy());
+        else peerRuns.push(await peerDeploy());
+    results.deploy_ms = metricOf(
+      denvRuns.map((r) => r.healthy),
+      "ms",
+      "to healthy: POST deploy to the event reporting the health phase succeeded, client clock",
+      0,
+    );
+    results.deploy_ready_ms = metricOf(
+      denvRuns.map((r) => r.ready),
+      "ms",
+      "to ready: POST deploy to its verdict (health, warm, snapshot: a version), client clock",
+      0,
+    );
+    results.deploy_peer_ms = metricOf(
+      peerRuns.map((r) => r.healthy),
+      "ms",
+      "docker-compose up -d on fresh volumes until the same healthchecks pass",
+      0,
+    );
+    results.deploy_ready_peer_ms = metricOf(
+      peerRuns.map((r) => r.ready),
+      "ms",
+      "docker-compose up, healthy, then the same warm command (the seed) run to its end",
+      0,
+    );
+    log(
+      `  deploy: to healthy ${results.deploy_ms.value} ms, to ready ${results.deploy_ready_ms.value} ms; peer ${results.deploy_peer_ms.value} / ${results.deploy_ready_peer_ms.value} ms`,
+    );
 
     // --- fan-out: N forks of one version in one call, beside the same N made one after another ---
     const fanBase = await api("POST", "/v1/projects/ops-world/deploy?wait=true", { env: "fan-base" });
@@ -101,46 +182,67 @@ export async function apiBench(quick: boolean): Promise<Record<string, Metric>> 
     const base = await api("POST", "/v1/projects/single/deploy?wait=true", { env: "base" });
     const version = base.phases.find((p: any) => p.name === "verdict").evidence.version_id as string;
     const creates: number[] = [];
-    const sandboxes: string[] = [];
-    for (let i = 0; i < (quick ? 8 : 20); i++) {
+    const peerCreates: number[] = [];
+    /** POST /v1/sandboxes until its first exec answers; checked, then removed (as the peer's are). */
+    const denvCreate = async () => {
       const t = performance.now();
       const sb = await api("POST", "/v1/sandboxes", { from_version: version });
-      await api("POST", `/v1/envs/${sb.id}/exec`, { command: ["echo", "hi"] });
-      creates.push(performance.now() - t);
-      sandboxes.push(sb.id);
-    }
-    results.sandbox_create_p50_ms = { value: ms(creates), unit: "ms", samples: creates.map(Math.round) };
-    results.sandbox_create_p95_ms = { value: ms(creates, 0.95), unit: "ms" };
-    const peerCreates: number[] = [];
-    for (let i = 0; i < (quick ? 8 : 20); i++) {
+      const r = await api("POST", `/v1/envs/${sb.id}/exec`, { command: ["echo", "hi"] });
+      const elapsed = performance.now() - t;
+      if (r.exit_code !== 0 || r.stdout !== "hi\n") throw new Error(`sandbox exec: ${JSON.stringify(r)}`);
+      await api("DELETE", `/v1/envs/${sb.id}`);
+      return elapsed;
+    };
+    /** The same image and volume, created and started through the Engine API until exec answers. */
+    const peerCreate = async () => {
       const t = performance.now();
+      const vol = await docker.createVolume({ Labels: labels });
       const c = await docker.createContainer({
         Image: OPSBOX,
         Cmd: ["sleep", "infinity"],
         User: "1000:1000",
         Labels: labels,
+        HostConfig: { Binds: [`${vol.name}:/work`], NetworkMode: "none" },
       });
       await c.start();
-      await dockerExecEcho(c);
-      peerCreates.push(performance.now() - t);
+      const r = await engineExec(c, ["echo", "hi"]);
+      const elapsed = performance.now() - t;
+      if (r.exitCode !== 0 || r.stdout !== "hi\n") throw new Error(`peer exec: ${JSON.stringify(r)}`);
       await c.remove({ force: true });
-    }
-    results.sandbox_create_peer_p50_ms = {
-      value: ms(peerCreates),
-      unit: "ms",
-      samples: peerCreates.map(Math.round),
-      note: "docker run (create + start) until docker exec echo answers",
+      await docker.getVolume(vol.name).remove();
+      return elapsed;
     };
+    await denvCreate(); // warm-up, untimed
+    await peerCreate();
+    for (let i = 0; i < (quick ? 8 : 20); i++)
+      for (const who of shuffled(["denv", "peer"], i + 1))
+        if (who === "denv") creates.push(await denvCreate());
+        else peerCreates.push(await peerCreate());
+    results.sandbox_create_p50_ms = metricOf(
+      creates,
+      "ms",
+      "POST /v1/sandboxes until its first exec answers",
+      0,
+    );
+    results.sandbox_create_p95_ms = { value: ms(creates, 0.95), unit: "ms" };
+    results.sandbox_create_peer_p50_ms = metricOf(
+      peerCreates,
+      "ms",
+      "Engine API create + start (a volume, no network) until an exec of echo answers",
+      0,
+    );
+    const sandboxes = [(await api("POST", "/v1/sandboxes", { from_version: version })).id as string];
 
     // --- exec ---
     const first = sandboxes[0] as string;
     const execs: number[] = [];
     for (let i = 0; i < (quick ? 50 : 200); i++) {
       const t = performance.now();
-      await api("POST", `/v1/envs/${first}/exec`, { command: ["echo", "hi"] });
+      const r = await api("POST", `/v1/envs/${first}/exec`, { command: ["echo", "hi"] });
       execs.push(performance.now() - t);
+      if (r.exit_code !== 0 || r.stdout !== "hi\n") throw new Error(`exec: ${JSON.stringify(r)}`);
     }
-    results.exec_p50_ms = { value: ms(execs), unit: "ms" };
+    results.exec_p50_ms = metricOf(execs, "ms", "POST /v1/envs/{id}/exec of echo, answered and checked", 1);
     results.exec_p99_ms = { value: ms(execs, 0.99), unit: "ms" };
     const hostEnv = (
       await server.store
@@ -153,21 +255,24 @@ export async function apiBench(quick: boolean): Promise<Record<string, Metric>> 
     const direct: number[] = [];
     for (let i = 0; i < (quick ? 50 : 200); i++) {
       const t = performance.now();
-      await dockerExecEcho(docker.getContainer(containerId));
+      const r = await engineExec(docker.getContainer(containerId), ["echo", "hi"]);
       direct.push(performance.now() - t);
+      if (r.exitCode !== 0 || r.stdout !== "hi\n") throw new Error(`engine exec: ${JSON.stringify(r)}`);
     }
-    results.exec_direct_p50_ms = {
-      value: ms(direct),
-      unit: "ms",
-      note: "Engine API exec create + start + inspect",
-    };
+    results.exec_direct_p50_ms = metricOf(
+      direct,
+      "ms",
+      "Engine API exec create + start + inspect, output checked",
+      1,
+    );
     const cli: number[] = [];
     for (let i = 0; i < (quick ? 20 : 50); i++) {
       const t = performance.now();
-      execFileSync("docker", ["exec", containerId, "echo", "hi"], { stdio: "ignore" });
+      const out = execFileSync("docker", ["exec", containerId, "echo", "hi"], { encoding: "utf8" });
       cli.push(performance.now() - t);
+      if (out !== "hi\n") throw new Error(`docker exec: ${out}`);
     }
-    results.exec_cli_p50_ms = { value: ms(cli), unit: "ms" };
+    results.exec_cli_p50_ms = metricOf(cli, "ms", "`docker exec CONTAINER echo hi`, output checked", 1);
 
     for (const id of sandboxes) await api("DELETE", `/v1/envs/${id}`);
   } finally {

@@ -7,8 +7,17 @@ import { rmSync } from "node:fs";
 import { mkdtemp } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { BtrfsDriver, Denvd, DockerRuntime, defaultAgentBinary, joinServer, Sidecar } from "@denv/denvd";
+import {
+  BtrfsDriver,
+  Denvd,
+  DirDriver,
+  DockerRuntime,
+  defaultAgentBinary,
+  joinServer,
+  Sidecar,
+} from "@denv/denvd";
 import { type RunningServer, type ServerOptions, startServer } from "@denv/server";
+import { percentile } from "./bench-stats.ts";
 
 export interface BenchRig {
   runId: string;
@@ -16,8 +25,11 @@ export interface BenchRig {
   labels: Record<string, string>;
   stateDir: string;
   server: RunningServer;
+  /** The team's key the rig's calls use (for the CLI and the SDK a benchmark runs). */
+  key: string;
   denvd: Denvd;
-  storage: BtrfsDriver;
+  /** btrfs unless the rig was opened with `storage: "dir"` (copies). */
+  storage: BtrfsDriver | DirDriver;
   api(method: string, path: string, body?: unknown): Promise<Record<string, any>>;
   /** The answer whatever its status. */
   raw(method: string, path: string, body?: unknown): Promise<{ status: number; data: Record<string, any> }>;
@@ -26,7 +38,11 @@ export interface BenchRig {
 
 export async function openBenchRig(
   name: string,
-  options: { serverOptions?: Partial<ServerOptions>; imageSizeBytes?: number } = {},
+  options: {
+    serverOptions?: Partial<ServerOptions>;
+    imageSizeBytes?: number;
+    storage?: "btrfs" | "dir";
+  } = {},
 ): Promise<BenchRig> {
   const runId = `bench-${name}-${randomBytes(3).toString("hex")}`;
   const labels = { "dev.denv.test": runId };
@@ -39,7 +55,10 @@ export async function openBenchRig(
     fetchAllow: ["127.0.0.1:5000"],
     ...options.serverOptions,
   });
-  const storage = new BtrfsDriver({ stateDir, imageSizeBytes: options.imageSizeBytes ?? 32 * 1024 ** 3 });
+  const storage =
+    options.storage === "dir"
+      ? new DirDriver(join(stateDir, "dir"))
+      : new BtrfsDriver({ stateDir, imageSizeBytes: options.imageSizeBytes ?? 32 * 1024 ** 3 });
   const denvd = await Denvd.open({
     stateDir,
     storage,
@@ -72,6 +91,7 @@ export async function openBenchRig(
     labels,
     stateDir,
     server,
+    key,
     denvd,
     storage,
     api,
@@ -81,15 +101,13 @@ export async function openBenchRig(
       await server.close();
       for (const e of denvd.stacks()) await denvd.destroy(e.id).catch(() => {});
       for (const v of denvd.versions()) await denvd.deleteVersion(v.id).catch(() => {});
-      await storage.unmount().catch(() => {});
+      if (storage instanceof BtrfsDriver) await storage.unmount().catch(() => {});
       rmSync(stateDir, { recursive: true, force: true });
       rmSync(dataDir, { recursive: true, force: true });
     },
   };
 }
 
-const pct = (xs: number[], p: number) =>
-  [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((xs.length - 1) * p))] as number;
-/** The p-th percentile, to a tenth. */
-export const ms = (xs: number[], p = 0.5) => Math.round(pct(xs, p) * 10) / 10;
+/** The p-th percentile (interpolated), to a tenth. */
+export const ms = (xs: number[], p = 0.5) => Math.round(percentile(xs, p) * 10) / 10;
 export const log = (s: string) => process.stderr.write(`${s}\n`);

@@ -1,14 +1,17 @@
 /**
  * `npm run bench [-- --quick] [-- --json] [-- --save] [-- --only fork,api,scale,exec,transfer,fidelity]`: every
- * figure beside its peer, measured in the same run on this machine. Prints a table for people;
- * with --json, one JSON object on the last line ({machine, metrics, ratios}); with --save, also
- * writes bench/results/<date>.json. --only runs some parts (goals of the others read "not met").
+ * figure beside its peer, measured in the same run on this machine. Prints a table for people
+ * (each median with its p5–p95 spread and the 95% interval of the median); with --json, one JSON
+ * object on the last line ({commit, machine, duration_s, metrics with every sample, ratios,
+ * goals}); with --save, also writes bench/results/<date>.json. --only runs some parts (goals of
+ * the others read "not met"). A goal is met only when the median's whole interval clears it.
  */
 import { execFileSync } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { cpus, release, totalmem } from "node:os";
 import { join } from "node:path";
-import { apiBench, type Metric } from "./api-bench.ts";
+import { apiBench } from "./api-bench.ts";
+import { atLeast, atMost, interval, type Metric, ratioInterval, withSpread } from "./bench-stats.ts";
 import { fidelityBench } from "./fidelity-bench.ts";
 import { forkBench } from "./fork-bench.ts";
 import { execUnderLoad, scaleBench } from "./scale-bench.ts";
@@ -21,6 +24,23 @@ const onlyAt = process.argv.indexOf("--only");
 const only = onlyAt > 0 ? new Set((process.argv[onlyAt + 1] ?? "").split(",")) : null;
 const part = (name: string) => !only || only.has(name);
 const started = Date.now();
+
+/** The commit measured, and whether the tree had changes beside it. */
+function commit(): { commit: string | null; dirty: boolean } {
+  try {
+    const head = execFileSync("git", ["rev-parse", "HEAD"], {
+      cwd: import.meta.dirname,
+      encoding: "utf8",
+    }).trim();
+    const status = execFileSync("git", ["status", "--porcelain", "--untracked-files=no"], {
+      cwd: import.meta.dirname,
+      encoding: "utf8",
+    });
+    return { commit: head, dirty: status.trim() !== "" };
+  } catch {
+    return { commit: null, dirty: false };
+  }
+}
 
 function machine() {
   const dockerVersion = (() => {
@@ -42,82 +62,129 @@ function machine() {
   };
 }
 
-const metrics: Record<string, Metric> = {
-  ...(part("fork") ? await forkBench() : {}),
+// Read before measuring: the code measured is the code at the start.
+const { commit: sha, dirty } = commit();
+const measured: Record<string, Metric> = {
+  ...(part("fork") ? await forkBench(quick) : {}),
   ...(part("api") ? await apiBench(quick) : {}),
   // "exec" alone: the exec-under-load figures of the scale part.
   ...(part("scale") ? await scaleBench(quick) : part("exec") ? await execUnderLoad(quick) : {}),
   ...(part("transfer") ? await transferBench(quick) : {}),
   ...(part("fidelity") ? await fidelityBench(quick) : {}),
 };
-const v = (n: string) => metrics[n]?.value ?? Number.NaN;
+// Every metric with samples carries its spread and the interval of its median.
+const metrics = Object.fromEntries(Object.entries(measured).map(([k, m]) => [k, withSpread(m)]));
+const m = (n: string) => metrics[n];
 const r2 = (x: number) => Math.round(x * 100) / 100;
-const ratios = {
-  fork_1gib_vs_floor: r2(v("fork_p50_ms_btrfs_1gib") / v("fork_floor_p50_ms_1gib")),
-  fork_1gib_vs_10mib: r2(v("fork_p50_ms_btrfs_1gib") / v("fork_p50_ms_btrfs_10mib")),
-  peer_fork_vs_denv_fork_1gib: r2(v("fork_p50_ms_peer_1gib") / v("fork_p50_ms_btrfs_1gib")),
-  dir_fork_vs_btrfs_fork_1gib: r2(v("fork_p50_ms_dir_1gib") / v("fork_p50_ms_btrfs_1gib")),
-  sandbox_create_vs_docker_run: r2(v("sandbox_create_p50_ms") / v("sandbox_create_peer_p50_ms")),
-  exec_vs_engine_api: r2(v("exec_p50_ms") / v("exec_direct_p50_ms")),
-  exec_vs_docker_exec: r2(v("exec_p50_ms") / v("exec_cli_p50_ms")),
-  deploy_vs_docker_compose: r2(v("deploy_ms") / v("deploy_peer_ms")),
+/** name → [metric a, metric b]: a / b, its median ratio and its interval. */
+const ratioOf: Record<string, [string, string]> = {
+  fork_1gib_vs_floor: ["fork_p50_ms_btrfs_1gib", "fork_floor_p50_ms_1gib"],
+  fork_1gib_vs_10mib: ["fork_p50_ms_btrfs_1gib", "fork_p50_ms_btrfs_10mib"],
+  peer_fork_vs_denv_fork_1gib: ["fork_p50_ms_peer_1gib", "fork_p50_ms_btrfs_1gib"],
+  peer_snapshot_fork_vs_denv_fork_1gib: ["fork_p50_ms_peer_snapshot_1gib", "fork_p50_ms_btrfs_1gib"],
+  dir_fork_vs_btrfs_fork_1gib: ["fork_p50_ms_dir_1gib", "fork_p50_ms_btrfs_1gib"],
+  sandbox_create_vs_docker_run: ["sandbox_create_p50_ms", "sandbox_create_peer_p50_ms"],
+  exec_vs_engine_api: ["exec_p50_ms", "exec_direct_p50_ms"],
+  exec_vs_docker_exec: ["exec_p50_ms", "exec_cli_p50_ms"],
+  deploy_vs_docker_compose: ["deploy_ms", "deploy_peer_ms"],
+  deploy_ready_vs_docker_compose_warm: ["deploy_ready_ms", "deploy_ready_peer_ms"],
   fanout_vs_sequential: quick
-    ? r2(v("fanout_8_ms") / v("fanout_8_sequential_ms"))
-    : r2(v("fanout_32_ms") / v("fanout_32_sequential_ms")),
+    ? ["fanout_8_ms", "fanout_8_sequential_ms"]
+    : ["fanout_32_ms", "fanout_32_sequential_ms"],
   fanout_pooled_vs_compose_copies: quick
-    ? r2(v("fanout_8_pooled_ms") / v("fanout_8_peer_ms"))
-    : r2(v("fanout_32_pooled_ms") / v("fanout_32_peer_ms")),
-  pool_acquire_vs_cold_fork: r2(v("pool_acquire_p50_ms") / v("pool_acquire_peer_p50_ms")),
-  create_throughput_vs_docker_run: r2(v("create_throughput_per_s") / v("create_throughput_peer_per_s")),
-  create_throughput_vs_docker_run_50: r2(
-    v("create_throughput_per_s_50") / v("create_throughput_peer_per_s_50"),
-  ),
-  exec_load_vs_engine_api: r2(v("exec_per_s") / v("exec_peer_per_s")),
-  exec_load_vs_engine_api_100: r2(v("exec_per_s_100") / v("exec_peer_per_s_100")),
-  files_put_vs_docker_cp: r2(v("files_put_mib_per_s") / v("files_put_peer_mib_per_s")),
-  files_get_vs_docker_cp: r2(v("files_get_mib_per_s") / v("files_get_peer_mib_per_s")),
-  clock_read_frozen_vs_real: r2(v("clock_read_ns_frozen") / v("clock_read_ns_real")),
-  fork_frozen_vs_real: r2(v("fork_p50_ms_frozen") / v("fork_p50_ms_real")),
+    ? ["fanout_8_pooled_ms", "fanout_8_peer_ms"]
+    : ["fanout_32_pooled_ms", "fanout_32_peer_ms"],
+  pool_acquire_vs_cold_fork: ["pool_acquire_p50_ms", "pool_acquire_peer_p50_ms"],
+  create_throughput_vs_docker_run: ["create_throughput_per_s", "create_throughput_peer_per_s"],
+  create_throughput_vs_docker_run_50: ["create_throughput_per_s_50", "create_throughput_peer_per_s_50"],
+  exec_load_vs_engine_api: ["exec_per_s", "exec_peer_per_s"],
+  exec_load_vs_engine_api_100: ["exec_per_s_100", "exec_peer_per_s_100"],
+  files_put_vs_docker_cp: ["files_put_mib_per_s", "files_put_peer_mib_per_s"],
+  files_get_vs_docker_cp: ["files_get_mib_per_s", "files_get_peer_mib_per_s"],
+  clock_read_frozen_vs_real: ["clock_read_ns_frozen", "clock_read_ns_real"],
+  fork_frozen_vs_real: ["fork_p50_ms_frozen", "fork_p50_ms_real"],
 };
+const ratios = Object.fromEntries(
+  Object.entries(ratioOf)
+    .filter(([, [a, b]]) => m(a) && m(b))
+    .map(([name, [a, b]]) => {
+      const [lo, hi] = ratioInterval(m(a), m(b));
+      return [
+        name,
+        { value: r2((m(a) as Metric).value / (m(b) as Metric).value), interval: [r2(lo), r2(hi)] },
+      ];
+    }),
+) as Record<string, { value: number; interval: [number, number] }>;
+const ratioIv = (name: string): [number, number] => ratios[name]?.interval ?? [Number.NaN, Number.NaN];
+const iv = (name: string) => interval(m(name));
 const goals: [string, boolean][] = [
-  ["fork of 1 GiB ≤ 1.2× the floor", ratios.fork_1gib_vs_floor <= 1.2],
-  ["fork of 1 GiB ≤ 1.2× the 10 MiB fork", ratios.fork_1gib_vs_10mib <= 1.2],
-  ["fork ≥ 10× faster than the peer", ratios.peer_fork_vs_denv_fork_1gib >= 10],
-  ["exec ≤ 25 ms p50", v("exec_p50_ms") <= 25],
-  ["frozen window ≤ 100 ms", v("frozen_window_p50_ms") <= 100],
-  ["sandbox create ≤ 500 ms p50", v("sandbox_create_p50_ms") <= 500],
-  ["deploy no slower than docker-compose", ratios.deploy_vs_docker_compose <= 1],
+  ["fork of 1 GiB ≤ 1.2× the floor", atMost(ratioIv("fork_1gib_vs_floor"), 1.2)],
+  ["fork of 1 GiB ≤ 1.2× the 10 MiB fork", atMost(ratioIv("fork_1gib_vs_10mib"), 1.2)],
+  ["fork ≥ 10× faster than the peer", atLeast(ratioIv("peer_fork_vs_denv_fork_1gib"), 10)],
+  ["exec ≤ 25 ms p50", atMost(iv("exec_p50_ms"), 25)],
+  ["frozen window ≤ 100 ms", atMost(iv("frozen_window_p50_ms"), 100)],
+  ["sandbox create ≤ 500 ms p50", atMost(iv("sandbox_create_p50_ms"), 500)],
+  ["deploy no slower than docker-compose", atMost(ratioIv("deploy_vs_docker_compose"), 1)],
   ...(quick
     ? []
     : ([
-        ["32 ops-world forks ready ≤ 10 s (fan-out from a warm pool)", v("fanout_32_pooled_ms") <= 10_000],
-        ["32 ops-world forks ready ≤ 10 s (fan-out, cold)", v("fanout_32_ms") <= 10_000],
+        [
+          "32 ops-world forks ready ≤ 10 s (fan-out from a warm pool)",
+          atMost(iv("fanout_32_pooled_ms"), 10_000),
+        ],
+        ["32 ops-world forks ready ≤ 10 s (fan-out, cold)", atMost(iv("fanout_32_ms"), 10_000)],
       ] as [string, boolean][])),
-  ["pool acquisition ≤ 50 ms p50", v("pool_acquire_p50_ms") <= 50],
-  ["100 single-container sandboxes at concurrency 10 in ≤ 30 s", v("create_throughput_per_s") >= 100 / 30],
-  ["200 live sandboxes", v("max_live_sandboxes") >= 200],
-  ["500 exec/s with p99 ≤ 200 ms (20 callers)", v("exec_per_s") >= 500 && v("exec_load_p99_ms") <= 200],
-  ["files put ≥ 200 MiB/s", v("files_put_mib_per_s") >= 200],
-  ["files get ≥ 200 MiB/s", v("files_get_mib_per_s") >= 200],
+  ["pool acquisition ≤ 50 ms p50", atMost(iv("pool_acquire_p50_ms"), 50)],
+  [
+    "100 single-container sandboxes at concurrency 10 in ≤ 30 s",
+    atLeast(iv("create_throughput_per_s"), 100 / 30),
+  ],
+  ["200 live sandboxes", atLeast(iv("max_live_sandboxes"), 200)],
+  [
+    "500 exec/s with p99 ≤ 200 ms (20 callers)",
+    atLeast(iv("exec_per_s"), 500) && atMost(iv("exec_load_p99_ms"), 200),
+  ],
+  ["files put ≥ 200 MiB/s", atLeast(iv("files_put_mib_per_s"), 200)],
+  ["files get ≥ 200 MiB/s", atLeast(iv("files_get_mib_per_s"), 200)],
   [
     "peak RSS of server and denvd under 256 MiB over the transfers",
-    v("files_peak_rss_mib_server") < 256 && v("files_peak_rss_mib_denvd") < 256,
+    atMost(iv("files_peak_rss_mib_server"), 255.9) && atMost(iv("files_peak_rss_mib_denvd"), 255.9),
   ],
-  ["a frozen fork ≤ 1.1× a real-clock fork", ratios.fork_frozen_vs_real <= 1.1],
+  ["a frozen fork ≤ 1.1× a real-clock fork", atMost(ratioIv("fork_frozen_vs_real"), 1.1)],
 ];
 
+const durationS = Math.round((Date.now() - started) / 1000);
 const out = process.stdout;
 out.write(
-  `\ndenv benchmark (${quick ? "quick" : "full"}), ${Math.round((Date.now() - started) / 1000)} s\n\n`,
+  `\ndenv benchmark (${quick ? "quick: fewer samples, see n" : "full"}), ${durationS} s, commit ${sha?.slice(0, 12) ?? "unknown"}${dirty ? " (with local changes)" : ""}\n\n`,
 );
-out.write(`${"metric".padEnd(32)}${"value".padStart(10)}  unit\n`);
-for (const [name, m] of Object.entries(metrics))
-  out.write(`${name.padEnd(32)}${String(m.value).padStart(10)}  ${m.unit}\n`);
-out.write(`\n${"ratio".padEnd(32)}${"x".padStart(10)}\n`);
-for (const [name, x] of Object.entries(ratios)) out.write(`${name.padEnd(32)}${String(x).padStart(10)}\n`);
-out.write("\ngoals\n");
+const fmt = (x: number | undefined) => (x === undefined ? "" : String(x));
+out.write(
+  `${"metric".padEnd(36)}${"median".padStart(10)}${"p5–p95".padStart(22)}${"95% interval".padStart(22)}${"n".padStart(5)}  unit\n`,
+);
+for (const [name, x] of Object.entries(metrics)) {
+  const spread = x.p5 !== undefined ? `${fmt(x.p5)}–${fmt(x.p95)}` : "";
+  const ci = x.ci ? `${x.ci[0]}–${x.ci[1]}` : "";
+  out.write(
+    `${name.padEnd(36)}${String(x.value).padStart(10)}${spread.padStart(22)}${ci.padStart(22)}${String(x.samples?.length ?? 1).padStart(5)}  ${x.unit}\n`,
+  );
+}
+out.write(`\n${"ratio".padEnd(36)}${"x".padStart(10)}${"interval".padStart(22)}\n`);
+for (const [name, x] of Object.entries(ratios))
+  out.write(
+    `${name.padEnd(36)}${String(x.value).padStart(10)}${`${x.interval[0]}–${x.interval[1]}`.padStart(22)}\n`,
+  );
+out.write("\ngoals (met only when the whole interval clears the goal)\n");
 for (const [goal, met] of goals) out.write(`  ${met ? "met    " : "not met"}  ${goal}\n`);
-const result = { machine: machine(), metrics, ratios, goals: Object.fromEntries(goals) };
+const result = {
+  commit: sha,
+  dirty,
+  machine: machine(),
+  duration_s: durationS,
+  metrics,
+  ratios,
+  goals: Object.fromEntries(goals),
+};
 if (save) {
   const dir = join(import.meta.dirname, "results");
   mkdirSync(dir, { recursive: true });

@@ -2,6 +2,9 @@
  * The compose corpus: every file in testdata/corpus declares what must happen to it on its first
  * line (`# expect: ok`, or `# expect: refuse CODE [PATH]; CODE [PATH]...`), and its full result is
  * kept as a golden file beside it. Regenerate goldens with UPDATE_GOLDEN=1 after a deliberate change.
+ * A golden only says the output did not change; the facts a file must resolve to are its
+ * `# assert: PATH = JSON` lines (what Compose itself makes of the file: `1g` is 1073741824 bytes,
+ * `$$` is a literal `$`), checked whatever the golden says, so regenerating cannot bless a wrong one.
  */
 import assert from "node:assert/strict";
 import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
@@ -20,6 +23,8 @@ test("the corpus holds at least 40 files, accepted and refused", () => {
   assert.ok(files.length >= 40, `${files.length} files`);
   assert.ok(files.some((f) => f.startsWith("accept-")));
   assert.ok(files.some((f) => f.startsWith("refuse-")));
+  const facts = files.flatMap((f) => readFileSync(join(dir, f), "utf8").match(/^# assert: /gm) ?? []);
+  assert.ok(facts.length >= 40, `${facts.length} independent facts (# assert: lines)`);
 });
 
 for (const file of files) {
@@ -41,6 +46,12 @@ for (const file of files) {
     });
     if (header === "ok") {
       assert.ok(result.ok, `expected ok, got ${JSON.stringify(!result.ok && result.errors)}`);
+      for (const [, path, value] of text.matchAll(/^# assert: (\S+) = (.+)$/gm)) {
+        const got = (path as string)
+          .split(".")
+          .reduce<unknown>((o, k) => (o as Record<string, unknown> | undefined)?.[k], result.spec);
+        assert.deepEqual(got, JSON.parse(value as string), `${path}`);
+      }
     } else {
       assert.ok(!result.ok, "expected a refusal");
       for (const want of header.replace(/^refuse /, "").split(";")) {

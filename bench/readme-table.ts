@@ -21,49 +21,60 @@ interface Saved {
   ratios: Record<string, { value: number; interval: [number, number] }>;
 }
 
-/** Rows: a label, the denv metric, and its peer metric (or none). */
-const ROWS: [string, string, string | null][] = [
-  ["fork via API, ops-world +1 GiB, btrfs", "fork_p50_ms_btrfs_1gib", "fork_floor_p50_ms_1gib"],
+/** Rows: what is measured, the denv metric, and what it is set beside (a peer or the floor). */
+const ROWS: [string, string, [string, string] | null][] = [
+  ["fork via API, ops-world +1 GiB, btrfs", "fork_p50_ms_btrfs_1gib", ["floor", "fork_floor_p50_ms_1gib"]],
   ["fork via API, +10 MiB, btrfs", "fork_p50_ms_btrfs_10mib", null],
-  ["`denv fork` (CLI), +1 GiB", "fork_cli_p50_ms_btrfs_1gib", null],
-  ["fork, peer: `cp -a` + docker-compose up", "fork_p50_ms_peer_1gib", null],
-  ["fork, peer: reflink copy + docker-compose up", "fork_p50_ms_peer_snapshot_1gib", null],
+  ["`denv fork` (CLI process), +1 GiB", "fork_cli_p50_ms_btrfs_1gib", null],
+  [
+    "fork, +1 GiB, beside `cp -a` + docker-compose up",
+    "fork_p50_ms_btrfs_1gib",
+    ["peer", "fork_p50_ms_peer_1gib"],
+  ],
+  [
+    "fork, +1 GiB, beside a reflink copy + docker-compose up",
+    "fork_p50_ms_btrfs_1gib",
+    ["peer", "fork_p50_ms_peer_snapshot_1gib"],
+  ],
   ["fork via API, +1 GiB, dir driver (copies)", "fork_p50_ms_dir_1gib", null],
-  ["snapshot frozen window, seen by a writer", "frozen_window_p50_ms", null],
-  ["deploy ops-world to healthy", "deploy_ms", "deploy_peer_ms"],
-  ["deploy ops-world to ready (warm, snapshot)", "deploy_ready_ms", "deploy_ready_peer_ms"],
-  ["sandbox create (POST → first exec)", "sandbox_create_p50_ms", "sandbox_create_peer_p50_ms"],
-  ["exec `echo` via /v1", "exec_p50_ms", "exec_direct_p50_ms"],
+  ["snapshot frozen window, seen by a running writer", "frozen_window_p50_ms", null],
+  ["deploy ops-world to healthy", "deploy_ms", ["docker-compose up", "deploy_peer_ms"]],
+  ["deploy to ready (warm; denv also snapshots)", "deploy_ready_ms", ["up + warm", "deploy_ready_peer_ms"]],
+  [
+    "sandbox create (POST → first exec)",
+    "sandbox_create_p50_ms",
+    ["Engine API", "sandbox_create_peer_p50_ms"],
+  ],
+  ["exec `echo` via /v1", "exec_p50_ms", ["Engine API exec", "exec_direct_p50_ms"]],
 ];
 
 export function latestSaved(dir = join(import.meta.dirname, "results")): string | null {
-  const files = readdirSync(dir)
-    .filter((f) => /-full(-[a-z-]+)?\.json$/.test(f))
-    .sort()
-    .reverse();
-  for (const f of files) {
+  let best: { file: string; date: string } | null = null;
+  for (const f of readdirSync(dir).filter((x) => /-full(-[a-z-]+)?\.json$/.test(x))) {
     const saved = JSON.parse(readFileSync(join(dir, f), "utf8")) as Partial<Saved>;
-    if (saved.commit && saved.metrics?.fork_p50_ms_btrfs_1gib) return join(dir, f);
+    // Only runs in the current format: with a commit, and the fork measured through the API.
+    if (!saved.commit || !saved.metrics?.fork_p50_ms_btrfs_1gib || !saved.machine) continue;
+    if (!best || saved.machine.date > best.date) best = { file: join(dir, f), date: saved.machine.date };
   }
-  return null;
+  return best?.file ?? null;
 }
 
 function cell(m: Metric | undefined): string {
   if (!m) return "not measured";
-  const spread = m.p5 !== undefined ? ` (p5–p95 ${m.p5}–${m.p95}, n ${m.samples?.length})` : "";
-  return `${m.value} ${m.unit}${spread}`;
+  const ci = m.ci ? ` (95% CI ${m.ci[0]}–${m.ci[1]}; p5–p95 ${m.p5}–${m.p95}; n ${m.samples?.length})` : "";
+  return `${m.value} ${m.unit}${ci}`;
 }
 
 export function renderTable(saved: Saved, file: string): string {
   const lines = [
-    `From \`${file}\`: commit ${saved.commit?.slice(0, 12)}, ${saved.machine.date.slice(0, 10)}, ${saved.machine.cpus} cores, ${Math.round(saved.machine.memory_bytes / 1024 ** 3)} GiB, ${saved.duration_s} s.`,
+    `From \`${file}\`: commit ${saved.commit?.slice(0, 12)}, ${saved.machine.date.slice(0, 10)}, ${saved.machine.cpus} cores, ${Math.round(saved.machine.memory_bytes / 1024 ** 3)} GiB, ${saved.duration_s} s; medians by the client's clock.`,
     "",
-    "| metric | denv, median | peer or floor, same run |",
+    "| measured | denv | beside it, same run |",
     "| --- | --- | --- |",
   ];
-  for (const [label, name, peer] of ROWS)
+  for (const [label, name, beside] of ROWS)
     lines.push(
-      `| ${label} | ${cell(saved.metrics[name])} | ${peer ? `${cell(saved.metrics[peer])} (${peer})` : ""} |`,
+      `| ${label} | ${cell(saved.metrics[name])} | ${beside ? `${beside[0]}: ${cell(saved.metrics[beside[1]])}` : ""} |`,
     );
   return lines.join("\n");
 }
@@ -83,7 +94,10 @@ if (import.meta.main) {
   const file = given ?? latestSaved();
   if (!file) throw new Error("no saved full run with a commit in bench/results/");
   const readmePath = join(import.meta.dirname, "..", "README.md");
-  const next = withTable(readFileSync(readmePath, "utf8"), file);
-  if (process.argv.includes("--write")) writeFileSync(readmePath, next);
-  else process.stdout.write(`${renderTable(JSON.parse(readFileSync(file, "utf8")) as Saved, file)}\n`);
+  if (process.argv.includes("--write"))
+    writeFileSync(readmePath, withTable(readFileSync(readmePath, "utf8"), file));
+  else
+    process.stdout.write(
+      `${renderTable(JSON.parse(readFileSync(file, "utf8")) as Saved, file.slice(file.indexOf("bench/results/")))}\n`,
+    );
 }

@@ -47,7 +47,7 @@ for (const file of files) {
     if (header === "ok") {
       assert.ok(result.ok, `expected ok, got ${JSON.stringify(!result.ok && result.errors)}`);
       for (const [, path, value] of text.matchAll(/^# assert: (\S+) = (.+)$/gm)) {
-        const got = (path as string)
+        const got: unknown = (path as string)
           .split(".")
           .reduce<unknown>((o, k) => (o as Record<string, unknown> | undefined)?.[k], result.spec);
         assert.deepEqual(got, JSON.parse(value as string), `${path}`);

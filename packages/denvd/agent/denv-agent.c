@@ -273,6 +273,11 @@ static int dial(const char *path) {
 /* Dials denvd and serves its requests, forever (reconnecting after a denvd restart). */
 static void agent_loop(const char *sock) {
   signal(SIGCHLD, SIG_IGN); /* request handlers are reaped by the kernel */
+  /* A subreaper too: what a finished handler leaves (its command's killed or surviving
+   * background processes) is reparented here rather than to the container's PID 1, the service's
+   * command, which may never reap (sleep infinity). With SIGCHLD ignored the kernel releases them
+   * as they die: no zombie keeps holding one of the container's pids. */
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
   signal(SIGPIPE, SIG_IGN);
   unsigned backoff_ms = 20;
   for (;;) {

@@ -71,7 +71,9 @@ export function dropDefaultRoute(containerPid: number): Promise<boolean> {
       { encoding: "utf8", timeout: 5000 },
       (err, _stdout, stderr) => {
         if (!err) resolve(true);
-        else if (/No such process|Cannot find/i.test(stderr)) resolve(false);
+        // No default route, or no namespace any more (the container exited at once: its start's
+        // health wait reports that): nothing to remove.
+        else if (/No such process|Cannot find|cannot open \/proc/i.test(stderr)) resolve(false);
         else
           reject(
             new DenvError("internal", `could not remove the default route: ${stderr.trim().slice(0, 300)}`),

@@ -53,7 +53,7 @@ export async function startInOrder(
       ctx.log("Started container", { stack: stack.id, service: svc });
       if (spec.egress === "deny" && s.network_mode !== "none" && !s.network_mode?.startsWith("service:")) {
         const st = await ctx.runtime.inspectContainer(stack.containers[svc] as string);
-        if (st.pid) await dropDefaultRoute(st.pid);
+        if (st.running && st.pid) await dropDefaultRoute(st.pid);
       }
       onStarted?.(svc);
       return t;

@@ -5,58 +5,25 @@
  * rolled back, migrations applied once.
  */
 import assert from "node:assert/strict";
-import { execFileSync, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, readdirSync, rmSync } from "node:fs";
+import { rmSync } from "node:fs";
 import { mkdtemp } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import { type RunningServer, startServer } from "@denv/server";
 import { LOCAL_REGISTRY } from "./denvd-helpers.ts";
-import { freePort } from "./net-helpers.ts";
+import { startPostgresCluster } from "./postgres-helpers.ts";
 
-const pgBin = (() => {
-  const versions = existsSync("/usr/lib/postgresql") ? readdirSync("/usr/lib/postgresql").sort() : [];
-  const v = versions.at(-1);
-  return v ? `/usr/lib/postgresql/${v}/bin` : null;
-})();
 const cleanups: (() => void)[] = [];
 after(() => {
   for (const f of cleanups.reverse()) f();
 });
-
-/** A PostgreSQL cluster of its own, as user postgres, on a loopback port. */
-async function startPostgres(): Promise<string> {
-  if (!pgBin) throw new Error("PostgreSQL is not installed (the set-up installs Debian's postgresql)");
-  const dir = join("/var/lib/denv-test", `pg-${randomBytes(4).toString("hex")}`);
-  mkdirSync(dir, { recursive: true });
-  execFileSync("chown", ["postgres:postgres", dir]);
-  const port = await freePort();
-  const asPg = (...args: string[]) =>
-    execFileSync("runuser", ["-u", "postgres", "--", ...args], { stdio: "pipe" });
-  asPg(`${pgBin}/initdb`, "-D", join(dir, "data"), "-A", "trust", "-U", "postgres");
-  asPg(
-    `${pgBin}/pg_ctl`,
-    "-D",
-    join(dir, "data"),
-    "-w",
-    "-l",
-    join(dir, "log"),
-    "-o",
-    `-k ${dir} -p ${port} -c listen_addresses=127.0.0.1`,
-    "start",
-  );
-  cleanups.push(() => {
-    spawnSync(
-      "runuser",
-      ["-u", "postgres", "--", `${pgBin}/pg_ctl`, "-D", join(dir, "data"), "-m", "immediate", "stop"],
-      { stdio: "ignore" },
-    );
-    rmSync(dir, { recursive: true, force: true });
-  });
-  return `postgres://postgres@127.0.0.1:${port}/postgres`;
-}
+const startPostgres = async () => {
+  const pg = await startPostgresCluster();
+  cleanups.push(pg.stop);
+  return pg.url;
+};
 
 type Opener = (adminKey: string) => Promise<{ server: RunningServer; reopen: () => Promise<RunningServer> }>;
 

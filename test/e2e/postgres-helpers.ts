@@ -1,0 +1,48 @@
+/**
+ * A PostgreSQL cluster of its own for a test, from Debian's postgresql: initdb as user postgres
+ * under /var/lib/denv-test, listening on a free loopback port only.
+ */
+import { execFileSync, spawnSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdirSync, readdirSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { freePort } from "./net-helpers.ts";
+
+const pgBin = (() => {
+  const versions = existsSync("/usr/lib/postgresql") ? readdirSync("/usr/lib/postgresql").sort() : [];
+  const v = versions.at(-1);
+  return v ? `/usr/lib/postgresql/${v}/bin` : null;
+})();
+
+export async function startPostgresCluster(): Promise<{ url: string; stop: () => void }> {
+  if (!pgBin) throw new Error("PostgreSQL is not installed (the set-up installs Debian's postgresql)");
+  const dir = join("/var/lib/denv-test", `pg-${randomBytes(4).toString("hex")}`);
+  mkdirSync(dir, { recursive: true });
+  execFileSync("chown", ["postgres:postgres", dir]);
+  const port = await freePort();
+  const asPg = (...args: string[]) =>
+    execFileSync("runuser", ["-u", "postgres", "--", ...args], { stdio: "pipe" });
+  asPg(`${pgBin}/initdb`, "-D", join(dir, "data"), "-A", "trust", "-U", "postgres");
+  asPg(
+    `${pgBin}/pg_ctl`,
+    "-D",
+    join(dir, "data"),
+    "-w",
+    "-l",
+    join(dir, "log"),
+    "-o",
+    `-k ${dir} -p ${port} -c listen_addresses=127.0.0.1`,
+    "start",
+  );
+  return {
+    url: `postgres://postgres@127.0.0.1:${port}/postgres`,
+    stop: () => {
+      spawnSync(
+        "runuser",
+        ["-u", "postgres", "--", `${pgBin}/pg_ctl`, "-D", join(dir, "data"), "-m", "immediate", "stop"],
+        { stdio: "ignore" },
+      );
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}

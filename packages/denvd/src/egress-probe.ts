@@ -72,8 +72,10 @@ export function dropDefaultRoute(containerPid: number): Promise<boolean> {
       (err, _stdout, stderr) => {
         if (!err) resolve(true);
         // No default route, or no namespace any more (the container exited at once: its start's
-        // health wait reports that): nothing to remove.
-        else if (/No such process|Cannot find|cannot open \/proc/i.test(stderr)) resolve(false);
+        // health wait reports that): nothing to remove. A host without iproute2's `ip` (a minimal
+        // Debian with Docker) keeps the route: its probe proves blocked by silence instead.
+        else if (/No such process|Cannot find|cannot open \/proc|failed to execute ip/i.test(stderr))
+          resolve(false);
         else
           reject(
             new DenvError("internal", `could not remove the default route: ${stderr.trim().slice(0, 300)}`),

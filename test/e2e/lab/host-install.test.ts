@@ -1,12 +1,14 @@
 /**
  * Connect a target: one `curl | sh` line turns a fresh Debian host with Docker (made here, see
  * fresh-host-helpers.ts) into a joined denv host running denvd as one executable (no Node on it),
- * which then deploys ops-world. Re-running upgrades in place with the same identity; a bad token,
+ * which then deploys ops-world. The host is installed from a previous build (another denvd, built
+ * here with an earlier version number) and re-running the installer once the server serves the
+ * current build upgrades it in place, with the same identity; a bad token,
  * an unreachable server, a missing Docker and an unsupported architecture change nothing.
  */
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { existsSync, readFileSync } from "node:fs";
+import { execFileSync, spawn } from "node:child_process";
+import { copyFileSync, existsSync, mkdirSync, readFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -16,6 +18,10 @@ import { LOCAL_REGISTRY, repoRoot } from "../denvd-helpers.ts";
 import { bootFreshHost, type FreshHost, type Lab, openLab } from "./fresh-host-helpers.ts";
 
 const DIST = join(repoRoot, "dist");
+/** What the server serves: the previous build first, the current one for the upgrade. */
+let served: string;
+const FILES = ["denvd-linux-x86_64", "denvd-linux-aarch64", "denvd.version"];
+const PREVIOUS_VERSION = `0.0.0-previous+${Date.now()}`;
 const ADMIN = `dk_install_${Date.now()}`;
 let lab: Lab;
 let server: RunningServer;
@@ -47,13 +53,22 @@ before(async () => {
   );
   lab = await openLab();
   dataDir = await mkdtemp(join(tmpdir(), "denv-install-"));
+  // A second build of denvd, numbered as an earlier release, for the host to upgrade from.
+  const previous = join(dataDir, "previous");
+  execFileSync("bash", [join(repoRoot, "scripts/build-denvd.sh")], {
+    env: { ...process.env, DENVD_VERSION: PREVIOUS_VERSION, DENVD_OUT: previous },
+    stdio: ["ignore", "ignore", "inherit"],
+  });
+  served = join(dataDir, "served");
+  mkdirSync(served);
+  for (const f of FILES) copyFileSync(join(previous, f), join(served, f));
   // The server listens on this machine's address on the lab network only.
   server = await startServer({
     dataDir,
     adminKey: ADMIN,
     host: lab.gateway,
     port: 0,
-    downloadsDir: DIST,
+    downloadsDir: served,
     fetchAllow: LOCAL_REGISTRY,
   });
   host = await bootFreshHost(lab, { name: `${lab.runId}-fresh` });
@@ -109,8 +124,7 @@ describe("the installer", () => {
     const token = (await api("POST", "/v1/hosts/join-token")).data.token as string;
     const r = await host.sh(installLine(`--token ${token} --server ${server.url} --name fresh-1`));
     assert.equal(r.exitCode, 0, r.stdout + r.stderr);
-    const version = readFileSync(join(DIST, "denvd.version"), "utf8").trim();
-    assert.match(r.stdout, new RegExp(`installed denvd ${version.replace(/[+.]/g, "\\$&")} and joined`));
+    assert.ok(r.stdout.includes(`installed denvd ${PREVIOUS_VERSION} and joined`), r.stdout);
     assert.match(r.stdout, /systemd is not running here/); // this host has no systemd: it says so
     assert.match(r.stdout, /this host reported: \{.*"storage":"dir"/);
     const { hosts } = (await api("GET", "/v1/hosts")).data;
@@ -119,7 +133,7 @@ describe("the installer", () => {
     assert.equal(h.name, "fresh-1");
     assert.equal(h.arch, "x86_64");
     assert.equal(h.storage, "dir");
-    assert.equal(h.version, version);
+    assert.equal(h.version, PREVIOUS_VERSION);
     assert.equal(h.connected, true);
     assert.ok(h.capacity.cpus >= 1 && h.capacity.total_bytes > 0 && h.last_seen);
     hostId = h.id;
@@ -146,7 +160,7 @@ describe("the installer", () => {
     });
     const row = listed.split("\n").find((l) => l.includes("fresh-1")) ?? "";
     assert.match(row, /\tx86_64\tdir\t\d+GiB free of \d+GiB, \d+ cpu, \d+GiB mem\t/);
-    assert.ok(row.includes(`\t${version}\ttrue\t`), row);
+    assert.ok(row.includes(`\t${PREVIOUS_VERSION}\ttrue\t`), row);
     // The token was single-use.
     const again = await fetch(`${server.url}/v1/hosts/join`, {
       method: "POST",
@@ -179,11 +193,19 @@ describe("the installer", () => {
     assert.match(inside.stdout, /opsbox/);
   });
 
-  test("running it again upgrades in place and keeps the host's identity", async () => {
+  test("once the server serves a newer build, running it again upgrades in place and keeps the host's identity", async () => {
+    assert.equal((await host.sh("/usr/local/bin/denvd --version")).stdout.trim(), PREVIOUS_VERSION);
+    const current = readFileSync(join(DIST, "denvd.version"), "utf8").trim();
+    assert.notEqual(current, PREVIOUS_VERSION);
+    for (const f of FILES) copyFileSync(join(DIST, f), join(served, f));
     const before = (await host.sh("cat /var/lib/denvd/host.json")).stdout;
     const r = await host.sh(installLine(`--server ${server.url}`));
     assert.equal(r.exitCode, 0, r.stderr);
-    assert.match(r.stdout, /upgraded denvd .* -> .*, same host identity/);
+    assert.ok(
+      r.stdout.includes(`upgraded denvd ${PREVIOUS_VERSION} -> ${current}, same host identity`),
+      r.stdout,
+    );
+    assert.equal((await host.sh("/usr/local/bin/denvd --version")).stdout.trim(), current);
     assert.equal((await host.sh("cat /var/lib/denvd/host.json")).stdout, before);
     // The old denvd stopped: exactly one runs, the new one.
     // (by executable: a replaced binary shows as "…/denvd (deleted)"; a reaped zombie has none)
@@ -195,6 +217,7 @@ describe("the installer", () => {
     assert.equal(hosts.length, 1);
     assert.equal(hosts[0].id, hostId);
     assert.equal(hosts[0].connected, true);
+    assert.equal(hosts[0].version, current, "the host reports the new build");
     // The environment it ran before the upgrade is still there and answers.
     const env = (await api("GET", `/v1/envs/${encodeURIComponent("ops-world/alpha")}`)).data;
     const r2 = await api("POST", `/v1/envs/${env.id}/exec`, {

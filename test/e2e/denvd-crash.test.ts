@@ -8,6 +8,7 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
+import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { LABEL } from "@denv/denvd";
@@ -28,7 +29,39 @@ after(async () => {
   await host?.close();
 });
 
-async function killMidFork(delayMs: number): Promise<boolean> {
+/**
+ * Where a fork is killed: each point is a state the fork has reached, seen from outside (its
+ * record in the host's state, its datasets, its network, a container of its own running), polled every few ms,
+ * so the kill lands there and not wherever a sleep happened to end.
+ */
+const KILL_POINTS: Record<string, () => Promise<boolean>> = {
+  "its record is written": async () =>
+    (await readFile(join(host.stateDir, "state.json"), "utf8").catch(() => "")).includes('"doomed"'),
+  "its datasets are cloned": async () => (await host.storage.listDatasets()).length > datasetsBefore,
+  "its network exists": async () =>
+    (await host.docker.listNetworks({ filters: JSON.stringify({ label: [`dev.denv.test=${host.runId}`] }) }))
+      .length > networksBefore,
+  "a container of its own runs": async () =>
+    (
+      await host.docker.listContainers({
+        filters: JSON.stringify({ label: [`dev.denv.test=${host.runId}`], status: ["running"] }),
+      })
+    ).length > runningBefore,
+};
+let datasetsBefore = 0;
+let networksBefore = 0;
+let runningBefore = 0;
+
+async function killMidFork(point: string): Promise<{ finished: boolean; reached: boolean }> {
+  assert.ok(!(await KILL_POINTS["its record is written"]?.()), "no fork of that name is left from before");
+  datasetsBefore = (await host.storage.listDatasets()).length;
+  const label = JSON.stringify({ label: [`dev.denv.test=${host.runId}`] });
+  networksBefore = (await host.docker.listNetworks({ filters: label })).length;
+  runningBefore = (
+    await host.docker.listContainers({
+      filters: JSON.stringify({ label: [`dev.denv.test=${host.runId}`], status: ["running"] }),
+    })
+  ).length;
   const child = spawn(
     process.execPath,
     [join(import.meta.dirname, "fixtures", "fork-child.ts"), host.stateDir, host.runId, versionId],
@@ -43,17 +76,26 @@ async function killMidFork(delayMs: number): Promise<boolean> {
     });
     child.on("exit", () => reject(new Error(`child exited before forking: ${out}`)));
   });
-  await new Promise((r) => setTimeout(r, delayMs));
+  const reachedIt = KILL_POINTS[point] as () => Promise<boolean>;
+  let reached = false;
+  for (const deadline = Date.now() + 30_000; Date.now() < deadline && !out.includes("forked"); ) {
+    if (await reachedIt()) {
+      reached = true;
+      break;
+    }
+    await new Promise((r) => setTimeout(r, 3));
+  }
   child.kill("SIGKILL");
   await exited;
-  return out.includes("forked");
+  return { finished: out.includes("forked"), reached };
 }
 
 const removedPerCase: number[] = [];
 
-for (const delayMs of [30, 150, 400, 700]) {
-  test(`SIGKILL ${delayMs} ms into a fork, then a restart, leaves no orphan`, async () => {
-    const finished = await killMidFork(delayMs);
+for (const point of Object.keys(KILL_POINTS)) {
+  test(`SIGKILL when a fork's ${point.replace(/^its |^a /, "")}, then a restart, leaves no orphan`, async () => {
+    const { finished, reached } = await killMidFork(point);
+    assert.ok(reached, `the fork was seen reaching the kill point (${point})`);
     // Restart: a new denvd on the same state directory reconciles on open.
     const again = await openTestHost({ stateDir: host.stateDir, runId: host.runId });
     removedPerCase.push(again.denvd.lastReconcile.removed.length);

@@ -70,11 +70,17 @@ test("denvd killed mid-fork comes back and the fork completes once, with nothing
   const dep = await w.api("POST", "/v1/projects/ops-world/deploy?wait=true", { env: "alpha" });
   assert.equal(dep.data.status, "succeeded", dep.data.reason);
   const fork = w.api("POST", "/v1/envs/alpha/fork", { name: "rollout-017" });
-  await until("the fork to reach the host", async () => {
+  const stackId = await until("the fork to reach the host", async () => {
     const s = w.hostState();
-    return Object.values<any>(s.stacks).some((e) => e.name.endsWith("rollout-017")) ? true : undefined;
+    return Object.values<any>(s.stacks).find((e) => e.name.endsWith("rollout-017"))?.id as string | undefined;
   });
-  await new Promise((r) => setTimeout(r, 150));
+  // Killed once the engine holds a container of the fork: mid-start, by what happened, not a sleep.
+  await until("a container of the fork", async () => {
+    const ps = spawnSync("docker", ["ps", "-aq", "--filter", `label=${LABEL.stack}=${stackId}`], {
+      encoding: "utf8",
+    });
+    return ps.stdout.trim() ? true : undefined;
+  });
   await kill(w.denvd);
   await w.startDenvd();
   const r = await fork;

@@ -38,7 +38,7 @@ const MAX_WAIT_MS = 5000;
 const CONTROL_FACTOR = 50;
 
 /** A connect's end, from bash's exit status and message. */
-export function outcomeOf(err: (Error & { code?: number | string | null }) | null, stderr: string): Outcome {
+function outcomeOf(err: (Error & { code?: number | string | null }) | null, stderr: string): Outcome {
   if (!err) return "connected";
   if (err.code === 7 && /denv-noroute/.test(stderr)) return "no_route";
   if (/refused/i.test(stderr)) return "refused";

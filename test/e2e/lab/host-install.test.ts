@@ -233,6 +233,8 @@ describe("on a machine that runs systemd", () => {
     timeout: 300_000,
   }, async () => {
     const sd = await bootFreshHost(lab, { systemd: true });
+    // Installed from the previous build, upgraded to the current one: the unit runs the new binary.
+    for (const f of FILES) copyFileSync(join(dataDir, "previous", f), join(served, f));
     try {
       const token = (await api("POST", "/v1/hosts/join-token")).data.token as string;
       const r = await sd.sh(installLine(`--token ${token} --server ${server.url} --name systemd-1`));
@@ -248,8 +250,13 @@ describe("on a machine that runs systemd", () => {
       const host = (await api("GET", "/v1/hosts")).data.hosts.find((h: any) => h.name === "systemd-1");
       assert.ok(host?.connected, "joined and connected");
       const pidBefore = (await sd.sh("systemctl show -p MainPID --value denvd")).stdout.trim();
+      assert.equal((await sd.sh("/usr/local/bin/denvd --version")).stdout.trim(), PREVIOUS_VERSION);
+      for (const f of FILES) copyFileSync(join(DIST, f), join(served, f));
+      const current = readFileSync(join(DIST, "denvd.version"), "utf8").trim();
       const up = await sd.sh(installLine(`--server ${server.url}`));
       assert.equal(up.exitCode, 0, up.stderr);
+      assert.ok(up.stdout.includes(`upgraded denvd ${PREVIOUS_VERSION} -> ${current}`), up.stdout);
+      assert.equal((await sd.sh("/usr/local/bin/denvd --version")).stdout.trim(), current);
       assert.match(up.stdout, /upgraded denvd .* same host identity; running as systemd service denvd/);
       const pidAfter = (await sd.sh("systemctl show -p MainPID --value denvd")).stdout.trim();
       assert.notEqual(pidAfter, pidBefore, "the service was restarted on the new binary");

@@ -1,0 +1,201 @@
+/**
+ * The tools that change nothing: the team's projects, environments and versions, a deployment's
+ * record, and reading and listing files. They are all that `denv mcp --read-only` offers.
+ */
+import { type DenvClient, Files } from "@denv/sdk";
+import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import { z } from "zod";
+import { decodeBytes } from "./tool-results.ts";
+import {
+  deploymentOut,
+  deploymentResult,
+  environment,
+  environmentOut,
+  envResult,
+  guarded,
+  path,
+  READ_DEFAULT_BYTES,
+  READ_MAX_BYTES,
+  service,
+  user,
+} from "./tool-schemas.ts";
+
+export function registerReadTools(server: McpServer, client: DenvClient): void {
+  server.registerTool(
+    "list_projects",
+    {
+      title: "List projects",
+      description: "The team's projects (each a compose file with an x-denv block).",
+      inputSchema: {},
+      outputSchema: {
+        projects: z.array(
+          z.object({ id: z.string(), name: z.string(), kind: z.string(), created_at: z.string() }),
+        ),
+      },
+      annotations: { readOnlyHint: true, openWorldHint: false },
+    },
+    () =>
+      guarded(async () => ({
+        projects: (await client.call("getV1Projects", {})).projects.map((p) => ({
+          id: p.id,
+          name: p.name,
+          kind: p.kind,
+          created_at: p.created_at,
+        })),
+      })),
+  );
+
+  server.registerTool(
+    "list_environments",
+    {
+      title: "List environments",
+      description:
+        "The team's environments (deployed ones, forks and sandboxes), with status and the version each is at.",
+      inputSchema: { project: z.string().min(1).max(200).optional().describe("Only this project's") },
+      outputSchema: { environments: z.array(z.object(environmentOut)) },
+      annotations: { readOnlyHint: true, openWorldHint: false },
+    },
+    ({ project }) =>
+      guarded(async () => {
+        const all = (await client.call("getV1Envs", {})).environments;
+        return { environments: all.filter((e) => !project || e.project === project).map(envResult) };
+      }),
+  );
+
+  server.registerTool(
+    "list_versions",
+    {
+      title: "List versions",
+      description:
+        "Frozen versions, newest first: every image pinned and one snapshot of every volume. A sandbox is made from one.",
+      inputSchema: { project: z.string().min(1).max(200).optional().describe("Only this project's") },
+      outputSchema: {
+        versions: z.array(
+          z.object({
+            id: z.string(),
+            project: z.string(),
+            environment: z.string(),
+            created_at: z.string(),
+            images: z.record(z.string(), z.string()),
+          }),
+        ),
+      },
+      annotations: { readOnlyHint: true, openWorldHint: false },
+    },
+    ({ project }) =>
+      guarded(async () => ({
+        versions: (await client.call("getV1Versions", { query: { project } })).versions.map((v) => ({
+          id: v.id,
+          project: v.project,
+          environment: v.environment,
+          created_at: v.created_at,
+          images: v.images,
+        })),
+      })),
+  );
+
+  server.registerTool(
+    "get_deployment",
+    {
+      title: "Read a deployment",
+      description:
+        "A deployment's record: kind, status, verdict reason and each phase (the full evidence is the resource denv://deployments/{id}/log).",
+      inputSchema: { deployment: z.string().min(1).max(200).describe("The deployment id (dep_…)") },
+      outputSchema: deploymentOut,
+      annotations: { readOnlyHint: true, openWorldHint: false },
+    },
+    ({ deployment }) =>
+      guarded(async () =>
+        deploymentResult(await client.call("getV1DeploymentsById", { params: { id: deployment } })),
+      ),
+  );
+
+  server.registerTool(
+    "read_file",
+    {
+      title: "Read a file",
+      description:
+        "A file's contents as its service's user sees it (links are not followed). Text comes back as UTF-8, anything else as base64; at most max_bytes are returned and `truncated` says when there was more.",
+      inputSchema: {
+        environment,
+        path,
+        service,
+        user,
+        max_bytes: z
+          .number()
+          .int()
+          .positive()
+          .max(READ_MAX_BYTES)
+          .optional()
+          .describe(`Bytes returned at most (default ${READ_DEFAULT_BYTES}, at most ${READ_MAX_BYTES})`),
+      },
+      outputSchema: {
+        path: z.string(),
+        size: z.number(),
+        encoding: z.enum(["utf8", "base64"]),
+        content: z.string(),
+        truncated: z.boolean(),
+      },
+      annotations: { readOnlyHint: true, openWorldHint: false },
+    },
+    (args) =>
+      guarded(async () => {
+        const who = {
+          ...(args.service ? { service: args.service } : {}),
+          ...(args.user ? { user: args.user } : {}),
+        };
+        const files = new Files(client, args.environment);
+        const limit = args.max_bytes ?? READ_DEFAULT_BYTES;
+        const stream = await files.readStream(args.path, who);
+        const chunks: Buffer[] = [];
+        let kept = 0;
+        let truncated = false;
+        for await (const chunk of stream as unknown as AsyncIterable<Uint8Array>) {
+          const room = limit - kept;
+          if (chunk.length > room) {
+            chunks.push(Buffer.from(chunk.subarray(0, room)));
+            kept = limit;
+            truncated = true;
+            break;
+          }
+          chunks.push(Buffer.from(chunk));
+          kept += chunk.length;
+        }
+        const size = truncated ? (await files.stat(args.path, who)).size : kept;
+        const decoded = decodeBytes(Buffer.concat(chunks));
+        return { path: args.path, size, encoding: decoded.encoding, content: decoded.text, truncated };
+      }),
+  );
+
+  server.registerTool(
+    "list_files",
+    {
+      title: "List a directory",
+      description:
+        "A directory's entries (type, size, mode, owner, modified time), depth levels down; links are listed, not entered.",
+      inputSchema: {
+        environment,
+        path,
+        service,
+        user,
+        depth: z.number().int().min(1).max(8).optional().describe("Levels down (default 1)"),
+      },
+      outputSchema: {
+        entries: z.array(
+          z.object({ name: z.string(), path: z.string(), type: z.string(), size: z.number() }).loose(),
+        ),
+      },
+      annotations: { readOnlyHint: true, openWorldHint: false },
+    },
+    (args) =>
+      guarded(async () => {
+        const files = new Files(client, args.environment);
+        const entries = await files.list(args.path, {
+          ...(args.service ? { service: args.service } : {}),
+          ...(args.user ? { user: args.user } : {}),
+          ...(args.depth ? { depth: args.depth } : {}),
+        });
+        return { entries };
+      }),
+  );
+}

@@ -1,0 +1,421 @@
+/**
+ * The tools that change something: sandboxes made (from a version or an image) and forked, exec,
+ * files written, snapshot, verify, rollback, destroy and port URLs. Long ones report their phases
+ * as progress; a cancelled creation is undone.
+ */
+import { apiError, type DenvClient, Files, NotFoundError } from "@denv/sdk";
+import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import { z } from "zod";
+import {
+  followDeployment,
+  reporter,
+  type ToolExtra,
+  undoCreation,
+  watchCreation,
+} from "./operation-progress.ts";
+import { decodeBytes } from "./tool-results.ts";
+import {
+  type DeploymentInfo,
+  deploymentOut,
+  deploymentResult,
+  type EnvInfo,
+  EXEC_OUTPUT_DEFAULT_BYTES,
+  EXEC_OUTPUT_MAX_BYTES,
+  environment,
+  environmentOut,
+  envResult,
+  guarded,
+  newName,
+  path,
+  service,
+  user,
+} from "./tool-schemas.ts";
+
+export function registerWriteTools(server: McpServer, client: DenvClient): void {
+  server.registerTool(
+    "create_sandbox",
+    {
+      title: "Create a sandbox",
+      description:
+        "A new running environment: a fork of a version (from_version: every service, with the version's data), or a one-service sandbox from an image. Reports each phase as progress; cancelling it destroys what it made.",
+      inputSchema: {
+        from_version: z.string().min(1).max(200).optional().describe("A version id (ver_…) to fork"),
+        image: z.string().min(1).max(500).optional().describe("An image, for a one-service sandbox"),
+        cmd: z.array(z.string()).max(256).optional().describe("The image sandbox's command"),
+        env: z.record(z.string(), z.string()).optional().describe("The image sandbox's environment"),
+        user: z.string().max(200).optional().describe("The image sandbox's user (default: the image's)"),
+        egress: z.enum(["deny", "allow"]).optional().describe("The image sandbox's egress (default deny)"),
+        name: z
+          .string()
+          .regex(/^[a-z0-9][a-z0-9-]{0,62}$/)
+          .optional()
+          .describe("Its name (default: mcp-<random>)"),
+      },
+      outputSchema: environmentOut,
+      annotations: { readOnlyHint: false, destructiveHint: false, openWorldHint: false },
+    },
+    (args, extra) =>
+      guarded(async () => {
+        if (!args.from_version === !args.image)
+          throw apiError("invalid_argument", "give from_version or image (one of them)", 400);
+        const name = args.name ?? newName();
+        const body = args.from_version
+          ? { from_version: args.from_version, name }
+          : {
+              image: args.image as string,
+              name,
+              ...(args.cmd ? { cmd: args.cmd } : {}),
+              ...(args.env ? { env: args.env } : {}),
+              ...(args.user ? { user: args.user } : {}),
+              ...(args.egress ? { egress: args.egress } : {}),
+            };
+        return envResult(
+          await creation(client, name, extra as unknown as ToolExtra, () =>
+            client.call("postV1Sandboxes", { body }),
+          ),
+        );
+      }),
+  );
+
+  server.registerTool(
+    "fork",
+    {
+      title: "Fork an environment",
+      description:
+        "A new environment from this one's current version (snapshotted first when it has none), in about a second. Reports progress; cancelling it destroys what it made.",
+      inputSchema: {
+        environment,
+        name: z
+          .string()
+          .regex(/^[a-z0-9][a-z0-9-]{0,62}$/)
+          .optional()
+          .describe("The fork's name (default: mcp-<random>)"),
+      },
+      outputSchema: environmentOut,
+      annotations: { readOnlyHint: false, destructiveHint: false, openWorldHint: false },
+    },
+    (args, extra) =>
+      guarded(async () => {
+        const name = args.name ?? newName();
+        return envResult(
+          await creation(client, name, extra as unknown as ToolExtra, () =>
+            client.call("postV1EnvsByIdFork", { params: { id: args.environment }, body: { name } }),
+          ),
+        );
+      }),
+  );
+
+  server.registerTool(
+    "exec",
+    {
+      title: "Run a command",
+      description:
+        "Runs a command in a service (argv, or a string for sh -c) and returns its exit code and output. Each of stdout and stderr is kept up to max_output_bytes; `*_truncated` and `*_dropped_bytes` say what was cut. A timeout kills every process the command started (exit 137, timed_out true).",
+      inputSchema: {
+        environment,
+        command: z
+          .union([z.string().min(1), z.array(z.string()).min(1)])
+          .describe("argv, or a shell string run with sh -c"),
+        service,
+        user,
+        cwd: z.string().max(4096).optional().describe("The working directory (default: the user's home)"),
+        env: z.record(z.string(), z.string()).optional().describe("Added to the command's environment"),
+        stdin: z.string().optional().describe("Standard input, as text"),
+        timeout_ms: z
+          .number()
+          .int()
+          .positive()
+          .max(3600_000)
+          .optional()
+          .describe("Kill after this long (default: the server's)"),
+        max_output_bytes: z
+          .number()
+          .int()
+          .positive()
+          .max(EXEC_OUTPUT_MAX_BYTES)
+          .optional()
+          .describe(
+            `Bytes kept of each stream (default ${EXEC_OUTPUT_DEFAULT_BYTES}, at most ${EXEC_OUTPUT_MAX_BYTES})`,
+          ),
+      },
+      outputSchema: {
+        exit_code: z.number(),
+        stdout: z.string(),
+        stderr: z.string(),
+        stdout_encoding: z.enum(["utf8", "base64"]),
+        stderr_encoding: z.enum(["utf8", "base64"]),
+        stdout_truncated: z.boolean(),
+        stderr_truncated: z.boolean(),
+        stdout_dropped_bytes: z.number(),
+        stderr_dropped_bytes: z.number(),
+        output_limit_bytes: z.number(),
+        timed_out: z.boolean(),
+        duration_ms: z.number(),
+      },
+      annotations: { readOnlyHint: false, destructiveHint: true, openWorldHint: false },
+    },
+    (args) =>
+      guarded(async () => {
+        const limit = args.max_output_bytes ?? EXEC_OUTPUT_DEFAULT_BYTES;
+        const r = await client.call("postV1EnvsByIdExec", {
+          params: { id: args.environment },
+          body: {
+            command: args.command,
+            ...(args.service ? { service: args.service } : {}),
+            ...(args.user ? { user: args.user } : {}),
+            ...(args.cwd ? { cwd: args.cwd } : {}),
+            ...(args.env ? { env: args.env } : {}),
+            ...(args.stdin !== undefined ? { stdin: Buffer.from(args.stdin).toString("base64") } : {}),
+            ...(args.timeout_ms ? { timeout_ms: args.timeout_ms } : {}),
+            max_output_bytes: limit,
+            encoding: "base64",
+          },
+        });
+        const out = decodeBytes(Buffer.from(r.stdout, "base64"));
+        const err = decodeBytes(Buffer.from(r.stderr, "base64"));
+        return {
+          exit_code: r.exit_code,
+          stdout: out.text,
+          stderr: err.text,
+          stdout_encoding: out.encoding,
+          stderr_encoding: err.encoding,
+          stdout_truncated: r.stdout_truncated,
+          stderr_truncated: r.stderr_truncated,
+          stdout_dropped_bytes: r.stdout_dropped_bytes,
+          stderr_dropped_bytes: r.stderr_dropped_bytes,
+          output_limit_bytes: limit,
+          timed_out: r.timed_out,
+          duration_ms: r.duration_ms,
+        };
+      }),
+  );
+
+  server.registerTool(
+    "write_file",
+    {
+      title: "Write a file",
+      description:
+        "Writes a file (made or overwritten) as the service's user, making missing parents. Never replaces a directory; the user's permissions hold.",
+      inputSchema: {
+        environment,
+        path,
+        content: z.string().describe("The contents: text, or base64 with encoding base64"),
+        encoding: z.enum(["utf8", "base64"]).optional().describe("How content is given (default utf8)"),
+        mode: z.number().int().min(0).max(0o7777).optional().describe("Permission bits (default 0644)"),
+        service,
+        user,
+      },
+      outputSchema: { path: z.string(), bytes: z.number() },
+      annotations: { readOnlyHint: false, destructiveHint: true, openWorldHint: false },
+    },
+    (args) =>
+      guarded(async () => {
+        const bytes = Buffer.from(args.content, args.encoding === "base64" ? "base64" : "utf8");
+        await new Files(client, args.environment).write(args.path, bytes, {
+          ...(args.service ? { service: args.service } : {}),
+          ...(args.user ? { user: args.user } : {}),
+          ...(args.mode !== undefined ? { mode: args.mode } : {}),
+        });
+        return { path: args.path, bytes: bytes.length };
+      }),
+  );
+
+  server.registerTool(
+    "snapshot",
+    {
+      title: "Snapshot an environment",
+      description:
+        "Freezes the live state into a new immutable version (every volume in one consistent snapshot). Reports each phase; cancelling stops waiting, the snapshot itself completes or is undone on the server.",
+      inputSchema: { environment },
+      outputSchema: deploymentOut,
+      annotations: { readOnlyHint: false, destructiveHint: false, openWorldHint: false },
+    },
+    (args, extra) =>
+      guarded(async () =>
+        deploymentResult(
+          await verdict(client, extra as unknown as ToolExtra, () =>
+            client.call("postV1EnvsByIdSnapshot", {
+              params: { id: args.environment },
+              query: { wait: "false" },
+            }),
+          ),
+        ),
+      ),
+  );
+
+  server.registerTool(
+    "verify",
+    {
+      title: "Grade an environment",
+      description:
+        "Grades the environment's current state on a fork, as a separate principal the agent cannot tamper with. Returns the reward and why (the verifier's reason, the verdict's reason, and each phase).",
+      inputSchema: {
+        environment,
+        resume: z
+          .boolean()
+          .optional()
+          .describe("Let the agent go on after grading (default: it stays frozen)"),
+      },
+      outputSchema: {
+        reward: z.number().nullable(),
+        reasons: z.array(z.string()),
+        verifier_exit_code: z.number().nullable(),
+        ...deploymentOut,
+      },
+      annotations: { readOnlyHint: false, destructiveHint: false, openWorldHint: false },
+    },
+    (args, extra) =>
+      guarded(async () => {
+        const d = await verdict(client, extra as unknown as ToolExtra, () =>
+          client.call("postV1EnvsByIdVerify", {
+            params: { id: args.environment },
+            body: { resume: args.resume ?? false },
+            query: { wait: "false" },
+          }),
+        );
+        const reasons = [
+          ...(d.verify?.reason ? [`verifier: ${d.verify.reason}`] : []),
+          ...(d.reason ? [`verdict: ${d.reason}`] : []),
+          ...d.phases.filter((p) => p.reason).map((p) => `${p.name}: ${p.reason}`),
+        ];
+        return {
+          reward: d.verify?.reward ?? null,
+          reasons,
+          verifier_exit_code: d.verify?.exit_code ?? null,
+          ...deploymentResult(d),
+        };
+      }),
+  );
+
+  server.registerTool(
+    "rollback",
+    {
+      title: "Roll an environment back",
+      description:
+        "Restores a version in place (default: the environment's current version), discarding every change since. Processes restart.",
+      inputSchema: {
+        environment,
+        version: z.string().min(1).max(200).optional().describe("The version to restore (ver_…)"),
+      },
+      outputSchema: deploymentOut,
+      annotations: {
+        readOnlyHint: false,
+        destructiveHint: true,
+        idempotentHint: false,
+        openWorldHint: false,
+      },
+    },
+    (args, extra) =>
+      guarded(async () => {
+        const version =
+          args.version ??
+          (await client.call("getV1EnvsById", { params: { id: args.environment } })).current_version_id;
+        if (!version)
+          throw apiError(
+            "conflict",
+            `${args.environment} has no version to roll back to; snapshot it first`,
+            409,
+          );
+        return deploymentResult(
+          await verdict(client, extra as unknown as ToolExtra, () =>
+            client.call("postV1EnvsByIdRollback", {
+              params: { id: args.environment },
+              body: { version },
+              query: { wait: "false" },
+            }),
+          ),
+        );
+      }),
+  );
+
+  server.registerTool(
+    "destroy",
+    {
+      title: "Destroy an environment",
+      description:
+        "Removes the environment's containers and data (its versions stay). Idempotent: destroying a destroyed one succeeds.",
+      inputSchema: { environment },
+      outputSchema: { environment: z.string(), destroyed: z.boolean() },
+      annotations: {
+        readOnlyHint: false,
+        destructiveHint: true,
+        idempotentHint: true,
+        openWorldHint: false,
+      },
+    },
+    (args, extra) =>
+      guarded(async () => {
+        try {
+          const d = await verdict(client, extra as unknown as ToolExtra, () =>
+            client.call("deleteV1EnvsById", { params: { id: args.environment }, query: { wait: "false" } }),
+          );
+          return { environment: args.environment, destroyed: d.status === "succeeded" };
+        } catch (err) {
+          if (err instanceof NotFoundError) return { environment: args.environment, destroyed: false };
+          throw err;
+        }
+      }),
+  );
+
+  server.registerTool(
+    "port_url",
+    {
+      title: "A URL to a port",
+      description:
+        "A URL reaching a TCP port inside a service (HTTP and WebSocket), relayed through the host. The URL is the credential: share it only with whoever may use the service.",
+      inputSchema: {
+        environment,
+        port: z.number().int().min(1).max(65535),
+        service,
+      },
+      outputSchema: { url: z.string(), port: z.number(), service: z.string().nullable() },
+      annotations: { readOnlyHint: false, destructiveHint: false, openWorldHint: true },
+    },
+    (args) =>
+      guarded(async () => {
+        const r = await client.call("postV1EnvsByIdPortsByPort", {
+          params: { id: args.environment, port: String(args.port) },
+          body: args.service ? { service: args.service } : {},
+        });
+        return { url: r.url, port: r.port, service: r.service };
+      }),
+  );
+}
+
+/**
+ * Makes an environment with `make`, reporting its phases; a cancelled call is undone (the
+ * environment destroyed once the server has finished making it) before the cancellation is
+ * reported as an error.
+ */
+async function creation(
+  client: DenvClient,
+  name: string,
+  extra: ToolExtra,
+  make: () => Promise<EnvInfo>,
+): Promise<EnvInfo> {
+  const sinceMs = Date.now();
+  const making = make();
+  void watchCreation(client, name, sinceMs, reporter(extra), making);
+  const cancelled = new Promise<never>((_, reject) => {
+    const abort = () => reject(apiError("cancelled", `${name}: cancelled; what it made is removed`, 499));
+    if (extra.signal.aborted) abort();
+    else extra.signal.addEventListener("abort", abort, { once: true });
+  });
+  try {
+    return await Promise.race([making, cancelled]);
+  } catch (err) {
+    if (extra.signal.aborted) await undoCreation(client, making, name, sinceMs);
+    throw err;
+  }
+}
+
+/** Starts an operation that answers 202 with its deployment, then follows it to the verdict. */
+async function verdict(
+  client: DenvClient,
+  extra: ToolExtra,
+  start: () => Promise<DeploymentInfo>,
+): Promise<DeploymentInfo> {
+  const d = await start();
+  if (d.status !== "running" && d.status !== "queued") return d;
+  return followDeployment(client, d.id, reporter(extra), extra.signal);
+}

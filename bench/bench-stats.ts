@@ -27,8 +27,11 @@ export function percentile(xs: readonly number[], p: number): number {
   return (sorted[lo] as number) + ((sorted[hi] as number) - (sorted[lo] as number)) * (at - lo);
 }
 
-/** A small seeded generator (mulberry32): the same samples give the same interval every time. */
-function rng(seed: number): () => number {
+/**
+ * A small seeded generator (mulberry32): the same samples give the same interval every time, and
+ * the chaos test's failing run can be replayed with its seed.
+ */
+export function seededRandom(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;
@@ -42,7 +45,7 @@ function rng(seed: number): () => number {
 /** The percentile bootstrap interval of the median, from `rounds` resamples. */
 export function medianInterval(xs: readonly number[], level = 0.95, rounds = 2000): [number, number] {
   if (xs.length < 2) return [xs[0] ?? Number.NaN, xs[0] ?? Number.NaN];
-  const random = rng(xs.length * 7919 + Math.round((xs[0] as number) * 1000));
+  const random = seededRandom(xs.length * 7919 + Math.round((xs[0] as number) * 1000));
   const medians: number[] = [];
   for (let r = 0; r < rounds; r++) {
     const resample = Array.from({ length: xs.length }, () => xs[Math.floor(random() * xs.length)] as number);
@@ -96,7 +99,7 @@ export const atLeast = ([lo]: [number, number], goal: number) => lo >= goal;
 /** Fisher–Yates with the seeded generator: an order for interleaving contestants each round. */
 export function shuffled<T>(xs: readonly T[], seed: number): T[] {
   const out = [...xs];
-  const random = rng(seed);
+  const random = seededRandom(seed);
   for (let i = out.length - 1; i > 0; i--) {
     const j = Math.floor(random() * (i + 1));
     [out[i], out[j]] = [out[j] as T, out[i] as T];

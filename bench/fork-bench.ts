@@ -38,6 +38,12 @@ const COMPOSE = readFileSync(join(root, "examples/ops-world/docker-compose.yaml"
 const DENV_CLI = join(root, "packages/cli/bin/denv.js");
 const run = promisify(execFile);
 
+/** The ops-world project, its compose file uploaded. */
+async function createOpsWorld(rig: BenchRig): Promise<void> {
+  await rig.api("POST", "/v1/projects", { name: "ops-world", kind: "rl-environment", source: "./ops-world" });
+  await rig.api("PUT", "/v1/projects/ops-world/source", { compose: COMPOSE });
+}
+
 /** The answers every ops-world fork must give: the seeded orders and the ballast's size. */
 interface Expected {
   orders: string;
@@ -339,12 +345,7 @@ export async function forkBench(quick: boolean): Promise<Record<string, Metric>>
   const results: Record<string, Metric> = {};
   const rig = await openBenchRig("fork");
   try {
-    await rig.api("POST", "/v1/projects", {
-      name: "ops-world",
-      kind: "rl-environment",
-      source: "./ops-world",
-    });
-    await rig.api("PUT", "/v1/projects/ops-world/source", { compose: COMPOSE });
+    await createOpsWorld(rig);
     log("fork: ops-world + 10 MiB and + 1 GiB, deployed and snapshotted through the API");
     const small = await prepare(rig, "small", 10 * MiB);
     const big = await prepare(rig, "big", 1024 * MiB);
@@ -408,12 +409,7 @@ export async function forkBench(quick: boolean): Promise<Record<string, Metric>>
   // The dir driver copies: the same API fork on a host whose storage is plain directories.
   const dirRig = await openBenchRig("fork-dir", { storage: "dir" });
   try {
-    await dirRig.api("POST", "/v1/projects", {
-      name: "ops-world",
-      kind: "rl-environment",
-      source: "./ops-world",
-    });
-    await dirRig.api("PUT", "/v1/projects/ops-world/source", { compose: COMPOSE });
+    await createOpsWorld(dirRig);
     log("fork: the dir driver, + 1 GiB");
     const big = await prepare(dirRig, "big", 1024 * MiB);
     await apiFork(dirRig, "big", "warm", big);

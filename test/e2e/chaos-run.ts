@@ -10,6 +10,7 @@
 
 import { join } from "node:path";
 import { DatabaseSync } from "node:sqlite";
+import { seededRandom } from "../../bench/bench-stats.ts";
 import { kill, type ProcessWorld, until } from "./process-world.ts";
 
 export type DenvdTarget = "fork" | "snapshot" | "rollback" | "verify" | "destroy";
@@ -60,18 +61,6 @@ export interface ChaosReport {
   orphans: number;
   leftovers: number;
   problems: string[];
-}
-
-/** A small seeded generator, so a failing run can be replayed with its seed. */
-export function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 interface ServerEnv {
@@ -227,7 +216,7 @@ const SERVER_OPS: ServerTarget[] = ["deploy", "fork", "snapshot", "verify", "rol
  * destroy, so those always have a fresh environment to act on.
  */
 export async function chaos(w: ProcessWorld, o: ChaosOptions): Promise<ChaosReport> {
-  const rnd = random(o.seed);
+  const rnd = seededRandom(o.seed);
   const log = o.log ?? (() => {});
   const rounds: Round[] = [];
   const ops = o.process === "denvd" ? DENVD_OPS : SERVER_OPS;

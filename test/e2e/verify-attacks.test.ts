@@ -250,21 +250,22 @@ describe("attack cases", () => {
 
   test("a path swapped for a link around the stop: no link is followed", async () => {
     // setsid: out of the exec's process group, so the swapper outlives the exec (as an agent's
-    // would) and races the stop. Each round is counted in swaps.n; the exec returns only once the
-    // first round is counted, i.e. once the swapper has left the group the exec's end kills.
+    // would) and races the stop. Each round is counted in swaps.n, renamed into place so a freeze
+    // between truncating and writing cannot leave it empty (likely how a CI run saw 0); the exec returns
+    // only once the first round is counted, i.e. once the swapper has left the group the exec kills.
     const e = await episode(
       "honest",
-      "cd /home/ubuntu; setsid -f bash -c 'n=0; while :; do ln -sf /etc/shadow l.tmp && mv -T l.tmp answer.txt; echo 9993 > f.tmp && mv -T f.tmp answer.txt; n=$((n+1)); echo $n > swaps.n; done' </dev/null >/dev/null 2>&1; while [ ! -e swaps.n ]; do sleep 0.01; done",
+      "cd /home/ubuntu; setsid -f bash -c 'n=0; while :; do ln -sf /etc/shadow l.tmp && mv -T l.tmp answer.txt; echo 9993 > f.tmp && mv -T f.tmp answer.txt; n=$((n+1)); echo $n > n.tmp && mv -T n.tmp swaps.n; done' </dev/null >/dev/null 2>&1; while [ ! -e swaps.n ]; do sleep 0.01; done",
     );
     const counter = join(await homeDataset(e.id), "swaps.n");
     await running(counter);
     const v = await verify(e.id);
     const stopped = await frozenCount(counter);
-    assert.ok(stopped > 0, "the swapper ran until the stop");
+    assert.ok(stopped > 0, `the swapper ran until the stop (swaps.n reads ${stopped})`);
     assert.equal(v.d.status, "succeeded", v.d.reason);
     if (v.collect.refused) assert.match(v.collect.refused, /symbolic link/);
     else {
-      assert.equal(v.reward, 1, "the honest file was graded");
+      assert.equal(v.reward, 1, `the honest file was graded: ${JSON.stringify(v.collect)}`);
       assert.equal(v.collect.files[0].sha256, createHash("sha256").update("9993\n").digest("hex"));
     }
   });

@@ -11,6 +11,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Metric } from "./api-bench.ts";
 import { log, ms, openBenchRig } from "./bench-rig.ts";
+import { metricOf, shuffled } from "./bench-stats.ts";
 
 const root = join(import.meta.dirname, "..");
 
@@ -48,71 +49,97 @@ export async function fidelityBench(quick: boolean): Promise<Record<string, Metr
     // --- a wall-clock read, frozen vs the kernel's ---
     const reads: Record<"frozen" | "real", number[]> = { frozen: [], real: [] };
     const forkMs: Record<"frozen" | "real", number[]> = { frozen: [], real: [] };
-    const samples = quick ? 3 : 8;
-    for (let i = 0; i < samples; i++) {
-      for (const mode of ["frozen", "real"] as const) {
-        const t = performance.now();
-        const f = await api("POST", "/v1/sandboxes", { from_version: versions[mode], name: `${mode}-${i}` });
-        forkMs[mode].push(performance.now() - t);
-        const r = await api("POST", `/v1/envs/${f.id}/exec`, {
-          service: "opsbox",
-          command: [
-            "python3",
-            "-c",
-            "import time\nn=10**6\nt=time.perf_counter()\nfor _ in range(n): time.time()\nprint((time.perf_counter()-t)/n*1e9)",
-          ],
-        });
-        reads[mode].push(Number(r.stdout));
-        await api("DELETE", `/v1/envs/${f.id}`);
-      }
-    }
-    results.clock_read_ns_frozen = {
-      value: ms(reads.frozen),
-      unit: "ns per time.time()",
-      samples: reads.frozen,
+    // One untimed warm-up fork of each, then rounds in a shuffled order; every read is checked.
+    const samples = quick ? 3 : 20;
+    const sample = async (mode: "frozen" | "real", i: number) => {
+      const t = performance.now();
+      const f = await api("POST", "/v1/sandboxes", { from_version: versions[mode], name: `${mode}-${i}` });
+      const elapsed = performance.now() - t;
+      const r = await api("POST", `/v1/envs/${f.id}/exec`, {
+        service: "opsbox",
+        command: [
+          "python3",
+          "-c",
+          "import time\nn=10**6\nt=time.perf_counter()\nfor _ in range(n): time.time()\nprint((time.perf_counter()-t)/n*1e9)",
+        ],
+      });
+      await api("DELETE", `/v1/envs/${f.id}`);
+      const ns = Number(r.stdout);
+      if (r.exit_code !== 0 || !Number.isFinite(ns) || ns <= 0)
+        throw new Error(`clock read in a ${mode} fork: ${JSON.stringify(r)}`);
+      if (i < 0) return;
+      forkMs[mode].push(elapsed);
+      reads[mode].push(ns);
     };
-    results.clock_read_ns_real = { value: ms(reads.real), unit: "ns per time.time()", samples: reads.real };
-    results.fork_p50_ms_frozen = { value: ms(forkMs.frozen), unit: "ms", samples: forkMs.frozen };
-    results.fork_p50_ms_real = { value: ms(forkMs.real), unit: "ms", samples: forkMs.real };
+    await sample("frozen", -1);
+    await sample("real", -1);
+    for (let i = 0; i < samples; i++)
+      for (const mode of shuffled(["frozen", "real"] as const, 5000 + i)) await sample(mode, i);
+    results.clock_read_ns_frozen = metricOf(
+      reads.frozen,
+      "ns per time.time()",
+      "a million calls in a fork",
+      2,
+    );
+    results.clock_read_ns_real = metricOf(reads.real, "ns per time.time()", "a million calls in a fork", 2);
+    results.fork_p50_ms_frozen = metricOf(
+      forkMs.frozen,
+      "ms",
+      "POST /v1/sandboxes of ops-world, clock: frozen",
+      0,
+    );
+    results.fork_p50_ms_real = metricOf(forkMs.real, "ms", "POST /v1/sandboxes of ops-world, clock: real", 0);
     log(
       `clock read ${ms(reads.frozen)} ns frozen vs ${ms(reads.real)} ns real; fork ${ms(forkMs.frozen)} vs ${ms(forkMs.real)} ms`,
     );
 
-    // --- a replay of 20 forks vs the same 20 forks made and destroyed ---
+    // --- a replay of 20 forks vs the same 20 forks made and destroyed, rounds in a shuffled order ---
     const n = quick ? 6 : 20;
-    let t = performance.now();
-    const rep = await api("POST", `/v1/versions/${versions.frozen}/replays?wait=true`, {
-      forks: n,
-      parallel: 4,
-      steps: EPISODE,
-    });
-    const replayMs = performance.now() - t;
-    if (rep.status !== "identical")
-      log(`the replay was ${rep.status}: ${JSON.stringify(rep.report?.first_divergence)}`);
-    t = performance.now();
-    const made = await api("POST", `/v1/versions/${versions.frozen}/forks`, {
-      count: n,
-      name_prefix: "plain",
-      sandbox: true,
-    });
-    await Promise.all(
-      (made.forks as { environment?: { id: string } }[]).map((f) =>
-        f.environment ? api("DELETE", `/v1/envs/${f.environment.id}`) : null,
-      ),
+    const replayRounds = quick ? 2 : 3;
+    const replayMs: number[] = [];
+    const plainMs: number[] = [];
+    const replay = async () => {
+      const t = performance.now();
+      const rep = await api("POST", `/v1/versions/${versions.frozen}/replays?wait=true`, {
+        forks: n,
+        parallel: 4,
+        steps: EPISODE,
+      });
+      // A replay that diverged measured something else: the sample fails the run.
+      if (rep.status !== "identical")
+        throw new Error(`the replay was ${rep.status}: ${JSON.stringify(rep.report?.first_divergence)}`);
+      replayMs.push(performance.now() - t);
+    };
+    const plain = async (round: number) => {
+      const t = performance.now();
+      const made = await api("POST", `/v1/versions/${versions.frozen}/forks`, {
+        count: n,
+        name_prefix: `plain${round}`,
+        sandbox: true,
+      });
+      const forks = made.forks as { environment?: { id: string } }[];
+      await Promise.all(
+        forks.map((f) => (f.environment ? api("DELETE", `/v1/envs/${f.environment.id}`) : null)),
+      );
+      if (made.created !== n) throw new Error(`made ${made.created} of ${n} forks`);
+      plainMs.push(performance.now() - t);
+    };
+    for (let round = 0; round < replayRounds; round++)
+      for (const run of shuffled([replay, plain], 4000 + round)) await run(round);
+    results[`replay_${n}_ms`] = metricOf(
+      replayMs,
+      "ms",
+      `identical each round (${replayRounds}); 4 forks at a time, each: fork, 4 steps (one sleeps 1 s), digest, destroy`,
+      0,
     );
-    const plainMs = performance.now() - t;
-    results[`replay_${n}_ms`] = {
-      value: Math.round(replayMs),
-      unit: "ms",
-      note: `${rep.status}; 4 forks at a time, each: fork, 4 steps (one sleeps 1 s), digest, destroy`,
-    };
-    results[`replay_${n}_peer_ms`] = {
-      value: Math.round(plainMs),
-      unit: "ms",
-      note: "the same forks made (a fan-out, 8 at a time) and destroyed, no episode",
-    };
+    results[`replay_${n}_peer_ms`] = metricOf(
+      plainMs,
+      "ms",
+      "the same forks made (a fan-out, 8 at a time) and destroyed, no episode",
+      0,
+    );
     log(
-      `replay of ${n}: ${Math.round(replayMs)} ms (${rep.status}) vs ${Math.round(plainMs)} ms for the forks alone`,
+      `replay of ${n}: ${ms(replayMs)} ms vs ${ms(plainMs)} ms for the forks alone (${replayRounds} rounds)`,
     );
   } finally {
     await rig.close();

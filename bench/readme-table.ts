@@ -1,10 +1,11 @@
 /**
- * README's benchmark table, generated from a saved run (the newest bench/results/*-full.json
- * that carries a commit, or the file given): each metric's median with its p5–p95 spread and the
- * number of samples, beside its peer from the same run. `--write` puts it between README's
- * markers; without it the table is printed. The README test checks the two agree.
+ * README's benchmark tables, generated from the saved runs (bench/results/*-full*.json that carry
+ * a commit): each row from the newest run that measured its metric, its peer from the same run;
+ * each metric's median with its p5–p95 spread, its 95% interval and the number of samples. One
+ * table per run used, headed by its file, commit, date and duration. `--write` puts them between
+ * README's markers; without it they are printed. The README test checks the two agree.
  *
- *   node bench/readme-table.ts [--write] [results/FILE.json]
+ *   node bench/readme-table.ts [--write] [results/FILE.json ...]
  */
 import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -46,58 +47,118 @@ const ROWS: [string, string, [string, string] | null][] = [
     ["Engine API", "sandbox_create_peer_p50_ms"],
   ],
   ["exec `echo` via /v1", "exec_p50_ms", ["Engine API exec", "exec_direct_p50_ms"]],
+  [
+    "fan-out: 32 ops-world forks in one request",
+    "fanout_32_ms",
+    ["one after another", "fanout_32_sequential_ms"],
+  ],
+  ["pool acquisition, ops-world", "pool_acquire_p50_ms", ["a cold fork", "pool_acquire_peer_p50_ms"]],
+  [
+    "fan-out of 32 from a warm pool of 32",
+    "fanout_32_pooled_ms",
+    ["32 `docker-compose up` of copies, 8 at a time", "fanout_32_peer_ms"],
+  ],
+  ["busy CPU per cold ops-world fork", "fork_cpu_s", null],
+  [
+    "image sandboxes created, concurrency 10",
+    "create_throughput_per_s",
+    ["`docker run --network none`", "create_throughput_peer_per_s"],
+  ],
+  [
+    "image sandboxes created, concurrency 50",
+    "create_throughput_per_s_50",
+    ["`docker run --network none`", "create_throughput_peer_per_s_50"],
+  ],
+  ["live sandboxes at once, each answering exec", "max_live_sandboxes", null],
+  ["exec/s under load, 20 callers", "exec_per_s", ["Engine API exec", "exec_peer_per_s"]],
+  ["exec p99 under load, 20 callers", "exec_load_p99_ms", ["Engine API exec", "exec_peer_load_p99_ms"]],
+  ["exec/s under load, 100 callers", "exec_per_s_100", ["Engine API exec", "exec_peer_per_s_100"]],
+  [
+    "exec p99 under load, 100 callers",
+    "exec_load_p99_ms_100",
+    ["Engine API exec", "exec_peer_load_p99_ms_100"],
+  ],
+  ["files PUT, 2 GiB tar", "files_put_mib_per_s", ["`docker cp -`", "files_put_peer_mib_per_s"]],
+  ["files GET, 2 GiB tar", "files_get_mib_per_s", ["`docker cp` to stdout", "files_get_peer_mib_per_s"]],
+  ["files PUT, 10 GiB", "files_big_put_mib_per_s", null],
+  ["files GET, 10 GiB", "files_big_get_mib_per_s", null],
+  ["peak RSS of the server over 10 GiB each way", "files_peak_rss_mib_server", null],
+  ["peak RSS of denvd over 10 GiB each way", "files_peak_rss_mib_denvd", null],
+  [
+    "`time.time()` in a fork, clock: frozen",
+    "clock_read_ns_frozen",
+    ["clock: real (vDSO)", "clock_read_ns_real"],
+  ],
+  ["fork of ops-world, clock: frozen", "fork_p50_ms_frozen", ["clock: real", "fork_p50_ms_real"]],
+  [
+    "replay of 20 forks, the acceptance episode",
+    "replay_20_ms",
+    ["the same forks, no episode", "replay_20_peer_ms"],
+  ],
 ];
 
-export function latestSaved(dir = join(import.meta.dirname, "results")): string | null {
-  let best: { file: string; date: string } | null = null;
+/** Saved runs in the current format (a commit, the machine, a duration), newest first. */
+export function savedRuns(dir = join(import.meta.dirname, "results")): string[] {
+  const runs: { file: string; date: string }[] = [];
   for (const f of readdirSync(dir).filter((x) => /-full(-[a-z-]+)?\.json$/.test(x))) {
     const saved = JSON.parse(readFileSync(join(dir, f), "utf8")) as Partial<Saved>;
-    // Only runs in the current format: with a commit, and the fork measured through the API.
-    if (!saved.commit || !saved.metrics?.fork_p50_ms_btrfs_1gib || !saved.machine) continue;
-    if (!best || saved.machine.date > best.date) best = { file: join(dir, f), date: saved.machine.date };
+    if (!saved.commit || !saved.machine || saved.duration_s === undefined || !saved.metrics) continue;
+    runs.push({ file: join(dir, f), date: saved.machine.date });
   }
-  return best?.file ?? null;
+  return runs.sort((a, b) => (a.date < b.date ? 1 : -1)).map((r) => r.file);
 }
 
 function cell(m: Metric | undefined): string {
   if (!m) return "not measured";
+  if (!m.samples || m.samples.length < 2) return `${m.value} ${m.unit} (one measurement)`;
   const ci = m.ci ? ` (95% CI ${m.ci[0]}–${m.ci[1]}; p5–p95 ${m.p5}–${m.p95}; n ${m.samples?.length})` : "";
   return `${m.value} ${m.unit}${ci}`;
 }
 
-export function renderTable(saved: Saved, file: string): string {
-  const lines = [
-    `From \`${file}\`: commit ${saved.commit?.slice(0, 12)}, ${saved.machine.date.slice(0, 10)}, ${saved.machine.cpus} cores, ${Math.round(saved.machine.memory_bytes / 1024 ** 3)} GiB, ${saved.duration_s} s; medians by the client's clock.`,
-    "",
-    "| measured | denv | beside it, same run |",
-    "| --- | --- | --- |",
-  ];
-  for (const [label, name, beside] of ROWS)
-    lines.push(
-      `| ${label} | ${cell(saved.metrics[name])} | ${beside ? `${beside[0]}: ${cell(saved.metrics[beside[1]])}` : ""} |`,
+const relative = (file: string) => file.slice(file.indexOf("bench/results/"));
+
+/** One table per run used: each row from the newest of `files` (newest first) that measured it. */
+export function renderTables(files: readonly string[]): string {
+  const runs = files.map((file) => ({ file, saved: JSON.parse(readFileSync(file, "utf8")) as Saved }));
+  const byRun = new Map<string, string[]>();
+  for (const [label, name, beside] of ROWS) {
+    const run = runs.find((r) => r.saved.metrics[name]);
+    if (!run) continue;
+    const m = run.saved.metrics;
+    const rows = byRun.get(run.file) ?? [];
+    rows.push(`| ${label} | ${cell(m[name])} | ${beside ? `${beside[0]}: ${cell(m[beside[1]])}` : ""} |`);
+    byRun.set(run.file, rows);
+  }
+  const out: string[] = [];
+  for (const { file, saved } of runs) {
+    const rows = byRun.get(file);
+    if (!rows) continue;
+    out.push(
+      `From \`${relative(file)}\`: commit ${saved.commit?.slice(0, 12)}, ${saved.machine.date.slice(0, 10)}, ${saved.machine.cpus} cores, ${Math.round(saved.machine.memory_bytes / 1024 ** 3)} GiB, ${saved.duration_s} s; medians by the client's clock.`,
+      "",
+      "| measured | denv | beside it, same run |",
+      "| --- | --- | --- |",
+      ...rows,
+      "",
     );
-  return lines.join("\n");
+  }
+  return out.join("\n").trimEnd();
 }
 
-/** README with its table replaced by the one `file` generates. */
-export function withTable(readme: string, file: string): string {
-  const saved = JSON.parse(readFileSync(file, "utf8")) as Saved;
+/** README with its tables replaced by the ones `files` generate. */
+export function withTable(readme: string, files: readonly string[]): string {
   const a = readme.indexOf(START);
   const b = readme.indexOf(END);
   if (a < 0 || b < a) throw new Error("README has no bench-table markers");
-  const rel = file.slice(file.indexOf("bench/results/"));
-  return `${readme.slice(0, a + START.length)}\n\n${renderTable(saved, rel)}\n\n${readme.slice(b)}`;
+  return `${readme.slice(0, a + START.length)}\n\n${renderTables(files)}\n\n${readme.slice(b)}`;
 }
 
 if (import.meta.main) {
-  const given = process.argv.slice(2).find((a) => a.endsWith(".json"));
-  const file = given ?? latestSaved();
-  if (!file) throw new Error("no saved full run with a commit in bench/results/");
+  const given = process.argv.slice(2).filter((a) => a.endsWith(".json"));
+  const files = given.length ? given : savedRuns();
+  if (!files.length) throw new Error("no saved full run with a commit in bench/results/");
   const readmePath = join(import.meta.dirname, "..", "README.md");
   if (process.argv.includes("--write"))
-    writeFileSync(readmePath, withTable(readFileSync(readmePath, "utf8"), file));
-  else
-    process.stdout.write(
-      `${renderTable(JSON.parse(readFileSync(file, "utf8")) as Saved, file.slice(file.indexOf("bench/results/")))}\n`,
-    );
+    writeFileSync(readmePath, withTable(readFileSync(readmePath, "utf8"), files));
+  else process.stdout.write(`${renderTables(files)}\n`);
 }

@@ -141,8 +141,12 @@ async function rewrite(stateDir: string, stackId: string, next: (s: ClockState) 
   }
 }
 
-/** Starts a held clock: from now on it advances. A clock already running is left as it is. */
+/**
+ * Starts a held clock: from now on it advances. A clock already running is left as it is; a stack
+ * with no clock (a host without the clock library reports frozen as real) has nothing to release.
+ */
 export async function releaseClock(stateDir: string, stackId: string): Promise<ClockState | null> {
+  if (!(await readClock(stateDir, stackId))) return null;
   return rewrite(stateDir, stackId, (s) =>
     s.epochNs !== null ? s : { ...s, epochNs: process.hrtime.bigint() },
   );

@@ -112,14 +112,15 @@ export class Sidecar {
       if (isBinary) mux.onFrame(data as Buffer);
       else this.onMessage(data.toString());
     });
-    ws.on("close", () => {
+    ws.on("close", (code, reason) => {
       if (this.heartbeat) clearInterval(this.heartbeat);
       // Streams live on one connection: their operations fail with it (the server does not resend them).
       mux.closeAll();
       if (this.stopped) return;
       const wait = this.backoffMs;
       this.backoffMs = Math.min(this.backoffMs * 2, 10_000);
-      this.log("Disconnected; reconnecting", { waitMs: wait });
+      // The server's reason (another protocol, a revoked host) is what its operator needs to read.
+      this.log("Disconnected; reconnecting", { waitMs: wait, code, reason: reason.toString().slice(0, 300) });
       setTimeout(() => this.connect(), wait);
     });
     ws.on("error", (err) => this.log("Connection error", { error: err.message }));

@@ -179,6 +179,8 @@ export class HostHub {
         return;
       }
       if (msg.protocol !== PROTOCOL_VERSION) {
+        // What `denv host list` shows for it: the version it runs, and not connected.
+        await updateHost(this.store, hostId, { version: msg.version, last_seen: now(), connected: 0 });
         conn.ws.close(
           4426,
           `denvd speaks protocol ${msg.protocol}, this server ${PROTOCOL_VERSION}: upgrade it (the installer upgrades in place)`,

@@ -1,19 +1,23 @@
 /**
  * Connect a target: one `curl | sh` line turns a fresh Debian host with Docker (made here, see
  * fresh-host-helpers.ts) into a joined denv host running denvd as one executable (no Node on it),
- * which then deploys ops-world. The host is installed from a previous build (another denvd, built
- * here with an earlier version number) and re-running the installer once the server serves the
- * current build upgrades it in place, with the same identity; a bad token,
+ * which then deploys ops-world. Everything starts as a previous release (PREVIOUS_COMMIT, before
+ * the op journal, the statuses in denvd's hello and the people tables): its server, run from that
+ * commit's sources, and its denvd, built from them. Then the release is upgraded as an operator
+ * would: the server first (this checkout's, on the same store and port; the old denvd reconnects),
+ * then the host, by re-running the installer: same identity, and the environment the old release
+ * made still answers and forks. A bad token,
  * an unreachable server, a missing Docker and an unsupported architecture change nothing.
  */
 import assert from "node:assert/strict";
-import { execFileSync, spawn } from "node:child_process";
-import { copyFileSync, existsSync, mkdirSync, readFileSync } from "node:fs";
+import { execFileSync, spawn, spawnSync } from "node:child_process";
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
+import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { type RunningServer, startServer } from "@denv/server";
+import { startServer } from "@denv/server";
 import { LOCAL_REGISTRY, repoRoot } from "../denvd-helpers.ts";
 import { bootFreshHost, type FreshHost, type Lab, openLab } from "./fresh-host-helpers.ts";
 
@@ -21,12 +25,24 @@ const DIST = join(repoRoot, "dist");
 /** What the server serves: the previous build first, the current one for the upgrade. */
 let served: string;
 const FILES = ["denvd-linux-x86_64", "denvd-linux-aarch64", "denvd.version"];
-const PREVIOUS_VERSION = `0.0.0-previous+${Date.now()}`;
+/**
+ * The release a host upgrades from: the last commit before crash safety changed denvd's state (its
+ * op journal) and its hello (the statuses it reports). Built from its own sources, as released.
+ */
+const PREVIOUS_COMMIT = "a5f5324181ab1fe9ffa488e02c265cb2888e323a";
+const PREVIOUS_VERSION = `0.0.0-previous+${PREVIOUS_COMMIT.slice(0, 12)}`;
 const ADMIN = `dk_install_${Date.now()}`;
 let lab: Lab;
-let server: RunningServer;
+/** The control plane running now: the previous release's (a process) until the upgrade, then this checkout's. */
+let server: { url: string; close: () => Promise<void> };
+let port: number;
+/** The previous release's sources (git archive of PREVIOUS_COMMIT, with modules). */
+let previousTree: string;
 let dataDir: string;
 let host: FreshHost;
+/** A second fresh host, running systemd. */
+let sdHost: FreshHost | undefined;
+let sdHostId: string;
 
 async function api(method: string, path: string, body?: unknown) {
   const res = await fetch(`${server.url}${path}`, {
@@ -36,6 +52,93 @@ async function api(method: string, path: string, body?: unknown) {
     signal: AbortSignal.timeout(300_000),
   });
   return { status: res.status, data: (await res.json()) as any };
+}
+
+/**
+ * denvd as PREVIOUS_COMMIT had it, built into `out`: that commit's sources (git archive) with this
+ * checkout's installed modules, except that @denv/* are the old tree's own packages; the build
+ * script is today's (it takes the version and the output directory), the code built is the old one.
+ */
+function buildPrevious(tree: string, out: string): void {
+  const has = spawnSync("git", ["-C", repoRoot, "cat-file", "-e", `${PREVIOUS_COMMIT}^{commit}`]);
+  assert.equal(has.status, 0, `this clone lacks ${PREVIOUS_COMMIT} (a shallow clone?): the upgrade needs it`);
+  mkdirSync(tree, { recursive: true });
+  execFileSync("bash", [
+    "-c",
+    `git -C "$1" archive "$2" | tar -x -C "$3"`,
+    "_",
+    repoRoot,
+    PREVIOUS_COMMIT,
+    tree,
+  ]);
+  const modules = join(tree, "node_modules");
+  mkdirSync(join(modules, "@denv"), { recursive: true });
+  for (const e of readdirSync(join(repoRoot, "node_modules")))
+    if (e !== "@denv") symlinkSync(join(repoRoot, "node_modules", e), join(modules, e));
+  for (const dir of readdirSync(join(tree, "packages"))) {
+    const pkg = join(tree, "packages", dir, "package.json");
+    if (!existsSync(pkg)) continue;
+    const name = (JSON.parse(readFileSync(pkg, "utf8")) as { name: string }).name;
+    symlinkSync(join(tree, "packages", dir), join(modules, name));
+  }
+  for (const f of ["build-denvd.sh", "ensure-node.sh"])
+    copyFileSync(join(repoRoot, "scripts", f), join(tree, "scripts", f));
+  execFileSync("bash", [join(tree, "scripts/build-denvd.sh")], {
+    cwd: tree,
+    env: { ...process.env, DENVD_VERSION: PREVIOUS_VERSION, DENVD_OUT: out },
+    stdio: ["ignore", "ignore", "inherit"],
+  });
+  // The old sources really are different: its journal-less state is what the upgrade must read.
+  assert.ok(!existsSync(join(tree, "packages/denvd/src/op-journal.ts")), "the old tree has no op journal");
+}
+
+async function freePort(host: string): Promise<number> {
+  const probe = createServer();
+  await new Promise<void>((r) => probe.listen(0, host, r));
+  const { port: p } = probe.address() as { port: number };
+  await new Promise((r) => probe.close(r));
+  return p;
+}
+
+/** The previous release's `denv server`, run from its own sources, until it says where it listens. */
+async function startPreviousServer(): Promise<{ url: string; close: () => Promise<void> }> {
+  const child = spawn(
+    process.execPath,
+    [
+      join(previousTree, "packages/cli/bin/denv.js"),
+      "server",
+      ...["--data-dir", dataDir, "--host", lab.gateway, "--port", String(port)],
+      ...["--downloads-dir", served, "--allow-fetch", LOCAL_REGISTRY.join(",")],
+    ],
+    { env: { ...process.env, DENV_ADMIN_KEY: ADMIN }, stdio: ["ignore", "pipe", "pipe"] },
+  );
+  let out = "";
+  let err = "";
+  child.stderr.on("data", (c: Buffer) => {
+    err += c.toString();
+  });
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(
+      () => reject(new Error(`the previous server did not start in 60 s: ${err}`)),
+      60_000,
+    );
+    child.stdout.on("data", (c: Buffer) => {
+      out += c.toString();
+      const m = /listening on (\S+)/.exec(out);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1] as string);
+      }
+    });
+    child.on("exit", (code) => reject(new Error(`the previous server exited (${code}): ${err}`)));
+  });
+  const close = async () => {
+    if (child.exitCode !== null) return;
+    const exited = new Promise((r) => child.on("exit", r));
+    child.kill("SIGTERM");
+    await exited;
+  };
+  return { url, close };
 }
 
 const installLine = (args: string) => `curl -fsSL ${server.url}/install.sh | sh -s -- ${args}`;
@@ -53,24 +156,16 @@ before(async () => {
   );
   lab = await openLab();
   dataDir = await mkdtemp(join(tmpdir(), "denv-install-"));
-  // A second build of denvd, numbered as an earlier release, for the host to upgrade from.
   const previous = join(dataDir, "previous");
-  execFileSync("bash", [join(repoRoot, "scripts/build-denvd.sh")], {
-    env: { ...process.env, DENVD_VERSION: PREVIOUS_VERSION, DENVD_OUT: previous },
-    stdio: ["ignore", "ignore", "inherit"],
-  });
+  previousTree = join(dataDir, "previous-tree");
+  buildPrevious(previousTree, previous);
   served = join(dataDir, "served");
   mkdirSync(served);
   for (const f of FILES) copyFileSync(join(previous, f), join(served, f));
-  // The server listens on this machine's address on the lab network only.
-  server = await startServer({
-    dataDir,
-    adminKey: ADMIN,
-    host: lab.gateway,
-    port: 0,
-    downloadsDir: served,
-    fetchAllow: LOCAL_REGISTRY,
-  });
+  // The server listens on this machine's address on the lab network only, on a port that stays
+  // the same across the upgrade (the host's config names it).
+  port = await freePort(lab.gateway);
+  server = await startPreviousServer();
   host = await bootFreshHost(lab, { name: `${lab.runId}-fresh` });
 });
 
@@ -79,6 +174,7 @@ after(async () => {
     .environments ?? [])
     await api("DELETE", `/v1/envs/${e.id}`).catch(() => {});
   await server?.close();
+  await sdHost?.remove();
   await lab?.close();
   await rm(dataDir, { recursive: true, force: true });
 });
@@ -193,11 +289,61 @@ describe("the installer", () => {
     assert.match(inside.stdout, /opsbox/);
   });
 
+  test("on a machine that runs systemd, the installer sets up an enabled denvd unit", async () => {
+    const sd = await bootFreshHost(lab, { systemd: true });
+    sdHost = sd;
+    const token = (await api("POST", "/v1/hosts/join-token")).data.token as string;
+    const r = await sd.sh(installLine(`--token ${token} --server ${server.url} --name systemd-1`));
+    assert.equal(r.exitCode, 0, r.stdout + r.stderr);
+    assert.match(r.stdout, /running as systemd service denvd/);
+    assert.doesNotMatch(r.stdout, /systemd is not running here/);
+    assert.equal((await sd.sh("systemctl is-enabled denvd")).stdout.trim(), "enabled");
+    assert.equal((await sd.sh("systemctl is-active denvd")).stdout.trim(), "active");
+    assert.match(
+      (await sd.sh("cat /etc/systemd/system/denvd.service")).stdout,
+      /ExecStart=\/usr\/local\/bin\/denvd run/,
+    );
+    const joined = (await api("GET", "/v1/hosts")).data.hosts.find((h: any) => h.name === "systemd-1");
+    assert.ok(joined?.connected, "joined and connected");
+    sdHostId = joined.id;
+    assert.equal((await sd.sh("/usr/local/bin/denvd --version")).stdout.trim(), PREVIOUS_VERSION);
+  });
+
+  test("the server is upgraded first: this checkout's, on the previous release's store; the old denvd is told to upgrade", async () => {
+    await server.close();
+    const upgradedAt = new Date().toISOString();
+    for (const f of FILES) copyFileSync(join(DIST, f), join(served, f));
+    const current = await startServer({
+      dataDir,
+      host: lab.gateway,
+      port,
+      downloadsDir: served,
+      fetchAllow: LOCAL_REGISTRY,
+    });
+    server = current;
+    assert.equal(current.adminKey, null, "the store was the previous release's: no first start");
+    // The store's migrations ran on the old records: the environment is there.
+    const env = (await api("GET", `/v1/envs/${encodeURIComponent("ops-world/alpha")}`)).data;
+    assert.equal(env.status, "running", JSON.stringify(env));
+    // The old denvd speaks an older protocol: refused at hello (told to upgrade), not taken on to
+    // fail each deploy with "Unrecognized key". The host list shows it was heard from since the
+    // upgrade, what it runs, and that it is not connected.
+    const deadline = Date.now() + 60_000;
+    for (;;) {
+      const hosts = (await api("GET", "/v1/hosts")).data.hosts as any[];
+      const refused = hosts.filter(
+        (h) => h.version === PREVIOUS_VERSION && h.connected === false && h.last_seen > upgradedAt,
+      );
+      if (refused.length === 2) break;
+      assert.ok(Date.now() < deadline, `the old denvds' hellos were not answered: ${JSON.stringify(hosts)}`);
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  });
+
   test("once the server serves a newer build, running it again upgrades in place and keeps the host's identity", async () => {
     assert.equal((await host.sh("/usr/local/bin/denvd --version")).stdout.trim(), PREVIOUS_VERSION);
     const current = readFileSync(join(DIST, "denvd.version"), "utf8").trim();
     assert.notEqual(current, PREVIOUS_VERSION);
-    for (const f of FILES) copyFileSync(join(DIST, f), join(served, f));
     const before = (await host.sh("cat /var/lib/denvd/host.json")).stdout;
     const r = await host.sh(installLine(`--server ${server.url}`));
     assert.equal(r.exitCode, 0, r.stderr);
@@ -214,10 +360,11 @@ describe("the installer", () => {
     );
     assert.equal(running.stdout.trim(), "1");
     const { hosts } = (await api("GET", "/v1/hosts")).data;
-    assert.equal(hosts.length, 1);
-    assert.equal(hosts[0].id, hostId);
-    assert.equal(hosts[0].connected, true);
-    assert.equal(hosts[0].version, current, "the host reports the new build");
+    const fresh = (hosts as any[]).filter((h) => h.name === "fresh-1");
+    assert.equal(fresh.length, 1);
+    assert.equal(fresh[0].id, hostId);
+    assert.equal(fresh[0].connected, true);
+    assert.equal(fresh[0].version, current, "the host reports the new build");
     // The environment it ran before the upgrade is still there and answers.
     const env = (await api("GET", `/v1/envs/${encodeURIComponent("ops-world/alpha")}`)).data;
     const r2 = await api("POST", `/v1/envs/${env.id}/exec`, {
@@ -225,47 +372,33 @@ describe("the installer", () => {
       command: ["echo", "still"],
     });
     assert.equal(r2.data.stdout, "still\n");
+    // The new denvd forks what the old one made: its stack records, datasets and version.
+    const fork = await api("POST", `/v1/envs/${env.id}/fork`, { name: "after-upgrade" });
+    if (fork.status !== 201) console.error((await host.sh("tail -40 /var/log/denvd.log")).stdout);
+    assert.equal(fork.status, 201, JSON.stringify(fork.data));
+    const forked = await api("POST", `/v1/envs/${fork.data.id}/exec`, {
+      service: "opsbox",
+      command: ["psql", "-tAc", "select count(*) from orders"],
+    });
+    assert.equal(forked.data.stdout.trim(), "100000", JSON.stringify(forked.data));
   });
-});
 
-describe("on a machine that runs systemd", () => {
-  test("the installer sets up an enabled denvd unit, and an upgrade restarts it in place", {
-    timeout: 300_000,
-  }, async () => {
-    const sd = await bootFreshHost(lab, { systemd: true });
-    // Installed from the previous build, upgraded to the current one: the unit runs the new binary.
-    for (const f of FILES) copyFileSync(join(dataDir, "previous", f), join(served, f));
-    try {
-      const token = (await api("POST", "/v1/hosts/join-token")).data.token as string;
-      const r = await sd.sh(installLine(`--token ${token} --server ${server.url} --name systemd-1`));
-      assert.equal(r.exitCode, 0, r.stdout + r.stderr);
-      assert.match(r.stdout, /running as systemd service denvd/);
-      assert.doesNotMatch(r.stdout, /systemd is not running here/);
-      assert.equal((await sd.sh("systemctl is-enabled denvd")).stdout.trim(), "enabled");
-      assert.equal((await sd.sh("systemctl is-active denvd")).stdout.trim(), "active");
-      assert.match(
-        (await sd.sh("cat /etc/systemd/system/denvd.service")).stdout,
-        /ExecStart=\/usr\/local\/bin\/denvd run/,
-      );
-      const host = (await api("GET", "/v1/hosts")).data.hosts.find((h: any) => h.name === "systemd-1");
-      assert.ok(host?.connected, "joined and connected");
-      const pidBefore = (await sd.sh("systemctl show -p MainPID --value denvd")).stdout.trim();
-      assert.equal((await sd.sh("/usr/local/bin/denvd --version")).stdout.trim(), PREVIOUS_VERSION);
-      for (const f of FILES) copyFileSync(join(DIST, f), join(served, f));
-      const current = readFileSync(join(DIST, "denvd.version"), "utf8").trim();
-      const up = await sd.sh(installLine(`--server ${server.url}`));
-      assert.equal(up.exitCode, 0, up.stderr);
-      assert.ok(up.stdout.includes(`upgraded denvd ${PREVIOUS_VERSION} -> ${current}`), up.stdout);
-      assert.equal((await sd.sh("/usr/local/bin/denvd --version")).stdout.trim(), current);
-      assert.match(up.stdout, /upgraded denvd .* same host identity; running as systemd service denvd/);
-      const pidAfter = (await sd.sh("systemctl show -p MainPID --value denvd")).stdout.trim();
-      assert.notEqual(pidAfter, pidBefore, "the service was restarted on the new binary");
-      assert.equal((await sd.sh("systemctl is-active denvd")).stdout.trim(), "active");
-      const again = (await api("GET", "/v1/hosts")).data.hosts.filter((h: any) => h.name === "systemd-1");
-      assert.equal(again.length, 1);
-      assert.equal(again[0].id, host.id);
-    } finally {
-      await sd.remove();
-    }
+  test("the systemd host's upgrade restarts its unit in place, on the new binary", async () => {
+    const sd = sdHost;
+    assert.ok(sd, "the systemd host was installed");
+    const pidBefore = (await sd.sh("systemctl show -p MainPID --value denvd")).stdout.trim();
+    const current = readFileSync(join(DIST, "denvd.version"), "utf8").trim();
+    const up = await sd.sh(installLine(`--server ${server.url}`));
+    assert.equal(up.exitCode, 0, up.stderr);
+    assert.ok(up.stdout.includes(`upgraded denvd ${PREVIOUS_VERSION} -> ${current}`), up.stdout);
+    assert.equal((await sd.sh("/usr/local/bin/denvd --version")).stdout.trim(), current);
+    assert.match(up.stdout, /upgraded denvd .* same host identity; running as systemd service denvd/);
+    const pidAfter = (await sd.sh("systemctl show -p MainPID --value denvd")).stdout.trim();
+    assert.notEqual(pidAfter, pidBefore, "the service was restarted on the new binary");
+    assert.equal((await sd.sh("systemctl is-active denvd")).stdout.trim(), "active");
+    const again = (await api("GET", "/v1/hosts")).data.hosts.filter((h: any) => h.name === "systemd-1");
+    assert.equal(again.length, 1);
+    assert.equal(again[0].id, sdHostId);
+    assert.equal(again[0].connected, true);
   });
 });

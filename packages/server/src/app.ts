@@ -18,7 +18,12 @@ import { defaultDownloadsDir } from "./downloads.ts";
 import type { FetchPolicy } from "./fetch-policy.ts";
 import type { HostHub } from "./host-hub.ts";
 import { newId } from "./ids.ts";
-import { DEFAULT_RATE_LIMIT, RateLimiter, type RateLimitOptions } from "./rate-limit.ts";
+import {
+  ANONYMOUS_RATE_LIMIT,
+  DEFAULT_RATE_LIMIT,
+  RateLimiter,
+  type RateLimitOptions,
+} from "./rate-limit.ts";
 import type { Store } from "./store/open-store.ts";
 
 export interface AppOptions {
@@ -38,6 +43,8 @@ export interface AppOptions {
   fetchPolicy: FetchPolicy;
   /** Requests per key (default DEFAULT_RATE_LIMIT). */
   rateLimit?: RateLimitOptions;
+  /** Sign-ups, sign-ins and device logins per client address (default ANONYMOUS_RATE_LIMIT). */
+  anonymousRateLimit?: RateLimitOptions;
   /** Where the server's own faults are logged (their words never go to clients). */
   log?: (message: string, context?: Record<string, unknown>) => void;
 }
@@ -67,6 +74,7 @@ export function createApp(options: AppOptions): Hono<ApiEnv> {
     secrets: options.secrets,
     fetchPolicy: options.fetchPolicy,
     limiter: new RateLimiter(options.rateLimit ?? DEFAULT_RATE_LIMIT),
+    anonymousLimiter: new RateLimiter(options.anonymousRateLimit ?? ANONYMOUS_RATE_LIMIT),
     joinTokenTtlMs: options.joinTokenTtlMs ?? 3600_000,
     downloadsDir: options.downloadsDir ?? defaultDownloadsDir(),
     buildContexts: options.deployer.buildContexts,

@@ -13,6 +13,13 @@ export interface RateLimitOptions {
 
 export const DEFAULT_RATE_LIMIT: RateLimitOptions = { perSecond: 2000, burst: 4000 };
 
+/**
+ * Per client address for what has no key: sign-up, sign-in, device codes and their polls. A burst
+ * of 60, then one every half second: a person (and a CLI polling every 2 s) never meets it; a
+ * password guesser gets 2 a second.
+ */
+export const ANONYMOUS_RATE_LIMIT: RateLimitOptions = { perSecond: 2, burst: 60 };
+
 /** Buckets kept at most (the idle ones are dropped first: a full bucket is the same as none). */
 const MAX_BUCKETS = 100_000;
 

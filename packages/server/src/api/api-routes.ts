@@ -5,6 +5,7 @@
 import { type ApiRoute, route } from "./api-route.ts";
 import { cloudRoutes } from "./cloud-routes.ts";
 import { deploymentRoutes } from "./deployment-routes.ts";
+import { deviceRoutes } from "./device-routes.ts";
 import { downloadRoutes } from "./download-routes.ts";
 import { environmentIoRoutes } from "./environment-io-routes.ts";
 import { environmentRoutes } from "./environment-routes.ts";
@@ -12,6 +13,7 @@ import { fileRoutes } from "./file-routes.ts";
 import { hostRoutes } from "./host-routes.ts";
 import { mcpRoutes } from "./mcp-routes.ts";
 import { openApiDocument } from "./openapi-document.ts";
+import { peopleRoutes } from "./people-routes.ts";
 import { poolRoutes } from "./pool-routes.ts";
 import { projectRoutes } from "./project-routes.ts";
 import { replayRoutes } from "./replay-routes.ts";
@@ -32,6 +34,8 @@ export const RESOURCES: Record<string, ApiRoute[]> = {
   meta: [openApiRoute],
   downloads: downloadRoutes,
   hosts: hostRoutes,
+  people: peopleRoutes,
+  device: deviceRoutes,
   projects: projectRoutes,
   deployments: deploymentRoutes,
   environments: [...environmentRoutes, ...environmentIoRoutes],

@@ -23,10 +23,11 @@ import { insertCloud } from "../store/cloud-store.ts";
 import { insertDeployment } from "../store/deployment-store.ts";
 import { findOrCreateEnvironment, updateEnvironment } from "../store/environment-store.ts";
 import { openStore, type Store } from "../store/open-store.ts";
+import { signUp } from "../store/people-store.ts";
 import { upsertPool } from "../store/pool-store.ts";
 import { insertProject } from "../store/project-store.ts";
 import { insertReplay } from "../store/replay-store.ts";
-import { createApiKey, createTeam } from "../store/team-store.ts";
+import { createApiKey, createApiKeyRecord, createTeam } from "../store/team-store.ts";
 import { insertVersion } from "../store/version-store.ts";
 import { type DoubleHandlers, HostDouble } from "../testing/host-double.ts";
 import { JSON_LIMIT_BYTES } from "./api-route.ts";
@@ -152,6 +153,8 @@ const a = {
   replay: "rpl_000000000001",
   cloud: "ours",
   host: "",
+  spareKey: "",
+  member: "",
 };
 
 async function call(
@@ -199,6 +202,18 @@ before(async () => {
   const teamA = await createTeam(store, "a", true);
   keyA = await createApiKey(store, teamA, "a", true);
   keyB = await createApiKey(store, await createTeam(store, "b"), "b", false);
+  // A second key of team A (to revoke) and a member of team A (to change and remove).
+  a.spareKey = (await createApiKeyRecord(store, teamA, "spare", false)).id;
+  const member = await signUp(store, {
+    email: "member@example.com",
+    password: "long enough 1",
+    teamName: "m",
+  });
+  await store
+    .insertInto("memberships")
+    .values({ user_id: member.userId, team_id: teamA, role: "member", created_at: new Date().toISOString() })
+    .execute();
+  a.member = member.userId;
 
   // Team A's host: joined through the API, then the double dials in with its secret.
   const token = (await call("POST", "/v1/hosts/join-token", { key: keyA })).json() as unknown as {
@@ -323,6 +338,48 @@ const CASES: Record<string, Case> = {
   "post /v1/teams": { path: () => "/v1/teams", body: () => ({ name: "c" }), status: 201 },
   "post /v1/hosts/join-token": { path: () => "/v1/hosts/join-token", status: 201 },
   "post /v1/hosts/join": { path: () => "/v1/hosts/join", body: () => ({ token: "djt_used" }), status: 401 },
+  "post /v1/auth/signup": {
+    path: () => "/v1/auth/signup",
+    body: () => ({ email: "new@example.com", password: "correct horse battery" }),
+    status: 201,
+  },
+  "post /v1/auth/login": {
+    path: () => "/v1/auth/login",
+    body: () => ({ email: "new@example.com", password: "correct horse battery" }),
+    status: 200,
+  },
+  // A key is not a person: the session routes are the console's.
+  "get /v1/auth/session": { path: () => "/v1/auth/session", status: 403 },
+  "post /v1/auth/team": { path: () => "/v1/auth/team", body: () => ({ team_id: "x" }), status: 403 },
+  "post /v1/auth/logout": { path: () => "/v1/auth/logout", status: 403 },
+  "get /v1/keys": { path: () => "/v1/keys", status: 200 },
+  "delete /v1/keys/{id}": { path: () => `/v1/keys/${a.spareKey}`, status: 200 },
+  "get /v1/members": { path: () => "/v1/members", status: 200 },
+  "put /v1/members/{id}": {
+    path: () => `/v1/members/${a.member}`,
+    body: () => ({ role: "read-only" }),
+    status: 200,
+  },
+  "delete /v1/members/{id}": { path: () => `/v1/members/${a.member}`, status: 200 },
+  "post /v1/invitations": {
+    path: () => "/v1/invitations",
+    body: () => ({ email: "invited@example.com" }),
+    status: 201,
+  },
+  "get /v1/invitations": { path: () => "/v1/invitations", status: 200 },
+  "post /v1/invitations/{token}/accept": { path: () => "/v1/invitations/dinv_nobody/accept", status: 404 },
+  "post /v1/device/code": { path: () => "/v1/device/code", body: () => ({ client_name: "ci" }), status: 201 },
+  "post /v1/device/token": {
+    path: () => "/v1/device/token",
+    body: () => ({ device_code: "ddc_nobody" }),
+    status: 404,
+  },
+  "get /v1/device/{code}": { path: () => "/v1/device/BCDF-GHJK", status: 403 },
+  "post /v1/device/{code}": {
+    path: () => "/v1/device/BCDF-GHJK",
+    body: () => ({ approve: true }),
+    status: 403,
+  },
   "get /v1/hosts": { path: () => "/v1/hosts", status: 200 },
   "post /v1/projects": {
     path: () => "/v1/projects",

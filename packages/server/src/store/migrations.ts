@@ -221,6 +221,67 @@ export const MIGRATIONS: Record<string, Migration> = {
       await db.schema.alterTable("projects").addColumn("build_contexts_json", text).execute();
     },
   },
+  "0009_people": {
+    async up(db: Kysely<unknown>) {
+      await db.schema.alterTable("api_keys").addColumn("user_id", text).execute();
+      await db.schema
+        .alterTable("api_keys")
+        .addColumn("role", text, (c) => c.notNull().defaultTo("admin"))
+        .execute();
+      await db.schema.alterTable("api_keys").addColumn("last_used_at", text).execute();
+      await db.schema
+        .createTable("users")
+        .addColumn("id", text, (c) => c.primaryKey())
+        .addColumn("email", text, (c) => c.notNull().unique())
+        .addColumn("password_hash", text, (c) => c.notNull())
+        .addColumn("created_at", text, (c) => c.notNull())
+        .execute();
+      await db.schema
+        .createTable("memberships")
+        .addColumn("user_id", text, (c) => c.notNull())
+        .addColumn("team_id", text, (c) => c.notNull())
+        .addColumn("role", text, (c) => c.notNull())
+        .addColumn("created_at", text, (c) => c.notNull())
+        .addPrimaryKeyConstraint("memberships_pk", ["user_id", "team_id"])
+        .execute();
+      await db.schema
+        .createTable("sessions")
+        .addColumn("id", text, (c) => c.primaryKey())
+        .addColumn("user_id", text, (c) => c.notNull())
+        .addColumn("team_id", text, (c) => c.notNull())
+        .addColumn("token_hash", text, (c) => c.notNull().unique())
+        .addColumn("csrf_hash", text, (c) => c.notNull())
+        .addColumn("created_at", text, (c) => c.notNull())
+        .addColumn("expires_at", text, (c) => c.notNull())
+        .execute();
+      await db.schema
+        .createTable("device_codes")
+        .addColumn("id", text, (c) => c.primaryKey())
+        .addColumn("device_code_hash", text, (c) => c.notNull().unique())
+        .addColumn("user_code", text, (c) => c.notNull().unique())
+        .addColumn("client_name", text, (c) => c.notNull())
+        .addColumn("status", text, (c) => c.notNull())
+        .addColumn("user_id", text)
+        .addColumn("team_id", text)
+        .addColumn("key_id", text)
+        .addColumn("created_at", text, (c) => c.notNull())
+        .addColumn("expires_at", text, (c) => c.notNull())
+        .addColumn("last_poll_at", text)
+        .execute();
+      await db.schema
+        .createTable("invitations")
+        .addColumn("id", text, (c) => c.primaryKey())
+        .addColumn("team_id", text, (c) => c.notNull())
+        .addColumn("email", text, (c) => c.notNull())
+        .addColumn("role", text, (c) => c.notNull())
+        .addColumn("token_hash", text, (c) => c.notNull().unique())
+        .addColumn("created_by", text, (c) => c.notNull())
+        .addColumn("created_at", text, (c) => c.notNull())
+        .addColumn("expires_at", text, (c) => c.notNull())
+        .addColumn("accepted_at", text)
+        .execute();
+    },
+  },
 };
 
 export const migrationProvider: MigrationProvider = {

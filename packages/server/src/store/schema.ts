@@ -19,6 +19,71 @@ export interface ApiKeysTable {
   /** May create teams and keys. */
   admin: number;
   created_at: string;
+  /** The person it was made for (device login), or null for a team's own key. */
+  user_id: string | null;
+  /** What the key may do in its team: admin, member or read-only (GET only). */
+  role: Generated<string>;
+  last_used_at: string | null;
+}
+
+export interface UsersTable {
+  id: string;
+  /** Lower-cased; unique. */
+  email: string;
+  /** scrypt (people/password-hash.ts). */
+  password_hash: string;
+  created_at: string;
+}
+
+export interface MembershipsTable {
+  user_id: string;
+  team_id: string;
+  /** admin (manages people and keys), member, read-only. */
+  role: string;
+  created_at: string;
+}
+
+export interface SessionsTable {
+  id: string;
+  user_id: string;
+  /** The team the session acts in. */
+  team_id: string;
+  /** sha256 of the cookie's token. */
+  token_hash: string;
+  /** sha256 of the CSRF token every state-changing request of the session must carry. */
+  csrf_hash: string;
+  created_at: string;
+  expires_at: string;
+}
+
+export interface DeviceCodesTable {
+  id: string;
+  /** sha256 of the secret the CLI polls with. */
+  device_code_hash: string;
+  /** What the person types or sees: XXXX-XXXX. */
+  user_code: string;
+  client_name: string;
+  /** pending, approved, denied, used. */
+  status: string;
+  user_id: string | null;
+  team_id: string | null;
+  key_id: string | null;
+  created_at: string;
+  expires_at: string;
+  last_poll_at: string | null;
+}
+
+export interface InvitationsTable {
+  id: string;
+  team_id: string;
+  email: string;
+  role: string;
+  /** sha256 of the invitation's token (the link's secret). */
+  token_hash: string;
+  created_by: string;
+  created_at: string;
+  expires_at: string;
+  accepted_at: string | null;
 }
 
 export interface JoinTokensTable {
@@ -194,4 +259,9 @@ export interface Database {
   cloud_machines: CloudMachinesTable;
   pools: PoolsTable;
   replays: ReplaysTable;
+  users: UsersTable;
+  memberships: MembershipsTable;
+  sessions: SessionsTable;
+  device_codes: DeviceCodesTable;
+  invitations: InvitationsTable;
 }

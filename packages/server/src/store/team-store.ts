@@ -1,4 +1,6 @@
 /** Teams, their API keys (stored as hashes) and the join tokens they mint for hosts. */
+
+import type { Selectable } from "kysely";
 import { hashSecret, newId, newSecret, now } from "../ids.ts";
 import type { Store } from "./open-store.ts";
 import type { ApiKeysTable } from "./schema.ts";
@@ -28,24 +30,40 @@ export async function createApiKey(
   name: string,
   admin: boolean,
   key?: string,
+  person?: { userId: string; role: string },
 ): Promise<string> {
+  return (await createApiKeyRecord(store, teamId, name, admin, key, person)).secret;
+}
+
+/** As createApiKey, with the new key's id. */
+export async function createApiKeyRecord(
+  store: Store,
+  teamId: string,
+  name: string,
+  admin: boolean,
+  key?: string,
+  person?: { userId: string; role: string },
+): Promise<{ id: string; secret: string }> {
   const secret = key ?? newSecret("dk");
+  const id = newId("key");
   await store
     .insertInto("api_keys")
     .values({
-      id: newId("key"),
+      id,
       team_id: teamId,
       name,
       key_hash: hashSecret(secret),
       prefix: secret.slice(0, 8),
       admin: admin ? 1 : 0,
       created_at: now(),
+      user_id: person?.userId ?? null,
+      role: person?.role ?? "admin",
     })
     .execute();
-  return secret;
+  return { id, secret };
 }
 
-export function findApiKey(store: Store, key: string): Promise<ApiKeysTable | undefined> {
+export function findApiKey(store: Store, key: string): Promise<Selectable<ApiKeysTable> | undefined> {
   return store.selectFrom("api_keys").selectAll().where("key_hash", "=", hashSecret(key)).executeTakeFirst();
 }
 

@@ -1,0 +1,445 @@
+/**
+ * People and their access: signing up and in (a console session in a cookie), the session's team
+ * and role, the team's members and invitations, and API keys listed and revoked per person. A
+ * session is a client of /v1 like a key: every other route treats it the same (api-route.ts).
+ */
+import { DenvError } from "@denv/protocol";
+import { getCookie } from "hono/cookie";
+import { z } from "zod";
+import { hashSecret, newId, newSecret, now } from "../ids.ts";
+import {
+  clearSessionCookie,
+  csrfTokenOf,
+  SESSION_COOKIE,
+  setSessionCookie,
+} from "../people/session-cookie.ts";
+import {
+  checkPassword,
+  createSession,
+  endSession,
+  membershipsOf,
+  normalizeEmail,
+  type Role,
+  signUp,
+  userEmail,
+} from "../store/people-store.ts";
+import { type ApiContext, type ApiRoute, route } from "./api-route.ts";
+import {
+  apiKeySchema,
+  invitationBody,
+  invitationCreated,
+  invitationSchema,
+  memberBody,
+  memberSchema,
+  sessionSchema,
+  signInBody,
+  signUpBody,
+  switchTeamBody,
+} from "./people-schemas.ts";
+
+/** Seven days to accept an invitation. */
+const INVITATION_TTL_MS = 7 * 24 * 3600_000;
+
+/** Sign-ups, sign-ins and device codes are not keyed: each client address gets a small budget. */
+export function takeAnonymousTurn(c: ApiContext, what: string): void {
+  const incoming = (c.env as { incoming?: { socket?: { remoteAddress?: string } } } | undefined)?.incoming;
+  const who = incoming?.socket?.remoteAddress ?? "in-process";
+  const allowed = c.var.deps.anonymousLimiter.take(`${what}:${who}`);
+  if (!allowed.ok) {
+    c.header("retry-after", String(Math.max(1, Math.ceil(allowed.retryAfterMs / 1000))));
+    throw new DenvError(
+      "rate_limited",
+      `too many attempts from this address; retry in ${allowed.retryAfterMs} ms`,
+      {
+        details: { retry_after_ms: allowed.retryAfterMs },
+      },
+    );
+  }
+}
+
+/** The session answer: who, in which team, with which role, and the CSRF token for changes. */
+async function sessionAnswer(
+  c: ApiContext,
+  userId: string,
+  teamId: string,
+  token: string,
+  expiresAt: string,
+) {
+  const teams = await membershipsOf(c.var.deps.store, userId);
+  const team = teams.find((t) => t.team_id === teamId);
+  if (!team) throw new DenvError("unauthenticated", "this account is no longer a member of the team");
+  return {
+    user: { id: userId, email: (await userEmail(c.var.deps.store, userId)) ?? "" },
+    team: { id: team.team_id, name: team.team_name },
+    role: team.role,
+    teams: teams.map((t) => ({ id: t.team_id, name: t.team_name, role: t.role })),
+    csrf_token: csrfTokenOf(token),
+    expires_at: expiresAt,
+  };
+}
+
+async function startSession(c: ApiContext, userId: string, teamId?: string) {
+  const s = await createSession(c.var.deps.store, userId, teamId);
+  setSessionCookie(c, s.token, s.expiresAt);
+  return sessionAnswer(c, userId, s.teamId, s.token, s.expiresAt);
+}
+
+/** Only a person signed in to the console (keys cannot approve logins or manage people as a person). */
+function person(c: ApiContext): { userId: string; sessionId: string } {
+  const { userId, sessionId } = c.var;
+  if (!userId || !sessionId)
+    throw new DenvError("forbidden", "only a person signed in to the console can do this");
+  return { userId, sessionId };
+}
+
+function teamAdmin(c: ApiContext): void {
+  if (c.var.role !== "admin")
+    throw new DenvError("forbidden", "only a team admin can manage members and invitations");
+}
+
+/** An invitation by its token, still open. */
+async function openInvitation(c: ApiContext, token: string) {
+  const inv = await c.var.deps.store
+    .selectFrom("invitations")
+    .selectAll()
+    .where("token_hash", "=", hashSecret(token))
+    .executeTakeFirst();
+  if (!inv || inv.accepted_at || inv.expires_at <= now())
+    throw new DenvError("not_found", "that invitation is not valid: it may have expired or been used");
+  return inv;
+}
+
+export const peopleRoutes: ApiRoute[] = [
+  route({
+    method: "post",
+    path: "/v1/auth/signup",
+    summary: "Create an account (with a team of its own, or in the team that invited it) and sign in",
+    body: signUpBody,
+    response: sessionSchema,
+    status: 201,
+    auth: false,
+    handler: async (c, { body }) => {
+      takeAnonymousTurn(c, "signup");
+      const { store } = c.var.deps;
+      if (body.invitation) {
+        const inv = await openInvitation(c, body.invitation);
+        if (inv.email !== normalizeEmail(body.email))
+          throw new DenvError("forbidden", "that invitation was sent to another email address");
+        const { userId } = await signUp(store, {
+          ...body,
+          teamName: "",
+          joinTeam: { id: inv.team_id, role: inv.role as Role },
+        });
+        await store.updateTable("invitations").set({ accepted_at: now() }).where("id", "=", inv.id).execute();
+        return c.json(await startSession(c, userId, inv.team_id), 201);
+      }
+      const teamName = body.team_name ?? normalizeEmail(body.email).split("@")[0] ?? "team";
+      const { userId, teamId } = await signUp(store, {
+        email: body.email,
+        password: body.password,
+        teamName,
+      });
+      return c.json(await startSession(c, userId, teamId), 201);
+    },
+  }),
+  route({
+    method: "post",
+    path: "/v1/auth/login",
+    summary: "Sign in with email and password: a session cookie (HttpOnly, Secure, SameSite=Strict)",
+    body: signInBody,
+    response: sessionSchema,
+    auth: false,
+    handler: async (c, { body }) => {
+      takeAnonymousTurn(c, "login");
+      const userId = await checkPassword(c.var.deps.store, body.email, body.password);
+      return c.json(await startSession(c, userId));
+    },
+  }),
+  route({
+    method: "get",
+    path: "/v1/auth/session",
+    summary: "The signed-in person, their team and role, and the CSRF token for changes",
+    response: sessionSchema,
+    auth: true,
+    handler: async (c) => {
+      const { userId } = person(c);
+      const token = getCookie(c, SESSION_COOKIE) ?? "";
+      const s = await c.var.deps.store
+        .selectFrom("sessions")
+        .select("expires_at")
+        .where("id", "=", c.var.sessionId ?? "")
+        .executeTakeFirstOrThrow();
+      return c.json(await sessionAnswer(c, userId, c.var.teamId, token, s.expires_at));
+    },
+  }),
+  route({
+    method: "post",
+    path: "/v1/auth/team",
+    summary: "Act in another of the person's teams (a new session for it)",
+    body: switchTeamBody,
+    response: sessionSchema,
+    auth: true,
+    handler: async (c, { body }) => {
+      const { userId, sessionId } = person(c);
+      const answer = await startSession(c, userId, body.team_id);
+      await endSession(c.var.deps.store, sessionId);
+      return c.json(answer);
+    },
+  }),
+  route({
+    method: "post",
+    path: "/v1/auth/logout",
+    summary: "End the console session",
+    response: z.object({ signed_out: z.boolean() }),
+    auth: true,
+    handler: async (c) => {
+      const { sessionId } = person(c);
+      await endSession(c.var.deps.store, sessionId);
+      clearSessionCookie(c);
+      return c.json({ signed_out: true });
+    },
+  }),
+  route({
+    method: "get",
+    path: "/v1/keys",
+    summary: "API keys: a team admin sees the team's, anyone else their own",
+    response: z.object({ keys: z.array(apiKeySchema) }),
+    auth: true,
+    handler: async (c) => {
+      let q = c.var.deps.store
+        .selectFrom("api_keys")
+        .leftJoin("users", "users.id", "api_keys.user_id")
+        .select([
+          "api_keys.id",
+          "api_keys.name",
+          "api_keys.prefix",
+          "api_keys.role",
+          "api_keys.created_at",
+          "users.email as user_email",
+        ])
+        .where("api_keys.team_id", "=", c.var.teamId)
+        .orderBy("api_keys.created_at");
+      if (c.var.role !== "admin") q = q.where("api_keys.user_id", "=", c.var.userId ?? "");
+      const rows = await q.execute();
+      return c.json({
+        keys: rows.map((k) => ({
+          ...k,
+          role: k.role as Role,
+          user_email: k.user_email ?? null,
+          current: k.id === c.var.keyId,
+        })),
+      });
+    },
+  }),
+  route({
+    method: "delete",
+    path: "/v1/keys/{id}",
+    summary: "Revoke an API key (`current`: the key of this request, as `denv logout` does)",
+    response: z.object({ id: z.string(), revoked: z.boolean() }),
+    auth: true,
+    handler: async (c) => {
+      const asked = c.req.param("id") ?? "";
+      const id = asked === "current" ? c.var.keyId : asked;
+      const key = await c.var.deps.store
+        .selectFrom("api_keys")
+        .select(["id", "user_id"])
+        .where("id", "=", id)
+        .where("team_id", "=", c.var.teamId)
+        .executeTakeFirst();
+      // Another person's key is as unknown as another team's, unless a team admin asks.
+      const mine = key && (key.id === c.var.keyId || (key.user_id !== null && key.user_id === c.var.userId));
+      if (!key || (!mine && c.var.role !== "admin")) throw new DenvError("not_found", `no API key ${asked}`);
+      await c.var.deps.store.deleteFrom("api_keys").where("id", "=", key.id).execute();
+      return c.json({ id: key.id, revoked: true });
+    },
+  }),
+  route({
+    method: "get",
+    path: "/v1/members",
+    summary: "The team's members and their roles",
+    response: z.object({ members: z.array(memberSchema) }),
+    auth: true,
+    handler: async (c) => {
+      const rows = await c.var.deps.store
+        .selectFrom("memberships")
+        .innerJoin("users", "users.id", "memberships.user_id")
+        .select(["memberships.user_id", "users.email", "memberships.role", "memberships.created_at"])
+        .where("memberships.team_id", "=", c.var.teamId)
+        .orderBy("memberships.created_at")
+        .execute();
+      return c.json({
+        members: rows.map((m) => ({
+          user_id: m.user_id,
+          email: m.email,
+          role: m.role as Role,
+          since: m.created_at,
+        })),
+      });
+    },
+  }),
+  route({
+    method: "put",
+    path: "/v1/members/{id}",
+    summary: "Change a member's role (team admins)",
+    body: memberBody,
+    response: memberSchema,
+    auth: true,
+    handler: async (c, { body }) => {
+      teamAdmin(c);
+      const userId = c.req.param("id") ?? "";
+      const { store } = c.var.deps;
+      const m = await store
+        .selectFrom("memberships")
+        .innerJoin("users", "users.id", "memberships.user_id")
+        .select(["memberships.user_id", "users.email", "memberships.created_at", "memberships.role"])
+        .where("memberships.team_id", "=", c.var.teamId)
+        .where("memberships.user_id", "=", userId)
+        .executeTakeFirst();
+      if (!m) throw new DenvError("not_found", `no member ${userId}`);
+      if (m.role === "admin" && body.role !== "admin") await keepOneAdmin(c);
+      await store
+        .updateTable("memberships")
+        .set({ role: body.role })
+        .where("team_id", "=", c.var.teamId)
+        .where("user_id", "=", userId)
+        .execute();
+      // The person's keys carry their role: a demotion reaches the keys they already hold.
+      await store
+        .updateTable("api_keys")
+        .set({ role: body.role })
+        .where("team_id", "=", c.var.teamId)
+        .where("user_id", "=", userId)
+        .execute();
+      return c.json({ user_id: m.user_id, email: m.email, role: body.role, since: m.created_at });
+    },
+  }),
+  route({
+    method: "delete",
+    path: "/v1/members/{id}",
+    summary: "Remove a member from the team (team admins); their keys and sessions for it end",
+    response: z.object({ user_id: z.string(), removed: z.boolean() }),
+    auth: true,
+    handler: async (c) => {
+      teamAdmin(c);
+      const userId = c.req.param("id") ?? "";
+      const { store } = c.var.deps;
+      const m = await store
+        .selectFrom("memberships")
+        .select("role")
+        .where("team_id", "=", c.var.teamId)
+        .where("user_id", "=", userId)
+        .executeTakeFirst();
+      if (!m) throw new DenvError("not_found", `no member ${userId}`);
+      if (m.role === "admin") await keepOneAdmin(c);
+      await store
+        .deleteFrom("memberships")
+        .where("team_id", "=", c.var.teamId)
+        .where("user_id", "=", userId)
+        .execute();
+      await store
+        .deleteFrom("api_keys")
+        .where("team_id", "=", c.var.teamId)
+        .where("user_id", "=", userId)
+        .execute();
+      await store
+        .deleteFrom("sessions")
+        .where("team_id", "=", c.var.teamId)
+        .where("user_id", "=", userId)
+        .execute();
+      return c.json({ user_id: userId, removed: true });
+    },
+  }),
+  route({
+    method: "post",
+    path: "/v1/invitations",
+    summary: "Invite someone by email with a role (team admins); the link's token is shown once",
+    body: invitationBody,
+    response: invitationCreated,
+    status: 201,
+    auth: true,
+    handler: async (c, { body }) => {
+      teamAdmin(c);
+      const token = newSecret("dinv");
+      const row = {
+        id: newId("inv"),
+        team_id: c.var.teamId,
+        email: normalizeEmail(body.email),
+        role: body.role,
+        token_hash: hashSecret(token),
+        created_by: c.var.userId ?? c.var.keyId,
+        created_at: now(),
+        expires_at: new Date(Date.now() + INVITATION_TTL_MS).toISOString(),
+        accepted_at: null,
+      };
+      await c.var.deps.store.insertInto("invitations").values(row).execute();
+      const origin = new URL(c.req.url).origin;
+      return c.json(
+        {
+          id: row.id,
+          email: row.email,
+          role: body.role,
+          created_at: row.created_at,
+          expires_at: row.expires_at,
+          accepted_at: null,
+          token,
+          url: `${origin}/#/join?invitation=${encodeURIComponent(token)}`,
+        },
+        201,
+      );
+    },
+  }),
+  route({
+    method: "get",
+    path: "/v1/invitations",
+    summary: "The team's invitations",
+    response: z.object({ invitations: z.array(invitationSchema) }),
+    auth: true,
+    handler: async (c) => {
+      const rows = await c.var.deps.store
+        .selectFrom("invitations")
+        .select(["id", "email", "role", "created_at", "expires_at", "accepted_at"])
+        .where("team_id", "=", c.var.teamId)
+        .orderBy("created_at")
+        .execute();
+      return c.json({ invitations: rows.map((r) => ({ ...r, role: r.role as Role })) });
+    },
+  }),
+  route({
+    method: "post",
+    path: "/v1/invitations/{token}/accept",
+    summary: "A signed-in person accepts an invitation sent to their email: they join its team",
+    response: sessionSchema,
+    auth: true,
+    handler: async (c) => {
+      const inv = await openInvitation(c, c.req.param("token") ?? "");
+      const { userId, sessionId } = person(c);
+      if (inv.email !== (await userEmail(c.var.deps.store, userId)))
+        throw new DenvError("forbidden", "that invitation was sent to another email address");
+      await c.var.deps.store
+        .insertInto("memberships")
+        .values({ user_id: userId, team_id: inv.team_id, role: inv.role, created_at: now() })
+        .onConflict((oc) => oc.columns(["user_id", "team_id"]).doNothing())
+        .execute();
+      await c.var.deps.store
+        .updateTable("invitations")
+        .set({ accepted_at: now() })
+        .where("id", "=", inv.id)
+        .execute();
+      const answer = await startSession(c, userId, inv.team_id);
+      await endSession(c.var.deps.store, sessionId);
+      return c.json(answer);
+    },
+  }),
+];
+
+/** A team keeps at least one admin: the last one cannot be demoted or removed. */
+async function keepOneAdmin(c: ApiContext): Promise<void> {
+  const admins = await c.var.deps.store
+    .selectFrom("memberships")
+    .select("user_id")
+    .where("team_id", "=", c.var.teamId)
+    .where("role", "=", "admin")
+    .execute();
+  if (admins.length <= 1)
+    throw new DenvError("conflict", "a team keeps at least one admin: make another admin first");
+}

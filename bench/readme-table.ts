@@ -163,6 +163,5 @@ if (import.meta.main) {
     writeFileSync(readmePath, withTable(readFileSync(readmePath, "utf8"), files));
     // Laid out as the linter wants it (the tables' columns padded).
     execFileSync("npx", ["biome", "format", "--write", readmePath], { stdio: "ignore" });
-  }
-  else process.stdout.write(`${renderTables(files)}\n`);
+  } else process.stdout.write(`${renderTables(files)}\n`);
 }

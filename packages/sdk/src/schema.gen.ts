@@ -50,6 +50,246 @@ export type GetV1HostsResponse = {
   }>;
 };
 
+/** Create an account (with a team of its own, or in the team that invited it) and sign in — POST /v1/auth/signup */
+export type PostV1AuthSignupResponse = {
+  user: {
+    id: string;
+    email: string;
+  };
+  team: {
+    id: string;
+    name: string;
+  };
+  role: "admin" | "member" | "read-only";
+  teams: Array<{
+    id: string;
+    name: string;
+    role: "admin" | "member" | "read-only";
+  }>;
+  csrf_token: string;
+  expires_at: string;
+};
+export type PostV1AuthSignupBody = {
+  email: string;
+  password: string;
+  team_name?: string;
+  invitation?: string;
+};
+
+/** Sign in with email and password: a session cookie (HttpOnly, Secure, SameSite=Strict) — POST /v1/auth/login */
+export type PostV1AuthLoginResponse = {
+  user: {
+    id: string;
+    email: string;
+  };
+  team: {
+    id: string;
+    name: string;
+  };
+  role: "admin" | "member" | "read-only";
+  teams: Array<{
+    id: string;
+    name: string;
+    role: "admin" | "member" | "read-only";
+  }>;
+  csrf_token: string;
+  expires_at: string;
+};
+export type PostV1AuthLoginBody = {
+  email: string;
+  password: string;
+};
+
+/** The signed-in person, their team and role, and the CSRF token for changes — GET /v1/auth/session */
+export type GetV1AuthSessionResponse = {
+  user: {
+    id: string;
+    email: string;
+  };
+  team: {
+    id: string;
+    name: string;
+  };
+  role: "admin" | "member" | "read-only";
+  teams: Array<{
+    id: string;
+    name: string;
+    role: "admin" | "member" | "read-only";
+  }>;
+  csrf_token: string;
+  expires_at: string;
+};
+
+/** Act in another of the person's teams (a new session for it) — POST /v1/auth/team */
+export type PostV1AuthTeamResponse = {
+  user: {
+    id: string;
+    email: string;
+  };
+  team: {
+    id: string;
+    name: string;
+  };
+  role: "admin" | "member" | "read-only";
+  teams: Array<{
+    id: string;
+    name: string;
+    role: "admin" | "member" | "read-only";
+  }>;
+  csrf_token: string;
+  expires_at: string;
+};
+export type PostV1AuthTeamBody = {
+  team_id: string;
+};
+
+/** End the console session — POST /v1/auth/logout */
+export type PostV1AuthLogoutResponse = {
+  signed_out: boolean;
+};
+
+/** API keys: a team admin sees the team's, anyone else their own — GET /v1/keys */
+export type GetV1KeysResponse = {
+  keys: Array<{
+    id: string;
+    name: string;
+    prefix: string;
+    role: "admin" | "member" | "read-only";
+    user_email: string | null;
+    created_at: string;
+    current: boolean;
+  }>;
+};
+
+/** Revoke an API key (`current`: the key of this request, as `denv logout` does) — DELETE /v1/keys/{id} */
+export type DeleteV1KeysByIdResponse = {
+  id: string;
+  revoked: boolean;
+};
+
+/** The team's members and their roles — GET /v1/members */
+export type GetV1MembersResponse = {
+  members: Array<{
+    user_id: string;
+    email: string;
+    role: "admin" | "member" | "read-only";
+    since: string;
+  }>;
+};
+
+/** Change a member's role (team admins) — PUT /v1/members/{id} */
+export type PutV1MembersByIdResponse = {
+  user_id: string;
+  email: string;
+  role: "admin" | "member" | "read-only";
+  since: string;
+};
+export type PutV1MembersByIdBody = {
+  role: "admin" | "member" | "read-only";
+};
+
+/** Remove a member from the team (team admins); their keys and sessions for it end — DELETE /v1/members/{id} */
+export type DeleteV1MembersByIdResponse = {
+  user_id: string;
+  removed: boolean;
+};
+
+/** Invite someone by email with a role (team admins); the link's token is shown once — POST /v1/invitations */
+export type PostV1InvitationsResponse = {
+  id: string;
+  email: string;
+  role: "admin" | "member" | "read-only";
+  created_at: string;
+  expires_at: string;
+  accepted_at: string | null;
+  token: string;
+  url: string;
+};
+export type PostV1InvitationsBody = {
+  email: string;
+  role?: "admin" | "member" | "read-only";
+};
+
+/** The team's invitations — GET /v1/invitations */
+export type GetV1InvitationsResponse = {
+  invitations: Array<{
+    id: string;
+    email: string;
+    role: "admin" | "member" | "read-only";
+    created_at: string;
+    expires_at: string;
+    accepted_at: string | null;
+  }>;
+};
+
+/** A signed-in person accepts an invitation sent to their email: they join its team — POST /v1/invitations/{token}/accept */
+export type PostV1InvitationsByTokenAcceptResponse = {
+  user: {
+    id: string;
+    email: string;
+  };
+  team: {
+    id: string;
+    name: string;
+  };
+  role: "admin" | "member" | "read-only";
+  teams: Array<{
+    id: string;
+    name: string;
+    role: "admin" | "member" | "read-only";
+  }>;
+  csrf_token: string;
+  expires_at: string;
+};
+
+/** Start a device login: a device code to poll with and a user code to approve in the console — POST /v1/device/code */
+export type PostV1DeviceCodeResponse = {
+  device_code: string;
+  user_code: string;
+  verification_uri: string;
+  verification_uri_complete: string;
+  expires_in: number;
+  interval: number;
+};
+export type PostV1DeviceCodeBody = {
+  client_name?: string;
+};
+
+/** Poll a device login: pending until a person answers; once approved, a new API key (once) — POST /v1/device/token */
+export type PostV1DeviceTokenResponse = {
+  status: "pending" | "slow_down" | "denied" | "expired";
+  interval: number;
+} | {
+  status: "approved";
+  api_key: string;
+  key_id: string;
+  team_id: string;
+  role: "admin" | "member" | "read-only";
+};
+export type PostV1DeviceTokenBody = {
+  device_code: string;
+};
+
+/** A pending device login by its user code, for the person about to answer it — GET /v1/device/{code} */
+export type GetV1DeviceByCodeResponse = {
+  user_code: string;
+  client_name: string;
+  created_at: string;
+  expires_at: string;
+};
+
+/** Approve or deny a device login: approved, it gets a key of this team with this person's role — POST /v1/device/{code} */
+export type PostV1DeviceByCodeResponse = {
+  user_code: string;
+  client_name: string;
+  created_at: string;
+  expires_at: string;
+  approved: boolean;
+};
+export type PostV1DeviceByCodeBody = {
+  approve: boolean;
+};
+
 /** Create a project — POST /v1/projects */
 export type PostV1ProjectsResponse = {
   id: string;
@@ -994,6 +1234,23 @@ export const OPERATIONS = {
   postV1HostsJoinToken: { method: "POST", path: "/v1/hosts/join-token", params: [], body: "none", response: "json" },
   postV1HostsJoin: { method: "POST", path: "/v1/hosts/join", params: [], body: "json", response: "json" },
   getV1Hosts: { method: "GET", path: "/v1/hosts", params: [], body: "none", response: "json" },
+  postV1AuthSignup: { method: "POST", path: "/v1/auth/signup", params: [], body: "json", response: "json" },
+  postV1AuthLogin: { method: "POST", path: "/v1/auth/login", params: [], body: "json", response: "json" },
+  getV1AuthSession: { method: "GET", path: "/v1/auth/session", params: [], body: "none", response: "json" },
+  postV1AuthTeam: { method: "POST", path: "/v1/auth/team", params: [], body: "json", response: "json" },
+  postV1AuthLogout: { method: "POST", path: "/v1/auth/logout", params: [], body: "none", response: "json" },
+  getV1Keys: { method: "GET", path: "/v1/keys", params: [], body: "none", response: "json" },
+  deleteV1KeysById: { method: "DELETE", path: "/v1/keys/{id}", params: ["id"], body: "none", response: "json" },
+  getV1Members: { method: "GET", path: "/v1/members", params: [], body: "none", response: "json" },
+  putV1MembersById: { method: "PUT", path: "/v1/members/{id}", params: ["id"], body: "json", response: "json" },
+  deleteV1MembersById: { method: "DELETE", path: "/v1/members/{id}", params: ["id"], body: "none", response: "json" },
+  postV1Invitations: { method: "POST", path: "/v1/invitations", params: [], body: "json", response: "json" },
+  getV1Invitations: { method: "GET", path: "/v1/invitations", params: [], body: "none", response: "json" },
+  postV1InvitationsByTokenAccept: { method: "POST", path: "/v1/invitations/{token}/accept", params: ["token"], body: "none", response: "json" },
+  postV1DeviceCode: { method: "POST", path: "/v1/device/code", params: [], body: "json", response: "json" },
+  postV1DeviceToken: { method: "POST", path: "/v1/device/token", params: [], body: "json", response: "json" },
+  getV1DeviceByCode: { method: "GET", path: "/v1/device/{code}", params: ["code"], body: "none", response: "json" },
+  postV1DeviceByCode: { method: "POST", path: "/v1/device/{code}", params: ["code"], body: "json", response: "json" },
   postV1Projects: { method: "POST", path: "/v1/projects", params: [], body: "json", response: "json" },
   getV1Projects: { method: "GET", path: "/v1/projects", params: [], body: "none", response: "json" },
   getV1ProjectsById: { method: "GET", path: "/v1/projects/{id}", params: ["id"], body: "none", response: "json" },
@@ -1062,6 +1319,23 @@ export interface Operations {
   postV1HostsJoinToken: { params: {  }; body: undefined; response: PostV1HostsJoinTokenResponse };
   postV1HostsJoin: { params: {  }; body: PostV1HostsJoinBody; response: PostV1HostsJoinResponse };
   getV1Hosts: { params: {  }; body: undefined; response: GetV1HostsResponse };
+  postV1AuthSignup: { params: {  }; body: PostV1AuthSignupBody; response: PostV1AuthSignupResponse };
+  postV1AuthLogin: { params: {  }; body: PostV1AuthLoginBody; response: PostV1AuthLoginResponse };
+  getV1AuthSession: { params: {  }; body: undefined; response: GetV1AuthSessionResponse };
+  postV1AuthTeam: { params: {  }; body: PostV1AuthTeamBody; response: PostV1AuthTeamResponse };
+  postV1AuthLogout: { params: {  }; body: undefined; response: PostV1AuthLogoutResponse };
+  getV1Keys: { params: {  }; body: undefined; response: GetV1KeysResponse };
+  deleteV1KeysById: { params: { id: string }; body: undefined; response: DeleteV1KeysByIdResponse };
+  getV1Members: { params: {  }; body: undefined; response: GetV1MembersResponse };
+  putV1MembersById: { params: { id: string }; body: PutV1MembersByIdBody; response: PutV1MembersByIdResponse };
+  deleteV1MembersById: { params: { id: string }; body: undefined; response: DeleteV1MembersByIdResponse };
+  postV1Invitations: { params: {  }; body: PostV1InvitationsBody; response: PostV1InvitationsResponse };
+  getV1Invitations: { params: {  }; body: undefined; response: GetV1InvitationsResponse };
+  postV1InvitationsByTokenAccept: { params: { token: string }; body: undefined; response: PostV1InvitationsByTokenAcceptResponse };
+  postV1DeviceCode: { params: {  }; body: PostV1DeviceCodeBody; response: PostV1DeviceCodeResponse };
+  postV1DeviceToken: { params: {  }; body: PostV1DeviceTokenBody; response: PostV1DeviceTokenResponse };
+  getV1DeviceByCode: { params: { code: string }; body: undefined; response: GetV1DeviceByCodeResponse };
+  postV1DeviceByCode: { params: { code: string }; body: PostV1DeviceByCodeBody; response: PostV1DeviceByCodeResponse };
   postV1Projects: { params: {  }; body: PostV1ProjectsBody; response: PostV1ProjectsResponse };
   getV1Projects: { params: {  }; body: undefined; response: GetV1ProjectsResponse };
   getV1ProjectsById: { params: { id: string }; body: undefined; response: GetV1ProjectsByIdResponse };

@@ -38,6 +38,131 @@ class GetV1HostsResponse(TypedDict):
     hosts: list[GetV1HostsResponseHostsItem]
 
 
+class PostV1AuthSignupResponseUser(TypedDict):
+    id: str
+    email: str
+
+
+class PostV1AuthSignupResponseTeam(TypedDict):
+    id: str
+    name: str
+
+
+class PostV1AuthSignupResponseTeamsItem(TypedDict):
+    id: str
+    name: str
+    role: Literal["admin", "member", "read-only"]
+
+
+class PostV1AuthSignupResponse(TypedDict):
+    user: PostV1AuthSignupResponseUser
+    team: PostV1AuthSignupResponseTeam
+    role: Literal["admin", "member", "read-only"]
+    teams: list[PostV1AuthSignupResponseTeamsItem]
+    csrf_token: str
+    expires_at: str
+
+
+class PostV1AuthLogoutResponse(TypedDict):
+    signed_out: bool
+
+
+class GetV1KeysResponseKeysItem(TypedDict):
+    id: str
+    name: str
+    prefix: str
+    role: Literal["admin", "member", "read-only"]
+    user_email: str | None
+    created_at: str
+    current: bool
+
+
+class GetV1KeysResponse(TypedDict):
+    keys: list[GetV1KeysResponseKeysItem]
+
+
+class DeleteV1KeysByIdResponse(TypedDict):
+    id: str
+    revoked: bool
+
+
+class GetV1MembersResponseMembersItem(TypedDict):
+    user_id: str
+    email: str
+    role: Literal["admin", "member", "read-only"]
+    since: str
+
+
+class GetV1MembersResponse(TypedDict):
+    members: list[GetV1MembersResponseMembersItem]
+
+
+class DeleteV1MembersByIdResponse(TypedDict):
+    user_id: str
+    removed: bool
+
+
+class PostV1InvitationsResponse(TypedDict):
+    id: str
+    email: str
+    role: Literal["admin", "member", "read-only"]
+    created_at: str
+    expires_at: str
+    accepted_at: str | None
+    token: str
+    url: str
+
+
+class GetV1InvitationsResponseInvitationsItem(TypedDict):
+    id: str
+    email: str
+    role: Literal["admin", "member", "read-only"]
+    created_at: str
+    expires_at: str
+    accepted_at: str | None
+
+
+class GetV1InvitationsResponse(TypedDict):
+    invitations: list[GetV1InvitationsResponseInvitationsItem]
+
+
+class PostV1DeviceCodeResponse(TypedDict):
+    device_code: str
+    user_code: str
+    verification_uri: str
+    verification_uri_complete: str
+    expires_in: float
+    interval: float
+
+
+class PostV1DeviceTokenResponse(TypedDict):
+    status: Literal["pending", "slow_down", "denied", "expired"]
+    interval: float
+
+
+class PostV1DeviceTokenResponse1(TypedDict):
+    status: Literal["approved"]
+    api_key: str
+    key_id: str
+    team_id: str
+    role: Literal["admin", "member", "read-only"]
+
+
+class GetV1DeviceByCodeResponse(TypedDict):
+    user_code: str
+    client_name: str
+    created_at: str
+    expires_at: str
+
+
+class PostV1DeviceByCodeResponse(TypedDict):
+    user_code: str
+    client_name: str
+    created_at: str
+    expires_at: str
+    approved: bool
+
+
 class PostV1ProjectsResponse(TypedDict):
     id: str
     name: str
@@ -389,6 +514,24 @@ class GetV1CloudsResponse(TypedDict):
 
 #: GET /v1/openapi.json
 GetV1OpenapiJsonResponse = Any
+
+#: POST /v1/auth/login
+PostV1AuthLoginResponse = PostV1AuthSignupResponse
+
+#: GET /v1/auth/session
+GetV1AuthSessionResponse = PostV1AuthSignupResponse
+
+#: POST /v1/auth/team
+PostV1AuthTeamResponse = PostV1AuthSignupResponse
+
+#: PUT /v1/members/{id}
+PutV1MembersByIdResponse = GetV1MembersResponseMembersItem
+
+#: POST /v1/invitations/{token}/accept
+PostV1InvitationsByTokenAcceptResponse = PostV1AuthSignupResponse
+
+#: POST /v1/device/token
+PostV1DeviceTokenResponse = PostV1DeviceTokenResponse | PostV1DeviceTokenResponse1
 
 #: GET /v1/projects/{id}
 GetV1ProjectsByIdResponse = PostV1ProjectsResponse

@@ -15,3 +15,5 @@ if [ "$(cat node_modules/.denv-lock-hash 2>/dev/null)" != "$lock_hash" ]; then
   echo "$lock_hash" >node_modules/.denv-lock-hash
 fi
 bash scripts/setup-host.sh
+# The console's script and stylesheet (packages/console/dist), rebuilt when its sources changed.
+node packages/console/src/console-assets.ts >/dev/null

@@ -11,6 +11,7 @@ import { Hono } from "hono";
 import { type ApiDeps, type ApiEnv, resourceApp } from "./api/api-route.ts";
 import { RESOURCES } from "./api/api-routes.ts";
 import type { SecretBox } from "./clouds/secret-box.ts";
+import { mountConsole } from "./console-routes.ts";
 import { Admission } from "./deploy/admission.ts";
 import type { Deployer } from "./deploy/deployer.ts";
 import { PoolKeeper } from "./deploy/pool-keeper.ts";
@@ -102,5 +103,6 @@ export function createApp(options: AppOptions): Hono<ApiEnv> {
     await next();
   });
   for (const routes of Object.values(RESOURCES)) app.route("/", resourceApp(routes));
+  mountConsole(app);
   return app;
 }

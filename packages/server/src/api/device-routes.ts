@@ -79,6 +79,8 @@ export const deviceRoutes: ApiRoute[] = [
     handler: async (c) => {
       if (!c.var.sessionId)
         throw new DenvError("forbidden", "approve device logins signed in to the console");
+      // A user code is short (34 bits): looking codes up is held to a person's pace.
+      takeAnonymousTurn(c, "device-lookup");
       const d = await pendingDevice(c.var.deps.store, c.req.param("code") ?? "");
       return c.json({
         user_code: d.user_code,
@@ -99,6 +101,8 @@ export const deviceRoutes: ApiRoute[] = [
       const { userId, sessionId } = c.var;
       if (!userId || !sessionId)
         throw new DenvError("forbidden", "approve device logins signed in to the console");
+      // A user code is short (34 bits): looking codes up is held to a person's pace.
+      takeAnonymousTurn(c, "device-lookup");
       const code = c.req.param("code") ?? "";
       const d = await pendingDevice(c.var.deps.store, code);
       await answerDevice(c.var.deps.store, code, { userId, teamId: c.var.teamId }, body.approve);

@@ -1,0 +1,1 @@
+export { buildConsole, CONSOLE_DIST, type ConsoleAssets, consoleAssets } from "./console-assets.ts";

@@ -1,0 +1,360 @@
+/**
+ * Environments: the tree of versions and forks (which fork came from which version, with status,
+ * age and host), and one environment's page — its versions, its deployments, the actions (each
+ * confirmed) and an exec terminal for its services.
+ */
+import { type Answer, api } from "./console-api.ts";
+import { age, badge, confirmDialog, errorBox, h, show } from "./dom.ts";
+
+type Env = Answer<"getV1Envs">["environments"][number];
+type Version = Answer<"getV1Versions">["versions"][number];
+type Go = (hash: string) => void;
+
+function versionLink(id: string | null): HTMLElement | string {
+  return id ? h("a", { href: `#/version/${id}` }, h("code", {}, id)) : "—";
+}
+
+function envLink(e: Env): HTMLElement {
+  return h("a", { href: `#/env/${e.id}` }, `${e.project}/${e.name}`);
+}
+
+function envLine(e: Env, hosts: Map<string, string>): HTMLElement {
+  return h(
+    "span",
+    { class: "node" },
+    envLink(e),
+    " ",
+    badge(e.status),
+    e.sandbox ? h("span", { class: "tag" }, "sandbox") : null,
+    h("span", { class: "muted" }, " on ", e.host_id ? (hosts.get(e.host_id) ?? e.host_id) : "—", " · "),
+    age(e.created_at),
+  );
+}
+
+/** The tree: each environment, its versions, and under each version the forks made from it. */
+export async function environmentsPage(main: HTMLElement): Promise<void> {
+  const [{ environments }, { versions }, { hosts }] = await Promise.all([
+    api<Answer<"getV1Envs">>("GET", "/v1/envs"),
+    api<Answer<"getV1Versions">>("GET", "/v1/versions"),
+    api<Answer<"getV1Hosts">>("GET", "/v1/hosts"),
+  ]);
+  const hostNames = new Map(hosts.map((x) => [x.id, x.name]));
+  const live = environments.filter((e) => e.status !== "destroyed");
+  const versionsOf = new Map<string, Version[]>();
+  for (const v of versions)
+    versionsOf.set(v.environment_id, [...(versionsOf.get(v.environment_id) ?? []), v]);
+  const forksOf = new Map<string, Env[]>();
+  for (const e of live)
+    if (e.parent_version_id)
+      forksOf.set(e.parent_version_id, [...(forksOf.get(e.parent_version_id) ?? []), e]);
+  const known = new Set(versions.map((v) => v.id));
+  // Roots: deployed environments, and forks whose version is gone (pruned, or its environment's).
+  const roots = live.filter((e) => !e.parent_version_id || !known.has(e.parent_version_id));
+  const seen = new Set<string>();
+  const node = (e: Env, depth: number): HTMLElement => {
+    seen.add(e.id);
+    const vs = (versionsOf.get(e.id) ?? []).slice().sort((a, b) => (a.created_at < b.created_at ? -1 : 1));
+    return h(
+      "li",
+      { role: "treeitem", "aria-expanded": vs.length ? "true" : undefined },
+      envLine(e, hostNames),
+      vs.length
+        ? h(
+            "ul",
+            { role: "group" },
+            vs.map((v) =>
+              h(
+                "li",
+                { role: "treeitem" },
+                h(
+                  "span",
+                  { class: "node version" },
+                  h("a", { href: `#/version/${v.id}` }, h("code", {}, v.id)),
+                  e.current_version_id === v.id ? h("span", { class: "tag" }, "current") : null,
+                  h("span", { class: "muted" }, " · "),
+                  age(v.created_at),
+                ),
+                depth < 12 && forksOf.get(v.id)?.length
+                  ? h(
+                      "ul",
+                      { role: "group" },
+                      (forksOf.get(v.id) ?? []).filter((f) => !seen.has(f.id)).map((f) => node(f, depth + 1)),
+                    )
+                  : null,
+              ),
+            ),
+          )
+        : null,
+    );
+  };
+  show(
+    main,
+    h("h1", {}, "Environments"),
+    live.length
+      ? h(
+          "ul",
+          { role: "tree", class: "tree", "aria-label": "environments, their versions and forks" },
+          roots.map((e) => node(e, 0)),
+        )
+      : h(
+          "p",
+          { class: "muted" },
+          "No environments yet: `denv project create` and `denv deploy` make the first one.",
+        ),
+  );
+}
+
+/** One environment: what it is, its versions and deployments, actions, and an exec terminal. */
+export async function environmentPage(main: HTMLElement, id: string, go: Go): Promise<void> {
+  const [env, { deployments }, { versions }] = await Promise.all([
+    api<Answer<"getV1EnvsById">>("GET", `/v1/envs/${encodeURIComponent(id)}`),
+    api<Answer<"getV1EnvsByIdDeployments">>("GET", `/v1/envs/${encodeURIComponent(id)}/deployments`),
+    api<Answer<"getV1Versions">>("GET", "/v1/versions"),
+  ]);
+  const mine = versions.filter((v) => v.environment_id === env.id);
+  const status = h("div", { "aria-live": "polite" });
+  /** Runs an action after its confirmation, then shows the deployment it made. */
+  const act = async (
+    title: string,
+    detail: string,
+    verb: string,
+    run: () => Promise<{ deployment_id?: string; id?: string } | unknown>,
+  ) => {
+    if (!(await confirmDialog(title, detail, verb))) return;
+    show(status, h("p", { class: "muted" }, `${verb}…`));
+    try {
+      const r = (await run()) as { id?: string; deployment_id?: string; kind?: string } | null;
+      if (r && typeof r === "object" && "phases" in r && r.id) go(`#/deployment/${r.id}`);
+      else if (r?.deployment_id) go(`#/deployment/${r.deployment_id}`);
+      else go("#/");
+    } catch (err) {
+      show(status, errorBox(err));
+    }
+  };
+  const forkName = h("input", {
+    id: "f-fork",
+    name: "fork",
+    placeholder: "name (optional)",
+    maxlength: "63",
+  });
+  const rollbackTo = h(
+    "select",
+    { id: "f-rollback", name: "rollback" },
+    mine.map((v) => h("option", { value: v.id }, `${v.id} (${v.created_at.slice(0, 19).replace("T", " ")})`)),
+  );
+  const running = env.status === "running";
+  const path = `/v1/envs/${encodeURIComponent(env.id)}`;
+  show(
+    main,
+    h("p", { class: "crumbs" }, h("a", { href: "#/" }, "Environments"), " / ", `${env.project}/${env.name}`),
+    h("h1", {}, `${env.project}/${env.name} `, badge(env.status)),
+    h(
+      "dl",
+      { class: "facts" },
+      h("dt", {}, "id"),
+      h("dd", {}, h("code", {}, env.id)),
+      h("dt", {}, "services"),
+      h("dd", {}, env.services.join(", ") || "—"),
+      h("dt", {}, "current version"),
+      h("dd", {}, versionLink(env.current_version_id)),
+      h("dt", {}, "forked from"),
+      h("dd", {}, versionLink(env.parent_version_id)),
+      h("dt", {}, "created"),
+      h("dd", {}, age(env.created_at)),
+    ),
+    h(
+      "section",
+      { class: "card", "aria-labelledby": "actions-h" },
+      h("h2", { id: "actions-h" }, "Actions"),
+      h(
+        "div",
+        { class: "actions" },
+        h("label", { for: "f-fork", class: "sr-only" }, "fork name"),
+        forkName,
+        h(
+          "button",
+          {
+            id: "act-fork",
+            disabled: !running,
+            onclick: () =>
+              act(
+                "Fork this environment?",
+                "A new environment from its current version, with its own copy of every volume.",
+                "Fork",
+                () => api("POST", `${path}/fork`, forkName.value ? { name: forkName.value } : {}),
+              ),
+          },
+          "Fork",
+        ),
+        h(
+          "button",
+          {
+            id: "act-snapshot",
+            disabled: !running,
+            onclick: () =>
+              act(
+                "Snapshot this environment?",
+                "Freezes it briefly and records every volume as a new version.",
+                "Snapshot",
+                () => api("POST", `${path}/snapshot`, {}),
+              ),
+          },
+          "Snapshot",
+        ),
+        h(
+          "button",
+          {
+            id: "act-verify",
+            disabled: !running,
+            onclick: () =>
+              act(
+                "Verify this environment?",
+                "Stops the agent, collects what the verifier reads, and grades it.",
+                "Verify",
+                () => api("POST", `${path}/verify`, {}),
+              ),
+          },
+          "Verify",
+        ),
+      ),
+      mine.length
+        ? h(
+            "div",
+            { class: "actions" },
+            h("label", { for: "f-rollback" }, "Roll back to"),
+            rollbackTo,
+            h(
+              "button",
+              {
+                id: "act-rollback",
+                class: "secondary",
+                disabled: !running,
+                onclick: () =>
+                  act(
+                    "Roll back?",
+                    `Every volume returns to ${rollbackTo.value}; what changed since is lost.`,
+                    "Roll back",
+                    () => api("POST", `${path}/rollback`, { version: rollbackTo.value }),
+                  ),
+              },
+              "Roll back",
+            ),
+          )
+        : null,
+      h(
+        "div",
+        { class: "actions" },
+        h(
+          "button",
+          {
+            id: "act-destroy",
+            class: "danger",
+            disabled: env.status === "destroyed",
+            onclick: () =>
+              act(
+                `Destroy ${env.project}/${env.name}?`,
+                "Its containers, network and volumes are removed. Its versions stay.",
+                "Destroy",
+                () => api("DELETE", path),
+              ),
+          },
+          "Destroy",
+        ),
+      ),
+      status,
+    ),
+    running ? terminal(env) : null,
+    h("h2", {}, "Deployments"),
+    h(
+      "table",
+      {},
+      h(
+        "thead",
+        {},
+        h(
+          "tr",
+          {},
+          h("th", {}, "deployment"),
+          h("th", {}, "kind"),
+          h("th", {}, "status"),
+          h("th", {}, "when"),
+          h("th", {}, "why"),
+        ),
+      ),
+      h(
+        "tbody",
+        {},
+        deployments.map((d) =>
+          h(
+            "tr",
+            {},
+            h("td", {}, h("a", { href: `#/deployment/${d.id}` }, d.id)),
+            h("td", {}, d.kind),
+            h("td", {}, badge(d.status)),
+            h("td", {}, age(d.created_at)),
+            h("td", { class: "reason" }, d.reason ?? ""),
+          ),
+        ),
+      ),
+    ),
+  );
+}
+
+/** A command line into one of the environment's services, as the agent's user, its output kept. */
+function terminal(env: Answer<"getV1EnvsById">): HTMLElement {
+  const out = h("pre", {
+    class: "terminal",
+    "aria-live": "polite",
+    tabindex: "0",
+    "aria-label": "terminal output",
+  });
+  const service = h(
+    "select",
+    { id: "f-service", name: "service" },
+    env.services.map((s) => h("option", { value: s }, s)),
+  );
+  const command = h("input", {
+    id: "f-command",
+    name: "command",
+    autocomplete: "off",
+    spellcheck: "false",
+    placeholder: "a shell command, e.g. ls -la",
+    required: true,
+  });
+  const form = h(
+    "form",
+    { class: "card", "aria-labelledby": "term-h" },
+    h("h2", { id: "term-h" }, "Terminal"),
+    h(
+      "div",
+      { class: "actions" },
+      h("label", { for: "f-service" }, "service"),
+      service,
+      h("label", { for: "f-command", class: "sr-only" }, "command"),
+      command,
+      h("button", { type: "submit", id: "run" }, "Run"),
+    ),
+    out,
+  );
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const cmd = command.value;
+    out.append(h("span", { class: "prompt" }, `${service.value}$ ${cmd}\n`));
+    command.value = "";
+    try {
+      const r = await api<{ exit_code: number; stdout: string; stderr: string }>(
+        "POST",
+        `/v1/envs/${encodeURIComponent(env.id)}/exec`,
+        { service: service.value, command: cmd },
+      );
+      out.append(r.stdout);
+      if (r.stderr) out.append(h("span", { class: "stderr" }, r.stderr));
+      if (r.exit_code !== 0) out.append(h("span", { class: "muted" }, `[exit ${r.exit_code}]\n`));
+    } catch (err) {
+      out.append(h("span", { class: "stderr" }, `${err instanceof Error ? err.message : String(err)}\n`));
+    }
+    out.scrollTop = out.scrollHeight;
+    command.focus();
+  });
+  return form;
+}

@@ -90,7 +90,9 @@ export async function devicePage(main: HTMLElement, session: Session, code: stri
     h(
       "p",
       {},
-      "The code `denv login` printed. Approving gives that machine an API key of ",
+      "The code ",
+      h("code", {}, "denv login"),
+      " printed. Approving gives that machine an API key of ",
       h("strong", {}, session.team.name),
       ` with your role (${session.role}).`,
     ),

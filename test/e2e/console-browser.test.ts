@@ -1,0 +1,259 @@
+/**
+ * The console in a real browser (Debian's chromium, driven by playwright-core) against a real
+ * server, denvd and engine: sign up; a `denv login` approved from the browser while the CLI waits;
+ * a deploy watched live to its verdict; the fork tree after two forks and a snapshot made from the
+ * page; a rolled-back deploy showing its reason; the exec terminal; another team's objects not
+ * reachable by URL; a change without the CSRF token refused; sign out. With
+ * DENV_CONSOLE_SCREENSHOTS=DIR the main pages are saved there (docs/console holds the README's).
+ */
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { existsSync, mkdirSync, readFileSync } from "node:fs";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+import { joinServer, Sidecar } from "@denv/denvd";
+import { type RunningServer, startServer } from "@denv/server";
+import { type Browser, type BrowserContext, chromium, type Locator, type Page } from "playwright-core";
+import { LOCAL_REGISTRY, openTestHost, repoRoot, type TestHost } from "./denvd-helpers.ts";
+
+const CHROMIUM = process.env.DENV_CHROMIUM ?? "/usr/bin/chromium";
+const SHOTS = process.env.DENV_CONSOLE_SCREENSHOTS;
+let server: RunningServer;
+let host: TestHost;
+let sidecar: Sidecar | undefined;
+let dataDir: string;
+let browser: Browser;
+let ctx: BrowserContext;
+let page: Page;
+/** The key `denv login` got for the person: the test's own calls go through it. */
+let key: string;
+let alphaId: string;
+
+async function api(method: string, path: string, body?: unknown) {
+  const res = await fetch(`${server.url}${path}`, {
+    method,
+    headers: { authorization: `Bearer ${key}`, ...(body ? { "content-type": "application/json" } : {}) },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  return { status: res.status, data: (await res.json()) as any };
+}
+
+/** What a locator's element shows as text (Playwright's, not the DOM's). */
+const text = async (l: Locator) => (await l.textContent()) ?? "";
+
+async function shot(name: string): Promise<void> {
+  if (!SHOTS) return;
+  mkdirSync(SHOTS, { recursive: true });
+  await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
+}
+
+before(async () => {
+  assert.ok(existsSync(CHROMIUM), `no browser at ${CHROMIUM}: scripts/ensure-chromium.sh installs Debian's`);
+  dataDir = await mkdtemp(join(tmpdir(), "denv-console-"));
+  server = await startServer({ dataDir, port: 0, fetchAllow: LOCAL_REGISTRY });
+  host = await openTestHost({});
+  // As root, Chromium's own sandbox cannot start; the page it loads is this test's own server.
+  browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox"] });
+  ctx = await browser.newContext({ viewport: { width: 1280, height: 860 }, colorScheme: "dark" });
+  page = await ctx.newPage();
+});
+
+after(async () => {
+  await browser?.close();
+  if (key)
+    for (const e of (await api("GET", "/v1/envs")).data.environments ?? [])
+      await api("DELETE", `/v1/envs/${e.id}`);
+  await sidecar?.stop();
+  await server?.close();
+  await host?.close();
+  await rm(dataDir, { recursive: true, force: true });
+});
+
+describe("the console", () => {
+  test("sign up: the first page asks to sign in; an account and its team are made", async () => {
+    await page.goto(server.url);
+    await page.waitForURL(/#\/login/);
+    await page.getByRole("link", { name: "Create an account" }).click();
+    await page.getByLabel("Email").fill("ada@example.com");
+    await page.getByLabel("Password").fill("correct horse battery");
+    await page.getByLabel("Team name").fill("analytical engines");
+    await page.getByRole("button", { name: "Create account" }).click();
+    await page.getByRole("heading", { name: "Environments" }).waitFor();
+    assert.match(await text(page.locator("nav")), /ada@example\.com · analytical engines \(admin\)/);
+    // What it takes to show: one script well under 300 KB.
+    const js = await (await fetch(`${server.url}/console/console.js`)).text();
+    assert.ok(js.length < 300 * 1024, `${js.length} bytes of script`);
+    const paint = await page.evaluate(
+      () => performance.getEntriesByName("first-contentful-paint")[0]?.startTime ?? null,
+    );
+    process.stdout.write(`# first contentful paint ${paint} ms, script ${js.length} bytes\n`);
+  });
+
+  test("denv login without a key: approved from the browser while the CLI waits", async () => {
+    const config = join(dataDir, "cli", "config.json");
+    const cli = spawn(
+      process.execPath,
+      [
+        join(repoRoot, "packages/cli/bin/denv.js"),
+        "login",
+        server.url,
+        "--no-browser",
+        "--name",
+        "ada-laptop",
+      ],
+      {
+        env: { ...process.env, DENV_CONFIG: config, DENV_API_KEY: "", DENV_SERVER: "" },
+        stdio: ["ignore", "pipe", "pipe"],
+      },
+    );
+    let err = "";
+    const url = await new Promise<string>((resolve) =>
+      cli.stderr.on("data", (c: Buffer) => {
+        err += c.toString();
+        const m = /open (\S+)\n/.exec(err);
+        if (m) resolve(m[1] as string);
+      }),
+    );
+    const exited = new Promise<number | null>((r) => cli.on("close", r));
+    await page.goto(url);
+    await page.getByText("Asked by ada-laptop").waitFor();
+    await shot("device-login");
+    await page.getByRole("button", { name: "Approve" }).click();
+    await page.getByText("Approved: the CLI is signed in").waitFor();
+    assert.equal(await exited, 0, err);
+    key = (JSON.parse(readFileSync(config, "utf8")) as { api_key: string }).api_key;
+    assert.match(key, /^dk_/);
+    // The new key is this person's, in their team: it joins the test's host to that team.
+    const token = (await api("POST", "/v1/hosts/join-token")).data.token as string;
+    const joined = await joinServer(server.url, token, "console-host");
+    sidecar = new Sidecar({ serverUrl: server.url, secret: joined.secret, denvd: host.denvd });
+    sidecar.start();
+    await sidecar.ready;
+  });
+
+  test("a deploy watched live to its verdict, each phase's evidence readable", {
+    timeout: 300_000,
+  }, async () => {
+    const compose = readFileSync(join(repoRoot, "examples/ops-world/docker-compose.yaml"), "utf8");
+    await api("POST", "/v1/projects", { name: "ops-world", kind: "rl-environment", source: "./ops-world" });
+    await api("PUT", "/v1/projects/ops-world/source", { compose });
+    const d = await api("POST", "/v1/projects/ops-world/deploy", { env: "alpha" });
+    assert.equal(d.status, 202, JSON.stringify(d.data));
+    await page.goto(`${server.url}/#/deployment/${d.data.id}`);
+    // The page follows the event stream: it reaches the verdict without a reload.
+    await page.locator("#deployment-status").getByText("succeeded").waitFor({ timeout: 240_000 });
+    assert.equal(await page.locator(".timeline > li").count(), 11);
+    const verdict = page.locator("#phase-verdict");
+    await verdict.locator("summary").click();
+    assert.match(await text(verdict), /version ver_/);
+    const health = page.locator("#phase-health");
+    await health.locator("summary").click();
+    assert.doesNotMatch(await text(health), /[{}]/, "evidence is laid out, not raw JSON");
+    await shot("deployment");
+    alphaId = (await api("GET", `/v1/envs/${encodeURIComponent("ops-world/alpha")}`)).data.id;
+  });
+
+  test("two forks and a snapshot from the page make the tree", { timeout: 300_000 }, async () => {
+    const confirm = async (button: string) => {
+      await page.locator(button).click();
+      await page.locator("#confirm-ok").click();
+      await page.locator("#deployment-status").getByText("succeeded").waitFor({ timeout: 120_000 });
+    };
+    for (const name of ["rollout-1", "rollout-2"]) {
+      await page.goto(`${server.url}/#/env/${alphaId}`);
+      await page.getByLabel("fork name").fill(name);
+      await confirm("#act-fork");
+    }
+    const r1 = (await api("GET", `/v1/envs/${encodeURIComponent("ops-world/rollout-1")}`)).data;
+    await page.goto(`${server.url}/#/env/${r1.id}`);
+    await confirm("#act-snapshot");
+    await page.goto(`${server.url}/#/`);
+    const tree = page.getByRole("tree");
+    await tree.waitFor();
+    // alpha → its version → the two forks; rollout-1 → the snapshot's version.
+    const node = (name: string) => tree.locator(`xpath=//li[span/a[normalize-space()='${name}']]`);
+    const alphaVersion = (await api("GET", `/v1/envs/${alphaId}`)).data.current_version_id as string;
+    for (const fork of ["ops-world/rollout-1", "ops-world/rollout-2"]) {
+      // Each fork's node sits under alpha's version's node.
+      const under = node("ops-world/alpha").locator(
+        `xpath=.//li[span//code[normalize-space()='${alphaVersion}']]//li[span/a[normalize-space()='${fork}']]`,
+      );
+      assert.equal(await under.count(), 1, `${fork} under ${alphaVersion}: ${await text(tree)}`);
+    }
+    const snap = (await api("GET", `/v1/envs/${r1.id}/deployments`)).data.deployments.find(
+      (d: any) => d.kind === "snapshot",
+    );
+    assert.match(await text(node("ops-world/rollout-1")), new RegExp(snap.version_id));
+    await shot("environments");
+  });
+
+  test("a rolled-back deploy shows its reason", { timeout: 300_000 }, async () => {
+    const broken =
+      'x-denv: { kind: agent }\nservices:\n  box:\n    image: 127.0.0.1:5000/denv/opsbox:bookworm\n    user: "1000:1000"\n    command: ["sh", "-c", "echo going; exit 3"]\n';
+    await api("POST", "/v1/projects", { name: "broken", kind: "agent", source: "./broken" });
+    await api("PUT", "/v1/projects/broken/source", { compose: broken });
+    const d = await api("POST", "/v1/projects/broken/deploy?wait=true", { env: "alpha" });
+    assert.equal(d.data.status, "rolled_back", JSON.stringify(d.data).slice(0, 300));
+    await page.goto(`${server.url}/#/deployment/${d.data.id}`);
+    await page.locator("#deployment-status").getByText("rolled back").waitFor();
+    assert.match(await text(page.locator("#deployment-reason")), /box/);
+    // The failed phase is open, its reason beside it.
+    assert.ok(await page.locator(".phase.s-failed details[open]").count());
+  });
+
+  test("the exec terminal runs a command in a service and shows its output", async () => {
+    await page.goto(`${server.url}/#/env/${alphaId}`);
+    await page.getByLabel("service").selectOption("opsbox");
+    await page.getByLabel("command").fill("echo hello-$((6*7)); id -un");
+    await page.getByRole("button", { name: "Run" }).click();
+    await page.locator(".terminal").getByText("hello-42").waitFor();
+    assert.doesNotMatch(await text(page.locator(".terminal")), /\nroot\n/, "the agent is never root");
+    await shot("environment");
+  });
+
+  test("another team's objects are not reachable by URL", async () => {
+    const other = await browser.newContext();
+    const p = await other.newPage();
+    await p.goto(`${server.url}/#/signup`);
+    await p.getByLabel("Email").fill("eve@example.com");
+    await p.getByLabel("Password").fill("correct horse battery");
+    await p.getByRole("button", { name: "Create account" }).click();
+    await p.getByRole("heading", { name: "Environments" }).waitFor();
+    assert.match(await text(p.locator("main")), /No environments yet/);
+    const deployment = (await api("GET", `/v1/envs/${alphaId}/deployments`)).data.deployments[0].id as string;
+    for (const path of [`#/env/${alphaId}`, `#/deployment/${deployment}`]) {
+      await p.goto(`${server.url}/${path}`);
+      await p.getByRole("heading", { name: "Not found" }).waitFor();
+    }
+    await other.close();
+  });
+
+  test("a change without the session's CSRF token is refused, even from the console's own origin", async () => {
+    const status = await page.evaluate(async () => {
+      const r = await fetch("/v1/projects", {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ name: "forged", kind: "agent", source: "./forged" }),
+      });
+      return r.status;
+    });
+    assert.equal(status, 403);
+    assert.equal((await api("GET", "/v1/projects/forged")).status, 404, "nothing was made");
+  });
+
+  test("sign out: back to the sign-in page, and the session no longer opens anything", async () => {
+    const cookies = await ctx.cookies();
+    const session = cookies.find((c) => c.name === "denv_session");
+    assert.ok(session?.httpOnly && session.secure && session.sameSite === "Strict", JSON.stringify(session));
+    await page.getByRole("button", { name: "Sign out" }).click();
+    await page.waitForURL(/#\/login/);
+    const replay = await fetch(`${server.url}/v1/projects`, {
+      headers: { cookie: `denv_session=${session.value}` },
+    });
+    assert.equal(replay.status, 401);
+    await page.goto(`${server.url}/#/keys`);
+    await page.waitForURL(/#\/login/);
+  });
+});

@@ -2,7 +2,7 @@
  * The console in a real browser (Debian's chromium, driven by playwright-core) against a real
  * server, denvd and engine: sign up; a `denv login` approved from the browser while the CLI waits;
  * a deploy watched live to its verdict; the fork tree after two forks and a snapshot made from the
- * page; a rolled-back deploy showing its reason; the exec terminal; another team's objects not
+ * page; a rolled-back deploy showing its reason; the exec terminal, streamed; another team's objects not
  * reachable by URL; a change without the CSRF token refused; sign out. With
  * DENV_CONSOLE_SCREENSHOTS=DIR the main pages are saved there (docs/console holds the README's).
  */
@@ -203,13 +203,19 @@ describe("the console", () => {
     assert.ok(await page.locator(".phase.s-failed details[open]").count());
   });
 
-  test("the exec terminal runs a command in a service and shows its output", async () => {
+  test("the exec terminal streams a command's output as it is written", async () => {
     await page.goto(`${server.url}/#/env/${alphaId}`);
     await page.getByLabel("service").selectOption("opsbox");
-    await page.getByLabel("command").fill("echo hello-$((6*7)); id -un");
+    await page.getByLabel("command").fill("echo hello-$((6*7)); id -un; sleep 4; echo tick-late");
     await page.getByRole("button", { name: "Run" }).click();
-    await page.locator(".terminal").getByText("hello-42").waitFor();
-    assert.doesNotMatch(await text(page.locator(".terminal")), /\nroot\n/, "the agent is never root");
+    const terminal = page.locator(".terminal");
+    await terminal.getByText("hello-42").waitFor();
+    // Shown while the command still runs: its last line is 4 s away, and Run waits for it.
+    assert.doesNotMatch(await text(terminal), /\ntick-late\n/);
+    assert.equal(await page.locator("#run").isDisabled(), true);
+    await terminal.getByText("[exit 0]").waitFor({ timeout: 30_000 });
+    assert.match(await text(terminal), /hello-42\nubuntu\ntick-late\n\[exit 0\]/);
+    assert.doesNotMatch(await text(terminal), /\nroot\n/, "the agent is never root");
     await shot("environment");
   });
 

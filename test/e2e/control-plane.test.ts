@@ -483,6 +483,7 @@ describe("API surface", () => {
           "/v1/versions/{id}/forks": { count: 1 },
           "/v1/pools/{id}": { size: 1 },
           "/v1/projects/{id}/promote": { from: "alpha", to: "staging" },
+          "/v1/members/{id}": { role: "member" },
         };
         // A query the route accepts too (the file routes need a path).
         const query = r.query ? "?path=/x" : "";

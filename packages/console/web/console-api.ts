@@ -55,3 +55,66 @@ export async function currentSession(): Promise<Session | null> {
     throw err;
   }
 }
+
+/** What a streamed exec says as it runs: output as it is written, then its result or error. */
+export type ExecEvent =
+  | { kind: "stdout"; text: string }
+  | { kind: "stderr"; text: string }
+  | { kind: "result"; exitCode: number }
+  | { kind: "error"; message: string };
+
+/**
+ * POST /v1/envs/{id}/exec/stream: the request as the body's first line (no stdin), the answer read
+ * frame by frame as the command writes (an 8-byte header: kind, three zero bytes, a big-endian
+ * length; then the bytes), so a long command shows its output while it runs.
+ */
+export async function execStream(
+  envId: string,
+  request: { service?: string; command: string },
+  onEvent: (e: ExecEvent) => void,
+): Promise<void> {
+  const headers: Record<string, string> = { "content-type": "application/octet-stream" };
+  if (csrf) headers["x-csrf-token"] = csrf;
+  const res = await fetch(`/v1/envs/${encodeURIComponent(envId)}/exec/stream`, {
+    method: "POST",
+    headers,
+    credentials: "same-origin",
+    body: `${JSON.stringify(request)}\n`,
+  });
+  if (!res.ok || !res.body) {
+    const e = ((await res.json().catch(() => null)) as { error?: { code?: string; message?: string } } | null)
+      ?.error;
+    throw new ApiError(res.status, e?.code ?? "internal", e?.message ?? `${res.status} ${res.statusText}`);
+  }
+  const reader = res.body.getReader();
+  const decoders = { stdout: new TextDecoder(), stderr: new TextDecoder() };
+  let buf = new Uint8Array(0);
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    const next = new Uint8Array(buf.length + value.length);
+    next.set(buf);
+    next.set(value, buf.length);
+    buf = next;
+    while (buf.length >= 8) {
+      const length = new DataView(buf.buffer, buf.byteOffset + 4, 4).getUint32(0);
+      if (buf.length < 8 + length) break;
+      const kind = buf[0];
+      const payload = buf.slice(8, 8 + length);
+      buf = buf.slice(8 + length);
+      if (kind === 1) onEvent({ kind: "stdout", text: decoders.stdout.decode(payload, { stream: true }) });
+      else if (kind === 2)
+        onEvent({ kind: "stderr", text: decoders.stderr.decode(payload, { stream: true }) });
+      else if (kind === 3) {
+        const r = JSON.parse(new TextDecoder().decode(payload)) as { exit_code: number };
+        onEvent({ kind: "result", exitCode: r.exit_code });
+      } else if (kind === 4) {
+        const e = JSON.parse(new TextDecoder().decode(payload)) as {
+          error?: { message?: string };
+          message?: string;
+        };
+        onEvent({ kind: "error", message: e.error?.message ?? e.message ?? "the exec failed" });
+      }
+    }
+  }
+}

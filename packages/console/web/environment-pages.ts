@@ -3,7 +3,7 @@
  * age and host), and one environment's page — its versions, its deployments, the actions (each
  * confirmed) and an exec terminal for its services.
  */
-import { type Answer, api } from "./console-api.ts";
+import { type Answer, api, execStream } from "./console-api.ts";
 import { age, badge, confirmDialog, errorBox, h, show } from "./dom.ts";
 
 type Env = Answer<"getV1Envs">["environments"][number];
@@ -300,7 +300,7 @@ export async function environmentPage(main: HTMLElement, id: string, go: Go): Pr
   );
 }
 
-/** A command line into one of the environment's services, as the agent's user, its output kept. */
+/** A command line into one of the environment's services, its output shown as it is written. */
 function terminal(env: Answer<"getV1EnvsById">): HTMLElement {
   const out = h("pre", {
     class: "terminal",
@@ -341,18 +341,23 @@ function terminal(env: Answer<"getV1EnvsById">): HTMLElement {
     const cmd = command.value;
     out.append(h("span", { class: "prompt" }, `${service.value}$ ${cmd}\n`));
     command.value = "";
+    const run = form.querySelector("#run") as HTMLButtonElement;
+    run.disabled = true;
+    const follow = () => {
+      out.scrollTop = out.scrollHeight;
+    };
     try {
-      const r = await api<{ exit_code: number; stdout: string; stderr: string }>(
-        "POST",
-        `/v1/envs/${encodeURIComponent(env.id)}/exec`,
-        { service: service.value, command: cmd },
-      );
-      out.append(r.stdout);
-      if (r.stderr) out.append(h("span", { class: "stderr" }, r.stderr));
-      if (r.exit_code !== 0) out.append(h("span", { class: "muted" }, `[exit ${r.exit_code}]\n`));
+      await execStream(env.id, { service: service.value, command: cmd }, (ev) => {
+        if (ev.kind === "stdout" || ev.kind === "stderr")
+          out.append(ev.kind === "stdout" ? ev.text : h("span", { class: "stderr" }, ev.text));
+        else if (ev.kind === "error") out.append(h("span", { class: "stderr" }, `${ev.message}\n`));
+        else out.append(h("span", { class: "muted exit" }, `[exit ${ev.exitCode}]\n`));
+        follow();
+      });
     } catch (err) {
       out.append(h("span", { class: "stderr" }, `${err instanceof Error ? err.message : String(err)}\n`));
     }
+    run.disabled = false;
     out.scrollTop = out.scrollHeight;
     command.focus();
   });

@@ -90,6 +90,11 @@ export interface ApiRoute<
   status?: number;
   /** Needs an API key (Authorization: Bearer). */
   auth: boolean;
+  /**
+   * A request that changes nothing of the team's (signing out, answering a device login, accepting
+   * an invitation): read-only callers may make it too.
+   */
+  readOnlyToo?: boolean;
   /** How large a body may be (default JSON_LIMIT_BYTES); null: not limited here (it streams). */
   bodyLimitBytes?: number | null;
   /** Every method; the path's last segment ({path}) is any subpath, or none (port URLs). */
@@ -160,46 +165,51 @@ function takeTurn(c: ApiContext, who: string): void {
  * state-changing requests must carry its CSRF token in X-CSRF-Token). Checked, counted against its
  * rate limit, its team and role set; a read-only caller may only read.
  */
-export const requireKey: MiddlewareHandler<ApiEnv> = async (c, next) => {
-  const key = /^Bearer (.+)$/.exec(c.req.header("authorization") ?? "")?.[1];
-  const { store } = c.var.deps;
-  if (key) {
-    const row = await findApiKey(store, key);
-    if (!row) throw new DenvError("unauthenticated", "this API key is not valid");
-    takeTurn(c, row.id);
-    c.set("teamId", row.team_id);
-    c.set("admin", row.admin === 1);
-    c.set("keyId", row.id);
-    c.set("role", row.role as Role);
-    c.set("userId", row.user_id);
-    c.set("sessionId", null);
-  } else {
-    const token = getCookie(c, SESSION_COOKIE);
-    if (!token)
-      throw new DenvError(
-        "unauthenticated",
-        "send an API key as `Authorization: Bearer <key>` (denv login), or sign in to the console",
-      );
-    const session = await findSession(store, token);
-    if (!session) throw new DenvError("unauthenticated", "the console session has ended: sign in again");
-    // A cookie goes with every request the browser makes, whoever's page asked: a change must also
-    // carry the token only the console's own page can read.
-    if (!READS.has(c.req.method) && c.req.header("x-csrf-token") !== csrfTokenOf(token))
-      throw new DenvError("forbidden", "this request needs the session's CSRF token in X-CSRF-Token");
-    const role = await roleIn(store, session.user_id, session.team_id);
-    if (!role) throw new DenvError("unauthenticated", "this account is no longer a member of the team");
-    takeTurn(c, `user:${session.user_id}`);
-    c.set("teamId", session.team_id);
-    c.set("admin", false);
-    c.set("keyId", session.id);
-    c.set("role", role);
-    c.set("userId", session.user_id);
-    c.set("sessionId", session.id);
-  }
-  if (c.var.role === "read-only" && !READS.has(c.req.method))
-    throw new DenvError("forbidden", "this key or member is read-only: it may look, not change anything");
-  await next();
-};
+const requireKey =
+  (readOnlyToo: boolean): MiddlewareHandler<ApiEnv> =>
+  async (c, next) => {
+    const key = /^Bearer (.+)$/.exec(c.req.header("authorization") ?? "")?.[1];
+    const { store } = c.var.deps;
+    if (key) {
+      const row = await findApiKey(store, key);
+      if (!row) throw new DenvError("unauthenticated", "this API key is not valid");
+      takeTurn(c, row.id);
+      c.set("teamId", row.team_id);
+      c.set("admin", row.admin === 1);
+      c.set("keyId", row.id);
+      c.set("role", row.role as Role);
+      c.set("userId", row.user_id);
+      c.set("sessionId", null);
+    } else {
+      const token = getCookie(c, SESSION_COOKIE);
+      if (!token)
+        throw new DenvError(
+          "unauthenticated",
+          "send an API key as `Authorization: Bearer <key>` (denv login), or sign in to the console",
+        );
+      const session = await findSession(store, token);
+      if (!session) throw new DenvError("unauthenticated", "the console session has ended: sign in again");
+      // A cookie goes with every request the browser makes, whoever's page asked: a change must also
+      // carry the token only the console's own page can read.
+      if (!READS.has(c.req.method) && c.req.header("x-csrf-token") !== csrfTokenOf(token))
+        throw new DenvError("forbidden", "this request needs the session's CSRF token in X-CSRF-Token");
+      const role = await roleIn(store, session.user_id, session.team_id);
+      if (!role) throw new DenvError("unauthenticated", "this account is no longer a member of the team");
+      takeTurn(c, `user:${session.user_id}`);
+      c.set("teamId", session.team_id);
+      c.set("admin", false);
+      c.set("keyId", session.id);
+      c.set("role", role);
+      c.set("userId", session.user_id);
+      c.set("sessionId", session.id);
+    }
+    if (c.var.role === "read-only" && !READS.has(c.req.method) && !readOnlyToo)
+      throw new DenvError("forbidden", "this key or member is read-only: it may look, not change anything");
+    await next();
+  };
+
+const requireKeyChanges = requireKey(false);
+const requireKeyReadOnlyToo = requireKey(true);
 
 /** A resource's routes as one Hono sub-app: body limit, then the key, then parsed input. */
 export function resourceApp(routes: ApiRoute[]): Hono<ApiEnv> {
@@ -213,7 +223,7 @@ export function resourceApp(routes: ApiRoute[]): Hono<ApiEnv> {
   for (const r of routes) {
     const chain: MiddlewareHandler<ApiEnv>[] = [];
     if (r.bodyLimitBytes !== null) chain.push(limitBody(r.bodyLimitBytes ?? JSON_LIMIT_BYTES));
-    if (r.auth) chain.push(requireKey);
+    if (r.auth) chain.push(r.readOnlyToo ? requireKeyReadOnlyToo : requireKeyChanges);
     const handle = async (c: ApiContext) => {
       const body =
         r.body && (r.bodyType ?? "json") === "json" ? await parseBody(c.req.raw, r.body) : undefined;

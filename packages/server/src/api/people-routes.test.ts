@@ -246,6 +246,20 @@ test("a read-only member reads but cannot change; another team's objects stay un
   const refused = await reader.change("POST", "/v1/projects", { name: "r", kind: "agent", source: "./r" });
   assert.equal(refused.status, 403);
   assert.match(refused.data.error.message, /read-only/);
+  // What changes nothing of the team's stays open to it: a device login (its key read-only too).
+  const code = await new Browser().call("POST", "/v1/device/code", { client_name: "reader-laptop" });
+  assert.equal(
+    (await reader.change("POST", `/v1/device/${code.data.user_code}`, { approve: true })).status,
+    200,
+  );
+  await new Promise((r) => setTimeout(r, 1100));
+  const got = await new Browser().call("POST", "/v1/device/token", { device_code: code.data.device_code });
+  assert.equal(got.data.role, "read-only");
+  assert.equal(
+    (await withKey(got.data.api_key, "POST", "/v1/projects", { name: "k", kind: "agent", source: "./k" }))
+      .status,
+    403,
+  );
   // The invitation is spent.
   const twice = await new Browser().call("POST", "/v1/auth/signup", {
     email: "reader@example.com",
@@ -263,6 +277,9 @@ test("a read-only member reads but cannot change; another team's objects stay un
   );
   // Its admin cannot reach this team's member: as unknown as any id.
   assert.equal((await other.change("DELETE", `/v1/members/${joined.data.user.id}`)).status, 404);
+  // A read-only member signs out like anyone.
+  assert.equal((await reader.change("POST", "/v1/auth/logout")).status, 200);
+  assert.equal((await reader.call("GET", "/v1/projects")).status, 401);
   // The last admin stays an admin.
   const last = await admin.change("PUT", `/v1/members/${a.data.user.id}`, { role: "member" });
   assert.equal(last.status, 409);

@@ -179,6 +179,7 @@ export const peopleRoutes: ApiRoute[] = [
     body: switchTeamBody,
     response: sessionSchema,
     auth: true,
+    readOnlyToo: true,
     handler: async (c, { body }) => {
       const { userId, sessionId } = person(c);
       const answer = await startSession(c, userId, body.team_id);
@@ -192,6 +193,7 @@ export const peopleRoutes: ApiRoute[] = [
     summary: "End the console session",
     response: z.object({ signed_out: z.boolean() }),
     auth: true,
+    readOnlyToo: true,
     handler: async (c) => {
       const { sessionId } = person(c);
       await endSession(c.var.deps.store, sessionId);
@@ -237,6 +239,7 @@ export const peopleRoutes: ApiRoute[] = [
     summary: "Revoke an API key (`current`: the key of this request, as `denv logout` does)",
     response: z.object({ id: z.string(), revoked: z.boolean() }),
     auth: true,
+    readOnlyToo: true,
     handler: async (c) => {
       const asked = c.req.param("id") ?? "";
       const id = asked === "current" ? c.var.keyId : asked;
@@ -410,6 +413,7 @@ export const peopleRoutes: ApiRoute[] = [
     summary: "A signed-in person accepts an invitation sent to their email: they join its team",
     response: sessionSchema,
     auth: true,
+    readOnlyToo: true,
     handler: async (c) => {
       const inv = await openInvitation(c, c.req.param("token") ?? "");
       const { userId, sessionId } = person(c);

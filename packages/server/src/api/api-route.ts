@@ -148,15 +148,18 @@ function limitBody(limitBytes: number): MiddlewareHandler {
 const READS = new Set(["GET", "HEAD", "OPTIONS"]);
 
 /** Counts a request against its caller's rate limit (a key, or a person's sessions together). */
-function takeTurn(c: ApiContext, who: string): void {
-  const allowed = c.var.deps.limiter.take(who);
+export function takeTurn(
+  c: ApiContext,
+  who: string,
+  limiter: RateLimiter = c.var.deps.limiter,
+  what = "this key is over its rate limit",
+): void {
+  const allowed = limiter.take(who);
   if (!allowed.ok) {
     c.header("retry-after", String(Math.max(1, Math.ceil(allowed.retryAfterMs / 1000))));
-    throw new DenvError(
-      "rate_limited",
-      `this key is over its rate limit; retry in ${allowed.retryAfterMs} ms (Retry-After)`,
-      { details: { retry_after_ms: allowed.retryAfterMs } },
-    );
+    throw new DenvError("rate_limited", `${what}; retry in ${allowed.retryAfterMs} ms (Retry-After)`, {
+      details: { retry_after_ms: allowed.retryAfterMs },
+    });
   }
 }
 

@@ -23,7 +23,7 @@ import {
   signUp,
   userEmail,
 } from "../store/people-store.ts";
-import { type ApiContext, type ApiRoute, route } from "./api-route.ts";
+import { type ApiContext, type ApiRoute, route, takeTurn } from "./api-route.ts";
 import {
   apiKeySchema,
   invitationBody,
@@ -44,17 +44,7 @@ const INVITATION_TTL_MS = 7 * 24 * 3600_000;
 export function takeAnonymousTurn(c: ApiContext, what: string): void {
   const incoming = (c.env as { incoming?: { socket?: { remoteAddress?: string } } } | undefined)?.incoming;
   const who = incoming?.socket?.remoteAddress ?? "in-process";
-  const allowed = c.var.deps.anonymousLimiter.take(`${what}:${who}`);
-  if (!allowed.ok) {
-    c.header("retry-after", String(Math.max(1, Math.ceil(allowed.retryAfterMs / 1000))));
-    throw new DenvError(
-      "rate_limited",
-      `too many attempts from this address; retry in ${allowed.retryAfterMs} ms`,
-      {
-        details: { retry_after_ms: allowed.retryAfterMs },
-      },
-    );
-  }
+  takeTurn(c, `${what}:${who}`, c.var.deps.anonymousLimiter, "too many attempts from this address");
 }
 
 /** The session answer: who, in which team, with which role, and the CSRF token for changes. */

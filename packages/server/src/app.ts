@@ -1,7 +1,8 @@
 /**
- * The /v1 HTTP API (Hono): one sub-app per resource (api/api-routes.ts). Every route but the
- * OpenAPI document, host join, the installer and port URLs needs an API key (`Authorization:
- * Bearer`); every object belongs to a team, and another team's object answers 404. Errors are
+ * The /v1 HTTP API (Hono): one sub-app per resource (api/api-routes.ts), and the console at `/`.
+ * Every route but the OpenAPI document, host join, the installer, port URLs, sign-up, sign-in and
+ * device codes needs an API key (`Authorization: Bearer`) or a console session; every object
+ * belongs to a team, and another team's object answers 404. Errors are
  * `{"error": {"code", "message"}}` with the status from the error table.
  */
 import { createDenvMcpServer, McpSessions } from "@denv/mcp";

@@ -88,7 +88,7 @@ export interface ApiRoute<
   response?: z.ZodType;
   responseType?: "json" | "tar" | "event-stream" | "multiplexed" | "any";
   status?: number;
-  /** Needs an API key (Authorization: Bearer). */
+  /** Needs an API key (Authorization: Bearer) or a console session (its cookie, and CSRF token for changes). */
   auth: boolean;
   /**
    * A request that changes nothing of the team's (signing out, answering a device login, accepting

@@ -44,7 +44,7 @@ async function bundle(outDir: string): Promise<void> {
     bundle: true,
     minify: true,
     format: "esm",
-    target: ["chrome120", "firefox120", "safari17"],
+    target: ["chrome123", "firefox120", "safari17.5"],
     outfile: join(outDir, "console.js"),
     logLevel: "error",
     legalComments: "none",

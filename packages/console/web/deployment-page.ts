@@ -5,7 +5,7 @@
  * collected and refused — rather than as raw JSON.
  */
 import { type Answer, api } from "./console-api.ts";
-import { age, badge, h, ms, show } from "./dom.ts";
+import { age, badge, crumbs, h, ms, show } from "./dom.ts";
 
 type Deployment = Answer<"getV1DeploymentsById">;
 type Phase = Deployment["phases"][number];
@@ -118,15 +118,7 @@ function view(main: HTMLElement, d: Deployment): void {
     : null;
   show(
     main,
-    h(
-      "p",
-      { class: "crumbs" },
-      h("a", { href: "#/" }, "Environments"),
-      " / ",
-      h("a", { href: `#/env/${d.environment_id}` }, "environment"),
-      " / ",
-      d.id,
-    ),
+    crumbs(d.id, d.environment_id),
     h("h1", {}, `${d.kind} `, h("span", { id: "deployment-status" }, badge(d.status))),
     h(
       "p",

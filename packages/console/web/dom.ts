@@ -33,6 +33,18 @@ export function show(parent: Element, ...children: (Child | Child[])[]): void {
   }
 }
 
+/** Where a page sits: Environments, then the environment it belongs to (when given), then itself. */
+export function crumbs(here: string, envId?: string): HTMLElement {
+  return h(
+    "p",
+    { class: "crumbs" },
+    h("a", { href: "#/" }, "Environments"),
+    " / ",
+    envId ? [h("a", { href: `#/env/${envId}` }, "environment"), " / "] : null,
+    here,
+  );
+}
+
 /** "3 min ago", "2 h ago": an age people read at a glance (the exact time in the title). */
 export function age(iso: string | null | undefined): HTMLElement {
   if (!iso) return h("span", { class: "muted" }, "—");

@@ -4,7 +4,7 @@
  * confirmed) and an exec terminal for its services.
  */
 import { type Answer, api, execStream } from "./console-api.ts";
-import { age, badge, confirmDialog, errorBox, h, show } from "./dom.ts";
+import { age, badge, confirmDialog, crumbs, errorBox, h, show } from "./dom.ts";
 
 type Env = Answer<"getV1Envs">["environments"][number];
 type Version = Answer<"getV1Versions">["versions"][number];
@@ -146,7 +146,7 @@ export async function environmentPage(main: HTMLElement, id: string, go: Go): Pr
   const path = `/v1/envs/${encodeURIComponent(env.id)}`;
   show(
     main,
-    h("p", { class: "crumbs" }, h("a", { href: "#/" }, "Environments"), " / ", `${env.project}/${env.name}`),
+    crumbs(`${env.project}/${env.name}`),
     h("h1", {}, `${env.project}/${env.name} `, badge(env.status)),
     h(
       "dl",

@@ -1,7 +1,7 @@
 /** A version: its pinned images, its data sheet, its warm pool, and a fork made from it. */
 import { type Answer, ApiError, api } from "./console-api.ts";
 import { evidenceView } from "./deployment-page.ts";
-import { age, confirmDialog, errorBox, h, show } from "./dom.ts";
+import { age, confirmDialog, crumbs, errorBox, h, show } from "./dom.ts";
 
 type Go = (hash: string) => void;
 
@@ -19,15 +19,7 @@ export async function versionPage(main: HTMLElement, id: string, go: Go): Promis
   const status = h("div", { "aria-live": "polite" });
   show(
     main,
-    h(
-      "p",
-      { class: "crumbs" },
-      h("a", { href: "#/" }, "Environments"),
-      " / ",
-      h("a", { href: `#/env/${version.environment_id}` }, "environment"),
-      " / ",
-      version.id,
-    ),
+    crumbs(version.id, version.environment_id),
     h("h1", {}, "Version ", h("code", {}, version.id)),
     h(
       "dl",

@@ -23,19 +23,18 @@ export async function anyTeam(store: Store): Promise<boolean> {
   return (await store.selectFrom("teams").select("id").executeTakeFirst()) !== undefined;
 }
 
-/** A new API key of a team (the given one, or a fresh secret); returns it: only its hash is kept. */
+/** A new team key (the given one, or a fresh secret); returns it: only its hash is kept. */
 export async function createApiKey(
   store: Store,
   teamId: string,
   name: string,
   admin: boolean,
   key?: string,
-  person?: { userId: string; role: string },
 ): Promise<string> {
-  return (await createApiKeyRecord(store, teamId, name, admin, key, person)).secret;
+  return (await createApiKeyRecord(store, teamId, name, admin, key)).secret;
 }
 
-/** As createApiKey, with the new key's id. */
+/** A new API key, a team's or (with `person`) one made for a member with their role; its id too. */
 export async function createApiKeyRecord(
   store: Store,
   teamId: string,

@@ -68,6 +68,7 @@ export class BuildContexts {
     const tmp = join(this.dir, teamId, `.${newId("up")}.part`);
     const hash = createHash("sha256");
     let bytes = 0;
+    const out = createWriteStream(tmp, { mode: 0o600 });
     try {
       await pipeline(
         body,
@@ -80,7 +81,7 @@ export class BuildContexts {
             yield chunk;
           }
         },
-        createWriteStream(tmp, { mode: 0o600 }),
+        out,
       );
       const got = `sha256:${hash.digest("hex")}`;
       if (expected !== null && got !== expected)
@@ -91,6 +92,9 @@ export class BuildContexts {
       await rename(tmp, this.path(teamId, got));
       return { digest: got, bytes };
     } finally {
+      // A refused upload can end before the file's open has: wait for its close, or the open
+      // would make the partial file again after the rm (a CI run found one left).
+      if (!out.closed) await new Promise<void>((r) => out.once("close", () => r()));
       await rm(tmp, { force: true });
     }
   }

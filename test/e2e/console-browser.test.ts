@@ -251,12 +251,12 @@ describe("the console", () => {
 
   test("sign out: back to the sign-in page, and the session no longer opens anything", async () => {
     const cookies = await ctx.cookies();
-    const session = cookies.find((c) => c.name === "denv_session");
+    const session = cookies.find((c) => c.name === "__Host-denv_session");
     assert.ok(session?.httpOnly && session.secure && session.sameSite === "Strict", JSON.stringify(session));
     await page.getByRole("button", { name: "Sign out" }).click();
     await page.waitForURL(/#\/login/);
     const replay = await fetch(`${server.url}/v1/projects`, {
-      headers: { cookie: `denv_session=${session.value}` },
+      headers: { cookie: `__Host-denv_session=${session.value}` },
     });
     assert.equal(replay.status, 401);
     await page.goto(`${server.url}/#/keys`);

@@ -374,7 +374,13 @@ describe("sandbox API", () => {
     const minted = await api("POST", `/v1/envs/${sb.data.id}/ports/8000`, {});
     assert.equal(minted.status, 201, JSON.stringify(minted.data));
     const url = minted.data.url as string;
-    assert.match(url, /\/v1\/tunnels\/dpu_[A-Za-z0-9_-]{43}$/);
+    assert.match(url, /\/v1\/tunnels\/dpu[a-z2-7]{32}$/);
+    // Never on the API's (and console's) origin, which does not serve the path at all.
+    assert.notEqual(new URL(url).origin, new URL(server.url).origin);
+    assert.equal(new URL(url).origin, server.portsOrigin);
+    const onApi = await fetch(`${server.url}${new URL(url).pathname}/health`);
+    assert.equal(onApi.status, 404);
+    assert.match(((await onApi.json()) as any).error.message, /own origin/);
     const stored = await server.store.selectFrom("port_urls").select("token_hash").execute();
     assert.ok(stored.every((r) => /^[0-9a-f]{64}$/.test(r.token_hash) && !url.includes(r.token_hash)));
     // HTTP, with no API key: the URL is the credential. Bodies go both ways.
@@ -392,12 +398,17 @@ describe("sandbox API", () => {
     assert.equal(step.status, 200);
     assert.equal(((await step.json()) as any).observation.echoed, "through the tunnel");
     assert.equal((await fetch(`${url}/nope`)).status, 404); // the service's own 404
-    // A client that sends its denv key everywhere does not hand it to the sandbox; other
-    // credentials (the service's own) go through.
+    // No credential and no cookie of any kind is handed to the sandbox.
     const seen = async (auth: string) =>
-      (await (await fetch(`${url}/debug/headers`, { headers: { authorization: auth } })).json()) as any;
+      (await (
+        await fetch(`${url}/debug/headers`, {
+          headers: { authorization: auth, cookie: "__Host-denv_session=dss_x" },
+        })
+      ).json()) as any;
     assert.equal((await seen(`Bearer ${ADMIN}`)).authorization, undefined);
-    assert.equal((await seen("Bearer service-token")).authorization, "Bearer service-token");
+    const other = await seen("Bearer service-token");
+    assert.equal(other.authorization, undefined);
+    assert.equal(other.cookie, undefined);
     // A WebSocket session through the same URL.
     const { default: WebSocket } = await import("ws");
     const ws = new WebSocket(`${url.replace(/^http/, "ws")}/ws`);

@@ -137,6 +137,7 @@ test("snapshot and fork carry the files; await using destroys the fork", async (
   await assert.rejects(denv.environment(forkId), NotFoundError);
   const url = await sb.portUrl(8000);
   assert.match(url, /\/v1\/tunnels\//);
+  assert.notEqual(new URL(url).origin, new URL(lab.server.url).origin);
 });
 
 test("a bad key and a timeout come back as their classes", async () => {

@@ -20,7 +20,9 @@ import { defaultDownloadsDir } from "./downloads.ts";
 import type { FetchPolicy } from "./fetch-policy.ts";
 import type { HostHub } from "./host-hub.ts";
 import { newId } from "./ids.ts";
+import type { PortsOrigin } from "./ports-origin.ts";
 import {
+  ACCOUNT_RATE_LIMIT,
   ANONYMOUS_RATE_LIMIT,
   DEFAULT_RATE_LIMIT,
   RateLimiter,
@@ -47,6 +49,10 @@ export interface AppOptions {
   rateLimit?: RateLimitOptions;
   /** Sign-ups, sign-ins and device logins per client address (default ANONYMOUS_RATE_LIMIT). */
   anonymousRateLimit?: RateLimitOptions;
+  /** Sign-ins and sign-ups per email, device lookups per person (default ACCOUNT_RATE_LIMIT). */
+  accountRateLimit?: RateLimitOptions;
+  /** Where port URLs are served: an origin of their own (ports-origin.ts). */
+  portsOrigin: PortsOrigin;
   /** Where the server's own faults are logged (their words never go to clients). */
   log?: (message: string, context?: Record<string, unknown>) => void;
 }
@@ -77,10 +83,12 @@ export function createApp(options: AppOptions): Hono<ApiEnv> {
     fetchPolicy: options.fetchPolicy,
     limiter: new RateLimiter(options.rateLimit ?? DEFAULT_RATE_LIMIT),
     anonymousLimiter: new RateLimiter(options.anonymousRateLimit ?? ANONYMOUS_RATE_LIMIT),
+    accountLimiter: new RateLimiter(options.accountRateLimit ?? ACCOUNT_RATE_LIMIT),
     joinTokenTtlMs: options.joinTokenTtlMs ?? 3600_000,
     downloadsDir: options.downloadsDir ?? defaultDownloadsDir(),
     buildContexts: options.deployer.buildContexts,
     mcp,
+    portsOrigin: options.portsOrigin,
   };
   const log = options.log ?? ((message, context) => console.error(message, JSON.stringify(context ?? {})));
   const app = new Hono<ApiEnv>();

@@ -5,5 +5,7 @@ export { createApp } from "./app.ts";
 export { DEPLOY_PHASES, Deployer } from "./deploy/deployer.ts";
 export { DEFAULT_FETCH_ALLOW, FetchPolicy, parseFetchAllow } from "./fetch-policy.ts";
 export { HostHub } from "./host-hub.ts";
+export { PortsOrigin } from "./ports-origin.ts";
+export { ACCOUNT_RATE_LIMIT, clientBucketOf, type RateLimitOptions } from "./rate-limit.ts";
 export { joinLocalHost, type RunningServer, type ServerOptions, startServer } from "./server.ts";
 export { openStore, type Store } from "./store/open-store.ts";

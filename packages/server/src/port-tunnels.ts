@@ -1,19 +1,23 @@
 /**
  * Reaching a port inside an environment from outside: `POST /v1/envs/{id}/ports/{port}` mints a URL
- * `/v1/tunnels/{token}/…` whose token is the only credential (frameworks such as OpenEnv connect
- * with a base URL alone), stored hashed. Requests and WebSocket upgrades on it are relayed as raw
- * bytes over the host's WebSocket to denvd, which reaches the port on the container's loopback
- * through its agent. Neither denvd nor the container listens on anything the world can reach.
+ * on the ports origin (ports-origin.ts, never the console's) whose token is the only credential
+ * (frameworks such as OpenEnv connect with a base URL alone), stored hashed. Requests and WebSocket
+ * upgrades on it are relayed as raw bytes over the host's WebSocket to denvd, which reaches the port
+ * on the container's loopback through its agent. Neither denvd nor the container listens on
+ * anything the world can reach. No cookie or Authorization header is passed in, and none of the
+ * service's cookies come back: whatever a browser holds for denv stays out of the sandbox.
  */
 import { request as httpRequest, type IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import { Readable } from "node:stream";
 import { DenvError } from "@denv/protocol";
 import type { HostHub } from "./host-hub.ts";
-import { hashSecret, newId, newSecret, now } from "./ids.ts";
-import type { Store } from "./store/open-store.ts";
+import { hashSecret, newId, now } from "./ids.ts";
+import { newPortToken, type PortsOrigin } from "./ports-origin.ts";
 
-export const TUNNEL_PREFIX = "/v1/tunnels/";
+export { TUNNEL_PREFIX } from "./ports-origin.ts";
+
+import type { Store } from "./store/open-store.ts";
 
 // Hop-by-hop headers (RFC 9110 7.6.1) are between the client and us, not the service.
 const HOP = new Set([
@@ -26,12 +30,16 @@ const HOP = new Set([
   "upgrade",
   "host",
 ]);
+// Never into a sandbox: a browser's cookies for the server and any client's credentials.
+const WITHHELD = new Set(["cookie", "authorization", "proxy-authorization"]);
+// Never out of one: a cookie set on the ports origin would reach every port URL served there.
+const WITHHELD_BACK = new Set(["set-cookie", "set-cookie2"]);
 
 export async function createPortUrl(
   store: Store,
-  o: { teamId: string; environmentId: string; service: string | null; port: number; origin: string },
+  o: { teamId: string; environmentId: string; service: string | null; port: number; origin: PortsOrigin },
 ): Promise<{ url: string }> {
-  const token = newSecret("dpu");
+  const token = newPortToken();
   await store
     .insertInto("port_urls")
     .values({
@@ -44,7 +52,7 @@ export async function createPortUrl(
       created_at: now(),
     })
     .execute();
-  return { url: `${o.origin}${TUNNEL_PREFIX}${token}` };
+  return { url: o.origin.urlFor(token) };
 }
 
 /** An environment's port URLs, without their tokens (shown once, when minted). */
@@ -66,33 +74,6 @@ export async function revokePortUrls(store: Store, environmentId: string, port?:
   if (port !== undefined) q = q.where("port", "=", port);
   const r = await q.executeTakeFirst();
   return Number(r.numDeletedRows);
-}
-
-/** The token and the path after it, from /v1/tunnels/{token}/rest?query. */
-export function splitTunnelPath(url: string): { token: string; rest: string } | null {
-  if (!url.startsWith(TUNNEL_PREFIX)) return null;
-  const tail = url.slice(TUNNEL_PREFIX.length);
-  const cut = tail.search(/[/?]/);
-  const token = cut < 0 ? tail : tail.slice(0, cut);
-  let rest = cut < 0 ? "/" : tail.slice(cut);
-  if (rest.startsWith("?")) rest = `/${rest}`;
-  return token ? { token, rest } : null;
-}
-
-/**
- * Whether an Authorization header carries one of this server's API keys. Such a header is never
- * passed into a sandbox: a client that sends its key to every URL on this server must not hand it
- * to the agent's service behind a port URL. Any other credential (the service's own) goes through.
- */
-async function isDenvKey(store: Store, authorization: string | undefined | null): Promise<boolean> {
-  const key = /^Bearer (.+)$/i.exec(authorization ?? "")?.[1];
-  if (!key) return false;
-  const row = await store
-    .selectFrom("api_keys")
-    .select("id")
-    .where("key_hash", "=", hashSecret(key))
-    .executeTakeFirst();
-  return row !== undefined;
 }
 
 /** Opens the byte stream a tunnel URL names, or says why it cannot. */
@@ -136,9 +117,8 @@ export async function proxyHttp(
   const { stream, port } = await openTunnel(store, hub, token);
   const headers: Record<string, string> = {};
   req.headers.forEach((v, k) => {
-    if (!HOP.has(k)) headers[k] = v;
+    if (!HOP.has(k) && !WITHHELD.has(k)) headers[k] = v;
   });
-  if (await isDenvKey(store, headers.authorization)) delete headers.authorization;
   headers.host = `localhost:${port}`;
   headers.connection = "close";
   const body = req.body ? Readable.fromWeb(req.body as import("node:stream/web").ReadableStream) : null;
@@ -158,9 +138,11 @@ export async function proxyHttp(
   });
   const outHeaders = new Headers();
   for (const [k, v] of Object.entries(res.headers)) {
-    if (HOP.has(k) || v === undefined) continue;
+    if (HOP.has(k) || WITHHELD_BACK.has(k) || v === undefined) continue;
     for (const one of Array.isArray(v) ? v : [v]) outHeaders.append(k, one);
   }
+  // The service's page may not hold on to a window that opened it (or that it opens).
+  outHeaders.set("cross-origin-opener-policy", "same-origin");
   const status = res.statusCode ?? 502;
   const noBody = req.method === "HEAD" || status === 204 || status === 304;
   return new Response(noBody ? null : (Readable.toWeb(res) as ReadableStream), {
@@ -173,11 +155,12 @@ export async function proxyHttp(
 export async function proxyUpgrade(
   store: Store,
   hub: HostHub,
+  origin: PortsOrigin,
   req: IncomingMessage,
   socket: Duplex,
   head: Buffer,
 ): Promise<void> {
-  const parts = splitTunnelPath(req.url ?? "");
+  const parts = origin.route(req.headers.host, req.url ?? "");
   const refuse = (status: number, text: string): void => {
     socket.end(`HTTP/1.1 ${status} ${text}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
   };
@@ -190,12 +173,10 @@ export async function proxyUpgrade(
     return refuse(code, code === 404 ? "Not Found" : "Service Unavailable");
   }
   const { stream, port } = tunnel;
-  const dropAuth = await isDenvKey(store, req.headers.authorization);
   let text = `${req.method} ${parts.rest} HTTP/1.1\r\nHost: localhost:${port}\r\n`;
   for (let i = 0; i < req.rawHeaders.length; i += 2) {
     const k = req.rawHeaders[i] as string;
-    if (k.toLowerCase() === "host") continue;
-    if (dropAuth && k.toLowerCase() === "authorization") continue;
+    if (k.toLowerCase() === "host" || WITHHELD.has(k.toLowerCase())) continue;
     text += `${k}: ${req.rawHeaders[i + 1]}\r\n`;
   }
   stream.write(`${text}\r\n`);

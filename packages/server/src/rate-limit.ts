@@ -9,6 +9,8 @@ export interface RateLimitOptions {
   perSecond: number;
   /** Requests a key may make at once after being idle. */
   burst: number;
+  /** Milliseconds on a monotonic clock (default performance.now; tests drive their own). */
+  clock?: () => number;
 }
 
 export const DEFAULT_RATE_LIMIT: RateLimitOptions = { perSecond: 2000, burst: 4000 };
@@ -19,6 +21,39 @@ export const DEFAULT_RATE_LIMIT: RateLimitOptions = { perSecond: 2000, burst: 40
  * password guesser gets 2 a second.
  */
 export const ANONYMOUS_RATE_LIMIT: RateLimitOptions = { perSecond: 2, burst: 60 };
+
+/**
+ * Per account (an email signed in to or signed up with, a person looking up device codes), whatever
+ * address the attempts come from: a guesser with many addresses still gets 20, then one each 5 s.
+ */
+export const ACCOUNT_RATE_LIMIT: RateLimitOptions = { perSecond: 0.2, burst: 20 };
+
+/**
+ * The bucket a client address counts in: an IPv4 address itself, an IPv6 address by its /64 (one
+ * subscriber's or one machine's usual allocation: counting each address would give whoever holds a
+ * /64 unlimited tries). IPv4-mapped IPv6 addresses count as their IPv4 address.
+ */
+export function clientBucketOf(address: string): string {
+  const a = address
+    .trim()
+    .toLowerCase()
+    .replace(/^\[|\]$/g, "")
+    .replace(/%.*$/, "");
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/.exec(a);
+  if (mapped) return mapped[1] as string;
+  if (!a.includes(":")) return a;
+  // Expand "::" and keep the first four groups.
+  const [head = "", tail] = a.split("::", 2) as [string, string | undefined];
+  const h = head ? head.split(":") : [];
+  const t = tail ? tail.split(":") : [];
+  if (t.at(-1)?.includes(".")) t.splice(-1, 1, "0", "0"); // an embedded IPv4 tail is within the /64's host half
+  const groups =
+    tail === undefined ? h : [...h, ...Array(Math.max(0, 8 - h.length - t.length)).fill("0"), ...t];
+  return `${groups
+    .slice(0, 4)
+    .map((g) => (Number.parseInt(g || "0", 16) || 0).toString(16))
+    .join(":")}::/64`;
+}
 
 /** Buckets kept at most (the idle ones are dropped first: a full bucket is the same as none). */
 const MAX_BUCKETS = 100_000;
@@ -37,7 +72,11 @@ export class RateLimiter {
   }
 
   /** Takes `cost` tokens from the key's bucket; when it cannot, says how long until it could. */
-  take(key: string, cost = 1, nowMs = performance.now()): { ok: true } | { ok: false; retryAfterMs: number } {
+  take(
+    key: string,
+    cost = 1,
+    nowMs = (this.options.clock ?? performance.now.bind(performance))(),
+  ): { ok: true } | { ok: false; retryAfterMs: number } {
     const { perSecond, burst } = this.options;
     let b = this.buckets.get(key);
     if (!b) {

@@ -7,6 +7,7 @@ import { readFileSync } from "node:fs";
 import { createServer as createHttpServer, type Server } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
 import type { AddressInfo } from "node:net";
+import { DenvError, isDenvError } from "@denv/protocol";
 import { ComposeValidator } from "@denv/spec";
 import { getRequestListener } from "@hono/node-server";
 import { createApp } from "./app.ts";
@@ -19,7 +20,8 @@ import { PoolKeeper, type PoolKeeperOptions } from "./deploy/pool-keeper.ts";
 import { recoverReplays } from "./deploy/replay-runner.ts";
 import { FetchPolicy } from "./fetch-policy.ts";
 import { HostHub } from "./host-hub.ts";
-import { proxyUpgrade, TUNNEL_PREFIX } from "./port-tunnels.ts";
+import { proxyHttp, proxyUpgrade } from "./port-tunnels.ts";
+import { PortsOrigin } from "./ports-origin.ts";
 import type { RateLimitOptions } from "./rate-limit.ts";
 import { openStore, type Store } from "./store/open-store.ts";
 import {
@@ -58,16 +60,30 @@ export interface ServerOptions {
   composeBudget?: { timeoutMs?: number; maxHeapMb?: number };
   /** Requests per API key (default 2,000 a second sustained, bursts of 4,000). */
   rateLimit?: RateLimitOptions;
+  /** Sign-ins and sign-ups per email, device lookups per person (app.ts's default). */
+  accountRateLimit?: RateLimitOptions;
   /** Create turns and room per host (admission.ts). */
   admission?: AdmissionOptions;
   /** How warm pools are refilled (pool-keeper.ts). */
   pools?: PoolKeeperOptions;
   /** How long a request waiting for a verdict is held before `timeout` (default 240 s). */
   answerWithinMs?: number;
+  /**
+   * Where port URLs are served: `https://{token}.ports.example.com` (one origin per port URL) or a
+   * plain origin. Default: the ports listener's own address, on `localhost` when the server listens
+   * on 127.0.0.1 (another site to the browser, so not even SameSite cookies cross).
+   */
+  portsOrigin?: string;
+  /** The port the ports listener binds (default: any free one). It binds `host`, as the API does. */
+  portsPort?: number;
 }
 
 export interface RunningServer {
   url: string;
+  /** Where port URLs are served (never `url`'s origin). */
+  portsOrigin: string;
+  /** The address the ports listener is bound to. */
+  portsUrl: string;
   /** Set on the first start only: the admin key, shown once. */
   adminKey: string | null;
   store: Store;
@@ -130,7 +146,34 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   });
   const admission = new Admission({ store, secrets }, options.admission);
   pools = new PoolKeeper({ store, deployer, hub, admission }, options.pools);
+  // Port URLs: a listener of their own, so a sandbox's page never shares the console's origin.
+  if (options.portsOrigin) new PortsOrigin(options.portsOrigin); // a bad template fails before listening
+  const listenHost = options.host ?? "127.0.0.1";
+  const scheme = options.tls ? "https" : "http";
+  const host = options.host && options.host !== "0.0.0.0" ? options.host : "127.0.0.1";
+  const tls = options.tls
+    ? { cert: readFileSync(options.tls.certPath), key: readFileSync(options.tls.keyPath) }
+    : null;
+  let portsOrigin: PortsOrigin | undefined;
+  const portsListener = getRequestListener((req) =>
+    portsOrigin ? servePortUrl(store, hub, portsOrigin, req) : new Response(null, { status: 503 }),
+  );
+  const portsServer: Server = tls ? createHttpsServer(tls, portsListener) : createHttpServer(portsListener);
+  portsServer.keepAliveTimeout = 65_000;
+  portsServer.headersTimeout = 66_000;
+  portsServer.on("upgrade", (req, socket, head) => {
+    if (!portsOrigin) return void socket.destroy();
+    void proxyUpgrade(store, hub, portsOrigin, req, socket, head).catch(() => socket.destroy());
+  });
+  await listen(portsServer, options.portsPort ?? 0, listenHost);
+  const portsPort = (portsServer.address() as AddressInfo).port;
+  const portsUrl = `${scheme}://${host}:${portsPort}`;
+  portsOrigin = new PortsOrigin(
+    options.portsOrigin ??
+      `${scheme}://${host === "127.0.0.1" || host === "::1" || host === "[::1]" ? "localhost" : host}:${portsPort}`,
+  );
   const app = createApp({
+    portsOrigin,
     store,
     hub,
     deployer,
@@ -140,36 +183,30 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     secrets,
     fetchPolicy,
     rateLimit: options.rateLimit,
+    accountRateLimit: options.accountRateLimit,
   });
   const listener = getRequestListener(app.fetch);
-  const server: Server = options.tls
-    ? createHttpsServer(
-        { cert: readFileSync(options.tls.certPath), key: readFileSync(options.tls.keyPath) },
-        listener,
-      )
-    : createHttpServer(listener);
+  const server: Server = tls ? createHttpsServer(tls, listener) : createHttpServer(listener);
   // Clients keep connections open between calls; closing an idle one just as a client reuses it
   // resets that request. Idle connections therefore live longer than clients usually keep them.
   server.keepAliveTimeout = 65_000;
   server.headersTimeout = 66_000;
   server.on("upgrade", (req, socket, head) => {
-    const upgrade = req.url?.startsWith(TUNNEL_PREFIX)
-      ? proxyUpgrade(store, hub, req, socket, head)
-      : hub.handleUpgrade(req, socket, head);
-    void upgrade.catch(() => socket.destroy());
+    void hub.handleUpgrade(req, socket, head).catch(() => socket.destroy());
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(options.port ?? 0, options.host ?? "127.0.0.1", resolve);
+  await listen(server, options.port ?? 0, listenHost).catch(async (err) => {
+    await new Promise<void>((r) => portsServer.close(() => r()));
+    throw err;
   });
   const { port } = server.address() as AddressInfo;
-  const host = options.host && options.host !== "0.0.0.0" ? options.host : "127.0.0.1";
-  url = `${options.tls ? "https" : "http"}://${host}:${port}`;
+  url = `${scheme}://${host}:${port}`;
   const recovered = await deployer.recover();
   await recoverReplays({ store, deployer });
   pools.start();
   return {
     url,
+    portsOrigin: portsOrigin.template,
+    portsUrl,
     adminKey,
     store,
     hub,
@@ -182,10 +219,43 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       hub.close();
       await validator.close();
       server.closeAllConnections();
+      portsServer.closeAllConnections();
       await new Promise<void>((r) => server.close(() => r()));
+      await new Promise<void>((r) => portsServer.close(() => r()));
       await store.destroy();
     },
   };
+}
+
+function listen(server: Server, port: number, host: string): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(port, host, () => {
+      server.off("error", reject);
+      resolve();
+    });
+  });
+}
+
+/** A request on the ports listener: relayed to the port its URL names, or 404. */
+async function servePortUrl(
+  store: Store,
+  hub: HostHub,
+  origin: PortsOrigin,
+  req: Request,
+): Promise<Response> {
+  const u = new URL(req.url);
+  const parts = origin.route(req.headers.get("host") ?? u.host, u.pathname + u.search);
+  try {
+    if (!parts) throw new DenvError("not_found", "no such port URL");
+    return await proxyHttp(store, hub, parts.token, parts.rest, req);
+  } catch (err) {
+    const e = isDenvError(err) ? err : new DenvError("unavailable", "the port URL could not be reached");
+    return Response.json(e.toJSON(), {
+      status: e.httpStatus,
+      headers: { "cross-origin-opener-policy": "same-origin" },
+    });
+  }
 }
 
 /** First start: the admin team and key. Later starts: nothing (returns null). */

@@ -1,12 +1,13 @@
 /** Projects and deploys: create, list, and deploy (a local project's source is uploaded first). */
-import { createReadStream, existsSync, readFileSync } from "node:fs";
+import { createReadStream, existsSync } from "node:fs";
 import { rm } from "node:fs/promises";
-import { dirname, join, resolve } from "node:path";
+import { basename, dirname, join, resolve } from "node:path";
 import type { DenvClient } from "@denv/sdk";
 import { validateCompose } from "@denv/spec";
 import type { Command } from "commander";
 import { packContext } from "../build-context.ts";
 import { printJson, UsageError } from "../output.ts";
+import { readProjectFile } from "../project-files.ts";
 import { follow, run } from "./command-runner.ts";
 import { findComposeFile } from "./validate.ts";
 
@@ -28,7 +29,8 @@ export function registerProjectCommands(program: Command): void {
     run(create, async (client, json, name: string, o: { kind: string; source: string; pin?: string }) => {
       const isLocal = !/^github:|^(https?|git|ssh|file):\/\/|^[\w.-]+@[\w.-]+:/.test(o.source);
       const source = isLocal ? resolve(o.source) : o.source;
-      if (isLocal) findComposeFile(source); // refuse a directory with no compose file before creating anything
+      // Refuse a directory with no compose file, or a linked .env, before creating anything.
+      if (isLocal) readLocalSource(source);
       let p = await client().call("postV1Projects", {
         body: { name, kind: o.kind as "rl-environment", source, ...(o.pin ? { pinned_target: o.pin } : {}) },
       });
@@ -86,12 +88,20 @@ export function registerProjectCommands(program: Command): void {
   );
 }
 
-export async function uploadSource(client: DenvClient, project: string, dir: string) {
-  const file = findComposeFile(dir);
-  const dotenv = join(dirname(file), ".env");
-  const compose = readFileSync(file, "utf8");
-  const dotenvText = existsSync(dotenv) ? readFileSync(dotenv, "utf8") : undefined;
-  const build_contexts = await uploadBuildContexts(client, project, dirname(file), compose, dotenvText);
+/** A local source's compose file and .env, read as the server reads a git source's: no links. */
+function readLocalSource(path: string): { dir: string; compose: string; dotenvText: string | undefined } {
+  const file = findComposeFile(path);
+  const dir = dirname(file);
+  return {
+    dir,
+    compose: readProjectFile(dir, basename(file)) ?? "",
+    dotenvText: readProjectFile(dir, ".env"),
+  };
+}
+
+export async function uploadSource(client: DenvClient, project: string, path: string) {
+  const { dir, compose, dotenvText } = readLocalSource(path);
+  const build_contexts = await uploadBuildContexts(client, project, dir, compose, dotenvText);
   return client.call("putV1ProjectsByIdSource", {
     params: { id: project },
     body: {

@@ -12,6 +12,11 @@ export function registerServer(program: Command): void {
     )
     .option("--port <port>", "port to listen on", "7070")
     .option("--host <addr>", "address to listen on", "127.0.0.1")
+    .option(
+      "--ports-origin <origin>",
+      "where port URLs are served, never the API's origin: https://{token}.ports.example.com (an origin per port URL; wildcard DNS and certificate) or a plain origin reaching --ports-port (default http://localhost:<ports port> on loopback)",
+    )
+    .option("--ports-port <port>", "port the port-URL listener binds on --host (default: the API's port + 1)")
     .option("--tls-cert <path>", "serve HTTPS with this certificate (PEM)")
     .option("--tls-key <path>", "and this private key (PEM)")
     .option(
@@ -49,19 +54,38 @@ Examples:
         downloadsDir?: string;
         publicUrl?: string;
         allowFetch?: string;
+        portsOrigin?: string;
+        portsPort?: string;
       }) => {
         if (Boolean(o.tlsCert) !== Boolean(o.tlsKey))
           throw new UsageError("--tls-cert and --tls-key go together");
         const port = Number(o.port);
         if (!Number.isInteger(port) || port < 0 || port > 65535)
           throw new UsageError(`--port ${o.port} is not a port`);
-        const { parseFetchAllow, startServer } = await import("@denv/server");
+        const portsPort = o.portsPort === undefined ? (port === 0 ? 0 : port + 1) : Number(o.portsPort);
+        if (
+          !Number.isInteger(portsPort) ||
+          portsPort < 0 ||
+          portsPort > 65535 ||
+          (portsPort === port && port !== 0)
+        )
+          throw new UsageError(`--ports-port ${o.portsPort ?? portsPort} is not a port other than --port`);
+        const { parseFetchAllow, PortsOrigin, startServer } = await import("@denv/server");
+        if (o.portsOrigin) {
+          try {
+            new PortsOrigin(o.portsOrigin);
+          } catch (err) {
+            throw new UsageError(`--ports-origin: ${(err as Error).message}`);
+          }
+        }
         const server = await startServer({
           fetchAllow: parseFetchAllow(o.allowFetch),
           dataDir: o.dataDir,
           databaseUrl: o.databaseUrl ?? process.env.DENV_DATABASE_URL,
           port,
           host: o.host,
+          portsPort,
+          ...(o.portsOrigin ? { portsOrigin: o.portsOrigin } : {}),
           ...(o.tlsCert && o.tlsKey ? { tls: { certPath: o.tlsCert, keyPath: o.tlsKey } } : {}),
           adminKey: process.env.DENV_ADMIN_KEY,
           ...(o.downloadsDir ? { downloadsDir: o.downloadsDir } : {}),
@@ -70,6 +94,7 @@ Examples:
             : {}),
         });
         process.stdout.write(`denv server listening on ${server.url}\n`);
+        process.stdout.write(`port URLs served on ${server.portsOrigin} (listening on ${server.portsUrl})\n`);
         if (server.adminKey) process.stdout.write(`admin API key (shown once): ${server.adminKey}\n`);
         if (server.recovered.length) {
           process.stdout.write(

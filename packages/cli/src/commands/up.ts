@@ -33,6 +33,9 @@ Examples:
       const server = await startServer({
         dataDir: serverDir,
         port: Number(o.port),
+        // Port URLs on the next port, on "localhost": another origin and another site than the
+        // console's 127.0.0.1, so a sandbox's page can reach nothing of the console.
+        portsPort: Number(o.port) === 0 ? 0 : Number(o.port) + 1,
         adminKey: process.env.DENV_ADMIN_KEY,
         // One person's machine: its own local registry is a source like the public ones.
         fetchAllow: ["127.0.0.1:5000", "localhost:5000"],
@@ -52,10 +55,16 @@ Examples:
       sidecar.start();
       await sidecar.ready;
       const key = server.adminKey ?? process.env.DENV_ADMIN_KEY ?? null;
-      if (o.json) printJson({ server: server.url, api_key: key, storage: storage.kind });
+      if (o.json)
+        printJson({
+          server: server.url,
+          ports_origin: server.portsOrigin,
+          api_key: key,
+          storage: storage.kind,
+        });
       else {
         process.stdout.write(
-          `denv is up: server ${server.url}, local host joined (storage ${storage.kind})\n`,
+          `denv is up: server ${server.url}, port URLs on ${server.portsOrigin}, local host joined (storage ${storage.kind})\n`,
         );
         if (key)
           process.stdout.write(`API key: ${key}\n  denv login --server ${server.url} --api-key ${key}\n`);

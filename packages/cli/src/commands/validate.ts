@@ -1,8 +1,9 @@
-import { existsSync, readFileSync, statSync } from "node:fs";
+import { existsSync, statSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
 import { COMPOSE_FILE_NAMES, type SpecIssue } from "@denv/spec";
 import type { Command } from "commander";
 import { printJson, reportError, UsageError } from "../output.ts";
+import { readProjectFile } from "../project-files.ts";
 
 export function findComposeFile(path: string): string {
   const abs = resolve(path);
@@ -57,16 +58,12 @@ Exits 0 when the file is accepted, 1 with every refusal (code, field path, line:
         const { validateCompose } = await import("@denv/spec");
         const file = findComposeFile(path);
         const dir = dirname(file);
-        const dotenvPath = join(dir, ".env");
-        const result = validateCompose(readFileSync(file, "utf8"), {
+        const result = validateCompose(readProjectFile(dir, basename(file)) ?? "", {
           env: process.env,
-          dotenv: existsSync(dotenvPath) ? readFileSync(dotenvPath, "utf8") : undefined,
+          dotenv: readProjectFile(dir, ".env"),
           noBuild: !opts.build,
           projectName: projectNameOf(dir),
-          readFile: (rel) => {
-            const p = resolve(dir, rel);
-            return existsSync(p) ? readFileSync(p, "utf8") : undefined;
-          },
+          readFile: (rel) => readProjectFile(dir, rel),
         });
         if (json) {
           printJson(

@@ -19,6 +19,7 @@ import type { PoolKeeper } from "../deploy/pool-keeper.ts";
 import type { FetchPolicy } from "../fetch-policy.ts";
 import type { HostHub } from "../host-hub.ts";
 import { csrfTokenOf, SESSION_COOKIE } from "../people/session-cookie.ts";
+import type { PortsOrigin } from "../ports-origin.ts";
 import type { RateLimiter } from "../rate-limit.ts";
 import type { Store } from "../store/open-store.ts";
 import { findSession, type Role, roleIn } from "../store/people-store.ts";
@@ -38,12 +39,16 @@ export interface ApiDeps {
   limiter: RateLimiter;
   /** Sign-ups, sign-ins and device codes, per client address (no key to count them against). */
   anonymousLimiter: RateLimiter;
+  /** The same per account (an email, a person), across addresses. */
+  accountLimiter: RateLimiter;
   joinTokenTtlMs: number;
   downloadsDir: string;
   /** Build contexts uploaded with local projects (build-contexts.ts). */
   buildContexts: BuildContexts;
   /** /v1/mcp's sessions (mcp-routes.ts). */
   mcp: McpSessions;
+  /** Where port URLs are served (never this origin). */
+  portsOrigin: PortsOrigin;
 }
 
 export type ApiEnv = {

@@ -80,7 +80,7 @@ export const deviceRoutes: ApiRoute[] = [
       if (!c.var.sessionId)
         throw new DenvError("forbidden", "approve device logins signed in to the console");
       // A user code is short (34 bits): looking codes up is held to a person's pace.
-      takeAnonymousTurn(c, "device-lookup");
+      takeAnonymousTurn(c, "device-lookup", c.var.userId ?? undefined);
       const d = await pendingDevice(c.var.deps.store, c.req.param("code") ?? "");
       return c.json({
         user_code: d.user_code,
@@ -103,7 +103,7 @@ export const deviceRoutes: ApiRoute[] = [
       if (!userId || !sessionId)
         throw new DenvError("forbidden", "approve device logins signed in to the console");
       // A user code is short (34 bits): looking codes up is held to a person's pace.
-      takeAnonymousTurn(c, "device-lookup");
+      takeAnonymousTurn(c, "device-lookup", userId);
       const code = c.req.param("code") ?? "";
       const d = await pendingDevice(c.var.deps.store, code);
       await answerDevice(c.var.deps.store, code, { userId, teamId: c.var.teamId }, body.approve);

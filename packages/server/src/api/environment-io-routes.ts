@@ -213,7 +213,7 @@ export const environmentIoRoutes: ApiRoute[] = [
         environmentId: e.id,
         service: body.service ?? null,
         port,
-        origin: new URL(c.req.url).origin,
+        origin: c.var.deps.portsOrigin,
       });
       return c.json({ url, port, service: body.service ?? null }, 201);
     },

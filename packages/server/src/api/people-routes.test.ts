@@ -14,6 +14,7 @@ import { SecretBox } from "../clouds/secret-box.ts";
 import { Deployer } from "../deploy/deployer.ts";
 import { FetchPolicy } from "../fetch-policy.ts";
 import { HostHub } from "../host-hub.ts";
+import { PortsOrigin } from "../ports-origin.ts";
 import { openStore, type Store } from "../store/open-store.ts";
 
 let dir: string;
@@ -30,7 +31,15 @@ before(async () => {
   validator = new ComposeValidator({ workers: 1 });
   const fetchPolicy = new FetchPolicy([]);
   const deployer = new Deployer({ store, hub, secrets, validator, fetchPolicy, joinWaitMs: 100 });
-  app = createApp({ store, hub, deployer, secrets, fetchPolicy, log: () => {} });
+  app = createApp({
+    portsOrigin: new PortsOrigin("http://localhost:1"),
+    store,
+    hub,
+    deployer,
+    secrets,
+    fetchPolicy,
+    log: () => {},
+  });
 });
 
 after(async () => {
@@ -98,7 +107,7 @@ async function withKey(key: string, method: string, path: string, body?: unknown
 test("sign up: a team of one's own, a session cookie that is HttpOnly, Secure and SameSite=Strict", async () => {
   const b = new Browser();
   const r = await b.signUp("Ada@Example.com", { team_name: "ada's lab" });
-  assert.match(r.setCookie ?? "", /^denv_session=dss_[\w-]+; .*HttpOnly/);
+  assert.match(r.setCookie ?? "", /^__Host-denv_session=dss_[\w-]+; .*HttpOnly/);
   assert.match(r.setCookie ?? "", /Secure/);
   assert.match(r.setCookie ?? "", /SameSite=Strict/);
   assert.equal(r.data.user.email, "ada@example.com");

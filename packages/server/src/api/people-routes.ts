@@ -13,6 +13,7 @@ import {
   SESSION_COOKIE,
   setSessionCookie,
 } from "../people/session-cookie.ts";
+import { clientBucketOf } from "../rate-limit.ts";
 import {
   checkPassword,
   createSession,
@@ -40,11 +41,18 @@ import {
 /** Seven days to accept an invitation. */
 const INVITATION_TTL_MS = 7 * 24 * 3600_000;
 
-/** Sign-ups, sign-ins and device codes are not keyed: each client address gets a small budget. */
-export function takeAnonymousTurn(c: ApiContext, what: string): void {
+/**
+ * Sign-ups, sign-ins and device codes are not keyed: each client address (an IPv6 address by its
+ * /64) gets a small budget and, when the attempt names an account, so does the account, from
+ * whichever addresses its attempts come.
+ */
+export function takeAnonymousTurn(c: ApiContext, what: string, account?: string): void {
   const incoming = (c.env as { incoming?: { socket?: { remoteAddress?: string } } } | undefined)?.incoming;
-  const who = incoming?.socket?.remoteAddress ?? "in-process";
+  const address = incoming?.socket?.remoteAddress;
+  const who = address ? clientBucketOf(address) : "in-process";
   takeTurn(c, `${what}:${who}`, c.var.deps.anonymousLimiter, "too many attempts from this address");
+  if (account !== undefined)
+    takeTurn(c, `${what}:${account}`, c.var.deps.accountLimiter, "too many attempts for this account");
 }
 
 /** The session answer: who, in which team, with which role, and the CSRF token for changes. */
@@ -109,7 +117,7 @@ export const peopleRoutes: ApiRoute[] = [
     status: 201,
     auth: false,
     handler: async (c, { body }) => {
-      takeAnonymousTurn(c, "signup");
+      takeAnonymousTurn(c, "signup", normalizeEmail(body.email));
       const { store } = c.var.deps;
       if (body.invitation) {
         const inv = await openInvitation(c, body.invitation);
@@ -140,7 +148,7 @@ export const peopleRoutes: ApiRoute[] = [
     response: sessionSchema,
     auth: false,
     handler: async (c, { body }) => {
-      takeAnonymousTurn(c, "login");
+      takeAnonymousTurn(c, "login", normalizeEmail(body.email));
       const userId = await checkPassword(c.var.deps.store, body.email, body.password);
       return c.json(await startSession(c, userId));
     },

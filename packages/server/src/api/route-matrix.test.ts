@@ -19,6 +19,7 @@ import { SecretBox } from "../clouds/secret-box.ts";
 import { Deployer } from "../deploy/deployer.ts";
 import { FetchPolicy } from "../fetch-policy.ts";
 import { HostHub } from "../host-hub.ts";
+import { PortsOrigin } from "../ports-origin.ts";
 import { insertCloud } from "../store/cloud-store.ts";
 import { insertDeployment } from "../store/deployment-store.ts";
 import { findOrCreateEnvironment, updateEnvironment } from "../store/environment-store.ts";
@@ -187,6 +188,7 @@ before(async () => {
   mkdirSync(join(dir, "dist"));
   writeFileSync(join(dir, "dist", "denvd.version"), "0.1.0+test\n");
   app = createApp({
+    portsOrigin: new PortsOrigin("http://localhost:1"),
     store,
     hub,
     deployer,

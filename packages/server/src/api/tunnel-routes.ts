@@ -1,6 +1,8 @@
-/** Port URLs: the token in the path is the credential (a bearer capability), not an API key. */
+/**
+ * Port URLs are never served on the API's (and console's) origin: a sandbox's page here would run
+ * with the console's rights. The path answers 404 and says where port URLs live now.
+ */
 import { DenvError } from "@denv/protocol";
-import { proxyHttp, splitTunnelPath } from "../port-tunnels.ts";
 import { type ApiRoute, route } from "./api-route.ts";
 
 export const tunnelRoutes: ApiRoute[] = [
@@ -8,17 +10,16 @@ export const tunnelRoutes: ApiRoute[] = [
     method: "get",
     path: "/v1/tunnels/{token}/{path}",
     summary:
-      "Any method, and WebSocket upgrades: relayed to the port a port URL names, with {path} as the request path",
+      "Not served here: port URLs live on the ports origin (denv server --ports-origin), never on the API's",
     responseType: "any",
     auth: false,
-    // The body streams through to the service; nothing is buffered here.
     bodyLimitBytes: null,
     anyMethodAndSubpaths: true,
     handler: (c) => {
-      const u = new URL(c.req.url);
-      const parts = splitTunnelPath(u.pathname + u.search);
-      if (!parts) throw new DenvError("not_found", "no such port URL");
-      return proxyHttp(c.var.deps.store, c.var.deps.hub, parts.token, parts.rest, c.req.raw);
+      throw new DenvError(
+        "not_found",
+        `port URLs are served on their own origin (${c.var.deps.portsOrigin.template}), not on the API's; ask POST /v1/envs/{id}/ports/{port} for one`,
+      );
     },
   }),
 ];

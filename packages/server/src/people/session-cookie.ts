@@ -10,7 +10,9 @@ import { createHmac } from "node:crypto";
 import type { Context } from "hono";
 import { deleteCookie, setCookie } from "hono/cookie";
 
-export const SESSION_COOKIE = "denv_session";
+// __Host-: the browser keeps it only if it is Secure, for "/", and without a Domain, so no other
+// host name (a port URL's origin among them) can set or be sent it.
+export const SESSION_COOKIE = "__Host-denv_session";
 
 export function csrfTokenOf(sessionToken: string): string {
   return createHmac("sha256", sessionToken).update("denv console csrf v1").digest("base64url");

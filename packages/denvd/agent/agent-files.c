@@ -225,44 +225,19 @@ void serve_files(int conn) {
     snprintf(files_err, sizeof files_err, "%s: the path must be absolute", path);
     goto done;
   }
-  /* Walk from / one component at a time; no link is followed on the way. */
-  int cur = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  char walked[4200] = "";
-  char *save = NULL, *next = NULL;
-  char *comp = strtok_r(path + 1, "/", &save);
-  if (!comp) {
+  /* Walk from / one component at a time; no link is followed on the way (agent-walk.c). */
+  char leaf[NAME_MAX + 1];
+  int cur = walk_parent(path, 0, leaf, sizeof leaf);
+  if (cur < 0) {
+    files_status = walk_status;
+    snprintf(files_err, sizeof files_err, "%s", walk_err);
+    goto done;
+  }
+  if (!leaf[0]) {
     status = emit(cur, ".", ".", 0) || tar_flush() ? 1 : 0;
     goto done;
   }
-  for (;;) {
-    next = strtok_r(NULL, "/", &save);
-    if (!strcmp(comp, "..") || !strcmp(comp, ".")) {
-      files_status = FS_INVALID;
-      snprintf(files_err, sizeof files_err, "%s/%s: the path must not contain . or ..", walked, comp);
-      goto done;
-    }
-    if (!next) break;
-    size_t wl = strlen(walked);
-    snprintf(walked + wl, sizeof walked - wl, "/%s", comp);
-    int fd = openat(cur, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) {
-      int err = errno;
-      struct stat st;
-      if (!fstatat(cur, comp, &st, AT_SYMLINK_NOFOLLOW) && S_ISLNK(st.st_mode)) {
-        files_status = FS_LINK;
-        snprintf(files_err, sizeof files_err,
-                 "%s is a symbolic link; denv does not follow links in a path (read the link's target)", walked);
-      } else {
-        files_status = fs_status(err);
-        snprintf(files_err, sizeof files_err, "%s: %s", walked, strerror(err));
-      }
-      goto done;
-    }
-    close(cur);
-    cur = fd;
-    comp = next;
-  }
-  status = emit(cur, comp, comp, 0) || tar_flush() ? 1 : 0;
+  status = emit(cur, leaf, leaf, 0) || tar_flush() ? 1 : 0;
 done:
   if (status && files_err[0]) send_frame(conn, 2, files_err, (uint32_t)strlen(files_err));
   if (!status) {

@@ -4,7 +4,8 @@
  * what is listed or removed: a link is reported (or removed) as a link.
  *
  * Request: 0xfffffffc, u32 op, len path, len path2 (rename's target), len user, u32 flags
- * (1: mkdir makes parents / remove recurses), u32 depth (list: 1 = one level).
+ * (1: mkdir makes parents / remove recurses), u32 depth (list: 1 = one level). Every path is walked
+ * from / without following a link (agent-walk.c): a link where a directory is expected is refused.
  * Answer: frame 4 per entry (stat, list), frame 5 for mkdir (u8: 1 made, 0 was there), frame 2 a
  * message on failure, then frame 3: i32 status (FS_*).
  * Entry: u8 type (0 file, 1 directory, 2 link, 3 other), u32 mode, u32 uid, u32 gid, u64 size,
@@ -83,14 +84,29 @@ static int send_entry(const char *name, const struct stat *st, const char *link)
   return send_frame(fs_conn, 4, buf, (uint32_t)off);
 }
 
+/* A failed walk's status and message, as this operation's. */
+static int walk_failed(void) {
+  fs_code = walk_status;
+  snprintf(fs_err, sizeof fs_err, "%s", walk_err);
+  return -1;
+}
+
 static int op_stat(const char *path) {
+  char leaf[NAME_MAX + 1];
+  int dir = walk_parent(path, 0, leaf, sizeof leaf);
+  if (dir < 0) return walk_failed();
   struct stat st;
-  if (lstat(path, &st)) return op_fail(errno, path, NULL);
+  int rc = leaf[0] ? fstatat(dir, leaf, &st, AT_SYMLINK_NOFOLLOW) : fstat(dir, &st);
+  if (rc) {
+    close(dir);
+    return op_fail(errno, path, NULL);
+  }
   char link[PATH_MAX] = "";
   if (S_ISLNK(st.st_mode)) {
-    ssize_t n = readlink(path, link, sizeof link - 1);
+    ssize_t n = readlinkat(dir, leaf, link, sizeof link - 1);
     if (n >= 0) link[n] = 0;
   }
+  close(dir);
   return send_entry(path, &st, link);
 }
 
@@ -147,45 +163,39 @@ static int list_dir(int fd, const char *rel, unsigned depth) {
 }
 
 static int op_list(const char *path, unsigned depth) {
-  int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return op_fail(errno, path, errno == ENOTDIR ? "not a directory" : NULL);
+  int fd = walk_dir(path, 0, NULL);
+  if (fd < 0) return walk_failed();
   return list_dir(fd, "", depth ? depth : 1);
 }
 
 static int op_mkdir(const char *path, int parents) {
-  uint8_t made = 1;
+  int made = 0;
   if (parents) {
-    char p[PATH_MAX];
-    snprintf(p, sizeof p, "%s", path);
-    for (char *s = p + 1;; s++) {
-      if (*s != '/' && *s != 0) continue;
-      char keep = *s;
-      *s = 0;
-      if (mkdir(p, 0755)) {
-        if (errno != EEXIST) return op_fail(errno, p, NULL);
-        struct stat st;
-        if (stat(p, &st)) return op_fail(errno, p, NULL);
-        if (!S_ISDIR(st.st_mode)) {
-          fs_code = FS_NOT_DIR;
-          snprintf(fs_err, sizeof fs_err, "%s is a file, not a directory", p);
-          return -1;
-        }
-        if (!keep) made = 0;
+    int fd = walk_dir(path, 1, &made);
+    if (fd < 0) return walk_failed();
+    close(fd);
+  } else {
+    char leaf[NAME_MAX + 1];
+    int dir = walk_parent(path, 0, leaf, sizeof leaf);
+    if (dir < 0) return walk_failed();
+    if (!leaf[0] || mkdirat(dir, leaf, 0755)) {
+      int err = leaf[0] ? errno : EEXIST;
+      struct stat st;
+      if (err != EEXIST) {
+        close(dir);
+        return op_fail(err, path, NULL);
       }
-      *s = keep;
-      if (!keep) break;
-    }
-  } else if (mkdir(path, 0755)) {
-    if (errno != EEXIST) return op_fail(errno, path, NULL);
-    struct stat st;
-    if (lstat(path, &st) || !S_ISDIR(st.st_mode)) {
-      fs_code = FS_NOT_DIR;
-      snprintf(fs_err, sizeof fs_err, "%s exists and is not a directory", path);
-      return -1;
-    }
-    made = 0;
+      if (leaf[0] && (fstatat(dir, leaf, &st, AT_SYMLINK_NOFOLLOW) || !S_ISDIR(st.st_mode))) {
+        close(dir);
+        fs_code = FS_NOT_DIR;
+        snprintf(fs_err, sizeof fs_err, "%s exists and is not a directory", path);
+        return -1;
+      }
+    } else made = 1;
+    close(dir);
   }
-  return send_frame(fs_conn, 5, &made, 1);
+  uint8_t m = made ? 1 : 0;
+  return send_frame(fs_conn, 5, &m, 1);
 }
 
 /* Removes what is in directory `fd` (entries, then itself by the caller), following no link. */
@@ -216,19 +226,44 @@ static int remove_tree(int fd, const char *rel, int depth) {
 }
 
 static int op_remove(const char *path, int recursive) {
+  char leaf[NAME_MAX + 1];
+  int dir = walk_parent(path, 0, leaf, sizeof leaf);
+  if (dir < 0) return walk_failed();
+  int rc = 0;
   struct stat st;
-  if (lstat(path, &st)) return op_fail(errno, path, NULL);
-  if (!S_ISDIR(st.st_mode)) return unlink(path) ? op_fail(errno, path, NULL) : 0;
-  if (recursive) {
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return op_fail(errno, path, NULL);
-    if (remove_tree(fd, path, 0)) return -1;
+  if (!leaf[0]) rc = op_fail(0, path, "/ cannot be removed");
+  else if (fstatat(dir, leaf, &st, AT_SYMLINK_NOFOLLOW)) rc = op_fail(errno, path, NULL);
+  else if (!S_ISDIR(st.st_mode)) rc = unlinkat(dir, leaf, 0) ? op_fail(errno, path, NULL) : 0;
+  else {
+    if (recursive) {
+      int fd = openat(dir, leaf, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (fd < 0) rc = op_fail(errno, path, NULL);
+      else rc = remove_tree(fd, path, 0);
+    }
+    if (!rc && unlinkat(dir, leaf, AT_REMOVEDIR)) {
+      int err = errno;
+      rc = op_fail(err, path, err == ENOTEMPTY || err == EEXIST ? "the directory is not empty (remove it recursively)" : NULL);
+    }
   }
-  if (rmdir(path)) {
-    int err = errno;
-    return op_fail(err, path, err == ENOTEMPTY || err == EEXIST ? "the directory is not empty (remove it recursively)" : NULL);
+  close(dir);
+  return rc;
+}
+
+static int op_rename(const char *from, const char *to) {
+  char leaf1[NAME_MAX + 1], leaf2[NAME_MAX + 1];
+  int d1 = walk_parent(from, 0, leaf1, sizeof leaf1);
+  if (d1 < 0) return walk_failed();
+  int d2 = walk_parent(to, 0, leaf2, sizeof leaf2);
+  if (d2 < 0) {
+    close(d1);
+    return walk_failed();
   }
-  return 0;
+  int rc = !leaf1[0] || !leaf2[0] ? op_fail(0, from, "/ cannot be moved")
+           : renameat(d1, leaf1, d2, leaf2) ? op_fail(errno, from, NULL)
+                                            : 0;
+  close(d1);
+  close(d2);
+  return rc;
 }
 
 void serve_fsop(int conn) {
@@ -263,7 +298,7 @@ void serve_fsop(int conn) {
     case OP_LIST: rc = op_list(path, depth); break;
     case OP_MKDIR: rc = op_mkdir(path, flags & 1); break;
     case OP_REMOVE: rc = op_remove(path, flags & 1); break;
-    case OP_RENAME: rc = rename(path, path2) ? op_fail(errno, path, NULL) : 0; break;
+    case OP_RENAME: rc = op_rename(path, path2); break;
     default: op_fail(0, path, "unknown operation");
   }
 done:;

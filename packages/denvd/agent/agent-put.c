@@ -4,7 +4,9 @@
  * parents are made, owned by them too. Nothing is replaced by something of another kind: a file
  * where a directory is, or a directory where a file is, is refused, never removed. The tar comes
  * checked by denvd (tar-sanitizer.ts: relative names, no "..", links inside the tree only, no
- * special entries, no setuid bits), so this only has to extract it faithfully.
+ * special entries, no setuid bits), so this only has to extract it faithfully. The destination,
+ * each entry's parents and each directory entry are opened by walking (agent-walk.c): a link the
+ * agent planted where a directory is expected is refused, never written through, even as root.
  *
  * Request: 0xfffffffd, len path, len user, u32 flags (1: keep the tar's owners; denvd sets it
  * only for root). Then frames from denvd: 0 tar bytes, 1 end. Answer: frame 2 with a message on
@@ -77,87 +79,85 @@ static uint64_t tar_number(const char *f, size_t width) {
   return v;
 }
 
-/* Makes every missing directory of `path` (owned by the user, 0755); a non-directory on the way is refused. */
-static int make_dirs(const char *path, size_t upto) {
-  char p[PATH_MAX];
-  if (upto >= sizeof p) return put_fail(ENAMETOOLONG, path, NULL);
-  memcpy(p, path, upto);
-  p[upto] = 0;
-  for (size_t i = 1; i <= upto; i++) {
-    if (p[i] != '/' && p[i] != 0) continue;
-    char keep = p[i];
-    p[i] = 0;
-    struct stat st;
-    if (mkdir(p, 0755) && errno != EEXIST) {
-      int err = errno;
-      p[i] = keep;
-      return put_fail(err, p, NULL);
-    }
-    if (stat(p, &st)) {
-      int err = errno;
-      return put_fail(err, p, NULL);
-    }
-    if (!S_ISDIR(st.st_mode)) {
-      put_status = FS_NOT_DIR;
-      snprintf(put_err, sizeof put_err, "%s is a file, not a directory; nothing was written under it", p);
-      return -1;
-    }
-    p[i] = keep;
-    if (!keep) break;
-  }
-  return 0;
+/* A failed walk's status and message, as this request's. */
+static int walk_failed(void) {
+  put_status = walk_status;
+  snprintf(put_err, sizeof put_err, "%s", walk_err);
+  return -1;
 }
 
-static int make_parents(const char *path) {
-  const char *slash = strrchr(path, '/');
-  return slash && slash != path ? make_dirs(path, (size_t)(slash - path)) : 0;
+/*
+ * The directory that holds entry `name` under the destination (made as needed, owned by the user,
+ * 0755), walked from the destination without following a link, and the entry's own name in `leaf`.
+ */
+static int parent_of(int dest, const char *shown_dest, const char *name, char *leaf, size_t leaflen) {
+  char rel[PATH_MAX];
+  snprintf(rel, sizeof rel, "%s", name);
+  char *slash = strrchr(rel, '/');
+  const char *last = slash ? slash + 1 : rel;
+  if (strlen(last) >= leaflen) return put_fail(ENAMETOOLONG, name, NULL);
+  snprintf(leaf, leaflen, "%s", last);
+  if (!strcmp(leaf, ".") || !strcmp(leaf, "..")) return put_fail(0, name, "an entry must not be named . or ..");
+  if (slash) *slash = 0;
+  else rel[0] = 0;
+  int fd = walk_dir_at(dest, shown_dest, rel, 1, NULL);
+  return fd < 0 ? walk_failed() : fd;
 }
 
-/* Clears the way for a non-directory at `path`: a directory there is refused, anything else goes. */
-static int clear_for_file(const char *path) {
+/* Clears the way for a non-directory at `leaf` in `dir`: a directory there is refused, anything else goes. */
+static int clear_for_file(int dir, const char *leaf, const char *shown) {
   struct stat st;
-  if (lstat(path, &st)) return errno == ENOENT ? 0 : put_fail(errno, path, NULL);
+  if (fstatat(dir, leaf, &st, AT_SYMLINK_NOFOLLOW)) return errno == ENOENT ? 0 : put_fail(errno, shown, NULL);
   if (S_ISDIR(st.st_mode)) {
     put_status = FS_IS_DIR;
-    snprintf(put_err, sizeof put_err, "%s is a directory; a file cannot replace it", path);
+    snprintf(put_err, sizeof put_err, "%s is a directory; a file cannot replace it", shown);
     return -1;
   }
-  /* A link is replaced (tar's way), a regular file is overwritten in place by open. */
-  if (!S_ISREG(st.st_mode) && unlink(path)) return put_fail(errno, path, NULL);
+  /* A link is replaced (tar's way), never written through; a regular file is overwritten in place. */
+  if (!S_ISREG(st.st_mode) && unlinkat(dir, leaf, 0)) return put_fail(errno, shown, NULL);
   return 0;
 }
 
-static int write_file(const char *path, uint64_t size, mode_t mode, long uid, long gid, int keep, time_t mtime) {
-  if (make_parents(path) || clear_for_file(path)) return -1;
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode);
-  if (fd < 0) return put_fail(errno, path, NULL);
+static int write_file(int dir, const char *leaf, const char *shown, uint64_t size, mode_t mode, long uid, long gid,
+                      int keep, time_t mtime) {
+  if (clear_for_file(dir, leaf, shown)) return -1;
+  /* O_NOFOLLOW: a link swapped in since the check is refused by the kernel, not written through. */
+  int fd = openat(dir, leaf, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode);
+  if (fd < 0) {
+    if (errno == ELOOP) {
+      put_status = FS_LINK;
+      snprintf(put_err, sizeof put_err, "%s is a symbolic link; denv does not write through links", shown);
+      return -1;
+    }
+    return put_fail(errno, shown, NULL);
+  }
   char buf[65536];
   uint64_t left = size;
   int rc = 0;
   while (left) {
     size_t take = left < sizeof buf ? (size_t)left : sizeof buf;
     if (in_read(buf, take)) {
-      rc = put_fail(0, path, "the tar ended inside this file");
+      rc = put_fail(0, shown, "the tar ended inside this file");
       break;
     }
-    if (!rc && write_full(fd, buf, take)) rc = put_fail(errno, path, NULL);
+    if (!rc && write_full(fd, buf, take)) rc = put_fail(errno, shown, NULL);
     left -= take;
   }
-  if (!rc && fchmod(fd, mode)) rc = put_fail(errno, path, NULL);
-  if (!rc && keep && fchown(fd, (uid_t)uid, (gid_t)gid)) rc = put_fail(errno, path, NULL);
+  if (!rc && fchmod(fd, mode)) rc = put_fail(errno, shown, NULL);
+  if (!rc && keep && fchown(fd, (uid_t)uid, (gid_t)gid)) rc = put_fail(errno, shown, NULL);
   if (!rc && mtime > 0) {
     struct timespec ts[2] = {{mtime, 0}, {mtime, 0}};
     futimens(fd, ts);
   }
-  if (close(fd) && !rc) rc = put_fail(errno, path, NULL);
+  if (close(fd) && !rc) rc = put_fail(errno, shown, NULL);
   return rc;
 }
 
-static int write_dir(const char *path, mode_t mode, long uid, long gid, int keep) {
-  if (make_dirs(path, strlen(path))) return -1;
+/* A directory entry: made (or found) without following a link, then given its mode and owner. */
+static int write_dir(int fd, const char *shown, mode_t mode, long uid, long gid, int keep) {
   /* An existing directory of another user keeps its mode: only its owner may change it. */
-  if (chmod(path, mode) && errno != EPERM) return put_fail(errno, path, NULL);
-  if (keep && lchown(path, (uid_t)uid, (gid_t)gid)) return put_fail(errno, path, NULL);
+  if (fchmod(fd, mode) && errno != EPERM) return put_fail(errno, shown, NULL);
+  if (keep && fchown(fd, (uid_t)uid, (gid_t)gid)) return put_fail(errno, shown, NULL);
   return 0;
 }
 
@@ -191,8 +191,8 @@ static void parse_pax(char *data, size_t len, struct pax *x) {
   }
 }
 
-static int extract(const char *dest, int keep, uint32_t *entries, uint64_t *bytes) {
-  if (make_dirs(dest, strlen(dest))) return -1;
+/* The tar's entries, each under directory `dest_fd` (shown as `dest`). */
+static int extract_into(int dest_fd, const char *dest, int keep, uint32_t *entries, uint64_t *bytes) {
   struct pax x = {.size = -1, .uid = -1, .gid = -1};
   for (;;) {
     unsigned char h[512];
@@ -236,24 +236,58 @@ static int extract(const char *dest, int keep, uint32_t *entries, uint64_t *byte
     if ((size_t)snprintf(path, sizeof path, "%s%s%s", dest, whole ? "" : "/", whole ? "" : name) >= sizeof path)
       return put_fail(ENAMETOOLONG, name, NULL);
     int rc;
-    if (type == '5') rc = write_dir(path, mode, uid, gid, keep);
-    else if (type == '0' || type == 0 || type == '7') {
-      rc = write_file(path, size, mode, uid, gid, keep, mtime);
+    if (whole) {
+      rc = type == '5' ? write_dir(dest_fd, path, mode, uid, gid, keep)
+                       : put_fail(0, dest, "only a directory entry can name the destination itself");
+      if (rc) return -1;
+      (*entries)++;
+      continue;
+    }
+    char leaf[NAME_MAX + 1];
+    int dir = parent_of(dest_fd, dest, name, leaf, sizeof leaf);
+    if (dir < 0) return -1;
+    if (type == '5') {
+      char shown_parent[PATH_MAX];
+      snprintf(shown_parent, sizeof shown_parent, "%s", path);
+      *strrchr(shown_parent, '/') = 0;
+      int fd = walk_dir_at(dir, shown_parent, leaf, 1, NULL);
+      if (fd < 0) rc = walk_failed();
+      else {
+        rc = write_dir(fd, path, mode, uid, gid, keep);
+        close(fd);
+      }
+    } else if (type == '0' || type == 0 || type == '7') {
+      rc = write_file(dir, leaf, path, size, mode, uid, gid, keep, mtime);
       if (!rc && in_read(NULL, (512 - size % 512) % 512)) rc = put_fail(0, path, "the tar ended early");
       *bytes += size;
     } else if (type == '2') {
-      rc = make_parents(path) || clear_for_file(path) ? -1 : 0;
-      if (!rc && symlink(target_name, path)) rc = put_fail(errno, path, NULL);
-      if (!rc && keep && lchown(path, (uid_t)uid, (gid_t)gid)) rc = put_fail(errno, path, NULL);
+      rc = clear_for_file(dir, leaf, path);
+      if (!rc && symlinkat(target_name, dir, leaf)) rc = put_fail(errno, path, NULL);
+      if (!rc && keep && fchownat(dir, leaf, (uid_t)uid, (gid_t)gid, AT_SYMLINK_NOFOLLOW))
+        rc = put_fail(errno, path, NULL);
     } else if (type == '1') {
-      char target[PATH_MAX];
-      snprintf(target, sizeof target, "%s/%s", dest, target_name);
-      rc = make_parents(path) || clear_for_file(path) ? -1 : 0;
-      if (!rc && link(target, path)) rc = put_fail(errno, path, NULL);
+      /* A hard link's target is an earlier entry of this tar: found by walking, too. */
+      char tleaf[NAME_MAX + 1];
+      int tdir = parent_of(dest_fd, dest, target_name, tleaf, sizeof tleaf);
+      rc = tdir < 0 ? -1 : clear_for_file(dir, leaf, path);
+      if (!rc && linkat(tdir, tleaf, dir, leaf, 0)) rc = put_fail(errno, path, NULL);
+      if (tdir >= 0) close(tdir);
     } else rc = put_fail(0, name, "only files, directories and links can be written");
+    close(dir);
     if (rc) return -1;
     (*entries)++;
   }
+}
+
+
+/* Extracts the tar at `dest`, made as needed. */
+static int extract(const char *dest, int keep, uint32_t *entries, uint64_t *bytes) {
+  /* The destination and every directory under it are opened by walking: a link is never followed. */
+  int dest_fd = walk_dir(dest, 1, NULL);
+  if (dest_fd < 0) return walk_failed();
+  int rc = extract_into(dest_fd, dest, keep, entries, bytes);
+  close(dest_fd);
+  return rc;
 }
 
 void serve_put(int conn) {

@@ -79,6 +79,20 @@ void serve_put(int conn);
 void serve_fsop(int conn);
 
 /*
+ * agent-walk.c: directories opened component by component, no link followed. Each returns an fd
+ * or -1 with walk_status (FS_*) and walk_err (naming the component) set. `create` makes missing
+ * directories (0755, the caller's); *made says whether the last one was made.
+ */
+extern char walk_err[1024];
+extern int walk_status;
+/* `rel` (relative, '/'-separated) under directory `base`, which errors name `shown_base`. */
+int walk_dir_at(int base, const char *shown_base, const char *rel, int create, int *made);
+/* The directory absolute `path` names. */
+int walk_dir(const char *path, int create, int *made);
+/* The directory holding absolute `path`'s last component, which is copied to `leaf` ("" for "/"). */
+int walk_parent(const char *path, int create, char *leaf, size_t leaflen);
+
+/*
  * What a files request ended with (the status of its last frame), for denvd to answer with its
  * own error codes: each kind of failure its own, never the kernel's words alone.
  */

@@ -67,7 +67,10 @@ export async function putFiles(
         const r = await ctx.executor.writeFiles(target.containerId, clean, body, options);
         if (!r)
           throw new DenvError("unavailable", "the service's agent is not answering; try again in a moment");
-      } else await ctx.runtime.putArchive(target.containerId, clean, body);
+      } else {
+        await refuseLinksOnTheWay(ctx, target.containerId, clean, true);
+        await ctx.runtime.putArchive(target.containerId, clean, body);
+      }
     })();
     // A write the agent refused (an entry that passed the check) stops the check, which would
     // otherwise wait for a reader that is gone.
@@ -89,6 +92,7 @@ export async function putFiles(
 
 /** What the agent answers when it refuses an entry itself. */
 const WRITE_REFUSALS = new Set([
+  "invalid_path",
   "is_directory",
   "not_a_directory",
   "permission_denied",
@@ -169,23 +173,41 @@ export async function readFilesTo(
   if (st.running && !st.paused && withAgent)
     throw new DenvError("unavailable", "the service's agent is not answering; try again in a moment");
   // Stopped or paused (or a host without agents): nothing in the container runs to race the check.
-  let prefix = "";
-  for (const part of clean.split("/").filter(Boolean).slice(0, -1)) {
-    prefix += `/${part}`;
-    const stat = await ctx.runtime.statPath(id, prefix);
-    if (!stat) throw new DenvError("not_found", `${prefix} does not exist in the service`);
-    if (stat.mode & GO_MODE_SYMLINK)
-      throw new DenvError(
-        "invalid_argument",
-        `${prefix} is a symbolic link; denv does not follow links in a path (read the link's target)`,
-      );
-  }
+  await refuseLinksOnTheWay(ctx, id, clean, false);
   let bytes = 0;
   for await (const c of await ctx.runtime.getArchive(id, clean)) {
     bytes += (c as Buffer).length;
     await sink(c as Buffer);
   }
   return { bytes };
+}
+
+/**
+ * For a container nothing runs in (the engine reads and writes it, and the engine follows links):
+ * each directory on the way to `path` (and `path` itself when `withLast`) is checked not to be a
+ * link. Nothing in a stopped container can swap one in after the check.
+ */
+async function refuseLinksOnTheWay(
+  ctx: StackContext,
+  id: string,
+  path: string,
+  withLast: boolean,
+): Promise<void> {
+  const parts = path.split("/").filter(Boolean);
+  let prefix = "";
+  for (const part of withLast ? parts : parts.slice(0, -1)) {
+    prefix += `/${part}`;
+    const stat = await ctx.runtime.statPath(id, prefix);
+    if (!stat) {
+      if (withLast) return; // the engine makes nothing that is missing: its own error says so
+      throw new DenvError("not_found", `${prefix} does not exist in the service`);
+    }
+    if (stat.mode & GO_MODE_SYMLINK)
+      throw new DenvError(
+        "invalid_path",
+        `${prefix} is a symbolic link; denv does not follow links in a path (use the link's target)`,
+      );
+  }
 }
 
 /** A tar of `path` in a service, in memory (at most `maxBytes`): for callers on the host itself. */

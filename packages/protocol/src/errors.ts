@@ -17,7 +17,11 @@ export const ERROR_CODES = {
   is_directory: { httpStatus: 409, exitCode: 1 },
   /** A file operation met something else where it needs a directory. */
   not_a_directory: { httpStatus: 409, exitCode: 1 },
+  /** A path denv will not take as named: a symbolic link where a directory is expected (the message names it). */
+  invalid_path: { httpStatus: 400, exitCode: 1 },
   payload_too_large: { httpStatus: 413, exitCode: 1 },
+  /** A team's stored bytes (build contexts, uploads the server keeps) would pass its quota; details carry the figures. */
+  quota_exceeded: { httpStatus: 413, exitCode: 1 },
   timeout: { httpStatus: 504, exitCode: 1 },
   unavailable: { httpStatus: 503, exitCode: 1 },
   /** The host that holds the environment is not connected (or dropped while working). */

@@ -22,7 +22,7 @@ export class DenvApiError extends Error {
 
 /** not_found: no such object (another team's included), path, or route. */
 export class NotFoundError extends DenvApiError {}
-/** invalid_argument, spec_invalid: the request or the compose file was refused; the message says where. */
+/** invalid_argument, spec_invalid, invalid_path: the request, the compose file or a path was refused; the message says where. */
 export class InvalidArgumentError extends DenvApiError {}
 /** unauthenticated: no key, or a key the server does not know. */
 export class AuthenticationError extends DenvApiError {}
@@ -32,7 +32,7 @@ export class PermissionDeniedError extends DenvApiError {}
 export class ConflictError extends DenvApiError {}
 /** rate_limited: the key is over its rate limit; retry after `details.retry_after_ms`. */
 export class RateLimitError extends DenvApiError {}
-/** payload_too_large: the body, or what was asked for, is over a limit. */
+/** payload_too_large, quota_exceeded: the body, what was asked for, or the team's stored bytes are over a limit. */
 export class PayloadTooLargeError extends DenvApiError {}
 /** timeout: an operation ran past its deadline. */
 export class TimeoutError extends DenvApiError {}
@@ -57,6 +57,7 @@ const FAMILIES: Record<
   not_found: NotFoundError,
   invalid_argument: InvalidArgumentError,
   spec_invalid: InvalidArgumentError,
+  invalid_path: InvalidArgumentError,
   unauthenticated: AuthenticationError,
   forbidden: PermissionDeniedError,
   permission_denied: PermissionDeniedError,
@@ -65,6 +66,7 @@ const FAMILIES: Record<
   not_a_directory: ConflictError,
   rate_limited: RateLimitError,
   payload_too_large: PayloadTooLargeError,
+  quota_exceeded: PayloadTooLargeError,
   timeout: TimeoutError,
   unavailable: UnavailableError,
   host_unavailable: UnavailableError,

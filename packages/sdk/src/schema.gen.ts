@@ -855,7 +855,7 @@ export type PostV1EnvsByIdFilesRenameBody = {
   user?: string;
 };
 
-/** Any method, and WebSocket upgrades: relayed to the port a port URL names, with {path} as the request path — GET /v1/tunnels/{token}/{path} */
+/** Not served here: port URLs live on the ports origin (denv server --ports-origin), never on the API's — GET /v1/tunnels/{token}/{path} */
 export type GetV1TunnelsByTokenByPathResponse = unknown;
 
 /** A sandbox for one episode: {from_version} or {image, cmd, env, ports, volumes, egress} — POST /v1/sandboxes */

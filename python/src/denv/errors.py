@@ -21,7 +21,9 @@ ERROR_CODES: dict[str, int] = {
     "permission_denied": 403,
     "is_directory": 409,
     "not_a_directory": 409,
+    "invalid_path": 400,
     "payload_too_large": 413,
+    "quota_exceeded": 413,
     "timeout": 504,
     "unavailable": 503,
     "host_unavailable": 503,
@@ -60,7 +62,7 @@ class NotFoundError(DenvError):
 
 
 class InvalidArgumentError(DenvError):
-    """``invalid_argument``, ``spec_invalid``: the request or the compose file was refused."""
+    """``invalid_argument``, ``spec_invalid``, ``invalid_path``: the request, compose file or path was refused."""
 
 
 class AuthenticationError(DenvError):
@@ -80,7 +82,7 @@ class RateLimitError(DenvError):
 
 
 class PayloadTooLargeError(DenvError):
-    """``payload_too_large``: the body, or what was asked for, is over a limit."""
+    """``payload_too_large``, ``quota_exceeded``: the body, what was asked for, or the stored bytes are over a limit."""
 
 
 class OperationTimeoutError(DenvError):
@@ -108,6 +110,7 @@ class InternalError(DenvError):
 ERROR_FAMILIES: dict[str, type[DenvError]] = {
     "invalid_argument": InvalidArgumentError,
     "spec_invalid": InvalidArgumentError,
+    "invalid_path": InvalidArgumentError,
     "not_found": NotFoundError,
     "conflict": ConflictError,
     "is_directory": ConflictError,
@@ -116,6 +119,7 @@ ERROR_FAMILIES: dict[str, type[DenvError]] = {
     "forbidden": PermissionDeniedError,
     "permission_denied": PermissionDeniedError,
     "payload_too_large": PayloadTooLargeError,
+    "quota_exceeded": PayloadTooLargeError,
     "timeout": OperationTimeoutError,
     "unavailable": UnavailableError,
     "host_unavailable": UnavailableError,

@@ -79,7 +79,7 @@ const FS_ERRORS: Record<number, ErrorCode> = {
   7: "invalid_argument",
   9: "conflict",
   10: "invalid_argument",
-  11: "invalid_argument",
+  11: "invalid_path",
 };
 
 /** The agent's message for a failed files request, in denv's words (its text names container paths only). */

@@ -20,14 +20,50 @@ export const CONTEXT_DIGEST = /^sha256:[0-9a-f]{64}$/;
 export const DEFAULT_CONTEXT_LIMIT_BYTES = 2 * 1024 ** 3;
 /** How long an unreferenced context is kept: an upload whose source is not sent yet is not lost. */
 export const CONTEXT_GRACE_MS = 3600_000;
+/** What one team may keep stored here (contexts and git archives together), by default. */
+export const DEFAULT_TEAM_QUOTA_BYTES = 10 * 1024 ** 3;
 
 export class BuildContexts {
   readonly dir: string;
   readonly limitBytes: number;
+  readonly teamQuotaBytes: number;
+  /** Bytes of uploads still arriving, per team: counted against the quota as they come. */
+  private readonly arriving = new Map<string, number>();
 
-  constructor(dataDir: string, limitBytes = DEFAULT_CONTEXT_LIMIT_BYTES) {
+  constructor(
+    dataDir: string,
+    limitBytes = DEFAULT_CONTEXT_LIMIT_BYTES,
+    teamQuotaBytes = DEFAULT_TEAM_QUOTA_BYTES,
+  ) {
     this.dir = join(dataDir, "build-contexts");
     this.limitBytes = limitBytes;
+    this.teamQuotaBytes = teamQuotaBytes;
+  }
+
+  /** The bytes the team's stored contexts take. */
+  async usedBytes(teamId: string): Promise<number> {
+    const dir = join(this.dir, teamId);
+    let names: string[];
+    try {
+      names = await readdir(dir);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === "ENOENT") return 0;
+      throw err;
+    }
+    let total = 0;
+    for (const name of names)
+      if (name.endsWith(".tar")) total += (await stat(join(dir, name)).catch(() => null))?.size ?? 0;
+    return total;
+  }
+
+  /** The teams with anything stored. */
+  async teams(): Promise<string[]> {
+    try {
+      return (await readdir(this.dir)).filter((n) => /^[a-z]+_[0-9a-zA-Z]+$/.test(n));
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === "ENOENT") return [];
+      throw err;
+    }
   }
 
   private path(teamId: string, digest: string): string {
@@ -65,6 +101,9 @@ export class BuildContexts {
     if (expected !== null) this.path(teamId, expected);
     await mkdir(join(this.dir, teamId), { recursive: true, mode: 0o700 });
     const limit = this.limitBytes;
+    const quota = this.teamQuotaBytes;
+    const stored = await this.usedBytes(teamId);
+    const arriving = this.arriving;
     const tmp = join(this.dir, teamId, `.${newId("up")}.part`);
     const hash = createHash("sha256");
     let bytes = 0;
@@ -76,8 +115,17 @@ export class BuildContexts {
           for await (const chunk of source) {
             hash.update(chunk);
             bytes += chunk.length;
+            arriving.set(teamId, (arriving.get(teamId) ?? 0) + chunk.length);
             if (bytes > limit)
               throw new DenvError("payload_too_large", `the build context is over ${limit} bytes`);
+            // Every upload of the team's counts as it arrives, so parallel ones cannot pass together.
+            const total = stored + (arriving.get(teamId) ?? 0);
+            if (total > quota)
+              throw new DenvError(
+                "quota_exceeded",
+                `the team's stored build contexts would take over ${total} bytes, past its quota of ${quota} bytes (${stored} stored); contexts no project names expire within ${CONTEXT_GRACE_MS / 60_000} minutes`,
+                { details: { quota_bytes: quota, stored_bytes: stored, upload_bytes: bytes } },
+              );
             yield chunk;
           }
         },
@@ -92,6 +140,9 @@ export class BuildContexts {
       await rename(tmp, this.path(teamId, got));
       return { digest: got, bytes };
     } finally {
+      const left = (arriving.get(teamId) ?? 0) - bytes;
+      if (left > 0) arriving.set(teamId, left);
+      else arriving.delete(teamId);
       // A refused upload can end before the file's open has: wait for its close, or the open
       // would make the partial file again after the rm (a CI run found one left).
       if (!out.closed) await new Promise<void>((r) => out.once("close", () => r()));

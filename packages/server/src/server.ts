@@ -14,6 +14,7 @@ import { createApp } from "./app.ts";
 import { BuildContexts } from "./build-contexts.ts";
 import { Provisioner } from "./clouds/provisioner.ts";
 import { SecretBox } from "./clouds/secret-box.ts";
+import { type ContextExpiryOptions, startContextExpiry } from "./context-expiry.ts";
 import { Admission, type AdmissionOptions } from "./deploy/admission.ts";
 import { Deployer } from "./deploy/deployer.ts";
 import { PoolKeeper, type PoolKeeperOptions } from "./deploy/pool-keeper.ts";
@@ -74,6 +75,10 @@ export interface ServerOptions {
    * on 127.0.0.1 (another site to the browser, so not even SameSite cookies cross).
    */
   portsOrigin?: string;
+  /** What each team may keep in build contexts and git archives (default 10 GiB). */
+  teamQuotaBytes?: number;
+  /** How unreferenced build contexts expire (context-expiry.ts). */
+  contextExpiry?: ContextExpiryOptions;
   /** The port the ports listener binds (default: any free one). It binds `host`, as the API does. */
   portsPort?: number;
 }
@@ -113,6 +118,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     fetchPolicy,
   });
   const validator = new ComposeValidator(options.composeBudget);
+  const buildContexts = new BuildContexts(options.dataDir, undefined, options.teamQuotaBytes);
   let pools: PoolKeeper | undefined;
   const deployer = new Deployer({
     store,
@@ -124,7 +130,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     answerWithinMs: options.answerWithinMs,
     provisioner,
     provisionJoinWaitMs: options.provisionJoinWaitMs,
-    buildContexts: new BuildContexts(options.dataDir),
+    buildContexts,
     onDeployed: (d) =>
       void pools?.replaceDeclared(d.teamId, d.projectId, d.versionId, d.pool).catch((err) =>
         // The deploy stands; the pool it declared does not fit (or its version went): said here.
@@ -203,6 +209,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const recovered = await deployer.recover();
   await recoverReplays({ store, deployer });
   pools.start();
+  const expiry = startContextExpiry(store, buildContexts, options.contextExpiry);
   return {
     url,
     portsOrigin: portsOrigin.template,
@@ -216,6 +223,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     dataDir: options.dataDir,
     async close() {
       pools?.stop();
+      expiry.stop();
       hub.close();
       await validator.close();
       server.closeAllConnections();

@@ -16,6 +16,11 @@ export function registerServer(program: Command): void {
       "--ports-origin <origin>",
       "where port URLs are served, never the API's origin: https://{token}.ports.example.com (an origin per port URL; wildcard DNS and certificate) or a plain origin reaching --ports-port (default http://localhost:<ports port> on loopback)",
     )
+    .option(
+      "--team-quota-gib <gib>",
+      "what each team may keep stored in build contexts and git archives",
+      "10",
+    )
     .option("--ports-port <port>", "port the port-URL listener binds on --host (default: the API's port + 1)")
     .option("--tls-cert <path>", "serve HTTPS with this certificate (PEM)")
     .option("--tls-key <path>", "and this private key (PEM)")
@@ -56,7 +61,11 @@ Examples:
         allowFetch?: string;
         portsOrigin?: string;
         portsPort?: string;
+        teamQuotaGib: string;
       }) => {
+        const quotaGib = Number(o.teamQuotaGib);
+        if (!Number.isFinite(quotaGib) || quotaGib <= 0)
+          throw new UsageError(`--team-quota-gib ${o.teamQuotaGib} is not a positive number of GiB`);
         if (Boolean(o.tlsCert) !== Boolean(o.tlsKey))
           throw new UsageError("--tls-cert and --tls-key go together");
         const port = Number(o.port);
@@ -85,6 +94,7 @@ Examples:
           port,
           host: o.host,
           portsPort,
+          teamQuotaBytes: Math.floor(quotaGib * 1024 ** 3),
           ...(o.portsOrigin ? { portsOrigin: o.portsOrigin } : {}),
           ...(o.tlsCert && o.tlsKey ? { tls: { certPath: o.tlsCert, keyPath: o.tlsKey } } : {}),
           adminKey: process.env.DENV_ADMIN_KEY,

@@ -3,6 +3,7 @@ import { DenvError } from "@denv/protocol";
 import { projectRelativePath } from "@denv/spec";
 import { z } from "zod";
 import { CONTEXT_DIGEST, CONTEXT_GRACE_MS } from "../build-contexts.ts";
+import { referencedContexts } from "../context-expiry.ts";
 import { checkGitUrl } from "../git-source.ts";
 import { newId, now } from "../ids.ts";
 import { deploymentById } from "../store/deployment-store.ts";
@@ -123,11 +124,7 @@ export const projectRoutes: ApiRoute[] = [
       };
       await setProjectSource(store, p.id, sealed);
       // Contexts no project of the team names any more (and not just uploaded) are let go.
-      const kept = new Set(
-        (await teamProjects(store, c.var.teamId)).flatMap((x) =>
-          Object.values(JSON.parse(x.build_contexts_json ?? "{}") as Record<string, string>),
-        ),
-      );
+      const kept = await referencedContexts(store, c.var.teamId);
       await c.var.deps.buildContexts.prune(c.var.teamId, kept, CONTEXT_GRACE_MS);
       return c.json(serializeProject({ ...p, ...sealed }));
     },

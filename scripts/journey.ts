@@ -124,6 +124,24 @@ async function main(): Promise<void> {
     const deployId = alpha.deployments[0].id as string;
     const firstVersion = alpha.current_version_id as string;
 
+    step("a port URL: on an origin of its own, never the console's");
+    const minted = await fetch(`${up.server}/v1/envs/${alpha.id}/ports/5432`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${up.key}`, "content-type": "application/json" },
+      body: "{}",
+    });
+    const portUrl = new URL(((await minted.json()) as { url: string }).url);
+    process.stdout.write(`  ${portUrl.origin}/v1/tunnels/…\n`);
+    check(portUrl.origin !== new URL(up.server).origin, "another origin than the console's");
+    check(
+      portUrl.hostname !== new URL(up.server).hostname,
+      "another site: the console's cookie is never sent there",
+    );
+    check(
+      (await fetch(`${up.server}${portUrl.pathname}/`)).status === 404,
+      "the console's origin serves no port URL",
+    );
+
     step("fork rollout-017 from alpha");
     denv(["fork", "--name", "rollout-017", "alpha"]);
 

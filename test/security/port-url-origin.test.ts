@@ -89,15 +89,19 @@ test("a sandbox's page opened through its port URL reads nothing of the console 
     body: JSON.stringify({ client_name: "attacker" }),
   });
   const code = (await device.json()) as { device_code: string; user_code: string };
-  const sb = await lab.api("POST", "/v1/sandboxes", { image: "127.0.0.1:5000/denv/openenv-echo:0.1" });
+  // The sandbox's own program serves its files; the agent writes the page.
+  const sb = await lab.api("POST", "/v1/sandboxes", {
+    image: "127.0.0.1:5000/denv/openenv-echo:0.1",
+    cmd: [
+      "sh",
+      "-c",
+      "mkdir -p /tmp/www && exec python3 -m http.server 9000 --bind 127.0.0.1 --directory /tmp/www",
+    ],
+  });
   assert.equal(sb.status, 201, JSON.stringify(sb.data));
   const html = attackPage(new URL(lab.server.url).origin, code.user_code);
   const served = await lab.api("POST", `/v1/envs/${sb.data.id}/exec`, {
-    command: [
-      "sh",
-      "-c",
-      "mkdir -p /tmp/www && cat > /tmp/www/index.html && (setsid python3 -m http.server 9000 --bind 127.0.0.1 --directory /tmp/www >/dev/null 2>&1 &)",
-    ],
+    command: ["sh", "-c", "mkdir -p /tmp/www && cat > /tmp/www/index.html"],
     stdin: Buffer.from(html).toString("base64"),
   });
   assert.equal(served.data.exit_code, 0, JSON.stringify(served.data));

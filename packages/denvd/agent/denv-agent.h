@@ -62,7 +62,7 @@ char *read_small_file(const char *path);
 /* agent-users.c */
 int resolve_user(const char *spec, struct ids *out, char *err, size_t errlen);
 int drop_to(const struct ids *ids);
-char **merge_env(char **extra, uint32_t n, const char *home, const char *name);
+char **merge_env(char **extra, uint32_t n, const char *home, const char *name, int clean);
 void group_name_of(gid_t gid, char *buf, size_t len);
 
 /* agent-ports.c */

@@ -9,8 +9,11 @@
  *   snapshot the environment's state, consistent (the frozen agent stays frozen)
  *   clone    a fork of that version, on its own network
  *   grade    the verifier image as root in its own container on the fork's network, the collected
- *            files mounted read-only at /collect; or the command, as root, inside a named service
- *            of the fork, with the files copied to /denv-collect
+ *            files mounted read-only at /collect; or the command "inside a service": for the
+ *            agent's own service in a fresh container of its image on the fork's datasets, for
+ *            another by exec in the fork's; either way as root under `env -i` with denvd's
+ *            environment, from an empty /denv-grade, Python isolated (grader-command.ts), the
+ *            files at /denv-collect, root-owned
  *
  * The reward convention: a number the verifier writes to $DENV_REWARD_FILE, or else the last
  * non-empty line of its stdout. A verifier that exits non-zero, prints no number, or outruns its
@@ -28,9 +31,12 @@ export type { CollectEvidence, GradeEvidence };
 import tar from "tar-stream";
 import { DROPPED_CAPS } from "./caps-readback.ts";
 import { clockMounts } from "./clock-state.ts";
+import { containerSpecFor } from "./container-spec.ts";
 import type { Denvd } from "./denvd.ts";
+import { GRADE_DIR, GRADER_PATH, graderArgv, graderEnv, isolatedCommand } from "./grader-command.ts";
 import { LABEL } from "./labels.ts";
 import { NoFollowDir, NotFollowed } from "./no-follow-dir.ts";
+import type { StackRecord } from "./state-store.ts";
 
 export const DEFAULT_COLLECT_MAX_BYTES = 64 * 1024 * 1024;
 /** Files (and directories) a collection may hold: more is refused, and the episode scores 0. */
@@ -340,23 +346,19 @@ export class Verifier {
       }
     } else {
       mode = "service";
-      const service = v.service as string;
-      const pack = tar.pack();
-      await packDir(pack, collectDir, "denv-collect");
-      pack.finalize();
-      await this.denvd.runtime.putArchive(env.containers[service] as string, "/", Readable.from(pack));
-      const r = await this.denvd.exec(env.id, service, {
-        command: v.command ?? ["true"],
-        user: "0",
-        env: { DENV_COLLECT_DIR: "/denv-collect", DENV_REWARD_FILE: "/tmp/denv-reward" },
-        timeoutMs: v.timeout_ms,
-      });
+      const r = await this.gradeInService(
+        env,
+        verifyId,
+        collectDir,
+        rewardDir,
+        v.service as string,
+        v.command ?? ["true"],
+        v.timeout_ms,
+      );
       timedOut = r.timedOut;
       exitCode = r.timedOut ? null : r.exitCode;
       stdout = r.stdout;
       stderr = r.stderr;
-      const rf = await this.denvd.exec(env.id, service, { command: ["cat", "/tmp/denv-reward"], user: "0" });
-      if (rf.exitCode === 0) await writeFile(join(rewardDir, "reward"), rf.stdout);
     }
     const { reward, reason } = await readReward(rewardDir, stdout, exitCode, timedOut, v.timeout_ms);
     return {
@@ -368,6 +370,122 @@ export class Verifier {
       stderr_tail: stderr.subarray(Math.max(0, stderr.length - TAIL)).toString("utf8"),
       ms: Math.round(performance.now() - started),
       mode,
+    };
+  }
+
+  /**
+   * A verifier that runs "inside a service", where the agent never wrote: as root, under `env -i`
+   * with denvd's environment, from /denv-grade (grader-command.ts). For the agent's own service, in
+   * a fresh container of that service's image on the fork's datasets — never the container the
+   * agent's processes ran in; for another service, by exec in the fork's container of it.
+   */
+  private async gradeInService(
+    env: StackRecord,
+    verifyId: string,
+    collectDir: string,
+    rewardDir: string,
+    service: string,
+    command: string[],
+    timeoutMs: number,
+  ): Promise<{ exitCode: number | null; timedOut: boolean; stdout: Buffer; stderr: Buffer }> {
+    const s = env.spec.services[service];
+    if (!s) throw new DenvError("invalid_argument", `verifier.service ${service} is not in the environment`);
+    const clockDir = this.denvd.clockDir(env);
+    const clock = clockDir ? clockMounts(clockDir, {}) : null;
+    if (service === env.spec.agent?.service) {
+      const vars = graderEnv(s.environment, {
+        ...(clock?.env ?? {}),
+        DENV_COLLECT_DIR: "/denv-collect",
+        DENV_REWARD_FILE: "/denv-reward/reward",
+      });
+      const base = containerSpecFor({
+        stack: { ...env, egress: env.spec.egress },
+        service,
+        s,
+        networkName: (n) => (n === Object.keys(env.spec.networks)[0] ? env.network : `${env.network}-${n}`),
+        containerIds: env.containers,
+        labels: (extra) => ({ ...this.denvd.objectLabels(), ...extra }),
+        agent: null,
+        clockDir,
+      });
+      const id = await this.denvd.runtime.createContainer({
+        ...base,
+        name: `${env.network}-grader-${randomBytes(3).toString("hex")}`,
+        entrypoint: null,
+        cmd: graderArgv(command, vars),
+        user: "0",
+        workingDir: GRADE_DIR,
+        env: {},
+        hostname: "verifier",
+        labels: { ...base.labels, [LABEL.service]: "verifier", [LABEL.operation]: verifyId },
+        // Reached as "verifier" on the fork's networks, not under the service's own name.
+        network:
+          base.network.kind === "network"
+            ? {
+                kind: "network",
+                networks: base.network.networks.map((n) => ({ name: n.name, aliases: ["verifier"] })),
+              }
+            : base.network,
+        mounts: [
+          ...base.mounts,
+          { kind: "bind", source: collectDir, target: "/denv-collect", readOnly: true },
+          { kind: "bind", source: rewardDir, target: "/denv-reward", readOnly: false },
+        ],
+        healthcheck: null,
+        readOnlyRootfs: false,
+        restart: "no",
+        stopTimeoutMs: 1000,
+      });
+      try {
+        await this.denvd.runtime.startContainer(id);
+        const w = await this.denvd.runtime.waitContainer(id, timeoutMs);
+        const logs = await this.denvd.runtime.containerLogs(id);
+        return { exitCode: w.timedOut ? null : w.exitCode, timedOut: w.timedOut, ...logs };
+      } finally {
+        await this.denvd.runtime.removeContainer(id);
+      }
+    }
+    // Another service: the collected files and an empty working directory, root-owned, copied in.
+    const pack = tar.pack();
+    await packDir(pack, collectDir, "denv-collect");
+    pack.entry({ name: GRADE_DIR.slice(1), type: "directory", mode: 0o700, uid: 0, gid: 0 });
+    pack.finalize();
+    const containerId = env.containers[service] as string;
+    // Every command here starts from denvd's variables alone (cleanEnv): the service's own may
+    // point the loader or PATH into what the agent wrote.
+    const sys = { PATH: GRADER_PATH };
+    await this.denvd.exec(env.id, service, {
+      command: ["rm", "-rf", "/denv-collect", GRADE_DIR],
+      user: "0",
+      env: sys,
+      cleanEnv: true,
+    });
+    await this.denvd.runtime.putArchive(containerId, "/", Readable.from(pack));
+    const vars = graderEnv(s.environment, {
+      ...(clock?.env ?? {}),
+      DENV_COLLECT_DIR: "/denv-collect",
+      DENV_REWARD_FILE: `${GRADE_DIR}/reward`,
+    });
+    const r = await this.denvd.exec(env.id, service, {
+      command: isolatedCommand(command),
+      user: "0",
+      cwd: GRADE_DIR,
+      env: vars,
+      cleanEnv: true,
+      timeoutMs,
+    });
+    const rf = await this.denvd.exec(env.id, service, {
+      command: ["cat", `${GRADE_DIR}/reward`],
+      user: "0",
+      env: sys,
+      cleanEnv: true,
+    });
+    if (rf.exitCode === 0) await writeFile(join(rewardDir, "reward"), rf.stdout);
+    return {
+      exitCode: r.timedOut ? null : r.exitCode,
+      timedOut: r.timedOut,
+      stdout: r.stdout,
+      stderr: r.stderr,
     };
   }
 

@@ -175,8 +175,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const portsPort = (portsServer.address() as AddressInfo).port;
   const portsUrl = `${scheme}://${host}:${portsPort}`;
   portsOrigin = new PortsOrigin(
-    options.portsOrigin ??
-      `${scheme}://${host === "127.0.0.1" || host === "::1" || host === "[::1]" ? "localhost" : host}:${portsPort}`,
+    options.portsOrigin ?? defaultPortsOrigin(scheme, host, portsPort, options.publicUrl),
   );
   const app = createApp({
     portsOrigin,
@@ -233,6 +232,30 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       await store.destroy();
     },
   };
+}
+
+/**
+ * Port URLs' origin when none is given: the ports listener, named `localhost` when the server is on
+ * loopback (another site than 127.0.0.1 to the browser), else by the public URL's host name. The
+ * latter is the same site as the console (cookies do not care for ports): still another origin, and
+ * no cookie is passed into a tunnel, but a host name of their own (--ports-origin) is better.
+ */
+function defaultPortsOrigin(
+  scheme: string,
+  host: string,
+  port: number,
+  publicUrl: string | undefined,
+): string {
+  if (publicUrl) {
+    const u = new URL(publicUrl);
+    if (!["127.0.0.1", "[::1]", "localhost"].includes(u.hostname)) {
+      console.error(
+        "port URLs are served on the console's host name, another port; set --ports-origin to give them a host name of their own",
+      );
+      return `${u.protocol}//${u.hostname}:${port}`;
+    }
+  }
+  return `${scheme}://${["127.0.0.1", "::1", "[::1]"].includes(host) ? "localhost" : host}:${port}`;
 }
 
 function listen(server: Server, port: number, host: string): Promise<void> {

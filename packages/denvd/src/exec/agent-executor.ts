@@ -429,7 +429,11 @@ export class AgentExecutor implements Executor {
         str(user),
         // HOME from the user's passwd entry: when the container sets none, and whenever the command
         // runs as another user than the service's (the container's HOME is its own user's).
-        u32(!target.homeSet || (options.user != null && options.user !== target.defaultUser) ? 1 : 0),
+        // 2: only the request's variables (cleanEnv).
+        u32(
+          (!target.homeSet || (options.user != null && options.user !== target.defaultUser) ? 1 : 0) |
+            (options.cleanEnv ? 2 : 0),
+        ),
       ]),
     );
     let timedOut = false;

@@ -21,7 +21,12 @@ export class EngineExecutor implements Executor {
     const limit = options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
     const out = new BoundedBuffer(limit, options.keepOutput ?? true);
     const err = new BoundedBuffer(limit, options.keepOutput ?? true);
-    const cmd = typeof options.command === "string" ? ["sh", "-c", options.command] : options.command;
+    const argv = typeof options.command === "string" ? ["sh", "-c", options.command] : options.command;
+    // The engine always starts from the container's variables: env -i drops them for the command
+    // (the env program itself still starts with them; the agent's path has no such gap).
+    const cmd = options.cleanEnv
+      ? ["/usr/bin/env", "-i", ...Object.entries(options.env ?? {}).map(([k, v]) => `${k}=${v}`), ...argv]
+      : argv;
     let pid = 0;
     let timedOut = false;
     let timer: NodeJS.Timeout | undefined;

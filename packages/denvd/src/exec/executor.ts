@@ -12,6 +12,11 @@ export interface ExecOptions {
   user?: string | null;
   cwd?: string | null;
   env?: Record<string, string>;
+  /**
+   * Start from `env` alone, none of the container's variables (graders: an LD_PRELOAD or PATH the
+   * service declares must not reach them, not even the first program). PATH is then env's.
+   */
+  cleanEnv?: boolean;
   stdin?: Buffer | Readable | null;
   /** Kills the whole process tree when exceeded; the result says timedOut. */
   timeoutMs?: number | null;

@@ -229,8 +229,10 @@ void serve_files(int conn) {
   char leaf[NAME_MAX + 1];
   int cur = walk_parent(path, 0, leaf, sizeof leaf);
   if (cur < 0) {
+    /* A missing component is said of the whole path (as ENOENT is); a link on the way is named. */
     files_status = walk_status;
-    snprintf(files_err, sizeof files_err, "%s", walk_err);
+    if (walk_status == FS_NOT_FOUND) snprintf(files_err, sizeof files_err, "%s: %s", path, strerror(ENOENT));
+    else snprintf(files_err, sizeof files_err, "%s", walk_err);
     goto done;
   }
   if (!leaf[0]) {

@@ -84,17 +84,21 @@ static int send_entry(const char *name, const struct stat *st, const char *link)
   return send_frame(fs_conn, 4, buf, (uint32_t)off);
 }
 
-/* A failed walk's status and message, as this operation's. */
-static int walk_failed(void) {
+/*
+ * A failed walk's status and message, as this operation's. A missing component is said of the
+ * whole path asked for (as the kernel's ENOENT would be); a link or a file on the way is named.
+ */
+static int walk_failed(const char *path) {
   fs_code = walk_status;
-  snprintf(fs_err, sizeof fs_err, "%s", walk_err);
+  if (walk_status == FS_NOT_FOUND) snprintf(fs_err, sizeof fs_err, "%s: %s", path, strerror(ENOENT));
+  else snprintf(fs_err, sizeof fs_err, "%s", walk_err);
   return -1;
 }
 
 static int op_stat(const char *path) {
   char leaf[NAME_MAX + 1];
   int dir = walk_parent(path, 0, leaf, sizeof leaf);
-  if (dir < 0) return walk_failed();
+  if (dir < 0) return walk_failed(path);
   struct stat st;
   int rc = leaf[0] ? fstatat(dir, leaf, &st, AT_SYMLINK_NOFOLLOW) : fstat(dir, &st);
   if (rc) {
@@ -164,7 +168,7 @@ static int list_dir(int fd, const char *rel, unsigned depth) {
 
 static int op_list(const char *path, unsigned depth) {
   int fd = walk_dir(path, 0, NULL);
-  if (fd < 0) return walk_failed();
+  if (fd < 0) return walk_failed(path);
   return list_dir(fd, "", depth ? depth : 1);
 }
 
@@ -172,12 +176,12 @@ static int op_mkdir(const char *path, int parents) {
   int made = 0;
   if (parents) {
     int fd = walk_dir(path, 1, &made);
-    if (fd < 0) return walk_failed();
+    if (fd < 0) return walk_failed(path);
     close(fd);
   } else {
     char leaf[NAME_MAX + 1];
     int dir = walk_parent(path, 0, leaf, sizeof leaf);
-    if (dir < 0) return walk_failed();
+    if (dir < 0) return walk_failed(path);
     if (!leaf[0] || mkdirat(dir, leaf, 0755)) {
       int err = leaf[0] ? errno : EEXIST;
       struct stat st;
@@ -228,7 +232,7 @@ static int remove_tree(int fd, const char *rel, int depth) {
 static int op_remove(const char *path, int recursive) {
   char leaf[NAME_MAX + 1];
   int dir = walk_parent(path, 0, leaf, sizeof leaf);
-  if (dir < 0) return walk_failed();
+  if (dir < 0) return walk_failed(path);
   int rc = 0;
   struct stat st;
   if (!leaf[0]) rc = op_fail(0, path, "/ cannot be removed");
@@ -252,11 +256,11 @@ static int op_remove(const char *path, int recursive) {
 static int op_rename(const char *from, const char *to) {
   char leaf1[NAME_MAX + 1], leaf2[NAME_MAX + 1];
   int d1 = walk_parent(from, 0, leaf1, sizeof leaf1);
-  if (d1 < 0) return walk_failed();
+  if (d1 < 0) return walk_failed(from);
   int d2 = walk_parent(to, 0, leaf2, sizeof leaf2);
   if (d2 < 0) {
     close(d1);
-    return walk_failed();
+    return walk_failed(to);
   }
   int rc = !leaf1[0] || !leaf2[0] ? op_fail(0, from, "/ cannot be moved")
            : renameat(d1, leaf1, d2, leaf2) ? op_fail(errno, from, NULL)

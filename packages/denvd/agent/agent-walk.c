@@ -84,10 +84,12 @@ int walk_parent(const char *path, int create, char *leaf, size_t leaflen) {
   snprintf(leaf, leaflen, "%s", name);
   if (!strcmp(leaf, ".") || !strcmp(leaf, ".."))
     return walk_fail(FS_INVALID, path, ": the path must not contain . or ..");
+  /* The parent, relative to /: "" for a name right under / (the slash is the first character). */
+  const char *parent = slash == dir ? "" : dir + 1;
   *slash = 0;
   int root = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (root < 0) return walk_fail(fs_status(errno), "/", ": cannot open");
-  int fd = walk_dir_at(root, "", dir + 1, create, NULL);
+  int fd = walk_dir_at(root, "", parent, create, NULL);
   close(root);
   return fd;
 }

@@ -9,6 +9,7 @@ start that leaves nothing behind."""
 from __future__ import annotations
 
 import json
+import os
 import unittest
 import urllib.error
 import urllib.request
@@ -65,8 +66,10 @@ class OpenEnvProviderLifecycle(unittest.TestCase):
         # OpenEnv's newer client: start_container() with no image; AutoEnv passes wait_timeout.
         base_url = p.start_container(wait_timeout=45.0, replicas=3)
         try:
-            self.assertTrue(base_url.startswith("http://127.0.0.1:"), base_url)
-            self.assertIn("/v1/tunnels/dpu_", base_url)
+            # A port URL: on the server's ports origin, never the API's (and console's) own.
+            self.assertTrue(base_url.startswith("http://localhost:"), base_url)
+            self.assertFalse(base_url.startswith(os.environ["DENV_SERVER"]), base_url)
+            self.assertRegex(base_url, r"/v1/tunnels/dpu[a-z2-7]{32}$")
             p.wait_for_ready(base_url)  # default timeout, as from_docker_image calls it
             self.assertEqual(
                 validate_running_environment(base_url),

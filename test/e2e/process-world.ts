@@ -112,6 +112,13 @@ export async function processWorld(): Promise<ProcessWorld> {
     String(port),
     "--allow-fetch",
     "127.0.0.1:5000",
+    // Port URLs on any free port (the default, the API's port + 1, may be taken here).
+    "--ports-port",
+    "0",
+    // A denvd SIGKILLed mid-operation restarts in seconds, more on a machine this busy: calls
+    // wait for it rather than failing after the default 10 s.
+    "--host-wait-s",
+    "90",
   ];
   const w: ProcessWorld = {
     runId,

@@ -50,7 +50,8 @@ export async function openLab(options: Partial<ServerOptions> = {}): Promise<Lab
   ): Promise<ApiAnswer> => {
     const res = await fetch(`${server.url}${path}`, {
       method,
-      signal: AbortSignal.timeout(120_000),
+      // A deploy waited for on a busy machine takes minutes; the server answers by its own deadline.
+      signal: AbortSignal.timeout(600_000),
       headers: {
         ...(key ? { authorization: `Bearer ${key}` } : {}),
         ...(body !== undefined && !(body instanceof Uint8Array)

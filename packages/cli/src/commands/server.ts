@@ -17,6 +17,11 @@ export function registerServer(program: Command): void {
       "where port URLs are served, never the API's origin: https://{token}.ports.example.com (an origin per port URL; wildcard DNS and certificate) or a plain origin reaching --ports-port (default http://localhost:<ports port> on loopback)",
     )
     .option(
+      "--host-wait-s <seconds>",
+      "how long a call waits for a host that is not connected (a denvd restarting) before host_unavailable",
+      "10",
+    )
+    .option(
       "--team-quota-gib <gib>",
       "what each team may keep stored in build contexts and git archives",
       "10",
@@ -62,7 +67,11 @@ Examples:
         portsOrigin?: string;
         portsPort?: string;
         teamQuotaGib: string;
+        hostWaitS: string;
       }) => {
+        const hostWaitS = Number(o.hostWaitS);
+        if (!Number.isFinite(hostWaitS) || hostWaitS < 0 || hostWaitS > 3600)
+          throw new UsageError(`--host-wait-s ${o.hostWaitS} is not a number of seconds from 0 to 3600`);
         const quotaGib = Number(o.teamQuotaGib);
         if (!Number.isFinite(quotaGib) || quotaGib <= 0)
           throw new UsageError(`--team-quota-gib ${o.teamQuotaGib} is not a positive number of GiB`);
@@ -95,6 +104,7 @@ Examples:
           host: o.host,
           portsPort,
           teamQuotaBytes: Math.floor(quotaGib * 1024 ** 3),
+          hostWaitMs: Math.round(hostWaitS * 1000),
           ...(o.portsOrigin ? { portsOrigin: o.portsOrigin } : {}),
           ...(o.tlsCert && o.tlsKey ? { tls: { certPath: o.tlsCert, keyPath: o.tlsKey } } : {}),
           adminKey: process.env.DENV_ADMIN_KEY,

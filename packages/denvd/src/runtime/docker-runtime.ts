@@ -375,10 +375,18 @@ export class DockerRuntime implements ContainerRuntime {
   }
 
   async pauseContainer(id: string): Promise<void> {
-    await this.docker
-      .getContainer(id)
-      .pause()
-      .catch((e: unknown) => mapError(e, "pausing a container"));
+    // The cgroup freezer can give up while the container forks quickly (runc: "unable to freeze"),
+    // more so on a busy machine; the container is left running then, so trying again is safe.
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await this.docker.getContainer(id).pause();
+        return;
+      } catch (e) {
+        if (attempt >= 5 || !/unable to freeze/i.test(String((e as Error).message)))
+          mapError(e, "pausing a container");
+        await new Promise((r) => setTimeout(r, 50 * 2 ** attempt));
+      }
+    }
   }
 
   async unpauseContainer(id: string): Promise<void> {

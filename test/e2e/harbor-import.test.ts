@@ -1,6 +1,7 @@
 /**
- * `denv import harbor` on the real engine: three Harbor tasks (Dockerfile-only, a compose file with
- * a sidecar whose state the grader reads, a prebuilt docker_image) become denv projects; each
+ * `denv import harbor` on the real engine: four Harbor tasks (Dockerfile-only, a compose file with
+ * a sidecar whose state the grader reads, a prebuilt docker_image, and one whose environment/ files
+ * Harbor uploads into the workdir, which its solution reads) become denv projects; each
  * deploys, its oracle scores 1 and its verifier scores 0 without it. A reward the agent writes
  * itself before grading counts for nothing.
  */
@@ -24,13 +25,19 @@ before(async () => {
 after(async () => {
   await lab?.close();
   // The images this file built: the engine's build cache, needed by nothing after it.
-  await removeBuiltImages(["hello-dockerfile", "prebuilt-image", "sidecar-compose", "karotte-"]);
+  await removeBuiltImages([
+    "hello-dockerfile",
+    "image-with-files",
+    "prebuilt-image",
+    "sidecar-compose",
+    "karotte-",
+  ]);
   rmSync(out, { recursive: true, force: true });
 });
 
 const denv = cliRunner(() => ({ url: lab.server.url, key: lab.keyA }));
 
-test("three Harbor tasks import, deploy, and verify to 1 with their oracle and 0 without", async () => {
+test("four Harbor tasks import, deploy, and verify to 1 with their oracle and 0 without", async () => {
   const r = await denv("import", "harbor", fixtures, out, "--json");
   assert.equal(r.code, 0, `${r.stdout}\n${r.stderr}`);
   const projects = JSON.parse(r.stdout).projects as {
@@ -46,7 +53,7 @@ test("three Harbor tasks import, deploy, and verify to 1 with their oracle and 0
   }[];
   assert.deepEqual(
     projects.map((p) => p.name),
-    ["hello-dockerfile", "prebuilt-image", "sidecar-compose"],
+    ["hello-dockerfile", "image-with-files", "prebuilt-image", "sidecar-compose"],
   );
   for (const p of projects) {
     assert.equal(p.check.deploy, "succeeded", p.name);
@@ -80,6 +87,17 @@ test("three Harbor tasks import, deploy, and verify to 1 with their oracle and 0
   );
   assert.equal(v.code, 0, v.stderr);
   assert.equal(JSON.parse(v.stdout).reward, 1);
+  // The oracle ran on a fork, since removed: alpha is as it was, and grading it scores 0.
+  const envs = (await lab.api("GET", "/v1/envs")).data.environments as { name: string }[];
+  assert.deepEqual(
+    envs.filter((e) => e.name.startsWith("oracle-")),
+    [],
+  );
+  const plain = await lab.api("POST", `/v1/envs/${encodeURIComponent("hello-dockerfile/alpha")}/verify`, {
+    resume: true,
+  });
+  assert.equal(plain.data.status, "succeeded", plain.data.reason);
+  assert.equal(plain.data.verify.reward, 0);
 });
 
 test("a reward the agent writes before grading, or a test.sh it plants, counts for nothing", async () => {

@@ -34,11 +34,12 @@ export async function snapshotStack(
   await assertSpace(ctx, "snapshot");
   const checkpoint = await checkpointDatabases(ctx, stack);
   const versionId = options.versionId ?? newId("ver");
-  // A container already paused (an agent frozen by verify) stays paused, and is not thawed here.
+  // A container already paused (an agent frozen by verify) stays paused, and is not thawed here;
+  // one that has exited (a one-shot service that did its work) has nothing to pause.
   const states = await Promise.all(
     Object.values(stack.containers).map((id) => ctx.runtime.inspectContainer(id)),
   );
-  const ids = states.filter((st) => !st.paused).map((st) => st.id);
+  const ids = states.filter((st) => st.running && !st.paused).map((st) => st.id);
   const snapshots: Record<string, string> = {};
   // Most of what the snapshot would flush goes out now, while the stack still runs.
   await ctx.storage.flush?.().catch(() => {});

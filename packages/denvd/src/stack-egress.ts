@@ -17,19 +17,44 @@ import type { StackContext } from "./stack-context.ts";
  * container on that network sees what the agent sees), so the probe runs early in a fork.
  */
 export function probeService(spec: ResolvedSpec): string | undefined {
+  return probeServices(spec)[0];
+}
+
+/** Every service the probe may run from, best first: those on the agent's network, then the agent. */
+export function probeServices(spec: ResolvedSpec): string[] {
   const agent = spec.agent?.service ?? spec.start_order[spec.start_order.length - 1];
   const agentNet = agent ? Object.keys(spec.services[agent]?.networks ?? {})[0] : undefined;
-  return (
-    spec.start_order.find((s) => agentNet !== undefined && spec.services[s]?.networks[agentNet]) ?? agent
+  const onNet = spec.start_order.filter(
+    (s) => agentNet !== undefined && spec.services[s]?.networks[agentNet],
   );
+  return [...new Set([...onNet, ...(agent ? [agent] : [])])];
 }
 
 export async function probeStack(ctx: StackContext, stackId: string): Promise<EgressEvidence> {
   const stack = ctx.stack(stackId);
-  const svc = probeService(stack.spec);
-  const id = svc ? stack.containers[svc] : undefined;
-  if (!id) throw new DenvError("conflict", `environment ${stack.name} has no container to probe from`);
-  const st = await ctx.runtime.inspectContainer(id);
+  // From the first that runs: a one-shot service (a seed job) that has done its work and exited
+  // has no network namespace left; one that exits while probed gives way to the next.
+  for (const svc of probeServices(stack.spec)) {
+    const cid = stack.containers[svc];
+    if (!cid) continue;
+    const st = await ctx.runtime.inspectContainer(cid);
+    if (!st.running || st.pid <= 0) continue;
+    try {
+      return await probeFrom(ctx, stack, svc, st);
+    } catch (err) {
+      const now = await ctx.runtime.inspectContainer(cid).catch(() => null);
+      if (now?.running && now.pid === st.pid) throw err;
+    }
+  }
+  throw new DenvError("conflict", `environment ${stack.name} has no running container to probe from`);
+}
+
+async function probeFrom(
+  ctx: StackContext,
+  stack: ReturnType<StackContext["stack"]>,
+  svc: string,
+  st: Awaited<ReturnType<StackContext["runtime"]["inspectContainer"]>>,
+): Promise<EgressEvidence> {
   const first = Object.values(st.addresses)[0];
   const gateway = first?.gateway;
   const host = ctx.options.egressProbeTarget ? null : await hostAddress();
@@ -52,7 +77,7 @@ export async function probeStack(ctx: StackContext, stackId: string): Promise<Eg
     ...probed,
     ...(bridge ? { host_addresses_on_bridge: onLink } : {}),
     ...(onLink > 0 ? { result: "reachable" as const } : {}),
-    from: svc as string,
+    from: svc,
   };
   if (stack.spec.egress === "deny" && evidence.result !== "blocked") {
     const reached = evidence.outcome === "connected" || evidence.outcome === "refused";

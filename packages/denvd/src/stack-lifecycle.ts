@@ -134,7 +134,9 @@ export async function forkStack(
         probe.catch(() => {}); // awaited below; this only keeps an early failure from going unhandled
       },
     });
-    const egress = await (probe ?? probeStack(ctx, stack.id));
+    // An early probe that lost its service (a one-shot that exited under it before the others ran)
+    // is run again now that every service has started.
+    const egress = await (probe?.catch(() => probeStack(ctx, stack.id)) ?? probeStack(ctx, stack.id));
     if (!options.holdClock) await releaseStackClock(ctx, stack.id);
     return {
       stack: ctx.stack(stack.id),

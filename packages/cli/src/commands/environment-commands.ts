@@ -1,4 +1,5 @@
 /** Environments and their deployments: fork, snapshot, rollback, verify, list, show, destroy. */
+import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import type { ClockEvidence } from "@denv/protocol";
@@ -155,18 +156,39 @@ export function registerEnvironmentCommands(program: Command): void {
     run(
       verify,
       async (client, json, env: string, o: { resume?: boolean; oracle?: string; oracleService: string }) => {
+        // The oracle works on a fork of the environment's version, graded and then removed: ENV
+        // itself is left as it was (a plain verify of it afterwards grades its own state).
+        let graded = env;
+        let oracleFork: string | null = null;
         if (o.oracle) {
           if (!existsSync(join(o.oracle, "solve.sh"))) throw new UsageError(`${o.oracle} has no solve.sh`);
-          const r = await runOracle(client(), env, o.oracle, { service: o.oracleService });
-          if (!json) process.stderr.write(`oracle: solve.sh exited ${r.exit_code}\n`);
-        }
-        if (!json) process.stderr.write(`verifying ${env}: stop, collect, snapshot, clone, grade…\n`);
-        const d = await client().untilVerdict(() =>
-          client().call("postV1EnvsByIdVerify", {
+          const f = await client().call("postV1EnvsByIdFork", {
             params: envParam(env),
-            body: { resume: o.resume === true },
-          }),
-        );
+            body: { name: `oracle-${randomBytes(4).toString("hex")}` },
+          });
+          oracleFork = f.id;
+          graded = f.id;
+          if (!json) process.stderr.write(`oracle: on fork ${f.name} of ${env} (${env} is left as it was)\n`);
+        }
+        let d: Awaited<ReturnType<ReturnType<typeof client>["untilVerdict"]>>;
+        try {
+          if (o.oracle) {
+            const r = await runOracle(client(), graded, o.oracle, { service: o.oracleService });
+            if (!json) process.stderr.write(`oracle: solve.sh exited ${r.exit_code}\n`);
+          }
+          if (!json) process.stderr.write(`verifying ${graded}: stop, collect, snapshot, clone, grade…\n`);
+          d = await client().untilVerdict(() =>
+            client().call("postV1EnvsByIdVerify", {
+              params: o.oracle ? { id: graded } : envParam(env),
+              body: { resume: o.resume === true },
+            }),
+          );
+        } finally {
+          if (oracleFork)
+            await client()
+              .call("deleteV1EnvsById", { params: { id: oracleFork } })
+              .catch(() => {});
+        }
         if (json) printJson({ ...d, reward: d.verify?.reward ?? null });
         else {
           printPhaseLog(d, false);

@@ -107,3 +107,59 @@ test("project names from task names are safe names", () => {
   assert.equal(projectNameFor("42-answers"), "task-42-answers");
   assert.equal(projectNameFor("!!!"), "task");
 });
+
+test("main's image by Harbor's precedence; a compose task whose main has none is refused and nothing is written", async () => {
+  const { readdirSync, rmSync } = await import("node:fs");
+  const noDockerfile = (files: Record<string, string>) => {
+    const dir = task(files);
+    rmSync(join(dir, "environment/Dockerfile"));
+    return dir;
+  };
+  // Neither a Dockerfile, nor docker_image, nor an image for main in the compose file.
+  const where = out();
+  await assert.rejects(
+    async () =>
+      importHarborTask(
+        readHarborTask(
+          noDockerfile({
+            "environment/docker-compose.yaml":
+              "services:\n  main:\n    depends_on: [side]\n  side:\n    image: debian:bookworm\n",
+          }),
+        ),
+        where,
+      ),
+    (err: Error & { code?: string }) =>
+      err.code === "spec_invalid" && /services\.main has no image/.test(err.message),
+  );
+  assert.deepEqual(readdirSync(where), []);
+  // The compose file's main image is main's image (it overrides the prebuilt one in Harbor's merge).
+  const fromCompose = await importHarborTask(
+    readHarborTask(
+      noDockerfile({
+        "task.toml": "[environment]\ndocker_image = 'debian:bookworm'\n",
+        "environment/docker-compose.yaml": "services:\n  main:\n    image: example/main:1\n",
+      }),
+    ),
+    out(),
+  );
+  assert.match(
+    readFileSync(join(fromCompose.dir, "environment/Dockerfile.denv"), "utf8"),
+    /^FROM example\/main:1\n/,
+  );
+  // docker_image alone: environment/'s files go into the workdir, as Harbor uploads them.
+  const withFiles = await importHarborTask(
+    readHarborTask(
+      noDockerfile({
+        "task.toml": "[environment]\ndocker_image = 'debian:bookworm'\nworkdir = '/app'\n",
+        "environment/numbers.txt": "6 7\n",
+        "environment/data/more.txt": "x\n",
+      }),
+    ),
+    out(),
+  );
+  const layer = readFileSync(join(withFiles.dir, "environment/Dockerfile.denv"), "utf8");
+  assert.match(layer, /^FROM debian:bookworm\n/);
+  assert.match(layer, /COPY --chown=1000:1000 \["numbers\.txt","\/app\/numbers\.txt"\]/);
+  assert.match(layer, /COPY --chown=1000:1000 \["data","\/app\/data"\]/);
+  assert.ok(!withFiles.unmapped.some((u) => u.includes("environment/ files")), withFiles.unmapped.join("\n"));
+});

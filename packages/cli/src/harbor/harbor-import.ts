@@ -7,12 +7,22 @@
  * with the project. Every field that does not map is listed (denv-import.json and the command's
  * output), never dropped silently.
  */
-import { cpSync, lstatSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import {
+  cpSync,
+  lstatSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { join, posix } from "node:path";
+import { DenvError } from "@denv/protocol";
 import { isValidName } from "@denv/spec";
 import tar from "tar-stream";
 import { parse as parseYaml, stringify as stringifyYaml } from "yaml";
-import { UsageError } from "../output.ts";
 import { type HarborTask, readTaskFile } from "./harbor-task.ts";
 
 /** The agent's uid in imported tasks: denv never lets the agent be root. */
@@ -41,7 +51,8 @@ export function projectNameFor(taskName: string): string {
     .replace(/-{2,}/g, "-");
   if (!/^[a-z]/.test(n)) n = `task-${n}`;
   n = n.slice(0, 50).replace(/-+$/, "");
-  if (!isValidName(n)) throw new UsageError(`cannot make a project name from the task name ${taskName}`);
+  if (!isValidName(n))
+    throw new DenvError("spec_invalid", `cannot make a project name from the task name ${taskName}`);
   return n;
 }
 
@@ -61,7 +72,8 @@ async function testsTar(dir: string): Promise<Buffer> {
       const st = lstatSync(join(dir, r));
       const base = { name: r, mode: st.mode & 0o777, mtime: new Date(0), uid: 0, gid: 0 };
       if (st.isSymbolicLink()) {
-        throw new UsageError(
+        throw new DenvError(
+          "spec_invalid",
           `${join(dir, r)} is a symbolic link: tests/ is graded as root, so it may hold only files and directories`,
         );
       }
@@ -71,11 +83,12 @@ async function testsTar(dir: string): Promise<Buffer> {
       } else if (st.isFile()) {
         total += st.size;
         if (total > MAX_TESTS_BYTES)
-          throw new UsageError(
+          throw new DenvError(
+            "spec_invalid",
             `${dir} holds over ${MAX_TESTS_BYTES} bytes; tests are carried in the verifier`,
           );
         pack.entry({ ...base, type: "file" }, readFileSync(join(dir, r)));
-      } else throw new UsageError(`${join(dir, r)} is not a file or directory`);
+      } else throw new DenvError("spec_invalid", `${join(dir, r)} is not a file or directory`);
     }
   };
   walk("");
@@ -172,7 +185,8 @@ function adoptService(name: string, svc: ComposeService, unmapped: string[]): Co
   const ctx = typeof build === "string" ? build : (build as { context?: string } | undefined)?.context;
   if (build !== undefined) {
     const context = posix.join("environment", ctx ?? ".");
-    if (context.startsWith("..")) throw new UsageError(`service ${name}'s build context leaves environment/`);
+    if (context.startsWith(".."))
+      throw new DenvError("spec_invalid", `service ${name}'s build context leaves environment/`);
     out.build =
       typeof build === "string" ? `./${context}` : { ...(build as object), context: `./${context}` };
   }
@@ -190,20 +204,56 @@ function adoptService(name: string, svc: ComposeService, unmapped: string[]): Co
   return out;
 }
 
-/** Writes the denv project for one task under `outDir/<project name>`; returns what it made. */
+/**
+ * Writes the denv project for one task under `outDir/<project name>`; returns what it made. It is
+ * written beside, then moved into place: a task refused half-way leaves nothing behind.
+ */
 export async function importHarborTask(t: HarborTask, outDir: string): Promise<ImportedTask> {
   const name = projectNameFor(t.name);
-  const dir = join(outDir, name);
+  const final = join(outDir, name);
+  const staging = join(outDir, `.${name}.importing-${randomBytes(4).toString("hex")}`);
+  try {
+    const imported = await writeHarborProject(t, name, staging);
+    rmSync(final, { recursive: true, force: true });
+    renameSync(staging, final);
+    return { ...imported, dir: final };
+  } finally {
+    rmSync(staging, { recursive: true, force: true });
+  }
+}
+
+/** A task whose content denv cannot map: exit 1 (refused input), with the field. */
+function refused(message: string): DenvError {
+  return new DenvError("spec_invalid", message);
+}
+
+async function writeHarborProject(t: HarborTask, name: string, dir: string): Promise<ImportedTask> {
   const unmapped: string[] = [];
   const toml = t.toml;
   const env = toml.environment ?? {};
-  if (toml.steps?.length)
-    throw new UsageError(`${t.name}: multi-step tasks ([[steps]]) are not imported yet`);
-  if (env.os === "windows") throw new UsageError(`${t.name}: Windows tasks cannot run on denv's Linux hosts`);
-  if (!t.hasTests) throw new UsageError(`${t.name}: tests/test.sh is missing; Harbor's verifier needs it`);
+  if (toml.steps?.length) throw refused(`${t.name}: [[steps]]: multi-step tasks are not imported yet`);
+  if (env.os === "windows")
+    throw refused(`${t.name}: [environment].os windows: Windows tasks cannot run on denv's Linux hosts`);
+  if (!t.hasTests) throw refused(`${t.name}: tests/test.sh is missing; Harbor's verifier needs it`);
   if (!t.environment.dockerfile && !t.environment.compose && !env.docker_image)
-    throw new UsageError(
+    throw refused(
       `${t.name}: environment/ has no Dockerfile or docker-compose.yaml and [environment] no docker_image`,
+    );
+  // main's image, by Harbor's precedence: the Dockerfile is built; else the task's compose file's
+  // main image (it overrides the prebuilt one when the files are merged); else docker_image.
+  const composeDoc = t.environment.compose
+    ? (parseYaml(harborVariables(t.environment.compose, t, [])) as {
+        services?: Record<string, ComposeService>;
+        volumes?: Record<string, unknown>;
+      } | null)
+    : null;
+  const composeMainImage = composeDoc?.services?.main?.image;
+  if (composeMainImage !== undefined && typeof composeMainImage !== "string")
+    throw refused(`${t.name}: environment/docker-compose.yaml: services.main.image is not a string`);
+  const mainImage = t.environment.dockerfile ? null : (composeMainImage ?? env.docker_image ?? null);
+  if (!t.environment.dockerfile && !mainImage)
+    throw refused(
+      `${t.name}: environment/docker-compose.yaml: services.main has no image, and there is no environment/Dockerfile and no [environment].docker_image; Harbor would not start it either`,
     );
 
   mkdirSync(dir, { recursive: true });
@@ -227,21 +277,30 @@ export async function importHarborTask(t: HarborTask, outDir: string): Promise<I
   const dockerfile = t.environment.dockerfile
     ? (readTaskFile(t.dir, "environment/Dockerfile") as string)
     : null;
-  const base = dockerfile ?? `FROM ${env.docker_image}\n`;
+  const base = dockerfile ?? `FROM ${mainImage}\n`;
   if (dockerfile && env.docker_image)
     unmapped.push(
       `[environment].docker_image ${env.docker_image}: the Dockerfile is built instead (Harbor's --force-build)`,
     );
+  if (!dockerfile && composeMainImage && env.docker_image && composeMainImage !== env.docker_image)
+    unmapped.push(
+      `[environment].docker_image ${env.docker_image}: environment/docker-compose.yaml's services.main.image ${composeMainImage} is used (it overrides the prebuilt image in Harbor's merged compose files)`,
+    );
   const workdir = env.workdir ?? (dockerfile ? dockerfileWorkdir(dockerfile) : null) ?? DEFAULT_WORKDIR;
   mkdirSync(join(dir, "environment"), { recursive: true });
-  writeFileSync(join(dir, "environment", "Dockerfile.denv"), `${base.trimEnd()}\n${denvLayer(workdir)}`);
-  if (!dockerfile && !t.environment.compose) {
-    const files = readdirSync(join(dir, "environment")).filter((f) => f !== "Dockerfile.denv");
-    if (files.length)
-      unmapped.push(
-        `environment/ files with docker_image (${files.join(", ")}): Harbor uploads them into the workdir after start; bake them into the image instead`,
-      );
-  }
+  // With docker_image alone, Harbor uploads environment/'s files into the workdir after start:
+  // here they go into the image's workdir, which seeds the workdir volume the same way.
+  const uploaded =
+    !dockerfile && !t.environment.compose
+      ? readdirSync(join(dir, "environment")).filter((f) => f !== "Dockerfile.denv")
+      : [];
+  const copies = uploaded.map(
+    (f) => `COPY --chown=${AGENT_UID}:${AGENT_UID} ${JSON.stringify([f, posix.join(workdir, f)])}`,
+  );
+  writeFileSync(
+    join(dir, "environment", "Dockerfile.denv"),
+    `${base.trimEnd()}\n${denvLayer(workdir)}${copies.length ? `${copies.join("\n")}\n` : ""}`,
+  );
 
   const agentUser = toml.agent?.user;
   if (agentUser !== undefined && String(agentUser) !== String(AGENT_UID))
@@ -306,13 +365,11 @@ export async function importHarborTask(t: HarborTask, outDir: string): Promise<I
   const services: Record<string, ComposeService> = {};
   const volumes: Record<string, unknown> = { workdir: {}, logs: {} };
   if (t.environment.compose) {
-    const doc = parseYaml(harborVariables(t.environment.compose, t, unmapped)) as {
-      services?: Record<string, ComposeService>;
-      volumes?: Record<string, unknown>;
-    } | null;
+    const doc = parseYaml(harborVariables(t.environment.compose, t, unmapped)) as typeof composeDoc;
     for (const [svcName, svc] of Object.entries(doc?.services ?? {})) {
       if (svcName === "main") {
         for (const [k, v] of Object.entries(svc)) {
+          if (k === "image" && !dockerfile) continue; // main's image, above
           if (["build", "image", "command", "volumes", "user"].includes(k)) {
             unmapped.push(
               `environment/docker-compose.yaml: services.main.${k}: Harbor supplies main's ${k}, and so does denv`,
@@ -324,10 +381,6 @@ export async function importHarborTask(t: HarborTask, outDir: string): Promise<I
       } else services[svcName] = adoptService(svcName, svc, unmapped);
     }
     Object.assign(volumes, doc?.volumes ?? {});
-    if (!dockerfile && !env.docker_image)
-      throw new UsageError(
-        `${t.name}: main has no Dockerfile and no docker_image; Harbor would not start it either`,
-      );
   }
 
   const verifier = toml.verifier ?? {};

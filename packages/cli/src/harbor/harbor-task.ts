@@ -7,6 +7,7 @@
  */
 import { lstatSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
+import { DenvError } from "@denv/protocol";
 import { parse as parseToml } from "smol-toml";
 import { z } from "zod";
 import { UsageError } from "../output.ts";
@@ -122,11 +123,17 @@ export function readTaskFile(dir: string, rel: string, maxBytes = MAX_TEXT_BYTES
       return null;
     }
     if (st.isSymbolicLink())
-      throw new UsageError(`${at} is a symbolic link: a task's files are read only as regular files`);
+      throw new DenvError(
+        "spec_invalid",
+        `${at} is a symbolic link: a task's files are read only as regular files`,
+      );
     if (i < parts.length - 1 ? !st.isDirectory() : !st.isFile())
-      throw new UsageError(`${at} is not a ${i < parts.length - 1 ? "directory" : "regular file"}`);
+      throw new DenvError(
+        "spec_invalid",
+        `${at} is not a ${i < parts.length - 1 ? "directory" : "regular file"}`,
+      );
     if (i === parts.length - 1 && st.size > maxBytes)
-      throw new UsageError(`${at} is ${st.size} bytes; at most ${maxBytes} are read`);
+      throw new DenvError("spec_invalid", `${at} is ${st.size} bytes; at most ${maxBytes} are read`);
   }
   return readFileSync(at, "utf8");
 }
@@ -170,14 +177,18 @@ export function readHarborTask(dir: string): HarborTask {
   try {
     raw = parseToml(text);
   } catch (err) {
-    throw new UsageError(
+    throw new DenvError(
+      "spec_invalid",
       `${join(dir, "task.toml")} is not valid TOML: ${(err as Error).message.split("\n")[0]}`,
     );
   }
   const parsed = taskTomlSchema.safeParse(raw);
   if (!parsed.success) {
     const i = parsed.error.issues[0];
-    throw new UsageError(`${join(dir, "task.toml")}: ${i?.path.join(".") || "(file)"}: ${i?.message}`);
+    throw new DenvError(
+      "spec_invalid",
+      `${join(dir, "task.toml")}: ${i?.path.join(".") || "(file)"}: ${i?.message}`,
+    );
   }
   const name = dir.split("/").filter(Boolean).at(-1) as string;
   const compose =

@@ -109,11 +109,15 @@ test("a sandbox's page opened through its port URL reads nothing of the console 
   assert.equal(minted.status, 201, JSON.stringify(minted.data));
   const portUrl = minted.data.url as string;
   assert.notEqual(new URL(portUrl).origin, new URL(lab.server.url).origin);
-  // Wait for the page to be served (the server starts in the background).
+  // Wait for the page to be served (the sandbox's server starts as it does): no fixed budget,
+  // for as long as the sandbox runs.
   let first: Response | undefined;
-  for (let i = 0; i < 120 && first?.status !== 200; i++) {
+  for (;;) {
     first = await fetch(`${portUrl}/`).catch(() => undefined);
-    if (first?.status !== 200) await new Promise((r) => setTimeout(r, 250));
+    if (first?.status === 200) break;
+    const env = await lab.api("GET", `/v1/envs/${sb.data.id}`);
+    assert.equal(env.data.status, "running", JSON.stringify(env.data));
+    await new Promise((r) => setTimeout(r, 250));
   }
   assert.equal(first?.status, 200);
   assert.equal(first?.headers.get("cross-origin-opener-policy"), "same-origin");

@@ -6,6 +6,8 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import shlex
+import tempfile
 import subprocess
 import sys
 import threading
@@ -42,6 +44,12 @@ def live() -> dict[str, str]:
             _live = json.loads(line)
             os.environ["DENV_SERVER"] = _live["server"]
             os.environ["DENV_API_KEY"] = _live["api_key"]
+            # The Harbor adapter deploys environment directories through the CLI, keeping them in
+            # the cache: a directory of this run's own.
+            os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="denv-cache-")
+            os.environ.setdefault(
+                "DENV_CLI", shlex.join([os.environ.get("DENV_NODE", "node"), str(ROOT / "packages" / "cli" / "bin" / "denv.js")])
+            )
             atexit.register(_stop)
         return _live
 

@@ -312,12 +312,80 @@ class HarborTrial(unittest.TestCase):
 
         asyncio.run(go())
 
-    def test_dockerfile_only_task_is_refused_clearly(self) -> None:
-        t = self.tmp / "df-task" / "environment"
+    def test_dockerfile_only_task_is_built_on_the_host(self) -> None:
+        """A task with only environment/Dockerfile: the adapter deploys it through the CLI's reading
+        (denv builds the image on its host), once; the oracle scores 1 and a trial without it 0. A
+        separate verifier's tests/ (a Dockerfile that bakes test.sh in) starts the same way."""
+        task = self.tmp / "df" / "hello-df"
+        (task / "environment").mkdir(parents=True)
+        (task / "environment" / "Dockerfile").write_text(
+            f"FROM {OPSBOX}\nRUN echo built > /etc/denv-built\nWORKDIR /home/ubuntu\n"
+        )
+        (task / "solution").mkdir()
+        (task / "solution" / "solve.sh").write_text(SOLVE)
+        (task / "tests").mkdir()
+        (task / "tests" / "test.sh").write_text(TEST)
+        trial = self.tmp / "t-df"
+        before = {p["name"] for p in client().projects()}
+        env = construct(task, trial)
+        self.assertEqual(asyncio.run(run_trial(env, task, trial)), {"reward": 1})
+
+        async def unsolved() -> tuple[dict, str, str]:
+            env2 = construct(task, self.tmp / "t-df2")
+            await env2.start(force_build=False)
+            try:
+                built = (await env2.exec("cat /etc/denv-built")).stdout
+                pwd = (await env2.exec("pwd")).stdout
+                await env2.upload_dir(task / "tests", "/tests")
+                await env2.exec("chmod +x /tests/test.sh", user="root")
+                await env2.exec("(/tests/test.sh) > /logs/verifier/test-stdout.txt 2>&1")
+                await env2.download_dir("/logs/verifier", self.tmp / "t-df2" / "verifier")
+                return json.loads((self.tmp / "t-df2" / "verifier" / "reward.json").read_text()), built, pwd
+            finally:
+                await env2.stop(delete=True)
+
+        reward, built, pwd = asyncio.run(unsolved())
+        self.assertEqual((reward, built, pwd), ({"reward": 0}, "built\n", "/home/ubuntu\n"))
+        # Deployed once: both trials forked the same base of one new project.
+        made = {p["name"] for p in client().projects()} - before
+        self.assertEqual(len(made), 1, made)
+        self.assertRegex(made.pop(), r"^harbor-[0-9a-f]{16}$")
+
+        verifier_dir = self.tmp / "df-verifier"
+        verifier_dir.mkdir()
+        (verifier_dir / "test.sh").write_text(TEST)
+        (verifier_dir / "Dockerfile").write_text(f"FROM {OPSBOX}\nCOPY test.sh /tests/test.sh\n")
+
+        async def separate_verifier() -> str:
+            from denv.harbor import DenvEnvironment
+            from harbor.models.task.config import EnvironmentConfig
+            from harbor.models.trial.paths import TrialPaths
+
+            v = DenvEnvironment(verifier_dir, "hello-df", "hello-df__verifier", TrialPaths(self.tmp / "t-v"),
+                                EnvironmentConfig())
+            await v.start(force_build=False)
+            try:
+                return (await v.exec("mkdir -p /logs/verifier; bash /tests/test.sh; cat /logs/verifier/reward.json",
+                                      user="root")).stdout
+            finally:
+                await v.stop(delete=True)
+
+        self.assertIn('{"reward": 0}', asyncio.run(separate_verifier()))
+
+    def test_a_directory_with_nothing_to_run_is_refused_clearly(self) -> None:
+        t = self.tmp / "empty-task" / "environment"
         t.mkdir(parents=True)
-        (t / "Dockerfile").write_text("FROM debian:bookworm\n")
-        with self.assertRaisesRegex(FileNotFoundError, "does not build them yet"):
-            construct(t.parent, self.tmp / "t-df")
+        (t / "notes.txt").write_text("no Dockerfile here\n")
+        with self.assertRaisesRegex(FileNotFoundError, "nothing to run"):
+            construct(t.parent, self.tmp / "t-empty")
+
+    def test_a_compose_file_with_no_image_for_main_is_refused_as_the_importer_refuses_it(self) -> None:
+        task = self.tmp / "noimg" / "t"
+        (task / "environment").mkdir(parents=True)
+        (task / "environment" / "docker-compose.yaml").write_text("services:\n  main:\n    environment: {A: b}\n")
+        env = construct(task, self.tmp / "t-noimg")
+        with self.assertRaisesRegex(RuntimeError, "services.main has no image"):
+            asyncio.run(env.start(force_build=False))
 
 
 class HarborWithoutFramework(unittest.TestCase):

@@ -1,23 +1,35 @@
 """Harbor's environment contract on denv, without Harbor: what ``denv.harbor`` delegates to.
 
 One trial is one denv environment. Where it comes from, in order: ``fork_from`` (an environment
-or a version: the trial starts from that exact state), the task's ``environment/docker-compose.yaml``
-(deployed once per content, then forked per trial), or ``[environment].docker_image`` (a one-
-container sandbox). denv does not build images yet, so a task with only a Dockerfile is refused.
+or a version: the trial starts from that exact state); an environment directory with a Dockerfile
+or a compose file (a task's ``environment/``, or a separate verifier's ``tests/``), deployed once per
+content and forked per trial; or ``[environment].docker_image`` alone (a one-container sandbox).
+
+The directory is read by the same code as ``denv import harbor`` (the CLI's harbor-task module:
+main's image by Harbor's precedence, Harbor's compose variables, the compose file merged over
+main), through ``denv import harbor-environment``, which also uploads the build context so that
+denv builds the image on the host. The CLI is found as ``DENV_CLI`` (a command line) or ``denv`` on
+PATH.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import posixpath
+import shlex
+import shutil
+import subprocess
 import tarfile
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._bases import ensure_base, verdict
-from ._compose import COMPOSE_NAMES, with_denv_block
+from ._bases import verdict
+from ._compose import COMPOSE_NAMES
 from ._session import SandboxGoneError, Session
 from .client import Client, Environment
 from .errors import DenvError
@@ -51,6 +63,7 @@ class HarborCore:
         server: str | None = None,
         api_key: str | None = None,
         fork_from: str | None = None,
+        config: dict[str, Any] | None = None,
     ) -> None:
         self.environment_dir = environment_dir
         self.session_id = session_id
@@ -58,6 +71,8 @@ class HarborCore:
         self.workdir = workdir
         self.no_network = no_network
         self.fork_from = fork_from
+        #: The task's [environment] fields the directory's reading uses (docker_image, workdir, …).
+        self.config = {k: v for k, v in (config or {}).items() if v is not None}
         self._server, self._api_key = server, api_key
         self._client: Client | None = None
         self.env: Environment | None = None
@@ -69,22 +84,22 @@ class HarborCore:
         return self._client
 
     def validate_definition(self) -> None:
-        if self.fork_from or self.docker_image or compose_file(self.environment_dir):
+        if self.fork_from or self.docker_image or self.builds:
             return
-        if (self.environment_dir / "Dockerfile").is_file():
-            raise FileNotFoundError(
-                f"{self.environment_dir}: denv runs pinned images and does not build them yet; set "
-                "[environment].docker_image (e.g. the image built from this Dockerfile, pushed to a "
-                "registry the denv host can pull) or pass --ek fork_from=<environment or version>"
-            )
         raise FileNotFoundError(
-            f"{self.environment_dir}: no docker-compose.yaml, no [environment].docker_image and no "
-            "fork_from: denv has nothing to run"
+            f"{self.environment_dir}: no Dockerfile, no docker-compose.yaml, no [environment].docker_image "
+            "and no fork_from: denv has nothing to run"
         )
 
     @property
     def uses_compose(self) -> bool:
         return not self.fork_from and compose_file(self.environment_dir) is not None
+
+    @property
+    def builds(self) -> bool:
+        """The directory is deployed as a project (a Dockerfile to build, or a compose file to merge)."""
+        d = self.environment_dir
+        return not self.fork_from and (compose_file(d) is not None or (d / "Dockerfile").is_file())
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -97,11 +112,8 @@ class HarborCore:
                 self.env = c.sandbox(from_version=self.fork_from, name=name)
             else:
                 self.env = c.fork(self.fork_from, name)
-        elif self.uses_compose:
-            path = compose_file(self.environment_dir)
-            assert path is not None
-            compose = with_denv_block(path.read_text(encoding="utf-8"), egress=egress)
-            _project, base = ensure_base(c, "harbor", compose)
+        elif self.builds:
+            base = self._ensure_base(egress)
             self.env = c.fork(base["id"], name)
         else:
             assert self.docker_image
@@ -115,6 +127,32 @@ class HarborCore:
                 name=name,
             )
         return self.env
+
+    def _ensure_base(self, egress: str) -> Environment:
+        """The directory's project, deployed once per content (its files, the config and egress) as
+        ``<project>/base``; every trial forks it."""
+        c = self.client
+        name = f"harbor-{_content_digest(self.environment_dir, self.config, egress)}"
+        with _base_lock:
+            try:
+                env = c.env(f"{name}/base")
+                if env["status"] == "running" and env["current_version_id"]:
+                    return env
+            except DenvError as e:
+                if e.code != "not_found":
+                    raise
+            out = _cache_dir() / name
+            argv = [
+                *_cli(),
+                "import", "harbor-environment", str(self.environment_dir.resolve()), str(out),
+                "--name", name, "--config", json.dumps(self.config), "--egress", egress,
+                "--deploy", "base", "--json",
+            ]  # fmt: skip
+            env_vars = {**os.environ, "DENV_SERVER": c.server, "DENV_API_KEY": c._key}
+            r = subprocess.run(argv, capture_output=True, text=True, env=env_vars, check=False)
+            if r.returncode != 0:
+                raise RuntimeError(f"denv could not deploy {self.environment_dir}: {_cli_failure(r)}")
+            return c.env(f"{name}/base")
 
     def stop(self, delete: bool) -> str | None:
         """Destroys the environment; with delete=False it is kept and its name returned."""
@@ -284,6 +322,64 @@ class HarborCore:
         """denv verify: graded on a fork as a separate principal; the agent cannot touch it."""
         assert self.env is not None
         return verdict(self.client.verify(self.env["id"]))
+
+
+_base_lock = threading.Lock()
+
+
+def _cli() -> list[str]:
+    """The denv CLI's command line: DENV_CLI, else ``denv`` on PATH."""
+    if os.environ.get("DENV_CLI"):
+        return shlex.split(os.environ["DENV_CLI"])
+    found = shutil.which("denv")
+    if not found:
+        raise FileNotFoundError(
+            "this environment has a Dockerfile or a compose file, which denv deploys through its CLI "
+            "(`denv import harbor-environment`): put `denv` on PATH or set DENV_CLI to its command line"
+        )
+    return [found]
+
+
+def _cli_failure(r: subprocess.CompletedProcess[str]) -> str:
+    """Why `denv import harbor-environment --json` failed: its error, or the failed phase."""
+    try:
+        out = json.loads(r.stdout)
+        if isinstance(out.get("error"), dict):
+            return str(out["error"]["message"])
+        d = out["deployment"]
+        failed = next((p for p in d["phases"] if p["status"] == "failed"), None)
+        return f"phase {failed['name']}: {failed['reason']}" if failed else str(d["reason"])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        tail = r.stderr.strip().splitlines()[-1:]
+        return tail[0] if tail else f"the CLI exited {r.returncode}"
+
+
+def _cache_dir() -> Path:
+    """Where deployed environment projects are kept (a local project's source stays on disk)."""
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    d = Path(root) / "denv" / "harbor"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _content_digest(directory: Path, config: dict[str, Any], egress: str) -> str:
+    """A digest of the directory's entries (names, modes, bytes, link targets: links are never
+    followed), the config and egress: the same environment deploys once."""
+    h = hashlib.sha256(json.dumps([config, egress], sort_keys=True).encode())
+    if directory.is_dir() and not directory.is_symlink():
+        for root, dirs, files in os.walk(directory, followlinks=False):
+            dirs.sort()
+            for n in sorted(files + [d for d in dirs if os.path.islink(os.path.join(root, d))]):
+                p = os.path.join(root, n)
+                st = os.lstat(p)
+                h.update(f"\0{os.path.relpath(p, directory)}\0{st.st_mode:o}\0".encode())
+                if os.path.islink(p):
+                    h.update(os.readlink(p).encode())
+                elif os.path.isfile(p):
+                    with open(p, "rb") as f:
+                        while chunk := f.read(1 << 20):
+                            h.update(chunk)
+    return h.hexdigest()[:16]
 
 
 def _as_root(info: tarfile.TarInfo) -> tarfile.TarInfo:

@@ -9,9 +9,10 @@ is selected by import path::
 
 or in a job file: ``environment: {import_path: "denv.harbor:DenvEnvironment", kwargs: {...}}``.
 Keyword arguments: ``server`` and ``api_key`` (else DENV_SERVER / DENV_API_KEY or ``denv login``),
-``fork_from`` (an environment name or version id every trial forks). Without ``fork_from`` the task's
-``environment/docker-compose.yaml`` is deployed once and forked per trial (the agent's service must
-be named ``main`` and have an ``image:``), else ``[environment].docker_image`` runs as a sandbox.
+``fork_from`` (an environment name or version id every trial forks). Without ``fork_from`` an
+environment directory with a Dockerfile or a compose file is deployed once (denv builds the image on
+its host) and forked per trial, read as ``denv import harbor`` reads it; ``[environment].docker_image``
+alone runs as a sandbox. A separate verifier's ``tests/`` is such a directory too.
 
 Beyond Harbor's interface: ``snapshot()`` returns a version id and ``verify()`` grades the trial
 with denv verify (on a fork, as a separate principal).
@@ -34,6 +35,19 @@ except ImportError as e:  # pragma: no cover - exercised by the missing-framewor
 from ._harbor_core import MAIN, HarborCore
 
 
+# The [environment] fields that decide what the directory deploys (the rest are Harbor's own).
+_CONFIG_FIELDS = ("docker_image", "workdir", "cpus", "memory_mb", "env", "healthcheck")
+
+
+def _config_of(task_env_config: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k in _CONFIG_FIELDS:
+        v = getattr(task_env_config, k, None)
+        dump = getattr(v, "model_dump", None)
+        out[k] = dump(mode="json") if callable(dump) else v
+    return {k: v for k, v in out.items() if v not in (None, {}, [])}
+
+
 class DenvEnvironment(BaseEnvironment):
     def __init__(self, environment_dir, environment_name, session_id, trial_paths, task_env_config,  # noqa: ANN001
                  *args: Any, server: str | None = None, api_key: str | None = None,
@@ -52,6 +66,7 @@ class DenvEnvironment(BaseEnvironment):
             server=server,
             api_key=api_key,
             fork_from=fork_from,
+            config=_config_of(task_env_config),
         )
         super().__init__(environment_dir, environment_name, session_id, trial_paths, task_env_config,
                          *args, **kwargs)

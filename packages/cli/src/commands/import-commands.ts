@@ -10,8 +10,14 @@ import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import type { DenvClient } from "@denv/sdk";
 import type { Command } from "commander";
-import { type ImportedTask, importHarborTask } from "../harbor/harbor-import.ts";
-import { findTasks, readHarborTask } from "../harbor/harbor-task.ts";
+import { type ImportedTask, importHarborEnvironment, importHarborTask } from "../harbor/harbor-import.ts";
+import {
+  environmentSection,
+  findTasks,
+  readEnvironmentDir,
+  readHarborTask,
+  refused,
+} from "../harbor/harbor-task.ts";
 import { importKarotteTask, type KarotteImport } from "../harbor/karotte-import.ts";
 import { runOracle } from "../harbor/oracle.ts";
 import { printJson, UsageError } from "../output.ts";
@@ -90,14 +96,14 @@ export async function checkImported(c: DenvClient, t: ImportedTask, json: boolea
   return out;
 }
 
-/** Creates (or reuses) a local project for a directory, uploads it, deploys it to alpha. */
-async function deployDir(c: DenvClient, name: string, dir: string) {
+/** Creates (or reuses) a local project for a directory, uploads it, deploys it to an environment. */
+async function deployDir(c: DenvClient, name: string, dir: string, env = "alpha") {
   const existing = await c.call("getV1ProjectsById", { params: { id: name } }).catch(() => null);
   if (existing && (existing.source_type !== "local" || existing.source !== dir))
     throw new UsageError(`a project named ${name} already exists with another source (${existing.source})`);
   if (!existing) await c.call("postV1Projects", { body: { name, kind: "rl-environment", source: dir } });
   await uploadSource(c, name, dir);
-  const d = await c.call("postV1ProjectsByIdDeploy", { params: { id: name }, body: { env: "alpha" } });
+  const d = await c.call("postV1ProjectsByIdDeploy", { params: { id: name }, body: { env } });
   return follow(c, d.id, true);
 }
 
@@ -211,6 +217,74 @@ transcript's score).`,
         }
         if (json) printJson({ projects: results });
         return results.some((r) => r.check && r.check.deploy !== "succeeded") ? 1 : 0;
+      },
+    ),
+  );
+  const harborEnv = imp
+    .command("harbor-environment")
+    .description(
+      "One Harbor environment directory (a task's environment/, or a separate verifier's tests/) → a denv project that runs it as Harbor's docker environment does; what the Harbor adapter deploys",
+    )
+    .argument("<dir>", "the environment directory")
+    .argument("<out>", "where the project is written")
+    .requiredOption("--name <project>", "the project's name")
+    .option(
+      "--config <json>",
+      "the task's [environment] table as JSON (docker_image, workdir, cpus, memory_mb, env, …)",
+      "{}",
+    )
+    .option("--egress <egress>", "allow or deny", "allow")
+    .option("--deploy <env>", "then create or refresh the project and deploy it to this environment")
+    .option("--json", "print JSON")
+    .addHelpText(
+      "after",
+      `
+Example:
+  denv import harbor-environment tasks/hello/environment ~/.cache/denv/harbor/hello --name harbor-hello \\
+      --config '{"workdir": "/app"}' --deploy base --json
+
+main's image follows Harbor's precedence (environment/Dockerfile is built, else the compose file's
+main image, else docker_image); main runs \`sleep infinity\` as the image's user.`,
+    );
+  harborEnv.action(
+    run(
+      harborEnv,
+      async (
+        client,
+        json,
+        dirArg: string,
+        outArg: string,
+        o: { name: string; config: string; egress: string; deploy?: string },
+      ) => {
+        if (o.egress !== "allow" && o.egress !== "deny") throw new UsageError("--egress is allow or deny");
+        let raw: unknown;
+        try {
+          raw = JSON.parse(o.config);
+        } catch {
+          throw new UsageError("--config is not JSON");
+        }
+        const cfg = environmentSection.safeParse(raw);
+        if (!cfg.success) {
+          const i = cfg.error.issues[0];
+          throw refused(`--config: ${i?.path.join(".") || "(value)"}: ${i?.message}`);
+        }
+        const p = await importHarborEnvironment(readEnvironmentDir(resolve(dirArg)), cfg.data, {
+          name: o.name,
+          out: resolve(outArg),
+          egress: o.egress,
+        });
+        if (!json) {
+          process.stdout.write(`wrote ${p.dir} (project ${p.name})\n`);
+          for (const u of p.unmapped) process.stdout.write(`  not mapped: ${u}\n`);
+        }
+        if (!o.deploy) {
+          if (json) printJson(p);
+          return 0;
+        }
+        const d = await deployDir(client(), p.name, p.dir, o.deploy);
+        if (json) printJson({ ...p, deployment: d });
+        else process.stdout.write(`deploy ${d.status}${d.reason ? `: ${d.reason}` : ""}\n`);
+        return d.status === "succeeded" ? 0 : 1;
       },
     ),
   );

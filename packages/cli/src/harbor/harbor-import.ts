@@ -22,8 +22,17 @@ import { join, posix } from "node:path";
 import { DenvError } from "@denv/protocol";
 import { isValidName } from "@denv/spec";
 import tar from "tar-stream";
-import { parse as parseYaml, stringify as stringifyYaml } from "yaml";
-import { type HarborTask, readTaskFile } from "./harbor-task.ts";
+import { stringify as stringifyYaml } from "yaml";
+import {
+  type ComposeService,
+  type EnvironmentConfig,
+  environmentCompose,
+  type HarborEnvironmentDir,
+  type HarborTask,
+  mainImage,
+  readTaskFile,
+  refused,
+} from "./harbor-task.ts";
 
 /** The agent's uid in imported tasks: denv never lets the agent be root. */
 export const AGENT_UID = 1000;
@@ -142,42 +151,6 @@ function denvLayer(workdir: string): string {
   ].join("\n");
 }
 
-/** WORKDIR as the Dockerfile's last one says (Harbor's exec falls back to it). */
-function dockerfileWorkdir(dockerfile: string): string | null {
-  let w: string | null = null;
-  for (const line of dockerfile.split("\n")) {
-    const m = /^\s*WORKDIR\s+(\S+)/i.exec(line);
-    if (m?.[1]) w = m[1].startsWith("/") ? m[1] : posix.join(w ?? "/", m[1]);
-  }
-  return w;
-}
-
-/**
- * Harbor's variables in a task's compose file, as Harbor's docker environment sets them, for a
- * compose file that lives at the project's root with the task's files under environment/.
- */
-function harborVariables(text: string, t: HarborTask, unmapped: string[]): string {
-  const vars: Record<string, string> = {
-    CONTEXT_DIR: "./environment",
-    MAIN_IMAGE_NAME: `hb__${t.name}`,
-    PREBUILT_IMAGE_NAME: t.toml.environment?.docker_image ?? `hb__${t.name}`,
-    CPUS: String(t.toml.environment?.cpus ?? 1),
-    MEMORY: `${t.toml.environment?.memory_mb ?? 2048}M`,
-  };
-  return text.replace(/\$\{([A-Z_][A-Z0-9_]*)(:?-[^}]*)?\}/g, (whole, name: string) => {
-    if (name in vars) return vars[name] as string;
-    if (/^(HOST|ENV)_(VERIFIER|AGENT|ARTIFACTS)_LOGS_PATH$/.test(name)) {
-      unmapped.push(
-        `environment/docker-compose.yaml: \${${name}} (Harbor's log bind mounts): denv keeps /logs in a volume`,
-      );
-      return "/logs";
-    }
-    return whole;
-  });
-}
-
-type ComposeService = Record<string, unknown>;
-
 /** Rewrites a task compose service's build context to the project's root; drops bind mounts, listed. */
 function adoptService(name: string, svc: ComposeService, unmapped: string[]): ComposeService {
   const out = { ...svc };
@@ -222,118 +195,78 @@ export async function importHarborTask(t: HarborTask, outDir: string): Promise<I
   }
 }
 
-/** A task whose content denv cannot map: exit 1 (refused input), with the field. */
-function refused(message: string): DenvError {
-  return new DenvError("spec_invalid", message);
+/** Copies a directory of the task into the project, links as links (never followed). */
+function copyInto(from: string, to: string): void {
+  try {
+    lstatSync(from);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return;
+    throw err;
+  }
+  cpSync(from, to, { recursive: true, verbatimSymlinks: true, dereference: false });
 }
 
-async function writeHarborProject(t: HarborTask, name: string, dir: string): Promise<ImportedTask> {
-  const unmapped: string[] = [];
-  const toml = t.toml;
-  const env = toml.environment ?? {};
-  if (toml.steps?.length) throw refused(`${t.name}: [[steps]]: multi-step tasks are not imported yet`);
-  if (env.os === "windows")
-    throw refused(`${t.name}: [environment].os windows: Windows tasks cannot run on denv's Linux hosts`);
-  if (!t.hasTests) throw refused(`${t.name}: tests/test.sh is missing; Harbor's verifier needs it`);
-  if (!t.environment.dockerfile && !t.environment.compose && !env.docker_image)
-    throw refused(
-      `${t.name}: environment/ has no Dockerfile or docker-compose.yaml and [environment] no docker_image`,
+/**
+ * How main and its neighbours run, from one environment directory, as Harbor's docker environment
+ * composes them: main's image by Harbor's precedence (harbor-task.ts), `sleep infinity`, the
+ * workdir in a volume (it survives snapshot and fork), resource limits, env and healthcheck from
+ * the config, and the directory's compose file on top (sidecars as they are, main's overrides
+ * merged). `agentUid` set (the importer): the agent's user is made and main runs as it; null (the
+ * Harbor adapter): the image's own users, as Harbor runs them. The files are already copied to
+ * `projectDir/environment`.
+ */
+function environmentServices(
+  env: HarborEnvironmentDir,
+  name: string,
+  cfg: EnvironmentConfig,
+  projectDir: string,
+  agentUid: number | null,
+  unmapped: string[],
+): { services: Record<string, ComposeService>; volumes: Record<string, unknown>; workdir: string } {
+  const doc = environmentCompose(env, name, cfg, unmapped);
+  const img = mainImage(env, name, cfg, doc);
+  unmapped.push(...img.notes);
+  const workdir = img.workdir ?? DEFAULT_WORKDIR;
+  const main: ComposeService = { command: ["sh", "-c", "sleep infinity"] };
+  if (agentUid !== null) {
+    // With docker_image alone, Harbor uploads environment/'s files into the workdir after start:
+    // here they go into the image's workdir, which seeds the workdir volume the same way.
+    const uploaded =
+      img.from === "docker_image" && env.compose === null
+        ? readdirSync(join(projectDir, "environment")).filter((f) => f !== "Dockerfile.denv")
+        : [];
+    const copies = uploaded.map(
+      (f) => `COPY --chown=${agentUid}:${agentUid} ${JSON.stringify([f, posix.join(workdir, f)])}`,
     );
-  // main's image, by Harbor's precedence: the Dockerfile is built; else the task's compose file's
-  // main image (it overrides the prebuilt one when the files are merged); else docker_image.
-  const composeDoc = t.environment.compose
-    ? (parseYaml(harborVariables(t.environment.compose, t, [])) as {
-        services?: Record<string, ComposeService>;
-        volumes?: Record<string, unknown>;
-      } | null)
-    : null;
-  const composeMainImage = composeDoc?.services?.main?.image;
-  if (composeMainImage !== undefined && typeof composeMainImage !== "string")
-    throw refused(`${t.name}: environment/docker-compose.yaml: services.main.image is not a string`);
-  const mainImage = t.environment.dockerfile ? null : (composeMainImage ?? env.docker_image ?? null);
-  if (!t.environment.dockerfile && !mainImage)
-    throw refused(
-      `${t.name}: environment/docker-compose.yaml: services.main has no image, and there is no environment/Dockerfile and no [environment].docker_image; Harbor would not start it either`,
+    const base = img.dockerfile ?? `FROM ${img.image}\n`;
+    writeFileSync(
+      join(projectDir, "environment", "Dockerfile.denv"),
+      `${base.trimEnd()}\n${denvLayer(workdir)}${copies.length ? `${copies.join("\n")}\n` : ""}`,
     );
-
-  mkdirSync(dir, { recursive: true });
-  for (const sub of ["environment", "tests", "solution"]) {
-    // Links are copied as links (never followed into the importing machine's files).
-    try {
-      lstatSync(join(t.dir, sub));
-      cpSync(join(t.dir, sub), join(dir, sub), {
-        recursive: true,
-        verbatimSymlinks: true,
-        dereference: false,
-      });
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
-    }
-  }
-  if (t.instruction !== null) writeFileSync(join(dir, "instruction.md"), t.instruction);
-  writeFileSync(join(dir, "task.toml"), readTaskFile(t.dir, "task.toml") as string);
-
-  // main: the task's Dockerfile (or docker_image) with denv's layer for the agent's user.
-  const dockerfile = t.environment.dockerfile
-    ? (readTaskFile(t.dir, "environment/Dockerfile") as string)
-    : null;
-  const base = dockerfile ?? `FROM ${mainImage}\n`;
-  if (dockerfile && env.docker_image)
-    unmapped.push(
-      `[environment].docker_image ${env.docker_image}: the Dockerfile is built instead (Harbor's --force-build)`,
-    );
-  if (!dockerfile && composeMainImage && env.docker_image && composeMainImage !== env.docker_image)
-    unmapped.push(
-      `[environment].docker_image ${env.docker_image}: environment/docker-compose.yaml's services.main.image ${composeMainImage} is used (it overrides the prebuilt image in Harbor's merged compose files)`,
-    );
-  const workdir = env.workdir ?? (dockerfile ? dockerfileWorkdir(dockerfile) : null) ?? DEFAULT_WORKDIR;
-  mkdirSync(join(dir, "environment"), { recursive: true });
-  // With docker_image alone, Harbor uploads environment/'s files into the workdir after start:
-  // here they go into the image's workdir, which seeds the workdir volume the same way.
-  const uploaded =
-    !dockerfile && !t.environment.compose
-      ? readdirSync(join(dir, "environment")).filter((f) => f !== "Dockerfile.denv")
-      : [];
-  const copies = uploaded.map(
-    (f) => `COPY --chown=${AGENT_UID}:${AGENT_UID} ${JSON.stringify([f, posix.join(workdir, f)])}`,
-  );
-  writeFileSync(
-    join(dir, "environment", "Dockerfile.denv"),
-    `${base.trimEnd()}\n${denvLayer(workdir)}${copies.length ? `${copies.join("\n")}\n` : ""}`,
-  );
-
-  const agentUser = toml.agent?.user;
-  if (agentUser !== undefined && String(agentUser) !== String(AGENT_UID))
-    unmapped.push(
-      `[agent].user ${agentUser}: the agent runs as uid ${AGENT_UID} (denv never runs an agent as root)`,
-    );
-  if (agentUser === undefined)
-    unmapped.push(
-      `[agent].user unset (root in Harbor): the agent runs as uid ${AGENT_UID}; a solution needing root fails`,
-    );
-
-  const main: ComposeService = {
-    build: { context: "./environment", dockerfile: "Dockerfile.denv" },
-    user: `${AGENT_UID}:${AGENT_UID}`,
-    command: ["sh", "-c", "sleep infinity"],
-    working_dir: workdir,
-    volumes: [`workdir:${workdir}`, "logs:/logs"],
-  };
-  if (env.cpus !== undefined) main.cpus = env.cpus;
-  const memoryMb = env.memory_mb ?? (env.memory ? parseLegacySizeMb(env.memory) : undefined);
+    main.build = { context: "./environment", dockerfile: "Dockerfile.denv" };
+    main.user = `${agentUid}:${agentUid}`;
+  } else if (img.dockerfile !== null) main.build = { context: "./environment", dockerfile: "Dockerfile" };
+  else main.image = img.image;
+  if (agentUid !== null || img.workdir !== null) main.working_dir = workdir;
+  main.volumes = [
+    ...(agentUid !== null || img.workdir !== null ? [`workdir:${workdir}`] : []),
+    ...(agentUid !== null ? ["logs:/logs"] : []),
+  ];
+  if (cfg.cpus !== undefined) main.cpus = cfg.cpus;
+  const memoryMb = cfg.memory_mb ?? (cfg.memory ? parseLegacySizeMb(cfg.memory) : undefined);
   if (memoryMb !== undefined) main.mem_limit = `${memoryMb}m`;
-  if (env.memory !== undefined)
-    unmapped.push(`[environment].memory ${env.memory}: read as memory_mb (legacy spelling)`);
-  if (env.env && Object.keys(env.env).length) {
-    main.environment = env.env;
-    for (const [k, v] of Object.entries(env.env))
+  if (cfg.memory !== undefined)
+    unmapped.push(`[environment].memory ${cfg.memory}: read as memory_mb (legacy spelling)`);
+  if (cfg.env && Object.keys(cfg.env).length) {
+    main.environment = cfg.env;
+    for (const [k, v] of Object.entries(cfg.env))
       if (/\$\{/.test(v))
         unmapped.push(
           `[environment].env.${k} = ${v}: a host variable, resolved from the project's .env at deploy`,
         );
   }
-  if (env.healthcheck) {
-    const h = env.healthcheck;
+  if (cfg.healthcheck) {
+    const h = cfg.healthcheck;
     main.healthcheck = {
       test: ["CMD-SHELL", h.command],
       interval: `${h.interval_sec ?? 5}s`,
@@ -353,35 +286,118 @@ async function writeHarborProject(t: HarborTask, name: string, dir: string): Pro
     ["build_timeout_sec", "builds are bounded by the host (30 minutes)"],
     ["allowed_hosts", "egress is allow or deny in denv, no allowlist"],
   ] as const) {
-    const v = (env as Record<string, unknown>)[field];
+    const v = (cfg as Record<string, unknown>)[field];
     if (v !== undefined && !(field === "gpus" && v === 0))
       unmapped.push(`[environment].${field} = ${JSON.stringify(v)}: ${why}`);
   }
+
+  // The directory's compose file: sidecars as they are, and overrides of main merged in.
+  const services: Record<string, ComposeService> = {};
+  const volumes: Record<string, unknown> = {
+    ...((main.volumes as string[]).length ? { workdir: {} } : {}),
+    ...(agentUid !== null ? { logs: {} } : {}),
+  };
+  for (const [svcName, svc] of Object.entries(doc?.services ?? {})) {
+    if (svcName !== "main") {
+      services[svcName] = adoptService(svcName, svc, unmapped);
+      continue;
+    }
+    for (const [k, v] of Object.entries(svc)) {
+      if (k === "image" && img.from !== "dockerfile") continue; // main's image, above
+      const supplied =
+        agentUid !== null ? ["build", "image", "command", "volumes", "user"] : ["build", "image"];
+      if (supplied.includes(k)) {
+        unmapped.push(
+          `environment/docker-compose.yaml: services.main.${k}: Harbor supplies main's ${k}, and so does denv`,
+        );
+        continue;
+      }
+      if (k === "volumes" && Array.isArray(v)) {
+        const adopted = adoptService("main", { volumes: v }, unmapped).volumes as unknown[];
+        main.volumes = [...(main.volumes as unknown[]), ...adopted];
+        continue;
+      }
+      main[k] = v;
+    }
+  }
+  Object.assign(volumes, doc?.volumes ?? {});
+  return { services: { main, ...services }, volumes, workdir };
+}
+
+export interface EnvironmentProject {
+  name: string;
+  dir: string;
+  unmapped: string[];
+}
+
+/**
+ * One environment directory (a task's environment/, or a separate verifier's tests/) → a denv
+ * project that runs it as Harbor's docker environment does, for the Harbor adapter: the same
+ * reading as the importer's, with the image's own users (Harbor's agent and verifier users are the
+ * adapter's to apply) and no verifier (Harbor runs its own). Written beside, then moved into place.
+ */
+export async function importHarborEnvironment(
+  envDir: HarborEnvironmentDir,
+  cfg: EnvironmentConfig,
+  opts: { name: string; out: string; egress: "allow" | "deny" },
+): Promise<EnvironmentProject> {
+  if (!isValidName(opts.name)) throw refused(`${opts.name} is not a valid project name`);
+  const staging = `${opts.out}.importing-${randomBytes(4).toString("hex")}`;
+  try {
+    const unmapped: string[] = [];
+    mkdirSync(staging, { recursive: true });
+    copyInto(envDir.dir, join(staging, "environment"));
+    const { services, volumes } = environmentServices(envDir, opts.name, cfg, staging, null, unmapped);
+    const compose = { name: opts.name, "x-denv": { kind: "agent", egress: opts.egress }, services, volumes };
+    writeFileSync(
+      join(staging, "docker-compose.yaml"),
+      `# Harbor's environment ${envDir.dir}, as the denv Harbor adapter runs it.\n${stringifyYaml(compose, { lineWidth: 0, version: "1.1", aliasDuplicateObjects: false })}`,
+    );
+    rmSync(opts.out, { recursive: true, force: true });
+    renameSync(staging, opts.out);
+    return { name: opts.name, dir: opts.out, unmapped };
+  } finally {
+    rmSync(staging, { recursive: true, force: true });
+  }
+}
+
+async function writeHarborProject(t: HarborTask, name: string, dir: string): Promise<ImportedTask> {
+  const unmapped: string[] = [];
+  const toml = t.toml;
+  const env = toml.environment ?? {};
+  if (toml.steps?.length) throw refused(`${t.name}: [[steps]]: multi-step tasks are not imported yet`);
+  if (env.os === "windows")
+    throw refused(`${t.name}: [environment].os windows: Windows tasks cannot run on denv's Linux hosts`);
+  if (!t.hasTests) throw refused(`${t.name}: tests/test.sh is missing; Harbor's verifier needs it`);
+  // main's image is decided (or the task refused) before anything is written.
+  mainImage(t.environment, t.name, env, environmentCompose(t.environment, t.name, env, []));
+
+  mkdirSync(dir, { recursive: true });
+  for (const sub of ["environment", "tests", "solution"]) copyInto(join(t.dir, sub), join(dir, sub));
+  mkdirSync(join(dir, "environment"), { recursive: true });
+  if (t.instruction !== null) writeFileSync(join(dir, "instruction.md"), t.instruction);
+  writeFileSync(join(dir, "task.toml"), readTaskFile(t.dir, "task.toml") as string);
+
+  const agentUser = toml.agent?.user;
+  if (agentUser !== undefined && String(agentUser) !== String(AGENT_UID))
+    unmapped.push(
+      `[agent].user ${agentUser}: the agent runs as uid ${AGENT_UID} (denv never runs an agent as root)`,
+    );
+  if (agentUser === undefined)
+    unmapped.push(
+      `[agent].user unset (root in Harbor): the agent runs as uid ${AGENT_UID}; a solution needing root fails`,
+    );
+  const { services, volumes, workdir } = environmentServices(
+    t.environment,
+    t.name,
+    env,
+    dir,
+    AGENT_UID,
+    unmapped,
+  );
   const mode = env.network_mode ?? (env.allow_internet === false ? "no-network" : "public");
   if (mode === "allowlist")
     unmapped.push("[environment].network_mode allowlist: egress is denied (denv has no allowlist)");
-
-  // The task's compose file: sidecars as they are, and overrides of main merged in.
-  const services: Record<string, ComposeService> = {};
-  const volumes: Record<string, unknown> = { workdir: {}, logs: {} };
-  if (t.environment.compose) {
-    const doc = parseYaml(harborVariables(t.environment.compose, t, unmapped)) as typeof composeDoc;
-    for (const [svcName, svc] of Object.entries(doc?.services ?? {})) {
-      if (svcName === "main") {
-        for (const [k, v] of Object.entries(svc)) {
-          if (k === "image" && !dockerfile) continue; // main's image, above
-          if (["build", "image", "command", "volumes", "user"].includes(k)) {
-            unmapped.push(
-              `environment/docker-compose.yaml: services.main.${k}: Harbor supplies main's ${k}, and so does denv`,
-            );
-            continue;
-          }
-          main[k] = v;
-        }
-      } else services[svcName] = adoptService(svcName, svc, unmapped);
-    }
-    Object.assign(volumes, doc?.volumes ?? {});
-  }
 
   const verifier = toml.verifier ?? {};
   if (verifier.user !== undefined)
@@ -429,7 +445,7 @@ async function writeHarborProject(t: HarborTask, name: string, dir: string): Pro
         timeout: `${Math.ceil(timeoutSec)}s`,
       },
     },
-    services: { main, ...services },
+    services,
     volumes,
   };
   const header = `# Imported from the Harbor task ${t.name} by \`denv import harbor\`.\n# What did not map is listed in denv-import.json.\n`;

@@ -74,7 +74,13 @@ test("export --harbor: a task directory in Harbor's layout, every image by diges
   const compose = parseYaml(readFileSync(join(dir, "environment/docker-compose.yaml"), "utf8"));
   assert.match(compose.services.db.image, /@sha256:[0-9a-f]{64}$/);
   assert.match(compose.services.queue.image, /@sha256:[0-9a-f]{64}$/);
-  assert.equal(compose.services.main.image, undefined, "main's image is Harbor's to supply");
+  // main names its image (the same as docker_image): environments other than Harbor's docker one
+  // read main's image from the compose file.
+  assert.equal(compose.services.main.image, task.environment.docker_image);
+  assert.equal(
+    readFileSync(join(dir, "solution/solve.sh"), "utf8"),
+    readFileSync(join(opsWorld, "solution/solve.sh"), "utf8"),
+  );
   assert.equal(compose.networks.default.internal, true);
   assert.match(
     readFileSync(join(dir, "tests/Dockerfile"), "utf8"),
@@ -84,8 +90,10 @@ test("export --harbor: a task directory in Harbor's layout, every image by diges
   assert.ok(written.notExported.some((n) => n.startsWith("volume contents")));
 });
 
-test("the exported task runs under a Harbor-format runner without denv: 1 with the answer, 0 without", async () => {
+test("the exported task runs under a Harbor-format runner without denv: 1 with its oracle and with the answer, 0 without", async () => {
   const dir = join(out, "ops-world");
+  const oracle = await runHarborTrial(dir, "oracle");
+  assert.equal(oracle.rewards.reward, 1, `${oracle.agentOutputs.join("\n")}\n${oracle.testStdout}`);
   const solved = await runHarborTrial(dir, [
     `${ANSWER_SQL} > /home/ubuntu/answer.txt && cat /home/ubuntu/answer.txt`,
   ]);

@@ -92,8 +92,12 @@ class ComposeEnv {
   }
 }
 
-/** Runs one trial of a task: `agent` is a list of shell commands, run in order as the agent's user. */
-export async function runHarborTrial(taskDir: string, agent: string[]): Promise<TrialResult> {
+/**
+ * Runs one trial of a task: `agent` is a list of shell commands, run in order as the agent's user,
+ * or "oracle": Harbor's oracle agent (solution/ copied to /solution, `bash /solution/solve.sh` as
+ * the agent's user).
+ */
+export async function runHarborTrial(taskDir: string, agent: string[] | "oracle"): Promise<TrialResult> {
   const task = parseToml(readFileSync(join(taskDir, "task.toml"), "utf8")) as TaskToml;
   const env = task.environment ?? {};
   const trialName = `trial${Math.random().toString(16).slice(2, 10)}`;
@@ -151,7 +155,14 @@ export async function runHarborTrial(taskDir: string, agent: string[]): Promise<
   const agentOutputs: string[] = [];
   try {
     await agentEnv.up();
-    for (const command of agent) {
+    if (agent === "oracle") {
+      if (!existsSync(join(taskDir, "solution", "solve.sh")))
+        throw new Error(`${taskDir} has no solution/solve.sh`);
+      await agentEnv.exec("rm -rf /solution && mkdir -p /solution", "root");
+      await sh("docker", ["cp", `${join(taskDir, "solution")}/.`, `${await agentEnv.container()}:/solution`]);
+      await agentEnv.exec("chmod -R a+rX /solution", "root");
+    }
+    for (const command of agent === "oracle" ? ["bash /solution/solve.sh"] : agent) {
       const r = await agentEnv.exec(command, task.agent?.user);
       agentOutputs.push(r.out);
     }

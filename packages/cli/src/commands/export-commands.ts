@@ -2,14 +2,46 @@
  * `denv export --harbor|--openenv PROJECT@VERSION OUT`: a version written in another format, from
  * its resolved spec (GET /v1/versions/{ref}/spec): every image by its pinned digest.
  */
-import { existsSync, readFileSync } from "node:fs";
+import { lstatSync, readdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { ResolvedSpec } from "@denv/protocol";
+import { DenvError } from "@denv/protocol";
 import type { Command } from "commander";
 import { exportHarbor } from "../harbor/harbor-export.ts";
 import { exportOpenEnv } from "../harbor/openenv-export.ts";
 import { printJson, UsageError } from "../output.ts";
+import { readProjectFile } from "../project-files.ts";
 import { run } from "./command-runner.ts";
+
+/** At most this many files are carried from a project's solution/. */
+const MAX_SOLUTION_FILES = 200;
+
+/**
+ * A local project's oracle, solution/ with its solve.sh, as relative path → text: regular files and
+ * directories only (a link is refused, naming it), bounded in count and size. Null when it has none.
+ */
+function readSolution(projectDir: string): Record<string, string> | null {
+  if (readProjectFile(projectDir, "solution/solve.sh") === undefined) return null;
+  const out: Record<string, string> = {};
+  const walk = (rel: string) => {
+    for (const name of readdirSync(join(projectDir, rel)).sort()) {
+      const r = `${rel}/${name}`;
+      const st = lstatSync(join(projectDir, r));
+      if (st.isDirectory()) walk(r);
+      else {
+        // readProjectFile refuses links and anything that is not a regular file, saying which.
+        out[r.slice("solution/".length)] = readProjectFile(projectDir, r) as string;
+        if (Object.keys(out).length > MAX_SOLUTION_FILES)
+          throw new DenvError(
+            "spec_invalid",
+            `${join(projectDir, "solution")} holds over ${MAX_SOLUTION_FILES} files`,
+          );
+      }
+    }
+  };
+  walk("solution");
+  return out;
+}
 
 export function registerExportCommands(program: Command): void {
   const exp = program
@@ -43,13 +75,18 @@ What a format cannot carry is listed in the written denv-export.json and printed
         const r = await c.call("getV1VersionsByIdSpec", { params: { id: ref } });
         const spec = r.spec as unknown as ResolvedSpec;
         const project = await c.call("getV1ProjectsById", { params: { id: r.project } });
-        const instructionPath =
-          project.source_type === "local" ? join(project.source, "instruction.md") : null;
-        const instruction =
-          instructionPath && existsSync(instructionPath) ? readFileSync(instructionPath, "utf8") : null;
+        // The project's own files, read as regular files only (never through a link).
+        const local = project.source_type === "local" ? project.source : null;
+        const instruction = local ? (readProjectFile(local, "instruction.md") ?? null) : null;
         const out = resolve(outArg);
         const written = o.harbor
-          ? exportHarbor(spec, { project: r.project, versionId: r.version_id, instruction, out })
+          ? exportHarbor(spec, {
+              project: r.project,
+              versionId: r.version_id,
+              instruction,
+              out,
+              solution: local ? readSolution(local) : null,
+            })
           : exportOpenEnv(spec, { project: r.project, versionId: r.version_id, instruction, out });
         if (json) printJson({ ...written, version_id: r.version_id, project: r.project });
         else {

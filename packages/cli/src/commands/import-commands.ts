@@ -97,11 +97,12 @@ export async function checkImported(c: DenvClient, t: ImportedTask, json: boolea
 }
 
 /** Creates (or reuses) a local project for a directory, uploads it, deploys it to an environment. */
-async function deployDir(c: DenvClient, name: string, dir: string, env = "alpha") {
+async function deployDir(c: DenvClient, name: string, dir: string, env = "alpha", kind = "rl-environment") {
   const existing = await c.call("getV1ProjectsById", { params: { id: name } }).catch(() => null);
   if (existing && (existing.source_type !== "local" || existing.source !== dir))
     throw new UsageError(`a project named ${name} already exists with another source (${existing.source})`);
-  if (!existing) await c.call("postV1Projects", { body: { name, kind: "rl-environment", source: dir } });
+  if (!existing)
+    await c.call("postV1Projects", { body: { name, kind: kind as "rl-environment", source: dir } });
   await uploadSource(c, name, dir);
   const d = await c.call("postV1ProjectsByIdDeploy", { params: { id: name }, body: { env } });
   return follow(c, d.id, true);
@@ -281,7 +282,7 @@ main image, else docker_image); main runs \`sleep infinity\` as the image's user
           if (json) printJson(p);
           return 0;
         }
-        const d = await deployDir(client(), p.name, p.dir, o.deploy);
+        const d = await deployDir(client(), p.name, p.dir, o.deploy, p.kind);
         if (json) printJson({ ...p, deployment: d });
         else process.stdout.write(`deploy ${d.status}${d.reason ? `: ${d.reason}` : ""}\n`);
         return d.status === "succeeded" ? 0 : 1;

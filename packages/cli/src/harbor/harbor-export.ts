@@ -10,7 +10,7 @@
  * is listed in denv-export.json.
  */
 import { mkdirSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import type { ResolvedSpec } from "@denv/protocol";
 import { stringify as stringifyToml } from "smol-toml";
 import { stringify as stringifyYaml } from "yaml";
@@ -95,7 +95,14 @@ fi
 
 export function exportHarbor(
   spec: ResolvedSpec,
-  args: { project: string; versionId: string; instruction: string | null; out: string },
+  args: {
+    project: string;
+    versionId: string;
+    instruction: string | null;
+    out: string;
+    /** The project's oracle (solution/: relative path → text), written as the task's solution/. */
+    solution?: Record<string, string> | null;
+  },
 ): HarborExport {
   const notes: string[] = [];
   const agentName = spec.agent?.service;
@@ -112,8 +119,10 @@ export function exportHarbor(
   const others = Object.keys(spec.services).filter((n) => n !== agentName);
   const compose: Record<string, unknown> = { services: {} };
   const services = compose.services as Record<string, Record<string, unknown>>;
-  // main: Harbor supplies its image (docker_image), its command and its limits; denv adds the rest.
-  const main: Record<string, unknown> = {};
+  // main: Harbor supplies its command and its limits; denv adds the rest. Its image is named here
+  // too (the same as docker_image): Harbor's merged files agree, and a compose file whose main has
+  // no image is one an environment other than Harbor's docker one cannot start.
+  const main: Record<string, unknown> = { image: imageOf(agentName, agent, []) };
   if (Object.keys(agent.environment).length) main.environment = agent.environment;
   if (agent.user) main.user = agent.user;
   if (agent.working_dir) main.working_dir = agent.working_dir;
@@ -220,6 +229,12 @@ export function exportHarbor(
       `the verifier runs in service ${v.service}, not the agent's: Harbor runs tests only in main or in a separate image`,
     );
   }
+  if (args.solution && Object.keys(args.solution).length) {
+    for (const [rel, text] of Object.entries(args.solution)) {
+      mkdirSync(dirname(join(dir, "solution", rel)), { recursive: true });
+      writeFileSync(join(dir, "solution", rel), text, { mode: rel.endsWith(".sh") ? 0o755 : 0o644 });
+    }
+  } else notes.push("solution/: the project has no solution/solve.sh (an oracle); none was written");
   writeFileSync(join(dir, "task.toml"), `# ${header}\n${stringifyToml(toml)}\n`);
   writeFileSync(
     join(dir, "instruction.md"),

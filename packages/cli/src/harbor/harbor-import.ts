@@ -222,7 +222,13 @@ function environmentServices(
   projectDir: string,
   agentUid: number | null,
   unmapped: string[],
-): { services: Record<string, ComposeService>; volumes: Record<string, unknown>; workdir: string } {
+): {
+  services: Record<string, ComposeService>;
+  volumes: Record<string, unknown>;
+  networks: Record<string, unknown> | undefined;
+  xDenv: unknown;
+  workdir: string;
+} {
   const doc = environmentCompose(env, name, cfg, unmapped);
   const img = mainImage(env, name, cfg, doc);
   unmapped.push(...img.notes);
@@ -321,12 +327,20 @@ function environmentServices(
     }
   }
   Object.assign(volumes, doc?.volumes ?? {});
-  return { services: { main, ...services }, volumes, workdir };
+  return {
+    services: { main, ...services },
+    volumes,
+    networks: doc?.networks,
+    xDenv: doc?.["x-denv"],
+    workdir,
+  };
 }
 
 export interface EnvironmentProject {
   name: string;
   dir: string;
+  /** x-denv.kind as written (the project is created with the same). */
+  kind: string;
   unmapped: string[];
 }
 
@@ -347,15 +361,31 @@ export async function importHarborEnvironment(
     const unmapped: string[] = [];
     mkdirSync(staging, { recursive: true });
     copyInto(envDir.dir, join(staging, "environment"));
-    const { services, volumes } = environmentServices(envDir, opts.name, cfg, staging, null, unmapped);
-    const compose = { name: opts.name, "x-denv": { kind: "agent", egress: opts.egress }, services, volumes };
+    const { services, volumes, networks, xDenv } = environmentServices(
+      envDir,
+      opts.name,
+      cfg,
+      staging,
+      null,
+      unmapped,
+    );
+    // A compose file with its own x-denv block (a verifier, say) keeps it as written.
+    const compose = {
+      name: opts.name,
+      "x-denv": xDenv ?? { kind: "agent", egress: opts.egress },
+      services,
+      volumes,
+      ...(networks ? { networks } : {}),
+    };
     writeFileSync(
       join(staging, "docker-compose.yaml"),
       `# Harbor's environment ${envDir.dir}, as the denv Harbor adapter runs it.\n${stringifyYaml(compose, { lineWidth: 0, version: "1.1", aliasDuplicateObjects: false })}`,
     );
     rmSync(opts.out, { recursive: true, force: true });
     renameSync(staging, opts.out);
-    return { name: opts.name, dir: opts.out, unmapped };
+    const declared = (xDenv as { kind?: unknown } | undefined)?.kind;
+    const kind = typeof declared === "string" ? declared : xDenv === undefined ? "agent" : "rl-environment";
+    return { name: opts.name, dir: opts.out, kind, unmapped };
   } finally {
     rmSync(staging, { recursive: true, force: true });
   }
@@ -387,7 +417,7 @@ async function writeHarborProject(t: HarborTask, name: string, dir: string): Pro
     unmapped.push(
       `[agent].user unset (root in Harbor): the agent runs as uid ${AGENT_UID}; a solution needing root fails`,
     );
-  const { services, volumes, workdir } = environmentServices(
+  const { services, volumes, networks, xDenv, workdir } = environmentServices(
     t.environment,
     t.name,
     env,
@@ -447,7 +477,10 @@ async function writeHarborProject(t: HarborTask, name: string, dir: string): Pro
     },
     services,
     volumes,
+    ...(networks ? { networks } : {}),
   };
+  if (xDenv !== undefined)
+    unmapped.push("environment/docker-compose.yaml: x-denv: the import writes its own block from task.toml");
   const header = `# Imported from the Harbor task ${t.name} by \`denv import harbor\`.\n# What did not map is listed in denv-import.json.\n`;
   writeFileSync(
     join(dir, "docker-compose.yaml"),

@@ -240,6 +240,8 @@ export type ComposeService = Record<string, unknown>;
 export interface ComposeDoc {
   services?: Record<string, ComposeService>;
   volumes?: Record<string, unknown>;
+  networks?: Record<string, unknown>;
+  "x-denv"?: unknown;
 }
 
 /** The environment's compose file, parsed with Harbor's variables set; null when it has none. */

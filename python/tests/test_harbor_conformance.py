@@ -9,13 +9,16 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import shutil
+import subprocess
 import tempfile
 import textwrap
+import tomllib
 import unittest
 from pathlib import Path
 
-from live import OPSBOX, client, import_without_frameworks, live
+from live import EXAMPLES, OPSBOX, client, import_without_frameworks, live
 
 REDIS = "127.0.0.1:5000/denv/redis:7-bookworm"
 
@@ -386,6 +389,79 @@ class HarborTrial(unittest.TestCase):
         env = construct(task, self.tmp / "t-noimg")
         with self.assertRaisesRegex(RuntimeError, "services.main has no image"):
             asyncio.run(env.start(force_build=False))
+
+
+class ExportedTaskOnTheAdapter(unittest.TestCase):
+    """`denv export --harbor` of an ops-world version, run by Harbor's trial order on denv's own
+    Harbor environment: the agent environment from environment/ (main by its pinned image, the
+    sidecars, the warm jobs), the oracle as the agent's user, the artifact carried out, then the
+    separate verifier environment built from tests/Dockerfile: 1 with the oracle, 0 without."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        live()
+        cls.tmp = Path(tempfile.mkdtemp(prefix="denv-harbor-export-"))
+        name = f"hx-ops-{os.urandom(3).hex()}"
+        cli = shlex.split(os.environ["DENV_CLI"])
+        run = lambda *a: subprocess.run([*cli, *a], capture_output=True, text=True, check=False)  # noqa: E731
+        r = run("project", "create", "--kind", "rl-environment", "--source", str(EXAMPLES / "ops-world"), name)
+        assert r.returncode == 0, r.stderr
+        d = json.loads(run("deploy", "--project", name, "--wait", "--json").stdout)
+        assert d["status"] == "succeeded", d
+        r = run("export", "--harbor", f"{name}@{d['version_id']}", str(cls.tmp), "--json")
+        assert r.returncode == 0, r.stderr
+        cls.task = Path(json.loads(r.stdout)["dir"])
+        cls.toml = tomllib.loads((cls.task / "task.toml").read_text())
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def trial(self, oracle: bool) -> str:
+        from denv.harbor import DenvEnvironment
+        from harbor.models.task.config import EnvironmentConfig, NetworkMode
+
+        def config(section: dict) -> EnvironmentConfig:
+            keep = {k: section[k] for k in ("docker_image", "cpus", "memory_mb", "workdir") if k in section}
+            return EnvironmentConfig(network_mode=NetworkMode(section.get("network_mode", "public")), **keep)
+
+        from harbor.models.trial.paths import TrialPaths
+
+        agent_user = self.toml["agent"]["user"]
+        artifact = self.toml["artifacts"][0]
+        trial = self.tmp / f"trial-{os.urandom(3).hex()}"
+        agent = DenvEnvironment(self.task / "environment", "ops-world", f"ops__{trial.name}", TrialPaths(trial),
+                                config(self.toml["environment"]))
+        verifier = DenvEnvironment(self.task / "tests", "ops-world", f"ops__{trial.name}__verifier",
+                                   TrialPaths(trial), config(self.toml["verifier"]["environment"]))
+
+        async def go() -> str:
+            await agent.start(force_build=False)
+            try:
+                if oracle:
+                    await agent.upload_dir(self.task / "solution", "/solution")
+                    r = await agent.exec("bash /solution/solve.sh", user=agent_user)
+                    self.assertEqual(r.return_code, 0, r.stderr)
+                if await agent.is_file(artifact, user="root"):
+                    await agent.download_file(artifact, trial / "artifacts" / "answer.txt")
+            finally:
+                await agent.stop(delete=True)
+            await verifier.start(force_build=False)
+            try:
+                await verifier.exec("rm -rf /logs/verifier && mkdir -p /logs/verifier", user="root")
+                if (trial / "artifacts" / "answer.txt").exists():
+                    await verifier.upload_file(trial / "artifacts" / "answer.txt", artifact)
+                await verifier.exec("chmod +x /tests/test.sh", user="root")
+                await verifier.exec("(/tests/test.sh) > /logs/verifier/test-stdout.txt 2>&1", user="root")
+                return (await verifier.exec("cat /logs/verifier/reward.txt", user="root")).stdout.strip()
+            finally:
+                await verifier.stop(delete=True)
+
+        return asyncio.run(go())
+
+    def test_oracle_scores_one_and_no_agent_zero(self) -> None:
+        self.assertEqual(self.trial(oracle=True), "1")
+        self.assertEqual(self.trial(oracle=False), "0")
 
 
 class HarborWithoutFramework(unittest.TestCase):

@@ -118,10 +118,15 @@ test("export --openenv: the image passes openenv validate's six criteria; a WS s
   const dir = JSON.parse(r.stdout).dir as string;
   assert.match(readFileSync(join(dir, "openenv.yaml"), "utf8"), /^app: server\.app:main$/m);
   assert.doesNotMatch(readFileSync(join(dir, "server/denv.json"), "utf8"), new RegExp(lab.keyA));
+  assert.match(
+    readFileSync(join(dir, "Dockerfile"), "utf8"),
+    /^ARG BASE_IMAGE=127\.0\.0\.1:5000\/denv\/opsbox@sha256:[0-9a-f]{64}$/m,
+  );
   const tag = `denv-test/ops-world-openenv:${Date.now()}`;
   await promisify(execFile)(
     "docker",
-    ["build", "-q", "--build-arg", "BASE_IMAGE=127.0.0.1:5000/denv/openenv-echo:0.1", "-t", tag, dir],
+    // No --build-arg: the default base is the version's own agent image, by digest.
+    ["build", "-q", "-t", tag, dir],
     { env: { ...process.env, DOCKER_BUILDKIT: "0" } },
   );
   const port = await freePort();
@@ -201,15 +206,91 @@ test("export --openenv: the image passes openenv validate's six criteria; a WS s
     const bad = await ask({ type: "step", data: { command: "true" } });
     assert.equal(bad.type, "error");
     assert.equal(bad.data.code, "VALIDATION_ERROR");
+    // OpenEnv's MCPToolClient over the same session: list_tools needs no reset; call_tool starts a
+    // new episode (the last one is done); {"type": "mcp"} carries JSON-RPC.
+    const listed = await ask({ type: "step", data: { type: "list_tools" } });
+    assert.deepEqual(
+      listed.data.observation.tools.map((t: { name: string }) => t.name),
+      ["run", "submit"],
+    );
+    const called = await ask({
+      type: "step",
+      data: {
+        type: "call_tool",
+        tool_name: "run",
+        arguments: { command: `${ANSWER_SQL} > /home/ubuntu/answer.txt; cat /home/ubuntu/answer.txt` },
+      },
+    });
+    assert.equal(called.data.observation.error, null, JSON.stringify(called));
+    assert.equal(called.data.observation.result.data.stdout.trim(), "9993");
+    const secondFork = called.data.observation.result.data.environment as string;
+    assert.notEqual(secondFork, forkId);
+    const unknown = await ask({
+      type: "step",
+      data: { type: "call_tool", tool_name: "rm-rf", arguments: {} },
+    });
+    assert.equal(unknown.data.observation.error.error_type, "tool_not_found");
+    const viaMcp = await ask({
+      type: "mcp",
+      data: { jsonrpc: "2.0", id: 7, method: "tools/call", params: { name: "submit", arguments: {} } },
+    });
+    assert.equal(viaMcp.data.id, 7);
+    assert.equal(viaMcp.data.result.structuredContent.reward, 1, JSON.stringify(viaMcp));
     ws.close();
+    // MCP over HTTP as OpenEnv's production client speaks it: initialize, the initialized
+    // notification (202, no body), tools/list, a session whose episode lasts across calls.
+    const rpc = async (method: string, params: unknown = {}, id: number | null = 1) => {
+      const res = await fetch(`${base}/mcp`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ jsonrpc: "2.0", method, params, ...(id === null ? {} : { id }) }),
+      });
+      return { status: res.status, body: res.status === 202 ? null : ((await res.json()) as any) };
+    };
+    const init = await rpc("initialize", {
+      protocolVersion: "2025-06-18",
+      capabilities: {},
+      clientInfo: { name: "t", version: "1" },
+    });
+    assert.equal(init.body.result.protocolVersion, "2025-06-18");
+    assert.equal(init.body.result.serverInfo.name, "ops_world_env");
+    assert.ok(init.body.result.capabilities.tools);
+    assert.equal((await rpc("notifications/initialized", {}, null)).status, 202);
+    assert.equal((await rpc("tools/list")).body.result.tools.length, 2);
+    assert.equal((await rpc("no/such")).body.error.code, -32601);
+    const sid = (await rpc("openenv/session/create")).body.result.session_id as string;
+    const wrote = await rpc("tools/call", {
+      name: "run",
+      arguments: { command: `${ANSWER_SQL} > /home/ubuntu/answer.txt` },
+      session_id: sid,
+    });
+    assert.equal(wrote.body.result.isError, false, JSON.stringify(wrote.body));
+    const failing = await rpc("tools/call", {
+      name: "run",
+      arguments: { command: "exit 3" },
+      session_id: sid,
+    });
+    assert.equal(failing.body.result.isError, true);
+    assert.equal(failing.body.result.structuredContent.exit_code, 3);
+    const graded2 = await rpc("tools/call", { name: "submit", arguments: {}, session_id: sid });
+    assert.equal(graded2.body.result.structuredContent.reward, 1, JSON.stringify(graded2.body));
+    const httpFork = graded2.body.result.structuredContent.environment as string;
+    assert.equal((await rpc("openenv/session/close", { session_id: sid })).body.result.closed, true);
+    assert.equal(
+      (await rpc("tools/call", { name: "run", arguments: { command: "true" }, session_id: sid })).body.error
+        .code,
+      -32602,
+    );
     // The session's fork is destroyed when it closes.
-    let gone = false;
-    for (let i = 0; i < 100 && !gone; i++) {
-      const e = await lab.api("GET", `/v1/envs/${forkId}`);
-      gone = e.status === 404 || e.data.status === "destroyed";
-      if (!gone) await new Promise((res) => setTimeout(res, 200));
+    for (const id of [forkId, secondFork, httpFork]) {
+      let gone = false;
+      for (let i = 0; i < 100 && !gone; i++) {
+        const e = await lab.api("GET", `/v1/envs/${id}`);
+        gone = e.status === 404 || e.data.status === "destroyed";
+        if (!gone) await new Promise((res) => setTimeout(res, 200));
+      }
+      assert.ok(gone, `the episode's fork ${id} was left behind`);
     }
-    assert.ok(gone, "the episode's fork was left behind");
   } finally {
     await promisify(execFile)("docker", ["rm", "-f", name]).catch(() => {});
     await promisify(execFile)("docker", ["rmi", "-f", tag]).catch(() => {});

@@ -4,7 +4,7 @@
  * through the denv API and whose step runs the action in the fork (templates/openenv). The key is
  * never written into it: the image reads DENV_SERVER and DENV_API_KEY when it runs.
  */
-import { cpSync, mkdirSync, writeFileSync } from "node:fs";
+import { cpSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { ResolvedSpec } from "@denv/protocol";
 import { UsageError } from "../output.ts";
@@ -26,6 +26,19 @@ export function exportOpenEnv(
   const dir = join(args.out, `${args.project}-openenv`);
   mkdirSync(dir, { recursive: true });
   cpSync(TEMPLATE, dir, { recursive: true });
+  // The image is built FROM the version's agent image by digest: an image the user has (the
+  // version runs it), with python3 for the standard-library server (the build says when not).
+  const agent = spec.services[service];
+  const base = agent ? (agent.image_pinned ?? agent.image) : null;
+  if (!base) throw new UsageError(`${args.project}: the agent's service ${service} has no image`);
+  if (base.startsWith("sha256:"))
+    notes.push(
+      `the base image is the agent's, built on the host (${base.slice(0, 19)}…): build the OpenEnv image on that engine, or pass --build-arg BASE_IMAGE`,
+    );
+  writeFileSync(
+    join(dir, "Dockerfile"),
+    readFileSync(join(TEMPLATE, "Dockerfile"), "utf8").replace("__DENV_AGENT_IMAGE__", base),
+  );
   const name = `${args.project.replace(/-/g, "_")}_env`;
   writeFileSync(
     join(dir, "openenv.yaml"),

@@ -7,8 +7,13 @@ the version's verifier and ends the episode with its reward. The fork is destroy
 reset and when the session closes.
 
 Endpoints as OpenEnv serves them: GET /health, /metadata, /schema, /openapi.json, /state; POST
-/reset, /step (stateless: each request forks, acts, and destroys its fork), /mcp (JSON-RPC 2.0);
-and the session protocol on WS /ws. Standard library only.
+/reset, /step (stateless: each request forks, acts, and destroys its fork), /mcp (MCP over JSON-RPC
+2.0: initialize, ping, tools/list, tools/call, and OpenEnv's openenv/session/create|close, whose
+session keeps one episode across calls); and the session protocol on WS /ws, where a step may also
+be one of OpenEnv's MCP actions ({"type": "list_tools"} needs no reset; {"type": "call_tool"}
+starts an episode when there is none) and {"type": "mcp"} carries JSON-RPC. The tools: run
+(a shell command in the episode's fork) and submit (grade it; the episode ends). Standard library
+only.
 
 Configuration (environment variables): DENV_SERVER and DENV_API_KEY (required: the key is never
 baked into the image), DENV_VERSION (default: the version it was exported from), DENV_SERVICE
@@ -22,6 +27,7 @@ import hashlib
 import json
 import os
 import struct
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -66,8 +72,37 @@ SCHEMA = {
 }
 
 
+PROTOCOL_VERSION = "2025-06-18"
+TOOLS = [
+    {
+        "name": "run",
+        "description": f"Run a shell command in {SERVICE}, in this episode's fork of {NAME}",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"command": {"type": "string"}, "timeout_s": {"type": "number"}},
+            "required": ["command"],
+        },
+    },
+    {
+        "name": "submit",
+        "description": "Grade the episode with the version's verifier; the episode ends with its reward",
+        "inputSchema": {"type": "object", "properties": {}},
+    },
+]
+#: Open MCP sessions over HTTP (each may hold a fork): bounded, so a client cannot hold every host.
+MAX_SESSIONS = int(os.environ.get("DENV_MAX_SESSIONS") or 16)
+SESSIONS: dict[str, "DenvEpisodes"] = {}
+SESSIONS_LOCK = threading.Lock()
+
+
 class DenvError(Exception):
     pass
+
+
+class McpError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def denv(method: str, path: str, body: object | None = None, timeout: float = 600) -> dict:
@@ -157,6 +192,45 @@ class DenvEpisodes:
         return {"episode_id": self.episode_id, "step_count": self.step_count, "environment": self.env_id,
                 "version": VERSION_REF}
 
+    def call_tool(self, name: object, arguments: object) -> tuple[dict, object, bool]:
+        """(MCP CallToolResult, reward, done). An episode is started when there is none: MCP's
+        clients call tools without a reset. Failures of the command are the result's, not errors."""
+        args = arguments if isinstance(arguments, dict) else {}
+        if name not in ("run", "submit"):
+            raise McpError(-32602, f"unknown tool {name!r}; the tools are run and submit")
+        if name == "run" and (not isinstance(args.get("command"), str) or not args["command"]):
+            raise McpError(-32602, "run: arguments.command must be a non-empty string")
+        if not self.env_id or self.done:
+            self.reset({})
+        out = self.step({"submit": True} if name == "submit" else args)
+        obs = out["observation"]
+        data = {k: v for k, v in obs.items() if k in ("stdout", "stderr", "exit_code", "environment")}
+        if name == "submit":
+            data = {"reward": out["reward"], "reason": obs["stdout"], "environment": self.env_id}
+        text = json.dumps(data)
+        failed = name == "run" and obs.get("exit_code") != 0
+        result = {"content": [{"type": "text", "text": text}], "structuredContent": data, "data": data,
+                  "isError": failed}
+        return result, out["reward"], out["done"]
+
+    def mcp_step(self, action: dict) -> dict | None:
+        """OpenEnv's MCP actions sent as a step: ListToolsAction and CallToolAction."""
+        if action.get("type") == "list_tools":
+            return {"observation": {"tools": TOOLS}, "reward": None, "done": False}
+        if action.get("type") != "call_tool":
+            return None
+        name = action.get("tool_name")
+        try:
+            result, reward, done = self.call_tool(name, action.get("arguments"))
+            return {"observation": {"tool_name": name, "result": result, "error": None}, "reward": reward,
+                    "done": done}
+        except McpError as e:
+            kind = "tool_not_found" if "unknown tool" in str(e) else "invalid_args"
+            error = {"error_type": kind, "message": str(e)}
+        except DenvError as e:
+            error = {"error_type": "execution_error", "message": str(e)}
+        return {"observation": {"tool_name": name, "result": None, "error": error}, "reward": None, "done": False}
+
 
 def openapi() -> dict:
     ops = {"/health": "get", "/metadata": "get", "/schema": "get", "/reset": "post", "/step": "post",
@@ -168,14 +242,58 @@ def openapi() -> dict:
     }
 
 
-def mcp(req: object) -> dict:
-    if not isinstance(req, dict) or req.get("jsonrpc") != "2.0" or "method" not in req:
+def mcp(req: object, episodes: DenvEpisodes | None = None) -> dict | None:
+    """One JSON-RPC request (None for a notification). `episodes`: the WebSocket session's; over
+    HTTP a tools/call uses its openenv session's, else a fork made for the call and removed after."""
+    if not isinstance(req, dict) or req.get("jsonrpc") != "2.0" or not isinstance(req.get("method"), str):
         return {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Invalid Request"}}
-    rid = req.get("id")
-    if req["method"] == "tools/list":
-        tool = {"name": "run", "description": f"Run a shell command in {NAME}", "inputSchema": SCHEMA["action"]}
-        return {"jsonrpc": "2.0", "id": rid, "result": {"tools": [tool]}}
-    return {"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "Method not found"}}
+    rid, method = req.get("id"), req["method"]
+    params = req.get("params") if isinstance(req.get("params"), dict) else {}
+    if "id" not in req:
+        return None  # a notification (notifications/initialized, …): no answer
+    try:
+        return {"jsonrpc": "2.0", "id": rid, "result": _mcp_result(method, params, episodes)}
+    except McpError as e:
+        return {"jsonrpc": "2.0", "id": rid, "error": {"code": e.code, "message": str(e)}}
+    except DenvError as e:
+        return {"jsonrpc": "2.0", "id": rid, "error": {"code": -32000, "message": str(e)}}
+
+
+def _mcp_result(method: str, params: dict, episodes: DenvEpisodes | None) -> dict:
+    if method == "initialize":
+        asked = params.get("protocolVersion")
+        return {"protocolVersion": asked if isinstance(asked, str) else PROTOCOL_VERSION,
+                "capabilities": {"tools": {"listChanged": False}},
+                "serverInfo": {"name": NAME, "version": CONFIG["version"]}}
+    if method == "ping":
+        return {}
+    if method == "tools/list":
+        return {"tools": TOOLS}
+    if method == "openenv/session/create":
+        with SESSIONS_LOCK:
+            if len(SESSIONS) >= MAX_SESSIONS:
+                raise McpError(-32000, f"{MAX_SESSIONS} sessions are open; close one first")
+            sid = uuid.uuid4().hex
+            SESSIONS[sid] = DenvEpisodes()
+        return {"session_id": sid}
+    if method == "openenv/session/close":
+        with SESSIONS_LOCK:
+            gone = SESSIONS.pop(str(params.get("session_id")), None)
+        if gone:
+            gone.close()
+        return {"closed": gone is not None}
+    if method == "tools/call":
+        if episodes is not None:
+            return episodes.call_tool(params.get("name"), params.get("arguments"))[0]
+        sid = params.get("session_id")
+        if sid is not None:
+            with SESSIONS_LOCK:
+                session = SESSIONS.get(str(sid))
+            if session is None:
+                raise McpError(-32602, f"no session {sid}; create one with openenv/session/create")
+            return session.call_tool(params.get("name"), params.get("arguments"))[0]
+        return stateless(lambda e: e.call_tool(params.get("name"), params.get("arguments"))[0])
+    raise McpError(-32601, f"Method not found: {method}")
 
 
 def stateless(fn) -> dict:
@@ -225,10 +343,12 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         path = self.path.split("?")[0]
         try:
-            body = self._body()
+            raw = self._body()
         except ValueError:
+            if path == "/mcp":
+                return self._json(200, {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}})
             return self._json(422, {"detail": "invalid JSON"})
-        body = body if isinstance(body, dict) else {}
+        body = raw if isinstance(raw, dict) else {}
         try:
             if path == "/reset":
                 return self._json(200, stateless(lambda e: e.reset(body)))
@@ -240,7 +360,12 @@ class Handler(BaseHTTPRequestHandler):
         except DenvError as e:
             return self._json(502, {"detail": str(e)})
         if path == "/mcp":
-            return self._json(200, mcp(body))
+            answer = mcp(body)
+            if answer is None:  # a notification: accepted, nothing to say
+                self.send_response(202)
+                self.send_header("content-length", "0")
+                return self.end_headers()
+            return self._json(200, answer)
         self._json(404, {"detail": "Not Found"})
 
     def _websocket(self) -> None:
@@ -284,11 +409,14 @@ class Handler(BaseHTTPRequestHandler):
                 if kind == "reset":
                     self._send_json({"type": "observation", "data": env.reset(data)})
                 elif kind == "step":
-                    self._send_json({"type": "observation", "data": env.step(data)})
+                    out = env.mcp_step(data)
+                    self._send_json({"type": "observation", "data": out if out is not None else env.step(data)})
                 elif kind == "state":
                     self._send_json({"type": "state", "data": env.state()})
                 elif kind == "mcp":
-                    self._send_json({"type": "mcp", "data": mcp(data)})
+                    answer = mcp(msg.get("data"), env)
+                    if answer is not None:
+                        self._send_json({"type": "mcp", "data": answer})
                 elif kind == "close":
                     self._send_frame(8, struct.pack("!H", 1000))
                     return

@@ -35,7 +35,7 @@ after(async () => {
   await gitServer?.close();
   rmSync(gitRoot, { recursive: true, force: true });
   // The images this file built: the engine's build cache, needed by nothing after it.
-  await removeBuiltImages(["multi", "pair", "breaks", "starter-", "from-git-build"]);
+  await removeBuiltImages(["multi", "pair", "owned", "breaks", "starter-", "from-git-build"]);
   rmSync(work, { recursive: true, force: true });
 });
 
@@ -182,6 +182,46 @@ services:
   assert.equal((await sh("pair/alpha", "api", "cat /srv/role")).out, "api");
   assert.equal((await sh("pair/alpha", "worker", "cat /srv/role")).out, "worker");
   assert.equal((await sh("pair/alpha", "worker", "head -1 /srv/api.Dockerfile")).out, "FROM debian:bookworm");
+});
+
+test("built images carry their team and project (not forgeable by build labels) and leave with the last version that pins them", async () => {
+  const dir = join(work, "owned");
+  write(dir, {
+    "docker-compose.yaml": `x-denv:
+  kind: service
+services:
+  app:
+    build:
+      context: ./app
+      labels: {dev.denv.team: team_forged, dev.denv.project: prj_forged, keep.me: "yes"}
+`,
+    "app/Dockerfile": `FROM debian:bookworm\nCOPY nonce.txt /srv/nonce.txt\nCMD ["sleep", "infinity"]\n`,
+    "app/nonce.txt": nonce,
+  });
+  assert.equal((await denv("project", "create", "--kind", "service", "--source", dir, "owned")).code, 0);
+  const r = await deploy("owned");
+  assert.equal(r.d.status, "succeeded", r.d.reason);
+  const imageId = phase(r.d, "prepare").evidence.builds.app.image_id as string;
+  const project = (await lab.api("GET", "/v1/projects/owned")).data;
+  const labels = JSON.parse(
+    execFileSync("docker", ["image", "inspect", "-f", "{{json .Config.Labels}}", imageId], {
+      encoding: "utf8",
+    }),
+  );
+  assert.equal(labels["dev.denv.project"], project.id);
+  assert.match(labels["dev.denv.team"], /^team_[0-9a-z]+$/);
+  assert.notEqual(labels["dev.denv.team"], "team_forged");
+  assert.equal(labels["keep.me"], "yes");
+  // While a version pins it, a prune leaves it; once the environment is gone and its versions
+  // pruned, the image goes too.
+  const kept = await denv("version", "prune", "--keep", "1", "--project", "owned", "--json");
+  assert.equal(kept.code, 0, kept.stderr);
+  assert.deepEqual(JSON.parse(kept.stdout).images_removed, []);
+  assert.equal((await denv("env", "destroy", "owned/alpha")).code, 0);
+  const pruned = await denv("version", "prune", "--keep", "1", "--project", "owned", "--json");
+  assert.equal(pruned.code, 0, pruned.stderr);
+  assert.deepEqual(JSON.parse(pruned.stdout).images_removed, [imageId]);
+  assert.throws(() => execFileSync("docker", ["image", "inspect", imageId], { stdio: "ignore" }));
 });
 
 test("a build that fails rolls back with its log's tail in the reason; its log was shown while it ran", async () => {

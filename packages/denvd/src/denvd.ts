@@ -26,7 +26,7 @@ import type { EgressEvidence } from "./egress-probe.ts";
 import { AgentExecutor } from "./exec/agent-executor.ts";
 import { EngineExecutor } from "./exec/engine-executor.ts";
 import type { ExecOptions, ExecResult, Executor, FileSink, FsRequest } from "./exec/executor.ts";
-import { buildServiceImage, findBuiltImage } from "./image-builder.ts";
+import { buildServiceImage, findBuiltImage, removeBuiltImages } from "./image-builder.ts";
 import { LABEL } from "./labels.ts";
 import { NetworkAllocator } from "./network-allocator.ts";
 import { OpJournal } from "./op-journal.ts";
@@ -166,6 +166,10 @@ export class Denvd {
 
   findBuiltImage(buildKey: string): Promise<string | null> {
     return findBuiltImage(this.ctx, buildKey);
+  }
+
+  removeBuiltImages(p: { team_id: string; project_id: string; keep: string[] }) {
+    return removeBuiltImages(this.ctx, p);
   }
 
   buildImage(

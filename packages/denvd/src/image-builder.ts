@@ -20,6 +20,32 @@ export function findBuiltImage(ctx: StackContext, buildKey: string): Promise<str
   return ctx.runtime.findImage({ [LABEL.buildKey]: buildKey });
 }
 
+/**
+ * Removes the images built for a team's project that no version pins (`keep`) and no container
+ * uses (the engine refuses those: they are reported, not forced).
+ */
+export async function removeBuiltImages(
+  ctx: StackContext,
+  p: { team_id: string; project_id: string; keep: string[] },
+): Promise<{ removed: string[]; in_use: string[] }> {
+  const keep = new Set(p.keep);
+  const ids = await ctx.runtime.listImages({ [LABEL.team]: p.team_id, [LABEL.project]: p.project_id });
+  const removed: string[] = [];
+  const inUse: string[] = [];
+  for (const id of ids) {
+    if (keep.has(id)) continue;
+    try {
+      await ctx.runtime.removeImage(id);
+      removed.push(id);
+      ctx.log("Removed built image", { image: id, project: p.project_id });
+    } catch (err) {
+      if ((err as DenvError).code === "conflict") inUse.push(id);
+      else if ((err as DenvError).code !== "not_found") throw err;
+    }
+  }
+  return { removed, in_use: inUse };
+}
+
 /** Keeps the last lines of a log, each cut to a readable length and stripped of control bytes. */
 export class LogTail {
   private readonly lines: string[] = [];
@@ -74,7 +100,13 @@ export async function buildServiceImage(
         target: p.target,
         cacheFrom: p.cache_from,
         noCache: p.no_cache,
-        labels: { ...p.labels, [LABEL.buildKey]: p.build_key, [LABEL.service]: p.service },
+        // The project's own labels cannot pose as denv's: those are set here, last.
+        labels: {
+          ...Object.fromEntries(Object.entries(p.labels).filter(([k]) => !k.startsWith("dev.denv."))),
+          [LABEL.buildKey]: p.build_key,
+          [LABEL.service]: p.service,
+          ...(p.owner ? { [LABEL.team]: p.owner.team_id, [LABEL.project]: p.owner.project_id } : {}),
+        },
         network: p.network,
         memoryBytes: p.memory_bytes,
       },

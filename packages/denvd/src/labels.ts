@@ -8,4 +8,7 @@ export const LABEL = {
   operation: "dev.denv.operation",
   /** On an image denvd built: the build key (context digest, Dockerfile, args, target) it was built for. */
   buildKey: "dev.denv.build-key",
+  /** On an image denvd built: the team and project it was built for (removed with the project). */
+  team: "dev.denv.team",
+  project: "dev.denv.project",
 } as const;

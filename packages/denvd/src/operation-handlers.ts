@@ -71,6 +71,7 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
   const verifier = () => new Verifier(denvd, denvd.stateDir);
   return {
     find_built_image: async (p) => ({ image_id: await denvd.findBuiltImage(p.build_key) }),
+    remove_built_images: (p) => denvd.removeBuiltImages(p),
     build_image: async (p, io) => {
       const log = io.get(p.log_stream);
       const sink = streamSink(log);

@@ -122,6 +122,10 @@ export const buildImageParams = z.strictObject({
   cache_from: z.array(z.string().max(512)).max(32),
   no_cache: z.boolean(),
   labels: z.record(z.string().max(256), z.string().max(4096)),
+  /** Who the image is built for: it is labelled with them, and removed with their project. */
+  owner: z
+    .strictObject({ team_id: z.string().min(1).max(64), project_id: z.string().min(1).max(64) })
+    .optional(),
   network: z.enum(["default", "none"]),
   /** Each build step's memory cap. */
   memory_bytes: z.number().int().positive(),
@@ -154,6 +158,18 @@ export const OPERATIONS = {
   },
   /** An image built by the host's engine from a context streamed from the server. */
   build_image: { params: buildImageParams, result: buildImageResult },
+  /**
+   * Removes the images this host built for a team's project (or for all its projects): each one
+   * not in `keep` (the images versions still pin) and not used by a container.
+   */
+  remove_built_images: {
+    params: z.strictObject({
+      team_id: z.string().min(1).max(64),
+      project_id: z.string().min(1).max(64),
+      keep: z.array(z.string().regex(/^sha256:[0-9a-f]{64}$/)).max(100_000),
+    }),
+    result: z.object({ removed: z.array(z.string()), in_use: z.array(z.string()) }),
+  },
   /** Images present (pulled by digest when missing) and fresh, empty datasets. */
   prepare: {
     params: z.strictObject({

@@ -1153,6 +1153,7 @@ export type PostV1VersionsPruneResponse = {
     reason: string;
   }>;
   dry_run: boolean;
+  images_removed: Array<string>;
 };
 export type PostV1VersionsPruneBody = {
   keep: number;

@@ -484,6 +484,7 @@ class PostV1VersionsPruneResponse(TypedDict):
     deleted: list[str]
     kept: list[PostV1VersionsPruneResponseKeptItem]
     dry_run: bool
+    images_removed: list[str]
 
 
 class GetV1VersionsByIdSpecResponse(TypedDict):

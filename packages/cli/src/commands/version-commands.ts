@@ -60,6 +60,8 @@ export function registerVersionCommands(program: Command): void {
         process.stdout.write(`${verb} ${r.deleted.length}: ${r.deleted.join(" ") || "-"}\n`);
         for (const k of r.kept.filter((x) => !x.reason.startsWith("one of its")))
           process.stdout.write(`kept ${k.id}: ${k.reason}\n`);
+        if (r.images_removed.length)
+          process.stdout.write(`removed ${r.images_removed.length} built image(s) nothing pins any more\n`);
       }
       return 0;
     }),

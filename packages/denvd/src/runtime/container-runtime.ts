@@ -168,6 +168,10 @@ export interface ContainerRuntime {
   pullImage(reference: string): Promise<void>;
   /** The id of the newest image carrying every one of these labels; null when there is none. */
   findImage(labels: Labels): Promise<string | null>;
+  /** The ids of every image carrying all of these labels. */
+  listImages(labels: Labels): Promise<string[]>;
+  /** Removes an image (never forced): one a container uses is a conflict. */
+  removeImage(id: string): Promise<void>;
   /**
    * Builds an image from a context tar. onLog gets the build's output as the engine writes it;
    * a step that fails rejects with a BuildFailure carrying the engine's words.

@@ -187,6 +187,21 @@ export class DockerRuntime implements ContainerRuntime {
     return newest?.Id ?? null;
   }
 
+  async listImages(labels: Labels): Promise<string[]> {
+    const images = await this.docker
+      .listImages({ filters: { label: Object.entries(labels).map(([k, v]) => `${k}=${v}`) } })
+      .catch((e: unknown) => mapError(e, "listing images"));
+    return images.map((i) => i.Id);
+  }
+
+  async removeImage(id: string): Promise<void> {
+    // Not forced, and its parent layers pruned: a container using it makes the engine say 409.
+    await this.docker
+      .getImage(id)
+      .remove({ force: false, noprune: false })
+      .catch((e: unknown) => mapError(e, `removing image ${id.slice(0, 19)}`));
+  }
+
   async buildImage(
     context: Readable,
     o: BuildOptions,

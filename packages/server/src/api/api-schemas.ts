@@ -174,6 +174,8 @@ export const pruneResult = z.object({
   deleted: z.array(z.string()),
   kept: z.array(z.object({ id: z.string(), reason: z.string() })),
   dry_run: z.boolean(),
+  /** Images built for the pruned versions' projects that nothing pins any more, removed from their hosts. */
+  images_removed: z.array(z.string()),
 });
 
 export const forkBody = z.strictObject({ name: name.optional() });

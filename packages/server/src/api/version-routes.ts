@@ -1,6 +1,7 @@
 /** A team's versions: list, delete one nothing uses, prune by a retention, and each one's data sheet. */
 import { DenvError } from "@denv/protocol";
 import { z } from "zod";
+import { removeUnusedBuiltImages } from "../deploy/built-images.ts";
 import type { Store } from "../store/open-store.ts";
 import { findProject } from "../store/project-store.ts";
 import type { VersionsTable } from "../store/schema.ts";
@@ -83,6 +84,7 @@ export const versionRoutes: ApiRoute[] = [
       const seen = new Map<string, number>();
       const deleted: string[] = [];
       const kept: { id: string; reason: string }[] = [];
+      const prunedProjects = new Set<string>();
       // A destroyed environment (a sandbox done with) keeps nothing by itself: only use keeps its versions.
       const live = new Set(
         (
@@ -115,8 +117,16 @@ export const versionRoutes: ApiRoute[] = [
           }
         }
         deleted.push(v.id);
+        prunedProjects.add(v.project_id);
       }
-      return c.json({ deleted, kept, dry_run: body.dry_run ?? false });
+      // What those versions alone pinned: the images built for their projects.
+      const imagesRemoved: string[] = [];
+      if (!body.dry_run)
+        for (const projectId of prunedProjects) {
+          const r = await removeUnusedBuiltImages(store, c.var.deps.hub, c.var.teamId, projectId);
+          imagesRemoved.push(...r.removed);
+        }
+      return c.json({ deleted, kept, dry_run: body.dry_run ?? false, images_removed: imagesRemoved });
     },
   }),
   route({

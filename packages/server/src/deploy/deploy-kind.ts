@@ -51,6 +51,7 @@ async function deployPhases(
     // Services with build: are built (or found built) on the host first, and pinned to the result.
     const built = await buildImages(runner, rec, {
       teamId: project.team_id,
+      projectId: project.id,
       projectName: project.name,
       hostId,
       spec,

@@ -51,7 +51,7 @@ function buildTag(projectName: string, service: string, key: string): string {
 export async function buildImages(
   runner: DeploymentRunner,
   rec: PhaseRecorder,
-  args: { teamId: string; projectName: string; hostId: string; spec: ResolvedSpec },
+  args: { teamId: string; projectId: string; projectName: string; hostId: string; spec: ResolvedSpec },
 ): Promise<{ spec: ResolvedSpec; builds: Record<string, BuildEvidence> }> {
   const { spec, hostId } = args;
   const builds: Record<string, BuildEvidence> = {};
@@ -98,6 +98,7 @@ export async function buildImages(
           cache_from: b.cache_from,
           no_cache: b.no_cache,
           labels: b.labels,
+          owner: { team_id: args.teamId, project_id: args.projectId },
           network: b.network,
           memory_bytes: svc.caps.memory_bytes ?? DEFAULT_CAPS.memory_bytes,
           timeout_ms: BUILD_TIMEOUT_MS,

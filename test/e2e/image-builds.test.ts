@@ -222,6 +222,30 @@ services:
   assert.equal(pruned.code, 0, pruned.stderr);
   assert.deepEqual(JSON.parse(pruned.stdout).images_removed, [imageId]);
   assert.throws(() => execFileSync("docker", ["image", "inspect", imageId], { stdio: "ignore" }));
+
+  // Deleting the project: refused while an environment lives (nothing removed), then everything
+  // goes with it: its version's snapshots, its records, its built image; the name is free again.
+  const again = await deploy("owned");
+  assert.equal(again.d.status, "succeeded", again.d.reason);
+  const rebuilt = phase(again.d, "prepare").evidence.builds.app.image_id as string;
+  const refused = await denv("project", "delete", "owned");
+  assert.equal(refused.code, 1);
+  assert.match(refused.stderr, /live environments: alpha; destroy them first/);
+  assert.equal(
+    (await lab.api("GET", `/v1/envs/${encodeURIComponent("owned/alpha")}`)).data.status,
+    "running",
+  );
+  assert.equal((await lab.api("DELETE", "/v1/projects/owned", undefined, lab.keyB)).status, 404);
+  assert.equal((await denv("env", "destroy", "owned/alpha")).code, 0);
+  const gone = await denv("project", "delete", "owned", "--json");
+  assert.equal(gone.code, 0, gone.stderr);
+  const out = JSON.parse(gone.stdout);
+  assert.equal(out.versions_deleted.length, 1);
+  assert.deepEqual(out.images_removed, [rebuilt]);
+  assert.throws(() => execFileSync("docker", ["image", "inspect", rebuilt], { stdio: "ignore" }));
+  assert.equal((await lab.api("GET", "/v1/projects/owned")).status, 404);
+  assert.equal((await lab.api("GET", `/v1/versions/${again.d.version_id}`)).status, 404);
+  assert.equal((await denv("project", "create", "--kind", "service", "--source", dir, "owned")).code, 0);
 });
 
 test("a build that fails rolls back with its log's tail in the reason; its log was shown while it ran", async () => {

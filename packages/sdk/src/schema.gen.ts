@@ -334,6 +334,13 @@ export type GetV1ProjectsByIdResponse = {
   created_at: string;
 };
 
+/** Delete a project: refused (409, naming them) while it has live environments or a version something uses; its versions' snapshots, its environments' records, the build contexts only it named and the images built for it go with it — DELETE /v1/projects/{id} */
+export type DeleteV1ProjectsByIdResponse = {
+  deleted: string;
+  versions_deleted: Array<string>;
+  images_removed: Array<string>;
+};
+
 /** Upload a local project's compose file (and .env) — PUT /v1/projects/{id}/source */
 export type PutV1ProjectsByIdSourceResponse = {
   id: string;
@@ -1255,6 +1262,7 @@ export const OPERATIONS = {
   postV1Projects: { method: "POST", path: "/v1/projects", params: [], body: "json", response: "json" },
   getV1Projects: { method: "GET", path: "/v1/projects", params: [], body: "none", response: "json" },
   getV1ProjectsById: { method: "GET", path: "/v1/projects/{id}", params: ["id"], body: "none", response: "json" },
+  deleteV1ProjectsById: { method: "DELETE", path: "/v1/projects/{id}", params: ["id"], body: "none", response: "json" },
   putV1ProjectsByIdSource: { method: "PUT", path: "/v1/projects/{id}/source", params: ["id"], body: "json", response: "json" },
   putV1ProjectsByIdContextsByDigest: { method: "PUT", path: "/v1/projects/{id}/contexts/{digest}", params: ["id","digest"], body: "tar", response: "json" },
   getV1ProjectsByIdContextsByDigest: { method: "GET", path: "/v1/projects/{id}/contexts/{digest}", params: ["id","digest"], body: "none", response: "json" },
@@ -1340,6 +1348,7 @@ export interface Operations {
   postV1Projects: { params: {  }; body: PostV1ProjectsBody; response: PostV1ProjectsResponse };
   getV1Projects: { params: {  }; body: undefined; response: GetV1ProjectsResponse };
   getV1ProjectsById: { params: { id: string }; body: undefined; response: GetV1ProjectsByIdResponse };
+  deleteV1ProjectsById: { params: { id: string }; body: undefined; response: DeleteV1ProjectsByIdResponse };
   putV1ProjectsByIdSource: { params: { id: string }; body: PutV1ProjectsByIdSourceBody; response: PutV1ProjectsByIdSourceResponse };
   putV1ProjectsByIdContextsByDigest: { params: { id: string; digest: string }; body: Uint8Array; response: PutV1ProjectsByIdContextsByDigestResponse };
   getV1ProjectsByIdContextsByDigest: { params: { id: string; digest: string }; body: undefined; response: GetV1ProjectsByIdContextsByDigestResponse };

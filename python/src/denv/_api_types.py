@@ -178,6 +178,12 @@ class GetV1ProjectsResponse(TypedDict):
     projects: list[PostV1ProjectsResponse]
 
 
+class DeleteV1ProjectsByIdResponse(TypedDict):
+    deleted: str
+    versions_deleted: list[str]
+    images_removed: list[str]
+
+
 class PutV1ProjectsByIdContextsByDigestResponse(TypedDict):
     digest: str
     size_bytes: float

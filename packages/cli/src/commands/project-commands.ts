@@ -53,6 +53,29 @@ export function registerProjectCommands(program: Command): void {
     }),
   );
 
+  const del = project
+    .command("delete")
+    .description(
+      "Delete a project with its versions' snapshots, its build contexts and the images built for it (its environments destroyed first)",
+    )
+    .argument("<name>", "project name")
+    .option("--json", "print JSON")
+    .addHelpText(
+      "after",
+      "\nExample:\n  denv env destroy ops-world/alpha && denv project delete ops-world\n\nRefused, naming them, while the project has a live environment or a version something uses (a fork, a pool, a running replay).",
+    );
+  del.action(
+    run(del, async (client, json, name: string) => {
+      const r = await client().call("deleteV1ProjectsById", { params: { id: name } });
+      if (json) printJson(r);
+      else
+        process.stdout.write(
+          `deleted project ${r.deleted}: ${r.versions_deleted.length} version(s), ${r.images_removed.length} built image(s)\n`,
+        );
+      return 0;
+    }),
+  );
+
   // --- deploy ---
   const deploy = program
     .command("deploy")

@@ -4,6 +4,7 @@ import { projectRelativePath } from "@denv/spec";
 import { z } from "zod";
 import { CONTEXT_DIGEST, CONTEXT_GRACE_MS } from "../build-contexts.ts";
 import { referencedContexts } from "../context-expiry.ts";
+import { removeUnusedBuiltImages } from "../deploy/built-images.ts";
 import { checkGitUrl } from "../git-source.ts";
 import { newId, now } from "../ids.ts";
 import { deploymentById } from "../store/deployment-store.ts";
@@ -11,11 +12,12 @@ import {
   findProject,
   insertProject,
   projectNameTaken,
+  SANDBOX_PROJECT,
   setProjectSource,
   teamProjects,
 } from "../store/project-store.ts";
 import type { DeploymentsTable, ProjectsTable } from "../store/schema.ts";
-import { resolveVersionRef } from "../store/version-store.ts";
+import { resolveVersionRef, teamVersions, versionUsers } from "../store/version-store.ts";
 import { type ApiRoute, JSON_LIMIT_BYTES, route } from "./api-route.ts";
 import {
   buildContextSchema,
@@ -28,6 +30,7 @@ import {
 } from "./api-schemas.ts";
 import { serializeDeployment, serializeProject } from "./api-serializers.ts";
 import { requestBody } from "./host-bytes.ts";
+import { deleteVersion } from "./version-routes.ts";
 
 /** local (a directory the CLI uploads), git (any git URL), or github:OWNER/REPO. */
 function sourceTypeOf(source: string): "local" | "git" | "github" {
@@ -86,6 +89,73 @@ export const projectRoutes: ApiRoute[] = [
     auth: true,
     handler: async (c) =>
       c.json(serializeProject(await findProject(c.var.deps.store, c.var.teamId, c.req.param("id") ?? ""))),
+  }),
+  route({
+    method: "delete",
+    path: "/v1/projects/{id}",
+    summary:
+      "Delete a project: refused (409, naming them) while it has live environments or a version something uses; its versions' snapshots, its environments' records, the build contexts only it named and the images built for it go with it",
+    response: z.object({
+      deleted: z.string(),
+      versions_deleted: z.array(z.string()),
+      images_removed: z.array(z.string()),
+    }),
+    auth: true,
+    handler: async (c) => {
+      const { store, hub } = c.var.deps;
+      const p = await findProject(store, c.var.teamId, c.req.param("id") ?? "");
+      if (p.name === SANDBOX_PROJECT)
+        throw new DenvError(
+          "invalid_argument",
+          `${SANDBOX_PROJECT} holds the team's sandboxes; it is not deleted`,
+        );
+      const envs = await store
+        .selectFrom("environments")
+        .selectAll()
+        .where("project_id", "=", p.id)
+        .execute();
+      const live = envs.filter((e) => e.status !== "destroyed");
+      if (live.length)
+        throw new DenvError(
+          "conflict",
+          `project ${p.name} has live environments: ${live.map((e) => e.name).join(", ")}; destroy them first (denv env destroy ${p.name}/${live[0]?.name})`,
+          { details: { environments: live.map((e) => e.name) } },
+        );
+      // Everything is checked before anything is deleted: a refusal leaves the project whole.
+      const versions = await teamVersions(store, c.var.teamId, p.id);
+      for (const v of versions) {
+        const users = await versionUsers(store, v.id);
+        if (users.length)
+          throw new DenvError("conflict", `version ${v.id} of ${p.name} is in use: ${users.join("; ")}`, {
+            details: { in_use: users },
+          });
+        if (!hub.isConnected(v.host_id))
+          throw new DenvError(
+            "host_unavailable",
+            `the host holding ${v.id}'s snapshots is not connected; the project can be deleted once it is`,
+          );
+      }
+      for (const v of versions) await deleteVersion(c, v);
+      const envIds = envs.map((e) => e.id);
+      if (envIds.length) {
+        await store.deleteFrom("port_urls").where("environment_id", "in", envIds).execute();
+        await store.deleteFrom("deployments").where("environment_id", "in", envIds).execute();
+        await store.deleteFrom("environments").where("id", "in", envIds).execute();
+      }
+      await store.deleteFrom("pools").where("project_id", "=", p.id).execute();
+      await store.deleteFrom("projects").where("id", "=", p.id).execute();
+      await c.var.deps.buildContexts.prune(
+        c.var.teamId,
+        await referencedContexts(store, c.var.teamId),
+        CONTEXT_GRACE_MS,
+      );
+      const images = await removeUnusedBuiltImages(store, hub, c.var.teamId, p.id);
+      return c.json({
+        deleted: p.name,
+        versions_deleted: versions.map((v) => v.id),
+        images_removed: images.removed,
+      });
+    },
   }),
   route({
     method: "put",

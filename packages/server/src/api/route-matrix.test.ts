@@ -390,6 +390,8 @@ const CASES: Record<string, Case> = {
   },
   "get /v1/projects": { path: () => "/v1/projects", status: 200 },
   "get /v1/projects/{id}": { path: () => `/v1/projects/${a.project}`, status: 200 },
+  // The project has a live environment: refused, naming it (deleting it is the e2e test's).
+  "delete /v1/projects/{id}": { path: () => `/v1/projects/${a.project}`, status: 409 },
   "put /v1/projects/{id}/source": {
     path: () => `/v1/projects/${a.project}/source`,
     body: () => ({ compose: "services: {}\n" }),

@@ -26,7 +26,7 @@ async function listItem(store: Store, v: VersionsTable): Promise<z.infer<typeof 
 }
 
 /** Deletes a version nothing uses: its snapshots on its host, then its record. */
-async function deleteVersion(c: ApiContext, v: VersionsTable): Promise<void> {
+export async function deleteVersion(c: ApiContext, v: VersionsTable): Promise<void> {
   const { store, hub } = c.var.deps;
   const users = await versionUsers(store, v.id);
   if (users.length > 0)

@@ -46,7 +46,7 @@ def live() -> dict[str, str]:
             os.environ["DENV_API_KEY"] = _live["api_key"]
             # The Harbor adapter deploys environment directories through the CLI, keeping them in
             # the cache: a directory of this run's own.
-            os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="denv-cache-")
+            os.environ["DENV_CACHE_DIR"] = tempfile.mkdtemp(prefix="denv-cache-")
             os.environ.setdefault(
                 "DENV_CLI", shlex.join([os.environ.get("DENV_NODE", "node"), str(ROOT / "packages" / "cli" / "bin" / "denv.js")])
             )

@@ -1,6 +1,7 @@
 /**
- * `denv import harbor` on the real engine: four Harbor tasks (Dockerfile-only, a compose file with
- * a sidecar whose state the grader reads, a prebuilt docker_image, and one whose environment/ files
+ * `denv import harbor` on the real engine: five Harbor tasks (Dockerfile-only, a compose file with
+ * a sidecar whose state the grader reads, a compose file whose main names its image with no
+ * Dockerfile beside it, a prebuilt docker_image, and one whose environment/ files
  * Harbor uploads into the workdir, which its solution reads) become denv projects; each
  * deploys, its oracle scores 1 and its verifier scores 0 without it. A reward the agent writes
  * itself before grading counts for nothing.
@@ -26,6 +27,7 @@ after(async () => {
   await lab?.close();
   // The images this file built: the engine's build cache, needed by nothing after it.
   await removeBuiltImages([
+    "compose-main-image",
     "hello-dockerfile",
     "image-with-files",
     "prebuilt-image",
@@ -37,7 +39,7 @@ after(async () => {
 
 const denv = cliRunner(() => ({ url: lab.server.url, key: lab.keyA }));
 
-test("four Harbor tasks import, deploy, and verify to 1 with their oracle and 0 without", async () => {
+test("five Harbor tasks import, deploy, and verify to 1 with their oracle and 0 without", async () => {
   const r = await denv("import", "harbor", fixtures, out, "--json");
   assert.equal(r.code, 0, `${r.stdout}\n${r.stderr}`);
   const projects = JSON.parse(r.stdout).projects as {
@@ -53,7 +55,7 @@ test("four Harbor tasks import, deploy, and verify to 1 with their oracle and 0 
   }[];
   assert.deepEqual(
     projects.map((p) => p.name),
-    ["hello-dockerfile", "image-with-files", "prebuilt-image", "sidecar-compose"],
+    ["compose-main-image", "hello-dockerfile", "image-with-files", "prebuilt-image", "sidecar-compose"],
   );
   for (const p of projects) {
     assert.equal(p.check.deploy, "succeeded", p.name);

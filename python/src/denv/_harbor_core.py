@@ -355,9 +355,12 @@ def _cli_failure(r: subprocess.CompletedProcess[str]) -> str:
 
 
 def _cache_dir() -> Path:
-    """Where deployed environment projects are kept (a local project's source stays on disk)."""
-    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    d = Path(root) / "denv" / "harbor"
+    """Where deployed environment projects are kept (a local project's source stays on disk):
+    DENV_CACHE_DIR, else $XDG_CACHE_HOME/denv, else ~/.cache/denv."""
+    root = os.environ.get("DENV_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "denv"
+    )
+    d = Path(root) / "harbor"
     d.mkdir(parents=True, exist_ok=True)
     return d
 

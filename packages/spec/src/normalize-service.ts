@@ -5,18 +5,21 @@
  * refused with a reason: nothing is dropped silently.
  */
 
+import { createHash } from "node:crypto";
 import {
   DEFAULT_CAPS,
   DEFAULT_HEALTHCHECK,
   DEFAULT_NETWORK,
   DEFAULT_STOP_GRACE_PERIOD_MS,
   type ResolvedService,
+  type ResolvedSpec,
 } from "@denv/protocol";
 import { buildField } from "./build-field.ts";
 import type { Env } from "./interpolate.ts";
 import { parseDotenv } from "./interpolate.ts";
 import type { FieldPath } from "./issues.ts";
 import type { IssueList } from "./load-compose.ts";
+import { isValidName, NAME_MAX_LENGTH } from "./names.ts";
 import { splitShellWords } from "./shell-words.ts";
 import { sysctlProblem } from "./sysctls.ts";
 import { parseBytes, parseCpus, parseDurationMs } from "./units.ts";
@@ -31,6 +34,11 @@ export interface ServiceContext {
   serviceNames: ReadonlySet<string>;
   declaredVolumes: ReadonlySet<string>;
   declaredNetworks: ReadonlySet<string>;
+  /**
+   * The file's datasets: an anonymous volume adds one of its own here (named from its service and
+   * path), as the engine makes a fresh volume for it.
+   */
+  datasets?: ResolvedSpec["datasets"];
   /** Reads a file relative to the compose file's directory (env_file); undefined when absent. */
   readFile?: ((relativePath: string) => string | undefined) | undefined;
 }
@@ -221,7 +229,7 @@ export function normalizeService(
   const caps = capsField(svc, at, issues);
   const { healthcheck, disabled } = healthcheckField(svc.healthcheck, at("healthcheck"), issues);
   const depends_on = dependsOnField(svc.depends_on, at("depends_on"), ctx);
-  const { volumes, tmpfs } = volumesField(svc, at, ctx);
+  const { volumes, tmpfs } = volumesField(svc, at, name, ctx);
   const ports = portsField(svc.ports, at("ports"), issues);
   const { networks, network_mode } = networksField(svc, at, ctx);
 
@@ -698,9 +706,33 @@ function dependsOnField(v: unknown, path: FieldPath, ctx: ServiceContext): Resol
 
 const DOCKER_SOCKET = /(^|\/)docker\.sock$|^\/var\/run\/docker|^\/run\/docker/;
 
+/**
+ * A dataset name for an anonymous volume: `anon-SERVICE-PATH` in the name rule's characters, cut to
+ * fit with a short hash of the path when cut or taken, so two paths never share one.
+ */
+export function anonymousDatasetName(
+  service: string,
+  target: string,
+  taken: (name: string) => boolean,
+): string {
+  const slug = target
+    .replace(/[^A-Za-z0-9_-]+/g, "-")
+    .replace(/^-+|-+$/g, "")
+    .replace(/-{2,}/g, "-");
+  const plain = `anon-${service}-${slug || "root"}`.replace(/\.+/g, "-");
+  if (plain.length <= NAME_MAX_LENGTH && isValidName(plain) && !taken(plain)) return plain;
+  const hash = createHash("sha256").update(`${service}\0${target}`).digest("hex").slice(0, 8);
+  for (let i = 0; ; i++) {
+    const suffix = `-${hash}${i ? `-${i}` : ""}`;
+    const n = `${plain.slice(0, NAME_MAX_LENGTH - suffix.length).replace(/[-_]+$/, "")}${suffix}`;
+    if (!taken(n)) return n;
+  }
+}
+
 function volumesField(
   svc: Record<string, unknown>,
   at: (...p: (string | number)[]) => FieldPath,
+  serviceName: string,
   ctx: ServiceContext,
 ): { volumes: ResolvedService["volumes"]; tmpfs: ResolvedService["tmpfs"] } {
   const volumes: ResolvedService["volumes"] = [];
@@ -738,6 +770,33 @@ function volumesField(
     }
     volumes.push({ dataset: source, target, read_only: readOnly, subpath, nocopy });
   };
+  // An anonymous volume (a path alone): a dataset of its own, named from the service and the path,
+  // which the engine fills from the image's content there as it does any new volume; snapshotted
+  // and forked like the rest. Where the file has no dataset map to add to, it stays refused.
+  const anonymous = (target: string, readOnly: boolean, p: FieldPath) => {
+    if (!target.startsWith("/")) {
+      issues.error("invalid_value", p, `volume target ${target} must be an absolute path in the container`);
+      return;
+    }
+    if (!ctx.datasets) {
+      issues.error(
+        "volume_anonymous",
+        p,
+        `anonymous volume ${target}: name it and declare it under volumes:`,
+      );
+      return;
+    }
+    const name = anonymousDatasetName(serviceName, target, (n) =>
+      Boolean(ctx.datasets?.[n] || ctx.declaredVolumes.has(n)),
+    );
+    ctx.datasets[name] = { labels: { "dev.denv.anonymous": `${serviceName}:${target}` } };
+    volumes.push({ dataset: name, target, read_only: readOnly, subpath: null, nocopy: false });
+    issues.warn(
+      "volume_anonymous",
+      p,
+      `anonymous volume ${target} became dataset ${name}: filled from the image's ${target}, snapshotted and forked like a named volume`,
+    );
+  };
   const list = svc.volumes === undefined ? [] : Array.isArray(svc.volumes) ? svc.volumes : undefined;
   if (!list) issues.error("invalid_value", at("volumes"), "volumes is a list");
   (list ?? []).forEach((entry, i) => {
@@ -745,11 +804,7 @@ function volumesField(
     if (typeof entry === "string") {
       const parts = entry.split(":");
       if (parts.length === 1) {
-        issues.error(
-          "volume_anonymous",
-          p,
-          `anonymous volume ${entry} is not kept by snapshots; name it (NAME:${entry}) and declare NAME under volumes:`,
-        );
+        anonymous(entry, false, p);
         return;
       }
       const [source = "", target = "", mode = ""] = parts;
@@ -805,11 +860,7 @@ function volumesField(
         return;
       }
       if (!source) {
-        issues.error(
-          "volume_anonymous",
-          p,
-          "a volume without source: is not kept by snapshots; name it and declare it under volumes:",
-        );
+        anonymous(target, entry.read_only === true, p);
         return;
       }
       const v = isRecord(entry.volume) ? entry.volume : {};

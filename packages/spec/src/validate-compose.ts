@@ -237,6 +237,7 @@ export function validateCompose(text: string, options: ValidateOptions = {}): Va
       serviceNames,
       declaredVolumes,
       declaredNetworks,
+      datasets,
       readFile: options.readFile,
     });
     if (r) {

@@ -1,11 +1,19 @@
 import assert from "node:assert/strict";
-import { mkdirSync, mkdtempSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { parse } from "yaml";
-import { importHarborTask, projectNameFor } from "./harbor-import.ts";
-import { findTasks, readHarborTask } from "./harbor-task.ts";
+import { importHarborEnvironment, importHarborTask, projectNameFor } from "./harbor-import.ts";
+import { findTasks, readEnvironmentDir, readHarborTask } from "./harbor-task.ts";
 
 function task(files: Record<string, string>, name = "t"): string {
   const dir = join(mkdtempSync(join(tmpdir(), "harbor-")), name);
@@ -57,7 +65,6 @@ test("hostile tasks fail safely, saying where", async () => {
   const linkedTest = task({});
   const shadow = join(linkedTest, "tests/test.sh");
   writeFileSync(join(linkedTest, "secret"), "s");
-  const { rmSync } = await import("node:fs");
   rmSync(shadow);
   symlinkSync("/etc/passwd", shadow);
   assert.throws(() => readHarborTask(linkedTest), /symbolic link/);
@@ -162,4 +169,71 @@ test("main's image by Harbor's precedence; a compose task whose main has none is
   assert.match(layer, /COPY --chown=1000:1000 \["numbers\.txt","\/app\/numbers\.txt"\]/);
   assert.match(layer, /COPY --chown=1000:1000 \["data","\/app\/data"\]/);
   assert.ok(!withFiles.unmapped.some((u) => u.includes("environment/ files")), withFiles.unmapped.join("\n"));
+});
+
+test("an environment directory as the Harbor adapter runs it: the image's users, the file's own x-denv, nothing written on refusal", async () => {
+  const env = join(task({ "environment/Dockerfile": "FROM debian:bookworm\nWORKDIR /w\n" }), "environment");
+  const outDir = join(out(), "harbor-abc");
+  const p = await importHarborEnvironment(
+    readEnvironmentDir(env),
+    { cpus: 2 },
+    {
+      name: "harbor-abc",
+      out: outDir,
+      egress: "deny",
+    },
+  );
+  const compose = parse(readFileSync(join(p.dir, "docker-compose.yaml"), "utf8"));
+  assert.deepEqual(compose.services.main.build, { context: "./environment", dockerfile: "Dockerfile" });
+  assert.equal(compose.services.main.user, undefined, "Harbor's users are the adapter's to apply");
+  assert.deepEqual(compose.services.main.volumes, ["workdir:/w"]);
+  assert.equal(compose.services.main.cpus, 2);
+  assert.deepEqual(compose["x-denv"], { kind: "agent", egress: "deny" });
+  assert.equal(p.kind, "agent");
+  // A compose file with its own x-denv block (a verifier) keeps it, and its kind.
+  const withBlock = join(
+    task({
+      "environment/docker-compose.yaml":
+        "x-denv:\n  kind: rl-environment\n  verifier: {image: v:1, command: [/v]}\nservices:\n  main:\n    image: a:1\n",
+    }),
+    "environment",
+  );
+  const q = await importHarborEnvironment(
+    readEnvironmentDir(withBlock),
+    {},
+    {
+      name: "harbor-def",
+      out: join(out(), "harbor-def"),
+      egress: "allow",
+    },
+  );
+  assert.equal(q.kind, "rl-environment");
+  assert.equal(
+    parse(readFileSync(join(q.dir, "docker-compose.yaml"), "utf8"))["x-denv"].verifier.image,
+    "v:1",
+  );
+  // Refused: a linked Dockerfile, a hostile name; nothing is left where the project would be.
+  const linked = join(task({}), "environment");
+  rmSync(join(linked, "Dockerfile"));
+  writeFileSync(join(linked, "..", "secret"), "s");
+  symlinkSync(join(linked, "..", "secret"), join(linked, "Dockerfile"));
+  assert.throws(() => readEnvironmentDir(linked), /symbolic link/);
+  const bad = join(out(), "x");
+  await assert.rejects(
+    importHarborEnvironment(readEnvironmentDir(env), {}, { name: "../x", out: bad, egress: "allow" }),
+    /not a valid project name/,
+  );
+  assert.equal(existsSync(bad), false);
+  const noImage = join(task({ "environment/docker-compose.yaml": "services:\n  main: {}\n" }), "environment");
+  rmSync(join(noImage, "Dockerfile"));
+  const target = join(out(), "harbor-ghi");
+  await assert.rejects(
+    importHarborEnvironment(
+      readEnvironmentDir(noImage),
+      {},
+      { name: "harbor-ghi", out: target, egress: "allow" },
+    ),
+    /services\.main has no image/,
+  );
+  assert.equal(existsSync(target), false);
 });

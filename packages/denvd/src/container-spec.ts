@@ -56,6 +56,8 @@ export interface ContainerSpecInput {
   agent: { binary: string; runDir: string; identity: ServiceIdentity } | null;
   /** The stack's clock directory on the host when its clock is frozen (clock-state.ts); else null. */
   clockDir?: string | null;
+  /** This service's file secrets: files denvd wrote on the host, bound read-only (stack-secrets.ts). */
+  secrets?: { source: string; target: string }[];
 }
 
 export function containerSpecFor(i: ContainerSpecInput): ContainerSpec {
@@ -130,6 +132,12 @@ export function containerSpecFor(i: ContainerSpecInput): ContainerSpec {
           ]
         : []),
       ...(clock?.mounts ?? []),
+      ...(i.secrets ?? []).map((m) => ({
+        kind: "bind" as const,
+        source: m.source,
+        target: m.target,
+        readOnly: true,
+      })),
     ],
     memoryBytes: s.caps.memory_bytes,
     pids: s.caps.pids,

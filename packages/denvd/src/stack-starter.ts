@@ -12,6 +12,7 @@ import { LABEL } from "./labels.ts";
 import { startInOrder } from "./service-health.ts";
 import { clockDirFor, clockStartEvidence } from "./stack-clock.ts";
 import type { StackContext } from "./stack-context.ts";
+import { writeStackSecrets } from "./stack-secrets.ts";
 
 export interface StartResult {
   evidence: Record<string, ServiceStartEvidence>;
@@ -68,6 +69,7 @@ export async function startStack(
   }
   const containerIds: Record<string, string> = {};
   const clockDir = clockDirFor(ctx, stack);
+  const secrets = await writeStackSecrets(ctx.options.stateDir, stack.id, spec);
   const create = async (svc: string) => {
     const agent = agents.get(svc);
     containerIds[svc] = await ctx.runtime.createContainer(
@@ -80,6 +82,7 @@ export async function startStack(
         labels: (extra) => ctx.labels(extra),
         agent: agent && agentBinary ? { binary: agentBinary, ...agent } : null,
         clockDir,
+        secrets: secrets[svc],
       }),
     );
   };

@@ -6,6 +6,7 @@ import { DenvError } from "@denv/protocol";
 import { LABEL } from "./labels.ts";
 import { dropClock } from "./stack-clock.ts";
 import { type StackContext, sleep } from "./stack-context.ts";
+import { removeStackSecrets } from "./stack-secrets.ts";
 import type { StackRecord } from "./state-store.ts";
 import { isSafeId } from "./storage/storage-driver.ts";
 
@@ -39,6 +40,7 @@ export async function teardownStack(ctx: StackContext, stack: StackRecord): Prom
     if (isSafeId(ds)) await ctx.storage.destroyDataset(ds);
   }
   await dropClock(ctx, stack.id);
+  await removeStackSecrets(ctx.options.stateDir, stack.id);
   await ctx.store.deleteStack(stack.id);
   ctx.log("Destroyed stack", { stack: stack.id });
 }

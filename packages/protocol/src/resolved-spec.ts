@@ -91,6 +91,21 @@ export const serviceSchema = z.object({
       nocopy: z.boolean(),
     }),
   ),
+  /**
+   * File secrets the service gets, each a read-only file at `target` (/run/secrets/NAME unless the
+   * file says), owned and moded as given. Absent when it has none (so such a file hashes as before).
+   */
+  secrets: z
+    .array(
+      z.object({
+        name: z.string(),
+        target: z.string(),
+        uid: z.number().int().nonnegative(),
+        gid: z.number().int().nonnegative(),
+        mode: z.number().int().min(0).max(0o777),
+      }),
+    )
+    .optional(),
   tmpfs: z.array(
     z.object({ target: z.string(), size_bytes: z.number().nullable(), mode: z.number().nullable() }),
   ),
@@ -131,6 +146,11 @@ export const serviceSchema = z.object({
 
 export const resolvedSpecSchema = z.object({
   schema_version: z.literal(1),
+  /**
+   * The file secrets' contents, read from the project's files at resolve. The spec is stored sealed
+   * like the .env's values it holds; the API and the evidence never show these. Absent when none.
+   */
+  secret_files: z.record(z.string(), z.object({ content_b64: z.string(), sha256: z.string() })).optional(),
   name: z.string().nullable(),
   kind: z.enum(KINDS),
   egress: z.enum(["deny", "allow"]),

@@ -358,6 +358,9 @@ export type PutV1ProjectsByIdSourceBody = {
   build_contexts?: {
     [key: string]: string;
   };
+  files?: {
+    [key: string]: string;
+  };
 };
 
 /** Upload a build context: a tar of the context directory (.dockerignore applied), named by its sha256, which is checked — PUT /v1/projects/{id}/contexts/{digest} */

@@ -33,5 +33,6 @@ export {
   type ValidateResult,
   validateCompose,
   withHash,
+  withoutSecretContents,
 } from "./validate-compose.ts";
 export { xDenvSchema } from "./x-denv-schema.ts";

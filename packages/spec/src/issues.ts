@@ -46,6 +46,8 @@ export const RULE_CODES = [
   "volume_anonymous",
   "volumes_from_outside",
   "build_without_image",
+  "secret_host",
+  "secret_undeclared",
   // x-denv
   "x_denv_invalid",
   "agent_missing",

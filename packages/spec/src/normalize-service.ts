@@ -6,6 +6,7 @@
  */
 
 import { createHash } from "node:crypto";
+import { posix } from "node:path";
 import {
   DEFAULT_CAPS,
   DEFAULT_HEALTHCHECK,
@@ -34,6 +35,8 @@ export interface ServiceContext {
   serviceNames: ReadonlySet<string>;
   declaredVolumes: ReadonlySet<string>;
   declaredNetworks: ReadonlySet<string>;
+  /** The file's top-level secrets (a service may name only these). */
+  declaredSecrets?: ReadonlySet<string>;
   /**
    * The file's datasets: an anonymous volume adds one of its own here (named from its service and
    * path), as the engine makes a fresh volume for it.
@@ -135,7 +138,7 @@ const SERVICE_FIELDS: Record<string, Handler> = {
   external_links: {
     refuse: "external_links reach containers outside the stack; the environment is a world of its own",
   },
-  secrets: { refuse: "secrets are read from files on the host; put the value in environment: instead" },
+  secrets: "handled",
   configs: { refuse: "configs are read from files on the host; bake the file into the image instead" },
   extends: { refuse: "extends reads other files; write the service out in full" },
   cgroup_parent: { refuse: "a service cannot choose its cgroup on the host" },
@@ -394,6 +397,8 @@ export function normalizeService(
     shm_size_bytes: svc.shm_size === undefined ? null : (bytes(svc.shm_size, at("shm_size"), issues) ?? null),
     sysctls,
   };
+  const secrets = secretsField(svc.secrets, at, ctx);
+  if (secrets.length) service.secrets = secrets;
   // volumes_from is applied by the caller, which sees every service's volumes.
   return { service, volumesFrom };
 }
@@ -701,6 +706,79 @@ function dependsOnField(v: unknown, path: FieldPath, ctx: ServiceContext): Resol
       add(name, [...path, name], s.condition ?? "service_started", s.required !== false, s.restart === true);
     }
   } else ctx.issues.error("invalid_value", path, "depends_on is a list of services or a mapping");
+  return out;
+}
+
+/**
+ * A service's secrets: NAME, or {source, target, uid, gid, mode}, naming a top-level secret. Each
+ * is a read-only file at /run/secrets/NAME (a relative target is under /run/secrets), owned by
+ * root and readable by all (0444) unless uid, gid and mode say otherwise, as Compose mounts one.
+ */
+function secretsField(
+  raw: unknown,
+  at: (...p: (string | number)[]) => FieldPath,
+  ctx: ServiceContext,
+): NonNullable<ResolvedService["secrets"]> {
+  if (raw === undefined || raw === null) return [];
+  if (!Array.isArray(raw)) {
+    ctx.issues.error("invalid_value", at("secrets"), "secrets is a list of secret names or mappings");
+    return [];
+  }
+  const out: NonNullable<ResolvedService["secrets"]> = [];
+  const id = (v: unknown, p: FieldPath, what: string): number | null => {
+    if (v === undefined || v === null) return 0;
+    const n = typeof v === "number" ? v : typeof v === "string" && /^\d+$/.test(v) ? Number(v) : Number.NaN;
+    if (!Number.isInteger(n) || n < 0 || n > 0x7fffffff) {
+      ctx.issues.error("invalid_value", p, `${what} must be a number (a uid or gid)`);
+      return null;
+    }
+    return n;
+  };
+  raw.forEach((entry, i) => {
+    const p = at("secrets", i);
+    const e = typeof entry === "string" ? { source: entry } : isRecord(entry) ? entry : null;
+    const source = e ? scalarString(e.source) : undefined;
+    if (!e || !source) {
+      ctx.issues.error("invalid_value", p, "a secret is a name or a mapping with source:");
+      return;
+    }
+    if (!ctx.declaredSecrets?.has(source)) {
+      ctx.issues.error(
+        "secret_undeclared",
+        p,
+        `secret ${source} is not declared; add it under the top-level secrets: with file:`,
+      );
+      return;
+    }
+    const t = scalarString(e.target) ?? source;
+    const target = t.startsWith("/") ? posix.normalize(t) : posix.join("/run/secrets", t);
+    if (!target.startsWith("/") || target === "/" || /[\n\r\0]/.test(t) || t.split("/").includes("..")) {
+      ctx.issues.error("invalid_value", [...p, "target"], `secret target ${t} must name a file`);
+      return;
+    }
+    const uid = id(e.uid, [...p, "uid"], "uid");
+    const gid = id(e.gid, [...p, "gid"], "gid");
+    let mode = 0o444;
+    if (e.mode !== undefined) {
+      // Modes are written in octal (0440); YAML 1.2 reads 0440 as the decimal 440, so a number
+      // whose digits are all octal ones is read as octal, as the file meant it.
+      const m =
+        typeof e.mode === "number"
+          ? /^[0-7]{1,4}$/.test(String(e.mode))
+            ? Number.parseInt(String(e.mode), 8)
+            : e.mode
+          : typeof e.mode === "string" && /^0?[0-7]{1,4}$/.test(e.mode)
+            ? Number.parseInt(e.mode, 8)
+            : Number.NaN;
+      if (!Number.isInteger(m) || m < 0 || m > 0o777) {
+        ctx.issues.error("invalid_value", [...p, "mode"], "mode is a file mode (0 to 0777)");
+        return;
+      }
+      mode = m;
+    }
+    if (uid === null || gid === null) return;
+    out.push({ name: source, target, uid, gid, mode });
+  });
   return out;
 }
 

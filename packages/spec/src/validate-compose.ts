@@ -29,20 +29,37 @@ export interface ValidateOptions {
   noBuild?: boolean;
   /** Project name when the file has no top-level `name:`. */
   projectName?: string;
-  /** Reads a file relative to the compose file (for env_file). */
+  /** Reads a file relative to the compose file (for env_file and secrets' file:). */
   readFile?: (relativePath: string) => string | undefined;
+  /**
+   * The project's files by their path relative to the compose file (what the CLI uploads with it),
+   * read when there is no readFile: the form that crosses to a validation worker.
+   */
+  files?: Record<string, string>;
 }
 
 export type ValidateResult =
   | { ok: true; spec: ResolvedSpec; warnings: SpecIssue[] }
   | { ok: false; errors: SpecIssue[]; warnings: SpecIssue[] };
 
-const TOP_LEVEL = new Set(["version", "name", "services", "volumes", "networks", "x-denv"]);
+const TOP_LEVEL = new Set(["version", "name", "services", "volumes", "networks", "secrets", "x-denv"]);
+
+/** Docker's own limit on a secret's size. */
+const MAX_SECRET_BYTES = 500 * 1024;
 
 const isRecord = (v: unknown): v is Record<string, unknown> =>
   v !== null && typeof v === "object" && !Array.isArray(v);
 
 export function validateCompose(text: string, options: ValidateOptions = {}): ValidateResult {
+  const files = options.files;
+  const readFile =
+    options.readFile ??
+    (files
+      ? (rel: string) => {
+          const key = posix.normalize(rel);
+          return Object.hasOwn(files, key) ? files[key] : undefined;
+        }
+      : undefined);
   const env: Env = { ...(options.dotenv ? parseDotenv(options.dotenv) : {}), ...(options.env ?? {}) };
   const loaded = loadCompose(text, env);
   const issues = new IssueList(loaded.positionOf);
@@ -53,7 +70,6 @@ export function validateCompose(text: string, options: ValidateOptions = {}): Va
   for (const key of Object.keys(data)) {
     if (TOP_LEVEL.has(key) || key.startsWith("x-")) continue;
     const why: Record<string, string> = {
-      secrets: "secrets are read from files on the host; put values in environment: instead",
       configs: "configs are read from files on the host; bake files into the image instead",
       include: "include reads other compose files; merge them into one file",
       models: "model runners are not available",
@@ -150,6 +166,88 @@ export function validateCompose(text: string, options: ValidateOptions = {}): Va
       }
     datasets[vname] = { labels };
   }
+  // top-level secrets: a file in the project (its content travels with the project's source);
+  // a host's environment variable or an external store is refused, there being none to read.
+  const declaredSecrets = new Set<string>();
+  const secretFiles: NonNullable<ResolvedSpec["secret_files"]> = {};
+  if (data.secrets !== undefined && data.secrets !== null && !isRecord(data.secrets))
+    issues.error("invalid_value", ["secrets"], "secrets is a mapping of secret names");
+  for (const [sname, scfg] of Object.entries(isRecord(data.secrets) ? data.secrets : {})) {
+    declaredSecrets.add(sname);
+    const at = ["secrets", sname];
+    const badName = nameProblem(sname);
+    if (badName) {
+      issues.error("name_invalid", at, `secret name "${sname}" ${badName}`);
+      continue;
+    }
+    if (!isRecord(scfg)) {
+      issues.error("invalid_value", at, "a secret is a mapping with file:");
+      continue;
+    }
+    if (scfg.external !== undefined && scfg.external !== false) {
+      issues.error(
+        "secret_host",
+        [...at, "external"],
+        `secret ${sname} is external: it lives in a swarm's secret store, which a denv host does not have; give it a file: in the project`,
+      );
+      continue;
+    }
+    if (scfg.environment !== undefined) {
+      issues.error(
+        "secret_host",
+        [...at, "environment"],
+        `secret ${sname} reads the host's environment variable ${String(scfg.environment)}: denv reads no host variables into secrets; put the value in a file in the project and name it with file:`,
+      );
+      continue;
+    }
+    for (const key of Object.keys(scfg))
+      if (!["file", "name", "labels"].includes(key))
+        issues.error("unsupported_field", [...at, key], `"${key}" is not a secret field denv takes (file:)`);
+    const file = scfg.file;
+    if (typeof file !== "string" || !file) {
+      issues.error("invalid_value", [...at, "file"], `secret ${sname} needs file: (a path in the project)`);
+      continue;
+    }
+    const clean = file.replace(/^\.\//, "");
+    if (
+      file.startsWith("/") ||
+      file.startsWith("~") ||
+      clean.split("/").includes("..") ||
+      /[\n\r\0]/.test(file)
+    ) {
+      issues.error(
+        "bind_mount",
+        [...at, "file"],
+        `secret ${sname}'s file ${JSON.stringify(file)} is outside the project: the world must not reach the host; keep the file in the project directory`,
+      );
+      continue;
+    }
+    // A file the project cannot give (a link, not a regular file) throws, as for env_file: the
+    // caller says what it was.
+    const content = readFile?.(clean);
+    if (content === undefined) {
+      issues.error(
+        "invalid_value",
+        [...at, "file"],
+        `secret ${sname}'s file ${file} was not found in the project`,
+      );
+      continue;
+    }
+    const bytes = Buffer.from(content, "utf8");
+    if (bytes.length > MAX_SECRET_BYTES) {
+      issues.error(
+        "invalid_value",
+        [...at, "file"],
+        `secret ${sname}'s file is ${bytes.length} bytes; a secret is at most ${MAX_SECRET_BYTES}`,
+      );
+      continue;
+    }
+    secretFiles[sname] = {
+      content_b64: bytes.toString("base64"),
+      sha256: `sha256:${createHash("sha256").update(bytes).digest("hex")}`,
+    };
+  }
+
   const declaredNetworks = new Set<string>();
   const declaredInternal = new Map<string, boolean>();
   if (data.networks !== undefined && data.networks !== null && !isRecord(data.networks)) {
@@ -237,8 +335,9 @@ export function validateCompose(text: string, options: ValidateOptions = {}): Va
       serviceNames,
       declaredVolumes,
       declaredNetworks,
+      declaredSecrets,
       datasets,
-      readFile: options.readFile,
+      readFile,
     });
     if (r) {
       services[sname] = r.service;
@@ -314,8 +413,22 @@ export function validateCompose(text: string, options: ValidateOptions = {}): Va
     datasets,
     networks,
     start_order: startOrder,
+    ...(Object.keys(secretFiles).length ? { secret_files: secretFiles } : {}),
   };
   return finish(issues, withHash(body));
+}
+
+/** A spec to show (the API, validate --json): file secrets by name and digest, never their contents. */
+export function withoutSecretContents<T extends { secret_files?: Record<string, { sha256: string }> }>(
+  spec: T,
+): T {
+  if (!spec.secret_files) return spec;
+  return {
+    ...spec,
+    secret_files: Object.fromEntries(
+      Object.entries(spec.secret_files).map(([n, f]) => [n, { sha256: f.sha256, content_b64: "(redacted)" }]),
+    ),
+  };
 }
 
 /** Adds the content hash: sha256 over the canonical JSON of the spec without its hash. */

@@ -1,7 +1,7 @@
 /** Projects and deploys: create, list, and deploy (a local project's source is uploaded first). */
 import { createReadStream, existsSync } from "node:fs";
 import { rm } from "node:fs/promises";
-import { basename, dirname, join, resolve } from "node:path";
+import { basename, dirname, join, posix, resolve } from "node:path";
 import type { DenvClient } from "@denv/sdk";
 import { validateCompose } from "@denv/spec";
 import type { Command } from "commander";
@@ -125,14 +125,40 @@ function readLocalSource(path: string): { dir: string; compose: string; dotenvTe
 export async function uploadSource(client: DenvClient, project: string, path: string) {
   const { dir, compose, dotenvText } = readLocalSource(path);
   const build_contexts = await uploadBuildContexts(client, project, dir, compose, dotenvText);
+  const files = referencedFiles(dir, compose, dotenvText);
   return client.call("putV1ProjectsByIdSource", {
     params: { id: project },
     body: {
       compose,
       ...(dotenvText !== undefined ? { dotenv: dotenvText } : {}),
       ...(Object.keys(build_contexts).length ? { build_contexts } : {}),
+      ...(Object.keys(files).length ? { files } : {}),
     },
   });
+}
+
+/** A file the compose file names (env_file, a secret's file:) is at most this large. */
+const MAX_REFERENCED_FILE_BYTES = 1024 * 1024;
+
+/**
+ * The project's files the compose file reads (env_file, secrets' file:), as validation asks for
+ * them: each read as a regular file inside the project (no link is followed), to travel with the
+ * compose file, sealed on the server.
+ */
+function referencedFiles(dir: string, compose: string, dotenv: string | undefined): Record<string, string> {
+  const files: Record<string, string> = {};
+  validateCompose(compose, {
+    env: {},
+    ...(dotenv !== undefined ? { dotenv } : {}),
+    noBuild: false,
+    projectName: "project",
+    readFile: (rel) => {
+      const text = readProjectFile(dir, rel, MAX_REFERENCED_FILE_BYTES);
+      if (text !== undefined) files[posix.normalize(rel)] = text;
+      return text;
+    },
+  });
+  return files;
 }
 
 /**

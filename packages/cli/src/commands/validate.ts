@@ -55,7 +55,7 @@ Exits 0 when the file is accepted, 1 with every refusal (code, field path, line:
       const json = opts.json === true;
       try {
         // Loaded on use: the spec library (zod, yaml) is not needed by most commands.
-        const { validateCompose } = await import("@denv/spec");
+        const { validateCompose, withoutSecretContents } = await import("@denv/spec");
         const file = findComposeFile(path);
         const dir = dirname(file);
         const result = validateCompose(readProjectFile(dir, basename(file)) ?? "", {
@@ -68,7 +68,7 @@ Exits 0 when the file is accepted, 1 with every refusal (code, field path, line:
         if (json) {
           printJson(
             result.ok
-              ? { ok: true, spec: result.spec, warnings: result.warnings }
+              ? { ok: true, spec: withoutSecretContents(result.spec), warnings: result.warnings }
               : { ok: false, errors: result.errors.map(toWire), warnings: result.warnings.map(toWire) },
           );
         } else if (result.ok) {

@@ -76,6 +76,23 @@ export const uploadSourceBody = z.strictObject({
   build_contexts: z
     .record(z.string().min(1).max(1024), z.string().regex(/^sha256:[0-9a-f]{64}$/, "a sha256: digest"))
     .optional(),
+  /**
+   * The project's files the compose file reads (env_file, secrets' file:), by their path relative
+   * to it: stored sealed with the compose file and read at resolve.
+   */
+  files: z
+    .record(
+      z
+        .string()
+        .min(1)
+        .max(1024)
+        .refine((p) => !p.startsWith("/") && !p.split("/").includes("..") && !/[\0\n\r]/.test(p), {
+          message: "a path inside the project",
+        }),
+      z.string().max(1024 * 1024),
+    )
+    .refine((f) => Object.keys(f).length <= 64, { message: "at most 64 files" })
+    .optional(),
 });
 
 export const buildContextSchema = z.object({ digest: z.string(), size_bytes: z.number() });

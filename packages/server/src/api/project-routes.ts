@@ -191,6 +191,8 @@ export const projectRoutes: ApiRoute[] = [
         compose_text: secrets.sealText(body.compose),
         dotenv_text: secrets.sealText(body.dotenv ?? null),
         build_contexts_json: JSON.stringify(contexts),
+        // Sealed too: a secret's file is the point of it.
+        files_text: secrets.sealText(body.files ? JSON.stringify(body.files) : null),
       };
       await setProjectSource(store, p.id, sealed);
       // Contexts no project of the team names any more (and not just uploaded) are let go.

@@ -1,5 +1,6 @@
 /** A team's versions: list, delete one nothing uses, prune by a retention, and each one's data sheet. */
-import { DenvError } from "@denv/protocol";
+import { DenvError, type ResolvedSpec } from "@denv/protocol";
+import { withoutSecretContents } from "@denv/spec";
 import { z } from "zod";
 import { removeUnusedBuiltImages } from "../deploy/built-images.ts";
 import type { Store } from "../store/open-store.ts";
@@ -147,7 +148,9 @@ export const versionRoutes: ApiRoute[] = [
       return c.json({
         version_id: version.id,
         project: place.project,
-        spec: JSON.parse(secrets.openText(version.spec_json)) as Record<string, unknown>,
+        spec: withoutSecretContents(
+          JSON.parse(secrets.openText(version.spec_json)) as ResolvedSpec,
+        ) as unknown as Record<string, unknown>,
       });
     },
   }),

@@ -129,12 +129,13 @@ async function resolvePhase(runner: DeploymentRunner, rec: PhaseRecorder, projec
 /** The source validated, each build context found (uploaded, or archived from git), images pinned. */
 async function resolveSource(runner: DeploymentRunner, project: ProjectsTable, src: ProjectSource) {
   const { validator, fetchPolicy } = runner.options;
-  const { compose, dotenv, source, buildContexts } = src;
+  const { compose, dotenv, source, buildContexts, files } = src;
   const r = await validator.validate(compose, {
     env: {},
     dotenv: dotenv ?? undefined,
     noBuild: false,
     projectName: project.name,
+    files,
   });
   if (!r.ok) {
     throw new PhaseFailure(

@@ -18,6 +18,8 @@ export interface ProjectSource {
   source: unknown;
   /** Build context path (normalised) → the sha256: of its uploaded tar. */
   buildContexts: Record<string, string>;
+  /** The files the compose file reads (env_file, secrets' file:), path → text; a git source's: none yet. */
+  files: Record<string, string>;
   /** A git source's directory as a tar (its build contexts come from the commit itself). */
   archive?: (path: string) => Readable;
   /** Lets go of what the source holds open (a git clone); always called once resolve is done. */
@@ -38,6 +40,7 @@ export async function projectSource(
       dotenv: deps.secrets.openText(project.dotenv_text),
       source: { type: "local", path: project.source },
       buildContexts: JSON.parse(project.build_contexts_json ?? "{}") as Record<string, string>,
+      files: JSON.parse(deps.secrets.openText(project.files_text ?? null) ?? "{}") as Record<string, string>,
       close: async () => {},
     };
   }
@@ -52,6 +55,7 @@ export async function projectSource(
     dotenv: g.dotenv,
     source: { type: "git", url: project.source, commit: g.commit, file: g.file },
     buildContexts: {},
+    files: {},
     archive: g.archive,
     close: g.close,
   };

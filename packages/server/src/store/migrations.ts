@@ -282,6 +282,12 @@ export const MIGRATIONS: Record<string, Migration> = {
         .execute();
     },
   },
+  "0010_project_files": {
+    // The project's files its compose file reads (env_file, secrets' file:), sealed JSON.
+    up: async (db) => {
+      await db.schema.alterTable("projects").addColumn("files_text", text).execute();
+    },
+  },
 };
 
 export const migrationProvider: MigrationProvider = {

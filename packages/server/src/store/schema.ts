@@ -121,6 +121,8 @@ export interface ProjectsTable {
   dotenv_text: string | null;
   /** For local sources: {context path: sha256:…} of the build contexts uploaded with the file (JSON). */
   build_contexts_json?: string | null;
+  /** The files the compose file reads (env_file, secrets' file:), path → text, sealed JSON. */
+  files_text?: string | null;
   pinned_target: string | null;
   created_at: string;
 }

@@ -3,6 +3,7 @@
 export { hostOf, readBounded } from "./bounded-fetch.ts";
 export { buildField, projectRelativePath, type ResolvedBuild } from "./build-field.ts";
 export { COMPOSE_FILE_NAMES } from "./compose-file-names.ts";
+export { withoutSecretContents } from "./compose-secrets.ts";
 export { ComposeValidator, type ComposeValidatorOptions } from "./compose-validator.ts";
 export { type Env, interpolate, parseDotenv } from "./interpolate.ts";
 export { formatPath, RULE_CODES, type RuleCode, type SpecIssue } from "./issues.ts";
@@ -33,6 +34,5 @@ export {
   type ValidateResult,
   validateCompose,
   withHash,
-  withoutSecretContents,
 } from "./validate-compose.ts";
 export { xDenvSchema } from "./x-denv-schema.ts";

@@ -6,25 +6,39 @@
  * travels sealed with the compose file, is a read-only file at /run/secrets/NAME in the services
  * that name it (a database takes its password from it), is in every fork, and is never shown by
  * the API; a secret file that is a link out of the project is refused before anything is sent.
+ * Relative bind mounts of the project's own files (a read-only config file, a writable source
+ * folder) become datasets seeded with them: every fork starts with the same files and keeps its
+ * own writes; a source that is a link, holds a link out of it, or is over the upload limit is
+ * refused before anything is sent, and the environment keeps serving what it had.
  */
 import assert from "node:assert/strict";
-import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, truncateSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
+import tar from "tar-stream";
 import { type Lab, openLab } from "../security/security-lab.ts";
 import { cliRunner } from "./cli-runner.ts";
+import { LOCAL_REGISTRY } from "./denvd-helpers.ts";
 import { removeBuiltImages } from "./engine-helpers.ts";
+import { type GitHttpServer, startGitHttpServer } from "./git-http-server.ts";
 
 let lab: Lab;
 const work = mkdtempSync(join(tmpdir(), "denv-compose-files-"));
+let gitServer: GitHttpServer;
+const gitRoot = mkdtempSync(join(tmpdir(), "denv-compose-files-git-"));
 
 before(async () => {
-  lab = await openLab();
+  gitServer = await startGitHttpServer(gitRoot);
+  lab = await openLab({ fetchAllow: [...LOCAL_REGISTRY, gitServer.host] });
 });
 
 after(async () => {
   await lab?.close();
+  await gitServer?.close();
+  rmSync(gitRoot, { recursive: true, force: true });
   await removeBuiltImages(["anon-stack"]);
   rmSync(work, { recursive: true, force: true });
 });
@@ -185,4 +199,328 @@ volumes:
   assert.equal(refused.code, 1, refused.stderr);
   assert.match(refused.stderr, /db\/password\.txt is a symbolic link/);
   assert.equal((await app("secret-stack/alpha", login)).out, "42");
+});
+
+test("project files mounted as Compose mounts them: a read-only config file, a writable source folder with an anonymous node_modules, a database on a file secret; forked", async () => {
+  const dir = join(work, "files-stack");
+  const weird = "notes\nwith a newline.txt";
+  write(dir, {
+    "docker-compose.yaml": `x-denv:
+  kind: service
+services:
+  db:
+    image: 127.0.0.1:5000/denv/postgres:15-bookworm
+    environment:
+      POSTGRES_PASSWORD_FILE: /run/secrets/db-password
+    secrets: [db-password]
+    healthcheck:
+      test: ["CMD-SHELL", "pg_isready -U postgres"]
+      interval: 1s
+      retries: 60
+  app:
+    image: 127.0.0.1:5000/denv/opsbox:bookworm
+    command: ["sleep", "infinity"]
+    working_dir: /code
+    environment: { PGHOST: db, PGUSER: postgres }
+    secrets: [db-password]
+    volumes:
+      - ./conf/app.conf:/etc/app/app.conf:ro
+      - ./src:/code
+      - /code/node_modules
+    depends_on: { db: { condition: service_healthy } }
+secrets:
+  db-password:
+    file: ./db/password.txt
+`,
+    "db/password.txt": PW,
+    "conf/app.conf": "listen = 8080\n",
+    "src/main.js": "console.log('v1')\n",
+    "src/lib/util.js": "module.exports = 1\n",
+    [`src/${weird}`]: "kept\n",
+  });
+  symlinkSync("lib/util.js", join(dir, "src/util-link.js"));
+  const v = await denv("validate", dir, "--json");
+  assert.equal(v.code, 0, v.stdout);
+  const validated = JSON.parse(v.stdout);
+  assert.deepEqual(
+    Object.fromEntries(
+      Object.entries(validated.spec.datasets as Record<string, { seed?: { source: string } }>)
+        .filter(([, d]) => d.seed)
+        .map(([n, d]) => [n, d.seed?.source]),
+    ),
+    { "project-conf-app-conf": "conf/app.conf", "project-src": "src" },
+  );
+  assert.equal(
+    (await denv("project", "create", "--kind", "service", "--source", dir, "files-stack")).code,
+    0,
+  );
+  const d = JSON.parse((await denv("deploy", "--project", "files-stack", "--wait", "--json")).stdout);
+  assert.equal(d.status, "succeeded", d.reason);
+  const phase = (n: string) => d.phases.find((p: { name: string }) => p.name === n).evidence;
+  const mounts = phase("resolve").project_mounts as { source: string; type: string; digest: string }[];
+  assert.deepEqual(
+    mounts.map((m) => [m.source, m.type]),
+    [
+      ["conf/app.conf", "file"],
+      ["src", "directory"],
+    ],
+  );
+  for (const m of mounts) assert.match(m.digest, /^sha256:[0-9a-f]{64}$/);
+  assert.equal(phase("prepare").seeded["project-src"].entries, 5);
+  const app = async (env: string, script: string) => {
+    const r = await lab.api("POST", `/v1/envs/${encodeURIComponent(env)}/exec`, {
+      service: "app",
+      command: ["bash", "-c", script],
+    });
+    assert.equal(r.status, 200, JSON.stringify(r.data));
+    return { code: r.data.exit_code as number, out: `${r.data.stdout}${r.data.stderr}`.trim() };
+  };
+  const alpha = "files-stack/alpha";
+  assert.equal((await app(alpha, "cat /etc/app/app.conf")).out, "listen = 8080");
+  assert.notEqual((await app(alpha, "echo 'listen = 1' > /etc/app/app.conf")).code, 0, "mounted :ro");
+  assert.equal(
+    (await app(alpha, "cat main.js lib/util.js util-link.js")).out,
+    "console.log('v1')\nmodule.exports = 1\nmodule.exports = 1",
+  );
+  assert.equal((await app(alpha, "readlink util-link.js")).out, "lib/util.js", "a link inside stays a link");
+  assert.equal((await app(alpha, `cat "$(printf 'notes\\nwith a newline.txt')"`)).out, "kept");
+  // node_modules is its own dataset over the source folder, as the engine layers them.
+  assert.equal((await app(alpha, "echo pkg > node_modules/pkg.txt && ls node_modules")).out, "pkg.txt");
+  const login = "PGPASSWORD=$(cat /run/secrets/db-password) psql -Atc 'select 40 + 2'";
+  assert.equal((await app(alpha, login)).out, "42");
+
+  const forks: string[] = [];
+  for (const name of ["files-1", "files-2"]) {
+    const f = await lab.api("POST", `/v1/versions/${d.version_id}/forks`, { count: 1, name });
+    assert.equal(f.status, 200, JSON.stringify(f.data));
+    forks.push(f.data.forks[0].environment.id as string);
+  }
+  const [one, two] = forks as [string, string];
+  for (const fork of forks) {
+    assert.equal((await app(fork, "cat /etc/app/app.conf main.js")).out, "listen = 8080\nconsole.log('v1')");
+    assert.equal((await app(fork, login)).out, "42");
+  }
+  await app(one, "echo \"console.log('mine')\" >> main.js && echo one > lib/new.js");
+  assert.equal((await app(one, "tail -n1 main.js && cat lib/new.js")).out, "console.log('mine')\none");
+  assert.equal(
+    (await app(two, "cat main.js; test -e lib/new.js && echo leaked || echo own")).out,
+    "console.log('v1')\nown",
+  );
+  assert.equal((await app(alpha, "test -e lib/new.js && echo leaked || echo own")).out, "own");
+
+  // Hostile sources are refused by the CLI before anything is sent; alpha keeps serving v1.
+  const refusedWith = async (re: RegExp) => {
+    const r = await denv("deploy", "--project", "files-stack", "--wait");
+    assert.equal(r.code, 1, r.stdout);
+    assert.match(r.stderr, re);
+    assert.equal((await app(alpha, "cat main.js")).out, "console.log('v1')");
+  };
+  writeFileSync(join(work, "host-secret.conf"), "the machine's own file");
+  rmSync(join(dir, "conf/app.conf"));
+  symlinkSync(join(work, "host-secret.conf"), join(dir, "conf/app.conf"));
+  await refusedWith(/conf\/app\.conf is a symbolic link/);
+  rmSync(join(dir, "conf/app.conf"));
+  writeFileSync(join(dir, "conf/app.conf"), "listen = 8080\n");
+  symlinkSync("../../../../etc", join(dir, "src/etc"));
+  await refusedWith(/the link "etc" → "..\/..\/..\/..\/etc" points outside it/);
+  rmSync(join(dir, "src/etc"));
+  // 2 GiB (sparse: nothing is written) is over what one upload may carry.
+  writeFileSync(join(dir, "src/big.bin"), "");
+  truncateSync(join(dir, "src/big.bin"), 2 * 1024 ** 3);
+  await refusedWith(/bind mount source \.\/src holds more than 2\.0 GiB/);
+  rmSync(join(dir, "src/big.bin"));
+
+  // A changed file is a new version with the new content; the old version is untouched.
+  writeFileSync(join(dir, "src/main.js"), "console.log('v2')\n");
+  const d2 = JSON.parse((await denv("deploy", "--project", "files-stack", "--wait", "--json")).stdout);
+  assert.equal(d2.status, "succeeded", d2.reason);
+  assert.notEqual(d2.version_id, d.version_id);
+  assert.equal((await app(alpha, "cat main.js")).out, "console.log('v2')");
+  assert.equal((await app(two, "cat main.js")).out, "console.log('v1')");
+});
+
+test("the API refuses bind mount sources that are not normalised project paths or were never uploaded", async () => {
+  const create = await lab.api("POST", "/v1/projects", {
+    name: "bind-api",
+    kind: "service",
+    source: "/nowhere",
+  });
+  assert.equal(create.status, 201, JSON.stringify(create.data));
+  const compose = "services:\n  a:\n    image: alpine\n    volumes: ['./x:/x']\n";
+  const digest = `sha256:${"0".repeat(64)}`;
+  for (const [path, want] of [
+    ["../etc", /not a normalised path inside the project/],
+    ["./x", /not a normalised path inside the project/],
+    ["x\ny", /not a normalised path inside the project/],
+    ["x", /was not uploaded/],
+  ] as const) {
+    const r = await lab.api("PUT", "/v1/projects/bind-api/source", {
+      compose,
+      bind_sources: { [path]: { digest, type: "directory" } },
+    });
+    assert.equal(r.status, 400, JSON.stringify(r.data));
+    assert.match(r.data.error.message, want);
+  }
+});
+
+async function deployed(project: string) {
+  const started = await lab.api("POST", `/v1/projects/${project}/deploy`, { env: "alpha" });
+  assert.equal(started.status, 202, JSON.stringify(started.data));
+  let d = started.data;
+  while (d.status === "running" || d.status === "queued") {
+    await new Promise((r) => setTimeout(r, 200));
+    d = (await lab.api("GET", `/v1/deployments/${started.data.id}`)).data;
+  }
+  return d;
+}
+
+const phaseOf = (d: { phases: { name: string }[] }, name: string) =>
+  d.phases.find((p) => p.name === name) as { status: string; reason: string | null; evidence: any };
+
+function gitRepo(name: string, files: Record<string, string>, links: Record<string, string> = {}) {
+  const repo = join(gitRoot, `${name}.git`);
+  write(repo, files);
+  for (const [at, to] of Object.entries(links)) symlinkSync(to, join(repo, at));
+  const git = (...args: string[]) => execFileSync("git", ["-C", repo, ...args], { encoding: "utf8" });
+  execFileSync("git", ["init", "-q", "-b", "main", repo]);
+  git("add", ".");
+  git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init");
+  return `${gitServer.url}/${name}.git`;
+}
+
+const MOUNTING = `x-denv:
+  kind: service
+services:
+  app:
+    image: 127.0.0.1:5000/denv/opsbox:bookworm
+    command: ["sleep", "infinity"]
+    volumes:
+      - ./conf/app.conf:/etc/app.conf:ro
+      - ./src:/code
+`;
+
+test("a git source's bind mounts are the commit's files; a link out of the folder fails prepare and nothing lands", async () => {
+  const source = gitRepo("mounts", {
+    "compose.yaml": MOUNTING,
+    "conf/app.conf": "from = git\n",
+    "src/main.sh": "echo from-git\n",
+  });
+  await lab.api("POST", "/v1/projects", { name: "git-mounts", kind: "service", source });
+  const d = await deployed("git-mounts");
+  assert.equal(d.status, "succeeded", d.reason);
+  assert.deepEqual(
+    phaseOf(d, "resolve").evidence.project_mounts.map((m: { source: string; type: string }) => [
+      m.source,
+      m.type,
+    ]),
+    [
+      ["conf/app.conf", "file"],
+      ["src", "directory"],
+    ],
+  );
+  assert.equal(
+    await shIn("git-mounts/alpha", "cat /etc/app.conf /code/main.sh"),
+    "from = git\necho from-git",
+  );
+
+  // A hostile commit: the mounted folder holds a link to the host's /etc. The archive keeps it a
+  // link; the host's check refuses it before anything is extracted.
+  const hostile = gitRepo(
+    "mounts-hostile",
+    { "compose.yaml": MOUNTING, "conf/app.conf": "x\n", "src/a.sh": "echo\n" },
+    { "src/etc": "/etc" },
+  );
+  await lab.api("POST", "/v1/projects", { name: "git-hostile", kind: "service", source: hostile });
+  const bad = await deployed("git-hostile");
+  assert.equal(bad.status, "rolled_back");
+  assert.match(phaseOf(bad, "prepare").reason ?? "", /bad tar: symlink etc points to an absolute path/);
+  // A file mount whose path in the commit is a link is refused at resolve, naming it.
+  const linked = gitRepo(
+    "mounts-linked",
+    { "compose.yaml": MOUNTING, "real.conf": "x\n", "src/a.sh": "echo\n" },
+    { conf: "." },
+  );
+  await lab.api("POST", "/v1/projects", { name: "git-linked", kind: "service", source: linked });
+  const refused = await deployed("git-linked");
+  assert.equal(refused.status, "rolled_back");
+  assert.match(phaseOf(refused, "resolve").reason ?? "", /conf is a symbolic link/);
+});
+
+async function shIn(env: string, script: string) {
+  const r = await lab.api("POST", `/v1/envs/${encodeURIComponent(env)}/exec`, {
+    service: "app",
+    command: ["sh", "-c", script],
+  });
+  assert.equal(r.status, 200, JSON.stringify(r.data));
+  return (r.data.stdout as string).trim();
+}
+
+async function tarOf(entries: tar.Headers[]): Promise<Uint8Array> {
+  const pack = tar.pack();
+  for (const e of entries) pack.entry(e, e.type === "file" ? "planted\n" : undefined);
+  pack.finalize();
+  const chunks: Buffer[] = [];
+  for await (const c of pack as unknown as AsyncIterable<Buffer>) chunks.push(c);
+  return new Uint8Array(Buffer.concat(chunks));
+}
+
+test("a team's own tar named as a bind mount source: a link-then-write chain and a file seed that is a link are refused at prepare", async () => {
+  await lab.api("POST", "/v1/projects", { name: "seed-attack", kind: "service", source: "/nowhere" });
+  const upload = async (body: Uint8Array) => {
+    const digest = `sha256:${createHash("sha256").update(body).digest("hex")}`;
+    const r = await lab.api("PUT", `/v1/projects/seed-attack/contexts/${digest}`, body);
+    assert.equal(r.status, 200, JSON.stringify(r.data));
+    return digest;
+  };
+  const marker = join(work, `planted-${Date.now()}`);
+  const chain = await upload(
+    await tarOf([
+      { name: "a", type: "symlink", linkname: "." },
+      { name: "a/up", type: "symlink", linkname: ".." },
+      { name: `a/up/${marker.slice(1)}`, type: "file", size: 8 },
+    ]),
+  );
+  const fileLink = await upload(
+    await tarOf([{ name: "app.conf", type: "symlink", linkname: "/etc/shadow" }]),
+  );
+  const put = await lab.api("PUT", "/v1/projects/seed-attack/source", {
+    compose: MOUNTING,
+    bind_sources: {
+      "conf/app.conf": { digest: fileLink, type: "file" },
+      src: { digest: chain, type: "directory" },
+    },
+  });
+  assert.equal(put.status, 200, JSON.stringify(put.data));
+  const d = await deployed("seed-attack");
+  assert.equal(d.status, "rolled_back");
+  assert.match(phaseOf(d, "prepare").reason ?? "", /bad tar: .*(absolute path|symbolic link)/);
+  assert.throws(() => execFileSync("test", ["-e", marker]), "nothing was written outside the dataset");
+  // The folder alone (the file seed fixed): the chain is still refused.
+  const okFile = await upload(await tarOf([{ name: "app.conf", type: "file", size: 8 }]));
+  await lab.api("PUT", "/v1/projects/seed-attack/source", {
+    compose: MOUNTING,
+    bind_sources: {
+      "conf/app.conf": { digest: okFile, type: "file" },
+      src: { digest: chain, type: "directory" },
+    },
+  });
+  const d2 = await deployed("seed-attack");
+  assert.equal(d2.status, "rolled_back");
+  assert.match(
+    phaseOf(d2, "prepare").reason ?? "",
+    /bad tar: .*goes through \(or replaces\) the symbolic link a/,
+  );
+  // A "file" whose tar holds a folder of that name: refused, not mounted.
+  const dirAsFile = await upload(await tarOf([{ name: "app.conf", type: "directory" }]));
+  const src = await upload(await tarOf([{ name: "main.sh", type: "file", size: 8 }]));
+  await lab.api("PUT", "/v1/projects/seed-attack/source", {
+    compose: MOUNTING,
+    bind_sources: {
+      "conf/app.conf": { digest: dirAsFile, type: "file" },
+      src: { digest: src, type: "directory" },
+    },
+  });
+  const d3 = await deployed("seed-attack");
+  assert.equal(d3.status, "rolled_back");
+  assert.match(phaseOf(d3, "prepare").reason ?? "", /holds no regular file app\.conf/);
 });

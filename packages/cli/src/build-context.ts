@@ -7,9 +7,11 @@
  */
 import { createHash } from "node:crypto";
 import {
+  constants,
   createReadStream,
   createWriteStream,
   lstatSync,
+  openSync,
   readdirSync,
   readFileSync,
   readlinkSync,
@@ -37,12 +39,16 @@ export interface PackedContext {
   skipped: string[];
 }
 
-interface Entry {
+export interface Entry {
   rel: string;
   kind: "file" | "directory" | "symlink";
   mode: number;
   size: number;
   link?: string;
+  /** Owner and time as they are on disk; left out, 0:0 at time zero. */
+  uid?: number;
+  gid?: number;
+  mtime?: Date;
 }
 
 function walk(root: string, keep: (rel: string) => boolean, skipped: string[]): Entry[] {
@@ -91,6 +97,19 @@ export async function packContext(dir: string, dockerfile: string): Promise<Pack
   const keep = (rel: string) => always.has(rel) || !ig.ignores(rel);
   const skipped: string[] = [];
   const entries = walk(dir, keep, skipped);
+  const packed = await packEntries(dir, entries);
+  return { ...packed, entries: entries.length, skipped };
+}
+
+/**
+ * Writes `entries` (paths relative to `root`, in order) to a temporary tar file, hashing it as it
+ * goes. Without their own owner and time, entries are 0:0 at time zero, so a tree packs the same
+ * way each time.
+ */
+export async function packEntries(
+  root: string,
+  entries: Entry[],
+): Promise<{ file: string; digest: string; bytes: number }> {
   const file = join(await mkdtemp(join(tmpdir(), "denv-context-")), "context.tar");
   const pack = tar.pack();
   const hash = createHash("sha256");
@@ -106,21 +125,34 @@ export async function packContext(dir: string, dockerfile: string): Promise<Pack
     },
     createWriteStream(file),
   );
-  const fixed = { uid: 0, gid: 0, uname: "", gname: "", mtime: new Date(0) };
   for (const e of entries) {
-    if (e.kind === "directory") pack.entry({ name: `${e.rel}/`, type: "directory", mode: e.mode, ...fixed });
+    const fixed = {
+      uid: e.uid ?? 0,
+      gid: e.gid ?? 0,
+      uname: "",
+      gname: "",
+      mtime: e.mtime ?? new Date(0),
+      mode: e.mode,
+    };
+    if (e.kind === "directory") pack.entry({ name: `${e.rel}/`, type: "directory", ...fixed });
     else if (e.kind === "symlink")
-      pack.entry({ name: e.rel, type: "symlink", linkname: e.link as string, mode: e.mode, ...fixed });
+      pack.entry({ name: e.rel, type: "symlink", linkname: e.link as string, ...fixed });
     else {
       await new Promise<void>((resolve, reject) => {
-        const sink = pack.entry({ name: e.rel, type: "file", size: e.size, mode: e.mode, ...fixed }, (err) =>
+        const sink = pack.entry({ name: e.rel, type: "file", size: e.size, ...fixed }, (err) =>
           err ? reject(err) : resolve(),
         );
-        pipeline(createReadStream(join(dir, e.rel)), sink).catch(reject);
+        // O_NOFOLLOW: a file swapped for a link since the walk is refused, not followed.
+        pipeline(
+          createReadStream("", {
+            fd: openSync(join(root, e.rel), constants.O_RDONLY | constants.O_NOFOLLOW),
+          }),
+          sink,
+        ).catch(reject);
       });
     }
   }
   pack.finalize();
   await writing;
-  return { file, digest: `sha256:${hash.digest("hex")}`, bytes, entries: entries.length, skipped };
+  return { file, digest: `sha256:${hash.digest("hex")}`, bytes };
 }

@@ -58,6 +58,8 @@ export interface ContainerSpecInput {
   clockDir?: string | null;
   /** This service's file secrets: files denvd wrote on the host, bound read-only (stack-secrets.ts). */
   secrets?: { source: string; target: string }[];
+  /** Datasets seeded with one project file: the file's host path, bound alone (stack-seeds.ts). */
+  fileSeeds?: Record<string, string>;
 }
 
 export function containerSpecFor(i: ContainerSpecInput): ContainerSpec {
@@ -109,14 +111,19 @@ export function containerSpecFor(i: ContainerSpecInput): ContainerSpec {
     }),
     network,
     mounts: [
-      ...s.volumes.map((v) => ({
-        kind: "volume" as const,
-        volume: `${stack.network}-${v.dataset}`,
-        target: v.target,
-        readOnly: v.read_only,
-        subpath: v.subpath,
-        nocopy: v.nocopy,
-      })),
+      ...s.volumes.map((v) => {
+        const file = i.fileSeeds?.[v.dataset];
+        return file
+          ? { kind: "bind" as const, source: file, target: v.target, readOnly: v.read_only }
+          : {
+              kind: "volume" as const,
+              volume: `${stack.network}-${v.dataset}`,
+              target: v.target,
+              readOnly: v.read_only,
+              subpath: v.subpath,
+              nocopy: v.nocopy,
+            };
+      }),
       ...s.tmpfs.map((t) => ({
         kind: "tmpfs" as const,
         target: t.target,

@@ -8,6 +8,7 @@
  * snapshotter, stack-lifecycle, stack-files, reconcile, …), which all share one StackContext.
  * Processes restart on fork and rollback: what a version keeps is every volume's state, not memory.
  */
+
 import type { Socket } from "node:net";
 import type { Readable } from "node:stream";
 import {
@@ -48,6 +49,7 @@ import {
   rollbackStack,
   warmStack,
 } from "./stack-lifecycle.ts";
+import { seedDataset } from "./stack-seeds.ts";
 import { type StartResult, startStack } from "./stack-starter.ts";
 import { type StackRecord, StateStore, type VersionRecord } from "./state-store.ts";
 import type { StorageDriver } from "./storage/storage-driver.ts";
@@ -185,6 +187,10 @@ export class Denvd {
     options: { name: string; operationId?: string; stackId?: string },
   ): Promise<{ stack: StackRecord; evidence: PrepareEvidence }> {
     return prepareStack(this.ctx, spec, options);
+  }
+
+  seedDataset(stackId: string, volume: string, tar: Readable) {
+    return seedDataset(this.ctx, stackId, volume, tar);
   }
 
   start(stackId: string, hooks: { onStarted?: (service: string) => void } = {}): Promise<StartResult> {

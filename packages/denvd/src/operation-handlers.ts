@@ -89,6 +89,7 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
       });
       return { stack_id: r.stack.id, evidence: r.evidence };
     },
+    seed_dataset: (p, io) => denvd.seedDataset(p.stack_id, p.dataset, io.get(p.content_stream)),
     start: async (p) => {
       const r = await denvd.start(p.stack_id);
       return { ...r, egress: await denvd.probeEgress(p.stack_id) };

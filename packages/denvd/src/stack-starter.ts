@@ -13,6 +13,7 @@ import { startInOrder } from "./service-health.ts";
 import { clockDirFor, clockStartEvidence } from "./stack-clock.ts";
 import type { StackContext } from "./stack-context.ts";
 import { writeStackSecrets } from "./stack-secrets.ts";
+import { seedFileSource } from "./stack-seeds.ts";
 
 export interface StartResult {
   evidence: Record<string, ServiceStartEvidence>;
@@ -70,6 +71,10 @@ export async function startStack(
   const containerIds: Record<string, string> = {};
   const clockDir = clockDirFor(ctx, stack);
   const secrets = await writeStackSecrets(ctx.options.stateDir, stack.id, spec);
+  const fileSeeds: Record<string, string> = {};
+  for (const [vol, d] of Object.entries(spec.datasets))
+    if (d.seed?.type === "file" && stack.datasets[vol])
+      fileSeeds[vol] = await seedFileSource(ctx.storage.datasetPath(stack.datasets[vol]), d.seed);
   const create = async (svc: string) => {
     const agent = agents.get(svc);
     containerIds[svc] = await ctx.runtime.createContainer(
@@ -83,6 +88,7 @@ export async function startStack(
         agent: agent && agentBinary ? { binary: agentBinary, ...agent } : null,
         clockDir,
         secrets: secrets[svc],
+        fileSeeds,
       }),
     );
   };

@@ -180,6 +180,18 @@ export const OPERATIONS = {
     }),
     result: z.object({ stack_id: stackId, evidence: prepareEvidence }),
   },
+  /**
+   * A prepared stack's dataset seeded with the project's files a bind mount names: the tar on
+   * content_stream, checked and extracted into the fresh dataset before any container exists.
+   */
+  seed_dataset: {
+    params: z.strictObject({
+      stack_id: stackId,
+      dataset: z.string().min(1).max(200),
+      content_stream: z.number().int().nonnegative(),
+    }),
+    result: z.object({ entries: z.number(), bytes: z.number(), ms: z.number() }),
+  },
   /** Networks, volumes and containers, started in dependency order, healthy; then the egress probe. */
   start: {
     params: stack,
@@ -352,6 +364,7 @@ export const OP_STREAM_PARAMS: Partial<Record<OpMethod, readonly string[]>> = {
   exec: ["stdin_stream", "stdout_stream", "stderr_stream"],
   put_files: ["tar_stream"],
   build_image: ["context_stream", "log_stream"],
+  seed_dataset: ["content_stream"],
   get_files: ["tar_stream"],
   open_tunnel: ["stream_id"],
 };

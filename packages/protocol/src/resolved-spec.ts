@@ -175,7 +175,25 @@ export const resolvedSpecSchema = z.object({
     .nullable(),
   checkpoint: z.record(z.string(), z.array(argv)),
   services: z.record(z.string(), serviceSchema),
-  datasets: z.record(z.string(), z.object({ labels: z.record(z.string(), z.string()) })),
+  datasets: z.record(
+    z.string(),
+    z.object({
+      labels: z.record(z.string(), z.string()),
+      /**
+       * A dataset seeded with the project's own files (a relative bind mount): `source` is the path
+       * in the project; at resolve the control plane adds what it is and the sha256 of its tar,
+       * which the host extracts into the fresh dataset at prepare. A file is mounted alone, by its
+       * name inside the dataset. Absent on other datasets (so their specs hash as before).
+       */
+      seed: z
+        .object({
+          source: z.string(),
+          type: z.enum(["file", "directory"]).optional(),
+          digest: z.string().optional(),
+        })
+        .optional(),
+    }),
+  ),
   networks: z.record(z.string(), z.object({ internal: z.boolean() })),
   /** Services in an order that satisfies depends_on (dependencies first). */
   start_order: z.array(z.string()),

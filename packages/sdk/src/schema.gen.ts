@@ -358,6 +358,12 @@ export type PutV1ProjectsByIdSourceBody = {
   build_contexts?: {
     [key: string]: string;
   };
+  bind_sources?: {
+    [key: string]: {
+      digest: string;
+      type: "file" | "directory";
+    };
+  };
   files?: {
     [key: string]: string;
   };

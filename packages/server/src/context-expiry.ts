@@ -6,12 +6,15 @@ import { type BuildContexts, CONTEXT_GRACE_MS } from "./build-contexts.ts";
 import type { Store } from "./store/open-store.ts";
 import { teamProjects } from "./store/project-store.ts";
 
-/** The digests a team's projects name (their sources' build contexts). */
+/** The digests a team's projects name (their sources' build contexts and bind mounts' files). */
 export async function referencedContexts(store: Store, teamId: string): Promise<Set<string>> {
   return new Set(
-    (await teamProjects(store, teamId)).flatMap((x) =>
-      Object.values(JSON.parse(x.build_contexts_json ?? "{}") as Record<string, string>),
-    ),
+    (await teamProjects(store, teamId)).flatMap((x) => [
+      ...Object.values(JSON.parse(x.build_contexts_json ?? "{}") as Record<string, string>),
+      ...Object.values(JSON.parse(x.bind_sources_json ?? "{}") as Record<string, { digest: string }>).map(
+        (b) => b.digest,
+      ),
+    ]),
   );
 }
 

@@ -124,6 +124,11 @@ export interface GitCheckout extends GitSource {
    * git archive writes it: links inside stay links, for the host's builder to keep in the context.
    */
   archive(path: string): Readable;
+  /**
+   * What `path` is in the commit, for a bind mount's seed: a folder (its tree archived), a file
+   * (archived alone, by its name), or absent. A link on the way is refused, as the CLI refuses one.
+   */
+  seed(path: string): Promise<{ type: "file" | "directory"; tar: Readable } | null>;
   close(): Promise<void>;
 }
 
@@ -202,6 +207,35 @@ export async function openGitSource(
       commit,
       file,
       archive: (path: string) => gitArchive(repo, home, commit, path, timeoutMs),
+      seed: async (path: string) => {
+        if (path === ".") return { type: "directory", tar: gitArchive(repo, home, commit, ".", timeoutMs) };
+        // Each step of the path, from the root: a link anywhere on the way is refused.
+        const parts = path.split("/");
+        for (let i = 1; i <= parts.length; i++) {
+          const prefix = parts.slice(0, i).join("/");
+          const [meta = ""] = (await at(["ls-tree", "-z", commit, "--", prefix]))
+            .toString("utf8")
+            .split("\t");
+          const [mode = "", type = ""] = meta.split(" ");
+          if (!mode) return null;
+          if (mode === "120000")
+            throw new DenvError(
+              "invalid_argument",
+              `bind mount source ./${path}: ${prefix} is a symbolic link in ${source}; a project's files are mounted as they are, never through a link`,
+            );
+          if (i < parts.length && type !== "tree") return null;
+          if (i === parts.length) {
+            if (type === "tree")
+              return { type: "directory", tar: gitArchive(repo, home, commit, path, timeoutMs) };
+            const dir = parts.slice(0, -1).join("/") || ".";
+            return {
+              type: "file",
+              tar: gitArchive(repo, home, commit, dir, timeoutMs, parts[parts.length - 1]),
+            };
+          }
+        }
+        return null;
+      },
       close: () => rm(dir, { recursive: true, force: true }),
     };
   } catch (err) {
@@ -211,11 +245,20 @@ export async function openGitSource(
 }
 
 /** git archive of one tree of a commit, streamed (the clone fetches the tree's blobs as it goes). */
-function gitArchive(repo: string, home: string, commit: string, path: string, timeoutMs: number): Readable {
+function gitArchive(
+  repo: string,
+  home: string,
+  commit: string,
+  path: string,
+  timeoutMs: number,
+  only?: string,
+): Readable {
   if (path.startsWith("-") || path.includes("\0") || path.split("/").includes(".."))
     throw new DenvError("invalid_argument", `${path} is not a path inside the repository`);
   const tree = path === "." ? commit : `${commit}:${path}`;
-  const child = spawn("git", [...GIT_CONFIG, "--git-dir", repo, "archive", "--format=tar", tree], {
+  // `only`: one entry of that tree (a file a bind mount names), by its name.
+  const member = only === undefined ? [] : ["--", `:(literal)${only}`];
+  const child = spawn("git", [...GIT_CONFIG, "--git-dir", repo, "archive", "--format=tar", tree, ...member], {
     env: gitEnv(home),
     stdio: ["ignore", "pipe", "pipe"],
     timeout: timeoutMs * 5,

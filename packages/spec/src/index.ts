@@ -23,6 +23,7 @@ export {
   type RegistryPinnerOptions,
   withBuiltImages,
   withContextDigests,
+  withSeeds,
 } from "./pin-images.ts";
 export { splitShellWords } from "./shell-words.ts";
 export { SAFE_SYSCTLS, sysctlProblem } from "./sysctls.ts";

@@ -44,6 +44,7 @@ export const RULE_CODES = [
   "volume_external",
   "volume_driver",
   "volume_anonymous",
+  "bind_mount_project",
   "volumes_from_outside",
   "build_without_image",
   "secret_host",

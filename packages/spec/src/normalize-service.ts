@@ -15,7 +15,7 @@ import {
   type ResolvedService,
   type ResolvedSpec,
 } from "@denv/protocol";
-import { buildField } from "./build-field.ts";
+import { buildField, projectRelativePath } from "./build-field.ts";
 import type { Env } from "./interpolate.ts";
 import { parseDotenv } from "./interpolate.ts";
 import type { FieldPath } from "./issues.ts";
@@ -793,13 +793,23 @@ export function anonymousDatasetName(
   target: string,
   taken: (name: string) => boolean,
 ): string {
-  const slug = target
+  return datasetNameFrom(`anon-${service}`, target, `${service}\0${target}`, taken);
+}
+
+/** `PREFIX-PATH` in the name rule's characters, cut and hashed (from `key`) when too long or taken. */
+function datasetNameFrom(
+  prefix: string,
+  path: string,
+  key: string,
+  taken: (name: string) => boolean,
+): string {
+  const slug = path
     .replace(/[^A-Za-z0-9_-]+/g, "-")
     .replace(/^-+|-+$/g, "")
     .replace(/-{2,}/g, "-");
-  const plain = `anon-${service}-${slug || "root"}`.replace(/\.+/g, "-");
+  const plain = `${prefix}-${slug || "root"}`.replace(/\.+/g, "-");
   if (plain.length <= NAME_MAX_LENGTH && isValidName(plain) && !taken(plain)) return plain;
-  const hash = createHash("sha256").update(`${service}\0${target}`).digest("hex").slice(0, 8);
+  const hash = createHash("sha256").update(key).digest("hex").slice(0, 8);
   for (let i = 0; ; i++) {
     const suffix = `-${hash}${i ? `-${i}` : ""}`;
     const n = `${plain.slice(0, NAME_MAX_LENGTH - suffix.length).replace(/[-_]+$/, "")}${suffix}`;
@@ -875,6 +885,38 @@ function volumesField(
       `anonymous volume ${target} became dataset ${name}: filled from the image's ${target}, snapshotted and forked like a named volume`,
     );
   };
+  // A relative bind mount of the project's own files: nothing of the host is shared, since the
+  // files travel with the project's source. They become a dataset of the version seeded with them
+  // at prepare (one per source path, shared by every service that mounts it, as the host path
+  // would be), snapshotted and forked like any volume. Outside the project it stays refused.
+  const projectFiles = (source: string, target: string, readOnly: boolean, p: FieldPath) => {
+    if (DOCKER_SOCKET.test(source)) return refuseBind(source, p);
+    // biome-ignore lint/suspicious/noControlCharactersInRegex: a path holding them is refused
+    if (/[\x00-\x1f\x7f]/.test(source)) {
+      issues.error("bind_mount", p, `bind mount source ${JSON.stringify(source)} holds a control character`);
+      return;
+    }
+    const rel = projectRelativePath(source, "bind mount source");
+    if (typeof rel !== "string") return refuseBind(source, p);
+    if (!target.startsWith("/")) {
+      issues.error("invalid_value", p, `volume target ${target} must be an absolute path in the container`);
+      return;
+    }
+    if (!ctx.datasets) return refuseBind(source, p);
+    let name = Object.entries(ctx.datasets).find(([, d]) => d.seed?.source === rel)?.[0];
+    if (!name) {
+      name = datasetNameFrom("project", rel, `project\0${rel}`, (n) =>
+        Boolean(ctx.datasets?.[n] || ctx.declaredVolumes.has(n)),
+      );
+      ctx.datasets[name] = { labels: { "dev.denv.project-files": rel }, seed: { source: rel } };
+    }
+    volumes.push({ dataset: name, target, read_only: readOnly, subpath: null, nocopy: false });
+    issues.warn(
+      "bind_mount_project",
+      p,
+      `bind mount ${source} became dataset ${name}: the project's ${rel === "." ? "directory" : rel} travels with its source and is mounted ${readOnly ? "read-only" : "writable"} at ${target}, snapshotted and forked like a volume`,
+    );
+  };
   const list = svc.volumes === undefined ? [] : Array.isArray(svc.volumes) ? svc.volumes : undefined;
   if (!list) issues.error("invalid_value", at("volumes"), "volumes is a list");
   (list ?? []).forEach((entry, i) => {
@@ -890,11 +932,17 @@ function volumesField(
         issues.error("invalid_value", p, `"${entry}" is not SOURCE:TARGET[:MODE]`);
         return;
       }
+      const modes = mode.split(",").filter(Boolean);
+      if (source.startsWith(".")) {
+        const bad = modes.filter((m) => !["ro", "rw", "z", "Z"].includes(m));
+        if (bad.length) issues.error("invalid_value", p, `unknown bind mount mode ${bad.join(",")}`);
+        else projectFiles(source, target, modes.includes("ro"), p);
+        return;
+      }
       if (/^[./~]/.test(source) || source.includes("/")) {
         refuseBind(source, p);
         return;
       }
-      const modes = mode.split(",").filter(Boolean);
       const bad = modes.filter((m) => !["ro", "rw", "z", "Z", "nocopy"].includes(m));
       if (bad.length) {
         issues.error("invalid_value", p, `unknown volume mode ${bad.join(",")}`);
@@ -905,6 +953,10 @@ function volumesField(
       const type = entry.type ?? "volume";
       const source = scalarString(entry.source) ?? "";
       const target = scalarString(entry.target) ?? "";
+      if (type === "bind" && source && !/^[/~]/.test(source) && !/^[a-zA-Z]:[\\/]/.test(source)) {
+        projectFiles(source, target, entry.read_only === true, p);
+        return;
+      }
       if (type === "bind" || type === "npipe") {
         refuseBind(source || target, p);
         return;

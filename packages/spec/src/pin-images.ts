@@ -366,3 +366,21 @@ export function withContextDigests(spec: ResolvedSpec, digests: Record<string, s
   const { hash: _old, ...body } = spec;
   return withHash({ ...body, services });
 }
+
+/** The spec with each seeded dataset's uploaded tar (its digest and kind), hashed again. */
+export function withSeeds(
+  spec: ResolvedSpec,
+  seeds: Record<string, { digest: string; type: "file" | "directory" }>,
+): ResolvedSpec {
+  const datasets = Object.fromEntries(
+    Object.entries(spec.datasets).map(([name, d]) => {
+      const s = seeds[name];
+      return [
+        name,
+        d.seed && s ? { ...d, seed: { source: d.seed.source, type: s.type, digest: s.digest } } : d,
+      ];
+    }),
+  );
+  const { hash: _old, ...body } = spec;
+  return withHash({ ...body, datasets });
+}

@@ -2,12 +2,14 @@
 import { createReadStream, existsSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { basename, dirname, join, posix, resolve } from "node:path";
+import type { ResolvedSpec } from "@denv/protocol";
 import type { DenvClient } from "@denv/sdk";
 import { validateCompose } from "@denv/spec";
 import type { Command } from "commander";
 import { packContext } from "../build-context.ts";
 import { printJson, UsageError } from "../output.ts";
 import { readProjectFile } from "../project-files.ts";
+import { packProjectMount } from "../project-mounts.ts";
 import { follow, run } from "./command-runner.ts";
 import { findComposeFile } from "./validate.ts";
 
@@ -124,14 +126,30 @@ function readLocalSource(path: string): { dir: string; compose: string; dotenvTe
 
 export async function uploadSource(client: DenvClient, project: string, path: string) {
   const { dir, compose, dotenvText } = readLocalSource(path);
-  const build_contexts = await uploadBuildContexts(client, project, dir, compose, dotenvText);
-  const files = referencedFiles(dir, compose, dotenvText);
+  // Validated once, as the server will: the files it reads are collected as it reads them.
+  const files: Record<string, string> = {};
+  const r = validateCompose(compose, {
+    env: {},
+    ...(dotenvText !== undefined ? { dotenv: dotenvText } : {}),
+    noBuild: false,
+    projectName: project,
+    readFile: (rel) => {
+      const text = readProjectFile(dir, rel, MAX_REFERENCED_FILE_BYTES);
+      if (text !== undefined) files[posix.normalize(rel)] = text;
+      return text;
+    },
+  });
+  // A file that does not validate uploads no context or mount: the deploy says why.
+  const spec = r.ok ? r.spec : null;
+  const build_contexts = spec ? await uploadBuildContexts(client, project, dir, spec) : {};
+  const bind_sources = spec ? await uploadBindSources(client, project, dir, spec) : {};
   return client.call("putV1ProjectsByIdSource", {
     params: { id: project },
     body: {
       compose,
       ...(dotenvText !== undefined ? { dotenv: dotenvText } : {}),
       ...(Object.keys(build_contexts).length ? { build_contexts } : {}),
+      ...(Object.keys(bind_sources).length ? { bind_sources } : {}),
       ...(Object.keys(files).length ? { files } : {}),
     },
   });
@@ -141,27 +159,6 @@ export async function uploadSource(client: DenvClient, project: string, path: st
 const MAX_REFERENCED_FILE_BYTES = 1024 * 1024;
 
 /**
- * The project's files the compose file reads (env_file, secrets' file:), as validation asks for
- * them: each read as a regular file inside the project (no link is followed), to travel with the
- * compose file, sealed on the server.
- */
-function referencedFiles(dir: string, compose: string, dotenv: string | undefined): Record<string, string> {
-  const files: Record<string, string> = {};
-  validateCompose(compose, {
-    env: {},
-    ...(dotenv !== undefined ? { dotenv } : {}),
-    noBuild: false,
-    projectName: "project",
-    readFile: (rel) => {
-      const text = readProjectFile(dir, rel, MAX_REFERENCED_FILE_BYTES);
-      if (text !== undefined) files[posix.normalize(rel)] = text;
-      return text;
-    },
-  });
-  return files;
-}
-
-/**
  * Each build context of the file, packed (.dockerignore applied) and uploaded unless the server
  * already has that exact tar. A file that does not validate uploads none: the deploy says why.
  */
@@ -169,18 +166,10 @@ async function uploadBuildContexts(
   client: DenvClient,
   project: string,
   dir: string,
-  compose: string,
-  dotenv: string | undefined,
+  spec: ResolvedSpec,
 ): Promise<Record<string, string>> {
-  const r = validateCompose(compose, {
-    env: {},
-    ...(dotenv !== undefined ? { dotenv } : {}),
-    noBuild: false,
-    projectName: project,
-  });
-  if (!r.ok) return {};
   const out: Record<string, string> = {};
-  for (const svc of Object.values(r.spec.services)) {
+  for (const svc of Object.values(spec.services)) {
     const b = svc.build;
     if (!b || out[b.context]) continue;
     const contextDir = join(dir, b.context);
@@ -188,34 +177,69 @@ async function uploadBuildContexts(
     if (!existsSync(join(contextDir, b.dockerfile)))
       throw new UsageError(`the build context ${contextDir} has no ${b.dockerfile}`);
     const packed = await packContext(contextDir, b.dockerfile);
-    try {
-      for (const s of packed.skipped)
-        process.stderr.write(
-          `warning: ${join(b.context, s)} is not a file, directory or link; left out of the build context\n`,
-        );
-      const have = await client
-        .call("getV1ProjectsByIdContextsByDigest", { params: { id: project, digest: packed.digest } })
-        .then(
-          () => true,
-          (err: { code?: string }) => {
-            if (err.code === "not_found") return false;
-            throw err;
-          },
-        );
-      if (!have) {
-        await client.putBuildContext(
-          project,
-          packed.digest,
-          createReadStream(packed.file) as AsyncIterable<Uint8Array>,
-        );
-        process.stderr.write(
-          `uploaded build context ${b.context} (${packed.entries} entries, ${packed.bytes} bytes, ${packed.digest.slice(0, 19)})\n`,
-        );
-      }
-      out[b.context] = packed.digest;
-    } finally {
-      await rm(dirname(packed.file), { recursive: true, force: true });
-    }
+    for (const s of packed.skipped)
+      process.stderr.write(
+        `warning: ${join(b.context, s)} is not a file, directory or link; left out of the build context\n`,
+      );
+    await uploadTar(client, project, packed, `build context ${b.context}`);
+    out[b.context] = packed.digest;
   }
   return out;
+}
+
+/**
+ * The project's files each relative bind mount names, packed and uploaded (unless the server has
+ * that exact tar), to seed the mount's dataset: source path → its tar's digest and kind.
+ */
+async function uploadBindSources(
+  client: DenvClient,
+  project: string,
+  dir: string,
+  spec: ResolvedSpec,
+): Promise<Record<string, { digest: string; type: "file" | "directory" }>> {
+  const out: Record<string, { digest: string; type: "file" | "directory" }> = {};
+  for (const d of Object.values(spec.datasets)) {
+    const source = d.seed?.source;
+    if (source === undefined || out[source]) continue;
+    const packed = await packProjectMount(dir, source);
+    if (packed.missing)
+      process.stderr.write(
+        `warning: bind mount source ./${source} does not exist in the project; it is mounted as an empty folder\n`,
+      );
+    await uploadTar(client, project, packed, `bind mount source ./${source}`);
+    out[source] = { digest: packed.digest, type: packed.type };
+  }
+  return out;
+}
+
+/** Uploads a packed tar unless the server already has it; the temporary file is removed either way. */
+async function uploadTar(
+  client: DenvClient,
+  project: string,
+  packed: { file: string; digest: string; bytes: number; entries: number },
+  what: string,
+): Promise<void> {
+  try {
+    const have = await client
+      .call("getV1ProjectsByIdContextsByDigest", { params: { id: project, digest: packed.digest } })
+      .then(
+        () => true,
+        (err: { code?: string }) => {
+          if (err.code === "not_found") return false;
+          throw err;
+        },
+      );
+    if (!have) {
+      await client.putBuildContext(
+        project,
+        packed.digest,
+        createReadStream(packed.file) as AsyncIterable<Uint8Array>,
+      );
+      process.stderr.write(
+        `uploaded ${what} (${packed.entries} entries, ${packed.bytes} bytes, ${packed.digest.slice(0, 19)})\n`,
+      );
+    }
+  } finally {
+    await rm(dirname(packed.file), { recursive: true, force: true });
+  }
 }

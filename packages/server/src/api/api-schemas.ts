@@ -77,6 +77,20 @@ export const uploadSourceBody = z.strictObject({
     .record(z.string().min(1).max(1024), z.string().regex(/^sha256:[0-9a-f]{64}$/, "a sha256: digest"))
     .optional(),
   /**
+   * The project's files and folders its relative bind mounts name, each a tar uploaded first as a
+   * build context is: path as the spec normalised it → the tar's digest and whether it is a file
+   * (one entry, named after it) or a folder (its contents).
+   */
+  bind_sources: z
+    .record(
+      z.string().min(1).max(1024),
+      z.strictObject({
+        digest: z.string().regex(/^sha256:[0-9a-f]{64}$/, "a sha256: digest"),
+        type: z.enum(["file", "directory"]),
+      }),
+    )
+    .optional(),
+  /**
    * The project's files the compose file reads (env_file, secrets' file:), by their path relative
    * to it: stored sealed with the compose file and read at resolve.
    */

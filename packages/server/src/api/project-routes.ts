@@ -186,8 +186,25 @@ export const projectRoutes: ApiRoute[] = [
             `build_contexts: ${path} names ${digest}, which was not uploaded; PUT /v1/projects/{id}/contexts/${digest} first`,
           );
       }
+      const binds = body.bind_sources ?? {};
+      if (Object.keys(binds).length > 64)
+        throw new DenvError("invalid_argument", "bind_sources: at most 64 bind mount sources per project");
+      for (const [path, b] of Object.entries(binds)) {
+        // biome-ignore lint/suspicious/noControlCharactersInRegex: a name holding them is refused
+        if (projectRelativePath(path, "a bind mount source") !== path || /[\0-\x1f\x7f]/.test(path))
+          throw new DenvError(
+            "invalid_argument",
+            `bind_sources: ${JSON.stringify(path)} is not a normalised path inside the project`,
+          );
+        if ((await c.var.deps.buildContexts.size(c.var.teamId, b.digest)) === null)
+          throw new DenvError(
+            "invalid_argument",
+            `bind_sources: ${path} names ${b.digest}, which was not uploaded; PUT /v1/projects/{id}/contexts/${b.digest} first`,
+          );
+      }
       // Sealed at rest: a .env (and often a compose file) holds the team's secrets.
       const sealed = {
+        bind_sources_json: JSON.stringify(binds),
         compose_text: secrets.sealText(body.compose),
         dotenv_text: secrets.sealText(body.dotenv ?? null),
         build_contexts_json: JSON.stringify(contexts),

@@ -10,6 +10,7 @@ import { normalizedTar } from "../build-contexts.ts";
 import type { ProvisionedMachine, Provisioner } from "../clouds/provisioner.ts";
 import { environmentById, findOrCreateEnvironment, updateEnvironment } from "../store/environment-store.ts";
 import type { CloudsTable, EnvironmentsTable, ProjectsTable } from "../store/schema.ts";
+import { resolveSeeds, seedDatasets } from "./bind-seeds.ts";
 import { clockHistory, clockIssues } from "./clock-history.ts";
 import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
 import { buildImages } from "./image-builds.ts";
@@ -64,7 +65,10 @@ async function deployPhases(
       new_stack_id: await rec.building(),
     });
     const builds = Object.keys(built.builds).length ? { builds: built.builds, spec_hash: spec.hash } : {};
-    return { value: r.stack_id, evidence: { ...r.evidence, ...builds } };
+    // The project's files its bind mounts name, into their fresh datasets before anything starts.
+    const seeded = await seedDatasets(runner, project.team_id, hostId, r.stack_id, spec);
+    const seeds = Object.keys(seeded).length ? { seeded } : {};
+    return { value: r.stack_id, evidence: { ...r.evidence, ...builds, ...seeds } };
   })) as string;
   const started = (await rec.run("start", async () => {
     const r = await runner.hub.call(hostId, "start", { stack_id: stackId });
@@ -171,9 +175,15 @@ async function resolveSource(runner: DeploymentRunner, project: ProjectsTable, s
       );
     digests[name] = d;
   }
-  const withContexts = withContextDigests(r.spec, digests);
+  const seeded = await resolveSeeds(
+    runner,
+    project.team_id,
+    src,
+    withContextDigests(r.spec, digests),
+    r.warnings,
+  );
   const pinned = await pinSpec(
-    withContexts,
+    seeded.spec,
     new RegistryPinner({ allowHost: (h) => fetchPolicy.allowsHost(h) }),
   );
   // An image an earlier start found on the real clock: said now, refused with frozen-strict.
@@ -207,6 +217,7 @@ async function resolveSource(runner: DeploymentRunner, project: ProjectsTable, s
             ),
           }
         : {}),
+      ...(seeded.evidence.length ? { project_mounts: seeded.evidence } : {}),
       verifier_image: pinned.verifier?.image_pinned ?? null,
       warnings: r.warnings,
     },

@@ -7,7 +7,7 @@
 import type { Readable } from "node:stream";
 import type { SecretBox } from "../clouds/secret-box.ts";
 import type { FetchPolicy } from "../fetch-policy.ts";
-import { openGitSource } from "../git-source.ts";
+import { type GitCheckout, openGitSource } from "../git-source.ts";
 import type { ProjectsTable } from "../store/schema.ts";
 import { PhaseFailure } from "./phase-recorder.ts";
 
@@ -18,6 +18,10 @@ export interface ProjectSource {
   source: unknown;
   /** Build context path (normalised) → the sha256: of its uploaded tar. */
   buildContexts: Record<string, string>;
+  /** Bind mount source path → its uploaded tar (a git source's are archived from the commit). */
+  bindSources: Record<string, { digest: string; type: "file" | "directory" }>;
+  /** A git source's bind mount source, as seed() of git-source.ts. */
+  seed?: GitCheckout["seed"];
   /** The files the compose file reads (env_file, secrets' file:), path → text; a git source's: none yet. */
   files: Record<string, string>;
   /** A git source's directory as a tar (its build contexts come from the commit itself). */
@@ -40,6 +44,7 @@ export async function projectSource(
       dotenv: deps.secrets.openText(project.dotenv_text),
       source: { type: "local", path: project.source },
       buildContexts: JSON.parse(project.build_contexts_json ?? "{}") as Record<string, string>,
+      bindSources: JSON.parse(project.bind_sources_json ?? "{}") as ProjectSource["bindSources"],
       files: JSON.parse(deps.secrets.openText(project.files_text ?? null) ?? "{}") as Record<string, string>,
       close: async () => {},
     };
@@ -55,8 +60,10 @@ export async function projectSource(
     dotenv: g.dotenv,
     source: { type: "git", url: project.source, commit: g.commit, file: g.file },
     buildContexts: {},
+    bindSources: {},
     files: {},
     archive: g.archive,
+    seed: g.seed,
     close: g.close,
   };
 }

@@ -288,6 +288,12 @@ export const MIGRATIONS: Record<string, Migration> = {
       await db.schema.alterTable("projects").addColumn("files_text", text).execute();
     },
   },
+  "0011_bind_sources": {
+    // The tars of the project's files its relative bind mounts name: {path: {digest, type}} (JSON).
+    up: async (db) => {
+      await db.schema.alterTable("projects").addColumn("bind_sources_json", text).execute();
+    },
+  },
 };
 
 export const migrationProvider: MigrationProvider = {

@@ -56,7 +56,7 @@ export async function setProjectSource(
   store: Store,
   projectId: string,
   sealed: Pick<ProjectsTable, "compose_text"> &
-    Partial<Pick<ProjectsTable, "dotenv_text" | "build_contexts_json" | "files_text">>,
+    Partial<Pick<ProjectsTable, "dotenv_text" | "build_contexts_json" | "files_text" | "bind_sources_json">>,
 ): Promise<void> {
   await store.updateTable("projects").set(sealed).where("id", "=", projectId).execute();
 }

@@ -123,6 +123,8 @@ export interface ProjectsTable {
   build_contexts_json?: string | null;
   /** The files the compose file reads (env_file, secrets' file:), path → text, sealed JSON. */
   files_text?: string | null;
+  /** For local sources: {path: {digest, type}} of the bind mounts' uploaded tars (JSON). */
+  bind_sources_json?: string | null;
   pinned_target: string | null;
   created_at: string;
 }

@@ -375,7 +375,11 @@ async function deployed(project: string) {
 }
 
 const phaseOf = (d: { phases: { name: string }[] }, name: string) =>
-  d.phases.find((p) => p.name === name) as { status: string; reason: string | null; evidence: any };
+  d.phases.find((p) => p.name === name) as unknown as {
+    status: string;
+    reason: string | null;
+    evidence: any;
+  };
 
 function gitRepo(name: string, files: Record<string, string>, links: Record<string, string> = {}) {
   const repo = join(gitRoot, `${name}.git`);
@@ -455,9 +459,13 @@ async function shIn(env: string, script: string) {
   return (r.data.stdout as string).trim();
 }
 
-async function tarOf(entries: tar.Headers[]): Promise<Uint8Array> {
+async function tarOf(entries: Partial<tar.Header>[]): Promise<Uint8Array> {
   const pack = tar.pack();
-  for (const e of entries) pack.entry(e, e.type === "file" ? "planted\n" : undefined);
+  for (const e of entries) {
+    const h = e as tar.Header;
+    if (e.type === "file") pack.entry(h, "planted\n");
+    else pack.entry(h);
+  }
   pack.finalize();
   const chunks: Buffer[] = [];
   for await (const c of pack as unknown as AsyncIterable<Buffer>) chunks.push(c);

@@ -113,3 +113,47 @@ export function withoutSecretContents<T extends { secret_files?: Record<string, 
     ),
   };
 }
+
+/**
+ * The file's top-level configs: name → the project file it reads. A config with `file:` in the
+ * project is mounted read-only like a bind mount of that file (as Compose mounts a config without
+ * a swarm); `content:`, `environment:` and `external:` configs are refused with the reason.
+ */
+export function topLevelConfigs(raw: unknown, issues: IssueList): Map<string, string> {
+  const out = new Map<string, string>();
+  if (raw !== undefined && raw !== null && !isRecord(raw))
+    issues.error("invalid_value", ["configs"], "configs is a mapping of config names");
+  for (const [cname, cfg] of Object.entries(isRecord(raw) ? raw : {})) {
+    const at = ["configs", cname];
+    if (!isRecord(cfg)) {
+      issues.error("invalid_value", at, "a config is a mapping with file:");
+      continue;
+    }
+    if (cfg.external !== undefined && cfg.external !== false) {
+      issues.error(
+        "secret_host",
+        [...at, "external"],
+        `config ${cname} is external: it lives in a swarm, which a denv host does not have; give it a file: in the project`,
+      );
+      continue;
+    }
+    if (cfg.environment !== undefined || cfg.content !== undefined) {
+      const key = cfg.environment !== undefined ? "environment" : "content";
+      issues.error(
+        "unsupported_field",
+        [...at, key],
+        `config ${cname} takes its text from ${key}:; put the text in a file in the project and name it with file:`,
+      );
+      continue;
+    }
+    for (const key of Object.keys(cfg))
+      if (!["file", "name", "labels"].includes(key))
+        issues.error("unsupported_field", [...at, key], `"${key}" is not a config field denv takes (file:)`);
+    if (typeof cfg.file !== "string" || !cfg.file) {
+      issues.error("invalid_value", [...at, "file"], `config ${cname} needs file: (a path in the project)`);
+      continue;
+    }
+    out.set(cname, cfg.file);
+  }
+  return out;
+}

@@ -35,6 +35,8 @@ export interface ServiceContext {
   serviceNames: ReadonlySet<string>;
   declaredVolumes: ReadonlySet<string>;
   declaredNetworks: ReadonlySet<string>;
+  /** The file's top-level configs: name → the project file it reads. */
+  configFiles?: ReadonlyMap<string, string>;
   /** The file's top-level secrets (a service may name only these). */
   declaredSecrets?: ReadonlySet<string>;
   /**
@@ -139,7 +141,7 @@ const SERVICE_FIELDS: Record<string, Handler> = {
     refuse: "external_links reach containers outside the stack; the environment is a world of its own",
   },
   secrets: "handled",
-  configs: { refuse: "configs are read from files on the host; bake the file into the image instead" },
+  configs: "handled",
   extends: { refuse: "extends reads other files; write the service out in full" },
   cgroup_parent: { refuse: "a service cannot choose its cgroup on the host" },
   device_cgroup_rules: { refuse: "services get no device access on the host" },
@@ -1008,6 +1010,36 @@ function volumesField(
         p,
         "a volume is SOURCE:TARGET[:MODE] or a mapping with type/source/target",
       );
+  });
+  // A config is its project file mounted read-only, at /NAME unless it says where (as Compose
+  // mounts one without a swarm; like Compose then, uid, gid and mode are not applied).
+  const configs = svc.configs === undefined ? [] : Array.isArray(svc.configs) ? svc.configs : undefined;
+  if (!configs) issues.error("invalid_value", at("configs"), "configs is a list");
+  (configs ?? []).forEach((entry, i) => {
+    const p = at("configs", i);
+    const name = isRecord(entry) ? scalarString(entry.source) : scalarString(entry);
+    const file = name === undefined ? undefined : ctx.configFiles?.get(name);
+    if (name === undefined || file === undefined) {
+      issues.error(
+        "secret_undeclared",
+        p,
+        `config ${name ?? JSON.stringify(entry)} is not declared under the top-level configs:`,
+      );
+      return;
+    }
+    const target = (isRecord(entry) ? scalarString(entry.target) : undefined) ?? `/${name}`;
+    if (isRecord(entry) && ["uid", "gid", "mode"].some((k) => entry[k] !== undefined))
+      issues.warn(
+        "ignored_field",
+        p,
+        `config ${name}: uid, gid and mode are not applied to a config outside a swarm (Compose does not either)`,
+      );
+    projectFiles(
+      file.startsWith(".") ? file : `./${file}`,
+      target.startsWith("/") ? target : `/${target}`,
+      true,
+      p,
+    );
   });
   if (svc.tmpfs !== undefined) {
     const entries = Array.isArray(svc.tmpfs) ? svc.tmpfs : [svc.tmpfs];

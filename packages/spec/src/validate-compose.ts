@@ -11,7 +11,7 @@ import {
   type ResolvedService,
   type ResolvedSpec,
 } from "@denv/protocol";
-import { topLevelSecrets } from "./compose-secrets.ts";
+import { topLevelConfigs, topLevelSecrets } from "./compose-secrets.ts";
 import { type Env, parseDotenv } from "./interpolate.ts";
 import type { FieldPath, SpecIssue } from "./issues.ts";
 import { IssueList, loadCompose } from "./load-compose.ts";
@@ -43,7 +43,16 @@ export type ValidateResult =
   | { ok: true; spec: ResolvedSpec; warnings: SpecIssue[] }
   | { ok: false; errors: SpecIssue[]; warnings: SpecIssue[] };
 
-const TOP_LEVEL = new Set(["version", "name", "services", "volumes", "networks", "secrets", "x-denv"]);
+const TOP_LEVEL = new Set([
+  "version",
+  "name",
+  "services",
+  "volumes",
+  "networks",
+  "secrets",
+  "configs",
+  "x-denv",
+]);
 
 const isRecord = (v: unknown): v is Record<string, unknown> =>
   v !== null && typeof v === "object" && !Array.isArray(v);
@@ -68,7 +77,6 @@ export function validateCompose(text: string, options: ValidateOptions = {}): Va
   for (const key of Object.keys(data)) {
     if (TOP_LEVEL.has(key) || key.startsWith("x-")) continue;
     const why: Record<string, string> = {
-      configs: "configs are read from files on the host; bake files into the image instead",
       include: "include reads other compose files; merge them into one file",
       models: "model runners are not available",
     };
@@ -165,6 +173,7 @@ export function validateCompose(text: string, options: ValidateOptions = {}): Va
     datasets[vname] = { labels };
   }
   const { declaredSecrets, secretFiles } = topLevelSecrets(data.secrets, issues, readFile);
+  const configFiles = topLevelConfigs(data.configs, issues);
 
   const declaredNetworks = new Set<string>();
   const declaredInternal = new Map<string, boolean>();
@@ -254,6 +263,7 @@ export function validateCompose(text: string, options: ValidateOptions = {}): Va
       declaredVolumes,
       declaredNetworks,
       declaredSecrets,
+      configFiles,
       datasets,
       readFile,
     });

@@ -9,7 +9,8 @@
  * Relative bind mounts of the project's own files (a read-only config file, a writable source
  * folder) become datasets seeded with them: every fork starts with the same files and keeps its
  * own writes; a source that is a link, holds a link out of it, or is over the upload limit is
- * refused before anything is sent, and the environment keeps serving what it had.
+ * refused before anything is sent, and the environment keeps serving what it had. A git source's
+ * mounts, secret files and env_file come from its commit.
  */
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
@@ -405,9 +406,16 @@ services:
 
 test("a git source's bind mounts are the commit's files; a link out of the folder fails prepare and nothing lands", async () => {
   const source = gitRepo("mounts", {
-    "compose.yaml": MOUNTING,
+    "compose.yaml": `${MOUNTING}    secrets: [token]
+    env_file: [app.env]
+secrets:
+  token:
+    file: ./secrets/token.txt
+`,
     "conf/app.conf": "from = git\n",
     "src/main.sh": "echo from-git\n",
+    "secrets/token.txt": "git-secret-41\n",
+    "app.env": "FROM_ENV_FILE=yes\n",
   });
   await lab.api("POST", "/v1/projects", { name: "git-mounts", kind: "service", source });
   const d = await deployed("git-mounts");
@@ -426,6 +434,12 @@ test("a git source's bind mounts are the commit's files; a link out of the folde
     await shIn("git-mounts/alpha", "cat /etc/app.conf /code/main.sh"),
     "from = git\necho from-git",
   );
+  // The commit's secret file and env_file, read from the commit at resolve.
+  assert.equal(
+    await shIn("git-mounts/alpha", "cat /run/secrets/token; echo $FROM_ENV_FILE"),
+    "git-secret-41\nyes",
+  );
+  assert.doesNotMatch(JSON.stringify(d), /git-secret-41/);
 
   // A hostile commit: the mounted folder holds a link to the host's /etc. The archive keeps it a
   // link; the host's check refuses it before anything is extracted.

@@ -129,6 +129,11 @@ export interface GitCheckout extends GitSource {
    * (archived alone, by its name), or absent. A link on the way is refused, as the CLI refuses one.
    */
   seed(path: string): Promise<{ type: "file" | "directory"; tar: Readable } | null>;
+  /**
+   * A regular file of the commit the compose file reads (env_file, a secret's file:), as text;
+   * null when absent. A link on the way or one over maxBytes is refused.
+   */
+  readText(path: string, maxBytes: number): Promise<string | null>;
   close(): Promise<void>;
 }
 
@@ -195,6 +200,27 @@ export async function openGitSource(
         throw new DenvError("invalid_argument", `${name} in ${source} is over ${MAX_COMPOSE_BYTES} bytes`);
       return (await at(["cat-file", "blob", e.object])).toString("utf8");
     };
+    // The entry at a path of the commit, each step from the root checked: a link on the way is
+    // refused (as the CLI refuses one), a path through a file is absent.
+    const entryAt = async (path: string, what: string) => {
+      if (path.startsWith("-") || path.includes("\0") || path.split("/").includes(".."))
+        throw new DenvError("invalid_argument", `${what} is not a path inside the repository`);
+      const parts = path.split("/");
+      for (let i = 1; i <= parts.length; i++) {
+        const prefix = parts.slice(0, i).join("/");
+        const [meta = ""] = (await at(["ls-tree", "-z", commit, "--", prefix])).toString("utf8").split("\t");
+        const [mode = "", type = "", object = ""] = meta.split(" ");
+        if (!mode) return null;
+        if (mode === "120000")
+          throw new DenvError(
+            "invalid_argument",
+            `${what}: ${prefix} is a symbolic link in ${source}; a project's files are read as they are, never through a link`,
+          );
+        if (i < parts.length && type !== "tree") return null;
+        if (i === parts.length) return { type, object };
+      }
+      return null;
+    };
     const file = COMPOSE_FILE_NAMES.find((n) => entries.some((e) => e.name === n));
     if (!file)
       throw new DenvError(
@@ -209,32 +235,22 @@ export async function openGitSource(
       archive: (path: string) => gitArchive(repo, home, commit, path, timeoutMs),
       seed: async (path: string) => {
         if (path === ".") return { type: "directory", tar: gitArchive(repo, home, commit, ".", timeoutMs) };
-        // Each step of the path, from the root: a link anywhere on the way is refused.
+        const e = await entryAt(path, `bind mount source ./${path}`);
+        if (!e) return null;
+        if (e.type === "tree")
+          return { type: "directory", tar: gitArchive(repo, home, commit, path, timeoutMs) };
         const parts = path.split("/");
-        for (let i = 1; i <= parts.length; i++) {
-          const prefix = parts.slice(0, i).join("/");
-          const [meta = ""] = (await at(["ls-tree", "-z", commit, "--", prefix]))
-            .toString("utf8")
-            .split("\t");
-          const [mode = "", type = ""] = meta.split(" ");
-          if (!mode) return null;
-          if (mode === "120000")
-            throw new DenvError(
-              "invalid_argument",
-              `bind mount source ./${path}: ${prefix} is a symbolic link in ${source}; a project's files are mounted as they are, never through a link`,
-            );
-          if (i < parts.length && type !== "tree") return null;
-          if (i === parts.length) {
-            if (type === "tree")
-              return { type: "directory", tar: gitArchive(repo, home, commit, path, timeoutMs) };
-            const dir = parts.slice(0, -1).join("/") || ".";
-            return {
-              type: "file",
-              tar: gitArchive(repo, home, commit, dir, timeoutMs, parts[parts.length - 1]),
-            };
-          }
-        }
-        return null;
+        const dir = parts.slice(0, -1).join("/") || ".";
+        return { type: "file", tar: gitArchive(repo, home, commit, dir, timeoutMs, parts[parts.length - 1]) };
+      },
+      readText: async (path: string, maxBytes: number) => {
+        const e = await entryAt(path, path);
+        if (!e) return null;
+        if (e.type !== "blob") throw new DenvError("invalid_argument", `${path} in ${source} is not a file`);
+        const size = Number((await at(["cat-file", "-s", e.object])).toString().trim());
+        if (!(size <= maxBytes))
+          throw new DenvError("invalid_argument", `${path} in ${source} is over ${maxBytes} bytes`);
+        return (await at(["cat-file", "blob", e.object])).toString("utf8");
       },
       close: () => rm(dir, { recursive: true, force: true }),
     };

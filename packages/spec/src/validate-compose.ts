@@ -39,9 +39,13 @@ export interface ValidateOptions {
   files?: Record<string, string>;
 }
 
-export type ValidateResult =
+export type ValidateResult = (
   | { ok: true; spec: ResolvedSpec; warnings: SpecIssue[] }
-  | { ok: false; errors: SpecIssue[]; warnings: SpecIssue[] };
+  | { ok: false; errors: SpecIssue[]; warnings: SpecIssue[] }
+) & {
+  /** The project files the file reads (env_file, secrets' file:) that were not given, normalised. */
+  missing_files?: string[];
+};
 
 const TOP_LEVEL = new Set([
   "version",
@@ -59,7 +63,7 @@ const isRecord = (v: unknown): v is Record<string, unknown> =>
 
 export function validateCompose(text: string, options: ValidateOptions = {}): ValidateResult {
   const files = options.files;
-  const readFile =
+  const given =
     options.readFile ??
     (files
       ? (rel: string) => {
@@ -67,6 +71,24 @@ export function validateCompose(text: string, options: ValidateOptions = {}): Va
           return Object.hasOwn(files, key) ? files[key] : undefined;
         }
       : undefined);
+  // Which files were asked for and not there: a git source's are then read from its commit.
+  const missing = new Set<string>();
+  const readFile =
+    given &&
+    ((rel: string) => {
+      const text = given(rel);
+      if (text === undefined) missing.add(posix.normalize(rel));
+      return text;
+    });
+  const result = validateWith(text, options, readFile);
+  return missing.size ? { ...result, missing_files: [...missing] } : result;
+}
+
+function validateWith(
+  text: string,
+  options: ValidateOptions,
+  readFile: ((rel: string) => string | undefined) | undefined,
+): ValidateResult {
   const env: Env = { ...(options.dotenv ? parseDotenv(options.dotenv) : {}), ...(options.env ?? {}) };
   const loaded = loadCompose(text, env);
   const issues = new IssueList(loaded.positionOf);

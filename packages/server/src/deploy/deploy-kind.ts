@@ -118,6 +118,10 @@ async function deployPhases(
   });
 }
 
+/** A git source's files the compose file reads: at most this many, each at most this large. */
+const MAX_GIT_FILES = 64;
+const MAX_GIT_FILE_BYTES = 1024 * 1024;
+
 /** resolve: the compose file validated off the event loop (it is a team's input), images pinned. */
 async function resolvePhase(runner: DeploymentRunner, rec: PhaseRecorder, project: ProjectsTable) {
   return (await rec.run("resolve", async () => {
@@ -134,13 +138,22 @@ async function resolvePhase(runner: DeploymentRunner, rec: PhaseRecorder, projec
 async function resolveSource(runner: DeploymentRunner, project: ProjectsTable, src: ProjectSource) {
   const { validator, fetchPolicy } = runner.options;
   const { compose, dotenv, source, buildContexts, files } = src;
-  const r = await validator.validate(compose, {
-    env: {},
-    dotenv: dotenv ?? undefined,
-    noBuild: false,
-    projectName: project.name,
-    files,
-  });
+  const validate = () =>
+    validator.validate(compose, {
+      env: {},
+      dotenv: dotenv ?? undefined,
+      noBuild: false,
+      projectName: project.name,
+      files,
+    });
+  let r = await validate();
+  // A git source's env_file and secret files: read from the commit once the file names them.
+  const wanted = src.readText ? (r.missing_files ?? []).slice(0, MAX_GIT_FILES) : [];
+  for (const path of wanted) {
+    const text = await (src.readText as NonNullable<ProjectSource["readText"]>)(path, MAX_GIT_FILE_BYTES);
+    if (text !== null) files[path] = text;
+  }
+  if (wanted.some((p) => files[p] !== undefined)) r = await validate();
   if (!r.ok) {
     throw new PhaseFailure(
       `the compose file was refused: ${r.errors.map((e) => `${e.path || "(file)"} (line ${e.line}) ${e.message}`).join("; ")}`,

@@ -20,6 +20,8 @@ export interface ProjectSource {
   buildContexts: Record<string, string>;
   /** Bind mount source path → its uploaded tar (a git source's are archived from the commit). */
   bindSources: Record<string, { digest: string; type: "file" | "directory" }>;
+  /** A git source's file the compose file reads, as readText() of git-source.ts. */
+  readText?: GitCheckout["readText"];
   /** A git source's bind mount source, as seed() of git-source.ts. */
   seed?: GitCheckout["seed"];
   /** The files the compose file reads (env_file, secrets' file:), path → text; a git source's: none yet. */
@@ -64,6 +66,7 @@ export async function projectSource(
     files: {},
     archive: g.archive,
     seed: g.seed,
+    readText: g.readText,
     close: g.close,
   };
 }

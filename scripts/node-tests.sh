@@ -6,7 +6,7 @@
 # its own `ℹ pass N` / `ℹ fail N`, which CI adds up.
 set -uo pipefail
 rc=0
-node --test --test-concurrency=2 "packages/*/src/**/*.test.ts" "bench/*.test.ts" "test/e2e/*.test.ts" "test/security/*.test.ts" || rc=$?
+node --test --test-concurrency=2 "packages/*/src/**/*.test.ts" "bench/*.test.ts" "test/e2e/*.test.ts" "test/security/*.test.ts" "test/docs/*.test.ts" || rc=$?
 node --test --test-concurrency=1 "test/e2e/lab/*.test.ts" || rc=$?
 node --test --test-concurrency=1 "test/heavy/*.test.ts" || rc=$?
 exit "$rc"

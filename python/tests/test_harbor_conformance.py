@@ -1,5 +1,5 @@
 """Harbor conformance: denv.harbor:DenvEnvironment driven through Harbor's trial lifecycle
-(../shared/reference/harbor.md, 1.8: construct with mounts and a network policy -> start ->
+(Harbor's trial lifecycle: construct with mounts and a network policy -> start ->
 healthcheck -> agent setup as root -> oracle agent -> agent logs -> artifacts -> verifier (upload
 tests, chmod as root, run, download, reward.json else reward.txt) -> stop), the per-service
 operations of the compose contract (1.5), and the environment forms a task may use."""

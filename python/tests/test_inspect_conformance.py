@@ -1,4 +1,4 @@
-"""Inspect conformance: the 44 self-check behaviours (../shared/reference/inspect_openenv.md, A3)
+"""Inspect conformance: the 44 self-check behaviours (Inspect's sandbox self-check)
 and Inspect's call sequence (task_init("startup") -> sample_init -> checks -> sample_cleanup ->
 task_cleanup("shutdown")), through denv.inspect's subclass against a live denv.
 

@@ -1,5 +1,5 @@
 """OpenEnv conformance: denv.openenv.DenvProvider through OpenEnv's provider lifecycle
-(../shared/reference/inspect_openenv.md, B1-B3): the source stored at construction and
+(OpenEnv's provider and client contract): the source stored at construction and
 start_container() with no image (provider-owned startup), extra keyword arguments tolerated and
 wait_timeout honoured, wait_for_ready on /health, `openenv validate --url`'s six runtime criteria
 through the returned base URL, a real WebSocket reset -> step -> state round trip (RFC 002: "the

@@ -1,6 +1,6 @@
 /**
  * A Harbor-format trial runner of our own, for tests: it runs a Harbor task directory the way
- * Harbor's docker environment does (../shared/reference/harbor.md §1.8–1.9), with no denv in the
+ * Harbor's docker environment does (as Harbor's source and documentation describe it), with no denv in the
  * path: compose files in Harbor's order (resources, prebuilt main with `sleep infinity`, the task's
  * own compose file, the /logs bind mounts, no-network), up; the agent's commands as [agent].user;
  * the verifier in shared mode (tests/ uploaded to /tests in main) or separate mode (the agent

@@ -1,5 +1,5 @@
 /**
- * A denv version → a Harbor task directory (Harbor's task model: ../shared/reference/harbor.md §2).
+ * A denv version → a Harbor task directory (Harbor's task model, as its documentation describes it).
  * The agent's service becomes `main`, run from its pinned image (`[environment].docker_image`, which
  * Harbor starts with `sleep infinity`); the other services go in environment/docker-compose.yaml,
  * each by its pinned digest; x-denv.warm runs as one-shot services `main` waits for, so the data

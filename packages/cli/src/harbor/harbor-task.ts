@@ -1,6 +1,6 @@
 /**
  * A Harbor task directory as Harbor's own model reads it (task.toml, instruction.md, environment/,
- * tests/, solution/; ../shared/reference/harbor.md §2), read as hostile input: the files are read
+ * tests/, solution/, as Harbor documents it), read as hostile input: the files are read
  * only when they are regular files inside the task (a link is never followed), sizes are bounded,
  * and task.toml is checked with a schema that keeps every field Harbor defines, including the
  * legacy spellings, so that what denv does not map can be listed by name.

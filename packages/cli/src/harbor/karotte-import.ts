@@ -1,5 +1,5 @@
 /**
- * A built Karotte environment image → one denv project per task (../shared/reference/harbor.md §4:
+ * A built Karotte environment image → one denv project per task (as Karotte's images are laid out:
  * a Karotte environment is one self-contained image; inside it, `karotte run --no-containerized
  * --config run_config.json` runs a task and writes out/transcript.json). The project builds FROM
  * the image with the task's run config and a `denv-episode` command that runs it, in a workspace

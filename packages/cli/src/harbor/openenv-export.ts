@@ -1,6 +1,6 @@
 /**
  * A denv version → an OpenEnv environment image's build context (OpenEnv's layout; facts in
- * ../shared/reference/inspect_openenv.md): a standard-library server whose reset forks the version
+ * as OpenEnv documents it): a standard-library server whose reset forks the version
  * through the denv API and whose step runs the action in the fork (templates/openenv). The key is
  * never written into it: the image reads DENV_SERVER and DENV_API_KEY when it runs.
  */

@@ -2,11 +2,11 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
-import { END, START, savedRuns, withTable } from "./readme-table.ts";
+import { END, START, savedRuns, withTable } from "./benchmark-table.ts";
 
 /** The table block with layout left out: cells trimmed, separator rows alike, spaces collapsed. */
-function block(readme: string): string {
-  const body = readme.slice(readme.indexOf(START) + START.length, readme.indexOf(END));
+function block(page: string): string {
+  const body = page.slice(page.indexOf(START) + START.length, page.indexOf(END));
   return body
     .split("\n")
     .map((line) =>
@@ -22,10 +22,10 @@ function block(readme: string): string {
     .replace(/\s+/g, " ");
 }
 
-test("README's benchmark tables are the ones the saved runs generate (node bench/readme-table.ts --write)", () => {
+test("docs/benchmarks.md's tables are the ones the saved runs generate (node bench/benchmark-table.ts --write)", () => {
   const files = savedRuns();
   assert.ok(files.length > 0, "a saved full run with a commit is in bench/results/");
-  const readme = readFileSync(join(import.meta.dirname, "..", "README.md"), "utf8");
-  assert.ok(readme.includes(START) && readme.includes(END), "README has the table's markers");
-  assert.equal(block(readme), block(withTable(readme, files)));
+  const page = readFileSync(join(import.meta.dirname, "..", "docs", "benchmarks.md"), "utf8");
+  assert.ok(page.includes(START) && page.includes(END), "docs/benchmarks.md has the table's markers");
+  assert.equal(block(page), block(withTable(page, files)));
 });

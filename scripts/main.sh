@@ -6,6 +6,7 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-bash scripts/prepare.sh
+# Only what the journey uses: the tests' images and packages are the test command's.
+bash scripts/prepare.sh main
 source scripts/ensure-node.sh
 node scripts/journey.ts

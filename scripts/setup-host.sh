@@ -10,6 +10,10 @@
 #      libdenv-clock.so, the frozen clock it preloads
 #   6. the example images built FROM debian:bookworm and pushed to that registry
 #
+# `setup-host.sh main` sets up only what the main job uses (the engine, the registry, the agent and
+# clock, ops-world's images); with no argument, also what the tests use (PostgreSQL, Python's pip,
+# docker-compose, jq, every example's and test's images).
+#
 # It never pulls from the internet: the only network it uses is Debian's mirror (apt, debootstrap,
 # and apt-get inside image builds).
 set -euo pipefail
@@ -27,23 +31,27 @@ die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
 mkdir -p "$STATE"
 
 # --- 1. packages -------------------------------------------------------------------------------
+FOR=${1:-all}
+case "$FOR" in main | all) ;; *) echo "usage: setup-host.sh [main|all]" >&2; exit 2 ;; esac
 need=()
 [ -x /usr/sbin/dockerd ] || need+=(docker.io)
 [ -x /usr/bin/docker ] || need+=(docker.io)
 command -v btrfs >/dev/null || need+=(btrfs-progs)
 command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v docker-registry >/dev/null || need+=(docker-registry)
-command -v docker-compose >/dev/null || need+=(docker-compose)
+[ "$FOR" = main ] || command -v docker-compose >/dev/null || need+=(docker-compose)
 command -v ip >/dev/null || need+=(iproute2)
 command -v curl >/dev/null || need+=(curl)
 command -v git >/dev/null || need+=(git)
 command -v openssl >/dev/null || need+=(openssl)
-command -v jq >/dev/null || need+=(jq)
-# PostgreSQL: the store's second database, which its tests start a throw-away cluster of.
-ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
-# Python 3.11+: the denv Python package and its adapters' conformance suites (standard library only).
-[ -x /usr/bin/python3 ] || need+=(python3)
-/usr/bin/python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip python3-setuptools python3-wheel)
+if [ "$FOR" = all ]; then
+  command -v jq >/dev/null || need+=(jq)
+  # PostgreSQL: the store's second database, which its tests start a throw-away cluster of.
+  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+  # Python 3.11+: the denv Python package and its adapters' conformance suites (standard library only).
+  [ -x /usr/bin/python3 ] || need+=(python3)
+  /usr/bin/python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip python3-setuptools python3-wheel)
+fi
 # gcc and libc6-dev: denv-agent, the exec agent denvd puts into sandboxes, is a static C program.
 command -v gcc >/dev/null || need+=(gcc)
 [ -f /usr/lib/x86_64-linux-gnu/libc.a ] || [ -f /usr/lib/aarch64-linux-gnu/libc.a ] || need+=(libc6-dev)
@@ -151,7 +159,13 @@ build_and_push() {
     "$DOCKER" push -q "$ref" >/dev/null
   fi
 }
-for dir in "$ROOT"/examples/*/images/*/ "$ROOT"/test/images/*/; do
+# The main job deploys ops-world only; the tests use every example's images and their own.
+if [ "$FOR" = main ]; then
+  dirs=("$ROOT"/examples/ops-world/images/*/)
+else
+  dirs=("$ROOT"/examples/*/images/*/ "$ROOT"/test/images/*/)
+fi
+for dir in "${dirs[@]}"; do
   [ -f "$dir/IMAGE" ] && build_and_push "${dir%/}"
 done
 log "host ready"

@@ -7,8 +7,8 @@
 import assert from "node:assert/strict";
 import { readFileSync, writeFileSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
-import type { ResolvedSpec } from "@denv/protocol";
-import { isValidName, NAME_MAX_LENGTH, pinSpec, RegistryPinner, validateCompose } from "@denv/spec";
+import { isValidName, NAME_MAX_LENGTH, type ResolvedSpec } from "@denv/protocol";
+import { pinSpec, RegistryPinner, validateCompose } from "@denv/spec";
 import { deployStack, openTestHost, type TestHost } from "../e2e/denvd-helpers.ts";
 
 let host: TestHost;

@@ -10,7 +10,7 @@ static size_t tarlen;
 static int tar_conn;
 
 static int tar_flush(void) {
-  if (tarlen && send_frame(tar_conn, 1, tarbuf, (uint32_t)tarlen)) return -1;
+  if (tarlen && send_frame(tar_conn, FRAME_OUT_STDOUT, tarbuf, (uint32_t)tarlen)) return -1;
   tarlen = 0;
   return 0;
 }
@@ -241,14 +241,14 @@ void serve_files(int conn) {
   }
   status = emit(cur, leaf, leaf, 0) || tar_flush() ? 1 : 0;
 done:
-  if (status && files_err[0]) send_frame(conn, 2, files_err, (uint32_t)strlen(files_err));
+  if (status && files_err[0]) send_frame(conn, FRAME_OUT_STDERR, files_err, (uint32_t)strlen(files_err));
   if (!status) {
     static const char end[1024];
     tarlen = 0;
     if (tar_write(end, sizeof end) || tar_flush()) status = 1;
   }
   int32_t code = status ? files_status : FS_OK;
-  send_frame(conn, 3, &code, 4);
+  send_frame(conn, FRAME_OUT_STATUS, &code, 4);
   shutdown(conn, SHUT_WR);
   char drain[256];
   struct pollfd p = {conn, POLLIN, 0};

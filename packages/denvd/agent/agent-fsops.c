@@ -13,7 +13,6 @@
  */
 #include "denv-agent.h"
 
-enum { OP_STAT = 1, OP_LIST = 2, OP_MKDIR = 3, OP_REMOVE = 4, OP_RENAME = 5 };
 /* A listing larger than this is refused: list a smaller path, or less deep. */
 #define MAX_LIST_ENTRIES 100000
 
@@ -81,7 +80,7 @@ static int send_entry(const char *name, const struct stat *st, const char *link)
       put_str(buf, &off, sizeof buf, owner_name(st->st_uid)) ||
       put_str(buf, &off, sizeof buf, group_name(st->st_gid)))
     return op_fail(ENAMETOOLONG, name, NULL);
-  return send_frame(fs_conn, 4, buf, (uint32_t)off);
+  return send_frame(fs_conn, FRAME_OUT_ENTRIES, buf, (uint32_t)off);
 }
 
 /*
@@ -199,7 +198,7 @@ static int op_mkdir(const char *path, int parents) {
     close(dir);
   }
   uint8_t m = made ? 1 : 0;
-  return send_frame(fs_conn, 5, &m, 1);
+  return send_frame(fs_conn, FRAME_OUT_CREATED, &m, 1);
 }
 
 /* Removes what is in directory `fd` (entries, then itself by the caller), following no link. */
@@ -307,8 +306,8 @@ void serve_fsop(int conn) {
   }
 done:;
   int32_t status = rc ? fs_code : FS_OK;
-  if (rc && fs_err[0]) send_frame(conn, 2, fs_err, (uint32_t)strlen(fs_err));
-  send_frame(conn, 3, &status, 4);
+  if (rc && fs_err[0]) send_frame(conn, FRAME_OUT_STDERR, fs_err, (uint32_t)strlen(fs_err));
+  send_frame(conn, FRAME_OUT_STATUS, &status, 4);
   shutdown(conn, SHUT_WR);
   _exit(0);
 }

@@ -29,7 +29,7 @@ static int in_fill(void) {
     uint32_t len;
     memcpy(&len, head + 1, 4);
     if (len > (16u << 20)) return -1;
-    if (head[0] == 1) {
+    if (head[0] == FRAME_IN_END) {
       in_ended = 1;
       return -1;
     }
@@ -320,14 +320,14 @@ void serve_put(int conn) {
   rc = extract(path, flags & 1, &entries, &bytes);
 done:;
   int32_t status = rc ? put_status : FS_OK;
-  if (rc && put_err[0]) send_frame(conn, 2, put_err, (uint32_t)strlen(put_err));
+  if (rc && put_err[0]) send_frame(conn, FRAME_OUT_STDERR, put_err, (uint32_t)strlen(put_err));
   /* The rest of the tar is not wanted: read it to its end so denvd's writes do not fail first. */
   while (!in_ended && in_fill() == 0) {}
   char result[16];
   memcpy(result, &status, 4);
   memcpy(result + 4, &entries, 4);
   memcpy(result + 8, &bytes, 8);
-  send_frame(conn, 3, result, sizeof result);
+  send_frame(conn, FRAME_OUT_STATUS, result, sizeof result);
   shutdown(conn, SHUT_WR);
   _exit(0);
 }

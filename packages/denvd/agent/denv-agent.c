@@ -18,16 +18,18 @@
  *           len, user ("name|uid[:group|gid]", 0: the agent's own, root); flags (1: set HOME from
  *           the user's passwd entry, as `docker exec` does when the container sets none; 2: start
  *           from the request's variables alone, none of the container's — graders)
- *   then frames both ways: u8 type, u32 len, bytes
- *     client -> agent: 0 stdin data, 1 stdin end, 9 kill the process tree
- *     agent -> client: 1 stdout, 2 stderr, 3 exit (4 bytes: the status, 128+N for signal N)
+ *   then frames both ways: u8 type, u32 len, bytes (the types: denv-agent-protocol.h, generated
+ *   from denvd's table in src/exec/agent-protocol.ts)
+ *     client -> agent: FRAME_IN_DATA stdin, FRAME_IN_END its end, FRAME_IN_KILL the process tree
+ *     agent -> client: FRAME_OUT_STDOUT, FRAME_OUT_STDERR, FRAME_OUT_STATUS (4 bytes: the exit
+ *     status, 128+N for signal N)
  *   A client that goes away kills the command's whole process group.
  *
- *   port:   0xffffffff, port. The agent connects to 127.0.0.1:port inside the container's network
+ *   port:   MODE_PORT, port. The agent connects to 127.0.0.1:port inside the container's network
  *           namespace, answers one status byte (0, or the connect errno), then relays raw bytes.
  *
- *   files:  0xfffffffe, len, path, len, user. A tar of the path, written as frames 1 (tar bytes),
- *           2 (an error message) and 3 (the status: 0, or 1 when it failed). The path is walked
+ *   files:  MODE_FILES, len, path, len, user. A tar of the path, written as frames FRAME_OUT_STDOUT
+ *           (tar bytes), FRAME_OUT_STDERR (an error message) and FRAME_OUT_STATUS (an FS_ status). The path is walked
  *           one component at a time without following any link; links inside are archived as
  *           links; FIFOs and devices as their headers only (never opened); sockets skipped.
  *
@@ -202,13 +204,13 @@ static void serve(int conn) {
         if (len > (16u << 20)) _exit(1);
         char *data = len ? malloc(len) : NULL;
         if (len && (!data || read_full(conn, data, len))) _exit(1);
-        if (head[0] == 0 && stdin_fd >= 0 && len) {
+        if (head[0] == FRAME_IN_DATA && stdin_fd >= 0 && len) {
           pend = data, pend_len = len, pend_off = 0;
           data = NULL;
-        } else if (head[0] == 1 && stdin_fd >= 0) {
+        } else if (head[0] == FRAME_IN_END && stdin_fd >= 0) {
           close(stdin_fd);
           stdin_fd = -1;
-        } else if (head[0] == 9) {
+        } else if (head[0] == FRAME_IN_KILL) {
           kill(-pid, SIGKILL);
           kill_tree();
           killed = 1;
@@ -232,7 +234,7 @@ static void serve(int conn) {
         if (r <= 0) {
           if (i == 1) open_out = 0; else open_err = 0;
         } else if (!killed || fds[0].fd >= 0) {
-          if (send_frame(conn, (uint8_t)i, buf, (uint32_t)r)) { kill(-pid, SIGKILL); killed = 1; fds[0].fd = -1; }
+          if (send_frame(conn, i == 1 ? FRAME_OUT_STDOUT : FRAME_OUT_STDERR, buf, (uint32_t)r)) { kill(-pid, SIGKILL); killed = 1; fds[0].fd = -1; }
         }
       }
     }
@@ -245,7 +247,7 @@ static void serve(int conn) {
   /* Background children of the command are part of its tree: they go with it. */
   kill(-pid, SIGKILL);
   int32_t code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  send_frame(conn, 3, &code, 4);
+  send_frame(conn, FRAME_OUT_STATUS, &code, 4);
   /* The client may still be writing (stdin it no longer needs): let it finish and hang up first,
    * so it reads the status instead of a broken pipe. */
   shutdown(conn, SHUT_WR);

@@ -28,12 +28,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define PROTOCOL_VERSION 2
-#define KEEP 0xffffffffu
-#define MODE_PORT 0xffffffffu
-#define MODE_FILES 0xfffffffeu
-#define MODE_PUT 0xfffffffdu
-#define MODE_FSOP 0xfffffffcu
+/* The channel's numbers (modes, frame types, files operations and statuses), generated. */
+#include "denv-agent-protocol.h"
+
 #define MAX_IDS_FILE (1 << 20)
 #define MAX_GROUPS 64
 
@@ -92,24 +89,6 @@ int walk_dir(const char *path, int create, int *made);
 /* The directory holding absolute `path`'s last component, which is copied to `leaf` ("" for "/"). */
 int walk_parent(const char *path, int create, char *leaf, size_t leaflen);
 
-/*
- * What a files request ended with (the status of its last frame), for denvd to answer with its
- * own error codes: each kind of failure its own, never the kernel's words alone.
- */
-enum {
-  FS_OK = 0,
-  FS_NOT_FOUND = 1,
-  FS_PERMISSION = 2,
-  FS_IS_DIR = 3,
-  FS_NOT_DIR = 4,
-  FS_EXISTS = 5,
-  FS_NO_SPACE = 6,
-  FS_INVALID = 7,
-  FS_OTHER = 8,
-  FS_NOT_EMPTY = 9,
-  FS_NO_USER = 10,
-  FS_LINK = 11,
-};
 int fs_status(int err);
 
 #endif

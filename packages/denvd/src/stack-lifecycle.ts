@@ -7,12 +7,12 @@ import {
   DenvError,
   type ForkEvidence,
   type HealthEvidence,
+  nameProblem,
   type QuotaEvidence,
   type ResolvedSpec,
   resolvedSpecSchema,
   type WarmEvidence,
 } from "@denv/protocol";
-import { nameProblem } from "@denv/spec";
 import type { EgressEvidence } from "./egress-probe.ts";
 import { assertSpace } from "./snapshotter.ts";
 import { releaseStackClock, setUpClock } from "./stack-clock.ts";

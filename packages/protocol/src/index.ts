@@ -6,6 +6,7 @@
 export { DenvError, ERROR_CODES, type ErrorCode, isDenvError } from "./errors.ts";
 export * from "./evidence.ts";
 export * from "./messages.ts";
+export * from "./names.ts";
 export * from "./operations.ts";
 export {
   type Caps,

@@ -21,6 +21,7 @@ import {
   snapshotEvidence,
   warmEvidence,
 } from "./evidence.ts";
+import { nameSchema, stackNameSchema } from "./names.ts";
 import { resolvedSpecSchema } from "./resolved-spec.ts";
 
 /** A stack on a host: `stk_` and 12 hex digits (older hosts made `env_…`; both are accepted). */
@@ -174,7 +175,7 @@ export const OPERATIONS = {
   prepare: {
     params: z.strictObject({
       spec: resolvedSpecSchema,
-      name: z.string().min(1).max(200),
+      name: stackNameSchema,
       operation_id: operationId,
       new_stack_id: newStackId,
     }),
@@ -187,7 +188,7 @@ export const OPERATIONS = {
   seed_dataset: {
     params: z.strictObject({
       stack_id: stackId,
-      dataset: z.string().min(1).max(200),
+      dataset: nameSchema,
       content_stream: z.number().int().nonnegative(),
     }),
     result: z.object({ entries: z.number(), bytes: z.number(), ms: z.number() }),
@@ -220,7 +221,7 @@ export const OPERATIONS = {
   fork: {
     params: z.strictObject({
       version_id: versionId,
-      name: z.string().min(1).max(200),
+      name: stackNameSchema,
       operation_id: operationId,
       new_stack_id: newStackId,
       /** Keep a frozen clock held at the version's time until release_clock (a pool's member). */

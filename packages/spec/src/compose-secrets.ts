@@ -5,8 +5,8 @@
  */
 import { createHash } from "node:crypto";
 import type { ResolvedSpec } from "@denv/protocol";
+import { nameProblem } from "@denv/protocol";
 import type { IssueList } from "./load-compose.ts";
-import { nameProblem } from "./names.ts";
 
 /** Docker's own limit on a secret's size. */
 const MAX_SECRET_BYTES = 500 * 1024;

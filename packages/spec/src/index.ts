@@ -8,7 +8,6 @@ export { ComposeValidator, type ComposeValidatorOptions } from "./compose-valida
 export { type Env, interpolate, parseDotenv } from "./interpolate.ts";
 export { formatPath, RULE_CODES, type RuleCode, type SpecIssue } from "./issues.ts";
 export { MAX_COMPOSE_BYTES } from "./load-compose.ts";
-export { isValidName, NAME_MAX_LENGTH, NAME_RULE, nameProblem } from "./names.ts";
 export { RESTORABLE_CAPS } from "./normalize-service.ts";
 export {
   ChainPinner,

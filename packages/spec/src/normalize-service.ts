@@ -12,6 +12,8 @@ import {
   DEFAULT_HEALTHCHECK,
   DEFAULT_NETWORK,
   DEFAULT_STOP_GRACE_PERIOD_MS,
+  isValidName,
+  NAME_MAX_LENGTH,
   type ResolvedService,
   type ResolvedSpec,
 } from "@denv/protocol";
@@ -20,7 +22,6 @@ import type { Env } from "./interpolate.ts";
 import { parseDotenv } from "./interpolate.ts";
 import type { FieldPath } from "./issues.ts";
 import type { IssueList } from "./load-compose.ts";
-import { isValidName, NAME_MAX_LENGTH } from "./names.ts";
 import { splitShellWords } from "./shell-words.ts";
 import { sysctlProblem } from "./sysctls.ts";
 import { parseBytes, parseCpus, parseDurationMs } from "./units.ts";

@@ -8,6 +8,7 @@ import { posix } from "node:path";
 import {
   DEFAULT_VERIFIER_TIMEOUT_MS,
   type Kind,
+  nameProblem,
   type ResolvedService,
   type ResolvedSpec,
 } from "@denv/protocol";
@@ -15,7 +16,6 @@ import { topLevelConfigs, topLevelSecrets } from "./compose-secrets.ts";
 import { type Env, parseDotenv } from "./interpolate.ts";
 import type { FieldPath, SpecIssue } from "./issues.ts";
 import { IssueList, loadCompose } from "./load-compose.ts";
-import { nameProblem } from "./names.ts";
 import { normalizeService } from "./normalize-service.ts";
 import { parseDurationMs } from "./units.ts";
 import { isRootUser } from "./users.ts";

@@ -19,8 +19,7 @@ import {
   writeFileSync,
 } from "node:fs";
 import { join, posix } from "node:path";
-import { DenvError } from "@denv/protocol";
-import { isValidName } from "@denv/spec";
+import { DenvError, isValidName } from "@denv/protocol";
 import tar from "tar-stream";
 import { stringify as stringifyYaml } from "yaml";
 import {

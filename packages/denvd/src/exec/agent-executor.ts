@@ -6,9 +6,11 @@
  * What the agent sends is untrusted (root in an image sandbox can replace it): frames are bounded
  * in size and output in total, and nothing it says is used as a path or an address on the host.
  */
+
 import type { Socket } from "node:net";
 import type { Readable } from "node:stream";
 import { DenvError, type ErrorCode } from "@denv/protocol";
+import { FRAME_IN, FRAME_OUT, FS_OP, FS_STATUS, REQUEST } from "./agent-protocol.ts";
 import {
   BoundedBuffer,
   DEFAULT_MAX_OUTPUT_BYTES,
@@ -29,11 +31,13 @@ export interface AgentTarget {
   homeSet: boolean;
 }
 
-const KEEP = 0xffffffff;
-const MODE_FILES = 0xfffffffe;
-const MODE_PUT = 0xfffffffd;
-const MODE_FSOP = 0xfffffffc;
-const FS_OPS = { stat: 1, list: 2, mkdir: 3, remove: 4, rename: 5 } as const;
+const FS_OPS = {
+  stat: FS_OP.STAT,
+  list: FS_OP.LIST,
+  mkdir: FS_OP.MKDIR,
+  remove: FS_OP.REMOVE,
+  rename: FS_OP.RENAME,
+} as const;
 const ENTRY_TYPES = ["file", "directory", "symlink", "other"] as const;
 
 /** One entry record of the agent's (agent-fsops.c); null when it is not one. */
@@ -68,18 +72,18 @@ function parseEntry(b: Buffer): FsEntryRaw | null {
   };
 }
 
-/** What a files request ended with (agent/denv-agent.h, FS_*), as denv's error codes. */
+/** What a files request ended with (FS_STATUS, agent-protocol.ts), as denv's error codes. */
 const FS_ERRORS: Record<number, ErrorCode> = {
-  1: "not_found",
-  2: "permission_denied",
-  3: "is_directory",
-  4: "not_a_directory",
-  5: "conflict",
-  6: "insufficient_storage",
-  7: "invalid_argument",
-  9: "conflict",
-  10: "invalid_argument",
-  11: "invalid_path",
+  [FS_STATUS.NOT_FOUND]: "not_found",
+  [FS_STATUS.PERMISSION]: "permission_denied",
+  [FS_STATUS.IS_DIR]: "is_directory",
+  [FS_STATUS.NOT_DIR]: "not_a_directory",
+  [FS_STATUS.EXISTS]: "conflict",
+  [FS_STATUS.NO_SPACE]: "insufficient_storage",
+  [FS_STATUS.INVALID]: "invalid_argument",
+  [FS_STATUS.NOT_EMPTY]: "conflict",
+  [FS_STATUS.NO_USER]: "invalid_argument",
+  [FS_STATUS.LINK]: "invalid_path",
 };
 
 /** The agent's message for a failed files request, in denv's words (its text names container paths only). */
@@ -198,7 +202,7 @@ export class AgentExecutor implements Executor {
   async openPort(containerId: string, port: number): Promise<Socket> {
     const sock = await this.targets(containerId)?.dial();
     if (!sock) throw new Error("the service's agent is not running");
-    sock.write(Buffer.concat([u32(KEEP), u32(port)]));
+    sock.write(Buffer.concat([u32(REQUEST.PORT), u32(port)]));
     const status = await new Promise<number>((resolve, reject) => {
       const onData = (chunk: Buffer) => {
         sock.off("data", onData);
@@ -234,7 +238,7 @@ export class AgentExecutor implements Executor {
   ): Promise<{ bytes: number } | null> {
     const sock = await this.targets(containerId)?.dial();
     if (!sock) return null;
-    sock.write(Buffer.concat([u32(MODE_FILES), str(path), str(options.user ?? "")]));
+    sock.write(Buffer.concat([u32(REQUEST.FILES), str(path), str(options.user ?? "")]));
     const message: Buffer[] = [];
     let bytes = 0;
     const status = await new Promise<number>((resolve, reject) => {
@@ -243,7 +247,7 @@ export class AgentExecutor implements Executor {
         sock,
         (type, data) => {
           if (done) return;
-          if (type === 1) {
+          if (type === FRAME_OUT.STDOUT) {
             bytes += data.length;
             const held = options.sink(data);
             if (held) {
@@ -257,9 +261,9 @@ export class AgentExecutor implements Executor {
                 },
               );
             }
-          } else if (type === 2) {
+          } else if (type === FRAME_OUT.STDERR) {
             if (message.length < 8) message.push(data);
-          } else if (type === 3 && data.length >= 4) {
+          } else if (type === FRAME_OUT.STATUS && data.length >= 4) {
             done = true;
             resolve(data.readInt32LE(0));
             sock.destroy();
@@ -277,7 +281,8 @@ export class AgentExecutor implements Executor {
     });
     if (status !== 0) {
       const text = Buffer.concat(message).toString("utf8");
-      if (status === 1) throw new DenvError("not_found", `${path} does not exist in the service`);
+      if (status === FS_STATUS.NOT_FOUND)
+        throw new DenvError("not_found", `${path} does not exist in the service`);
       throw fsError(status, text, `reading ${path} failed`);
     }
     return { bytes };
@@ -300,16 +305,16 @@ export class AgentExecutor implements Executor {
     if (!target || !sock) return null;
     const user = options.user ?? target.defaultUser ?? "";
     const asRoot = /^(|0|root)(:.*)?$/.test(user);
-    sock.write(Buffer.concat([u32(MODE_PUT), str(path), str(user), u32(asRoot ? 1 : 0)]));
+    sock.write(Buffer.concat([u32(REQUEST.PUT), str(path), str(user), u32(asRoot ? 1 : 0)]));
     const message: Buffer[] = [];
     const result = new Promise<{ status: number; entries: number; bytes: number }>((resolve, reject) => {
       let done = false;
       readFrames(
         sock,
         (type, data) => {
-          if (type === 2) {
+          if (type === FRAME_OUT.STDERR) {
             if (message.length < 8) message.push(data);
-          } else if (type === 3 && data.length >= 16) {
+          } else if (type === FRAME_OUT.STATUS && data.length >= 16) {
             done = true;
             resolve({
               status: data.readInt32LE(0),
@@ -334,12 +339,12 @@ export class AgentExecutor implements Executor {
     for await (const chunk of tar) {
       const b = Buffer.from(chunk as Buffer);
       for (let i = 0; i < b.length && !sock.destroyed; i += 1 << 20) {
-        if (!sock.write(frame(0, b.subarray(i, i + (1 << 20)))))
+        if (!sock.write(frame(FRAME_IN.DATA, b.subarray(i, i + (1 << 20)))))
           await new Promise((r) => sock.once("drain", r));
       }
       if (sock.destroyed) break;
     }
-    if (!sock.destroyed) sock.write(frame(1));
+    if (!sock.destroyed) sock.write(frame(FRAME_IN.END));
     const r = await result;
     if (r.status !== 0)
       throw fsError(r.status, Buffer.concat(message).toString("utf8"), `writing to ${path} failed`);
@@ -360,7 +365,7 @@ export class AgentExecutor implements Executor {
       (request.op === "mkdir" && request.parents) || (request.op === "remove" && request.recursive) ? 1 : 0;
     sock.write(
       Buffer.concat([
-        u32(MODE_FSOP),
+        u32(REQUEST.FSOP),
         u32(FS_OPS[request.op]),
         str(request.path),
         str(request.op === "rename" ? request.to : ""),
@@ -377,7 +382,7 @@ export class AgentExecutor implements Executor {
       readFrames(
         sock,
         (type, data) => {
-          if (type === 4) {
+          if (type === FRAME_OUT.ENTRIES) {
             const e = parseEntry(data);
             if (!e) {
               sock.destroy();
@@ -385,10 +390,10 @@ export class AgentExecutor implements Executor {
                 new DenvError("unavailable", "the service's agent broke the protocol (a malformed entry)"),
               );
             } else entries.push(e);
-          } else if (type === 5) created = data[0] === 1;
-          else if (type === 2) {
+          } else if (type === FRAME_OUT.CREATED) created = data[0] === 1;
+          else if (type === FRAME_OUT.STDERR) {
             if (message.length < 8) message.push(data);
-          } else if (type === 3 && data.length >= 4) {
+          } else if (type === FRAME_OUT.STATUS && data.length >= 4) {
             done = true;
             resolve(data.readInt32LE(0));
             sock.destroy();
@@ -441,7 +446,7 @@ export class AgentExecutor implements Executor {
     const timer = options.timeoutMs
       ? setTimeout(() => {
           timedOut = true;
-          sock.write(frame(9));
+          sock.write(frame(FRAME_IN.KILL));
           // The kill frame may wait behind stdin the command never reads: hanging up kills too.
           hangUp = setTimeout(() => sock.destroy(), 1000);
         }, options.timeoutMs)
@@ -469,9 +474,9 @@ export class AgentExecutor implements Executor {
       readFrames(
         sock,
         (type, data) => {
-          if (type === 1) deliver(data, out, options.onStdout);
-          else if (type === 2) deliver(data, err, options.onStderr);
-          else if (type === 3 && data.length >= 4) {
+          if (type === FRAME_OUT.STDOUT) deliver(data, out, options.onStdout);
+          else if (type === FRAME_OUT.STDERR) deliver(data, err, options.onStderr);
+          else if (type === FRAME_OUT.STATUS && data.length >= 4) {
             code = data.readInt32LE(0);
             resolve(code);
           }
@@ -513,7 +518,7 @@ export class AgentExecutor implements Executor {
         });
       const send = async (b: Buffer) => {
         for (let i = 0; i < b.length && !sock.destroyed && code === undefined; i += 1 << 20)
-          if (!sock.write(frame(0, b.subarray(i, i + (1 << 20))))) await drained();
+          if (!sock.write(frame(FRAME_IN.DATA, b.subarray(i, i + (1 << 20))))) await drained();
       };
       const input = options.stdin;
       if (Buffer.isBuffer(input)) await send(input);
@@ -522,11 +527,11 @@ export class AgentExecutor implements Executor {
           if (sock.destroyed || code !== undefined) break;
           await send(Buffer.from(chunk as Buffer));
         }
-      if (!sock.destroyed && code === undefined) sock.write(frame(1));
+      if (!sock.destroyed && code === undefined) sock.write(frame(FRAME_IN.END));
     };
     pumpStdin().catch(() => {
       // The input failed (its sender went away): the command gets the end of its stdin.
-      if (!sock.destroyed && code === undefined) sock.write(frame(1));
+      if (!sock.destroyed && code === undefined) sock.write(frame(FRAME_IN.END));
     });
     try {
       const code = await exitCode;

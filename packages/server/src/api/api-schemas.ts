@@ -2,7 +2,7 @@
  * The /v1 API's request and response schemas (zod). Each route names the ones it takes and gives
  * (see api-route.ts); the OpenAPI document is generated from them. JSON on the wire is snake_case.
  */
-import { ERROR_CODES, type ErrorCode, KINDS } from "@denv/protocol";
+import { ERROR_CODES, type ErrorCode, KINDS, nameSchema } from "@denv/protocol";
 import { z } from "zod";
 
 /** Every error's stable code (protocol's error table); the document maps each to its HTTP status. */
@@ -12,13 +12,8 @@ export const errorSchema = z.object({
   error: z.object({ code: errorCode, message: z.string(), details: z.unknown().optional() }),
 });
 
-const name = z
-  .string()
-  .regex(
-    /^[a-z0-9][a-z0-9_-]*(?:\.[a-z0-9_-]+)*$/,
-    "lower-case letters, digits, '_' or '-' (single dots between them), starting with a letter or digit",
-  )
-  .max(63);
+// Project and environment names: the one rule every name a team gives follows (protocol/names.ts).
+const name = nameSchema;
 
 export const createTeamBody = z.strictObject({ name: z.string().min(1).max(100) });
 export const teamCreated = z.object({ team_id: z.string(), name: z.string(), api_key: z.string() });

@@ -4,7 +4,7 @@
  * verdict. When a phase fails the rest are skipped, the stack being built is removed, and the
  * environment keeps serving its previous version (runner.rollBack).
  */
-import type { ResolvedSpec } from "@denv/protocol";
+import { type ResolvedSpec, stackName } from "@denv/protocol";
 import { pinSpec, RegistryPinner, withContextDigests } from "@denv/spec";
 import { normalizedTar } from "../build-contexts.ts";
 import type { ProvisionedMachine, Provisioner } from "../clouds/provisioner.ts";
@@ -60,7 +60,7 @@ async function deployPhases(
     spec = built.spec;
     const r = await runner.hub.call(hostId, "prepare", {
       spec,
-      name: `${project.name}-${before.name}`,
+      name: stackName(project.name, before.name),
       operation_id: rec.deploymentId,
       new_stack_id: await rec.building(),
     });

@@ -16,7 +16,7 @@
  * and the verdict is written only once it is done: a server killed again meanwhile does it again
  * (every step is idempotent). Every deployment ends succeeded or rolled_back.
  */
-import type { OpMethod, OpParams } from "@denv/protocol";
+import { type OpMethod, type OpParams, retiredEnvironmentName } from "@denv/protocol";
 import { revokePortUrls } from "../port-tunnels.ts";
 import { runningDeployments } from "../store/deployment-store.ts";
 import { environmentById, updateEnvironment } from "../store/environment-store.ts";
@@ -110,7 +110,7 @@ async function endDeployment(
       await updateEnvironment(store, env.id, {
         status: "destroyed",
         stack_id: null,
-        name: `${env.name}~${env.id}`,
+        name: retiredEnvironmentName(env.name, env.id),
       });
       done.push(`revoked ${revoked} port URLs`);
       finished = true;

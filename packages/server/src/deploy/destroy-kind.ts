@@ -1,4 +1,5 @@
 /** destroy: an environment's stack and data removed from its host. Its versions stay. */
+import { retiredEnvironmentName } from "@denv/protocol";
 import { revokePortUrls } from "../port-tunnels.ts";
 import { environmentById, updateEnvironment } from "../store/environment-store.ts";
 import type { EnvironmentsTable } from "../store/schema.ts";
@@ -20,7 +21,7 @@ export async function runDestroy(runner: DeploymentRunner, env: EnvironmentsTabl
     await updateEnvironment(runner.store, env.id, {
       status: "destroyed",
       stack_id: null,
-      name: `${current.name}~${env.id}`,
+      name: retiredEnvironmentName(current.name, env.id),
     });
     await rec.verdict("succeeded", null, { port_urls_revoked: revoked });
   });

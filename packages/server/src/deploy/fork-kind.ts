@@ -4,7 +4,7 @@
  * egress while the services come up: that step is one phase, `fork`, with the clone, start, health
  * and egress evidence of the host inside it.
  */
-import { DenvError, type OpResult } from "@denv/protocol";
+import { DenvError, type OpResult, stackName } from "@denv/protocol";
 import { environmentNamed, findOrCreateEnvironment, updateEnvironment } from "../store/environment-store.ts";
 import { projectById } from "../store/project-store.ts";
 import { findVersion } from "../store/version-store.ts";
@@ -42,7 +42,7 @@ export async function runFork(
         const newStackId = await rec.building();
         const out = await runner.hub.call(hostId, "fork", {
           version_id: versionId,
-          name: `${project.name}-${options.name}`,
+          name: stackName(project.name, options.name),
           operation_id: rec.deploymentId,
           new_stack_id: newStackId,
           // A pool's member keeps its clock at the version's time until it is taken (pool-keeper.ts),

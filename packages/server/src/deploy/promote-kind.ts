@@ -15,7 +15,7 @@
  * deployment ends rolled_back (runner.rollBack). The record is the version's data sheet.
  */
 import { randomBytes } from "node:crypto";
-import { DenvError, type OpResult, type ResolvedSpec } from "@denv/protocol";
+import { DenvError, type OpResult, type ResolvedSpec, stackName } from "@denv/protocol";
 import { execOverStreams } from "../api/host-bytes.ts";
 import { environmentById, findOrCreateEnvironment, updateEnvironment } from "../store/environment-store.ts";
 import type { EnvironmentsTable, ProjectsTable, VersionsTable } from "../store/schema.ts";
@@ -123,7 +123,7 @@ export async function runPromote(
         try {
           const out = await hub.call(hostId, "fork", {
             version_id: version.id,
-            name: `${project.name}-promote-${randomBytes(3).toString("hex")}`,
+            name: stackName(project.name, "promote", randomBytes(3).toString("hex")),
             operation_id: rec.deploymentId,
             new_stack_id: await rec.building(),
           });
@@ -275,7 +275,7 @@ export async function runPromote(
       const switched = (await rec.run("switch", async () => {
         const out = await hub.call(hostId, "fork", {
           version_id: version.id,
-          name: `${project.name}-${target}`,
+          name: stackName(project.name, target),
           operation_id: rec.deploymentId,
           new_stack_id: await rec.building(),
         });

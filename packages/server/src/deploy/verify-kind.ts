@@ -4,7 +4,7 @@
  * The deployment succeeds when grading ran; the reward (0 for refused collections, a crashed or
  * timed-out verifier) is in the verdict.
  */
-import { DenvError } from "@denv/protocol";
+import { DenvError, stackName } from "@denv/protocol";
 import { newId } from "../ids.ts";
 import { environmentById, updateEnvironment } from "../store/environment-store.ts";
 import type { EnvironmentsTable } from "../store/schema.ts";
@@ -101,7 +101,7 @@ async function gradePhases(
     await rec.persist();
     const f = await hub.call(hostId, "fork", {
       version_id: versionId,
-      name: `${env.name}-grader-${rec.deploymentId.slice(4, 10)}`,
+      name: stackName(env.name, "grader", rec.deploymentId.slice(4, 10)),
       operation_id: `${rec.deploymentId}-clone`,
       new_stack_id: made.graderStackId,
     });

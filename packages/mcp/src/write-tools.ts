@@ -3,6 +3,7 @@
  * files written, snapshot, verify, rollback, destroy and port URLs. Long ones report their phases
  * as progress; a cancelled creation is undone.
  */
+import { MAX_COMMAND_TIMEOUT_MS } from "@denv/protocol";
 import { apiError, type DenvClient, Files, NotFoundError } from "@denv/sdk";
 import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { z } from "zod";
@@ -125,9 +126,9 @@ export function registerWriteTools(server: McpServer, client: DenvClient): void 
           .number()
           .int()
           .positive()
-          .max(3600_000)
+          .max(MAX_COMMAND_TIMEOUT_MS)
           .optional()
-          .describe("Kill after this long (default: the server's)"),
+          .describe("Kill after this long (default: none; at most 24 hours)"),
         max_output_bytes: z
           .number()
           .int()
@@ -157,19 +158,16 @@ export function registerWriteTools(server: McpServer, client: DenvClient): void 
     (args) =>
       guarded(async () => {
         const limit = args.max_output_bytes ?? EXEC_OUTPUT_DEFAULT_BYTES;
-        const r = await client.call("postV1EnvsByIdExec", {
-          params: { id: args.environment },
-          body: {
-            command: args.command,
-            ...(args.service ? { service: args.service } : {}),
-            ...(args.user ? { user: args.user } : {}),
-            ...(args.cwd ? { cwd: args.cwd } : {}),
-            ...(args.env ? { env: args.env } : {}),
-            ...(args.stdin !== undefined ? { stdin: Buffer.from(args.stdin).toString("base64") } : {}),
-            ...(args.timeout_ms ? { timeout_ms: args.timeout_ms } : {}),
-            max_output_bytes: limit,
-            encoding: "base64",
-          },
+        const r = await client.exec(args.environment, {
+          command: args.command,
+          ...(args.service ? { service: args.service } : {}),
+          ...(args.user ? { user: args.user } : {}),
+          ...(args.cwd ? { cwd: args.cwd } : {}),
+          ...(args.env ? { env: args.env } : {}),
+          ...(args.stdin !== undefined ? { stdin: Buffer.from(args.stdin).toString("base64") } : {}),
+          ...(args.timeout_ms ? { timeout_ms: args.timeout_ms } : {}),
+          max_output_bytes: limit,
+          encoding: "base64",
         });
         const out = decodeBytes(Buffer.from(r.stdout, "base64"));
         const err = decodeBytes(Buffer.from(r.stderr, "base64"));

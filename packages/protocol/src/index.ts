@@ -24,3 +24,4 @@ export {
   resolvedSpecSchema,
 } from "./resolved-spec.ts";
 export * from "./stream-mux.ts";
+export * from "./timeouts.ts";

@@ -2,6 +2,7 @@
  * @module @denv/sdk — a typed client of denv's /v1 API. The types and the operation table come
  * from the server's OpenAPI document (schema.gen.ts); errors carry the server's stable codes.
  */
+import { commandDeadlineMs } from "@denv/protocol";
 import { apiError, DenvApiError } from "./errors.ts";
 import { OPERATIONS, type Operations } from "./schema.gen.ts";
 
@@ -12,8 +13,17 @@ export interface ClientOptions {
   /** e.g. http://127.0.0.1:7070 */
   baseUrl: string;
   apiKey: string;
-  /** Per-request timeout; long operations (deploy with wait) need minutes. */
+  /**
+   * Per-request timeout of the calls that answer at once (default 30 minutes; long operations,
+   * deploy with wait, need minutes). A command's call waits for the command's own timeout plus a
+   * margin instead (commandDeadlineMs), and streams.
+   */
   timeoutMs?: number;
+  /**
+   * How long a streamed answer (a command's output) may send nothing before it is given up as
+   * `timeout` (default 5 minutes; the server sends a keep-alive every 15 s while a command is quiet).
+   */
+  idleTimeoutMs?: number;
   /**
    * How requests are sent (default: the global fetch). The server's own MCP endpoint passes its
    * app's handler, so its tools reach /v1 in process, through the same routes and checks.
@@ -28,6 +38,48 @@ type Args<K extends OpId> = (keyof Operations[K]["params"] extends never
   (Operations[K]["body"] extends undefined ? { body?: undefined } : { body: Operations[K]["body"] }) & {
     query?: Record<string, string | undefined>;
   };
+
+/** Output a command's whole answer holds when the request names no limit (as the server's). */
+export const DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024 * 1024;
+/** Default per-request timeout of the calls that answer at once. */
+const DEFAULT_TIMEOUT_MS = 30 * 60_000;
+/** Default silence after which a streamed answer is given up. */
+const DEFAULT_IDLE_TIMEOUT_MS = 5 * 60_000;
+
+/**
+ * A streamed answer's watch: aborts when nothing arrived for `idleMs` (a server that stopped
+ * answering: a running command's stream carries keep-alives) or when `totalMs` passed (the
+ * command's own deadline and the margin). `why()` says which, for the `timeout` error.
+ */
+function streamWatch(idleMs: number, totalMs: number) {
+  const controller = new AbortController();
+  let reason = "";
+  const fire = (why: string) => {
+    reason = why;
+    controller.abort(new DOMException(why, "TimeoutError"));
+  };
+  let idle = setTimeout(() => fire(`the server sent nothing for ${idleMs} ms`), idleMs);
+  const total = setTimeout(() => fire(`no answer within the command's deadline (${totalMs} ms)`), totalMs);
+  return {
+    signal: controller.signal,
+    touch() {
+      clearTimeout(idle);
+      idle = setTimeout(() => fire(`the server sent nothing for ${idleMs} ms`), idleMs);
+    },
+    clear() {
+      clearTimeout(idle);
+      clearTimeout(total);
+    },
+    why: () => reason,
+  };
+}
+
+/** A request's failure: a deadline that passed is `timeout`; anything else, the server unreached. */
+function transportError(err: unknown, baseUrl: string, why?: string): DenvApiError {
+  const e = err as Error;
+  if (why || e?.name === "TimeoutError") return apiError("timeout", `${baseUrl}: ${why || e.message}`, 0);
+  return apiError("unavailable", `cannot reach ${baseUrl}: ${e?.message}`, 0);
+}
 
 /** The API by operation (`call("postV1EnvsByIdExec", …)`), typed from the OpenAPI document; Denv builds on it. */
 export class DenvClient {
@@ -64,16 +116,21 @@ export class DenvClient {
       headers["content-type"] = spec.body === "tar" ? "application/x-tar" : "application/octet-stream";
       body = args.body as Uint8Array<ArrayBuffer>;
     }
+    // A command waits for its own deadline (and the margin), not a limit of the client's.
+    const timeoutMs =
+      op === "postV1EnvsByIdExec"
+        ? commandDeadlineMs((args.body as { timeout_ms?: number } | undefined)?.timeout_ms)
+        : (this.options.timeoutMs ?? DEFAULT_TIMEOUT_MS);
     let res: Response;
     try {
       res = await this.fetch(this.url(path, args.query), {
         method: spec.method,
         headers,
         body,
-        signal: AbortSignal.timeout(this.options.timeoutMs ?? 30 * 60_000),
+        signal: AbortSignal.timeout(timeoutMs),
       });
     } catch (err) {
-      throw apiError("unavailable", `cannot reach ${this.options.baseUrl}: ${(err as Error).message}`, 0);
+      throw transportError(err, this.options.baseUrl);
     }
     if (!res.ok) {
       const e = (await res.json().catch(() => ({}))) as {
@@ -91,6 +148,31 @@ export class DenvClient {
   }
 
   /**
+   * Runs a command and answers as POST …/exec does (its output whole, in the body's encoding), but
+   * over the streamed form: the answer starts at once and carries keep-alives, so a command of
+   * hours reaches its own deadline instead of a transport's.
+   */
+  async exec(
+    envId: string,
+    body: Operations["postV1EnvsByIdExec"]["body"],
+  ): Promise<Operations["postV1EnvsByIdExec"]["response"]> {
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    // Held whole here, so bounded as the server bounds its whole-output answer by default.
+    const bounded = { ...body, max_output_bytes: body.max_output_bytes ?? DEFAULT_MAX_OUTPUT_BYTES };
+    const r = await this.execStream(envId, bounded, (which, data) =>
+      (which === "stdout" ? out : err).push(data),
+    );
+    const encoding = body.encoding ?? "utf8";
+    return {
+      ...r,
+      stdout: Buffer.concat(out).toString(encoding),
+      stderr: Buffer.concat(err).toString(encoding),
+      encoding,
+    };
+  }
+
+  /**
    * Runs a command and hands its output over as it comes (POST …/exec?stream=true); resolves to
    * the result (exit code, timed_out, …) once the command has ended.
    */
@@ -99,12 +181,31 @@ export class DenvClient {
     body: Operations["postV1EnvsByIdExec"]["body"],
     onOutput: (stream: "stdout" | "stderr", data: Buffer) => void,
   ): Promise<Operations["postV1EnvsByIdExec"]["response"]> {
+    const watch = streamWatch(
+      this.options.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS,
+      commandDeadlineMs(body.timeout_ms),
+    );
+    try {
+      return await this.readExecLines(envId, body, onOutput, watch);
+    } catch (err) {
+      if (err instanceof DenvApiError) throw err;
+      throw transportError(err, this.options.baseUrl, watch.why() || undefined);
+    } finally {
+      watch.clear();
+    }
+  }
+
+  private async readExecLines(
+    envId: string,
+    body: Operations["postV1EnvsByIdExec"]["body"],
+    onOutput: (stream: "stdout" | "stderr", data: Buffer) => void,
+    watch: ReturnType<typeof streamWatch>,
+  ): Promise<Operations["postV1EnvsByIdExec"]["response"]> {
     const res = await this.fetch(this.url(`/v1/envs/${encodeURIComponent(envId)}/exec`, { stream: "true" }), {
       method: "POST",
       headers: { authorization: `Bearer ${this.options.apiKey}`, "content-type": "application/json" },
       body: JSON.stringify(body),
-    }).catch((err: Error) => {
-      throw apiError("unavailable", `cannot reach ${this.options.baseUrl}: ${err.message}`, 0);
+      signal: watch.signal,
     });
     if (!res.ok || !res.body) {
       const e = (await res.json().catch(() => ({}))) as { error?: { code: string; message: string } };
@@ -113,6 +214,8 @@ export class DenvClient {
     const decoder = new TextDecoder();
     let buf = "";
     for await (const chunk of res.body) {
+      // Output and keep-alives (empty lines) alike show the server is there.
+      watch.touch();
       buf += decoder.decode(chunk as Uint8Array, { stream: true });
       let nl = buf.indexOf("\n");
       while (nl !== -1) {
@@ -139,7 +242,11 @@ export class DenvClient {
     method: string,
     path: string,
     query: Record<string, string | undefined>,
-    init: { headers?: Record<string, string>; body?: RequestInit["body"] | AsyncIterable<Uint8Array> } = {},
+    init: {
+      headers?: Record<string, string>;
+      body?: RequestInit["body"] | AsyncIterable<Uint8Array>;
+      signal?: AbortSignal;
+    } = {},
   ): Promise<Response> {
     let res: Response;
     try {
@@ -151,10 +258,10 @@ export class DenvClient {
         ...(init.body && typeof init.body === "object" && !(init.body instanceof Uint8Array)
           ? { duplex: "half" }
           : {}),
-        signal: AbortSignal.timeout(this.options.timeoutMs ?? 30 * 60_000),
+        signal: init.signal ?? AbortSignal.timeout(this.options.timeoutMs ?? DEFAULT_TIMEOUT_MS),
       } as RequestInit);
     } catch (err) {
-      throw apiError("unavailable", `cannot reach ${this.options.baseUrl}: ${(err as Error).message}`, 0);
+      throw transportError(err, this.options.baseUrl);
     }
     if (!res.ok) {
       const e = (await res.json().catch(() => ({}))) as {
@@ -226,9 +333,34 @@ export class DenvClient {
     stdin: ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>,
     onOutput: (stream: "stdout" | "stderr", data: Buffer) => void | Promise<void>,
   ): Promise<Operations["postV1EnvsByIdExec"]["response"]> {
+    const watch = streamWatch(
+      this.options.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS,
+      commandDeadlineMs(body.timeout_ms),
+    );
+    try {
+      return await this.readExecFrames(envId, body, stdin, onOutput, watch);
+    } catch (err) {
+      if (err instanceof DenvApiError && err.code !== "unavailable") throw err;
+      if (watch.why()) throw transportError(err, this.options.baseUrl, watch.why());
+      throw err instanceof DenvApiError ? err : transportError(err, this.options.baseUrl);
+    } finally {
+      watch.clear();
+    }
+  }
+
+  private async readExecFrames(
+    envId: string,
+    body: Omit<Operations["postV1EnvsByIdExec"]["body"], "stdin">,
+    stdin: ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>,
+    onOutput: (stream: "stdout" | "stderr", data: Buffer) => void | Promise<void>,
+    watch: ReturnType<typeof streamWatch>,
+  ): Promise<Operations["postV1EnvsByIdExec"]["response"]> {
     async function* request() {
       yield Buffer.from(`${JSON.stringify(body)}\n`);
-      for await (const chunk of stdin as AsyncIterable<Uint8Array>) yield chunk;
+      for await (const chunk of stdin as AsyncIterable<Uint8Array>) {
+        watch.touch();
+        yield chunk;
+      }
     }
     const res = await this.send(
       "POST",
@@ -237,11 +369,14 @@ export class DenvClient {
       {
         headers: { "content-type": "application/octet-stream" },
         body: ReadableStream.from(request()),
+        signal: watch.signal,
       },
     );
-    // Frames: u8 kind (1 stdout, 2 stderr, 3 result, 4 error), three zero bytes, u32 length (BE).
+    // Frames: u8 kind (1 stdout, 2 stderr, 3 result, 4 error, 5 keep-alive), three zero bytes,
+    // u32 length (BE).
     let pending = Buffer.alloc(0);
     for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+      watch.touch();
       pending = pending.length ? Buffer.concat([pending, chunk]) : Buffer.from(chunk);
       while (pending.length >= 8) {
         const length = pending.readUInt32BE(4);

@@ -9,7 +9,7 @@
  * await sb.files.write("/home/ubuntu/answer.txt", "42\n");
  * ```
  */
-import { type ClientOptions, DenvClient } from "./client.ts";
+import { type ClientOptions, DEFAULT_MAX_OUTPUT_BYTES, DenvClient } from "./client.ts";
 import { apiError, InvalidArgumentError, NotFoundError } from "./errors.ts";
 import { Files } from "./sandbox-files.ts";
 import type { Operations } from "./schema.gen.ts";
@@ -92,17 +92,22 @@ export class Commands {
       ...(options.cwd ? { cwd: options.cwd } : {}),
       ...(options.env ? { env: options.env } : {}),
       ...(options.timeoutMs ? { timeout_ms: options.timeoutMs } : {}),
-      ...(options.maxOutputBytes ? { max_output_bytes: options.maxOutputBytes } : {}),
+      // Without a limit or a reader of its own, the output is held whole: bounded as the server's
+      // whole-output answer is.
+      ...(options.maxOutputBytes || (!options.onStdout && !options.onStderr)
+        ? { max_output_bytes: options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES }
+        : {}),
       ...(stdin ? { stdin: stdin.toString("base64") } : {}),
     };
     const client = this.sandbox.client;
-    const streamed = Boolean(options.onStdout || options.onStderr || streamedIn);
     const out: Buffer[] = [];
     const err: Buffer[] = [];
     const onOutput = (which: "stdout" | "stderr", data: Buffer) => {
       (which === "stdout" ? out : err).push(data);
       (which === "stdout" ? options.onStdout : options.onStderr)?.(data);
     };
+    // Always streamed: the answer starts at once and carries keep-alives while the command is
+    // quiet, so a command of hours is not taken for a dead connection on the way.
     const r = streamedIn
       ? await client.execWithStdin(
           this.sandbox.id,
@@ -110,11 +115,9 @@ export class Commands {
           options.stdin as ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>,
           onOutput,
         )
-      : streamed
-        ? await client.execStream(this.sandbox.id, body, onOutput)
-        : await client.call("postV1EnvsByIdExec", { params: { id: this.sandbox.id }, body });
-    const stdoutBytes = streamed ? Buffer.concat(out) : Buffer.from(r.stdout, "base64");
-    const stderrBytes = streamed ? Buffer.concat(err) : Buffer.from(r.stderr, "base64");
+      : await client.execStream(this.sandbox.id, body, onOutput);
+    const stdoutBytes = Buffer.concat(out);
+    const stderrBytes = Buffer.concat(err);
     return {
       exitCode: r.exit_code,
       stdout: stdoutBytes.toString("utf8"),

@@ -6,7 +6,7 @@
  * `{"error": {"code", "message"}}` with the status from the error table.
  */
 import { createDenvMcpServer, McpSessions } from "@denv/mcp";
-import { DenvError, isDenvError } from "@denv/protocol";
+import { DenvError, isDenvError, KEEPALIVE_INTERVAL_MS } from "@denv/protocol";
 import { DenvClient } from "@denv/sdk";
 import { Hono } from "hono";
 import { type ApiDeps, type ApiEnv, resourceApp } from "./api/api-route.ts";
@@ -39,6 +39,8 @@ export interface AppOptions {
   /** Warm pools (default: made here, refilled only when kicked; the server starts its own). */
   pools?: PoolKeeper;
   joinTokenTtlMs?: number;
+  /** How often a quiet command's stream carries a keep-alive (default KEEPALIVE_INTERVAL_MS). */
+  keepAliveMs?: number;
   /** Where the denvd executables are served from (GET /v1/downloads/{file}). */
   downloadsDir?: string;
   /** Encrypts cloud tokens, sources and resolved specs at rest. */
@@ -85,6 +87,7 @@ export function createApp(options: AppOptions): Hono<ApiEnv> {
     anonymousLimiter: new RateLimiter(options.anonymousRateLimit ?? ANONYMOUS_RATE_LIMIT),
     accountLimiter: new RateLimiter(options.accountRateLimit ?? ACCOUNT_RATE_LIMIT),
     joinTokenTtlMs: options.joinTokenTtlMs ?? 3600_000,
+    keepAliveMs: options.keepAliveMs ?? KEEPALIVE_INTERVAL_MS,
     downloadsDir: options.downloadsDir ?? defaultDownloadsDir(),
     buildContexts: options.deployer.buildContexts,
     mcp,

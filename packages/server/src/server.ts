@@ -44,6 +44,8 @@ export interface ServerOptions {
   /** The admin key to create on first start; a random one is made and returned otherwise. */
   adminKey?: string;
   joinWaitMs?: number;
+  /** How often a quiet command's stream carries a keep-alive (default KEEPALIVE_INTERVAL_MS). */
+  keepAliveMs?: number;
   /** Where the denvd executables are (default: the checkout's dist/, or DENV_DOWNLOADS_DIR). */
   downloadsDir?: string;
   /** The URL machines the server creates reach it at (default: the URL it listens on). */
@@ -189,6 +191,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     fetchPolicy,
     rateLimit: options.rateLimit,
     accountRateLimit: options.accountRateLimit,
+    ...(options.keepAliveMs ? { keepAliveMs: options.keepAliveMs } : {}),
   });
   const listener = getRequestListener(app.fetch);
   const server: Server = tls ? createHttpsServer(tls, listener) : createHttpServer(listener);

@@ -61,6 +61,10 @@ def _read_exactly(f: BinaryIO, n: int) -> bytes:
     return b"".join(parts)
 
 
+#: Output a whole answer holds when the request names no limit, as the server's own default.
+_DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024 * 1024
+
+
 def _exec_output(r: dict[str, Any], stdout: bytes, stderr: bytes) -> ExecOutput:
     """An exec result as the API answers it (its output given apart: decoded, collected or streamed)."""
     return ExecOutput(
@@ -309,27 +313,24 @@ class Client:
         max_output_bytes: int | None = None,
     ) -> ExecOutput:
         """Runs a command (argv, or a string for ``sh -c``) in environment ``env`` (id, name or
-        project/name), with ``env_vars`` added to its variables; output comes back as bytes."""
-        body: dict[str, Any] = {"command": command, "encoding": "base64"}
-        if service is not None:
-            body["service"] = service
-        if user is not None:
-            body["user"] = user
-        if cwd is not None:
-            body["cwd"] = cwd
-        if env_vars:
-            body["env"] = env_vars
-        if stdin is not None:
-            raw = stdin.encode() if isinstance(stdin, str) else stdin
-            body["stdin"] = base64.b64encode(raw).decode()
-        if timeout_ms is not None:
-            body["timeout_ms"] = int(timeout_ms)
-        if max_output_bytes is not None:
-            body["max_output_bytes"] = int(max_output_bytes)
-        # The request outlives the command's own timeout by a margin for the round trip.
-        http_timeout = None if timeout_ms is None else max(self.timeout_s, timeout_ms / 1000 + 60)
-        r = self._json("POST", f"/v1/envs/{self._q(env)}/exec", body, timeout_s=http_timeout)
-        return _exec_output(r, base64.b64decode(r["stdout"]), base64.b64decode(r["stderr"]))
+        project/name), with ``env_vars`` added to its variables; output comes back as bytes.
+
+        The command's ``timeout_ms`` reaches the host unchanged (the host kills the command when it
+        passes and answers with ``timed_out`` and the output so far); the answer streams, with a
+        keep-alive while the command is quiet, so a command of hours is not cut on the way."""
+        return self.exec_stream(
+            env,
+            command,
+            lambda _stream, _data: None,
+            service=service,
+            user=user,
+            cwd=cwd,
+            env_vars=env_vars,
+            stdin=stdin,
+            timeout_ms=timeout_ms,
+            # Held whole, so bounded as the server bounds its whole-output answer by default.
+            max_output_bytes=_DEFAULT_MAX_OUTPUT_BYTES if max_output_bytes is None else max_output_bytes,
+        )
 
     def exec_stream(
         self,
@@ -361,17 +362,22 @@ class Client:
         req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
         req.add_header("authorization", f"Bearer {self._key}")
         req.add_header("content-type", "application/json")
-        http_timeout = None if timeout_ms is None else max(self.timeout_s, timeout_ms / 1000 + 60)
+        # A socket timeout here is a silence of that long: the server sends a keep-alive line while
+        # the command is quiet, so only a server that stopped answering reaches it.
         out: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
         try:
-            res = urllib.request.urlopen(req, timeout=http_timeout or self.timeout_s)
+            res = urllib.request.urlopen(req, timeout=self.timeout_s)
         except urllib.error.HTTPError as e:
             err = json.loads(e.read() or b"{}").get("error", {})
             raise error_for(str(err.get("code", "internal")), str(err.get("message", "")), status=e.code) from None
         except urllib.error.URLError as e:
+            if isinstance(e.reason, TimeoutError):
+                raise error_for("timeout", f"the denv server at {self.server} did not answer within {self.timeout_s} s") from None
             raise error_for("unavailable", f"cannot reach the denv server at {self.server}: {e.reason}") from None
+        except TimeoutError:
+            raise error_for("timeout", f"the denv server at {self.server} did not answer within {self.timeout_s} s") from None
         with res:
-            for line in res:
+            for line in _lines_or_timeout(res, self.timeout_s):
                 if not line.strip():
                     continue
                 msg = json.loads(line)
@@ -587,20 +593,26 @@ class Client:
 
         req = urllib.request.Request(f"{self.server}/v1/envs/{self._q(env)}/exec/stream", data=body(), method="POST")
         req.add_header("content-type", "application/octet-stream")
-        http_timeout = None if timeout_ms is None else max(self.timeout_s, timeout_ms / 1000 + 60)
-        with self._open(req, http_timeout or self.timeout_s) as res:
-            # Frames: u8 kind (1 stdout, 2 stderr, 3 result, 4 error), three zero bytes, u32 length.
-            while head := _read_exactly(res, 8):
-                kind, length = head[0], int.from_bytes(head[4:8], "big")
-                payload = _read_exactly(res, length)
-                if kind in (1, 2):
-                    on_output("stdout" if kind == 1 else "stderr", payload)
-                elif kind == 3:
-                    r = json.loads(payload)
-                    return _exec_output(r, b"", b"")
-                elif kind == 4:
-                    e = json.loads(payload).get("error", {})
-                    raise error_for(str(e.get("code", "internal")), str(e.get("message", "")))
+        # As exec_stream: the socket's timeout is a silence (the server keeps a quiet command's stream alive).
+        with self._open(req, self.timeout_s) as res:
+            # Frames: u8 kind (1 stdout, 2 stderr, 3 result, 4 error, 5 keep-alive), three zero
+            # bytes, u32 length.
+            try:
+                while head := _read_exactly(res, 8):
+                    kind, length = head[0], int.from_bytes(head[4:8], "big")
+                    payload = _read_exactly(res, length)
+                    if kind in (1, 2):
+                        on_output("stdout" if kind == 1 else "stderr", payload)
+                    elif kind == 3:
+                        r = json.loads(payload)
+                        return _exec_output(r, b"", b"")
+                    elif kind == 4:
+                        e = json.loads(payload).get("error", {})
+                        raise error_for(str(e.get("code", "internal")), str(e.get("message", "")))
+            except TimeoutError:
+                raise error_for(
+                    "timeout", f"the server sent nothing for {self.timeout_s} s while a command ran (no keep-alive)"
+                ) from None
         raise error_for("unavailable", "the exec stream ended without a result")
 
     def put_files(
@@ -665,3 +677,13 @@ class Client:
 
     def openapi(self) -> dict[str, Any]:
         return self._json("GET", "/v1/openapi.json")
+
+
+def _lines_or_timeout(res: Any, timeout_s: float) -> Iterator[bytes]:
+    """A streamed answer's lines; a silence longer than the socket's timeout is ``timeout``."""
+    try:
+        yield from res
+    except TimeoutError:
+        raise error_for(
+            "timeout", f"the server sent nothing for {timeout_s} s while a command ran (no keep-alive)"
+        ) from None

@@ -1,7 +1,7 @@
 /** Exec: a command in an environment's service, its output streamed, its exit code passed through. */
 import type { Command } from "commander";
 import { printJson } from "../output.ts";
-import { envParam, run } from "./command-runner.ts";
+import { run } from "./command-runner.ts";
 
 export function registerExecCommands(program: Command): void {
   const exec = program
@@ -57,7 +57,7 @@ export function registerExecCommands(program: Command): void {
           encoding: "base64" as const,
         };
         if (json) {
-          const r = await client().call("postV1EnvsByIdExec", { params: envParam(env), body });
+          const r = await client().exec(env, body);
           const out = Buffer.from(r.stdout, "base64");
           const err = Buffer.from(r.stderr, "base64");
           printJson({ ...r, stdout: out.toString("utf8"), stderr: err.toString("utf8"), encoding: "utf8" });

@@ -118,9 +118,10 @@ async function checkKarotte(c: DenvClient, t: KarotteImport) {
     body: { name: `${t.name.slice(0, 40)}-check` },
   });
   try {
-    const e = await c.call("postV1EnvsByIdExec", {
-      params: { id: fork.id },
-      body: { service: "karotte", command: ["denv-episode"], timeout_ms: 60 * 60_000 },
+    const e = await c.exec(fork.id, {
+      service: "karotte",
+      command: ["denv-episode"],
+      timeout_ms: 60 * 60_000,
     });
     const v = await c.call("postV1EnvsByIdVerify", { params: { id: fork.id }, body: { resume: false } });
     return {

@@ -24,14 +24,11 @@ export async function runOracle(
     { path: "/", service: options.service, user: "root" },
     tarOf(solutionDir, "solution", 0, 0, { refuseLinks: true }),
   );
-  const r = await client.call("postV1EnvsByIdExec", {
-    params: { id: env },
-    body: {
-      service: options.service,
-      command: ["bash", "-c", "chmod -R a+rX /solution 2>/dev/null; bash /solution/solve.sh"],
-      env: { DEBIAN_FRONTEND: "noninteractive", ...(options.env ?? {}) },
-      timeout_ms: options.timeoutMs ?? 30 * 60_000,
-    },
+  const r = await client.exec(env, {
+    service: options.service,
+    command: ["bash", "-c", "chmod -R a+rX /solution 2>/dev/null; bash /solution/solve.sh"],
+    env: { DEBIAN_FRONTEND: "noninteractive", ...(options.env ?? {}) },
+    timeout_ms: options.timeoutMs ?? 30 * 60_000,
   });
   return {
     exit_code: r.exit_code,

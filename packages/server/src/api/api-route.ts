@@ -49,6 +49,8 @@ export interface ApiDeps {
   mcp: McpSessions;
   /** Where port URLs are served (never this origin). */
   portsOrigin: PortsOrigin;
+  /** How often a quiet command's stream carries a keep-alive (KEEPALIVE_INTERVAL_MS). */
+  keepAliveMs: number;
 }
 
 export type ApiEnv = {

@@ -2,7 +2,7 @@
  * The /v1 API's request and response schemas (zod). Each route names the ones it takes and gives
  * (see api-route.ts); the OpenAPI document is generated from them. JSON on the wire is snake_case.
  */
-import { ERROR_CODES, type ErrorCode, KINDS, nameSchema } from "@denv/protocol";
+import { ERROR_CODES, type ErrorCode, KINDS, MAX_COMMAND_TIMEOUT_MS, nameSchema } from "@denv/protocol";
 import { z } from "zod";
 
 /** Every error's stable code (protocol's error table); the document maps each to its HTTP status. */
@@ -224,7 +224,7 @@ export const replayStep = z
       .union([z.string().min(1).max(65_536), z.array(z.string().max(65_536)).min(1).max(4096)])
       .optional(),
     user: z.string().min(1).max(256).optional(),
-    timeout_ms: z.number().int().min(1).max(3_600_000).optional(),
+    timeout_ms: z.number().int().min(1).max(MAX_COMMAND_TIMEOUT_MS).optional(),
     /** true: the version's verifier, graded on the fork (the agent stopped, its paths collected). */
     verifier: z.literal(true).optional(),
   })
@@ -304,12 +304,7 @@ export const execBody = z.strictObject({
   env: z.record(z.string(), z.string()).optional(),
   /** Standard input, base64. */
   stdin: z.string().optional(),
-  timeout_ms: z
-    .number()
-    .int()
-    .positive()
-    .max(24 * 3600 * 1000)
-    .optional(),
+  timeout_ms: z.number().int().positive().max(MAX_COMMAND_TIMEOUT_MS).optional(),
   max_output_bytes: z
     .number()
     .int()

@@ -69,16 +69,28 @@ async function streamedExec(c: ApiContext, body: ExecRequest, stdin: Readable | 
   c.header("content-type", "application/x-ndjson");
   return stream(c, async (s) => {
     const enc = body.encoding ?? "utf8";
+    // A quiet command's stream carries an empty line now and then: no transport between here
+    // and the caller takes a command that is still running for a dead connection.
+    let writing = Promise.resolve();
+    const write = (line: string) => {
+      writing = writing.then(() => s.write(line).then(() => {}));
+      return writing;
+    };
+    const keepAlive = setInterval(() => void write("\n").catch(() => {}), c.var.deps.keepAliveMs);
     try {
       const r = await execOverStreams(c.var.deps.hub, hostId, params, stdin, async (which, data) => {
         if (s.aborted) throw new Error("the client went away");
-        await s.write(`${JSON.stringify({ stream: which, data: data.toString("base64") })}\n`);
+        await write(`${JSON.stringify({ stream: which, data: data.toString("base64") })}\n`);
       });
-      await s.write(`${JSON.stringify({ result: execAnswer(r, enc, Buffer.alloc(0), Buffer.alloc(0)) })}\n`);
+      clearInterval(keepAlive);
+      await write(`${JSON.stringify({ result: execAnswer(r, enc, Buffer.alloc(0), Buffer.alloc(0)) })}\n`);
     } catch (err) {
-      await s.write(
+      clearInterval(keepAlive);
+      await write(
         `${JSON.stringify(isDenvError(err) ? err.toJSON() : { error: { code: "internal", message: (err as Error).message } })}\n`,
       );
+    } finally {
+      clearInterval(keepAlive);
     }
   });
 }
@@ -90,6 +102,8 @@ const MUX_STDERR = 2;
 const MUX_RESULT = 3;
 /** An error, as JSON ({"error": {code, message}}): the last frame of one that could not. */
 const MUX_ERROR = 4;
+/** Nothing: sent while a command is quiet, so no transport takes the stream for a dead one. */
+const MUX_KEEPALIVE = 5;
 
 function muxFrame(kind: number, payload: Buffer): Buffer[] {
   const head = Buffer.alloc(8);
@@ -112,11 +126,18 @@ async function multiplexedExec(c: ApiContext, body: ExecRequest, stdin: Readable
     for (const part of muxFrame(kind, payload)) room = out.write(part);
     if (!room) await once(out, "drain");
   };
+  const keepAlive = setInterval(() => {
+    // Only when nothing is waiting to go out: a keep-alive never queues behind output.
+    if (!out.destroyed && out.writableLength === 0)
+      out.write(Buffer.concat(muxFrame(MUX_KEEPALIVE, Buffer.alloc(0))));
+  }, c.var.deps.keepAliveMs);
+  out.on("close", () => clearInterval(keepAlive));
   void (async () => {
     try {
       const r = await execOverStreams(c.var.deps.hub, hostId, params, stdin, (which, data) =>
         send(which === "stdout" ? MUX_STDOUT : MUX_STDERR, data),
       );
+      clearInterval(keepAlive);
       const enc = body.encoding ?? "utf8";
       await send(
         MUX_RESULT,
@@ -126,8 +147,10 @@ async function multiplexedExec(c: ApiContext, body: ExecRequest, stdin: Readable
       const e = isDenvError(err)
         ? err.toJSON()
         : { error: { code: "internal", message: (err as Error).message } };
+      clearInterval(keepAlive);
       if (!out.destroyed) out.write(Buffer.concat(muxFrame(MUX_ERROR, Buffer.from(JSON.stringify(e)))));
     }
+    clearInterval(keepAlive);
     out.end();
   })();
   return streamResponse(c, out, "application/vnd.denv.multiplexed-stream");
@@ -170,7 +193,7 @@ export const environmentIoRoutes: ApiRoute[] = [
     method: "post",
     path: "/v1/envs/{id}/exec/stream",
     summary:
-      "Run a command with its stdin streamed from the body: the first line is the exec request (JSON), the rest of the body is stdin. The answer streams as the command writes, in frames of an 8-byte header (u8 kind: 1 stdout, 2 stderr, 3 the result as JSON, 4 an error as JSON; three zero bytes; u32 length, big-endian) and that many bytes",
+      "Run a command with its stdin streamed from the body: the first line is the exec request (JSON), the rest of the body is stdin. The answer streams as the command writes, in frames of an 8-byte header (u8 kind: 1 stdout, 2 stderr, 3 the result as JSON, 4 an error as JSON, 5 a keep-alive with no bytes while the command is quiet; three zero bytes; u32 length, big-endian) and that many bytes",
     bodyType: "exec-stream",
     body: execBody.omit({ stdin: true }),
     responseType: "multiplexed",

@@ -8,7 +8,7 @@ import { IncomingMessage, ServerResponse } from "node:http";
 import { Readable, Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import type { ReadableStream as WebReadable } from "node:stream/web";
-import { DenvError, type OpParams, type OpResult } from "@denv/protocol";
+import { commandDeadlineMs, DenvError, type OpParams, type OpResult } from "@denv/protocol";
 import { RESPONSE_ALREADY_SENT } from "@hono/node-server/utils/response";
 import type { HostHub } from "../host-hub.ts";
 import type { ApiContext } from "./api-route.ts";
@@ -134,7 +134,8 @@ export async function execOverStreams(
   stdin: Readable | Buffer | null,
   onOutput: (which: "stdout" | "stderr", chunk: Buffer) => void | Promise<void>,
 ): Promise<OpResult<"exec">> {
-  const timeoutMs = Math.max(15 * 60_000, (params.timeout_ms ?? 0) + 60_000);
+  // The command's own deadline, plus the round trip's margin: never a limit of the server's own.
+  const timeoutMs = commandDeadlineMs(params.timeout_ms);
   const { streams, result } = await hub.streamCall(
     hostId,
     "exec",

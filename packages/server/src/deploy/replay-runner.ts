@@ -22,6 +22,12 @@ import type { Admission } from "./admission.ts";
 import type { Deployer } from "./deployer.ts";
 import { compareRuns, type ForkRun, type ReplayOutcome, type StepRun } from "./replay-report.ts";
 
+/**
+ * A step's deadline when the script gives none: long enough that a busy machine's slow step is
+ * not cut (a cut step would read as a divergence, which is a fact of the machine, not of the
+ * replay), short enough that a step that hangs ends the replay. A step may give its own.
+ */
+export const REPLAY_STEP_TIMEOUT_MS = 15 * 60_000;
 /** A command in a service, as exec runs it; or, with verifier, the version's verifier graded on the fork. */
 export interface ReplayStep {
   service?: string;
@@ -119,7 +125,7 @@ async function runStep(
       ...(step.service ? { service: step.service } : {}),
       command: step.command,
       ...(step.user ? { user: step.user } : {}),
-      timeout_ms: step.timeout_ms ?? 120_000,
+      timeout_ms: step.timeout_ms ?? REPLAY_STEP_TIMEOUT_MS,
       max_output_bytes: STEP_OUTPUT_BYTES,
       episode_clock: true,
     },

@@ -76,8 +76,11 @@ function streamWatch(idleMs: number, totalMs: number) {
 
 /** A request's failure: a deadline that passed is `timeout`; anything else, the server unreached. */
 function transportError(err: unknown, baseUrl: string, why?: string): DenvApiError {
-  const e = err as Error;
+  const e = err as Error & { cause?: { code?: string; message?: string } };
   if (why || e?.name === "TimeoutError") return apiError("timeout", `${baseUrl}: ${why || e.message}`, 0);
+  // fetch's own limits (no headers, or no body bytes, for 5 minutes) are deadlines too.
+  if (e?.cause?.code === "UND_ERR_HEADERS_TIMEOUT" || e?.cause?.code === "UND_ERR_BODY_TIMEOUT")
+    return apiError("timeout", `${baseUrl}: ${e.cause.message ?? e.cause.code}`, 0);
   return apiError("unavailable", `cannot reach ${baseUrl}: ${e?.message}`, 0);
 }
 

@@ -340,7 +340,7 @@ secrets:
   assert.equal((await app(two, "cat main.js")).out, "console.log('v1')");
 });
 
-test("the API refuses bind mount sources that are not normalised project paths or were never uploaded", async () => {
+test("the API refuses bind mount sources that are not normalised project paths or were never uploaded, and project files outside the project or over the limits", async () => {
   const create = await lab.api("POST", "/v1/projects", {
     name: "bind-api",
     kind: "service",
@@ -362,6 +362,22 @@ test("the API refuses bind mount sources that are not normalised project paths o
     assert.equal(r.status, 400, JSON.stringify(r.data));
     assert.match(r.data.error.message, want);
   }
+  // The files a compose file reads (secrets, env_file): a path leaving the project, one with a
+  // newline, a file over 1 MiB, more than 64 files: each refused, and what was stored stays.
+  const before = (await lab.api("GET", "/v1/projects/bind-api")).data;
+  const many = Object.fromEntries(Array.from({ length: 65 }, (_, i) => [`f${i}.txt`, "x"]));
+  for (const files of [
+    { "../outside.txt": "x" },
+    { "/etc/passwd": "x" },
+    { "a\nb.txt": "x" },
+    { "big.txt": "x".repeat(1024 * 1024 + 1) },
+    many,
+  ]) {
+    const r = await lab.api("PUT", "/v1/projects/bind-api/source", { compose, files });
+    assert.equal(r.status, 400, JSON.stringify(r.data).slice(0, 300));
+    assert.equal(r.data.error.code, "invalid_argument");
+  }
+  assert.deepEqual((await lab.api("GET", "/v1/projects/bind-api")).data, before);
 });
 
 async function deployed(project: string) {

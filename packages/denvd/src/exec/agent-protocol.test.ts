@@ -2,14 +2,14 @@ import assert from "node:assert/strict";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
-import { AGENT_HEADER_PATH, renderAgentHeader } from "./agent-protocol.ts";
+import { agentHeaderPath, renderAgentHeader } from "./agent-protocol.ts";
 
 test("the agent's C header is the table's (regenerate: node packages/denvd/src/exec/agent-protocol.ts)", () => {
-  assert.equal(readFileSync(AGENT_HEADER_PATH, "utf8"), renderAgentHeader());
+  assert.equal(readFileSync(agentHeaderPath(), "utf8"), renderAgentHeader());
 });
 
 test("neither side writes a frame type as a bare number", () => {
-  const agent = join(AGENT_HEADER_PATH, "..");
+  const agent = join(agentHeaderPath(), "..");
   for (const f of readdirSync(agent).filter((n) => n.endsWith(".c"))) {
     const c = readFileSync(join(agent, f), "utf8");
     assert.doesNotMatch(c, /send_frame\([^,]+,\s*\d/, `${f} sends a frame by number`);

@@ -92,9 +92,12 @@ export function renderAgentHeader(): string {
   ].join("\n")}\n`;
 }
 
-export const AGENT_HEADER_PATH = join(import.meta.dirname, "..", "..", "agent", "denv-agent-protocol.h");
+/** Where the header lives in the tree (a function: the bundled denvd has no module directory). */
+export function agentHeaderPath(): string {
+  return join(import.meta.dirname, "..", "..", "agent", "denv-agent-protocol.h");
+}
 
 if (import.meta.main) {
-  writeFileSync(AGENT_HEADER_PATH, renderAgentHeader());
-  process.stdout.write(`wrote ${AGENT_HEADER_PATH}\n`);
+  writeFileSync(agentHeaderPath(), renderAgentHeader());
+  process.stdout.write(`wrote ${agentHeaderPath()}\n`);
 }

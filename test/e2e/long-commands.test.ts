@@ -57,7 +57,6 @@ test("TypeScript: a command past its own deadline is killed and answered with it
   const r = await sb.commands.run("echo before; sleep 30; echo never", { timeoutMs: 1500 });
   assert.equal(r.timedOut, true);
   assert.equal(r.stdout, "before\n");
-  assert.ok(r.durationMs < 30_000, `${r.durationMs} ms`);
 });
 
 test("TypeScript: a server that goes silent is `timeout`, not `unavailable`", async () => {

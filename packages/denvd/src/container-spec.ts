@@ -5,7 +5,7 @@
  * volumes bound to datasets, and — with the agent — the agent as the entrypoint.
  */
 import { DenvError, type ResolvedService } from "@denv/protocol";
-import { hardenedCapDrop } from "./caps-readback.ts";
+import { DROPPED_CAPS, hardenedCapDrop } from "./caps-readback.ts";
 import { clockMounts } from "./clock-state.ts";
 import { AGENT_RUN_DIR, AGENT_SOCKET_NAME } from "./exec/agent-channel.ts";
 import { LABEL } from "./labels.ts";
@@ -41,6 +41,27 @@ export function serviceIdentity(service: string, s: ResolvedService, image: Imag
     homeSet: Object.hasOwn(s.environment, "HOME") || image.envNames.includes("HOME"),
   };
 }
+
+/**
+ * What a container denvd makes for itself (a verifier, a dataset's seeding) has beside its own
+ * image, command and mounts: no healthcheck, console or restart, the hardened capability set and
+ * no-new-privileges, nothing of a service's tuning.
+ */
+export const ONE_SHOT_CONTAINER = {
+  healthcheck: null,
+  readOnlyRootfs: false,
+  tty: false,
+  openStdin: false,
+  capDrop: DROPPED_CAPS,
+  noNewPrivileges: true,
+  extraHosts: [],
+  ulimits: {},
+  shmSizeBytes: null,
+  sysctls: {},
+  stopSignal: null,
+  stopTimeoutMs: 1000,
+  restart: "no",
+} satisfies Partial<ContainerSpec>;
 
 export interface ContainerSpecInput {
   stack: Pick<StackRecord, "id" | "network" | "operationId" | "versionId"> & { egress: "deny" | "allow" };

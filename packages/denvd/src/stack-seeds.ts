@@ -12,7 +12,7 @@ import { lstat } from "node:fs/promises";
 import { join, posix } from "node:path";
 import { PassThrough, type Readable } from "node:stream";
 import { DenvError, type ResolvedSpec } from "@denv/protocol";
-import { DROPPED_CAPS } from "./caps-readback.ts";
+import { ONE_SHOT_CONTAINER } from "./container-spec.ts";
 import { LABEL } from "./labels.ts";
 import type { StackContext } from "./stack-context.ts";
 import { sanitizeTar } from "./tar-sanitizer.ts";
@@ -65,20 +65,8 @@ export async function seedDataset(
     memoryBytes: 256 * 1024 ** 2,
     pids: 16,
     cpus: 1,
-    healthcheck: null,
     init: false,
-    readOnlyRootfs: false,
-    tty: false,
-    openStdin: false,
-    capDrop: DROPPED_CAPS,
-    noNewPrivileges: true,
-    extraHosts: [],
-    ulimits: {},
-    shmSizeBytes: null,
-    sysctls: {},
-    stopSignal: null,
-    stopTimeoutMs: 1000,
-    restart: "no",
+    ...ONE_SHOT_CONTAINER,
   });
   try {
     const checked = new PassThrough({ highWaterMark: 1024 * 1024 });

@@ -29,9 +29,8 @@ import { type CollectEvidence, DenvError, type GradeEvidence, type ResolvedSpec 
 export type { CollectEvidence, GradeEvidence };
 
 import tar from "tar-stream";
-import { DROPPED_CAPS } from "./caps-readback.ts";
 import { clockMounts } from "./clock-state.ts";
-import { containerSpecFor } from "./container-spec.ts";
+import { containerSpecFor, ONE_SHOT_CONTAINER } from "./container-spec.ts";
 import type { Denvd } from "./denvd.ts";
 import { GRADE_DIR, GRADER_PATH, graderArgv, graderEnv, isolatedCommand } from "./grader-command.ts";
 import { LABEL } from "./labels.ts";
@@ -318,20 +317,8 @@ export class Verifier {
         memoryBytes: 4 * 1024 ** 3,
         pids: 2048,
         cpus: 2,
-        healthcheck: null,
         init: true,
-        readOnlyRootfs: false,
-        tty: false,
-        openStdin: false,
-        capDrop: DROPPED_CAPS,
-        noNewPrivileges: true,
-        extraHosts: [],
-        ulimits: {},
-        shmSizeBytes: null,
-        sysctls: {},
-        stopSignal: null,
-        stopTimeoutMs: 1000,
-        restart: "no",
+        ...ONE_SHOT_CONTAINER,
       });
       try {
         await this.denvd.runtime.startContainer(id);

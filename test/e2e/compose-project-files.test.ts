@@ -521,44 +521,30 @@ test("a team's own tar named as a bind mount source: a link-then-write chain and
   const fileLink = await upload(
     await tarOf([{ name: "app.conf", type: "symlink", linkname: "/etc/shadow" }]),
   );
-  const put = await lab.api("PUT", "/v1/projects/seed-attack/source", {
-    compose: MOUNTING,
-    bind_sources: {
-      "conf/app.conf": { digest: fileLink, type: "file" },
-      src: { digest: chain, type: "directory" },
-    },
-  });
-  assert.equal(put.status, 200, JSON.stringify(put.data));
-  const d = await deployed("seed-attack");
-  assert.equal(d.status, "rolled_back");
-  assert.match(phaseOf(d, "prepare").reason ?? "", /bad tar: .*(absolute path|symbolic link)/);
+  // The config file's tar and the folder's, named as the project's sources, then deployed.
+  const deployWith = async (conf: string, folder: string) => {
+    const put = await lab.api("PUT", "/v1/projects/seed-attack/source", {
+      compose: MOUNTING,
+      bind_sources: {
+        "conf/app.conf": { digest: conf, type: "file" },
+        src: { digest: folder, type: "directory" },
+      },
+    });
+    assert.equal(put.status, 200, JSON.stringify(put.data));
+    const d = await deployed("seed-attack");
+    assert.equal(d.status, "rolled_back");
+    return phaseOf(d, "prepare").reason ?? "";
+  };
+  assert.match(await deployWith(fileLink, chain), /bad tar: .*(absolute path|symbolic link)/);
   assert.throws(() => execFileSync("test", ["-e", marker]), "nothing was written outside the dataset");
   // The folder alone (the file seed fixed): the chain is still refused.
   const okFile = await upload(await tarOf([{ name: "app.conf", type: "file", size: 8 }]));
-  await lab.api("PUT", "/v1/projects/seed-attack/source", {
-    compose: MOUNTING,
-    bind_sources: {
-      "conf/app.conf": { digest: okFile, type: "file" },
-      src: { digest: chain, type: "directory" },
-    },
-  });
-  const d2 = await deployed("seed-attack");
-  assert.equal(d2.status, "rolled_back");
   assert.match(
-    phaseOf(d2, "prepare").reason ?? "",
+    await deployWith(okFile, chain),
     /bad tar: .*goes through \(or replaces\) the symbolic link a/,
   );
   // A "file" whose tar holds a folder of that name: refused, not mounted.
   const dirAsFile = await upload(await tarOf([{ name: "app.conf", type: "directory" }]));
   const src = await upload(await tarOf([{ name: "main.sh", type: "file", size: 8 }]));
-  await lab.api("PUT", "/v1/projects/seed-attack/source", {
-    compose: MOUNTING,
-    bind_sources: {
-      "conf/app.conf": { digest: dirAsFile, type: "file" },
-      src: { digest: src, type: "directory" },
-    },
-  });
-  const d3 = await deployed("seed-attack");
-  assert.equal(d3.status, "rolled_back");
-  assert.match(phaseOf(d3, "prepare").reason ?? "", /holds no regular file app\.conf/);
+  assert.match(await deployWith(dirAsFile, src), /holds no regular file app\.conf/);
 });

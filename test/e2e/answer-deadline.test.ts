@@ -76,10 +76,11 @@ test("a deploy that outlasts the answer deadline is answered timeout with its de
   const id = r.data.error.details.deployment_id as string;
   assert.match(id, /^dep_/);
   assert.match(r.data.error.message, new RegExp(`follow deployment ${id}`));
-  // Answered at the deadline, not at the verdict (a deploy of ops-world takes seconds).
-  assert.ok(r.ms < 3000, `answered after ${r.ms} ms`);
   const d = await verdictOf(id);
   assert.equal(d.status, "succeeded", d.reason);
+  // Answered at the deadline, not at the verdict: the answer came before the deployment ended.
+  const tookMs = Date.parse(d.finished_at) - Date.parse(d.created_at);
+  assert.ok(r.ms < tookMs, `answered after ${r.ms} ms; the deployment took ${tookMs} ms`);
 });
 
 test("?wait=false answers at once with the running deployment; without it, the verdict or timeout", async () => {
@@ -101,14 +102,13 @@ test("?wait=false answers at once with the running deployment; without it, the v
 
 test("with its host gone, a snapshot fails host_unavailable within the host wait instead of hanging", async () => {
   await sidecar.stop();
-  const t = performance.now();
   const r = await api("POST", "/v1/envs/alpha/snapshot?wait=false");
-  const d = await verdictOf(r.data.id, 30_000);
-  const ms = performance.now() - t;
+  const d = await verdictOf(r.data.id);
   assert.equal(d.status, "failed");
   assert.match(d.reason, /not connected/);
+  // host_unavailable is the host wait's answer; a hang would have ended at the operation's own
+  // deadline (5 minutes) as timeout.
   assert.equal(d.phases.find((p: any) => p.name === "snapshot").evidence.code, "host_unavailable");
-  assert.ok(ms < 15_000, `ended after ${ms} ms`);
   sidecar = new Sidecar({ serverUrl: server.url, secret: hostSecret, denvd: host.denvd });
   sidecar.start();
   await sidecar.ready;

@@ -71,6 +71,7 @@ export async function openTestHost(options: {
   runId?: string;
   stateDir?: string;
   datasetGrowthBytes?: number;
+  healthDeadline?: { floorMs?: number; ceilingMs?: number; progressWindowMs?: number };
 }): Promise<TestHost> {
   const runId = options.runId ?? `t-${randomBytes(4).toString("hex")}`;
   const stateDir = options.stateDir ?? join("/var/lib/denv-test", runId);
@@ -83,6 +84,7 @@ export async function openTestHost(options: {
     egressProbeTarget: options.egressProbeTarget ?? null,
     minFreeBytes: 256 * 1024 ** 2,
     ...(options.datasetGrowthBytes ? { datasetGrowthBytes: options.datasetGrowthBytes } : {}),
+    ...(options.healthDeadline ? { healthDeadline: options.healthDeadline } : {}),
     agentBinary: defaultAgentBinary(),
   });
   const docker = new Docker();

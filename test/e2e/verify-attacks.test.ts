@@ -231,8 +231,8 @@ describe("attack cases", () => {
   test("the answer is a FIFO (a grader that opened it would hang)", async () => {
     const e = await episode("honest", "mkfifo /home/ubuntu/answer.txt");
     const v = await verify(e.id);
+    // Refused by name: a grader that had opened it would have hung until its timeout instead.
     refused(v, /FIFO/);
-    assert.ok(v.ms < 30_000);
   });
 
   test("the answer is a socket", async () => {
@@ -309,7 +309,6 @@ describe("attack cases", () => {
     assert.equal(v.reward, 0);
     assert.equal(v.grade.timed_out, true);
     assert.match(v.reason, /did not finish within 2000 ms/);
-    assert.ok(v.ms < 30_000, `${v.ms} ms`);
   });
 
   test("a verifier that crashes scores 0 and its output is kept", async () => {

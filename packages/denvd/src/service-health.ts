@@ -7,10 +7,18 @@
 
 import { DenvError, type HealthEvidence, type ResolvedService } from "@denv/protocol";
 import { dropDefaultRoute } from "./egress-probe.ts";
+import { CpuProgress, cpuUsageMs } from "./service-progress.ts";
 import { type StackContext, sleep } from "./stack-context.ts";
 import type { StackRecord } from "./state-store.ts";
 
+/** The least a service is given to become healthy, whatever its healthcheck's timings. */
 const HEALTH_DEADLINE_FLOOR_MS = 60_000;
+/** A service still at work past its deadline is given up to this many times the deadline. */
+const HEALTH_CEILING_FACTOR = 4;
+/** How far back a service's CPU time is looked at to judge whether it is at work. */
+const PROGRESS_WINDOW_MS = 5000;
+/** How often a service given time past its deadline is checked. */
+const PAST_DEADLINE_POLL_MS = 1000;
 
 type ServiceHealth = HealthEvidence["services"][string];
 
@@ -114,18 +122,31 @@ export async function waitServiceHealthy(
       );
     return { healthy_ms: Math.round(performance.now() - startedAt), method: "running", checks: 0 };
   }
+  const limits = ctx.options.healthDeadline ?? {};
   const deadlineMs = Math.max(
-    HEALTH_DEADLINE_FLOOR_MS,
+    limits.floorMs ?? HEALTH_DEADLINE_FLOOR_MS,
     hc.start_period_ms + hc.interval_ms * (hc.retries + 1),
   );
+  const ceilingMs = limits.ceilingMs ?? deadlineMs * HEALTH_CEILING_FACTOR;
+  const progress = new CpuProgress(() => cpuUsageMs(id), limits.progressWindowMs ?? PROGRESS_WINDOW_MS);
+  await progress.sample();
   const [kind, ...rest] = hc.test;
   const cmd = kind === "CMD-SHELL" ? ["sh", "-c", rest[0] ?? "true"] : rest;
   let checks = 0;
   let last = "";
-  while (performance.now() - startedAt < deadlineMs) {
+  let extended = false;
+  for (;;) {
+    const elapsedMs = performance.now() - startedAt;
+    if (elapsedMs >= deadlineMs) {
+      // Past the deadline only a service still at work (its CPU time growing) waits on.
+      if (elapsedMs >= ceilingMs || !progress.busy()) break;
+      extended = true;
+    }
     checks++;
-    const r = await ctx
-      .runIn(id, { command: cmd, timeoutMs: Math.min(hc.timeout_ms, 10_000), maxOutputBytes: 4096 })
+    const r = await progress
+      .excluding(() =>
+        ctx.runIn(id, { command: cmd, timeoutMs: Math.min(hc.timeout_ms, 10_000), maxOutputBytes: 4096 }),
+      )
       .catch((e: unknown) => ({ exitCode: -1, stdout: Buffer.alloc(0), stderr: Buffer.from(String(e)) }));
     if (r.exitCode === 0)
       return { healthy_ms: Math.round(performance.now() - startedAt), method: "healthcheck", checks };
@@ -136,10 +157,18 @@ export async function waitServiceHealthy(
         "unavailable",
         `service ${svc} exited with code ${st.exitCode} before it was healthy`,
       );
-    await sleep(pollMs);
+    // Past the deadline, checks come less often: the window then sees mostly the service's own work.
+    await sleep(extended ? Math.max(pollMs, PAST_DEADLINE_POLL_MS) : pollMs);
+    await progress.sample();
   }
+  const elapsedMs = Math.round(performance.now() - startedAt);
+  const why = !extended
+    ? `within ${deadlineMs} ms, and it was idle at the end`
+    : performance.now() - startedAt >= ceilingMs
+      ? `within ${Math.round(ceilingMs)} ms (the most a service still at work is given)`
+      : `within ${elapsedMs} ms (given past ${deadlineMs} ms while it was at work, then it went idle)`;
   throw new DenvError(
     "timeout",
-    `service ${svc} was not healthy within ${deadlineMs} ms (last check: ${last || "no output"})`,
+    `service ${svc} was not healthy ${why} (last check: ${last || "no output"})`,
   );
 }

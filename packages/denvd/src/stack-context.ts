@@ -24,6 +24,13 @@ export interface DenvdOptions {
   /** How often denvd runs a service's healthcheck itself while it starts. */
   healthPollMs?: number;
   /**
+   * How long a service may take to become healthy (service-health.ts): at least floorMs (default
+   * 60 s) or its healthcheck's own start_period + interval × (retries + 1); past that, while its
+   * CPU time grows over the last progressWindowMs (default 5 s), up to ceilingMs (default 4 times
+   * the deadline).
+   */
+  healthDeadline?: { floorMs?: number; ceilingMs?: number; progressWindowMs?: number };
+  /**
    * Host path of the static denv-agent. When set, it is every container's entrypoint (it starts
    * the service's command) and exec goes through it instead of the engine's exec; when absent, the engine.
    */

@@ -1,0 +1,92 @@
+/**
+ * Whether a starting service is still at work, read from its cgroup's CPU time. A health deadline
+ * that counts wall-clock time alone fails a database replaying its log on a loaded host (twenty
+ * forks starting at once on two cores, a CPU hog beside them) although it is a few seconds from
+ * ready; one that waits for ever never fails a service whose healthcheck cannot pass. So the
+ * deadline follows observed progress: past it, a service whose processes used CPU in the last
+ * window is given another poll, up to a ceiling; one that sat idle fails there and then.
+ */
+import { readFile } from "node:fs/promises";
+
+/** Where a container's CPU time may be, by cgroup version and driver (cgroupfs, systemd). */
+function usageFiles(containerId: string): { path: string; unit: "ns" | "usec" }[] {
+  return [
+    { path: `/sys/fs/cgroup/cpuacct/docker/${containerId}/cpuacct.usage`, unit: "ns" },
+    { path: `/sys/fs/cgroup/cpuacct/system.slice/docker-${containerId}.scope/cpuacct.usage`, unit: "ns" },
+    { path: `/sys/fs/cgroup/system.slice/docker-${containerId}.scope/cpu.stat`, unit: "usec" },
+    { path: `/sys/fs/cgroup/docker/${containerId}/cpu.stat`, unit: "usec" },
+  ];
+}
+
+/** A container's CPU time in ms so far, or null where its cgroup cannot be read. */
+export async function cpuUsageMs(containerId: string): Promise<number | null> {
+  // The id comes from the engine; anything but hex would be a path of someone else's choosing.
+  if (!/^[0-9a-f]{12,64}$/.test(containerId)) return null;
+  for (const f of usageFiles(containerId)) {
+    const text = await readFile(f.path, "utf8").catch(() => null);
+    if (text === null) continue;
+    if (f.unit === "ns") {
+      const ns = Number(text.trim());
+      return Number.isFinite(ns) ? ns / 1e6 : null;
+    }
+    const usec = /^usage_usec (\d+)$/m.exec(text)?.[1];
+    return usec === undefined ? null : Number(usec) / 1000;
+  }
+  return null;
+}
+
+/** The share of one core a service must have used over the window to count as at work. */
+export const BUSY_SHARE = 0.02;
+
+/**
+ * CPU samples of one service over a sliding window: `busy()` says whether it used at least
+ * BUSY_SHARE of a core over the last `windowMs` (or since its first sample, when younger). The
+ * CPU time of what denvd itself runs in the container (its healthcheck, through `excluding`) is
+ * left out: a check run every 100 ms would otherwise make an idle service look at work.
+ */
+export class CpuProgress {
+  private readonly samples: { atMs: number; cpuMs: number }[] = [];
+  private readonly read: () => Promise<number | null>;
+  private readonly windowMs: number;
+  private readonly now: () => number;
+  private excludedMs = 0;
+
+  constructor(
+    read: () => Promise<number | null>,
+    windowMs: number,
+    now: () => number = () => performance.now(),
+  ) {
+    this.read = read;
+    this.windowMs = windowMs;
+    this.now = now;
+  }
+
+  async sample(): Promise<void> {
+    const cpuMs = await this.read();
+    if (cpuMs === null) return;
+    const atMs = this.now();
+    this.samples.push({ atMs, cpuMs: cpuMs - this.excludedMs });
+    // Keep the newest sample at least a window old, and nothing older.
+    while (this.samples.length > 2 && (this.samples[1] as { atMs: number }).atMs <= atMs - this.windowMs)
+      this.samples.shift();
+  }
+
+  /** Runs fn, leaving the container's CPU time while it ran out of the progress. */
+  async excluding<T>(fn: () => Promise<T>): Promise<T> {
+    const before = await this.read();
+    try {
+      return await fn();
+    } finally {
+      const after = await this.read();
+      if (before !== null && after !== null && after > before) this.excludedMs += after - before;
+    }
+  }
+
+  /** Used at least BUSY_SHARE of a core over the window; false with fewer than two samples. */
+  busy(): boolean {
+    const first = this.samples[0];
+    const last = this.samples[this.samples.length - 1];
+    if (!first || !last || last.atMs <= first.atMs) return false;
+    return (last.cpuMs - first.cpuMs) / (last.atMs - first.atMs) >= BUSY_SHARE;
+  }
+}

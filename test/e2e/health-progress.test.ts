@@ -1,0 +1,97 @@
+/**
+ * A health deadline that follows observed progress, on the real engine: past its deadline a
+ * service still at work (its cgroup's CPU time growing) is waited for, up to a ceiling; one that
+ * sits idle fails there and then. Issue 36: twenty ops-world forks started at once on a loaded
+ * machine failed on a fixed 60 s while their databases were still replaying their logs.
+ */
+import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
+import { after, before, test } from "node:test";
+import { pinSpec, RegistryPinner, validateCompose } from "@denv/spec";
+import { hostOp, openTestHost, type TestHost } from "./denvd-helpers.ts";
+
+let host: TestHost;
+const FLOOR_MS = 1000;
+const CEILING_MS = 20_000;
+
+before(async () => {
+  host = await openTestHost({
+    healthDeadline: { floorMs: FLOOR_MS, ceilingMs: CEILING_MS, progressWindowMs: 500 },
+  });
+});
+
+after(async () => {
+  await host?.close();
+});
+
+/** A one-service stack prepared (not started) with this command and healthcheck. */
+async function prepared(name: string, command: string, check: string): Promise<string> {
+  const compose = `services:
+  app:
+    image: 127.0.0.1:5000/denv/opsbox:bookworm
+    user: "1000:1000"
+    command: ["sh", "-c", ${JSON.stringify(command)}]
+    healthcheck: { test: ["CMD-SHELL", ${JSON.stringify(check)}], interval: 100ms, retries: 1 }
+x-denv: { kind: service }
+`;
+  const r = validateCompose(compose, { env: {}, projectName: "health" });
+  if (!r.ok) throw new Error(JSON.stringify(r.errors));
+  const spec = await pinSpec(r.spec, new RegistryPinner());
+  const p = await hostOp(host.denvd, "prepare", {
+    spec,
+    name,
+    operation_id: `op_${randomBytes(6).toString("hex")}`,
+  });
+  return p.stack_id;
+}
+
+/** The start's outcome: the health evidence, or the error's message. */
+async function start(
+  stackId: string,
+): Promise<{ ok: true; healthyMs: number } | { ok: false; message: string }> {
+  try {
+    const r = await hostOp(host.denvd, "start", { stack_id: stackId });
+    return { ok: true, healthyMs: r.health.services.app?.healthy_ms ?? -1 };
+  } catch (err) {
+    return { ok: false, message: (err as Error).message };
+  } finally {
+    await hostOp(host.denvd, "destroy", { stack_id: stackId }).catch(() => {});
+  }
+}
+
+test("an idle service that is not healthy fails at its deadline, named idle", async () => {
+  const out = await start(await prepared("idle", "exec sleep infinity", "false"));
+  assert.equal(out.ok, false);
+  assert.match((out as { message: string }).message, /not healthy within \d+ ms, and it was idle at the end/);
+});
+
+test("a service at work past its deadline is waited for, and counts as healthy when it is", async () => {
+  const stackId = await prepared(
+    "busy-then-ready",
+    "while [ ! -f /tmp/go ]; do :; done; touch /tmp/ready; exec sleep infinity",
+    "test -f /tmp/ready",
+  );
+  const started = start(stackId);
+  // Once the service runs, let the start go well past its deadline (the floor) while the service
+  // spins, then let it finish.
+  for (;;) {
+    const r = await host.denvd.exec(stackId, "app", { command: ["true"] }).catch(() => null);
+    if (r?.exitCode === 0) break;
+    await new Promise((res) => setTimeout(res, 100));
+  }
+  const running = performance.now();
+  while (performance.now() - running < FLOOR_MS * 3) await new Promise((r) => setTimeout(r, 200));
+  await host.denvd.exec(stackId, "app", { command: ["touch", "/tmp/go"] });
+  const out = await started;
+  assert.equal(out.ok, true, JSON.stringify(out));
+  assert.ok((out as { healthyMs: number }).healthyMs > FLOOR_MS, JSON.stringify(out));
+});
+
+test("a service at work that never becomes healthy fails at the ceiling, named so", async () => {
+  const out = await start(await prepared("busy-forever", "while :; do :; done", "false"));
+  assert.equal(out.ok, false);
+  assert.match(
+    (out as { message: string }).message,
+    new RegExp(`not healthy within ${CEILING_MS} ms \\(the most a service still at work is given\\)`),
+  );
+});

@@ -7,11 +7,12 @@ import { PassThrough, type Readable } from "node:stream";
 import { DenvError, isDenvError, type OpResult } from "@denv/protocol";
 import { stream } from "hono/streaming";
 import { z } from "zod";
+import { execOverStreams } from "../host-exec.ts";
 import { createPortUrl, listPortUrls, revokePortUrls } from "../port-tunnels.ts";
 import { type ApiContext, type ApiRoute, route } from "./api-route.ts";
 import { execBody, execResult, portUrlBody, portUrlCreated, portUrlListed } from "./api-schemas.ts";
 import { envOf, runningOn, serviceOf, tcpPort } from "./environment-access.ts";
-import { execOverStreams, requestBody, splitExecStream, streamResponse } from "./host-bytes.ts";
+import { requestBody, splitExecStream, streamResponse } from "./host-bytes.ts";
 
 /** The JSON form carries stdin as base64 in its body: 50 MiB of it. */
 const EXEC_LIMIT_BYTES = 80 * 1024 * 1024;

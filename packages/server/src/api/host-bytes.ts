@@ -1,16 +1,14 @@
 /**
- * Bytes between an HTTP request and a host: request bodies read as streams with their limit
- * counted as they come (never buffered whole), and exec run over the host's byte streams, its
- * stdin fed from the request and its stdout and stderr handed on as the host sends them. Each
- * side waits for the other's reader, so a 10 GiB file or 1 GiB of output costs a window of memory.
+ * Bytes of an HTTP request and answer: request bodies read as streams with their limit counted as
+ * they come (never buffered whole), answers streamed, and exec's stream form split into its request
+ * and stdin. (Running a command over a host's byte streams is host-exec.ts.)
  */
 import { IncomingMessage, ServerResponse } from "node:http";
 import { Readable, Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import type { ReadableStream as WebReadable } from "node:stream/web";
-import { commandDeadlineMs, DenvError, type OpParams, type OpResult } from "@denv/protocol";
+import { DenvError } from "@denv/protocol";
 import { RESPONSE_ALREADY_SENT } from "@hono/node-server/utils/response";
-import type { HostHub } from "../host-hub.ts";
 import type { ApiContext } from "./api-route.ts";
 
 /** The request's body as a stream, failing with payload_too_large past `limitBytes`. */
@@ -118,53 +116,4 @@ export async function splitExecStream(
     return { request, stdin: Readable.from(stdin(), { objectMode: false }) };
   }
   throw new DenvError("invalid_argument", "the body has no newline after the exec request");
-}
-
-export type ExecOnHost = Omit<OpParams<"exec">, "stdout_stream" | "stderr_stream" | "stdin_stream">;
-
-/**
- * Runs a command on a host over its byte streams. `stdin` is sent as the host asks for it;
- * `onOutput` gets each chunk of output, and the host waits while the promise it returns is
- * pending. Resolves with the host's result once every byte of output was handed on.
- */
-export async function execOverStreams(
-  hub: HostHub,
-  hostId: string,
-  params: ExecOnHost,
-  stdin: Readable | Buffer | null,
-  onOutput: (which: "stdout" | "stderr", chunk: Buffer) => void | Promise<void>,
-): Promise<OpResult<"exec">> {
-  // The command's own deadline, plus the round trip's margin: never a limit of the server's own.
-  const timeoutMs = commandDeadlineMs(params.timeout_ms);
-  const { streams, result } = await hub.streamCall(
-    hostId,
-    "exec",
-    stdin ? 3 : 2,
-    ([out, err, input]) => ({
-      ...params,
-      stdout_stream: out as number,
-      stderr_stream: err as number,
-      ...(input ? { stdin_stream: input } : {}),
-    }),
-    { timeoutMs },
-  );
-  const [out, err, input] = streams;
-  if (input && stdin) {
-    // The command may finish before it read all of its stdin: what it did not take is dropped.
-    input.on("error", () => {});
-    void pipeline(Buffer.isBuffer(stdin) ? Readable.from([stdin]) : stdin, input).catch(() => {});
-  }
-  const drain = async (which: "stdout" | "stderr", s: Readable | undefined) => {
-    if (!s) return;
-    for await (const chunk of s) await onOutput(which, chunk as Buffer);
-  };
-  const reading = Promise.all([drain("stdout", out), drain("stderr", err)]);
-  reading.catch(() => {});
-  const r = await result;
-  try {
-    await reading;
-  } catch {
-    throw new DenvError("unavailable", "the host cut the command's output short; run it again");
-  }
-  return r;
 }

@@ -16,7 +16,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { DenvError, type OpResult, type ResolvedSpec, stackName } from "@denv/protocol";
-import { execOverStreams } from "../api/host-bytes.ts";
+import { execOverStreams } from "../host-exec.ts";
 import { environmentById, findOrCreateEnvironment, updateEnvironment } from "../store/environment-store.ts";
 import type { EnvironmentsTable, ProjectsTable, VersionsTable } from "../store/schema.ts";
 import { versionSpecJson } from "../store/version-store.ts";

@@ -10,7 +10,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { DenvError, type ResolvedSpec } from "@denv/protocol";
-import { execOverStreams } from "../api/host-bytes.ts";
+import { execOverStreams } from "../host-exec.ts";
 import type { HostHub } from "../host-hub.ts";
 import { newId, now } from "../ids.ts";
 import { deploymentById } from "../store/deployment-store.ts";

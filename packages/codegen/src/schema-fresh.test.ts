@@ -1,12 +1,11 @@
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
-import { join } from "node:path";
 import { test } from "node:test";
 import { openApiDocument } from "@denv/server";
-import { generateSdkSource } from "./generate-sdk.ts";
+import { generateSdkSource, SDK_SCHEMA_PATH } from "./generate-sdk.ts";
 
-test("schema.gen.ts is what the server's OpenAPI document generates (regenerate: node packages/sdk/src/generate-sdk.ts)", () => {
-  const committed = readFileSync(join(import.meta.dirname, "schema.gen.ts"), "utf8");
+test("schema.gen.ts is what the server's OpenAPI document generates (regenerate: node packages/codegen/src/generate-sdk.ts)", () => {
+  const committed = readFileSync(SDK_SCHEMA_PATH, "utf8");
   assert.equal(committed, generateSdkSource(openApiDocument() as never));
 });
 
@@ -24,7 +23,7 @@ test("the generator maps zod's JSON Schema shapes to TypeScript", async () => {
   assert.equal(schemaToTs({ enum: ["deny", "allow"] }), '"deny" | "allow"');
 });
 
-test("python/src/denv/_api_types.py is what the same document generates (regenerate: node packages/sdk/src/generate-python-types.ts)", async () => {
+test("python/src/denv/_api_types.py is what the same document generates (regenerate: node packages/codegen/src/generate-python-types.ts)", async () => {
   const { generatePythonTypes, PYTHON_TYPES_PATH } = await import("./generate-python-types.ts");
   assert.equal(readFileSync(PYTHON_TYPES_PATH, "utf8"), generatePythonTypes(openApiDocument() as never));
 });

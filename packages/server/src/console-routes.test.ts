@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { Hono } from "hono";
-import type { ApiEnv } from "./api/api-route.ts";
+import type { ApiEnv } from "./api/api-deps.ts";
 import { mountConsole } from "./console-routes.ts";
 
 const app = new Hono<ApiEnv>();

@@ -5,7 +5,7 @@
  */
 import { consoleAssets } from "@denv/console";
 import type { Context, Hono } from "hono";
-import type { ApiEnv } from "./api/api-route.ts";
+import type { ApiEnv } from "./api/api-deps.ts";
 
 const SECURITY_HEADERS: Record<string, string> = {
   "content-security-policy":

@@ -5,70 +5,12 @@
  * from the same objects (openapi-document.ts): a route cannot say one thing and do another.
  */
 
-import type { McpSessions } from "@denv/mcp";
 import { DenvError } from "@denv/protocol";
-import { type Context, Hono, type MiddlewareHandler } from "hono";
+import { Hono, type MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
-import { getCookie } from "hono/cookie";
 import type { z } from "zod";
-import type { BuildContexts } from "../build-contexts.ts";
-import type { SecretBox } from "../clouds/secret-box.ts";
-import type { Admission } from "../deploy/admission.ts";
-import type { Deployer } from "../deploy/deployer.ts";
-import type { PoolKeeper } from "../deploy/pool-keeper.ts";
-import type { FetchPolicy } from "../fetch-policy.ts";
-import type { HostHub } from "../host-hub.ts";
-import { csrfTokenOf, SESSION_COOKIE } from "../people/session-cookie.ts";
-import type { PortsOrigin } from "../ports-origin.ts";
-import type { RateLimiter } from "../rate-limit.ts";
-import type { Store } from "../store/open-store.ts";
-import { findSession, type Role, roleIn } from "../store/people-store.ts";
-import { findApiKey } from "../store/team-store.ts";
-
-/** What routes use, set on every request's context (`c.var.deps`). */
-export interface ApiDeps {
-  store: Store;
-  hub: HostHub;
-  deployer: Deployer;
-  /** Every create's turn on its host (admission.ts). */
-  admission: Admission;
-  /** Warm pools: creates of a pooled version take a ready member (pool-keeper.ts). */
-  pools: PoolKeeper;
-  secrets: SecretBox;
-  fetchPolicy: FetchPolicy;
-  limiter: RateLimiter;
-  /** Sign-ups, sign-ins and device codes, per client address (no key to count them against). */
-  anonymousLimiter: RateLimiter;
-  /** The same per account (an email, a person), across addresses. */
-  accountLimiter: RateLimiter;
-  joinTokenTtlMs: number;
-  downloadsDir: string;
-  /** Build contexts uploaded with local projects (build-contexts.ts). */
-  buildContexts: BuildContexts;
-  /** /v1/mcp's sessions (mcp-routes.ts). */
-  mcp: McpSessions;
-  /** Where port URLs are served (never this origin). */
-  portsOrigin: PortsOrigin;
-  /** How often a quiet command's stream carries a keep-alive (KEEPALIVE_INTERVAL_MS). */
-  keepAliveMs: number;
-}
-
-export type ApiEnv = {
-  Variables: {
-    deps: ApiDeps;
-    teamId: string;
-    admin: boolean;
-    /** The key's id, or the session's for a person signed in to the console. */
-    keyId: string;
-    /** What the caller may do in the team: read-only callers may only read (GET). */
-    role: Role;
-    /** The person behind the request (a session, or a key made for them), if any. */
-    userId: string | null;
-    /** Set when the request came with a console session rather than a key. */
-    sessionId: string | null;
-  };
-};
-export type ApiContext = Context<ApiEnv>;
+import { requireKeyChanges, requireKeyReadOnlyToo } from "./api-auth.ts";
+import type { ApiContext, ApiEnv } from "./api-deps.ts";
 
 /** 1 MiB: every JSON body but the ones that carry data. */
 export const JSON_LIMIT_BYTES = 1024 * 1024;
@@ -151,75 +93,6 @@ function limitBody(limitBytes: number): MiddlewareHandler {
   }
   return mw;
 }
-
-const READS = new Set(["GET", "HEAD", "OPTIONS"]);
-
-/** Counts a request against its caller's rate limit (a key, or a person's sessions together). */
-export function takeTurn(
-  c: ApiContext,
-  who: string,
-  limiter: RateLimiter = c.var.deps.limiter,
-  what = "this key is over its rate limit",
-): void {
-  const allowed = limiter.take(who);
-  if (!allowed.ok) {
-    c.header("retry-after", String(Math.max(1, Math.ceil(allowed.retryAfterMs / 1000))));
-    throw new DenvError("rate_limited", `${what}; retry in ${allowed.retryAfterMs} ms (Retry-After)`, {
-      details: { retry_after_ms: allowed.retryAfterMs },
-    });
-  }
-}
-
-/**
- * Who is asking: the key in Authorization: Bearer, or else a console session's cookie (whose
- * state-changing requests must carry its CSRF token in X-CSRF-Token). Checked, counted against its
- * rate limit, its team and role set; a read-only caller may only read.
- */
-const requireKey =
-  (readOnlyToo: boolean): MiddlewareHandler<ApiEnv> =>
-  async (c, next) => {
-    const key = /^Bearer (.+)$/.exec(c.req.header("authorization") ?? "")?.[1];
-    const { store } = c.var.deps;
-    if (key) {
-      const row = await findApiKey(store, key);
-      if (!row) throw new DenvError("unauthenticated", "this API key is not valid");
-      takeTurn(c, row.id);
-      c.set("teamId", row.team_id);
-      c.set("admin", row.admin === 1);
-      c.set("keyId", row.id);
-      c.set("role", row.role as Role);
-      c.set("userId", row.user_id);
-      c.set("sessionId", null);
-    } else {
-      const token = getCookie(c, SESSION_COOKIE);
-      if (!token)
-        throw new DenvError(
-          "unauthenticated",
-          "send an API key as `Authorization: Bearer <key>` (denv login), or sign in to the console",
-        );
-      const session = await findSession(store, token);
-      if (!session) throw new DenvError("unauthenticated", "the console session has ended: sign in again");
-      // A cookie goes with every request the browser makes, whoever's page asked: a change must also
-      // carry the token only the console's own page can read.
-      if (!READS.has(c.req.method) && c.req.header("x-csrf-token") !== csrfTokenOf(token))
-        throw new DenvError("forbidden", "this request needs the session's CSRF token in X-CSRF-Token");
-      const role = await roleIn(store, session.user_id, session.team_id);
-      if (!role) throw new DenvError("unauthenticated", "this account is no longer a member of the team");
-      takeTurn(c, `user:${session.user_id}`);
-      c.set("teamId", session.team_id);
-      c.set("admin", false);
-      c.set("keyId", session.id);
-      c.set("role", role);
-      c.set("userId", session.user_id);
-      c.set("sessionId", session.id);
-    }
-    if (c.var.role === "read-only" && !READS.has(c.req.method) && !readOnlyToo)
-      throw new DenvError("forbidden", "this key or member is read-only: it may look, not change anything");
-    await next();
-  };
-
-const requireKeyChanges = requireKey(false);
-const requireKeyReadOnlyToo = requireKey(true);
 
 /** A resource's routes as one Hono sub-app: body limit, then the key, then parsed input. */
 export function resourceApp(routes: ApiRoute[]): Hono<ApiEnv> {

@@ -2,7 +2,7 @@
 import { DenvError } from "@denv/protocol";
 import { findEnvironment } from "../store/environment-store.ts";
 import type { EnvironmentsTable } from "../store/schema.ts";
-import type { ApiContext, ApiDeps } from "./api-route.ts";
+import type { ApiContext, ApiDeps } from "./api-deps.ts";
 import { serializeEnvironment } from "./api-serializers.ts";
 
 /** The environment the path's {id} names, among the caller's team's. */

@@ -15,7 +15,7 @@ import { poolOfImage } from "../store/pool-store.ts";
 import { sandboxProject, setProjectSource } from "../store/project-store.ts";
 import type { DeploymentsTable, EnvironmentsTable, PoolsTable } from "../store/schema.ts";
 import { findVersion, resolveVersionRef } from "../store/version-store.ts";
-import type { ApiDeps } from "./api-route.ts";
+import type { ApiDeps } from "./api-deps.ts";
 import type { fanOutBody, fanOutResult, imagePoolBody, sandboxBody } from "./api-schemas.ts";
 import { serializeEnvironment } from "./api-serializers.ts";
 

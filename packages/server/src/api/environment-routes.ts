@@ -4,7 +4,8 @@ import { deploymentById, environmentDeployments } from "../store/deployment-stor
 import { teamEnvironments } from "../store/environment-store.ts";
 import type { DeploymentsTable } from "../store/schema.ts";
 import { resolveVersionRef } from "../store/version-store.ts";
-import { type ApiContext, type ApiRoute, route } from "./api-route.ts";
+import type { ApiContext } from "./api-deps.ts";
+import { type ApiRoute, route } from "./api-route.ts";
 import {
   deploymentSchema,
   environmentSchema,

@@ -7,7 +7,8 @@
 import { pipeline } from "node:stream/promises";
 import { DenvError, fsEntry, isDenvError, type MuxStream } from "@denv/protocol";
 import { z } from "zod";
-import { type ApiContext, type ApiRoute, route } from "./api-route.ts";
+import type { ApiContext } from "./api-deps.ts";
+import { type ApiRoute, route } from "./api-route.ts";
 import { filesQuery } from "./api-schemas.ts";
 import { containerPath, envOf, runningOn, serviceOf } from "./environment-access.ts";
 import { requestBody, streamResponse } from "./host-bytes.ts";

@@ -9,7 +9,7 @@ import { pipeline } from "node:stream/promises";
 import type { ReadableStream as WebReadable } from "node:stream/web";
 import { DenvError } from "@denv/protocol";
 import { RESPONSE_ALREADY_SENT } from "@hono/node-server/utils/response";
-import type { ApiContext } from "./api-route.ts";
+import type { ApiContext } from "./api-deps.ts";
 
 /** The request's body as a stream, failing with payload_too_large past `limitBytes`. */
 export function requestBody(c: ApiContext, limitBytes: number): Readable {

@@ -5,7 +5,8 @@
  * session's stream of server messages, DELETE ends the session.
  */
 import { z } from "zod";
-import type { ApiContext, ApiRoute } from "./api-route.ts";
+import type { ApiContext } from "./api-deps.ts";
+import type { ApiRoute } from "./api-route.ts";
 import { route } from "./api-route.ts";
 
 /** A write_file's content travels base64 in the JSON-RPC body: room for a few MiB of it. */

@@ -24,7 +24,9 @@ import {
   signUp,
   userEmail,
 } from "../store/people-store.ts";
-import { type ApiContext, type ApiRoute, route, takeTurn } from "./api-route.ts";
+import { takeTurn } from "./api-auth.ts";
+import type { ApiContext } from "./api-deps.ts";
+import { type ApiRoute, route } from "./api-route.ts";
 import {
   apiKeySchema,
   invitationBody,

@@ -5,7 +5,8 @@ import { DEFAULT_REPLAY_FORKS, defaultEpisode, startRecordedReplay } from "../de
 import { findReplay, versionReplays } from "../store/replay-store.ts";
 import type { ReplaysTable } from "../store/schema.ts";
 import { resolveVersionRef } from "../store/version-store.ts";
-import { type ApiContext, type ApiRoute, route } from "./api-route.ts";
+import type { ApiContext } from "./api-deps.ts";
+import { type ApiRoute, route } from "./api-route.ts";
 import { replayBody, replaySchema } from "./api-schemas.ts";
 
 export function serializeReplay(r: ReplaysTable): z.infer<typeof replaySchema> {

@@ -2,7 +2,8 @@
 import { DenvError } from "@denv/protocol";
 import { z } from "zod";
 import { teamHosts } from "../store/host-store.ts";
-import { type ApiDeps, type ApiRoute, route } from "./api-route.ts";
+import type { ApiDeps } from "./api-deps.ts";
+import { type ApiRoute, route } from "./api-route.ts";
 import { environmentSchema, sandboxBody, targetSchema } from "./api-schemas.ts";
 import { createSandbox } from "./environment-creation.ts";
 

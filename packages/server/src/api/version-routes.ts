@@ -13,7 +13,8 @@ import {
   versionPlace,
   versionUsers,
 } from "../store/version-store.ts";
-import { type ApiContext, type ApiRoute, route } from "./api-route.ts";
+import type { ApiContext } from "./api-deps.ts";
+import { type ApiRoute, route } from "./api-route.ts";
 import { pruneBody, pruneResult, versionListItem } from "./api-schemas.ts";
 import { serializeVersion } from "./api-serializers.ts";
 import { buildDatasheet, datasheetMarkdown } from "./datasheet.ts";

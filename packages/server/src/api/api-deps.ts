@@ -1,0 +1,62 @@
+/**
+ * What every route may use, set on each request's context (`c.var.deps`), and who is asking
+ * (`c.var.teamId`, role, key): the types of the API's context.
+ */
+import type { McpSessions } from "@denv/mcp";
+import type { Context } from "hono";
+import type { BuildContexts } from "../build-contexts.ts";
+import type { SecretBox } from "../clouds/secret-box.ts";
+import type { Admission } from "../deploy/admission.ts";
+import type { Deployer } from "../deploy/deployer.ts";
+import type { PoolKeeper } from "../deploy/pool-keeper.ts";
+import type { FetchPolicy } from "../fetch-policy.ts";
+import type { HostHub } from "../host-hub.ts";
+import type { PortsOrigin } from "../ports-origin.ts";
+import type { RateLimiter } from "../rate-limit.ts";
+import type { Store } from "../store/open-store.ts";
+import type { Role } from "../store/people-store.ts";
+
+/** What routes use, set on every request's context (`c.var.deps`). */
+export interface ApiDeps {
+  store: Store;
+  hub: HostHub;
+  deployer: Deployer;
+  /** Every create's turn on its host (admission.ts). */
+  admission: Admission;
+  /** Warm pools: creates of a pooled version take a ready member (pool-keeper.ts). */
+  pools: PoolKeeper;
+  secrets: SecretBox;
+  fetchPolicy: FetchPolicy;
+  limiter: RateLimiter;
+  /** Sign-ups, sign-ins and device codes, per client address (no key to count them against). */
+  anonymousLimiter: RateLimiter;
+  /** The same per account (an email, a person), across addresses. */
+  accountLimiter: RateLimiter;
+  joinTokenTtlMs: number;
+  downloadsDir: string;
+  /** Build contexts uploaded with local projects (build-contexts.ts). */
+  buildContexts: BuildContexts;
+  /** /v1/mcp's sessions (mcp-routes.ts). */
+  mcp: McpSessions;
+  /** Where port URLs are served (never this origin). */
+  portsOrigin: PortsOrigin;
+  /** How often a quiet command's stream carries a keep-alive (KEEPALIVE_INTERVAL_MS). */
+  keepAliveMs: number;
+}
+
+export type ApiEnv = {
+  Variables: {
+    deps: ApiDeps;
+    teamId: string;
+    admin: boolean;
+    /** The key's id, or the session's for a person signed in to the console. */
+    keyId: string;
+    /** What the caller may do in the team: read-only callers may only read (GET). */
+    role: Role;
+    /** The person behind the request (a session, or a key made for them), if any. */
+    userId: string | null;
+    /** Set when the request came with a console session rather than a key. */
+    sessionId: string | null;
+  };
+};
+export type ApiContext = Context<ApiEnv>;

@@ -13,27 +13,12 @@
  */
 import { mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { DenvError, type OpMethod } from "@denv/protocol";
+import { DenvError, OP_METHODS, type OpMethod, operationEntry } from "@denv/protocol";
 
-/** Operations written down: each changes what the engine or the storage holds. */
-export const JOURNALED_OPS: ReadonlySet<OpMethod> = new Set<OpMethod>([
-  "prepare",
-  "start",
-  "warm",
-  "snapshot",
-  "fork",
-  "rollback",
-  "destroy",
-  "delete_version",
-  "verify_stop",
-  "verify_collect",
-  "verify_grade",
-  "verify_cleanup",
-  "stop_service",
-  "resume",
-  "hold_clock",
-  "release_clock",
-]);
+/** Operations written down (their `journaled` in the operation table): each changes what the engine or the storage holds. */
+export const JOURNALED_OPS: ReadonlySet<OpMethod> = new Set(
+  OP_METHODS.filter((m) => operationEntry(m).journaled),
+);
 
 export type OpOutcome = { ok: boolean; result?: unknown; error?: unknown };
 

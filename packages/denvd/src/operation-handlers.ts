@@ -18,7 +18,7 @@ import type { FileSink } from "./exec/executor.ts";
 import { Verifier } from "./verify.ts";
 
 /**
- * The byte streams an operation was given (its *_stream params, OP_STREAM_PARAMS), opened on the
+ * The byte streams an operation was given (its *_stream params, the operation table's `streams`), opened on the
  * connection it came on before its first frame could arrive.
  */
 export interface OpStreams {

@@ -14,6 +14,7 @@
  *   restart) are listened for and registered again.
  */
 
+import { operationEntry } from "@denv/protocol";
 import { LABEL } from "./labels.ts";
 import type { OpEntry, OpJournal } from "./op-journal.ts";
 import type { ObjectSummary } from "./runtime/container-runtime.ts";
@@ -173,8 +174,11 @@ async function settleInterrupted(ctx: StackContext, journal: OpJournal, e: OpEnt
       return "failed";
     }
   };
-  switch (e.method) {
-    case "rollback": {
+  switch (operationEntry(e.method).afterCrash) {
+    case "finish": {
+      if (e.method === "destroy") return finish(() => destroyStack(ctx, p.stack_id ?? ""));
+      if (e.method === "delete_version") return finish(() => deleteVersion(ctx, p.version_id ?? ""));
+      // rollback
       const stack = p.stack_id ? store.stack(p.stack_id) : undefined;
       if (!stack || !p.version_id) return finish(async () => ({}));
       const versionId = p.version_id;
@@ -188,12 +192,7 @@ async function settleInterrupted(ctx: StackContext, journal: OpJournal, e: OpEnt
         }
       });
     }
-    case "destroy":
-      return finish(() => destroyStack(ctx, p.stack_id ?? ""));
-    case "delete_version":
-      return finish(() => deleteVersion(ctx, p.version_id ?? ""));
-    case "fork":
-    case "prepare": {
+    case "remove_stack_made": {
       // The stack it made: the id the server chose, or its operation id and made after it began.
       for (const s of store.stacks())
         if (s.id === p.new_stack_id || (s.operationId === p.operation_id && s.createdAt >= e.startedAt))
@@ -201,7 +200,7 @@ async function settleInterrupted(ctx: StackContext, journal: OpJournal, e: OpEnt
       await journal.undone(e);
       return "undone";
     }
-    case "snapshot": {
+    case "remove_version_made": {
       const made = store
         .versions()
         .filter((v) => v.id === p.new_version_id || (v.stackId === p.stack_id && v.createdAt >= e.startedAt));

@@ -14,9 +14,9 @@ import {
   type HostMessage,
   MAX_MESSAGE_BYTES,
   type MuxStream,
-  OP_STREAM_PARAMS,
   type OpCheckedParams,
   type OpMethod,
+  operationStreams,
   PROTOCOL_VERSION,
   type ServerMessage,
   StreamMux,
@@ -319,7 +319,7 @@ export class Sidecar {
   private openStreams(method: OpMethod, params: Record<string, unknown>): Map<number, MuxStream> {
     const streams = new Map<number, MuxStream>();
     const mux = this.mux;
-    for (const key of OP_STREAM_PARAMS[method] ?? []) {
+    for (const key of operationStreams(method)) {
       const id = params[key];
       if (!mux || typeof id !== "number" || !Number.isInteger(id) || id < 1 || id > 0xffffffff) continue;
       if (mux.has(id) || streams.has(id)) continue;

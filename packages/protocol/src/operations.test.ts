@@ -1,7 +1,13 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { hostMessageSchema } from "./messages.ts";
-import { OP_METHODS, OPERATIONS } from "./operations.ts";
+import {
+  DEFAULT_OP_DEADLINE_MS,
+  OP_METHODS,
+  OPERATIONS,
+  operationDeadlineMs,
+  operationEntry,
+} from "./operations.ts";
 
 test("every operation has a params and a result schema, and the message schema names them all", () => {
   assert.ok(OP_METHODS.length >= 20);
@@ -69,4 +75,22 @@ test("a host's capacity with a memory reading that is not a size is refused whol
       false,
       `memory_free_bytes ${String(bad)}`,
     );
+});
+
+test("each operation's facts are in its entry, and agree with its schemas", () => {
+  for (const m of OP_METHODS) {
+    const e = operationEntry(m);
+    // Journaled and told what a restart does with it, together or not at all.
+    assert.equal(Boolean(e.journaled), e.afterCrash !== undefined, m);
+    // Every param naming a byte stream is listed, and nothing else is.
+    const shape = (e.params as unknown as { shape?: Record<string, unknown> }).shape ?? {};
+    const streamKeys = Object.keys(shape).filter((k) => k.endsWith("_stream") || k === "stream_id");
+    assert.deepEqual([...(e.streams ?? [])].sort(), streamKeys.sort(), m);
+    const d = operationDeadlineMs(m);
+    assert.ok(d > 0 && d <= DEFAULT_OP_DEADLINE_MS, `${m}: ${d}`);
+  }
+  // A restart goes forward only where going back is impossible.
+  assert.equal(operationEntry("rollback").afterCrash, "finish");
+  assert.equal(operationEntry("fork").afterCrash, "remove_stack_made");
+  assert.equal(operationEntry("exec").journaled, undefined, "a command is not journaled");
 });

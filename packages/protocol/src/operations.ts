@@ -146,6 +146,30 @@ export const buildImageResult = z.object({
   log_tail: z.array(z.string()),
 });
 
+/**
+ * What happens to a journaled operation that a denvd killed mid-way finds at its next open
+ * (reconcile.ts): finished (rollback, destroy, delete_version: doing the rest is safe), the stack
+ * or version it was making removed, or only marked undone (the server sends it again).
+ */
+export type AfterCrash = "finish" | "remove_stack_made" | "remove_version_made" | "mark_undone";
+
+/** One host operation: its schemas, and every fact about it the server and denvd act on. */
+export interface OperationEntry {
+  params: z.ZodType;
+  result: z.ZodType;
+  /** How long the server waits for its answer, resends included (default DEFAULT_OP_DEADLINE_MS). */
+  deadlineMs?: number;
+  /** Written to denvd's journal before it acts (op-journal.ts): it changes engine or storage state. */
+  journaled?: true;
+  /** Set on every journaled operation. */
+  afterCrash?: AfterCrash;
+  /** Its params that name byte streams, opened by the host as the operation arrives. */
+  streams?: readonly string[];
+}
+
+/** An operation's deadline when its entry names none: the user's own commands run in it. */
+export const DEFAULT_OP_DEADLINE_MS = 15 * 60_000;
+
 export const OPERATIONS = {
   /** The image this host built earlier for a build key, when it still has it. */
   find_built_image: {
@@ -158,7 +182,11 @@ export const OPERATIONS = {
     }),
   },
   /** An image built by the host's engine from a context streamed from the server. */
-  build_image: { params: buildImageParams, result: buildImageResult },
+  build_image: {
+    streams: ["context_stream", "log_stream"],
+    params: buildImageParams,
+    result: buildImageResult,
+  },
   /**
    * Removes the images this host built for a team's project (or for all its projects): each one
    * not in `keep` (the images versions still pin) and not used by a container.
@@ -173,6 +201,8 @@ export const OPERATIONS = {
   },
   /** Images present (pulled by digest when missing) and fresh, empty datasets. */
   prepare: {
+    journaled: true,
+    afterCrash: "remove_stack_made",
     params: z.strictObject({
       spec: resolvedSpecSchema,
       name: stackNameSchema,
@@ -186,6 +216,7 @@ export const OPERATIONS = {
    * content_stream, checked and extracted into the fresh dataset before any container exists.
    */
   seed_dataset: {
+    streams: ["content_stream"],
     params: z.strictObject({
       stack_id: stackId,
       dataset: nameSchema,
@@ -195,6 +226,8 @@ export const OPERATIONS = {
   },
   /** Networks, volumes and containers, started in dependency order, healthy; then the egress probe. */
   start: {
+    journaled: true,
+    afterCrash: "mark_undone",
     params: stack,
     result: z.object({
       evidence: z.record(z.string(), serviceStartEvidence),
@@ -205,9 +238,12 @@ export const OPERATIONS = {
     }),
   },
   /** x-denv.warm commands, in order. */
-  warm: { params: stack, result: warmEvidence },
+  warm: { journaled: true, afterCrash: "mark_undone", params: stack, result: warmEvidence },
   /** A consistent snapshot of every dataset: a version. */
   snapshot: {
+    deadlineMs: 5 * 60_000,
+    journaled: true,
+    afterCrash: "remove_version_made",
     params: z.strictObject({ stack_id: stackId, new_version_id: versionId.optional() }),
     result: z.object({
       version_id: versionId,
@@ -219,6 +255,9 @@ export const OPERATIONS = {
   probe: { params: stack, result: egressEvidence },
   /** A new stack from a version, started and healthy. */
   fork: {
+    deadlineMs: 5 * 60_000,
+    journaled: true,
+    afterCrash: "remove_stack_made",
     params: z.strictObject({
       version_id: versionId,
       name: stackNameSchema,
@@ -257,20 +296,46 @@ export const OPERATIONS = {
     }),
   },
   /** A frozen clock stops at what it reads, until release_clock (between a replay's steps). */
-  hold_clock: { params: stack, result: z.object({ clock_at: z.string().nullable() }) },
+  hold_clock: {
+    deadlineMs: 60_000,
+    journaled: true,
+    afterCrash: "mark_undone",
+    params: stack,
+    result: z.object({ clock_at: z.string().nullable() }),
+  },
   /** A held frozen clock starts to advance (a pool's member handed over); a running one is left. */
-  release_clock: { params: stack, result: z.object({ clock_at: z.string().nullable() }) },
+  release_clock: {
+    deadlineMs: 60_000,
+    journaled: true,
+    afterCrash: "mark_undone",
+    params: stack,
+    result: z.object({ clock_at: z.string().nullable() }),
+  },
   /** A stack put back to one of its versions. */
   rollback: {
+    deadlineMs: 5 * 60_000,
+    journaled: true,
+    afterCrash: "finish",
     params: z.strictObject({ stack_id: stackId, version_id: versionId }),
     result: z.object({ health: healthEvidence, ms: z.number() }),
   },
   /** Everything of a stack removed (idempotent). */
-  destroy: { params: stack, result: empty },
-  delete_version: { params: z.strictObject({ version_id: versionId }), result: empty },
-  exec: { params: execParams, result: execResult },
+  destroy: { deadlineMs: 3 * 60_000, journaled: true, afterCrash: "finish", params: stack, result: empty },
+  delete_version: {
+    deadlineMs: 2 * 60_000,
+    journaled: true,
+    afterCrash: "finish",
+    params: z.strictObject({ version_id: versionId }),
+    result: empty,
+  },
+  exec: {
+    streams: ["stdin_stream", "stdout_stream", "stderr_stream"],
+    params: execParams,
+    result: execResult,
+  },
   /** A tar, streamed from the server, written at a path as a user (the service's own when none is given). */
   put_files: {
+    streams: ["tar_stream"],
     params: z.strictObject({
       stack_id: stackId,
       service: serviceName.optional(),
@@ -285,6 +350,7 @@ export const OPERATIONS = {
    * found and may be read, so a failure before its first byte is the operation's own error.
    */
   get_files: {
+    streams: ["tar_stream"],
     params: z.strictObject({
       stack_id: stackId,
       service: serviceName.optional(),
@@ -295,43 +361,69 @@ export const OPERATIONS = {
     result: z.object({ bytes: z.number() }),
   },
   /** A path's type, size, mode, owner and time. */
-  stat_path: { params: z.strictObject({ ...inService, path: containerPath }), result: fsEntry },
+  stat_path: {
+    deadlineMs: 2 * 60_000,
+    params: z.strictObject({ ...inService, path: containerPath }),
+    result: fsEntry,
+  },
   /** A directory's entries, one level (depth 1) or deeper; links are listed, not entered. */
   list_path: {
+    deadlineMs: 2 * 60_000,
     params: z.strictObject({ ...inService, path: containerPath, depth: z.number().int().min(1).max(64) }),
     result: z.object({ entries: z.array(fsEntry) }),
   },
   make_dir: {
+    deadlineMs: 2 * 60_000,
     params: z.strictObject({ ...inService, path: containerPath, parents: z.boolean() }),
     result: z.object({ created: z.boolean() }),
   },
   remove_path: {
+    deadlineMs: 2 * 60_000,
     params: z.strictObject({ ...inService, path: containerPath, recursive: z.boolean() }),
     result: empty,
   },
   rename_path: {
+    deadlineMs: 2 * 60_000,
     params: z.strictObject({ ...inService, from: containerPath, to: containerPath }),
     result: empty,
   },
   verify_stop: {
+    deadlineMs: 60_000,
+    journaled: true,
+    afterCrash: "mark_undone",
     params: stack,
     result: z.object({ service: z.string(), frozen: z.literal(true), ms: z.number() }),
   },
   verify_collect: {
+    deadlineMs: 5 * 60_000,
+    journaled: true,
+    afterCrash: "mark_undone",
     params: z.strictObject({ stack_id: stackId, verify_id: operationId }),
     result: collectEvidence,
   },
   verify_grade: {
+    journaled: true,
+    afterCrash: "mark_undone",
     params: z.strictObject({ stack_id: stackId, verify_id: operationId }),
     result: gradeEvidence,
   },
-  verify_cleanup: { params: z.strictObject({ verify_id: operationId }), result: empty },
+  verify_cleanup: {
+    deadlineMs: 60_000,
+    journaled: true,
+    afterCrash: "mark_undone",
+    params: z.strictObject({ verify_id: operationId }),
+    result: empty,
+  },
   stop_service: {
+    deadlineMs: 2 * 60_000,
+    journaled: true,
+    afterCrash: "mark_undone",
     params: z.strictObject({ stack_id: stackId, service: serviceName }),
     result: z.object({ stopped: z.string() }),
   },
   /** A byte stream to a port in a service, carried as tunnel frames under stream_id. */
   open_tunnel: {
+    streams: ["stream_id"],
     params: z.strictObject({
       stack_id: stackId,
       service: serviceName.optional(),
@@ -341,8 +433,9 @@ export const OPERATIONS = {
     result: empty,
   },
   /** Thaws an agent verify froze. */
-  resume: { params: stack, result: empty },
+  resume: { deadlineMs: 60_000, journaled: true, afterCrash: "mark_undone", params: stack, result: empty },
   status: {
+    deadlineMs: 30_000,
     params: z.strictObject({}),
     result: z.object({
       stacks: z.array(
@@ -356,20 +449,26 @@ export const OPERATIONS = {
       ),
     }),
   },
-} as const satisfies Record<string, { params: z.ZodType; result: z.ZodType }>;
+} as const satisfies Record<string, OperationEntry>;
 
 export type OpMethod = keyof typeof OPERATIONS;
 
-/** The params of each operation that name byte streams: the host opens them as the operation arrives. */
-export const OP_STREAM_PARAMS: Partial<Record<OpMethod, readonly string[]>> = {
-  exec: ["stdin_stream", "stdout_stream", "stderr_stream"],
-  put_files: ["tar_stream"],
-  build_image: ["context_stream", "log_stream"],
-  seed_dataset: ["content_stream"],
-  get_files: ["tar_stream"],
-  open_tunnel: ["stream_id"],
-};
 export const OP_METHODS = Object.keys(OPERATIONS) as [OpMethod, ...OpMethod[]];
+
+/** An operation's entry with its facts typed (the table's literal types vary by entry). */
+export function operationEntry(method: OpMethod): OperationEntry {
+  return OPERATIONS[method];
+}
+
+/** How long the server waits for an operation's answer. */
+export function operationDeadlineMs(method: OpMethod): number {
+  return operationEntry(method).deadlineMs ?? DEFAULT_OP_DEADLINE_MS;
+}
+
+/** The params of an operation that name byte streams. */
+export function operationStreams(method: OpMethod): readonly string[] {
+  return operationEntry(method).streams ?? [];
+}
 /** What a caller passes (defaults may be left out). */
 export type OpParams<M extends OpMethod> = z.input<(typeof OPERATIONS)[M]["params"]>;
 /** What a handler receives once the params are checked. */

@@ -26,6 +26,7 @@ import {
   type OpMethod,
   type OpParams,
   type OpResult,
+  operationDeadlineMs,
   PROTOCOL_VERSION,
   type ServerMessage,
   StreamMux,
@@ -66,35 +67,6 @@ export interface HostHubOptions {
   /** How long a call waits for a host that is not connected, or that dropped mid-operation. */
   waitForHostMs?: number;
 }
-
-/**
- * How long the server waits for each operation's answer, sends again after a reconnect included:
- * past it the operation fails with `timeout`, so nothing waits on a host for good. Sized for what
- * each does on a loaded host (a fork starts a whole stack and waits for its health checks); the
- * rest (prepare pulls images, warm and verify_grade run the user's commands) keep the long default.
- */
-export const OP_DEADLINE_MS: Partial<Record<OpMethod, number>> = {
-  status: 30_000,
-  resume: 60_000,
-  verify_stop: 60_000,
-  verify_cleanup: 60_000,
-  hold_clock: 60_000,
-  release_clock: 60_000,
-  stop_service: 2 * 60_000,
-  stat_path: 2 * 60_000,
-  list_path: 2 * 60_000,
-  make_dir: 2 * 60_000,
-  remove_path: 2 * 60_000,
-  rename_path: 2 * 60_000,
-  delete_version: 2 * 60_000,
-  destroy: 3 * 60_000,
-  snapshot: 5 * 60_000,
-  fork: 5 * 60_000,
-  rollback: 5 * 60_000,
-  verify_collect: 5 * 60_000,
-};
-/** Everything else: the user's own commands run in it (image pulls, warm, the verifier). */
-const DEFAULT_DEADLINE_MS = 15 * 60_000;
 
 /** A host that drops its connection this many times while one operation runs fails it. */
 const MAX_SENDS = 3;
@@ -425,7 +397,7 @@ export class HostHub {
       );
     }
     return new Promise<OpResult<M>>((resolve, reject) => {
-      const timeoutMs = options.timeoutMs ?? OP_DEADLINE_MS[method] ?? DEFAULT_DEADLINE_MS;
+      const timeoutMs = options.timeoutMs ?? operationDeadlineMs(method);
       const timer = setTimeout(() => {
         const p = this.pending.get(opId);
         if (p) this.settle(opId, p);

@@ -9,11 +9,11 @@ import {
   finishStream,
   type HostMessage,
   type MuxStream,
-  OP_STREAM_PARAMS,
   OPERATIONS,
   type OpCheckedParams,
   type OpMethod,
   type OpResult,
+  operationStreams,
   PROTOCOL_VERSION,
   StreamMux,
   serverMessageSchema,
@@ -93,7 +93,7 @@ export class HostDouble {
       return;
     }
     const streams = new Map<number, MuxStream>();
-    for (const key of OP_STREAM_PARAMS[method] ?? []) {
+    for (const key of operationStreams(method)) {
       const id = (parsed.data as Record<string, unknown>)[key];
       if (typeof id === "number" && this.mux) {
         const s = this.mux.open(id);

@@ -363,8 +363,13 @@ describe("sandbox API", () => {
     assert.equal(r.data.stdout, "1\n");
     await api("DELETE", `/v1/envs/${data.id}`);
     const t = (await api("GET", "/v1/targets")).data.targets[0];
+    assert.equal(t.name, "denvd");
+    assert.equal(t.available, true);
+    assert.ok(t.hosts >= 1);
     assert.equal(t.capabilities.multi_service_stack, "yes");
     assert.equal(t.capabilities.consistent_snapshot, "btrfs");
+    assert.ok(t.supported.includes("verify") && t.supported.includes("fork"));
+    assert.ok(!t.supported.includes("gpu"), "no GPU is promised");
     assert.equal((await api("POST", "/v1/targets/e2b/sandboxes", { image: "x" })).status, 404);
   });
 

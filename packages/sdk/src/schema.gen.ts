@@ -909,15 +909,20 @@ export type GetV1TargetsResponse = {
   targets: Array<{
     name: string;
     type: "denvd";
+    available: boolean;
     hosts: number;
+    note: string | null;
     capabilities: {
       multi_service_stack: string;
       consistent_snapshot: string;
+      fork: string;
       fork_time: string;
       egress_deny_verified: string;
       caps_enforced: string;
       gpu: string;
+      verify: string;
     };
+    supported: Array<string>;
   }>;
 };
 

@@ -372,17 +372,22 @@ PostV1EnvsByIdFilesRenameResponse = TypedDict(
 class GetV1TargetsResponseTargetsItemCapabilities(TypedDict):
     multi_service_stack: str
     consistent_snapshot: str
+    fork: str
     fork_time: str
     egress_deny_verified: str
     caps_enforced: str
     gpu: str
+    verify: str
 
 
 class GetV1TargetsResponseTargetsItem(TypedDict):
     name: str
     type: Literal["denvd"]
+    available: bool
     hosts: float
+    note: str | None
     capabilities: GetV1TargetsResponseTargetsItemCapabilities
+    supported: list[str]
 
 
 class GetV1TargetsResponse(TypedDict):

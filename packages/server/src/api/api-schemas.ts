@@ -373,15 +373,24 @@ export const execResult = z.object({
 export const targetSchema = z.object({
   name: z.string(),
   type: z.enum(["denvd"]),
+  /** Whether it can take work now (for denvd: a host is connected). */
+  available: z.boolean(),
   hosts: z.number(),
+  /** What a person should know: why it is not available, or that its driver is untested live. */
+  note: z.string().nullable(),
+  /** Each cell in words, as shown in the console. */
   capabilities: z.object({
     multi_service_stack: z.string(),
     consistent_snapshot: z.string(),
+    fork: z.string(),
     fork_time: z.string(),
     egress_deny_verified: z.string(),
     caps_enforced: z.string(),
     gpu: z.string(),
+    verify: z.string(),
   }),
+  /** The cells it supports (what a caller may rely on). */
+  supported: z.array(z.string()),
 });
 
 /** The query of the file routes. */

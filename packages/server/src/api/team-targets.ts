@@ -1,0 +1,67 @@
+/**
+ * The targets a team can run on, by name (today its sidecar hosts, `denvd`), and their rows as the
+ * API shows them. Routes find a target here and read its row before they act.
+ */
+import { DenvError } from "@denv/protocol";
+import type { z } from "zod";
+import { DenvdTarget } from "../targets/denvd-target.ts";
+import type { Target, TargetCapabilities } from "../targets/target.ts";
+import type { ApiDeps } from "./api-deps.ts";
+import type { targetSchema } from "./api-schemas.ts";
+import { createSandbox } from "./environment-creation.ts";
+
+export function teamTargets(deps: ApiDeps): Target[] {
+  return [
+    new DenvdTarget({
+      store: deps.store,
+      isConnected: (hostId) => deps.hub.isConnected(hostId),
+      createSandbox: async (teamId, spec) => {
+        const body =
+          "fromVersion" in spec
+            ? { from_version: spec.fromVersion, ...(spec.name ? { name: spec.name } : {}) }
+            : spec;
+        const made = await createSandbox(deps, teamId, body);
+        return { environmentId: made.id, deploymentId: made.deployment_id };
+      },
+    }),
+  ];
+}
+
+/** The team's target of that name; not_found, naming the ones there are, when it has none. */
+export function targetNamed(deps: ApiDeps, name: string): Target {
+  const all = teamTargets(deps);
+  const t = all.find((x) => x.name === name);
+  if (!t)
+    throw new DenvError(
+      "not_found",
+      `no target ${JSON.stringify(name)}: this team's are ${all.map((x) => x.name).join(", ")} (GET /v1/targets); hosted providers cannot be connected yet`,
+    );
+  return t;
+}
+
+const CELLS: [keyof TargetCapabilities, string][] = [
+  ["multiServiceStack", "multi_service_stack"],
+  ["consistentSnapshot", "consistent_snapshot"],
+  ["fork", "fork"],
+  ["forkTime", "fork_time"],
+  ["egressDenyVerified", "egress_deny_verified"],
+  ["capsEnforced", "caps_enforced"],
+  ["gpu", "gpu"],
+  ["verify", "verify"],
+];
+
+/** A target's row as /v1/targets answers it: each cell's words, and which cells it supports. */
+export async function targetRow(t: Target, teamId: string): Promise<z.infer<typeof targetSchema>> {
+  const [caps, status] = await Promise.all([t.capabilities(teamId), t.status(teamId)]);
+  return {
+    name: t.name,
+    type: t.kind,
+    available: status.available,
+    hosts: status.hosts ?? 0,
+    note: status.note,
+    capabilities: Object.fromEntries(CELLS.map(([k, wire]) => [wire, caps[k].detail])) as z.infer<
+      typeof targetSchema
+    >["capabilities"],
+    supported: CELLS.filter(([k]) => caps[k].supported).map(([, wire]) => wire),
+  };
+}

@@ -87,6 +87,7 @@ test("each available target keeps the sandbox contract", async (t) => {
         env: { CONTRACT: "kept" },
       });
       assert.equal(made.status, 201, JSON.stringify(made.data));
+      assert.equal(made.data.target, target.name, "the environment records its target");
       const id = made.data.id as string;
       try {
         const r = await lab.api("POST", `/v1/envs/${id}/exec`, { command: "echo $CONTRACT; id -u" });
@@ -107,6 +108,7 @@ test("each available target keeps the sandbox contract", async (t) => {
         if (target.supported.includes("fork")) {
           const fork = await lab.api("POST", `/v1/envs/${id}/fork`, { name: `contract-${target.name}` });
           assert.equal(fork.status, 201, JSON.stringify(fork.data));
+          assert.equal(fork.data.target, target.name, "a fork runs where its version lives");
           const read = await lab.api("POST", `/v1/envs/${fork.data.id}/exec`, {
             command: "cat /work/note.txt",
           });

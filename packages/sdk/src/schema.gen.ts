@@ -496,6 +496,7 @@ export type GetV1EnvsResponse = {
     current_version_id: string | null;
     parent_version_id: string | null;
     sandbox: boolean;
+    target: string;
     services: Array<string>;
     created_at: string;
     deployment_id?: string;
@@ -512,6 +513,7 @@ export type GetV1EnvsByIdResponse = {
   current_version_id: string | null;
   parent_version_id: string | null;
   sandbox: boolean;
+  target: string;
   services: Array<string>;
   created_at: string;
   deployment_id?: string;
@@ -613,6 +615,7 @@ export type PostV1EnvsByIdForkResponse = {
   current_version_id: string | null;
   parent_version_id: string | null;
   sandbox: boolean;
+  target: string;
   services: Array<string>;
   created_at: string;
   deployment_id?: string;
@@ -701,6 +704,7 @@ export type PostV1VersionsByIdForksResponse = {
       current_version_id: string | null;
       parent_version_id: string | null;
       sandbox: boolean;
+      target: string;
       services: Array<string>;
       created_at: string;
       deployment_id: string;
@@ -724,6 +728,7 @@ export type GetV1VersionsByIdResponse = {
   id: string;
   environment_id: string;
   host_id: string;
+  target: string;
   spec_hash: string;
   images: {
     [key: string]: string;
@@ -884,6 +889,7 @@ export type PostV1SandboxesResponse = {
   current_version_id: string | null;
   parent_version_id: string | null;
   sandbox: boolean;
+  target: string;
   services: Array<string>;
   created_at: string;
   deployment_id?: string;
@@ -936,6 +942,7 @@ export type PostV1TargetsByNameSandboxesResponse = {
   current_version_id: string | null;
   parent_version_id: string | null;
   sandbox: boolean;
+  target: string;
   services: Array<string>;
   created_at: string;
   deployment_id?: string;
@@ -1154,6 +1161,7 @@ export type GetV1VersionsResponse = {
     id: string;
     environment_id: string;
     host_id: string;
+    target: string;
     spec_hash: string;
     images: {
       [key: string]: string;

@@ -229,6 +229,7 @@ class GetV1EnvsResponseEnvironmentsItem(TypedDict):
     current_version_id: str | None
     parent_version_id: str | None
     sandbox: bool
+    target: str
     services: list[str]
     created_at: str
     deployment_id: NotRequired[str]
@@ -251,6 +252,7 @@ class PostV1VersionsByIdForksResponseForksItemEnvironment(TypedDict):
     current_version_id: str | None
     parent_version_id: str | None
     sandbox: bool
+    target: str
     services: list[str]
     created_at: str
     deployment_id: str
@@ -281,6 +283,7 @@ class GetV1VersionsByIdResponse(TypedDict):
     id: str
     environment_id: str
     host_id: str
+    target: str
     spec_hash: str
     images: dict[str, str]
     evidence: Any
@@ -473,6 +476,7 @@ class GetV1VersionsResponseVersionsItem(TypedDict):
     id: str
     environment_id: str
     host_id: str
+    target: str
     spec_hash: str
     images: dict[str, str]
     evidence: Any

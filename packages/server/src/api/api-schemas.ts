@@ -153,6 +153,8 @@ export const environmentSchema = z.object({
   current_version_id: z.string().nullable(),
   parent_version_id: z.string().nullable(),
   sandbox: z.boolean(),
+  /** The target it runs on (GET /v1/targets). */
+  target: z.string(),
   services: z.array(z.string()),
   created_at: z.string(),
   /** Set on the answers of fork and sandbox creation: the deployment that made it. */
@@ -179,6 +181,8 @@ export const versionSchema = z.object({
   id: z.string(),
   environment_id: z.string(),
   host_id: z.string(),
+  /** The target it lives on. */
+  target: z.string(),
   spec_hash: z.string(),
   images: z.record(z.string(), z.string()),
   evidence: z.unknown(),

@@ -101,6 +101,7 @@ export async function serializeEnvironment(
     current_version_id: e.current_version_id,
     parent_version_id: e.parent_version_id,
     sandbox: e.sandbox === 1,
+    target: e.target_id,
     services: spec ? Object.keys(JSON.parse(secrets.openText(spec)).services) : [],
     created_at: e.created_at,
   };
@@ -111,6 +112,7 @@ export function serializeVersion(v: VersionsTable): z.infer<typeof versionSchema
     id: v.id,
     environment_id: v.environment_id,
     host_id: v.host_id,
+    target: v.target_id,
     spec_hash: v.spec_hash,
     images: JSON.parse(v.images_json),
     evidence: JSON.parse(v.evidence_json),

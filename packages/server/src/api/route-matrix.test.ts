@@ -267,6 +267,7 @@ before(async () => {
     project_id: project.id,
     environment_id: a.env,
     host_id: a.host,
+    target_id: "denvd",
     spec_json: secrets.sealText(JSON.stringify(r.spec)),
     spec_hash: r.spec.hash,
     images_json: "{}",

@@ -48,6 +48,7 @@ export async function snapshotPhase(
       project_id: env.project_id,
       environment_id: env.id,
       host_id: hostId,
+      target_id: "denvd", // made by a host's snapshot operation
       // Sealed: the spec holds the values interpolated from the project's .env.
       spec_json: runner.options.secrets.sealText(JSON.stringify(s)),
       spec_hash: s.hash,

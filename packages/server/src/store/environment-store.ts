@@ -80,6 +80,7 @@ export async function findOrCreateEnvironment(
     current_version_id: null,
     parent_version_id: null,
     sandbox: sandbox ? 1 : 0,
+    target_id: "denvd",
     pool_id: poolId,
     created_at: now(),
   };

@@ -294,6 +294,20 @@ export const MIGRATIONS: Record<string, Migration> = {
       await db.schema.alterTable("projects").addColumn("bind_sources_json", text).execute();
     },
   },
+  "0012_targets": {
+    // Where each environment runs and each version lives (targets/target.ts): every one so far on
+    // the team's sidecar hosts.
+    up: async (db) => {
+      await db.schema
+        .alterTable("environments")
+        .addColumn("target_id", text, (c) => c.notNull().defaultTo("denvd"))
+        .execute();
+      await db.schema
+        .alterTable("versions")
+        .addColumn("target_id", text, (c) => c.notNull().defaultTo("denvd"))
+        .execute();
+    },
+  },
 };
 
 export const migrationProvider: MigrationProvider = {

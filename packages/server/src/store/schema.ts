@@ -141,6 +141,8 @@ export interface EnvironmentsTable {
   current_version_id: string | null;
   parent_version_id: string | null;
   sandbox: number;
+  /** The target it runs on (targets/target.ts): "denvd" for the team's sidecar hosts. */
+  target_id: string;
   /** Set while the environment is a warm pool's member: not the team's to see until taken. */
   pool_id: string | null;
   created_at: string;
@@ -152,6 +154,8 @@ export interface VersionsTable {
   project_id: string;
   environment_id: string;
   host_id: string;
+  /** The target it lives on (for "denvd", host_id says which host holds its snapshots). */
+  target_id: string;
   /** The resolved spec, sealed: it holds the values interpolated from the project's .env. */
   spec_json: string;
   spec_hash: string;

@@ -8,6 +8,7 @@ import {
   clockReadingMs,
   decodeClockState,
   encodeClockState,
+  heldReadingMs,
   holdClock,
   readClock,
   releaseClock,
@@ -95,4 +96,20 @@ test("a container gets the directory and the preload list read-only, its own LD_
     ["/.denv/clock", "/etc/ld.so.preload"],
   );
   assert.equal(clockMounts("/d", {}).env.LD_PRELOAD, "/.denv/clock/libdenv-clock.so");
+});
+
+test("a step's clock stands at its release reading plus the whole ticks its command ran, not denvd's wait", () => {
+  const released = { baseMs: 1_700_000_000_000, epochNs: 5_000_000_000n, tickMs: 1000 };
+  // denvd heard of the end 2.4 s after the release (a busy machine); the command ran 1.003 s.
+  const now = 5_000_000_000n + 2_400_000_000n;
+  assert.equal(heldReadingMs(released, 1003, now), released.baseMs + 1000);
+  assert.equal(heldReadingMs(released, 999, now), released.baseMs, "under a tick: no tick");
+  assert.equal(heldReadingMs(released, 0, now), released.baseMs);
+  // Without the command's own time (the engine's exec, an older agent): what it reads now.
+  assert.equal(heldReadingMs(released, undefined, now), released.baseMs + 2000);
+  for (const bad of [Number.NaN, -1, Number.POSITIVE_INFINITY])
+    assert.equal(heldReadingMs(released, bad, now), released.baseMs + 2000, String(bad));
+  // A clock already held stays where it is.
+  const held = { ...released, epochNs: null };
+  assert.equal(heldReadingMs(held, 5000, now), released.baseMs);
 });

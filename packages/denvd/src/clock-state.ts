@@ -153,13 +153,27 @@ export async function releaseClock(stateDir: string, stackId: string): Promise<C
 }
 
 /**
- * Holds a clock at what it reads now: it stands until released again (between a replay's steps,
- * and for its digest: what the stack records then must not depend on how long a fork took).
+ * Holds a clock: it stands until released again (between a replay's steps, and for its digest:
+ * what the stack records then must not depend on how long a fork took). At what it reads now, or,
+ * given how long a step's command ran (`ranMs`, measured in the container), at its release reading
+ * plus those whole ticks: the time denvd took to start the command and to hear it ended, longer on
+ * a busy machine, is not the episode's.
  */
-export async function holdClock(stateDir: string, stackId: string): Promise<ClockState | null> {
+export async function holdClock(
+  stateDir: string,
+  stackId: string,
+  ranMs?: number,
+): Promise<ClockState | null> {
   const exists = await readClock(stateDir, stackId);
   if (!exists) return null;
-  return rewrite(stateDir, stackId, (s) => ({ ...s, baseMs: clockReadingMs(s), epochNs: null }));
+  return rewrite(stateDir, stackId, (s) => ({ ...s, baseMs: heldReadingMs(s, ranMs), epochNs: null }));
+}
+
+/** What a clock holds at: see holdClock. */
+export function heldReadingMs(s: ClockState, ranMs?: number, nowNs?: bigint): number {
+  if (s.epochNs === null || ranMs === undefined || !Number.isFinite(ranMs) || ranMs < 0)
+    return clockReadingMs(s, nowNs);
+  return s.baseMs + Math.floor(ranMs / s.tickMs) * s.tickMs;
 }
 
 export async function removeClock(stateDir: string, stackId: string): Promise<void> {

@@ -236,9 +236,12 @@ export class Denvd {
     return digestStack(this.ctx, stackId, options);
   }
 
-  /** Stops a stack's frozen clock at what it reads (between a replay's steps); its reading, or null. */
-  holdClock(stackId: string): Promise<string | null> {
-    return holdStackClock(this.ctx, stackId);
+  /**
+   * Stops a stack's frozen clock (between a replay's steps): at what it reads, or at its release
+   * reading plus the whole ticks a step's command ran (`ranMs`); its reading, or null.
+   */
+  holdClock(stackId: string, ranMs?: number): Promise<string | null> {
+    return holdStackClock(this.ctx, stackId, ranMs);
   }
 
   /** Starts a stack's held clock (a pool's member handed over); its reading after, or null. */

@@ -126,8 +126,10 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
       const stdout = io.get(p.stdout_stream);
       const stderr = io.get(p.stderr_stream);
       // A replay's step: the stack's frozen clock runs for exactly the command's run, here on the
-      // host, so no round trip to the server counts as the episode's time.
+      // host, so no round trip to the server counts as the episode's time; it stands after at the
+      // whole ticks the command ran as the agent measured it, so neither does denvd's own wait.
       if (p.episode_clock) await denvd.releaseClock(p.stack_id);
+      let ranMs: number | undefined;
       const r = await denvd
         .exec(p.stack_id, p.service, {
           command: p.command,
@@ -141,7 +143,11 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
           onStdout: streamSink(stdout),
           onStderr: streamSink(stderr),
         })
-        .finally(() => (p.episode_clock ? denvd.holdClock(p.stack_id) : null));
+        .then((x) => {
+          ranMs = x.ranMs;
+          return x;
+        })
+        .finally(() => (p.episode_clock ? denvd.holdClock(p.stack_id, ranMs) : null));
       // Every byte of output is on its way before the result is.
       await Promise.all([finishStream(stdout), finishStream(stderr)]);
       return {

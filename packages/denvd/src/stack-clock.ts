@@ -53,9 +53,13 @@ export async function releaseStackClock(ctx: StackContext, stackId: string): Pro
 }
 
 /** Stops a stack's clock at what it reads now; its reading, or null when it has no frozen clock. */
-export async function holdStackClock(ctx: StackContext, stackId: string): Promise<string | null> {
+export async function holdStackClock(
+  ctx: StackContext,
+  stackId: string,
+  ranMs?: number,
+): Promise<string | null> {
   const stack = ctx.stack(stackId);
-  const s = isFrozen(stack.spec) ? await holdClock(ctx.options.stateDir, stack.id) : null;
+  const s = isFrozen(stack.spec) ? await holdClock(ctx.options.stateDir, stack.id, ranMs) : null;
   return s ? new Date(s.baseMs).toISOString() : null;
 }
 

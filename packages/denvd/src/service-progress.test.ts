@@ -69,6 +69,23 @@ test("what denvd runs in the container (its healthcheck) does not count as the s
   assert.equal(p.busy(), true, "the service's own work still counts");
 });
 
+test("a check that takes long on a starved host does not thin a busy service's share", async () => {
+  const { state, p } = driven(1000);
+  await p.sample();
+  for (let i = 0; i < 5; i++) {
+    // A 2 s check (the service keeps working through it, left out), then a 100 ms gap in which
+    // the service gets a third of a core.
+    await p.excluding(async () => {
+      state.nowMs += 2000;
+      state.cpuMs += 600;
+    });
+    state.nowMs += 100;
+    state.cpuMs += 33;
+    await p.sample();
+  }
+  assert.equal(p.busy(), true);
+});
+
 test("a counter that cannot be read leaves no sample; hostile container ids read nothing", async () => {
   const p = new CpuProgress(async () => null, 1000);
   await p.sample();

@@ -40,9 +40,10 @@ export const BUSY_SHARE = 0.02;
 
 /**
  * CPU samples of one service over a sliding window: `busy()` says whether it used at least
- * BUSY_SHARE of a core over the last `windowMs` (or since its first sample, when younger). The
- * CPU time of what denvd itself runs in the container (its healthcheck, through `excluding`) is
- * left out: a check run every 100 ms would otherwise make an idle service look at work.
+ * BUSY_SHARE of a core over the last `windowMs` (or since its first sample, when younger). What
+ * denvd itself runs in the container (its healthcheck, through `excluding`) is left out, its CPU
+ * time and its wall time both: a check run every 100 ms would otherwise make an idle service look
+ * at work, and a check that takes seconds on a starved host would thin a busy one's share.
  */
 export class CpuProgress {
   private readonly samples: { atMs: number; cpuMs: number }[] = [];
@@ -50,6 +51,7 @@ export class CpuProgress {
   private readonly windowMs: number;
   private readonly now: () => number;
   private excludedMs = 0;
+  private excludedWallMs = 0;
 
   constructor(
     read: () => Promise<number | null>,
@@ -64,7 +66,7 @@ export class CpuProgress {
   async sample(): Promise<void> {
     const cpuMs = await this.read();
     if (cpuMs === null) return;
-    const atMs = this.now();
+    const atMs = this.now() - this.excludedWallMs;
     this.samples.push({ atMs, cpuMs: cpuMs - this.excludedMs });
     // Keep the newest sample at least a window old, and nothing older.
     while (this.samples.length > 2 && (this.samples[1] as { atMs: number }).atMs <= atMs - this.windowMs)
@@ -74,11 +76,15 @@ export class CpuProgress {
   /** Runs fn, leaving the container's CPU time while it ran out of the progress. */
   async excluding<T>(fn: () => Promise<T>): Promise<T> {
     const before = await this.read();
+    const fromMs = this.now();
     try {
       return await fn();
     } finally {
       const after = await this.read();
-      if (before !== null && after !== null && after > before) this.excludedMs += after - before;
+      if (before !== null && after !== null) {
+        this.excludedMs += Math.max(0, after - before);
+        this.excludedWallMs += Math.max(0, this.now() - fromMs);
+      }
     }
   }
 

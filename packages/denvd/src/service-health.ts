@@ -135,12 +135,16 @@ export async function waitServiceHealthy(
   let checks = 0;
   let last = "";
   let extended = false;
+  let wasBusy = false;
   for (;;) {
     const elapsedMs = performance.now() - startedAt;
     if (elapsedMs >= deadlineMs) {
-      // Past the deadline only a service still at work (its CPU time growing) waits on.
-      if (elapsedMs >= ceilingMs || !progress.busy()) break;
+      // Past the deadline only a service still at work (its CPU time growing) waits on, or one not
+      // watched for a whole window yet.
+      const verdict = progress.verdict();
+      if (elapsedMs >= ceilingMs || verdict === "idle") break;
       extended = true;
+      if (verdict === "busy") wasBusy = true;
     }
     checks++;
     const r = await progress
@@ -162,11 +166,12 @@ export async function waitServiceHealthy(
     await progress.sample();
   }
   const elapsedMs = Math.round(performance.now() - startedAt);
-  const why = !extended
-    ? `within ${deadlineMs} ms, and it was idle at the end`
-    : performance.now() - startedAt >= ceilingMs
+  const why =
+    elapsedMs >= ceilingMs
       ? `within ${Math.round(ceilingMs)} ms (the most a service still at work is given)`
-      : `within ${elapsedMs} ms (given past ${deadlineMs} ms while it was at work, then it went idle)`;
+      : wasBusy
+        ? `within ${elapsedMs} ms (given past its ${deadlineMs} ms deadline while it was at work, then it went idle)`
+        : `within ${elapsedMs} ms (its deadline ${deadlineMs} ms), and it was idle at the end`;
   throw new DenvError(
     "timeout",
     `service ${svc} was not healthy ${why} (last check: ${last || "no output"})`,

@@ -86,6 +86,22 @@ test("a check that takes long on a starved host does not thin a busy service's s
   assert.equal(p.busy(), true);
 });
 
+test("watched for less than a window, an idle service is not known yet; unreadable counts as idle", async () => {
+  const { state, p } = driven(1000);
+  assert.equal(p.verdict(), "idle", "nothing read yet");
+  await p.sample();
+  assert.equal(p.verdict(), "unknown", "one sample");
+  state.nowMs += 300;
+  await p.sample();
+  assert.equal(p.verdict(), "unknown", "idle for 300 ms of a 1000 ms window");
+  state.nowMs += 700;
+  await p.sample();
+  assert.equal(p.verdict(), "idle", "idle for a whole window");
+  const unreadable = new CpuProgress(async () => null, 1000);
+  await unreadable.sample();
+  assert.equal(unreadable.verdict(), "idle");
+});
+
 test("a counter that cannot be read leaves no sample; hostile container ids read nothing", async () => {
   const p = new CpuProgress(async () => null, 1000);
   await p.sample();

@@ -88,11 +88,25 @@ export class CpuProgress {
     }
   }
 
-  /** Used at least BUSY_SHARE of a core over the window; false with fewer than two samples. */
-  busy(): boolean {
+  /**
+   * busy: it used at least BUSY_SHARE of a core over the window; idle: it did not, or its CPU time
+   * cannot be read; unknown: it has been watched for less than a window (on a starved host the
+   * deadline can pass before the first check has even run).
+   */
+  verdict(): "busy" | "idle" | "unknown" {
     const first = this.samples[0];
     const last = this.samples[this.samples.length - 1];
-    if (!first || !last || last.atMs <= first.atMs) return false;
-    return (last.cpuMs - first.cpuMs) / (last.atMs - first.atMs) >= BUSY_SHARE;
+    if (!first || !last) return "idle";
+    if (last.atMs - first.atMs < this.windowMs) {
+      // Younger than a window: busy as soon as it shows it, else not known yet.
+      if (last.atMs > first.atMs && (last.cpuMs - first.cpuMs) / (last.atMs - first.atMs) >= BUSY_SHARE)
+        return "busy";
+      return "unknown";
+    }
+    return (last.cpuMs - first.cpuMs) / (last.atMs - first.atMs) >= BUSY_SHARE ? "busy" : "idle";
+  }
+
+  busy(): boolean {
+    return this.verdict() === "busy";
   }
 }

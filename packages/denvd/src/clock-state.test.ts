@@ -12,6 +12,7 @@ import {
   holdClock,
   readClock,
   releaseClock,
+  STEP_TICK_MS,
   writeClock,
 } from "./clock-state.ts";
 
@@ -75,6 +76,15 @@ test("written held, released in place (the same file every process maps, under i
     assert.deepEqual(await readClock(dir, "stk_000000000001"), held);
     assert.equal(readFileSync(stateFile).readBigUInt64LE(32), 4n);
     assert.equal(await holdClock(dir, "stk_000000000002"), null);
+    // A replay's step: released in STEP_TICK_MS ticks, held at the whole seconds its command ran,
+    // back in CLOCK_TICK_MS ticks.
+    const step = await releaseClock(dir, "stk_000000000001", STEP_TICK_MS);
+    assert.equal(step?.tickMs, STEP_TICK_MS);
+    assert.equal(readFileSync(stateFile).readBigInt64LE(24), BigInt(STEP_TICK_MS) * 1_000_000n);
+    const afterStep = await holdClock(dir, "stk_000000000001", 2500);
+    assert.equal(afterStep?.baseMs, (held?.baseMs ?? 0) + 2000);
+    assert.equal(afterStep?.tickMs, 1000);
+    assert.equal(readFileSync(stateFile).readBigInt64LE(24), 1_000_000_000n);
     // A stack with no clock (its host has no clock library): releasing it is nothing, not ENOENT
     // (a fork of a frozen-clock environment on an installed host failed on exactly this).
     assert.equal(await releaseClock(dir, "stk_000000000002"), null);
@@ -99,16 +109,19 @@ test("a container gets the directory and the preload list read-only, its own LD_
 });
 
 test("a step's clock stands at its release reading plus the whole ticks its command ran, not denvd's wait", () => {
-  const released = { baseMs: 1_700_000_000_000, epochNs: 5_000_000_000n, tickMs: 1000 };
-  // denvd heard of the end 2.4 s after the release (a busy machine); the command ran 1.003 s.
-  const now = 5_000_000_000n + 2_400_000_000n;
-  assert.equal(heldReadingMs(released, 1003, now), released.baseMs + 1000);
-  assert.equal(heldReadingMs(released, 999, now), released.baseMs, "under a tick: no tick");
+  // Released for a step: ticks of STEP_TICK_MS while it runs.
+  const released = { baseMs: 1_700_000_000_000, epochNs: 5_000_000_000n, tickMs: STEP_TICK_MS };
+  // denvd heard of the end 12.4 s after the release (a busy machine); the command ran 1.003 s.
+  const now = 5_000_000_000n + 12_400_000_000n;
+  assert.equal(heldReadingMs(released, 1003, now), released.baseMs + 1000, "whole seconds the command ran");
+  assert.equal(heldReadingMs(released, 999, now), released.baseMs, "under a second: no second");
   assert.equal(heldReadingMs(released, 0, now), released.baseMs);
   // Without the command's own time (the engine's exec, an older agent): what it reads now.
-  assert.equal(heldReadingMs(released, undefined, now), released.baseMs + 2000);
+  assert.equal(heldReadingMs(released, undefined, now), released.baseMs + 10_000);
   for (const bad of [Number.NaN, -1, Number.POSITIVE_INFINITY])
-    assert.equal(heldReadingMs(released, bad, now), released.baseMs + 2000, String(bad));
+    assert.equal(heldReadingMs(released, bad, now), released.baseMs + 10_000, String(bad));
+  // While the step runs it reads its start for STEP_TICK_MS, however slow the command is.
+  assert.equal(clockReadingMs(released, 5_000_000_000n + 9_999_000_000n), released.baseMs);
   // A clock already held stays where it is.
   const held = { ...released, epochNs: null };
   assert.equal(heldReadingMs(held, 5000, now), released.baseMs);

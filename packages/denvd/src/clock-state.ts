@@ -27,6 +27,13 @@ export const CLOCK_DIR = "/.denv/clock";
 export const CLOCK_LIBRARY = `${CLOCK_DIR}/libdenv-clock.so`;
 /** The clock advances in whole seconds: jitter below that between forks does not show. */
 export const CLOCK_TICK_MS = 1000;
+/**
+ * While a replay's step runs, the clock advances in ticks this long: what the step's command reads
+ * in its first STEP_TICK_MS is the step's start, however slowly a starved host runs it (a psql
+ * insert took over a second under a CPU hog and an I/O-heavy neighbour, and read a second later in
+ * one fork of twenty). After the step it stands at the whole seconds the command ran.
+ */
+export const STEP_TICK_MS = 10_000;
 
 /** Where the set-up builds the library (scripts/setup-host.sh), beside denv-agent. */
 export const DEFAULT_CLOCK_LIBRARY = "/var/lib/denv-host/agent/libdenv-clock.so";
@@ -114,7 +121,7 @@ export async function readClock(stateDir: string, stackId: string): Promise<Cloc
   return b ? decodeClockState(b) : null;
 }
 
-/** Rewrites base and epoch under the sequence lock, in the file every process maps. */
+/** Rewrites base, epoch and tick under the sequence lock, in the file every process maps. */
 async function rewrite(stateDir: string, stackId: string, next: (s: ClockState) => ClockState | null) {
   const fh = await open(join(clockDirOf(stateDir, stackId), "state"), "r+");
   try {
@@ -129,11 +136,12 @@ async function rewrite(stateDir: string, stackId: string, next: (s: ClockState) 
       w.writeBigUInt64LE(BigInt.asUintN(64, v));
       return w;
     };
-    const fields = Buffer.alloc(16);
+    const fields = Buffer.alloc(24);
     fields.writeBigInt64LE(BigInt(Math.round(to.baseMs)) * 1_000_000n, 0);
     fields.writeBigInt64LE(to.epochNs ?? 0n, 8);
+    fields.writeBigInt64LE(BigInt(to.tickMs) * 1_000_000n, 16);
     await fh.write(word(seq | 1n), 0, 8, SEQ_OFFSET);
-    await fh.write(fields, 0, 16, BASE_OFFSET);
+    await fh.write(fields, 0, 24, BASE_OFFSET);
     await fh.write(word((seq | 1n) + 1n), 0, 8, SEQ_OFFSET);
     return to;
   } finally {
@@ -142,13 +150,18 @@ async function rewrite(stateDir: string, stackId: string, next: (s: ClockState) 
 }
 
 /**
- * Starts a held clock: from now on it advances. A clock already running is left as it is; a stack
- * with no clock (a host without the clock library reports frozen as real) has nothing to release.
+ * Starts a held clock: from now on it advances, in ticks of `tickMs` (a replay's step:
+ * STEP_TICK_MS; else CLOCK_TICK_MS). A clock already running is left as it is; a stack with no
+ * clock (a host without the clock library reports frozen as real) has nothing to release.
  */
-export async function releaseClock(stateDir: string, stackId: string): Promise<ClockState | null> {
+export async function releaseClock(
+  stateDir: string,
+  stackId: string,
+  tickMs: number = CLOCK_TICK_MS,
+): Promise<ClockState | null> {
   if (!(await readClock(stateDir, stackId))) return null;
   return rewrite(stateDir, stackId, (s) =>
-    s.epochNs !== null ? s : { ...s, epochNs: process.hrtime.bigint() },
+    s.epochNs !== null ? s : { ...s, epochNs: process.hrtime.bigint(), tickMs },
   );
 }
 
@@ -166,14 +179,19 @@ export async function holdClock(
 ): Promise<ClockState | null> {
   const exists = await readClock(stateDir, stackId);
   if (!exists) return null;
-  return rewrite(stateDir, stackId, (s) => ({ ...s, baseMs: heldReadingMs(s, ranMs), epochNs: null }));
+  return rewrite(stateDir, stackId, (s) => ({
+    ...s,
+    baseMs: heldReadingMs(s, ranMs),
+    epochNs: null,
+    tickMs: CLOCK_TICK_MS,
+  }));
 }
 
-/** What a clock holds at: see holdClock. */
+/** What a clock holds at: see holdClock. The command's run counts in whole CLOCK_TICK_MS. */
 export function heldReadingMs(s: ClockState, ranMs?: number, nowNs?: bigint): number {
   if (s.epochNs === null || ranMs === undefined || !Number.isFinite(ranMs) || ranMs < 0)
     return clockReadingMs(s, nowNs);
-  return s.baseMs + Math.floor(ranMs / s.tickMs) * s.tickMs;
+  return s.baseMs + Math.floor(ranMs / CLOCK_TICK_MS) * CLOCK_TICK_MS;
 }
 
 export async function removeClock(stateDir: string, stackId: string): Promise<void> {

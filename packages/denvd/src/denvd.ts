@@ -245,8 +245,8 @@ export class Denvd {
   }
 
   /** Starts a stack's held clock (a pool's member handed over); its reading after, or null. */
-  releaseClock(stackId: string): Promise<string | null> {
-    return releaseStackClock(this.ctx, stackId);
+  releaseClock(stackId: string, tickMs?: number): Promise<string | null> {
+    return releaseStackClock(this.ctx, stackId, tickMs);
   }
 
   rollback(stackId: string, versionId: string): Promise<{ health: HealthEvidence; ms: number }> {

@@ -13,6 +13,7 @@ import {
   type OpMethod,
   type OpResult,
 } from "@denv/protocol";
+import { STEP_TICK_MS } from "./clock-state.ts";
 import type { Denvd } from "./denvd.ts";
 import type { FileSink } from "./exec/executor.ts";
 import { Verifier } from "./verify.ts";
@@ -125,10 +126,12 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
     exec: async (p, io) => {
       const stdout = io.get(p.stdout_stream);
       const stderr = io.get(p.stderr_stream);
-      // A replay's step: the stack's frozen clock runs for exactly the command's run, here on the
-      // host, so no round trip to the server counts as the episode's time; it stands after at the
-      // whole ticks the command ran as the agent measured it, so neither does denvd's own wait.
-      if (p.episode_clock) await denvd.releaseClock(p.stack_id);
+      // A replay's step: the stack's frozen clock runs for the command's run only, here on the
+      // host, so no round trip to the server counts as the episode's time: in STEP_TICK_MS ticks
+      // while it runs (what it reads early on is the step's start, on a starved host too), then it
+      // stands at the whole seconds the command ran as the agent measured it, so neither does
+      // denvd's own wait.
+      if (p.episode_clock) await denvd.releaseClock(p.stack_id, STEP_TICK_MS);
       let ranMs: number | undefined;
       const r = await denvd
         .exec(p.stack_id, p.service, {

@@ -46,9 +46,13 @@ export async function stackClockMs(ctx: StackContext, stack: StackRecord): Promi
   return s ? clockReadingMs(s) : Date.now();
 }
 
-export async function releaseStackClock(ctx: StackContext, stackId: string): Promise<string | null> {
+export async function releaseStackClock(
+  ctx: StackContext,
+  stackId: string,
+  tickMs?: number,
+): Promise<string | null> {
   const stack = ctx.stack(stackId);
-  const s = isFrozen(stack.spec) ? await releaseClock(ctx.options.stateDir, stack.id) : null;
+  const s = isFrozen(stack.spec) ? await releaseClock(ctx.options.stateDir, stack.id, tickMs) : null;
   return s ? new Date(clockReadingMs(s)).toISOString() : null;
 }
 

@@ -60,8 +60,12 @@ test("a service that never becomes healthy rolls the deploy back, naming it; not
   );
   assert.equal(d.status, "rolled_back", JSON.stringify(d));
   // denvd checks every 100 ms, so a failing check is not counted against retries; a service has at
-  // least 60 s (or start_period + interval × (retries + 1), if longer) to become healthy.
-  assert.match(d.reason, /service box was not healthy within 60000 ms/);
+  // least 60 s (or start_period + interval × (retries + 1), if longer) to become healthy, and one
+  // that sits idle (sleep infinity) is given no more.
+  assert.match(
+    d.reason,
+    /service box was not healthy within \d+ ms \(its deadline 60000 ms\), and it was idle at the end/,
+  );
   const failed = d.phases.find((p: { status: string }) => p.status === "failed");
   assert.match(failed?.reason ?? "", /box/, JSON.stringify(d.phases));
   assert.equal(lab.host.denvd.stacks().length, before, "the stack was removed");

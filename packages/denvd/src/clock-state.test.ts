@@ -81,8 +81,9 @@ test("written held, released in place (the same file every process maps, under i
     const step = await releaseClock(dir, "stk_000000000001", STEP_TICK_MS);
     assert.equal(step?.tickMs, STEP_TICK_MS);
     assert.equal(readFileSync(stateFile).readBigInt64LE(24), BigInt(STEP_TICK_MS) * 1_000_000n);
+    // Said to have run 2.5 s, released a few ms ago: the clock does not move past what passed.
     const afterStep = await holdClock(dir, "stk_000000000001", 2500);
-    assert.equal(afterStep?.baseMs, (held?.baseMs ?? 0) + 2000);
+    assert.equal(afterStep?.baseMs, held?.baseMs);
     assert.equal(afterStep?.tickMs, 1000);
     assert.equal(readFileSync(stateFile).readBigInt64LE(24), 1_000_000_000n);
     // A stack with no clock (its host has no clock library): releasing it is nothing, not ENOENT
@@ -122,6 +123,8 @@ test("a step's clock stands at its release reading plus the whole ticks its comm
     assert.equal(heldReadingMs(released, bad, now), released.baseMs + 10_000, String(bad));
   // While the step runs it reads its start for STEP_TICK_MS, however slow the command is.
   assert.equal(clockReadingMs(released, 5_000_000_000n + 9_999_000_000n), released.baseMs);
+  // A forged time from a replaced agent moves the clock no further than the release has lasted.
+  assert.equal(heldReadingMs(released, 1e15, now), released.baseMs + 12_000);
   // A clock already held stays where it is.
   const held = { ...released, epochNs: null };
   assert.equal(heldReadingMs(held, 5000, now), released.baseMs);

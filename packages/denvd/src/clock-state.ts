@@ -187,11 +187,20 @@ export async function holdClock(
   }));
 }
 
-/** What a clock holds at: see holdClock. The command's run counts in whole CLOCK_TICK_MS. */
-export function heldReadingMs(s: ClockState, ranMs?: number, nowNs?: bigint): number {
+/**
+ * What a clock holds at: see holdClock. The command's run counts in whole CLOCK_TICK_MS, and never
+ * for longer than the clock has been released: the time comes from the agent, which root in an
+ * image sandbox can replace, and a forged one must not move the clock past what really passed.
+ */
+export function heldReadingMs(
+  s: ClockState,
+  ranMs?: number,
+  nowNs: bigint = process.hrtime.bigint(),
+): number {
   if (s.epochNs === null || ranMs === undefined || !Number.isFinite(ranMs) || ranMs < 0)
     return clockReadingMs(s, nowNs);
-  return s.baseMs + Math.floor(ranMs / CLOCK_TICK_MS) * CLOCK_TICK_MS;
+  const releasedMs = Math.max(0, Number(nowNs - s.epochNs) / 1e6);
+  return s.baseMs + Math.floor(Math.min(ranMs, releasedMs) / CLOCK_TICK_MS) * CLOCK_TICK_MS;
 }
 
 export async function removeClock(stateDir: string, stackId: string): Promise<void> {

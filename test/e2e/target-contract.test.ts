@@ -106,6 +106,9 @@ test("each available target keeps the sandbox contract", async (t) => {
         assert.equal(got.status, 200);
         assert.deepEqual(Object.values(await untar(got.data as Buffer)), ["from the contract\n"]);
         if (target.supported.includes("fork")) {
+          // A fork is of a version: the sandbox's state now, once snapshotted.
+          const snap = await lab.api("POST", `/v1/envs/${id}/snapshot`, {});
+          assert.equal(snap.data.status, "succeeded", JSON.stringify(snap.data));
           const fork = await lab.api("POST", `/v1/envs/${id}/fork`, { name: `contract-${target.name}` });
           assert.equal(fork.status, 201, JSON.stringify(fork.data));
           assert.equal(fork.data.target, target.name, "a fork runs where its version lives");

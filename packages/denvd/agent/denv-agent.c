@@ -21,9 +21,8 @@
  *   then frames both ways: u8 type, u32 len, bytes (the types: denv-agent-protocol.h, generated
  *   from denvd's table in src/exec/agent-protocol.ts)
  *     client -> agent: FRAME_IN_DATA stdin, FRAME_IN_END its end, FRAME_IN_KILL the process tree
- *     agent -> client: FRAME_OUT_STDOUT, FRAME_OUT_STDERR, FRAME_OUT_STATUS (12 bytes: the exit
- *     status, 128+N for signal N, as i32; then how long the command ran, fork to reap, in
- *     CLOCK_MONOTONIC ns as u64: a replay's frozen clock advances by that, not by denvd's wait)
+ *     agent -> client: FRAME_OUT_STDOUT, FRAME_OUT_STDERR, FRAME_OUT_STATUS (4 bytes: the exit
+ *     status, 128+N for signal N)
  *   A client that goes away kills the command's whole process group.
  *
  *   port:   MODE_PORT, port. The agent connects to 127.0.0.1:port inside the container's network
@@ -125,8 +124,6 @@ static void serve(int conn) {
   if (pipe(in) || pipe(out) || pipe(err)) _exit(1);
   /* Whatever the command starts stays this handler's descendant, setsid or not (see kill_tree). */
   prctl(PR_SET_CHILD_SUBREAPER, 1);
-  struct timespec started, ended;
-  clock_gettime(CLOCK_MONOTONIC, &started);
   pid_t pid = fork();
   cmd_pid = pid;
   if (pid == 0) {
@@ -247,16 +244,10 @@ static void serve(int conn) {
   int status = cmd_status;
   if (!cmd_reaped)
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-  clock_gettime(CLOCK_MONOTONIC, &ended);
   /* Background children of the command are part of its tree: they go with it. */
   kill(-pid, SIGKILL);
   int32_t code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  uint64_t ran_ns = (uint64_t)(ended.tv_sec - started.tv_sec) * 1000000000ull + (uint64_t)ended.tv_nsec -
-                    (uint64_t)started.tv_nsec;
-  char result[12];
-  memcpy(result, &code, 4);
-  memcpy(result + 4, &ran_ns, 8);
-  send_frame(conn, FRAME_OUT_STATUS, result, sizeof result);
+  send_frame(conn, FRAME_OUT_STATUS, &code, 4);
   /* The client may still be writing (stdin it no longer needs): let it finish and hang up first,
    * so it reads the status instead of a broken pipe. */
   shutdown(conn, SHUT_WR);

@@ -31,9 +31,16 @@ export const CLOCK_TICK_MS = 1000;
  * While a replay's step runs, the clock advances in ticks this long: what the step's command reads
  * in its first STEP_TICK_MS is the step's start, however slowly a starved host runs it (a psql
  * insert took over a second under a CPU hog and an I/O-heavy neighbour, and read a second later in
- * one fork of twenty). After the step it stands at the whole seconds the command ran.
+ * one fork of twenty).
  */
 export const STEP_TICK_MS = 10_000;
+/**
+ * After a replay's step its clock stands this far past the last reading its command could have
+ * seen: each step begins a second after the one before, whatever the host made of its run time.
+ * Counting the seconds a step ran instead put a second into one fork of twenty when a psql insert
+ * ran past one under load; a fixed step keeps the episode's time a function of its steps alone.
+ */
+export const STEP_ADVANCE_MS = 1000;
 
 /** Where the set-up builds the library (scripts/setup-host.sh), beside denv-agent. */
 export const DEFAULT_CLOCK_LIBRARY = "/var/lib/denv-host/agent/libdenv-clock.so";
@@ -167,40 +174,30 @@ export async function releaseClock(
 
 /**
  * Holds a clock: it stands until released again (between a replay's steps, and for its digest:
- * what the stack records then must not depend on how long a fork took). At what it reads now, or,
- * given how long a step's command ran (`ranMs`, measured in the container), at its release reading
- * plus those whole ticks: the time denvd took to start the command and to hear it ended, longer on
- * a busy machine, is not the episode's.
+ * what the stack records then must not depend on how long a fork took), at what it reads now plus
+ * `advanceMs` when it was running (a replay's step: STEP_ADVANCE_MS). A clock already held stays.
  */
 export async function holdClock(
   stateDir: string,
   stackId: string,
-  ranMs?: number,
+  advanceMs = 0,
 ): Promise<ClockState | null> {
   const exists = await readClock(stateDir, stackId);
   if (!exists) return null;
   return rewrite(stateDir, stackId, (s) => ({
     ...s,
-    baseMs: heldReadingMs(s, ranMs),
+    baseMs: heldReadingMs(s, advanceMs),
     epochNs: null,
     tickMs: CLOCK_TICK_MS,
   }));
 }
 
 /**
- * What a clock holds at: see holdClock. The command's run counts in whole CLOCK_TICK_MS, and never
- * for longer than the clock has been released: the time comes from the agent, which root in an
- * image sandbox can replace, and a forged one must not move the clock past what really passed.
+ * What a clock holds at: see holdClock. Never less than anything in the stack could have read
+ * (the reading in the clock's own ticks), so the episode's time does not run backwards.
  */
-export function heldReadingMs(
-  s: ClockState,
-  ranMs?: number,
-  nowNs: bigint = process.hrtime.bigint(),
-): number {
-  if (s.epochNs === null || ranMs === undefined || !Number.isFinite(ranMs) || ranMs < 0)
-    return clockReadingMs(s, nowNs);
-  const releasedMs = Math.max(0, Number(nowNs - s.epochNs) / 1e6);
-  return s.baseMs + Math.floor(Math.min(ranMs, releasedMs) / CLOCK_TICK_MS) * CLOCK_TICK_MS;
+export function heldReadingMs(s: ClockState, advanceMs = 0, nowNs: bigint = process.hrtime.bigint()): number {
+  return s.epochNs === null ? s.baseMs : clockReadingMs(s, nowNs) + advanceMs;
 }
 
 export async function removeClock(stateDir: string, stackId: string): Promise<void> {

@@ -193,7 +193,10 @@ export class Denvd {
     return seedDataset(this.ctx, stackId, volume, tar);
   }
 
-  start(stackId: string, hooks: { onStarted?: (service: string) => void } = {}): Promise<StartResult> {
+  start(
+    stackId: string,
+    hooks: { onStarted?: (service: string) => void; settleMs?: number } = {},
+  ): Promise<StartResult> {
     return startStack(this.ctx, stackId, hooks);
   }
 
@@ -237,11 +240,11 @@ export class Denvd {
   }
 
   /**
-   * Stops a stack's frozen clock (between a replay's steps): at what it reads, or at its release
-   * reading plus the whole ticks a step's command ran (`ranMs`); its reading, or null.
+   * Stops a stack's frozen clock (between a replay's steps) at what it reads plus `advanceMs` (a
+   * step: STEP_ADVANCE_MS); its reading, or null.
    */
-  holdClock(stackId: string, ranMs?: number): Promise<string | null> {
-    return holdStackClock(this.ctx, stackId, ranMs);
+  holdClock(stackId: string, advanceMs?: number): Promise<string | null> {
+    return holdStackClock(this.ctx, stackId, advanceMs);
   }
 
   /** Starts a stack's held clock (a pool's member handed over); its reading after, or null. */

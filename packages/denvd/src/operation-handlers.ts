@@ -13,9 +13,10 @@ import {
   type OpMethod,
   type OpResult,
 } from "@denv/protocol";
-import { STEP_TICK_MS } from "./clock-state.ts";
+import { STEP_ADVANCE_MS, STEP_TICK_MS } from "./clock-state.ts";
 import type { Denvd } from "./denvd.ts";
 import type { FileSink } from "./exec/executor.ts";
+import { DEPLOY_SETTLE_MS } from "./service-health.ts";
 import { Verifier } from "./verify.ts";
 
 /**
@@ -92,7 +93,9 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
     },
     seed_dataset: (p, io) => denvd.seedDataset(p.stack_id, p.dataset, io.get(p.content_stream)),
     start: async (p) => {
-      const r = await denvd.start(p.stack_id);
+      // A deploy's start: what is frozen next must have stayed up (forks, of a version that did,
+      // are not held back).
+      const r = await denvd.start(p.stack_id, { settleMs: DEPLOY_SETTLE_MS });
       return { ...r, egress: await denvd.probeEgress(p.stack_id) };
     },
     warm: (p) => denvd.warm(p.stack_id),
@@ -129,10 +132,9 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
       // A replay's step: the stack's frozen clock runs for the command's run only, here on the
       // host, so no round trip to the server counts as the episode's time: in STEP_TICK_MS ticks
       // while it runs (what it reads early on is the step's start, on a starved host too), then it
-      // stands at the whole seconds the command ran as the agent measured it, so neither does
-      // denvd's own wait.
+      // stands STEP_ADVANCE_MS on, so the next step's time does not depend on how long this one
+      // took either.
       if (p.episode_clock) await denvd.releaseClock(p.stack_id, STEP_TICK_MS);
-      let ranMs: number | undefined;
       const r = await denvd
         .exec(p.stack_id, p.service, {
           command: p.command,
@@ -146,11 +148,7 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
           onStdout: streamSink(stdout),
           onStderr: streamSink(stderr),
         })
-        .then((x) => {
-          ranMs = x.ranMs;
-          return x;
-        })
-        .finally(() => (p.episode_clock ? denvd.holdClock(p.stack_id, ranMs) : null));
+        .finally(() => (p.episode_clock ? denvd.holdClock(p.stack_id, STEP_ADVANCE_MS) : null));
       // Every byte of output is on its way before the result is.
       await Promise.all([finishStream(stdout), finishStream(stderr)]);
       return {

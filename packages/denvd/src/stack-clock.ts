@@ -56,14 +56,17 @@ export async function releaseStackClock(
   return s ? new Date(clockReadingMs(s)).toISOString() : null;
 }
 
-/** Stops a stack's clock at what it reads now; its reading, or null when it has no frozen clock. */
+/**
+ * Stops a stack's clock at what it reads now plus `advanceMs`; its reading, or null when it has no
+ * frozen clock.
+ */
 export async function holdStackClock(
   ctx: StackContext,
   stackId: string,
-  ranMs?: number,
+  advanceMs?: number,
 ): Promise<string | null> {
   const stack = ctx.stack(stackId);
-  const s = isFrozen(stack.spec) ? await holdClock(ctx.options.stateDir, stack.id, ranMs) : null;
+  const s = isFrozen(stack.spec) ? await holdClock(ctx.options.stateDir, stack.id, advanceMs) : null;
   return s ? new Date(s.baseMs).toISOString() : null;
 }
 

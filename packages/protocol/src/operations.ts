@@ -61,7 +61,7 @@ export const execParams = z.strictObject({
   max_output_bytes: z.number().int().positive().optional(),
   /**
    * A replay's step: the stack's frozen clock is released as the command starts and held as it
-   * ends, so the episode's time is the commands' own.
+   * ends, a second on, so the episode's time is a function of its steps, not of the host's speed.
    */
   episode_clock: z.boolean().optional(),
 });

@@ -452,7 +452,6 @@ export class AgentExecutor implements Executor {
         }, options.timeoutMs)
       : undefined;
     let code: number | undefined;
-    let ranMs: number | undefined;
     let readerGone: Error | null = null;
     /** Output to its reader; while the reader is slow the agent's socket is not read. */
     const deliver = (chunk: Buffer, into: BoundedBuffer, to: ExecOptions["onStdout"]) => {
@@ -479,7 +478,6 @@ export class AgentExecutor implements Executor {
           else if (type === FRAME_OUT.STDERR) deliver(data, err, options.onStderr);
           else if (type === FRAME_OUT.STATUS && data.length >= 4) {
             code = data.readInt32LE(0);
-            if (data.length >= 12) ranMs = Number(data.readBigUInt64LE(4)) / 1e6;
             resolve(code);
           }
         },
@@ -547,7 +545,6 @@ export class AgentExecutor implements Executor {
         stderrTruncated: err.truncated,
         timedOut,
         durationMs: Math.round(performance.now() - started),
-        ...(ranMs !== undefined ? { ranMs } : {}),
       };
     } finally {
       if (timer) clearTimeout(timer);

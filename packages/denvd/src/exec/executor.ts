@@ -45,12 +45,6 @@ export interface ExecResult {
   stderrTruncated: boolean;
   timedOut: boolean;
   durationMs: number;
-  /**
-   * How long the command itself ran, fork to reap, as the agent measured it in the container
-   * (absent from the engine's exec and from agents before it was sent): a replay's frozen clock
-   * advances by this, so no wait of denvd's counts as the episode's time.
-   */
-  ranMs?: number;
 }
 
 /**

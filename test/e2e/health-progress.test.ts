@@ -24,15 +24,18 @@ after(async () => {
   await host?.close();
 });
 
-/** A one-service stack prepared (not started) with this command and healthcheck. */
-async function prepared(name: string, command: string, check: string): Promise<string> {
+/** A one-service stack prepared (not started) with this command and healthcheck (null: none). */
+async function prepared(name: string, command: string, check: string | null): Promise<string> {
+  const healthcheck =
+    check === null
+      ? ""
+      : `    healthcheck: { test: ["CMD-SHELL", ${JSON.stringify(check)}], interval: 100ms, retries: 1 }\n`;
   const compose = `services:
   app:
     image: 127.0.0.1:5000/denv/opsbox:bookworm
     user: "1000:1000"
     command: ["sh", "-c", ${JSON.stringify(command)}]
-    healthcheck: { test: ["CMD-SHELL", ${JSON.stringify(check)}], interval: 100ms, retries: 1 }
-x-denv: { kind: service }
+${healthcheck}x-denv: { kind: service }
 `;
   const r = validateCompose(compose, { env: {}, projectName: "health" });
   if (!r.ok) throw new Error(JSON.stringify(r.errors));
@@ -100,4 +103,13 @@ test("a service at work that never becomes healthy fails at the ceiling, named s
     (out as { message: string }).message,
     new RegExp(`not healthy within ${CEILING_MS} ms \\(the most a service still at work is given\\)`),
   );
+});
+
+test("at a deploy's start, a service without a healthcheck that exits a moment after it started fails it", async () => {
+  // Looked at straight after its start it was running; it must stay up for the settle first.
+  const r = await start(await prepared("exits-soon", "sleep 0.3; exit 3", null));
+  assert.equal(r.ok, false);
+  assert.match(r.ok ? "" : r.message, /service app exited with code 3 right after it started/);
+  const up = await start(await prepared("stays-up", "exec sleep 600", null));
+  assert.equal(up.ok, true, up.ok ? "" : up.message);
 });

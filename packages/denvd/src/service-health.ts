@@ -15,6 +15,12 @@ import type { StackRecord } from "./state-store.ts";
 const HEALTH_DEADLINE_FLOOR_MS = 60_000;
 /** A service still at work past its deadline is given up to this many times the deadline. */
 const HEALTH_CEILING_FACTOR = 4;
+/**
+ * At a deploy, a service without a healthcheck counts as up once it has stayed running this long
+ * after its start. Judged at once, a command that exits straight away (`echo going; exit 3`) was
+ * still running on a busy host when it was looked at, and a version was frozen with it dead.
+ */
+export const DEPLOY_SETTLE_MS = 1000;
 /** How far back a service's CPU time is looked at to judge whether it is at work. */
 const PROGRESS_WINDOW_MS = 5000;
 /** How often a service given time past its deadline is checked. */
@@ -26,6 +32,7 @@ export async function startInOrder(
   ctx: StackContext,
   stack: StackRecord,
   onStarted?: (service: string) => void,
+  settleMs = 0,
 ): Promise<HealthEvidence> {
   const spec = stack.spec;
   const pollMs = ctx.options.healthPollMs ?? 100;
@@ -67,7 +74,7 @@ export async function startInOrder(
       return t;
     });
   const getHealthy = (svc: string) =>
-    memo(healthyP, svc, () => getStarted(svc).then((t) => waitServiceHealthy(ctx, stack, svc, t)));
+    memo(healthyP, svc, () => getStarted(svc).then((t) => waitServiceHealthy(ctx, stack, svc, t, settleMs)));
   const getExited = (svc: string) =>
     memo(exitedP, svc, () =>
       getStarted(svc).then(async () => {
@@ -102,18 +109,24 @@ export async function startInOrder(
   return { services: Object.fromEntries(results), ms: Math.round(performance.now() - begun) };
 }
 
-/** Healthy by its healthcheck (run as the service's user), or running when it declares none. */
+/**
+ * Healthy by its healthcheck (run as the service's user), or running when it declares none (still
+ * running `settleMs` after it is asked, when given: its start has returned by then).
+ */
 export async function waitServiceHealthy(
   ctx: StackContext,
   stack: StackRecord,
   svc: string,
   startedAt: number,
+  settleMs = 0,
 ): Promise<ServiceHealth> {
   const s = stack.spec.services[svc] as ResolvedService;
   const id = stack.containers[svc] as string;
   const hc = s.healthcheck;
   const pollMs = ctx.options.healthPollMs ?? 100;
   if (!hc || s.healthcheck_disabled) {
+    // From now, not from startedAt: on a busy host the engine's start itself can take a second.
+    await sleep(settleMs);
     const st = await ctx.runtime.inspectContainer(id);
     if (!st.running)
       throw new DenvError(

@@ -34,11 +34,15 @@ export async function probeStack(ctx: StackContext, stackId: string): Promise<Eg
   const stack = ctx.stack(stackId);
   // From the first that runs: a one-shot service (a seed job) that has done its work and exited
   // has no network namespace left; one that exits while probed gives way to the next.
+  const exited: string[] = [];
   for (const svc of probeServices(stack.spec)) {
     const cid = stack.containers[svc];
     if (!cid) continue;
     const st = await ctx.runtime.inspectContainer(cid);
-    if (!st.running || st.pid <= 0) continue;
+    if (!st.running || st.pid <= 0) {
+      exited.push(`${svc} exited with code ${st.exitCode}`);
+      continue;
+    }
     try {
       return await probeFrom(ctx, stack, svc, st);
     } catch (err) {
@@ -46,7 +50,11 @@ export async function probeStack(ctx: StackContext, stackId: string): Promise<Eg
       if (now?.running && now.pid === st.pid) throw err;
     }
   }
-  throw new DenvError("conflict", `environment ${stack.name} has no running container to probe from`);
+  // Named, so a deploy whose service died after its start says which (the console shows it).
+  throw new DenvError(
+    "conflict",
+    `environment ${stack.name} has no running container to probe from${exited.length ? ` (${exited.join(", ")})` : ""}`,
+  );
 }
 
 async function probeFrom(

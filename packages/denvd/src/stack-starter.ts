@@ -25,7 +25,7 @@ export interface StartResult {
 export async function startStack(
   ctx: StackContext,
   stackId: string,
-  hooks: { onStarted?: (service: string) => void } = {},
+  hooks: { onStarted?: (service: string) => void; settleMs?: number } = {},
 ): Promise<StartResult> {
   const stack = ctx.stack(stackId);
   const started = performance.now();
@@ -103,7 +103,7 @@ export async function startStack(
   for (const [svc, agent] of agents)
     ctx.agents.register(stack, svc, containerIds[svc] as string, agent.identity);
 
-  const health = await startInOrder(ctx, stack, hooks.onStarted);
+  const health = await startInOrder(ctx, stack, hooks.onStarted, hooks.settleMs);
   await assertAgentNotRoot(ctx, stack);
   // Read once every service is healthy: an entrypoint script has exec'd its program by then.
   const clock = await clockStartEvidence(ctx, stack);

@@ -17,7 +17,7 @@ export type ExecOnHost = Omit<OpParams<"exec">, "stdout_stream" | "stderr_stream
  * pending. Resolves with the host's result once every byte of output was handed on.
  */
 export async function execOverStreams(
-  hub: HostHub,
+  hub: Pick<HostHub, "streamCall">,
   hostId: string,
   params: ExecOnHost,
   stdin: Readable | Buffer | null,

@@ -1,19 +1,20 @@
 /**
  * Reaching into a running environment: exec, port URLs, and stopping one service (files are in
- * file-routes.ts). Each goes to the environment's host as a typed host operation.
+ * file-routes.ts). Exec and stopping go through the target the environment runs on.
  */
 import { once } from "node:events";
 import { PassThrough, type Readable } from "node:stream";
-import { DenvError, isDenvError, type OpResult } from "@denv/protocol";
+import { DenvError, isDenvError } from "@denv/protocol";
 import { stream } from "hono/streaming";
 import { z } from "zod";
-import { execOverStreams } from "../host-exec.ts";
 import { createPortUrl, listPortUrls, revokePortUrls } from "../port-tunnels.ts";
+import type { ExecOutcome, OutputSink } from "../targets/target.ts";
 import type { ApiContext } from "./api-deps.ts";
 import { type ApiRoute, route } from "./api-route.ts";
 import { execBody, execResult, portUrlBody, portUrlCreated, portUrlListed } from "./api-schemas.ts";
 import { envOf, runningOn, serviceOf, tcpPort } from "./environment-access.ts";
 import { requestBody, splitExecStream, streamResponse } from "./host-bytes.ts";
+import { environmentTarget } from "./team-targets.ts";
 
 /** The JSON form carries stdin as base64 in its body: 50 MiB of it. */
 const EXEC_LIMIT_BYTES = 80 * 1024 * 1024;
@@ -24,40 +25,47 @@ const DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024 * 1024;
 
 type ExecRequest = z.infer<typeof execBody>;
 
-/** A host's exec result as the API answers it, with the output collected (or streamed: empty). */
-function execAnswer(r: OpResult<"exec">, encoding: "utf8" | "base64", stdout: Buffer, stderr: Buffer) {
+/** A command's outcome as the API answers it, with the output collected (or streamed: empty). */
+function execAnswer(r: ExecOutcome, encoding: "utf8" | "base64", stdout: Buffer, stderr: Buffer) {
   const out = (b: Buffer) => b.toString(encoding);
   return {
-    exit_code: r.exit_code,
+    exit_code: r.exitCode,
     stdout: out(stdout),
     stderr: out(stderr),
     encoding,
-    stdout_truncated: r.stdout_truncated,
-    stdout_dropped_bytes: r.stdout_dropped_bytes,
-    stderr_dropped_bytes: r.stderr_dropped_bytes,
-    stderr_truncated: r.stderr_truncated,
-    timed_out: r.timed_out,
-    duration_ms: r.duration_ms,
+    stdout_truncated: r.stdoutTruncated,
+    stdout_dropped_bytes: r.stdoutDroppedBytes,
+    stderr_dropped_bytes: r.stderrDroppedBytes,
+    stderr_truncated: r.stderrTruncated,
+    timed_out: r.timedOut,
+    duration_ms: r.durationMs,
   };
 }
 
-/** Where a command runs and how, from the request. */
+/**
+ * Where a command runs and how, from the request: a function that runs it on the environment's
+ * target (its output to `onOutput`, at most `maxOutputBytes` per stream when given).
+ */
 async function execTarget(c: ApiContext, body: ExecRequest) {
   const e = await envOf(c);
-  const { hostId, stackId } = runningOn(e);
-  return {
-    hostId,
-    params: {
-      stack_id: stackId,
-      service: await serviceOf(c.var.deps, e, body.service),
-      command: body.command,
-      user: body.user,
-      cwd: body.cwd,
-      env: body.env,
-      timeout_ms: body.timeout_ms,
-      max_output_bytes: body.max_output_bytes,
-    },
-  };
+  runningOn(e);
+  const { target, placed } = environmentTarget(c.var.deps, e);
+  const service = await serviceOf(c.var.deps, e, body.service);
+  return (stdin: Readable | Buffer | null, onOutput: OutputSink, maxOutputBytes = body.max_output_bytes) =>
+    target.exec(
+      placed,
+      {
+        service,
+        command: body.command,
+        user: body.user,
+        cwd: body.cwd,
+        env: body.env,
+        timeoutMs: body.timeout_ms,
+        maxOutputBytes,
+      },
+      stdin,
+      onOutput,
+    );
 }
 
 /**
@@ -67,7 +75,7 @@ async function execTarget(c: ApiContext, body: ExecRequest) {
  */
 async function streamedExec(c: ApiContext, body: ExecRequest, stdin: Readable | Buffer | null) {
   // Where it runs is settled first: a missing environment or service is an HTTP error, not a line.
-  const { hostId, params } = await execTarget(c, body);
+  const run = await execTarget(c, body);
   c.header("content-type", "application/x-ndjson");
   return stream(c, async (s) => {
     const enc = body.encoding ?? "utf8";
@@ -80,7 +88,7 @@ async function streamedExec(c: ApiContext, body: ExecRequest, stdin: Readable | 
     };
     const keepAlive = setInterval(() => void write("\n").catch(() => {}), c.var.deps.keepAliveMs);
     try {
-      const r = await execOverStreams(c.var.deps.hub, hostId, params, stdin, async (which, data) => {
+      const r = await run(stdin, async (which, data) => {
         if (s.aborted) throw new Error("the client went away");
         await write(`${JSON.stringify({ stream: which, data: data.toString("base64") })}\n`);
       });
@@ -120,7 +128,7 @@ function muxFrame(kind: number, payload: Buffer): Buffer[] {
  * chunk. Each frame is written before the next is taken from the host.
  */
 async function multiplexedExec(c: ApiContext, body: ExecRequest, stdin: Readable) {
-  const { hostId, params } = await execTarget(c, body);
+  const run = await execTarget(c, body);
   const out = new PassThrough({ highWaterMark: 1024 * 1024 });
   const send = async (kind: number, payload: Buffer) => {
     if (out.destroyed) throw new Error("the client went away");
@@ -136,9 +144,7 @@ async function multiplexedExec(c: ApiContext, body: ExecRequest, stdin: Readable
   out.on("close", () => clearInterval(keepAlive));
   void (async () => {
     try {
-      const r = await execOverStreams(c.var.deps.hub, hostId, params, stdin, (which, data) =>
-        send(which === "stdout" ? MUX_STDOUT : MUX_STDERR, data),
-      );
+      const r = await run(stdin, (which, data) => send(which === "stdout" ? MUX_STDOUT : MUX_STDERR, data));
       clearInterval(keepAlive);
       const enc = body.encoding ?? "utf8";
       await send(
@@ -173,18 +179,16 @@ export const environmentIoRoutes: ApiRoute[] = [
     handler: async (c, { body, query }) => {
       const stdin = body.stdin !== undefined ? Buffer.from(body.stdin, "base64") : null;
       if (query.stream === "true") return streamedExec(c, body, stdin);
-      const { hostId, params } = await execTarget(c, body);
-      // The host drops what is past the limit; only what it keeps travels and is held here.
+      const run = await execTarget(c, body);
+      // The target drops what is past the limit; only what it keeps travels and is held here.
       const limit = body.max_output_bytes ?? DEFAULT_MAX_OUTPUT_BYTES;
       const got = { stdout: [] as Buffer[], stderr: [] as Buffer[] };
-      const r = await execOverStreams(
-        c.var.deps.hub,
-        hostId,
-        { ...params, max_output_bytes: limit },
+      const r = await run(
         stdin,
         (which, chunk) => {
           got[which].push(chunk);
         },
+        limit,
       );
       const out = Buffer.concat(got.stdout).subarray(0, limit);
       const err = Buffer.concat(got.stderr).subarray(0, limit);
@@ -280,9 +284,11 @@ export const environmentIoRoutes: ApiRoute[] = [
     auth: true,
     handler: async (c) => {
       const e = await envOf(c);
-      const { hostId, stackId } = runningOn(e);
+      runningOn(e);
       const service = (await serviceOf(c.var.deps, e, c.req.param("service"))) as string;
-      return c.json(await c.var.deps.hub.call(hostId, "stop_service", { stack_id: stackId, service }));
+      const { target, placed } = environmentTarget(c.var.deps, e);
+      await target.stopService(placed, service);
+      return c.json({ stopped: service });
     },
   }),
 ];

@@ -4,19 +4,17 @@
  * a directory with a file nor a file with a directory; each failure answers its own code
  * (not_found, permission_denied, is_directory, not_a_directory, conflict).
  */
-import { pipeline } from "node:stream/promises";
-import { DenvError, fsEntry, isDenvError, type MuxStream } from "@denv/protocol";
+import { fsEntry } from "@denv/protocol";
 import { z } from "zod";
 import type { ApiContext } from "./api-deps.ts";
 import { type ApiRoute, route } from "./api-route.ts";
 import { filesQuery } from "./api-schemas.ts";
 import { containerPath, envOf, runningOn, serviceOf } from "./environment-access.ts";
 import { requestBody, streamResponse } from "./host-bytes.ts";
+import { environmentTarget } from "./team-targets.ts";
 
-/** A tar streams through to the host: up to 16 GiB of it in one request. */
+/** A tar streams through to the environment: up to 16 GiB of it in one request. */
 const FILES_LIMIT_BYTES = 16 * 1024 ** 3;
-/** How long a transfer may take (10 GiB at 20 MiB/s is under 9 minutes). */
-const TRANSFER_TIMEOUT_MS = 60 * 60_000;
 
 const path = z.string().min(1).max(4096);
 const who = {
@@ -29,17 +27,15 @@ const who = {
     .describe("Who does it (name|uid[:group|gid]); default: the service's user"),
 };
 
-/** The environment's host and stack, the service checked against its own, and the user. */
+/** The environment's target, the service checked against its own, and the user. */
 async function where(c: ApiContext, service: string | undefined, user: string | undefined) {
   const e = await envOf(c);
-  const { hostId, stackId } = runningOn(e);
+  runningOn(e);
+  const { target, placed } = environmentTarget(c.var.deps, e);
   return {
-    hostId,
-    target: {
-      stack_id: stackId,
-      service: await serviceOf(c.var.deps, e, service),
-      ...(user ? { user } : {}),
-    },
+    target,
+    placed,
+    at: { service: await serviceOf(c.var.deps, e, service), ...(user ? { user } : {}) },
   };
 }
 
@@ -55,30 +51,9 @@ export const fileRoutes: ApiRoute[] = [
     auth: true,
     bodyLimitBytes: null,
     handler: async (c, { query }) => {
-      const { hostId, target } = await where(c, query.service, query.user);
+      const { target, placed, at } = await where(c, query.service, query.user);
       const path = containerPath(query.path);
-      const body = requestBody(c, FILES_LIMIT_BYTES);
-      const { streams, result } = await c.var.deps.hub.streamCall(
-        hostId,
-        "put_files",
-        1,
-        ([id]) => ({ ...target, path, tar_stream: id as number }),
-        { timeoutMs: TRANSFER_TIMEOUT_MS },
-      );
-      const tar = streams[0] as MuxStream;
-      tar.on("error", () => {});
-      // The body goes to the host as fast as it takes it; a body refused on the way (too large)
-      // cuts the stream, and the host keeps nothing of it.
-      const sending = pipeline(body, tar);
-      sending.catch(() => {});
-      try {
-        return c.json(await result);
-      } catch (err) {
-        await sending.catch((bodyErr: unknown) => {
-          if (isDenvError(bodyErr)) throw bodyErr;
-        });
-        throw err;
-      }
+      return c.json(await target.putFiles(placed, { ...at, path }, requestBody(c, FILES_LIMIT_BYTES)));
     },
   }),
   route({
@@ -90,39 +65,8 @@ export const fileRoutes: ApiRoute[] = [
     responseType: "tar",
     auth: true,
     handler: async (c, { query }) => {
-      const { hostId, target } = await where(c, query.service, query.user);
-      const path = containerPath(query.path);
-      const { streams, result } = await c.var.deps.hub.streamCall(
-        hostId,
-        "get_files",
-        1,
-        ([id]) => ({ ...target, path, tar_stream: id as number }),
-        { timeoutMs: TRANSFER_TIMEOUT_MS },
-      );
-      const tar = streams[0] as MuxStream;
-      // The host sends no byte before the path was found and may be read: until the first one (or
-      // the end), a failure is the operation's, answered as its error code.
-      const ready = new Promise<void>((resolve, reject) => {
-        const go = () => {
-          tar.off("readable", go);
-          tar.off("error", reject);
-          resolve();
-        };
-        tar.on("readable", go);
-        tar.once("error", reject);
-      });
-      await Promise.race([ready, result.then(() => ready)]).catch(async (err: unknown) => {
-        tar.destroy();
-        // The operation's own error says why; a cut stream alone says less.
-        throw await result.then(
-          () => err,
-          (opErr: unknown) => opErr,
-        );
-      });
-      // Failed already (its host broke the protocol, say): an error, not a beginning.
-      if (tar.errored) throw new DenvError("unavailable", `the host cut the tar of ${path} short; try again`);
-      // A failure after the first byte cuts the response: the client sees a truncated transfer.
-      tar.on("error", () => {});
+      const { target, placed, at } = await where(c, query.service, query.user);
+      const tar = await target.getFiles(placed, { ...at, path: containerPath(query.path) });
       return streamResponse(c, tar, "application/x-tar");
     },
   }),
@@ -134,10 +78,8 @@ export const fileRoutes: ApiRoute[] = [
     response: fsEntry,
     auth: true,
     handler: async (c, { query }) => {
-      const { hostId, target } = await where(c, query.service, query.user);
-      return c.json(
-        await c.var.deps.hub.call(hostId, "stat_path", { ...target, path: containerPath(query.path) }),
-      );
+      const { target, placed, at } = await where(c, query.service, query.user);
+      return c.json(await target.statPath(placed, { ...at, path: containerPath(query.path) }));
     },
   }),
   route({
@@ -153,14 +95,13 @@ export const fileRoutes: ApiRoute[] = [
     response: z.object({ entries: z.array(fsEntry) }),
     auth: true,
     handler: async (c, { query }) => {
-      const { hostId, target } = await where(c, query.service, query.user);
-      return c.json(
-        await c.var.deps.hub.call(hostId, "list_path", {
-          ...target,
-          path: containerPath(query.path),
-          depth: query.depth ?? 1,
-        }),
+      const { target, placed, at } = await where(c, query.service, query.user);
+      const entries = await target.listPath(
+        placed,
+        { ...at, path: containerPath(query.path) },
+        query.depth ?? 1,
       );
+      return c.json({ entries });
     },
   }),
   route({
@@ -171,13 +112,9 @@ export const fileRoutes: ApiRoute[] = [
     response: z.object({ created: z.boolean() }),
     auth: true,
     handler: async (c, { body }) => {
-      const { hostId, target } = await where(c, body.service, body.user);
+      const { target, placed, at } = await where(c, body.service, body.user);
       return c.json(
-        await c.var.deps.hub.call(hostId, "make_dir", {
-          ...target,
-          path: containerPath(body.path),
-          parents: body.parents ?? true,
-        }),
+        await target.makeDir(placed, { ...at, path: containerPath(body.path) }, body.parents ?? true),
       );
     },
   }),
@@ -193,13 +130,9 @@ export const fileRoutes: ApiRoute[] = [
     response: z.object({ removed: z.string() }),
     auth: true,
     handler: async (c, { query }) => {
-      const { hostId, target } = await where(c, query.service, query.user);
+      const { target, placed, at } = await where(c, query.service, query.user);
       const p = containerPath(query.path);
-      await c.var.deps.hub.call(hostId, "remove_path", {
-        ...target,
-        path: p,
-        recursive: query.recursive === "true",
-      });
+      await target.removePath(placed, { ...at, path: p }, query.recursive === "true");
       return c.json({ removed: p });
     },
   }),
@@ -211,10 +144,10 @@ export const fileRoutes: ApiRoute[] = [
     response: z.object({ from: z.string(), to: z.string() }),
     auth: true,
     handler: async (c, { body }) => {
-      const { hostId, target } = await where(c, body.service, body.user);
+      const { target, placed, at } = await where(c, body.service, body.user);
       const from = containerPath(body.from);
       const to = containerPath(body.to);
-      await c.var.deps.hub.call(hostId, "rename_path", { ...target, from, to });
+      await target.renamePath(placed, at, from, to);
       return c.json({ from, to });
     },
   }),

@@ -1,11 +1,13 @@
 /**
  * The targets a team can run on, by name (today its sidecar hosts, `denvd`), and their rows as the
- * API shows them. Routes find a target here and read its row before they act.
+ * API shows them. Routes find a target here and read its row before they act, and reach into a
+ * running environment through the target that placed it.
  */
 import { DenvError } from "@denv/protocol";
 import type { z } from "zod";
+import type { EnvironmentsTable } from "../store/schema.ts";
 import { DenvdTarget } from "../targets/denvd-target.ts";
-import type { Target, TargetCapabilities } from "../targets/target.ts";
+import type { PlacedEnvironment, Target, TargetCapabilities } from "../targets/target.ts";
 import type { ApiDeps } from "./api-deps.ts";
 import type { targetSchema } from "./api-schemas.ts";
 import { createSandbox } from "./environment-creation.ts";
@@ -14,7 +16,7 @@ export function teamTargets(deps: ApiDeps): Target[] {
   return [
     new DenvdTarget({
       store: deps.store,
-      isConnected: (hostId) => deps.hub.isConnected(hostId),
+      hub: deps.hub,
       createSandbox: async (teamId, spec) => {
         const body =
           "fromVersion" in spec
@@ -37,6 +39,24 @@ export function targetNamed(deps: ApiDeps, name: string): Target {
       `no target ${JSON.stringify(name)}: this team's are ${all.map((x) => x.name).join(", ")} (GET /v1/targets); hosted providers cannot be connected yet`,
     );
   return t;
+}
+
+/**
+ * The target a running environment is on, and the environment as the target knows it
+ * (`runningOn` has checked it runs). An environment on a target this server no longer has is
+ * unavailable, saying which.
+ */
+export function environmentTarget(
+  deps: ApiDeps,
+  e: EnvironmentsTable,
+): { target: Target; placed: PlacedEnvironment } {
+  const target = teamTargets(deps).find((t) => t.name === e.target_id);
+  if (!target)
+    throw new DenvError(
+      "unavailable",
+      `environment ${e.name} runs on target ${e.target_id}, which this server does not have`,
+    );
+  return { target, placed: { id: e.id, name: e.name, hostId: e.host_id, stackId: e.stack_id } };
 }
 
 const CELLS: [keyof TargetCapabilities, string][] = [

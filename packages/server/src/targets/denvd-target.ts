@@ -1,17 +1,49 @@
 /**
  * A team's sidecar hosts as one target: what denvd can do (every cell of the row, with the storage
- * its hosts report deciding how snapshots and forks are made), and sandboxes deployed through the
- * deployment runner on the host with the most free storage (handed in as `createSandbox`).
+ * its hosts report deciding how snapshots and forks are made), sandboxes deployed through the
+ * deployment runner on the host with the most free storage (handed in as `createSandbox`), and an
+ * environment's exec and files as typed operations on its host over the hub's byte streams.
  */
-
+import type { Readable } from "node:stream";
+import { pipeline } from "node:stream/promises";
+import { DenvError, isDenvError, type MuxStream } from "@denv/protocol";
+import { execOverStreams } from "../host-exec.ts";
+import type { HostHub } from "../host-hub.ts";
 import { teamHosts } from "../store/host-store.ts";
 import type { Store } from "../store/open-store.ts";
-import type { MadeEnvironment, SandboxSpec, Target, TargetCapabilities, TargetStatus } from "./target.ts";
+import type {
+  ExecOutcome,
+  ExecRequest,
+  FsEntry,
+  MadeEnvironment,
+  OutputSink,
+  PlacedEnvironment,
+  SandboxSpec,
+  ServicePath,
+  Target,
+  TargetCapabilities,
+  TargetStatus,
+} from "./target.ts";
+
+/** How long a transfer of files may take (10 GiB at 20 MiB/s is under 9 minutes). */
+const TRANSFER_TIMEOUT_MS = 60 * 60_000;
 
 export interface DenvdTargetDeps {
   store: Store;
-  isConnected(hostId: string): boolean;
+  hub: Pick<HostHub, "call" | "streamCall" | "isConnected">;
   createSandbox(teamId: string, spec: SandboxSpec): Promise<MadeEnvironment>;
+}
+
+/** The host and stack an environment runs on; conflict when the record has none. */
+function onHost(env: PlacedEnvironment): { hostId: string; stackId: string } {
+  if (!env.hostId || !env.stackId)
+    throw new DenvError("conflict", `environment ${env.name} is not running on a host`);
+  return { hostId: env.hostId, stackId: env.stackId };
+}
+
+/** The host operation's addressing of a service and user. */
+function hostTarget(stackId: string, at: Omit<ServicePath, "path">) {
+  return { stack_id: stackId, service: at.service, ...(at.user ? { user: at.user } : {}) };
 }
 
 export class DenvdTarget implements Target {
@@ -42,7 +74,7 @@ export class DenvdTarget implements Target {
   }
 
   async status(teamId: string): Promise<TargetStatus> {
-    const hosts = (await teamHosts(this.deps.store, teamId)).filter((h) => this.deps.isConnected(h.id));
+    const hosts = (await teamHosts(this.deps.store, teamId)).filter((h) => this.deps.hub.isConnected(h.id));
     return {
       available: hosts.length > 0,
       hosts: hosts.length,
@@ -54,5 +86,137 @@ export class DenvdTarget implements Target {
 
   createSandbox(teamId: string, spec: SandboxSpec): Promise<MadeEnvironment> {
     return this.deps.createSandbox(teamId, spec);
+  }
+
+  async exec(
+    env: PlacedEnvironment,
+    req: ExecRequest,
+    stdin: Readable | Buffer | null,
+    onOutput: OutputSink,
+  ): Promise<ExecOutcome> {
+    const { hostId, stackId } = onHost(env);
+    const r = await execOverStreams(
+      this.deps.hub,
+      hostId,
+      {
+        stack_id: stackId,
+        service: req.service,
+        command: req.command,
+        user: req.user,
+        cwd: req.cwd,
+        env: req.env,
+        timeout_ms: req.timeoutMs,
+        max_output_bytes: req.maxOutputBytes,
+      },
+      stdin,
+      onOutput,
+    );
+    return {
+      exitCode: r.exit_code,
+      stdoutTruncated: r.stdout_truncated,
+      stderrTruncated: r.stderr_truncated,
+      stdoutDroppedBytes: r.stdout_dropped_bytes,
+      stderrDroppedBytes: r.stderr_dropped_bytes,
+      timedOut: r.timed_out,
+      durationMs: r.duration_ms,
+    };
+  }
+
+  async putFiles(env: PlacedEnvironment, at: ServicePath, body: Readable) {
+    const { hostId, stackId } = onHost(env);
+    const { streams, result } = await this.deps.hub.streamCall(
+      hostId,
+      "put_files",
+      1,
+      ([id]) => ({ ...hostTarget(stackId, at), path: at.path, tar_stream: id as number }),
+      { timeoutMs: TRANSFER_TIMEOUT_MS },
+    );
+    const tar = streams[0] as MuxStream;
+    tar.on("error", () => {});
+    // The body goes to the host as fast as it takes it; a body refused on the way (too large)
+    // cuts the stream, and the host keeps nothing of it.
+    const sending = pipeline(body, tar);
+    sending.catch(() => {});
+    try {
+      return await result;
+    } catch (err) {
+      await sending.catch((bodyErr: unknown) => {
+        if (isDenvError(bodyErr)) throw bodyErr;
+      });
+      throw err;
+    }
+  }
+
+  async getFiles(env: PlacedEnvironment, at: ServicePath): Promise<Readable> {
+    const { hostId, stackId } = onHost(env);
+    const { streams, result } = await this.deps.hub.streamCall(
+      hostId,
+      "get_files",
+      1,
+      ([id]) => ({ ...hostTarget(stackId, at), path: at.path, tar_stream: id as number }),
+      { timeoutMs: TRANSFER_TIMEOUT_MS },
+    );
+    const tar = streams[0] as MuxStream;
+    // The host sends no byte before the path was found and may be read: until the first one (or
+    // the end), a failure is the operation's, answered as its error code.
+    const ready = new Promise<void>((resolve, reject) => {
+      const go = () => {
+        tar.off("readable", go);
+        tar.off("error", reject);
+        resolve();
+      };
+      tar.on("readable", go);
+      tar.once("error", reject);
+    });
+    await Promise.race([ready, result.then(() => ready)]).catch(async (err: unknown) => {
+      tar.destroy();
+      // The operation's own error says why; a cut stream alone says less.
+      throw await result.then(
+        () => err,
+        (opErr: unknown) => opErr,
+      );
+    });
+    // Failed already (its host broke the protocol, say): an error, not a beginning.
+    if (tar.errored)
+      throw new DenvError("unavailable", `the host cut the tar of ${at.path} short; try again`);
+    // A failure after the first byte cuts the stream: the reader sees a truncated transfer.
+    tar.on("error", () => {});
+    result.catch(() => {});
+    return tar;
+  }
+
+  async statPath(env: PlacedEnvironment, at: ServicePath): Promise<FsEntry> {
+    const { hostId, stackId } = onHost(env);
+    return this.deps.hub.call(hostId, "stat_path", { ...hostTarget(stackId, at), path: at.path });
+  }
+
+  async listPath(env: PlacedEnvironment, at: ServicePath, depth: number): Promise<FsEntry[]> {
+    const { hostId, stackId } = onHost(env);
+    const r = await this.deps.hub.call(hostId, "list_path", {
+      ...hostTarget(stackId, at),
+      path: at.path,
+      depth,
+    });
+    return r.entries;
+  }
+
+  async makeDir(env: PlacedEnvironment, at: ServicePath, parents: boolean) {
+    const { hostId, stackId } = onHost(env);
+    return this.deps.hub.call(hostId, "make_dir", { ...hostTarget(stackId, at), path: at.path, parents });
+  }
+
+  async removePath(env: PlacedEnvironment, at: ServicePath, recursive: boolean): Promise<void> {
+    const { hostId, stackId } = onHost(env);
+    await this.deps.hub.call(hostId, "remove_path", { ...hostTarget(stackId, at), path: at.path, recursive });
+  }
+
+  async renamePath(env: PlacedEnvironment, at: Omit<ServicePath, "path">, from: string, to: string) {
+    const { hostId, stackId } = onHost(env);
+    await this.deps.hub.call(hostId, "rename_path", { ...hostTarget(stackId, at), from, to });
+  }
+
+  async stopService(env: PlacedEnvironment, service: string): Promise<void> {
+    const { hostId, stackId } = onHost(env);
+    await this.deps.hub.call(hostId, "stop_service", { stack_id: stackId, service });
   }
 }

@@ -5,9 +5,16 @@
  * caller reads `capabilities()` before it acts, so nobody is promised what a target cannot do, and
  * `/v1/targets` and the console show the same row.
  *
- * Still going through the host hub directly (to move behind this port): deployments of projects,
- * snapshots, rollbacks, verify, pools, replay, promote, files and port URLs.
+ * Exec, files and stopping a service go through it. Still going through the host hub directly (to
+ * move behind this port): deployments of projects, snapshots, rollbacks, verify, pools, replay,
+ * promote and port URLs.
  */
+import type { Readable } from "node:stream";
+import type { fsEntry } from "@denv/protocol";
+import type { z } from "zod";
+
+/** A path in a container as the user saw it (a link is reported as a link, not followed). */
+export type FsEntry = z.infer<typeof fsEntry>;
 
 /** The kinds of target denv knows. */
 export type TargetKind = "denvd";
@@ -68,7 +75,72 @@ export interface TargetStatus {
   note: string | null;
 }
 
-export interface Target {
+/** A running environment as its target placed it (the store's record of where it runs). */
+export interface PlacedEnvironment {
+  id: string;
+  name: string;
+  /** The host and stack, for a target made of hosts. */
+  hostId: string | null;
+  stackId: string | null;
+}
+
+/** Where in an environment: a service (none: the agent's, else the first) and as whom. */
+export interface ServicePath {
+  service?: string;
+  /** name|uid[:group|gid]; none: the service's own user. */
+  user?: string;
+  path: string;
+}
+
+export interface ExecRequest {
+  service?: string;
+  command: string | string[];
+  user?: string;
+  cwd?: string;
+  env?: Record<string, string>;
+  timeoutMs?: number;
+  /** Per stream; output past it is counted and dropped. None: all of it. */
+  maxOutputBytes?: number;
+}
+
+export interface ExecOutcome {
+  exitCode: number;
+  stdoutTruncated: boolean;
+  stderrTruncated: boolean;
+  stdoutDroppedBytes: number;
+  stderrDroppedBytes: number;
+  timedOut: boolean;
+  durationMs: number;
+}
+
+/** Output as the command writes it; the target waits while the promise is pending. */
+export type OutputSink = (which: "stdout" | "stderr", chunk: Buffer) => void | Promise<void>;
+
+/** Reaching into a running environment: commands, files, one service stopped. */
+export interface EnvironmentIo {
+  exec(
+    env: PlacedEnvironment,
+    req: ExecRequest,
+    stdin: Readable | Buffer | null,
+    onOutput: OutputSink,
+  ): Promise<ExecOutcome>;
+  /** Extracts a tar at the path (parents made; a directory never replaced by a file, nor the reverse). */
+  putFiles(
+    env: PlacedEnvironment,
+    at: ServicePath,
+    tar: Readable,
+  ): Promise<{ entries: number; bytes: number }>;
+  /** A tar of the path, never following a link; resolves once its first byte came, or fails why. */
+  getFiles(env: PlacedEnvironment, at: ServicePath): Promise<Readable>;
+  statPath(env: PlacedEnvironment, at: ServicePath): Promise<FsEntry>;
+  listPath(env: PlacedEnvironment, at: ServicePath, depth: number): Promise<FsEntry[]>;
+  makeDir(env: PlacedEnvironment, at: ServicePath, parents: boolean): Promise<{ created: boolean }>;
+  removePath(env: PlacedEnvironment, at: ServicePath, recursive: boolean): Promise<void>;
+  renamePath(env: PlacedEnvironment, at: Omit<ServicePath, "path">, from: string, to: string): Promise<void>;
+  stopService(env: PlacedEnvironment, service: string): Promise<void>;
+}
+
+export interface Target extends EnvironmentIo {
   readonly name: string;
   readonly kind: TargetKind;
   capabilities(teamId: string): Promise<TargetCapabilities>;

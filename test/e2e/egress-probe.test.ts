@@ -32,18 +32,28 @@ async function container(networkMode: string): Promise<number> {
 
 /**
  * A listener that is slow to answer: listen(0) with one connection left in its accept queue, so
- * the kernel drops new SYNs until `delayMs` later, when that connection is accepted and the queue
- * has room for the connect's retransmitted SYN. It keeps accepting afterwards.
+ * the kernel drops new SYNs. Once told to go, it watches the kernel's count of SYNs dropped for a
+ * full accept queue (TcpExt ListenOverflows) and, when the probe's first SYN has been dropped,
+ * accepts that connection, so the queue has room for the retransmitted SYN a second later. Waiting
+ * on the drop itself, not on a timer: on a busy machine the probe's first SYN came after a fixed
+ * delay had run out, and the connect was fast. It keeps accepting afterwards.
  */
-async function slowListener(host: string, delayMs: number): Promise<{ port: number; proc: ChildProcess }> {
+async function slowListener(host: string): Promise<{ port: number; proc: ChildProcess }> {
   const script = `
 import socket, sys, time
+def overflows():
+    lines = open("/proc/net/netstat").read().splitlines()
+    for names, values in zip(lines[::2], lines[1::2]):
+        if names.startswith("TcpExt:"):
+            return int(values.split()[names.split().index("ListenOverflows")])
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind((${JSON.stringify(host)}, 0)); s.listen(0)
 filler = socket.create_connection((${JSON.stringify(host)}, s.getsockname()[1]))
 print(s.getsockname()[1], flush=True)
 sys.stdin.readline()
-time.sleep(${delayMs / 1000})
+seen = overflows()
+while overflows() == seen:
+    time.sleep(0.01)
 while True:
     c, _ = s.accept(); print("accepted", flush=True)
 `;
@@ -67,9 +77,9 @@ after(async () => {
 test("a target that answers only after a dropped SYN's retransmission is reachable, not blocked", async () => {
   const pid = await container("bridge");
   const host = dockerBridgeAddress();
-  const { port, proc } = await slowListener(host, 300);
+  const { port, proc } = await slowListener(host);
   try {
-    proc.stdin?.write("go\n"); // the listener starts its delay as the probe starts
+    proc.stdin?.write("go\n"); // the listener waits for the probe's first SYN to be dropped
     const ev = await probeEgress(pid, { host, port });
     assert.equal(ev.outcome, "connected", JSON.stringify(ev));
     assert.equal(ev.result, "reachable");

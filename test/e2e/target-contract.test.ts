@@ -3,14 +3,18 @@
  * hosted provider's driver joins by being connected in `before`): its row is whole and says what
  * it supports; a sandbox made on it by name answers exec with its environment, takes and gives
  * back files, snapshots and forks where the row says it can, and is gone after its delete.
- * Through the API, on the real server and engine.
+ * Through the API, on the real server and engine; E2B through its official SDK against a local
+ * double of its API (e2b-dev's spec; the double runs each sandbox as a container on the engine).
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import tar from "tar-stream";
 import { type Lab, openLab } from "../security/security-lab.ts";
+import { LOCAL_REGISTRY } from "./denvd-helpers.ts";
+import { type E2bDouble, startE2bDouble } from "./e2b-double.ts";
 
 let lab: Lab;
+let e2b: E2bDouble;
 const CELLS = [
   "multi_service_stack",
   "consistent_snapshot",
@@ -23,11 +27,21 @@ const CELLS = [
 ];
 
 before(async () => {
-  lab = await openLab();
+  e2b = await startE2bDouble({ registry: "127.0.0.1:5000" });
+  lab = await openLab({ fetchAllow: [...LOCAL_REGISTRY, new URL(e2b.url).host] });
+  // The seed's `denv cloud connect e2b --name e2b --token KEY`, against the double.
+  const connected = await lab.api("POST", "/v1/clouds", {
+    provider: "e2b",
+    name: "e2b",
+    token: e2b.apiKey,
+    api_url: e2b.url,
+  });
+  assert.equal(connected.status, 201, JSON.stringify(connected.data));
 });
 
 after(async () => {
   await lab?.close();
+  await e2b?.close();
 });
 
 async function tarOf(name: string, body: string): Promise<Uint8Array> {
@@ -70,10 +84,16 @@ test("every target's row names each cell in words and which it supports", async 
     for (const s of t.supported) assert.ok(CELLS.includes(s), `${t.name} supports ${s}`);
     assert.equal(typeof t.available, "boolean");
   }
+  // A connected provider is a target of its own, saying its driver has not met the live provider.
+  const hosted = targets.find((t) => t.name === "e2b");
+  assert.equal(hosted?.type, "e2b");
+  assert.equal(hosted?.capabilities.multi_service_stack, "no (one VM per sandbox)");
+  assert.ok(!hosted?.supported.includes("verify"));
+  assert.match(hosted?.note ?? "", /not against the live E2B/);
   // An unknown target is named as such, with the ones there are.
-  const none = await lab.api("POST", "/v1/targets/e2b/sandboxes", { image: "x" });
+  const none = await lab.api("POST", "/v1/targets/nowhere/sandboxes", { image: "x" });
   assert.equal(none.status, 404);
-  assert.match(none.data.error.message, /no target "e2b".*denvd/);
+  assert.match(none.data.error.message, /no target "nowhere".*denvd, e2b/);
 });
 
 test("each available target keeps the sandbox contract", async (t) => {

@@ -914,7 +914,7 @@ export type PostV1SandboxesBody = {
 export type GetV1TargetsResponse = {
   targets: Array<{
     name: string;
-    type: "denvd";
+    type: "denvd" | "e2b";
     available: boolean;
     hosts: number;
     note: string | null;
@@ -1202,7 +1202,7 @@ export type GetV1VersionsByIdSpecResponse = {
 /** A version's data sheet: digests, volumes and sizes, caps, egress, clock reach, replays, every promote's gate evidence, verify results; ?format=markdown for people — GET /v1/versions/{id}/datasheet */
 export type GetV1VersionsByIdDatasheetResponse = unknown;
 
-/** Connect a cloud account (hetzner) the provision phase creates machines in; the token is checked, then stored encrypted — POST /v1/clouds */
+/** Connect a cloud account: hetzner (the provision phase creates machines there) or e2b (a target of its own); the token is checked, then stored encrypted — POST /v1/clouds */
 export type PostV1CloudsResponse = {
   name: string;
   provider: string;
@@ -1220,8 +1220,8 @@ export type PostV1CloudsBody = {
   provider: string;
   name: string;
   token: string;
-  server_type: string;
-  location: string;
+  server_type?: string;
+  location?: string;
   api_url?: string;
 };
 
@@ -1242,7 +1242,7 @@ export type GetV1CloudsResponse = {
   }>;
 };
 
-/** Disconnect a cloud account (its machines are left as they are) — DELETE /v1/clouds/{name} */
+/** Disconnect a cloud account (its machines are left as they are); a hosted provider still running environments is refused — DELETE /v1/clouds/{name} */
 export type DeleteV1CloudsByNameResponse = {
   deleted: string;
 };

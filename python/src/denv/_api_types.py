@@ -385,7 +385,7 @@ class GetV1TargetsResponseTargetsItemCapabilities(TypedDict):
 
 class GetV1TargetsResponseTargetsItem(TypedDict):
     name: str
-    type: Literal["denvd"]
+    type: Literal["denvd", "e2b"]
     available: bool
     hosts: float
     note: str | None

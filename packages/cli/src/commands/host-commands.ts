@@ -50,41 +50,50 @@ export function registerHostCommands(program: Command): void {
   const cloud = program.command("cloud").description("Cloud accounts the provision phase creates hosts in");
   const cc = cloud
     .command("connect")
-    .description("Connect a cloud account (hetzner); its token is checked, then stored encrypted")
-    .argument("<provider>", "hetzner (aws: not yet available)")
-    .requiredOption("--name <name>", "a name for this account (projects can be pinned to it)")
-    .requiredOption("--token <token>", "the provider's API token")
-    .option("--server-type <type>", "the machine type to create", "cx22")
-    .option("--location <loc>", "where to create machines", "fsn1")
-    .option("--api-url <url>", "another endpoint speaking the provider's API")
+    .description(
+      "Connect a cloud account: hetzner (deploys provision machines there) or e2b (a target of its own); its token is checked, then stored encrypted",
+    )
+    .argument("<provider>", "hetzner or e2b (aws, daytona, modal, prime: not yet available)")
+    .requiredOption(
+      "--name <name>",
+      "a name for this account (projects can be pinned to it; an e2b account is the target of that name)",
+    )
+    // Not --api-key: that is denv's own key, an option of every command.
+    .requiredOption("--token <token>", "the provider's API token or key")
+    .option("--server-type <type>", "hetzner: the machine type to create (default cx22)")
+    .option("--location <loc>", "hetzner: where to create machines (default fsn1)")
+    .option("--api-url <url>", "another endpoint speaking the provider's API (for e2b, its sandboxes' too)")
     .option("--json", "print JSON")
     .addHelpText(
       "after",
-      "\nExample:\n  denv cloud connect hetzner --name hz --token $HCLOUD_TOKEN --server-type ax41-nvme --location fsn1",
+      "\nExamples:\n  denv cloud connect hetzner --name hz --token $HCLOUD_TOKEN --server-type ax41-nvme --location fsn1\n  denv cloud connect e2b --name e2b --token $E2B_API_KEY",
     );
   cc.action(
     run(cc, async (client, json, provider: string) => {
       const o = cc.opts() as {
         name: string;
         token: string;
-        serverType: string;
-        location: string;
+        serverType?: string;
+        location?: string;
         apiUrl?: string;
       };
+      const token = o.token;
+      const machines = provider === "hetzner";
       const r = await client().call("postV1Clouds", {
         body: {
           provider,
           name: o.name,
-          token: o.token,
-          server_type: o.serverType,
-          location: o.location,
+          token,
+          ...(machines ? { server_type: o.serverType ?? "cx22", location: o.location ?? "fsn1" } : {}),
           ...(o.apiUrl ? { api_url: o.apiUrl } : {}),
         },
       });
       if (json) printJson(r);
       else
         process.stdout.write(
-          `connected ${r.provider} account ${r.name} (${r.server_type} in ${r.location}); deploys provision machines there when no host has capacity\n`,
+          machines
+            ? `connected ${r.provider} account ${r.name} (${r.server_type} in ${r.location}); deploys provision machines there when no host has capacity\n`
+            : `connected ${r.provider} account ${r.name}: target ${r.name} (GET /v1/targets shows what it can do)\n`,
         );
       return 0;
     }),

@@ -21,27 +21,39 @@ export function registerProjectCommands(program: Command): void {
     .argument("<name>", "project name")
     .requiredOption("--kind <kind>", "rl-environment, agent, service, website or inference")
     .requiredOption("--source <source>", "a local directory, any git URL, or github:owner/repo")
-    .option("--pin <target>", "always place on this host")
+    .option("--pin <target>", "always place on this host, cloud or target")
+    .option("--target <name>", "the same as --pin")
     .option("--json", "print JSON")
     .addHelpText(
       "after",
       "\nExamples:\n  denv project create --kind rl-environment --source ./examples/ops-world ops-world\n  denv project create --kind rl-environment --source github:you/ops-world ops-world",
     );
   create.action(
-    run(create, async (client, json, name: string, o: { kind: string; source: string; pin?: string }) => {
-      const isLocal = !/^github:|^(https?|git|ssh|file):\/\/|^[\w.-]+@[\w.-]+:/.test(o.source);
-      const source = isLocal ? resolve(o.source) : o.source;
-      // Refuse a directory with no compose file, or a linked .env, before creating anything.
-      if (isLocal) readLocalSource(source);
-      let p = await client().call("postV1Projects", {
-        body: { name, kind: o.kind as "rl-environment", source, ...(o.pin ? { pinned_target: o.pin } : {}) },
-      });
-      if (isLocal) p = await uploadSource(client(), name, source);
-      if (json) printJson(p);
-      else
-        process.stdout.write(`created project ${p.name} (${p.kind}, ${p.source_type} source ${p.source})\n`);
-      return 0;
-    }),
+    run(
+      create,
+      async (
+        client,
+        json,
+        name: string,
+        o: { kind: string; source: string; pin?: string; target?: string },
+      ) => {
+        const pin = o.pin ?? o.target;
+        const isLocal = !/^github:|^(https?|git|ssh|file):\/\/|^[\w.-]+@[\w.-]+:/.test(o.source);
+        const source = isLocal ? resolve(o.source) : o.source;
+        // Refuse a directory with no compose file, or a linked .env, before creating anything.
+        if (isLocal) readLocalSource(source);
+        let p = await client().call("postV1Projects", {
+          body: { name, kind: o.kind as "rl-environment", source, ...(pin ? { pinned_target: pin } : {}) },
+        });
+        if (isLocal) p = await uploadSource(client(), name, source);
+        if (json) printJson(p);
+        else
+          process.stdout.write(
+            `created project ${p.name} (${p.kind}, ${p.source_type} source ${p.source})\n`,
+          );
+        return 0;
+      },
+    ),
   );
   const plist = project.command("list").description("List projects").option("--json", "print JSON");
   plist.action(

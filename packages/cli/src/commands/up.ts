@@ -13,6 +13,10 @@ export function registerUp(program: Command): void {
     .option("--port <port>", "port for the server", "7070")
     .option("--data-dir <dir>", "where the server and the local denvd keep their state", "/var/lib/denv")
     .option("--storage <kind>", "the local denvd's storage: btrfs (a loop-mounted pool) or dir", "btrfs")
+    .option(
+      "--allow-fetch <hosts>",
+      "more hosts (host, host:port or *.domain, comma-separated) the server may fetch from besides the public ones and the local registry: a registry, git server or provider API on this machine or network",
+    )
     .option("--json", "print {server, api_key} as JSON once ready")
     .addHelpText(
       "after",
@@ -21,62 +25,64 @@ Examples:
   denv up                      # then, in another shell: denv login --server http://127.0.0.1:7070 --api-key <key>
   denv up --storage dir --port 7171`,
     )
-    .action(async (o: { port: string; dataDir: string; storage: string; json?: boolean }) => {
-      if (!["btrfs", "dir"].includes(o.storage)) throw new UsageError("--storage is btrfs or dir");
-      const { startServer } = await import("@denv/server");
-      const { BtrfsDriver, DirDriver, Denvd, DockerRuntime, Sidecar, defaultAgentBinary } = await import(
-        "@denv/denvd"
-      );
-      const { localHostSecret } = await import("../up-secret.ts");
-      const serverDir = join(o.dataDir, "server");
-      const stateDir = join(o.dataDir, "denvd");
-      const server = await startServer({
-        dataDir: serverDir,
-        port: Number(o.port),
-        // Port URLs on the next port, on "localhost": another origin and another site than the
-        // console's 127.0.0.1, so a sandbox's page can reach nothing of the console.
-        portsPort: Number(o.port) === 0 ? 0 : Number(o.port) + 1,
-        adminKey: process.env.DENV_ADMIN_KEY,
-        // One person's machine: its own local registry is a source like the public ones.
-        fetchAllow: ["127.0.0.1:5000", "localhost:5000"],
-      });
-      // The local host joins through the same path as any other: a token, then a per-host secret,
-      // remembered in the state directory so the next `denv up` is the same host.
-      const secret = await localHostSecret(server, stateDir);
-      const storage =
-        o.storage === "dir" ? new DirDriver(join(stateDir, "dir")) : new BtrfsDriver({ stateDir });
-      const denvd = await Denvd.open({
-        stateDir,
-        storage,
-        runtime: new DockerRuntime(),
-        agentBinary: defaultAgentBinary(),
-      });
-      const sidecar = new Sidecar({ serverUrl: server.url, secret, denvd });
-      sidecar.start();
-      await sidecar.ready;
-      const key = server.adminKey ?? process.env.DENV_ADMIN_KEY ?? null;
-      if (o.json)
-        printJson({
-          server: server.url,
-          ports_origin: server.portsOrigin,
-          api_key: key,
-          storage: storage.kind,
-        });
-      else {
-        process.stdout.write(
-          `denv is up: server ${server.url}, port URLs on ${server.portsOrigin}, local host joined (storage ${storage.kind})\n`,
+    .action(
+      async (o: { port: string; dataDir: string; storage: string; allowFetch?: string; json?: boolean }) => {
+        if (!["btrfs", "dir"].includes(o.storage)) throw new UsageError("--storage is btrfs or dir");
+        const { parseFetchAllow, startServer } = await import("@denv/server");
+        const { BtrfsDriver, DirDriver, Denvd, DockerRuntime, Sidecar, defaultAgentBinary } = await import(
+          "@denv/denvd"
         );
-        if (key)
-          process.stdout.write(`API key: ${key}\n  denv login --server ${server.url} --api-key ${key}\n`);
-        else process.stdout.write("API key: printed by the first `denv up` (or set DENV_ADMIN_KEY)\n");
-        process.stdout.write("Ctrl-C stops it.\n");
-      }
-      await new Promise<void>((resolve) => {
-        process.once("SIGINT", resolve);
-        process.once("SIGTERM", resolve);
-      });
-      await sidecar.stop();
-      await server.close();
-      process.stdout.write("denv stopped\n");
-    });
+        const { localHostSecret } = await import("../up-secret.ts");
+        const serverDir = join(o.dataDir, "server");
+        const stateDir = join(o.dataDir, "denvd");
+        const server = await startServer({
+          dataDir: serverDir,
+          port: Number(o.port),
+          // Port URLs on the next port, on "localhost": another origin and another site than the
+          // console's 127.0.0.1, so a sandbox's page can reach nothing of the console.
+          portsPort: Number(o.port) === 0 ? 0 : Number(o.port) + 1,
+          adminKey: process.env.DENV_ADMIN_KEY,
+          // One person's machine: its own local registry is a source like the public ones.
+          fetchAllow: ["127.0.0.1:5000", "localhost:5000", ...parseFetchAllow(o.allowFetch)],
+        });
+        // The local host joins through the same path as any other: a token, then a per-host secret,
+        // remembered in the state directory so the next `denv up` is the same host.
+        const secret = await localHostSecret(server, stateDir);
+        const storage =
+          o.storage === "dir" ? new DirDriver(join(stateDir, "dir")) : new BtrfsDriver({ stateDir });
+        const denvd = await Denvd.open({
+          stateDir,
+          storage,
+          runtime: new DockerRuntime(),
+          agentBinary: defaultAgentBinary(),
+        });
+        const sidecar = new Sidecar({ serverUrl: server.url, secret, denvd });
+        sidecar.start();
+        await sidecar.ready;
+        const key = server.adminKey ?? process.env.DENV_ADMIN_KEY ?? null;
+        if (o.json)
+          printJson({
+            server: server.url,
+            ports_origin: server.portsOrigin,
+            api_key: key,
+            storage: storage.kind,
+          });
+        else {
+          process.stdout.write(
+            `denv is up: server ${server.url}, port URLs on ${server.portsOrigin}, local host joined (storage ${storage.kind})\n`,
+          );
+          if (key)
+            process.stdout.write(`API key: ${key}\n  denv login --server ${server.url} --api-key ${key}\n`);
+          else process.stdout.write("API key: printed by the first `denv up` (or set DENV_ADMIN_KEY)\n");
+          process.stdout.write("Ctrl-C stops it.\n");
+        }
+        await new Promise<void>((resolve) => {
+          process.once("SIGINT", resolve);
+          process.once("SIGTERM", resolve);
+        });
+        await sidecar.stop();
+        await server.close();
+        process.stdout.write("denv stopped\n");
+      },
+    );
 }

@@ -343,9 +343,13 @@ export const cloudConnectBody = z.strictObject({
   name,
   /** The provider's API token: stored encrypted, never returned. */
   token: z.string().min(1).max(4096),
-  server_type: z.string().min(1).max(100),
-  location: z.string().min(1).max(100),
-  /** Another endpoint speaking the provider's API (default: the provider's own). */
+  /** A machine provider's (hetzner) machine type and place; a hosted provider (e2b) has none. */
+  server_type: z.string().min(1).max(100).optional(),
+  location: z.string().min(1).max(100).optional(),
+  /**
+   * Another endpoint speaking the provider's API (default: the provider's own). For E2B it serves
+   * the sandboxes' envd as well (E2B_SANDBOX_URL).
+   */
   api_url: z.url().optional(),
 });
 
@@ -376,7 +380,7 @@ export const execResult = z.object({
 
 export const targetSchema = z.object({
   name: z.string(),
-  type: z.enum(["denvd"]),
+  type: z.enum(["denvd", "e2b"]),
   /** Whether it can take work now (for denvd: a host is connected). */
   available: z.boolean(),
   hosts: z.number(),

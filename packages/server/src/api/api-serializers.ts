@@ -13,6 +13,7 @@ import type {
   VersionsTable,
 } from "../store/schema.ts";
 import { versionSpecJson } from "../store/version-store.ts";
+import { HOSTED_SERVICE } from "../targets/e2b-target.ts";
 import type {
   cloudSchema,
   deploymentSchema,
@@ -102,7 +103,12 @@ export async function serializeEnvironment(
     parent_version_id: e.parent_version_id,
     sandbox: e.sandbox === 1,
     target: e.target_id,
-    services: spec ? Object.keys(JSON.parse(secrets.openText(spec)).services) : [],
+    // A hosted sandbox has no version: its one service is the VM.
+    services: spec
+      ? Object.keys(JSON.parse(secrets.openText(spec)).services)
+      : e.target_id !== "denvd" && e.stack_id
+        ? [HOSTED_SERVICE]
+        : [],
     created_at: e.created_at,
   };
 }

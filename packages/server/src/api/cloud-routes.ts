@@ -1,4 +1,7 @@
-/** Cloud accounts the provision phase creates machines in (Hetzner today). */
+/**
+ * Cloud accounts: a machine provider the provision phase creates hosts in (Hetzner), or a hosted
+ * sandbox provider that is a target of its own (E2B).
+ */
 import { DenvError } from "@denv/protocol";
 import { z } from "zod";
 import { checkCloudApiUrl, HetznerDriver } from "../clouds/hetzner-driver.ts";
@@ -6,6 +9,7 @@ import { NOT_YET, PROVIDERS } from "../clouds/provisioner.ts";
 import { newId, now } from "../ids.ts";
 import { cloudNameTaken, deleteCloud, insertCloud, teamClouds } from "../store/cloud-store.ts";
 import type { CloudsTable } from "../store/schema.ts";
+import { HOSTED_PROVIDERS, hostedTarget, isHosted } from "../targets/hosted-targets.ts";
 import { type ApiRoute, route } from "./api-route.ts";
 import { cloudConnectBody, cloudSchema } from "./api-schemas.ts";
 import { serializeCloud } from "./api-serializers.ts";
@@ -15,45 +19,56 @@ export const cloudRoutes: ApiRoute[] = [
     method: "post",
     path: "/v1/clouds",
     summary:
-      "Connect a cloud account (hetzner) the provision phase creates machines in; the token is checked, then stored encrypted",
+      "Connect a cloud account: hetzner (the provision phase creates machines there) or e2b (a target of its own); the token is checked, then stored encrypted",
     body: cloudConnectBody,
     response: cloudSchema,
     status: 201,
     auth: true,
     handler: async (c, { body }) => {
       const { store, secrets, fetchPolicy } = c.var.deps;
-      if (!(PROVIDERS as readonly string[]).includes(body.provider)) {
+      const known = [...PROVIDERS, ...HOSTED_PROVIDERS] as readonly string[];
+      if (!known.includes(body.provider)) {
         throw new DenvError(
           "invalid_argument",
-          NOT_YET[body.provider] ??
-            `unknown cloud provider ${body.provider}; available: ${PROVIDERS.join(", ")}`,
+          NOT_YET[body.provider] ?? `unknown cloud provider ${body.provider}; available: ${known.join(", ")}`,
         );
       }
+      const hosted = isHosted(body.provider);
+      // A hosted provider is a target by its cloud's name: the sidecar hosts' own name stays theirs.
+      if (hosted && body.name === "denvd")
+        throw new DenvError(
+          "invalid_argument",
+          'name: "denvd" is the target of your own hosts; pick another',
+        );
+      if (!hosted && (!body.server_type || !body.location))
+        throw new DenvError("invalid_argument", `${body.provider} needs server_type and location`);
       if (await cloudNameTaken(store, c.var.teamId, body.name))
         throw new DenvError("conflict", `a cloud named ${body.name} is already connected`);
       // The endpoint is a team's choice of what the server calls with a bearer token: an https URL
       // (http only to an allowed host) with no credentials, query or fragment, on an allowed host.
       const apiUrl = checkCloudApiUrl(body.api_url ?? null, fetchPolicy);
-      // The token is tried before it is kept: a wrong one is refused now, not at the first deploy.
-      try {
-        await new HetznerDriver({ token: body.token, apiUrl }).listServers("denv");
-      } catch (err) {
-        throw new DenvError(
-          "invalid_argument",
-          `Hetzner did not accept the token: ${(err as Error).message}`,
-        );
-      }
       const row: CloudsTable = {
         id: newId("cld"),
         team_id: c.var.teamId,
         name: body.name,
         provider: body.provider,
         token_sealed: secrets.seal(body.token),
-        server_type: body.server_type,
-        location: body.location,
+        server_type: body.server_type ?? "",
+        location: body.location ?? "",
         api_url: apiUrl,
         created_at: now(),
       };
+      // The token is tried before it is kept: a wrong one is refused now, not at the first deploy.
+      if (hosted) await hostedTarget(c.var.deps, row).checkKey();
+      else
+        try {
+          await new HetznerDriver({ token: body.token, apiUrl }).listServers("denv");
+        } catch (err) {
+          throw new DenvError(
+            "invalid_argument",
+            `Hetzner did not accept the token: ${(err as Error).message}`,
+          );
+        }
       await insertCloud(store, row);
       return c.json(await serializeCloud(store, row), 201);
     },
@@ -73,11 +88,25 @@ export const cloudRoutes: ApiRoute[] = [
   route({
     method: "delete",
     path: "/v1/clouds/{name}",
-    summary: "Disconnect a cloud account (its machines are left as they are)",
+    summary:
+      "Disconnect a cloud account (its machines are left as they are); a hosted provider still running environments is refused",
     response: z.object({ deleted: z.string() }),
     auth: true,
     handler: async (c) => {
       const name = c.req.param("name") ?? "";
+      // Its sandboxes would run on with no key to reach or destroy them.
+      const running = await c.var.deps.store
+        .selectFrom("environments")
+        .select("name")
+        .where("team_id", "=", c.var.teamId)
+        .where("target_id", "=", name)
+        .where("status", "not in", ["destroyed", "failed"])
+        .execute();
+      if (running.length)
+        throw new DenvError(
+          "conflict",
+          `cloud ${name} still runs ${running.map((r) => r.name).join(", ")}: destroy them first`,
+        );
       if (!(await deleteCloud(c.var.deps.store, c.var.teamId, name)))
         throw new DenvError("not_found", `no cloud ${name}`);
       return c.json({ deleted: name });

@@ -10,17 +10,30 @@ export function envOf(c: ApiContext): Promise<EnvironmentsTable> {
   return findEnvironment(c.var.deps.store, c.var.teamId, c.req.param("id") ?? "");
 }
 
-/** Its host and stack, when it is running; conflict (saying why) otherwise. */
-export function runningOn(e: EnvironmentsTable): { hostId: string; stackId: string } {
+/** Conflict (saying why) unless it is running, on whichever target. */
+export function assertRunning(e: EnvironmentsTable): void {
   if (e.status === "frozen") {
     throw new DenvError(
       "conflict",
       `environment ${e.name} is frozen by verify for inspection; fork it, or verify with resume`,
     );
   }
-  if (e.status !== "running" || !e.host_id || !e.stack_id)
+  if (e.status !== "running" || !e.stack_id)
     throw new DenvError("conflict", `environment ${e.name} is ${e.status}, not running`);
-  return { hostId: e.host_id, stackId: e.stack_id };
+}
+
+/**
+ * Its host and stack, when it is running on a denvd host; conflict (saying why) otherwise. What
+ * only a denvd host does (snapshot, fork, verify, port URLs) is refused on a hosted target.
+ */
+export function runningOn(e: EnvironmentsTable): { hostId: string; stackId: string } {
+  assertRunning(e);
+  if (e.target_id !== "denvd" || !e.host_id)
+    throw new DenvError(
+      "invalid_argument",
+      `environment ${e.name} runs on target ${e.target_id}, a hosted provider: this needs a denvd host (GET /v1/targets shows what each target can do)`,
+    );
+  return { hostId: e.host_id, stackId: e.stack_id as string };
 }
 
 /** The service a request names, checked against the environment's own services first. */

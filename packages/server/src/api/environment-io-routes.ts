@@ -12,7 +12,7 @@ import type { ExecOutcome, OutputSink } from "../targets/target.ts";
 import type { ApiContext } from "./api-deps.ts";
 import { type ApiRoute, route } from "./api-route.ts";
 import { execBody, execResult, portUrlBody, portUrlCreated, portUrlListed } from "./api-schemas.ts";
-import { envOf, runningOn, serviceOf, tcpPort } from "./environment-access.ts";
+import { assertRunning, envOf, runningOn, serviceOf, tcpPort } from "./environment-access.ts";
 import { requestBody, splitExecStream, streamResponse } from "./host-bytes.ts";
 import { environmentTarget } from "./team-targets.ts";
 
@@ -48,8 +48,8 @@ function execAnswer(r: ExecOutcome, encoding: "utf8" | "base64", stdout: Buffer,
  */
 async function execTarget(c: ApiContext, body: ExecRequest) {
   const e = await envOf(c);
-  runningOn(e);
-  const { target, placed } = environmentTarget(c.var.deps, e);
+  assertRunning(e);
+  const { target, placed } = await environmentTarget(c.var.deps, e);
   const service = await serviceOf(c.var.deps, e, body.service);
   return (stdin: Readable | Buffer | null, onOutput: OutputSink, maxOutputBytes = body.max_output_bytes) =>
     target.exec(
@@ -207,7 +207,7 @@ export const environmentIoRoutes: ApiRoute[] = [
     bodyLimitBytes: null,
     handler: async (c) => {
       // The environment first: another team's id is not_found before any of the body is read.
-      runningOn(await envOf(c));
+      assertRunning(await envOf(c));
       const { request, stdin } = await splitExecStream(
         requestBody(c, EXEC_STREAM_LIMIT_BYTES),
         4 * 1024 ** 2,
@@ -284,9 +284,9 @@ export const environmentIoRoutes: ApiRoute[] = [
     auth: true,
     handler: async (c) => {
       const e = await envOf(c);
-      runningOn(e);
+      assertRunning(e);
       const service = (await serviceOf(c.var.deps, e, c.req.param("service"))) as string;
-      const { target, placed } = environmentTarget(c.var.deps, e);
+      const { target, placed } = await environmentTarget(c.var.deps, e);
       await target.stopService(placed, service);
       return c.json({ stopped: service });
     },

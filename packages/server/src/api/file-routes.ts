@@ -9,7 +9,7 @@ import { z } from "zod";
 import type { ApiContext } from "./api-deps.ts";
 import { type ApiRoute, route } from "./api-route.ts";
 import { filesQuery } from "./api-schemas.ts";
-import { containerPath, envOf, runningOn, serviceOf } from "./environment-access.ts";
+import { assertRunning, containerPath, envOf, serviceOf } from "./environment-access.ts";
 import { requestBody, streamResponse } from "./host-bytes.ts";
 import { environmentTarget } from "./team-targets.ts";
 
@@ -30,8 +30,8 @@ const who = {
 /** The environment's target, the service checked against its own, and the user. */
 async function where(c: ApiContext, service: string | undefined, user: string | undefined) {
   const e = await envOf(c);
-  runningOn(e);
-  const { target, placed } = environmentTarget(c.var.deps, e);
+  assertRunning(e);
+  const { target, placed } = await environmentTarget(c.var.deps, e);
   return {
     target,
     placed,

@@ -27,7 +27,9 @@ export const sandboxRoutes: ApiRoute[] = [
     auth: true,
     handler: async (c) =>
       c.json({
-        targets: await Promise.all(teamTargets(c.var.deps).map((t) => targetRow(t, c.var.teamId))),
+        targets: await Promise.all(
+          (await teamTargets(c.var.deps, c.var.teamId)).map((t) => targetRow(t, c.var.teamId)),
+        ),
       }),
   }),
   route({
@@ -40,7 +42,7 @@ export const sandboxRoutes: ApiRoute[] = [
     auth: true,
     handler: async (c, { body }) => {
       const { deps, teamId } = c.var;
-      const target = targetNamed(deps, c.req.param("name") ?? "");
+      const target = await targetNamed(deps, teamId, c.req.param("name") ?? "");
       const spec: SandboxSpec =
         "from_version" in body
           ? { fromVersion: body.from_version, ...(body.name ? { name: body.name } : {}) }
@@ -48,7 +50,10 @@ export const sandboxRoutes: ApiRoute[] = [
       const made = await target.createSandbox(teamId, spec);
       const env = await environmentById(deps.store, made.environmentId);
       return c.json(
-        { ...(await serializeEnvironment(deps.store, deps.secrets, env)), deployment_id: made.deploymentId },
+        {
+          ...(await serializeEnvironment(deps.store, deps.secrets, env)),
+          ...(made.deploymentId ? { deployment_id: made.deploymentId } : {}),
+        },
         201,
       );
     },

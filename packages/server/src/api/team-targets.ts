@@ -7,12 +7,13 @@ import { DenvError } from "@denv/protocol";
 import type { z } from "zod";
 import type { EnvironmentsTable } from "../store/schema.ts";
 import { DenvdTarget } from "../targets/denvd-target.ts";
+import { hostedTargets } from "../targets/hosted-targets.ts";
 import type { PlacedEnvironment, Target, TargetCapabilities } from "../targets/target.ts";
 import type { ApiDeps } from "./api-deps.ts";
 import type { targetSchema } from "./api-schemas.ts";
 import { createSandbox } from "./environment-creation.ts";
 
-export function teamTargets(deps: ApiDeps): Target[] {
+export async function teamTargets(deps: ApiDeps, teamId: string): Promise<Target[]> {
   return [
     new DenvdTarget({
       store: deps.store,
@@ -26,17 +27,18 @@ export function teamTargets(deps: ApiDeps): Target[] {
         return { environmentId: made.id, deploymentId: made.deployment_id };
       },
     }),
+    ...(await hostedTargets(deps, teamId)),
   ];
 }
 
 /** The team's target of that name; not_found, naming the ones there are, when it has none. */
-export function targetNamed(deps: ApiDeps, name: string): Target {
-  const all = teamTargets(deps);
+export async function targetNamed(deps: ApiDeps, teamId: string, name: string): Promise<Target> {
+  const all = await teamTargets(deps, teamId);
   const t = all.find((x) => x.name === name);
   if (!t)
     throw new DenvError(
       "not_found",
-      `no target ${JSON.stringify(name)}: this team's are ${all.map((x) => x.name).join(", ")} (GET /v1/targets); hosted providers cannot be connected yet`,
+      `no target ${JSON.stringify(name)}: this team's are ${all.map((x) => x.name).join(", ")} (GET /v1/targets); a hosted provider is connected with \`denv cloud connect e2b\``,
     );
   return t;
 }
@@ -46,11 +48,11 @@ export function targetNamed(deps: ApiDeps, name: string): Target {
  * (`runningOn` has checked it runs). An environment on a target this server no longer has is
  * unavailable, saying which.
  */
-export function environmentTarget(
+export async function environmentTarget(
   deps: ApiDeps,
   e: EnvironmentsTable,
-): { target: Target; placed: PlacedEnvironment } {
-  const target = teamTargets(deps).find((t) => t.name === e.target_id);
+): Promise<{ target: Target; placed: PlacedEnvironment }> {
+  const target = (await teamTargets(deps, e.team_id)).find((t) => t.name === e.target_id);
   if (!target)
     throw new DenvError(
       "unavailable",

@@ -47,7 +47,7 @@ async function deployPhases(
   before: EnvironmentsTable,
 ): Promise<void> {
   let spec = await resolvePhase(runner, rec, project);
-  const hostId = await placeAndJoin(runner, rec, project, before);
+  const hostId = await placeAndJoin(runner, rec, project, before, Object.keys(spec.services));
   const stackId = (await rec.run("prepare", async () => {
     // Services with build: are built (or found built) on the host first, and pinned to the result.
     const built = await buildImages(runner, rec, {
@@ -243,10 +243,11 @@ async function placeAndJoin(
   rec: PhaseRecorder,
   project: ProjectsTable,
   before: EnvironmentsTable,
+  services: string[],
 ): Promise<string> {
   const placed = (await rec.run("place", async () => {
     const { store, hub, options } = runner;
-    const p = await place({ store, hub, provisioner: options.provisioner }, project, before);
+    const p = await place({ store, hub, provisioner: options.provisioner }, project, before, services);
     // The cloud row holds the sealed token: the evidence names the cloud only.
     const c = "provision" in p ? (p.cloud as CloudsTable) : null;
     const evidence = c ? { ...p, cloud: { name: c.name, provider: c.provider, location: c.location } } : p;

@@ -1,8 +1,9 @@
 /** destroy: an environment's stack and data removed from its host. Its versions stay. */
-import { retiredEnvironmentName } from "@denv/protocol";
+import { DenvError, retiredEnvironmentName } from "@denv/protocol";
 import { revokePortUrls } from "../port-tunnels.ts";
 import { environmentById, updateEnvironment } from "../store/environment-store.ts";
 import type { EnvironmentsTable } from "../store/schema.ts";
+import { hostedTargetNamed } from "../targets/hosted-targets.ts";
 import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
 
 export async function runDestroy(runner: DeploymentRunner, env: EnvironmentsTable): Promise<Launched> {
@@ -10,6 +11,17 @@ export async function runDestroy(runner: DeploymentRunner, env: EnvironmentsTabl
   return runner.launch(rec, env.id, async () => {
     const current = await environmentById(runner.store, env.id);
     await rec.run("destroy", async () => {
+      if (current.target_id !== "denvd") {
+        // A hosted sandbox: its provider kills it (one already gone is gone).
+        const target = await hostedTargetNamed(runner.options, current.team_id, current.target_id);
+        if (!target)
+          throw new DenvError(
+            "unavailable",
+            `environment ${current.name} runs on target ${current.target_id}, which is no longer connected: its sandbox was not destroyed`,
+          );
+        await target.destroy({ id: current.id, name: current.name, hostId: null, stackId: current.stack_id });
+        return { evidence: { target: current.target_id, sandbox_id: current.stack_id } };
+      }
       if (current.host_id && current.stack_id)
         await runner.hub.call(current.host_id, "destroy", { stack_id: current.stack_id });
       return { evidence: { host_id: current.host_id, stack_id: current.stack_id } };

@@ -1,13 +1,16 @@
 /**
  * The place phase: where a deployment goes. A connected host with room, preferring the one that
  * holds the environment's data (snapshot locality), then the most free space; a pinned target
- * narrows the choice; with no host, a new machine in a connected cloud.
+ * narrows the choice; with no host, a new machine in a connected cloud that makes machines. A
+ * project pinned to a hosted provider (E2B) is refused here, saying why: one container per
+ * environment, and project deploys there are not driven yet (its sandboxes are).
  */
 import type { Provisioner } from "../clouds/provisioner.ts";
 import type { HostHub } from "../host-hub.ts";
 import { hostFreeBytes, teamHosts } from "../store/host-store.ts";
 import type { Store } from "../store/open-store.ts";
 import type { CloudsTable, EnvironmentsTable, ProjectsTable } from "../store/schema.ts";
+import { isHosted } from "../targets/hosted-targets.ts";
 import { PhaseFailure } from "./phase-recorder.ts";
 
 /** A host with less free storage than this has no capacity for another environment. */
@@ -25,6 +28,7 @@ export async function place(
   deps: { store: Store; hub: HostHub; provisioner?: Provisioner },
   project: ProjectsTable,
   env: EnvironmentsTable,
+  services: string[] = [],
 ): Promise<Placement & Record<string, unknown>> {
   const { store, hub, provisioner } = deps;
   const hosts = await teamHosts(store, project.team_id);
@@ -36,7 +40,19 @@ export async function place(
       free_bytes: hostFreeBytes(h),
     }));
   let candidates = hosts.filter((h) => hub.isConnected(h.id) && hostFreeBytes(h) >= MIN_FREE_BYTES);
-  const clouds = provisioner ? await provisioner.clouds(project.team_id) : [];
+  const connected = provisioner ? await provisioner.clouds(project.team_id) : [];
+  const hosted = connected.find((c) => c.name === project.pinned_target && isHosted(c.provider));
+  if (hosted) {
+    const one =
+      services.length > 1
+        ? `, which runs one container per environment: this compose file has ${services.length} services (${services.join(", ")})`
+        : `: deploying a project there is not available yet; a sandbox from an image is (POST /v1/targets/${hosted.name}/sandboxes)`;
+    throw new PhaseFailure(
+      `the project is pinned to ${hosted.name}, a hosted ${hosted.provider} target${one}`,
+    );
+  }
+  // Only clouds that make machines take a deploy's provision phase.
+  const clouds = connected.filter((c) => !isHosted(c.provider));
   let cloud: CloudsTable | undefined;
   if (project.pinned_target) {
     cloud = clouds.find((c) => c.name === project.pinned_target);

@@ -1,0 +1,306 @@
+/**
+ * E2B as a target, as the connect-a-target document has a user reach it: `denv up`, `denv cloud
+ * connect e2b`, then its two curl lines (the targets with their rows, a sandbox on e2b), against a
+ * local double of E2B's API driven by E2B's official SDK; and what a hosted target refuses, each
+ * with its reason, including a provider that answers wrongly and a key it does not take.
+ */
+import assert from "node:assert/strict";
+import { type ChildProcess, execFile, spawn } from "node:child_process";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { promisify } from "node:util";
+import { cliRunner } from "./cli-runner.ts";
+import { repoRoot } from "./denvd-helpers.ts";
+import { type E2bDouble, startE2bDouble } from "./e2b-double.ts";
+
+const IMAGE = "127.0.0.1:5000/denv/opsbox:bookworm";
+let e2b: E2bDouble;
+let up: ChildProcess;
+let dataDir: string;
+let server: { url: string; key: string };
+let denv: ReturnType<typeof cliRunner>;
+
+async function api(method: string, path: string, body?: unknown) {
+  const res = await fetch(`${server.url}${path}`, {
+    method,
+    headers: {
+      authorization: `Bearer ${server.key}`,
+      ...(body ? { "content-type": "application/json" } : {}),
+    },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  return { status: res.status, data: (await res.json()) as any };
+}
+
+/** A curl line of the document, run by a shell with the document's variables set. */
+async function curl(line: string): Promise<any> {
+  const r = await promisify(execFile)("sh", ["-c", line], {
+    env: { ...process.env, DENV_SERVER: server.url, DENV_API_KEY: server.key },
+    encoding: "utf8",
+  });
+  return JSON.parse(r.stdout);
+}
+
+before(async () => {
+  e2b = await startE2bDouble({ registry: "127.0.0.1:5000" });
+  dataDir = await mkdtemp(join(tmpdir(), "denv-e2b-up-"));
+  up = spawn(
+    process.execPath,
+    [
+      join(repoRoot, "packages/cli/bin/denv.js"),
+      "up",
+      "--port",
+      "0",
+      "--data-dir",
+      dataDir,
+      "--storage",
+      "dir",
+      "--allow-fetch",
+      new URL(e2b.url).host,
+      "--json",
+    ],
+    {
+      stdio: ["ignore", "pipe", "inherit"],
+      env: { ...process.env, DENV_CONFIG: join(dataDir, "config.json") },
+    },
+  );
+  server = await new Promise((resolve, reject) => {
+    let out = "";
+    up.stdout?.on("data", (c: Buffer) => {
+      out += c.toString();
+      const m = /\{[\s\S]*\}/.exec(out);
+      if (m) {
+        const j = JSON.parse(m[0]);
+        resolve({ url: j.server, key: j.api_key });
+      }
+    });
+    up.once("exit", (code) => reject(new Error(`denv up exited ${code}`)));
+  });
+  denv = cliRunner(() => server);
+});
+
+after(async () => {
+  if (server)
+    for (const e of (await api("GET", "/v1/envs")).data.environments ?? [])
+      await api("DELETE", `/v1/envs/${e.id}?wait=true`);
+  up?.kill("SIGTERM");
+  if (up && up.exitCode === null) await new Promise((r) => up.once("exit", r));
+  await e2b?.close();
+  await rm(dataDir, { recursive: true, force: true });
+});
+
+test("the connect-a-target lines against denv up: connect e2b, its row, a sandbox on it", async () => {
+  // A key the provider does not take is refused, and nothing is kept.
+  const wrong = await denv(
+    "cloud",
+    "connect",
+    "e2b",
+    "--name",
+    "e2b",
+    "--token",
+    "e2b_00",
+    "--api-url",
+    e2b.url,
+  );
+  assert.notEqual(wrong.code, 0);
+  assert.match(wrong.stderr, /E2B did not accept the key/);
+  assert.equal((await api("GET", "/v1/clouds")).data.clouds.length, 0);
+
+  const connected = await denv(
+    "cloud",
+    "connect",
+    "e2b",
+    "--name",
+    "e2b",
+    "--token",
+    e2b.apiKey,
+    "--api-url",
+    e2b.url,
+  );
+  assert.equal(connected.code, 0, connected.stderr);
+  assert.match(connected.stdout, /connected e2b account e2b: target e2b/);
+  const clouds = (await api("GET", "/v1/clouds")).data.clouds;
+  assert.deepEqual(
+    clouds.map((c: any) => [c.name, c.provider]),
+    [["e2b", "e2b"]],
+  );
+  assert.ok(!JSON.stringify(clouds).includes(e2b.apiKey), "the key is never shown");
+
+  const rows = await curl('curl -s $DENV_SERVER/v1/targets -H "Authorization: Bearer $DENV_API_KEY"');
+  assert.deepEqual(
+    rows.targets.map((t: any) => t.name),
+    ["denvd", "e2b"],
+  );
+  const row = rows.targets[1];
+  assert.equal(row.type, "e2b");
+  assert.equal(row.capabilities.multi_service_stack, "no (one VM per sandbox)");
+  assert.equal(
+    row.capabilities.egress_deny_verified,
+    "provider network config (allow_internet_access: false), not probed",
+  );
+  assert.deepEqual(row.supported, ["egress_deny_verified", "caps_enforced"]);
+  assert.match(row.note, /not against the live E2B/);
+
+  // The document's image is python:3.12-slim; this machine reaches no public registry.
+  const made = await curl(
+    `curl -s -X POST $DENV_SERVER/v1/targets/e2b/sandboxes -H "Authorization: Bearer $DENV_API_KEY" \\
+  -H 'Content-Type: application/json' -d '{"image":"${IMAGE}","cmd":["sleep","infinity"]}'`,
+  );
+  assert.equal(made.target, "e2b", JSON.stringify(made));
+  assert.deepEqual(made.services, ["main"]);
+  assert.equal(e2b.sandboxes().length, 1, "one sandbox at the provider");
+  assert.equal(e2b.sandboxes()[0]?.internet, false, "egress denied by default, with the provider's setting");
+  // Its command runs, as E2B's default user, not root.
+  const ps = await api("POST", `/v1/envs/${made.id}/exec`, {
+    command:
+      "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done | grep -c '^sleep infinity'; id -un",
+  });
+  assert.equal(ps.status, 200, JSON.stringify(ps.data));
+  assert.equal(ps.data.stdout, "1\nuser\n");
+  // The CLI reaches it like any environment.
+  const viaCli = await denv("exec", made.id, "--", "sh", "-c", "echo from-cli; exit 4");
+  assert.equal(viaCli.code, 4, viaCli.stderr);
+  assert.equal(viaCli.stdout, "from-cli\n");
+
+  // Disconnecting the provider while it runs a sandbox would strand it.
+  const strand = await api("DELETE", "/v1/clouds/e2b");
+  assert.equal(strand.status, 409);
+  assert.match(strand.data.error.message, /still runs/);
+  const gone = await api("DELETE", `/v1/envs/${made.id}?wait=true`);
+  assert.equal(gone.data.status, "succeeded", JSON.stringify(gone.data));
+  assert.equal(e2b.sandboxes().length, 0, "the provider's sandbox is killed");
+  assert.ok(e2b.seen.some((s) => /^DELETE \/sandboxes\//.test(s)));
+});
+
+test("a hosted target refuses what it cannot do, saying why; a provider answering wrongly leaves nothing", async () => {
+  if ((await api("GET", "/v1/clouds")).data.clouds.length === 0) {
+    const c = await api("POST", "/v1/clouds", {
+      provider: "e2b",
+      name: "e2b",
+      token: e2b.apiKey,
+      api_url: e2b.url,
+    });
+    assert.equal(c.status, 201, JSON.stringify(c.data));
+  }
+  // A cloud may not take the sidecar hosts' target name, nor an endpoint with credentials in it,
+  // nor one the server is not allowed to fetch from.
+  const denvdName = await api("POST", "/v1/clouds", {
+    provider: "e2b",
+    name: "denvd",
+    token: e2b.apiKey,
+    api_url: e2b.url,
+  });
+  assert.equal(denvdName.status, 400);
+  const creds = await api("POST", "/v1/clouds", {
+    provider: "e2b",
+    name: "e2b-2",
+    token: e2b.apiKey,
+    api_url: e2b.url.replace("http://", "http://me:pw@"),
+  });
+  assert.equal(creds.status, 400);
+  assert.match(creds.data.error.message, /credentials/);
+  const elsewhere = await api("POST", "/v1/clouds", {
+    provider: "e2b",
+    name: "e2b-3",
+    token: e2b.apiKey,
+    api_url: "http://127.0.0.1:9/",
+  });
+  assert.equal(elsewhere.status, 403, JSON.stringify(elsewhere.data));
+  assert.match(elsewhere.data.error.message, /not a host this server fetches from/);
+
+  // The provider fails the create (a 500 whose body is not JSON): an error naming the target,
+  // and no environment is left behind.
+  const before = (await api("GET", "/v1/envs")).data.environments.length;
+  e2b.fault("POST /v2/sandboxes", 500, "<html>upstream exploded</html>");
+  const failed = await api("POST", "/v1/targets/e2b/sandboxes", { image: IMAGE });
+  assert.ok(failed.status >= 400, JSON.stringify(failed.data));
+  assert.match(failed.data.error.message, /on target e2b \(E2B\) failed/);
+  assert.equal((await api("GET", "/v1/envs")).data.environments.length, before);
+
+  const made = await api("POST", "/v1/targets/e2b/sandboxes", { image: IMAGE, name: "hosted-one" });
+  assert.equal(made.status, 201, JSON.stringify(made.data));
+  const id = made.data.id as string;
+  const refusals: [string, string, unknown, RegExp][] = [
+    [
+      "POST",
+      `/v1/envs/${id}/exec`,
+      { command: "cat", stdin: Buffer.from("x").toString("base64") },
+      /stdin to a command is not carried yet/,
+    ],
+    ["POST", `/v1/envs/${id}/ports/8080`, {}, /runs on target e2b, a hosted provider/],
+    ["POST", `/v1/envs/${id}/snapshot`, {}, /runs on target e2b, a hosted provider/],
+    ["POST", `/v1/envs/${id}/services/main/stop`, {}, /one VM with one service/],
+    ["POST", `/v1/envs/${id}/exec`, { command: "true", service: "db" }, /has no service "db"; it has main/],
+    ["POST", "/v1/targets/e2b/sandboxes", { from_version: "ver_000000000000" }, /cannot fork/],
+    ["POST", "/v1/targets/e2b/sandboxes", { image: IMAGE, name: "hosted-one" }, /already exists/],
+  ];
+  for (const [method, path, body, why] of refusals) {
+    const r = await api(method, path, body);
+    assert.ok(r.status >= 400 && r.status < 500, `${path}: ${r.status} ${JSON.stringify(r.data)}`);
+    assert.match(r.data.error.message, why, path);
+  }
+  // Files go both ways through the provider, as the sandbox's user.
+  const put = await api("POST", `/v1/envs/${id}/files/mkdir`, { path: "/work/deep/er" });
+  assert.equal(put.status, 200, JSON.stringify(put.data));
+  const listed = await api("GET", `/v1/envs/${id}/files/list?path=${encodeURIComponent("/work")}&depth=2`);
+  assert.deepEqual(
+    listed.data.entries.map((e: any) => [e.path, e.type, e.owner]),
+    [
+      ["/work/deep", "directory", "user"],
+      ["/work/deep/er", "directory", "user"],
+    ],
+  );
+  const missing = await api("GET", `/v1/envs/${id}/files/stat?path=${encodeURIComponent("/work/nothing")}`);
+  assert.equal(missing.status, 404);
+  assert.equal((await api("DELETE", `/v1/envs/${id}?wait=true`)).data.status, "succeeded");
+});
+
+test("a project pinned to a hosted target is refused at its place phase, naming the target and its one-container limit", async () => {
+  if ((await api("GET", "/v1/clouds")).data.clouds.length === 0) {
+    const c = await api("POST", "/v1/clouds", {
+      provider: "e2b",
+      name: "e2b",
+      token: e2b.apiKey,
+      api_url: e2b.url,
+    });
+    assert.equal(c.status, 201, JSON.stringify(c.data));
+  }
+  const two = `x-denv: { kind: service }\nservices:\n  web: { image: ${IMAGE}, command: ["sleep", "infinity"] }\n  db: { image: ${IMAGE}, command: ["sleep", "infinity"] }\n`;
+  const one = `x-denv: { kind: service }\nservices:\n  web: { image: ${IMAGE}, command: ["sleep", "infinity"] }\n`;
+  for (const [name, compose, why] of [
+    [
+      "pinned-two",
+      two,
+      /pinned to e2b, a hosted e2b target, which runs one container per environment: this compose file has 2 services \(web, db\)/,
+    ],
+    ["pinned-one", one, /pinned to e2b, a hosted e2b target: deploying a project there is not available yet/],
+  ] as const) {
+    assert.equal(
+      (
+        await api("POST", "/v1/projects", {
+          name,
+          kind: "service",
+          source: `./${name}`,
+          pinned_target: "e2b",
+        })
+      ).status,
+      201,
+    );
+    assert.equal((await api("PUT", `/v1/projects/${name}/source`, { compose })).status, 200);
+    const d = await api("POST", `/v1/projects/${name}/deploy?wait=true`, { env: "alpha" });
+    assert.equal(d.data.status, "rolled_back", JSON.stringify(d.data).slice(0, 400));
+    assert.match(d.data.reason, why);
+  }
+  assert.equal(e2b.sandboxes().length, 0, "nothing was made at the provider");
+  // Not pinned, it goes to the connected host, not to the hosted provider.
+  assert.equal(
+    (await api("POST", "/v1/projects", { name: "free", kind: "service", source: "./free" })).status,
+    201,
+  );
+  assert.equal((await api("PUT", "/v1/projects/free/source", { compose: one })).status, 200);
+  const free = await api("POST", "/v1/projects/free/deploy?wait=true", { env: "alpha" });
+  assert.equal(free.data.status, "succeeded", JSON.stringify(free.data).slice(0, 400));
+  assert.equal((await api("GET", `/v1/envs/${free.data.environment_id}`)).data.target, "denvd");
+});

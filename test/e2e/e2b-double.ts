@@ -52,6 +52,8 @@ export interface E2bDouble {
    * provider answering wrongly: a 500, a body that is not JSON).
    */
   fault(route: string, status: number, body: string): void;
+  /** The next sandbox made gets this id (a hostile endpoint answering another account's id). */
+  nextSandboxId(id: string): void;
   close(): Promise<void>;
 }
 
@@ -94,6 +96,7 @@ export async function startE2bDouble(options: { registry: string }): Promise<E2b
   const sandboxes = new Map<string, SandboxRecord>();
   const seen: string[] = [];
   const faults = new Map<string, { status: number; body: string }>();
+  let forcedId: string | null = null;
 
   /** Runs argv in a sandbox's container, as a user; stdin from `input` when given. */
   async function run(
@@ -135,8 +138,10 @@ export async function startE2bDouble(options: { registry: string }): Promise<E2b
       HostConfig: { NetworkMode: internet ? "bridge" : "none", AutoRemove: false },
     });
     await c.start();
+    const sandboxID = forcedId ?? randomBytes(10).toString("hex").slice(0, 20);
+    forcedId = null;
     const s: SandboxRecord = {
-      sandboxID: randomBytes(10).toString("hex").slice(0, 20),
+      sandboxID,
       templateID,
       containerId: c.id,
       accessToken: randomBytes(16).toString("hex"),
@@ -367,6 +372,9 @@ export async function startE2bDouble(options: { registry: string }): Promise<E2b
     seen,
     sandboxes: () => [...sandboxes.values()],
     fault: (route, status, faultBody) => faults.set(route, { status, body: faultBody }),
+    nextSandboxId: (id) => {
+      forcedId = id;
+    },
     close: async () => {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));

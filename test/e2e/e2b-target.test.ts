@@ -17,6 +17,8 @@ import { type E2bDouble, startE2bDouble } from "./e2b-double.ts";
 
 const IMAGE = "127.0.0.1:5000/denv/opsbox:bookworm";
 let e2b: E2bDouble;
+/** A second endpoint a team may name: one that answers another account's sandbox id. */
+let evil: E2bDouble;
 let up: ChildProcess;
 let dataDir: string;
 let server: { url: string; key: string };
@@ -45,6 +47,7 @@ async function curl(line: string): Promise<any> {
 
 before(async () => {
   e2b = await startE2bDouble({ registry: "127.0.0.1:5000" });
+  evil = await startE2bDouble({ registry: "127.0.0.1:5000" });
   dataDir = await mkdtemp(join(tmpdir(), "denv-e2b-up-"));
   up = spawn(
     process.execPath,
@@ -58,7 +61,7 @@ before(async () => {
       "--storage",
       "dir",
       "--allow-fetch",
-      new URL(e2b.url).host,
+      `${new URL(e2b.url).host},${new URL(evil.url).host}`,
       "--json",
     ],
     {
@@ -88,6 +91,7 @@ after(async () => {
   up?.kill("SIGTERM");
   if (up && up.exitCode === null) await new Promise((r) => up.once("exit", r));
   await e2b?.close();
+  await evil?.close();
   await rm(dataDir, { recursive: true, force: true });
 });
 
@@ -303,4 +307,54 @@ test("a project pinned to a hosted target is refused at its place phase, naming 
   const free = await api("POST", "/v1/projects/free/deploy?wait=true", { env: "alpha" });
   assert.equal(free.data.status, "succeeded", JSON.stringify(free.data).slice(0, 400));
   assert.equal((await api("GET", `/v1/envs/${free.data.environment_id}`)).data.target, "denvd");
+});
+
+test("an endpoint a team names cannot hand it another account's sandbox: each is reached through its own account", async () => {
+  if ((await api("GET", "/v1/clouds")).data.clouds.length === 0) {
+    const c = await api("POST", "/v1/clouds", {
+      provider: "e2b",
+      name: "e2b",
+      token: e2b.apiKey,
+      api_url: e2b.url,
+    });
+    assert.equal(c.status, 201, JSON.stringify(c.data));
+  }
+  const real = await api("POST", "/v1/targets/e2b/sandboxes", {
+    image: IMAGE,
+    env: { SECRET: "of-the-first-account" },
+  });
+  assert.equal(real.status, 201, JSON.stringify(real.data));
+  // Reached once, so this server holds a connection to it.
+  assert.equal(
+    (await api("POST", `/v1/envs/${real.data.id}/exec`, { command: "echo $SECRET" })).data.stdout,
+    "of-the-first-account\n",
+  );
+  // A second endpoint that answers the first sandbox's id for a sandbox of its own.
+  {
+    const byId = e2b.sandboxes().find((x) => x.envs.SECRET)?.sandboxID as string;
+    evil.nextSandboxId(byId);
+    const c = await api("POST", "/v1/clouds", {
+      provider: "e2b",
+      name: "other",
+      token: evil.apiKey,
+      api_url: evil.url,
+    });
+    assert.equal(c.status, 201, JSON.stringify(c.data));
+    const twin = await api("POST", "/v1/targets/other/sandboxes", { image: IMAGE });
+    assert.equal(twin.status, 201, JSON.stringify(twin.data));
+    // The same id, another account: the command runs where that account's endpoint says.
+    const seen = await api("POST", `/v1/envs/${twin.data.id}/exec`, { command: 'echo "[$SECRET]"' });
+    assert.equal(seen.data.stdout, "[]\n", "the first account's sandbox was not reached");
+    // Nor does the first account's environment now reach the second endpoint's sandbox.
+    const mine = await api("POST", `/v1/envs/${real.data.id}/exec`, { command: 'echo "[$SECRET]"' });
+    assert.equal(mine.data.stdout, "[of-the-first-account]\n", "still its own sandbox");
+    assert.equal((await api("DELETE", `/v1/envs/${twin.data.id}?wait=true`)).data.status, "succeeded");
+    assert.equal((await api("DELETE", "/v1/clouds/other")).status, 200);
+  }
+  // The first account's sandbox is untouched.
+  assert.equal(
+    (await api("POST", `/v1/envs/${real.data.id}/exec`, { command: "echo $SECRET" })).data.stdout,
+    "of-the-first-account\n",
+  );
+  assert.equal((await api("DELETE", `/v1/envs/${real.data.id}?wait=true`)).data.status, "succeeded");
 });

@@ -11,7 +11,7 @@
  * bytes that are not UTF-8 arrive replaced.
  */
 import { createHash, randomBytes } from "node:crypto";
-import { Readable } from "node:stream";
+import { Readable, Transform } from "node:stream";
 import { DenvError } from "@denv/protocol";
 import { CommandExitError, Sandbox, Template } from "e2b";
 import { newId, now } from "../ids.ts";
@@ -69,13 +69,25 @@ export class E2bTarget implements Target {
   readonly kind = "e2b" as const;
   private readonly store: Store;
   private readonly conn: E2bConnection;
-  /** Sandboxes this process has connected to, so each call is not a connect first. */
+  /**
+   * Sandboxes this process has connected to, so each call is not a connect first: keyed by the
+   * account and endpoint as well as the id, since an id comes from whatever endpoint a team named
+   * (one of its own could answer another team's sandbox id, and must not be handed that sandbox).
+   */
   private static readonly connected = new Map<string, Promise<Sandbox>>();
 
   constructor(name: string, conn: E2bConnection, store: Store) {
     this.name = name;
     this.conn = conn;
     this.store = store;
+  }
+
+  /** The cache's key of a sandbox of this account at this endpoint. */
+  private cacheKey(sandboxId: string): string {
+    const account = createHash("sha256")
+      .update(`${this.conn.apiUrl ?? ""}\n${this.conn.apiKey}`)
+      .digest("hex");
+    return `${account}/${sandboxId}`;
   }
 
   /** The SDK's connection options: E2B's own endpoints, or the one given for API and envd alike. */
@@ -178,7 +190,7 @@ export class E2bTarget implements Target {
         created_at: now(),
       };
       await this.store.insertInto("environments").values(env).execute();
-      E2bTarget.connected.set(sandbox.sandboxId, Promise.resolve(sandbox));
+      E2bTarget.connected.set(this.cacheKey(sandbox.sandboxId), Promise.resolve(sandbox));
       return { environmentId: env.id, deploymentId: null };
     } catch (err) {
       await sandbox.kill().catch(() => {});
@@ -201,11 +213,12 @@ export class E2bTarget implements Target {
   private sandbox(env: PlacedEnvironment): Promise<Sandbox> {
     const id = env.stackId;
     if (!id) throw new DenvError("conflict", `environment ${env.name} has no sandbox on ${this.name}`);
-    let s = E2bTarget.connected.get(id);
+    const key = this.cacheKey(id);
+    let s = E2bTarget.connected.get(key);
     if (!s) {
       s = Sandbox.connect(id, this.opts());
-      E2bTarget.connected.set(id, s);
-      s.catch(() => E2bTarget.connected.delete(id));
+      E2bTarget.connected.set(key, s);
+      s.catch(() => E2bTarget.connected.delete(key));
     }
     return s.catch((err: unknown) => {
       throw providerError(this.name, `reaching sandbox ${id}`, err);
@@ -316,13 +329,21 @@ export class E2bTarget implements Target {
   async putFiles(env: PlacedEnvironment, at: ServicePath, tar: Readable) {
     this.checkService(env, at.service);
     const sb = await this.sandbox(env);
-    const chunks: Buffer[] = [];
-    for await (const c of tar) chunks.push(c as Buffer);
-    const data = Buffer.concat(chunks);
+    // Streamed through as it comes (counted on the way), never held whole in this process.
+    let bytes = 0;
+    const counted = tar.pipe(
+      new Transform({
+        transform(chunk: Buffer, _enc, done) {
+          bytes += chunk.length;
+          done(null, chunk);
+        },
+      }),
+    );
+    tar.once("error", (err) => counted.destroy(err));
     const staged = `/tmp/.denv-put-${randomBytes(8).toString("hex")}.tar`;
     try {
       // As a stream, so envd takes it as one octet-stream body (not a multipart form).
-      await sb.files.write(staged, Readable.toWeb(Readable.from([data])) as ReadableStream, {
+      await sb.files.write(staged, Readable.toWeb(counted) as ReadableStream, {
         user: at.user ?? "user",
         useOctetStream: true,
       });
@@ -333,10 +354,9 @@ export class E2bTarget implements Target {
     const listing = await this.sh(
       env,
       at.user,
-      `mkdir -p ${q} && tar -xf ${shellQuote(staged)} -C ${q} --no-same-owner && tar -tvf ${shellQuote(staged)}; s=$?; rm -f ${shellQuote(staged)}; exit $s`,
+      `mkdir -p ${q} && tar -xf ${shellQuote(staged)} -C ${q} --no-same-owner && tar -tf ${shellQuote(staged)}; s=$?; rm -f ${shellQuote(staged)}; exit $s`,
     );
-    const lines = listing.split("\n").filter(Boolean);
-    return { entries: lines.length, bytes: data.length };
+    return { entries: listing.split("\n").filter(Boolean).length, bytes };
   }
 
   async getFiles(env: PlacedEnvironment, at: ServicePath): Promise<Readable> {
@@ -346,13 +366,16 @@ export class E2bTarget implements Target {
     const dir = at.path === "/" ? "/" : at.path.replace(/\/[^/]*$/, "") || "/";
     const base = at.path === "/" ? "." : (at.path.split("/").pop() as string);
     await this.sh(env, at.user, `tar -cf ${shellQuote(staged)} -C ${shellQuote(dir)} -- ${shellQuote(base)}`);
+    const cleanUp = () => void this.sh(env, at.user, `rm -f ${shellQuote(staged)}`).catch(() => {});
     try {
-      const bytes = await sb.files.read(staged, { format: "bytes", user: at.user ?? "user" });
-      return Readable.from([Buffer.from(bytes)]);
+      // Streamed as the provider sends it, never held whole in this process.
+      const web = await sb.files.read(staged, { format: "stream", user: at.user ?? "user" });
+      const out = Readable.fromWeb(web as Parameters<typeof Readable.fromWeb>[0]);
+      out.once("close", cleanUp);
+      return out;
     } catch (err) {
+      cleanUp();
       throw providerError(this.name, `downloading ${at.path}`, err);
-    } finally {
-      await this.sh(env, at.user, `rm -f ${shellQuote(staged)}`).catch(() => {});
     }
   }
 
@@ -405,7 +428,7 @@ export class E2bTarget implements Target {
     const entries = await this.stats(
       env,
       at.user,
-      `test -d ${q} || { echo "${at.path.replace(/["$`\\]/g, "")}: Not a directory" >&2; exit 1; }; find ${q} -mindepth 1 -maxdepth ${Math.floor(depth)} -exec ${E2bTarget.STAT} {} +`,
+      `test -d ${q} || { printf '%s: Not a directory\\n' ${q} >&2; exit 1; }; find ${q} -mindepth 1 -maxdepth ${Math.floor(depth)} -exec ${E2bTarget.STAT} {} +`,
     );
     return entries.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
   }
@@ -448,7 +471,7 @@ export class E2bTarget implements Target {
   /** Kills the sandbox; one already gone is gone. */
   async destroy(env: PlacedEnvironment): Promise<void> {
     if (!env.stackId) return;
-    E2bTarget.connected.delete(env.stackId);
+    E2bTarget.connected.delete(this.cacheKey(env.stackId));
     try {
       await Sandbox.kill(env.stackId, this.opts());
     } catch (err) {

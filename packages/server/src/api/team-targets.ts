@@ -1,6 +1,6 @@
 /**
- * The targets a team can run on, by name (today its sidecar hosts, `denvd`), and their rows as the
- * API shows them. Routes find a target here and read its row before they act, and reach into a
+ * The targets a team can run on, by name (its sidecar hosts, `denvd`, and each hosted provider it
+ * connected, by the cloud's name), and their rows as the API shows them. Routes find a target here and read its row before they act, and reach into a
  * running environment through the target that placed it.
  */
 import { DenvError } from "@denv/protocol";
@@ -13,22 +13,24 @@ import type { ApiDeps } from "./api-deps.ts";
 import type { targetSchema } from "./api-schemas.ts";
 import { createSandbox } from "./environment-creation.ts";
 
+/** The team's sidecar hosts as a target. */
+function denvdTarget(deps: ApiDeps): DenvdTarget {
+  return new DenvdTarget({
+    store: deps.store,
+    hub: deps.hub,
+    createSandbox: async (teamId, spec) => {
+      const body =
+        "fromVersion" in spec
+          ? { from_version: spec.fromVersion, ...(spec.name ? { name: spec.name } : {}) }
+          : spec;
+      const made = await createSandbox(deps, teamId, body);
+      return { environmentId: made.id, deploymentId: made.deployment_id };
+    },
+  });
+}
+
 export async function teamTargets(deps: ApiDeps, teamId: string): Promise<Target[]> {
-  return [
-    new DenvdTarget({
-      store: deps.store,
-      hub: deps.hub,
-      createSandbox: async (teamId, spec) => {
-        const body =
-          "fromVersion" in spec
-            ? { from_version: spec.fromVersion, ...(spec.name ? { name: spec.name } : {}) }
-            : spec;
-        const made = await createSandbox(deps, teamId, body);
-        return { environmentId: made.id, deploymentId: made.deployment_id };
-      },
-    }),
-    ...(await hostedTargets(deps, teamId)),
-  ];
+  return [denvdTarget(deps), ...(await hostedTargets(deps, teamId))];
 }
 
 /** The team's target of that name; not_found, naming the ones there are, when it has none. */
@@ -52,7 +54,11 @@ export async function environmentTarget(
   deps: ApiDeps,
   e: EnvironmentsTable,
 ): Promise<{ target: Target; placed: PlacedEnvironment }> {
-  const target = (await teamTargets(deps, e.team_id)).find((t) => t.name === e.target_id);
+  // The sidecar hosts' without a look at the team's clouds: an exec pays for no query it needs not.
+  const target =
+    e.target_id === "denvd"
+      ? denvdTarget(deps)
+      : (await hostedTargets(deps, e.team_id)).find((t) => t.name === e.target_id);
   if (!target)
     throw new DenvError(
       "unavailable",

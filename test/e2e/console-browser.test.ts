@@ -203,6 +203,17 @@ describe("the console", () => {
     assert.ok(await page.locator(".phase.s-failed details[open]").count());
   });
 
+  test("an environment's page shows its target and what that target can do", async () => {
+    await page.goto(`${server.url}/#/env/${alphaId}`);
+    await page.locator("#target-row").waitFor();
+    assert.equal(await text(page.locator("#env-target")), "denvd");
+    assert.equal(await page.locator("#target-row tr").count(), 8, "every cell of the row");
+    assert.match(await text(page.locator('#target-row tr[data-cell="fork"]')), /✓/);
+    assert.match(await text(page.locator('#target-row tr[data-cell="gpu"]')), /✗ planned/);
+    // What the target does is offered: fork and snapshot are on for a running environment.
+    assert.equal(await page.locator("#act-fork").isDisabled(), false);
+  });
+
   test("the exec terminal streams a command's output as it is written", async () => {
     await page.goto(`${server.url}/#/env/${alphaId}`);
     await page.getByLabel("service").selectOption("opsbox");

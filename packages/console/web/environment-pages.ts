@@ -1,7 +1,8 @@
 /**
  * Environments: the tree of versions and forks (which fork came from which version, with status,
- * age and host), and one environment's page — its versions, its deployments, the actions (each
- * confirmed) and an exec terminal for its services.
+ * age and host), and one environment's page — its target and what that target can do, its
+ * versions, its deployments, the actions (each confirmed; those its target cannot do are off) and
+ * an exec terminal for its services.
  */
 import { type Answer, api, execStream } from "./console-api.ts";
 import { age, badge, confirmDialog, crumbs, errorBox, h, show } from "./dom.ts";
@@ -9,6 +10,52 @@ import { age, badge, confirmDialog, crumbs, errorBox, h, show } from "./dom.ts";
 type Env = Answer<"getV1Envs">["environments"][number];
 type Version = Answer<"getV1Versions">["versions"][number];
 type Go = (hash: string) => void;
+type TargetRow = Answer<"getV1Targets">["targets"][number];
+
+/** The row's cells in the seed's words, in its order. */
+const CELLS: [keyof TargetRow["capabilities"], string][] = [
+  ["multi_service_stack", "Multi-service stack"],
+  ["consistent_snapshot", "Consistent snapshot across volumes"],
+  ["fork", "Fork"],
+  ["fork_time", "Fork time"],
+  ["egress_deny_verified", "Egress deny, verified"],
+  ["caps_enforced", "Caps enforced"],
+  ["gpu", "GPU"],
+  ["verify", "Verify"],
+];
+
+/** A target's capability row: each cell in words, marked when a caller may rely on it. */
+function targetCard(row: TargetRow | undefined, name: string): HTMLElement {
+  if (!row)
+    return h(
+      "section",
+      { class: "card", id: "target-row" },
+      h("h2", {}, `Target ${name}`),
+      h("p", {}, "not connected"),
+    );
+  return h(
+    "section",
+    { class: "card", id: "target-row", "aria-labelledby": "target-h" },
+    h("h2", { id: "target-h" }, `What ${row.name} (${row.type}) can do`),
+    row.note ? h("p", { class: "muted" }, row.note) : null,
+    h(
+      "table",
+      {},
+      h(
+        "tbody",
+        {},
+        CELLS.map(([cell, label]) =>
+          h(
+            "tr",
+            { "data-cell": cell },
+            h("th", { scope: "row" }, label),
+            h("td", {}, row.supported.includes(cell) ? "✓ " : "✗ ", row.capabilities[cell]),
+          ),
+        ),
+      ),
+    ),
+  );
+}
 
 function versionLink(id: string | null): HTMLElement | string {
   return id ? h("a", { href: `#/version/${id}` }, h("code", {}, id)) : "—";
@@ -106,11 +153,15 @@ export async function environmentsPage(main: HTMLElement): Promise<void> {
 
 /** One environment: what it is, its versions and deployments, actions, and an exec terminal. */
 export async function environmentPage(main: HTMLElement, id: string, go: Go): Promise<void> {
-  const [env, { deployments }, { versions }] = await Promise.all([
+  const [env, { deployments }, { versions }, { targets }] = await Promise.all([
     api<Answer<"getV1EnvsById">>("GET", `/v1/envs/${encodeURIComponent(id)}`),
     api<Answer<"getV1EnvsByIdDeployments">>("GET", `/v1/envs/${encodeURIComponent(id)}/deployments`),
     api<Answer<"getV1Versions">>("GET", "/v1/versions"),
+    api<Answer<"getV1Targets">>("GET", "/v1/targets"),
   ]);
+  const target = targets.find((t) => t.name === env.target);
+  /** Whether its target does this: nobody is offered what the target cannot do. */
+  const can = (cell: keyof TargetRow["capabilities"]) => target?.supported.includes(cell) ?? false;
   const mine = versions.filter((v) => v.environment_id === env.id);
   const status = h("div", { "aria-live": "polite" });
   /** Runs an action after its confirmation, then shows the deployment it made. */
@@ -153,6 +204,8 @@ export async function environmentPage(main: HTMLElement, id: string, go: Go): Pr
       { class: "facts" },
       h("dt", {}, "id"),
       h("dd", {}, h("code", {}, env.id)),
+      h("dt", {}, "target"),
+      h("dd", { id: "env-target" }, env.target),
       h("dt", {}, "services"),
       h("dd", {}, env.services.join(", ") || "—"),
       h("dt", {}, "current version"),
@@ -162,6 +215,7 @@ export async function environmentPage(main: HTMLElement, id: string, go: Go): Pr
       h("dt", {}, "created"),
       h("dd", {}, age(env.created_at)),
     ),
+    targetCard(target, env.target),
     h(
       "section",
       { class: "card", "aria-labelledby": "actions-h" },
@@ -175,7 +229,7 @@ export async function environmentPage(main: HTMLElement, id: string, go: Go): Pr
           "button",
           {
             id: "act-fork",
-            disabled: !running,
+            disabled: !running || !can("fork"),
             onclick: () =>
               act(
                 "Fork this environment?",
@@ -190,7 +244,7 @@ export async function environmentPage(main: HTMLElement, id: string, go: Go): Pr
           "button",
           {
             id: "act-snapshot",
-            disabled: !running,
+            disabled: !running || !can("consistent_snapshot"),
             onclick: () =>
               act(
                 "Snapshot this environment?",
@@ -205,7 +259,7 @@ export async function environmentPage(main: HTMLElement, id: string, go: Go): Pr
           "button",
           {
             id: "act-verify",
-            disabled: !running,
+            disabled: !running || !can("verify"),
             onclick: () =>
               act(
                 "Verify this environment?",
@@ -228,7 +282,7 @@ export async function environmentPage(main: HTMLElement, id: string, go: Go): Pr
               {
                 id: "act-rollback",
                 class: "secondary",
-                disabled: !running,
+                disabled: !running || !can("fork"),
                 onclick: () =>
                   act(
                     "Roll back?",

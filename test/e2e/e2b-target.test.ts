@@ -223,6 +223,13 @@ test("a hosted target refuses what it cannot do, saying why; a provider answerin
   assert.match(failed.data.error.message, /on target e2b \(E2B\) failed/);
   assert.equal((await api("GET", "/v1/envs")).data.environments.length, before);
 
+  // The provider answers an id that is a path: refused, nothing kept.
+  e2b.nextSandboxId("../../v2/sandboxes");
+  const odd = await api("POST", "/v1/targets/e2b/sandboxes", { image: IMAGE });
+  assert.equal(odd.status, 503, JSON.stringify(odd.data));
+  assert.match(odd.data.error.message, /answered a sandbox id that is not one/);
+  assert.equal((await api("GET", "/v1/envs")).data.environments.length, before);
+
   const made = await api("POST", "/v1/targets/e2b/sandboxes", { image: IMAGE, name: "hosted-one" });
   assert.equal(made.status, 201, JSON.stringify(made.data));
   const id = made.data.id as string;

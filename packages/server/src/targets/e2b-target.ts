@@ -164,6 +164,15 @@ export class E2bTarget implements Target {
     } catch (err) {
       throw providerError(this.name, `creating a sandbox from ${spec.image}`, err);
     }
+    // The id is the provider's answer, kept and sent back in paths and headers: only one that looks
+    // like an id (E2B's are lowercase letters and digits) is taken.
+    if (!/^[A-Za-z0-9_-]{1,128}$/.test(sandbox.sandboxId)) {
+      await Sandbox.kill(sandbox.sandboxId, this.opts()).catch(() => {});
+      throw new DenvError(
+        "unavailable",
+        `target ${this.name} (E2B) answered a sandbox id that is not one: ${JSON.stringify(sandbox.sandboxId.slice(0, 40))}`,
+      );
+    }
     try {
       // The sandbox's paths (denv's default /work) are there and the user's, as a denvd sandbox's
       // volumes are; E2B keeps them for the sandbox's life (no fork here to carry them on).

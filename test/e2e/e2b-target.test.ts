@@ -278,6 +278,8 @@ test("a project pinned to a hosted target is refused at its place phase, naming 
     });
     assert.equal(c.status, 201, JSON.stringify(c.data));
   }
+  // (The sandbox whose odd id the driver refused above is still at the double: counted from here.)
+  const atProvider = e2b.sandboxes().length;
   const two = `x-denv: { kind: service }\nservices:\n  web: { image: ${IMAGE}, command: ["sleep", "infinity"] }\n  db: { image: ${IMAGE}, command: ["sleep", "infinity"] }\n`;
   const one = `x-denv: { kind: service }\nservices:\n  web: { image: ${IMAGE}, command: ["sleep", "infinity"] }\n`;
   for (const [name, compose, why] of [
@@ -304,7 +306,7 @@ test("a project pinned to a hosted target is refused at its place phase, naming 
     assert.equal(d.data.status, "rolled_back", JSON.stringify(d.data).slice(0, 400));
     assert.match(d.data.reason, why);
   }
-  assert.equal(e2b.sandboxes().length, 0, "nothing was made at the provider");
+  assert.equal(e2b.sandboxes().length, atProvider, "nothing was made at the provider");
   // Not pinned, it goes to the connected host, not to the hosted provider.
   assert.equal(
     (await api("POST", "/v1/projects", { name: "free", kind: "service", source: "./free" })).status,

@@ -94,14 +94,18 @@ export const cloudRoutes: ApiRoute[] = [
     auth: true,
     handler: async (c) => {
       const name = c.req.param("name") ?? "";
-      // Its sandboxes would run on with no key to reach or destroy them.
-      const running = await c.var.deps.store
-        .selectFrom("environments")
-        .select("name")
-        .where("team_id", "=", c.var.teamId)
-        .where("target_id", "=", name)
-        .where("status", "not in", ["destroyed", "failed"])
-        .execute();
+      // A hosted provider's sandboxes would run on with no key to reach or destroy them.
+      const cloud = (await teamClouds(c.var.deps.store, c.var.teamId)).find((x) => x.name === name);
+      const running =
+        cloud && isHosted(cloud.provider)
+          ? await c.var.deps.store
+              .selectFrom("environments")
+              .select("name")
+              .where("team_id", "=", c.var.teamId)
+              .where("target_id", "=", name)
+              .where("status", "not in", ["destroyed", "failed"])
+              .execute()
+          : [];
       if (running.length)
         throw new DenvError(
           "conflict",

@@ -45,6 +45,18 @@ async function curl(line: string): Promise<any> {
   return JSON.parse(r.stdout);
 }
 
+/** The double connected as `e2b`, for a test run alone (the first test connects it through the CLI). */
+async function connectE2b(): Promise<void> {
+  if ((await api("GET", "/v1/clouds")).data.clouds.length > 0) return;
+  const c = await api("POST", "/v1/clouds", {
+    provider: "e2b",
+    name: "e2b",
+    token: e2b.apiKey,
+    api_url: e2b.url,
+  });
+  assert.equal(c.status, 201, JSON.stringify(c.data));
+}
+
 before(async () => {
   e2b = await startE2bDouble({ registry: "127.0.0.1:5000" });
   evil = await startE2bDouble({ registry: "127.0.0.1:5000" });
@@ -179,15 +191,7 @@ test("the connect-a-target lines against denv up: connect e2b, its row, a sandbo
 });
 
 test("a hosted target refuses what it cannot do, saying why; a provider answering wrongly leaves nothing", async () => {
-  if ((await api("GET", "/v1/clouds")).data.clouds.length === 0) {
-    const c = await api("POST", "/v1/clouds", {
-      provider: "e2b",
-      name: "e2b",
-      token: e2b.apiKey,
-      api_url: e2b.url,
-    });
-    assert.equal(c.status, 201, JSON.stringify(c.data));
-  }
+  await connectE2b();
   // A cloud may not take the sidecar hosts' target name, nor an endpoint with credentials in it,
   // nor one the server is not allowed to fetch from.
   const denvdName = await api("POST", "/v1/clouds", {
@@ -269,15 +273,7 @@ test("a hosted target refuses what it cannot do, saying why; a provider answerin
 });
 
 test("a project pinned to a hosted target is refused at its place phase, naming the target and its one-container limit", async () => {
-  if ((await api("GET", "/v1/clouds")).data.clouds.length === 0) {
-    const c = await api("POST", "/v1/clouds", {
-      provider: "e2b",
-      name: "e2b",
-      token: e2b.apiKey,
-      api_url: e2b.url,
-    });
-    assert.equal(c.status, 201, JSON.stringify(c.data));
-  }
+  await connectE2b();
   // (The sandbox whose odd id the driver refused above is still at the double: counted from here.)
   const atProvider = e2b.sandboxes().length;
   const two = `x-denv: { kind: service }\nservices:\n  web: { image: ${IMAGE}, command: ["sleep", "infinity"] }\n  db: { image: ${IMAGE}, command: ["sleep", "infinity"] }\n`;
@@ -319,15 +315,7 @@ test("a project pinned to a hosted target is refused at its place phase, naming 
 });
 
 test("an endpoint a team names cannot hand it another account's sandbox: each is reached through its own account", async () => {
-  if ((await api("GET", "/v1/clouds")).data.clouds.length === 0) {
-    const c = await api("POST", "/v1/clouds", {
-      provider: "e2b",
-      name: "e2b",
-      token: e2b.apiKey,
-      api_url: e2b.url,
-    });
-    assert.equal(c.status, 201, JSON.stringify(c.data));
-  }
+  await connectE2b();
   const real = await api("POST", "/v1/targets/e2b/sandboxes", {
     image: IMAGE,
     env: { SECRET: "of-the-first-account" },

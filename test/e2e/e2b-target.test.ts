@@ -272,7 +272,7 @@ test("a hosted target refuses what it cannot do, saying why; a provider answerin
   assert.equal((await api("DELETE", `/v1/envs/${id}?wait=true`)).data.status, "succeeded");
 });
 
-test("a project pinned to a hosted target is refused at its place phase, naming the target and its one-container limit", async () => {
+test("a project pinned to a hosted target is refused at its prepare phase, naming the target and its one-container limit", async () => {
   await connectE2b();
   // (The sandbox whose odd id the driver refused above is still at the double: counted from here.)
   const atProvider = e2b.sandboxes().length;
@@ -301,6 +301,15 @@ test("a project pinned to a hosted target is refused at its place phase, naming 
     const d = await api("POST", `/v1/projects/${name}/deploy?wait=true`, { env: "alpha" });
     assert.equal(d.data.status, "rolled_back", JSON.stringify(d.data).slice(0, 400));
     assert.match(d.data.reason, why);
+    // Placed on the hosted target; no machine made or joined; prepare says why.
+    const phases = Object.fromEntries(d.data.phases.map((p: any) => [p.name, p]));
+    assert.equal(phases.place.status, "succeeded");
+    assert.equal(phases.place.evidence.target.name, "e2b");
+    assert.equal(phases.provision.status, "skipped");
+    assert.equal(phases.join.status, "skipped");
+    assert.equal(phases.prepare.status, "failed");
+    assert.match(phases.prepare.reason, why);
+    assert.equal(phases.start.status, "skipped");
   }
   assert.equal(e2b.sandboxes().length, atProvider, "nothing was made at the provider");
   // Not pinned, it goes to the connected host, not to the hosted provider.

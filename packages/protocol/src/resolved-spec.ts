@@ -160,6 +160,11 @@ export const resolvedSpecSchema = z.object({
    * file does not declare one (so a file without it resolves, and hashes, as before).
    */
   pool: z.number().int().min(0).max(256).optional(),
+  /**
+   * x-denv.target: the cloud or target the file asks its environments to run on (a project's own
+   * pin, `denv project create --target`, wins). Absent when the file names none.
+   */
+  target: z.string().optional(),
   agent: z.object({ service: z.string() }).nullable(),
   warm: z.array(z.object({ service: z.string(), command: argv })),
   verifier: z

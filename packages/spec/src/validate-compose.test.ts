@@ -83,6 +83,27 @@ test("build without image is refused only where the target cannot build", () => 
   assert.ok(!r.ok && r.errors[0]?.code === "build_without_image");
 });
 
+test("x-denv.target: a name; absent leaves the spec (and its hash) as before; a name that is not one is refused where it is", () => {
+  const file = (target: string) =>
+    `x-denv: { kind: agent${target ? `, target: ${target}` : ""} }\nservices:\n  box: { image: "img:1", user: "1000" }\n`;
+  const ok = (target: string) => {
+    const r = validateCompose(file(target), { env: {} });
+    assert.ok(r.ok, JSON.stringify(!r.ok && r.errors));
+    return r.spec;
+  };
+  assert.equal(ok("daytona").target, "daytona");
+  assert.equal(ok("gpu-box.1").target, "gpu-box.1");
+  const none = ok("");
+  assert.equal("target" in none, false);
+  assert.equal(none.hash, ok("").hash);
+  assert.notEqual(ok("e2b").hash, none.hash, "where it runs is part of what the file says");
+  for (const bad of ['""', '"../x"', '"a b"', '"-lead"', `"${"x".repeat(64)}"`, "3", "[e2b]"]) {
+    const r = validateCompose(file(bad), { env: {} });
+    assert.equal(r.ok, false, `target: ${bad} was accepted`);
+    assert.match(JSON.stringify(!r.ok && r.errors), /target/, `target: ${bad}`);
+  }
+});
+
 test("x-denv.pool: a number or {size}, 0 to 256; absent leaves the spec (and its hash) as before; anything else is refused where it is", () => {
   const file = (pool: string) =>
     `x-denv: { kind: agent${pool ? `, pool: ${pool}` : ""} }\nservices:\n  box: { image: "img:1", user: "1000" }\n`;

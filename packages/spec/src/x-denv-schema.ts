@@ -34,6 +34,11 @@ export const xDenvSchema = z.strictObject({
     .union([z.number().int().min(0).max(256), z.strictObject({ size: z.number().int().min(0).max(256) })])
     .optional(),
   checkpoint: z.record(z.string(), z.union([commandSchema, z.array(commandSchema).min(1)])).optional(),
+  /** Where the project's environments run: a connected cloud or target by name (a host's name too). */
+  target: z
+    .string()
+    .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/, "a target's name is 1-63 letters, digits, '.', '_' or '-'")
+    .optional(),
 });
 
 export type XDenv = z.infer<typeof xDenvSchema>;

@@ -15,7 +15,7 @@ import { clockHistory, clockIssues } from "./clock-history.ts";
 import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
 import { buildImages } from "./image-builds.ts";
 import { DEPLOY_PHASES, PhaseFailure, type PhaseRecorder } from "./phase-recorder.ts";
-import { type Placement, place } from "./placement.ts";
+import { hostedRefusal, type Placement, place } from "./placement.ts";
 import { type ProjectSource, projectSource } from "./project-source.ts";
 import { snapshotPhase } from "./snapshot-kind.ts";
 
@@ -47,7 +47,18 @@ async function deployPhases(
   before: EnvironmentsTable,
 ): Promise<void> {
   let spec = await resolvePhase(runner, rec, project);
-  const hostId = await placeAndJoin(runner, rec, project, before, Object.keys(spec.services));
+  const where = await placeAndJoin(runner, rec, project, before, spec.target);
+  if (typeof where !== "string") {
+    // A hosted target: its prepare phase says what it cannot run, and the deploy rolls back.
+    await rec.run("prepare", async () => {
+      throw new PhaseFailure(hostedRefusal(where.hosted, Object.keys(spec.services), where.pinnedBy), {
+        target: { name: where.hosted.name, provider: where.hosted.provider },
+        services: Object.keys(spec.services),
+      });
+    });
+    return;
+  }
+  const hostId = where;
   const stackId = (await rec.run("prepare", async () => {
     // Services with build: are built (or found built) on the host first, and pinned to the result.
     const built = await buildImages(runner, rec, {
@@ -237,22 +248,37 @@ async function resolveSource(runner: DeploymentRunner, project: ProjectsTable, s
   };
 }
 
-/** place, then provision and join: the host the stack is built on, connected. */
+/**
+ * place, then provision and join: the host the stack is built on, connected; or the hosted target
+ * the project is pinned to (no machine to make or join).
+ */
 async function placeAndJoin(
   runner: DeploymentRunner,
   rec: PhaseRecorder,
   project: ProjectsTable,
   before: EnvironmentsTable,
-  services: string[],
-): Promise<string> {
+  fileTarget: string | undefined,
+): Promise<string | { hosted: CloudsTable; pinnedBy: string }> {
   const placed = (await rec.run("place", async () => {
     const { store, hub, options } = runner;
-    const p = await place({ store, hub, provisioner: options.provisioner }, project, before, services);
+    const p = await place({ store, hub, provisioner: options.provisioner }, project, before, fileTarget);
     // The cloud row holds the sealed token: the evidence names the cloud only.
-    const c = "provision" in p ? (p.cloud as CloudsTable) : null;
-    const evidence = c ? { ...p, cloud: { name: c.name, provider: c.provider, location: c.location } } : p;
+    const c = ("provision" in p ? p.cloud : "hosted" in p ? p.hosted : null) as CloudsTable | null;
+    const named = c ? { name: c.name, provider: c.provider, location: c.location } : null;
+    const evidence =
+      "provision" in p
+        ? { ...p, cloud: named }
+        : "hosted" in p
+          ? { ...p, hosted: undefined, target: named }
+          : p;
     return { value: p, evidence };
   })) as Placement;
+  if ("hosted" in placed) {
+    const why = `${placed.hosted.name} is a hosted target: no machine to create or join`;
+    await rec.skip("provision", why);
+    await rec.skip("join", why);
+    return { hosted: placed.hosted, pinnedBy: placed.pinned_by };
+  }
   if ("host_id" in placed) {
     rec.state.host_id = placed.host_id;
     await rec.skip("provision", "a connected host has capacity; no machine to create");

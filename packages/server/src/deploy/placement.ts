@@ -2,8 +2,8 @@
  * The place phase: where a deployment goes. A connected host with room, preferring the one that
  * holds the environment's data (snapshot locality), then the most free space; a pinned target
  * narrows the choice; with no host, a new machine in a connected cloud that makes machines. A
- * project pinned to a hosted provider (E2B) is refused here, saying why: one container per
- * environment, and project deploys there are not driven yet (its sandboxes are).
+ * project pinned to a hosted provider (E2B) is placed there, and its prepare phase says what that
+ * target cannot run (one container per environment; project deploys there are not driven yet).
  */
 import type { Provisioner } from "../clouds/provisioner.ts";
 import type { HostHub } from "../host-hub.ts";
@@ -13,23 +13,44 @@ import type { CloudsTable, EnvironmentsTable, ProjectsTable } from "../store/sch
 import { isHosted } from "../targets/hosted-targets.ts";
 import { PhaseFailure } from "./phase-recorder.ts";
 
+/**
+ * What a hosted target cannot run of a compose file, in the words of the prepare phase's refusal:
+ * one container per environment, and deploys of projects there not driven yet (its sandboxes are).
+ */
+export function hostedRefusal(
+  target: Pick<CloudsTable, "name" | "provider">,
+  services: string[],
+  pinnedBy = "the project is pinned to",
+): string {
+  const why =
+    services.length > 1
+      ? `, which runs one container per environment: this compose file has ${services.length} services (${services.join(", ")})`
+      : `: deploying a project there is not available yet; a sandbox from an image is (POST /v1/targets/${target.name}/sandboxes)`;
+  return `${pinnedBy} ${target.name}, a hosted ${target.provider} target${why}`;
+}
+
 /** A host with less free storage than this has no capacity for another environment. */
 export const MIN_FREE_BYTES = 1024 ** 3;
 
 /** A host not connected but seen this recently is taken to be reconnecting. */
 const RECONNECT_GRACE_MS = 60_000;
 
-/** Where a deployment goes: a connected host, or a new machine in a connected cloud. */
+/** Where a deployment goes: a connected host, a new machine in a connected cloud, or a hosted target. */
 export type Placement =
   | { host_id: string; host_name: string; reason: string }
-  | { provision: true; cloud: CloudsTable; reason: string };
+  | { provision: true; cloud: CloudsTable; reason: string }
+  | { hosted: CloudsTable; pinned_by: string; reason: string };
 
 export async function place(
   deps: { store: Store; hub: HostHub; provisioner?: Provisioner },
   project: ProjectsTable,
   env: EnvironmentsTable,
-  services: string[] = [],
+  fileTarget?: string,
 ): Promise<Placement & Record<string, unknown>> {
+  // The project's own pin wins over the file's x-denv.target; `denvd` is the team's hosts, any of them.
+  const named = project.pinned_target ?? fileTarget ?? null;
+  const pinned = named === "denvd" ? null : named;
+  const pinnedBy = project.pinned_target ? "the project is pinned to" : "x-denv.target names";
   const { store, hub, provisioner } = deps;
   const hosts = await teamHosts(store, project.team_id);
   const summary = () =>
@@ -41,32 +62,27 @@ export async function place(
     }));
   let candidates = hosts.filter((h) => hub.isConnected(h.id) && hostFreeBytes(h) >= MIN_FREE_BYTES);
   const connected = provisioner ? await provisioner.clouds(project.team_id) : [];
-  const hosted = connected.find((c) => c.name === project.pinned_target && isHosted(c.provider));
-  if (hosted) {
-    const one =
-      services.length > 1
-        ? `, which runs one container per environment: this compose file has ${services.length} services (${services.join(", ")})`
-        : `: deploying a project there is not available yet; a sandbox from an image is (POST /v1/targets/${hosted.name}/sandboxes)`;
-    throw new PhaseFailure(
-      `the project is pinned to ${hosted.name}, a hosted ${hosted.provider} target${one}`,
-    );
-  }
+  const hosted = connected.find((c) => c.name === pinned && isHosted(c.provider));
+  if (hosted)
+    return {
+      hosted,
+      pinned_by: pinnedBy,
+      reason: `${pinnedBy} ${hosted.name}, a hosted ${hosted.provider} target`,
+    };
   // Only clouds that make machines take a deploy's provision phase.
   const clouds = connected.filter((c) => !isHosted(c.provider));
   let cloud: CloudsTable | undefined;
-  if (project.pinned_target) {
-    cloud = clouds.find((c) => c.name === project.pinned_target);
+  if (pinned) {
+    cloud = clouds.find((c) => c.name === pinned);
     if (cloud && provisioner) {
       // Pinned to a cloud: only that cloud's machines, and a new one when none has room.
       const names = new Set(await provisioner.hostNamesOf(cloud.id));
       candidates = candidates.filter((h) => names.has(h.name));
     } else {
-      candidates = candidates.filter(
-        (h) => h.name === project.pinned_target || h.id === project.pinned_target,
-      );
+      candidates = candidates.filter((h) => h.name === pinned || h.id === pinned);
       if (!candidates.length) {
         throw new PhaseFailure(
-          `the project is pinned to ${project.pinned_target}, which is neither a connected host with capacity nor a connected cloud`,
+          `${pinnedBy} ${pinned}, which is neither a connected host with capacity nor a connected cloud`,
         );
       }
     }
@@ -80,7 +96,7 @@ export async function place(
           !hub.isConnected(h.id) &&
           hostFreeBytes(h) >= MIN_FREE_BYTES &&
           Date.now() - Date.parse(h.last_seen ?? "") < RECONNECT_GRACE_MS &&
-          (!project.pinned_target || h.name === project.pinned_target || h.id === project.pinned_target),
+          (!pinned || h.name === pinned || h.id === pinned),
       )
       .sort((a, b) => Number(b.id === env.host_id) - Number(a.id === env.host_id));
     const back = recent[0];
@@ -98,7 +114,7 @@ export async function place(
       return {
         provision: true,
         cloud,
-        reason: project.pinned_target
+        reason: pinned
           ? `pinned to cloud ${cloud.name}, which has no connected machine with capacity: provisioning one`
           : `no connected host has capacity: provisioning a machine in cloud ${cloud.name}`,
         hosts: summary(),

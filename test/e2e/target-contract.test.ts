@@ -3,18 +3,23 @@
  * hosted provider's driver joins by being connected in `before`): its row is whole and says what
  * it supports; a sandbox made on it by name answers exec with its environment, takes and gives
  * back files, snapshots and forks where the row says it can, and is gone after its delete.
- * Through the API, on the real server and engine; E2B through its official SDK against a local
- * double of its API (e2b-dev's spec; the double runs each sandbox as a container on the engine).
+ * Through the API, on the real server and engine; E2B and Daytona through their official SDKs and
+ * Prime through its REST API, each against a local double of its published API (each runs a
+ * sandbox as a container on the engine).
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import tar from "tar-stream";
 import { type Lab, openLab } from "../security/security-lab.ts";
+import { type DaytonaDouble, startDaytonaDouble } from "./daytona-double.ts";
 import { LOCAL_REGISTRY } from "./denvd-helpers.ts";
 import { type E2bDouble, startE2bDouble } from "./e2b-double.ts";
+import { type PrimeDouble, startPrimeDouble } from "./prime-double.ts";
+import { filesOf, tarOf } from "./tar-files.ts";
 
 let lab: Lab;
 let e2b: E2bDouble;
+let daytona: DaytonaDouble;
+let prime: PrimeDouble;
 const CELLS = [
   "multi_service_stack",
   "consistent_snapshot",
@@ -28,50 +33,33 @@ const CELLS = [
 
 before(async () => {
   e2b = await startE2bDouble({ registry: "127.0.0.1:5000" });
-  lab = await openLab({ fetchAllow: [...LOCAL_REGISTRY, new URL(e2b.url).host] });
-  // The seed's `denv cloud connect e2b --name e2b --token KEY`, against the double.
-  const connected = await lab.api("POST", "/v1/clouds", {
-    provider: "e2b",
-    name: "e2b",
-    token: e2b.apiKey,
-    api_url: e2b.url,
+  daytona = await startDaytonaDouble();
+  prime = await startPrimeDouble();
+  lab = await openLab({
+    fetchAllow: [...LOCAL_REGISTRY, ...[e2b, daytona, prime].map((d) => new URL(d.url).host)],
   });
-  assert.equal(connected.status, 201, JSON.stringify(connected.data));
+  // The seed's `denv cloud connect e2b|daytona --name N --token KEY`, against the doubles.
+  for (const [provider, double] of [
+    ["e2b", e2b],
+    ["daytona", daytona],
+    ["prime", prime],
+  ] as const) {
+    const connected = await lab.api("POST", "/v1/clouds", {
+      provider,
+      name: provider,
+      token: double.apiKey,
+      api_url: double.url,
+    });
+    assert.equal(connected.status, 201, JSON.stringify(connected.data));
+  }
 });
 
 after(async () => {
   await lab?.close();
   await e2b?.close();
+  await daytona?.close();
+  await prime?.close();
 });
-
-async function tarOf(name: string, body: string): Promise<Uint8Array> {
-  const pack = tar.pack();
-  pack.entry({ name, mode: 0o644 }, body);
-  pack.finalize();
-  const chunks: Buffer[] = [];
-  for await (const c of pack) chunks.push(c as Buffer);
-  return new Uint8Array(Buffer.concat(chunks));
-}
-
-async function untar(body: Buffer): Promise<Record<string, string>> {
-  const out: Record<string, string> = {};
-  const extract = tar.extract();
-  const done = new Promise<void>((resolve, reject) => {
-    extract.on("entry", (h, stream, next) => {
-      const parts: Buffer[] = [];
-      stream.on("data", (d: unknown) => parts.push(d as Buffer));
-      stream.on("end", () => {
-        if (h.type === "file") out[h.name] = Buffer.concat(parts).toString();
-        next();
-      });
-    });
-    extract.on("finish", resolve);
-    extract.on("error", reject);
-  });
-  extract.end(body);
-  await done;
-  return out;
-}
 
 test("every target's row names each cell in words and which it supports", async () => {
   const r = await lab.api("GET", "/v1/targets");
@@ -85,15 +73,21 @@ test("every target's row names each cell in words and which it supports", async 
     assert.equal(typeof t.available, "boolean");
   }
   // A connected provider is a target of its own, saying its driver has not met the live provider.
-  const hosted = targets.find((t) => t.name === "e2b");
-  assert.equal(hosted?.type, "e2b");
-  assert.equal(hosted?.capabilities.multi_service_stack, "no (one VM per sandbox)");
-  assert.ok(!hosted?.supported.includes("verify"));
-  assert.match(hosted?.note ?? "", /not against the live E2B/);
+  for (const [name, live] of [
+    ["e2b", /not against the live E2B/],
+    ["daytona", /not against the live Daytona/],
+    ["prime", /not against the live Prime/],
+  ] as const) {
+    const hosted = targets.find((t) => t.name === name);
+    assert.equal(hosted?.type, name);
+    assert.match(hosted?.capabilities.multi_service_stack ?? "", /^no \(one (VM|container) per sandbox/);
+    assert.ok(!hosted?.supported.includes("verify"));
+    assert.match(hosted?.note ?? "", live);
+  }
   // An unknown target is named as such, with the ones there are.
   const none = await lab.api("POST", "/v1/targets/nowhere/sandboxes", { image: "x" });
   assert.equal(none.status, 404);
-  assert.match(none.data.error.message, /no target "nowhere".*denvd, e2b/);
+  assert.match(none.data.error.message, /no target "nowhere".*denvd, e2b, daytona, prime/);
 });
 
 test("each available target keeps the sandbox contract", async (t) => {
@@ -124,7 +118,7 @@ test("each available target keeps the sandbox contract", async (t) => {
         assert.equal(put.status, 200, JSON.stringify(put.data));
         const got = await lab.api("GET", `/v1/envs/${id}/files?path=${encodeURIComponent("/work/note.txt")}`);
         assert.equal(got.status, 200);
-        assert.deepEqual(Object.values(await untar(got.data as Buffer)), ["from the contract\n"]);
+        assert.deepEqual(Object.values(await filesOf(got.data as Buffer)), ["from the contract\n"]);
         if (target.supported.includes("fork")) {
           // A fork is of a version: the sandbox's state now, once snapshotted.
           const snap = await lab.api("POST", `/v1/envs/${id}/snapshot`, {});

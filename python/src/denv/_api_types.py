@@ -385,7 +385,7 @@ class GetV1TargetsResponseTargetsItemCapabilities(TypedDict):
 
 class GetV1TargetsResponseTargetsItem(TypedDict):
     name: str
-    type: Literal["denvd", "e2b"]
+    type: Literal["denvd", "e2b", "daytona", "prime"]
     available: bool
     hosts: float
     note: str | None

@@ -51,22 +51,25 @@ export function registerHostCommands(program: Command): void {
   const cc = cloud
     .command("connect")
     .description(
-      "Connect a cloud account: hetzner (deploys provision machines there) or e2b (a target of its own); its token is checked, then stored encrypted",
+      "Connect a cloud account: hetzner (deploys provision machines there), or e2b, daytona or prime (a target of its own); its token is checked, then stored encrypted",
     )
-    .argument("<provider>", "hetzner or e2b (aws, daytona, modal, prime: not yet available)")
+    .argument("<provider>", "hetzner, e2b, daytona or prime (aws, modal: not yet available)")
     .requiredOption(
       "--name <name>",
-      "a name for this account (projects can be pinned to it; an e2b account is the target of that name)",
+      "a name for this account (projects can be pinned to it; an e2b, daytona or prime account is the target of that name)",
     )
     // Not --api-key: that is denv's own key, an option of every command.
     .requiredOption("--token <token>", "the provider's API token or key")
     .option("--server-type <type>", "hetzner: the machine type to create (default cx22)")
-    .option("--location <loc>", "hetzner: where to create machines (default fsn1)")
+    .option(
+      "--location <loc>",
+      "hetzner: where to create machines (default fsn1); daytona, prime: its region (default us)",
+    )
     .option("--api-url <url>", "another endpoint speaking the provider's API (for e2b, its sandboxes' too)")
     .option("--json", "print JSON")
     .addHelpText(
       "after",
-      "\nExamples:\n  denv cloud connect hetzner --name hz --token $HCLOUD_TOKEN --server-type ax41-nvme --location fsn1\n  denv cloud connect e2b --name e2b --token $E2B_API_KEY",
+      "\nExamples:\n  denv cloud connect hetzner --name hz --token $HCLOUD_TOKEN --server-type ax41-nvme --location fsn1\n  denv cloud connect e2b --name e2b --token $E2B_API_KEY\n  denv cloud connect daytona --name daytona --token $DAYTONA_API_KEY\n  denv cloud connect prime --name prime --token $PRIME_API_KEY",
     );
   cc.action(
     run(cc, async (client, json, provider: string) => {
@@ -85,6 +88,7 @@ export function registerHostCommands(program: Command): void {
           name: o.name,
           token,
           ...(machines ? { server_type: o.serverType ?? "cx22", location: o.location ?? "fsn1" } : {}),
+          ...(!machines && o.location ? { location: o.location } : {}),
           ...(o.apiUrl ? { api_url: o.apiUrl } : {}),
         },
       });

@@ -343,7 +343,10 @@ export const cloudConnectBody = z.strictObject({
   name,
   /** The provider's API token: stored encrypted, never returned. */
   token: z.string().min(1).max(4096),
-  /** A machine provider's (hetzner) machine type and place; a hosted provider (e2b) has none. */
+  /**
+   * A machine provider's (hetzner) machine type and place; a hosted provider has no machine type,
+   * and Daytona's and Prime's location is their region (default us).
+   */
   server_type: z.string().min(1).max(100).optional(),
   location: z.string().min(1).max(100).optional(),
   /**
@@ -380,7 +383,7 @@ export const execResult = z.object({
 
 export const targetSchema = z.object({
   name: z.string(),
-  type: z.enum(["denvd", "e2b"]),
+  type: z.enum(["denvd", "e2b", "daytona", "prime"]),
   /** Whether it can take work now (for denvd: a host is connected). */
   available: z.boolean(),
   hosts: z.number(),

@@ -1,6 +1,6 @@
 /**
  * Cloud accounts: a machine provider the provision phase creates hosts in (Hetzner), or a hosted
- * sandbox provider that is a target of its own (E2B).
+ * sandbox provider that is a target of its own (E2B, Daytona, Prime).
  */
 import { DenvError } from "@denv/protocol";
 import { z } from "zod";
@@ -19,7 +19,7 @@ export const cloudRoutes: ApiRoute[] = [
     method: "post",
     path: "/v1/clouds",
     summary:
-      "Connect a cloud account: hetzner (the provision phase creates machines there) or e2b (a target of its own); the token is checked, then stored encrypted",
+      "Connect a cloud account: hetzner (the provision phase creates machines there), or e2b, daytona or prime (a target of its own); the token is checked, then stored encrypted",
     body: cloudConnectBody,
     response: cloudSchema,
     status: 201,

@@ -5,7 +5,7 @@
  * caller reads `capabilities()` before it acts, so nobody is promised what a target cannot do, and
  * `/v1/targets` and the console show the same row.
  *
- * Exec, files and stopping a service go through it; hosted providers (E2B) are targets of their own. Still going through the host hub directly (to
+ * Exec, files and stopping a service go through it; hosted providers (E2B, Daytona, Prime) are targets of their own. Still going through the host hub directly (to
  * move behind this port): deployments of projects, snapshots, rollbacks, verify, pools, replay,
  * promote and port URLs.
  */
@@ -17,7 +17,7 @@ import type { z } from "zod";
 export type FsEntry = z.infer<typeof fsEntry>;
 
 /** The kinds of target denv knows. */
-export type TargetKind = "denvd" | "e2b";
+export type TargetKind = "denvd" | "e2b" | "daytona" | "prime";
 
 /** One cell of a capability row: whether the target can, and how, in words shown as they are. */
 export interface Capability {

@@ -1,0 +1,398 @@
+/**
+ * What every hosted sandbox provider's target shares (E2B, Daytona): one container per
+ * environment with one service (`main`), recorded in the store as an environment whose stack is
+ * the provider's sandbox id. A driver gives three primitives (run a shell line as a user, write a
+ * stream to a path, read a path as a stream) and this class builds the rest of the environment's
+ * I/O on them: output limits, files as tars staged in the sandbox and unpacked by its own `tar`,
+ * stat, list, mkdir, remove and rename by its own coreutils. So each provider's driver is only what
+ * differs: its SDK, its errors and its row.
+ */
+import { randomBytes } from "node:crypto";
+import { type Readable, Transform } from "node:stream";
+import { DenvError } from "@denv/protocol";
+import { newId, now } from "../ids.ts";
+import { environmentNamed } from "../store/environment-store.ts";
+import type { Store } from "../store/open-store.ts";
+import { sandboxProject } from "../store/project-store.ts";
+import type { EnvironmentsTable } from "../store/schema.ts";
+import type {
+  ExecOutcome,
+  ExecRequest,
+  FsEntry,
+  ImageSandboxSpec,
+  MadeEnvironment,
+  OutputSink,
+  PlacedEnvironment,
+  SandboxSpec,
+  ServicePath,
+  Target,
+  TargetCapabilities,
+  TargetKind,
+  TargetStatus,
+} from "./target.ts";
+
+/** The one service of a hosted sandbox, as environments name their services. */
+export const HOSTED_SERVICE = "main";
+
+/** How long a command may run when the request names no timeout. */
+export const DEFAULT_COMMAND_TIMEOUT_MS = 24 * 60 * 60_000;
+
+export const shellQuote = (s: string) => `'${s.replace(/'/g, "'\\''")}'`;
+export const commandLine = (c: string | string[]) =>
+  typeof c === "string" ? c : c.map(shellQuote).join(" ");
+
+/** A provider's answer, in denv's words: what failed, at which target and provider, and why. */
+export function providerError(target: string, provider: string, what: string, err: unknown): DenvError {
+  if (err instanceof DenvError) return err;
+  const message = (err as Error)?.message ?? String(err);
+  const name = (err as Error)?.name ?? "";
+  const code = /NotFound/.test(name)
+    ? "not_found"
+    : /Authentication|Authorization/.test(name)
+      ? "invalid_argument"
+      : /Timeout/.test(name)
+        ? "timeout"
+        : "unavailable";
+  return new DenvError(code, `${what} on target ${target} (${provider}) failed: ${message.slice(0, 500)}`);
+}
+
+/** A provider's sandbox id is kept and sent back in paths and headers: only one that looks like an id. */
+export const SANDBOX_ID = /^[A-Za-z0-9_-]{1,128}$/;
+
+/** How a run of a shell line ended. */
+export interface RunEnd {
+  exitCode: number;
+  timedOut: boolean;
+}
+
+export abstract class HostedSandboxTarget implements Target {
+  readonly name: string;
+  abstract readonly kind: TargetKind;
+  /** The provider in words, for messages. */
+  protected abstract readonly provider: string;
+  /** What one sandbox is at this provider, in words ("VM", "container"). */
+  protected abstract readonly sandboxWord: string;
+  protected readonly store: Store;
+
+  constructor(name: string, store: Store) {
+    this.name = name;
+    this.store = store;
+  }
+
+  abstract capabilities(teamId: string): Promise<TargetCapabilities>;
+  abstract status(teamId: string): Promise<TargetStatus>;
+  /** Whether the key is taken: the cheapest call that needs it. */
+  abstract checkKey(): Promise<void>;
+  /** Makes the sandbox at the provider; answers its id, its paths made and the user's. */
+  protected abstract makeSandbox(teamId: string, name: string, spec: ImageSandboxSpec): Promise<string>;
+  /** Starts a command in the background (a sandbox's `cmd`); no user: the sandbox's own. */
+  protected abstract startBackground(
+    sandboxId: string,
+    line: string,
+    user: string | undefined,
+  ): Promise<void>;
+  /** Ends the sandbox at the provider; one already gone is gone. */
+  protected abstract killSandbox(sandboxId: string): Promise<void>;
+  /**
+   * Runs a shell line as the user (none: the sandbox's own), handing output on as it comes; never
+   * throws for its exit code.
+   */
+  protected abstract run(
+    env: PlacedEnvironment,
+    line: string,
+    opts: { user?: string; cwd?: string; env: Record<string, string>; timeoutMs: number },
+    onOutput: (which: "stdout" | "stderr", chunk: Buffer) => void,
+  ): Promise<RunEnd>;
+  /** Writes a stream to a path in the sandbox, as the user. */
+  protected abstract upload(
+    env: PlacedEnvironment,
+    path: string,
+    user: string | undefined,
+    body: Readable,
+  ): Promise<void>;
+  /** A path in the sandbox as a stream, read as the user. */
+  protected abstract download(
+    env: PlacedEnvironment,
+    path: string,
+    user: string | undefined,
+  ): Promise<Readable>;
+
+  protected fail(what: string, err: unknown): DenvError {
+    return providerError(this.name, this.provider, what, err);
+  }
+
+  async createSandbox(teamId: string, spec: SandboxSpec): Promise<MadeEnvironment> {
+    if ("fromVersion" in spec)
+      throw new DenvError(
+        "invalid_argument",
+        `target ${this.name} (${this.provider}) cannot fork ${spec.fromVersion}: a denv version lives on a denvd host; create a sandbox from an image here`,
+      );
+    if (spec.ports?.length)
+      throw new DenvError(
+        "invalid_argument",
+        `target ${this.name} (${this.provider}): port URLs are not available on hosted targets yet`,
+      );
+    const project = await sandboxProject(this.store, teamId);
+    const name = spec.name ?? `sbx-${randomBytes(4).toString("hex")}`;
+    if (await environmentNamed(this.store, project.id, name))
+      throw new DenvError("conflict", `an environment named ${name} already exists`);
+    const sandboxId = await this.makeSandbox(teamId, name, spec);
+    if (!SANDBOX_ID.test(sandboxId)) {
+      await this.killSandbox(sandboxId).catch(() => {});
+      throw new DenvError(
+        "unavailable",
+        `target ${this.name} (${this.provider}) answered a sandbox id that is not one: ${JSON.stringify(sandboxId.slice(0, 40))}`,
+      );
+    }
+    try {
+      if (spec.cmd?.length) await this.startBackground(sandboxId, commandLine(spec.cmd), spec.user);
+      const env: EnvironmentsTable = {
+        id: newId("env"),
+        team_id: teamId,
+        project_id: project.id,
+        name,
+        status: "running",
+        host_id: null,
+        // On a hosted target the provider's sandbox: what serves the environment now.
+        stack_id: sandboxId,
+        current_version_id: null,
+        parent_version_id: null,
+        sandbox: 1,
+        target_id: this.name,
+        pool_id: null,
+        created_at: now(),
+      };
+      await this.store.insertInto("environments").values(env).execute();
+      return { environmentId: env.id, deploymentId: null };
+    } catch (err) {
+      await this.killSandbox(sandboxId).catch(() => {});
+      throw this.fail(`starting ${commandLine(spec.cmd ?? [])}`, err);
+    }
+  }
+
+  /** Kills the sandbox; one already gone is gone. */
+  async destroy(env: PlacedEnvironment): Promise<void> {
+    if (!env.stackId) return;
+    try {
+      await this.killSandbox(env.stackId);
+    } catch (err) {
+      throw this.fail(`destroying sandbox ${env.stackId}`, err);
+    }
+  }
+
+  protected checkService(env: PlacedEnvironment, service: string | undefined): void {
+    if (service !== undefined && service !== HOSTED_SERVICE)
+      throw new DenvError(
+        "not_found",
+        `environment ${env.name} has no service ${JSON.stringify(service.slice(0, 64))}; it has ${HOSTED_SERVICE}`,
+      );
+  }
+
+  async exec(
+    env: PlacedEnvironment,
+    req: ExecRequest,
+    stdin: Readable | Buffer | null,
+    onOutput: OutputSink,
+  ): Promise<ExecOutcome> {
+    this.checkService(env, req.service);
+    if (stdin && !(Buffer.isBuffer(stdin) && stdin.length === 0))
+      throw new DenvError(
+        "invalid_argument",
+        `target ${this.name} (${this.provider}): stdin to a command is not carried yet`,
+      );
+    const limit = req.maxOutputBytes ?? Number.POSITIVE_INFINITY;
+    const kept = { stdout: 0, stderr: 0 };
+    const dropped = { stdout: 0, stderr: 0 };
+    // Counted per stream and handed on in order; past the limit, counted and dropped.
+    let chain = Promise.resolve();
+    const take = (which: "stdout" | "stderr", b: Buffer) => {
+      const room = Math.max(0, limit - kept[which]);
+      const part = b.subarray(0, room);
+      kept[which] += part.length;
+      dropped[which] += b.length - part.length;
+      if (part.length) chain = chain.then(() => onOutput(which, part));
+    };
+    const started = performance.now();
+    const end = await this.run(
+      env,
+      commandLine(req.command),
+      {
+        ...(req.user ? { user: req.user } : {}),
+        ...(req.cwd ? { cwd: req.cwd } : {}),
+        env: req.env ?? {},
+        timeoutMs: req.timeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS,
+      },
+      take,
+    );
+    await chain;
+    return {
+      exitCode: end.timedOut ? 124 : end.exitCode,
+      stdoutTruncated: dropped.stdout > 0,
+      stderrTruncated: dropped.stderr > 0,
+      stdoutDroppedBytes: dropped.stdout,
+      stderrDroppedBytes: dropped.stderr,
+      timedOut: end.timedOut,
+      durationMs: Math.round(performance.now() - started),
+    };
+  }
+
+  /** Runs a shell line in the sandbox as the user; its stdout, or the error its stderr names. */
+  protected async sh(env: PlacedEnvironment, user: string | undefined, line: string): Promise<string> {
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    const r = await this.exec(env, { command: line, ...(user ? { user } : {}) }, null, (w, b) => {
+      (w === "stdout" ? out : err).push(b);
+    });
+    const stderr = Buffer.concat(err).toString().trim();
+    if (r.exitCode !== 0) {
+      const code = /No such file/.test(stderr)
+        ? "not_found"
+        : /Permission denied/.test(stderr)
+          ? "permission_denied"
+          : /Is a directory/.test(stderr)
+            ? "is_directory"
+            : /Not a directory/.test(stderr)
+              ? "not_a_directory"
+              : /exists|not empty/i.test(stderr)
+                ? "conflict"
+                : "unavailable";
+      throw new DenvError(code, stderr.slice(0, 500) || `exit ${r.exitCode}`);
+    }
+    return Buffer.concat(out).toString();
+  }
+
+  async putFiles(env: PlacedEnvironment, at: ServicePath, tar: Readable) {
+    this.checkService(env, at.service);
+    // Streamed through as it comes (counted on the way), never held whole in this process.
+    let bytes = 0;
+    const counted = tar.pipe(
+      new Transform({
+        transform(chunk: Buffer, _enc, done) {
+          bytes += chunk.length;
+          done(null, chunk);
+        },
+      }),
+    );
+    tar.once("error", (err) => counted.destroy(err));
+    const staged = `/tmp/.denv-put-${randomBytes(8).toString("hex")}.tar`;
+    try {
+      await this.upload(env, staged, at.user, counted);
+    } catch (err) {
+      throw this.fail(`uploading to ${at.path}`, err);
+    }
+    const q = shellQuote(at.path);
+    const listing = await this.sh(
+      env,
+      at.user,
+      `mkdir -p ${q} && tar -xf ${shellQuote(staged)} -C ${q} --no-same-owner && tar -tf ${shellQuote(staged)}; s=$?; rm -f ${shellQuote(staged)}; exit $s`,
+    );
+    return { entries: listing.split("\n").filter(Boolean).length, bytes };
+  }
+
+  async getFiles(env: PlacedEnvironment, at: ServicePath): Promise<Readable> {
+    this.checkService(env, at.service);
+    const staged = `/tmp/.denv-get-${randomBytes(8).toString("hex")}.tar`;
+    const dir = at.path === "/" ? "/" : at.path.replace(/\/[^/]*$/, "") || "/";
+    const base = at.path === "/" ? "." : (at.path.split("/").pop() as string);
+    await this.sh(env, at.user, `tar -cf ${shellQuote(staged)} -C ${shellQuote(dir)} -- ${shellQuote(base)}`);
+    const cleanUp = () => void this.sh(env, at.user, `rm -f ${shellQuote(staged)}`).catch(() => {});
+    try {
+      // Streamed as the provider sends it, never held whole in this process.
+      const out = await this.download(env, staged, at.user);
+      out.once("close", cleanUp);
+      return out;
+    } catch (err) {
+      cleanUp();
+      throw this.fail(`downloading ${at.path}`, err);
+    }
+  }
+
+  private async stats(env: PlacedEnvironment, user: string | undefined, line: string): Promise<FsEntry[]> {
+    // One line per path: type, size, mode (octal), uid, gid, owner, group, mtime (s), path, link.
+    const out = await this.sh(env, user, line);
+    return out
+      .split("\n")
+      .filter(Boolean)
+      .map((l) => {
+        const [type, size, mode, uid, gid, owner, group, mtime, path, link] = l.split("\t");
+        const p = path ?? "";
+        return {
+          path: p,
+          name: p === "/" ? "/" : (p.split("/").pop() ?? p),
+          type:
+            type === "directory"
+              ? "directory"
+              : type === "symbolic link"
+                ? "symlink"
+                : type?.startsWith("regular")
+                  ? "file"
+                  : "other",
+          size: Number(size),
+          mode: Number.parseInt(mode ?? "0", 8),
+          uid: Number(uid),
+          gid: Number(gid),
+          owner: owner === "UNKNOWN" ? null : (owner ?? null),
+          group: group === "UNKNOWN" ? null : (group ?? null),
+          modified_at: new Date(Number(mtime) * 1000).toISOString(),
+          link_target: link ? link : null,
+        } satisfies FsEntry;
+      });
+  }
+
+  private static readonly STAT = `stat -c '%F\t%s\t%a\t%u\t%g\t%U\t%G\t%Y\t%n\t' --`;
+
+  async statPath(env: PlacedEnvironment, at: ServicePath): Promise<FsEntry> {
+    this.checkService(env, at.service);
+    const [e] = await this.stats(env, at.user, `${HostedSandboxTarget.STAT} ${shellQuote(at.path)}`);
+    if (!e) throw new DenvError("not_found", `${at.path} does not exist`);
+    if (e.type === "symlink")
+      e.link_target = (await this.sh(env, at.user, `readlink -- ${shellQuote(at.path)}`)).trim();
+    return e;
+  }
+
+  async listPath(env: PlacedEnvironment, at: ServicePath, depth: number): Promise<FsEntry[]> {
+    this.checkService(env, at.service);
+    const q = shellQuote(at.path);
+    const entries = await this.stats(
+      env,
+      at.user,
+      `test -d ${q} || { printf '%s: Not a directory\\n' ${q} >&2; exit 1; }; find ${q} -mindepth 1 -maxdepth ${Math.floor(depth)} -exec ${HostedSandboxTarget.STAT} {} +`,
+    );
+    return entries.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+  }
+
+  async makeDir(env: PlacedEnvironment, at: ServicePath, parents: boolean) {
+    this.checkService(env, at.service);
+    const q = shellQuote(at.path);
+    const out = await this.sh(
+      env,
+      at.user,
+      `if test -d ${q}; then echo exists; else mkdir ${parents ? "-p " : ""}-- ${q} && echo made; fi`,
+    );
+    return { created: out.trim() === "made" };
+  }
+
+  async removePath(env: PlacedEnvironment, at: ServicePath, recursive: boolean): Promise<void> {
+    this.checkService(env, at.service);
+    const q = shellQuote(at.path);
+    await this.sh(
+      env,
+      at.user,
+      recursive
+        ? `rm -rf -- ${q}`
+        : `if test -d ${q} && ! test -L ${q}; then rmdir -- ${q}; else rm -f -- ${q}; fi`,
+    );
+  }
+
+  async renamePath(env: PlacedEnvironment, at: Omit<ServicePath, "path">, from: string, to: string) {
+    this.checkService(env, at.service);
+    await this.sh(env, at.user, `mv -T -- ${shellQuote(from)} ${shellQuote(to)}`);
+  }
+
+  async stopService(env: PlacedEnvironment): Promise<void> {
+    throw new DenvError(
+      "invalid_argument",
+      `environment ${env.name} runs on target ${this.name} (${this.provider}), one ${this.sandboxWord} with one service: destroy it instead`,
+    );
+  }
+}

@@ -2,7 +2,8 @@
  * The console in a real browser (Debian's chromium, driven by playwright-core) against a real
  * server, denvd and engine: sign up; a `denv login` approved from the browser while the CLI waits;
  * a deploy watched live to its verdict; the fork tree after two forks and a snapshot made from the
- * page; a rolled-back deploy showing its reason; the exec terminal, streamed; another team's objects not
+ * page; a rolled-back deploy showing its reason; a new sandbox made on a target picked with that
+ * target's row shown as it is picked; the exec terminal, streamed; another team's objects not
  * reachable by URL; a change without the CSRF token refused; sign out. With
  * DENV_CONSOLE_SCREENSHOTS=DIR the main pages are saved there (docs/console holds the README's).
  */
@@ -16,6 +17,7 @@ import { after, before, describe, test } from "node:test";
 import { joinServer, Sidecar } from "@denv/denvd";
 import { type RunningServer, startServer } from "@denv/server";
 import { type Browser, type BrowserContext, chromium, type Locator, type Page } from "playwright-core";
+import { type DaytonaDouble, startDaytonaDouble } from "./daytona-double.ts";
 import { LOCAL_REGISTRY, openTestHost, repoRoot, type TestHost } from "./denvd-helpers.ts";
 
 const CHROMIUM = process.env.DENV_CHROMIUM ?? "/usr/bin/chromium";
@@ -30,6 +32,8 @@ let page: Page;
 /** The key `denv login` got for the person: the test's own calls go through it. */
 let key: string;
 let alphaId: string;
+/** A hosted provider connected beside the team's host, so the form has two targets to pick from. */
+let daytona: DaytonaDouble;
 
 async function api(method: string, path: string, body?: unknown) {
   const res = await fetch(`${server.url}${path}`, {
@@ -52,7 +56,12 @@ async function shot(name: string): Promise<void> {
 before(async () => {
   assert.ok(existsSync(CHROMIUM), `no browser at ${CHROMIUM}: scripts/ensure-chromium.sh installs Debian's`);
   dataDir = await mkdtemp(join(tmpdir(), "denv-console-"));
-  server = await startServer({ dataDir, port: 0, fetchAllow: LOCAL_REGISTRY });
+  daytona = await startDaytonaDouble();
+  server = await startServer({
+    dataDir,
+    port: 0,
+    fetchAllow: [...LOCAL_REGISTRY, new URL(daytona.url).host],
+  });
   host = await openTestHost({});
   // As root, Chromium's own sandbox cannot start; the page it loads is this test's own server.
   browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox"] });
@@ -68,6 +77,7 @@ after(async () => {
   await sidecar?.stop();
   await server?.close();
   await host?.close();
+  await daytona?.close();
   await rm(dataDir, { recursive: true, force: true });
 });
 
@@ -212,6 +222,43 @@ describe("the console", () => {
     assert.match(await text(page.locator('#target-row tr[data-cell="gpu"]')), /✗ planned/);
     // What the target does is offered: fork and snapshot are on for a running environment.
     assert.equal(await page.locator("#act-fork").isDisabled(), false);
+  });
+
+  test("a new sandbox: the picked target's row shows as it is picked, and the sandbox is made there", async () => {
+    const connected = await api("POST", "/v1/clouds", {
+      provider: "daytona",
+      name: "daytona",
+      token: daytona.apiKey,
+      api_url: daytona.url,
+    });
+    assert.equal(connected.status, 201, JSON.stringify(connected.data));
+    await page.goto(`${server.url}/#/`);
+    const form = page.locator("#new-sandbox");
+    await form.locator("#target-row").waitFor();
+    assert.match(await text(form.locator("#target-h")), /What denvd \(denvd\) can do/);
+    assert.match(await text(form.locator('#target-row tr[data-cell="fork"]')), /✓/);
+    // Picking the hosted target shows its row: what it cannot do is marked before anything is made.
+    await form.getByLabel("target").selectOption("daytona");
+    await form.getByText("What daytona (daytona) can do").waitFor();
+    assert.match(
+      await text(form.locator('#target-row tr[data-cell="multi_service_stack"]')),
+      /✗ no \(one container/,
+    );
+    assert.match(await text(form.locator('#target-row tr[data-cell="verify"]')), /✗/);
+    assert.match(await text(form.locator("#target-row")), /not against the live Daytona/);
+    assert.equal(daytona.sandboxes().length, 0, "picking makes nothing");
+    // Back to the host, and created there: the page goes to the new environment, on denvd.
+    await form.getByLabel("target").selectOption("denvd");
+    await form.getByLabel("image").fill("127.0.0.1:5000/denv/opsbox:bookworm");
+    await form.getByRole("button", { name: "Create" }).click();
+    // The new environment's page, or the form's error (said, so a failure names its reason).
+    await page.locator("#env-target").or(form.getByRole("alert")).first().waitFor({ timeout: 120_000 });
+    if (await form.getByRole("alert").count()) assert.fail(await text(form.getByRole("alert")));
+    assert.equal(await text(page.locator("#env-target")), "denvd");
+    const id = decodeURIComponent(new URL(page.url()).hash.replace("#/env/", ""));
+    assert.equal((await api("GET", `/v1/envs/${id}`)).data.sandbox, true);
+    assert.equal(daytona.sandboxes().length, 0, "nothing was made at the provider");
+    assert.equal((await api("DELETE", `/v1/envs/${id}?wait=true`)).data.status, "succeeded");
   });
 
   test("the exec terminal streams a command's output as it is written", async () => {

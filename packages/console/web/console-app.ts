@@ -99,7 +99,7 @@ async function render(): Promise<void> {
       return;
     }
     const [, first, id] = path.split("/");
-    if (path === "/") await environmentsPage(main);
+    if (path === "/") await environmentsPage(main, go);
     else if (first === "device") await devicePage(main, session, params.get("code") ?? "");
     else if (first === "env" && id) await environmentPage(main, decodeURIComponent(id), go);
     else if (first === "deployment" && id) stopLive = await deploymentPage(main, decodeURIComponent(id));

@@ -1,6 +1,7 @@
 /**
  * Environments: the tree of versions and forks (which fork came from which version, with status,
- * age and host), and one environment's page — its target and what that target can do, its
+ * age and host), a sandbox made on a target picked with that target's row shown beside it, and
+ * one environment's page — its target and what that target can do, its
  * versions, its deployments, the actions (each confirmed; those its target cannot do are off) and
  * an exec terminal for its services.
  */
@@ -78,12 +79,86 @@ function envLine(e: Env, hosts: Map<string, string>): HTMLElement {
   );
 }
 
+/**
+ * A sandbox from an image on a target the person picks, with the picked target's row shown as
+ * they pick, so nobody is promised what that target cannot do before they create.
+ */
+function newSandboxForm(targets: TargetRow[], go: Go): HTMLElement {
+  const picker = h(
+    "select",
+    { id: "f-target", name: "target" },
+    targets.map((t) =>
+      h(
+        "option",
+        { value: t.name, disabled: !t.available },
+        `${t.name} (${t.type})${t.available ? "" : ", not available"}`,
+      ),
+    ),
+  );
+  picker.value = targets.find((t) => t.available)?.name ?? targets[0]?.name ?? "";
+  const image = h("input", {
+    id: "f-image",
+    name: "image",
+    required: true,
+    placeholder: "python:3.12-slim",
+    size: 40,
+  });
+  // What keeps it up: many images' own command exits at once without a terminal (python's does).
+  const command = h("input", { id: "f-cmd", name: "cmd", value: "sleep infinity", size: 24 });
+  const row = h("div", {});
+  const status = h("div", { role: "status" });
+  const showRow = () =>
+    show(
+      row,
+      targetCard(
+        targets.find((t) => t.name === picker.value),
+        picker.value,
+      ),
+    );
+  picker.addEventListener("change", showRow);
+  showRow();
+  const form = h(
+    "form",
+    { class: "card", id: "new-sandbox", "aria-labelledby": "new-sandbox-h" },
+    h("h2", { id: "new-sandbox-h" }, "New sandbox"),
+    h(
+      "div",
+      { class: "actions" },
+      h("label", { for: "f-target" }, "target"),
+      picker,
+      h("label", { for: "f-image" }, "image"),
+      image,
+      h("label", { for: "f-cmd" }, "command"),
+      command,
+      h("button", { type: "submit" }, "Create"),
+    ),
+    row,
+    status,
+  );
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    show(status, h("p", { class: "muted" }, `creating on ${picker.value}…`));
+    try {
+      const made = await api<Answer<"postV1TargetsByNameSandboxes">>(
+        "POST",
+        `/v1/targets/${encodeURIComponent(picker.value)}/sandboxes`,
+        { image: image.value, ...(command.value.trim() ? { cmd: ["sh", "-c", command.value] } : {}) },
+      );
+      go(`#/env/${made.id}`);
+    } catch (err) {
+      show(status, errorBox(err));
+    }
+  });
+  return form;
+}
+
 /** The tree: each environment, its versions, and under each version the forks made from it. */
-export async function environmentsPage(main: HTMLElement): Promise<void> {
-  const [{ environments }, { versions }, { hosts }] = await Promise.all([
+export async function environmentsPage(main: HTMLElement, go: Go): Promise<void> {
+  const [{ environments }, { versions }, { hosts }, { targets }] = await Promise.all([
     api<Answer<"getV1Envs">>("GET", "/v1/envs"),
     api<Answer<"getV1Versions">>("GET", "/v1/versions"),
     api<Answer<"getV1Hosts">>("GET", "/v1/hosts"),
+    api<Answer<"getV1Targets">>("GET", "/v1/targets"),
   ]);
   const hostNames = new Map(hosts.map((x) => [x.id, x.name]));
   const live = environments.filter((e) => e.status !== "destroyed");
@@ -146,8 +221,9 @@ export async function environmentsPage(main: HTMLElement): Promise<void> {
       : h(
           "p",
           { class: "muted" },
-          "No environments yet: `denv project create` and `denv deploy` make the first one.",
+          "No environments yet: `denv project create` and `denv deploy` make the first one, or a sandbox below.",
         ),
+    newSandboxForm(targets, go),
   );
 }
 

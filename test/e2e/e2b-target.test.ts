@@ -238,12 +238,6 @@ test("a hosted target refuses what it cannot do, saying why; a provider answerin
   assert.equal(made.status, 201, JSON.stringify(made.data));
   const id = made.data.id as string;
   const refusals: [string, string, unknown, RegExp][] = [
-    [
-      "POST",
-      `/v1/envs/${id}/exec`,
-      { command: "cat", stdin: Buffer.from("x").toString("base64") },
-      /stdin to a command is not carried yet/,
-    ],
     ["POST", `/v1/envs/${id}/ports/8080`, {}, /runs on target e2b, a hosted provider/],
     ["POST", `/v1/envs/${id}/snapshot`, {}, /runs on target e2b, a hosted provider/],
     ["POST", `/v1/envs/${id}/services/main/stop`, {}, /one VM with one service/],

@@ -110,6 +110,17 @@ test("each available target keeps the sandbox contract", async (t) => {
         assert.match(r.data.stdout, /^kept\n\d+\n$/);
         const failing = await lab.api("POST", `/v1/envs/${id}/exec`, { command: "exit 7" });
         assert.equal(failing.data.exit_code, 7, "the command's own exit code");
+        // stdin reaches the command (whole before it starts, on a hosted target), and the command
+        // line is the command's own: its `exit` and a trailing comment are its.
+        const fed = await lab.api("POST", `/v1/envs/${id}/exec`, {
+          command: "tr a-z A-Z; exit 3 # done",
+          stdin: Buffer.from("fed in\n").toString("base64"),
+        });
+        assert.deepEqual([fed.data.exit_code, fed.data.stdout], [3, "FED IN\n"], JSON.stringify(fed.data));
+        const left = await lab.api("POST", `/v1/envs/${id}/exec`, {
+          command: "ls -a /tmp | grep -c denv-stdin || true",
+        });
+        assert.equal(left.data.stdout, "0\n", "nothing of it is left behind");
         const put = await lab.api(
           "PUT",
           `/v1/envs/${id}/files?path=${encodeURIComponent("/work")}`,

@@ -7,7 +7,7 @@
  * Not run against the live E2B: its tests run against a local double of the published API
  * (test/e2e/e2b-double.ts), and the row says so. What E2B has no primitive for here is refused
  * with the reason: several services, a fork of a denv version, verify, stopping a service, port
- * URLs; stdin to a command is not carried yet. Output is text to E2B's SDK (it decodes UTF-8), so
+ * URLs. stdin goes up whole before its command starts. Output is text to E2B's SDK (it decodes UTF-8), so
  * bytes that are not UTF-8 arrive replaced.
  */
 import { createHash } from "node:crypto";

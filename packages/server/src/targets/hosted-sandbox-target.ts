@@ -8,7 +8,7 @@
  * differs: its SDK, its errors and its row.
  */
 import { randomBytes } from "node:crypto";
-import { type Readable, Transform } from "node:stream";
+import { Readable, Transform } from "node:stream";
 import { DenvError } from "@denv/protocol";
 import { newId, now } from "../ids.ts";
 import { environmentNamed } from "../store/environment-store.ts";
@@ -195,11 +195,19 @@ export abstract class HostedSandboxTarget implements Target {
     onOutput: OutputSink,
   ): Promise<ExecOutcome> {
     this.checkService(env, req.service);
-    if (stdin && !(Buffer.isBuffer(stdin) && stdin.length === 0))
-      throw new DenvError(
-        "invalid_argument",
-        `target ${this.name} (${this.provider}): stdin to a command is not carried yet`,
-      );
+    let line = commandLine(req.command);
+    if (stdin && !(Buffer.isBuffer(stdin) && stdin.length === 0)) {
+      // No provider here takes a command's stdin as it runs: it goes up whole first, staged in the
+      // sandbox, and the command reads it from there (removed when the command's shell exits).
+      const staged = `/tmp/.denv-stdin-${randomBytes(8).toString("hex")}`;
+      try {
+        await this.upload(env, staged, req.user, Buffer.isBuffer(stdin) ? Readable.from([stdin]) : stdin);
+      } catch (err) {
+        throw this.fail("uploading a command's stdin", err);
+      }
+      line = `trap 'rm -f ${staged}' EXIT; { ${line}
+} < ${staged}`;
+    }
     const limit = req.maxOutputBytes ?? Number.POSITIVE_INFINITY;
     const kept = { stdout: 0, stderr: 0 };
     const dropped = { stdout: 0, stderr: 0 };
@@ -215,7 +223,7 @@ export abstract class HostedSandboxTarget implements Target {
     const started = performance.now();
     const end = await this.run(
       env,
-      commandLine(req.command),
+      line,
       {
         ...(req.user ? { user: req.user } : {}),
         ...(req.cwd ? { cwd: req.cwd } : {}),

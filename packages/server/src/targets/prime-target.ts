@@ -329,7 +329,7 @@ export class PrimeTarget extends HostedSandboxTarget {
     }
   }
 
-  protected async upload(env: PlacedEnvironment, path: string, _user: string | undefined, body: Readable) {
+  protected async upload(env: PlacedEnvironment, path: string, user: string | undefined, body: Readable) {
     const id = this.stack(env);
     const g = await this.gateway(id);
     // One multipart part, streamed: the tar is never held whole in this process.
@@ -353,6 +353,17 @@ export class PrimeTarget extends HostedSandboxTarget {
       duplex: "half",
     } as RequestInit);
     await answer(res);
+    // The gateway writes as its own user: the file is given to the one it is for, who removes it.
+    const to = user ?? DEFAULT_USER;
+    if (to !== "root") {
+      const r = await this.gatewayRun(id, `chown -- ${shellQuote(to)} ${shellQuote(path)}`, {
+        user: "root",
+        env: {},
+        timeoutMs: 60_000,
+      });
+      if (r.exit_code !== 0)
+        throw new PrimeError(503, `giving ${path} to ${to} exited ${r.exit_code}: ${r.stderr.slice(0, 300)}`);
+    }
   }
 
   protected async download(env: PlacedEnvironment, path: string): Promise<Readable> {

@@ -153,6 +153,17 @@ test("a gateway the provider names is called only when the server may call it, a
   assert.equal(live(), before);
   assert.ok(!prime.seen.slice(seen).some((r) => r.includes("/gateway/")), prime.seen.slice(seen).join(", "));
 
+  // An answer without end is read only so far: the server's memory is not the provider's to fill.
+  prime.fault("GET /api/v1/sandbox", 200, `{"sandboxes": "${"x".repeat(2 * 1024 * 1024)}"}`);
+  const endless = await lab.api("POST", "/v1/clouds", {
+    provider: "prime",
+    name: "prime-too",
+    token: prime.apiKey,
+    api_url: prime.url,
+  });
+  assert.equal(endless.status, 400, JSON.stringify(endless.data));
+  assert.match(endless.data.error.message, /Prime did not accept the key: an answer over 1048576 bytes/);
+
   prime.fault("POST /api/v1/sandbox", 500, "<html>upstream fell over</html>");
   const broken = await lab.api("POST", "/v1/targets/prime/sandboxes", { image: IMAGE });
   assert.equal(broken.status, 503);

@@ -66,8 +66,32 @@ class PrimeError extends Error {
   }
 }
 
-async function answer<T>(res: Response): Promise<T> {
-  const text = await res.text();
+/** The most of a control-plane answer read: a sandbox's record is a few KB. */
+const CONTROL_ANSWER_BYTES = 1024 * 1024;
+/** The most of an exec answer read: two streams of the API's largest output limit, and their JSON. */
+const EXEC_ANSWER_BYTES = 2 * 64 * 1024 * 1024 + 1024 * 1024;
+
+/**
+ * An answer's text, read only up to the bound: the endpoint is one a team may name, and an answer
+ * without end would otherwise fill this process's memory.
+ */
+async function boundedText(res: Response, maxBytes: number): Promise<string> {
+  const chunks: Uint8Array[] = [];
+  let bytes = 0;
+  if (res.body)
+    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+      bytes += chunk.length;
+      if (bytes > maxBytes) {
+        await res.body.cancel().catch(() => {});
+        throw new PrimeError(502, `an answer over ${maxBytes} bytes (read no further)`);
+      }
+      chunks.push(chunk);
+    }
+  return Buffer.concat(chunks).toString();
+}
+
+async function answer<T>(res: Response, maxBytes = CONTROL_ANSWER_BYTES): Promise<T> {
+  const text = await boundedText(res, maxBytes);
   if (res.status >= 300) {
     let message = text.slice(0, 300);
     try {
@@ -281,7 +305,7 @@ export class PrimeTarget extends HostedSandboxTarget {
         ...(opts.cwd ? { working_dir: opts.cwd } : {}),
       }),
     });
-    return answer(res);
+    return answer(res, EXEC_ANSWER_BYTES);
   }
 
   private stack(env: PlacedEnvironment): string {

@@ -21,8 +21,8 @@
 import { randomBytes } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { PassThrough } from "node:stream";
 import Docker from "dockerode";
+import { captureIn, execIn, pullImage, readBody, removeLabelled, sendJson } from "./double-engine.ts";
 
 interface SandboxRecord {
   id: string;
@@ -53,18 +53,8 @@ export interface DaytonaDouble {
 
 const TEST_LABEL = "dev.denv.daytona-double";
 
-async function body(req: IncomingMessage): Promise<Buffer> {
-  const parts: Buffer[] = [];
-  for await (const c of req) parts.push(c as Buffer);
-  return Buffer.concat(parts);
-}
-
-function json(res: ServerResponse, status: number, value: unknown): void {
-  res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(value));
-}
-
 function error(res: ServerResponse, status: number, message: string): void {
-  json(res, status, { statusCode: status, message, error: message });
+  sendJson(res, status, { statusCode: status, message, error: message });
 }
 
 /** The parts of a multipart/form-data body: each its name, filename and bytes. */
@@ -103,38 +93,18 @@ export async function startDaytonaDouble(): Promise<DaytonaDouble> {
   let forcedId: string | null = null;
   let url = "";
 
-  /** Runs argv in a sandbox's container as a user; stdin from `input` when given. */
-  async function run(
+  /** Runs argv in a sandbox's container as a user, with its variables; stdin from `input` when given. */
+  function run(
     s: SandboxRecord,
     argv: string[],
     o: { user: string; input?: Buffer },
     onOut: (which: "stdout" | "stderr", b: Buffer) => void,
   ): Promise<number> {
-    const c = docker.getContainer(s.containerId as string);
-    const exec = await c.exec({
-      Cmd: argv,
-      User: o.user,
-      Env: Object.entries(s.env).map(([k, v]) => `${k}=${v}`),
-      AttachStdout: true,
-      AttachStderr: true,
-      AttachStdin: o.input !== undefined,
-    });
-    const stream = await exec.start({ hijack: true, stdin: o.input !== undefined });
-    const out = new PassThrough().on("data", (b: Buffer) => onOut("stdout", b));
-    const err = new PassThrough().on("data", (b: Buffer) => onOut("stderr", b));
-    c.modem.demuxStream(stream, out, err);
-    if (o.input !== undefined) stream.end(o.input);
-    await new Promise<void>((resolve, reject) =>
-      stream.on("end", resolve).on("close", resolve).on("error", reject),
-    );
-    return (await exec.inspect()).ExitCode ?? -1;
+    return execIn(docker, s.containerId as string, argv, { ...o, env: s.env }, onOut);
   }
 
-  async function capture(s: SandboxRecord, argv: string[], o: { user: string; input?: Buffer }) {
-    const out: Buffer[] = [];
-    const err: Buffer[] = [];
-    const exitCode = await run(s, argv, o, (w, b) => (w === "stdout" ? out : err).push(b));
-    return { exitCode, stdout: Buffer.concat(out), stderr: Buffer.concat(err) };
+  function capture(s: SandboxRecord, argv: string[], o: { user: string; input?: Buffer }) {
+    return captureIn(docker, s.containerId as string, argv, { ...o, env: s.env });
   }
 
   /** Daytona's builder, as far as the driver needs it: FROM, then each RUN as root. */
@@ -143,13 +113,7 @@ export async function startDaytonaDouble(): Promise<DaytonaDouble> {
     const from = /^FROM\s+(\S+)$/.exec(lines[0] ?? "");
     if (!from) throw new Error("the Dockerfile does not start with FROM");
     const image = from[1] as string;
-    await new Promise<void>((resolve, reject) =>
-      docker.pull(image, (err: Error | null, stream: NodeJS.ReadableStream) =>
-        err
-          ? reject(err)
-          : docker.modem.followProgress(stream, (e: Error | null) => (e ? reject(e) : resolve())),
-      ),
-    );
+    await pullImage(docker, image);
     const c = await docker.createContainer({
       Image: image,
       Entrypoint: ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait; done"],
@@ -193,10 +157,10 @@ export async function startDaytonaDouble(): Promise<DaytonaDouble> {
     const parts = u.pathname.split("/").filter(Boolean);
     if (req.method === "GET" && parts.length === 1 && parts[0] === "sandbox") {
       const live = [...sandboxes.values()].filter((s) => s.state !== "destroyed");
-      return json(res, 200, { items: live.map(dto), total: live.length, nextCursor: null });
+      return sendJson(res, 200, { items: live.map(dto), total: live.length, nextCursor: null });
     }
     if (req.method === "POST" && parts.length === 1 && parts[0] === "sandbox") {
-      const b = JSON.parse((await body(req)).toString() || "{}");
+      const b = JSON.parse((await readBody(req)).toString() || "{}");
       const dockerfile = b.buildInfo?.dockerfileContent;
       if (typeof dockerfile !== "string")
         return error(res, 400, "buildInfo.dockerfileContent or snapshot is required");
@@ -227,19 +191,19 @@ export async function startDaytonaDouble(): Promise<DaytonaDouble> {
           s.errorReason = err.message;
         },
       );
-      return json(res, 200, dto(s));
+      return sendJson(res, 200, dto(s));
     }
     if (parts[0] === "sandbox" && parts.length >= 2) {
       const s = sandboxes.get(decodeURIComponent(parts[1] as string));
       if (!s || s.state === "destroyed")
         return error(res, 404, `Sandbox with ID or name ${parts[1]} not found`);
-      if (req.method === "GET" && parts.length === 2) return json(res, 200, dto(s));
+      if (req.method === "GET" && parts.length === 2) return sendJson(res, 200, dto(s));
       if (req.method === "GET" && parts[2] === "toolbox-proxy-url")
-        return json(res, 200, { url: `${url}/toolbox` });
+        return sendJson(res, 200, { url: `${url}/toolbox` });
       if (req.method === "DELETE" && parts.length === 2) {
         s.state = "destroyed";
         if (s.containerId) await docker.getContainer(s.containerId).remove({ force: true });
-        return json(res, 200, dto(s));
+        return sendJson(res, 200, dto(s));
       }
     }
     return error(res, 404, `no route ${req.method} ${u.pathname}`);
@@ -249,20 +213,20 @@ export async function startDaytonaDouble(): Promise<DaytonaDouble> {
     if (s.state !== "started") return error(res, 409, `sandbox ${s.id} is ${s.state}`);
     const path = rest.join("/");
     if (req.method === "POST" && path === "process/session") {
-      await body(req);
+      await readBody(req);
       return res.writeHead(201).end();
     }
     if (req.method === "DELETE" && /^process\/session\/[^/]+$/.test(path)) return res.writeHead(204).end();
     const exec = /^process\/session\/[^/]+\/exec$/.exec(path);
     if (req.method === "POST" && exec) {
-      const b = JSON.parse((await body(req)).toString() || "{}");
+      const b = JSON.parse((await readBody(req)).toString() || "{}");
       const cmdId = randomBytes(8).toString("hex");
       if (b.runAsync || b.async) {
         void run(s, ["sh", "-c", String(b.command)], { user: s.user }, () => {}).catch(() => {});
-        return json(res, 202, { cmdId });
+        return sendJson(res, 202, { cmdId });
       }
       const r = await capture(s, ["sh", "-c", String(b.command)], { user: s.user });
-      return json(res, 200, {
+      return sendJson(res, 200, {
         cmdId,
         exitCode: r.exitCode,
         stdout: r.stdout.toString(),
@@ -271,7 +235,7 @@ export async function startDaytonaDouble(): Promise<DaytonaDouble> {
       });
     }
     if (req.method === "POST" && path === "files/bulk-upload") {
-      const parts = multipart(await body(req), String(req.headers["content-type"] ?? ""));
+      const parts = multipart(await readBody(req), String(req.headers["content-type"] ?? ""));
       for (let i = 0; parts.some((p) => p.name === `files[${i}].path`); i++) {
         const dest = parts.find((p) => p.name === `files[${i}].path`)?.data.toString() ?? "";
         const file = parts.find((p) => p.name === `files[${i}].file`);
@@ -285,7 +249,7 @@ export async function startDaytonaDouble(): Promise<DaytonaDouble> {
       return res.writeHead(200).end();
     }
     if (req.method === "POST" && path === "files/bulk-download") {
-      const b = JSON.parse((await body(req)).toString() || "{}");
+      const b = JSON.parse((await readBody(req)).toString() || "{}");
       const boundary = `double${randomBytes(8).toString("hex")}`;
       const chunks: Buffer[] = [];
       for (const p of (b.paths ?? []) as string[]) {
@@ -346,15 +310,7 @@ export async function startDaytonaDouble(): Promise<DaytonaDouble> {
     close: async () => {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
-      const left = await docker.listContainers({ all: true, filters: { label: [`${TEST_LABEL}=${label}`] } });
-      await Promise.all(
-        left.map((c) =>
-          docker
-            .getContainer(c.Id)
-            .remove({ force: true })
-            .catch(() => {}),
-        ),
-      );
+      await removeLabelled(docker, TEST_LABEL, label);
     },
   };
 }

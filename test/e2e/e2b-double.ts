@@ -18,8 +18,8 @@
 import { randomBytes } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { PassThrough } from "node:stream";
 import Docker from "dockerode";
+import { execIn, pullImage, readBody, removeLabelled, sendJson } from "./double-engine.ts";
 
 interface Build {
   templateID: string;
@@ -60,16 +60,6 @@ export interface E2bDouble {
 const ENVD_VERSION = "0.5.8";
 const TEST_LABEL = "dev.denv.e2b-double";
 
-async function body(req: IncomingMessage): Promise<Buffer> {
-  const parts: Buffer[] = [];
-  for await (const c of req) parts.push(c as Buffer);
-  return Buffer.concat(parts);
-}
-
-function json(res: ServerResponse, status: number, value: unknown): void {
-  res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(value));
-}
-
 /** A Connect envelope: flags, u32 length (big-endian), the message. */
 function envelope(flags: number, message: unknown): Buffer {
   const payload = Buffer.from(JSON.stringify(message));
@@ -99,31 +89,14 @@ export async function startE2bDouble(options: { registry: string }): Promise<E2b
   let forcedId: string | null = null;
 
   /** Runs argv in a sandbox's container, as a user; stdin from `input` when given. */
-  async function run(
+  function run(
     s: SandboxRecord,
     argv: string[],
     o: { user: string; envs?: Record<string, string>; cwd?: string; input?: Buffer },
     onOut: (which: "stdout" | "stderr", b: Buffer) => void,
   ): Promise<number> {
-    const c = docker.getContainer(s.containerId);
-    const exec = await c.exec({
-      Cmd: argv,
-      User: o.user,
-      Env: Object.entries({ ...s.envs, ...(o.envs ?? {}) }).map(([k, v]) => `${k}=${v}`),
-      ...(o.cwd ? { WorkingDir: o.cwd } : {}),
-      AttachStdout: true,
-      AttachStderr: true,
-      AttachStdin: o.input !== undefined,
-    });
-    const stream = await exec.start({ hijack: true, stdin: o.input !== undefined });
-    const out = new PassThrough().on("data", (b: Buffer) => onOut("stdout", b));
-    const err = new PassThrough().on("data", (b: Buffer) => onOut("stderr", b));
-    c.modem.demuxStream(stream, out, err);
-    if (o.input !== undefined) stream.end(o.input);
-    await new Promise<void>((resolve, reject) =>
-      stream.on("end", resolve).on("close", resolve).on("error", reject),
-    );
-    return (await exec.inspect()).ExitCode ?? -1;
+    const { envs, ...rest } = o;
+    return execIn(docker, s.containerId, argv, { ...rest, env: { ...s.envs, ...(envs ?? {}) } }, onOut);
   }
 
   async function createSandbox(templateID: string, b: Record<string, unknown>): Promise<SandboxRecord> {
@@ -171,38 +144,40 @@ export async function startE2bDouble(options: { registry: string }): Promise<E2b
   });
 
   async function controlPlane(req: IncomingMessage, res: ServerResponse, url: URL): Promise<void> {
-    if (req.headers["x-api-key"] !== apiKey) return json(res, 401, { code: 401, message: "Invalid API key" });
+    if (req.headers["x-api-key"] !== apiKey)
+      return sendJson(res, 401, { code: 401, message: "Invalid API key" });
     const parts = url.pathname.split("/").filter(Boolean);
     const m = req.method ?? "GET";
     if (m === "GET" && parts[0] === "templates" && parts[1] === "aliases" && parts[2]) {
       const id = aliases.get(parts[2]);
       return id
-        ? json(res, 200, { templateID: id, public: false })
-        : json(res, 404, { code: 404, message: "not found" });
+        ? sendJson(res, 200, { templateID: id, public: false })
+        : sendJson(res, 404, { code: 404, message: "not found" });
     }
     if (m === "POST" && url.pathname === "/v3/templates") {
-      const b = JSON.parse((await body(req)).toString() || "{}");
+      const b = JSON.parse((await readBody(req)).toString() || "{}");
       const name = String(b.name ?? "");
       const templateID = aliases.get(name) ?? randomBytes(10).toString("hex").slice(0, 20);
       const buildID = crypto.randomUUID();
       builds.set(buildID, { templateID, buildID, name, status: "waiting" });
-      return json(res, 202, { templateID, buildID, public: false, aliases: [name], names: [name], tags: [] });
+      return sendJson(res, 202, {
+        templateID,
+        buildID,
+        public: false,
+        aliases: [name],
+        names: [name],
+        tags: [],
+      });
     }
     if (m === "POST" && parts[0] === "v2" && parts[1] === "templates" && parts[3] === "builds" && parts[4]) {
       const build = builds.get(parts[4]);
-      if (!build) return json(res, 404, { code: 404, message: "build not found" });
-      const b = JSON.parse((await body(req)).toString() || "{}");
+      if (!build) return sendJson(res, 404, { code: 404, message: "build not found" });
+      const b = JSON.parse((await readBody(req)).toString() || "{}");
       build.status = "building";
       build.image = String(b.fromImage ?? "");
       // Only images of the local registry: the double fetches nothing from outside the machine.
       const pull = build.image.startsWith(`${options.registry}/`)
-        ? new Promise<void>((resolve, reject) =>
-            docker.pull(build.image as string, (err: Error | null, stream: NodeJS.ReadableStream) =>
-              err
-                ? reject(err)
-                : docker.modem.followProgress(stream, (e: Error | null) => (e ? reject(e) : resolve())),
-            ),
-          )
+        ? pullImage(docker, build.image as string)
         : Promise.reject(new Error(`image ${build.image} is not in the local registry`));
       pull.then(
         () => {
@@ -219,8 +194,8 @@ export async function startE2bDouble(options: { registry: string }): Promise<E2b
     }
     if (m === "GET" && parts[0] === "templates" && parts[2] === "builds" && parts[4] === "status") {
       const build = builds.get(parts[3] ?? "");
-      if (!build) return json(res, 404, { code: 404, message: "build not found" });
-      return json(res, 200, {
+      if (!build) return sendJson(res, 404, { code: 404, message: "build not found" });
+      return sendJson(res, 200, {
         templateID: build.templateID,
         buildID: build.buildID,
         status: build.status,
@@ -230,7 +205,7 @@ export async function startE2bDouble(options: { registry: string }): Promise<E2b
       });
     }
     if (m === "GET" && (url.pathname === "/v2/sandboxes" || url.pathname === "/sandboxes")) {
-      return json(
+      return sendJson(
         res,
         200,
         [...sandboxes.values()].map((s) => ({
@@ -249,21 +224,21 @@ export async function startE2bDouble(options: { registry: string }): Promise<E2b
       );
     }
     if (m === "POST" && (url.pathname === "/v2/sandboxes" || url.pathname === "/sandboxes")) {
-      const b = JSON.parse((await body(req)).toString() || "{}");
+      const b = JSON.parse((await readBody(req)).toString() || "{}");
       const templateID = aliases.get(String(b.templateID)) ?? String(b.templateID);
       try {
-        return json(res, 201, created(await createSandbox(templateID, b)));
+        return sendJson(res, 201, created(await createSandbox(templateID, b)));
       } catch (err) {
         const status = (err as { status?: number }).status ?? 500;
-        return json(res, status, { code: status, message: (err as Error).message });
+        return sendJson(res, status, { code: status, message: (err as Error).message });
       }
     }
     // A sandbox's own routes, under /sandboxes and (newer SDKs) /v2/sandboxes.
     const sb = parts[0] === "v2" && parts[1] === "sandboxes" ? parts.slice(1) : parts;
     if (sb[0] === "sandboxes" && sb[1]) {
       const s = sandboxes.get(sb[1]);
-      if (!s) return json(res, 404, { code: 404, message: `sandbox ${sb[1]} not found` });
-      if (m === "POST" && sb[2] === "connect") return json(res, 200, created(s));
+      if (!s) return sendJson(res, 404, { code: 404, message: `sandbox ${sb[1]} not found` });
+      if (m === "POST" && sb[2] === "connect") return sendJson(res, 200, created(s));
       if (m === "DELETE" && !sb[2]) {
         sandboxes.delete(s.sandboxID);
         await docker.getContainer(s.containerId).remove({ force: true });
@@ -271,9 +246,9 @@ export async function startE2bDouble(options: { registry: string }): Promise<E2b
         return;
       }
       if (m === "GET" && !sb[2])
-        return json(res, 200, { ...created(s), state: "running", metadata: s.metadata });
+        return sendJson(res, 200, { ...created(s), state: "running", metadata: s.metadata });
     }
-    json(res, 404, { code: 404, message: `no route ${m} ${url.pathname}` });
+    sendJson(res, 404, { code: 404, message: `no route ${m} ${url.pathname}` });
   }
 
   async function envd(req: IncomingMessage, res: ServerResponse, url: URL, s: SandboxRecord): Promise<void> {
@@ -282,11 +257,11 @@ export async function startE2bDouble(options: { registry: string }): Promise<E2b
       return;
     }
     if (req.headers["x-access-token"] !== s.accessToken)
-      return json(res, 401, { code: 401, message: "invalid access token" });
+      return sendJson(res, 401, { code: 401, message: "invalid access token" });
     const user = basicUser(req) ?? url.searchParams.get("username") ?? "user";
     if (url.pathname === "/files") {
       const path = url.searchParams.get("path") ?? "";
-      if (!path) return json(res, 400, { code: 400, message: "path is required" });
+      if (!path) return sendJson(res, 400, { code: 400, message: "path is required" });
       if (req.method === "GET") {
         const out: Buffer[] = [];
         const errs: Buffer[] = [];
@@ -295,13 +270,13 @@ export async function startE2bDouble(options: { registry: string }): Promise<E2b
         );
         if (code !== 0) {
           const msg = Buffer.concat(errs).toString();
-          return json(res, /denied/i.test(msg) ? 403 : 404, { code: 404, message: msg.trim() });
+          return sendJson(res, /denied/i.test(msg) ? 403 : 404, { code: 404, message: msg.trim() });
         }
         res.writeHead(200, { "content-type": "application/octet-stream" }).end(Buffer.concat(out));
         return;
       }
       if (req.method === "POST") {
-        const data = await body(req);
+        const data = await readBody(req);
         const errs: Buffer[] = [];
         const code = await run(
           s,
@@ -309,12 +284,13 @@ export async function startE2bDouble(options: { registry: string }): Promise<E2b
           { user, input: data },
           (_w, b) => errs.push(b),
         );
-        if (code !== 0) return json(res, 403, { code: 403, message: Buffer.concat(errs).toString().trim() });
-        return json(res, 200, [{ name: path.split("/").pop(), type: "file", path }]);
+        if (code !== 0)
+          return sendJson(res, 403, { code: 403, message: Buffer.concat(errs).toString().trim() });
+        return sendJson(res, 200, [{ name: path.split("/").pop(), type: "file", path }]);
       }
     }
     if (req.method === "POST" && url.pathname === "/process.Process/Start") {
-      const raw = await body(req);
+      const raw = await readBody(req);
       // A server-streaming call's request is one envelope.
       const len = raw.readUInt32BE(1);
       const start = JSON.parse(raw.subarray(5, 5 + len).toString()) as {
@@ -338,7 +314,7 @@ export async function startE2bDouble(options: { registry: string }): Promise<E2b
       }
       return;
     }
-    json(res, 404, { code: 404, message: `envd has no ${req.method} ${url.pathname}` });
+    sendJson(res, 404, { code: 404, message: `envd has no ${req.method} ${url.pathname}` });
   }
 
   const server: Server = createServer((req, res) => {
@@ -354,13 +330,13 @@ export async function startE2bDouble(options: { registry: string }): Promise<E2b
     const handle = async () => {
       if (typeof sandboxId === "string") {
         const s = sandboxes.get(sandboxId);
-        if (!s) return json(res, 502, { code: 502, message: `sandbox ${sandboxId} is not running` });
+        if (!s) return sendJson(res, 502, { code: 502, message: `sandbox ${sandboxId} is not running` });
         return envd(req, res, url, s);
       }
       return controlPlane(req, res, url);
     };
     handle().catch((err: Error) => {
-      if (!res.headersSent) json(res, 500, { code: 500, message: err.message });
+      if (!res.headersSent) sendJson(res, 500, { code: 500, message: err.message });
       else res.destroy();
     });
   });
@@ -378,15 +354,7 @@ export async function startE2bDouble(options: { registry: string }): Promise<E2b
     close: async () => {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
-      const left = await docker.listContainers({ all: true, filters: { label: [`${TEST_LABEL}=${label}`] } });
-      await Promise.all(
-        left.map((c) =>
-          docker
-            .getContainer(c.Id)
-            .remove({ force: true })
-            .catch(() => {}),
-        ),
-      );
+      await removeLabelled(docker, TEST_LABEL, label);
     },
   };
 }

@@ -18,8 +18,8 @@
 import { randomBytes } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { PassThrough } from "node:stream";
 import Docker from "dockerode";
+import { captureIn, pullImage, readBody, removeLabelled, sendJson } from "./double-engine.ts";
 
 interface SandboxRecord {
   id: string;
@@ -50,16 +50,6 @@ export interface PrimeDouble {
 
 const TEST_LABEL = "dev.denv.prime-double";
 
-async function body(req: IncomingMessage): Promise<Buffer> {
-  const parts: Buffer[] = [];
-  for await (const c of req) parts.push(c as Buffer);
-  return Buffer.concat(parts);
-}
-
-function json(res: ServerResponse, status: number, value: unknown): void {
-  res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(value));
-}
-
 /** The first file part of a multipart/form-data body. */
 function filePart(raw: Buffer, contentType: string): Buffer | null {
   const boundary = /boundary=(?:"([^"]+)"|([^;]+))/.exec(contentType);
@@ -82,49 +72,17 @@ export async function startPrimeDouble(): Promise<PrimeDouble> {
   let authOverride: Record<string, unknown> | null = null;
   let url = "";
 
-  async function run(
+  function run(
     s: SandboxRecord,
     argv: string[],
     o: { user: string; env?: Record<string, string>; cwd?: string; input?: Buffer },
   ): Promise<{ exitCode: number; stdout: Buffer; stderr: Buffer }> {
-    const c = docker.getContainer(s.containerId as string);
-    const exec = await c.exec({
-      Cmd: argv,
-      User: o.user,
-      Env: Object.entries({ ...s.env, ...(o.env ?? {}) }).map(([k, v]) => `${k}=${v}`),
-      ...(o.cwd ? { WorkingDir: o.cwd } : {}),
-      AttachStdout: true,
-      AttachStderr: true,
-      AttachStdin: o.input !== undefined,
-    });
-    const stream = await exec.start({ hijack: true, stdin: o.input !== undefined });
-    const out: Buffer[] = [];
-    const err: Buffer[] = [];
-    c.modem.demuxStream(
-      stream,
-      new PassThrough().on("data", (b: Buffer) => out.push(b)),
-      new PassThrough().on("data", (b: Buffer) => err.push(b)),
-    );
-    if (o.input !== undefined) stream.end(o.input);
-    await new Promise<void>((resolve, reject) =>
-      stream.on("end", resolve).on("close", resolve).on("error", reject),
-    );
-    return {
-      exitCode: (await exec.inspect()).ExitCode ?? -1,
-      stdout: Buffer.concat(out),
-      stderr: Buffer.concat(err),
-    };
+    return captureIn(docker, s.containerId as string, argv, { ...o, env: { ...s.env, ...(o.env ?? {}) } });
   }
 
   async function provision(s: SandboxRecord, startCommand: string): Promise<void> {
     s.status = "PROVISIONING";
-    await new Promise<void>((resolve, reject) =>
-      docker.pull(s.image, (err: Error | null, stream: NodeJS.ReadableStream) =>
-        err
-          ? reject(err)
-          : docker.modem.followProgress(stream, (e: Error | null) => (e ? reject(e) : resolve())),
-      ),
-    );
+    await pullImage(docker, s.image);
     const c = await docker.createContainer({
       Image: s.image,
       Entrypoint: ["/bin/sh", "-c", startCommand],
@@ -158,12 +116,12 @@ export async function startPrimeDouble(): Promise<PrimeDouble> {
 
   async function controlPlane(req: IncomingMessage, res: ServerResponse, parts: string[]): Promise<void> {
     if (req.headers.authorization !== `Bearer ${apiKey}`)
-      return json(res, 401, { detail: "Invalid API key" });
+      return sendJson(res, 401, { detail: "Invalid API key" });
     const [, , , id, action] = parts;
     if (!id) {
       if (req.method === "GET") {
         const live = [...sandboxes.values()].filter((s) => s.status !== "TERMINATED");
-        return json(res, 200, {
+        return sendJson(res, 200, {
           sandboxes: live.map(dto),
           total: live.length,
           page: 1,
@@ -172,9 +130,9 @@ export async function startPrimeDouble(): Promise<PrimeDouble> {
         });
       }
       if (req.method === "POST") {
-        const b = JSON.parse((await body(req)).toString() || "{}");
+        const b = JSON.parse((await readBody(req)).toString() || "{}");
         if (typeof b.name !== "string" || typeof b.docker_image !== "string")
-          return json(res, 422, { detail: "name and docker_image are required" });
+          return sendJson(res, 422, { detail: "name and docker_image are required" });
         const s: SandboxRecord = {
           id: randomBytes(12).toString("hex"),
           name: b.name,
@@ -196,21 +154,21 @@ export async function startPrimeDouble(): Promise<PrimeDouble> {
             s.errorMessage = err.message;
           },
         );
-        return json(res, 201, dto(s));
+        return sendJson(res, 201, dto(s));
       }
     }
     const s = sandboxes.get(decodeURIComponent(id ?? ""));
-    if (!s || s.status === "TERMINATED") return json(res, 404, { detail: "Sandbox not found" });
-    if (req.method === "GET" && !action) return json(res, 200, dto(s));
+    if (!s || s.status === "TERMINATED") return sendJson(res, 404, { detail: "Sandbox not found" });
+    if (req.method === "GET" && !action) return sendJson(res, 200, dto(s));
     if (req.method === "DELETE" && !action) {
       s.status = "TERMINATED";
       if (s.containerId) await docker.getContainer(s.containerId).remove({ force: true });
-      return json(res, 200, { success: true });
+      return sendJson(res, 200, { success: true });
     }
     if (req.method === "POST" && action === "auth") {
       const given = authOverride;
       authOverride = null;
-      return json(res, 200, {
+      return sendJson(res, 200, {
         gateway_url: `${url}/gateway`,
         user_ns: "ns-double",
         job_id: `job-${s.id}`,
@@ -219,17 +177,18 @@ export async function startPrimeDouble(): Promise<PrimeDouble> {
         ...(given ?? {}),
       });
     }
-    return json(res, 404, { detail: `no route ${req.method} ${parts.join("/")}` });
+    return sendJson(res, 404, { detail: `no route ${req.method} ${parts.join("/")}` });
   }
 
   async function gateway(req: IncomingMessage, res: ServerResponse, parts: string[], u: URL) {
     const [, , job, op] = parts;
     const s = [...sandboxes.values()].find((x) => `job-${x.id}` === job);
-    if (s?.status !== "RUNNING") return json(res, 502, { detail: "sandbox_not_found" });
-    if (req.headers.authorization !== `Bearer ${s.token}`) return json(res, 401, { detail: "Invalid token" });
+    if (s?.status !== "RUNNING") return sendJson(res, 502, { detail: "sandbox_not_found" });
+    if (req.headers.authorization !== `Bearer ${s.token}`)
+      return sendJson(res, 401, { detail: "Invalid token" });
     if (req.method === "POST" && op === "exec") {
-      const b = JSON.parse((await body(req)).toString() || "{}");
-      if (b.sandbox_id !== s.id) return json(res, 400, { detail: "sandbox_id does not match" });
+      const b = JSON.parse((await readBody(req)).toString() || "{}");
+      if (b.sandbox_id !== s.id) return sendJson(res, 400, { detail: "sandbox_id does not match" });
       const seconds = Number(b.timeout ?? 300);
       const started = Date.now();
       // The gateway ends a command at its timeout and answers 408.
@@ -239,29 +198,29 @@ export async function startPrimeDouble(): Promise<PrimeDouble> {
         ...(b.working_dir ? { cwd: b.working_dir } : {}),
       });
       if (r.exitCode === 137 && Date.now() - started >= seconds * 1000)
-        return json(res, 408, { detail: `command timed out after ${seconds} s` });
-      return json(res, 200, {
+        return sendJson(res, 408, { detail: `command timed out after ${seconds} s` });
+      return sendJson(res, 200, {
         stdout: r.stdout.toString(),
         stderr: r.stderr.toString(),
         exit_code: r.exitCode,
       });
     }
     if (u.searchParams.get("sandbox_id") !== s.id)
-      return json(res, 400, { detail: "sandbox_id does not match" });
+      return sendJson(res, 400, { detail: "sandbox_id does not match" });
     const path = u.searchParams.get("path") ?? "";
     if (req.method === "POST" && op === "upload") {
-      const file = filePart(await body(req), String(req.headers["content-type"] ?? ""));
-      if (!file) return json(res, 400, { detail: "no file part" });
+      const file = filePart(await readBody(req), String(req.headers["content-type"] ?? ""));
+      if (!file) return sendJson(res, 400, { detail: "no file part" });
       const r = await run(s, ["sh", "-c", 'cat > "$1"', "sh", path], { user: "root", input: file });
-      if (r.exitCode !== 0) return json(res, 400, { detail: r.stderr.toString().trim() });
-      return json(res, 200, { success: true, path, size: file.length });
+      if (r.exitCode !== 0) return sendJson(res, 400, { detail: r.stderr.toString().trim() });
+      return sendJson(res, 200, { success: true, path, size: file.length });
     }
     if (req.method === "GET" && op === "download") {
       const r = await run(s, ["cat", "--", path], { user: "root" });
-      if (r.exitCode !== 0) return json(res, 404, { detail: r.stderr.toString().trim() });
+      if (r.exitCode !== 0) return sendJson(res, 404, { detail: r.stderr.toString().trim() });
       return res.writeHead(200, { "content-type": "application/octet-stream" }).end(r.stdout);
     }
-    return json(res, 404, { detail: `no gateway route ${op}` });
+    return sendJson(res, 404, { detail: `no gateway route ${op}` });
   }
 
   const server: Server = createServer((req, res) => {
@@ -277,10 +236,10 @@ export async function startPrimeDouble(): Promise<PrimeDouble> {
       if (parts[0] === "gateway") return gateway(req, res, parts, u);
       if (parts[0] === "api" && parts[1] === "v1" && parts[2] === "sandbox")
         return controlPlane(req, res, parts);
-      return json(res, 404, { detail: "Not Found" });
+      return sendJson(res, 404, { detail: "Not Found" });
     };
     handle().catch((err: Error) => {
-      if (!res.headersSent) json(res, 500, { detail: err.message });
+      if (!res.headersSent) sendJson(res, 500, { detail: err.message });
       else res.destroy();
     });
   });
@@ -298,15 +257,7 @@ export async function startPrimeDouble(): Promise<PrimeDouble> {
     close: async () => {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
-      const left = await docker.listContainers({ all: true, filters: { label: [`${TEST_LABEL}=${label}`] } });
-      await Promise.all(
-        left.map((c) =>
-          docker
-            .getContainer(c.Id)
-            .remove({ force: true })
-            .catch(() => {}),
-        ),
-      );
+      await removeLabelled(docker, TEST_LABEL, label);
     },
   };
 }

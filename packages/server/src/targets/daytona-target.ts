@@ -21,7 +21,7 @@ import { Daytona, Image, type Sandbox } from "@daytonaio/sdk";
 import { DenvError } from "@denv/protocol";
 import type { Store } from "../store/open-store.ts";
 import { HostedSandboxTarget, type RunEnd, SANDBOX_ID, shellQuote } from "./hosted-sandbox-target.ts";
-import type { ImageSandboxSpec, PlacedEnvironment, TargetCapabilities, TargetStatus } from "./target.ts";
+import type { ImageSandboxSpec, PlacedEnvironment, TargetCapabilities } from "./target.ts";
 
 /** Daytona's own unprivileged user, the sandbox's when the request names none. */
 const DEFAULT_USER = "daytona";
@@ -92,14 +92,6 @@ export class DaytonaTarget extends HostedSandboxTarget {
       capsEnforced: { supported: true, detail: "provider resources (1 vCPU, 1 GiB, 3 GiB disk by default)" },
       gpu: no("no (GPU sandboxes not driven)"),
       verify: no("no (verify is not available on hosted providers yet)"),
-    };
-  }
-
-  async status(): Promise<TargetStatus> {
-    return {
-      available: true,
-      hosts: null,
-      note: "Daytona driver: tested against a local double of Daytona's published API, not against the live Daytona",
     };
   }
 

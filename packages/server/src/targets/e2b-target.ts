@@ -16,7 +16,7 @@ import { DenvError } from "@denv/protocol";
 import { CommandExitError, Sandbox, Template } from "e2b";
 import type { Store } from "../store/open-store.ts";
 import { HostedSandboxTarget, type RunEnd, SANDBOX_ID, shellQuote } from "./hosted-sandbox-target.ts";
-import type { ImageSandboxSpec, PlacedEnvironment, TargetCapabilities, TargetStatus } from "./target.ts";
+import type { ImageSandboxSpec, PlacedEnvironment, TargetCapabilities } from "./target.ts";
 
 /** How long E2B keeps a sandbox without a call (its longest for most plans): denv asks for it. */
 const SANDBOX_TIMEOUT_MS = 60 * 60_000;
@@ -87,14 +87,6 @@ export class E2bTarget extends HostedSandboxTarget {
       capsEnforced: { supported: true, detail: "provider tier (the template's vCPU and memory)" },
       gpu: no("no"),
       verify: no("no (verify is not available on hosted providers yet)"),
-    };
-  }
-
-  async status(): Promise<TargetStatus> {
-    return {
-      available: true,
-      hosts: null,
-      note: "E2B driver: tested against a local double of E2B's published API, not against the live E2B",
     };
   }
 

@@ -80,7 +80,16 @@ export abstract class HostedSandboxTarget implements Target {
   }
 
   abstract capabilities(teamId: string): Promise<TargetCapabilities>;
-  abstract status(teamId: string): Promise<TargetStatus>;
+
+  /** Always available to take work (the provider answers or not at the call); untested live, said so. */
+  async status(): Promise<TargetStatus> {
+    const p = this.provider;
+    return {
+      available: true,
+      hosts: null,
+      note: `${p} driver: tested against a local double of ${p}'s published API, not against the live ${p}`,
+    };
+  }
   /** Whether the key is taken: the cheapest call that needs it. */
   abstract checkKey(): Promise<void>;
   /** Makes the sandbox at the provider; answers its id, its paths made and the user's. */

@@ -20,7 +20,7 @@ import { Readable } from "node:stream";
 import { DenvError } from "@denv/protocol";
 import type { Store } from "../store/open-store.ts";
 import { HostedSandboxTarget, type RunEnd, SANDBOX_ID, shellQuote } from "./hosted-sandbox-target.ts";
-import type { ImageSandboxSpec, PlacedEnvironment, TargetCapabilities, TargetStatus } from "./target.ts";
+import type { ImageSandboxSpec, PlacedEnvironment, TargetCapabilities } from "./target.ts";
 
 const PRIME_API = "https://api.primeintellect.ai";
 /** The unprivileged user denv makes in each sandbox; commands run as it unless another is named. */
@@ -165,14 +165,6 @@ export class PrimeTarget extends HostedSandboxTarget {
       capsEnforced: { supported: true, detail: "provider resources (cpu_cores, memory_gb, disk_size_gb)" },
       gpu: no("no (GPU sandboxes not driven)"),
       verify: no("no (verify is not available on hosted providers yet)"),
-    };
-  }
-
-  async status(): Promise<TargetStatus> {
-    return {
-      available: true,
-      hosts: null,
-      note: "Prime driver: tested against a local double of Prime's published API, not against the live Prime",
     };
   }
 

@@ -149,25 +149,36 @@ export async function waitServiceHealthy(
   let last = "";
   let extended = false;
   let wasBusy = false;
-  for (;;) {
-    const elapsedMs = performance.now() - startedAt;
-    if (elapsedMs >= deadlineMs) {
-      // Past the deadline only a service still at work (its CPU time growing) waits on, or one not
-      // watched for a whole window yet.
-      const verdict = progress.verdict();
-      if (elapsedMs >= ceilingMs || verdict === "idle") break;
-      extended = true;
-      if (verdict === "busy") wasBusy = true;
-    }
+  const healthyNow = async (): Promise<boolean> => {
     checks++;
     const r = await progress
       .excluding(() =>
         ctx.runIn(id, { command: cmd, timeoutMs: Math.min(hc.timeout_ms, 10_000), maxOutputBytes: 4096 }),
       )
       .catch((e: unknown) => ({ exitCode: -1, stdout: Buffer.alloc(0), stderr: Buffer.from(String(e)) }));
-    if (r.exitCode === 0)
-      return { healthy_ms: Math.round(performance.now() - startedAt), method: "healthcheck", checks };
+    if (r.exitCode === 0) return true;
     last = `${r.stdout.toString()}${r.stderr.toString()}`.trim().slice(-300);
+    return false;
+  };
+  const healthy = () =>
+    ({ healthy_ms: Math.round(performance.now() - startedAt), method: "healthcheck", checks }) as const;
+  for (;;) {
+    const elapsedMs = performance.now() - startedAt;
+    if (elapsedMs >= deadlineMs) {
+      // Past the deadline only a service still at work (its CPU time growing) waits on, or one not
+      // watched for a whole window yet.
+      const verdict = progress.verdict();
+      if (elapsedMs >= ceilingMs) break;
+      if (verdict === "idle") {
+        // A service goes idle the moment its work is done, which is often the moment it turns
+        // healthy: the check before the pause may have come just before that. One more decides.
+        if (await healthyNow()) return healthy();
+        break;
+      }
+      extended = true;
+      if (verdict === "busy") wasBusy = true;
+    }
+    if (await healthyNow()) return healthy();
     const st = await ctx.runtime.inspectContainer(id);
     if (!st.running)
       throw new DenvError(

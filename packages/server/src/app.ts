@@ -19,7 +19,6 @@ import type { Deployer } from "./deploy/deployer.ts";
 import { PoolKeeper } from "./deploy/pool-keeper.ts";
 import { defaultDownloadsDir } from "./downloads.ts";
 import type { FetchPolicy } from "./fetch-policy.ts";
-import type { HostHub } from "./host-hub.ts";
 import { newId } from "./ids.ts";
 import type { PortsOrigin } from "./ports-origin.ts";
 import {
@@ -30,10 +29,11 @@ import {
   type RateLimitOptions,
 } from "./rate-limit.ts";
 import type { Store } from "./store/open-store.ts";
+import type { HostOperations } from "./targets/denvd/host-operations.ts";
 
 export interface AppOptions {
   store: Store;
-  hub: HostHub;
+  hosts: HostOperations;
   deployer: Deployer;
   /** Create turns per host (default: made here with the defaults). */
   admission?: Admission;
@@ -76,12 +76,12 @@ export function createApp(options: AppOptions): Hono<ApiEnv> {
   const admission = options.admission ?? new Admission({ store: options.store, secrets: options.secrets });
   const deps: ApiDeps = {
     store: options.store,
-    hub: options.hub,
+    hosts: options.hosts,
     deployer: options.deployer,
     admission,
     pools:
       options.pools ??
-      new PoolKeeper({ store: options.store, deployer: options.deployer, hub: options.hub, admission }),
+      new PoolKeeper({ store: options.store, deployer: options.deployer, hosts: options.hosts, admission }),
     secrets: options.secrets,
     fetchPolicy: options.fetchPolicy,
     limiter: new RateLimiter(options.rateLimit ?? DEFAULT_RATE_LIMIT),

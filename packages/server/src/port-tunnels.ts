@@ -11,9 +11,9 @@ import { request as httpRequest, type IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import { Readable } from "node:stream";
 import { DenvError } from "@denv/protocol";
-import type { HostHub } from "./host-hub.ts";
 import { hashSecret, newId, now } from "./ids.ts";
 import { newPortToken, type PortsOrigin } from "./ports-origin.ts";
+import type { HostOperations } from "./targets/denvd/host-operations.ts";
 
 export { TUNNEL_PREFIX } from "./ports-origin.ts";
 
@@ -79,7 +79,7 @@ export async function revokePortUrls(store: Store, environmentId: string, port?:
 /** Opens the byte stream a tunnel URL names, or says why it cannot. */
 export async function openTunnel(
   store: Store,
-  hub: HostHub,
+  hosts: HostOperations,
   token: string,
 ): Promise<{ stream: Duplex; port: number }> {
   const row = await store
@@ -98,7 +98,7 @@ export async function openTunnel(
   if (!row) throw new DenvError("not_found", "no such port URL");
   if (row.status !== "running" || !row.host_id || !row.stack_id)
     throw new DenvError("unavailable", `environment ${row.name} is ${row.status}, not running`);
-  const stream = await hub.openTunnel(row.host_id, {
+  const stream = await hosts.openTunnel(row.host_id, {
     stack_id: row.stack_id,
     service: row.service ?? undefined,
     port: row.port,
@@ -109,12 +109,12 @@ export async function openTunnel(
 /** An HTTP request relayed to the service; the answer streams back as it comes. */
 export async function proxyHttp(
   store: Store,
-  hub: HostHub,
+  hosts: HostOperations,
   token: string,
   rest: string,
   req: Request,
 ): Promise<Response> {
-  const { stream, port } = await openTunnel(store, hub, token);
+  const { stream, port } = await openTunnel(store, hosts, token);
   const headers: Record<string, string> = {};
   req.headers.forEach((v, k) => {
     if (!HOP.has(k) && !WITHHELD.has(k)) headers[k] = v;
@@ -154,7 +154,7 @@ export async function proxyHttp(
 /** A WebSocket (or any) upgrade on a tunnel URL: the raw connection is spliced to the service. */
 export async function proxyUpgrade(
   store: Store,
-  hub: HostHub,
+  hosts: HostOperations,
   origin: PortsOrigin,
   req: IncomingMessage,
   socket: Duplex,
@@ -167,7 +167,7 @@ export async function proxyUpgrade(
   if (!parts) return refuse(404, "Not Found");
   let tunnel: Awaited<ReturnType<typeof openTunnel>>;
   try {
-    tunnel = await openTunnel(store, hub, parts.token);
+    tunnel = await openTunnel(store, hosts, parts.token);
   } catch (err) {
     const code = err instanceof DenvError ? err.httpStatus : 502;
     return refuse(code, code === 404 ? "Not Found" : "Service Unavailable");

@@ -20,7 +20,6 @@ import { Deployer } from "./deploy/deployer.ts";
 import { PoolKeeper, type PoolKeeperOptions } from "./deploy/pool-keeper.ts";
 import { recoverReplays } from "./deploy/replay-runner.ts";
 import { FetchPolicy } from "./fetch-policy.ts";
-import { HostHub } from "./host-hub.ts";
 import { proxyHttp, proxyUpgrade } from "./port-tunnels.ts";
 import { PortsOrigin } from "./ports-origin.ts";
 import type { RateLimitOptions } from "./rate-limit.ts";
@@ -33,6 +32,8 @@ import {
   createTeam,
   findApiKey,
 } from "./store/team-store.ts";
+import { HostHub } from "./targets/denvd/host-hub.ts";
+import type { HostOperations } from "./targets/denvd/host-operations.ts";
 
 export interface ServerOptions {
   dataDir: string;
@@ -94,7 +95,7 @@ export interface RunningServer {
   /** Set on the first start only: the admin key, shown once. */
   adminKey: string | null;
   store: Store;
-  hub: HostHub;
+  hosts: HostOperations;
   deployer: Deployer;
   /** Deployments that were running when the server last stopped, now rolled back. */
   recovered: string[];
@@ -124,7 +125,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   let pools: PoolKeeper | undefined;
   const deployer = new Deployer({
     store,
-    hub,
+    hosts: hub,
     secrets,
     validator,
     fetchPolicy,
@@ -153,7 +154,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     );
   });
   const admission = new Admission({ store, secrets }, options.admission);
-  pools = new PoolKeeper({ store, deployer, hub, admission }, options.pools);
+  pools = new PoolKeeper({ store, deployer, hosts: hub, admission }, options.pools);
   // Port URLs: a listener of their own, so a sandbox's page never shares the console's origin.
   if (options.portsOrigin) new PortsOrigin(options.portsOrigin); // a bad template fails before listening
   const listenHost = options.host ?? "127.0.0.1";
@@ -182,7 +183,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const app = createApp({
     portsOrigin,
     store,
-    hub,
+    hosts: hub,
     deployer,
     admission,
     pools,
@@ -218,7 +219,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     portsUrl,
     adminKey,
     store,
-    hub,
+    hosts: hub,
     deployer,
     recovered,
     fetchPolicy,

@@ -10,16 +10,16 @@ import type { Admission } from "../deploy/admission.ts";
 import type { Deployer } from "../deploy/deployer.ts";
 import type { PoolKeeper } from "../deploy/pool-keeper.ts";
 import type { FetchPolicy } from "../fetch-policy.ts";
-import type { HostHub } from "../host-hub.ts";
 import type { PortsOrigin } from "../ports-origin.ts";
 import type { RateLimiter } from "../rate-limit.ts";
 import type { Store } from "../store/open-store.ts";
 import type { Role } from "../store/people-store.ts";
+import type { HostOperations } from "../targets/denvd/host-operations.ts";
 
 /** What routes use, set on every request's context (`c.var.deps`). */
 export interface ApiDeps {
   store: Store;
-  hub: HostHub;
+  hosts: HostOperations;
   deployer: Deployer;
   /** Every create's turn on its host (admission.ts). */
   admission: Admission;

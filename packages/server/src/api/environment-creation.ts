@@ -215,7 +215,7 @@ export async function createSandbox(
  */
 async function sandboxHost(deps: ApiDeps, teamId: string): Promise<string | null> {
   const hosts = (await teamHosts(deps.store, teamId)).filter(
-    (h) => deps.hub.isConnected(h.id) && hostFreeBytes(h) >= MIN_FREE_BYTES,
+    (h) => deps.hosts.isConnected(h.id) && hostFreeBytes(h) >= MIN_FREE_BYTES,
   );
   hosts.sort((a, b) => hostFreeBytes(b) - hostFreeBytes(a));
   return hosts[0]?.id ?? null;

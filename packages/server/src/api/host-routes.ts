@@ -63,7 +63,7 @@ export const hostRoutes: ApiRoute[] = [
     auth: true,
     handler: async (c) => {
       const hosts = await teamHosts(c.var.deps.store, c.var.teamId);
-      return c.json({ hosts: hosts.map((h) => serializeHost(h, c.var.deps.hub.isConnected(h.id))) });
+      return c.json({ hosts: hosts.map((h) => serializeHost(h, c.var.deps.hosts.isConnected(h.id))) });
     },
   }),
 ];

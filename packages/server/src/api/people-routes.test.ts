@@ -13,9 +13,9 @@ import { createApp } from "../app.ts";
 import { SecretBox } from "../clouds/secret-box.ts";
 import { Deployer } from "../deploy/deployer.ts";
 import { FetchPolicy } from "../fetch-policy.ts";
-import { HostHub } from "../host-hub.ts";
 import { PortsOrigin } from "../ports-origin.ts";
 import { openStore, type Store } from "../store/open-store.ts";
+import { HostHub } from "../targets/denvd/host-hub.ts";
 
 let dir: string;
 let store: Store;
@@ -30,11 +30,11 @@ before(async () => {
   hub = new HostHub(store, { waitForHostMs: 100 });
   validator = new ComposeValidator({ workers: 1 });
   const fetchPolicy = new FetchPolicy([]);
-  const deployer = new Deployer({ store, hub, secrets, validator, fetchPolicy, joinWaitMs: 100 });
+  const deployer = new Deployer({ store, hosts: hub, secrets, validator, fetchPolicy, joinWaitMs: 100 });
   app = createApp({
     portsOrigin: new PortsOrigin("http://localhost:1"),
     store,
-    hub,
+    hosts: hub,
     deployer,
     secrets,
     fetchPolicy,

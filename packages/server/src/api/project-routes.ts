@@ -102,7 +102,7 @@ export const projectRoutes: ApiRoute[] = [
     }),
     auth: true,
     handler: async (c) => {
-      const { store, hub } = c.var.deps;
+      const { store, hosts } = c.var.deps;
       const p = await findProject(store, c.var.teamId, c.req.param("id") ?? "");
       if (p.name === SANDBOX_PROJECT)
         throw new DenvError(
@@ -129,7 +129,7 @@ export const projectRoutes: ApiRoute[] = [
           throw new DenvError("conflict", `version ${v.id} of ${p.name} is in use: ${users.join("; ")}`, {
             details: { in_use: users },
           });
-        if (!hub.isConnected(v.host_id))
+        if (!hosts.isConnected(v.host_id))
           throw new DenvError(
             "host_unavailable",
             `the host holding ${v.id}'s snapshots is not connected; the project can be deleted once it is`,
@@ -149,7 +149,7 @@ export const projectRoutes: ApiRoute[] = [
         await referencedContexts(store, c.var.teamId),
         CONTEXT_GRACE_MS,
       );
-      const images = await removeUnusedBuiltImages(store, hub, c.var.teamId, p.id);
+      const images = await removeUnusedBuiltImages(store, hosts, c.var.teamId, p.id);
       return c.json({
         deleted: p.name,
         versions_deleted: versions.map((v) => v.id),

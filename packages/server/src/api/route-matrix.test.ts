@@ -18,7 +18,6 @@ import { createApp } from "../app.ts";
 import { SecretBox } from "../clouds/secret-box.ts";
 import { Deployer } from "../deploy/deployer.ts";
 import { FetchPolicy } from "../fetch-policy.ts";
-import { HostHub } from "../host-hub.ts";
 import { PortsOrigin } from "../ports-origin.ts";
 import { insertCloud } from "../store/cloud-store.ts";
 import { insertDeployment } from "../store/deployment-store.ts";
@@ -30,6 +29,7 @@ import { insertProject } from "../store/project-store.ts";
 import { insertReplay } from "../store/replay-store.ts";
 import { createApiKey, createApiKeyRecord, createTeam } from "../store/team-store.ts";
 import { insertVersion } from "../store/version-store.ts";
+import { HostHub } from "../targets/denvd/host-hub.ts";
 import { type DoubleHandlers, HostDouble } from "../testing/host-double.ts";
 import { JSON_LIMIT_BYTES } from "./api-route.ts";
 import { API_ROUTES } from "./api-routes.ts";
@@ -184,13 +184,13 @@ before(async () => {
   validator = new ComposeValidator({ workers: 1 });
   // Fetches nothing: a deploy's resolve cannot reach any registry from here.
   const fetchPolicy = new FetchPolicy([]);
-  const deployer = new Deployer({ store, hub, secrets, validator, fetchPolicy, joinWaitMs: 1000 });
+  const deployer = new Deployer({ store, hosts: hub, secrets, validator, fetchPolicy, joinWaitMs: 1000 });
   mkdirSync(join(dir, "dist"));
   writeFileSync(join(dir, "dist", "denvd.version"), "0.1.0+test\n");
   app = createApp({
     portsOrigin: new PortsOrigin("http://localhost:1"),
     store,
-    hub,
+    hosts: hub,
     deployer,
     secrets,
     fetchPolicy,

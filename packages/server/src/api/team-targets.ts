@@ -6,7 +6,7 @@
 import { DenvError } from "@denv/protocol";
 import type { z } from "zod";
 import type { EnvironmentsTable } from "../store/schema.ts";
-import { DenvdTarget } from "../targets/denvd-target.ts";
+import { DenvdTarget } from "../targets/denvd/denvd-target.ts";
 import { hostedTargets } from "../targets/hosted-targets.ts";
 import type { PlacedEnvironment, Target, TargetCapabilities } from "../targets/target.ts";
 import type { ApiDeps } from "./api-deps.ts";
@@ -17,7 +17,7 @@ import { createSandbox } from "./environment-creation.ts";
 function denvdTarget(deps: ApiDeps): DenvdTarget {
   return new DenvdTarget({
     store: deps.store,
-    hub: deps.hub,
+    hosts: deps.hosts,
     createSandbox: async (teamId, spec) => {
       const body =
         "fromVersion" in spec

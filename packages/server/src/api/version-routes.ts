@@ -29,18 +29,18 @@ async function listItem(store: Store, v: VersionsTable): Promise<z.infer<typeof 
 
 /** Deletes a version nothing uses: its snapshots on its host, then its record. */
 export async function deleteVersion(c: ApiContext, v: VersionsTable): Promise<void> {
-  const { store, hub } = c.var.deps;
+  const { store, hosts } = c.var.deps;
   const users = await versionUsers(store, v.id);
   if (users.length > 0)
     throw new DenvError("conflict", `version ${v.id} is in use: ${users.join("; ")}`, {
       details: { in_use: users },
     });
-  if (!hub.isConnected(v.host_id))
+  if (!hosts.isConnected(v.host_id))
     throw new DenvError(
       "host_unavailable",
       `the host holding ${v.id}'s snapshots is not connected; its snapshots can be deleted only there`,
     );
-  await hub.call(v.host_id, "delete_version", { version_id: v.id });
+  await hosts.call(v.host_id, "delete_version", { version_id: v.id });
   await deleteVersionRow(store, v.id);
 }
 
@@ -125,7 +125,7 @@ export const versionRoutes: ApiRoute[] = [
       const imagesRemoved: string[] = [];
       if (!body.dry_run)
         for (const projectId of prunedProjects) {
-          const r = await removeUnusedBuiltImages(store, c.var.deps.hub, c.var.teamId, projectId);
+          const r = await removeUnusedBuiltImages(store, c.var.deps.hosts, c.var.teamId, projectId);
           imagesRemoved.push(...r.removed);
         }
       return c.json({ deleted, kept, dry_run: body.dry_run ?? false, images_removed: imagesRemoved });

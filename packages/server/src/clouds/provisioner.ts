@@ -7,10 +7,10 @@
 import { randomBytes } from "node:crypto";
 import { DenvError } from "@denv/protocol";
 import type { FetchPolicy } from "../fetch-policy.ts";
-import type { HostHub } from "../host-hub.ts";
 import { hashSecret, newId, newSecret, now } from "../ids.ts";
 import type { Store } from "../store/open-store.ts";
 import type { CloudsTable } from "../store/schema.ts";
+import type { HostOperations } from "../targets/denvd/host-operations.ts";
 import { checkCloudApiUrl, HetznerDriver } from "./hetzner-driver.ts";
 import type { SecretBox } from "./secret-box.ts";
 
@@ -164,7 +164,7 @@ export class Provisioner {
   }
 
   /** Resolves to the host id once a host of that name has joined and connected. */
-  async waitJoined(teamId: string, name: string, hub: HostHub, timeoutMs: number): Promise<string> {
+  async waitJoined(teamId: string, name: string, hosts: HostOperations, timeoutMs: number): Promise<string> {
     const deadline = Date.now() + timeoutMs;
     while (Date.now() < deadline) {
       const host = await this.store
@@ -173,7 +173,7 @@ export class Provisioner {
         .where("team_id", "=", teamId)
         .where("name", "=", name)
         .executeTakeFirst();
-      if (host && hub.isConnected(host.id)) {
+      if (host && hosts.isConnected(host.id)) {
         await this.store
           .updateTable("cloud_machines")
           .set({ status: "joined" })

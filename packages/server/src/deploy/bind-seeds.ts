@@ -85,7 +85,7 @@ export async function seedDatasets(
   for (const [name, d] of Object.entries(spec.datasets)) {
     const digest = d.seed?.digest;
     if (!digest) continue;
-    const { streams, result } = await runner.hub.streamCall(
+    const { streams, result } = await runner.hosts.streamCall(
       hostId,
       "seed_dataset",
       1,

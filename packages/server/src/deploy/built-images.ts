@@ -4,9 +4,10 @@
  * stays while any version on that host pins it (another project's or team's too: a build with the
  * same key is found and reused, not rebuilt) and while a container uses it (the engine refuses).
  */
-import type { HostHub } from "../host-hub.ts";
+
 import { teamHosts } from "../store/host-store.ts";
 import type { Store } from "../store/open-store.ts";
+import type { HostOperations } from "../targets/denvd/host-operations.ts";
 
 const IMAGE_ID = /^sha256:[0-9a-f]{64}$/;
 
@@ -19,7 +20,7 @@ export interface BuiltImagesRemoved {
 
 export async function removeUnusedBuiltImages(
   store: Store,
-  hub: HostHub,
+  hosts: HostOperations,
   teamId: string,
   projectId: string,
 ): Promise<BuiltImagesRemoved> {
@@ -32,11 +33,11 @@ export async function removeUnusedBuiltImages(
   }
   const out: BuiltImagesRemoved = { removed: [], in_use: [], unreachable: [] };
   for (const h of await teamHosts(store, teamId)) {
-    if (!hub.isConnected(h.id)) {
+    if (!hosts.isConnected(h.id)) {
       out.unreachable.push(h.id);
       continue;
     }
-    const r = await hub.call(h.id, "remove_built_images", {
+    const r = await hosts.call(h.id, "remove_built_images", {
       team_id: teamId,
       project_id: projectId,
       keep: [...(pinned.get(h.id) ?? [])],

@@ -69,7 +69,7 @@ async function deployPhases(
       spec,
     });
     spec = built.spec;
-    const r = await runner.hub.call(hostId, "prepare", {
+    const r = await runner.hosts.call(hostId, "prepare", {
       spec,
       name: stackName(project.name, before.name),
       operation_id: rec.deploymentId,
@@ -82,7 +82,7 @@ async function deployPhases(
     return { value: r.stack_id, evidence: { ...r.evidence, ...builds, ...seeds } };
   })) as string;
   const started = (await rec.run("start", async () => {
-    const r = await runner.hub.call(hostId, "start", { stack_id: stackId });
+    const r = await runner.hosts.call(hostId, "start", { stack_id: stackId });
     return {
       value: r,
       evidence: { containers: r.evidence, ms: r.ms, egress: r.egress, clock: r.clock ?? null },
@@ -93,7 +93,7 @@ async function deployPhases(
   await rec.run("health", async () => ({ evidence: started.health }));
   await rec.run("warm", async () => {
     if (spec.warm.length === 0) return { evidence: { commands: [] } };
-    return { evidence: await runner.hub.call(hostId, "warm", { stack_id: stackId }) };
+    return { evidence: await runner.hosts.call(hostId, "warm", { stack_id: stackId }) };
   });
   const versionId = await snapshotPhase(runner, rec, before, hostId, stackId, async () => spec);
   const published = Object.values(spec.services).some((s) => s.ports.length > 0);
@@ -118,7 +118,7 @@ async function deployPhases(
   delete rec.state.building_stack_id;
   await rec.persist();
   if (before.stack_id && before.host_id)
-    await runner.hub.call(before.host_id, "destroy", { stack_id: before.stack_id }).catch(() => {});
+    await runner.hosts.call(before.host_id, "destroy", { stack_id: before.stack_id }).catch(() => {});
   delete rec.state.retiring_stack_id;
   await rec.verdict("succeeded", null, { version_id: versionId, environment: before.name, host_id: hostId });
   runner.options.onDeployed?.({
@@ -260,8 +260,8 @@ async function placeAndJoin(
   fileTarget: string | undefined,
 ): Promise<string | { hosted: CloudsTable; pinnedBy: string }> {
   const placed = (await rec.run("place", async () => {
-    const { store, hub, options } = runner;
-    const p = await place({ store, hub, provisioner: options.provisioner }, project, before, fileTarget);
+    const { store, hosts, options } = runner;
+    const p = await place({ store, hosts, provisioner: options.provisioner }, project, before, fileTarget);
     // The cloud row holds the sealed token: the evidence names the cloud only.
     const c = ("provision" in p ? p.cloud : "hosted" in p ? p.hosted : null) as CloudsTable | null;
     const named = c ? { name: c.name, provider: c.provider, location: c.location } : null;
@@ -296,7 +296,7 @@ async function placeAndJoin(
   const hostId = (await rec.run("join", async () => {
     const t = performance.now();
     const waitMs = runner.options.provisionJoinWaitMs ?? 15 * 60_000;
-    const id = await provisioner.waitJoined(project.team_id, machine.name, runner.hub, waitMs);
+    const id = await provisioner.waitJoined(project.team_id, machine.name, runner.hosts, waitMs);
     return {
       value: id,
       evidence: { host_id: id, name: machine.name, waited_ms: Math.round(performance.now() - t) },

@@ -58,7 +58,7 @@ async function endDeployment(
   const call = async <M extends OpMethod>(method: M, params: OpParams<M>, what: string) => {
     if (!hostId) return false;
     try {
-      await runner.hub.call(hostId, method, params, { waitForHostMs: HOST_WAIT_MS });
+      await runner.hosts.call(hostId, method, params, { waitForHostMs: HOST_WAIT_MS });
       done.push(what);
       return true;
     } catch (err) {

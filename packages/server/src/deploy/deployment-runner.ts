@@ -12,17 +12,17 @@ import { BuildContexts } from "../build-contexts.ts";
 import type { Provisioner } from "../clouds/provisioner.ts";
 import type { SecretBox } from "../clouds/secret-box.ts";
 import type { FetchPolicy } from "../fetch-policy.ts";
-import type { HostHub } from "../host-hub.ts";
 import { newId, now } from "../ids.ts";
 import { insertDeployment } from "../store/deployment-store.ts";
 import { updateEnvironment } from "../store/environment-store.ts";
 import type { Store } from "../store/open-store.ts";
 import type { EnvironmentsTable } from "../store/schema.ts";
+import type { HostOperations } from "../targets/denvd/host-operations.ts";
 import { type DeploymentKind, PhaseRecorder } from "./phase-recorder.ts";
 
 export interface DeployerOptions {
   store: Store;
-  hub: HostHub;
+  hosts: HostOperations;
   /** Checks compose files off the event loop, under a time and memory budget. */
   validator: ComposeValidator;
   /** Hosts the resolve phase may fetch from (registries, git sources). */
@@ -55,7 +55,7 @@ export interface Launched {
 export class DeploymentRunner {
   readonly events = new EventEmitter();
   readonly store: Store;
-  readonly hub: HostHub;
+  readonly hosts: HostOperations;
   readonly options: DeployerOptions;
   readonly buildContexts: BuildContexts;
   private readonly locks = new Map<string, Promise<unknown>>();
@@ -63,7 +63,7 @@ export class DeploymentRunner {
   constructor(options: DeployerOptions) {
     this.options = options;
     this.store = options.store;
-    this.hub = options.hub;
+    this.hosts = options.hosts;
     this.buildContexts =
       options.buildContexts ?? new BuildContexts(join(tmpdir(), `denv-server-${process.pid}`));
     this.events.setMaxListeners(0);
@@ -138,7 +138,7 @@ export class DeploymentRunner {
     }
     const building = rec.state.building_stack_id;
     if (building && rec.state.host_id) {
-      await this.hub
+      await this.hosts
         .call(rec.state.host_id, "destroy", { stack_id: building }, { timeoutMs: 120_000 })
         .catch(() => {});
     }
@@ -151,13 +151,13 @@ export class DeploymentRunner {
 
   /** Waits for a host to connect, when it is not; the join phase's evidence. */
   async joinPhase(rec: PhaseRecorder, hostId: string): Promise<void> {
-    if (this.hub.isConnected(hostId)) {
+    if (this.hosts.isConnected(hostId)) {
       await rec.skip("join", "the host's sidecar is connected");
       return;
     }
     await rec.run("join", async () => {
       const t = performance.now();
-      await this.hub.waitConnected(hostId, this.options.joinWaitMs ?? 30_000);
+      await this.hosts.waitConnected(hostId, this.options.joinWaitMs ?? 30_000);
       return { evidence: { waited_ms: Math.round(performance.now() - t) } };
     });
   }

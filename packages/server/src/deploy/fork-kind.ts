@@ -40,7 +40,7 @@ export async function runFork(
       await runner.joinPhase(rec, hostId);
       const forked = (await rec.run("fork", async () => {
         const newStackId = await rec.building();
-        const out = await runner.hub.call(hostId, "fork", {
+        const out = await runner.hosts.call(hostId, "fork", {
           version_id: versionId,
           name: stackName(project.name, options.name),
           operation_id: rec.deploymentId,

@@ -24,8 +24,8 @@ export function statusOnHost(
 
 /** Matches the host's environments' statuses to what it holds; returns what changed. */
 export async function syncHostStatuses(runner: DeploymentRunner, hostId: string): Promise<string[]> {
-  const { store, hub } = runner;
-  const { stacks } = await hub.call(hostId, "status", {}, { waitForHostMs: 0 });
+  const { store, hosts } = runner;
+  const { stacks } = await hosts.call(hostId, "status", {}, { waitForHostMs: 0 });
   const byId = new Map(stacks.map((s) => [s.id, s]));
   const envs = await store
     .selectFrom("environments")

@@ -78,13 +78,13 @@ export async function buildImages(
     };
     const found = b.no_cache
       ? null
-      : (await runner.hub.call(hostId, "find_built_image", { build_key: key })).image_id;
+      : (await runner.hosts.call(hostId, "find_built_image", { build_key: key })).image_id;
     if (found) {
       builds[service] = { ...base, image_id: found, built: false, ms: 0, steps: 0, log_tail: [] };
     } else {
       const lines: string[] = [];
       live[service] = lines;
-      const { streams, result } = await runner.hub.streamCall(
+      const { streams, result } = await runner.hosts.streamCall(
         hostId,
         "build_image",
         2,

@@ -6,10 +6,10 @@
  * target cannot run (one container per environment; project deploys there are not driven yet).
  */
 import type { Provisioner } from "../clouds/provisioner.ts";
-import type { HostHub } from "../host-hub.ts";
 import { hostFreeBytes, teamHosts } from "../store/host-store.ts";
 import type { Store } from "../store/open-store.ts";
 import type { CloudsTable, EnvironmentsTable, ProjectsTable } from "../store/schema.ts";
+import type { HostOperations } from "../targets/denvd/host-operations.ts";
 import { isHosted } from "../targets/hosted-targets.ts";
 import { PhaseFailure } from "./phase-recorder.ts";
 
@@ -42,7 +42,7 @@ export type Placement =
   | { hosted: CloudsTable; pinned_by: string; reason: string };
 
 export async function place(
-  deps: { store: Store; hub: HostHub; provisioner?: Provisioner },
+  deps: { store: Store; hosts: HostOperations; provisioner?: Provisioner },
   project: ProjectsTable,
   env: EnvironmentsTable,
   fileTarget?: string,
@@ -51,16 +51,17 @@ export async function place(
   const named = project.pinned_target ?? fileTarget ?? null;
   const pinned = named === "denvd" ? null : named;
   const pinnedBy = project.pinned_target ? "the project is pinned to" : "x-denv.target names";
-  const { store, hub, provisioner } = deps;
+  const { store, provisioner } = deps;
+  const online = deps.hosts;
   const hosts = await teamHosts(store, project.team_id);
   const summary = () =>
     hosts.map((h) => ({
       id: h.id,
       name: h.name,
-      connected: hub.isConnected(h.id),
+      connected: online.isConnected(h.id),
       free_bytes: hostFreeBytes(h),
     }));
-  let candidates = hosts.filter((h) => hub.isConnected(h.id) && hostFreeBytes(h) >= MIN_FREE_BYTES);
+  let candidates = hosts.filter((h) => online.isConnected(h.id) && hostFreeBytes(h) >= MIN_FREE_BYTES);
   const connected = provisioner ? await provisioner.clouds(project.team_id) : [];
   const hosted = connected.find((c) => c.name === pinned && isHosted(c.provider));
   if (hosted)
@@ -93,7 +94,7 @@ export async function place(
     const recent = hosts
       .filter(
         (h) =>
-          !hub.isConnected(h.id) &&
+          !online.isConnected(h.id) &&
           hostFreeBytes(h) >= MIN_FREE_BYTES &&
           Date.now() - Date.parse(h.last_seen ?? "") < RECONNECT_GRACE_MS &&
           (!pinned || h.name === pinned || h.id === pinned),

@@ -8,7 +8,6 @@
  * free (admission.ts), and a pool whose forks keep failing backs off rather than churn.
  */
 import { DenvError } from "@denv/protocol";
-import type { HostHub } from "../host-hub.ts";
 import { newId } from "../ids.ts";
 import { deploymentById, environmentDeployments } from "../store/deployment-store.ts";
 import { environmentNamed } from "../store/environment-store.ts";
@@ -25,6 +24,7 @@ import {
 } from "../store/pool-store.ts";
 import type { EnvironmentsTable, PoolsTable } from "../store/schema.ts";
 import { findVersion } from "../store/version-store.ts";
+import type { HostOperations } from "../targets/denvd/host-operations.ts";
 import type { Admission } from "./admission.ts";
 import type { Deployer } from "./deployer.ts";
 
@@ -60,10 +60,10 @@ export class PoolKeeper {
   private passing = false;
   private again = false;
   private stopped = false;
-  private readonly deps: { store: Store; deployer: Deployer; hub: HostHub; admission: Admission };
+  private readonly deps: { store: Store; deployer: Deployer; hosts: HostOperations; admission: Admission };
 
   constructor(
-    deps: { store: Store; deployer: Deployer; hub: HostHub; admission: Admission },
+    deps: { store: Store; deployer: Deployer; hosts: HostOperations; admission: Admission },
     options: PoolKeeperOptions = {},
   ) {
     this.deps = deps;
@@ -110,11 +110,11 @@ export class PoolKeeper {
     versionId: string,
     as: { name: string; sandbox: boolean },
   ): Promise<{ env: EnvironmentsTable; deploymentId: string } | undefined> {
-    const { store, hub } = this.deps;
+    const { store, hosts } = this.deps;
     const pool = await poolOfVersion(store, teamId, versionId);
     if (!pool) return undefined;
     const version = await findVersion(store, teamId, versionId);
-    if (!hub.isConnected(version.host_id)) return undefined;
+    if (!hosts.isConnected(version.host_id)) return undefined;
     if (await environmentNamed(store, version.project_id, as.name))
       throw new DenvError("conflict", `an environment named ${as.name} already exists in this project`);
     const env = await takeMember(store, pool, as);
@@ -123,7 +123,7 @@ export class PoolKeeper {
     if (!env) return undefined;
     // A member's frozen clock waited at its version's time: it starts now, as a fresh fork's would.
     if (env.stack_id && env.host_id)
-      await hub.call(env.host_id, "release_clock", { stack_id: env.stack_id }).catch((err: unknown) => {
+      await hosts.call(env.host_id, "release_clock", { stack_id: env.stack_id }).catch((err: unknown) => {
         const h = this.health.get(pool.id);
         if (h) h.lastError = `member ${env.name}'s clock was not released: ${String(err)}`;
       });
@@ -209,7 +209,7 @@ export class PoolKeeper {
   }
 
   private async pass(): Promise<void> {
-    const { store, hub } = this.deps;
+    const { store, hosts } = this.deps;
     for (const pool of await allPools(store)) {
       const h = this.healthOf(pool.id);
       if (performance.now() < h.retryAt) continue;
@@ -218,7 +218,7 @@ export class PoolKeeper {
         .select(["host_id"])
         .where("id", "=", pool.version_id)
         .executeTakeFirst();
-      if (!version || !hub.isConnected(version.host_id)) continue;
+      if (!version || !hosts.isConnected(version.host_id)) continue;
       const members = (await poolMembers(store, pool.id)).length;
       let missing = pool.size - members;
       while (missing > 0 && h.making < this.parallel) {

@@ -16,10 +16,10 @@
  */
 import { randomBytes } from "node:crypto";
 import { DenvError, type OpResult, type ResolvedSpec, stackName } from "@denv/protocol";
-import { execOverStreams } from "../host-exec.ts";
 import { environmentById, findOrCreateEnvironment, updateEnvironment } from "../store/environment-store.ts";
 import type { EnvironmentsTable, ProjectsTable, VersionsTable } from "../store/schema.ts";
 import { versionSpecJson } from "../store/version-store.ts";
+import { execOverStreams } from "../targets/denvd/host-exec.ts";
 import type { Admission } from "./admission.ts";
 import type { Deployer } from "./deployer.ts";
 import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
@@ -70,7 +70,7 @@ async function runInStack(
 ): Promise<{ exit_code: number | null; output: string }> {
   const chunks: Buffer[] = [];
   const r = await execOverStreams(
-    runner.hub,
+    runner.hosts,
     hostId,
     { stack_id: stackId, service, command, user, timeout_ms: timeoutMs, max_output_bytes: 64 * 1024 },
     null,
@@ -89,7 +89,7 @@ export async function runPromote(
   options: PromoteOptions,
 ): Promise<Launched & { environmentId: string }> {
   const { project, version, target } = args;
-  const { store, hub } = runner;
+  const { store, hosts } = runner;
   const env = await findOrCreateEnvironment(store, project, target);
   if (env.sandbox || env.pool_id)
     throw new DenvError("conflict", `${target} is a sandbox, not an environment`);
@@ -115,13 +115,13 @@ export async function runPromote(
           spec_hash: version.spec_hash,
         },
       }));
-      if (!hub.isConnected(hostId))
-        await hub.waitConnected(hostId, runner.options.joinWaitMs ?? 30_000).catch(() => {
+      if (!hosts.isConnected(hostId))
+        await hosts.waitConnected(hostId, runner.options.joinWaitMs ?? 30_000).catch(() => {
           throw gate("fresh_fork", `the host holding ${version.id} is not connected`);
         });
       const forked = (await rec.run("fresh_fork", async () => {
         try {
-          const out = await hub.call(hostId, "fork", {
+          const out = await hosts.call(hostId, "fork", {
             version_id: version.id,
             name: stackName(project.name, "promote", randomBytes(3).toString("hex")),
             operation_id: rec.deploymentId,
@@ -159,7 +159,7 @@ export async function runPromote(
               },
             );
         }
-        const digest = await hub.call(hostId, "digest_volumes", { stack_id: gateStack, hold_clock: false });
+        const digest = await hosts.call(hostId, "digest_volumes", { stack_id: gateStack, hold_clock: false });
         return {
           evidence: {
             amcheck,
@@ -183,7 +183,7 @@ export async function runPromote(
           };
         const request = { forks: options.replays, parallel: Math.min(4, options.replays), steps };
         const started = await startRecordedReplay(
-          { store, hub, deployer, admission },
+          { store, hosts, deployer, admission },
           project.team_id,
           version,
           request,
@@ -247,7 +247,7 @@ export async function runPromote(
         ) {
           if (checks > 0) await sleep(Math.min(SOAK_CHECK_EVERY_MS, left));
           try {
-            last = await hub.call(hostId, "check_health", { stack_id: gateStack });
+            last = await hosts.call(hostId, "check_health", { stack_id: gateStack });
           } catch (err) {
             throw gate(
               "soak",
@@ -269,11 +269,11 @@ export async function runPromote(
           },
         };
       });
-      await hub.call(hostId, "destroy", { stack_id: gateStack }, { timeoutMs: 120_000 }).catch(() => {});
+      await hosts.call(hostId, "destroy", { stack_id: gateStack }, { timeoutMs: 120_000 }).catch(() => {});
       delete rec.state.building_stack_id;
       await rec.persist();
       const switched = (await rec.run("switch", async () => {
-        const out = await hub.call(hostId, "fork", {
+        const out = await hosts.call(hostId, "fork", {
           version_id: version.id,
           name: stackName(project.name, target),
           operation_id: rec.deploymentId,
@@ -298,7 +298,7 @@ export async function runPromote(
       delete rec.state.building_stack_id;
       await rec.persist();
       if (before.stack_id && before.host_id)
-        await hub.call(before.host_id, "destroy", { stack_id: before.stack_id }).catch(() => {});
+        await hosts.call(before.host_id, "destroy", { stack_id: before.stack_id }).catch(() => {});
       delete rec.state.retiring_stack_id;
       await rec.verdict("succeeded", null, {
         version_id: version.id,

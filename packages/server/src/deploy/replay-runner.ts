@@ -10,14 +10,14 @@
  */
 import { randomBytes } from "node:crypto";
 import { DenvError, type ResolvedSpec } from "@denv/protocol";
-import { execOverStreams } from "../host-exec.ts";
-import type { HostHub } from "../host-hub.ts";
 import { newId, now } from "../ids.ts";
 import { deploymentById } from "../store/deployment-store.ts";
 import { environmentById } from "../store/environment-store.ts";
 import type { Store } from "../store/open-store.ts";
 import { failRunningReplays, findReplay, finishReplay, insertReplay } from "../store/replay-store.ts";
 import type { ReplaysTable } from "../store/schema.ts";
+import { execOverStreams } from "../targets/denvd/host-exec.ts";
+import type { HostOperations } from "../targets/denvd/host-operations.ts";
 import type { Admission } from "./admission.ts";
 import type { Deployer } from "./deployer.ts";
 import { compareRuns, type ForkRun, type ReplayOutcome, type StepRun } from "./replay-report.ts";
@@ -68,7 +68,7 @@ export const DEFAULT_REPLAY_FORKS = 20;
 
 export interface ReplayDeps {
   store: Store;
-  hub: HostHub;
+  hosts: HostOperations;
   deployer: Deployer;
   admission: Admission;
 }
@@ -82,8 +82,8 @@ async function verifierStep(deps: ReplayDeps, hostId: string, stackId: string): 
   const begun = performance.now();
   const verifyId = newId("rpv");
   try {
-    await deps.hub.call(hostId, "verify_stop", { stack_id: stackId });
-    const c = await deps.hub.call(hostId, "verify_collect", { stack_id: stackId, verify_id: verifyId });
+    await deps.hosts.call(hostId, "verify_stop", { stack_id: stackId });
+    const c = await deps.hosts.call(hostId, "verify_collect", { stack_id: stackId, verify_id: verifyId });
     const collected = c.files.map((f) => `${f.path} ${f.bytes} ${f.sha256}`).join("\n");
     if (c.refused)
       return {
@@ -93,7 +93,7 @@ async function verifierStep(deps: ReplayDeps, hostId: string, stackId: string): 
         timed_out: false,
         ms: Math.round(performance.now() - begun),
       };
-    const g = await deps.hub.call(hostId, "verify_grade", { stack_id: stackId, verify_id: verifyId });
+    const g = await deps.hosts.call(hostId, "verify_grade", { stack_id: stackId, verify_id: verifyId });
     return {
       exit_code: g.exit_code,
       stdout: `collected:\n${collected}${c.missing.map((m) => `\nmissing ${m}`).join("")}\nreward ${g.reward}\n${g.stdout_tail}`,
@@ -102,8 +102,8 @@ async function verifierStep(deps: ReplayDeps, hostId: string, stackId: string): 
       ms: Math.round(performance.now() - begun),
     };
   } finally {
-    await deps.hub.call(hostId, "verify_cleanup", { verify_id: verifyId }).catch(() => {});
-    await deps.hub.call(hostId, "resume", { stack_id: stackId }).catch(() => {});
+    await deps.hosts.call(hostId, "verify_cleanup", { verify_id: verifyId }).catch(() => {});
+    await deps.hosts.call(hostId, "resume", { stack_id: stackId }).catch(() => {});
   }
 }
 
@@ -118,7 +118,7 @@ async function runStep(
     throw new DenvError("invalid_argument", "a step needs a command or verifier: true");
   const out: Record<"stdout" | "stderr", Buffer[]> = { stdout: [], stderr: [] };
   const r = await execOverStreams(
-    deps.hub,
+    deps.hosts,
     hostId,
     {
       stack_id: stackId,
@@ -176,7 +176,7 @@ async function replayOne(
     // grades after the episode, on its clock as it stands: how long grading takes (a container to
     // start, paths to collect) is not the episode's time, and it differs from fork to fork.
     for (const step of steps) run.steps.push(await runStep(deps, env.host_id, env.stack_id, step));
-    const digest = await deps.hub.call(env.host_id, "digest_volumes", { stack_id: env.stack_id });
+    const digest = await deps.hosts.call(env.host_id, "digest_volumes", { stack_id: env.stack_id });
     run.volumes = digest.volumes;
   } catch (err) {
     run.error = (err as Error).message;

@@ -35,7 +35,7 @@ export async function runVerify(
       }
       const grade = await gradePhases(runner, rec, current, hostId, stackId, made);
       if (options.resume) {
-        await runner.hub.call(hostId, "resume", { stack_id: stackId });
+        await runner.hosts.call(hostId, "resume", { stack_id: stackId });
         await updateEnvironment(runner.store, env.id, { status: "running" });
       }
       verdict = () =>
@@ -53,8 +53,8 @@ export async function runVerify(
     // stops in between still has them in the deployment's state to remove (deployment-recovery.ts).
     if (hostId) {
       if (made.graderStackId)
-        await runner.hub.call(hostId, "destroy", { stack_id: made.graderStackId }).catch(() => {});
-      await runner.hub.call(hostId, "verify_cleanup", { verify_id: rec.deploymentId }).catch(() => {});
+        await runner.hosts.call(hostId, "destroy", { stack_id: made.graderStackId }).catch(() => {});
+      await runner.hosts.call(hostId, "verify_cleanup", { verify_id: rec.deploymentId }).catch(() => {});
     }
     delete rec.state.grader_stack_id;
     delete rec.state.froze_agent;
@@ -73,7 +73,7 @@ async function gradePhases(
   stackId: string,
   made: { graderStackId?: string },
 ): Promise<Record<string, unknown>> {
-  const { hub } = runner;
+  const { hosts } = runner;
   // Written down before the agent is frozen: a server stopped from here on thaws it on restart,
   // since no verdict will say "frozen for inspection" (deployment-recovery.ts).
   if (env.status === "running") {
@@ -81,11 +81,11 @@ async function gradePhases(
     await rec.persist();
   }
   await rec.run("stop", async () => ({
-    evidence: await hub.call(hostId, "verify_stop", { stack_id: stackId }),
+    evidence: await hosts.call(hostId, "verify_stop", { stack_id: stackId }),
   }));
   await updateEnvironment(runner.store, env.id, { status: "frozen" });
   const collected = (await rec.run("collect", async () => {
-    const c = await hub.call(hostId, "verify_collect", { stack_id: stackId, verify_id: rec.deploymentId });
+    const c = await hosts.call(hostId, "verify_collect", { stack_id: stackId, verify_id: rec.deploymentId });
     return { value: c, evidence: c };
   })) as { refused: string | null };
   if (collected.refused) {
@@ -99,7 +99,7 @@ async function gradePhases(
     made.graderStackId = newId("stk");
     rec.state.grader_stack_id = made.graderStackId;
     await rec.persist();
-    const f = await hub.call(hostId, "fork", {
+    const f = await hosts.call(hostId, "fork", {
       version_id: versionId,
       name: stackName(env.name, "grader", rec.deploymentId.slice(4, 10)),
       operation_id: `${rec.deploymentId}-clone`,
@@ -116,7 +116,7 @@ async function gradePhases(
     };
   })) as string;
   return (await rec.run("grade", async () => {
-    const g = await hub.call(hostId, "verify_grade", {
+    const g = await hosts.call(hostId, "verify_grade", {
       stack_id: graderStackId,
       verify_id: rec.deploymentId,
     });

@@ -5,9 +5,12 @@
  * caller reads `capabilities()` before it acts, so nobody is promised what a target cannot do, and
  * `/v1/targets` and the console show the same row.
  *
- * Exec, files and stopping a service go through it; hosted providers (E2B, Daytona, Prime) are targets of their own. Still going through the host hub directly (to
- * move behind this port): deployments of projects, snapshots, rollbacks, verify, pools, replay,
- * promote and port URLs.
+ * Exec, files and stopping a service go through it; hosted providers (E2B, Daytona, Prime) are
+ * targets of their own. A team's sidecar hosts are reached only through the denvd target's folder
+ * (targets/denvd/): the deployment kinds (deploy, fork, snapshot, rollback, verify, promote,
+ * replay), pools and port URLs send their typed operations through its `HostOperations` port, and
+ * the WebSocket hub behind it is constructed by server.ts alone. Those kinds still speak host
+ * operations, not this port's verbs: a project's deploy on a hosted target is refused at prepare.
  */
 import type { Readable } from "node:stream";
 import type { fsEntry } from "@denv/protocol";

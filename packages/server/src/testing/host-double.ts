@@ -39,7 +39,7 @@ export class HostDouble {
     this.handlers = handlers;
   }
 
-  /** Dials the hub at wsUrl with the host's secret; resolves once welcomed, to the host id. */
+  /** Dials the hosts at wsUrl with the host's secret; resolves once welcomed, to the host id. */
   connect(wsUrl: string, secret: string): Promise<string> {
     const ws = new WebSocket(wsUrl, { headers: { authorization: `Bearer ${secret}` } });
     this.ws = ws;

@@ -2,15 +2,13 @@
  * A team's sidecar hosts as one target: what denvd can do (every cell of the row, with the storage
  * its hosts report deciding how snapshots and forks are made), sandboxes deployed through the
  * deployment runner on the host with the most free storage (handed in as `createSandbox`), and an
- * environment's exec and files as typed operations on its host over the hub's byte streams.
+ * environment's exec and files as typed operations on its host over the hosts' byte streams.
  */
 import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { DenvError, isDenvError, type MuxStream } from "@denv/protocol";
-import { execOverStreams } from "../host-exec.ts";
-import type { HostHub } from "../host-hub.ts";
-import { teamHosts } from "../store/host-store.ts";
-import type { Store } from "../store/open-store.ts";
+import { teamHosts } from "../../store/host-store.ts";
+import type { Store } from "../../store/open-store.ts";
 import type {
   ExecOutcome,
   ExecRequest,
@@ -23,14 +21,16 @@ import type {
   Target,
   TargetCapabilities,
   TargetStatus,
-} from "./target.ts";
+} from "../target.ts";
+import { execOverStreams } from "./host-exec.ts";
+import type { HostOperations } from "./host-operations.ts";
 
 /** How long a transfer of files may take (10 GiB at 20 MiB/s is under 9 minutes). */
 const TRANSFER_TIMEOUT_MS = 60 * 60_000;
 
 export interface DenvdTargetDeps {
   store: Store;
-  hub: Pick<HostHub, "call" | "streamCall" | "isConnected">;
+  hosts: Pick<HostOperations, "call" | "streamCall" | "isConnected">;
   createSandbox(teamId: string, spec: SandboxSpec): Promise<MadeEnvironment>;
 }
 
@@ -74,7 +74,7 @@ export class DenvdTarget implements Target {
   }
 
   async status(teamId: string): Promise<TargetStatus> {
-    const hosts = (await teamHosts(this.deps.store, teamId)).filter((h) => this.deps.hub.isConnected(h.id));
+    const hosts = (await teamHosts(this.deps.store, teamId)).filter((h) => this.deps.hosts.isConnected(h.id));
     return {
       available: hosts.length > 0,
       hosts: hosts.length,
@@ -96,7 +96,7 @@ export class DenvdTarget implements Target {
   ): Promise<ExecOutcome> {
     const { hostId, stackId } = onHost(env);
     const r = await execOverStreams(
-      this.deps.hub,
+      this.deps.hosts,
       hostId,
       {
         stack_id: stackId,
@@ -124,7 +124,7 @@ export class DenvdTarget implements Target {
 
   async putFiles(env: PlacedEnvironment, at: ServicePath, body: Readable) {
     const { hostId, stackId } = onHost(env);
-    const { streams, result } = await this.deps.hub.streamCall(
+    const { streams, result } = await this.deps.hosts.streamCall(
       hostId,
       "put_files",
       1,
@@ -149,7 +149,7 @@ export class DenvdTarget implements Target {
 
   async getFiles(env: PlacedEnvironment, at: ServicePath): Promise<Readable> {
     const { hostId, stackId } = onHost(env);
-    const { streams, result } = await this.deps.hub.streamCall(
+    const { streams, result } = await this.deps.hosts.streamCall(
       hostId,
       "get_files",
       1,
@@ -187,12 +187,12 @@ export class DenvdTarget implements Target {
 
   async statPath(env: PlacedEnvironment, at: ServicePath): Promise<FsEntry> {
     const { hostId, stackId } = onHost(env);
-    return this.deps.hub.call(hostId, "stat_path", { ...hostTarget(stackId, at), path: at.path });
+    return this.deps.hosts.call(hostId, "stat_path", { ...hostTarget(stackId, at), path: at.path });
   }
 
   async listPath(env: PlacedEnvironment, at: ServicePath, depth: number): Promise<FsEntry[]> {
     const { hostId, stackId } = onHost(env);
-    const r = await this.deps.hub.call(hostId, "list_path", {
+    const r = await this.deps.hosts.call(hostId, "list_path", {
       ...hostTarget(stackId, at),
       path: at.path,
       depth,
@@ -202,21 +202,25 @@ export class DenvdTarget implements Target {
 
   async makeDir(env: PlacedEnvironment, at: ServicePath, parents: boolean) {
     const { hostId, stackId } = onHost(env);
-    return this.deps.hub.call(hostId, "make_dir", { ...hostTarget(stackId, at), path: at.path, parents });
+    return this.deps.hosts.call(hostId, "make_dir", { ...hostTarget(stackId, at), path: at.path, parents });
   }
 
   async removePath(env: PlacedEnvironment, at: ServicePath, recursive: boolean): Promise<void> {
     const { hostId, stackId } = onHost(env);
-    await this.deps.hub.call(hostId, "remove_path", { ...hostTarget(stackId, at), path: at.path, recursive });
+    await this.deps.hosts.call(hostId, "remove_path", {
+      ...hostTarget(stackId, at),
+      path: at.path,
+      recursive,
+    });
   }
 
   async renamePath(env: PlacedEnvironment, at: Omit<ServicePath, "path">, from: string, to: string) {
     const { hostId, stackId } = onHost(env);
-    await this.deps.hub.call(hostId, "rename_path", { ...hostTarget(stackId, at), from, to });
+    await this.deps.hosts.call(hostId, "rename_path", { ...hostTarget(stackId, at), from, to });
   }
 
   async stopService(env: PlacedEnvironment, service: string): Promise<void> {
     const { hostId, stackId } = onHost(env);
-    await this.deps.hub.call(hostId, "stop_service", { stack_id: stackId, service });
+    await this.deps.hosts.call(hostId, "stop_service", { stack_id: stackId, service });
   }
 }

@@ -32,9 +32,10 @@ import {
   StreamMux,
 } from "@denv/protocol";
 import { type WebSocket, WebSocketServer } from "ws";
-import { newId, now } from "./ids.ts";
-import { hostBySecret, updateHost } from "./store/host-store.ts";
-import type { Store } from "./store/open-store.ts";
+import { newId, now } from "../../ids.ts";
+import { hostBySecret, updateHost } from "../../store/host-store.ts";
+import type { Store } from "../../store/open-store.ts";
+import type { HostOperations } from "./host-operations.ts";
 
 interface PendingOp {
   opId: string;
@@ -73,7 +74,7 @@ const MAX_SENDS = 3;
 /** Heartbeats refresh last_seen at most this often per host (a host cannot flood the store). */
 const HEARTBEAT_WRITE_MS = 2000;
 
-export class HostHub {
+export class HostHub implements HostOperations {
   private readonly wss = new WebSocketServer({ noServer: true, maxPayload: MAX_MESSAGE_BYTES });
   private readonly connections = new Map<string, Connection>();
   private readonly pending = new Map<string, PendingOp>();

@@ -2,12 +2,12 @@
  * A command run on a host over its byte streams: stdin fed as the host asks for it, stdout and
  * stderr handed on as the host sends them, each side waiting for the other's reader, so 1 GiB of
  * output costs a window of memory. Used by the API's exec and by the deployment kinds that run
- * commands (promote, replay), which is why it lives beside the hub and not in api/.
+ * commands (promote, replay), which is why it lives in the denvd target beside the hub, not in api/.
  */
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { commandDeadlineMs, DenvError, type OpParams, type OpResult } from "@denv/protocol";
-import type { HostHub } from "./host-hub.ts";
+import type { HostOperations } from "./host-operations.ts";
 
 export type ExecOnHost = Omit<OpParams<"exec">, "stdout_stream" | "stderr_stream" | "stdin_stream">;
 
@@ -17,7 +17,7 @@ export type ExecOnHost = Omit<OpParams<"exec">, "stdout_stream" | "stderr_stream
  * pending. Resolves with the host's result once every byte of output was handed on.
  */
 export async function execOverStreams(
-  hub: Pick<HostHub, "streamCall">,
+  hosts: Pick<HostOperations, "streamCall">,
   hostId: string,
   params: ExecOnHost,
   stdin: Readable | Buffer | null,
@@ -25,7 +25,7 @@ export async function execOverStreams(
 ): Promise<OpResult<"exec">> {
   // The command's own deadline, plus the round trip's margin: never a limit of the server's own.
   const timeoutMs = commandDeadlineMs(params.timeout_ms);
-  const { streams, result } = await hub.streamCall(
+  const { streams, result } = await hosts.streamCall(
     hostId,
     "exec",
     stdin ? 3 : 2,

@@ -150,6 +150,15 @@ test("connect daytona, its row, a sandbox on it: commands, files and destroy thr
   assert.match(asRoot.data.error.message, /as the sandbox's user, daytona; as "root" is not carried/);
   const stop = await lab.api("POST", `/v1/envs/${id}/services/main/stop`, {});
   assert.match(stop.data.error.message, /one container with one service: destroy it instead/);
+  // Its row says the snapshot is not driven by denv: a snapshot is refused before anything is recorded.
+  const snap = await lab.api("POST", `/v1/envs/${id}/snapshot`, {});
+  assert.equal(snap.status, 400, JSON.stringify(snap.data));
+  assert.match(
+    snap.data.error.message,
+    /target daytona cannot snapshot environment .*: a sandbox's filesystem snapshot \(not driven by denv yet\)/,
+  );
+  const fork = await lab.api("POST", `/v1/envs/${id}/fork`, {});
+  assert.equal(fork.status, 400, JSON.stringify(fork.data));
 
   const gone = await lab.api("DELETE", `/v1/envs/${id}?wait=true`);
   assert.equal(gone.data.status, "succeeded", JSON.stringify(gone.data));

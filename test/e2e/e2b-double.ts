@@ -4,7 +4,9 @@
  *
  * - the control plane (`X-API-Key`): templates built from an image (`POST /v3/templates`,
  *   `POST /v2/templates/{id}/builds/{build}`, the build's status, aliases), sandboxes created,
- *   listed, connected to and killed;
+ *   listed, connected to and killed; snapshots of a sandbox (`POST /sandboxes/{id}/snapshots`:
+ *   its container committed as an image), sandboxes made from one, and snapshots deleted
+ *   (`DELETE /templates/{id}`);
  * - envd, at the same origin (the SDK's `sandboxUrl`; a request names its sandbox in the
  *   `E2b-Sandbox-Id` header and carries the sandbox's `X-Access-Token`): `/health`, `/files` down
  *   and up (octet-stream), and `process.Process/Start` over Connect's JSON streaming protocol.
@@ -54,11 +56,17 @@ export interface E2bDouble {
   fault(route: string, status: number, body: string): void;
   /** The next sandbox made gets this id (a hostile endpoint answering another account's id). */
   nextSandboxId(id: string): void;
+  /** The next snapshot is answered with this id (a hostile endpoint's path, say). */
+  nextSnapshotId(id: string): void;
+  /** The snapshots held, by their ids as answered. */
+  snapshots(): string[];
   close(): Promise<void>;
 }
 
 const ENVD_VERSION = "0.5.8";
 const TEST_LABEL = "dev.denv.e2b-double";
+/** Where a snapshot's committed image is kept on the local engine. */
+const SNAPSHOT_REPO = "denv-e2b-double-snapshot";
 
 /** A Connect envelope: flags, u32 length (big-endian), the message. */
 function envelope(flags: number, message: unknown): Buffer {
@@ -87,6 +95,11 @@ export async function startE2bDouble(options: { registry: string }): Promise<E2b
   const seen: string[] = [];
   const faults = new Map<string, { status: number; body: string }>();
   let forcedId: string | null = null;
+  let forcedSnapshotId: string | null = null;
+  /** Images committed for snapshots, removed at the close. */
+  const snapshotImages = new Set<string>();
+  /** A template's id as the SDK names it: without a team's namespace or a tag. */
+  const bareTemplate = (id: string) => id.replace(/^[^/]*\//, "").replace(/:[^:]*$/, "");
 
   /** Runs argv in a sandbox's container, as a user; stdin from `input` when given. */
   function run(
@@ -100,7 +113,8 @@ export async function startE2bDouble(options: { registry: string }): Promise<E2b
   }
 
   async function createSandbox(templateID: string, b: Record<string, unknown>): Promise<SandboxRecord> {
-    const build = [...builds.values()].find((x) => x.templateID === templateID && x.status === "ready");
+    const bare = bareTemplate(templateID);
+    const build = [...builds.values()].find((x) => x.templateID === bare && x.status === "ready");
     if (!build?.image) throw Object.assign(new Error(`template ${templateID} not found`), { status: 404 });
     const internet = b.allow_internet_access !== false;
     const c = await docker.createContainer({
@@ -233,12 +247,44 @@ export async function startE2bDouble(options: { registry: string }): Promise<E2b
         return sendJson(res, status, { code: status, message: (err as Error).message });
       }
     }
+    if (m === "DELETE" && parts[0] === "templates" && parts[1]) {
+      const id = bareTemplate(decodeURIComponent(parts.slice(1).join("/")));
+      const entry = [...builds.entries()].find(([, b]) => b.templateID === id);
+      if (!entry) return sendJson(res, 404, { code: 404, message: `template ${id} not found` });
+      builds.delete(entry[0]);
+      if (entry[1].image && snapshotImages.delete(entry[1].image))
+        await docker
+          .getImage(entry[1].image)
+          .remove({ force: true })
+          .catch(() => {});
+      res.writeHead(204).end();
+      return;
+    }
     // A sandbox's own routes, under /sandboxes and (newer SDKs) /v2/sandboxes.
     const sb = parts[0] === "v2" && parts[1] === "sandboxes" ? parts.slice(1) : parts;
     if (sb[0] === "sandboxes" && sb[1]) {
       const s = sandboxes.get(sb[1]);
       if (!s) return sendJson(res, 404, { code: 404, message: `sandbox ${sb[1]} not found` });
       if (m === "POST" && sb[2] === "connect") return sendJson(res, 200, created(s));
+      if (m === "POST" && sb[2] === "snapshots") {
+        // E2B pauses the VM and keeps its memory and files; here the container's files are committed.
+        // Not paused: with a command attached by exec (a sandbox's `cmd`), this engine's (20.10,
+        // cgroup v1) commit left the container frozen and never answered.
+        const snapId = randomBytes(10).toString("hex").slice(0, 20);
+        const tag = `${label}-${snapId}`;
+        await docker.getContainer(s.containerId).commit({ repo: SNAPSHOT_REPO, tag, pause: false });
+        snapshotImages.add(`${SNAPSHOT_REPO}:${tag}`);
+        builds.set(`snap-${snapId}`, {
+          templateID: snapId,
+          buildID: `snap-${snapId}`,
+          name: snapId,
+          status: "ready",
+          image: `${SNAPSHOT_REPO}:${tag}`,
+        });
+        const answered = forcedSnapshotId ?? `${snapId}:default`;
+        forcedSnapshotId = null;
+        return sendJson(res, 201, { snapshotID: answered, names: [`double/${snapId}:default`] });
+      }
       if (m === "DELETE" && !sb[2]) {
         sandboxes.delete(s.sandboxID);
         await docker.getContainer(s.containerId).remove({ force: true });
@@ -351,10 +397,23 @@ export async function startE2bDouble(options: { registry: string }): Promise<E2b
     nextSandboxId: (id) => {
       forcedId = id;
     },
+    nextSnapshotId: (id) => {
+      forcedSnapshotId = id;
+    },
+    snapshots: () =>
+      [...builds.values()].filter((b) => b.buildID.startsWith("snap-")).map((b) => b.templateID),
     close: async () => {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
       await removeLabelled(docker, TEST_LABEL, label);
+      await Promise.all(
+        [...snapshotImages].map((i) =>
+          docker
+            .getImage(i)
+            .remove({ force: true })
+            .catch(() => {}),
+        ),
+      );
     },
   };
 }

@@ -156,7 +156,7 @@ test("the connect-a-target lines against denv up: connect e2b, its row, a sandbo
     row.capabilities.egress_deny_verified,
     "provider network config (allow_internet_access: false), not probed",
   );
-  assert.deepEqual(row.supported, ["egress_deny_verified", "caps_enforced"]);
+  assert.deepEqual(row.supported, ["consistent_snapshot", "fork", "egress_deny_verified", "caps_enforced"]);
   assert.match(row.note, /not against the live E2B/);
 
   // The document's image is python:3.12-slim; this machine reaches no public registry.
@@ -239,10 +239,14 @@ test("a hosted target refuses what it cannot do, saying why; a provider answerin
   const id = made.data.id as string;
   const refusals: [string, string, unknown, RegExp][] = [
     ["POST", `/v1/envs/${id}/ports/8080`, {}, /runs on target e2b, a hosted provider/],
-    ["POST", `/v1/envs/${id}/snapshot`, {}, /runs on target e2b, a hosted provider/],
     ["POST", `/v1/envs/${id}/services/main/stop`, {}, /one VM with one service/],
     ["POST", `/v1/envs/${id}/exec`, { command: "true", service: "db" }, /has no service "db"; it has main/],
-    ["POST", "/v1/targets/e2b/sandboxes", { from_version: "ver_000000000000" }, /cannot fork/],
+    [
+      "POST",
+      "/v1/targets/e2b/sandboxes",
+      { from_version: "ver_000000000000" },
+      /no version ver_000000000000/,
+    ],
     ["POST", "/v1/targets/e2b/sandboxes", { image: IMAGE, name: "hosted-one" }, /already exists/],
   ];
   for (const [method, path, body, why] of refusals) {
@@ -264,6 +268,84 @@ test("a hosted target refuses what it cannot do, saying why; a provider answerin
   const missing = await api("GET", `/v1/envs/${id}/files/stat?path=${encodeURIComponent("/work/nothing")}`);
   assert.equal(missing.status, 404);
   assert.equal((await api("DELETE", `/v1/envs/${id}?wait=true`)).data.status, "succeeded");
+});
+
+/** A command's stdout in an environment, as the API runs it. */
+async function run(envId: string, command: string): Promise<string> {
+  const r = await api("POST", `/v1/envs/${envId}/exec`, { command });
+  assert.equal(r.status, 200, JSON.stringify(r.data));
+  assert.equal(r.data.exit_code, 0, JSON.stringify(r.data));
+  return r.data.stdout;
+}
+
+test("a sandbox on E2B is snapshotted there as a version, and forked from it; what needs a denvd host is refused, saying so", async () => {
+  await connectE2b();
+  const made = await api("POST", "/v1/targets/e2b/sandboxes", { image: IMAGE, name: "snap-src" });
+  assert.equal(made.status, 201, JSON.stringify(made.data));
+  const src = made.data.id as string;
+  await run(src, "echo before > /work/state.txt");
+
+  // A provider answering a snapshot id that is a path: the snapshot fails and no version is kept.
+  const versionsBefore = (await api("GET", "/v1/versions")).data.versions.length;
+  e2b.nextSnapshotId("../../templates/other");
+  const odd = await api("POST", `/v1/envs/${src}/snapshot?wait=true`);
+  assert.equal(odd.data.status, "failed", JSON.stringify(odd.data));
+  assert.match(odd.data.reason, /answered a snapshot id that is not one/);
+  assert.equal((await api("GET", "/v1/versions")).data.versions.length, versionsBefore);
+
+  const snap = await api("POST", `/v1/envs/${src}/snapshot?wait=true`);
+  assert.equal(snap.data.status, "succeeded", JSON.stringify(snap.data));
+  const versionId = (await api("GET", `/v1/envs/${src}`)).data.current_version_id as string;
+  const version = (await api("GET", `/v1/versions/${versionId}`)).data;
+  assert.equal(version.target, "e2b");
+  assert.equal(version.host_id, null);
+  assert.equal(version.evidence.provider, "E2B");
+  assert.ok(
+    e2b.snapshots().some((id) => version.evidence.snapshot_ref.startsWith(id)),
+    JSON.stringify(version),
+  );
+  await run(src, "echo after > /work/state.txt");
+
+  // Forks, by each way the API makes them: each a new sandbox on e2b holding the snapshot's files.
+  const one = await api("POST", "/v1/sandboxes", { from_version: versionId, name: "fork-a" });
+  assert.equal(one.status, 201, JSON.stringify(one.data));
+  assert.equal(one.data.target, "e2b");
+  assert.equal(one.data.parent_version_id, versionId);
+  assert.deepEqual(one.data.services, ["main"]);
+  const fan = await api("POST", `/v1/versions/${versionId}/forks`, { count: 2, name_prefix: "fan" });
+  assert.equal(fan.status, 200, JSON.stringify(fan.data));
+  assert.equal(fan.data.created, 2, JSON.stringify(fan.data));
+  const ofEnv = await api("POST", `/v1/envs/${one.data.id}/fork`, { name: "fork-of-fork" });
+  assert.equal(ofEnv.status, 201, JSON.stringify(ofEnv.data));
+  const forks = [one.data.id, ...fan.data.forks.map((f: any) => f.environment.id), ofEnv.data.id];
+  for (const f of forks) assert.equal(await run(f, "cat /work/state.txt"), "before\n");
+  assert.equal(await run(src, "cat /work/state.txt"), "after\n");
+  // The fork is its own VM: what it writes stays in it.
+  await run(one.data.id, "echo mine > /work/state.txt");
+  assert.equal(await run(forks[1], "cat /work/state.txt"), "before\n");
+
+  // What only a denvd host does with a version is refused, naming where the version lives.
+  const refusals: [string, string, unknown][] = [
+    ["PUT", `/v1/pools/${versionId}`, { size: 1 }],
+    ["POST", `/v1/versions/${versionId}/replays`, {}],
+    ["GET", `/v1/versions/${versionId}/datasheet`, undefined],
+    ["POST", "/v1/projects/_sandboxes/promote", { version: versionId, to: "prod" }],
+  ];
+  for (const [method, path, body] of refusals) {
+    const r = await api(method, path, body);
+    assert.equal(r.status, 400, `${method} ${path}: ${r.status} ${JSON.stringify(r.data)}`);
+    assert.match(r.data.error.message, /is a snapshot at target e2b, a hosted provider/, path);
+  }
+  // A version at E2B is not forked on another target.
+  const elsewhere = await api("POST", "/v1/targets/denvd/sandboxes", { from_version: versionId });
+  assert.equal(elsewhere.status, 400, JSON.stringify(elsewhere.data));
+
+  // In use, it stays; once nothing uses it, deleting it deletes E2B's snapshot too.
+  assert.equal((await api("DELETE", `/v1/versions/${versionId}`)).status, 409);
+  for (const e of [...forks, src]) await api("DELETE", `/v1/envs/${e}?wait=true`);
+  const del = await api("DELETE", `/v1/versions/${versionId}`);
+  assert.ok(del.status < 300, JSON.stringify(del.data));
+  assert.ok(!e2b.snapshots().some((id) => version.evidence.snapshot_ref.startsWith(id)));
 });
 
 test("a project pinned to a hosted target is refused at its prepare phase, naming the target and its one-container limit", async () => {

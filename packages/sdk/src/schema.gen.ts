@@ -707,7 +707,7 @@ export type PostV1VersionsByIdForksResponse = {
       target: string;
       services: Array<string>;
       created_at: string;
-      deployment_id: string;
+      deployment_id?: string;
     };
     error?: {
       code: string;
@@ -727,7 +727,7 @@ export type PostV1VersionsByIdForksBody = {
 export type GetV1VersionsByIdResponse = {
   id: string;
   environment_id: string;
-  host_id: string;
+  host_id: string | null;
   target: string;
   spec_hash: string;
   images: {
@@ -1160,7 +1160,7 @@ export type GetV1VersionsResponse = {
   versions: Array<{
     id: string;
     environment_id: string;
-    host_id: string;
+    host_id: string | null;
     target: string;
     spec_hash: string;
     images: {

@@ -243,21 +243,6 @@ class GetV1EnvsByIdDeploymentsResponse(TypedDict):
     deployments: list[PostV1ProjectsByIdDeployResponse]
 
 
-class PostV1VersionsByIdForksResponseForksItemEnvironment(TypedDict):
-    id: str
-    name: str
-    project: str
-    status: str
-    host_id: str | None
-    current_version_id: str | None
-    parent_version_id: str | None
-    sandbox: bool
-    target: str
-    services: list[str]
-    created_at: str
-    deployment_id: str
-
-
 class PostV1VersionsByIdForksResponseForksItemError(TypedDict):
     code: str
     message: str
@@ -267,7 +252,7 @@ class PostV1VersionsByIdForksResponseForksItemError(TypedDict):
 class PostV1VersionsByIdForksResponseForksItem(TypedDict):
     name: str
     ok: bool
-    environment: NotRequired[PostV1VersionsByIdForksResponseForksItemEnvironment]
+    environment: NotRequired[GetV1EnvsResponseEnvironmentsItem]
     error: NotRequired[PostV1VersionsByIdForksResponseForksItemError]
 
 
@@ -282,7 +267,7 @@ class PostV1VersionsByIdForksResponse(TypedDict):
 class GetV1VersionsByIdResponse(TypedDict):
     id: str
     environment_id: str
-    host_id: str
+    host_id: str | None
     target: str
     spec_hash: str
     images: dict[str, str]
@@ -475,7 +460,7 @@ class GetV1VersionsByIdReplaysResponse(TypedDict):
 class GetV1VersionsResponseVersionsItem(TypedDict):
     id: str
     environment_id: str
-    host_id: str
+    host_id: str | None
     target: str
     spec_hash: str
     images: dict[str, str]

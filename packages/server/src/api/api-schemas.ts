@@ -171,7 +171,7 @@ export const fanOutResult = z.object({
     z.object({
       name: z.string(),
       ok: z.boolean(),
-      environment: environmentSchema.extend({ deployment_id: z.string() }).optional(),
+      environment: environmentSchema.optional(),
       error: z.object({ code: z.string(), message: z.string(), details: z.unknown().optional() }).optional(),
     }),
   ),
@@ -180,7 +180,8 @@ export const fanOutResult = z.object({
 export const versionSchema = z.object({
   id: z.string(),
   environment_id: z.string(),
-  host_id: z.string(),
+  /** The host holding its snapshots; null for a version at a hosted provider. */
+  host_id: z.string().nullable(),
   /** The target it lives on. */
   target: z.string(),
   spec_hash: z.string(),

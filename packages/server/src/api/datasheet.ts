@@ -9,7 +9,7 @@ import type { SecretBox } from "../clouds/secret-box.ts";
 import type { Store } from "../store/open-store.ts";
 import { versionReplays } from "../store/replay-store.ts";
 import type { DeploymentsTable, VersionsTable } from "../store/schema.ts";
-import { versionPlace } from "../store/version-store.ts";
+import { versionHost, versionPlace } from "../store/version-store.ts";
 
 interface PhaseRow {
   name: string;
@@ -80,6 +80,7 @@ export async function buildDatasheet(
   secrets: SecretBox,
   version: VersionsTable,
 ): Promise<Datasheet> {
+  const hostId = versionHost(version, "a datasheet");
   const spec = JSON.parse(secrets.openText(version.spec_json)) as ResolvedSpec;
   const evidence = JSON.parse(version.evidence_json) as {
     frozen_ms?: number;
@@ -164,7 +165,7 @@ export async function buildDatasheet(
       project: place.project,
       environment: place.environment,
       kind: spec.kind,
-      host_id: version.host_id,
+      host_id: hostId,
       spec_hash: version.spec_hash,
       created_at: version.created_at,
       images: Object.fromEntries(

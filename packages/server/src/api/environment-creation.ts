@@ -13,13 +13,15 @@ import { environmentById, updateEnvironment } from "../store/environment-store.t
 import { hostFreeBytes, teamHosts } from "../store/host-store.ts";
 import { poolOfImage } from "../store/pool-store.ts";
 import { sandboxProject, setProjectSource } from "../store/project-store.ts";
-import type { DeploymentsTable, EnvironmentsTable, PoolsTable } from "../store/schema.ts";
+import type { DeploymentsTable, EnvironmentsTable, PoolsTable, VersionsTable } from "../store/schema.ts";
 import { findVersion, resolveVersionRef } from "../store/version-store.ts";
+import { hostedTargetNamed } from "../targets/hosted-targets.ts";
 import type { ApiDeps } from "./api-deps.ts";
 import type { fanOutBody, fanOutResult, imagePoolBody, sandboxBody } from "./api-schemas.ts";
 import { serializeEnvironment } from "./api-serializers.ts";
 
-type Created = Awaited<ReturnType<typeof serializeEnvironment>> & { deployment_id: string };
+/** A fork on a hosted target has no deployment: the provider made its sandbox in one call. */
+type Created = Awaited<ReturnType<typeof serializeEnvironment>> & { deployment_id?: string };
 
 /** The new environment once its deployment succeeded; unavailable (with the deployment) if not. */
 async function createdEnv(
@@ -71,9 +73,10 @@ export async function forkVersion(
   sandbox: boolean,
 ): Promise<Created> {
   const as = { name: name ?? sandboxName(), sandbox };
+  const version = await findVersion(deps.store, teamId, versionId);
+  if (!version.host_id) return forkHosted(deps, teamId, version, as);
   const pooled = await takeFromPool(deps, teamId, versionId, as);
   if (pooled) return pooled;
-  const version = await findVersion(deps.store, teamId, versionId);
   const ticket = await deps.admission.admit(version.host_id, {
     memoryBytes: await deps.admission.versionMemoryBytes(version.id),
     label: `fork ${as.name}`,
@@ -83,6 +86,30 @@ export async function forkVersion(
   } finally {
     ticket.release();
   }
+}
+
+/**
+ * A fork of a version that lives at a hosted provider (a snapshot of one of its sandboxes): a new
+ * sandbox made there from it, answered once the provider has it running.
+ */
+async function forkHosted(
+  deps: ApiDeps,
+  teamId: string,
+  version: VersionsTable,
+  as: { name: string; sandbox: boolean },
+): Promise<Created> {
+  const target = await hostedTargetNamed(deps, teamId, version.target_id);
+  if (!target)
+    throw new DenvError(
+      "unavailable",
+      `version ${version.id} is a snapshot at target ${version.target_id}, which is no longer connected`,
+    );
+  const caps = await target.capabilities(teamId);
+  if (!caps.fork.supported)
+    throw new DenvError("invalid_argument", `target ${target.name} cannot fork: ${caps.fork.detail}`);
+  const made = await target.forkVersion(teamId, version.id, as.name, as.sandbox);
+  const env = await environmentById(deps.store, made.environmentId);
+  return serializeEnvironment(deps.store, deps.secrets, env);
 }
 
 /** Forks a fan-out starts at once; the rest wait for one of them to finish. */

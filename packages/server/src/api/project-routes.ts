@@ -129,7 +129,7 @@ export const projectRoutes: ApiRoute[] = [
           throw new DenvError("conflict", `version ${v.id} of ${p.name} is in use: ${users.join("; ")}`, {
             details: { in_use: users },
           });
-        if (!hosts.isConnected(v.host_id))
+        if (v.host_id && !hosts.isConnected(v.host_id))
           throw new DenvError(
             "host_unavailable",
             `the host holding ${v.id}'s snapshots is not connected; the project can be deleted once it is`,

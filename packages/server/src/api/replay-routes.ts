@@ -4,7 +4,7 @@ import { z } from "zod";
 import { DEFAULT_REPLAY_FORKS, defaultEpisode, startRecordedReplay } from "../deploy/replay-runner.ts";
 import { findReplay, versionReplays } from "../store/replay-store.ts";
 import type { ReplaysTable } from "../store/schema.ts";
-import { resolveVersionRef } from "../store/version-store.ts";
+import { resolveVersionRef, versionHost } from "../store/version-store.ts";
 import type { ApiContext } from "./api-deps.ts";
 import { type ApiRoute, route } from "./api-route.ts";
 import { replayBody, replaySchema } from "./api-schemas.ts";
@@ -30,6 +30,7 @@ export async function startReplay(
   const deps = c.var.deps;
   const teamId = c.var.teamId;
   const version = await resolveVersionRef(deps.store, teamId, versionRef);
+  const hostId = versionHost(version, "a replay");
   const spec = JSON.parse(deps.secrets.openText(version.spec_json)) as ResolvedSpec;
   const steps = body.steps ?? defaultEpisode(spec);
   if (steps.length === 0)
@@ -41,7 +42,7 @@ export async function startReplay(
     if (s.service && !spec.services[s.service])
       throw new DenvError("invalid_argument", `steps.${i}.service: the version has no service ${s.service}`);
   const request = { forks: body.forks ?? DEFAULT_REPLAY_FORKS, parallel: body.parallel ?? 4, steps };
-  const { row, done } = await startRecordedReplay(deps, teamId, version, request);
+  const { row, done } = await startRecordedReplay(deps, teamId, { ...version, host_id: hostId }, request);
   return { row, done: done.then((d) => d.row) };
 }
 

@@ -6,6 +6,7 @@
 import { DenvError } from "@denv/protocol";
 import type { z } from "zod";
 import type { EnvironmentsTable } from "../store/schema.ts";
+import { resolveVersionRef } from "../store/version-store.ts";
 import { DenvdTarget } from "../targets/denvd/denvd-target.ts";
 import { hostedTargets } from "../targets/hosted-targets.ts";
 import type { PlacedEnvironment, Target, TargetCapabilities } from "../targets/target.ts";
@@ -19,12 +20,20 @@ function denvdTarget(deps: ApiDeps): DenvdTarget {
     store: deps.store,
     hosts: deps.hosts,
     createSandbox: async (teamId, spec) => {
+      if ("fromVersion" in spec) {
+        const v = await resolveVersionRef(deps.store, teamId, spec.fromVersion);
+        if (!v.host_id)
+          throw new DenvError(
+            "invalid_argument",
+            `target denvd cannot fork ${v.id}: it is a snapshot at target ${v.target_id}; fork it there (POST /v1/targets/${v.target_id}/sandboxes)`,
+          );
+      }
       const body =
         "fromVersion" in spec
           ? { from_version: spec.fromVersion, ...(spec.name ? { name: spec.name } : {}) }
           : spec;
       const made = await createSandbox(deps, teamId, body);
-      return { environmentId: made.id, deploymentId: made.deployment_id };
+      return { environmentId: made.id, deploymentId: made.deployment_id ?? null };
     },
   });
 }

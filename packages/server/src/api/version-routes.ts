@@ -13,6 +13,7 @@ import {
   versionPlace,
   versionUsers,
 } from "../store/version-store.ts";
+import { hostedTargetNamed } from "../targets/hosted-targets.ts";
 import type { ApiContext } from "./api-deps.ts";
 import { type ApiRoute, route } from "./api-route.ts";
 import { pruneBody, pruneResult, versionListItem } from "./api-schemas.ts";
@@ -35,6 +36,18 @@ export async function deleteVersion(c: ApiContext, v: VersionsTable): Promise<vo
     throw new DenvError("conflict", `version ${v.id} is in use: ${users.join("; ")}`, {
       details: { in_use: users },
     });
+  if (!v.host_id) {
+    // At a hosted provider: its snapshot there goes first, so none is left behind unrecorded.
+    const target = await hostedTargetNamed(c.var.deps, v.team_id, v.target_id);
+    if (!target)
+      throw new DenvError(
+        "conflict",
+        `version ${v.id} is a snapshot at target ${v.target_id}, which is no longer connected: connect it again (denv cloud connect) to delete the snapshot there`,
+      );
+    await target.deleteSnapshot(v.snapshot_ref ?? "");
+    await deleteVersionRow(store, v.id);
+    return;
+  }
   if (!hosts.isConnected(v.host_id))
     throw new DenvError(
       "host_unavailable",
@@ -146,12 +159,14 @@ export const versionRoutes: ApiRoute[] = [
       const { store, secrets } = c.var.deps;
       const version = await resolveVersionRef(store, c.var.teamId, c.req.param("id") ?? "");
       const place = await versionPlace(store, version);
+      const spec = JSON.parse(secrets.openText(version.spec_json));
       return c.json({
         version_id: version.id,
         project: place.project,
-        spec: withoutSecretContents(
-          JSON.parse(secrets.openText(version.spec_json)) as ResolvedSpec,
-        ) as unknown as Record<string, unknown>,
+        // A hosted provider's snapshot is described by its target alone: it holds no secret values.
+        spec: version.host_id
+          ? (withoutSecretContents(spec as ResolvedSpec) as unknown as Record<string, unknown>)
+          : spec,
       });
     },
   }),

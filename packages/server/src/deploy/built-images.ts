@@ -26,6 +26,7 @@ export async function removeUnusedBuiltImages(
 ): Promise<BuiltImagesRemoved> {
   const pinned = new Map<string, Set<string>>();
   for (const v of await store.selectFrom("versions").select(["host_id", "images_json"]).execute()) {
+    if (!v.host_id) continue; // a hosted provider's snapshot: no image on a host
     const set = pinned.get(v.host_id) ?? new Set<string>();
     for (const ref of Object.values(JSON.parse(v.images_json) as Record<string, string>))
       if (IMAGE_ID.test(ref)) set.add(ref);

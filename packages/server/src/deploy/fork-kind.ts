@@ -7,7 +7,7 @@
 import { DenvError, type OpResult, stackName } from "@denv/protocol";
 import { environmentNamed, findOrCreateEnvironment, updateEnvironment } from "../store/environment-store.ts";
 import { projectById } from "../store/project-store.ts";
-import { findVersion } from "../store/version-store.ts";
+import { findVersion, versionHost } from "../store/version-store.ts";
 import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
 
 export async function runFork(
@@ -16,6 +16,7 @@ export async function runFork(
   options: { teamId: string; name: string; sandbox?: boolean; poolId?: string; holdClock?: boolean },
 ): Promise<Launched & { environmentId: string }> {
   const version = await findVersion(runner.store, options.teamId, versionId);
+  const hostId = versionHost(version, "a fork on a denvd host");
   const project = await projectById(runner.store, version.project_id);
   if (await environmentNamed(runner.store, project.id, options.name))
     throw new DenvError("conflict", `an environment named ${options.name} already exists in ${project.name}`);
@@ -32,7 +33,6 @@ export async function runFork(
     rec,
     env.id,
     async () => {
-      const hostId = version.host_id;
       await rec.run("place", async () => ({
         evidence: { host_id: hostId, reason: "holds the version's snapshots (snapshot locality)" },
       }));

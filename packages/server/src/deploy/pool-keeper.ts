@@ -23,7 +23,7 @@ import {
   withdrawMembers,
 } from "../store/pool-store.ts";
 import type { EnvironmentsTable, PoolsTable } from "../store/schema.ts";
-import { findVersion } from "../store/version-store.ts";
+import { findVersion, versionHost } from "../store/version-store.ts";
 import type { HostOperations } from "../targets/denvd/host-operations.ts";
 import type { Admission } from "./admission.ts";
 import type { Deployer } from "./deployer.ts";
@@ -114,7 +114,7 @@ export class PoolKeeper {
     const pool = await poolOfVersion(store, teamId, versionId);
     if (!pool) return undefined;
     const version = await findVersion(store, teamId, versionId);
-    if (!hosts.isConnected(version.host_id)) return undefined;
+    if (!version.host_id || !hosts.isConnected(version.host_id)) return undefined;
     if (await environmentNamed(store, version.project_id, as.name))
       throw new DenvError("conflict", `an environment named ${as.name} already exists in this project`);
     const env = await takeMember(store, pool, as);
@@ -155,7 +155,7 @@ export class PoolKeeper {
     }
     const existing = await poolOfVersion(store, teamId, versionId);
     const have = existing ? (await poolMembers(store, existing.id)).length : 0;
-    await admission.checkPoolSize(version.host_id, version.id, size, have);
+    await admission.checkPoolSize(versionHost(version, "a warm pool"), version.id, size, have);
     const pool = await upsertPool(
       store,
       { team_id: version.team_id, project_id: version.project_id, version_id: version.id },
@@ -218,11 +218,11 @@ export class PoolKeeper {
         .select(["host_id"])
         .where("id", "=", pool.version_id)
         .executeTakeFirst();
-      if (!version || !hosts.isConnected(version.host_id)) continue;
+      if (!version?.host_id || !hosts.isConnected(version.host_id)) continue;
       const members = (await poolMembers(store, pool.id)).length;
       let missing = pool.size - members;
       while (missing > 0 && h.making < this.parallel) {
-        if (!(await this.refillOne(pool, version.host_id, h))) break;
+        if (!(await this.refillOne(pool, version.host_id as string, h))) break;
         missing--;
       }
     }

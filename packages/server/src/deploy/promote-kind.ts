@@ -18,7 +18,7 @@ import { randomBytes } from "node:crypto";
 import { DenvError, type OpResult, type ResolvedSpec, stackName } from "@denv/protocol";
 import { environmentById, findOrCreateEnvironment, updateEnvironment } from "../store/environment-store.ts";
 import type { EnvironmentsTable, ProjectsTable, VersionsTable } from "../store/schema.ts";
-import { versionSpecJson } from "../store/version-store.ts";
+import { versionHost, versionSpecJson } from "../store/version-store.ts";
 import { execOverStreams } from "../targets/denvd/host-exec.ts";
 import type { Admission } from "./admission.ts";
 import type { Deployer } from "./deployer.ts";
@@ -90,6 +90,7 @@ export async function runPromote(
 ): Promise<Launched & { environmentId: string }> {
   const { project, version, target } = args;
   const { store, hosts } = runner;
+  const hostId = versionHost(version, "promote");
   const env = await findOrCreateEnvironment(store, project, target);
   if (env.sandbox || env.pool_id)
     throw new DenvError("conflict", `${target} is a sandbox, not an environment`);
@@ -103,7 +104,6 @@ export async function runPromote(
     env.id,
     async () => {
       before = await environmentById(store, env.id);
-      const hostId = version.host_id;
       rec.state.host_id = hostId;
       await rec.run("candidate", async () => ({
         evidence: {
@@ -185,7 +185,7 @@ export async function runPromote(
         const started = await startRecordedReplay(
           { store, hosts, deployer, admission },
           project.team_id,
-          version,
+          { ...version, host_id: hostId },
           request,
         );
         const { row, report } = await started.done;

@@ -2,11 +2,14 @@
  * snapshot: a running environment's live state captured as a new version. The snapshot phase is
  * also how deploy and verify make their versions.
  */
+
+import { createHash } from "node:crypto";
 import { DenvError, type ResolvedSpec } from "@denv/protocol";
 import { newId, now } from "../ids.ts";
 import { environmentById, updateEnvironment } from "../store/environment-store.ts";
 import type { EnvironmentsTable } from "../store/schema.ts";
 import { insertVersion, versionSpecJson } from "../store/version-store.ts";
+import { hostedTargetNamed } from "../targets/hosted-targets.ts";
 import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
 import type { PhaseRecorder } from "./phase-recorder.ts";
 
@@ -61,7 +64,59 @@ export async function snapshotPhase(
   })) as string;
 }
 
+/**
+ * A snapshot of a sandbox on a hosted target: the provider's own snapshot, where the target's row
+ * says it has one (refused before anything is recorded where it has not), recorded as a version
+ * that lives on that target (no host; the provider's id of the snapshot is what forks are made from).
+ */
+async function runHostedSnapshot(runner: DeploymentRunner, env: EnvironmentsTable): Promise<Launched> {
+  const { store, options } = runner;
+  const target = await hostedTargetNamed(
+    { store, secrets: options.secrets, fetchPolicy: options.fetchPolicy },
+    env.team_id,
+    env.target_id,
+  );
+  if (!target)
+    throw new DenvError(
+      "unavailable",
+      `environment ${env.name} runs on target ${env.target_id}, which this server does not have`,
+    );
+  const caps = await target.capabilities(env.team_id);
+  if (!caps.consistentSnapshot.supported)
+    throw new DenvError(
+      "invalid_argument",
+      `target ${target.name} cannot snapshot environment ${env.name}: ${caps.consistentSnapshot.detail}`,
+    );
+  const rec = await runner.begin(env.team_id, env.id, "snapshot", ["snapshot", "verdict"]);
+  return runner.launch(rec, env.id, async () => {
+    const versionId = (await rec.run("snapshot", async () => {
+      const snap = await target.snapshot({ id: env.id, name: env.name, hostId: null, stackId: env.stack_id });
+      // What the version is: the one service of a sandbox at this target, forked from this snapshot.
+      const spec = { hosted: { target: target.name, provider: target.kind }, services: { main: {} } };
+      const id = newId("ver");
+      await insertVersion(store, {
+        id,
+        team_id: env.team_id,
+        project_id: env.project_id,
+        environment_id: env.id,
+        host_id: null,
+        target_id: target.name,
+        snapshot_ref: snap.ref,
+        spec_json: options.secrets.sealText(JSON.stringify(spec)),
+        spec_hash: createHash("sha256").update(JSON.stringify(spec)).digest("hex"),
+        images_json: "{}",
+        evidence_json: JSON.stringify(snap.evidence),
+        created_at: now(),
+      });
+      return { value: id, evidence: snap.evidence };
+    })) as string;
+    await updateEnvironment(store, env.id, { current_version_id: versionId });
+    await rec.verdict("succeeded", null, { version_id: versionId });
+  });
+}
+
 export async function runSnapshot(runner: DeploymentRunner, env: EnvironmentsTable): Promise<Launched> {
+  if (env.target_id !== "denvd") return runHostedSnapshot(runner, env);
   const rec = await runner.begin(env.team_id, env.id, "snapshot", ["snapshot", "verdict"]);
   return runner.launch(rec, env.id, async () => {
     const current = await environmentById(runner.store, env.id);

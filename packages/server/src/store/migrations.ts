@@ -2,7 +2,7 @@
  * Schema migrations, written with Kysely's schema builder so the same steps run on SQLite and
  * PostgreSQL. Applied in order by Kysely's Migrator; each runs once.
  */
-import { type Kysely, type Migration, type MigrationProvider, sql } from "kysely";
+import { type Kysely, type Migration, type MigrationProvider, PostgresAdapter, sql } from "kysely";
 
 const text = "text";
 
@@ -306,6 +306,40 @@ export const MIGRATIONS: Record<string, Migration> = {
         .alterTable("versions")
         .addColumn("target_id", text, (c) => c.notNull().defaultTo("denvd"))
         .execute();
+    },
+  },
+  "0013_hosted_versions": {
+    // A version that lives at a hosted provider (its snapshot there, `snapshot_ref`) has no host:
+    // host_id becomes nullable. SQLite cannot drop a NOT NULL in place, so there the table is made
+    // again and its rows copied (nothing references versions); PostgreSQL alters the column.
+    up: async (db) => {
+      await db.schema.alterTable("versions").addColumn("snapshot_ref", text).execute();
+      // Asked of the adapter, not by a query: a failed query aborts PostgreSQL's transaction.
+      if (db.getExecutor().adapter instanceof PostgresAdapter) {
+        await sql`alter table versions alter column host_id drop not null`.execute(db);
+        return;
+      }
+      await db.schema
+        .createTable("versions_next")
+        .addColumn("id", text, (c) => c.primaryKey())
+        .addColumn("team_id", text, (c) => c.notNull().references("teams.id"))
+        .addColumn("project_id", text, (c) => c.notNull())
+        .addColumn("environment_id", text, (c) => c.notNull())
+        .addColumn("host_id", text)
+        .addColumn("spec_json", text, (c) => c.notNull())
+        .addColumn("spec_hash", text, (c) => c.notNull())
+        .addColumn("images_json", text, (c) => c.notNull())
+        .addColumn("evidence_json", text, (c) => c.notNull())
+        .addColumn("created_at", text, (c) => c.notNull())
+        .addColumn("target_id", text, (c) => c.notNull().defaultTo("denvd"))
+        .addColumn("snapshot_ref", text)
+        .execute();
+      const columns = sql.raw(
+        "id, team_id, project_id, environment_id, host_id, spec_json, spec_hash, images_json, evidence_json, created_at, target_id, snapshot_ref",
+      );
+      await sql`insert into versions_next (${columns}) select ${columns} from versions`.execute(db);
+      await db.schema.dropTable("versions").execute();
+      await db.schema.alterTable("versions_next").renameTo("versions").execute();
     },
   },
 };

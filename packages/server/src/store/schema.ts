@@ -153,9 +153,12 @@ export interface VersionsTable {
   team_id: string;
   project_id: string;
   environment_id: string;
-  host_id: string;
+  /** The host holding its snapshots; null for a version at a hosted provider. */
+  host_id: string | null;
   /** The target it lives on (for "denvd", host_id says which host holds its snapshots). */
   target_id: string;
+  /** At a hosted provider: the provider's id of its snapshot, which forks are made from. */
+  snapshot_ref: string | null;
   /** The resolved spec, sealed: it holds the values interpolated from the project's .env. */
   spec_json: string;
   spec_hash: string;

@@ -17,6 +17,19 @@ export async function findVersion(store: Store, teamId: string, id: string): Pro
   return v;
 }
 
+/**
+ * The host holding a version's snapshots, for what only a denvd host can do with it; a version at a
+ * hosted provider is refused, saying what was asked and where the version lives.
+ */
+export function versionHost(v: Pick<VersionsTable, "id" | "host_id" | "target_id">, what: string): string {
+  if (!v.host_id)
+    throw new DenvError(
+      "invalid_argument",
+      `version ${v.id} is a snapshot at target ${v.target_id}, a hosted provider: ${what} needs a version on a denvd host (a fork of it is made on ${v.target_id})`,
+    );
+  return v.host_id;
+}
+
 /** The sealed spec of a version, when there is one. */
 export async function versionSpecJson(store: Store, id: string | null): Promise<string | undefined> {
   if (!id) return undefined;
@@ -24,7 +37,10 @@ export async function versionSpecJson(store: Store, id: string | null): Promise<
   return v?.spec_json;
 }
 
-export async function insertVersion(store: Store, row: VersionsTable): Promise<void> {
+export async function insertVersion(
+  store: Store,
+  row: Omit<VersionsTable, "snapshot_ref"> & { snapshot_ref?: string | null },
+): Promise<void> {
   await store.insertInto("versions").values(row).execute();
 }
 

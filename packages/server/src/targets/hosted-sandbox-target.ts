@@ -15,6 +15,7 @@ import { environmentNamed } from "../store/environment-store.ts";
 import type { Store } from "../store/open-store.ts";
 import { sandboxProject } from "../store/project-store.ts";
 import type { EnvironmentsTable } from "../store/schema.ts";
+import { resolveVersionRef } from "../store/version-store.ts";
 import type {
   ExecOutcome,
   ExecRequest,
@@ -28,6 +29,7 @@ import type {
   Target,
   TargetCapabilities,
   TargetKind,
+  TargetSnapshot,
   TargetStatus,
 } from "./target.ts";
 
@@ -58,6 +60,13 @@ export function providerError(target: string, provider: string, what: string, er
 
 /** A provider's sandbox id is kept and sent back in paths and headers: only one that looks like an id. */
 export const SANDBOX_ID = /^[A-Za-z0-9_-]{1,128}$/;
+
+/**
+ * A provider's snapshot id, kept in a version and sent back to create forks and to delete it: an id
+ * with a namespace and a tag at most (E2B's `team/name:tag`), never a path that climbs.
+ */
+export const SNAPSHOT_REF =
+  /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}(\/[A-Za-z0-9][A-Za-z0-9_.-]{0,127})?(:[A-Za-z0-9][A-Za-z0-9_.-]{0,127})?$/;
 
 /** How a run of a shell line ended. */
 export interface RunEnd {
@@ -126,16 +135,80 @@ export abstract class HostedSandboxTarget implements Target {
     user: string | undefined,
   ): Promise<Readable>;
 
+  /**
+   * Takes a snapshot of the sandbox at the provider, for forks; its id there. A provider with no
+   * snapshot primitive denv drives keeps this refusal (its row says so, and callers read it first).
+   */
+  protected snapshotSandbox(_sandboxId: string): Promise<string> {
+    return Promise.reject(
+      new DenvError(
+        "invalid_argument",
+        `target ${this.name} (${this.provider}) has no snapshot denv drives (GET /v1/targets shows its row)`,
+      ),
+    );
+  }
+  /** Makes a sandbox from a snapshot snapshotSandbox took; answers its id, as makeSandbox does. */
+  protected sandboxFromSnapshot(_teamId: string, _name: string, _ref: string): Promise<string> {
+    return Promise.reject(
+      new DenvError("invalid_argument", `target ${this.name} (${this.provider}) cannot fork a snapshot`),
+    );
+  }
+  /** Deletes a snapshot at the provider; one already gone is gone. */
+  protected removeSnapshot(_ref: string): Promise<void> {
+    return Promise.reject(
+      new DenvError("invalid_argument", `target ${this.name} (${this.provider}) has no snapshots to delete`),
+    );
+  }
+
+  /** A snapshot of the environment's sandbox, with the provider's id of it checked. */
+  async snapshot(env: PlacedEnvironment): Promise<TargetSnapshot> {
+    if (!env.stackId)
+      throw new DenvError("conflict", `environment ${env.name} has no sandbox on ${this.name}`);
+    const begun = performance.now();
+    let ref: string;
+    try {
+      ref = await this.snapshotSandbox(env.stackId);
+    } catch (err) {
+      throw this.fail(`a snapshot of sandbox ${env.stackId}`, err);
+    }
+    if (typeof ref !== "string" || !SNAPSHOT_REF.test(ref))
+      throw new DenvError(
+        "unavailable",
+        `target ${this.name} (${this.provider}) answered a snapshot id that is not one: ${JSON.stringify(String(ref).slice(0, 60))}`,
+      );
+    return {
+      ref,
+      evidence: {
+        target: this.name,
+        provider: this.provider,
+        sandbox_id: env.stackId,
+        snapshot_ref: ref,
+        ms: Math.round(performance.now() - begun),
+      },
+    };
+  }
+
+  /** Deletes a version's snapshot at the provider. */
+  async deleteSnapshot(ref: string): Promise<void> {
+    // Only ever a ref this target answered and denv checked; anything else is not sent on.
+    if (!SNAPSHOT_REF.test(ref))
+      throw new DenvError(
+        "conflict",
+        `the recorded snapshot id ${JSON.stringify(ref.slice(0, 60))} is not one`,
+      );
+    try {
+      await this.removeSnapshot(ref);
+    } catch (err) {
+      throw this.fail(`deleting snapshot ${ref}`, err);
+    }
+  }
+
   protected fail(what: string, err: unknown): DenvError {
     return providerError(this.name, this.provider, what, err);
   }
 
   async createSandbox(teamId: string, spec: SandboxSpec): Promise<MadeEnvironment> {
-    if ("fromVersion" in spec)
-      throw new DenvError(
-        "invalid_argument",
-        `target ${this.name} (${this.provider}) cannot fork ${spec.fromVersion}: a denv version lives on a denvd host; create a sandbox from an image here`,
-      );
+    if ("fromVersion" in spec) return this.forkVersion(teamId, spec.fromVersion, spec.name);
     if (spec.ports?.length)
       throw new DenvError(
         "invalid_argument",
@@ -145,38 +218,82 @@ export abstract class HostedSandboxTarget implements Target {
     const name = spec.name ?? `sbx-${randomBytes(4).toString("hex")}`;
     if (await environmentNamed(this.store, project.id, name))
       throw new DenvError("conflict", `an environment named ${name} already exists`);
-    const sandboxId = await this.makeSandbox(teamId, name, spec);
-    if (!SANDBOX_ID.test(sandboxId)) {
-      await this.killSandbox(sandboxId).catch(() => {});
-      throw new DenvError(
-        "unavailable",
-        `target ${this.name} (${this.provider}) answered a sandbox id that is not one: ${JSON.stringify(sandboxId.slice(0, 40))}`,
-      );
-    }
+    const sandboxId = await this.checkedId(await this.makeSandbox(teamId, name, spec));
     try {
       if (spec.cmd?.length) await this.startBackground(sandboxId, commandLine(spec.cmd), spec.user);
-      const env: EnvironmentsTable = {
-        id: newId("env"),
-        team_id: teamId,
-        project_id: project.id,
-        name,
-        status: "running",
-        host_id: null,
-        // On a hosted target the provider's sandbox: what serves the environment now.
-        stack_id: sandboxId,
-        current_version_id: null,
-        parent_version_id: null,
-        sandbox: 1,
-        target_id: this.name,
-        pool_id: null,
-        created_at: now(),
-      };
-      await this.store.insertInto("environments").values(env).execute();
-      return { environmentId: env.id, deploymentId: null };
+      return await this.record(teamId, project.id, name, sandboxId, null, true);
     } catch (err) {
       await this.killSandbox(sandboxId).catch(() => {});
       throw this.fail(`starting ${commandLine(spec.cmd ?? [])}`, err);
     }
+  }
+
+  /**
+   * A fork of a version this target holds (a snapshot of one of its sandboxes): a new sandbox
+   * from the snapshot, an environment of the version's project whose parent is the version.
+   */
+  async forkVersion(teamId: string, versionId: string, name: string | undefined, sandbox = true) {
+    const v = await resolveVersionRef(this.store, teamId, versionId);
+    if (v.target_id !== this.name || !v.snapshot_ref)
+      throw new DenvError(
+        "invalid_argument",
+        `target ${this.name} (${this.provider}) cannot fork ${v.id}: it lives on ${v.target_id === "denvd" ? "a denvd host" : `target ${v.target_id}`}; fork it there, or create a sandbox from an image here`,
+      );
+    const forkName = name ?? `sbx-${randomBytes(4).toString("hex")}`;
+    if (await environmentNamed(this.store, v.project_id, forkName))
+      throw new DenvError("conflict", `an environment named ${forkName} already exists`);
+    let made: string;
+    try {
+      made = await this.sandboxFromSnapshot(teamId, forkName, v.snapshot_ref);
+    } catch (err) {
+      throw this.fail(`a fork of ${v.id} (snapshot ${v.snapshot_ref})`, err);
+    }
+    const sandboxId = await this.checkedId(made);
+    try {
+      return await this.record(teamId, v.project_id, forkName, sandboxId, v.id, sandbox);
+    } catch (err) {
+      await this.killSandbox(sandboxId).catch(() => {});
+      throw err;
+    }
+  }
+
+  /** The id a provider answered, when it is one; else the sandbox is ended and the answer refused. */
+  private async checkedId(sandboxId: string): Promise<string> {
+    if (SANDBOX_ID.test(sandboxId)) return sandboxId;
+    await this.killSandbox(sandboxId).catch(() => {});
+    throw new DenvError(
+      "unavailable",
+      `target ${this.name} (${this.provider}) answered a sandbox id that is not one: ${JSON.stringify(sandboxId.slice(0, 40))}`,
+    );
+  }
+
+  /** The environment a sandbox serves, recorded; a fork's version is its current and parent one. */
+  private async record(
+    teamId: string,
+    projectId: string,
+    name: string,
+    sandboxId: string,
+    versionId: string | null,
+    sandbox: boolean,
+  ): Promise<MadeEnvironment> {
+    const env: EnvironmentsTable = {
+      id: newId("env"),
+      team_id: teamId,
+      project_id: projectId,
+      name,
+      status: "running",
+      host_id: null,
+      // On a hosted target the provider's sandbox: what serves the environment now.
+      stack_id: sandboxId,
+      current_version_id: versionId,
+      parent_version_id: versionId,
+      sandbox: sandbox ? 1 : 0,
+      target_id: this.name,
+      pool_id: null,
+      created_at: now(),
+    };
+    await this.store.insertInto("environments").values(env).execute();
+    return { environmentId: env.id, deploymentId: null };
   }
 
   /** Kills the sandbox; one already gone is gone. */

@@ -69,6 +69,12 @@ export interface MadeEnvironment {
   deploymentId: string | null;
 }
 
+/** A snapshot a hosted target took of a sandbox: the provider's id for it, and what was measured. */
+export interface TargetSnapshot {
+  ref: string;
+  evidence: Record<string, unknown>;
+}
+
 export interface TargetStatus {
   /** Whether it can take work now. */
   available: boolean;

@@ -336,6 +336,12 @@ test("a sandbox on E2B is snapshotted there as a version, and forked from it; wh
     assert.equal(r.status, 400, `${method} ${path}: ${r.status} ${JSON.stringify(r.data)}`);
     assert.match(r.data.error.message, /is a snapshot at target e2b, a hosted provider/, path);
   }
+  const exported = await denv("export", "--harbor", versionId, join(dataDir, "export-out"));
+  assert.notEqual(exported.code, 0);
+  assert.match(
+    exported.stderr,
+    /is a snapshot at target e2b, a hosted provider: export needs a version made on a denvd host/,
+  );
   // A version at E2B is not forked on another target.
   const elsewhere = await api("POST", "/v1/targets/denvd/sandboxes", { from_version: versionId });
   assert.equal(elsewhere.status, 400, JSON.stringify(elsewhere.data));

@@ -83,7 +83,7 @@ export class DaytonaTarget extends HostedSandboxTarget {
     return {
       multiServiceStack: no("no (one container per sandbox; linked sandboxes not driven)"),
       consistentSnapshot: no("a sandbox's filesystem snapshot (not driven by denv yet)"),
-      fork: no("no (Daytona forks its own VM sandboxes; a denv version lives on a denvd host)"),
+      fork: no("no (Daytona forks its own VM sandboxes; not driven by denv yet)"),
       forkTime: { supported: false, detail: "under 90 ms from a snapshot (Daytona's figure)" },
       egressDenyVerified: {
         supported: true,

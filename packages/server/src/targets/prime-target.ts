@@ -156,7 +156,7 @@ export class PrimeTarget extends HostedSandboxTarget {
     return {
       multiServiceStack: no("no (one container per sandbox; private networks not driven)"),
       consistentSnapshot: no("a checkpoint of the root disk (not driven by denv yet)"),
-      fork: no("no (Prime forks its own checkpoints; a denv version lives on a denvd host)"),
+      fork: no("no (Prime forks its own checkpoints; not driven by denv yet)"),
       forkTime: { supported: false, detail: "a checkpoint's restore (no figure published)" },
       egressDenyVerified: {
         supported: true,

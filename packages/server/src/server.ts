@@ -32,7 +32,7 @@ import {
   createTeam,
   findApiKey,
 } from "./store/team-store.ts";
-import { HostHub } from "./targets/denvd/host-hub.ts";
+import { openHostConnections } from "./targets/denvd/host-connections.ts";
 import type { HostOperations } from "./targets/denvd/host-operations.ts";
 
 export interface ServerOptions {
@@ -109,7 +109,7 @@ export interface RunningServer {
 export async function startServer(options: ServerOptions): Promise<RunningServer> {
   const store = await openStore({ dataDir: options.dataDir, databaseUrl: options.databaseUrl });
   const adminKey = await bootstrap(store, options.adminKey);
-  const hub = new HostHub(store, { waitForHostMs: options.hostWaitMs });
+  const hub = openHostConnections(store, { waitForHostMs: options.hostWaitMs });
   const secrets = SecretBox.open(options.dataDir);
   await sealStoredText(store, secrets);
   let url = options.publicUrl ?? "";
@@ -275,7 +275,7 @@ function listen(server: Server, port: number, host: string): Promise<void> {
 /** A request on the ports listener: relayed to the port its URL names, or 404. */
 async function servePortUrl(
   store: Store,
-  hub: HostHub,
+  hub: HostOperations,
   origin: PortsOrigin,
   req: Request,
 ): Promise<Response> {

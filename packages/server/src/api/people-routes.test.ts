@@ -15,11 +15,11 @@ import { Deployer } from "../deploy/deployer.ts";
 import { FetchPolicy } from "../fetch-policy.ts";
 import { PortsOrigin } from "../ports-origin.ts";
 import { openStore, type Store } from "../store/open-store.ts";
-import { HostHub } from "../targets/denvd/host-hub.ts";
+import { type HostConnections, openHostConnections } from "../targets/denvd/host-connections.ts";
 
 let dir: string;
 let store: Store;
-let hub: HostHub;
+let hub: HostConnections;
 let validator: ComposeValidator;
 let app: ReturnType<typeof createApp>;
 
@@ -27,7 +27,7 @@ before(async () => {
   dir = mkdtempSync(join(tmpdir(), "denv-people-"));
   store = await openStore(join(dir, "store"));
   const secrets = SecretBox.open(join(dir, "store"));
-  hub = new HostHub(store, { waitForHostMs: 100 });
+  hub = openHostConnections(store, { waitForHostMs: 100 });
   validator = new ComposeValidator({ workers: 1 });
   const fetchPolicy = new FetchPolicy([]);
   const deployer = new Deployer({ store, hosts: hub, secrets, validator, fetchPolicy, joinWaitMs: 100 });

@@ -29,7 +29,7 @@ import { insertProject } from "../store/project-store.ts";
 import { insertReplay } from "../store/replay-store.ts";
 import { createApiKey, createApiKeyRecord, createTeam } from "../store/team-store.ts";
 import { insertVersion } from "../store/version-store.ts";
-import { HostHub } from "../targets/denvd/host-hub.ts";
+import { type HostConnections, openHostConnections } from "../targets/denvd/host-connections.ts";
 import { type DoubleHandlers, HostDouble } from "../testing/host-double.ts";
 import { JSON_LIMIT_BYTES } from "./api-route.ts";
 import { API_ROUTES } from "./api-routes.ts";
@@ -137,7 +137,7 @@ const handlers: DoubleHandlers = {
 
 let dir: string;
 let store: Store;
-let hub: HostHub;
+let hub: HostConnections;
 let validator: ComposeValidator;
 let upgrades: Server;
 let double: HostDouble;
@@ -180,7 +180,7 @@ before(async () => {
   dir = mkdtempSync(join(tmpdir(), "denv-routes-"));
   store = await openStore(join(dir, "store"));
   const secrets = SecretBox.open(join(dir, "store"));
-  hub = new HostHub(store, { waitForHostMs: 2000 });
+  hub = openHostConnections(store, { waitForHostMs: 2000 });
   validator = new ComposeValidator({ workers: 1 });
   // Fetches nothing: a deploy's resolve cannot reach any registry from here.
   const fetchPolicy = new FetchPolicy([]);

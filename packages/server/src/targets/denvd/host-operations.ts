@@ -1,7 +1,7 @@
 /**
  * A team's sidecar hosts as the rest of the server reaches them: typed operations (`@denv/protocol`
  * operations.ts) sent to one host, with byte streams where an operation moves bytes. The WebSocket
- * hosts (host-hosts.ts) is its one implementation and stays inside the denvd target: the deployment
+ * hub (host-hub.ts) is its one implementation and stays inside the denvd target: the deployment
  * kinds, pools, replay, promote, port URLs and routes depend on this port, never on the hosts, so a
  * fleet's relay or a test's stand-in can take its place.
  */

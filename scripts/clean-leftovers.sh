@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Removes what an earlier, killed test run may have left on this machine: containers, networks and
-# volumes labelled by denv's tests, and test mounts under denv's test state directory. Objects of a
+# volumes labelled by denv's tests (the provider doubles' sandboxes and snapshots among them), and test mounts under denv's test state directory. Objects of a
 # running denv that are not test-labelled are left alone. Safe on a bare machine.
 set -uo pipefail
 DOCKER=/usr/bin/docker
@@ -11,6 +11,14 @@ if timeout 5 "$DOCKER" info >/dev/null 2>&1; then
   [ -n "$nets" ] && "$DOCKER" network rm $nets >/dev/null 2>&1
   vols=$("$DOCKER" volume ls -q --filter label=dev.denv.test)
   [ -n "$vols" ] && "$DOCKER" volume rm -f $vols >/dev/null 2>&1
+  # The hosted providers' doubles run sandboxes as containers under their own labels, and keep
+  # snapshots as images.
+  for double in e2b daytona modal prime; do
+    ids=$("$DOCKER" ps -aq --filter "label=dev.denv.$double-double")
+    [ -n "$ids" ] && "$DOCKER" rm -f -v $ids >/dev/null 2>&1
+  done
+  imgs=$("$DOCKER" images -q denv-e2b-double-snapshot; "$DOCKER" images -q denv-modal-double-snapshot)
+  [ -n "$imgs" ] && "$DOCKER" rmi -f $imgs >/dev/null 2>&1
 fi
 # Test btrfs pools are loop-mounted under /var/lib/denv-test; unmount them (deepest first) and free
 # their loop devices.

@@ -3,9 +3,9 @@
  * hosted provider's driver joins by being connected in `before`): its row is whole and says what
  * it supports; a sandbox made on it by name answers exec with its environment, takes and gives
  * back files, snapshots and forks where the row says it can, and is gone after its delete.
- * Through the API, on the real server and engine; E2B and Daytona through their official SDKs and
- * Prime through its REST API, each against a local double of its published API (each runs a
- * sandbox as a container on the engine).
+ * Through the API, on the real server and engine; E2B, Daytona and Modal through their official
+ * SDKs (Modal's over gRPC) and Prime through its REST API, each against a local double of its
+ * published API (each runs a sandbox as a container on the engine).
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
@@ -13,6 +13,7 @@ import { type Lab, openLab } from "../security/security-lab.ts";
 import { type DaytonaDouble, startDaytonaDouble } from "./daytona-double.ts";
 import { LOCAL_REGISTRY } from "./denvd-helpers.ts";
 import { type E2bDouble, startE2bDouble } from "./e2b-double.ts";
+import { type ModalDouble, startModalDouble } from "./modal-double.ts";
 import { type PrimeDouble, startPrimeDouble } from "./prime-double.ts";
 import { filesOf, tarOf } from "./tar-files.ts";
 
@@ -20,6 +21,7 @@ let lab: Lab;
 let e2b: E2bDouble;
 let daytona: DaytonaDouble;
 let prime: PrimeDouble;
+let modal: ModalDouble;
 const CELLS = [
   "multi_service_stack",
   "consistent_snapshot",
@@ -35,19 +37,21 @@ before(async () => {
   e2b = await startE2bDouble({ registry: "127.0.0.1:5000" });
   daytona = await startDaytonaDouble();
   prime = await startPrimeDouble();
+  modal = await startModalDouble();
   lab = await openLab({
-    fetchAllow: [...LOCAL_REGISTRY, ...[e2b, daytona, prime].map((d) => new URL(d.url).host)],
+    fetchAllow: [...LOCAL_REGISTRY, ...[e2b, daytona, prime, modal].map((d) => new URL(d.url).host)],
   });
   // The seed's `denv cloud connect e2b|daytona --name N --token KEY`, against the doubles.
   for (const [provider, double] of [
     ["e2b", e2b],
     ["daytona", daytona],
     ["prime", prime],
+    ["modal", modal],
   ] as const) {
     const connected = await lab.api("POST", "/v1/clouds", {
       provider,
       name: provider,
-      token: double.apiKey,
+      token: "token" in double ? double.token : double.apiKey,
       api_url: double.url,
     });
     assert.equal(connected.status, 201, JSON.stringify(connected.data));
@@ -59,6 +63,7 @@ after(async () => {
   await e2b?.close();
   await daytona?.close();
   await prime?.close();
+  await modal?.close();
 });
 
 test("every target's row names each cell in words and which it supports", async () => {
@@ -77,6 +82,7 @@ test("every target's row names each cell in words and which it supports", async 
     ["e2b", /not against the live E2B/],
     ["daytona", /not against the live Daytona/],
     ["prime", /not against the live Prime/],
+    ["modal", /not against the live Modal/],
   ] as const) {
     const hosted = targets.find((t) => t.name === name);
     assert.equal(hosted?.type, name);
@@ -87,7 +93,7 @@ test("every target's row names each cell in words and which it supports", async 
   // An unknown target is named as such, with the ones there are.
   const none = await lab.api("POST", "/v1/targets/nowhere/sandboxes", { image: "x" });
   assert.equal(none.status, 404);
-  assert.match(none.data.error.message, /no target "nowhere".*denvd, e2b, daytona, prime/);
+  assert.match(none.data.error.message, /no target "nowhere".*denvd, e2b, daytona, prime, modal/);
 });
 
 test("each available target keeps the sandbox contract", async (t) => {

@@ -914,7 +914,7 @@ export type PostV1SandboxesBody = {
 export type GetV1TargetsResponse = {
   targets: Array<{
     name: string;
-    type: "denvd" | "e2b" | "daytona" | "prime";
+    type: "denvd" | "e2b" | "daytona" | "modal" | "prime";
     available: boolean;
     hosts: number;
     note: string | null;
@@ -1202,7 +1202,7 @@ export type GetV1VersionsByIdSpecResponse = {
 /** A version's data sheet: digests, volumes and sizes, caps, egress, clock reach, replays, every promote's gate evidence, verify results; ?format=markdown for people — GET /v1/versions/{id}/datasheet */
 export type GetV1VersionsByIdDatasheetResponse = unknown;
 
-/** Connect a cloud account: hetzner (the provision phase creates machines there), or e2b, daytona or prime (a target of its own); the token is checked, then stored encrypted — POST /v1/clouds */
+/** Connect a cloud account: hetzner (the provision phase creates machines there), or e2b, daytona, modal or prime (a target of its own); the token is checked, then stored encrypted — POST /v1/clouds */
 export type PostV1CloudsResponse = {
   name: string;
   provider: string;

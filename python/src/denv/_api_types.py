@@ -370,7 +370,7 @@ class GetV1TargetsResponseTargetsItemCapabilities(TypedDict):
 
 class GetV1TargetsResponseTargetsItem(TypedDict):
     name: str
-    type: Literal["denvd", "e2b", "daytona", "prime"]
+    type: Literal["denvd", "e2b", "daytona", "modal", "prime"]
     available: bool
     hosts: float
     note: str | None

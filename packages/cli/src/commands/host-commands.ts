@@ -51,12 +51,12 @@ export function registerHostCommands(program: Command): void {
   const cc = cloud
     .command("connect")
     .description(
-      "Connect a cloud account: hetzner (deploys provision machines there), or e2b, daytona or prime (a target of its own); its token is checked, then stored encrypted",
+      "Connect a cloud account: hetzner (deploys provision machines there), or e2b, daytona, modal or prime (a target of its own); its token is checked, then stored encrypted",
     )
-    .argument("<provider>", "hetzner, e2b, daytona or prime (aws, modal: not yet available)")
+    .argument("<provider>", "hetzner, e2b, daytona, modal or prime (aws: not yet available)")
     .requiredOption(
       "--name <name>",
-      "a name for this account (projects can be pinned to it; an e2b, daytona or prime account is the target of that name)",
+      "a name for this account (projects can be pinned to it; an e2b, daytona, modal or prime account is the target of that name)",
     )
     // Not --api-key: that is denv's own key, an option of every command.
     .requiredOption("--token <token>", "the provider's API token or key")
@@ -69,7 +69,7 @@ export function registerHostCommands(program: Command): void {
     .option("--json", "print JSON")
     .addHelpText(
       "after",
-      "\nExamples:\n  denv cloud connect hetzner --name hz --token $HCLOUD_TOKEN --server-type ax41-nvme --location fsn1\n  denv cloud connect e2b --name e2b --token $E2B_API_KEY\n  denv cloud connect daytona --name daytona --token $DAYTONA_API_KEY\n  denv cloud connect prime --name prime --token $PRIME_API_KEY",
+      "\nExamples:\n  denv cloud connect hetzner --name hz --token $HCLOUD_TOKEN --server-type ax41-nvme --location fsn1\n  denv cloud connect e2b --name e2b --token $E2B_API_KEY\n  denv cloud connect daytona --name daytona --token $DAYTONA_API_KEY\n  denv cloud connect modal --name modal --token $MODAL_TOKEN_ID:$MODAL_TOKEN_SECRET\n  denv cloud connect prime --name prime --token $PRIME_API_KEY",
     );
   cc.action(
     run(cc, async (client, json, provider: string) => {

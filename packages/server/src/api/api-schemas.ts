@@ -384,7 +384,7 @@ export const execResult = z.object({
 
 export const targetSchema = z.object({
   name: z.string(),
-  type: z.enum(["denvd", "e2b", "daytona", "prime"]),
+  type: z.enum(["denvd", "e2b", "daytona", "modal", "prime"]),
   /** Whether it can take work now (for denvd: a host is connected). */
   available: z.boolean(),
   hosts: z.number(),

@@ -19,7 +19,7 @@ export const cloudRoutes: ApiRoute[] = [
     method: "post",
     path: "/v1/clouds",
     summary:
-      "Connect a cloud account: hetzner (the provision phase creates machines there), or e2b, daytona or prime (a target of its own); the token is checked, then stored encrypted",
+      "Connect a cloud account: hetzner (the provision phase creates machines there), or e2b, daytona, modal or prime (a target of its own); the token is checked, then stored encrypted",
     body: cloudConnectBody,
     response: cloudSchema,
     status: 201,

@@ -49,7 +49,7 @@ export async function targetNamed(deps: ApiDeps, teamId: string, name: string): 
   if (!t)
     throw new DenvError(
       "not_found",
-      `no target ${JSON.stringify(name)}: this team's are ${all.map((x) => x.name).join(", ")} (GET /v1/targets); a hosted provider is connected with \`denv cloud connect e2b|daytona|prime\``,
+      `no target ${JSON.stringify(name)}: this team's are ${all.map((x) => x.name).join(", ")} (GET /v1/targets); a hosted provider is connected with \`denv cloud connect e2b|daytona|modal|prime\``,
     );
   return t;
 }

@@ -19,7 +19,6 @@ export const PROVIDERS = ["hetzner"] as const;
 /** The seed's words for providers that are not there yet. */
 export const NOT_YET: Record<string, string> = {
   aws: "AWS: not yet available; your own EC2 machines work today through the installer (curl -fsSL SERVER/install.sh | sh -s -- --token T --server URL)",
-  modal: "modal: not yet available as a target",
 };
 
 export const MACHINE_IMAGE = "debian-12";

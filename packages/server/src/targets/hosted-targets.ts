@@ -1,5 +1,5 @@
 /**
- * The hosted providers a team connected (`denv cloud connect e2b|daytona|prime`), each a target named
+ * The hosted providers a team connected (`denv cloud connect e2b|daytona|modal|prime`), each a target named
  * after its cloud: the key opened from its seal and the endpoint checked against the fetch policy
  * at each use, as the provision phase does for a cloud's machines.
  */
@@ -13,10 +13,11 @@ import type { CloudsTable } from "../store/schema.ts";
 import { DaytonaTarget } from "./daytona-target.ts";
 import { E2bTarget } from "./e2b-target.ts";
 import type { HostedSandboxTarget } from "./hosted-sandbox-target.ts";
+import { ModalTarget, splitModalToken } from "./modal-target.ts";
 import { PrimeTarget } from "./prime-target.ts";
 
 /** Providers that are targets (no sidecar: the control plane drives their API). */
-export const HOSTED_PROVIDERS = ["e2b", "daytona", "prime"] as const;
+export const HOSTED_PROVIDERS = ["e2b", "daytona", "modal", "prime"] as const;
 
 export interface HostedDeps {
   store: Store;
@@ -35,6 +36,16 @@ export function hostedTarget(deps: HostedDeps, cloud: CloudsTable): HostedSandbo
       return new E2bTarget(cloud.name, { apiKey, apiUrl }, deps.store);
     case "daytona":
       return new DaytonaTarget(cloud.name, { apiKey, apiUrl, region: cloud.location }, deps.store);
+    case "modal":
+      return new ModalTarget(
+        cloud.name,
+        {
+          ...splitModalToken(apiKey),
+          apiUrl,
+          checkUrl: (url, what) => deps.fetchPolicy.check(url, what),
+        },
+        deps.store,
+      );
     case "prime":
       return new PrimeTarget(
         cloud.name,

@@ -20,7 +20,7 @@ import type { z } from "zod";
 export type FsEntry = z.infer<typeof fsEntry>;
 
 /** The kinds of target denv knows. */
-export type TargetKind = "denvd" | "e2b" | "daytona" | "prime";
+export type TargetKind = "denvd" | "e2b" | "daytona" | "modal" | "prime";
 
 /** One cell of a capability row: whether the target can, and how, in words shown as they are. */
 export interface Capability {

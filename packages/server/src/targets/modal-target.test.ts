@@ -1,0 +1,22 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { DenvError } from "@denv/protocol";
+import { splitModalToken } from "./modal-target.ts";
+
+test("a Modal token is split into its id and secret at the first colon", () => {
+  assert.deepEqual(splitModalToken("ak-abc:as-d:ef"), { tokenId: "ak-abc", tokenSecret: "as-d:ef" });
+});
+
+test("a token without both parts is refused, and the message never repeats it", () => {
+  for (const bad of ["as-secretonly", ":as-secret", "ak-id:", "ak-id :as-secret", ""]) {
+    assert.throws(
+      () => splitModalToken(bad),
+      (err: unknown) =>
+        err instanceof DenvError &&
+        err.code === "invalid_argument" &&
+        /joined by a colon/.test(err.message) &&
+        (bad === "" || !err.message.includes(bad)),
+      JSON.stringify(bad),
+    );
+  }
+});

@@ -354,46 +354,109 @@ test("a sandbox on E2B is snapshotted there as a version, and forked from it; wh
   assert.ok(!e2b.snapshots().some((id) => version.evidence.snapshot_ref.startsWith(id)));
 });
 
-test("a project pinned to a hosted target is refused at its prepare phase, naming the target and its one-container limit", async () => {
+test("a project pinned to a hosted target deploys its one service there as a sandbox, with its phases; several services are refused at prepare", async () => {
   await connectE2b();
   // (The sandbox whose odd id the driver refused above is still at the double: counted from here.)
   const atProvider = e2b.sandboxes().length;
   const two = `x-denv: { kind: service }\nservices:\n  web: { image: ${IMAGE}, command: ["sleep", "infinity"] }\n  db: { image: ${IMAGE}, command: ["sleep", "infinity"] }\n`;
   const one = `x-denv: { kind: service }\nservices:\n  web: { image: ${IMAGE}, command: ["sleep", "infinity"] }\n`;
-  for (const [name, compose, why] of [
-    [
-      "pinned-two",
-      two,
-      /pinned to e2b, a hosted e2b target, which runs one container per environment: this compose file has 2 services \(web, db\)/,
-    ],
-    ["pinned-one", one, /pinned to e2b, a hosted e2b target: deploying a project there is not available yet/],
-  ] as const) {
-    assert.equal(
-      (
-        await api("POST", "/v1/projects", {
-          name,
-          kind: "service",
-          source: `./${name}`,
-          pinned_target: "e2b",
-        })
-      ).status,
-      201,
-    );
+  const project = async (name: string, compose: string) => {
+    const made = await api("POST", "/v1/projects", {
+      name,
+      kind: "service",
+      source: `./${name}`,
+      pinned_target: "e2b",
+    });
+    assert.equal(made.status, 201, JSON.stringify(made.data));
     assert.equal((await api("PUT", `/v1/projects/${name}/source`, { compose })).status, 200);
-    const d = await api("POST", `/v1/projects/${name}/deploy?wait=true`, { env: "alpha" });
-    assert.equal(d.data.status, "rolled_back", JSON.stringify(d.data).slice(0, 400));
-    assert.match(d.data.reason, why);
-    // Placed on the hosted target; no machine made or joined; prepare says why.
-    const phases = Object.fromEntries(d.data.phases.map((p: any) => [p.name, p]));
-    assert.equal(phases.place.status, "succeeded");
-    assert.equal(phases.place.evidence.target.name, "e2b");
-    assert.equal(phases.provision.status, "skipped");
-    assert.equal(phases.join.status, "skipped");
-    assert.equal(phases.prepare.status, "failed");
-    assert.match(phases.prepare.reason, why);
-    assert.equal(phases.start.status, "skipped");
-  }
+  };
+  const phasesOf = (d: any) => Object.fromEntries(d.phases.map((p: any) => [p.name, p]));
+
+  await project("pinned-two", two);
+  const refused = await api("POST", "/v1/projects/pinned-two/deploy?wait=true", { env: "alpha" });
+  assert.equal(refused.data.status, "rolled_back", JSON.stringify(refused.data).slice(0, 400));
+  const why =
+    /pinned to e2b, a hosted e2b target, which runs one container per environment: this compose file has 2 services \(web, db\)/;
+  assert.match(refused.data.reason, why);
+  // Placed on the hosted target; no machine made or joined; prepare says why.
+  let phases = phasesOf(refused.data);
+  assert.equal(phases.place.status, "succeeded");
+  assert.equal(phases.place.evidence.target.name, "e2b");
+  assert.equal(phases.provision.status, "skipped");
+  assert.equal(phases.join.status, "skipped");
+  assert.equal(phases.prepare.status, "failed");
+  assert.match(phases.prepare.reason, why);
+  assert.equal(phases.start.status, "skipped");
   assert.equal(e2b.sandboxes().length, atProvider, "nothing was made at the provider");
+
+  // One service: its sandbox made from the pinned image, its command started, its healthcheck run
+  // until it passes, the warm command run, and E2B's snapshot kept as the version.
+  const served = (word: string) =>
+    [
+      "x-denv:",
+      "  kind: service",
+      '  warm: [{ service: web, command: "echo warmed > /work/warm.txt" }]',
+      "services:",
+      "  web:",
+      `    image: ${IMAGE}`,
+      `    command: ["sh", "-c", "sleep 1; echo ${word} > /work/served.txt; exec sleep infinity"]`,
+      "    environment: { MODE: deployed }",
+      '    healthcheck: { test: ["CMD-SHELL", "test -s /work/served.txt"], interval: 1s, retries: 30 }',
+      "",
+    ].join("\n");
+  await project("pinned-one", served("first"));
+  const d = await api("POST", "/v1/projects/pinned-one/deploy?wait=true", { env: "alpha" });
+  assert.equal(d.data.status, "succeeded", JSON.stringify(d.data).slice(0, 800));
+  phases = phasesOf(d.data);
+  assert.equal(phases.prepare.evidence.target.name, "e2b");
+  assert.match(phases.prepare.evidence.image, /@sha256:[0-9a-f]{64}$/, "the image as resolve pinned it");
+  assert.equal(phases.start.status, "succeeded");
+  assert.equal(phases.health.status, "succeeded");
+  assert.ok(phases.health.evidence.attempts >= 1);
+  assert.equal(phases.warm.status, "succeeded");
+  assert.equal(phases.snapshot.status, "succeeded");
+  const env = (await api("GET", `/v1/envs/${d.data.environment_id}`)).data;
+  assert.equal(env.target, "e2b");
+  assert.equal(env.status, "running");
+  assert.equal(
+    await run(env.id, "cat /work/served.txt /work/warm.txt; echo $MODE"),
+    "first\nwarmed\ndeployed\n",
+  );
+  const version = (await api("GET", `/v1/versions/${env.current_version_id}`)).data;
+  assert.equal(version.target, "e2b");
+  const firstSandbox = phases.prepare.evidence.sandbox_id as string;
+
+  // A second deploy replaces the sandbox only once the new one is whole; the old one is ended.
+  assert.equal(
+    (await api("PUT", "/v1/projects/pinned-one/source", { compose: served("second") })).status,
+    200,
+  );
+  const again = await api("POST", "/v1/projects/pinned-one/deploy?wait=true", { env: "alpha" });
+  assert.equal(again.data.status, "succeeded", JSON.stringify(again.data).slice(0, 800));
+  assert.equal(await run(env.id, "cat /work/served.txt"), "second\n");
+  assert.ok(!e2b.sandboxes().some((s) => s.sandboxID === firstSandbox), "the first sandbox was ended");
+  // A healthcheck that never passes rolls the deploy back: the new sandbox goes, the old one serves.
+  const live = e2b.sandboxes().length;
+  assert.equal(
+    (
+      await api("PUT", "/v1/projects/pinned-one/source", {
+        compose: served("third")
+          .replace("test -s /work/served.txt", "exit 1")
+          .replace("retries: 30", "retries: 1"),
+      })
+    ).status,
+    200,
+  );
+  const sick = await api("POST", "/v1/projects/pinned-one/deploy?wait=true", { env: "alpha" });
+  assert.equal(sick.data.status, "rolled_back", JSON.stringify(sick.data).slice(0, 800));
+  assert.match(sick.data.reason, /service web was not healthy after \d+ checks/);
+  assert.equal(
+    await run(env.id, "cat /work/served.txt"),
+    "second\n",
+    "the environment still serves what it did",
+  );
+  assert.equal(e2b.sandboxes().length, live, "the sick sandbox was ended");
+
   // Not pinned, it goes to the connected host, not to the hosted provider.
   assert.equal(
     (await api("POST", "/v1/projects", { name: "free", kind: "service", source: "./free" })).status,

@@ -13,9 +13,10 @@ import type { CloudsTable, EnvironmentsTable, ProjectsTable } from "../store/sch
 import { resolveSeeds, seedDatasets } from "./bind-seeds.ts";
 import { clockHistory, clockIssues } from "./clock-history.ts";
 import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
+import { hostedDeployPhases, retireHosted } from "./hosted-deploy.ts";
 import { buildImages } from "./image-builds.ts";
 import { DEPLOY_PHASES, PhaseFailure, type PhaseRecorder } from "./phase-recorder.ts";
-import { hostedRefusal, type Placement, place } from "./placement.ts";
+import { type Placement, place } from "./placement.ts";
 import { type ProjectSource, projectSource } from "./project-source.ts";
 import { snapshotPhase } from "./snapshot-kind.ts";
 
@@ -49,13 +50,8 @@ async function deployPhases(
   let spec = await resolvePhase(runner, rec, project);
   const where = await placeAndJoin(runner, rec, project, before, spec.target);
   if (typeof where !== "string") {
-    // A hosted target: its prepare phase says what it cannot run, and the deploy rolls back.
-    await rec.run("prepare", async () => {
-      throw new PhaseFailure(hostedRefusal(where.hosted, Object.keys(spec.services), where.pinnedBy), {
-        target: { name: where.hosted.name, provider: where.hosted.provider },
-        services: Object.keys(spec.services),
-      });
-    });
+    // A hosted target: the one service as the provider's sandbox (prepare refuses what it cannot run).
+    await hostedDeployPhases(runner, rec, project, before, spec, where);
     return;
   }
   const hostId = where;
@@ -112,6 +108,7 @@ async function deployPhases(
   await updateEnvironment(runner.store, before.id, {
     status: "running",
     host_id: hostId,
+    target_id: "denvd",
     stack_id: stackId,
     current_version_id: versionId,
   });
@@ -119,6 +116,8 @@ async function deployPhases(
   await rec.persist();
   if (before.stack_id && before.host_id)
     await runner.hosts.call(before.host_id, "destroy", { stack_id: before.stack_id }).catch(() => {});
+  // An environment a hosted target served until now: its sandbox there ends too.
+  await retireHosted(runner, before);
   delete rec.state.retiring_stack_id;
   await rec.verdict("succeeded", null, { version_id: versionId, environment: before.name, host_id: hostId });
   runner.options.onDeployed?.({

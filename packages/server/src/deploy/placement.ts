@@ -2,8 +2,8 @@
  * The place phase: where a deployment goes. A connected host with room, preferring the one that
  * holds the environment's data (snapshot locality), then the most free space; a pinned target
  * narrows the choice; with no host, a new machine in a connected cloud that makes machines. A
- * project pinned to a hosted provider (E2B) is placed there, and its prepare phase says what that
- * target cannot run (one container per environment; project deploys there are not driven yet).
+ * project pinned to a hosted provider (E2B, Daytona, Modal, Prime) is placed there, and its one
+ * service runs as the provider's sandbox (deploy/hosted-deploy.ts; several services are refused).
  */
 import type { Provisioner } from "../clouds/provisioner.ts";
 import { hostFreeBytes, teamHosts } from "../store/host-store.ts";
@@ -13,20 +13,13 @@ import type { HostOperations } from "../targets/denvd/host-operations.ts";
 import { isHosted } from "../targets/hosted-targets.ts";
 import { PhaseFailure } from "./phase-recorder.ts";
 
-/**
- * What a hosted target cannot run of a compose file, in the words of the prepare phase's refusal:
- * one container per environment, and deploys of projects there not driven yet (its sandboxes are).
- */
+/** The prepare phase's refusal of a compose file with several services on a hosted target. */
 export function hostedRefusal(
   target: Pick<CloudsTable, "name" | "provider">,
   services: string[],
   pinnedBy = "the project is pinned to",
 ): string {
-  const why =
-    services.length > 1
-      ? `, which runs one container per environment: this compose file has ${services.length} services (${services.join(", ")})`
-      : `: deploying a project there is not available yet; a sandbox from an image is (POST /v1/targets/${target.name}/sandboxes)`;
-  return `${pinnedBy} ${target.name}, a hosted ${target.provider} target${why}`;
+  return `${pinnedBy} ${target.name}, a hosted ${target.provider} target, which runs one container per environment: this compose file has ${services.length} services (${services.join(", ")})`;
 }
 
 /** A host with less free storage than this has no capacity for another environment. */

@@ -10,6 +10,7 @@ import { environmentById, updateEnvironment } from "../store/environment-store.t
 import type { EnvironmentsTable } from "../store/schema.ts";
 import { insertVersion, versionSpecJson } from "../store/version-store.ts";
 import { hostedTargetNamed } from "../targets/hosted-targets.ts";
+import type { TargetSnapshot } from "../targets/target.ts";
 import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
 import type { PhaseRecorder } from "./phase-recorder.ts";
 
@@ -65,6 +66,35 @@ export async function snapshotPhase(
 }
 
 /**
+ * A version that lives on a hosted target: the provider's snapshot of an environment's sandbox,
+ * with the spec it was made from (sealed, as every version's is); no host holds it.
+ */
+export async function recordHostedVersion(
+  runner: DeploymentRunner,
+  env: Pick<EnvironmentsTable, "id" | "team_id" | "project_id">,
+  targetName: string,
+  snap: TargetSnapshot,
+  spec: unknown,
+): Promise<string> {
+  const id = newId("ver");
+  await insertVersion(runner.store, {
+    id,
+    team_id: env.team_id,
+    project_id: env.project_id,
+    environment_id: env.id,
+    host_id: null,
+    target_id: targetName,
+    snapshot_ref: snap.ref,
+    spec_json: runner.options.secrets.sealText(JSON.stringify(spec)),
+    spec_hash: createHash("sha256").update(JSON.stringify(spec)).digest("hex"),
+    images_json: "{}",
+    evidence_json: JSON.stringify(snap.evidence),
+    created_at: now(),
+  });
+  return id;
+}
+
+/**
  * A snapshot of a sandbox on a hosted target: the provider's own snapshot, where the target's row
  * says it has one (refused before anything is recorded where it has not), recorded as a version
  * that lives on that target (no host; the provider's id of the snapshot is what forks are made from).
@@ -93,21 +123,7 @@ async function runHostedSnapshot(runner: DeploymentRunner, env: EnvironmentsTabl
       const snap = await target.snapshot({ id: env.id, name: env.name, hostId: null, stackId: env.stack_id });
       // What the version is: the one service of a sandbox at this target, forked from this snapshot.
       const spec = { hosted: { target: target.name, provider: target.kind }, services: { main: {} } };
-      const id = newId("ver");
-      await insertVersion(store, {
-        id,
-        team_id: env.team_id,
-        project_id: env.project_id,
-        environment_id: env.id,
-        host_id: null,
-        target_id: target.name,
-        snapshot_ref: snap.ref,
-        spec_json: options.secrets.sealText(JSON.stringify(spec)),
-        spec_hash: createHash("sha256").update(JSON.stringify(spec)).digest("hex"),
-        images_json: "{}",
-        evidence_json: JSON.stringify(snap.evidence),
-        created_at: now(),
-      });
+      const id = await recordHostedVersion(runner, env, target.name, snap, spec);
       return { value: id, evidence: snap.evidence };
     })) as string;
     await updateEnvironment(store, env.id, { current_version_id: versionId });

@@ -229,6 +229,40 @@ export abstract class HostedSandboxTarget implements Target {
   }
 
   /**
+   * The one service of a project's compose file as a sandbox (a deploy's prepare phase on this
+   * target): made from its pinned image with its variables, its user and its volumes' paths, and
+   * egress as the file says. Nothing is recorded here: the deploy records the environment, and ends
+   * the sandbox (killService) when a later phase fails.
+   */
+  async deployService(teamId: string, envName: string, spec: ImageSandboxSpec): Promise<string> {
+    let made: string;
+    try {
+      made = await this.makeSandbox(teamId, envName, spec);
+    } catch (err) {
+      throw this.fail(`creating a sandbox from ${spec.image}`, err);
+    }
+    return this.checkedId(made);
+  }
+
+  /** Starts a deployed service's command in its sandbox, in the background. */
+  async startService(sandboxId: string, command: string[], user: string | undefined): Promise<void> {
+    try {
+      await this.startBackground(sandboxId, commandLine(command), user);
+    } catch (err) {
+      throw this.fail(`starting ${commandLine(command)}`, err);
+    }
+  }
+
+  /** Ends a deployed service's sandbox; one already gone is gone. */
+  async killService(sandboxId: string): Promise<void> {
+    try {
+      await this.killSandbox(sandboxId);
+    } catch (err) {
+      throw this.fail(`ending sandbox ${sandboxId}`, err);
+    }
+  }
+
+  /**
    * A fork of a version this target holds (a snapshot of one of its sandboxes): a new sandbox
    * from the snapshot, an environment of the version's project whose parent is the version.
    */

@@ -97,7 +97,7 @@ export interface ProcessWorld {
 }
 
 /** A server process, a denvd process joined to it, and ops-world uploaded as a project. */
-export async function processWorld(): Promise<ProcessWorld> {
+export async function processWorld(opts: { allowFetch?: string[] } = {}): Promise<ProcessWorld> {
   const runId = `rs-${randomBytes(4).toString("hex")}`;
   const dataDir = await mkdtemp(join(tmpdir(), "denv-server-"));
   const stateDir = join("/var/lib/denv-test", runId);
@@ -111,7 +111,7 @@ export async function processWorld(): Promise<ProcessWorld> {
     "--port",
     String(port),
     "--allow-fetch",
-    "127.0.0.1:5000",
+    ["127.0.0.1:5000", ...(opts.allowFetch ?? [])].join(","),
     // Port URLs on any free port (the default, the API's port + 1, may be taken here).
     "--ports-port",
     "0",

@@ -2,12 +2,14 @@
  * Processes dying mid-operation, as real processes: the server SIGKILLed in the middle of a deploy
  * (it comes back, rolls the deployment back, and what was being built is removed from the host),
  * and denvd SIGKILLed in the middle of a fork (it comes back, the server sends the same operation
- * again, and the fork completes once, with nothing left over).
+ * again, and the fork completes once, with nothing left over); the server SIGKILLed in the middle of
+ * a deploy to a hosted target (Modal's double): the sandbox it made there is ended on its restart.
  */
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { after, test } from "node:test";
 import { LABEL } from "@denv/denvd";
+import { type ModalDouble, startModalDouble } from "./modal-double.ts";
 import { kill, type ProcessWorld, processWorld, until } from "./process-world.ts";
 
 const worlds: ProcessWorld[] = [];
@@ -16,8 +18,8 @@ after(async () => {
   for (const w of worlds.reverse()) await w.close().catch(() => {});
 });
 
-async function world(): Promise<ProcessWorld> {
-  const w = await processWorld();
+async function world(opts: Parameters<typeof processWorld>[0] = {}): Promise<ProcessWorld> {
+  const w = await processWorld(opts);
   worlds.push(w);
   return w;
 }
@@ -101,4 +103,61 @@ test("denvd killed mid-fork comes back and the fork completes once, with nothing
     encoding: "utf8",
   });
   assert.equal(containers.stdout.trim(), "6");
+});
+
+test("the server killed mid-deploy to a hosted target comes back and ends the sandbox the deploy made there", async () => {
+  const modal: ModalDouble = await startModalDouble();
+  try {
+    const w = await world({ allowFetch: [new URL(modal.url).host] });
+    const connected = await w.api("POST", "/v1/clouds", {
+      provider: "modal",
+      name: "modal",
+      token: modal.token,
+      api_url: modal.url,
+    });
+    assert.equal(connected.status, 201, JSON.stringify(connected.data));
+    // A service whose healthcheck never passes within a long budget: the deploy sits in health.
+    const compose = [
+      "x-denv: { kind: service }",
+      "services:",
+      "  web:",
+      "    image: 127.0.0.1:5000/denv/opsbox:bookworm",
+      '    command: ["sleep", "infinity"]',
+      '    healthcheck: { test: ["CMD", "false"], interval: 30s, retries: 100 }',
+      "",
+    ].join("\n");
+    await w.api("POST", "/v1/projects", {
+      name: "hosted",
+      kind: "service",
+      source: "./hosted",
+      pinned_target: "modal",
+    });
+    assert.equal((await w.api("PUT", "/v1/projects/hosted/source", { compose })).status, 200);
+    const started = await w.api("POST", "/v1/projects/hosted/deploy", { env: "alpha" });
+    assert.equal(started.status, 202, JSON.stringify(started.data));
+    const depId = started.data.id as string;
+    await until("the deploy to reach its health phase", async () => {
+      const d = await w.api("GET", `/v1/deployments/${depId}`);
+      return d.data.phases.some((p: any) => p.name === "health" && p.status === "running") ? true : undefined;
+    });
+    const made = modal.sandboxes().filter((s) => !s.terminated);
+    assert.equal(made.length, 1, "the deploy made its sandbox at the provider");
+    await kill(w.server);
+    await w.restartServer();
+    const d = await until("the verdict", async () => {
+      const x = (await w.api("GET", `/v1/deployments/${depId}`)).data;
+      return x.status === "running" ? undefined : x;
+    });
+    assert.equal(d.status, "rolled_back", JSON.stringify(d).slice(0, 600));
+    assert.match(d.reason, /server stopped/);
+    const verdict = d.phases.find((p: any) => p.name === "verdict");
+    assert.deepEqual(
+      verdict?.evidence?.after_restart,
+      [`ended sandbox ${made[0]?.id} at modal`],
+      JSON.stringify(verdict),
+    );
+    assert.equal(modal.sandboxes().filter((s) => !s.terminated).length, 0, "nothing is left at the provider");
+  } finally {
+    await modal.close();
+  }
 });

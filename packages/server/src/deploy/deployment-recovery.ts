@@ -9,7 +9,9 @@
  * - a verify that froze a running agent thaws it (no verdict will say "frozen for inspection");
  * - a rollback the host began is finished (the host holds the stack half restored), a destroy is
  *   finished (it cannot be undone);
- * - a machine it created and that never joined is deleted.
+ * - a machine it created and that never joined is deleted;
+ * - a sandbox a deploy made at a hosted target is ended unless the environment points at it, and
+ *   one it was replacing is ended once the environment does not (a hosted destroy is finished).
  *
  * The phases that were running are failed at once, with the reason; the work on the host runs in
  * the environment's turn (new deployments of it queue behind), waits for the host to reconnect,
@@ -21,8 +23,9 @@ import { revokePortUrls } from "../port-tunnels.ts";
 import { runningDeployments } from "../store/deployment-store.ts";
 import { environmentById, updateEnvironment } from "../store/environment-store.ts";
 import type { DeploymentsTable, EnvironmentsTable } from "../store/schema.ts";
+import { hostedTargetNamed } from "../targets/hosted-targets.ts";
 import type { DeploymentRunner } from "./deployment-runner.ts";
-import { PhaseRecorder } from "./phase-recorder.ts";
+import { type HostedSandboxRef, PhaseRecorder } from "./phase-recorder.ts";
 
 /** How long the work on a host waits for it to reconnect after the server restarted. */
 const HOST_WAIT_MS = 2 * 60_000;
@@ -66,7 +69,34 @@ async function endDeployment(
       return false;
     }
   };
+  const hostedDeps = { store, secrets: runner.options.secrets, fetchPolicy: runner.options.fetchPolicy };
+  /** Ends a sandbox at a hosted target (one already gone is gone). */
+  const endSandbox = async (at: HostedSandboxRef, what: string) => {
+    try {
+      const target = await hostedTargetNamed(hostedDeps, d.team_id, at.target);
+      if (!target) throw new Error(`target ${at.target} is no longer connected`);
+      await target.killService(at.sandbox_id);
+      done.push(what);
+      return true;
+    } catch (err) {
+      failed.push(`${what}: ${(err as Error).message}`);
+      return false;
+    }
+  };
   let finished = false;
+  if (s.building_sandbox) {
+    if (env?.stack_id === s.building_sandbox.sandbox_id) finished = true;
+    else
+      await endSandbox(
+        s.building_sandbox,
+        `ended sandbox ${s.building_sandbox.sandbox_id} at ${s.building_sandbox.target}`,
+      );
+  }
+  if (s.retiring_sandbox && env?.stack_id !== s.retiring_sandbox.sandbox_id)
+    await endSandbox(
+      s.retiring_sandbox,
+      `ended replaced sandbox ${s.retiring_sandbox.sandbox_id} at ${s.retiring_sandbox.target}`,
+    );
   if (s.building_stack_id) {
     if (env?.stack_id === s.building_stack_id) finished = true;
     else await call("destroy", { stack_id: s.building_stack_id }, `removed stack ${s.building_stack_id}`);
@@ -102,9 +132,15 @@ async function endDeployment(
     }
   }
   if (d.kind === "destroy" && env) {
+    const onHost = env.target_id === "denvd";
     if (
       !env.stack_id ||
-      (await call("destroy", { stack_id: env.stack_id }, `removed stack ${env.stack_id}`))
+      (onHost
+        ? await call("destroy", { stack_id: env.stack_id }, `removed stack ${env.stack_id}`)
+        : await endSandbox(
+            { target: env.target_id, sandbox_id: env.stack_id },
+            `ended sandbox ${env.stack_id} at ${env.target_id}`,
+          ))
     ) {
       const revoked = await revokePortUrls(store, env.id);
       await updateEnvironment(store, env.id, {

@@ -72,6 +72,9 @@ export async function hostedDeployPhases(
       ...(service.user ? { user: service.user } : {}),
       ...(service.volumes.length ? { volumes: service.volumes.map((v) => v.target) } : {}),
     });
+    // Written down at once: a server that dies from here on has its restart end the sandbox.
+    rec.state.building_sandbox = { target: cloud.name, sandbox_id: id };
+    await rec.persist();
     return {
       value: id,
       evidence: {
@@ -98,8 +101,18 @@ export async function hostedDeployPhases(
   } catch (err) {
     // The new sandbox never served: it goes, and the environment keeps what it had.
     await target.killService(sandboxId).catch(() => {});
+    delete rec.state.building_sandbox;
+    await rec.persist();
     throw err;
   }
+  // What served before is written down before the switch: a restart after it still ends it.
+  if (before.stack_id && !before.host_id && before.target_id !== "denvd")
+    rec.state.retiring_sandbox = { target: before.target_id, sandbox_id: before.stack_id };
+  else if (before.stack_id && before.host_id) {
+    rec.state.retiring_stack_id = before.stack_id;
+    rec.state.host_id = before.host_id;
+  }
+  await rec.persist();
   await updateEnvironment(store, before.id, {
     status: "running",
     host_id: null,
@@ -107,10 +120,15 @@ export async function hostedDeployPhases(
     target_id: cloud.name,
     current_version_id: versionId ?? before.current_version_id,
   });
+  delete rec.state.building_sandbox;
+  await rec.persist();
   // What served before ends only now that the new sandbox serves.
   await retireHosted(runner, before);
   if (before.stack_id && before.host_id)
     await runner.hosts.call(before.host_id, "destroy", { stack_id: before.stack_id }).catch(() => {});
+  delete rec.state.retiring_sandbox;
+  delete rec.state.retiring_stack_id;
+  await rec.persist();
   await rec.verdict("succeeded", null, {
     version_id: versionId,
     environment: before.name,

@@ -38,6 +38,12 @@ export interface Phase {
 }
 
 /** What a deployment must undo if it fails, kept in the store so a restart can undo it too. */
+/** A sandbox at a hosted target, by the target's name and the provider's id of it. */
+export interface HostedSandboxRef {
+  target: string;
+  sandbox_id: string;
+}
+
 export interface DeploymentState {
   host_id?: string;
   /** A cloud machine this deployment created; deleted if its provisioning or join fails. */
@@ -53,6 +59,13 @@ export interface DeploymentState {
   retiring_stack_id?: string;
   /** A verify's grader fork (its clone phase), removed whatever happens. */
   grader_stack_id?: string;
+  /**
+   * A sandbox a deploy made at a hosted target, written down as soon as the provider answered its id
+   * (it cannot be chosen before): ended if the deployment does not finish.
+   */
+  building_sandbox?: HostedSandboxRef;
+  /** The hosted sandbox a deploy replaces: ended once the environment no longer points at it. */
+  retiring_sandbox?: HostedSandboxRef;
   /** Set once a verify froze an agent that was running before it: a stopped server's verify thaws it. */
   froze_agent?: boolean;
   /** A rollback's target: a stopped server finishes the restore the host already began. */

@@ -8,8 +8,10 @@
  *   `GET /sandbox/{id}` until `started`, as Daytona's create does), listed, got and deleted;
  * - the toolbox, at the sandbox's `toolboxProxyUrl` + `/{id}`: sessions (`/process/session`, a
  *   command's exec answering with its exit code, stdout and stderr, or started in the background
- *   with `runAsync`), `/files/bulk-upload` (a multipart form) and `/files/bulk-download` (a
- *   multipart answer).
+ *   with `runAsync`; such a command's state at `.../command/{cmdId}`, and its output followed on a
+ *   WebSocket at `.../command/{cmdId}/logs?follow=true`, each chunk after the toolbox's 3-byte
+ *   marker, 0x01 thrice for stdout and 0x02 thrice for stderr, closed when the command ends),
+ *   `/files/bulk-upload` (a multipart form) and `/files/bulk-download` (a multipart answer).
  *
  * Each sandbox is a container on the local engine. Its build takes the Dockerfile's FROM (pulled
  * from the local registry) and runs each RUN line in it as root, as Daytona's builder would; any
@@ -22,6 +24,7 @@ import { randomBytes } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import Docker from "dockerode";
+import { type WebSocket, WebSocketServer } from "ws";
 import { captureIn, execIn, pullImage, readBody, removeLabelled, sendJson } from "./double-engine.ts";
 
 interface SandboxRecord {
@@ -52,6 +55,16 @@ export interface DaytonaDouble {
 }
 
 const TEST_LABEL = "dev.denv.daytona-double";
+/** The toolbox's markers before each chunk of a followed command's output. */
+const MARKER = { stdout: Buffer.from([1, 1, 1]), stderr: Buffer.from([2, 2, 2]) };
+
+/** A command started with runAsync: its output so far, and its exit code once it ended. */
+interface AsyncCommand {
+  command: string;
+  output: { which: "stdout" | "stderr"; data: Buffer }[];
+  exitCode: number | null;
+  followers: Set<WebSocket>;
+}
 
 function error(res: ServerResponse, status: number, message: string): void {
   sendJson(res, status, { statusCode: status, message, error: message });
@@ -88,6 +101,7 @@ export async function startDaytonaDouble(): Promise<DaytonaDouble> {
   const apiKey = `dtn_${randomBytes(20).toString("hex")}`;
   const label = randomBytes(6).toString("hex");
   const sandboxes = new Map<string, SandboxRecord>();
+  const commands = new Map<string, AsyncCommand>();
   const seen: string[] = [];
   const faults = new Map<string, { status: number; body: string }>();
   let forcedId: string | null = null;
@@ -222,7 +236,24 @@ export async function startDaytonaDouble(): Promise<DaytonaDouble> {
       const b = JSON.parse((await readBody(req)).toString() || "{}");
       const cmdId = randomBytes(8).toString("hex");
       if (b.runAsync || b.async) {
-        void run(s, ["sh", "-c", String(b.command)], { user: s.user }, () => {}).catch(() => {});
+        const c: AsyncCommand = {
+          command: String(b.command),
+          output: [],
+          exitCode: null,
+          followers: new Set(),
+        };
+        commands.set(cmdId, c);
+        const send = (ws: WebSocket, which: "stdout" | "stderr", data: Buffer) =>
+          ws.send(Buffer.concat([MARKER[which], data]));
+        void run(s, ["sh", "-c", c.command], { user: s.user }, (which, data) => {
+          c.output.push({ which, data });
+          for (const ws of c.followers) send(ws, which, data);
+        })
+          .catch(() => -1)
+          .then((code) => {
+            c.exitCode = code;
+            for (const ws of c.followers) ws.close(1000);
+          });
         return sendJson(res, 202, { cmdId });
       }
       const r = await capture(s, ["sh", "-c", String(b.command)], { user: s.user });
@@ -232,6 +263,16 @@ export async function startDaytonaDouble(): Promise<DaytonaDouble> {
         stdout: r.stdout.toString(),
         stderr: r.stderr.toString(),
         output: r.stdout.toString() + r.stderr.toString(),
+      });
+    }
+    const state = /^process\/session\/[^/]+\/command\/([^/]+)$/.exec(path);
+    if (req.method === "GET" && state) {
+      const c = commands.get(state[1] as string);
+      if (!c) return error(res, 404, `command ${state[1]} not found`);
+      return sendJson(res, 200, {
+        id: state[1],
+        command: c.command,
+        ...(c.exitCode === null ? {} : { exitCode: c.exitCode }),
       });
     }
     if (req.method === "POST" && path === "files/bulk-upload") {
@@ -296,6 +337,32 @@ export async function startDaytonaDouble(): Promise<DaytonaDouble> {
       else res.destroy();
     });
   });
+  // A followed command's output: what it wrote so far, then each chunk as it comes, then a close.
+  const wss = new WebSocketServer({ noServer: true });
+  server.on("upgrade", (req, socket, head) => {
+    const u = new URL(req.url ?? "/", "http://double");
+    seen.push(`WS ${u.pathname}`);
+    const m = /^\/toolbox\/([^/]+)\/process\/session\/[^/]+\/command\/([^/]+)\/logs$/.exec(u.pathname);
+    const c = m ? commands.get(m[2] as string) : undefined;
+    const s = m ? sandboxes.get(decodeURIComponent(m[1] as string)) : undefined;
+    if (
+      req.headers.authorization !== `Bearer ${apiKey}` ||
+      !c ||
+      !s ||
+      u.searchParams.get("follow") !== "true"
+    ) {
+      socket.end("HTTP/1.1 404 Not Found\r\n\r\n");
+      return;
+    }
+    wss.handleUpgrade(req, socket, head, (ws) => {
+      for (const o of c.output) ws.send(Buffer.concat([MARKER[o.which], o.data]));
+      if (c.exitCode !== null) ws.close(1000);
+      else {
+        c.followers.add(ws);
+        ws.on("close", () => c.followers.delete(ws));
+      }
+    });
+  });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   return {
@@ -308,6 +375,7 @@ export async function startDaytonaDouble(): Promise<DaytonaDouble> {
       forcedId = id;
     },
     close: async () => {
+      for (const ws of wss.clients) ws.terminate();
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
       await removeLabelled(docker, TEST_LABEL, label);

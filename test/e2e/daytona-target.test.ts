@@ -12,6 +12,7 @@ import { type Lab, openLab } from "../security/security-lab.ts";
 import { cliRunner } from "./cli-runner.ts";
 import { type DaytonaDouble, startDaytonaDouble } from "./daytona-double.ts";
 import { LOCAL_REGISTRY } from "./denvd-helpers.ts";
+import { streamedOutput } from "./stream-proof.ts";
 import { filesOf, tarOf } from "./tar-files.ts";
 
 const IMAGE = "127.0.0.1:5000/denv/opsbox:bookworm";
@@ -105,6 +106,11 @@ test("connect daytona, its row, a sandbox on it: commands, files and destroy thr
   assert.equal(hello.data.stdout, "hello from denv\ndaytona\n");
   const split = await exec(id, { command: "echo out; echo err >&2; exit 3", env: { X: "it's" } });
   assert.deepEqual([split.data.exit_code, split.data.stdout, split.data.stderr], [3, "out\n", "err\n"]);
+  // Output comes as the command writes it (the second command is sent only once "ready" arrived).
+  assert.equal(
+    await streamedOutput({ url: lab.server.url, key: lab.keyA }, id),
+    "stdout:ready\nstdout:done\n",
+  );
   const vars = await exec(id, {
     command: ["sh", "-c", 'printf "%s|" "$X" "$PWD"'],
     env: { X: "it's $HOME" },

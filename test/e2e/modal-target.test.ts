@@ -12,6 +12,7 @@ import { type Lab, openLab } from "../security/security-lab.ts";
 import { cliRunner } from "./cli-runner.ts";
 import { LOCAL_REGISTRY } from "./denvd-helpers.ts";
 import { type ModalDouble, startModalDouble } from "./modal-double.ts";
+import { streamedOutput } from "./stream-proof.ts";
 import { filesOf, tarOf } from "./tar-files.ts";
 
 const IMAGE = "127.0.0.1:5000/denv/opsbox:bookworm";
@@ -89,6 +90,11 @@ test("connect modal, its row, a sandbox on it: commands, a timeout, files and de
   assert.equal(asRoot.data.stdout, "0\n", "a named user is carried");
   const split = await exec(id, { command: "echo out; echo err >&2; exit 3" });
   assert.deepEqual([split.data.exit_code, split.data.stdout, split.data.stderr], [3, "out\n", "err\n"]);
+  // Output comes as the command writes it (the second command is sent only once "ready" arrived).
+  assert.equal(
+    await streamedOutput({ url: lab.server.url, key: lab.keyA }, id),
+    "stdout:ready\nstdout:done\n",
+  );
   const where = await exec(id, {
     command: 'printf "%s|%s" "$X" "$PWD"',
     env: { X: "it's $HOME" },

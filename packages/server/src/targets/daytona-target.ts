@@ -3,9 +3,10 @@
  * team's key: a sandbox is one container made from the image the request names, built by Daytona
  * from a two-line Dockerfile (the image, then the sandbox's user and its paths made), with the
  * variables, `networkBlockAll` unless egress is allowed, and a one-hour auto-stop when idle.
- * Commands run in a session of Daytona's toolbox as the sandbox's user, each under `timeout`, and
- * answer with their output when they end (the toolbox's log socket, which streams it, is not
- * driven yet); files go as a tar through the toolbox's upload and a `tar` in the sandbox.
+ * Commands run in a session of Daytona's toolbox as the sandbox's user, each under `timeout`,
+ * started in the background with their output followed on the toolbox's log socket as it comes
+ * (decoded as UTF-8 by the SDK); files go as a tar through the toolbox's upload and a `tar` in the
+ * sandbox.
  *
  * The SDK is given its key, endpoint and region outright, and its polling mode (no event socket),
  * so it reads nothing from the server's environment or working directory for them.
@@ -31,6 +32,8 @@ const AUTO_STOP_MIN = 60;
 const CREATE_TIMEOUT_S = 15 * 60;
 /** What a request's toolbox call may take past the command's own timeout. */
 const CALL_SLACK_S = 60;
+/** How many times a followed command's exit code is read after its output ended (100 ms apart). */
+const EXIT_CODE_READS = 50;
 /** A user name as useradd takes it: it lands in the Dockerfile's RUN line. */
 const USER_NAME = /^[a-z_][a-z0-9_-]{0,31}$/;
 /** What no Dockerfile line or image reference may hold (a newline would start another instruction). */
@@ -202,14 +205,22 @@ export class DaytonaTarget extends HostedSandboxTarget {
     const started = performance.now();
     try {
       await sb.process.createSession(session);
-      const r = await sb.process.executeSessionCommand(
+      // Started in the background and its output followed as it comes (the toolbox's log stream,
+      // which the SDK decodes as UTF-8), then its exit code read once the stream ends.
+      const { cmdId } = await sb.process.executeSessionCommand(
         session,
-        { command: full, runAsync: false },
-        seconds + CALL_SLACK_S,
+        { command: full, runAsync: true },
+        CALL_SLACK_S,
       );
-      if (r.stdout) onOutput("stdout", Buffer.from(r.stdout));
-      if (r.stderr) onOutput("stderr", Buffer.from(r.stderr));
-      const exitCode = r.exitCode ?? -1;
+      if (!cmdId)
+        throw new DenvError("unavailable", "Daytona answered no command id for a command it started");
+      await sb.process.getSessionCommandLogs(
+        session,
+        cmdId,
+        (text: string) => onOutput("stdout", Buffer.from(text)),
+        (text: string) => onOutput("stderr", Buffer.from(text)),
+      );
+      const exitCode = await this.exitCodeOf(sb, session, cmdId);
       const timedOut =
         (exitCode === 124 || exitCode === 137) && performance.now() - started >= opts.timeoutMs;
       return { exitCode, timedOut };
@@ -218,6 +229,22 @@ export class DaytonaTarget extends HostedSandboxTarget {
     } finally {
       void sb.process.deleteSession(session).catch(() => {});
     }
+  }
+
+  /**
+   * A followed command's exit code: the log stream ends as the command does, and the toolbox may
+   * record the code a moment after; read again briefly until it is there.
+   */
+  private async exitCodeOf(sb: Sandbox, session: string, cmdId: string): Promise<number> {
+    for (let i = 0; i < EXIT_CODE_READS; i++) {
+      const c = await sb.process.getSessionCommand(session, cmdId);
+      if (typeof c.exitCode === "number") return c.exitCode;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    throw new DenvError(
+      "unavailable",
+      `Daytona recorded no exit code for command ${cmdId} after its output ended`,
+    );
   }
 
   protected async upload(env: PlacedEnvironment, path: string, user: string | undefined, body: Readable) {

@@ -515,4 +515,40 @@ describe("API surface", () => {
     const keys = await server.store.selectFrom("api_keys").select("key_hash").execute();
     assert.ok(keys.every((k) => /^[0-9a-f]{64}$/.test(k.key_hash)));
   });
+
+  test("an operator's /healthz, /readyz and /metrics answer without a key, and the metrics name no team's objects", async () => {
+    const health = await fetch(`${server.url}/healthz`);
+    assert.deepEqual([health.status, await health.json()], [200, { status: "ok" }]);
+    const ready = await fetch(`${server.url}/readyz`);
+    assert.equal(ready.status, 200);
+    assert.deepEqual(await ready.json(), { status: "ready", checks: { store: "ok", server: "ok" } });
+    const scraped = await fetch(`${server.url}/metrics`);
+    assert.equal(scraped.status, 200);
+    assert.match(scraped.headers.get("content-type") ?? "", /^text\/plain/);
+    const text = await scraped.text();
+    // What this file's earlier tests did, as an operator sees it.
+    const value = (series: RegExp) => Number(series.exec(text)?.[1] ?? Number.NaN);
+    assert.ok(
+      value(/^denv_deployments_total\{kind="deploy",status="succeeded"\} (\d+)$/m) >= 1,
+      text.slice(0, 2000),
+    );
+    assert.ok(value(/^denv_deployments_total\{kind="deploy",status="rolled_back"\} (\d+)$/m) >= 1);
+    assert.ok(
+      value(
+        /^denv_deployment_phase_seconds_count\{kind="deploy",phase="snapshot",status="succeeded"\} (\d+)$/m,
+      ) >= 1,
+    );
+    assert.equal(value(/^denv_hosts_connected (\d+)$/m), 1);
+    assert.ok(
+      value(
+        /^denv_http_request_seconds_count\{method="POST",route="\/v1\/envs\/:id\/exec",status="200"\} (\d+)$/m,
+      ) >= 1,
+    );
+    assert.match(text, /^denv_pool_ready_members \d+$/m);
+    assert.match(text, /^denv_server_process_cpu_seconds_total /m);
+    // Routes by their template only: no environment, version or team id is a label anywhere.
+    assert.doesNotMatch(text, /env_[0-9a-f]{12}|ver_[0-9a-f]{12}|team_[0-9a-f]|dk_/);
+    assert.match(text, /route="unmatched",status="404"/, "a path no route matches adds no series of its own");
+    assert.doesNotMatch(text, /\/v1\/nope/);
+  });
 });

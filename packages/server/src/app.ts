@@ -1,7 +1,7 @@
 /**
  * The /v1 HTTP API (Hono): one sub-app per resource (api/api-routes.ts), and the console at `/`.
- * Every route but the OpenAPI document, host join, the installer, port URLs, sign-up, sign-in and
- * device codes needs an API key (`Authorization: Bearer`) or a console session; every object
+ * Every route but the OpenAPI document, host join, the installer, port URLs, sign-up, sign-in,
+ * device codes and the operator's /healthz, /readyz and /metrics needs an API key (`Authorization: Bearer`) or a console session; every object
  * belongs to a team, and another team's object answers 404. Errors are
  * `{"error": {"code", "message"}}` with the status from the error table.
  */
@@ -9,6 +9,8 @@ import { createDenvMcpServer, McpSessions } from "@denv/mcp";
 import { DenvError, isDenvError, KEEPALIVE_INTERVAL_MS } from "@denv/protocol";
 import { DenvClient } from "@denv/sdk";
 import { Hono } from "hono";
+import { matchedRoutes } from "hono/route";
+import { sql } from "kysely";
 import type { ApiDeps, ApiEnv } from "./api/api-deps.ts";
 import { resourceApp } from "./api/api-route.ts";
 import { RESOURCES } from "./api/api-routes.ts";
@@ -28,6 +30,7 @@ import {
   RateLimiter,
   type RateLimitOptions,
 } from "./rate-limit.ts";
+import type { ServerMetrics } from "./server-metrics.ts";
 import type { Store } from "./store/open-store.ts";
 import type { HostOperations } from "./targets/denvd/host-operations.ts";
 
@@ -58,6 +61,10 @@ export interface AppOptions {
   portsOrigin: PortsOrigin;
   /** Where the server's own faults are logged (their words never go to clients). */
   log?: (message: string, context?: Record<string, unknown>) => void;
+  /** Served at /metrics, and told of each request; none: /metrics answers 404. */
+  metrics?: ServerMetrics;
+  /** Whether the server has finished starting (recovery done, hosts accepted): /readyz. */
+  isReady?: () => boolean;
 }
 
 export function createApp(options: AppOptions): Hono<ApiEnv> {
@@ -111,9 +118,37 @@ export function createApp(options: AppOptions): Hono<ApiEnv> {
   app.notFound((c) =>
     c.json(new DenvError("not_found", `no route ${c.req.method} ${c.req.path}`).toJSON(), 404),
   );
+  const metrics = options.metrics;
   app.use("*", async (c, next) => {
     c.set("deps", deps);
+    const begun = performance.now();
     await next();
+    // The route's template (never the path itself: ids would make a series each); none matched:
+    // "unmatched", so a scan of random paths adds no series either.
+    const route =
+      matchedRoutes(c)
+        .filter((r) => r.method !== "ALL")
+        .at(-1)?.path ?? "unmatched";
+    metrics?.request(c.req.method, route, c.res.status, (performance.now() - begun) / 1000);
+  });
+  // For an operator's probes and scraper: no key, and nothing of any team's in them.
+  app.get("/healthz", (c) => c.json({ status: "ok" }));
+  app.get("/readyz", async (c) => {
+    const checks: Record<string, string> = {};
+    try {
+      await sql`select 1`.execute(options.store);
+      checks.store = "ok";
+    } catch (err) {
+      checks.store = `failing: ${(err as Error).message.slice(0, 200)}`;
+    }
+    checks.server = (options.isReady?.() ?? true) ? "ok" : "starting (recovering deployments)";
+    const ready = Object.values(checks).every((v) => v === "ok");
+    return c.json({ status: ready ? "ready" : "not_ready", checks }, ready ? 200 : 503);
+  });
+  app.get("/metrics", async (c) => {
+    if (!metrics) return c.json(new DenvError("not_found", "this server keeps no metrics").toJSON(), 404);
+    const { body, contentType } = await metrics.scrape();
+    return c.body(body, 200, { "content-type": contentType });
   });
   for (const routes of Object.values(RESOURCES)) app.route("/", resourceApp(routes));
   mountConsole(app);

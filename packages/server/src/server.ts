@@ -23,7 +23,9 @@ import { FetchPolicy } from "./fetch-policy.ts";
 import { proxyHttp, proxyUpgrade } from "./port-tunnels.ts";
 import { PortsOrigin } from "./ports-origin.ts";
 import type { RateLimitOptions } from "./rate-limit.ts";
+import { ServerMetrics } from "./server-metrics.ts";
 import { openStore, type Store } from "./store/open-store.ts";
+import { poolTotals } from "./store/pool-store.ts";
 import {
   adminTeamId,
   anyTeam,
@@ -123,7 +125,13 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const validator = new ComposeValidator(options.composeBudget);
   const buildContexts = new BuildContexts(options.dataDir, undefined, options.teamQuotaBytes);
   let pools: PoolKeeper | undefined;
+  const metrics = new ServerMetrics({
+    hostsConnected: () => hub.connectedCount(),
+    pools: () => poolTotals(store),
+  });
+  let ready = false;
   const deployer = new Deployer({
+    observer: metrics,
     store,
     hosts: hub,
     secrets,
@@ -192,6 +200,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     fetchPolicy,
     rateLimit: options.rateLimit,
     accountRateLimit: options.accountRateLimit,
+    metrics,
+    isReady: () => ready,
     ...(options.keepAliveMs ? { keepAliveMs: options.keepAliveMs } : {}),
   });
   const listener = getRequestListener(app.fetch);
@@ -213,6 +223,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   await recoverReplays({ store, deployer });
   pools.start();
   const expiry = startContextExpiry(store, buildContexts, options.contextExpiry);
+  ready = true;
   return {
     url,
     portsOrigin: portsOrigin.template,

@@ -34,7 +34,11 @@ const STOPPED = "the server stopped during the deployment";
 export async function recoverDeployments(runner: DeploymentRunner): Promise<string[]> {
   const stuck = await runningDeployments(runner.store);
   for (const d of stuck) {
-    const rec = PhaseRecorder.resume(d, { store: runner.store, events: runner.events });
+    const rec = PhaseRecorder.resume(d, {
+      store: runner.store,
+      events: runner.events,
+      observer: runner.options.observer,
+    });
     rec.failRunning("the server stopped during this phase");
     await rec.skipRest(`skipped: ${STOPPED}`);
     const done = runner.serialize(d.environment_id, () => endDeployment(runner, rec, d));

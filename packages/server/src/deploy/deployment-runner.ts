@@ -13,6 +13,7 @@ import type { Provisioner } from "../clouds/provisioner.ts";
 import type { SecretBox } from "../clouds/secret-box.ts";
 import type { FetchPolicy } from "../fetch-policy.ts";
 import { newId, now } from "../ids.ts";
+import type { DeploymentObserver } from "../server-metrics.ts";
 import { insertDeployment } from "../store/deployment-store.ts";
 import { updateEnvironment } from "../store/environment-store.ts";
 import type { Store } from "../store/open-store.ts";
@@ -44,6 +45,8 @@ export interface DeployerOptions {
   answerWithinMs?: number;
   /** Told of each deploy that made a version (the warm pools follow x-denv.pool). */
   onDeployed?: (d: { teamId: string; projectId: string; versionId: string; pool: number }) => void;
+  /** Told of every deployment's verdict, with its phases (the server's metrics). */
+  observer?: DeploymentObserver;
 }
 
 /** A deployment under way: its id, and a promise settled once it has its verdict. */
@@ -77,7 +80,12 @@ export class DeploymentRunner {
     phases: readonly string[],
   ): Promise<PhaseRecorder> {
     const id = newId("dep");
-    const rec = new PhaseRecorder(id, phases, { store: this.store, events: this.events });
+    const rec = new PhaseRecorder(id, phases, {
+      store: this.store,
+      events: this.events,
+      kind,
+      observer: this.options.observer,
+    });
     await insertDeployment(this.store, {
       id,
       team_id: teamId,

@@ -5,6 +5,7 @@
 import type { EventEmitter } from "node:events";
 import { DenvError } from "@denv/protocol";
 import { newId, now } from "../ids.ts";
+import type { DeploymentObserver } from "../server-metrics.ts";
 import { updateDeployment } from "../store/deployment-store.ts";
 import type { Store } from "../store/open-store.ts";
 import type { DeploymentsTable } from "../store/schema.ts";
@@ -81,14 +82,23 @@ export class PhaseFailure extends Error {
   }
 }
 
+export interface RecorderDeps {
+  store: Store;
+  events: EventEmitter;
+  /** The deployment's kind, for its observer. */
+  kind?: string;
+  /** Told of the verdict, with the phases (the server's metrics). */
+  observer?: DeploymentObserver | undefined;
+}
+
 export class PhaseRecorder {
   readonly phases: Phase[];
   state: DeploymentState = {};
   private readonly startedAt = new Map<string, number>();
   readonly deploymentId: string;
-  private readonly deps: { store: Store; events: EventEmitter };
+  private readonly deps: RecorderDeps;
 
-  constructor(deploymentId: string, names: readonly string[], deps: { store: Store; events: EventEmitter }) {
+  constructor(deploymentId: string, names: readonly string[], deps: RecorderDeps) {
     this.deploymentId = deploymentId;
     this.deps = deps;
     this.phases = names.map((name) => ({
@@ -103,8 +113,8 @@ export class PhaseRecorder {
   }
 
   /** A recorder for a deployment already in the store (recovery after a restart). */
-  static resume(row: DeploymentsTable, deps: { store: Store; events: EventEmitter }): PhaseRecorder {
-    const rec = new PhaseRecorder(row.id, [], deps);
+  static resume(row: DeploymentsTable, deps: RecorderDeps): PhaseRecorder {
+    const rec = new PhaseRecorder(row.id, [], { ...deps, kind: row.kind });
     rec.phases.push(...(JSON.parse(row.phases_json) as Phase[]));
     rec.state = JSON.parse(row.state_json) as DeploymentState;
     return rec;
@@ -232,5 +242,6 @@ export class PhaseRecorder {
       reason,
     });
     await this.persist({ status, reason, finished_at: now() });
+    this.deps.observer?.deploymentEnded(this.deps.kind ?? "unknown", status, this.phases);
   }
 }

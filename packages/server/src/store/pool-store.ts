@@ -170,3 +170,25 @@ export async function countPoolUse(store: Store, poolId: string, hit: boolean): 
     .where("id", "=", poolId)
     .execute();
 }
+
+/**
+ * Every pool's figures together, for the server's metrics: members ready to be taken (running, in
+ * a pool that is not draining), and creates served from a pool or finding it empty.
+ */
+export async function poolTotals(store: Store): Promise<{ ready: number; hits: number; misses: number }> {
+  const ready = await store
+    .selectFrom("environments")
+    .select((eb) => eb.fn.countAll<number | string>().as("n"))
+    .where("pool_id", "is not", null)
+    .where("pool_id", "not like", "drained:%")
+    .where("status", "=", "running")
+    .executeTakeFirst();
+  const uses = await store
+    .selectFrom("pools")
+    .select((eb) => [
+      eb.fn.coalesce(eb.fn.sum<number | string>("hits"), sql<number>`0`).as("hits"),
+      eb.fn.coalesce(eb.fn.sum<number | string>("misses"), sql<number>`0`).as("misses"),
+    ])
+    .executeTakeFirst();
+  return { ready: Number(ready?.n ?? 0), hits: Number(uses?.hits ?? 0), misses: Number(uses?.misses ?? 0) };
+}

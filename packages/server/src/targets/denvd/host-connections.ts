@@ -13,6 +13,8 @@ import type { HostOperations } from "./host-operations.ts";
 export interface HostConnections extends HostOperations {
   /** Takes a sidecar's WebSocket upgrade (its key checked) onto the hub. */
   handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void>;
+  /** How many hosts are connected now (the server's metrics). */
+  connectedCount(): number;
   close(): void;
 }
 

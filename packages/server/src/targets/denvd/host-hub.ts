@@ -434,6 +434,10 @@ export class HostHub implements HostOperations {
     });
   }
 
+  connectedCount(): number {
+    return this.connections.size;
+  }
+
   close(): void {
     for (const c of this.connections.values()) c.ws.terminate();
     for (const [id, p] of this.pending) {

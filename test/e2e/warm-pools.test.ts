@@ -347,6 +347,15 @@ test("denv pool set | show | rm, by environment or version", async () => {
   assert.match(show.stdout, new RegExp(`${version}\\t1\\t1\\t0\\t`));
   const one = JSON.parse((await denv("pool", "show", version, "--json")).stdout);
   assert.equal(one.version_id, version);
+  // The host holding the version shows it, and its pool with the member ready, to its team only.
+  const hosts = await denv("host", "list");
+  assert.match(hosts.stdout, /\tENVS\tVERSIONS\tPOOLS\n/);
+  assert.match(hosts.stdout, new RegExp(`\\t\\d+\\t[^\\t]*${version}[^\\t]*\\t${version} 1/1\\n`));
+  const listed = JSON.parse((await denv("host", "list", "--json")).stdout).hosts[0];
+  assert.ok(listed.versions.includes(version), JSON.stringify(listed));
+  assert.deepEqual(listed.pools, [{ version_id: version, size: 1, ready: 1 }]);
+  const theirs = await lab.api("GET", "/v1/hosts", undefined, lab.keyB);
+  assert.ok(!JSON.stringify(theirs.data).includes(version), "another team's host list has none of it");
   await assert.rejects(
     denv("pool", "set", "ops-world/alpha", "--size", "many"),
     (err: { code: number; stderr: string }) => {

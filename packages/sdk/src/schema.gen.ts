@@ -36,7 +36,7 @@ export type PostV1HostsJoinBody = {
   name?: string;
 };
 
-/** Hosts with what they reported — GET /v1/hosts */
+/** Hosts with what they reported, and the versions, warm pools and environments each holds — GET /v1/hosts */
 export type GetV1HostsResponse = {
   hosts: Array<{
     id: string;
@@ -47,6 +47,13 @@ export type GetV1HostsResponse = {
     version: string | null;
     last_seen: string | null;
     connected: boolean;
+    versions: Array<string>;
+    pools: Array<{
+      version_id: string;
+      size: number;
+      ready: number;
+    }>;
+    environments: number;
   }>;
 };
 

@@ -23,6 +23,12 @@ class PostV1HostsJoinResponse(TypedDict):
     secret: str
 
 
+class GetV1HostsResponseHostsItemPoolsItem(TypedDict):
+    version_id: str
+    size: int
+    ready: int
+
+
 class GetV1HostsResponseHostsItem(TypedDict):
     id: str
     name: str
@@ -32,6 +38,9 @@ class GetV1HostsResponseHostsItem(TypedDict):
     version: str | None
     last_seen: str | None
     connected: bool
+    versions: list[str]
+    pools: list[GetV1HostsResponseHostsItemPoolsItem]
+    environments: int
 
 
 class GetV1HostsResponse(TypedDict):

@@ -19,13 +19,18 @@ export function registerHostCommands(program: Command): void {
       return 0;
     }),
   );
-  const hl = host.command("list").description("Hosts and what they reported").option("--json", "print JSON");
+  const hl = host
+    .command("list")
+    .description("Hosts, what they reported, and the environments, versions and warm pools each holds")
+    .option("--json", "print JSON");
   hl.action(
     run(hl, async (client, json) => {
       const r = await client().call("getV1Hosts", {});
       if (json) printJson(r);
       else {
-        process.stdout.write("ID\tNAME\tARCH\tSTORAGE\tCAPACITY\tVERSION\tCONNECTED\tLAST SEEN\n");
+        process.stdout.write(
+          "ID\tNAME\tARCH\tSTORAGE\tCAPACITY\tVERSION\tCONNECTED\tLAST SEEN\tENVS\tVERSIONS\tPOOLS\n",
+        );
         for (const h of r.hosts) {
           const cap = h.capacity as {
             free_bytes?: number;
@@ -37,8 +42,15 @@ export function registerHostCommands(program: Command): void {
           const capacity = cap
             ? `${gib(cap.free_bytes)} free of ${gib(cap.total_bytes)}, ${cap.cpus ?? "-"} cpu, ${gib(cap.memory_bytes)} mem`
             : "-";
+          // Versions by id (the newest three, then how many more); pools as version ready/size.
+          const versions = h.versions.length
+            ? `${h.versions.slice(0, 3).join(",")}${h.versions.length > 3 ? ` +${h.versions.length - 3}` : ""}`
+            : "-";
+          const pools = h.pools.length
+            ? h.pools.map((p) => `${p.version_id} ${p.ready}/${p.size}`).join(",")
+            : "-";
           process.stdout.write(
-            `${h.id}\t${h.name}\t${h.arch ?? "-"}\t${h.storage ?? "-"}\t${capacity}\t${h.version ?? "-"}\t${h.connected}\t${h.last_seen ?? "-"}\n`,
+            `${h.id}\t${h.name}\t${h.arch ?? "-"}\t${h.storage ?? "-"}\t${capacity}\t${h.version ?? "-"}\t${h.connected}\t${h.last_seen ?? "-"}\t${h.environments}\t${versions}\t${pools}\n`,
           );
         }
       }

@@ -34,6 +34,12 @@ export const hostSchema = z.object({
   version: z.string().nullable(),
   last_seen: z.string().nullable(),
   connected: z.boolean(),
+  /** The team's versions whose data this host holds, newest first. */
+  versions: z.array(z.string()),
+  /** Warm pools of those versions: each its size and the members ready now. */
+  pools: z.array(z.object({ version_id: z.string(), size: z.number().int(), ready: z.number().int() })),
+  /** Environments running or starting here (pool members not counted). */
+  environments: z.number().int(),
 });
 
 export const createProjectBody = z.strictObject({

@@ -2,6 +2,7 @@
 import type { z } from "zod";
 import type { SecretBox } from "../clouds/secret-box.ts";
 import { cloudMachines } from "../store/cloud-store.ts";
+import type { HostHoldings } from "../store/host-store.ts";
 import type { Store } from "../store/open-store.ts";
 import { projectName } from "../store/project-store.ts";
 import type {
@@ -73,7 +74,11 @@ export function serializeProject(p: ProjectsTable): z.infer<typeof projectSchema
   };
 }
 
-export function serializeHost(h: HostsTable, connected: boolean): z.infer<typeof hostSchema> {
+export function serializeHost(
+  h: HostsTable,
+  connected: boolean,
+  holds: HostHoldings = { versions: [], pools: [], environments: 0 },
+): z.infer<typeof hostSchema> {
   return {
     id: h.id,
     name: h.name,
@@ -83,6 +88,9 @@ export function serializeHost(h: HostsTable, connected: boolean): z.infer<typeof
     version: h.version,
     last_seen: h.last_seen,
     connected,
+    versions: holds.versions,
+    pools: holds.pools,
+    environments: holds.environments,
   };
 }
 

@@ -1,7 +1,7 @@
 /** Teams, hosts and joining: how a team gets keys, and how a machine becomes one of its hosts. */
 import { DenvError } from "@denv/protocol";
 import { z } from "zod";
-import { redeemJoinToken, teamHosts } from "../store/host-store.ts";
+import { hostHoldings, redeemJoinToken, teamHosts } from "../store/host-store.ts";
 import { createApiKey, createJoinToken, createTeam } from "../store/team-store.ts";
 import { type ApiRoute, route } from "./api-route.ts";
 import {
@@ -58,12 +58,15 @@ export const hostRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/hosts",
-    summary: "Hosts with what they reported",
+    summary: "Hosts with what they reported, and the versions, warm pools and environments each holds",
     response: z.object({ hosts: z.array(hostSchema) }),
     auth: true,
     handler: async (c) => {
       const hosts = await teamHosts(c.var.deps.store, c.var.teamId);
-      return c.json({ hosts: hosts.map((h) => serializeHost(h, c.var.deps.hosts.isConnected(h.id))) });
+      const holds = await hostHoldings(c.var.deps.store, c.var.teamId);
+      return c.json({
+        hosts: hosts.map((h) => serializeHost(h, c.var.deps.hosts.isConnected(h.id), holds.get(h.id))),
+      });
     },
   }),
 ];

@@ -89,3 +89,60 @@ export async function updateHost(
 export function hostFreeBytes(h: Pick<HostsTable, "capacity_json">): number {
   return h.capacity_json ? (JSON.parse(h.capacity_json).free_bytes as number) : 0;
 }
+
+/** What a team's host holds: its versions (newest first), its warm pools with their ready members, its environments. */
+export interface HostHoldings {
+  versions: string[];
+  pools: { version_id: string; size: number; ready: number }[];
+  environments: number;
+}
+
+export async function hostHoldings(store: Store, teamId: string): Promise<Map<string, HostHoldings>> {
+  const out = new Map<string, HostHoldings>();
+  const of = (hostId: string) => {
+    let h = out.get(hostId);
+    if (!h) {
+      h = { versions: [], pools: [], environments: 0 };
+      out.set(hostId, h);
+    }
+    return h;
+  };
+  const versions = await store
+    .selectFrom("versions")
+    .select(["id", "host_id"])
+    .where("team_id", "=", teamId)
+    .where("host_id", "is not", null)
+    .orderBy("created_at", "desc")
+    .execute();
+  for (const v of versions) of(v.host_id as string).versions.push(v.id);
+  const pools = await store
+    .selectFrom("pools")
+    .innerJoin("versions", "versions.id", "pools.version_id")
+    .select(["pools.id", "pools.version_id", "pools.size", "versions.host_id"])
+    .where("pools.team_id", "=", teamId)
+    .where("versions.host_id", "is not", null)
+    .execute();
+  const members = await store
+    .selectFrom("environments")
+    .select(["pool_id", "host_id"])
+    .where("team_id", "=", teamId)
+    .where("pool_id", "is not", null)
+    .where("status", "=", "running")
+    .execute();
+  for (const p of pools)
+    of(p.host_id as string).pools.push({
+      version_id: p.version_id,
+      size: p.size,
+      ready: members.filter((m) => m.pool_id === p.id).length,
+    });
+  const envs = await store
+    .selectFrom("environments")
+    .select(["host_id"])
+    .where("team_id", "=", teamId)
+    .where("host_id", "is not", null)
+    .where("status", "not in", ["destroyed", "failed"])
+    .where("pool_id", "is", null)
+    .execute();
+  for (const e of envs) of(e.host_id as string).environments++;
+  return out;
+}

@@ -17,6 +17,7 @@ import { SecretBox } from "./clouds/secret-box.ts";
 import { type ContextExpiryOptions, startContextExpiry } from "./context-expiry.ts";
 import { Admission, type AdmissionOptions } from "./deploy/admission.ts";
 import { Deployer } from "./deploy/deployer.ts";
+import { type HostWatchOptions, startHostWatch } from "./deploy/host-watch.ts";
 import { PoolKeeper, type PoolKeeperOptions } from "./deploy/pool-keeper.ts";
 import { recoverReplays } from "./deploy/replay-runner.ts";
 import { FetchPolicy } from "./fetch-policy.ts";
@@ -57,6 +58,8 @@ export interface ServerOptions {
   provisionJoinWaitMs?: number;
   /** How long a call waits for a host that is not connected before host_unavailable (default 10 s). */
   hostWaitMs?: number;
+  /** When a host unseen marks its environments lost, and how often hosts are looked at. */
+  hostWatch?: HostWatchOptions;
   /**
    * Hosts the server may fetch from for teams (registries, git sources, cloud APIs), beyond
    * DEFAULT_FETCH_ALLOW and DENV_FETCH_ALLOW: `host`, `host:port`, `*.domain` or `*`.
@@ -223,6 +226,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   await recoverReplays({ store, deployer });
   pools.start();
   const expiry = startContextExpiry(store, buildContexts, options.contextExpiry);
+  const watch = startHostWatch({ store, hosts: hub }, options.hostWatch);
   ready = true;
   return {
     url,
@@ -238,6 +242,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     async close() {
       pools?.stop();
       expiry.stop();
+      watch.stop();
       hub.close();
       await validator.close();
       server.closeAllConnections();

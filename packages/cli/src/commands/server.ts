@@ -22,6 +22,11 @@ export function registerServer(program: Command): void {
       "10",
     )
     .option(
+      "--host-lost-after-s <seconds>",
+      "how long a host may go unseen (no connection, no heartbeat) before its environments are marked lost",
+      "300",
+    )
+    .option(
       "--team-quota-gib <gib>",
       "what each team may keep stored in build contexts and git archives",
       "10",
@@ -68,7 +73,13 @@ Examples:
         portsPort?: string;
         teamQuotaGib: string;
         hostWaitS: string;
+        hostLostAfterS: string;
       }) => {
+        const lostAfterS = Number(o.hostLostAfterS);
+        if (!Number.isFinite(lostAfterS) || lostAfterS < 10 || lostAfterS > 86_400)
+          throw new UsageError(
+            `--host-lost-after-s ${o.hostLostAfterS} is not a number of seconds from 10 to 86400`,
+          );
         const hostWaitS = Number(o.hostWaitS);
         if (!Number.isFinite(hostWaitS) || hostWaitS < 0 || hostWaitS > 3600)
           throw new UsageError(`--host-wait-s ${o.hostWaitS} is not a number of seconds from 0 to 3600`);
@@ -105,6 +116,7 @@ Examples:
           portsPort,
           teamQuotaBytes: Math.floor(quotaGib * 1024 ** 3),
           hostWaitMs: Math.round(hostWaitS * 1000),
+          hostWatch: { lostAfterMs: Math.round(lostAfterS * 1000) },
           ...(o.portsOrigin ? { portsOrigin: o.portsOrigin } : {}),
           ...(o.tlsCert && o.tlsKey ? { tls: { certPath: o.tlsCert, keyPath: o.tlsKey } } : {}),
           adminKey: process.env.DENV_ADMIN_KEY,

@@ -1,0 +1,82 @@
+/**
+ * A host not seen for its deadline (not connected here, and no heartbeat written for that long)
+ * has its environments marked `lost`: the server never goes on saying `running` for what it cannot
+ * reach. When the host comes back, its hello sets each status from what it holds (host-sync.ts),
+ * so an environment whose stack survived is `running` again.
+ *
+ * Environments a deployment is working on are left to it, and each change is made only if the
+ * status is still the one read.
+ */
+import type { Store } from "../store/open-store.ts";
+import type { HostOperations } from "../targets/denvd/host-operations.ts";
+
+export interface HostWatchOptions {
+  /** How long a host may go unseen before its environments are lost (default 5 minutes). */
+  lostAfterMs?: number;
+  /** How often hosts are looked at (default 15 s). */
+  everyMs?: number;
+}
+
+export const DEFAULT_HOST_LOST_AFTER_MS = 5 * 60_000;
+const DEFAULT_EVERY_MS = 15_000;
+
+/** Marks the environments of every host unseen for lostAfterMs `lost`; answers what changed. */
+export async function markLostHosts(
+  deps: { store: Store; hosts: Pick<HostOperations, "isConnected"> },
+  lostAfterMs: number,
+  nowMs = Date.now(),
+): Promise<string[]> {
+  const { store, hosts } = deps;
+  const cutoff = new Date(nowMs - lostAfterMs).toISOString();
+  const unseen = (
+    await store
+      .selectFrom("hosts")
+      .select(["id", "name", "last_seen"])
+      .where((eb) => eb.or([eb("last_seen", "is", null), eb("last_seen", "<", cutoff)]))
+      .execute()
+  ).filter((h) => !hosts.isConnected(h.id));
+  if (unseen.length === 0) return [];
+  const busy = (
+    await store
+      .selectFrom("deployments")
+      .select("environment_id")
+      .where("status", "in", ["running", "queued"])
+      .execute()
+  ).map((d) => d.environment_id);
+  const changed: string[] = [];
+  for (const h of unseen) {
+    let q = store
+      .updateTable("environments")
+      .set({ status: "lost" })
+      .where("host_id", "=", h.id)
+      .where("status", "in", ["running", "frozen"]);
+    if (busy.length) q = q.where("id", "not in", busy);
+    const r = await q.executeTakeFirst();
+    const n = Number(r.numUpdatedRows);
+    if (n > 0) changed.push(`${h.name}: ${n} environment(s) lost (last seen ${h.last_seen ?? "never"})`);
+  }
+  return changed;
+}
+
+/** Looks at the hosts every everyMs until stopped. */
+export function startHostWatch(
+  deps: { store: Store; hosts: HostOperations },
+  options: HostWatchOptions = {},
+): { stop(): void } {
+  const lostAfterMs = options.lostAfterMs ?? DEFAULT_HOST_LOST_AFTER_MS;
+  let running = false;
+  const timer = setInterval(() => {
+    if (running) return;
+    running = true;
+    markLostHosts(deps, lostAfterMs)
+      .then((changed) => {
+        if (changed.length) console.error("hosts unseen past their deadline", JSON.stringify({ changed }));
+      })
+      .catch(() => {})
+      .finally(() => {
+        running = false;
+      });
+  }, options.everyMs ?? DEFAULT_EVERY_MS);
+  timer.unref();
+  return { stop: () => clearInterval(timer) };
+}

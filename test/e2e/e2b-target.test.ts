@@ -468,6 +468,44 @@ test("a project pinned to a hosted target deploys its one service there as a san
   assert.equal((await api("GET", `/v1/envs/${free.data.environment_id}`)).data.target, "denvd");
 });
 
+test("an environment moves between a hosted target and the team's host with its file's x-denv.target, what served it before ending", async () => {
+  await connectE2b();
+  const compose = (target: string | null) =>
+    [
+      `x-denv: { kind: service${target ? `, target: ${target}` : ""} }`,
+      "services:",
+      `  web: { image: ${IMAGE}, command: ["sleep", "infinity"] }`,
+      "",
+    ].join("\n");
+  assert.equal(
+    (await api("POST", "/v1/projects", { name: "moving", kind: "service", source: "./moving" })).status,
+    201,
+  );
+  const deploy = async (target: string | null) => {
+    assert.equal((await api("PUT", "/v1/projects/moving/source", { compose: compose(target) })).status, 200);
+    const d = await api("POST", "/v1/projects/moving/deploy?wait=true", { env: "alpha" });
+    assert.equal(d.data.status, "succeeded", JSON.stringify(d.data).slice(0, 600));
+    return d.data;
+  };
+  const first = await deploy("e2b");
+  const onE2b = (await api("GET", `/v1/envs/${first.environment_id}`)).data;
+  assert.equal(onE2b.target, "e2b");
+  const sandboxId = first.phases.find((p: any) => p.name === "prepare").evidence.sandbox_id as string;
+  assert.ok(e2b.sandboxes().some((s) => s.sandboxID === sandboxId));
+  // To the team's host: the sandbox at E2B ends once the host's stack serves.
+  await deploy(null);
+  const onHost = (await api("GET", `/v1/envs/${first.environment_id}`)).data;
+  assert.equal(onHost.target, "denvd");
+  assert.ok(onHost.host_id, JSON.stringify(onHost));
+  assert.ok(!e2b.sandboxes().some((s) => s.sandboxID === sandboxId), "the E2B sandbox was ended");
+  assert.equal(await run(first.environment_id, "echo on the host"), "on the host\n");
+  // And back: E2B serves it again.
+  await deploy("e2b");
+  const back = (await api("GET", `/v1/envs/${first.environment_id}`)).data;
+  assert.deepEqual([back.target, back.host_id], ["e2b", null]);
+  assert.equal(await run(first.environment_id, "echo at e2b"), "at e2b\n");
+});
+
 test("an endpoint a team names cannot hand it another account's sandbox: each is reached through its own account", async () => {
   await connectE2b();
   const real = await api("POST", "/v1/targets/e2b/sandboxes", {

@@ -102,7 +102,9 @@ async function deployPhases(
   // The new stack replaces the old one only now, when it is whole. The old one is written down
   // first: a restart between the switch and its removal still removes it (deployment-recovery.ts).
   if (before.stack_id) {
-    rec.state.retiring_stack_id = before.stack_id;
+    if (before.host_id) rec.state.retiring_stack_id = before.stack_id;
+    else if (before.target_id !== "denvd")
+      rec.state.retiring_sandbox = { target: before.target_id, sandbox_id: before.stack_id };
     await rec.persist();
   }
   await updateEnvironment(runner.store, before.id, {
@@ -119,6 +121,7 @@ async function deployPhases(
   // An environment a hosted target served until now: its sandbox there ends too.
   await retireHosted(runner, before);
   delete rec.state.retiring_stack_id;
+  delete rec.state.retiring_sandbox;
   await rec.verdict("succeeded", null, { version_id: versionId, environment: before.name, host_id: hostId });
   runner.options.onDeployed?.({
     teamId: project.team_id,

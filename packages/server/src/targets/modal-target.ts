@@ -55,6 +55,15 @@ export interface ModalConnection {
 
 type Middleware = NonNullable<ModalClientParams["grpcMiddleware"]>[number];
 
+/**
+ * Whether an address is on Modal's own domains (its API at modal.com, its tunnels and tasks at
+ * modal.host), over https. Not checked against the live Modal: should its routers live elsewhere,
+ * `--allow-fetch` adds them.
+ */
+export function isModalsOwn(url: URL): boolean {
+  return url.protocol === "https:" && /(^|\.)modal\.(com|host)$/.test(url.hostname);
+}
+
 export class ModalTarget extends HostedSandboxTarget {
   readonly kind = "modal" as const;
   protected readonly provider = "Modal";
@@ -109,7 +118,11 @@ export class ModalTarget extends HostedSandboxTarget {
    * sandbox's token to wherever it says: it is held to the fetch policy, as the API's own is.
    */
   private routerCheck(): Middleware {
-    const check = this.conn.checkUrl;
+    const ownEndpoint = this.conn.apiUrl === null;
+    // At Modal's own endpoint, a router of Modal's own domains is Modal's; else the policy decides.
+    const check = (url: URL, what: string) => {
+      if (!(ownEndpoint && isModalsOwn(url))) this.conn.checkUrl(url, what);
+    };
     return async function* routerCheck(call, options) {
       const answer = (yield* call.next(call.request, options)) as {
         url?: unknown;

@@ -175,3 +175,29 @@ test("a gateway the provider names is called only when the server may call it, a
   const theirs = await lab.api("POST", "/v1/targets/prime/sandboxes", { image: IMAGE }, lab.keyB);
   assert.equal(theirs.status, 404);
 });
+
+test("a project pinned to prime deploys its one service there; Prime keeps no snapshot, so the deploy keeps no version", async () => {
+  await connectPrime();
+  const compose = `x-denv: { kind: service }\nservices:\n  web: { image: ${IMAGE}, command: ["sh", "-c", "echo up > /work/up.txt; exec sleep infinity"] }\n`;
+  const made = await lab.api("POST", "/v1/projects", {
+    name: "on-prime",
+    kind: "service",
+    source: "./on-prime",
+    pinned_target: "prime",
+  });
+  assert.equal(made.status, 201, JSON.stringify(made.data));
+  assert.equal((await lab.api("PUT", "/v1/projects/on-prime/source", { compose })).status, 200);
+  const d = await lab.api("POST", "/v1/projects/on-prime/deploy?wait=true", { env: "alpha" });
+  assert.equal(d.data.status, "succeeded", JSON.stringify(d.data).slice(0, 600));
+  const snapshot = d.data.phases.find((p: any) => p.name === "snapshot");
+  assert.equal(snapshot.status, "skipped");
+  assert.match(snapshot.reason, /target prime has no snapshot denv drives .*no version is kept/);
+  const env = (await lab.api("GET", `/v1/envs/${d.data.environment_id}`)).data;
+  assert.deepEqual([env.target, env.status, env.current_version_id], ["prime", "running", null]);
+  let up = "";
+  for (let i = 0; i < 600 && up === ""; i++) {
+    up = (await exec(env.id, { command: "cat /work/up.txt 2>/dev/null || true" })).data.stdout;
+    if (up === "") await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.equal(up, "up\n", "the service's command ran");
+});

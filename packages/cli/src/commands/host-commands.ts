@@ -42,15 +42,17 @@ export function registerHostCommands(program: Command): void {
           const capacity = cap
             ? `${gib(cap.free_bytes)} free of ${gib(cap.total_bytes)}, ${cap.cpus ?? "-"} cpu, ${gib(cap.memory_bytes)} mem`
             : "-";
-          // Versions by id (the newest three, then how many more); pools as version ready/size.
-          const versions = h.versions.length
-            ? `${h.versions.slice(0, 3).join(",")}${h.versions.length > 3 ? ` +${h.versions.length - 3}` : ""}`
+          // Versions by id (the newest three, then how many more); pools as version ready/size. A
+          // server older than this CLI answers without them: shown as "-".
+          const held = h as Partial<Pick<typeof h, "versions" | "pools" | "environments">>;
+          const vs = held.versions ?? [];
+          const versions = vs.length
+            ? `${vs.slice(0, 3).join(",")}${vs.length > 3 ? ` +${vs.length - 3}` : ""}`
             : "-";
-          const pools = h.pools.length
-            ? h.pools.map((p) => `${p.version_id} ${p.ready}/${p.size}`).join(",")
-            : "-";
+          const ps = held.pools ?? [];
+          const pools = ps.length ? ps.map((p) => `${p.version_id} ${p.ready}/${p.size}`).join(",") : "-";
           process.stdout.write(
-            `${h.id}\t${h.name}\t${h.arch ?? "-"}\t${h.storage ?? "-"}\t${capacity}\t${h.version ?? "-"}\t${h.connected}\t${h.last_seen ?? "-"}\t${h.environments}\t${versions}\t${pools}\n`,
+            `${h.id}\t${h.name}\t${h.arch ?? "-"}\t${h.storage ?? "-"}\t${capacity}\t${h.version ?? "-"}\t${h.connected}\t${h.last_seen ?? "-"}\t${held.environments ?? "-"}\t${versions}\t${pools}\n`,
           );
         }
       }

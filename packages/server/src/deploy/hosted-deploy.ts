@@ -118,7 +118,8 @@ export async function hostedDeployPhases(
     host_id: null,
     stack_id: sandboxId,
     target_id: cloud.name,
-    current_version_id: versionId ?? before.current_version_id,
+    // No version where the target keeps none: what runs now is not any earlier version.
+    current_version_id: versionId,
   });
   delete rec.state.building_sandbox;
   await rec.persist();

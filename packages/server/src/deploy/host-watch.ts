@@ -45,10 +45,18 @@ export async function markLostHosts(
   ).map((d) => d.environment_id);
   const changed: string[] = [];
   for (const h of unseen) {
+    // The host's staleness is checked again in the same statement: a host whose hello came since
+    // it was read (its last_seen written before its statuses are synced) is not marked over it.
     let q = store
       .updateTable("environments")
       .set({ status: "lost" })
-      .where("host_id", "=", h.id)
+      .where("host_id", "in", (eb) =>
+        eb
+          .selectFrom("hosts")
+          .select("id")
+          .where("id", "=", h.id)
+          .where((w) => w.or([w("last_seen", "is", null), w("last_seen", "<", cutoff)])),
+      )
       .where("status", "in", ["running", "frozen"]);
     if (busy.length) q = q.where("id", "not in", busy);
     const r = await q.executeTakeFirst();

@@ -53,6 +53,7 @@ import { seedDataset } from "./stack-seeds.ts";
 import { type StartResult, startStack } from "./stack-starter.ts";
 import { type StackRecord, StateStore, type VersionRecord } from "./state-store.ts";
 import type { StorageDriver } from "./storage/storage-driver.ts";
+import { VersionTransfers } from "./version-transfers.ts";
 
 export type { DenvdOptions } from "./stack-context.ts";
 
@@ -65,6 +66,8 @@ export class Denvd {
   private readonly agents: AgentRegistry;
   /** The operations that change engine state, written down before they act (op-journal.ts). */
   readonly journal: OpJournal;
+  /** Versions moving to and from other hosts (version-transfers.ts). */
+  readonly transfers: VersionTransfers;
   /** What the reconcile at open found and settled (and what it could not). */
   lastReconcile: ReconcileReport = { removed: [], lost: [], thawed: [], interrupted: [], failed: [] };
 
@@ -102,6 +105,7 @@ export class Denvd {
       runIn: (containerId, o) =>
         executor.exec(containerId, { ...o, user: o.user ?? agents.defaultUser(containerId) ?? null }),
     };
+    this.transfers = new VersionTransfers(this.ctx);
   }
 
   /** Opens the state directory, prepares storage, and reconciles: no orphan survives a restart. */
@@ -261,6 +265,13 @@ export class Denvd {
   }
 
   deleteVersion(versionId: string): Promise<void> {
+    const v = this.store.version(versionId);
+    // A transfer reading its snapshots (to another host, or as an incremental's base) finishes first.
+    if (v && this.transfers.holdsAny(v))
+      throw new DenvError(
+        "conflict",
+        `version ${versionId} is being sent to another host; delete it once the transfer ends`,
+      );
     return deleteVersion(this.ctx, versionId);
   }
 

@@ -221,6 +221,20 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
       await verifier().resume(p.stack_id);
       return {};
     },
+    describe_version: async (p) => denvd.transfers.describe(p.version_id),
+    send_snapshot: async (p, io) => {
+      const out = io.get(p.out_stream);
+      const r = await denvd.transfers.send(p, out);
+      await finishStream(out).catch(() => {});
+      return r;
+    },
+    receive_snapshot: (p, io) => denvd.transfers.receive(p, io.get(p.in_stream)),
+    adopt_version: (p) => denvd.transfers.adopt(p),
+    discard_received: async (p) => {
+      await denvd.transfers.discard(p.snapshot_ids);
+      return {};
+    },
+    ensure_images: (p) => denvd.transfers.ensureImages(p.images),
     status: async () => ({
       stacks: denvd
         .stacks()

@@ -90,6 +90,10 @@ export async function reconcile(ctx: StackContext, journal: OpJournal): Promise<
     for (const ds of await storage.listDatasets())
       if (!datasets.has(ds)) await remove(ds, () => storage.destroyDataset(ds));
   });
+  // Replicas a kill cut off mid-transfer: never adopted, so never a version here.
+  await attempt("received", async () => {
+    for (const snap of await storage.listReceived()) await remove(snap, () => storage.discardReceived(snap));
+  });
   const snaps = new Set(store.versions().flatMap((v) => Object.values(v.snapshots)));
   await attempt("snapshots", async () => {
     for (const snap of await storage.listSnapshots())

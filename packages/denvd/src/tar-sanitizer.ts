@@ -40,6 +40,13 @@ function checkLink(entryName: string, linkname: string, kind: "symlink" | "link"
 export async function sanitizeTar(
   input: Readable,
   output: Writable,
+  options: {
+    /**
+     * A volume's symbolic links are its data (a replica's tar): kept whatever they point at, since
+     * no entry may pass through one anyway. An upload's must stay inside the tree.
+     */
+    linksAreData?: boolean;
+  } = {},
 ): Promise<{ entries: number; bytes: number }> {
   const extract = tar.extract();
   const pack = tar.pack();
@@ -67,7 +74,9 @@ export async function sanitizeTar(
       const via = throughLink(name);
       if (via) refuse(`${name} goes through (or replaces) the symbolic link ${via} made earlier in the tar`);
       if (header.type === "symlink") {
-        checkLink(name, header.linkname ?? "", "symlink");
+        if (options.linksAreData) {
+          if ((header.linkname ?? "").includes("\0")) refuse(`link target holds a NUL byte in ${name}`);
+        } else checkLink(name, header.linkname ?? "", "symlink");
         links.add(name);
       } else if (header.type === "link") {
         checkLink(name, header.linkname ?? "", "link");

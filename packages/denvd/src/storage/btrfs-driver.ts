@@ -4,15 +4,20 @@
  * Where the host has no btrfs pool, the driver makes one: a sparse image file under its state
  * directory, formatted and loop-mounted.
  */
-import { access, mkdir, readdir, statfs } from "node:fs/promises";
+import { existsSync } from "node:fs";
+import { access, mkdir, readdir, rename, rm, stat, statfs } from "node:fs/promises";
 import { join } from "node:path";
+import type { Readable } from "node:stream";
 import { DenvError } from "@denv/protocol";
 import { directoryBytes } from "./directory-bytes.ts";
 import { runCommand } from "./run-command.ts";
+import { commandInput, commandOutput, extractTarInto, type SnapshotSend, tarOf } from "./snapshot-streams.ts";
 import {
+  assertFormat,
   assertSafeId,
   type DatasetInfo,
   type QuotaEvidence,
+  type SnapshotFormat,
   type SnapshotInfo,
   type StorageDriver,
 } from "./storage-driver.ts";
@@ -29,6 +34,7 @@ export interface BtrfsDriverOptions {
 
 export class BtrfsDriver implements StorageDriver {
   readonly kind = "btrfs" as const;
+  readonly transferFormats: readonly SnapshotFormat[] = ["btrfs-send", "tar"];
   readonly poolPath: string;
   private readonly options: BtrfsDriverOptions;
 
@@ -57,6 +63,11 @@ export class BtrfsDriver implements StorageDriver {
     }
     await mkdir(join(this.poolPath, "datasets"), { recursive: true });
     await mkdir(join(this.poolPath, "snapshots"), { recursive: true });
+    // Replicas from other hosts: staged in receiving/ID/ while they arrive, then kept in
+    // received/ID/ (a received subvolume is read-only, so it cannot be moved itself: the
+    // directory holding it is).
+    await mkdir(join(this.poolPath, "receiving"), { recursive: true });
+    await mkdir(join(this.poolPath, "received"), { recursive: true });
     // Quotas (qgroups) let each dataset's growth be capped: no environment fills the pool.
     await runCommand("btrfs", ["quota", "enable", this.poolPath]);
   }
@@ -85,7 +96,68 @@ export class BtrfsDriver implements StorageDriver {
 
   private snapshotPath(id: string): string {
     assertSafeId(id);
-    return join(this.poolPath, "snapshots", id);
+    const received = join(this.poolPath, "received", id, id);
+    return existsSync(received) ? received : join(this.poolPath, "snapshots", id);
+  }
+
+  private receivingDir(id: string): string {
+    assertSafeId(id);
+    return join(this.poolPath, "receiving", id);
+  }
+
+  async sendSnapshot(
+    snapshotId: string,
+    format: SnapshotFormat,
+    options: { baseSnapshotId?: string } = {},
+  ): Promise<SnapshotSend> {
+    assertFormat(this, format);
+    if (format === "tar") return tarOf(this.snapshotPath(snapshotId));
+    const base = options.baseSnapshotId ? ["-p", this.snapshotPath(options.baseSnapshotId)] : [];
+    return commandOutput("btrfs", ["-q", "send", ...base, this.snapshotPath(snapshotId)]);
+  }
+
+  async receiveSnapshot(snapshotId: string, format: SnapshotFormat, input: Readable): Promise<void> {
+    assertFormat(this, format);
+    const dir = this.receivingDir(snapshotId);
+    // What an earlier, cut-off attempt left goes first: this one starts clean.
+    await this.discardReceived(snapshotId);
+    await mkdir(dir, { recursive: true });
+    try {
+      if (format === "tar") {
+        const path = join(dir, snapshotId);
+        await runCommand("btrfs", ["-q", "subvolume", "create", path]);
+        await extractTarInto(input, path);
+        await runCommand("btrfs", ["property", "set", "-ts", path, "ro", "true"]);
+        return;
+      }
+      // Chrooted into its own staging directory: the stream names the subvolume it makes, and
+      // can name nothing outside that directory.
+      await commandInput("btrfs", ["-q", "receive", "-e", "--chroot", dir], input);
+      const made = await readdir(dir);
+      if (made.length !== 1 || made[0] !== snapshotId)
+        throw new DenvError(
+          "storage_error",
+          `the stream made ${JSON.stringify(made.slice(0, 5))}, not the snapshot ${snapshotId} it was sent as`,
+        );
+    } catch (err) {
+      await this.discardReceived(snapshotId).catch(() => {});
+      throw err;
+    }
+  }
+
+  async commitReceived(snapshotId: string): Promise<void> {
+    const kept = join(this.poolPath, "received", snapshotId);
+    if (existsSync(kept) || existsSync(join(this.poolPath, "snapshots", snapshotId)))
+      throw new DenvError("conflict", `this host already holds a snapshot ${snapshotId}`);
+    await rename(this.receivingDir(snapshotId), kept);
+  }
+
+  async discardReceived(snapshotId: string): Promise<void> {
+    await removeHolder(this.receivingDir(snapshotId));
+  }
+
+  listReceived(): Promise<string[]> {
+    return readdir(join(this.poolPath, "receiving")).catch(() => []);
   }
 
   async createDataset(id: string): Promise<DatasetInfo> {
@@ -126,6 +198,7 @@ export class BtrfsDriver implements StorageDriver {
 
   async destroySnapshot(id: string): Promise<void> {
     await this.deleteSubvolume(this.snapshotPath(id));
+    await removeHolder(join(this.poolPath, "received", id));
   }
 
   private async deleteSubvolume(path: string): Promise<void> {
@@ -140,8 +213,10 @@ export class BtrfsDriver implements StorageDriver {
     return readdir(join(this.poolPath, "datasets")).catch(() => []);
   }
 
-  listSnapshots(): Promise<string[]> {
-    return readdir(join(this.poolPath, "snapshots")).catch(() => []);
+  async listSnapshots(): Promise<string[]> {
+    const own = await readdir(join(this.poolPath, "snapshots")).catch(() => []);
+    const received = await readdir(join(this.poolPath, "received")).catch(() => []);
+    return [...own, ...received];
   }
 
   async freeBytes(): Promise<number> {
@@ -159,6 +234,17 @@ export class BtrfsDriver implements StorageDriver {
       await runCommand("umount", [this.poolPath]);
     }
   }
+}
+
+/** A directory holding received subvolumes, removed with them (a subvolume is deleted, not unlinked). */
+async function removeHolder(dir: string): Promise<void> {
+  for (const name of await readdir(dir).catch(() => [] as string[])) {
+    const path = join(dir, name);
+    // A subvolume's root is inode 256.
+    if ((await stat(path).catch(() => null))?.ino === 256)
+      await runCommand("btrfs", ["-q", "subvolume", "delete", path]);
+  }
+  await rm(dir, { recursive: true, force: true });
 }
 
 async function isBtrfs(path: string): Promise<boolean> {

@@ -2,20 +2,27 @@
  * dir: datasets are plain directories; snapshots and clones are copies (`cp -a --reflink=auto`, so
  * a filesystem with reflinks shares blocks). Correct everywhere, and slower: a fork costs a copy.
  */
-import { mkdir, readdir, rm, statfs } from "node:fs/promises";
+import { existsSync } from "node:fs";
+import { mkdir, readdir, rename, rm, statfs } from "node:fs/promises";
 import { join } from "node:path";
+import type { Readable } from "node:stream";
+import { DenvError } from "@denv/protocol";
 import { directoryBytes } from "./directory-bytes.ts";
 import { runCommand } from "./run-command.ts";
+import { extractTarInto, type SnapshotSend, tarOf } from "./snapshot-streams.ts";
 import {
+  assertFormat,
   assertSafeId,
   type DatasetInfo,
   type QuotaEvidence,
+  type SnapshotFormat,
   type SnapshotInfo,
   type StorageDriver,
 } from "./storage-driver.ts";
 
 export class DirDriver implements StorageDriver {
   readonly kind = "dir" as const;
+  readonly transferFormats: readonly SnapshotFormat[] = ["tar"];
   private readonly root: string;
 
   constructor(root: string) {
@@ -25,6 +32,45 @@ export class DirDriver implements StorageDriver {
   async init(): Promise<void> {
     await mkdir(join(this.root, "datasets"), { recursive: true });
     await mkdir(join(this.root, "snapshots"), { recursive: true });
+    await mkdir(join(this.root, "receiving"), { recursive: true });
+  }
+
+  private receivingDir(id: string): string {
+    assertSafeId(id);
+    return join(this.root, "receiving", id);
+  }
+
+  async sendSnapshot(snapshotId: string, format: SnapshotFormat): Promise<SnapshotSend> {
+    assertFormat(this, format);
+    return tarOf(this.snapshotPath(snapshotId));
+  }
+
+  async receiveSnapshot(snapshotId: string, format: SnapshotFormat, input: Readable): Promise<void> {
+    assertFormat(this, format);
+    const dir = this.receivingDir(snapshotId);
+    await this.discardReceived(snapshotId);
+    await mkdir(dir, { recursive: true });
+    try {
+      await extractTarInto(input, dir);
+    } catch (err) {
+      await this.discardReceived(snapshotId).catch(() => {});
+      throw err;
+    }
+  }
+
+  async commitReceived(snapshotId: string): Promise<void> {
+    const target = this.snapshotPath(snapshotId);
+    if (existsSync(target))
+      throw new DenvError("conflict", `this host already holds a snapshot ${snapshotId}`);
+    await rename(this.receivingDir(snapshotId), target);
+  }
+
+  async discardReceived(snapshotId: string): Promise<void> {
+    await rm(this.receivingDir(snapshotId), { recursive: true, force: true });
+  }
+
+  listReceived(): Promise<string[]> {
+    return readdir(join(this.root, "receiving")).catch(() => []);
   }
 
   datasetPath(id: string): string {

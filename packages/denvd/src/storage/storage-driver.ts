@@ -2,9 +2,17 @@
  * The storage port: datasets (a stack's volumes), read-only snapshots of them, and writable clones
  * of snapshots (a fork's volumes). Three drivers pass one contract suite: btrfs, dir and zfs.
  */
+import type { Readable } from "node:stream";
 import { DenvError, type QuotaEvidence } from "@denv/protocol";
+import type { SnapshotSend } from "./snapshot-streams.ts";
 
-export type { QuotaEvidence };
+export type { QuotaEvidence, SnapshotSend };
+
+/**
+ * How a snapshot travels to another host: the driver's own stream (incremental against a base both
+ * hosts hold), or a tar of its tree, which any driver with files can send and take.
+ */
+export type SnapshotFormat = "btrfs-send" | "zfs-send" | "tar";
 
 export type StorageKind = "btrfs" | "dir" | "zfs";
 
@@ -52,6 +60,40 @@ export interface StorageDriver {
    * a driver without quotas says so.
    */
   limitGrowth(id: string, growthBytes: number): Promise<QuotaEvidence>;
+  /** The formats it sends and takes, its own first. */
+  readonly transferFormats: readonly SnapshotFormat[];
+  /**
+   * A snapshot as bytes for another host's receiveSnapshot; with a base (a snapshot both hosts
+   * hold), only what changed since, where the format has that.
+   */
+  sendSnapshot(
+    snapshotId: string,
+    format: SnapshotFormat,
+    options?: { baseSnapshotId?: string },
+  ): Promise<SnapshotSend>;
+  /**
+   * Takes another host's bytes into a staging place: not a snapshot (never listed, never cloned)
+   * until commitReceived. What a failed or cut stream left is removed before this rejects.
+   */
+  receiveSnapshot(snapshotId: string, format: SnapshotFormat, input: Readable): Promise<void>;
+  /** A received snapshot made one of the pool's snapshots. */
+  commitReceived(snapshotId: string): Promise<void>;
+  /** A received snapshot thrown away. Idempotent. */
+  discardReceived(snapshotId: string): Promise<void>;
+  /** Received snapshots not committed (left by a kill mid-transfer; discarded when denvd opens). */
+  listReceived(): Promise<string[]>;
+}
+
+/** Refuses a format a driver does not take. */
+export function assertFormat(
+  driver: Pick<StorageDriver, "kind" | "transferFormats">,
+  format: SnapshotFormat,
+): void {
+  if (!driver.transferFormats.includes(format))
+    throw new DenvError(
+      "invalid_argument",
+      `the ${driver.kind} storage driver does not send or take ${format} (it does ${driver.transferFormats.join(", ")})`,
+    );
 }
 
 /** Ids become path components and zfs dataset names: keep them to a safe alphabet. */

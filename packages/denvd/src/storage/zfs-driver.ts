@@ -3,18 +3,24 @@
  * Written to the zfs(8) commands; ZFS is not available on the machines this project is built on, so
  * its contract tests skip there with the reason printed.
  */
+import type { Readable } from "node:stream";
 import { DenvError } from "@denv/protocol";
 import { runCommand } from "./run-command.ts";
+import { commandInput, commandOutput, type SnapshotSend } from "./snapshot-streams.ts";
 import {
+  assertFormat,
   assertSafeId,
   type DatasetInfo,
   type QuotaEvidence,
+  type SnapshotFormat,
   type SnapshotInfo,
   type StorageDriver,
 } from "./storage-driver.ts";
 
 export class ZfsDriver implements StorageDriver {
   readonly kind = "zfs" as const;
+  /** Full streams only: an incremental `zfs send -i` needs the base in the same lineage on both hosts. */
+  readonly transferFormats: readonly SnapshotFormat[] = ["zfs-send"];
   private readonly base: string;
   private readonly mountRoot: string;
 
@@ -83,10 +89,50 @@ export class ZfsDriver implements StorageDriver {
 
   async listDatasets(): Promise<string[]> {
     const out = await runCommand("zfs", ["list", "-H", "-o", "name", "-d", "1", this.base]);
+    return (
+      out
+        .split("\n")
+        .filter((n) => n.startsWith(`${this.base}/`))
+        .map((n) => n.slice(this.base.length + 1))
+        // Replicas' holders (received snapshots live in them), not datasets of stacks.
+        .filter((n) => !n.startsWith("rcv-") && !n.startsWith("stg-"))
+    );
+  }
+
+  async sendSnapshot(snapshotId: string, format: SnapshotFormat): Promise<SnapshotSend> {
+    assertFormat(this, format);
+    const name = await this.snapshotName(snapshotId);
+    if (!name) throw new DenvError("not_found", `no snapshot ${snapshotId}`);
+    return commandOutput("zfs", ["send", name]);
+  }
+
+  /** Into POOL/denv/stg-ID (unmounted) until committed, then POOL/denv/rcv-ID. A cut stream: zfs receives nothing. */
+  async receiveSnapshot(snapshotId: string, format: SnapshotFormat, input: Readable): Promise<void> {
+    assertFormat(this, format);
+    await this.discardReceived(snapshotId);
+    try {
+      await commandInput("zfs", ["receive", "-u", `${this.name(`stg-${snapshotId}`)}@${snapshotId}`], input);
+    } catch (err) {
+      await this.discardReceived(snapshotId).catch(() => {});
+      throw err;
+    }
+  }
+
+  async commitReceived(snapshotId: string): Promise<void> {
+    await runCommand("zfs", ["rename", this.name(`stg-${snapshotId}`), this.name(`rcv-${snapshotId}`)]);
+  }
+
+  async discardReceived(snapshotId: string): Promise<void> {
+    await this.destroyDataset(`stg-${snapshotId}`);
+  }
+
+  async listReceived(): Promise<string[]> {
+    const out = await runCommand("zfs", ["list", "-H", "-o", "name", "-d", "1", this.base]);
     return out
       .split("\n")
-      .filter((n) => n.startsWith(`${this.base}/`))
-      .map((n) => n.slice(this.base.length + 1));
+      .map((n) => n.slice(this.base.length + 1))
+      .filter((n) => n.startsWith("stg-"))
+      .map((n) => n.slice(4));
   }
 
   async listSnapshots(): Promise<string[]> {

@@ -1178,6 +1178,7 @@ export type GetV1VersionsResponse = {
     project: string;
     environment: string;
     in_use: Array<string>;
+    replicas: Array<string>;
   }>;
 };
 
@@ -1195,6 +1196,23 @@ export type PostV1VersionsPruneBody = {
   keep: number;
   project?: string;
   dry_run?: boolean;
+};
+
+/** Copy a version's snapshots to another of the team's hosts (btrfs send/receive, incremental where both hold an earlier version; a tar between drivers): forks of it can then run there — POST /v1/versions/{id}/replicas */
+export type PostV1VersionsByIdReplicasResponse = {
+  version_id: string;
+  host_id: string;
+  already: boolean;
+  from_host_id: string | null;
+  format: string | null;
+  base_version_id: string | null;
+  bytes: number;
+  ms: number;
+  mib_per_s: number;
+  evidence: unknown;
+};
+export type PostV1VersionsByIdReplicasBody = {
+  host: string;
 };
 
 /** A version's resolved spec: every service with its image pinned, the volumes, x-denv as resolved (what export writes other formats from) — GET /v1/versions/{id}/spec */
@@ -1339,6 +1357,7 @@ export const OPERATIONS = {
   getV1ReplaysById: { method: "GET", path: "/v1/replays/{id}", params: ["id"], body: "none", response: "json" },
   getV1Versions: { method: "GET", path: "/v1/versions", params: [], body: "none", response: "json" },
   postV1VersionsPrune: { method: "POST", path: "/v1/versions/prune", params: [], body: "json", response: "json" },
+  postV1VersionsByIdReplicas: { method: "POST", path: "/v1/versions/{id}/replicas", params: ["id"], body: "json", response: "json" },
   getV1VersionsByIdSpec: { method: "GET", path: "/v1/versions/{id}/spec", params: ["id"], body: "none", response: "json" },
   getV1VersionsByIdDatasheet: { method: "GET", path: "/v1/versions/{id}/datasheet", params: ["id"], body: "none", response: "json" },
   postV1Clouds: { method: "POST", path: "/v1/clouds", params: [], body: "json", response: "json" },
@@ -1425,6 +1444,7 @@ export interface Operations {
   getV1ReplaysById: { params: { id: string }; body: undefined; response: GetV1ReplaysByIdResponse };
   getV1Versions: { params: {  }; body: undefined; response: GetV1VersionsResponse };
   postV1VersionsPrune: { params: {  }; body: PostV1VersionsPruneBody; response: PostV1VersionsPruneResponse };
+  postV1VersionsByIdReplicas: { params: { id: string }; body: PostV1VersionsByIdReplicasBody; response: PostV1VersionsByIdReplicasResponse };
   getV1VersionsByIdSpec: { params: { id: string }; body: undefined; response: GetV1VersionsByIdSpecResponse };
   getV1VersionsByIdDatasheet: { params: { id: string }; body: undefined; response: GetV1VersionsByIdDatasheetResponse };
   postV1Clouds: { params: {  }; body: PostV1CloudsBody; response: PostV1CloudsResponse };

@@ -19,6 +19,7 @@ import { mountConsole } from "./console-routes.ts";
 import { Admission } from "./deploy/admission.ts";
 import type { Deployer } from "./deploy/deployer.ts";
 import { PoolKeeper } from "./deploy/pool-keeper.ts";
+import { Replicator } from "./deploy/replication.ts";
 import { defaultDownloadsDir } from "./downloads.ts";
 import type { FetchPolicy } from "./fetch-policy.ts";
 import { newId } from "./ids.ts";
@@ -40,6 +41,7 @@ export interface AppOptions {
   deployer: Deployer;
   /** Create turns per host (default: made here with the defaults). */
   admission?: Admission;
+  replicator?: Replicator;
   /** Warm pools (default: made here, refilled only when kicked; the server starts its own). */
   pools?: PoolKeeper;
   joinTokenTtlMs?: number;
@@ -86,6 +88,7 @@ export function createApp(options: AppOptions): Hono<ApiEnv> {
     hosts: options.hosts,
     deployer: options.deployer,
     admission,
+    replicator: options.replicator ?? new Replicator({ store: options.store, hosts: options.hosts }),
     pools:
       options.pools ??
       new PoolKeeper({ store: options.store, deployer: options.deployer, hosts: options.hosts, admission }),

@@ -20,6 +20,7 @@ import { Deployer } from "./deploy/deployer.ts";
 import { type HostWatchOptions, startHostWatch } from "./deploy/host-watch.ts";
 import { PoolKeeper, type PoolKeeperOptions } from "./deploy/pool-keeper.ts";
 import { recoverReplays } from "./deploy/replay-runner.ts";
+import { Replicator } from "./deploy/replication.ts";
 import { FetchPolicy } from "./fetch-policy.ts";
 import { proxyHttp, proxyUpgrade } from "./port-tunnels.ts";
 import { PortsOrigin } from "./ports-origin.ts";
@@ -165,6 +166,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     );
   });
   const admission = new Admission({ store, secrets }, options.admission);
+  const replicator = new Replicator({ store, hosts: hub });
   pools = new PoolKeeper({ store, deployer, hosts: hub, admission }, options.pools);
   // Port URLs: a listener of their own, so a sandbox's page never shares the console's origin.
   if (options.portsOrigin) new PortsOrigin(options.portsOrigin); // a bad template fails before listening
@@ -197,6 +199,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     hosts: hub,
     deployer,
     admission,
+    replicator,
     pools,
     downloadsDir: options.downloadsDir,
     secrets,

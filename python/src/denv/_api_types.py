@@ -478,6 +478,7 @@ class GetV1VersionsResponseVersionsItem(TypedDict):
     project: str
     environment: str
     in_use: list[str]
+    replicas: list[str]
 
 
 class GetV1VersionsResponse(TypedDict):
@@ -494,6 +495,19 @@ class PostV1VersionsPruneResponse(TypedDict):
     kept: list[PostV1VersionsPruneResponseKeptItem]
     dry_run: bool
     images_removed: list[str]
+
+
+class PostV1VersionsByIdReplicasResponse(TypedDict):
+    version_id: str
+    host_id: str
+    already: bool
+    from_host_id: str | None
+    format: str | None
+    base_version_id: str | None
+    bytes: float
+    ms: float
+    mib_per_s: float
+    evidence: Any
 
 
 class GetV1VersionsByIdSpecResponse(TypedDict):

@@ -6,7 +6,7 @@ import { run } from "./command-runner.ts";
 export function registerVersionCommands(program: Command): void {
   const version = program
     .command("version")
-    .description("Versions: list, delete, prune (their snapshots fill the pool)");
+    .description("Versions: list, delete, prune (their snapshots fill the pool), replicate to another host");
   const list = version
     .command("list")
     .description("The team's versions, newest first, with what keeps each")
@@ -17,10 +17,10 @@ export function registerVersionCommands(program: Command): void {
       const r = await client().call("getV1Versions", { query: o.project ? { project: o.project } : {} });
       if (json) printJson(r);
       else {
-        process.stdout.write("VERSION\tPROJECT\tENVIRONMENT\tCREATED\tIN USE\n");
+        process.stdout.write("VERSION\tPROJECT\tENVIRONMENT\tCREATED\tIN USE\tREPLICAS\n");
         for (const v of r.versions)
           process.stdout.write(
-            `${v.id}\t${v.project}\t${v.environment}\t${v.created_at}\t${v.in_use.join("; ") || "-"}\n`,
+            `${v.id}\t${v.project}\t${v.environment}\t${v.created_at}\t${v.in_use.join("; ") || "-"}\t${v.replicas?.length ?? "-"}\n`,
           );
       }
       return 0;
@@ -36,6 +36,29 @@ export function registerVersionCommands(program: Command): void {
       const r = await client().call("deleteV1VersionsById", { params: { id: ref } });
       if (json) printJson(r);
       else process.stdout.write(`deleted ${r.deleted}\n`);
+      return 0;
+    }),
+  );
+  const replicate = version
+    .command("replicate")
+    .description(
+      "Copy a version's snapshots to another host (btrfs send/receive, incremental where both hold an earlier version): forks of it can run there too",
+    )
+    .argument("<version>", "ver_… or PROJECT@ver_…")
+    .requiredOption("--to <host>", "the host (name or id) that takes the copy")
+    .option("--json", "print JSON");
+  replicate.action(
+    run(replicate, async (client, json, ref: string, o: { to: string }) => {
+      const r = await client().call("postV1VersionsByIdReplicas", {
+        params: { id: ref },
+        body: { host: o.to },
+      });
+      if (json) printJson(r);
+      else if (r.already) process.stdout.write(`${o.to} already holds ${r.version_id}\n`);
+      else
+        process.stdout.write(
+          `replicated ${r.version_id} to ${o.to}: ${(r.bytes / 1024 ** 2).toFixed(1)} MiB as ${r.format}${r.base_version_id ? ` (incremental on ${r.base_version_id})` : ""} in ${(r.ms / 1000).toFixed(1)} s, ${r.mib_per_s} MiB/s\n`,
+        );
       return 0;
     }),
   );

@@ -9,6 +9,7 @@ import type { SecretBox } from "../clouds/secret-box.ts";
 import type { Admission } from "../deploy/admission.ts";
 import type { Deployer } from "../deploy/deployer.ts";
 import type { PoolKeeper } from "../deploy/pool-keeper.ts";
+import type { Replicator } from "../deploy/replication.ts";
 import type { FetchPolicy } from "../fetch-policy.ts";
 import type { PortsOrigin } from "../ports-origin.ts";
 import type { RateLimiter } from "../rate-limit.ts";
@@ -25,6 +26,8 @@ export interface ApiDeps {
   admission: Admission;
   /** Warm pools: creates of a pooled version take a ready member (pool-keeper.ts). */
   pools: PoolKeeper;
+  /** Copies of versions on other hosts (replication.ts). */
+  replicator: Replicator;
   secrets: SecretBox;
   fetchPolicy: FetchPolicy;
   limiter: RateLimiter;

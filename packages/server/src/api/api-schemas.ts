@@ -201,6 +201,25 @@ export const versionListItem = versionSchema.extend({
   environment: z.string(),
   /** What keeps it: environments running it or forked from it, pools, running replays. */
   in_use: z.array(z.string()),
+  /** Hosts other than host_id that hold a copy of its snapshots (forks of it can run there). */
+  replicas: z.array(z.string()),
+});
+export const replicaBody = z.strictObject({
+  host: z.string().min(1).max(200).describe("The host (its name or id) to copy the version to"),
+});
+export const replicaResult = z.object({
+  version_id: z.string(),
+  host_id: z.string(),
+  /** The host already held it: nothing was sent. */
+  already: z.boolean(),
+  from_host_id: z.string().nullable(),
+  format: z.string().nullable(),
+  /** The version an incremental stream was based on; null: a full stream (or nothing sent). */
+  base_version_id: z.string().nullable(),
+  bytes: z.number(),
+  ms: z.number(),
+  mib_per_s: z.number(),
+  evidence: z.unknown(),
 });
 export const pruneBody = z.strictObject({
   keep: z.number().int().min(1).max(10_000).describe("Newest versions kept per environment"),

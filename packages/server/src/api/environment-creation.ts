@@ -6,6 +6,7 @@
 import { createHash } from "node:crypto";
 import { DEFAULT_CAPS, DenvError, isDenvError } from "@denv/protocol";
 import type { z } from "zod";
+import { hostsWithRoom, placeFork } from "../deploy/fork-placement.ts";
 import { MIN_FREE_BYTES } from "../deploy/placement.ts";
 import { newId } from "../ids.ts";
 import { deploymentById } from "../store/deployment-store.ts";
@@ -71,18 +72,21 @@ export async function forkVersion(
   versionId: string,
   name: string | undefined,
   sandbox: boolean,
+  options: { onHost?: string } = {},
 ): Promise<Created> {
   const as = { name: name ?? sandboxName(), sandbox };
   const version = await findVersion(deps.store, teamId, versionId);
   if (!version.host_id) return forkHosted(deps, teamId, version, as);
   const pooled = await takeFromPool(deps, teamId, versionId, as);
   if (pooled) return pooled;
-  const ticket = await deps.admission.admit(version.host_id, {
+  // A host that holds the version (or takes a replica of it) with a free turn (fork-placement.ts).
+  const placed = await placeFork(deps, version, options);
+  const ticket = await deps.admission.admit(placed.hostId, {
     memoryBytes: await deps.admission.versionMemoryBytes(version.id),
     label: `fork ${as.name}`,
   });
   try {
-    return await createdEnv(deps, "fork", await deps.deployer.fork(versionId, { teamId, ...as }));
+    return await createdEnv(deps, "fork", await deps.deployer.fork(versionId, { teamId, ...as, placed }));
   } finally {
     ticket.release();
   }
@@ -112,7 +116,7 @@ async function forkHosted(
   return serializeEnvironment(deps.store, deps.secrets, env);
 }
 
-/** Forks a fan-out starts at once; the rest wait for one of them to finish. */
+/** Forks a fan-out starts at once per host it spreads over; the rest wait for one of them to finish. */
 const FAN_OUT_PARALLEL = 8;
 
 /**
@@ -136,6 +140,9 @@ export async function fanOut(
       ? [body.name]
       : Array.from({ length: body.count }, (_, i) => `${prefix}-${String(i + 1).padStart(width, "0")}`);
   const forks: z.infer<typeof fanOutResult>["forks"] = new Array(names.length);
+  // Spread over every connected host with room: fork i goes to the i-th of them in turn, and a host
+  // without the version takes a replica first (once, shared by its forks).
+  const spread = version.host_id ? await hostsWithRoom(deps, teamId) : [];
   let next = 0;
   const worker = async () => {
     for (let i = next++; i < names.length; i = next++) {
@@ -144,7 +151,14 @@ export async function fanOut(
         forks[i] = {
           name,
           ok: true,
-          environment: await forkVersion(deps, teamId, version.id, name, body.sandbox ?? false),
+          environment: await forkVersion(
+            deps,
+            teamId,
+            version.id,
+            name,
+            body.sandbox ?? false,
+            spread.length > 1 ? { onHost: spread[i % spread.length] as string } : {},
+          ),
         };
       } catch (err) {
         const e = isDenvError(err)
@@ -154,7 +168,8 @@ export async function fanOut(
       }
     }
   };
-  await Promise.all(Array.from({ length: Math.min(FAN_OUT_PARALLEL, names.length) }, worker));
+  const parallel = FAN_OUT_PARALLEL * Math.max(1, spread.length);
+  await Promise.all(Array.from({ length: Math.min(parallel, names.length) }, worker));
   const created = forks.filter((f) => f.ok).length;
   return { version_id: version.id, requested: names.length, created, failed: names.length - created, forks };
 }

@@ -452,6 +452,12 @@ const CASES: Record<string, Case> = {
     body: () => ({ keep: 1, dry_run: true }),
     status: 200,
   },
+  // To the host that already holds it: nothing is sent (the copying is the fleet e2e test's).
+  "post /v1/versions/{id}/replicas": {
+    path: () => `/v1/versions/${a.version}/replicas`,
+    body: () => ({ host: a.host }),
+    status: 201,
+  },
   "get /v1/versions/{id}/spec": { path: () => `/v1/versions/${a.version}/spec`, status: 200 },
   "get /v1/versions/{id}/datasheet": {
     path: () => `/v1/versions/${a.version}/datasheet`,

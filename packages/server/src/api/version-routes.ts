@@ -3,6 +3,8 @@ import { DenvError, type ResolvedSpec } from "@denv/protocol";
 import { withoutSecretContents } from "@denv/spec";
 import { z } from "zod";
 import { removeUnusedBuiltImages } from "../deploy/built-images.ts";
+import { versionHolders } from "../deploy/replication.ts";
+import { teamHosts } from "../store/host-store.ts";
 import type { Store } from "../store/open-store.ts";
 import { findProject } from "../store/project-store.ts";
 import type { VersionsTable } from "../store/schema.ts";
@@ -16,7 +18,7 @@ import {
 import { hostedTargetNamed } from "../targets/hosted-targets.ts";
 import type { ApiContext } from "./api-deps.ts";
 import { type ApiRoute, route } from "./api-route.ts";
-import { pruneBody, pruneResult, versionListItem } from "./api-schemas.ts";
+import { pruneBody, pruneResult, replicaBody, replicaResult, versionListItem } from "./api-schemas.ts";
 import { serializeVersion } from "./api-serializers.ts";
 import { buildDatasheet, datasheetMarkdown } from "./datasheet.ts";
 
@@ -25,6 +27,7 @@ async function listItem(store: Store, v: VersionsTable): Promise<z.infer<typeof 
     ...serializeVersion(v),
     ...(await versionPlace(store, v)),
     in_use: await versionUsers(store, v.id),
+    replicas: (await versionHolders(store, v)).slice(1),
   };
 }
 
@@ -48,11 +51,22 @@ export async function deleteVersion(c: ApiContext, v: VersionsTable): Promise<vo
     await deleteVersionRow(store, v.id);
     return;
   }
-  if (!hosts.isConnected(v.host_id))
+  // Every copy goes: the one it was taken on and its replicas, each by the host holding it.
+  const holders = await versionHolders(store, v);
+  const away = holders.filter((h) => !hosts.isConnected(h));
+  if (away.length)
     throw new DenvError(
       "host_unavailable",
-      `the host holding ${v.id}'s snapshots is not connected; its snapshots can be deleted only there`,
+      `${away.length === 1 ? "a host" : "hosts"} holding ${v.id}'s snapshots (${away.join(", ")}) ${away.length === 1 ? "is" : "are"} not connected; its snapshots can be deleted only there`,
     );
+  for (const h of holders.slice(1)) {
+    await hosts.call(h, "delete_version", { version_id: v.id });
+    await store
+      .deleteFrom("version_replicas")
+      .where("version_id", "=", v.id)
+      .where("host_id", "=", h)
+      .execute();
+  }
   await hosts.call(v.host_id, "delete_version", { version_id: v.id });
   await deleteVersionRow(store, v.id);
 }
@@ -142,6 +156,40 @@ export const versionRoutes: ApiRoute[] = [
           imagesRemoved.push(...r.removed);
         }
       return c.json({ deleted, kept, dry_run: body.dry_run ?? false, images_removed: imagesRemoved });
+    },
+  }),
+  route({
+    method: "post",
+    path: "/v1/versions/{id}/replicas",
+    summary:
+      "Copy a version's snapshots to another of the team's hosts (btrfs send/receive, incremental where both hold an earlier version; a tar between drivers): forks of it can then run there",
+    body: replicaBody,
+    response: replicaResult,
+    status: 201,
+    auth: true,
+    handler: async (c, { body }) => {
+      const { store, replicator } = c.var.deps;
+      const version = await resolveVersionRef(store, c.var.teamId, c.req.param("id") ?? "");
+      const host = (await teamHosts(store, c.var.teamId)).find(
+        (h) => h.id === body.host || h.name === body.host,
+      );
+      if (!host) throw new DenvError("not_found", `no host ${body.host} in this team (see denv host list)`);
+      const made = await replicator.replicate(version, host.id);
+      return c.json(
+        {
+          version_id: version.id,
+          host_id: host.id,
+          already: made === null,
+          from_host_id: made?.from_host_id ?? null,
+          format: made?.format ?? null,
+          base_version_id: made?.base_version_id ?? null,
+          bytes: made?.bytes ?? 0,
+          ms: made?.ms ?? 0,
+          mib_per_s: made?.mib_per_s ?? 0,
+          evidence: made,
+        },
+        201,
+      );
     },
   }),
   route({

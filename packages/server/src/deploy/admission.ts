@@ -131,6 +131,15 @@ export class Admission {
     return ticket;
   }
 
+  /** Creates running and waiting on a host now, and how many it runs at once: where a fork has room. */
+  load(hostId: string): { busy: number; parallel: number } {
+    const line = this.lines.get(hostId);
+    return {
+      busy: (line?.running.size ?? 0) + (line?.queue.length ?? 0),
+      parallel: this.options.parallelPerHost,
+    };
+  }
+
   /** A create that is refused by the caller's own size check, before it is made. */
   async checkRoom(hostId: string, memoryBytes: number): Promise<void> {
     const s = await this.hostState(hostId);

@@ -14,7 +14,7 @@ import { runDeploy } from "./deploy-kind.ts";
 import { recoverDeployments } from "./deployment-recovery.ts";
 import { type DeployerOptions, DeploymentRunner, type Launched } from "./deployment-runner.ts";
 import { runDestroy } from "./destroy-kind.ts";
-import { runFork } from "./fork-kind.ts";
+import { type ForkOptions, runFork } from "./fork-kind.ts";
 import { syncHostStatuses } from "./host-sync.ts";
 import { type PromoteOptions, runPromote } from "./promote-kind.ts";
 import { runRollback } from "./rollback-kind.ts";
@@ -59,10 +59,7 @@ export class Deployer {
   }
 
   /** A new environment from a version, on the host that holds the version's data (or a pool's member). */
-  fork(
-    versionId: string,
-    options: { teamId: string; name: string; sandbox?: boolean; poolId?: string; holdClock?: boolean },
-  ): Promise<Launched & { environmentId: string }> {
+  fork(versionId: string, options: ForkOptions): Promise<Launched & { environmentId: string }> {
     return runFork(this.runner, versionId, options);
   }
 

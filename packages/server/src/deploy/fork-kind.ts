@@ -10,13 +10,27 @@ import { projectById } from "../store/project-store.ts";
 import { findVersion, versionHost } from "../store/version-store.ts";
 import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
 
+export interface ForkOptions {
+  teamId: string;
+  name: string;
+  sandbox?: boolean;
+  poolId?: string;
+  holdClock?: boolean;
+  /**
+   * Where it runs (fork-placement.ts), and why: a host holding the version, perhaps a replica made
+   * for this fork. None: the host that took the version.
+   */
+  placed?: { hostId: string; evidence: Record<string, unknown> };
+}
+
 export async function runFork(
   runner: DeploymentRunner,
   versionId: string,
-  options: { teamId: string; name: string; sandbox?: boolean; poolId?: string; holdClock?: boolean },
+  options: ForkOptions,
 ): Promise<Launched & { environmentId: string }> {
   const version = await findVersion(runner.store, options.teamId, versionId);
-  const hostId = versionHost(version, "a fork on a denvd host");
+  const origin = versionHost(version, "a fork on a denvd host");
+  const hostId = options.placed?.hostId ?? origin;
   const project = await projectById(runner.store, version.project_id);
   if (await environmentNamed(runner.store, project.id, options.name))
     throw new DenvError("conflict", `an environment named ${options.name} already exists in ${project.name}`);
@@ -34,7 +48,10 @@ export async function runFork(
     env.id,
     async () => {
       await rec.run("place", async () => ({
-        evidence: { host_id: hostId, reason: "holds the version's snapshots (snapshot locality)" },
+        evidence: options.placed?.evidence ?? {
+          host_id: hostId,
+          reason: "holds the version's snapshots (snapshot locality)",
+        },
       }));
       rec.state.host_id = hostId;
       await runner.joinPhase(rec, hostId);

@@ -115,6 +115,15 @@ export async function hostHoldings(store: Store, teamId: string): Promise<Map<st
     .orderBy("created_at", "desc")
     .execute();
   for (const v of versions) of(v.host_id as string).versions.push(v.id);
+  // Copies on other hosts (deploy/replication.ts) are held there too.
+  const replicas = await store
+    .selectFrom("version_replicas")
+    .innerJoin("versions", "versions.id", "version_replicas.version_id")
+    .select(["version_replicas.version_id", "version_replicas.host_id"])
+    .where("version_replicas.team_id", "=", teamId)
+    .orderBy("versions.created_at", "desc")
+    .execute();
+  for (const r of replicas) of(r.host_id).versions.push(r.version_id);
   const pools = await store
     .selectFrom("pools")
     .innerJoin("versions", "versions.id", "pools.version_id")

@@ -342,6 +342,23 @@ export const MIGRATIONS: Record<string, Migration> = {
       await db.schema.alterTable("versions_next").renameTo("versions").execute();
     },
   },
+  "0014_version_replicas": {
+    // Copies of a version's snapshots on hosts other than the one that took it (deploy/replication.ts).
+    up: async (db) => {
+      await db.schema
+        .createTable("version_replicas")
+        .addColumn("version_id", text, (c) => c.notNull())
+        .addColumn("host_id", text, (c) => c.notNull())
+        .addColumn("team_id", text, (c) => c.notNull())
+        .addColumn("source_host_id", text, (c) => c.notNull())
+        .addColumn("format", text, (c) => c.notNull())
+        .addColumn("evidence_json", text, (c) => c.notNull())
+        .addColumn("created_at", text, (c) => c.notNull())
+        .addPrimaryKeyConstraint("version_replicas_pk", ["version_id", "host_id"])
+        .execute();
+      await db.schema.createIndex("version_replicas_host").on("version_replicas").column("host_id").execute();
+    },
+  },
 };
 
 export const migrationProvider: MigrationProvider = {

@@ -167,6 +167,20 @@ export interface VersionsTable {
   created_at: string;
 }
 
+/** A version's copy on a host other than the one that took it: forks of it can run there too. */
+export interface VersionReplicasTable {
+  version_id: string;
+  host_id: string;
+  team_id: string;
+  /** The host it was copied from. */
+  source_host_id: string;
+  /** How it travelled: btrfs-send, zfs-send or tar. */
+  format: string;
+  /** The transfer: bytes per volume, their sha256, time taken, the base of an incremental stream. */
+  evidence_json: string;
+  created_at: string;
+}
+
 export interface DeploymentsTable {
   id: string;
   team_id: string;
@@ -264,6 +278,7 @@ export interface Database {
   projects: ProjectsTable;
   environments: EnvironmentsTable;
   versions: VersionsTable;
+  version_replicas: VersionReplicasTable;
   deployments: DeploymentsTable;
   port_urls: PortUrlsTable;
   clouds: CloudsTable;

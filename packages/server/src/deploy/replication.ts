@@ -1,0 +1,303 @@
+/**
+ * Versions that move between a team's hosts. A version is taken on one host; a replica is a copy
+ * of its snapshots on another, made by relaying each volume's stream (the storage driver's own:
+ * `btrfs send`, incremental against the newest version of the same environment both hosts hold;
+ * `zfs send`; or a tar between different drivers) from the host that holds it, through this
+ * server, to the host that takes it, over the hosts' own connections (a host never listens on a
+ * port). The stream mux's credit gives flow control end to end: the sender reads no faster than
+ * the receiver writes. Both ends count the bytes' sha256; the receiver keeps what arrived staged
+ * until adopt_version checks its count against the sender's, so a cut or altered stream never
+ * becomes a version there. The images follow by digest from their registry, pulled by the
+ * receiving host while the snapshots travel.
+ */
+import { pipeline } from "node:stream/promises";
+import { DenvError, type MuxStream, type OpResult } from "@denv/protocol";
+import { now } from "../ids.ts";
+import type { Store } from "../store/open-store.ts";
+import type { HostsTable, VersionsTable } from "../store/schema.ts";
+import type { HostOperations } from "../targets/denvd/host-operations.ts";
+
+type Format = OpResult<"describe_version">["formats"][number];
+
+/** What a replica's making measured: kept with it and in the evidence of a fork that waited for it. */
+export interface ReplicaEvidence {
+  version_id: string;
+  from_host_id: string;
+  to_host_id: string;
+  format: Format;
+  /** The version an incremental stream was based on (both hosts held it); null: a full stream. */
+  base_version_id: string | null;
+  volumes: Record<string, { snapshot_id: string; bytes: number; sha256: string; ms: number }>;
+  bytes: number;
+  images: { present: string[]; pulled: string[]; ms: number };
+  ms: number;
+  mib_per_s: number;
+}
+
+/** The hosts that hold a version's snapshots: the one that took it first, then its replicas, oldest first. */
+export async function versionHolders(
+  store: Store,
+  v: Pick<VersionsTable, "id" | "host_id">,
+): Promise<string[]> {
+  if (!v.host_id) return [];
+  const replicas = await store
+    .selectFrom("version_replicas")
+    .select("host_id")
+    .where("version_id", "=", v.id)
+    .orderBy("created_at", "asc")
+    .execute();
+  return [v.host_id, ...replicas.map((r) => r.host_id).filter((h) => h !== v.host_id)];
+}
+
+/** The hosts holding each of the given versions. */
+export async function holdersOf(store: Store, versions: Pick<VersionsTable, "id" | "host_id">[]) {
+  const out = new Map<string, string[]>();
+  for (const v of versions) out.set(v.id, v.host_id ? [v.host_id] : []);
+  if (!versions.length) return out;
+  const replicas = await store
+    .selectFrom("version_replicas")
+    .select(["version_id", "host_id"])
+    .where(
+      "version_id",
+      "in",
+      versions.map((v) => v.id),
+    )
+    .orderBy("created_at", "asc")
+    .execute();
+  for (const r of replicas) out.get(r.version_id)?.push(r.host_id);
+  return out;
+}
+
+/** How a snapshot travels from a host with one driver to a host with another. */
+export function transferFormat(
+  from: { storage: string; formats: Format[] },
+  to: { storage: string | null },
+): Format | null {
+  const native = from.formats[0];
+  if (native && from.storage === to.storage) return native;
+  // A tar is taken by the drivers with plain directories (btrfs, dir), not by zfs.
+  if (from.formats.includes("tar") && (to.storage === "btrfs" || to.storage === "dir")) return "tar";
+  return null;
+}
+
+export class Replicator {
+  private readonly deps: { store: Store; hosts: HostOperations };
+  /** (version, host) → the replica being made: a second caller waits for the same one. */
+  private readonly inFlight = new Map<string, Promise<ReplicaEvidence | null>>();
+
+  constructor(deps: { store: Store; hosts: HostOperations }) {
+    this.deps = deps;
+  }
+
+  /**
+   * A replica of the version on the host; resolves to what making it measured, or null when the
+   * host already held the version.
+   */
+  replicate(version: VersionsTable, toHostId: string): Promise<ReplicaEvidence | null> {
+    const key = `${version.id} ${toHostId}`;
+    let p = this.inFlight.get(key);
+    if (!p) {
+      p = this.make(version, toHostId).finally(() => this.inFlight.delete(key));
+      this.inFlight.set(key, p);
+    }
+    return p;
+  }
+
+  private async make(version: VersionsTable, toHostId: string): Promise<ReplicaEvidence | null> {
+    const { store, hosts } = this.deps;
+    if (!version.host_id)
+      throw new DenvError(
+        "invalid_argument",
+        `version ${version.id} is a snapshot at target ${version.target_id}, a hosted provider: it is not copied between hosts`,
+      );
+    const holders = await versionHolders(store, version);
+    if (holders.includes(toHostId)) return null;
+    const dest = await store
+      .selectFrom("hosts")
+      .selectAll()
+      .where("id", "=", toHostId)
+      .where("team_id", "=", version.team_id)
+      .executeTakeFirst();
+    if (!dest) throw new DenvError("not_found", `no host ${toHostId}`);
+    if (!hosts.isConnected(dest.id))
+      throw new DenvError(
+        "host_unavailable",
+        `host ${dest.name} is not connected: it cannot take a replica now`,
+      );
+    const source = holders.find((h) => hosts.isConnected(h));
+    if (!source)
+      throw new DenvError(
+        "host_unavailable",
+        `no host holding version ${version.id} is connected (${holders.length} hold it): nothing can send it`,
+      );
+    const started = performance.now();
+    const described = await hosts.call(source, "describe_version", { version_id: version.id });
+    const format = transferFormat(described, dest);
+    if (!format)
+      throw new DenvError(
+        "invalid_argument",
+        `host ${dest.name} (${dest.storage ?? "unknown"} storage) cannot take a version from a ${described.storage} host: no stream format both drivers share`,
+      );
+    const base = format === "btrfs-send" ? await this.sharedBase(version, source, dest.id) : null;
+    const baseSnapshots = base
+      ? (await hosts.call(source, "describe_version", { version_id: base })).version.snapshots
+      : {};
+    const rec = described.version;
+    // The images are pulled while the snapshots travel.
+    const images = hosts.call(dest.id, "ensure_images", {
+      images: Object.fromEntries(
+        Object.entries(rec.spec.services).map(([name, s]) => [name, s.image_pinned ?? s.image]),
+      ),
+    });
+    images.catch(() => {});
+    const volumes: ReplicaEvidence["volumes"] = {};
+    const snapshotIds = Object.values(rec.snapshots);
+    try {
+      await Promise.all(
+        Object.entries(rec.snapshots).map(async ([volume, snapshotId]) => {
+          const baseSnapshot = base ? baseSnapshots[volume] : undefined;
+          const sent = await this.relay(source, dest, {
+            versionId: version.id,
+            volume,
+            snapshotId,
+            format,
+            ...(base && baseSnapshot ? { baseVersionId: base, baseSnapshotId: baseSnapshot } : {}),
+          });
+          volumes[volume] = { snapshot_id: snapshotId, ...sent };
+        }),
+      );
+      const pulled = await images;
+      await hosts.call(dest.id, "adopt_version", {
+        version: rec,
+        sha256: Object.fromEntries(Object.values(volumes).map((v) => [v.snapshot_id, v.sha256])),
+      });
+      const ms = Math.round(performance.now() - started);
+      const bytes = Object.values(volumes).reduce((n, v) => n + v.bytes, 0);
+      const evidence: ReplicaEvidence = {
+        version_id: version.id,
+        from_host_id: source,
+        to_host_id: dest.id,
+        format,
+        base_version_id: base,
+        volumes,
+        bytes,
+        images: pulled,
+        ms,
+        mib_per_s: Math.round((bytes / 1024 ** 2 / Math.max(ms, 1)) * 1000 * 10) / 10,
+      };
+      await store
+        .insertInto("version_replicas")
+        .values({
+          version_id: version.id,
+          host_id: dest.id,
+          team_id: version.team_id,
+          source_host_id: source,
+          format,
+          evidence_json: JSON.stringify(evidence),
+          created_at: now(),
+        })
+        .execute();
+      return evidence;
+    } catch (err) {
+      // Nothing half-received outlives the attempt: the next one starts clean.
+      await hosts.call(dest.id, "discard_received", { snapshot_ids: snapshotIds }).catch(() => {});
+      throw err;
+    }
+  }
+
+  /** Relays one volume's stream from the sending host to the receiving one; both counts must agree. */
+  private async relay(
+    source: string,
+    dest: HostsTable,
+    t: {
+      versionId: string;
+      volume: string;
+      snapshotId: string;
+      format: Format;
+      baseVersionId?: string;
+      baseSnapshotId?: string;
+    },
+  ): Promise<{ bytes: number; sha256: string; ms: number }> {
+    const { hosts } = this.deps;
+    const timeoutMs = 2 * 60 * 60_000;
+    const receiving = await hosts.streamCall(
+      dest.id,
+      "receive_snapshot",
+      1,
+      ([id]) => ({
+        version_id: t.versionId,
+        snapshot_id: t.snapshotId,
+        ...(t.baseSnapshotId ? { base_snapshot_id: t.baseSnapshotId } : {}),
+        format: t.format,
+        in_stream: id as number,
+      }),
+      { timeoutMs },
+    );
+    const [into] = receiving.streams as [MuxStream];
+    let sending: Awaited<ReturnType<HostOperations["streamCall"]>>;
+    try {
+      sending = await hosts.streamCall(
+        source,
+        "send_snapshot",
+        1,
+        ([id]) => ({
+          version_id: t.versionId,
+          volume: t.volume,
+          ...(t.baseVersionId ? { base_version_id: t.baseVersionId } : {}),
+          format: t.format,
+          out_stream: id as number,
+        }),
+        { timeoutMs },
+      );
+    } catch (err) {
+      into.destroy(err as Error);
+      await receiving.result.catch(() => {});
+      throw err;
+    }
+    const [from] = sending.streams as [MuxStream];
+    // A failure on either side fails both streams: the receiver never takes a cut stream as whole.
+    const relayed = pipeline(from, into);
+    relayed.catch(() => {});
+    const [sent, got, moved] = await Promise.allSettled([
+      sending.result as Promise<OpResult<"send_snapshot">>,
+      receiving.result,
+      relayed,
+    ]);
+    if (sent.status === "rejected") {
+      into.destroy(new Error("the sending host failed"));
+      throw sent.reason;
+    }
+    if (got.status === "rejected") throw got.reason;
+    if (moved.status === "rejected")
+      throw new DenvError(
+        "unavailable",
+        `the relay of ${t.snapshotId} failed: ${(moved.reason as Error).message}`,
+      );
+    if (sent.value.sha256 !== got.value.sha256 || sent.value.bytes !== got.value.bytes)
+      throw new DenvError(
+        "storage_error",
+        `${t.snapshotId} arrived as ${got.value.bytes} bytes (sha256 ${got.value.sha256}) but was sent as ${sent.value.bytes} (sha256 ${sent.value.sha256})`,
+      );
+    return { bytes: sent.value.bytes, sha256: sent.value.sha256, ms: Math.max(sent.value.ms, got.value.ms) };
+  }
+
+  /** The newest earlier version of the same environment that both hosts hold: an incremental stream's base. */
+  private async sharedBase(version: VersionsTable, source: string, dest: string): Promise<string | null> {
+    const earlier = await this.deps.store
+      .selectFrom("versions")
+      .select(["id", "host_id"])
+      .where("environment_id", "=", version.environment_id)
+      .where("team_id", "=", version.team_id)
+      .where("created_at", "<", version.created_at)
+      .where("host_id", "is not", null)
+      .orderBy("created_at", "desc")
+      .limit(20)
+      .execute();
+    const holders = await holdersOf(this.deps.store, earlier);
+    for (const v of earlier) {
+      const h = holders.get(v.id) ?? [];
+      if (h.includes(source) && h.includes(dest)) return v.id;
+    }
+    return null;
+  }
+}

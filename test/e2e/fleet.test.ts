@@ -1,0 +1,213 @@
+/**
+ * The fleet on the real engine: three hosts, each its own denvd with its own btrfs pool, joined to
+ * one server. ops-world is deployed on the first. Its version is replicated to a second host
+ * (btrfs send/receive relayed through the server over the hosts' connections), then again,
+ * incrementally, once it changed; a fan-out spreads its forks over all three hosts, each fork with
+ * its 100,000 rows; with the first host gone, its environment is `lost` and forks of the version
+ * still come from a replica; and a replication cut mid-stream leaves no half-received version and
+ * succeeds when tried again.
+ */
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { readdirSync } from "node:fs";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { joinServer, Sidecar } from "@denv/denvd";
+import { deployOpsWorld, type Lab, openLab } from "../security/security-lab.ts";
+import { openTestHost, type TestHost } from "./denvd-helpers.ts";
+
+let lab: Lab;
+let version: string;
+/** ops-world's alpha, on the first host. */
+let alpha: string;
+interface Extra {
+  name: string;
+  id: string;
+  host: TestHost;
+  sidecar: Sidecar;
+}
+const extras: Extra[] = [];
+
+async function addHost(name: string): Promise<Extra> {
+  const host = await openTestHost({});
+  const token = (await lab.api("POST", "/v1/hosts/join-token")).data.token as string;
+  const joined = await joinServer(lab.server.url, token, name);
+  const sidecar = new Sidecar({ serverUrl: lab.server.url, secret: joined.secret, denvd: host.denvd });
+  sidecar.start();
+  await sidecar.ready;
+  const e = { name, id: joined.host_id, host, sidecar };
+  extras.push(e);
+  return e;
+}
+
+before(async () => {
+  lab = await openLab({ hostWatch: { lostAfterMs: 1500, everyMs: 200 } });
+  version = await deployOpsWorld(lab);
+  alpha = (await lab.api("GET", "/v1/envs/ops-world%2Falpha")).data.id as string;
+  await addHost("host-b");
+  await addHost("host-c");
+});
+
+after(async () => {
+  for (const e of extras) {
+    await e.sidecar.stop().catch(() => {});
+    await e.host.close().catch(() => {});
+  }
+  await lab?.close();
+});
+
+const psql = async (env: string, sql: string) => {
+  const r = await lab.api("POST", `/v1/envs/${env}/exec`, {
+    service: "opsbox",
+    command: ["psql", "-tAc", sql],
+  });
+  assert.equal(r.data.exit_code, 0, JSON.stringify(r.data));
+  return (r.data.stdout as string).trim();
+};
+
+async function statusBecomes(id: string, want: string): Promise<void> {
+  for (let i = 0; i < 600; i++) {
+    if ((await lab.api("GET", `/v1/envs/${id}`)).data.status === want) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.fail(`environment ${id} never became ${want}`);
+}
+
+const hostOf = async (env: string) => (await lab.api("GET", `/v1/envs/${env}`)).data.host_id as string;
+
+test("a version replicated to another host, then incrementally; forks of it run there with the data", async () => {
+  const [b] = extras as [Extra];
+  const r = await lab.api("POST", `/v1/versions/${version}/replicas`, { host: "host-b" });
+  assert.equal(r.status, 201, JSON.stringify(r.data));
+  assert.equal(r.data.already, false);
+  assert.equal(r.data.format, "btrfs-send");
+  assert.equal(r.data.base_version_id, null);
+  assert.ok(r.data.bytes > 1024 ** 2, `a full stream of ops-world moves its data: ${r.data.bytes} bytes`);
+  // Its snapshots on host-b are committed, and recorded by host-b's denvd.
+  assert.ok(b.host.denvd.versions().some((v) => v.id === version));
+  assert.equal(
+    (await lab.api("POST", `/v1/versions/${version}/replicas`, { host: "host-b" })).data.already,
+    true,
+  );
+  const hosts = (await lab.api("GET", "/v1/hosts")).data.hosts as { name: string; versions: string[] }[];
+  assert.ok(hosts.find((h) => h.name === "host-b")?.versions.includes(version));
+  const listed = (await lab.api("GET", "/v1/versions")).data.versions.find(
+    (v: { id: string }) => v.id === version,
+  );
+  assert.deepEqual(listed.replicas, [b.id]);
+
+  // A change, a new version: only what changed travels (btrfs send -p on the version both hold).
+  await psql(alpha, "delete from orders where id <= 5");
+  const snap = await lab.api("POST", `/v1/envs/${alpha}/snapshot`);
+  assert.equal(snap.status, 200, JSON.stringify(snap.data));
+  const v2 = (await lab.api("GET", `/v1/envs/${alpha}`)).data.current_version_id as string;
+  assert.notEqual(v2, version);
+  const inc = await lab.api("POST", `/v1/versions/${v2}/replicas`, { host: "host-b" });
+  assert.equal(inc.status, 201, JSON.stringify(inc.data));
+  assert.equal(inc.data.base_version_id, version);
+  assert.ok(inc.data.bytes < r.data.bytes / 2, `incremental ${inc.data.bytes} bytes, full ${r.data.bytes}`);
+
+  // A fan-out of one fork per host: the one on host-b forks its replica.
+  const fan = await lab.api("POST", `/v1/versions/${v2}/forks`, { count: 3, name_prefix: "inc" });
+  assert.equal(fan.data.created, 3, JSON.stringify(fan.data));
+  const ids = fan.data.forks.map((f: { environment: { id: string } }) => f.environment.id) as string[];
+  const on = await Promise.all(ids.map(hostOf));
+  const onB = ids[on.indexOf(b.id)];
+  assert.ok(onB, `one fork runs on host-b: ${on.join(", ")}`);
+  assert.equal(await psql(onB, "select count(*) from orders"), "99995");
+  for (const id of ids) await lab.api("DELETE", `/v1/envs/${id}`);
+});
+
+test("forks requested at once spread over all three hosts, each with 100,000 rows", async () => {
+  const r = await lab.api("POST", `/v1/versions/${version}/forks`, { count: 9, name_prefix: "spread" });
+  assert.equal(r.status, 200, JSON.stringify(r.data));
+  assert.deepEqual(
+    [r.data.created, r.data.failed],
+    [9, 0],
+    JSON.stringify(r.data.forks.filter((f: any) => !f.ok)),
+  );
+  const ids = r.data.forks.map((f: { environment: { id: string } }) => f.environment.id) as string[];
+  const on = await Promise.all(ids.map(hostOf));
+  const all = [lab.hostId, ...extras.map((e) => e.id)];
+  for (const h of all) assert.ok(on.includes(h), `a fork landed on ${h}: ${on.join(", ")}`);
+  for (const id of ids) assert.equal(await psql(id, "select count(*) from orders"), "100000");
+  // Each fork's place phase says why it went where it did; host-c's first took a replica.
+  const deployments = await Promise.all(
+    ids.map(async (id) => (await lab.api("GET", `/v1/envs/${id}/deployments`)).data.deployments[0]),
+  );
+  const places = await Promise.all(
+    deployments.map(async (d: { id: string }) => {
+      const full = (await lab.api("GET", `/v1/deployments/${d.id}`)).data;
+      return full.phases.find((p: { name: string }) => p.name === "place").evidence;
+    }),
+  );
+  const replicated = places.filter((p: { replication?: unknown }) => p.replication);
+  assert.ok(replicated.length >= 1, JSON.stringify(places));
+  for (const id of ids) await lab.api("DELETE", `/v1/envs/${id}`);
+});
+
+test("the holder lost: its environment is lost, and forks of the version come from a replica", async () => {
+  await lab.stopSidecar();
+  try {
+    await statusBecomes(alpha, "lost");
+    const r = await lab.api("POST", "/v1/sandboxes", { from_version: version });
+    assert.equal(r.status, 201, JSON.stringify(r.data));
+    assert.notEqual(await hostOf(r.data.id), lab.hostId);
+    assert.equal(await psql(r.data.id, "select count(*) from orders"), "100000");
+    await lab.api("DELETE", `/v1/envs/${r.data.id}`);
+  } finally {
+    await lab.restartSidecar();
+  }
+});
+
+/** The pids of `btrfs receive` commands writing into a pool. */
+function receivers(pool: string): number[] {
+  const out = execFileSync("ps", ["-eo", "pid=,args="], { encoding: "utf8" });
+  return out
+    .split("\n")
+    .filter((l) => l.includes("btrfs") && l.includes("receive") && l.includes(pool))
+    .map((l) => Number(l.trim().split(/\s+/)[0]));
+}
+
+test("a replication cut mid-stream leaves nothing half-received, and succeeds when tried again", async () => {
+  const c = extras[1] as Extra;
+  // A version of some size, that host-c does not hold.
+  await psql(
+    alpha,
+    "create table ballast as select repeat(md5(g::text), 64) as x from generate_series(1, 60000) g",
+  );
+  await lab.api("POST", `/v1/envs/${alpha}/snapshot`);
+  const v3 = (await lab.api("GET", `/v1/envs/${alpha}`)).data.current_version_id as string;
+  const pool = c.host.storage.poolPath;
+  const replicating = lab.api("POST", `/v1/versions/${v3}/replicas`, { host: "host-c" });
+  // The receiving command is stopped mid-stream (flow control stalls the sender), the sending host
+  // goes away, then the receiver is let go: what it got is a cut stream.
+  let pids: number[] = [];
+  for (let i = 0; i < 3000 && !pids.length; i++) {
+    pids = receivers(pool);
+    if (!pids.length) await new Promise((r) => setTimeout(r, 10));
+  }
+  assert.ok(pids.length, "the receive started on host-c");
+  for (const p of pids) process.kill(p, "SIGSTOP");
+  await lab.stopSidecar();
+  for (const p of pids) process.kill(p, "SIGCONT");
+  const cut = await replicating;
+  assert.notEqual(cut.status, 201, JSON.stringify(cut.data));
+  assert.ok(!c.host.denvd.versions().some((v) => v.id === v3), "no version from a cut stream");
+  for (let i = 0; i < 100 && readdirSync(join(pool, "receiving")).length; i++)
+    await new Promise((r) => setTimeout(r, 100));
+  assert.deepEqual(readdirSync(join(pool, "receiving")), [], "nothing left staged");
+  const listed = (await lab.api("GET", "/v1/versions")).data.versions.find(
+    (v: { id: string }) => v.id === v3,
+  );
+  assert.deepEqual(listed.replicas, []);
+
+  await lab.restartSidecar();
+  const again = await lab.api("POST", `/v1/versions/${v3}/replicas`, { host: "host-c" });
+  assert.equal(again.status, 201, JSON.stringify(again.data));
+  assert.ok(c.host.denvd.versions().some((v) => v.id === v3));
+  // And deleting the version removes every copy.
+  const fork = await lab.api("POST", "/v1/sandboxes", { from_version: v3 });
+  assert.equal(fork.status, 201, JSON.stringify(fork.data));
+  assert.equal(await psql(fork.data.id, "select count(*) from ballast"), "60000");
+});

@@ -9,7 +9,7 @@
  */
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { readdirSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { joinServer, Sidecar } from "@denv/denvd";
@@ -23,6 +23,7 @@ let alpha: string;
 interface Extra {
   name: string;
   id: string;
+  secret: string;
   host: TestHost;
   sidecar: Sidecar;
 }
@@ -35,13 +36,13 @@ async function addHost(name: string): Promise<Extra> {
   const sidecar = new Sidecar({ serverUrl: lab.server.url, secret: joined.secret, denvd: host.denvd });
   sidecar.start();
   await sidecar.ready;
-  const e = { name, id: joined.host_id, host, sidecar };
+  const e = { name, id: joined.host_id, secret: joined.secret, host, sidecar };
   extras.push(e);
   return e;
 }
 
 before(async () => {
-  lab = await openLab({ hostWatch: { lostAfterMs: 1500, everyMs: 200 } });
+  lab = await openLab({ hostWatch: { lostAfterMs: 1500, everyMs: 200 }, replicaKeeper: { everyMs: 300 } });
   version = await deployOpsWorld(lab);
   alpha = (await lab.api("GET", "/v1/envs/ops-world%2Falpha")).data.id as string;
   await addHost("host-b");
@@ -210,4 +211,81 @@ test("a replication cut mid-stream leaves nothing half-received, and succeeds wh
   const fork = await lab.api("POST", "/v1/sandboxes", { from_version: v3 });
   assert.equal(fork.status, 201, JSON.stringify(fork.data));
   assert.equal(await psql(fork.data.id, "select count(*) from ballast"), "60000");
+});
+
+const holdersOf = async (v: string) => {
+  const listed = (await lab.api("GET", "/v1/versions")).data.versions.find((x: { id: string }) => x.id === v);
+  return [listed.host_id, ...listed.replicas] as string[];
+};
+
+test("a drained host takes nothing new, and a version it held as one of too few copies is copied off", async () => {
+  const [b, c] = extras as [Extra, Extra];
+  // v: the fresh version of alpha, held by host-a alone; kept at 2 copies: one is made now.
+  await lab.api("POST", `/v1/envs/${alpha}/snapshot`);
+  const v = (await lab.api("GET", `/v1/envs/${alpha}`)).data.current_version_id as string;
+  const kept = await lab.api("PUT", `/v1/versions/${v}/replicas`, { copies: 2 });
+  assert.equal(kept.status, 200, JSON.stringify(kept.data));
+  assert.equal(kept.data.holders.length, 2);
+  const second = kept.data.holders[1] as string;
+  const other = second === b.id ? c : b;
+  const drained = await lab.api("POST", `/v1/hosts/${second}/drain`);
+  assert.equal(drained.status, 200, JSON.stringify(drained.data));
+  assert.deepEqual(
+    drained.data.replicated
+      .filter((r: { version_id: string }) => r.version_id === v)
+      .map((r: any) => r.to_host_id),
+    [other.id],
+  );
+  const hosts = (await lab.api("GET", "/v1/hosts")).data.hosts as { id: string; draining: boolean }[];
+  assert.equal(hosts.find((h) => h.id === second)?.draining, true);
+  // Nothing new lands there: a fan-out spreads over the others only.
+  const fan = await lab.api("POST", `/v1/versions/${v}/forks`, { count: 4, name_prefix: "drained" });
+  assert.equal(fan.data.created, 4, JSON.stringify(fan.data));
+  const ids = fan.data.forks.map((f: { environment: { id: string } }) => f.environment.id) as string[];
+  for (const id of ids) assert.notEqual(await hostOf(id), second);
+  for (const id of ids) await lab.api("DELETE", `/v1/envs/${id}`);
+  const undone = await lab.api("DELETE", `/v1/hosts/${second}/drain`);
+  assert.equal(undone.data.draining, false);
+});
+
+test("x-denv.replicas: a deploy's version gets its copies, and gets one back when a holder is lost", async () => {
+  const compose = readFileSync(
+    join(import.meta.dirname, "../../examples/ops-world/docker-compose.yaml"),
+    "utf8",
+  );
+  await lab.api("PUT", "/v1/projects/ops-world/source", {
+    compose: compose.replace("  kind: rl-environment\n", "  kind: rl-environment\n  replicas: 2\n"),
+  });
+  const d = await lab.api("POST", "/v1/projects/ops-world/deploy?wait=true", { env: "beta" });
+  assert.equal(d.data.status, "succeeded", JSON.stringify(d.data));
+  const v = d.data.version_id as string;
+  let holders: string[] = [];
+  for (let i = 0; i < 600 && holders.length < 2; i++) {
+    holders = await holdersOf(v);
+    if (holders.length < 2) await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.equal(holders.length, 2, "the keeper made the second copy");
+  // The copy's host goes away for good (past the lost deadline): a third host takes a copy.
+  const gone = holders[1] as string;
+  const extra = extras.find((e) => e.id === gone);
+  if (extra) await extra.sidecar.stop();
+  else await lab.stopSidecar();
+  try {
+    for (let i = 0; i < 900 && holders.length < 3; i++) {
+      holders = await holdersOf(v);
+      if (holders.length < 3) await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.equal(holders.length, 3, "a copy was made on the remaining host");
+    assert.ok(!holders.slice(2).includes(gone));
+  } finally {
+    if (extra) {
+      extra.sidecar = new Sidecar({
+        serverUrl: lab.server.url,
+        secret: extra.secret,
+        denvd: extra.host.denvd,
+      });
+      extra.sidecar.start();
+      await extra.sidecar.ready;
+    } else await lab.restartSidecar();
+  }
 });

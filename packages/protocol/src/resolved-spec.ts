@@ -161,6 +161,11 @@ export const resolvedSpecSchema = z.object({
    */
   pool: z.number().int().min(0).max(256).optional(),
   /**
+   * x-denv.replicas: copies of each version the control plane keeps on distinct hosts (the one it
+   * was taken on included). Absent when the file does not declare it.
+   */
+  replicas: z.number().int().min(1).max(16).optional(),
+  /**
    * x-denv.target: the cloud or target the file asks its environments to run on (a project's own
    * pin, `denv project create --target`, wins). Absent when the file names none.
    */

@@ -47,6 +47,7 @@ export type GetV1HostsResponse = {
     version: string | null;
     last_seen: string | null;
     connected: boolean;
+    draining: boolean;
     versions: Array<string>;
     pools: Array<{
       version_id: string;
@@ -55,6 +56,28 @@ export type GetV1HostsResponse = {
     }>;
     environments: number;
   }>;
+};
+
+/** Drain a host before maintenance: it takes no new environment, replica or pool member; versions it holds are copied to other hosts where it held too few copies; its ready pool members move — POST /v1/hosts/{id}/drain */
+export type PostV1HostsByIdDrainResponse = {
+  host_id: string;
+  draining: boolean;
+  replicated: Array<{
+    version_id: string;
+    to_host_id: string;
+    bytes: number;
+  }>;
+  not_replicated: Array<{
+    version_id: string;
+    reason: string;
+  }>;
+  pool_members_moved: number;
+};
+
+/** Undo a drain: the host takes new environments, replicas and pool members again — DELETE /v1/hosts/{id}/drain */
+export type DeleteV1HostsByIdDrainResponse = {
+  host_id: string;
+  draining: boolean;
 };
 
 /** Create an account (with a team of its own, or in the team that invited it) and sign in — POST /v1/auth/signup */
@@ -1215,6 +1238,17 @@ export type PostV1VersionsByIdReplicasBody = {
   host: string;
 };
 
+/** Keep N copies of a version on distinct hosts (as x-denv.replicas does): copies are made now and again whenever a host holding one is lost or drained — PUT /v1/versions/{id}/replicas */
+export type PutV1VersionsByIdReplicasResponse = {
+  version_id: string;
+  copies: number;
+  holders: Array<string>;
+  made: Array<string>;
+};
+export type PutV1VersionsByIdReplicasBody = {
+  copies: number;
+};
+
 /** A version's resolved spec: every service with its image pinned, the volumes, x-denv as resolved (what export writes other formats from) — GET /v1/versions/{id}/spec */
 export type GetV1VersionsByIdSpecResponse = {
   version_id: string;
@@ -1289,6 +1323,8 @@ export const OPERATIONS = {
   postV1HostsJoinToken: { method: "POST", path: "/v1/hosts/join-token", params: [], body: "none", response: "json" },
   postV1HostsJoin: { method: "POST", path: "/v1/hosts/join", params: [], body: "json", response: "json" },
   getV1Hosts: { method: "GET", path: "/v1/hosts", params: [], body: "none", response: "json" },
+  postV1HostsByIdDrain: { method: "POST", path: "/v1/hosts/{id}/drain", params: ["id"], body: "none", response: "json" },
+  deleteV1HostsByIdDrain: { method: "DELETE", path: "/v1/hosts/{id}/drain", params: ["id"], body: "none", response: "json" },
   postV1AuthSignup: { method: "POST", path: "/v1/auth/signup", params: [], body: "json", response: "json" },
   postV1AuthLogin: { method: "POST", path: "/v1/auth/login", params: [], body: "json", response: "json" },
   getV1AuthSession: { method: "GET", path: "/v1/auth/session", params: [], body: "none", response: "json" },
@@ -1358,6 +1394,7 @@ export const OPERATIONS = {
   getV1Versions: { method: "GET", path: "/v1/versions", params: [], body: "none", response: "json" },
   postV1VersionsPrune: { method: "POST", path: "/v1/versions/prune", params: [], body: "json", response: "json" },
   postV1VersionsByIdReplicas: { method: "POST", path: "/v1/versions/{id}/replicas", params: ["id"], body: "json", response: "json" },
+  putV1VersionsByIdReplicas: { method: "PUT", path: "/v1/versions/{id}/replicas", params: ["id"], body: "json", response: "json" },
   getV1VersionsByIdSpec: { method: "GET", path: "/v1/versions/{id}/spec", params: ["id"], body: "none", response: "json" },
   getV1VersionsByIdDatasheet: { method: "GET", path: "/v1/versions/{id}/datasheet", params: ["id"], body: "none", response: "json" },
   postV1Clouds: { method: "POST", path: "/v1/clouds", params: [], body: "json", response: "json" },
@@ -1376,6 +1413,8 @@ export interface Operations {
   postV1HostsJoinToken: { params: {  }; body: undefined; response: PostV1HostsJoinTokenResponse };
   postV1HostsJoin: { params: {  }; body: PostV1HostsJoinBody; response: PostV1HostsJoinResponse };
   getV1Hosts: { params: {  }; body: undefined; response: GetV1HostsResponse };
+  postV1HostsByIdDrain: { params: { id: string }; body: undefined; response: PostV1HostsByIdDrainResponse };
+  deleteV1HostsByIdDrain: { params: { id: string }; body: undefined; response: DeleteV1HostsByIdDrainResponse };
   postV1AuthSignup: { params: {  }; body: PostV1AuthSignupBody; response: PostV1AuthSignupResponse };
   postV1AuthLogin: { params: {  }; body: PostV1AuthLoginBody; response: PostV1AuthLoginResponse };
   getV1AuthSession: { params: {  }; body: undefined; response: GetV1AuthSessionResponse };
@@ -1445,6 +1484,7 @@ export interface Operations {
   getV1Versions: { params: {  }; body: undefined; response: GetV1VersionsResponse };
   postV1VersionsPrune: { params: {  }; body: PostV1VersionsPruneBody; response: PostV1VersionsPruneResponse };
   postV1VersionsByIdReplicas: { params: { id: string }; body: PostV1VersionsByIdReplicasBody; response: PostV1VersionsByIdReplicasResponse };
+  putV1VersionsByIdReplicas: { params: { id: string }; body: PutV1VersionsByIdReplicasBody; response: PutV1VersionsByIdReplicasResponse };
   getV1VersionsByIdSpec: { params: { id: string }; body: undefined; response: GetV1VersionsByIdSpecResponse };
   getV1VersionsByIdDatasheet: { params: { id: string }; body: undefined; response: GetV1VersionsByIdDatasheetResponse };
   postV1Clouds: { params: {  }; body: PostV1CloudsBody; response: PostV1CloudsResponse };

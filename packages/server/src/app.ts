@@ -19,6 +19,7 @@ import { mountConsole } from "./console-routes.ts";
 import { Admission } from "./deploy/admission.ts";
 import type { Deployer } from "./deploy/deployer.ts";
 import { PoolKeeper } from "./deploy/pool-keeper.ts";
+import { ReplicaKeeper } from "./deploy/replica-keeper.ts";
 import { Replicator } from "./deploy/replication.ts";
 import { defaultDownloadsDir } from "./downloads.ts";
 import type { FetchPolicy } from "./fetch-policy.ts";
@@ -42,6 +43,7 @@ export interface AppOptions {
   /** Create turns per host (default: made here with the defaults). */
   admission?: Admission;
   replicator?: Replicator;
+  replicas?: ReplicaKeeper;
   /** Warm pools (default: made here, refilled only when kicked; the server starts its own). */
   pools?: PoolKeeper;
   joinTokenTtlMs?: number;
@@ -83,12 +85,16 @@ export function createApp(options: AppOptions): Hono<ApiEnv> {
       }),
   });
   const admission = options.admission ?? new Admission({ store: options.store, secrets: options.secrets });
+  const replicator = options.replicator ?? new Replicator({ store: options.store, hosts: options.hosts });
   const deps: ApiDeps = {
     store: options.store,
     hosts: options.hosts,
     deployer: options.deployer,
     admission,
-    replicator: options.replicator ?? new Replicator({ store: options.store, hosts: options.hosts }),
+    replicator,
+    replicas:
+      options.replicas ??
+      new ReplicaKeeper({ store: options.store, hosts: options.hosts, admission, replicator }),
     pools:
       options.pools ??
       new PoolKeeper({ store: options.store, deployer: options.deployer, hosts: options.hosts, admission }),

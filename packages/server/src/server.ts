@@ -20,6 +20,7 @@ import { Deployer } from "./deploy/deployer.ts";
 import { type HostWatchOptions, startHostWatch } from "./deploy/host-watch.ts";
 import { PoolKeeper, type PoolKeeperOptions } from "./deploy/pool-keeper.ts";
 import { recoverReplays } from "./deploy/replay-runner.ts";
+import { ReplicaKeeper, type ReplicaKeeperOptions } from "./deploy/replica-keeper.ts";
 import { Replicator } from "./deploy/replication.ts";
 import { FetchPolicy } from "./fetch-policy.ts";
 import { proxyHttp, proxyUpgrade } from "./port-tunnels.ts";
@@ -61,6 +62,8 @@ export interface ServerOptions {
   hostWaitMs?: number;
   /** When a host unseen marks its environments lost, and how often hosts are looked at. */
   hostWatch?: HostWatchOptions;
+  /** How versions' x-denv.replicas are kept (replica-keeper.ts). */
+  replicaKeeper?: ReplicaKeeperOptions;
   /**
    * Hosts the server may fetch from for teams (registries, git sources, cloud APIs), beyond
    * DEFAULT_FETCH_ALLOW and DENV_FETCH_ALLOW: `host`, `host:port`, `*.domain` or `*`.
@@ -129,6 +132,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const validator = new ComposeValidator(options.composeBudget);
   const buildContexts = new BuildContexts(options.dataDir, undefined, options.teamQuotaBytes);
   let pools: PoolKeeper | undefined;
+  let replicas: ReplicaKeeper | undefined;
   const metrics = new ServerMetrics({
     hostsConnected: () => hub.connectedCount(),
     pools: () => poolTotals(store),
@@ -146,14 +150,17 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     provisioner,
     provisionJoinWaitMs: options.provisionJoinWaitMs,
     buildContexts,
-    onDeployed: (d) =>
+    onDeployed: (d) => {
       void pools?.replaceDeclared(d.teamId, d.projectId, d.versionId, d.pool).catch((err) =>
         // The deploy stands; the pool it declared does not fit (or its version went): said here.
         console.error(
           "x-denv.pool not applied",
           JSON.stringify({ version: d.versionId, error: String(err) }),
         ),
-      ),
+      );
+      // x-denv.replicas: the new version's copies are made now, not at the next pass.
+      void replicas?.kick();
+    },
   });
   // A host that (re)connects may have restarted: what it holds now is what its environments are.
   hub.onHostReady((hostId) => {
@@ -164,9 +171,15 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       },
       () => {},
     );
+    // A host back (or new) may take the copies a lost one held.
+    void replicas?.kick();
   });
   const admission = new Admission({ store, secrets }, options.admission);
   const replicator = new Replicator({ store, hosts: hub });
+  replicas = new ReplicaKeeper(
+    { store, hosts: hub, admission, replicator },
+    { lostAfterMs: options.hostWatch?.lostAfterMs, ...options.replicaKeeper },
+  );
   pools = new PoolKeeper({ store, deployer, hosts: hub, admission }, options.pools);
   // Port URLs: a listener of their own, so a sandbox's page never shares the console's origin.
   if (options.portsOrigin) new PortsOrigin(options.portsOrigin); // a bad template fails before listening
@@ -200,6 +213,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     deployer,
     admission,
     replicator,
+    replicas,
     pools,
     downloadsDir: options.downloadsDir,
     secrets,
@@ -228,6 +242,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const recovered = await deployer.recover();
   await recoverReplays({ store, deployer });
   pools.start();
+  replicas.start();
   const expiry = startContextExpiry(store, buildContexts, options.contextExpiry);
   const watch = startHostWatch({ store, hosts: hub }, options.hostWatch);
   ready = true;
@@ -244,6 +259,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     dataDir: options.dataDir,
     async close() {
       pools?.stop();
+      replicas.stop();
       expiry.stop();
       watch.stop();
       hub.close();

@@ -104,6 +104,21 @@ test("x-denv.target: a name; absent leaves the spec (and its hash) as before; a 
   }
 });
 
+test("x-denv.replicas: 1 to 16 copies; absent leaves the spec (and its hash) as before; anything else is refused where it is", () => {
+  const file = (replicas: string) =>
+    `x-denv: { kind: agent${replicas ? `, replicas: ${replicas}` : ""} }\nservices:\n  box: { image: "img:1", user: "1000" }\n`;
+  const r = validateCompose(file("3"), { env: {} });
+  assert.ok(r.ok);
+  assert.equal(r.ok && r.spec.replicas, 3);
+  const none = validateCompose(file(""), { env: {} });
+  assert.ok(none.ok && !("replicas" in none.spec));
+  for (const bad of ["0", "17", "1.5", '"two"', "{ n: 2 }"]) {
+    const b = validateCompose(file(bad), { env: {} });
+    assert.equal(b.ok, false, `replicas: ${bad} was accepted`);
+    assert.match(JSON.stringify(!b.ok && b.errors), /replicas/, `replicas: ${bad}`);
+  }
+});
+
 test("x-denv.pool: a number or {size}, 0 to 256; absent leaves the spec (and its hash) as before; anything else is refused where it is", () => {
   const file = (pool: string) =>
     `x-denv: { kind: agent${pool ? `, pool: ${pool}` : ""} }\nservices:\n  box: { image: "img:1", user: "1000" }\n`;

@@ -351,6 +351,7 @@ function validateWith(
     egress,
     clock: x.clock ?? (kind === "rl-environment" ? "frozen" : "real"),
     ...(x.pool === undefined ? {} : { pool: typeof x.pool === "object" ? x.pool.size : x.pool }),
+    ...(x.replicas === undefined ? {} : { replicas: x.replicas }),
     ...(x.target === undefined ? {} : { target: x.target }),
     agent: agentService ? { service: agentService } : null,
     warm: warmItems.map((w) =>

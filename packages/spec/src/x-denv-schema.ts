@@ -34,6 +34,8 @@ export const xDenvSchema = z.strictObject({
     .union([z.number().int().min(0).max(256), z.strictObject({ size: z.number().int().min(0).max(256) })])
     .optional(),
   checkpoint: z.record(z.string(), z.union([commandSchema, z.array(commandSchema).min(1)])).optional(),
+  /** Copies of each version kept on distinct hosts (the one it was taken on counts): 1 to 16. */
+  replicas: z.number().int().min(1).max(16).optional(),
   /** Where the project's environments run: a connected cloud or target by name (a host's name too). */
   target: z
     .string()

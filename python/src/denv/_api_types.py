@@ -38,6 +38,7 @@ class GetV1HostsResponseHostsItem(TypedDict):
     version: str | None
     last_seen: str | None
     connected: bool
+    draining: bool
     versions: list[str]
     pools: list[GetV1HostsResponseHostsItemPoolsItem]
     environments: int
@@ -45,6 +46,30 @@ class GetV1HostsResponseHostsItem(TypedDict):
 
 class GetV1HostsResponse(TypedDict):
     hosts: list[GetV1HostsResponseHostsItem]
+
+
+class PostV1HostsByIdDrainResponseReplicatedItem(TypedDict):
+    version_id: str
+    to_host_id: str
+    bytes: float
+
+
+class PostV1HostsByIdDrainResponseNotReplicatedItem(TypedDict):
+    version_id: str
+    reason: str
+
+
+class PostV1HostsByIdDrainResponse(TypedDict):
+    host_id: str
+    draining: bool
+    replicated: list[PostV1HostsByIdDrainResponseReplicatedItem]
+    not_replicated: list[PostV1HostsByIdDrainResponseNotReplicatedItem]
+    pool_members_moved: int
+
+
+class DeleteV1HostsByIdDrainResponse(TypedDict):
+    host_id: str
+    draining: bool
 
 
 class PostV1AuthSignupResponseUser(TypedDict):
@@ -508,6 +533,13 @@ class PostV1VersionsByIdReplicasResponse(TypedDict):
     ms: float
     mib_per_s: float
     evidence: Any
+
+
+class PutV1VersionsByIdReplicasResponse(TypedDict):
+    version_id: str
+    copies: int
+    holders: list[str]
+    made: list[str]
 
 
 class GetV1VersionsByIdSpecResponse(TypedDict):

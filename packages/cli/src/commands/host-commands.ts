@@ -52,11 +52,39 @@ export function registerHostCommands(program: Command): void {
           const ps = held.pools ?? [];
           const pools = ps.length ? ps.map((p) => `${p.version_id} ${p.ready}/${p.size}`).join(",") : "-";
           process.stdout.write(
-            `${h.id}\t${h.name}\t${h.arch ?? "-"}\t${h.storage ?? "-"}\t${capacity}\t${h.version ?? "-"}\t${h.connected}\t${h.last_seen ?? "-"}\t${held.environments ?? "-"}\t${versions}\t${pools}\n`,
+            `${h.id}\t${h.name}\t${h.arch ?? "-"}\t${h.storage ?? "-"}\t${capacity}\t${h.version ?? "-"}\t${h.connected}${(h as { draining?: boolean }).draining ? " (draining)" : ""}\t${h.last_seen ?? "-"}\t${held.environments ?? "-"}\t${versions}\t${pools}\n`,
           );
         }
       }
       return 0;
+    }),
+  );
+
+  const drain = host
+    .command("drain")
+    .description(
+      "Before maintenance: the host takes nothing new; versions it holds are copied to other hosts where it held too few copies; its ready pool members move",
+    )
+    .argument("<host>", "the host's name or id")
+    .option("--undo", "take new environments, replicas and pool members again")
+    .option("--json", "print JSON");
+  drain.action(
+    run(drain, async (client, json, ref: string, o: { undo?: boolean }) => {
+      if (o.undo) {
+        const r = await client().call("deleteV1HostsByIdDrain", { params: { id: ref } });
+        if (json) printJson(r);
+        else process.stdout.write(`${ref} takes new work again\n`);
+        return 0;
+      }
+      const r = await client().call("postV1HostsByIdDrain", { params: { id: ref } });
+      if (json) printJson(r);
+      else {
+        process.stdout.write(
+          `${ref} drained: ${r.replicated.length} version copies made elsewhere, ${r.pool_members_moved} pool member(s) moved\n`,
+        );
+        for (const n of r.not_replicated) process.stdout.write(`not copied: ${n.version_id}: ${n.reason}\n`);
+      }
+      return r.not_replicated.length ? 1 : 0;
     }),
   );
 

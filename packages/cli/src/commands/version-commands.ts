@@ -45,19 +45,35 @@ export function registerVersionCommands(program: Command): void {
       "Copy a version's snapshots to another host (btrfs send/receive, incremental where both hold an earlier version): forks of it can run there too",
     )
     .argument("<version>", "ver_… or PROJECT@ver_…")
-    .requiredOption("--to <host>", "the host (name or id) that takes the copy")
+    .option("--to <host>", "the host (name or id) that takes the copy")
+    .option("--copies <n>", "keep N copies on distinct hosts from now on (as x-denv.replicas)")
     .option("--json", "print JSON");
   replicate.action(
-    run(replicate, async (client, json, ref: string, o: { to: string }) => {
+    run(replicate, async (client, json, ref: string, o: { to?: string; copies?: string }) => {
+      if ((o.to === undefined) === (o.copies === undefined))
+        throw new UsageError("name one of --to HOST (one copy there) or --copies N (kept from now on)");
+      if (o.copies !== undefined) {
+        const copies = Number(o.copies);
+        if (!Number.isInteger(copies) || copies < 1 || copies > 16)
+          throw new UsageError(`--copies ${o.copies}: a whole number from 1 to 16`);
+        const k = await client().call("putV1VersionsByIdReplicas", { params: { id: ref }, body: { copies } });
+        if (json) printJson(k);
+        else
+          process.stdout.write(
+            `${k.version_id}: ${k.holders.length} of ${k.copies} copies held (${k.holders.join(", ")})${k.made.length ? `; made ${k.made.length} now` : ""}\n`,
+          );
+        return k.holders.length >= k.copies ? 0 : 1;
+      }
+      const to = o.to as string;
       const r = await client().call("postV1VersionsByIdReplicas", {
         params: { id: ref },
-        body: { host: o.to },
+        body: { host: to },
       });
       if (json) printJson(r);
-      else if (r.already) process.stdout.write(`${o.to} already holds ${r.version_id}\n`);
+      else if (r.already) process.stdout.write(`${to} already holds ${r.version_id}\n`);
       else
         process.stdout.write(
-          `replicated ${r.version_id} to ${o.to}: ${(r.bytes / 1024 ** 2).toFixed(1)} MiB as ${r.format}${r.base_version_id ? ` (incremental on ${r.base_version_id})` : ""} in ${(r.ms / 1000).toFixed(1)} s, ${r.mib_per_s} MiB/s\n`,
+          `replicated ${r.version_id} to ${to}: ${(r.bytes / 1024 ** 2).toFixed(1)} MiB as ${r.format}${r.base_version_id ? ` (incremental on ${r.base_version_id})` : ""} in ${(r.ms / 1000).toFixed(1)} s, ${r.mib_per_s} MiB/s\n`,
         );
       return 0;
     }),

@@ -9,6 +9,7 @@ import type { SecretBox } from "../clouds/secret-box.ts";
 import type { Admission } from "../deploy/admission.ts";
 import type { Deployer } from "../deploy/deployer.ts";
 import type { PoolKeeper } from "../deploy/pool-keeper.ts";
+import type { ReplicaKeeper } from "../deploy/replica-keeper.ts";
 import type { Replicator } from "../deploy/replication.ts";
 import type { FetchPolicy } from "../fetch-policy.ts";
 import type { PortsOrigin } from "../ports-origin.ts";
@@ -28,6 +29,8 @@ export interface ApiDeps {
   pools: PoolKeeper;
   /** Copies of versions on other hosts (replication.ts). */
   replicator: Replicator;
+  /** x-denv.replicas kept, and hosts drained (replica-keeper.ts). */
+  replicas: ReplicaKeeper;
   secrets: SecretBox;
   fetchPolicy: FetchPolicy;
   limiter: RateLimiter;

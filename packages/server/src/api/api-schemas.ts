@@ -34,6 +34,8 @@ export const hostSchema = z.object({
   version: z.string().nullable(),
   last_seen: z.string().nullable(),
   connected: z.boolean(),
+  /** Drained (`denv host drain`): it takes no new environment, replica or pool member. */
+  draining: z.boolean(),
   /** The team's versions whose data this host holds, newest first. */
   versions: z.array(z.string()),
   /** Warm pools of those versions: each its size and the members ready now. */
@@ -203,6 +205,16 @@ export const versionListItem = versionSchema.extend({
   in_use: z.array(z.string()),
   /** Hosts other than host_id that hold a copy of its snapshots (forks of it can run there). */
   replicas: z.array(z.string()),
+});
+export const drainResult = z.object({
+  host_id: z.string(),
+  draining: z.boolean(),
+  /** Versions copied to another host because this one held the only copy (or too few were left). */
+  replicated: z.array(z.object({ version_id: z.string(), to_host_id: z.string(), bytes: z.number() })),
+  /** Versions that could not be copied off, each with why. */
+  not_replicated: z.array(z.object({ version_id: z.string(), reason: z.string() })),
+  /** Ready pool members here, withdrawn: their pools refill on other hosts holding the version. */
+  pool_members_moved: z.number().int(),
 });
 export const replicaBody = z.strictObject({
   host: z.string().min(1).max(200).describe("The host (its name or id) to copy the version to"),

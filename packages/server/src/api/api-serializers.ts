@@ -88,6 +88,7 @@ export function serializeHost(
     version: h.version,
     last_seen: h.last_seen,
     connected,
+    draining: Boolean(h.draining),
     versions: holds.versions,
     pools: holds.pools,
     environments: holds.environments,

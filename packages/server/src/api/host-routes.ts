@@ -3,9 +3,11 @@ import { DenvError } from "@denv/protocol";
 import { z } from "zod";
 import { hostHoldings, redeemJoinToken, teamHosts } from "../store/host-store.ts";
 import { createApiKey, createJoinToken, createTeam } from "../store/team-store.ts";
+import type { ApiContext } from "./api-deps.ts";
 import { type ApiRoute, route } from "./api-route.ts";
 import {
   createTeamBody,
+  drainResult,
   hostJoinBody,
   hostJoined,
   hostSchema,
@@ -13,6 +15,14 @@ import {
   teamCreated,
 } from "./api-schemas.ts";
 import { serializeHost } from "./api-serializers.ts";
+
+/** One of the caller's team's hosts, by name or id. */
+async function teamHost(c: ApiContext, ref: string) {
+  const host = (await teamHosts(c.var.deps.store, c.var.teamId)).find((h) => h.id === ref || h.name === ref);
+  if (!host)
+    throw new DenvError("not_found", `no host ${ref.slice(0, 200)} in this team (see denv host list)`);
+  return host;
+}
 
 export const hostRoutes: ApiRoute[] = [
   route({
@@ -67,6 +77,31 @@ export const hostRoutes: ApiRoute[] = [
       return c.json({
         hosts: hosts.map((h) => serializeHost(h, c.var.deps.hosts.isConnected(h.id), holds.get(h.id))),
       });
+    },
+  }),
+  route({
+    method: "post",
+    path: "/v1/hosts/{id}/drain",
+    summary:
+      "Drain a host before maintenance: it takes no new environment, replica or pool member; versions it holds are copied to other hosts where it held too few copies; its ready pool members move",
+    response: drainResult,
+    auth: true,
+    handler: async (c) => {
+      const host = await teamHost(c, c.req.param("id") ?? "");
+      const r = await c.var.deps.replicas.drain(host, c.var.deps.deployer);
+      return c.json({ host_id: host.id, draining: true, ...r });
+    },
+  }),
+  route({
+    method: "delete",
+    path: "/v1/hosts/{id}/drain",
+    summary: "Undo a drain: the host takes new environments, replicas and pool members again",
+    response: z.object({ host_id: z.string(), draining: z.boolean() }),
+    auth: true,
+    handler: async (c) => {
+      const host = await teamHost(c, c.req.param("id") ?? "");
+      await c.var.deps.store.updateTable("hosts").set({ draining: 0 }).where("id", "=", host.id).execute();
+      return c.json({ host_id: host.id, draining: false });
     },
   }),
 ];

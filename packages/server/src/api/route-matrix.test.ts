@@ -384,6 +384,9 @@ const CASES: Record<string, Case> = {
     status: 403,
   },
   "get /v1/hosts": { path: () => "/v1/hosts", status: 200 },
+  // Drained, then (the next route in order) taken back: the team's only host, so nothing is copied.
+  "post /v1/hosts/{id}/drain": { path: () => `/v1/hosts/${a.host}/drain`, status: 200 },
+  "delete /v1/hosts/{id}/drain": { path: () => `/v1/hosts/${a.host}/drain`, status: 200 },
   "post /v1/projects": {
     path: () => "/v1/projects",
     body: () => ({ name: "q", kind: "agent", source: "./q" }),
@@ -457,6 +460,12 @@ const CASES: Record<string, Case> = {
     path: () => `/v1/versions/${a.version}/replicas`,
     body: () => ({ host: a.host }),
     status: 201,
+  },
+  // One copy: the host that took it is enough, so none is made.
+  "put /v1/versions/{id}/replicas": {
+    path: () => `/v1/versions/${a.version}/replicas`,
+    body: () => ({ copies: 1 }),
+    status: 200,
   },
   "get /v1/versions/{id}/spec": { path: () => `/v1/versions/${a.version}/spec`, status: 200 },
   "get /v1/versions/{id}/datasheet": {

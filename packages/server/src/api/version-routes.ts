@@ -193,6 +193,43 @@ export const versionRoutes: ApiRoute[] = [
     },
   }),
   route({
+    method: "put",
+    path: "/v1/versions/{id}/replicas",
+    summary:
+      "Keep N copies of a version on distinct hosts (as x-denv.replicas does): copies are made now and again whenever a host holding one is lost or drained",
+    body: z.strictObject({ copies: z.number().int().min(1).max(16) }),
+    response: z.object({
+      version_id: z.string(),
+      copies: z.number().int(),
+      /** The hosts holding it now: the one it was taken on first. */
+      holders: z.array(z.string()),
+      /** Copies made by this call. */
+      made: z.array(z.string()),
+    }),
+    auth: true,
+    handler: async (c, { body }) => {
+      const { store, replicas } = c.var.deps;
+      const version = await resolveVersionRef(store, c.var.teamId, c.req.param("id") ?? "");
+      if (!version.host_id)
+        throw new DenvError(
+          "invalid_argument",
+          `version ${version.id} lives at target ${version.target_id}, not on hosts`,
+        );
+      await store
+        .updateTable("versions")
+        .set({ replicas: body.copies })
+        .where("id", "=", version.id)
+        .execute();
+      const made = await replicas.keep({ ...version, replicas: body.copies }, body.copies);
+      return c.json({
+        version_id: version.id,
+        copies: body.copies,
+        holders: await versionHolders(store, version),
+        made,
+      });
+    },
+  }),
+  route({
     method: "get",
     path: "/v1/versions/{id}/spec",
     summary:

@@ -26,13 +26,28 @@ interface Deps {
   replicator: Replicator;
 }
 
-/** Connected hosts of the team with room for another environment, least busy first. */
-export async function hostsWithRoom(deps: Deps, teamId: string): Promise<string[]> {
+/**
+ * Connected hosts of the team with room for another environment, least busy first; a drained host
+ * (`denv host drain`) takes nothing new.
+ */
+export async function hostsWithRoom(
+  deps: Pick<Deps, "store" | "hosts" | "admission">,
+  teamId: string,
+): Promise<string[]> {
   const rows = await teamHosts(deps.store, teamId);
   return rows
-    .filter((h) => deps.hosts.isConnected(h.id) && hostFreeBytes(h) >= MIN_FREE_BYTES)
+    .filter((h) => deps.hosts.isConnected(h.id) && !h.draining && hostFreeBytes(h) >= MIN_FREE_BYTES)
     .map((h) => h.id)
     .sort((a, b) => deps.admission.load(a).busy - deps.admission.load(b).busy);
+}
+
+/** The hosts holding a version that could take a fork of it now, least busy first. */
+export async function holdersWithRoom(
+  deps: Pick<Deps, "store" | "hosts" | "admission">,
+  version: VersionsTable,
+): Promise<string[]> {
+  const holders = new Set(await versionHolders(deps.store, version));
+  return (await hostsWithRoom(deps, version.team_id)).filter((h) => holders.has(h));
 }
 
 function replicationSummary(r: Awaited<ReturnType<Replicator["replicate"]>>) {

@@ -43,6 +43,7 @@ test("only a host unseen past the deadline and not connected loses its environme
       version: null,
       last_seen: lastSeen,
       connected: 0,
+      draining: 0,
       created_at: at(0),
     });
     await store

@@ -54,7 +54,10 @@ export async function place(
       connected: online.isConnected(h.id),
       free_bytes: hostFreeBytes(h),
     }));
-  let candidates = hosts.filter((h) => online.isConnected(h.id) && hostFreeBytes(h) >= MIN_FREE_BYTES);
+  // A drained host (`denv host drain`) takes no new environment.
+  let candidates = hosts.filter(
+    (h) => online.isConnected(h.id) && !h.draining && hostFreeBytes(h) >= MIN_FREE_BYTES,
+  );
   const connected = provisioner ? await provisioner.clouds(project.team_id) : [];
   const hosted = connected.find((c) => c.name === pinned && isHosted(c.provider));
   if (hosted)

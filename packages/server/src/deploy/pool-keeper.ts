@@ -27,6 +27,8 @@ import { findVersion, versionHost } from "../store/version-store.ts";
 import type { HostOperations } from "../targets/denvd/host-operations.ts";
 import type { Admission } from "./admission.ts";
 import type { Deployer } from "./deployer.ts";
+import { holdersWithRoom } from "./fork-placement.ts";
+import { versionHolders } from "./replication.ts";
 
 /** The most members one pool keeps. */
 export const MAX_POOL_SIZE = 256;
@@ -114,7 +116,8 @@ export class PoolKeeper {
     const pool = await poolOfVersion(store, teamId, versionId);
     if (!pool) return undefined;
     const version = await findVersion(store, teamId, versionId);
-    if (!version.host_id || !hosts.isConnected(version.host_id)) return undefined;
+    // Members run on any host holding the version; with none of those connected, none is ready.
+    if (!(await versionHolders(store, version)).some((h) => hosts.isConnected(h))) return undefined;
     if (await environmentNamed(store, version.project_id, as.name))
       throw new DenvError("conflict", `an environment named ${as.name} already exists in this project`);
     const env = await takeMember(store, pool, as);
@@ -209,20 +212,23 @@ export class PoolKeeper {
   }
 
   private async pass(): Promise<void> {
-    const { store, hosts } = this.deps;
+    const { store } = this.deps;
     for (const pool of await allPools(store)) {
       const h = this.healthOf(pool.id);
       if (performance.now() < h.retryAt) continue;
       const version = await store
         .selectFrom("versions")
-        .select(["host_id"])
+        .selectAll()
         .where("id", "=", pool.version_id)
         .executeTakeFirst();
-      if (!version?.host_id || !hosts.isConnected(version.host_id)) continue;
+      if (!version?.host_id) continue;
+      // A pool spans the hosts holding its version (replicas included): each refill goes to the
+      // least busy of them, so a lost or drained host's members are made again elsewhere.
       const members = (await poolMembers(store, pool.id)).length;
       let missing = pool.size - members;
       while (missing > 0 && h.making < this.parallel) {
-        if (!(await this.refillOne(pool, version.host_id as string, h))) break;
+        const [hostId] = await holdersWithRoom(this.deps, version);
+        if (!hostId || !(await this.refillOne(pool, hostId, h))) break;
         missing--;
       }
     }
@@ -245,6 +251,10 @@ export class PoolKeeper {
         name: `pool-${newId("m").slice(2, 14)}`,
         sandbox: true,
         poolId: pool.id,
+        placed: {
+          hostId,
+          evidence: { host_id: hostId, reason: "the least busy host holding the pool's version" },
+        },
       });
       void made.done
         .then(async () => {

@@ -56,6 +56,8 @@ export async function snapshotPhase(
       // Sealed: the spec holds the values interpolated from the project's .env.
       spec_json: runner.options.secrets.sealText(JSON.stringify(s)),
       spec_hash: s.hash,
+      // x-denv.replicas: the copies the keeper keeps of it (replica-keeper.ts).
+      replicas: s.replicas ?? null,
       images_json: JSON.stringify(r.images),
       evidence_json: JSON.stringify(r.evidence),
       created_at: now(),

@@ -56,6 +56,7 @@ export async function redeemJoinToken(
       version: null,
       last_seen: null,
       connected: 0,
+      draining: 0,
       created_at: now(),
     })
     .execute();
@@ -138,12 +139,17 @@ export async function hostHoldings(store: Store, teamId: string): Promise<Map<st
     .where("pool_id", "is not", null)
     .where("status", "=", "running")
     .execute();
-  for (const p of pools)
-    of(p.host_id as string).pools.push({
-      version_id: p.version_id,
-      size: p.size,
-      ready: members.filter((m) => m.pool_id === p.id).length,
-    });
+  // A pool spans the hosts holding its version: each host shows the members ready on it.
+  for (const p of pools) {
+    const mine = members.filter((m) => m.pool_id === p.id);
+    const on = new Set([p.host_id as string, ...mine.map((m) => m.host_id).filter((h): h is string => !!h)]);
+    for (const h of on)
+      of(h).pools.push({
+        version_id: p.version_id,
+        size: p.size,
+        ready: mine.filter((m) => m.host_id === h).length,
+      });
+  }
   const envs = await store
     .selectFrom("environments")
     .select(["host_id"])

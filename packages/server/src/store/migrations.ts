@@ -357,6 +357,13 @@ export const MIGRATIONS: Record<string, Migration> = {
         .addPrimaryKeyConstraint("version_replicas_pk", ["version_id", "host_id"])
         .execute();
       await db.schema.createIndex("version_replicas_host").on("version_replicas").column("host_id").execute();
+      // x-denv.replicas (or `denv version replicate --copies`): the copies kept of a version; null: no rule.
+      await db.schema.alterTable("versions").addColumn("replicas", "integer").execute();
+      // `denv host drain`: a draining host takes no new environment, replica or pool member.
+      await db.schema
+        .alterTable("hosts")
+        .addColumn("draining", "integer", (c) => c.notNull().defaultTo(0))
+        .execute();
     },
   },
 };

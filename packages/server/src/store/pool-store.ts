@@ -101,6 +101,7 @@ export async function withdrawMembers(
   store: Store,
   poolId: string,
   limit?: number,
+  onHost?: string,
 ): Promise<EnvironmentsTable[]> {
   let q = store
     .selectFrom("environments")
@@ -109,6 +110,8 @@ export async function withdrawMembers(
     .where("status", "in", LIVE)
     .orderBy("status", "desc")
     .orderBy("created_at", "desc");
+  // Only those on one host (a drained host's).
+  if (onHost !== undefined) q = q.where("host_id", "=", onHost);
   if (limit !== undefined) q = q.limit(limit);
   const ids = (await q.execute()).map((r) => r.id);
   if (!ids.length) return [];

@@ -106,6 +106,8 @@ export interface HostsTable {
   version: string | null;
   last_seen: string | null;
   connected: number;
+  /** 1 while drained (`denv host drain`): it takes no new environment, replica or pool member. */
+  draining: number;
   created_at: string;
 }
 
@@ -159,6 +161,8 @@ export interface VersionsTable {
   target_id: string;
   /** At a hosted provider: the provider's id of its snapshot, which forks are made from. */
   snapshot_ref: string | null;
+  /** Copies kept on distinct hosts (x-denv.replicas); null: no rule, only those asked for. */
+  replicas: number | null;
   /** The resolved spec, sealed: it holds the values interpolated from the project's .env. */
   spec_json: string;
   spec_hash: string;

@@ -39,7 +39,10 @@ export async function versionSpecJson(store: Store, id: string | null): Promise<
 
 export async function insertVersion(
   store: Store,
-  row: Omit<VersionsTable, "snapshot_ref"> & { snapshot_ref?: string | null },
+  row: Omit<VersionsTable, "snapshot_ref" | "replicas"> & {
+    snapshot_ref?: string | null;
+    replicas?: number | null;
+  },
 ): Promise<void> {
   await store.insertInto("versions").values(row).execute();
 }

@@ -469,11 +469,11 @@ export const OPERATIONS = {
   /**
    * One volume of a version, as the storage driver's stream, to the server (which relays it to the
    * host that takes it). With a base version, only what changed since it (btrfs-send). The
-   * snapshots are held while they are read: deleting the version waits for the transfer.
+   * snapshots are held while they are read: deleting the version waits for the transfer. The
+   * default deadline; the relay (replication.ts) gives a large version longer.
    */
   send_snapshot: {
     streams: ["out_stream"],
-    deadlineMs: 2 * 60 * 60_000,
     params: z.strictObject({
       version_id: versionId,
       volume: nameSchema,
@@ -489,7 +489,6 @@ export const OPERATIONS = {
    */
   receive_snapshot: {
     streams: ["in_stream"],
-    deadlineMs: 2 * 60 * 60_000,
     params: z.strictObject({
       version_id: versionId,
       snapshot_id: snapshotId,
@@ -517,7 +516,6 @@ export const OPERATIONS = {
   },
   /** Images present: pulled by their pinned digest where missing. One no registry has is refused. */
   ensure_images: {
-    deadlineMs: 30 * 60_000,
     params: z.strictObject({ images: z.record(z.string().max(63), z.string().min(1).max(512)) }),
     result: z.object({ present: z.array(z.string()), pulled: z.array(z.string()), ms: z.number() }),
   },

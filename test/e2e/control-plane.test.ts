@@ -500,13 +500,17 @@ describe("API surface", () => {
           "/v1/pools/{id}": { size: 1 },
           "/v1/projects/{id}/promote": { from: "alpha", to: "staging" },
           "/v1/members/{id}": { role: "member" },
+          "post /v1/versions/{id}/replicas": { host: "host-x" },
+          "put /v1/versions/{id}/replicas": { copies: 1 },
         };
         // A query the route accepts too (the file routes need a path).
         const query = r.query ? "?path=/x" : "";
         const res = await api(
           r.method.toUpperCase(),
           path + query,
-          r.method === "put" || r.method === "post" ? (valid[r.path] ?? body) : undefined,
+          r.method === "put" || r.method === "post"
+            ? (valid[`${r.method} ${r.path}`] ?? valid[r.path] ?? body)
+            : undefined,
           otherTeamKey,
         );
         assert.equal(res.status, 404, `${r.method} ${path} with another team's key`);

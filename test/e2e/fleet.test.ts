@@ -108,19 +108,32 @@ test("a version replicated to another host, then incrementally; forks of it run 
   assert.equal(inc.data.base_version_id, version);
   assert.ok(inc.data.bytes < r.data.bytes / 2, `incremental ${inc.data.bytes} bytes, full ${r.data.bytes}`);
 
-  // A fan-out of one fork per host: the one on host-b forks its replica.
-  const fan = await lab.api("POST", `/v1/versions/${v2}/forks`, { count: 3, name_prefix: "inc" });
-  assert.equal(fan.data.created, 3, JSON.stringify(fan.data));
-  const ids = fan.data.forks.map((f: { environment: { id: string } }) => f.environment.id) as string[];
-  const on = await Promise.all(ids.map(hostOf));
-  const onB = ids[on.indexOf(b.id)];
-  assert.ok(onB, `one fork runs on host-b: ${on.join(", ")}`);
-  assert.equal(await psql(onB, "select count(*) from orders"), "99995");
-  for (const id of ids) await lab.api("DELETE", `/v1/envs/${id}`);
+  // A fork asked for on host-b forks its replica there; one on host-c (which lacks the version)
+  // waits for a replica to be made there first, and says so in its place phase.
+  const onB = await lab.api("POST", `/v1/versions/${v2}/forks`, { count: 1, name: "on-b", host: "host-b" });
+  assert.equal(onB.data.created, 1, JSON.stringify(onB.data));
+  const bFork = onB.data.forks[0].environment.id as string;
+  assert.equal(await hostOf(bFork), b.id);
+  assert.equal(await psql(bFork, "select count(*) from orders"), "99995");
+  const onC = await lab.api("POST", `/v1/versions/${v2}/forks`, { count: 1, name: "on-c", host: "host-c" });
+  assert.equal(onC.data.created, 1, JSON.stringify(onC.data));
+  const cFork = onC.data.forks[0].environment.id as string;
+  assert.equal(await hostOf(cFork), (extras[1] as Extra).id);
+  assert.equal(await psql(cFork, "select count(*) from orders"), "99995");
+  const dep = (await lab.api("GET", `/v1/envs/${cFork}/deployments`)).data.deployments[0].id as string;
+  const place = (await lab.api("GET", `/v1/deployments/${dep}`)).data.phases.find(
+    (p: { name: string }) => p.name === "place",
+  ).evidence;
+  assert.equal(place.replication.from_host_id, lab.hostId, JSON.stringify(place));
+  assert.ok(place.replication.bytes > 0);
+  // A host that is not the team's: refused, nothing made.
+  const nowhere = await lab.api("POST", `/v1/versions/${v2}/forks`, { count: 1, host: "host-zz" });
+  assert.equal(nowhere.status, 404);
+  for (const id of [bFork, cFork]) await lab.api("DELETE", `/v1/envs/${id}`);
 });
 
 test("forks requested at once spread over all three hosts, each with 100,000 rows", async () => {
-  const r = await lab.api("POST", `/v1/versions/${version}/forks`, { count: 9, name_prefix: "spread" });
+  const r = await lab.api("POST", `/v1/versions/${version}/forks`, { count: 6, name_prefix: "spread" });
   assert.equal(r.status, 200, JSON.stringify(r.data));
   assert.deepEqual(
     [r.data.created, r.data.failed],

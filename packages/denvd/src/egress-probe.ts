@@ -15,6 +15,13 @@
 import { execFile } from "node:child_process";
 import { DenvError, type Egress6Evidence, type EgressEvidence } from "@denv/protocol";
 
+/**
+ * How long a helper command (nsenter, ip) may take before it is killed: a safety net for one that
+ * hangs, never the probe's own measure (the connects inside carry their own short timeouts). On a
+ * machine busy with a fan-out, merely starting nsenter and bash has taken over 5 s.
+ */
+const COMMAND_TIMEOUT_MS = 60_000;
+
 export type { Egress6Evidence, EgressEvidence };
 
 export interface EgressTarget {
@@ -68,7 +75,7 @@ export function dropDefaultRoute(containerPid: number): Promise<boolean> {
     execFile(
       "nsenter",
       [`--net=/proc/${containerPid}/ns/net`, "--", "ip", "-4", "route", "del", "default"],
-      { encoding: "utf8", timeout: 5000 },
+      { encoding: "utf8", timeout: COMMAND_TIMEOUT_MS },
       (err, _stdout, stderr) => {
         if (!err) resolve(true);
         // No default route, or no namespace any more (the container exited at once: its start's
@@ -96,7 +103,7 @@ export function hostAddress(): Promise<string | null> {
     execFile(
       "ip",
       ["-4", "-o", "route", "get", "192.0.2.1"],
-      { encoding: "utf8", timeout: 5000 },
+      { encoding: "utf8", timeout: COMMAND_TIMEOUT_MS },
       (err, out) => {
         resolve(err ? null : (/\bsrc (\d+\.\d+\.\d+\.\d+)/.exec(out)?.[1] ?? null));
       },
@@ -113,7 +120,7 @@ export function bridgeIpv4(networkId: string): Promise<string[] | null> {
     execFile(
       "ip",
       ["-4", "-o", "addr", "show", "dev", `br-${networkId.slice(0, 12)}`],
-      { encoding: "utf8", timeout: 5000 },
+      { encoding: "utf8", timeout: COMMAND_TIMEOUT_MS },
       (err, out) => {
         if (err) resolve(null);
         else resolve([...out.matchAll(/\binet (\d+\.\d+\.\d+\.\d+)/g)].map((m) => m[1] as string));
@@ -179,24 +186,29 @@ function probe4(
   ].join("; ");
   const args = [`--net=/proc/${containerPid}/ns/net`, "--", "bash", "-c", script];
   return new Promise((resolve, reject) => {
-    execFile("nsenter", args, { encoding: "utf8", timeout: MAX_WAIT_MS + 5000 }, (err, _stdout, stderr) => {
-      const m = /denv-probe (\d+) (\d+)/.exec(stderr);
-      const route = /denv-route ([^\n]*)/.exec(stderr)?.[1]?.trim();
-      let outcome: Outcome;
-      try {
-        outcome = outcomeOf(err, stderr);
-      } catch (e) {
-        reject(e);
-        return;
-      }
-      resolve({
-        result: outcome === "connected" || outcome === "refused" ? "reachable" : "blocked",
-        target: `${target.host}:${target.port}`,
-        outcome,
-        ...(route ? { route } : {}),
-        ...(m ? { control_us: Number(m[1]), wait_ms: Math.round(Number(m[2]) / 1000) } : {}),
-      });
-    });
+    execFile(
+      "nsenter",
+      args,
+      { encoding: "utf8", timeout: MAX_WAIT_MS + COMMAND_TIMEOUT_MS },
+      (err, _stdout, stderr) => {
+        const m = /denv-probe (\d+) (\d+)/.exec(stderr);
+        const route = /denv-route ([^\n]*)/.exec(stderr)?.[1]?.trim();
+        let outcome: Outcome;
+        try {
+          outcome = outcomeOf(err, stderr);
+        } catch (e) {
+          reject(e);
+          return;
+        }
+        resolve({
+          result: outcome === "connected" || outcome === "refused" ? "reachable" : "blocked",
+          target: `${target.host}:${target.port}`,
+          outcome,
+          ...(route ? { route } : {}),
+          ...(m ? { control_us: Number(m[1]), wait_ms: Math.round(Number(m[2]) / 1000) } : {}),
+        });
+      },
+    );
   });
 }
 
@@ -222,7 +234,7 @@ function probe6(
     : ["exit 3"];
   const args = [`--net=/proc/${containerPid}/ns/net`, "--", "bash", "-c", [...state, ...connect].join("; ")];
   return new Promise((resolve, reject) => {
-    execFile("nsenter", args, { encoding: "utf8", timeout: 5000 }, (err, _stdout, stderr) => {
+    execFile("nsenter", args, { encoding: "utf8", timeout: COMMAND_TIMEOUT_MS }, (err, _stdout, stderr) => {
       const m = /denv-probe6 (\d+) (\d+) ?(\S*)/.exec(stderr);
       // No state read: the probe did not run, which proves nothing (never "blocked").
       if (!m) {

@@ -751,6 +751,7 @@ export type PostV1VersionsByIdForksBody = {
   name_prefix?: string;
   name?: string;
   sandbox?: boolean;
+  host?: string;
 };
 
 /** A version (ver_…, PROJECT@ver_…, or PROJECT/ENV for the version it runs) — GET /v1/versions/{id} */

@@ -33,13 +33,17 @@ export function registerEnvironmentCommands(program: Command): void {
     .argument("<env-or-version>", "the environment to fork (its current version), or ver_… / PROJECT@ver_…")
     .requiredOption("--name <name>", "the new environment's name (with --count: the prefix of their names)")
     .option("--count <n>", "make N forks of the environment's current version at once: <name>-1 … <name>-N")
+    .option(
+      "--host <host>",
+      "with --count: run them all on this host (a replica is made there first when needed)",
+    )
     .option("--json", "print JSON")
     .addHelpText(
       "after",
       "\nExamples:\n  denv fork --name rollout-017 alpha\n  denv fork --name rollout --count 32 alpha    (rollout-01 … rollout-32; each one's outcome is printed)",
     );
   fork.action(
-    run(fork, async (client, json, env: string, o: { name: string; count?: string }) => {
+    run(fork, async (client, json, env: string, o: { name: string; count?: string; host?: string }) => {
       const t = performance.now();
       if (o.count !== undefined) {
         const count = Number(o.count);
@@ -51,7 +55,7 @@ export function registerEnvironmentCommands(program: Command): void {
         if (!json) process.stderr.write(`forking ${env} (${e.current_version_id}) ${count} times…\n`);
         const r = await client().call("postV1VersionsByIdForks", {
           params: { id: e.current_version_id },
-          body: { count, name_prefix: o.name },
+          body: { count, name_prefix: o.name, ...(o.host ? { host: o.host } : {}) },
         });
         if (json) printJson(r);
         else {
@@ -67,6 +71,7 @@ export function registerEnvironmentCommands(program: Command): void {
         }
         return r.failed ? 1 : 0;
       }
+      if (o.host) throw new UsageError("--host goes with --count (a fan-out)");
       if (!json) process.stderr.write(`forking ${env} → ${o.name}…\n`);
       // A version (ver_…, PROJECT@ver_…) rather than an environment: a fork of it, named as given.
       if (/^ver_|@ver_/.test(env)) {

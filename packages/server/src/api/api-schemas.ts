@@ -257,6 +257,13 @@ export const fanOutBody = z.strictObject({
   name: name.optional().describe("With count 1: the fork's name, as it is"),
   /** true: sandboxes (listed and destroyed as sandboxes), as POST /v1/sandboxes makes them. */
   sandbox: z.boolean().optional(),
+  /** All on this host (its name or id): a replica is made there first when it lacks the version. */
+  host: z
+    .string()
+    .min(1)
+    .max(200)
+    .optional()
+    .describe("Run every fork on this host (name or id); default: spread over every host with room"),
 });
 /** One step of a replay's episode: a command in a service, as exec runs it. */
 export const replayStep = z

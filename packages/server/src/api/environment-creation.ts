@@ -72,7 +72,7 @@ export async function forkVersion(
   versionId: string,
   name: string | undefined,
   sandbox: boolean,
-  options: { onHost?: string } = {},
+  options: { onHost?: string; pinned?: boolean } = {},
 ): Promise<Created> {
   const as = { name: name ?? sandboxName(), sandbox };
   const version = await findVersion(deps.store, teamId, versionId);
@@ -142,7 +142,18 @@ export async function fanOut(
   const forks: z.infer<typeof fanOutResult>["forks"] = new Array(names.length);
   // Spread over every connected host with room: fork i goes to the i-th of them in turn, and a host
   // without the version takes a replica first (once, shared by its forks).
-  const spread = version.host_id ? await hostsWithRoom(deps, teamId) : [];
+  let spread = version.host_id ? await hostsWithRoom(deps, teamId) : [];
+  if (body.host !== undefined) {
+    const ref = body.host;
+    const pinned = (await teamHosts(deps.store, teamId)).find((h) => h.id === ref || h.name === ref);
+    if (!pinned) throw new DenvError("not_found", `no host ${ref} in this team (see denv host list)`);
+    if (!version.host_id)
+      throw new DenvError(
+        "invalid_argument",
+        `version ${version.id} lives at target ${version.target_id}, not on hosts`,
+      );
+    spread = [pinned.id];
+  }
   let next = 0;
   const worker = async () => {
     for (let i = next++; i < names.length; i = next++) {
@@ -157,7 +168,9 @@ export async function fanOut(
             version.id,
             name,
             body.sandbox ?? false,
-            spread.length > 1 ? { onHost: spread[i % spread.length] as string } : {},
+            spread.length > 1 || body.host !== undefined
+              ? { onHost: spread[i % spread.length] as string }
+              : {},
           ),
         };
       } catch (err) {

@@ -64,12 +64,13 @@ function replicationSummary(r: Awaited<ReturnType<Replicator["replicate"]>>) {
 
 /**
  * A host for one fork. `onHost`: the host a fan-out assigned it (a replica made there first when
- * it does not hold the version); when that fails, placed as any other fork, the failure noted.
+ * it does not hold the version); when that fails, placed as any other fork, the failure noted,
+ * unless the caller named the host (`pinned`): then the fork fails.
  */
 export async function placeFork(
   deps: Deps,
   version: VersionsTable,
-  options: { onHost?: string } = {},
+  options: { onHost?: string; pinned?: boolean } = {},
 ): Promise<ForkPlacement> {
   const origin = version.host_id;
   if (!origin) throw new DenvError("invalid_argument", `version ${version.id} is not on a denvd host`);
@@ -90,6 +91,8 @@ export async function placeFork(
         },
       };
     } catch (err) {
+      // Asked for by name: there or nowhere.
+      if (options.pinned) throw err;
       notes.push(`the replica on ${options.onHost} failed: ${(err as Error).message}`);
     }
   }

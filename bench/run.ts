@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --quick] [-- --json] [-- --save] [-- --only fork,api,scale,exec,transfer,fidelity]`: every
+ * `npm run bench [-- --quick] [-- --json] [-- --save] [-- --only fork,api,scale,exec,transfer,fidelity,fleet]`: every
  * figure beside its peer, measured in the same run on this machine. Prints a table for people
  * (each median with its p5–p95 spread and the 95% interval of the median); with --json, one JSON
  * object on the last line ({commit, machine, duration_s, metrics with every sample, ratios,
@@ -13,6 +13,7 @@ import { join } from "node:path";
 import { apiBench } from "./api-bench.ts";
 import { atLeast, atMost, interval, type Metric, ratioInterval, withSpread } from "./bench-stats.ts";
 import { fidelityBench } from "./fidelity-bench.ts";
+import { fleetBench } from "./fleet-bench.ts";
 import { forkBench } from "./fork-bench.ts";
 import { execUnderLoad, scaleBench } from "./scale-bench.ts";
 import { transferBench } from "./transfer-bench.ts";
@@ -71,6 +72,7 @@ const measured: Record<string, Metric> = {
   ...(part("scale") ? await scaleBench(quick) : part("exec") ? await execUnderLoad(quick) : {}),
   ...(part("transfer") ? await transferBench(quick) : {}),
   ...(part("fidelity") ? await fidelityBench(quick) : {}),
+  ...(part("fleet") ? await fleetBench(quick) : {}),
 };
 // Every metric with samples carries its spread and the interval of its median.
 const metrics = Object.fromEntries(Object.entries(measured).map(([k, m]) => [k, withSpread(m)]));
@@ -103,6 +105,11 @@ const ratioOf: Record<string, [string, string]> = {
   files_get_vs_docker_cp: ["files_get_mib_per_s", "files_get_peer_mib_per_s"],
   clock_read_frozen_vs_real: ["clock_read_ns_frozen", "clock_read_ns_real"],
   fork_frozen_vs_real: ["fork_p50_ms_frozen", "fork_p50_ms_real"],
+  replication_vs_direct_pipe: ["replication_mib_per_s", "replication_peer_mib_per_s"],
+  first_fork_elsewhere_vs_holder: ["first_fork_elsewhere_ms", "first_fork_holder_ms"],
+  forks_three_hosts_vs_one: quick
+    ? ["fleet_8_forks_three_hosts_ms", "fleet_8_forks_one_host_ms"]
+    : ["fleet_32_forks_three_hosts_ms", "fleet_32_forks_one_host_ms"],
 };
 const ratios = Object.fromEntries(
   Object.entries(ratioOf)
@@ -151,6 +158,18 @@ const goals: [string, boolean][] = [
     atMost(iv("files_peak_rss_mib_server"), 255.9) && atMost(iv("files_peak_rss_mib_denvd"), 255.9),
   ],
   ["a frozen fork ≤ 1.1× a real-clock fork", atMost(ratioIv("fork_frozen_vs_real"), 1.1)],
+  [
+    "replication ≥ 0.8× the direct btrfs send | receive pipe",
+    atLeast(ratioIv("replication_vs_direct_pipe"), 0.8),
+  ],
+  ...(quick
+    ? []
+    : ([
+        [
+          "32 forks over three hosts ≤ 0.45× the one-host time",
+          atMost(ratioIv("forks_three_hosts_vs_one"), 0.45),
+        ],
+      ] as [string, boolean][])),
 ];
 
 const durationS = Math.round((Date.now() - started) / 1000);

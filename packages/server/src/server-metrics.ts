@@ -23,14 +23,22 @@ export interface DeploymentObserver {
   ): void;
 }
 
+/** What a version's copy to another host reports as it ends (replication.ts). */
+export interface ReplicationObserver {
+  replicationEnded(status: "succeeded" | "failed", format: string, bytes: number, seconds: number): void;
+}
+
 /** Seconds, from a tenth of a millisecond (an exec's round trip) to ten minutes (a first deploy). */
 const BUCKETS_S = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600];
 
-export class ServerMetrics implements DeploymentObserver {
+export class ServerMetrics implements DeploymentObserver, ReplicationObserver {
   readonly registry = new Registry();
   private readonly deployments: Counter<"kind" | "status">;
   private readonly phaseSeconds: Histogram<"kind" | "phase" | "status">;
   private readonly requestSeconds: Histogram<"method" | "route" | "status">;
+  private readonly replications: Counter<"format" | "status">;
+  private readonly replicationBytes: Counter<"format">;
+  private readonly replicationSeconds: Histogram<"format" | "status">;
 
   constructor(sources: MetricSources) {
     const registers = [this.registry];
@@ -52,6 +60,25 @@ export class ServerMetrics implements DeploymentObserver {
       name: "denv_http_request_seconds",
       help: "API requests answered, by method, route template and status code (a stream: until its head)",
       labelNames: ["method", "route", "status"],
+      buckets: BUCKETS_S,
+      registers,
+    });
+    this.replications = new Counter({
+      name: "denv_replications_total",
+      help: "Copies of versions made on other hosts (or failed), by stream format (btrfs-send, zfs-send, tar)",
+      labelNames: ["format", "status"],
+      registers,
+    });
+    this.replicationBytes = new Counter({
+      name: "denv_replication_bytes_total",
+      help: "Bytes of snapshots relayed host to host for the copies made, by stream format",
+      labelNames: ["format"],
+      registers,
+    });
+    this.replicationSeconds = new Histogram({
+      name: "denv_replication_seconds",
+      help: "How long a copy took, from the first request to the host adopting it (or the failure)",
+      labelNames: ["format", "status"],
       buckets: BUCKETS_S,
       registers,
     });
@@ -107,6 +134,12 @@ export class ServerMetrics implements DeploymentObserver {
     for (const p of phases)
       if (p.duration_ms !== null && (p.status === "succeeded" || p.status === "failed"))
         this.phaseSeconds.observe({ kind, phase: p.name, status: p.status }, p.duration_ms / 1000);
+  }
+
+  replicationEnded(status: "succeeded" | "failed", format: string, bytes: number, seconds: number): void {
+    this.replications.inc({ format, status });
+    if (bytes > 0) this.replicationBytes.inc({ format }, bytes);
+    this.replicationSeconds.observe({ format, status }, seconds);
   }
 
   request(method: string, route: string, status: number, seconds: number): void {

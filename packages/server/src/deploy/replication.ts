@@ -13,6 +13,7 @@
 import { pipeline } from "node:stream/promises";
 import { DenvError, type MuxStream, type OpResult } from "@denv/protocol";
 import { now } from "../ids.ts";
+import type { ReplicationObserver } from "../server-metrics.ts";
 import type { Store } from "../store/open-store.ts";
 import type { HostsTable, VersionsTable } from "../store/schema.ts";
 import type { HostOperations } from "../targets/denvd/host-operations.ts";
@@ -81,11 +82,11 @@ export function transferFormat(
 }
 
 export class Replicator {
-  private readonly deps: { store: Store; hosts: HostOperations };
+  private readonly deps: { store: Store; hosts: HostOperations; observer?: ReplicationObserver };
   /** (version, host) → the replica being made: a second caller waits for the same one. */
   private readonly inFlight = new Map<string, Promise<ReplicaEvidence | null>>();
 
-  constructor(deps: { store: Store; hosts: HostOperations }) {
+  constructor(deps: { store: Store; hosts: HostOperations; observer?: ReplicationObserver }) {
     this.deps = deps;
   }
 
@@ -138,6 +139,37 @@ export class Replicator {
         "invalid_argument",
         `host ${dest.name} (${dest.storage ?? "unknown"} storage) cannot take a version from a ${described.storage} host: no stream format both drivers share`,
       );
+    return this.observed(format, started, () =>
+      this.transfer(version, source, dest, described, format, started),
+    );
+  }
+
+  /** Reports a copy's end (metrics) and passes its outcome on. */
+  private async observed(
+    format: Format,
+    started: number,
+    fn: () => Promise<ReplicaEvidence>,
+  ): Promise<ReplicaEvidence> {
+    const seconds = () => (performance.now() - started) / 1000;
+    try {
+      const r = await fn();
+      this.deps.observer?.replicationEnded("succeeded", format, r.bytes, seconds());
+      return r;
+    } catch (err) {
+      this.deps.observer?.replicationEnded("failed", format, 0, seconds());
+      throw err;
+    }
+  }
+
+  private async transfer(
+    version: VersionsTable,
+    source: string,
+    dest: HostsTable,
+    described: OpResult<"describe_version">,
+    format: Format,
+    started: number,
+  ): Promise<ReplicaEvidence> {
+    const { store, hosts } = this.deps;
     const base = format === "btrfs-send" ? await this.sharedBase(version, source, dest.id) : null;
     const baseSnapshots = base
       ? (await hosts.call(source, "describe_version", { version_id: base })).version.snapshots

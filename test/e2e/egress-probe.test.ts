@@ -8,6 +8,9 @@
 import assert from "node:assert/strict";
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { after, before, test } from "node:test";
 import { hostAddress, MIN_WAIT_MS, probeEgress } from "@denv/denvd";
@@ -106,6 +109,30 @@ test("a reachable target that refuses is reachable", async () => {
   const ev = await probeEgress(pid, { host: dockerBridgeAddress(), port: 9 });
   assert.equal(ev.outcome, "refused", JSON.stringify(ev));
   assert.equal(ev.result, "reachable");
+});
+
+test("the probe's shell reads none of the host's start-up files, whatever denvd's environment", async () => {
+  // Bash reads ~/.bashrc when not interactive if its stdin is a socket (Node's child pipes are) and
+  // it is a top-level shell: denvd under systemd has no SHLVL. A host's .bashrc that is slow (pyenv
+  // waiting on a stale lock made every probe take 60 s) or loud must not reach the probe.
+  const home = mkdtempSync(join(tmpdir(), "probe-home-"));
+  const marker = join(home, "bashrc-ran");
+  writeFileSync(join(home, ".bashrc"), `touch ${marker}\n`);
+  const saved = { HOME: process.env.HOME, SHLVL: process.env.SHLVL };
+  process.env.HOME = home;
+  process.env.SHLVL = "0";
+  try {
+    const pid = await container("bridge");
+    const ev = await probeEgress(pid, { host: dockerBridgeAddress(), port: 9 });
+    assert.equal(ev.result, "reachable");
+    assert.equal(existsSync(marker), false, "the probe's bash read the host's ~/.bashrc");
+  } finally {
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+    rmSync(home, { recursive: true, force: true });
+  }
 });
 
 test("a probe that cannot run is an error, never blocked", async () => {

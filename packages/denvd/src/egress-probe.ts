@@ -22,6 +22,19 @@ import { DenvError, type Egress6Evidence, type EgressEvidence } from "@denv/prot
  */
 const COMMAND_TIMEOUT_MS = 60_000;
 
+/**
+ * The probes' bash runs with this environment, not denvd's. Bash reads root's ~/.bashrc when it is
+ * not interactive but its stdin is a socket (as Node's child pipes are) and it is a top-level shell
+ * (rshd's case): under systemd (SHLVL unset) every probe sourced the host's .bashrc, and on a host
+ * whose .bashrc runs `pyenv init` with a stale lock, each waited 60 s. SHLVL=1 makes bash a nested
+ * shell, so nothing is read; the PATH is the system's.
+ */
+const PROBE_ENV = {
+  PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+  SHLVL: "1",
+  LANG: "C",
+};
+
 export type { Egress6Evidence, EgressEvidence };
 
 export interface EgressTarget {
@@ -75,7 +88,7 @@ export function dropDefaultRoute(containerPid: number): Promise<boolean> {
     execFile(
       "nsenter",
       [`--net=/proc/${containerPid}/ns/net`, "--", "ip", "-4", "route", "del", "default"],
-      { encoding: "utf8", timeout: COMMAND_TIMEOUT_MS },
+      { encoding: "utf8", timeout: COMMAND_TIMEOUT_MS, env: PROBE_ENV },
       (err, _stdout, stderr) => {
         if (!err) resolve(true);
         // No default route, or no namespace any more (the container exited at once: its start's
@@ -103,7 +116,7 @@ export function hostAddress(): Promise<string | null> {
     execFile(
       "ip",
       ["-4", "-o", "route", "get", "192.0.2.1"],
-      { encoding: "utf8", timeout: COMMAND_TIMEOUT_MS },
+      { encoding: "utf8", timeout: COMMAND_TIMEOUT_MS, env: PROBE_ENV },
       (err, out) => {
         resolve(err ? null : (/\bsrc (\d+\.\d+\.\d+\.\d+)/.exec(out)?.[1] ?? null));
       },
@@ -120,7 +133,7 @@ export function bridgeIpv4(networkId: string): Promise<string[] | null> {
     execFile(
       "ip",
       ["-4", "-o", "addr", "show", "dev", `br-${networkId.slice(0, 12)}`],
-      { encoding: "utf8", timeout: COMMAND_TIMEOUT_MS },
+      { encoding: "utf8", timeout: COMMAND_TIMEOUT_MS, env: PROBE_ENV },
       (err, out) => {
         if (err) resolve(null);
         else resolve([...out.matchAll(/\binet (\d+\.\d+\.\d+\.\d+)/g)].map((m) => m[1] as string));
@@ -184,12 +197,12 @@ function probe4(
     'echo "denv-probe $c $t" >&2',
     `exec timeout "$(printf '%d.%06d' $((t/1000000)) $((t%1000000)))" bash -c 'exec 3<>/dev/tcp/${target.host}/${target.port}'`,
   ].join("; ");
-  const args = [`--net=/proc/${containerPid}/ns/net`, "--", "bash", "-c", script];
+  const args = [`--net=/proc/${containerPid}/ns/net`, "--", "bash", "--norc", "--noprofile", "-c", script];
   return new Promise((resolve, reject) => {
     execFile(
       "nsenter",
       args,
-      { encoding: "utf8", timeout: MAX_WAIT_MS + COMMAND_TIMEOUT_MS },
+      { encoding: "utf8", timeout: MAX_WAIT_MS + COMMAND_TIMEOUT_MS, env: PROBE_ENV },
       (err, _stdout, stderr) => {
         const m = /denv-probe (\d+) (\d+)/.exec(stderr);
         const route = /denv-route ([^\n]*)/.exec(stderr)?.[1]?.trim();
@@ -232,44 +245,57 @@ function probe6(
   const connect = linkLocal
     ? [`exec timeout 0.5 bash -c "exec 3<>/dev/tcp/${linkLocal}%\${i:-eth0}/${port}"`]
     : ["exit 3"];
-  const args = [`--net=/proc/${containerPid}/ns/net`, "--", "bash", "-c", [...state, ...connect].join("; ")];
+  const args = [
+    `--net=/proc/${containerPid}/ns/net`,
+    "--",
+    "bash",
+    "--norc",
+    "--noprofile",
+    "-c",
+    [...state, ...connect].join("; "),
+  ];
   return new Promise((resolve, reject) => {
-    execFile("nsenter", args, { encoding: "utf8", timeout: COMMAND_TIMEOUT_MS }, (err, _stdout, stderr) => {
-      const m = /denv-probe6 (\d+) (\d+) ?(\S*)/.exec(stderr);
-      // No state read: the probe did not run, which proves nothing (never "blocked").
-      if (!m) {
-        reject(
-          new DenvError(
-            "unavailable",
-            `the IPv6 egress probe could not run in the service's network namespace: ${stderr.trim().slice(0, 300) || err?.message}`,
-          ),
-        );
-        return;
-      }
-      const disabled = m[1] === "1";
-      const addresses = Number(m[2]);
-      // With no IPv6 address the connect fails whatever its error (no source address to send
-      // from); the addresses, not this error, are the proof.
-      const outcome: Outcome = !linkLocal
-        ? "unreachable"
-        : !err
-          ? "connected"
-          : /refused/i.test(stderr)
-            ? "refused"
-            : err.code === 124
-              ? "timeout"
-              : "unreachable";
-      const ifname = m?.[3] || "eth0";
-      // An IPv6 address on an interface (even one still in duplicate address detection, whose
-      // connect fails for a second or two) is a way to the host on the same link: only a namespace
-      // with none is blocked, whatever one connect saw.
-      resolve({
-        result: outcome === "connected" || outcome === "refused" || addresses > 0 ? "reachable" : "blocked",
-        target: linkLocal ? `[${linkLocal}%${ifname}]:${port}` : "none",
-        outcome,
-        disabled,
-        addresses,
-      });
-    });
+    execFile(
+      "nsenter",
+      args,
+      { encoding: "utf8", timeout: COMMAND_TIMEOUT_MS, env: PROBE_ENV },
+      (err, _stdout, stderr) => {
+        const m = /denv-probe6 (\d+) (\d+) ?(\S*)/.exec(stderr);
+        // No state read: the probe did not run, which proves nothing (never "blocked").
+        if (!m) {
+          reject(
+            new DenvError(
+              "unavailable",
+              `the IPv6 egress probe could not run in the service's network namespace: ${stderr.trim().slice(0, 300) || err?.message}`,
+            ),
+          );
+          return;
+        }
+        const disabled = m[1] === "1";
+        const addresses = Number(m[2]);
+        // With no IPv6 address the connect fails whatever its error (no source address to send
+        // from); the addresses, not this error, are the proof.
+        const outcome: Outcome = !linkLocal
+          ? "unreachable"
+          : !err
+            ? "connected"
+            : /refused/i.test(stderr)
+              ? "refused"
+              : err.code === 124
+                ? "timeout"
+                : "unreachable";
+        const ifname = m?.[3] || "eth0";
+        // An IPv6 address on an interface (even one still in duplicate address detection, whose
+        // connect fails for a second or two) is a way to the host on the same link: only a namespace
+        // with none is blocked, whatever one connect saw.
+        resolve({
+          result: outcome === "connected" || outcome === "refused" || addresses > 0 ? "reachable" : "blocked",
+          target: linkLocal ? `[${linkLocal}%${ifname}]:${port}` : "none",
+          outcome,
+          disabled,
+          addresses,
+        });
+      },
+    );
   });
 }

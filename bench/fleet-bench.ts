@@ -18,6 +18,11 @@ import { log, openBenchRig } from "./bench-rig.ts";
 import { type Metric, metricOf } from "./bench-stats.ts";
 
 const MIB = 1024 ** 2;
+/** A shell for the peer's pipes that reads no start-up file (a host's .bashrc is not the peer). */
+const sh = (script: string) =>
+  execFileSync("bash", ["--norc", "--noprofile", "-c", script], {
+    env: { PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", SHLVL: "1" },
+  });
 const root = join(import.meta.dirname, "..");
 
 interface ExtraHost {
@@ -106,13 +111,10 @@ export async function fleetBench(quick: boolean): Promise<Record<string, Metric>
         )
         .join(" ");
       const p = performance.now();
-      execFileSync("bash", ["-c", `set -e; mkdir -p ${into}; ${pipes} wait`]);
+      sh(`set -e; mkdir -p ${into}; ${pipes} wait`);
       const peerMs = performance.now() - p;
       peerRate.push(Math.round((r.bytes / MIB / (peerMs / 1000)) * 10) / 10);
-      execFileSync("bash", [
-        "-c",
-        `for s in ${into}/*; do btrfs -q subvolume delete "$s"; done; rmdir ${into}`,
-      ]);
+      sh(`for s in ${into}/*; do btrfs -q subvolume delete "$s"; done; rmdir ${into}`);
     }
     results.replication_mib_per_s = metricOf(
       denvRate,

@@ -88,6 +88,16 @@ export class MuxStream extends Duplex {
     this.sendChunk(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk)).then(() => cb(), cb);
   }
 
+  /**
+   * What was written while the last frame was on its way goes out together, in frames of up to
+   * STREAM_CHUNK_BYTES: a producer writing 64 KiB pieces (a pipe's reads) costs one frame and one
+   * socket write per MiB, not per piece.
+   */
+  override _writev(chunks: { chunk: Buffer }[], cb: (err?: Error | null) => void): void {
+    const bufs = chunks.map((c) => (Buffer.isBuffer(c.chunk) ? c.chunk : Buffer.from(c.chunk)));
+    this.sendChunk(bufs.length === 1 ? (bufs[0] as Buffer) : Buffer.concat(bufs)).then(() => cb(), cb);
+  }
+
   private async sendChunk(chunk: Buffer): Promise<void> {
     let off = 0;
     while (off < chunk.length) {

@@ -85,7 +85,9 @@ export function createApp(options: AppOptions): Hono<ApiEnv> {
       }),
   });
   const admission = options.admission ?? new Admission({ store: options.store, secrets: options.secrets });
-  const replicator = options.replicator ?? new Replicator({ store: options.store, hosts: options.hosts });
+  const replicator =
+    options.replicator ??
+    new Replicator({ store: options.store, hosts: options.hosts, secrets: options.secrets });
   const deps: ApiDeps = {
     store: options.store,
     hosts: options.hosts,

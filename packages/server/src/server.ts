@@ -175,7 +175,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     void replicas?.kick();
   });
   const admission = new Admission({ store, secrets }, options.admission);
-  const replicator = new Replicator({ store, hosts: hub, observer: metrics });
+  const replicator = new Replicator({ store, hosts: hub, secrets, observer: metrics });
   replicas = new ReplicaKeeper(
     { store, hosts: hub, admission, replicator },
     { lostAfterMs: options.hostWatch?.lostAfterMs, ...options.replicaKeeper },

@@ -11,7 +11,8 @@
  * receiving host while the snapshots travel.
  */
 import { pipeline } from "node:stream/promises";
-import { DenvError, type MuxStream, type OpResult } from "@denv/protocol";
+import { DenvError, type MuxStream, type OpResult, type ResolvedSpec } from "@denv/protocol";
+import type { SecretBox } from "../clouds/secret-box.ts";
 import { now } from "../ids.ts";
 import type { ReplicationObserver } from "../server-metrics.ts";
 import type { Store } from "../store/open-store.ts";
@@ -81,12 +82,20 @@ export function transferFormat(
   return null;
 }
 
+interface ReplicatorDeps {
+  store: Store;
+  hosts: HostOperations;
+  /** Opens the version's sealed spec: the receiving host gets the control plane's, not the sender's. */
+  secrets: Pick<SecretBox, "openText">;
+  observer?: ReplicationObserver;
+}
+
 export class Replicator {
-  private readonly deps: { store: Store; hosts: HostOperations; observer?: ReplicationObserver };
+  private readonly deps: ReplicatorDeps;
   /** (version, host) → the replica being made: a second caller waits for the same one. */
   private readonly inFlight = new Map<string, Promise<ReplicaEvidence | null>>();
 
-  constructor(deps: { store: Store; hosts: HostOperations; observer?: ReplicationObserver }) {
+  constructor(deps: ReplicatorDeps) {
     this.deps = deps;
   }
 
@@ -174,7 +183,20 @@ export class Replicator {
     const baseSnapshots = base
       ? (await hosts.call(source, "describe_version", { version_id: base })).version.snapshots
       : {};
-    const rec = described.version;
+    // The sending host says which snapshots make the version and when it was frozen; what the
+    // version is (its id, spec and images) is the control plane's record, so a host cannot hand
+    // another host a different spec under this version's name.
+    if (described.version.id !== version.id)
+      throw new DenvError(
+        "unavailable",
+        `host ${source} described ${described.version.id} when asked for ${version.id}: nothing was sent`,
+      );
+    const rec = {
+      ...described.version,
+      spec: JSON.parse(this.deps.secrets.openText(version.spec_json)) as ResolvedSpec,
+      spec_hash: version.spec_hash,
+      images: JSON.parse(version.images_json) as Record<string, string>,
+    };
     // The images are pulled while the snapshots travel.
     const images = hosts.call(dest.id, "ensure_images", {
       images: Object.fromEntries(

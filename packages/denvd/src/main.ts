@@ -7,6 +7,7 @@ import { hostname } from "node:os";
 import { join } from "node:path";
 import { parseBytes } from "@denv/spec";
 import { Command } from "commander";
+import { pino } from "pino";
 import { Denvd } from "./denvd.ts";
 import { defaultAgentBinary } from "./exec/agent-binary.ts";
 import { DockerRuntime } from "./runtime/docker-runtime.ts";
@@ -25,10 +26,12 @@ interface HostConfig {
   zfs_pool?: string;
 }
 
-const log = (message: string, context?: Record<string, unknown>) =>
-  process.stderr.write(
-    `${new Date().toISOString()} ${message}${context ? ` ${JSON.stringify(context)}` : ""}\n`,
-  );
+/** denvd's log: one JSON object per line on stderr (pino); DENVD_LOG_LEVEL sets what is written. */
+const logger = pino(
+  { level: process.env.DENVD_LOG_LEVEL ?? "info", base: { service: "denvd" } },
+  pino.destination({ fd: 2, sync: true }),
+);
+const log = (message: string, context?: Record<string, unknown>) => logger.info(context ?? {}, message);
 
 export function storageFor(
   config: Pick<HostConfig, "storage" | "btrfs_pool" | "zfs_pool">,

@@ -42,6 +42,12 @@ export interface SidecarOptions {
 
 type Outcome = { ok: boolean; result?: unknown; error?: unknown };
 
+/** An outcome's error as one short line for the log. */
+function errorLine(error: unknown): string {
+  const e = (error ?? {}) as { code?: unknown; message?: unknown };
+  return `${String(e.code ?? "error")}: ${String(e.message ?? "").slice(0, 300)}`;
+}
+
 export class Sidecar {
   private ws: WebSocket | null = null;
   private stopped = false;
@@ -203,7 +209,21 @@ export class Sidecar {
         : this.perform(method, params, this.openStreams(method, params));
       this.ops.add(opId, run, (r) => JSON.stringify(r).length);
     }
-    void run.then((r) => this.send({ type: "result", op_id: opId, ...r } as HostMessage));
+    const started = performance.now();
+    const { method } = msg;
+    void run.then((r) => {
+      // What changed the host, and every failure, is logged with the request and deployment the
+      // server did it for (the server's log lines carry the same ids).
+      if (JOURNALED_OPS.has(method) || !r.ok)
+        this.log(r.ok ? "Operation done" : "Operation failed", {
+          op: method,
+          op_id: opId,
+          ms: Math.round(performance.now() - started),
+          ...(r.ok ? {} : { error: errorLine(r.error) }),
+          ...msg.trace,
+        });
+      this.send({ type: "result", op_id: opId, ...r } as HostMessage);
+    });
   }
 
   /**

@@ -70,6 +70,10 @@ export const serverMessageSchema = z.discriminatedUnion("type", [
     op_id: z.string(),
     method: z.enum(OP_METHODS),
     params: z.record(z.string(), z.unknown()),
+    /** The request and deployment it is done for, named in the host's log lines. */
+    trace: z
+      .object({ request_id: z.string().max(100).optional(), deployment_id: z.string().max(100).optional() })
+      .optional(),
   }),
 ]);
 

@@ -32,6 +32,7 @@ import {
   RateLimiter,
   type RateLimitOptions,
 } from "./rate-limit.ts";
+import { requestIdOf, serverLog, withTrace } from "./server-log.ts";
 import type { ServerMetrics } from "./server-metrics.ts";
 import type { Store } from "./store/open-store.ts";
 import type { HostOperations } from "./targets/denvd/host-operations.ts";
@@ -112,7 +113,7 @@ export function createApp(options: AppOptions): Hono<ApiEnv> {
     mcp,
     portsOrigin: options.portsOrigin,
   };
-  const log = options.log ?? ((message, context) => console.error(message, JSON.stringify(context ?? {})));
+  const log = options.log ?? ((message, context) => serverLog().error(context ?? {}, message));
   const app = new Hono<ApiEnv>();
   app.onError((err, c) => {
     // The rest of a refused body is never read: the connection cannot be reused.
@@ -133,7 +134,10 @@ export function createApp(options: AppOptions): Hono<ApiEnv> {
   app.use("*", async (c, next) => {
     c.set("deps", deps);
     const begun = performance.now();
-    await next();
+    // Every line logged and every host operation sent for this request carries its id.
+    const requestId = requestIdOf(c.req.header("x-request-id"), () => newId("req"));
+    c.header("x-request-id", requestId);
+    await withTrace({ request_id: requestId }, () => next());
     // The route's template (never the path itself: ids would make a series each); none matched:
     // "unmatched", so a scan of random paths adds no series either.
     const route =

@@ -3,6 +3,7 @@
  * a source: a team that uploads and walks away does not keep its bytes on the control plane.
  */
 import { type BuildContexts, CONTEXT_GRACE_MS } from "./build-contexts.ts";
+import { serverLog } from "./server-log.ts";
 import type { Store } from "./store/open-store.ts";
 import { teamProjects } from "./store/project-store.ts";
 
@@ -48,7 +49,7 @@ export function startContextExpiry(
     if (running) return;
     running = true;
     expireContexts(store, contexts, options.graceMs)
-      .catch((err) => console.error("build context expiry failed", JSON.stringify({ error: String(err) })))
+      .catch((err) => serverLog().error({ error: String(err) }, "build context expiry failed"))
       .finally(() => {
         running = false;
       });

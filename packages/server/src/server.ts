@@ -26,6 +26,7 @@ import { FetchPolicy } from "./fetch-policy.ts";
 import { proxyHttp, proxyUpgrade } from "./port-tunnels.ts";
 import { PortsOrigin } from "./ports-origin.ts";
 import type { RateLimitOptions } from "./rate-limit.ts";
+import { serverLog } from "./server-log.ts";
 import { ServerMetrics } from "./server-metrics.ts";
 import { openStore, type Store } from "./store/open-store.ts";
 import { poolTotals } from "./store/pool-store.ts";
@@ -153,10 +154,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     onDeployed: (d) => {
       void pools?.replaceDeclared(d.teamId, d.projectId, d.versionId, d.pool).catch((err) =>
         // The deploy stands; the pool it declared does not fit (or its version went): said here.
-        console.error(
-          "x-denv.pool not applied",
-          JSON.stringify({ version: d.versionId, error: String(err) }),
-        ),
+        serverLog().warn({ version: d.versionId, error: String(err) }, "x-denv.pool not applied"),
       );
       // x-denv.replicas: the new version's copies are made now, not at the next pass.
       void replicas?.kick();
@@ -166,8 +164,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   hub.onHostReady((hostId) => {
     void deployer.syncHost(hostId).then(
       (changed) => {
-        if (changed.length)
-          console.error("environment statuses set from their host", JSON.stringify({ hostId, changed }));
+        if (changed.length) serverLog().info({ hostId, changed }, "environment statuses set from their host");
       },
       () => {},
     );
@@ -288,7 +285,7 @@ function defaultPortsOrigin(
   if (publicUrl) {
     const u = new URL(publicUrl);
     if (!["127.0.0.1", "[::1]", "localhost"].includes(u.hostname)) {
-      console.error(
+      serverLog().warn(
         "port URLs are served on the console's host name, another port; set --ports-origin to give them a host name of their own",
       );
       return `${u.protocol}//${u.hostname}:${port}`;

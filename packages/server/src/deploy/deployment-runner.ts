@@ -13,6 +13,7 @@ import type { Provisioner } from "../clouds/provisioner.ts";
 import type { SecretBox } from "../clouds/secret-box.ts";
 import type { FetchPolicy } from "../fetch-policy.ts";
 import { newId, now } from "../ids.ts";
+import { withTrace } from "../server-log.ts";
 import type { DeploymentObserver } from "../server-metrics.ts";
 import { insertDeployment } from "../store/deployment-store.ts";
 import { updateEnvironment } from "../store/environment-store.ts";
@@ -126,7 +127,8 @@ export class DeploymentRunner {
   ): Launched {
     const done = this.serialize(environmentId, async () => {
       try {
-        await body();
+        // Its phases' log lines and host operations name the deployment.
+        await withTrace({ deployment_id: rec.deploymentId }, body);
       } catch (err) {
         if (onError) return onError(err);
         await rec.skipRest("skipped: an earlier phase failed");

@@ -7,6 +7,8 @@
  * Environments a deployment is working on are left to it, and each change is made only if the
  * status is still the one read.
  */
+
+import { serverLog } from "../server-log.ts";
 import type { Store } from "../store/open-store.ts";
 import type { HostOperations } from "../targets/denvd/host-operations.ts";
 
@@ -78,7 +80,7 @@ export function startHostWatch(
     running = true;
     markLostHosts(deps, lostAfterMs)
       .then((changed) => {
-        if (changed.length) console.error("hosts unseen past their deadline", JSON.stringify({ changed }));
+        if (changed.length) serverLog().warn({ changed }, "hosts unseen past their deadline");
       })
       .catch(() => {})
       .finally(() => {

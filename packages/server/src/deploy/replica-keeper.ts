@@ -9,6 +9,8 @@
  * that would otherwise fall short (below its N, or with this as its only copy), and withdraws the
  * ready pool members there, so their pools refill on other hosts holding the version.
  */
+
+import { serverLog } from "../server-log.ts";
 import type { Store } from "../store/open-store.ts";
 import { withdrawMembers } from "../store/pool-store.ts";
 import type { HostsTable, VersionsTable } from "../store/schema.ts";
@@ -52,8 +54,7 @@ export class ReplicaKeeper {
   constructor(
     deps: Deps,
     options: ReplicaKeeperOptions = {},
-    log: (message: string, context: Record<string, unknown>) => void = (m, c) =>
-      console.error(m, JSON.stringify(c)),
+    log: (message: string, context: Record<string, unknown>) => void = (m, c) => serverLog().info(c, m),
   ) {
     this.deps = deps;
     this.everyMs = options.everyMs ?? 15_000;

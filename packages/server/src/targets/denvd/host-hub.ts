@@ -33,6 +33,7 @@ import {
 } from "@denv/protocol";
 import { type WebSocket, WebSocketServer } from "ws";
 import { newId, now } from "../../ids.ts";
+import { currentTrace } from "../../server-log.ts";
 import { hostBySecret, updateHost } from "../../store/host-store.ts";
 import type { Store } from "../../store/open-store.ts";
 import type { HostOperations } from "./host-operations.ts";
@@ -388,7 +389,15 @@ export class HostHub implements HostOperations {
     } = {},
   ): Promise<OpResult<M>> {
     const opId = options.opId ?? newId("op");
-    const text = JSON.stringify({ type: "op", op_id: opId, method, params } satisfies ServerMessage);
+    // The request and deployment it is done for: the host's log lines name them.
+    const trace = currentTrace();
+    const text = JSON.stringify({
+      type: "op",
+      op_id: opId,
+      method,
+      params,
+      ...(trace ? { trace } : {}),
+    } satisfies ServerMessage);
     if (Buffer.byteLength(text) > MAX_MESSAGE_BYTES) {
       return Promise.reject(
         new DenvError(

@@ -56,3 +56,26 @@ test("requests are kept by method, route template and status", async () => {
   );
   assert.match(body, /^denv_http_request_seconds_count\{method="GET",route="unmatched",status="404"\} 1$/m);
 });
+
+test("the hosts' reported figures are served summed, read once per scrape", async () => {
+  let reads = 0;
+  const m = new ServerMetrics({
+    hostsConnected: () => 2,
+    pools: async () => ({ ready: 0, hits: 0, misses: 0 }),
+    hostFigures: async () => {
+      reads++;
+      return {
+        disk_total_bytes: 300,
+        disk_free_bytes: 100,
+        memory_total_bytes: 64,
+        memory_free_bytes: 16,
+        cpus: 4,
+      };
+    },
+  });
+  const { body } = await m.scrape();
+  assert.match(body, /^denv_hosts_capacity_bytes\{resource="disk",state="free"\} 100$/m);
+  assert.match(body, /^denv_hosts_capacity_bytes\{resource="memory",state="total"\} 64$/m);
+  assert.match(body, /^denv_hosts_cpus 4$/m);
+  assert.equal(reads, 1);
+});

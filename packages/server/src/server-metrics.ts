@@ -12,6 +12,19 @@ import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom
 export interface MetricSources {
   hostsConnected(): number;
   pools(): Promise<{ ready: number; hits: number; misses: number }>;
+  /**
+   * What the connected hosts last reported over their connections (hello and heartbeats), summed
+   * over them: disk and memory, total and free, and CPUs. Absent: not served.
+   */
+  hostFigures?(): Promise<HostFigures>;
+}
+
+export interface HostFigures {
+  disk_total_bytes: number;
+  disk_free_bytes: number;
+  memory_total_bytes: number;
+  memory_free_bytes: number;
+  cpus: number;
 }
 
 /** What a deployment reports as it ends. */
@@ -90,6 +103,37 @@ export class ServerMetrics implements DeploymentObserver, ReplicationObserver {
         this.set(sources.hostsConnected());
       },
     });
+    if (sources.hostFigures) {
+      const read = sources.hostFigures;
+      let hostFigures: Promise<HostFigures> | null = null;
+      const figuresNow = () => {
+        hostFigures ??= read().finally(() => {
+          hostFigures = null;
+        });
+        return hostFigures;
+      };
+      new Gauge({
+        name: "denv_hosts_capacity_bytes",
+        help: "What the connected hosts last reported over their connections, summed: disk and memory, total and free",
+        labelNames: ["resource", "state"],
+        registers,
+        async collect() {
+          const f = await figuresNow();
+          this.set({ resource: "disk", state: "total" }, f.disk_total_bytes);
+          this.set({ resource: "disk", state: "free" }, f.disk_free_bytes);
+          this.set({ resource: "memory", state: "total" }, f.memory_total_bytes);
+          this.set({ resource: "memory", state: "free" }, f.memory_free_bytes);
+        },
+      });
+      new Gauge({
+        name: "denv_hosts_cpus",
+        help: "CPUs of the connected hosts, summed",
+        registers,
+        async collect() {
+          this.set((await figuresNow()).cpus);
+        },
+      });
+    }
     // One read of the pools serves the three gauges of a scrape (collected together): it is
     // shared until it settles, and the next scrape reads afresh.
     let figures: Promise<{ ready: number; hits: number; misses: number }> | null = null;

@@ -28,6 +28,7 @@ import { PortsOrigin } from "./ports-origin.ts";
 import type { RateLimitOptions } from "./rate-limit.ts";
 import { serverLog } from "./server-log.ts";
 import { ServerMetrics } from "./server-metrics.ts";
+import { hostFigureTotals } from "./store/host-store.ts";
 import { openStore, type Store } from "./store/open-store.ts";
 import { poolTotals } from "./store/pool-store.ts";
 import {
@@ -137,6 +138,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const metrics = new ServerMetrics({
     hostsConnected: () => hub.connectedCount(),
     pools: () => poolTotals(store),
+    hostFigures: () => hostFigureTotals(store, (id) => hub.isConnected(id)),
   });
   let ready = false;
   const deployer = new Deployer({

@@ -161,3 +161,26 @@ export async function hostHoldings(store: Store, teamId: string): Promise<Map<st
   for (const e of envs) of(e.host_id as string).environments++;
   return out;
 }
+
+/** What the connected hosts last reported (their hello and heartbeats), summed, for /metrics. */
+export async function hostFigureTotals(store: Store, isConnected: (hostId: string) => boolean) {
+  const rows = await store.selectFrom("hosts").select(["id", "capacity_json"]).execute();
+  const out = {
+    disk_total_bytes: 0,
+    disk_free_bytes: 0,
+    memory_total_bytes: 0,
+    memory_free_bytes: 0,
+    cpus: 0,
+  };
+  for (const h of rows) {
+    if (!isConnected(h.id) || !h.capacity_json) continue;
+    const c = JSON.parse(h.capacity_json) as Record<string, unknown>;
+    const n = (k: string) => (typeof c[k] === "number" && Number.isFinite(c[k]) ? (c[k] as number) : 0);
+    out.disk_total_bytes += n("total_bytes");
+    out.disk_free_bytes += n("free_bytes");
+    out.memory_total_bytes += n("memory_bytes");
+    out.memory_free_bytes += n("memory_free_bytes");
+    out.cpus += n("cpus");
+  }
+  return out;
+}

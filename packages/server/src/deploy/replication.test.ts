@@ -80,10 +80,14 @@ test("a copy is refused before any byte moves: another team's host, a sender des
     await store.insertInto("versions").values(version).execute();
     const asked: OpMethod[] = [];
     let describedId = "ver_ba9876543210";
+    let adoptedOn = "";
     const hosts = {
       isConnected: () => true,
-      call: async (_host: string, method: OpMethod) => {
+      call: async (host: string, method: OpMethod) => {
         asked.push(method);
+        // Only the sender and a host that adopted a copy earlier know the version.
+        if (method === "describe_version" && host !== "host_src" && host !== adoptedOn)
+          throw Object.assign(new Error("no version"), { code: "not_found" });
         if (method === "describe_version")
           return {
             version: { id: describedId, snapshots: { data: `${describedId}-data` } },
@@ -109,6 +113,18 @@ test("a copy is refused before any byte moves: another team's host, a sender des
     // Only descriptions were asked for: no stream was opened, nothing was received anywhere.
     assert.deepEqual([...new Set(asked)], ["describe_version"]);
     assert.deepEqual(await store.selectFrom("version_replicas").selectAll().execute(), []);
+    // A host that adopted a copy whose record here was lost: recorded from its word, nothing sent.
+    adoptedOn = "host_dst";
+    asked.length = 0;
+    assert.equal(await replicator.replicate(version, "host_dst"), null);
+    assert.deepEqual(asked, ["describe_version"]);
+    assert.deepEqual(
+      (await store.selectFrom("version_replicas").select(["host_id", "format"]).execute()).map((r) => [
+        r.host_id,
+        r.format,
+      ]),
+      [["host_dst", "adopted"]],
+    );
     // The host that took it already holds it: nothing is asked at all.
     asked.length = 0;
     assert.equal(await replicator.replicate(version, "host_src"), null);

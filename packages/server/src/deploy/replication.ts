@@ -134,6 +134,24 @@ export class Replicator {
         "host_unavailable",
         `host ${dest.name} is not connected: it cannot take a replica now`,
       );
+    // A copy the host adopted whose record here was never written (this server stopped between
+    // the two): recorded now, nothing sent again.
+    const held = await hosts.call(dest.id, "describe_version", { version_id: version.id }).catch(() => null);
+    if (held && held.version.id === version.id) {
+      await store
+        .insertInto("version_replicas")
+        .values({
+          version_id: version.id,
+          host_id: dest.id,
+          team_id: version.team_id,
+          source_host_id: dest.id,
+          format: "adopted",
+          evidence_json: JSON.stringify({ recorded_from: "the host's own record", version_id: version.id }),
+          created_at: now(),
+        })
+        .execute();
+      return null;
+    }
     const source = holders.find((h) => hosts.isConnected(h));
     if (!source)
       throw new DenvError(

@@ -1,9 +1,10 @@
 /**
  * Where a fork runs: a connected host that holds the version (the one that took it, or a replica)
- * and has a free create turn, the least busy first. When every holder is busy, a connected host
- * with room takes a replica first (replication.ts) and the fork runs there, the copy's figures in
- * the fork's place evidence. When no holder is connected, the one that took the version is awaited
- * (its join phase waits for a reconnect), as before there were replicas.
+ * and has a free create turn, the least busy first. When every holder is busy (or the connected
+ * ones are drained or full), a connected host with room takes a replica first (replication.ts) and
+ * the fork runs there, the copy's figures in the fork's place evidence. When no holder is
+ * connected, the one that took the version is awaited (its join phase waits for a reconnect), as
+ * before there were replicas.
  */
 import { DenvError } from "@denv/protocol";
 import { hostFreeBytes, teamHosts } from "../store/host-store.ts";
@@ -114,8 +115,9 @@ export async function placeFork(
         ...(notes.length ? { notes } : {}),
       },
     };
-  // Every holder busy (or none connected): a host with room takes a replica, when one can be sent.
-  if (best) {
+  // Every holder busy, or the connected ones drained: a host with room takes a replica, when one
+  // can be sent.
+  if (best || holders.some((h) => deps.hosts.isConnected(h))) {
     for (const h of [...roomy].filter((x) => !holders.includes(x) && load(x).busy < load(x).parallel)) {
       try {
         const made = await deps.replicator.replicate(version, h);
@@ -123,7 +125,9 @@ export async function placeFork(
           hostId: h,
           evidence: {
             host_id: h,
-            reason: "every host holding the version was busy: a replica was made on a host with room",
+            reason: best
+              ? "every host holding the version was busy: a replica was made on a host with room"
+              : "the hosts holding the version are drained: a replica was made on a host with room",
             replication: replicationSummary(made),
             holders,
           },
@@ -132,21 +136,26 @@ export async function placeFork(
         notes.push(`the replica on ${h} failed: ${(err as Error).message}`);
       }
     }
-    return {
-      hostId: best,
-      evidence: {
-        host_id: best,
-        reason: "every host holding the version is busy: waits for a turn on the least busy",
-        holders,
-        ...(notes.length ? { notes } : {}),
-      },
-    };
+    if (best)
+      return {
+        hostId: best,
+        evidence: {
+          host_id: best,
+          reason: "every host holding the version is busy: waits for a turn on the least busy",
+          holders,
+          ...(notes.length ? { notes } : {}),
+        },
+      };
   }
+  // None connected (or none could take a copy): the one that took it, awaited if it is away.
+  const connected = holders.find((h) => deps.hosts.isConnected(h));
   return {
-    hostId: origin,
+    hostId: connected ?? origin,
     evidence: {
-      host_id: origin,
-      reason: "no host holding the version is connected: the one that took it is awaited",
+      host_id: connected ?? origin,
+      reason: connected
+        ? "only drained hosts hold the version, and no other host could take a copy: it runs on one of them"
+        : "no host holding the version is connected: the one that took it is awaited",
       holders,
       ...(notes.length ? { notes } : {}),
     },

@@ -1262,7 +1262,7 @@ export type GetV1VersionsByIdSpecResponse = {
 /** A version's data sheet: digests, volumes and sizes, caps, egress, clock reach, replays, every promote's gate evidence, verify results; ?format=markdown for people — GET /v1/versions/{id}/datasheet */
 export type GetV1VersionsByIdDatasheetResponse = unknown;
 
-/** Connect a cloud account: hetzner (the provision phase creates machines there), or e2b, daytona, modal or prime (a target of its own); the token is checked, then stored encrypted — POST /v1/clouds */
+/** Connect a cloud account: hetzner or aws (the provision phase creates machines there; aws's token is ACCESS_KEY_ID:SECRET_ACCESS_KEY, its location a region, its server_type an instance type), or e2b, daytona, modal or prime (a target of its own); the token is checked, then stored encrypted — POST /v1/clouds */
 export type PostV1CloudsResponse = {
   name: string;
   provider: string;

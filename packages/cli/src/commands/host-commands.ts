@@ -1,6 +1,9 @@
 /** Hosts and clouds: join tokens, what hosts reported, and cloud accounts. */
+import { readFileSync } from "node:fs";
+import { homedir } from "node:os";
+import { join } from "node:path";
 import type { Command } from "commander";
-import { printJson } from "../output.ts";
+import { printJson, UsageError } from "../output.ts";
 import { run } from "./command-runner.ts";
 
 export function registerHostCommands(program: Command): void {
@@ -93,43 +96,56 @@ export function registerHostCommands(program: Command): void {
   const cc = cloud
     .command("connect")
     .description(
-      "Connect a cloud account: hetzner (deploys provision machines there), or e2b, daytona, modal or prime (a target of its own); its token is checked, then stored encrypted",
+      "Connect a cloud account: hetzner or aws (deploys provision machines there), or e2b, daytona, modal or prime (a target of its own); its token is checked, then stored encrypted",
     )
-    .argument("<provider>", "hetzner, e2b, daytona, modal or prime (aws: not yet available)")
+    .argument("<provider>", "hetzner, aws, e2b, daytona, modal or prime")
     .requiredOption(
       "--name <name>",
       "a name for this account (projects can be pinned to it; an e2b, daytona, modal or prime account is the target of that name)",
     )
     // Not --api-key: that is denv's own key, an option of every command.
-    .requiredOption("--token <token>", "the provider's API token or key")
-    .option("--server-type <type>", "hetzner: the machine type to create (default cx22)")
+    .option("--token <token>", "the provider's API token or key (aws: ACCESS_KEY_ID:SECRET_ACCESS_KEY)")
+    .option("--profile <name>", "aws: read the key pair of this profile from ~/.aws/credentials instead")
+    .option(
+      "--server-type <type>",
+      "hetzner: the machine type to create (default cx22); aws: the instance type (default m7i.large)",
+    )
     .option(
       "--location <loc>",
-      "hetzner: where to create machines (default fsn1); daytona, prime: its region (default us)",
+      "hetzner: where to create machines (default fsn1); aws: the region (default us-east-1); daytona, prime: its region (default us)",
     )
     .option("--api-url <url>", "another endpoint speaking the provider's API (for e2b, its sandboxes' too)")
     .option("--json", "print JSON")
     .addHelpText(
       "after",
-      "\nExamples:\n  denv cloud connect hetzner --name hz --token $HCLOUD_TOKEN --server-type ax41-nvme --location fsn1\n  denv cloud connect e2b --name e2b --token $E2B_API_KEY\n  denv cloud connect daytona --name daytona --token $DAYTONA_API_KEY\n  denv cloud connect modal --name modal --token $MODAL_TOKEN_ID:$MODAL_TOKEN_SECRET\n  denv cloud connect prime --name prime --token $PRIME_API_KEY",
+      "\nExamples:\n  denv cloud connect hetzner --name hz --token $HCLOUD_TOKEN --server-type ax41-nvme --location fsn1\n  denv cloud connect aws --name aws --profile default --server-type m7i.xlarge --location eu-central-1\n  denv cloud connect e2b --name e2b --token $E2B_API_KEY\n  denv cloud connect daytona --name daytona --token $DAYTONA_API_KEY\n  denv cloud connect modal --name modal --token $MODAL_TOKEN_ID:$MODAL_TOKEN_SECRET\n  denv cloud connect prime --name prime --token $PRIME_API_KEY",
     );
   cc.action(
     run(cc, async (client, json, provider: string) => {
       const o = cc.opts() as {
         name: string;
-        token: string;
+        token?: string;
+        profile?: string;
         serverType?: string;
         location?: string;
         apiUrl?: string;
       };
-      const token = o.token;
-      const machines = provider === "hetzner";
+      if ((o.token === undefined) === (o.profile === undefined))
+        throw new UsageError("give one of --token or --profile (aws)");
+      if (o.profile !== undefined && provider !== "aws")
+        throw new UsageError("--profile reads an AWS key pair: it goes with aws");
+      const token = o.token ?? awsProfileToken(o.profile as string);
+      const machines = provider === "hetzner" || provider === "aws";
+      const defaults =
+        provider === "aws" ? { type: "m7i.large", at: "us-east-1" } : { type: "cx22", at: "fsn1" };
       const r = await client().call("postV1Clouds", {
         body: {
           provider,
           name: o.name,
           token,
-          ...(machines ? { server_type: o.serverType ?? "cx22", location: o.location ?? "fsn1" } : {}),
+          ...(machines
+            ? { server_type: o.serverType ?? defaults.type, location: o.location ?? defaults.at }
+            : {}),
           ...(!machines && o.location ? { location: o.location } : {}),
           ...(o.apiUrl ? { api_url: o.apiUrl } : {}),
         },
@@ -175,4 +191,40 @@ export function registerHostCommands(program: Command): void {
       return 0;
     }),
   );
+}
+
+/**
+ * A profile's key pair from ~/.aws/credentials (or AWS_SHARED_CREDENTIALS_FILE), as the server
+ * takes it: ACCESS_KEY_ID:SECRET_ACCESS_KEY. Read here, on the caller's machine; the server stores
+ * it sealed and never reads an AWS configuration of its own.
+ */
+function awsProfileToken(profile: string): string {
+  const file = process.env.AWS_SHARED_CREDENTIALS_FILE ?? join(homedir(), ".aws", "credentials");
+  let text: string;
+  try {
+    text = readFileSync(file, "utf8");
+  } catch {
+    throw new UsageError(`--profile ${profile}: ${file} cannot be read`);
+  }
+  let section: string | null = null;
+  const keys: Record<string, string> = {};
+  for (const raw of text.split(/\r?\n/)) {
+    const line = raw.trim();
+    if (!line || line.startsWith("#") || line.startsWith(";")) continue;
+    const head = /^\[\s*(?:profile\s+)?([^\]]+?)\s*\]$/.exec(line);
+    if (head) {
+      section = head[1] ?? null;
+      continue;
+    }
+    const kv = /^([A-Za-z_]+)\s*=\s*(.*)$/.exec(line);
+    if (kv && section === profile) keys[(kv[1] as string).toLowerCase()] = (kv[2] as string).trim();
+  }
+  const id = keys.aws_access_key_id;
+  const secret = keys.aws_secret_access_key;
+  if (!id || !secret) throw new UsageError(`--profile ${profile}: ${file} has no key pair for it`);
+  if (keys.aws_session_token)
+    throw new UsageError(
+      `--profile ${profile} holds temporary credentials (a session token): give a key pair that does not expire`,
+    );
+  return `${id}:${secret}`;
 }

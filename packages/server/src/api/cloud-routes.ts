@@ -4,8 +4,8 @@
  */
 import { DenvError } from "@denv/protocol";
 import { z } from "zod";
-import { checkCloudApiUrl, HetznerDriver } from "../clouds/hetzner-driver.ts";
-import { NOT_YET, PROVIDERS } from "../clouds/provisioner.ts";
+import { checkCloudApiUrl } from "../clouds/hetzner-driver.ts";
+import { machineDriver, NOT_YET, PROVIDERS } from "../clouds/provisioner.ts";
 import { newId, now } from "../ids.ts";
 import { cloudNameTaken, deleteCloud, insertCloud, teamClouds } from "../store/cloud-store.ts";
 import type { CloudsTable } from "../store/schema.ts";
@@ -19,7 +19,7 @@ export const cloudRoutes: ApiRoute[] = [
     method: "post",
     path: "/v1/clouds",
     summary:
-      "Connect a cloud account: hetzner (the provision phase creates machines there), or e2b, daytona, modal or prime (a target of its own); the token is checked, then stored encrypted",
+      "Connect a cloud account: hetzner or aws (the provision phase creates machines there; aws's token is ACCESS_KEY_ID:SECRET_ACCESS_KEY, its location a region, its server_type an instance type), or e2b, daytona, modal or prime (a target of its own); the token is checked, then stored encrypted",
     body: cloudConnectBody,
     response: cloudSchema,
     status: 201,
@@ -62,11 +62,13 @@ export const cloudRoutes: ApiRoute[] = [
       if (hosted) await hostedTarget(c.var.deps, row).checkKey();
       else
         try {
-          await new HetznerDriver({ token: body.token, apiUrl }).listServers("denv");
+          await machineDriver(body.provider, body.token, row, fetchPolicy).listServers("denv");
         } catch (err) {
+          // A malformed token or region is the caller's to fix as it is.
+          if (err instanceof DenvError && err.code === "invalid_argument") throw err;
           throw new DenvError(
             "invalid_argument",
-            `Hetzner did not accept the token: ${(err as Error).message}`,
+            `${body.provider === "aws" ? "AWS" : "Hetzner"} did not accept the token: ${(err as Error).message}`,
           );
         }
       await insertCloud(store, row);

@@ -7,15 +7,11 @@
 import { DenvError } from "@denv/protocol";
 import { readBounded } from "@denv/spec";
 import type { FetchPolicy } from "../fetch-policy.ts";
+import type { CloudServer, MachineDriver } from "./machine-driver.ts";
 
 export const HETZNER_API = "https://api.hetzner.cloud/v1";
 
-export interface CloudServer {
-  id: number;
-  name: string;
-  status: string;
-  labels: Record<string, string>;
-}
+export type { CloudServer };
 
 export class HetznerError extends DenvError {
   readonly providerCode: string;
@@ -55,7 +51,7 @@ export function checkCloudApiUrl(apiUrl: string | null, policy: FetchPolicy): st
   return url.href.replace(/\/$/, "");
 }
 
-export class HetznerDriver {
+export class HetznerDriver implements MachineDriver {
   private readonly token: string;
   private readonly apiUrl: string;
 
@@ -132,12 +128,12 @@ export class HetznerDriver {
     return r.server;
   }
 
-  async getServer(id: number): Promise<CloudServer> {
+  async getServer(id: number | string): Promise<CloudServer> {
     return (await this.call<{ server: CloudServer }>("GET", `/servers/${id}`)).server;
   }
 
   /** Idempotent: a server already gone is not an error. */
-  async deleteServer(id: number): Promise<void> {
+  async deleteServer(id: number | string): Promise<void> {
     try {
       await this.call("DELETE", `/servers/${id}`);
     } catch (err) {

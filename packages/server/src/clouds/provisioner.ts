@@ -11,22 +11,22 @@ import { hashSecret, newId, newSecret, now } from "../ids.ts";
 import type { Store } from "../store/open-store.ts";
 import type { CloudsTable } from "../store/schema.ts";
 import type { HostOperations } from "../targets/denvd/host-operations.ts";
+import { AwsDriver } from "./aws-driver.ts";
 import { checkCloudApiUrl, HetznerDriver } from "./hetzner-driver.ts";
+import type { MachineDriver } from "./machine-driver.ts";
 import type { SecretBox } from "./secret-box.ts";
 
-export const PROVIDERS = ["hetzner"] as const;
+export const PROVIDERS = ["hetzner", "aws"] as const;
 
 /** The seed's words for providers that are not there yet. */
-export const NOT_YET: Record<string, string> = {
-  aws: "AWS: not yet available; your own EC2 machines work today through the installer (curl -fsSL SERVER/install.sh | sh -s -- --token T --server URL)",
-};
+export const NOT_YET: Record<string, string> = {};
 
 export const MACHINE_IMAGE = "debian-12";
 
 export interface ProvisionedMachine {
   machine_id: string;
   cloud_id: string;
-  server_id: number;
+  server_id: number | string;
   name: string;
 }
 
@@ -45,6 +45,19 @@ export function userData(o: { serverUrl: string; token: string; name: string }):
     `curl -fsSL ${q(`${o.serverUrl}/install.sh`)} | sh -s -- --token ${q(o.token)} --server ${q(o.serverUrl)} --name ${q(o.name)}`,
     "",
   ].join("\n");
+}
+
+/** The driver of a cloud that makes machines; its endpoint checked again at each use (the administrator may have narrowed what the server fetches). */
+export function machineDriver(
+  provider: string,
+  token: string,
+  cloud: Pick<CloudsTable, "api_url" | "location">,
+  fetchPolicy: FetchPolicy,
+): MachineDriver {
+  const apiUrl = checkCloudApiUrl(cloud.api_url, fetchPolicy);
+  if (provider === "hetzner") return new HetznerDriver({ token, apiUrl });
+  if (provider === "aws") return new AwsDriver({ token, region: cloud.location, apiUrl });
+  throw new DenvError("invalid_argument", `no driver for ${provider}`);
 }
 
 export class Provisioner {
@@ -85,12 +98,8 @@ export class Provisioner {
     return rows.map((r) => r.name);
   }
 
-  private driver(cloud: CloudsTable): HetznerDriver {
-    if (cloud.provider !== "hetzner")
-      throw new DenvError("invalid_argument", `no driver for ${cloud.provider}`);
-    // Checked again at each use: the administrator may have narrowed what the server fetches.
-    const apiUrl = checkCloudApiUrl(cloud.api_url, this.fetchPolicy);
-    return new HetznerDriver({ token: this.secrets.open(cloud.token_sealed), apiUrl });
+  private driver(cloud: CloudsTable): MachineDriver {
+    return machineDriver(cloud.provider, this.secrets.open(cloud.token_sealed), cloud, this.fetchPolicy);
   }
 
   /** Creates the machine; the caller records it in the deployment first thing. */
@@ -198,7 +207,7 @@ export class Provisioner {
       .selectAll()
       .where("id", "=", m.cloud_id)
       .executeTakeFirst();
-    if (cloud) await this.driver(cloud).deleteServer(Number(m.provider_server_id));
+    if (cloud) await this.driver(cloud).deleteServer(m.provider_server_id);
     await this.store
       .deleteFrom("hosts")
       .where("team_id", "=", m.team_id)

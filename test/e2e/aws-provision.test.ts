@@ -8,13 +8,14 @@
  * joins is terminated.
  */
 import assert from "node:assert/strict";
-import { mkdtemp, rm } from "node:fs/promises";
+import { spawnSync } from "node:child_process";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { joinServer, Sidecar } from "@denv/denvd";
 import { type RunningServer, startServer } from "@denv/server";
-import { LOCAL_REGISTRY, openTestHost, type TestHost } from "./denvd-helpers.ts";
+import { LOCAL_REGISTRY, openTestHost, repoRoot, type TestHost } from "./denvd-helpers.ts";
 import { Ec2Double, type Ec2Instance } from "./ec2-double.ts";
 import { opsWorldCompose } from "./process-world.ts";
 
@@ -89,6 +90,51 @@ test("denv cloud connect aws checks the key pair and the region before keeping t
     stored.every((c) => !c.token_sealed.includes(SECRET)),
     "the secret is stored sealed",
   );
+});
+
+test("denv cloud connect aws --profile reads the key pair from the caller's credentials file", async () => {
+  const dir = await mkdtemp(join(tmpdir(), "denv-aws-cred-"));
+  const file = join(dir, "credentials");
+  await writeFile(
+    file,
+    `[default]\naws_access_key_id = AKIAOTHER0000000001\naws_secret_access_key = other\n\n[lab]\naws_access_key_id = ${KEY}\naws_secret_access_key = ${SECRET}\n\n[temp]\naws_access_key_id = ${KEY}\naws_secret_access_key = ${SECRET}\naws_session_token = abc\n`,
+  );
+  const denv = (...args: string[]) =>
+    spawnSync(process.execPath, [join(repoRoot, "packages/cli/bin/denv.js"), ...args], {
+      encoding: "utf8",
+      env: {
+        ...process.env,
+        DENV_SERVER: server.url,
+        DENV_API_KEY: ADMIN,
+        DENV_NO_STDIN: "1",
+        AWS_SHARED_CREDENTIALS_FILE: file,
+      },
+    });
+  try {
+    const common = [
+      "cloud",
+      "connect",
+      "aws",
+      "--server-type",
+      "m7i.large",
+      "--location",
+      "eu-central-1",
+      "--api-url",
+      ec2.url,
+    ];
+    const ok = denv(...common, "--name", "aws-lab", "--profile", "lab");
+    assert.equal(ok.status, 0, ok.stderr);
+    assert.match(ok.stdout, /connected aws account aws-lab \(m7i\.large in eu-central-1\)/);
+    const temp = denv(...common, "--name", "aws-temp", "--profile", "temp");
+    assert.equal(temp.status, 2, temp.stderr);
+    assert.match(temp.stderr, /temporary credentials/);
+    const none = denv(...common, "--name", "aws-none", "--profile", "nope");
+    assert.equal(none.status, 2);
+    assert.match(none.stderr, /has no key pair for it/);
+  } finally {
+    await api("DELETE", "/v1/clouds/aws-lab");
+    await rm(dir, { recursive: true, force: true });
+  }
 });
 
 test("a refused RunInstances rolls the deploy back with AWS's code, and nothing is left", async () => {

@@ -41,7 +41,13 @@ export function commandOutput(file: string, args: string[]): SnapshotSend {
     child.once("close", (code) => (code === 0 ? resolve() : reject(failure(file, args, code, stderr))));
   });
   done.catch(() => {});
-  return { stream: child.stdout, done, cancel: () => child.kill("SIGKILL") };
+  // Read from the start, into a stream of its own: a pipe left unread until its reader is ready
+  // lost a short stream's bytes when the command had already exited (seen with an empty snapshot's
+  // 207-byte `btrfs send`). Backpressure still holds the command when nobody reads.
+  const out = new PassThrough({ highWaterMark: 1024 * 1024 });
+  child.stdout.pipe(out);
+  child.stdout.once("error", (err) => out.destroy(err));
+  return { stream: out, done, cancel: () => child.kill("SIGKILL") };
 }
 
 /** Feeds a stream to a command's stdin; resolves once the command took all of it and exited 0. */

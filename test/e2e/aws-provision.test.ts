@@ -8,7 +8,7 @@
  * joins is terminated.
  */
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
+import { execFile } from "node:child_process";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -99,16 +99,25 @@ test("denv cloud connect aws --profile reads the key pair from the caller's cred
     file,
     `[default]\naws_access_key_id = AKIAOTHER0000000001\naws_secret_access_key = other\n\n[lab]\naws_access_key_id = ${KEY}\naws_secret_access_key = ${SECRET}\n\n[temp]\naws_access_key_id = ${KEY}\naws_secret_access_key = ${SECRET}\naws_session_token = abc\n`,
   );
+  // Not spawnSync: the server answering the CLI runs in this process.
   const denv = (...args: string[]) =>
-    spawnSync(process.execPath, [join(repoRoot, "packages/cli/bin/denv.js"), ...args], {
-      encoding: "utf8",
-      env: {
-        ...process.env,
-        DENV_SERVER: server.url,
-        DENV_API_KEY: ADMIN,
-        DENV_NO_STDIN: "1",
-        AWS_SHARED_CREDENTIALS_FILE: file,
-      },
+    new Promise<{ status: number | null; stdout: string; stderr: string }>((resolve) => {
+      execFile(
+        process.execPath,
+        [join(repoRoot, "packages/cli/bin/denv.js"), ...args],
+        {
+          encoding: "utf8",
+          env: {
+            ...process.env,
+            DENV_SERVER: server.url,
+            DENV_API_KEY: ADMIN,
+            DENV_NO_STDIN: "1",
+            AWS_SHARED_CREDENTIALS_FILE: file,
+          },
+        },
+        (err, stdout, stderr) =>
+          resolve({ status: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+      );
     });
   try {
     const common = [
@@ -122,13 +131,13 @@ test("denv cloud connect aws --profile reads the key pair from the caller's cred
       "--api-url",
       ec2.url,
     ];
-    const ok = denv(...common, "--name", "aws-lab", "--profile", "lab");
+    const ok = await denv(...common, "--name", "aws-lab", "--profile", "lab");
     assert.equal(ok.status, 0, ok.stderr);
     assert.match(ok.stdout, /connected aws account aws-lab \(m7i\.large in eu-central-1\)/);
-    const temp = denv(...common, "--name", "aws-temp", "--profile", "temp");
+    const temp = await denv(...common, "--name", "aws-temp", "--profile", "temp");
     assert.equal(temp.status, 2, temp.stderr);
     assert.match(temp.stderr, /temporary credentials/);
-    const none = denv(...common, "--name", "aws-none", "--profile", "nope");
+    const none = await denv(...common, "--name", "aws-none", "--profile", "nope");
     assert.equal(none.status, 2);
     assert.match(none.stderr, /has no key pair for it/);
   } finally {

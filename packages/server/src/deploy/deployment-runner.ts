@@ -125,16 +125,18 @@ export class DeploymentRunner {
     body: () => Promise<void>,
     onError?: (err: unknown) => Promise<void>,
   ): Launched {
-    const done = this.serialize(environmentId, async () => {
-      try {
-        // Its phases' log lines and host operations name the deployment.
-        await withTrace({ deployment_id: rec.deploymentId }, body);
-      } catch (err) {
-        if (onError) return onError(err);
-        await rec.skipRest("skipped: an earlier phase failed");
-        await rec.verdict("failed", err instanceof Error ? err.message : String(err), null);
-      }
-    });
+    // Its phases' log lines and host operations (its rollback's included) name the deployment.
+    const done = this.serialize(environmentId, () =>
+      withTrace({ deployment_id: rec.deploymentId }, async () => {
+        try {
+          await body();
+        } catch (err) {
+          if (onError) return onError(err);
+          await rec.skipRest("skipped: an earlier phase failed");
+          await rec.verdict("failed", err instanceof Error ? err.message : String(err), null);
+        }
+      }),
+    );
     done.catch(() => {});
     return { deploymentId: rec.deploymentId, done };
   }

@@ -15,12 +15,16 @@ import { openTestHost, repoRoot } from "./denvd-helpers.ts";
 import { removeLabelled } from "./engine-helpers.ts";
 import { freePort } from "./net-helpers.ts";
 
-const denvBin = join(repoRoot, "packages/cli/bin/denv.js");
-const denvdBin = join(repoRoot, "packages/denvd/bin/denvd.js");
+export const denvBin = join(repoRoot, "packages/cli/bin/denv.js");
+export const denvdBin = join(repoRoot, "packages/denvd/bin/denvd.js");
 export const opsWorldCompose = readFileSync(join(repoRoot, "examples/ops-world/docker-compose.yaml"), "utf8");
 
 /** Starts a process and resolves once it says it is up (the server listens, denvd connects). */
-function startProcess(bin: string, args: string[], env: Record<string, string> = {}): Promise<ChildProcess> {
+export function startProcess(
+  bin: string,
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<ChildProcess> {
   const child = spawn(process.execPath, [bin, ...args], {
     env: { ...process.env, ...env },
     stdio: ["ignore", "pipe", "pipe"],

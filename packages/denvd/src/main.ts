@@ -18,6 +18,7 @@ import type { StorageDriver } from "./storage/storage-driver.ts";
 import { ZfsDriver } from "./storage/zfs-driver.ts";
 
 interface HostConfig {
+  /** The server's URL, or its replicas' URLs separated by commas (tried in turn). */
   server: string;
   host_id: string;
   secret: string;
@@ -44,12 +45,13 @@ export function storageFor(
 
 export async function runDenvd(
   stateDir: string,
-  options: { egressProbe?: string; label?: string[]; datasetGrowth?: string } = {},
+  options: { egressProbe?: string; label?: string[]; datasetGrowth?: string; server?: string } = {},
 ): Promise<{ sidecar: Sidecar; denvd: Denvd }> {
   const path = join(stateDir, "host.json");
   if (!existsSync(path))
     throw new Error(`${path} is missing: run \`denvd join --server URL --token T\` first`);
   const config = JSON.parse(readFileSync(path, "utf8")) as HostConfig;
+  const servers = serverList(options.server ?? config.server);
   const [host, port] = (options.egressProbe ?? "").split(":");
   const denvd = await Denvd.open({
     stateDir,
@@ -66,16 +68,16 @@ export async function runDenvd(
     log,
   });
   const sidecar = new Sidecar({
-    serverUrl: config.server,
+    serverUrl: servers,
     secret: config.secret,
     denvd,
     log,
     // What the host last told the server, for the installer's report and for people: status.json.
-    onWelcome: (hostId, hello) => {
+    onWelcome: (hostId, hello, serverUrl) => {
       const { type: _t, known_ops: _k, ...reported } = hello as Record<string, unknown>;
       writeFileSync(
         join(stateDir, "status.json"),
-        `${JSON.stringify({ host_id: hostId, server: config.server, ...reported, connected_at: new Date().toISOString() })}\n`,
+        `${JSON.stringify({ host_id: hostId, server: serverUrl, ...reported, connected_at: new Date().toISOString() })}\n`,
       );
     },
   });
@@ -83,10 +85,36 @@ export async function runDenvd(
   return { sidecar, denvd };
 }
 
+/** `--server a,b`: the replicas of one server, each a http(s) URL. */
+export function serverList(text: string): string[] {
+  const urls = text
+    .split(",")
+    .map((u) => u.trim())
+    .filter(Boolean);
+  for (const u of urls)
+    if (!/^https?:\/\//.test(u)) throw new Error(`--server ${u} is not a http:// or https:// URL`);
+  if (!urls.length) throw new Error("--server names no URL");
+  return urls;
+}
+
 function growthBytes(text: string): number {
   const n = parseBytes(text);
   if (!n) throw new Error(`--dataset-growth ${text} is not a size (e.g. 10g, 512m)`);
   return n;
+}
+
+/** Joins through the first replica that answers (a used token is refused by every replica alike). */
+async function joinAny(urls: string[], token: string, name: string) {
+  let last: unknown;
+  for (const url of urls) {
+    try {
+      return await joinServer(url, token, name);
+    } catch (err) {
+      last = err;
+      if ((err as { code?: string }).code !== "unavailable") throw err;
+    }
+  }
+  throw last;
 }
 
 export async function main(argv: string[]): Promise<number> {
@@ -102,7 +130,7 @@ export async function main(argv: string[]): Promise<number> {
   program
     .command("join")
     .description("Join this host to a denv server with a single-use token (denv host join-token)")
-    .requiredOption("--server <url>", "the server's URL")
+    .requiredOption("--server <urls>", "the server's URL (its replicas' URLs, separated by commas)")
     .requiredOption("--token <token>", "the join token")
     .option("--name <name>", "this host's name", hostname())
     .option("--storage <kind>", "btrfs, dir or zfs", "btrfs")
@@ -123,11 +151,11 @@ export async function main(argv: string[]): Promise<number> {
         stateDir: string;
       }) => {
         const storage = o.zfsPool ? "zfs" : (o.storage as HostConfig["storage"]);
-        const joined = await joinServer(o.server, o.token, o.name);
+        const joined = await joinAny(serverList(o.server), o.token, o.name);
         mkdirSync(o.stateDir, { recursive: true });
         const path = join(o.stateDir, "host.json");
         const config: HostConfig = {
-          server: o.server,
+          server: serverList(o.server).join(","),
           host_id: joined.host_id,
           secret: joined.secret,
           storage,
@@ -147,6 +175,10 @@ export async function main(argv: string[]): Promise<number> {
     .option(...stateOpt)
     .option("--egress-probe <ip:port>", "where the egress probe connects (default: each network's gateway)")
     .option(
+      "--server <urls>",
+      "the server's replicas to dial in turn, instead of host.json's (comma-separated)",
+    )
+    .option(
       "--dataset-growth <size>",
       "how much each dataset may grow beyond what it held when made (e.g. 10g; btrfs and zfs enforce it)",
       "10g",
@@ -158,7 +190,13 @@ export async function main(argv: string[]): Promise<number> {
       [],
     )
     .action(
-      async (o: { stateDir: string; egressProbe?: string; label: string[]; datasetGrowth?: string }) => {
+      async (o: {
+        stateDir: string;
+        egressProbe?: string;
+        label: string[];
+        datasetGrowth?: string;
+        server?: string;
+      }) => {
         const { sidecar } = await runDenvd(o.stateDir, o);
         const stop = async () => {
           await sidecar.stop();

@@ -32,12 +32,13 @@ import { type OperationHandlers, operationHandlers, performOperation } from "./o
 export const DENVD_VERSION: string = process.env.DENVD_BUILD_VERSION ?? "0.1.0";
 
 export interface SidecarOptions {
-  serverUrl: string;
+  /** The server, or several replicas of it: each reconnect tries the next one in turn. */
+  serverUrl: string | string[];
   secret: string;
   denvd: Denvd;
   log?: (message: string, context?: Record<string, unknown>) => void;
-  /** Called on each welcome with the host id and what this host reported in its hello. */
-  onWelcome?: (hostId: string, hello: HostMessage) => void;
+  /** Called on each welcome with the host id, what this host reported in its hello, and the server's URL. */
+  onWelcome?: (hostId: string, hello: HostMessage, serverUrl: string) => void;
 }
 
 type Outcome = { ok: boolean; result?: unknown; error?: unknown };
@@ -52,6 +53,9 @@ export class Sidecar {
   private ws: WebSocket | null = null;
   private stopped = false;
   private backoffMs = 250;
+  private readonly serverUrls: string[];
+  /** Which of serverUrls the current (or next) connection dials. */
+  private urlIndex = 0;
   private heartbeat: NodeJS.Timeout | null = null;
   /** Operations running or done, answered again from their run when re-sent (op-result-cache.ts). */
   private readonly ops = new OpResultCache<Outcome>();
@@ -70,6 +74,8 @@ export class Sidecar {
 
   constructor(options: SidecarOptions) {
     this.options = options;
+    this.serverUrls = Array.isArray(options.serverUrl) ? options.serverUrl : [options.serverUrl];
+    if (!this.serverUrls.length) throw new Error("denvd needs at least one server URL");
     this.log = options.log ?? (() => {});
     this.ready = new Promise((r) => {
       this.markReady = r;
@@ -88,7 +94,7 @@ export class Sidecar {
   }
 
   private wsUrl(): string {
-    const u = new URL(this.options.serverUrl);
+    const u = new URL(this.serverUrls[this.urlIndex] as string);
     u.protocol = u.protocol === "https:" ? "wss:" : "ws:";
     u.pathname = "/v1/hosts/connect";
     return u.toString();
@@ -123,10 +129,17 @@ export class Sidecar {
       // Streams live on one connection: their operations fail with it (the server does not resend them).
       mux.closeAll();
       if (this.stopped) return;
-      const wait = this.backoffMs;
-      this.backoffMs = Math.min(this.backoffMs * 2, 10_000);
+      // Another replica first, at once; back off only once every one was tried.
+      this.urlIndex = (this.urlIndex + 1) % this.serverUrls.length;
+      const wait = this.urlIndex === 0 ? this.backoffMs : 250;
+      if (this.urlIndex === 0) this.backoffMs = Math.min(this.backoffMs * 2, 10_000);
       // The server's reason (another protocol, a revoked host) is what its operator needs to read.
-      this.log("Disconnected; reconnecting", { waitMs: wait, code, reason: reason.toString().slice(0, 300) });
+      this.log("Disconnected; reconnecting", {
+        waitMs: wait,
+        code,
+        reason: reason.toString().slice(0, 300),
+        next: this.serverUrls[this.urlIndex],
+      });
       setTimeout(() => this.connect(), wait);
     });
     ws.on("error", (err) => this.log("Connection error", { error: err.message }));
@@ -184,7 +197,8 @@ export class Sidecar {
     }
     if (msg.type === "welcome") {
       this.log("Connected", { hostId: msg.host_id });
-      if (this.lastHello) this.options.onWelcome?.(msg.host_id, this.lastHello);
+      if (this.lastHello)
+        this.options.onWelcome?.(msg.host_id, this.lastHello, this.serverUrls[this.urlIndex] as string);
       this.markReady();
       return;
     }

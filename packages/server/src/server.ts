@@ -26,6 +26,11 @@ import { FetchPolicy } from "./fetch-policy.ts";
 import { proxyHttp, proxyUpgrade } from "./port-tunnels.ts";
 import { PortsOrigin } from "./ports-origin.ts";
 import type { RateLimitOptions } from "./rate-limit.ts";
+import { DeploymentLeases } from "./replicas/deployment-leases.ts";
+import { linkKey } from "./replicas/link-key.ts";
+import { LINK_PATH, PeerLinks } from "./replicas/peer-links.ts";
+import { ReplicaRegistry } from "./replicas/replica-registry.ts";
+import { RoutedHosts } from "./replicas/routed-hosts.ts";
 import { serverLog } from "./server-log.ts";
 import { ServerMetrics } from "./server-metrics.ts";
 import { hostFigureTotals } from "./store/host-store.ts";
@@ -95,6 +100,13 @@ export interface ServerOptions {
   contextExpiry?: ContextExpiryOptions;
   /** The port the ports listener binds (default: any free one). It binds `host`, as the API does. */
   portsPort?: number;
+  /**
+   * Where the other replicas on the same PostgreSQL reach this one (default: the URL it listens
+   * on). Calls for the hosts connected here come through it (replicas/peer-links.ts).
+   */
+  peerUrl?: string;
+  /** How long a deployment's lease lasts unrenewed before another replica takes it over (default 15 s). */
+  leaseMs?: number;
 }
 
 export interface RunningServer {
@@ -114,14 +126,24 @@ export interface RunningServer {
   fetchPolicy: FetchPolicy;
   /** Where its files are (the SQLite store, the secret key). */
   dataDir: string;
+  /** This replica's id (server_replicas). */
+  replicaId: string;
   close(): Promise<void>;
 }
 
 export async function startServer(options: ServerOptions): Promise<RunningServer> {
   const store = await openStore({ dataDir: options.dataDir, databaseUrl: options.databaseUrl });
   const adminKey = await bootstrap(store, options.adminKey);
-  const hub = openHostConnections(store, { waitForHostMs: options.hostWaitMs });
+  const leaseMs = options.leaseMs ?? 15_000;
+  // Replicas on one PostgreSQL: each holds some hosts' connections and routes calls for the rest.
+  const registry = new ReplicaRegistry(store, {
+    deadAfterMs: leaseMs,
+    heartbeatMs: Math.min(2000, Math.floor(leaseMs / 4)),
+  });
+  const hub = openHostConnections(store, { waitForHostMs: options.hostWaitMs, replicaId: registry.id });
   const secrets = SecretBox.open(options.dataDir);
+  const links = new PeerLinks({ hub, key: linkKey(secrets) });
+  const hosts = new RoutedHosts({ local: hub, store, registry, links, waitForHostMs: options.hostWaitMs });
   await sealStoredText(store, secrets);
   let url = options.publicUrl ?? "";
   const fetchPolicy = FetchPolicy.standard(options.fetchAllow ?? []);
@@ -138,13 +160,14 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const metrics = new ServerMetrics({
     hostsConnected: () => hub.connectedCount(),
     pools: () => poolTotals(store),
-    hostFigures: () => hostFigureTotals(store, (id) => hub.isConnected(id)),
+    hostFigures: () => hostFigureTotals(store, (id) => hosts.isConnected(id)),
   });
   let ready = false;
   const deployer = new Deployer({
     observer: metrics,
     store,
-    hosts: hub,
+    hosts,
+    lease: { owner: registry.id, ms: leaseMs },
     secrets,
     validator,
     fetchPolicy,
@@ -174,12 +197,12 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     void replicas?.kick();
   });
   const admission = new Admission({ store, secrets }, options.admission);
-  const replicator = new Replicator({ store, hosts: hub, secrets, observer: metrics });
+  const replicator = new Replicator({ store, hosts, secrets, observer: metrics });
   replicas = new ReplicaKeeper(
-    { store, hosts: hub, admission, replicator },
+    { store, hosts, admission, replicator },
     { lostAfterMs: options.hostWatch?.lostAfterMs, ...options.replicaKeeper },
   );
-  pools = new PoolKeeper({ store, deployer, hosts: hub, admission }, options.pools);
+  pools = new PoolKeeper({ store, deployer, hosts, admission }, options.pools);
   // Port URLs: a listener of their own, so a sandbox's page never shares the console's origin.
   if (options.portsOrigin) new PortsOrigin(options.portsOrigin); // a bad template fails before listening
   const listenHost = options.host ?? "127.0.0.1";
@@ -190,14 +213,14 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     : null;
   let portsOrigin: PortsOrigin | undefined;
   const portsListener = getRequestListener((req) =>
-    portsOrigin ? servePortUrl(store, hub, portsOrigin, req) : new Response(null, { status: 503 }),
+    portsOrigin ? servePortUrl(store, hosts, portsOrigin, req) : new Response(null, { status: 503 }),
   );
   const portsServer: Server = tls ? createHttpsServer(tls, portsListener) : createHttpServer(portsListener);
   portsServer.keepAliveTimeout = 65_000;
   portsServer.headersTimeout = 66_000;
   portsServer.on("upgrade", (req, socket, head) => {
     if (!portsOrigin) return void socket.destroy();
-    void proxyUpgrade(store, hub, portsOrigin, req, socket, head).catch(() => socket.destroy());
+    void proxyUpgrade(store, hosts, portsOrigin, req, socket, head).catch(() => socket.destroy());
   });
   await listen(portsServer, options.portsPort ?? 0, listenHost);
   const portsPort = (portsServer.address() as AddressInfo).port;
@@ -208,7 +231,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const app = createApp({
     portsOrigin,
     store,
-    hosts: hub,
+    hosts,
     deployer,
     admission,
     replicator,
@@ -230,6 +253,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   server.keepAliveTimeout = 65_000;
   server.headersTimeout = 66_000;
   server.on("upgrade", (req, socket, head) => {
+    if (req.url?.startsWith(LINK_PATH)) return links.handleUpgrade(req, socket, head);
     void hub.handleUpgrade(req, socket, head).catch(() => socket.destroy());
   });
   await listen(server, options.port ?? 0, listenHost).catch(async (err) => {
@@ -238,12 +262,19 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   });
   const { port } = server.address() as AddressInfo;
   url = `${scheme}://${host}:${port}`;
-  const recovered = await deployer.recover();
-  await recoverReplays({ store, deployer });
+  // On SQLite this is the only replica: whatever was running when the last one stopped is its own.
+  const exclusive = !options.databaseUrl;
+  await registry.start(options.peerUrl ?? url, { exclusive });
+  hosts.start();
+  const leases = new DeploymentLeases({ store, registry, deployer }, leaseMs);
+  const recovered = await leases.takeOver(exclusive);
+  leases.start();
+  // A replay's forks are its replica's own: they are ended only when no other replica is running.
+  if (!(await registry.peers()).length) await recoverReplays({ store, deployer });
   pools.start();
   replicas.start();
   const expiry = startContextExpiry(store, buildContexts, options.contextExpiry);
-  const watch = startHostWatch({ store, hosts: hub }, options.hostWatch);
+  const watch = startHostWatch({ store, hosts }, options.hostWatch);
   ready = true;
   return {
     url,
@@ -251,12 +282,17 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     portsUrl,
     adminKey,
     store,
-    hosts: hub,
+    hosts,
     deployer,
     recovered,
     fetchPolicy,
     dataDir: options.dataDir,
+    replicaId: registry.id,
     async close() {
+      leases.stop();
+      hosts.stop();
+      await registry.stop();
+      links.close();
       pools?.stop();
       replicas.stop();
       expiry.stop();

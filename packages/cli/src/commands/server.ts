@@ -43,6 +43,15 @@ export function registerServer(program: Command): void {
       "hosts (host, host:port or *.domain, comma-separated) the server may fetch from for teams — registries, git sources, cloud APIs — besides the public ones; DENV_FETCH_ALLOW",
     )
     .option(
+      "--peer-url <url>",
+      "where the other replicas on the same --database-url reach this one (default: the URL it listens on); DENV_PEER_URL",
+    )
+    .option(
+      "--lease-s <seconds>",
+      "how long a deployment's lease lasts unrenewed before another replica takes it over and ends it",
+      "15",
+    )
+    .option(
       "--downloads-dir <dir>",
       "where the denvd executables for /install.sh are (default: the checkout's dist/, built by scripts/build-denvd.sh)",
     )
@@ -56,7 +65,9 @@ quay.io, gcr.io, GitHub, GitLab, api.hetzner.cloud, ...) and the hosts --allow-f
 Examples:
   denv server --data-dir ./denv-data --port 7070
   DENV_ADMIN_KEY=dk_example denv server --host 0.0.0.0 --tls-cert cert.pem --tls-key key.pem
-  denv server --allow-fetch registry.internal:5000,git.internal`,
+  denv server --allow-fetch registry.internal:5000,git.internal
+  DENV_SECRET_KEY=… denv server --database-url postgres://db/denv --host 0.0.0.0 --peer-url http://10.0.0.5:7070
+    (every replica on one database shares DENV_SECRET_KEY; docs/scale-out.md)`,
     )
     .action(
       async (o: {
@@ -74,7 +85,15 @@ Examples:
         teamQuotaGib: string;
         hostWaitS: string;
         hostLostAfterS: string;
+        peerUrl?: string;
+        leaseS: string;
       }) => {
+        const leaseS = Number(o.leaseS);
+        if (!Number.isFinite(leaseS) || leaseS < 1 || leaseS > 3600)
+          throw new UsageError(`--lease-s ${o.leaseS} is not a number of seconds from 1 to 3600`);
+        const peerUrl = o.peerUrl ?? process.env.DENV_PEER_URL;
+        if (peerUrl && !/^https?:\/\/[^/]+\/?$/.test(peerUrl))
+          throw new UsageError(`--peer-url ${peerUrl} is not an http(s) origin such as http://10.0.0.5:7070`);
         const lostAfterS = Number(o.hostLostAfterS);
         if (!Number.isFinite(lostAfterS) || lostAfterS < 10 || lostAfterS > 86_400)
           throw new UsageError(
@@ -117,6 +136,8 @@ Examples:
           teamQuotaBytes: Math.floor(quotaGib * 1024 ** 3),
           hostWaitMs: Math.round(hostWaitS * 1000),
           hostWatch: { lostAfterMs: Math.round(lostAfterS * 1000) },
+          leaseMs: Math.round(leaseS * 1000),
+          ...(peerUrl ? { peerUrl } : {}),
           ...(o.portsOrigin ? { portsOrigin: o.portsOrigin } : {}),
           ...(o.tlsCert && o.tlsKey ? { tls: { certPath: o.tlsCert, keyPath: o.tlsKey } } : {}),
           adminKey: process.env.DENV_ADMIN_KEY,

@@ -298,6 +298,8 @@ before(async () => {
     state_json: "{}",
     created_at: new Date().toISOString(),
     finished_at: new Date().toISOString(),
+    lease_owner: null,
+    lease_until: null,
   });
   await insertCloud(store, {
     id: "cld_000000000001",

@@ -4,7 +4,7 @@
  * server creates once in its data directory (mode 0600): a copy of the store alone does not reveal
  * the tokens. (API keys, join tokens and host secrets are only ever compared, so they are hashed.)
  */
-import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto";
+import { createCipheriv, createDecipheriv, createHmac, randomBytes } from "node:crypto";
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { DenvError } from "@denv/protocol";
@@ -51,6 +51,11 @@ export class SecretBox {
 
   static isSealedText(stored: string): boolean {
     return stored.startsWith(SEALED_TEXT);
+  }
+
+  /** A key for one purpose, derived from this one (HMAC-SHA256 of the label): the same on every replica. */
+  derive(label: string): string {
+    return createHmac("sha256", this.key).update(label).digest("base64url");
   }
 
   /** "v1:" + base64(iv | tag | ciphertext). */

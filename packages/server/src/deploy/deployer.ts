@@ -92,9 +92,12 @@ export class Deployer {
     return runDestroy(this.runner, env);
   }
 
-  /** After a restart: ends the deployments the server was running when it stopped (deployment-recovery.ts). */
-  recover(): Promise<string[]> {
-    return recoverDeployments(this.runner);
+  /**
+   * Ends deployments a stopped server (or a replica that died) left running (deployment-recovery.ts):
+   * the ones given, or every running one.
+   */
+  recover(deployments?: DeploymentsTable[]): Promise<string[]> {
+    return recoverDeployments(this.runner, deployments);
   }
 
   /** A host said hello: its environments' statuses are set to what it holds (host-sync.ts). */

@@ -31,8 +31,11 @@ import { type HostedSandboxRef, PhaseRecorder } from "./phase-recorder.ts";
 const HOST_WAIT_MS = 2 * 60_000;
 const STOPPED = "the server stopped during the deployment";
 
-export async function recoverDeployments(runner: DeploymentRunner): Promise<string[]> {
-  const stuck = await runningDeployments(runner.store);
+export async function recoverDeployments(
+  runner: DeploymentRunner,
+  stuck?: DeploymentsTable[],
+): Promise<string[]> {
+  stuck ??= await runningDeployments(runner.store);
   for (const d of stuck) {
     const rec = PhaseRecorder.resume(d, {
       store: runner.store,

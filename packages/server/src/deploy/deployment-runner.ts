@@ -48,6 +48,8 @@ export interface DeployerOptions {
   onDeployed?: (d: { teamId: string; projectId: string; versionId: string; pool: number }) => void;
   /** Told of every deployment's verdict, with its phases (the server's metrics). */
   observer?: DeploymentObserver;
+  /** The lease each new deployment starts under (replicas/deployment-leases.ts renews it). */
+  lease?: { owner: string; ms: number };
 }
 
 /** A deployment under way: its id, and a promise settled once it has its verdict. */
@@ -98,6 +100,8 @@ export class DeploymentRunner {
       state_json: "{}",
       created_at: now(),
       finished_at: null,
+      lease_owner: this.options.lease?.owner ?? null,
+      lease_until: this.options.lease ? Date.now() + this.options.lease.ms : null,
     });
     return rec;
   }

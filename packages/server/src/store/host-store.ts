@@ -57,6 +57,7 @@ export async function redeemJoinToken(
       last_seen: null,
       connected: 0,
       draining: 0,
+      replica_id: null,
       created_at: now(),
     })
     .execute();
@@ -80,10 +81,27 @@ export async function updateHost(
   store: Store,
   hostId: string,
   fields: Partial<
-    Pick<HostsTable, "arch" | "storage" | "capacity_json" | "version" | "last_seen" | "connected">
+    Pick<
+      HostsTable,
+      "arch" | "storage" | "capacity_json" | "version" | "last_seen" | "connected" | "replica_id"
+    >
   >,
 ): Promise<void> {
   await store.updateTable("hosts").set(fields).where("id", "=", hostId).execute();
+}
+
+/** A host's connection to this replica closed: not connected, unless another replica holds it now. */
+export async function hostDisconnected(
+  store: Store,
+  hostId: string,
+  replicaId: string | null,
+): Promise<void> {
+  await store
+    .updateTable("hosts")
+    .set({ connected: 0 })
+    .where("id", "=", hostId)
+    .where((eb) => (replicaId ? eb("replica_id", "=", replicaId) : eb("replica_id", "is", null)))
+    .execute();
 }
 
 /** Free bytes a host last reported (0 when it never did). */

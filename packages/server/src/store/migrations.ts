@@ -366,6 +366,24 @@ export const MIGRATIONS: Record<string, Migration> = {
         .execute();
     },
   },
+  "0015_server_replicas": {
+    // Several `denv server` replicas on one PostgreSQL (replicas/): each says it is alive, names
+    // the address its peers reach it at, holds its hosts' connections, and leases its deployments.
+    up: async (db) => {
+      await db.schema
+        .createTable("server_replicas")
+        .addColumn("id", text, (c) => c.primaryKey())
+        .addColumn("url", text, (c) => c.notNull())
+        .addColumn("started_at", "bigint", (c) => c.notNull())
+        .addColumn("seen_at", "bigint", (c) => c.notNull())
+        .execute();
+      // The replica holding the host's connection now (null: none, or a single-replica server).
+      await db.schema.alterTable("hosts").addColumn("replica_id", text).execute();
+      // The replica running the deployment, until lease_until (ms); a lapsed lease is taken over.
+      await db.schema.alterTable("deployments").addColumn("lease_owner", text).execute();
+      await db.schema.alterTable("deployments").addColumn("lease_until", "bigint").execute();
+    },
+  },
 };
 
 export const migrationProvider: MigrationProvider = {

@@ -108,6 +108,8 @@ export interface HostsTable {
   connected: number;
   /** 1 while drained (`denv host drain`): it takes no new environment, replica or pool member. */
   draining: number;
+  /** The server replica holding its connection now (replicas/); null: none. */
+  replica_id: string | null;
   created_at: string;
 }
 
@@ -197,6 +199,9 @@ export interface DeploymentsTable {
   state_json: string;
   created_at: string;
   finished_at: string | null;
+  /** The server replica running it, while lease_until (ms since the epoch; bigint) is ahead. */
+  lease_owner: string | null;
+  lease_until: number | string | null;
 }
 
 export interface MigrationsTable {
@@ -274,7 +279,17 @@ export interface PoolsTable {
   created_at: string;
 }
 
+/** A running `denv server` replica (replicas/replica-registry.ts). Times: ms (bigint). */
+export interface ServerReplicasTable {
+  id: string;
+  /** Where its peers reach it (its own API listener). */
+  url: string;
+  started_at: number | string;
+  seen_at: number | string;
+}
+
 export interface Database {
+  server_replicas: ServerReplicasTable;
   teams: TeamsTable;
   api_keys: ApiKeysTable;
   join_tokens: JoinTokensTable;

@@ -20,7 +20,12 @@ export interface HostConnections extends HostOperations {
 
 export function openHostConnections(
   store: Store,
-  options: { /** How long a call waits for an absent host. */ waitForHostMs?: number } = {},
+  options: {
+    /** How long a call waits for an absent host. */
+    waitForHostMs?: number;
+    /** This server replica (written as the holder of each host that connects). */
+    replicaId?: string;
+  } = {},
 ): HostConnections {
   return new HostHub(store, options);
 }

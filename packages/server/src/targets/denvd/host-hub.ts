@@ -34,7 +34,7 @@ import {
 import { type WebSocket, WebSocketServer } from "ws";
 import { newId, now } from "../../ids.ts";
 import { currentTrace } from "../../server-log.ts";
-import { hostBySecret, updateHost } from "../../store/host-store.ts";
+import { hostBySecret, hostDisconnected, updateHost } from "../../store/host-store.ts";
 import type { Store } from "../../store/open-store.ts";
 import type { HostOperations } from "./host-operations.ts";
 
@@ -68,6 +68,8 @@ interface Connection {
 export interface HostHubOptions {
   /** How long a call waits for a host that is not connected, or that dropped mid-operation. */
   waitForHostMs?: number;
+  /** This server replica: written as the holder of each host that connects here (replicas/). */
+  replicaId?: string;
 }
 
 /** A host that drops its connection this many times while one operation runs fails it. */
@@ -83,10 +85,12 @@ export class HostHub implements HostOperations {
   private readonly readyListeners: ((hostId: string) => void)[] = [];
   private readonly store: Store;
   private readonly waitForHostMs: number;
+  private readonly replicaId: string | null;
 
   constructor(store: Store, options: HostHubOptions = {}) {
     this.store = store;
     this.waitForHostMs = options.waitForHostMs ?? 10_000;
+    this.replicaId = options.replicaId ?? null;
   }
 
   /** Handles an HTTP upgrade on /v1/hosts/connect; anything else is refused. */
@@ -135,7 +139,8 @@ export class HostHub implements HostOperations {
       this.connections.delete(hostId);
       // What was sent on this connection waits for the host to come back, for a while.
       for (const p of this.pending.values()) if (p.hostId === hostId) this.awaitHost(p);
-      void updateHost(this.store, hostId, { connected: 0 }).catch(() => {});
+      // Unless the host already said hello to another replica: that one holds it now.
+      void hostDisconnected(this.store, hostId, this.replicaId).catch(() => {});
     });
   }
 
@@ -169,6 +174,7 @@ export class HostHub implements HostOperations {
         version: msg.version,
         last_seen: now(),
         connected: 1,
+        replica_id: this.replicaId,
       });
       this.sendText(conn.ws, JSON.stringify({ type: "welcome", host_id: hostId } satisfies ServerMessage));
       // Operations sent before the drop go again, under the same ids.

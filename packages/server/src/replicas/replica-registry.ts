@@ -1,0 +1,100 @@
+/**
+ * The server replicas sharing one store. Each replica writes a row (its id, the URL its peers reach
+ * it at) and refreshes it every `heartbeatMs`; a replica whose row is older than `deadAfterMs` is
+ * taken for dead: the hosts it held count as away, and its deployments' leases lapse
+ * (deployment-leases.ts). There is no new service: the database is where replicas find each other.
+ *
+ * On SQLite only one process can own the data directory, so a replica starting there removes the
+ * rows of replicas that ran before it (`exclusive`): what they held is its now.
+ */
+import { newId } from "../ids.ts";
+import { serverLog } from "../server-log.ts";
+import type { Store } from "../store/open-store.ts";
+
+export interface ReplicaRegistryOptions {
+  /** How often the row is refreshed (default 2 s). */
+  heartbeatMs?: number;
+  /** How old a row may be before its replica is taken for dead (default 10 s). */
+  deadAfterMs?: number;
+}
+
+export interface LiveReplica {
+  id: string;
+  url: string;
+}
+
+export class ReplicaRegistry {
+  readonly id = newId("rep");
+  readonly heartbeatMs: number;
+  readonly deadAfterMs: number;
+  private url = "";
+  private timer: NodeJS.Timeout | null = null;
+  private readonly store: Store;
+
+  constructor(store: Store, options: ReplicaRegistryOptions = {}) {
+    this.store = store;
+    this.heartbeatMs = options.heartbeatMs ?? 2000;
+    this.deadAfterMs = options.deadAfterMs ?? 10_000;
+  }
+
+  /** Writes this replica's row and keeps it fresh. */
+  async start(url: string, options: { exclusive: boolean }): Promise<void> {
+    this.url = url;
+    if (options.exclusive) await this.store.deleteFrom("server_replicas").execute();
+    const t = Date.now();
+    await this.store
+      .insertInto("server_replicas")
+      .values({ id: this.id, url, started_at: t, seen_at: t })
+      .execute();
+    this.timer = setInterval(() => void this.beat(), this.heartbeatMs);
+    this.timer.unref();
+  }
+
+  private async beat(): Promise<void> {
+    try {
+      const r = await this.store
+        .updateTable("server_replicas")
+        .set({ seen_at: Date.now() })
+        .where("id", "=", this.id)
+        .executeTakeFirst();
+      // Removed by a replica that took this one for gone (a pause longer than deadAfterMs): back.
+      if (Number(r.numUpdatedRows) === 0)
+        await this.store
+          .insertInto("server_replicas")
+          .values({ id: this.id, url: this.url, started_at: Date.now(), seen_at: Date.now() })
+          .execute();
+    } catch (err) {
+      serverLog().warn({ error: String(err) }, "the replica's heartbeat was not written");
+    }
+  }
+
+  /** Replicas other than this one whose rows are fresh. */
+  async peers(): Promise<LiveReplica[]> {
+    return this.store
+      .selectFrom("server_replicas")
+      .select(["id", "url"])
+      .where("id", "!=", this.id)
+      .where("seen_at", ">", Date.now() - this.deadAfterMs)
+      .execute();
+  }
+
+  /** The ids of every replica taken for alive now, this one included. */
+  async liveIds(): Promise<Set<string>> {
+    const rows = await this.store
+      .selectFrom("server_replicas")
+      .select("id")
+      .where("seen_at", ">", Date.now() - this.deadAfterMs)
+      .execute();
+    return new Set([this.id, ...rows.map((r) => r.id)]);
+  }
+
+  async stop(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+    await this.store
+      .deleteFrom("server_replicas")
+      .where("id", "=", this.id)
+      .execute()
+      .catch(() => {});
+  }
+}

@@ -170,6 +170,17 @@ test("a host connected to one replica is driven through the other: deploy, exec'
   });
   assert.equal(tar.status, 200);
   assert.match(Buffer.from(await tar.arrayBuffer()).toString("latin1"), /through the other replica/);
+  // A port URL minted and served by the replica that does not hold the host: the tunnel crosses the link.
+  const sb = await api(other, "POST", "/v1/sandboxes", { image: "127.0.0.1:5000/denv/openenv-echo:0.1" });
+  assert.equal(sb.status, 201, sb.text);
+  const minted = await api(other, "POST", `/v1/envs/${sb.data.id}/ports/8000`, {});
+  assert.equal(minted.status, 201, minted.text);
+  const health = await until("the sandbox's port to answer through its URL", async () => {
+    const r = await fetch(`${minted.data.url}/health`).catch(() => null);
+    return r?.status === 200 ? r.text() : undefined;
+  });
+  assert.ok(health.length > 0);
+  assert.equal((await api(other, "DELETE", `/v1/envs/${sb.data.id}`)).status, 200);
   // A deployment run by the holding replica, followed live through the other.
   const fork = await api(holding, "POST", "/v1/projects/ops-world/deploy", { env: "gamma" });
   assert.equal(fork.status, 202, fork.text);

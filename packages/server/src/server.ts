@@ -31,6 +31,7 @@ import { linkKey } from "./replicas/link-key.ts";
 import { LINK_PATH, PeerLinks } from "./replicas/peer-links.ts";
 import { ReplicaRegistry } from "./replicas/replica-registry.ts";
 import { RoutedHosts } from "./replicas/routed-hosts.ts";
+import { openStoreNotices } from "./replicas/store-notices.ts";
 import { serverLog } from "./server-log.ts";
 import { ServerMetrics } from "./server-metrics.ts";
 import { hostFigureTotals } from "./store/host-store.ts";
@@ -144,6 +145,9 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const secrets = SecretBox.open(options.dataDir);
   const links = new PeerLinks({ hub, key: linkKey(secrets) });
   const hosts = new RoutedHosts({ local: hub, store, registry, links, waitForHostMs: options.hostWaitMs });
+  // A host's hello here, or a deployment's change, is word to the other replicas at once.
+  const notices = openStoreNotices(options.databaseUrl);
+  notices.on("denv_hosts", () => void hosts.refresh());
   await sealStoredText(store, secrets);
   let url = options.publicUrl ?? "";
   const fetchPolicy = FetchPolicy.standard(options.fetchAllow ?? []);
@@ -185,8 +189,11 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       void replicas?.kick();
     },
   });
+  deployer.events.relay = (id) => notices.notify("denv_deployments", id);
+  notices.on("denv_deployments", (id) => deployer.events.wake(id));
   // A host that (re)connects may have restarted: what it holds now is what its environments are.
   hub.onHostReady((hostId) => {
+    notices.notify("denv_hosts", hostId);
     void deployer.syncHost(hostId).then(
       (changed) => {
         if (changed.length) serverLog().info({ hostId, changed }, "environment statuses set from their host");
@@ -271,8 +278,11 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   leases.start();
   // A replay's forks are its replica's own: they are ended only when no other replica is running.
   if (!(await registry.peers()).length) await recoverReplays({ store, deployer });
-  pools.start();
-  replicas.start();
+  // Fleet-wide passes run on one replica (the oldest alive); requests kick them on any.
+  registry.whenLeader(() => {
+    pools?.start();
+    replicas?.start();
+  });
   const expiry = startContextExpiry(store, buildContexts, options.contextExpiry);
   const watch = startHostWatch({ store, hosts }, options.hostWatch);
   ready = true;
@@ -293,6 +303,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       hosts.stop();
       await registry.stop();
       links.close();
+      await notices.close();
       pools?.stop();
       replicas.stop();
       expiry.stop();

@@ -4,7 +4,6 @@
  * (deployment-runner.ts). One module per kind: deploy, fork, snapshot, rollback, verify, destroy,
  * and the recovery of deployments a stopped server left running.
  */
-import type { EventEmitter } from "node:events";
 import type { BuildContexts } from "../build-contexts.ts";
 import { deploymentById } from "../store/deployment-store.ts";
 import type { DeploymentsTable, EnvironmentsTable, ProjectsTable, VersionsTable } from "../store/schema.ts";
@@ -12,7 +11,12 @@ import type { Admission } from "./admission.ts";
 import { ANSWER_WITHIN_MS, awaitVerdict } from "./answer-deadline.ts";
 import { runDeploy } from "./deploy-kind.ts";
 import { recoverDeployments } from "./deployment-recovery.ts";
-import { type DeployerOptions, DeploymentRunner, type Launched } from "./deployment-runner.ts";
+import {
+  type DeployerOptions,
+  type DeploymentEvents,
+  DeploymentRunner,
+  type Launched,
+} from "./deployment-runner.ts";
 import { runDestroy } from "./destroy-kind.ts";
 import { type ForkOptions, runFork } from "./fork-kind.ts";
 import { syncHostStatuses } from "./host-sync.ts";
@@ -45,7 +49,7 @@ export class Deployer {
   }
 
   /** Each deployment's id is an event name, emitted on every change to it. */
-  get events(): EventEmitter {
+  get events(): DeploymentEvents {
     return this.runner.events;
   }
 

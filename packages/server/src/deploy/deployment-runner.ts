@@ -58,8 +58,23 @@ export interface Launched {
   done: Promise<void>;
 }
 
+/** Each deployment's changes, to whoever follows it on this replica; `relay` tells the others. */
+export class DeploymentEvents extends EventEmitter {
+  relay: ((deploymentId: string) => void) | null = null;
+
+  override emit(event: string | symbol, ...args: unknown[]): boolean {
+    if (typeof event === "string" && this.relay) this.relay(event);
+    return super.emit(event, ...args);
+  }
+
+  /** Another replica changed the deployment: its followers here read it again. */
+  wake(deploymentId: string): void {
+    super.emit(deploymentId);
+  }
+}
+
 export class DeploymentRunner {
-  readonly events = new EventEmitter();
+  readonly events = new DeploymentEvents();
   readonly store: Store;
   readonly hosts: HostOperations;
   readonly options: DeployerOptions;

@@ -28,6 +28,9 @@ export class ReplicaRegistry {
   readonly heartbeatMs: number;
   readonly deadAfterMs: number;
   private url = "";
+  private startedAt = 0;
+  private leading = false;
+  private readonly onLead: (() => void)[] = [];
   private timer: NodeJS.Timeout | null = null;
   private readonly store: Store;
 
@@ -42,12 +45,43 @@ export class ReplicaRegistry {
     this.url = url;
     if (options.exclusive) await this.store.deleteFrom("server_replicas").execute();
     const t = Date.now();
+    this.startedAt = t;
     await this.store
       .insertInto("server_replicas")
       .values({ id: this.id, url, started_at: t, seen_at: t })
       .execute();
     this.timer = setInterval(() => void this.beat(), this.heartbeatMs);
     this.timer.unref();
+    await this.checkLead();
+  }
+
+  /**
+   * Runs fn once this replica leads: it is the oldest live one. The fleet-wide passes (warm pools,
+   * x-denv.replicas) run on the leader only, so two replicas never fill one pool at once; when the
+   * leader dies the next oldest takes them up.
+   */
+  whenLeader(fn: () => void): void {
+    if (this.leading) fn();
+    else this.onLead.push(fn);
+  }
+
+  private async checkLead(): Promise<void> {
+    if (this.leading) return;
+    const older = await this.store
+      .selectFrom("server_replicas")
+      .select("id")
+      .where("id", "!=", this.id)
+      .where("seen_at", ">", Date.now() - this.deadAfterMs)
+      .where((eb) =>
+        eb.or([
+          eb("started_at", "<", this.startedAt),
+          eb.and([eb("started_at", "=", this.startedAt), eb("id", "<", this.id)]),
+        ]),
+      )
+      .executeTakeFirst();
+    if (older) return;
+    this.leading = true;
+    for (const fn of this.onLead.splice(0)) fn();
   }
 
   private async beat(): Promise<void> {
@@ -61,8 +95,9 @@ export class ReplicaRegistry {
       if (Number(r.numUpdatedRows) === 0)
         await this.store
           .insertInto("server_replicas")
-          .values({ id: this.id, url: this.url, started_at: Date.now(), seen_at: Date.now() })
+          .values({ id: this.id, url: this.url, started_at: this.startedAt, seen_at: Date.now() })
           .execute();
+      await this.checkLead();
     } catch (err) {
       serverLog().warn({ error: String(err) }, "the replica's heartbeat was not written");
     }

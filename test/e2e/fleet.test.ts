@@ -308,3 +308,49 @@ test("x-denv.replicas: a deploy's version gets its copies, and gets one back whe
     } else await lab.restartSidecar();
   }
 });
+
+test("a version deleted while a host holding a copy is away: the delete answers, and the copy goes when the host is back", async () => {
+  const c = extras[1] as Extra;
+  await lab.api("POST", `/v1/envs/${alpha}/snapshot`);
+  const old = (await lab.api("GET", `/v1/envs/${alpha}`)).data.current_version_id as string;
+  // A newer one, so nothing uses the old one.
+  await lab.api("POST", `/v1/envs/${alpha}/snapshot`);
+  const copied = await lab.api("POST", `/v1/versions/${old}/replicas`, { host: "host-c" });
+  assert.equal(copied.status, 201, JSON.stringify(copied.data));
+  assert.ok(c.host.denvd.versions().some((v) => v.id === old));
+  await c.sidecar.stop();
+  try {
+    for (let i = 0; i < 600; i++) {
+      const h = (await lab.api("GET", "/v1/hosts")).data.hosts.find((x: { id: string }) => x.id === c.id);
+      if (!h.connected) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const del = await lab.api("DELETE", `/v1/versions/${old}`);
+    assert.equal(del.status, 200, JSON.stringify(del.data));
+    assert.deepEqual(del.data.left_on, [c.id]);
+    assert.equal(
+      (await lab.api("GET", "/v1/versions")).data.versions.filter((v: any) => v.id === old).length,
+      0,
+    );
+    assert.ok(
+      c.host.denvd.versions().some((v) => v.id === old),
+      "the host away still holds its copy",
+    );
+  } finally {
+    c.sidecar = new Sidecar({ serverUrl: lab.server.url, secret: c.secret, denvd: c.host.denvd });
+    c.sidecar.start();
+    await c.sidecar.ready;
+  }
+  for (let i = 0; i < 600 && c.host.denvd.versions().some((v) => v.id === old); i++)
+    await new Promise((r) => setTimeout(r, 100));
+  assert.ok(
+    !c.host.denvd.versions().some((v) => v.id === old),
+    "the copy was deleted once the host was back",
+  );
+  const left = await lab.server.store
+    .selectFrom("version_replicas")
+    .selectAll()
+    .where("version_id", "=", old)
+    .execute();
+  assert.deepEqual(left, [], "and its record with it");
+});

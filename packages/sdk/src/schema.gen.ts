@@ -768,9 +768,10 @@ export type GetV1VersionsByIdResponse = {
   created_at: string;
 };
 
-/** Delete a version nothing uses (its snapshots and record); in use: 409 naming what uses it — DELETE /v1/versions/{id} */
+/** Delete a version nothing uses (its snapshots on every host holding them, and its record); in use: 409 naming what uses it — DELETE /v1/versions/{id} */
 export type DeleteV1VersionsByIdResponse = {
   deleted: string;
+  left_on: Array<string>;
 };
 
 /** Run a command in a service (?stream=true: NDJSON output chunks as they come, then the result) — POST /v1/envs/{id}/exec */

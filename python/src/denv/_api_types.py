@@ -311,6 +311,7 @@ class GetV1VersionsByIdResponse(TypedDict):
 
 class DeleteV1VersionsByIdResponse(TypedDict):
     deleted: str
+    left_on: list[str]
 
 
 class PostV1EnvsByIdExecResponse(TypedDict):
@@ -568,6 +569,10 @@ class GetV1CloudsResponse(TypedDict):
     clouds: list[PostV1CloudsResponse]
 
 
+class DeleteV1CloudsByNameResponse(TypedDict):
+    deleted: str
+
+
 #: GET /v1/openapi.json
 GetV1OpenapiJsonResponse = Any
 
@@ -642,6 +647,3 @@ PutV1PoolsByIdResponse = GetV1PoolsResponsePoolsItem
 
 #: GET /v1/replays/{id}
 GetV1ReplaysByIdResponse = PostV1VersionsByIdReplaysResponse
-
-#: DELETE /v1/clouds/{name}
-DeleteV1CloudsByNameResponse = DeleteV1VersionsByIdResponse

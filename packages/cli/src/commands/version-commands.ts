@@ -28,14 +28,22 @@ export function registerVersionCommands(program: Command): void {
   );
   const rm = version
     .command("rm")
-    .description("Delete a version nothing uses: its snapshots on its host and its record")
+    .description(
+      "Delete a version nothing uses: its snapshots on every host holding them and its record (a host away deletes its copy when it is back)",
+    )
     .argument("<version>", "ver_… or PROJECT@ver_…")
     .option("--json", "print JSON");
   rm.action(
     run(rm, async (client, json, ref: string) => {
       const r = await client().call("deleteV1VersionsById", { params: { id: ref } });
       if (json) printJson(r);
-      else process.stdout.write(`deleted ${r.deleted}\n`);
+      else {
+        process.stdout.write(`deleted ${r.deleted}\n`);
+        if (r.left_on.length)
+          process.stdout.write(
+            `copies remain on ${r.left_on.join(", ")} (not connected): each is deleted when its host is back\n`,
+          );
+      }
       return 0;
     }),
   );

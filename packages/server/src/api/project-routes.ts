@@ -129,11 +129,6 @@ export const projectRoutes: ApiRoute[] = [
           throw new DenvError("conflict", `version ${v.id} of ${p.name} is in use: ${users.join("; ")}`, {
             details: { in_use: users },
           });
-        if (v.host_id && !hosts.isConnected(v.host_id))
-          throw new DenvError(
-            "host_unavailable",
-            `the host holding ${v.id}'s snapshots is not connected; the project can be deleted once it is`,
-          );
       }
       for (const v of versions) await deleteVersion(c, v);
       const envIds = envs.map((e) => e.id);

@@ -3,7 +3,7 @@ import { DenvError, type ResolvedSpec } from "@denv/protocol";
 import { withoutSecretContents } from "@denv/spec";
 import { z } from "zod";
 import { removeUnusedBuiltImages } from "../deploy/built-images.ts";
-import { versionHolders } from "../deploy/replication.ts";
+import { deleteLeftoverCopies, leaveCopy, versionHolders } from "../deploy/replication.ts";
 import { teamHosts } from "../store/host-store.ts";
 import type { Store } from "../store/open-store.ts";
 import { findProject } from "../store/project-store.ts";
@@ -31,8 +31,11 @@ async function listItem(store: Store, v: VersionsTable): Promise<z.infer<typeof 
   };
 }
 
-/** Deletes a version nothing uses: its snapshots on its host, then its record. */
-export async function deleteVersion(c: ApiContext, v: VersionsTable): Promise<void> {
+/**
+ * Deletes a version nothing uses: its snapshots on each host holding them, then its record.
+ * Answers the hosts that were away: each deletes its copy when it is next connected.
+ */
+export async function deleteVersion(c: ApiContext, v: VersionsTable): Promise<string[]> {
   const { store, hosts } = c.var.deps;
   const users = await versionUsers(store, v.id);
   if (users.length > 0)
@@ -49,17 +52,17 @@ export async function deleteVersion(c: ApiContext, v: VersionsTable): Promise<vo
       );
     await target.deleteSnapshot(v.snapshot_ref ?? "");
     await deleteVersionRow(store, v.id);
-    return;
+    return [];
   }
-  // Every copy goes: the one it was taken on and its replicas, each by the host holding it.
+  // Every copy goes: the one it was taken on and its replicas, each by the host holding it. A host
+  // away keeps its copy until it is next connected (deleteLeftoverCopies), then deletes it.
   const holders = await versionHolders(store, v);
   const away = holders.filter((h) => !hosts.isConnected(h));
-  if (away.length)
-    throw new DenvError(
-      "host_unavailable",
-      `${away.length === 1 ? "a host" : "hosts"} holding ${v.id}'s snapshots (${away.join(", ")}) ${away.length === 1 ? "is" : "are"} not connected; its snapshots can be deleted only there`,
-    );
-  for (const h of holders.slice(1)) {
+  for (const h of holders) {
+    if (away.includes(h)) {
+      await leaveCopy(store, v, h);
+      continue;
+    }
     await hosts.call(h, "delete_version", { version_id: v.id });
     await store
       .deleteFrom("version_replicas")
@@ -67,8 +70,10 @@ export async function deleteVersion(c: ApiContext, v: VersionsTable): Promise<vo
       .where("host_id", "=", h)
       .execute();
   }
-  await hosts.call(v.host_id, "delete_version", { version_id: v.id });
   await deleteVersionRow(store, v.id);
+  // A copy recorded while this ran (a replication finishing now) goes the same way.
+  await deleteLeftoverCopies(store, hosts);
+  return away;
 }
 
 export const versionRoutes: ApiRoute[] = [
@@ -89,13 +94,21 @@ export const versionRoutes: ApiRoute[] = [
   route({
     method: "delete",
     path: "/v1/versions/{id}",
-    summary: "Delete a version nothing uses (its snapshots and record); in use: 409 naming what uses it",
-    response: z.object({ deleted: z.string() }),
+    summary:
+      "Delete a version nothing uses (its snapshots on every host holding them, and its record); in use: 409 naming what uses it",
+    response: z.object({
+      deleted: z.string(),
+      left_on: z
+        .array(z.string())
+        .describe(
+          "Hosts that were not connected: each deletes its copy of the snapshots when it next connects",
+        ),
+    }),
     auth: true,
     handler: async (c) => {
       const v = await resolveVersionRef(c.var.deps.store, c.var.teamId, c.req.param("id") ?? "");
-      await deleteVersion(c, v);
-      return c.json({ deleted: v.id });
+      const leftOn = await deleteVersion(c, v);
+      return c.json({ deleted: v.id, left_on: leftOn });
     },
   }),
   route({

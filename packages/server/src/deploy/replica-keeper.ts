@@ -19,7 +19,7 @@ import type { Admission } from "./admission.ts";
 import type { Deployer } from "./deployer.ts";
 import { hostsWithRoom } from "./fork-placement.ts";
 import { DEFAULT_HOST_LOST_AFTER_MS } from "./host-watch.ts";
-import { type Replicator, versionHolders } from "./replication.ts";
+import { deleteLeftoverCopies, type Replicator, versionHolders } from "./replication.ts";
 
 interface Deps {
   store: Store;
@@ -96,6 +96,9 @@ export class ReplicaKeeper {
   /** Copies made this pass, as "VERSION → HOST". */
   private async pass(): Promise<string[]> {
     const { store } = this.deps;
+    // Copies of deleted versions on hosts that were away go once their hosts are back.
+    const cleared = await deleteLeftoverCopies(store, this.deps.hosts);
+    if (cleared) this.log("copies of deleted versions removed", { count: cleared });
     const versions = await store
       .selectFrom("versions")
       .selectAll()

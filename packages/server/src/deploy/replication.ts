@@ -51,6 +51,63 @@ export async function versionHolders(
   return [v.host_id, ...replicas.map((r) => r.host_id).filter((h) => h !== v.host_id)];
 }
 
+/**
+ * Copies left behind by a deleted version: rows of version_replicas whose version is gone. They are
+ * written when a version is deleted while a host holding it is away (and when a copy finishes just
+ * as its version is deleted); each copy is deleted on its host once the host is connected, then
+ * its row. Answers how many went.
+ */
+export async function deleteLeftoverCopies(store: Store, hosts: HostOperations): Promise<number> {
+  const left = await store
+    .selectFrom("version_replicas")
+    .select(["version_id", "host_id"])
+    .where("version_id", "not in", store.selectFrom("versions").select("id"))
+    .execute();
+  let gone = 0;
+  for (const r of left) {
+    if (!hosts.isConnected(r.host_id)) continue;
+    try {
+      await hosts.call(r.host_id, "delete_version", { version_id: r.version_id }, { waitForHostMs: 0 });
+    } catch {
+      continue; // still being read by a transfer, or the host just left: the next pass
+    }
+    await store
+      .deleteFrom("version_replicas")
+      .where("version_id", "=", r.version_id)
+      .where("host_id", "=", r.host_id)
+      .execute();
+    gone++;
+  }
+  return gone;
+}
+
+/** Records that a host away still holds a deleted version's snapshots (deleteLeftoverCopies). */
+export async function leaveCopy(
+  store: Store,
+  v: Pick<VersionsTable, "id" | "team_id">,
+  hostId: string,
+): Promise<void> {
+  const known = await store
+    .selectFrom("version_replicas")
+    .select("host_id")
+    .where("version_id", "=", v.id)
+    .where("host_id", "=", hostId)
+    .executeTakeFirst();
+  if (known) return;
+  await store
+    .insertInto("version_replicas")
+    .values({
+      version_id: v.id,
+      host_id: hostId,
+      team_id: v.team_id,
+      source_host_id: hostId,
+      format: "left",
+      evidence_json: "{}",
+      created_at: now(),
+    })
+    .execute();
+}
+
 /** The hosts holding each of the given versions. */
 export async function holdersOf(store: Store, versions: Pick<VersionsTable, "id" | "host_id">[]) {
   const out = new Map<string, string[]>();
@@ -269,6 +326,16 @@ export class Replicator {
           created_at: now(),
         })
         .execute();
+      // Deleted while it travelled: the copy just made goes too (or at the next pass, if it can't now).
+      const still = await store
+        .selectFrom("versions")
+        .select("id")
+        .where("id", "=", version.id)
+        .executeTakeFirst();
+      if (!still) {
+        await deleteLeftoverCopies(store, hosts);
+        throw new DenvError("not_found", `version ${version.id} was deleted while it was copied`);
+      }
       return evidence;
     } catch (err) {
       // Nothing half-received outlives the attempt: the next one starts clean.

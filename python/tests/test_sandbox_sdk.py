@@ -175,6 +175,29 @@ class SandboxSdk(unittest.TestCase):
         finally:
             client().set_image_pool(0, image=OPSBOX, **settings)
 
+    def test_fleet_calls(self) -> None:
+        import denv
+
+        host = client().hosts()[0]
+        with denv.Sandbox.create(image=OPSBOX, cmd=["sleep", "infinity"]) as sb:
+            version = sb.snapshot()["version_id"]
+            same = client().replicate_version(version, host["name"])
+            self.assertTrue(same["already"], "the host that took the version holds it")
+            self.assertEqual(same["bytes"], 0)
+            kept = client().keep_copies(version, 1)
+            self.assertEqual((kept["copies"], kept["holders"], kept["made"]), (1, [host["id"]], []))
+            with self.assertRaises(denv.NotFoundError):
+                client().replicate_version(version, "no-such-host")
+            with self.assertRaises(denv.InvalidArgumentError):
+                client().keep_copies(version, 17)
+        drained = client().drain_host(host["id"])
+        try:
+            self.assertTrue(drained["draining"])
+            self.assertTrue(next(h for h in client().hosts() if h["id"] == host["id"])["draining"])
+        finally:
+            self.assertFalse(client().undrain_host(host["id"])["draining"])
+        self.assertFalse(next(h for h in client().hosts() if h["id"] == host["id"])["draining"])
+
     def test_async_surface(self) -> None:
         import denv
 

@@ -500,8 +500,19 @@ class Client:
         return list(self._json("GET", "/v1/versions", query={"project": project} if project else None)["versions"])
 
     def delete_version(self, ref: str) -> str:
-        """Deletes a version nothing uses (its snapshots and record); ``ConflictError`` names what uses it."""
+        """Deletes a version nothing uses (its snapshots on every host and its record); ``ConflictError``
+        names what uses it. A host away deletes its copy when it is back."""
         return str(self._json("DELETE", f"/v1/versions/{self._q(ref)}")["deleted"])
+
+    def replicate_version(self, ref: str, host: str) -> dict[str, Any]:
+        """Copies a version's snapshots to another host (its name or id), relayed through the
+        server; ``already`` when it held them. The copy's figures: ``bytes``, ``ms``, ``mib_per_s``."""
+        return dict(self._json("POST", f"/v1/versions/{self._q(ref)}/replicas", {"host": host}))
+
+    def keep_copies(self, ref: str, copies: int) -> dict[str, Any]:
+        """Keeps ``copies`` copies of a version on distinct hosts (as ``x-denv.replicas`` does);
+        the answer says which were made now and which could not be."""
+        return dict(self._json("PUT", f"/v1/versions/{self._q(ref)}/replicas", {"copies": int(copies)}))
 
     def port_url(self, env: str, port: int, *, service: str | None = None) -> str:
         """A URL reaching a TCP port inside a service (HTTP and WebSocket); the URL is the credential."""
@@ -671,6 +682,15 @@ class Client:
 
     def hosts(self) -> list[dict[str, Any]]:
         return self._json("GET", "/v1/hosts")["hosts"]
+
+    def drain_host(self, host: str) -> dict[str, Any]:
+        """Drains a host before maintenance: it takes nothing new, its ready pool members are
+        withdrawn and versions it alone held are copied off (``replicated``, ``not_replicated``)."""
+        return dict(self._json("POST", f"/v1/hosts/{self._q(host)}/drain"))
+
+    def undrain_host(self, host: str) -> dict[str, Any]:
+        """Takes a host back into placement after a drain."""
+        return dict(self._json("DELETE", f"/v1/hosts/{self._q(host)}/drain"))
 
     def targets(self) -> list[dict[str, Any]]:
         return self._json("GET", "/v1/targets")["targets"]

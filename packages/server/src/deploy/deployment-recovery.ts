@@ -40,6 +40,7 @@ export async function recoverDeployments(
     const rec = PhaseRecorder.resume(d, {
       store: runner.store,
       events: runner.events,
+      leaseOwner: runner.options.lease?.owner,
       observer: runner.options.observer,
     });
     rec.failRunning("the server stopped during this phase");

@@ -102,6 +102,7 @@ export class DeploymentRunner {
       store: this.store,
       events: this.events,
       kind,
+      leaseOwner: this.options.lease?.owner,
       observer: this.options.observer,
     });
     await insertDeployment(this.store, {

@@ -89,6 +89,12 @@ export interface RecorderDeps {
   kind?: string;
   /** Told of the verdict, with the phases (the server's metrics). */
   observer?: DeploymentObserver | undefined;
+  /**
+   * The replica holding the deployment's lease (replicas/deployment-leases.ts): every write is
+   * made only while it still does, so a replica that lost it (paused past the lease, then taken
+   * over) stops at its next write instead of overwriting the one that took over.
+   */
+  leaseOwner?: string | undefined;
 }
 
 export class PhaseRecorder {
@@ -129,11 +135,21 @@ export class PhaseRecorder {
   async persist(
     extra: Partial<Pick<DeploymentsTable, "status" | "reason" | "finished_at">> = {},
   ): Promise<void> {
-    await updateDeployment(this.deps.store, this.deploymentId, {
-      phases_json: JSON.stringify(this.phases),
-      state_json: JSON.stringify(this.state),
-      ...extra,
-    });
+    const written = await updateDeployment(
+      this.deps.store,
+      this.deploymentId,
+      {
+        phases_json: JSON.stringify(this.phases),
+        state_json: JSON.stringify(this.state),
+        ...extra,
+      },
+      this.deps.leaseOwner,
+    );
+    if (!written)
+      throw new DenvError(
+        "conflict",
+        `deployment ${this.deploymentId} was taken over by another server replica (this one's lease lapsed); it goes on there`,
+      );
     this.deps.events.emit(this.deploymentId, { phases: this.phases, ...extra });
   }
 

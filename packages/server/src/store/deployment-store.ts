@@ -7,12 +7,17 @@ export async function insertDeployment(store: Store, row: DeploymentsTable): Pro
   await store.insertInto("deployments").values(row).execute();
 }
 
+/** Writes a deployment's fields; with leaseOwner, only while that replica holds its lease (false: not written). */
 export async function updateDeployment(
   store: Store,
   id: string,
   fields: Partial<Pick<DeploymentsTable, "phases_json" | "state_json" | "status" | "reason" | "finished_at">>,
-): Promise<void> {
-  await store.updateTable("deployments").set(fields).where("id", "=", id).execute();
+  leaseOwner?: string,
+): Promise<boolean> {
+  let q = store.updateTable("deployments").set(fields).where("id", "=", id);
+  if (leaseOwner) q = q.where("lease_owner", "=", leaseOwner);
+  const r = await q.executeTakeFirst();
+  return !leaseOwner || Number(r.numUpdatedRows) > 0;
 }
 
 export function deploymentById(store: Store, id: string): Promise<DeploymentsTable | undefined> {

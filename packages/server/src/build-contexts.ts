@@ -29,6 +29,12 @@ export class BuildContexts {
   readonly teamQuotaBytes: number;
   /** Bytes of uploads still arriving, per team: counted against the quota as they come. */
   private readonly arriving = new Map<string, number>();
+  /**
+   * Where a context missing here may be (the other server replicas, which each keep the uploads
+   * they took): each answers with a stream of it in turn. What comes is checked against its
+   * digest as an upload is; one that is not the context is dropped and the next is read.
+   */
+  fromPeers: ((teamId: string, digest: string) => AsyncIterable<Readable>) | null = null;
 
   constructor(
     dataDir: string,
@@ -73,8 +79,25 @@ export class BuildContexts {
     return join(this.dir, teamId, `${digest.slice(7)}.tar`);
   }
 
-  /** The context's size, or null when the team has no such context. */
+  /**
+   * The context's size, or null when the team has no such context: one another replica took is
+   * copied here first (and is then here for `open`).
+   */
   async size(teamId: string, digest: string): Promise<number | null> {
+    const local = await this.storedSize(teamId, digest);
+    if (local !== null || !this.fromPeers) return local;
+    for await (const body of this.fromPeers(teamId, digest)) {
+      try {
+        return await this.put(teamId, digest, body);
+      } catch {
+        // cut, or not what it was named: the next peer
+      }
+    }
+    return null;
+  }
+
+  /** The context's size here, on this replica's disk (null: not here). */
+  async storedSize(teamId: string, digest: string): Promise<number | null> {
     try {
       return (await stat(this.path(teamId, digest))).size;
     } catch (err) {

@@ -4,7 +4,12 @@
  */
 
 import { readFileSync } from "node:fs";
-import { createServer as createHttpServer, type Server } from "node:http";
+import {
+  createServer as createHttpServer,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from "node:http";
 import { createServer as createHttpsServer } from "node:https";
 import type { AddressInfo } from "node:net";
 import { DenvError, isDenvError } from "@denv/protocol";
@@ -28,6 +33,7 @@ import { PortsOrigin } from "./ports-origin.ts";
 import type { RateLimitOptions } from "./rate-limit.ts";
 import { DeploymentLeases } from "./replicas/deployment-leases.ts";
 import { linkKey } from "./replicas/link-key.ts";
+import { CONTEXTS_PATH, contextsFromPeers, servePeerContext } from "./replicas/peer-contexts.ts";
 import { LINK_PATH, PeerLinks } from "./replicas/peer-links.ts";
 import { ReplicaRegistry } from "./replicas/replica-registry.ts";
 import { RoutedHosts } from "./replicas/routed-hosts.ts";
@@ -253,7 +259,14 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     isReady: () => ready,
     ...(options.keepAliveMs ? { keepAliveMs: options.keepAliveMs } : {}),
   });
-  const listener = getRequestListener(app.fetch);
+  const appListener = getRequestListener(app.fetch);
+  // Replicas fetch build contexts from each other (peer-contexts.ts); everything else is the app's.
+  const listener = (req: IncomingMessage, res: ServerResponse) => {
+    if (req.url?.startsWith(CONTEXTS_PATH))
+      return void servePeerContext(req, res, buildContexts, links.key).catch(() => res.destroy());
+    return appListener(req, res);
+  };
+  buildContexts.fromPeers = contextsFromPeers(registry, links.key);
   const server: Server = tls ? createHttpsServer(tls, listener) : createHttpServer(listener);
   // Clients keep connections open between calls; closing an idle one just as a client reuses it
   // resets that request. Idle connections therefore live longer than clients usually keep them.

@@ -12,6 +12,7 @@ import { withSeeds } from "@denv/spec";
 import tar from "tar-stream";
 import { normalizedTar } from "../build-contexts.ts";
 import type { DeploymentRunner } from "./deployment-runner.ts";
+import { hereOrFromPeers } from "./image-builds.ts";
 import { PhaseFailure } from "./phase-recorder.ts";
 import type { ProjectSource } from "./project-source.ts";
 
@@ -85,6 +86,7 @@ export async function seedDatasets(
   for (const [name, d] of Object.entries(spec.datasets)) {
     const digest = d.seed?.digest;
     if (!digest) continue;
+    await hereOrFromPeers(runner, teamId, digest);
     const { streams, result } = await runner.hosts.streamCall(
       hostId,
       "seed_dataset",

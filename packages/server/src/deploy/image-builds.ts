@@ -6,7 +6,7 @@
  */
 import { createHash } from "node:crypto";
 import { pipeline } from "node:stream/promises";
-import { DEFAULT_CAPS, type MuxStream, type ResolvedSpec } from "@denv/protocol";
+import { DEFAULT_CAPS, DenvError, type MuxStream, type ResolvedSpec } from "@denv/protocol";
 import { canonicalJson, withBuiltImages } from "@denv/spec";
 import type { DeploymentRunner } from "./deployment-runner.ts";
 import type { PhaseRecorder } from "./phase-recorder.ts";
@@ -84,6 +84,7 @@ export async function buildImages(
     } else {
       const lines: string[] = [];
       live[service] = lines;
+      await hereOrFromPeers(runner, args.teamId, b.context_digest);
       const { streams, result } = await runner.hosts.streamCall(
         hostId,
         "build_image",
@@ -151,4 +152,20 @@ export async function readLog(log: AsyncIterable<unknown>, onLine: (line: string
     }
   }
   if (partial.trim()) onLine(partial.slice(0, 400));
+}
+
+/**
+ * A build context is on this replica's disk, or fetched now from the replica it was uploaded to
+ * (several replicas on one store: replicas/peer-contexts.ts).
+ */
+export async function hereOrFromPeers(
+  runner: DeploymentRunner,
+  teamId: string,
+  digest: string,
+): Promise<void> {
+  if ((await runner.buildContexts.size(teamId, digest)) === null)
+    throw new DenvError(
+      "not_found",
+      `build context ${digest} is not stored on any server replica (it expired, or was never uploaded); upload the project again (denv up)`,
+    );
 }

@@ -192,6 +192,11 @@ export class PeerLinks {
     this.options = options;
   }
 
+  /** The key replicas present to each other. */
+  get key(): string {
+    return this.options.key;
+  }
+
   /** A peer's link upgrade on LINK_PATH (its key checked). */
   handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
     const key = /^Bearer (.+)$/.exec(req.headers.authorization ?? "")?.[1] ?? "";

@@ -287,3 +287,27 @@ test("the replica running a fan-out is SIGKILLed mid-way: every fork ends succee
   }
   await startReplica(other);
 });
+
+test("two deploys of one environment sent to two replicas at once run one after the other", async () => {
+  const [a, b] = replicas as [Replica, Replica];
+  const [first, second] = await Promise.all([
+    api(a, "POST", "/v1/projects/ops-world/deploy?wait=true", { env: "delta" }),
+    api(b, "POST", "/v1/projects/ops-world/deploy?wait=true", { env: "delta" }),
+  ]);
+  for (const d of [first, second]) assert.equal(d.data.status, "succeeded", d.text);
+  /** When a deployment's phases ran: from its first phase's start to its last one's end. */
+  const span = (d: any) => {
+    const ran = (d.phases as any[]).filter((p) => p.started_at);
+    return {
+      from: Math.min(...ran.map((p) => Date.parse(p.started_at))),
+      to: Math.max(...ran.map((p) => Date.parse(p.finished_at))),
+    };
+  };
+  const [x, y] = [span(first.data), span(second.data)].sort((p, q) => p.from - q.from) as [
+    { from: number; to: number },
+    { from: number; to: number },
+  ];
+  assert.ok(x.to <= y.from, `the later one began after the earlier one ended (${JSON.stringify([x, y])})`);
+  const envs = (await api(a, "GET", "/v1/envs")).data.environments as any[];
+  assert.equal(envs.filter((e) => e.name === "delta" && e.status === "running").length, 1);
+});

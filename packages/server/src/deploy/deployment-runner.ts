@@ -15,7 +15,7 @@ import type { FetchPolicy } from "../fetch-policy.ts";
 import { newId, now } from "../ids.ts";
 import { withTrace } from "../server-log.ts";
 import type { DeploymentObserver } from "../server-metrics.ts";
-import { insertDeployment } from "../store/deployment-store.ts";
+import { deploymentById, insertDeployment } from "../store/deployment-store.ts";
 import { updateEnvironment } from "../store/environment-store.ts";
 import type { Store } from "../store/open-store.ts";
 import type { EnvironmentsTable } from "../store/schema.ts";
@@ -72,6 +72,9 @@ export class DeploymentEvents extends EventEmitter {
     super.emit(deploymentId);
   }
 }
+
+/** How often a deployment waiting on another replica's deployment of its environment looks again. */
+const ELSEWHERE_POLL_MS = 250;
 
 export class DeploymentRunner {
   readonly events = new DeploymentEvents();
@@ -149,6 +152,7 @@ export class DeploymentRunner {
     const done = this.serialize(environmentId, () =>
       withTrace({ deployment_id: rec.deploymentId }, async () => {
         try {
+          await this.afterOlderElsewhere(rec.deploymentId, environmentId);
           await body();
         } catch (err) {
           if (onError) return onError(err);
@@ -159,6 +163,36 @@ export class DeploymentRunner {
     );
     done.catch(() => {});
     return { deploymentId: rec.deploymentId, done };
+  }
+
+  /**
+   * The environment's turn across server replicas: deployments of it that other replicas began
+   * earlier (or that a dead one left, until they are taken over and ended) finish first. Within
+   * this replica `serialize` keeps the order; the earlier of two never waits on the later.
+   */
+  private async afterOlderElsewhere(deploymentId: string, environmentId: string): Promise<void> {
+    const owner = this.options.lease?.owner;
+    if (!owner) return;
+    const me = await deploymentById(this.store, deploymentId);
+    if (!me) return;
+    for (;;) {
+      const older = await this.store
+        .selectFrom("deployments")
+        .select("id")
+        .where("environment_id", "=", environmentId)
+        .where("status", "=", "running")
+        .where("id", "!=", deploymentId)
+        .where((eb) => eb.or([eb("lease_owner", "!=", owner), eb("lease_owner", "is", null)]))
+        .where((eb) =>
+          eb.or([
+            eb("created_at", "<", me.created_at),
+            eb.and([eb("created_at", "=", me.created_at), eb("id", "<", deploymentId)]),
+          ]),
+        )
+        .executeTakeFirst();
+      if (!older) return;
+      await new Promise((r) => setTimeout(r, ELSEWHERE_POLL_MS));
+    }
   }
 
   /** A failed deploy or fork: remove what it built, keep the previous version serving, say why. */

@@ -311,3 +311,35 @@ test("two deploys of one environment sent to two replicas at once run one after 
   const envs = (await api(a, "GET", "/v1/envs")).data.environments as any[];
   assert.equal(envs.filter((e) => e.name === "delta" && e.status === "running").length, 1);
 });
+
+test("a deploy run by one replica outlives the replica holding its host: its calls are routed again and run once", async (t) => {
+  const { holding, other } = await roles();
+  const started = await api(other, "POST", "/v1/projects/ops-world/deploy", { env: "epsilon" });
+  assert.equal(started.status, 202, started.text);
+  const depId = started.data.id as string;
+  const phase = await until("the deploy to be waiting on the host in health or warm", async () => {
+    const d = (await api(other, "GET", `/v1/deployments/${depId}`)).data;
+    return d.phases.find((p: any) => ["health", "warm"].includes(p.name) && p.status === "running")?.name as
+      | string
+      | undefined;
+  });
+  await kill(holding.proc);
+  const d = await until(
+    "the verdict",
+    async () => {
+      const x = (await api(other, "GET", `/v1/deployments/${depId}`)).data;
+      return x.status === "running" ? undefined : x;
+    },
+    180_000,
+  );
+  t.diagnostic(`killed the host's replica during ${phase}; the deploy ended ${d.status}`);
+  assert.equal(d.status, "succeeded", d.reason);
+  // The seed ran once: a warm step run twice would have loaded the orders twice (or failed).
+  const rows = await api(other, "POST", "/v1/envs/epsilon/exec", {
+    service: "opsbox",
+    command: ["psql", "-tAc", "select count(*) from orders"],
+  });
+  assert.equal(rows.data.stdout.trim(), "100000", JSON.stringify(rows.data));
+  assert.equal((await roles()).holding, other, "the host reconnected to the surviving replica");
+  await startReplica(holding);
+});

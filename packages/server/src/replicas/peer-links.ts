@@ -122,7 +122,7 @@ class PeerLink {
       this.closed = true;
       this.mux.closeAll();
       for (const p of this.pending.values())
-        p.reject(new DenvError("host_unavailable", "the replica holding the host's connection went away"));
+        p.reject(linkDown("the replica holding the host's connection went away"));
       this.pending.clear();
     });
     ws.on("error", () => {});
@@ -145,8 +145,7 @@ class PeerLink {
     options: CallOptions,
     streams: MuxStream[] = [],
   ): Promise<unknown> {
-    if (this.closed)
-      return Promise.reject(new DenvError("host_unavailable", "the link to the host's replica is closed"));
+    if (this.closed) return Promise.reject(linkDown("the link to the host's replica is closed"));
     const trace = currentTrace();
     const msg: LinkCall = {
       type: "call",
@@ -227,9 +226,7 @@ export class PeerLinks {
         handshakeTimeout: 10_000,
       });
       ws.once("open", () => resolve(new PeerLink(ws)));
-      ws.once("error", (err) =>
-        reject(new DenvError("host_unavailable", `the host's replica cannot be reached: ${err.message}`)),
-      );
+      ws.once("error", (err) => reject(linkDown(`the host's replica cannot be reached: ${err.message}`)));
     });
     this.links.set(replica.id, opening);
     opening.catch(() => this.links.delete(replica.id));
@@ -322,6 +319,15 @@ export class PeerLinks {
     for (const ws of this.served) ws.terminate();
     this.wss.close();
   }
+}
+
+/** The link to a replica failed (not the host): the call may be routed again elsewhere. */
+function linkDown(message: string): DenvError {
+  return new DenvError("host_unavailable", message, { details: { replica_link: "down" } });
+}
+
+export function isLinkDown(err: unknown): boolean {
+  return isDenvError(err) && err.details?.replica_link === "down";
 }
 
 function errorOf(err: unknown): NonNullable<LinkAnswer["error"]> {

@@ -15,7 +15,7 @@ import { newId } from "../ids.ts";
 import type { Store } from "../store/open-store.ts";
 import type { HostConnections } from "../targets/denvd/host-connections.ts";
 import type { HostCallOptions, HostOperations } from "../targets/denvd/host-operations.ts";
-import type { PeerLinks } from "./peer-links.ts";
+import { isLinkDown, type PeerLinks } from "./peer-links.ts";
 import type { LiveReplica, ReplicaRegistry } from "./replica-registry.ts";
 
 /** A call routed through links that drop this many times fails. */
@@ -24,6 +24,12 @@ const POLL_MS = 200;
 
 export class RoutedHosts implements HostOperations {
   private holders = new Map<string, LiveReplica>();
+  /**
+   * Replicas a link to just failed, until when: not routed to while their rows may still look
+   * alive (a replica SIGKILLed is taken for dead only once its row is deadAfterMs old), so a call
+   * waits for the host to show up elsewhere instead of failing at once against the dead one.
+   */
+  private readonly down = new Map<string, number>();
   private timer: NodeJS.Timeout | null = null;
   private readonly local: HostConnections;
   private readonly store: Store;
@@ -66,7 +72,12 @@ export class RoutedHosts implements HostOperations {
       .where("server_replicas.seen_at", ">", Date.now() - this.registry.deadAfterMs)
       .execute()
       .catch(() => null);
-    if (rows) this.holders = new Map(rows.map((r) => [r.host_id, { id: r.id, url: r.url }]));
+    if (!rows) return;
+    const t = Date.now();
+    for (const [id, until] of this.down) if (until <= t) this.down.delete(id);
+    this.holders = new Map(
+      rows.filter((r) => !this.down.has(r.id)).map((r) => [r.host_id, { id: r.id, url: r.url }]),
+    );
   }
 
   /**
@@ -104,8 +115,10 @@ export class RoutedHosts implements HostOperations {
         const link = await this.links.to(holder);
         return (await link.call(hostId, method, params, { ...options, opId })) as OpResult<M>;
       } catch (err) {
-        // The holder went away (or could not be reached): the host reconnects elsewhere.
         if (!(err instanceof DenvError && err.code === "host_unavailable") || routes >= MAX_ROUTES) throw err;
+        // The holder went away (or could not be reached): the host reconnects elsewhere. Or the
+        // host left the holder: it is looked for again.
+        if (isLinkDown(err)) this.markDown(holder);
         this.holders.delete(hostId);
       }
     }
@@ -120,7 +133,11 @@ export class RoutedHosts implements HostOperations {
   ): Promise<{ streams: MuxStream[]; result: Promise<OpResult<M>> }> {
     const holder = await this.route(hostId, method, options.waitForHostMs ?? this.waitForHostMs);
     if (!holder) return this.local.streamCall(hostId, method, count, build, options);
-    const link = await this.links.to(holder);
+    const link = await this.links.to(holder).catch((err: unknown) => {
+      this.markDown(holder);
+      this.holders.delete(hostId);
+      throw err;
+    });
     const streams = link.openStreams(count);
     const result = link.call(
       hostId,
@@ -162,6 +179,12 @@ export class RoutedHosts implements HostOperations {
       throw err;
     }
     return stream;
+  }
+
+  /** A link to the holder failed: it is not routed to for a while. */
+  private markDown(holder: LiveReplica): void {
+    this.down.set(holder.id, Date.now() + this.registry.deadAfterMs);
+    for (const [h, r] of this.holders) if (r.id === holder.id) this.holders.delete(h);
   }
 
   isConnected(hostId: string): boolean {

@@ -103,6 +103,11 @@ test("a replica renews only its own running deployments' leases", async () => {
 test("a lapsed lease is claimed by exactly one of two replicas racing for it; a live one by none", async () => {
   const a = replica(60_000);
   const b = replica(60_000);
+  const t = Date.now();
+  await store
+    .insertInto("server_replicas")
+    .values({ id: "rep_alive", url: "http://alive", started_at: t, seen_at: t })
+    .execute();
   await running("dep_lapsed", "rep_dead", Date.now() - 1);
   await running("dep_live", "rep_alive", Date.now() + 60_000);
   const [fromA, fromB] = await Promise.all([a.leases.takeOver(false), b.leases.takeOver(false)]);
@@ -135,4 +140,19 @@ test("a replica whose lease was taken over cannot write the deployment any more"
     "running",
     "the old replica wrote nothing",
   );
+});
+
+test("a deployment whose replica is gone from the registry is taken over before its lease runs out", async () => {
+  const a = replica(60_000);
+  const old = new Date(Date.now() - 10_000).toISOString();
+  for (const [id, at] of [
+    ["dep_orphan", old],
+    ["dep_orphan_new", new Date().toISOString()],
+  ] as const) {
+    await running(id, "rep_restarted", Date.now() + 60_000);
+    await store.updateTable("deployments").set({ created_at: at }).where("id", "=", id).execute();
+  }
+  const taken = await a.leases.takeOver(false);
+  assert.ok(taken.includes("dep_orphan"), "its replica stopped (or restarted under another id)");
+  assert.ok(!taken.includes("dep_orphan_new"), "one begun just now may be a replica's not yet registered");
 });

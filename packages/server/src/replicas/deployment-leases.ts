@@ -12,6 +12,9 @@ import type { Store } from "../store/open-store.ts";
 import type { DeploymentsTable } from "../store/schema.ts";
 import type { ReplicaRegistry } from "./replica-registry.ts";
 
+/** How old a deployment of a replica with no row must be before it is taken over. */
+const UNREGISTERED_GRACE_MS = 2000;
+
 export class DeploymentLeases {
   readonly leaseMs: number;
   private timer: NodeJS.Timeout | null = null;
@@ -59,8 +62,20 @@ export class DeploymentLeases {
   async takeOver(all: boolean): Promise<string[]> {
     const t = Date.now();
     let q = this.store.selectFrom("deployments").selectAll().where("status", "=", "running");
+    // Lapsed, or held by a replica gone from the registry (it stopped, or restarted at the same
+    // address under another id): those need not wait for the lease to run out.
     if (!all)
-      q = q.where((eb) => eb.or([eb("lease_until", "is", null), eb("lease_until", "<", t)])) as typeof q;
+      q = q.where((eb) =>
+        eb.or([
+          eb("lease_until", "is", null),
+          eb("lease_until", "<", t),
+          eb.and([
+            eb("lease_owner", "not in", eb.selectFrom("server_replicas").select("id")),
+            // A replica writes its row just after it starts listening: not one begun in that gap.
+            eb("created_at", "<", new Date(t - UNREGISTERED_GRACE_MS).toISOString()),
+          ]),
+        ]),
+      ) as typeof q;
     const lapsed = await q.execute();
     const claimed: DeploymentsTable[] = [];
     for (const d of lapsed) {

@@ -5,7 +5,8 @@
  * (deployment-leases.ts). There is no new service: the database is where replicas find each other.
  *
  * On SQLite only one process can own the data directory, so a replica starting there removes the
- * rows of replicas that ran before it (`exclusive`): what they held is its now.
+ * rows of replicas that ran before it (`exclusive`): what they held is its now. On PostgreSQL a
+ * replica starting removes the row of the one that ran at its address before (a restart).
  */
 import { newId } from "../ids.ts";
 import { serverLog } from "../server-log.ts";
@@ -44,6 +45,8 @@ export class ReplicaRegistry {
   async start(url: string, options: { exclusive: boolean }): Promise<void> {
     this.url = url;
     if (options.exclusive) await this.store.deleteFrom("server_replicas").execute();
+    // Two live replicas cannot share an address: a row with ours is this replica's last run.
+    else await this.store.deleteFrom("server_replicas").where("url", "=", url).execute();
     const t = Date.now();
     this.startedAt = t;
     await this.store

@@ -131,8 +131,10 @@ export class BtrfsDriver implements StorageDriver {
         return;
       }
       // Chrooted into its own staging directory: the stream names the subvolume it makes, and
-      // can name nothing outside that directory.
-      await commandInput("btrfs", ["-q", "receive", "-e", "--chroot", dir], input);
+      // can name nothing outside that directory. Read to the stream's end, not to its end marker
+      // (no -e): a receive that exits at the marker closes its stdin before the relayed stream's
+      // own end arrives, and the stream then fails as cut (seen on hosts across a network).
+      await commandInput("btrfs", ["-q", "receive", "--chroot", dir], input);
       const made = await readdir(dir);
       if (made.length !== 1 || made[0] !== snapshotId)
         throw new DenvError(

@@ -140,3 +140,24 @@ test("a stream cut off mid-way fails the receive and leaves nothing staged", asy
   await assert.rejects(receiving);
   assert.deepEqual(await d.listReceived(), []);
 });
+
+test("a stream whose end comes long after its last byte (a relay across a network) is received whole", async () => {
+  await Promise.all([a.init(), b.init()]);
+  const ds = await a.createDataset(id("late"));
+  await writeFile(join(ds.path, "f"), "small");
+  const snap = (await a.snapshot(ds.id, id("late-s"))).id;
+  const send = await a.sendSnapshot(snap, "btrfs-send", {});
+  const chunks: Buffer[] = [];
+  for await (const c of send.stream) chunks.push(c as Buffer);
+  await send.done;
+  // Every byte now, the end later: a receive that stops at the stream's end marker closes its
+  // stdin first, and the relayed stream then fails as cut.
+  const late = new PassThrough();
+  late.write(Buffer.concat(chunks));
+  setTimeout(() => late.end(), 500);
+  await b.receiveSnapshot(snap, "btrfs-send", late);
+  await b.commitReceived(snap);
+  const c = await b.clone(snap, id("late-c"));
+  assert.equal(await readFile(join(c.path, "f"), "utf8"), "small");
+  await b.destroyDataset(c.id);
+});

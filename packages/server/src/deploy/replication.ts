@@ -11,7 +11,7 @@
  * receiving host while the snapshots travel.
  */
 import { pipeline } from "node:stream/promises";
-import { DenvError, type MuxStream, type OpResult, type ResolvedSpec } from "@denv/protocol";
+import { DenvError, isDenvError, type MuxStream, type OpResult, type ResolvedSpec } from "@denv/protocol";
 import type { SecretBox } from "../clouds/secret-box.ts";
 import { now } from "../ids.ts";
 import type { ReplicationObserver } from "../server-metrics.ts";
@@ -404,6 +404,12 @@ export class Replicator {
     ]);
     if (sent.status === "rejected") {
       into.destroy(new Error("the sending host failed"));
+      // A sender told "the other side closed the stream" failed because the relay did: say why.
+      if (moved.status === "rejected" && isDenvError(sent.reason))
+        throw new DenvError(
+          sent.reason.code,
+          `${sent.reason.message} (the relay: ${(moved.reason as Error).message})`,
+        );
       throw sent.reason;
     }
     if (got.status === "rejected") throw got.reason;

@@ -62,6 +62,8 @@ interface Connection {
   mux: StreamMux;
   nextStreamId: number;
   helloed: boolean;
+  /** Its hello is recorded (arch, storage, capacity): only now does placement count it connected. */
+  ready: boolean;
   lastHeartbeatWrite: number;
 }
 
@@ -115,6 +117,7 @@ export class HostHub implements HostOperations {
       }),
       nextStreamId: 1,
       helloed: false,
+      ready: false,
       lastHeartbeatWrite: 0,
     };
     this.connections.set(hostId, conn);
@@ -176,6 +179,7 @@ export class HostHub implements HostOperations {
         connected: 1,
         replica_id: this.replicaId,
       });
+      conn.ready = true;
       this.sendText(conn.ws, JSON.stringify({ type: "welcome", host_id: hostId } satisfies ServerMessage));
       // Operations sent before the drop go again, under the same ids.
       for (const p of this.pending.values()) if (p.hostId === hostId && !p.conn) this.send(p, conn);
@@ -355,7 +359,9 @@ export class HostHub implements HostOperations {
   }
 
   isConnected(hostId: string): boolean {
-    return this.connections.has(hostId);
+    // A socket whose hello is not recorded yet has no capacity on record: a placement reading it
+    // would take it for a full host.
+    return this.connections.get(hostId)?.ready === true;
   }
 
   /** Resolves when the host is connected, or rejects after timeoutMs. */

@@ -126,7 +126,15 @@ export async function openLab(): Promise<Lab> {
 /** Boots a fresh host; `userData` runs at boot the way cloud-init runs a shell-script user data. */
 export async function bootFreshHost(
   lab: Lab,
-  options: { name?: string; userData?: string; docker?: boolean; image?: string; systemd?: boolean } = {},
+  options: {
+    name?: string;
+    userData?: string;
+    docker?: boolean;
+    image?: string;
+    systemd?: boolean;
+    /** More of this machine's directories in it ("SRC:DEST"): a storage pool handed to the host. */
+    binds?: string[];
+  } = {},
 ): Promise<FreshHost> {
   const name = options.name ?? `${lab.runId}-${randomBytes(3).toString("hex")}`;
   const labels = { "dev.denv.test": lab.runId };
@@ -150,7 +158,7 @@ export async function bootFreshHost(
       // The API's form of --security-opt systempaths=unconfined: /proc and /sys unmasked.
       MaskedPaths: [],
       ReadonlyPaths: [],
-      Binds: [`${volume}:/var/lib/docker`, "/sys/fs/cgroup:/sys/fs/cgroup:rw"],
+      Binds: [`${volume}:/var/lib/docker`, "/sys/fs/cgroup:/sys/fs/cgroup:rw", ...(options.binds ?? [])],
       NetworkMode: lab.network,
     },
   });

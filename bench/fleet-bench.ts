@@ -1,19 +1,22 @@
 /**
- * The fleet, each figure beside its peer in the same run: three hosts (each its own denvd and
- * btrfs pool, on this machine's one engine and its CPUs) joined to one server.
- *   replication of a ~1 GiB version host to host through the server (POST /v1/versions/{id}/replicas,
- *     until it answers) vs `btrfs send | btrfs receive` piped directly between the same two pools;
+ * The fleet, each figure beside its peer in the same run: three hosts joined to one server, each
+ * its own denvd with its own btrfs pool, on this machine's one engine and its CPUs. The first is the
+ * rig's (in the server's process); the other two are `denvd run` processes of their own, as hosts
+ * are, with pools this benchmark makes.
+ *   replication of a ~1 GiB version from one denvd process to the other through the server (POST
+ *     /v1/versions/{id}/replicas, until it answers) vs `btrfs send | btrfs receive` piped directly
+ *     between the same two pools;
  *   the first fork on a host without the version (a replica made there, then the fork) vs a cold
  *     fork on the host that holds it, of ops-world;
  *   N cold ops-world forks spread over three hosts holding the version vs the same N on one host.
  * The three hosts share this machine's cores: the spread figure says what placement costs or saves
  * here, not what three machines would do.
  */
-import { execFileSync } from "node:child_process";
+import { type ChildProcess, execFile, execFileSync, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { readFileSync, rmSync } from "node:fs";
+import { mkdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { BtrfsDriver, Denvd, DockerRuntime, defaultAgentBinary, joinServer, Sidecar } from "@denv/denvd";
+import { promisify } from "node:util";
 import { log, openBenchRig } from "./bench-rig.ts";
 import { type Metric, metricOf } from "./bench-stats.ts";
 
@@ -25,13 +28,50 @@ const sh = (script: string) =>
   });
 const root = join(import.meta.dirname, "..");
 
+const denvdBin = join(root, "packages/denvd/bin/denvd.js");
+const execFileAsync = promisify(execFile);
+
+/** A host as a process of its own: `denvd run` on a btrfs pool made for it here. */
 interface ExtraHost {
   id: string;
   name: string;
-  denvd: Denvd;
-  storage: BtrfsDriver;
-  sidecar: Sidecar;
-  stateDir: string;
+  proc: ChildProcess;
+  /** Its loop image, pool mount and state directory live under here. */
+  dir: string;
+  pool: string;
+}
+
+async function processHost(rig: Awaited<ReturnType<typeof openBenchRig>>, name: string): Promise<ExtraHost> {
+  const dir = join("/var/lib/denv-test", `${rig.runId}-${name}`);
+  const pool = join(dir, "pool");
+  const stateDir = join(dir, "state");
+  mkdirSync(pool, { recursive: true });
+  mkdirSync(stateDir, { recursive: true });
+  sh(
+    `set -e; truncate -s 24G ${dir}/pool.img; mkfs.btrfs -q ${dir}/pool.img; mount -o loop,noatime ${dir}/pool.img ${pool}`,
+  );
+  const token = (await rig.api("POST", "/v1/hosts/join-token")).token as string;
+  // Not execFileSync: the server answering the join runs in this process.
+  await execFileAsync(process.execPath, [
+    denvdBin,
+    "join",
+    ...["--server", rig.server.url, "--token", token, "--state-dir", stateDir, "--name", name],
+    ...["--storage", "btrfs", "--btrfs-pool", pool],
+  ]);
+  const label = Object.entries(rig.labels).map(([k, v]) => `${k}=${v}`)[0] as string;
+  const proc = spawn(process.execPath, [denvdBin, "run", "--state-dir", stateDir, "--label", label], {
+    stdio: ["ignore", "ignore", "inherit"],
+  });
+  for (let i = 0; i < 600; i++) {
+    const h = (
+      (await rig.api("GET", "/v1/hosts")).hosts as { id: string; name: string; connected: boolean }[]
+    ).find((x) => x.name === name);
+    if (h?.connected) return { id: h.id, name, proc, dir, pool };
+    if (proc.exitCode !== null) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  proc.kill("SIGKILL");
+  throw new Error(`denvd ${name} did not connect`);
 }
 
 export async function fleetBench(quick: boolean): Promise<Record<string, Metric>> {
@@ -48,30 +88,12 @@ export async function fleetBench(quick: boolean): Promise<Record<string, Metric>
     const d = await api("POST", "/v1/projects/ops-world/deploy?wait=true", { env: "alpha" });
     if (d.status !== "succeeded") throw new Error(`deploy: ${d.reason}`);
     const small = d.version_id as string;
-    const alpha = (await api("GET", `/v1/envs/${encodeURIComponent("ops-world/alpha")}`)).id as string;
     const hostA = (await api("GET", "/v1/hosts")).hosts[0].id as string;
-    for (const name of ["fleet-b", "fleet-c"]) {
-      const stateDir = join("/var/lib/denv-test", `${rig.runId}-${name}`);
-      const storage = new BtrfsDriver({ stateDir, imageSizeBytes: 24 * 1024 ** 3 });
-      const denvd = await Denvd.open({
-        stateDir,
-        storage,
-        runtime: new DockerRuntime(),
-        extraLabels: rig.labels,
-        minFreeBytes: 256 * MIB,
-        agentBinary: defaultAgentBinary(),
-      });
-      const token = (await api("POST", "/v1/hosts/join-token")).token as string;
-      const joined = await joinServer(server.url, token, name);
-      const sidecar = new Sidecar({ serverUrl: server.url, secret: joined.secret, denvd });
-      sidecar.start();
-      await sidecar.ready;
-      extras.push({ id: joined.host_id, name, denvd, storage, sidecar, stateDir });
-    }
+    for (const name of ["fleet-b", "fleet-c"]) extras.push(await processHost(rig, name));
     const [b, c] = extras as [ExtraHost, ExtraHost];
     /** A replica taken back, so the next sample copies it again. */
     const unreplicate = async (host: ExtraHost, version: string) => {
-      await host.denvd.deleteVersion(version);
+      await server.hosts.call(host.id, "delete_version", { version_id: version });
       await server.store
         .deleteFrom("version_replicas")
         .where("version_id", "=", version)
@@ -79,36 +101,37 @@ export async function fleetBench(quick: boolean): Promise<Record<string, Metric>
         .execute();
     };
 
-    // A version of about 1 GiB: ops-world with 1 GiB of incompressible data in its database's volume.
-    log("fleet: writing 1 GiB into alpha's database volume");
-    await api("POST", `/v1/envs/${alpha}/exec`, {
+    // A version of about 1 GiB taken on fleet-b: a fork of ops-world there, with 1 GiB of
+    // incompressible data written into its database's volume, snapshotted.
+    log("fleet: writing 1 GiB into a fork's database volume on fleet-b");
+    const ballast = (
+      await api("POST", `/v1/versions/${small}/forks`, { count: 1, name: "ballast", host: b.name })
+    ).forks[0].environment.id as string;
+    await api("POST", `/v1/envs/${ballast}/exec`, {
       service: "db",
       user: "root",
       command: "dd if=/dev/urandom of=/var/lib/postgresql/data/ballast bs=1M count=1024 status=none",
       timeout_ms: 600_000,
     });
-    await api("POST", `/v1/envs/${alpha}/snapshot`);
-    const big = (await api("GET", `/v1/envs/${alpha}`)).current_version_id as string;
+    await api("POST", `/v1/envs/${ballast}/snapshot`);
+    const big = (await api("GET", `/v1/envs/${ballast}`)).current_version_id as string;
     const snapshots = Object.values(
-      (rig.denvd.versions().find((v) => v.id === big) as { snapshots: Record<string, string> }).snapshots,
+      (await server.hosts.call(b.id, "describe_version", { version_id: big })).version.snapshots,
     );
     const rounds = quick ? 2 : 4;
     const denvRate: number[] = [];
     const peerRate: number[] = [];
     for (let i = 0; i < rounds; i++) {
       const t = performance.now();
-      const r = await api("POST", `/v1/versions/${big}/replicas`, { host: b.name });
+      const r = await api("POST", `/v1/versions/${big}/replicas`, { host: c.name });
       const ms = performance.now() - t;
       denvRate.push(Math.round((r.bytes / MIB / (ms / 1000)) * 10) / 10);
       log(`fleet: replication ${Math.round(r.bytes / MIB)} MiB in ${Math.round(ms)} ms (${r.format})`);
-      await unreplicate(b, big);
+      await unreplicate(c, big);
       // The peer: every volume's snapshot piped straight from pool to pool, all at once.
-      const into = join(b.storage.poolPath, `peer-${randomBytes(3).toString("hex")}`);
+      const into = join(c.pool, `peer-${randomBytes(3).toString("hex")}`);
       const pipes = snapshots
-        .map(
-          (s) =>
-            `btrfs -q send ${join((rig.storage as BtrfsDriver).poolPath, "snapshots", s)} | btrfs -q receive ${into} &`,
-        )
+        .map((s) => `btrfs -q send ${join(b.pool, "snapshots", s)} | btrfs -q receive ${into} &`)
         .join(" ");
       const p = performance.now();
       sh(`set -e; mkdir -p ${into}; ${pipes} wait`);
@@ -119,7 +142,7 @@ export async function fleetBench(quick: boolean): Promise<Record<string, Metric>
     results.replication_mib_per_s = metricOf(
       denvRate,
       "MiB/s",
-      "a ~1 GiB ops-world version host to host through the server (btrfs send/receive relayed, both ends digesting), until the API answers",
+      "a ~1 GiB ops-world version from one denvd process to another through the server (btrfs send/receive relayed, both ends digesting), until the API answers",
     );
     results.replication_peer_mib_per_s = metricOf(
       peerRate,
@@ -185,13 +208,17 @@ export async function fleetBench(quick: boolean): Promise<Record<string, Metric>
     results[`fleet_${n}_forks_one_host_ms`] = metricOf(one, "ms", `the same ${n} forks, all on one host`);
     return results;
   } finally {
+    // Their environments first (through the server, while they are connected), then the hosts.
+    const envs = (await rig.api("GET", "/v1/envs").catch(() => ({ environments: [] }))).environments ?? [];
+    for (const e of envs as { id: string; host_id: string }[])
+      if (extras.some((h) => h.id === e.host_id)) await rig.api("DELETE", `/v1/envs/${e.id}`).catch(() => {});
     for (const h of extras) {
-      await h.sidecar.stop().catch(() => {});
-      for (const s of h.denvd.stacks()) await h.denvd.destroy(s.id).catch(() => {});
-      for (const v of h.denvd.versions()) await h.denvd.deleteVersion(v.id).catch(() => {});
-      await h.denvd.close().catch(() => {});
-      await h.storage.unmount().catch(() => {});
-      rmSync(h.stateDir, { recursive: true, force: true });
+      h.proc.kill("SIGTERM");
+      await new Promise((r) => (h.proc.exitCode !== null ? r(null) : h.proc.once("exit", r)));
+      try {
+        sh(`umount ${h.pool} || umount -l ${h.pool}`);
+      } catch {}
+      rmSync(h.dir, { recursive: true, force: true });
     }
     await rig.close();
   }

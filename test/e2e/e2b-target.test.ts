@@ -169,10 +169,17 @@ test("the connect-a-target lines against denv up: connect e2b, its row, a sandbo
   assert.equal(e2b.sandboxes().length, 1, "one sandbox at the provider");
   assert.equal(e2b.sandboxes()[0]?.internet, false, "egress denied by default, with the provider's setting");
   // Its command runs, as E2B's default user, not root.
-  const ps = await api("POST", `/v1/envs/${made.id}/exec`, {
-    command:
-      "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done | grep -c '^sleep infinity'; id -un",
-  });
+  // Started in the background (the SDK's commands.run): on a busy machine it may show a moment
+  // after the create answered, so the process list is read until it does.
+  let ps = { status: 0, data: {} as any };
+  for (let i = 0; i < 100; i++) {
+    ps = await api("POST", `/v1/envs/${made.id}/exec`, {
+      command:
+        "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done | grep -c '^sleep infinity'; id -un",
+    });
+    if (ps.status !== 200 || ps.data.stdout !== "0\nuser\n") break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
   assert.equal(ps.status, 200, JSON.stringify(ps.data));
   assert.equal(ps.data.stdout, "1\nuser\n");
   // The CLI reaches it like any environment.

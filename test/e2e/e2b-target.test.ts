@@ -172,7 +172,7 @@ test("the connect-a-target lines against denv up: connect e2b, its row, a sandbo
   // Started in the background (the SDK's commands.run): on a busy machine it may show a moment
   // after the create answered, so the process list is read until it does.
   let ps = { status: 0, data: {} as any };
-  for (let i = 0; i < 100; i++) {
+  for (let i = 0; i < 300; i++) {
     ps = await api("POST", `/v1/envs/${made.id}/exec`, {
       command:
         "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done | grep -c '^sleep infinity'; id -un",

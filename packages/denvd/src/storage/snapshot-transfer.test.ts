@@ -161,3 +161,21 @@ test("a stream whose end comes long after its last byte (a relay across a networ
   assert.equal(await readFile(join(c.path, "f"), "utf8"), "small");
   await b.destroyDataset(c.id);
 });
+
+test("a stream with a second one after its end (read now that receive goes to EOF) is refused, and nothing is kept", async () => {
+  await Promise.all([a.init(), b.init()]);
+  const ds = await a.createDataset(id("two"));
+  const first = (await a.snapshot(ds.id, id("first"))).id;
+  const extra = (await a.snapshot(ds.id, id("extra"))).id;
+  const bytesOf = async (snap: string) => {
+    const send = await a.sendSnapshot(snap, "btrfs-send", {});
+    const chunks: Buffer[] = [];
+    for await (const c of send.stream) chunks.push(c as Buffer);
+    await send.done;
+    return Buffer.concat(chunks);
+  };
+  const both = Buffer.concat([await bytesOf(first), await bytesOf(extra)]);
+  await assert.rejects(b.receiveSnapshot(first, "btrfs-send", Readable.from([both])), /not the snapshot/);
+  assert.deepEqual(await b.listReceived(), []);
+  assert.ok(!(await b.listSnapshots()).includes(extra));
+});

@@ -21,6 +21,7 @@ import {
   type ServerMessage,
   StreamMux,
   serverMessageSchema,
+  streamLinkMaskOptions,
 } from "@denv/protocol";
 import WebSocket from "ws";
 import type { Denvd } from "./denvd.ts";
@@ -102,9 +103,11 @@ export class Sidecar {
 
   private connect(): void {
     if (this.stopped) return;
-    const ws = new WebSocket(this.wsUrl(), {
+    const url = this.wsUrl();
+    const ws = new WebSocket(url, {
       headers: { authorization: `Bearer ${this.options.secret}` },
       maxPayload: MAX_MESSAGE_BYTES,
+      ...streamLinkMaskOptions(url),
     });
     this.ws = ws;
     const mux = new StreamMux((frame, done) => {

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
-import { createHash } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { once } from "node:events";
+import { pipeline } from "node:stream/promises";
 import { test } from "node:test";
 import {
   encodeStreamFrame,
@@ -11,6 +12,7 @@ import {
   STREAM_END,
   STREAM_WINDOW_BYTES,
   StreamMux,
+  streamLinkMaskOptions,
 } from "./stream-mux.ts";
 
 /** Two muxes joined as over a socket: frames arrive later, in order, and are counted in flight. */
@@ -142,4 +144,90 @@ test("finishStream sends the end, then the close; a lost connection fails open s
   const err = once(open, "error");
   mux.closeAll();
   assert.match(((await err)[0] as Error).message, /connection/);
+});
+
+test("a relayed stream goes on in the memory it arrived in, its content the same", async () => {
+  // host a -> server -> host b, as the control plane relays a snapshot between two hosts.
+  const { a, b: fromA } = pair();
+  const { a: toB, b } = pair();
+  const arrived = new Set<ArrayBufferLike>();
+  const onFrame = fromA.onFrame.bind(fromA);
+  fromA.onFrame = (frame) => {
+    arrived.add(frame.buffer);
+    onFrame(frame);
+  };
+  let forwarded = 0;
+  let copied = 0;
+  const send = toB.send;
+  (toB as { send: typeof send }).send = (frame, done) => {
+    if (frame[0] === STREAM_DATA) {
+      if (arrived.has(frame.buffer)) forwarded++;
+      else copied++;
+    }
+    send(frame, done);
+  };
+  const src = a.open(3);
+  const inbound = fromA.open(3);
+  const outbound = toB.open(9);
+  const dst = b.open(9);
+  const relayed = pipeline(inbound, outbound);
+  const data = randomBytes(2 * STREAM_WINDOW_BYTES + 777);
+  src.end(data);
+  // The reader starts late: the relay's credit toward b runs out and payloads are split to fit.
+  await new Promise((r) => setTimeout(r, 50));
+  const got: Buffer[] = [];
+  for await (const c of dst) got.push(c as Buffer);
+  await relayed;
+  assert.equal(Buffer.compare(Buffer.concat(got), data), 0);
+  assert.ok(forwarded > 0, `no frame went on in place (${copied} copied)`);
+  assert.ok(forwarded >= copied, `${forwarded} forwarded in place, ${copied} copied`);
+});
+
+test("a payload is sent in place once: writing it again copies it, and its bytes are unchanged", async () => {
+  const { a, b } = pair();
+  const { a: c, b: d } = pair();
+  const inbound = b.open(1);
+  const out1 = c.open(2);
+  const out2 = c.open(4);
+  const in1 = d.open(2);
+  const in2 = d.open(4);
+  a.open(1).end(Buffer.from("the same bytes twice"));
+  const [chunk] = (await once(inbound, "data")) as [Buffer];
+  out1.end(chunk);
+  out2.end(chunk);
+  const read = async (s: typeof in1) => {
+    const got: Buffer[] = [];
+    for await (const x of s) got.push(x as Buffer);
+    return Buffer.concat(got).toString();
+  };
+  assert.deepEqual(await Promise.all([read(in1), read(in2)]), [
+    "the same bytes twice",
+    "the same bytes twice",
+  ]);
+});
+
+test("a link's frames go unmasked only over TLS or on loopback", () => {
+  const zero = (url: string) => {
+    const o = streamLinkMaskOptions(url);
+    if (!o.generateMask) return false;
+    const mask = Buffer.from([1, 2, 3, 4]);
+    o.generateMask(mask);
+    return mask.equals(Buffer.alloc(4));
+  };
+  for (const url of [
+    "wss://denv.example.com/v1/hosts/connect",
+    "ws://127.0.0.1:8080/",
+    "ws://localhost/",
+    "ws://[::1]:9/",
+  ])
+    assert.equal(zero(url), true, url);
+  // Plain ws:// across a network keeps ws's random masks, whatever the name looks like.
+  for (const url of [
+    "ws://10.0.0.5:8080/",
+    "ws://denv.example.com/",
+    "ws://127.0.0.1.attacker.io/",
+    "ws://localhost.attacker.io/",
+    "ws://[::ffff:10.0.0.1]/",
+  ])
+    assert.equal(zero(url), false, url);
 });

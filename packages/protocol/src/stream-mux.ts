@@ -39,16 +39,47 @@ export const STREAM_WINDOW_BYTES = 8 * 1024 * 1024;
 /** The largest payload of one DATA frame. */
 export const STREAM_CHUNK_BYTES = 1024 * 1024;
 
+/** A frame's header: u8 kind, u32 stream id. */
+const FRAME_HEAD_BYTES = 5;
+
 export function encodeStreamFrame(kind: number, streamId: number, payload?: Buffer): Buffer {
-  const head = Buffer.alloc(5);
-  head[0] = kind;
-  head.writeUInt32BE(streamId >>> 0, 1);
-  return payload?.length ? Buffer.concat([head, payload]) : head;
+  return encodeStreamFramev(kind, streamId, payload ? [payload] : [], payload?.length ?? 0);
 }
 
+/** One frame from several pieces: the header and the pieces copied once, into one buffer. */
+function encodeStreamFramev(kind: number, streamId: number, pieces: Buffer[], bytes: number): Buffer {
+  const frame = Buffer.allocUnsafe(FRAME_HEAD_BYTES + bytes);
+  frame[0] = kind;
+  frame.writeUInt32BE(streamId >>> 0, 1);
+  let at = FRAME_HEAD_BYTES;
+  for (const p of pieces) at += p.copy(frame, at);
+  return frame;
+}
+
+/**
+ * Payloads that arrived as a whole frame: the frame's own header sits in the 5 bytes before each,
+ * in a buffer nothing else writes. A stream that sends one on (the server relaying a host's stream
+ * to another host) rewrites that header in place and sends the same memory: no copy per hop.
+ */
+const framedPayloads = new WeakSet<Buffer>();
+
 export function decodeStreamFrame(frame: Buffer): { kind: number; streamId: number; payload: Buffer } | null {
-  if (frame.length < 5) return null;
-  return { kind: frame[0] as number, streamId: frame.readUInt32BE(1), payload: frame.subarray(5) };
+  if (frame.length < FRAME_HEAD_BYTES) return null;
+  const payload = frame.subarray(FRAME_HEAD_BYTES);
+  framedPayloads.add(payload);
+  return { kind: frame[0] as number, streamId: frame.readUInt32BE(1), payload };
+}
+
+/** The frame around a payload that arrived framed, its header rewritten for this stream. */
+function reframe(payload: Buffer, streamId: number): Buffer {
+  const frame = Buffer.from(
+    payload.buffer,
+    payload.byteOffset - FRAME_HEAD_BYTES,
+    payload.length + FRAME_HEAD_BYTES,
+  );
+  frame[0] = STREAM_DATA;
+  frame.writeUInt32BE(streamId >>> 0, 1);
+  return frame;
 }
 
 /** Sends one frame; `done` is called once the frame is handed to the socket (or it failed). */
@@ -85,22 +116,27 @@ export class MuxStream extends Duplex {
   }
 
   override _write(chunk: Buffer, _enc: BufferEncoding, cb: (err?: Error | null) => void): void {
-    this.sendChunk(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk)).then(() => cb(), cb);
+    this.sendPieces([Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk)]).then(() => cb(), cb);
   }
 
   /**
    * What was written while the last frame was on its way goes out together, in frames of up to
    * STREAM_CHUNK_BYTES: a producer writing 64 KiB pieces (a pipe's reads) costs one frame and one
-   * socket write per MiB, not per piece.
+   * socket write per batch, not per piece.
    */
   override _writev(chunks: { chunk: Buffer }[], cb: (err?: Error | null) => void): void {
     const bufs = chunks.map((c) => (Buffer.isBuffer(c.chunk) ? c.chunk : Buffer.from(c.chunk)));
-    this.sendChunk(bufs.length === 1 ? (bufs[0] as Buffer) : Buffer.concat(bufs)).then(() => cb(), cb);
+    this.sendPieces(bufs).then(() => cb(), cb);
   }
 
-  private async sendChunk(chunk: Buffer): Promise<void> {
+  /**
+   * Sends the pieces in order as DATA frames within the credit the peer gave. A piece that arrived
+   * framed and fits goes on in its own memory; the rest are gathered into frames with one copy.
+   */
+  private async sendPieces(pieces: Buffer[]): Promise<void> {
+    let i = 0;
     let off = 0;
-    while (off < chunk.length) {
+    while (i < pieces.length) {
       if (this.gone) throw new Error("the stream was closed by the other side");
       if (this.sendCredit <= 0) {
         await new Promise<void>((r) => {
@@ -108,15 +144,44 @@ export class MuxStream extends Duplex {
         });
         continue;
       }
-      const n = Math.min(chunk.length - off, this.sendCredit, STREAM_CHUNK_BYTES);
-      const piece = chunk.subarray(off, off + n);
+      const first = pieces[i] as Buffer;
+      if (first.length === 0) {
+        i++;
+        continue;
+      }
+      let frame: Buffer;
+      let n: number;
+      if (
+        off === 0 &&
+        framedPayloads.has(first) &&
+        first.length <= Math.min(this.sendCredit, STREAM_CHUNK_BYTES)
+      ) {
+        // Sent once: the header is rewritten for this stream, so the payload cannot be sent again.
+        framedPayloads.delete(first);
+        n = first.length;
+        frame = reframe(first, this.streamId);
+        i++;
+      } else {
+        const room = Math.min(this.sendCredit, STREAM_CHUNK_BYTES);
+        const gathered: Buffer[] = [];
+        n = 0;
+        while (i < pieces.length && n < room) {
+          const p = pieces[i] as Buffer;
+          const take = Math.min(p.length - off, room - n);
+          gathered.push(off === 0 && take === p.length ? p : p.subarray(off, off + take));
+          n += take;
+          off += take;
+          if (off === p.length) {
+            i++;
+            off = 0;
+          }
+        }
+        frame = encodeStreamFramev(STREAM_DATA, this.streamId, gathered, n);
+      }
       this.sendCredit -= n;
-      off += n;
       this.bytesOut += n;
       await new Promise<void>((resolve, reject) =>
-        this.mux.send(encodeStreamFrame(STREAM_DATA, this.streamId, piece), (err) =>
-          err ? reject(err) : resolve(),
-        ),
+        this.mux.send(frame, (err) => (err ? reject(err) : resolve())),
       );
     }
   }
@@ -247,4 +312,18 @@ export class StreamMux {
     this.streams.clear();
     for (const s of all) s.lost();
   }
+}
+
+/**
+ * The `ws` client options for a link that carries streams: frames go unmasked where masking
+ * protects no one. Masking exists so that bytes a browser page chose cannot pose as requests to a
+ * proxy between it and the server; over TLS no proxy reads the bytes, and on loopback there is no
+ * proxy. Elsewhere (plain ws:// across a network) the mask stays random. Unmasked, a frame is sent
+ * from its own memory instead of a masked copy, and the receiver skips the unmasking pass.
+ */
+export function streamLinkMaskOptions(url: string | URL): { generateMask?: (mask: Buffer) => void } {
+  const u = new URL(url);
+  const host = u.hostname.replace(/^\[|\]$/g, "");
+  const loopback = host === "localhost" || host === "::1" || /^127\.\d+\.\d+\.\d+$/.test(host);
+  return u.protocol === "wss:" || loopback ? { generateMask: (mask) => mask.fill(0) } : {};
 }

@@ -23,6 +23,7 @@ import {
   type OpMethod,
   operationStreams,
   StreamMux,
+  streamLinkMaskOptions,
 } from "@denv/protocol";
 import { WebSocket, WebSocketServer } from "ws";
 import { z } from "zod";
@@ -224,6 +225,7 @@ export class PeerLinks {
         headers: { authorization: `Bearer ${this.options.key}` },
         maxPayload: MAX_MESSAGE_BYTES,
         handshakeTimeout: 10_000,
+        ...streamLinkMaskOptions(u),
       });
       ws.once("open", () => resolve(new PeerLink(ws)));
       ws.once("error", (err) => reject(linkDown(`the host's replica cannot be reached: ${err.message}`)));

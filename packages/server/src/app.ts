@@ -11,6 +11,7 @@ import { DenvClient } from "@denv/sdk";
 import { Hono } from "hono";
 import { matchedRoutes } from "hono/route";
 import { sql } from "kysely";
+import { IN_PROCESS_CALLER } from "./api/api-auth.ts";
 import type { ApiDeps, ApiEnv } from "./api/api-deps.ts";
 import { resourceApp } from "./api/api-route.ts";
 import { RESOURCES } from "./api/api-routes.ts";
@@ -22,6 +23,7 @@ import { PoolKeeper } from "./deploy/pool-keeper.ts";
 import { ReplicaKeeper } from "./deploy/replica-keeper.ts";
 import { Replicator } from "./deploy/replication.ts";
 import { defaultDownloadsDir } from "./downloads.ts";
+import { createE2bGateway } from "./e2b/e2b-gateway.ts";
 import type { FetchPolicy } from "./fetch-policy.ts";
 import { newId } from "./ids.ts";
 import type { PortsOrigin } from "./ports-origin.ts";
@@ -70,6 +72,8 @@ export interface AppOptions {
   metrics?: ServerMetrics;
   /** Whether the server has finished starting (recovery done, hosts accepted): /readyz. */
   isReady?: () => boolean;
+  /** Given the E2B gateway's sweep (kills sandboxes past their timeout), for the server to run on a timer. */
+  onE2bSweep?: (sweep: () => Promise<number>) => void;
 }
 
 export function createApp(options: AppOptions): Hono<ApiEnv> {
@@ -166,6 +170,15 @@ export function createApp(options: AppOptions): Hono<ApiEnv> {
     return c.body(body, 200, { "content-type": contentType });
   });
   for (const routes of Object.values(RESOURCES)) app.route("/", resourceApp(routes));
+  // E2B's API (e2b/e2b-gateway.ts): each action a /v1 call in process, as the caller's key.
+  const e2b = createE2bGateway({
+    store: options.store,
+    secrets: options.secrets,
+    v1: async (keyId, path, init) =>
+      app.fetch(new Request(`http://denv.internal${path}`, init), { [IN_PROCESS_CALLER]: { keyId } }),
+  });
+  app.route("/e2b", e2b.app);
+  options.onE2bSweep?.(e2b.sweep);
   mountConsole(app);
   return app;
 }

@@ -65,6 +65,8 @@ export interface ServerOptions {
   adminKey?: string;
   joinWaitMs?: number;
   /** How often a quiet command's stream carries a keep-alive (default KEEPALIVE_INTERVAL_MS). */
+  /** How often E2B sandboxes past their timeout are killed (default 2000 ms). */
+  e2bSweepMs?: number;
   keepAliveMs?: number;
   /** Where the denvd executables are (default: the checkout's dist/, or DENV_DOWNLOADS_DIR). */
   downloadsDir?: string;
@@ -241,6 +243,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   portsOrigin = new PortsOrigin(
     options.portsOrigin ?? defaultPortsOrigin(scheme, host, portsPort, options.publicUrl),
   );
+  let e2bSweep: NodeJS.Timeout | undefined;
   const app = createApp({
     portsOrigin,
     store,
@@ -257,6 +260,12 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     accountRateLimit: options.accountRateLimit,
     metrics,
     isReady: () => ready,
+    onE2bSweep: (sweep) => {
+      e2bSweep = setInterval(
+        () => void sweep().catch((err) => serverLog().error({ error: String(err) }, "E2B sweep failed")),
+        options.e2bSweepMs ?? 2000,
+      );
+    },
     ...(options.keepAliveMs ? { keepAliveMs: options.keepAliveMs } : {}),
   });
   const appListener = getRequestListener(app.fetch);
@@ -312,6 +321,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     dataDir: options.dataDir,
     replicaId: registry.id,
     async close() {
+      clearInterval(e2bSweep);
       leases.stop();
       hosts.stop();
       await registry.stop();

@@ -13,6 +13,22 @@ import type { ApiContext, ApiEnv } from "./api-deps.ts";
 
 const READS = new Set(["GET", "HEAD", "OPTIONS"]);
 
+/**
+ * A caller established in process: the E2B gateway acting for the key that made a sandbox (its
+ * envd calls carry the sandbox's access token, not the key). Passed only as app.fetch's second
+ * argument, which a request from outside never sets, so no header or body can claim it.
+ */
+export const IN_PROCESS_CALLER = Symbol("denv.in-process-caller");
+export interface InProcessCaller {
+  /** The API key acted for: checked again on every request, so a revoked key stops its sandboxes' calls. */
+  keyId: string;
+}
+
+function inProcessCaller(c: ApiContext): InProcessCaller | undefined {
+  const env = c.env as Record<symbol, unknown> | undefined;
+  return env && typeof env === "object" ? (env[IN_PROCESS_CALLER] as InProcessCaller | undefined) : undefined;
+}
+
 /** Counts a request against its caller's rate limit (a key, or a person's sessions together). */
 export function takeTurn(
   c: ApiContext,
@@ -39,8 +55,11 @@ const requireKey =
   async (c, next) => {
     const key = /^Bearer (.+)$/.exec(c.req.header("authorization") ?? "")?.[1];
     const { store } = c.var.deps;
-    if (key) {
-      const row = await findApiKey(store, key);
+    const caller = inProcessCaller(c);
+    if (caller || key) {
+      const row = caller
+        ? await store.selectFrom("api_keys").selectAll().where("id", "=", caller.keyId).executeTakeFirst()
+        : await findApiKey(store, key as string);
       if (!row) throw new DenvError("unauthenticated", "this API key is not valid");
       takeTurn(c, row.id);
       c.set("teamId", row.team_id);

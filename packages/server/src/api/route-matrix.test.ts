@@ -824,3 +824,79 @@ test("a fan-out reports each fork: four made; asked again, the taken names are r
   const over = await call("POST", `/v1/versions/${a.version}/forks`, { key: keyA, body: '{"count": 65}' });
   assert.equal(over.status, 400);
 });
+
+test("E2B's routes: no key and a bad key 401, another team's key 404 and an empty list, envd without the sandbox's token 401", async () => {
+  const e2b = (
+    method: string,
+    path: string,
+    key: string | null,
+    body?: unknown,
+    headers: Record<string, string> = {},
+  ) =>
+    call(method, `/e2b${path}`, {
+      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+      headers: { ...(key ? { "x-api-key": key } : {}), ...headers },
+    });
+  const made = await e2b("POST", "/v2/sandboxes", keyA, { templateID: a.version, metadata: { run: "m1" } });
+  assert.equal(made.status, 201, made.text);
+  const sb = JSON.parse(made.text) as { sandboxID: string; envdAccessToken: string; envdVersion: string };
+  assert.match(sb.sandboxID, /^[a-z0-9]+$/);
+  assert.ok(sb.envdAccessToken.length > 20);
+  const id = sb.sandboxID;
+  const control: [string, string, unknown?][] = [
+    ["POST", "/v2/sandboxes", { templateID: a.version }],
+    ["GET", "/v2/sandboxes"],
+    ["GET", `/sandboxes/${id}`],
+    ["DELETE", `/sandboxes/${id}`],
+    ["POST", `/sandboxes/${id}/timeout`, { timeout: 60 }],
+    ["POST", `/v2/sandboxes/${id}/connect`, { timeout: 60 }],
+    ["POST", `/sandboxes/${id}/fork`, { count: 1 }],
+  ];
+  for (const [method, path, body] of control) {
+    for (const key of [null, "dk_not_a_key"]) {
+      const r = await e2b(method, path, key, body);
+      assert.equal(r.status, 401, `${method} ${path} with ${key ?? "no key"}: ${r.text}`);
+    }
+    if (path === "/v2/sandboxes") continue;
+    const r = await e2b(method, path, keyB, body);
+    assert.equal(r.status, 404, `${method} ${path} with another team's key: ${r.text}`);
+  }
+  const theirs = await e2b("GET", "/v2/sandboxes", keyB);
+  assert.deepEqual(JSON.parse(theirs.text), []);
+  const ours = JSON.parse((await e2b("GET", "/v2/sandboxes?metadata=run%3Dm1", keyA)).text) as {
+    sandboxID: string;
+  }[];
+  assert.deepEqual(
+    ours.map((s) => s.sandboxID),
+    [id],
+  );
+  // envd's calls: the sandbox's own token or nothing; a token is not a key, nor a key a token.
+  const envd = (token: string | null, sandbox = id) =>
+    call("POST", "/e2b/process.Process/List", {
+      body: "{}",
+      headers: {
+        "e2b-sandbox-id": sandbox,
+        "e2b-sandbox-port": "49983",
+        ...(token ? { "x-access-token": token } : {}),
+      },
+    });
+  for (const token of [null, "ea_forged", keyA, `${sb.envdAccessToken}x`]) {
+    const r = await envd(token);
+    assert.equal(r.status, 401, `token ${token}: ${r.text}`);
+    assert.equal((JSON.parse(r.text) as { code: string }).code, "unauthenticated");
+  }
+  assert.equal((await envd(sb.envdAccessToken, "../../v1")).status, 401);
+  const listed = await envd(sb.envdAccessToken);
+  assert.equal(listed.status, 200, listed.text);
+  assert.deepEqual(JSON.parse(listed.text), { processes: [] });
+  // A server stream whose envelope claims 4 GiB: refused from its header, nothing read past it.
+  const huge = await call("POST", "/e2b/process.Process/Start", {
+    body: Buffer.from([0, 0xff, 0xff, 0xff, 0xff]),
+    type: "application/connect+json",
+    headers: { "e2b-sandbox-id": id, "x-access-token": sb.envdAccessToken },
+  });
+  assert.equal(huge.status, 400, huge.text);
+  // Killed by its own team: gone for its token too.
+  assert.equal((await e2b("DELETE", `/sandboxes/${id}`, keyA)).status, 204);
+  assert.equal((await envd(sb.envdAccessToken)).status, 401);
+});

@@ -384,6 +384,26 @@ export const MIGRATIONS: Record<string, Migration> = {
       await db.schema.alterTable("deployments").addColumn("lease_until", "bigint").execute();
     },
   },
+  "0016_e2b_sandboxes": {
+    // Sandboxes made through the E2B-compatible surface (e2b/): who made one (its envd calls act as
+    // that key), its template, metadata and env vars, and when its timeout ends it. Its access token
+    // is derived from the server's key and the salt, never stored.
+    up: async (db) => {
+      await db.schema
+        .createTable("e2b_sandboxes")
+        .addColumn("environment_id", text, (c) => c.primaryKey())
+        .addColumn("team_id", text, (c) => c.notNull())
+        .addColumn("key_id", text, (c) => c.notNull())
+        .addColumn("template_id", text, (c) => c.notNull())
+        .addColumn("token_salt", text, (c) => c.notNull())
+        .addColumn("metadata_json", text, (c) => c.notNull())
+        .addColumn("env_vars_sealed", text, (c) => c.notNull())
+        .addColumn("started_at_ms", "bigint", (c) => c.notNull())
+        .addColumn("end_at_ms", "bigint", (c) => c.notNull())
+        .execute();
+      await db.schema.createIndex("e2b_sandboxes_team").on("e2b_sandboxes").column("team_id").execute();
+    },
+  },
 };
 
 export const migrationProvider: MigrationProvider = {

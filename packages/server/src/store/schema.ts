@@ -187,6 +187,24 @@ export interface VersionReplicasTable {
   created_at: string;
 }
 
+/** A sandbox made through the E2B-compatible surface (e2b/): the environment it is, and its E2B settings. */
+export interface E2bSandboxesTable {
+  environment_id: string;
+  team_id: string;
+  /** The API key that made it: its envd calls act as this key (and stop if it is revoked). */
+  key_id: string;
+  /** The templateID it was created from, as given. */
+  template_id: string;
+  /** Mixed with the server's key into the sandbox's envd access token (which is never stored). */
+  token_salt: string;
+  metadata_json: string;
+  /** The envVars every command gets, sealed by the server's SecretBox. */
+  env_vars_sealed: string;
+  started_at_ms: number | string;
+  /** When its timeout ends it (ms since the epoch). */
+  end_at_ms: number | string;
+}
+
 export interface DeploymentsTable {
   id: string;
   team_id: string;
@@ -298,6 +316,7 @@ export interface Database {
   environments: EnvironmentsTable;
   versions: VersionsTable;
   version_replicas: VersionReplicasTable;
+  e2b_sandboxes: E2bSandboxesTable;
   deployments: DeploymentsTable;
   port_urls: PortUrlsTable;
   clouds: CloudsTable;

@@ -1,0 +1,162 @@
+/**
+ * The unmodified E2B SDK (`e2b` from the npm registry) against a live denv (a real server, denvd
+ * and engine), pointed at it by E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY only: the SDK's README
+ * example, commands in the foreground and the background with streamed output, stdin, kill, envs,
+ * cwd and user, files, list and kill of sandboxes, a timeout that expires, a sandbox from an
+ * ops-world version whose psql count is checked, denv's fork; then another team's key and a wrong
+ * access token, refused.
+ */
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { CommandExitError, Sandbox } from "e2b";
+import { deployOpsWorld, type Lab, openLab } from "../security/security-lab.ts";
+
+const OPSBOX = "127.0.0.1:5000/denv/opsbox:bookworm";
+let lab: Lab;
+let version: string;
+
+before(async () => {
+  lab = await openLab({ e2bSweepMs: 200 });
+  version = await deployOpsWorld(lab);
+  // The SDK's own configuration, as a user sets it: nothing else changes.
+  process.env.E2B_API_URL = `${lab.server.url}/e2b`;
+  process.env.E2B_SANDBOX_URL = `${lab.server.url}/e2b`;
+  process.env.E2B_API_KEY = lab.keyA;
+});
+
+after(async () => {
+  await lab?.close();
+});
+
+test("the SDK's README example: create, run a command, write and read a file, kill", async () => {
+  const sbx = await Sandbox.create(OPSBOX);
+  try {
+    const r = await sbx.commands.run('echo "hello world"');
+    assert.equal(r.exitCode, 0);
+    assert.equal(r.stdout, "hello world\n");
+    await sbx.files.write("/tmp/hello.txt", "Hello, world!");
+    assert.equal(await sbx.files.read("/tmp/hello.txt"), "Hello, world!");
+    const names = (await sbx.files.list("/tmp")).map((e) => e.name);
+    assert.ok(names.includes("hello.txt"), names.join(","));
+    // The agent is never root: the image's commands run as uid 1000.
+    assert.equal((await sbx.commands.run("id -u")).stdout.trim(), "1000");
+  } finally {
+    assert.equal(await sbx.kill(), true);
+  }
+  const running = await Sandbox.list().nextItems();
+  assert.ok(!running.some((s) => s.sandboxId === sbx.sandboxId));
+});
+
+test("commands: streamed output, a failing exit, envs, cwd and user; background with stdin, list and kill", async () => {
+  const sbx = await Sandbox.create(OPSBOX, { envs: { FROM_CREATE: "c1" } });
+  try {
+    const chunks: string[] = [];
+    const r = await sbx.commands.run("for i in 1 2 3; do echo line$i; sleep 0.2; done; echo oops >&2", {
+      onStdout: (d) => void chunks.push(d),
+    });
+    assert.equal(r.stdout, "line1\nline2\nline3\n");
+    assert.equal(r.stderr, "oops\n");
+    assert.ok(chunks.length >= 2, `output came in ${chunks.length} piece(s)`);
+
+    await assert.rejects(sbx.commands.run("exit 3"), (e: unknown) => e instanceof CommandExitError && e.exitCode === 3);
+
+    const env = await sbx.commands.run('echo "$FROM_CREATE $FROM_RUN $(pwd)"', {
+      envs: { FROM_RUN: "r1" },
+      cwd: "/tmp",
+    });
+    assert.equal(env.stdout, "c1 r1 /tmp\n");
+    assert.equal((await sbx.commands.run("id -u", { user: "root" })).stdout.trim(), "0");
+
+    const cat = await sbx.commands.run("cat", { background: true, stdin: true });
+    assert.ok(cat.pid > 0);
+    await sbx.commands.sendStdin(cat.pid, "piped in\n");
+    await sbx.commands.closeStdin(cat.pid);
+    const catDone = await cat.wait();
+    assert.equal(catDone.stdout, "piped in\n");
+
+    const sleeper = await sbx.commands.run("sleep 600", { background: true });
+    const listed = await sbx.commands.list();
+    assert.ok(
+      listed.some((p) => p.pid === sleeper.pid),
+      JSON.stringify(listed),
+    );
+    assert.equal(await sbx.commands.kill(sleeper.pid), true);
+    await assert.rejects(sleeper.wait(), (e: unknown) => e instanceof CommandExitError);
+    assert.ok(!(await sbx.commands.list()).some((p) => p.pid === sleeper.pid));
+    assert.equal(await sbx.commands.kill(sleeper.pid), false);
+  } finally {
+    await sbx.kill();
+  }
+});
+
+test("files: exists, makeDir, rename, remove", async () => {
+  const sbx = await Sandbox.create(OPSBOX);
+  try {
+    assert.equal(await sbx.files.makeDir("/tmp/a/b"), true);
+    assert.equal(await sbx.files.makeDir("/tmp/a/b"), false);
+    await sbx.files.write("/tmp/a/b/x.txt", "x");
+    assert.equal(await sbx.files.exists("/tmp/a/b/x.txt"), true);
+    const moved = await sbx.files.rename("/tmp/a/b/x.txt", "/tmp/a/y.txt");
+    assert.equal(moved.path, "/tmp/a/y.txt");
+    assert.equal(await sbx.files.exists("/tmp/a/b/x.txt"), false);
+    await sbx.files.remove("/tmp/a");
+    assert.equal(await sbx.files.exists("/tmp/a"), false);
+    await assert.rejects(sbx.files.read("/tmp/nothing-here"));
+  } finally {
+    await sbx.kill();
+  }
+});
+
+test("a sandbox from an ops-world version reads its 100,000 rows, and denv's fork carries its state", async () => {
+  const sbx = await Sandbox.create(version);
+  try {
+    const count = await sbx.commands.run("psql -tAc 'select count(*) from orders'");
+    assert.equal(count.stdout.trim(), "100000");
+    await sbx.files.write("/home/ubuntu/answer.txt", "forty-two");
+    const [fork] = await sbx.fork({ count: 1 });
+    assert.ok(fork);
+    const forked = fork as Sandbox;
+    try {
+      assert.notEqual(forked.sandboxId, sbx.sandboxId);
+      assert.equal(await forked.files.read("/home/ubuntu/answer.txt"), "forty-two");
+    } finally {
+      await forked.kill();
+    }
+  } finally {
+    await sbx.kill();
+  }
+});
+
+test("a sandbox's timeout kills it", async () => {
+  const sbx = await Sandbox.create(OPSBOX, { timeoutMs: 1000 });
+  for (let i = 0; i < 600 && (await Sandbox.list().nextItems()).some((s) => s.sandboxId === sbx.sandboxId); i++)
+    await new Promise((r) => setTimeout(r, 100));
+  assert.ok(!(await Sandbox.list().nextItems()).some((s) => s.sandboxId === sbx.sandboxId));
+  await assert.rejects(sbx.commands.run("true"));
+});
+
+test("another team's key sees no sandbox; a wrong access token reaches none", async () => {
+  const sbx = await Sandbox.create(OPSBOX);
+  try {
+    const other = { apiKey: lab.keyB };
+    assert.ok(!(await Sandbox.list(other).nextItems()).some((s) => s.sandboxId === sbx.sandboxId));
+    await assert.rejects(Sandbox.connect(sbx.sandboxId, other));
+    assert.equal(await Sandbox.kill(sbx.sandboxId, other), false);
+    // The same sandbox id with a made-up token: envd's calls are refused.
+    const forged = await fetch(`${lab.server.url}/e2b/process.Process/List`, {
+      method: "POST",
+      headers: {
+        "content-type": "application/json",
+        "e2b-sandbox-id": sbx.sandboxId,
+        "e2b-sandbox-port": "49983",
+        "x-access-token": "ea_forged",
+      },
+      body: "{}",
+    });
+    assert.equal(forged.status, 401);
+    // And it is still there for its own team.
+    assert.equal((await sbx.commands.run("echo still")).stdout, "still\n");
+  } finally {
+    await sbx.kill();
+  }
+});

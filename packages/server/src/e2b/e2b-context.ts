@@ -1,0 +1,149 @@
+/**
+ * What the E2B gateway's parts share: the store, the server's key, /v1 in process, the processes
+ * started in each sandbox, and how a call names its sandbox (by id and team for the control plane;
+ * by E2b-Sandbox-Id and its access token for envd).
+ */
+import { timingSafeEqual } from "node:crypto";
+import type { SecretBox } from "../clouds/secret-box.ts";
+import type { Store } from "../store/open-store.ts";
+import type { E2bSandboxesTable } from "../store/schema.ts";
+import { ConnectError } from "./connect-protocol.ts";
+import { EnvdProcesses } from "./envd-processes.ts";
+
+/** The envd version reported: the SDK takes the paths this gateway serves for it (stdin, multipart uploads). */
+export const ENVD_VERSION = "0.5.7";
+/** envd's port, as the SDK names it in E2b-Sandbox-Port: the only one served here. */
+export const ENVD_PORT = "49983";
+/** A sandbox's timeout when the create names none (E2B's API default), and the longest allowed. */
+export const DEFAULT_TIMEOUT_S = 300;
+export const MAX_TIMEOUT_S = 24 * 3600;
+
+/** A call of /v1 in process, as an API key (by its id). */
+export type V1Call = (keyId: string, path: string, init?: RequestInit) => Promise<Response>;
+
+export type Sandbox = E2bSandboxesTable;
+
+export interface E2bGatewayOptions {
+  store: Store;
+  secrets: SecretBox;
+  v1: V1Call;
+  /** The clock, in ms (tests drive it). */
+  nowMs?: () => number;
+}
+
+/** A request's headers, as the routes read them. */
+export type Headed = { req: { header(name: string): string | undefined } };
+
+export interface E2bContext {
+  store: Store;
+  secrets: SecretBox;
+  v1: V1Call;
+  nowMs: () => number;
+  processes: EnvdProcesses;
+  /** The sandbox's envd access token: derived from the server's key and its salt, never stored. */
+  tokenOf(s: Pick<Sandbox, "environment_id" | "token_salt">): string;
+  /** The team's sandbox by its E2B id, or null (another team's is null too). */
+  sandboxOf(teamId: string, sandboxId: string): Promise<Sandbox | null>;
+  /** The sandbox an envd call is for (E2b-Sandbox-Id and its X-Access-Token), or unauthenticated. */
+  envdSandbox(c: Headed): Promise<Sandbox>;
+}
+
+export const envIdOf = (sandboxId: string) => `env_${sandboxId}`;
+export const sandboxIdOf = (envId: string) => envId.replace(/^env_/, "");
+const SANDBOX_ID = /^[a-z0-9]{1,64}$/;
+
+export function e2bContext(options: E2bGatewayOptions): E2bContext {
+  const { store, secrets } = options;
+  const tokenOf = (s: Pick<Sandbox, "environment_id" | "token_salt">) =>
+    `ea_${secrets.derive(`e2b-envd:${s.environment_id}:${s.token_salt}`)}`;
+  return {
+    store,
+    secrets,
+    v1: options.v1,
+    nowMs: options.nowMs ?? Date.now,
+    processes: new EnvdProcesses(),
+    tokenOf,
+    async sandboxOf(teamId, sandboxId) {
+      if (!SANDBOX_ID.test(sandboxId)) return null;
+      const s = await store
+        .selectFrom("e2b_sandboxes")
+        .selectAll()
+        .where("environment_id", "=", envIdOf(sandboxId))
+        .where("team_id", "=", teamId)
+        .executeTakeFirst();
+      return s ?? null;
+    },
+    async envdSandbox(c) {
+      const id = c.req.header("e2b-sandbox-id") ?? "";
+      const port = c.req.header("e2b-sandbox-port") ?? ENVD_PORT;
+      if (port !== ENVD_PORT)
+        throw new ConnectError(
+          "unimplemented",
+          `port ${port} is not served here (only envd's, ${ENVD_PORT})`,
+        );
+      const token = c.req.header("x-access-token") ?? "";
+      const s = SANDBOX_ID.test(id)
+        ? await store
+            .selectFrom("e2b_sandboxes")
+            .selectAll()
+            .where("environment_id", "=", envIdOf(id))
+            .executeTakeFirst()
+        : undefined;
+      const want = s ? Buffer.from(tokenOf(s)) : null;
+      const got = Buffer.from(token);
+      if (!s || !want || want.length !== got.length || !timingSafeEqual(want, got))
+        throw new ConnectError(
+          "unauthenticated",
+          "the sandbox's access token (X-Access-Token) is missing or wrong",
+        );
+      return s;
+    },
+  };
+}
+
+/** Who a call acts as: `Authorization: Basic base64("user:")`, else the service's own user. */
+export function userOf(c: Headed): string | undefined {
+  const basic = /^Basic (.+)$/.exec(c.req.header("authorization") ?? "")?.[1];
+  if (!basic) return undefined;
+  return checkedUser(Buffer.from(basic, "base64").toString().split(":")[0] ?? "");
+}
+
+/** A user name or uid as a call may name it, or invalid_argument. */
+export function checkedUser(user: string): string {
+  if (!/^[a-z_][a-z0-9_.-]{0,31}$|^[0-9]{1,10}$/i.test(user))
+    throw new ConnectError("invalid_argument", "the user is not a user name or uid");
+  return user;
+}
+
+/** A timeout in whole seconds (1 to MAX_TIMEOUT_S), or the default when none is given. */
+export function timeoutOf(v: unknown, fallback: number | null): number {
+  if (v === undefined || v === null) {
+    if (fallback === null) throw new ConnectError("invalid_argument", "timeout (seconds) is required");
+    return fallback;
+  }
+  if (typeof v !== "number" || !Number.isInteger(v) || v < 1 || v > MAX_TIMEOUT_S)
+    throw new ConnectError(
+      "invalid_argument",
+      `timeout: a whole number of seconds from 1 to ${MAX_TIMEOUT_S}`,
+    );
+  return v;
+}
+
+export function stringRecord(v: unknown, what: string): Record<string, string> {
+  if (v === undefined || v === null) return {};
+  if (typeof v !== "object" || Array.isArray(v))
+    throw new ConnectError("invalid_argument", `${what} must be an object of strings`);
+  const out: Record<string, string> = {};
+  for (const [k, x] of Object.entries(v)) {
+    if (typeof x !== "string") throw new ConnectError("invalid_argument", `${what}.${k} must be a string`);
+    out[k] = x;
+  }
+  return out;
+}
+
+/** Paths are absolute here: a relative one has no home to resolve against yet. */
+export function absolute(p: unknown): string {
+  if (typeof p !== "string" || !p.startsWith("/"))
+    throw new ConnectError("invalid_argument", `path ${JSON.stringify(p)} must be absolute (start with /)`);
+  return p;
+}

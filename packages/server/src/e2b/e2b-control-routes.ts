@@ -1,0 +1,302 @@
+/**
+ * E2B's control plane on denv: create (from a denv version or an image), list, get, kill, set the
+ * timeout, connect, and fork (denv's extension: the sandbox snapshotted as it is, then forked). The
+ * key comes in X-API-Key; every action is a /v1 call in process as that key.
+ */
+import { randomBytes } from "node:crypto";
+import type { Context, Hono } from "hono";
+import { findApiKey } from "../store/team-store.ts";
+import { CONNECT_CODES, parseJson } from "./connect-protocol.ts";
+import {
+  DEFAULT_TIMEOUT_S,
+  type E2bContext,
+  ENVD_VERSION,
+  type Headed,
+  MAX_TIMEOUT_S,
+  type Sandbox,
+  sandboxIdOf,
+  stringRecord,
+  timeoutOf,
+} from "./e2b-context.ts";
+import { responseError } from "./envd-processes.ts";
+
+/** E2B's error body: {code, message}. */
+export function e2bError(status: number, message: string): Response {
+  return Response.json({ code: status, message }, { status });
+}
+
+/** An error of the control plane's, with its HTTP status. */
+export class E2bHttpError extends Error {
+  readonly status: number;
+  constructor(status: number, message: string) {
+    super(message);
+    this.status = status;
+  }
+}
+
+/** Mounts the control plane's routes; returns the sweep that kills sandboxes past their timeout. */
+export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => Promise<number> } {
+  const { store, secrets, v1, nowMs, processes, tokenOf, sandboxOf } = ctx;
+
+  /** The key in X-API-Key (or Authorization: Bearer), or null. */
+  async function keyOf(c: Headed) {
+    const key = c.req.header("x-api-key") ?? /^Bearer (.+)$/.exec(c.req.header("authorization") ?? "")?.[1];
+    if (!key) return null;
+    return (await findApiKey(store, key)) ?? null;
+  }
+
+  const sandboxBody = (s: Sandbox) => ({
+    templateID: s.template_id,
+    sandboxID: sandboxIdOf(s.environment_id),
+    clientID: "denv",
+    envdVersion: ENVD_VERSION,
+    envdAccessToken: tokenOf(s),
+    domain: null,
+  });
+
+  const detail = (s: Sandbox) => ({
+    ...sandboxBody(s),
+    alias: s.template_id,
+    startedAt: new Date(Number(s.started_at_ms)).toISOString(),
+    endAt: new Date(Number(s.end_at_ms)).toISOString(),
+    cpuCount: 0,
+    memoryMB: 0,
+    diskSizeMB: 0,
+    state: "running",
+    metadata: JSON.parse(s.metadata_json) as Record<string, string>,
+  });
+
+  async function json(res: Response): Promise<Record<string, unknown>> {
+    if (!res.ok) {
+      const e = await responseError(res);
+      throw new E2bHttpError(CONNECT_CODES[e.code] === 499 ? 500 : CONNECT_CODES[e.code], e.message);
+    }
+    return (await res.json()) as Record<string, unknown>;
+  }
+
+  // --- control plane -------------------------------------------------------------------------
+
+  /** Records a denv environment as an E2B sandbox of the key's team. */
+  async function register(
+    key: { id: string; team_id: string },
+    envId: string,
+    templateId: string,
+    timeoutS: number,
+    metadata: Record<string, string>,
+    envVars: Record<string, string>,
+  ): Promise<Sandbox> {
+    const started = nowMs();
+    const row: Sandbox = {
+      environment_id: envId,
+      team_id: key.team_id,
+      key_id: key.id,
+      template_id: templateId,
+      token_salt: randomBytes(16).toString("hex"),
+      metadata_json: JSON.stringify(metadata),
+      env_vars_sealed: secrets.seal(JSON.stringify(envVars)),
+      started_at_ms: started,
+      end_at_ms: started + timeoutS * 1000,
+    };
+    await store.insertInto("e2b_sandboxes").values(row).execute();
+    return row;
+  }
+
+  const create = async (c: Context) => {
+    const key = await keyOf(c);
+    if (!key) return e2bError(401, "send a denv API key in X-API-Key");
+    const body = parseJson(new Uint8Array(await c.req.arrayBuffer()));
+    const templateId = typeof body.templateID === "string" ? body.templateID : "";
+    const timeoutS = timeoutOf(body.timeout, DEFAULT_TIMEOUT_S);
+    const metadata = stringRecord(body.metadata, "metadata");
+    const envVars = stringRecord(body.envVars, "envVars");
+    if (Array.isArray(body.volumeMounts) && body.volumeMounts.length)
+      return e2bError(
+        400,
+        "volumeMounts are not served by denv: use a denv version whose volumes hold the data",
+      );
+    // denv's default holds (no egress) unless the create asks for the internet.
+    const egress = body.allow_internet_access === true ? "allow" : "deny";
+    const made = /^ver_[a-z0-9]+$/.test(templateId)
+      ? { from_version: templateId }
+      : /^[a-z0-9][a-z0-9._/:@-]*$/i.test(templateId) && /[/:]/.test(templateId)
+        ? {
+            image: templateId,
+            cmd: ["sleep", "infinity"],
+            env: envVars,
+            egress,
+            // The agent is never root: an image's commands run as uid 1000 unless a call names a user.
+            user: "1000:1000",
+          }
+        : null;
+    if (!made)
+      return e2bError(
+        404,
+        `template ${JSON.stringify(templateId)} is not a denv version id (ver_…) or an image reference (registry/name:tag)`,
+      );
+    const env = await json(
+      await v1(key.id, "/v1/sandboxes", {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify(made),
+      }),
+    );
+    const row = await register(key, env.id as string, templateId, timeoutS, metadata, envVars);
+    return c.json(sandboxBody(row), 201);
+  };
+  app.post("/v2/sandboxes", create);
+  app.post("/sandboxes", create);
+
+  /** denv's extension of E2B's fork: the sandbox as it is now (snapshotted), forked `count` times. */
+  app.post("/sandboxes/:id/fork", async (c) => {
+    const key = await keyOf(c);
+    if (!key) return e2bError(401, "send a denv API key in X-API-Key");
+    const s = await sandboxOf(key.team_id, c.req.param("id") ?? "");
+    if (!s) return e2bError(404, `sandbox ${c.req.param("id") ?? ""} not found`);
+    const body = parseJson(new Uint8Array(await c.req.arrayBuffer()));
+    const count = body.count ?? 1;
+    if (typeof count !== "number" || !Number.isInteger(count) || count < 1 || count > 64)
+      return e2bError(400, "count: a whole number from 1 to 64");
+    const timeoutS = timeoutOf(body.timeout, DEFAULT_TIMEOUT_S);
+    await json(await v1(key.id, `/v1/envs/${s.environment_id}/snapshot`, { method: "POST" }));
+    const now = await json(await v1(key.id, `/v1/envs/${s.environment_id}`));
+    const forks = await json(
+      await v1(key.id, `/v1/versions/${now.current_version_id as string}/forks`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ count }),
+      }),
+    );
+    const out: unknown[] = [];
+    for (const f of forks.forks as {
+      environment?: { id: string };
+      error?: { code: string; message: string };
+    }[]) {
+      if (!f.environment) {
+        out.push({ error: { code: 500, message: f.error?.message ?? "the fork failed" } });
+        continue;
+      }
+      const row = await register(
+        key,
+        f.environment.id,
+        s.template_id,
+        timeoutS,
+        JSON.parse(s.metadata_json) as Record<string, string>,
+        JSON.parse(secrets.open(s.env_vars_sealed)) as Record<string, string>,
+      );
+      out.push({ sandbox: sandboxBody(row) });
+    }
+    return c.json(out, 201);
+  });
+
+  app.get("/sandboxes/:id", async (c) => {
+    const key = await keyOf(c);
+    if (!key) return e2bError(401, "send a denv API key in X-API-Key");
+    const s = await sandboxOf(key.team_id, c.req.param("id") ?? "");
+    if (!s) return e2bError(404, `sandbox ${c.req.param("id") ?? ""} not found`);
+    return c.json(detail(s));
+  });
+
+  const list = async (c: Context) => {
+    const key = await keyOf(c);
+    if (!key) return e2bError(401, "send a denv API key in X-API-Key");
+    const states = (c.req.queries("state") ?? ["running,paused"]).flatMap((x) => x.split(","));
+    if (!states.includes("running")) return c.json([]);
+    const wanted = new URLSearchParams(c.req.query("metadata") ?? "");
+    const rows = await store
+      .selectFrom("e2b_sandboxes")
+      .selectAll()
+      .where("team_id", "=", key.team_id)
+      .execute();
+    const limit = Math.min(Math.max(Number(c.req.query("limit") ?? 100) || 100, 1), 100);
+    const out = rows
+      .filter((r) => {
+        const m = JSON.parse(r.metadata_json) as Record<string, string>;
+        return [...wanted].every(([k, v]) => m[k] === v);
+      })
+      .slice(0, limit)
+      .map(detail);
+    c.header("x-total-running", String(out.length));
+    return c.json(out);
+  };
+  app.get("/v2/sandboxes", list);
+  app.get("/sandboxes", list);
+
+  app.delete("/sandboxes/:id", async (c) => {
+    const key = await keyOf(c);
+    if (!key) return e2bError(401, "send a denv API key in X-API-Key");
+    const s = await sandboxOf(key.team_id, c.req.param("id") ?? "");
+    if (!s) return e2bError(404, `sandbox ${c.req.param("id") ?? ""} not found`);
+    await kill(s, key.id);
+    return c.body(null, 204);
+  });
+
+  app.post("/sandboxes/:id/timeout", async (c) => {
+    const key = await keyOf(c);
+    if (!key) return e2bError(401, "send a denv API key in X-API-Key");
+    const s = await sandboxOf(key.team_id, c.req.param("id") ?? "");
+    if (!s) return e2bError(404, `sandbox ${c.req.param("id") ?? ""} not found`);
+    const body = parseJson(new Uint8Array(await c.req.arrayBuffer()));
+    const timeoutS = body.timeout;
+    if (
+      typeof timeoutS !== "number" ||
+      !Number.isInteger(timeoutS) ||
+      timeoutS < 0 ||
+      timeoutS > MAX_TIMEOUT_S
+    )
+      return e2bError(400, `timeout: a whole number of seconds from 0 to ${MAX_TIMEOUT_S}`);
+    await store
+      .updateTable("e2b_sandboxes")
+      .set({ end_at_ms: nowMs() + timeoutS * 1000 })
+      .where("environment_id", "=", s.environment_id)
+      .execute();
+    return c.body(null, 204);
+  });
+
+  const connect = async (c: Context) => {
+    const key = await keyOf(c);
+    if (!key) return e2bError(401, "send a denv API key in X-API-Key");
+    const s = await sandboxOf(key.team_id, c.req.param("id") ?? "");
+    if (!s) return e2bError(404, `sandbox ${c.req.param("id") ?? ""} not found`);
+    const body = parseJson(new Uint8Array(await c.req.arrayBuffer()));
+    if (typeof body.timeout === "number" && Number.isInteger(body.timeout) && body.timeout > 0) {
+      const end = Math.max(Number(s.end_at_ms), nowMs() + Math.min(body.timeout, MAX_TIMEOUT_S) * 1000);
+      await store
+        .updateTable("e2b_sandboxes")
+        .set({ end_at_ms: end })
+        .where("environment_id", "=", s.environment_id)
+        .execute();
+    }
+    return c.json(sandboxBody(s), 200);
+  };
+  app.post("/v2/sandboxes/:id/connect", connect);
+  app.post("/sandboxes/:id/connect", connect);
+
+  async function kill(s: Sandbox, keyId: string): Promise<void> {
+    processes.dropSandbox(s.environment_id);
+    const res = await v1(keyId, `/v1/envs/${s.environment_id}`, { method: "DELETE" });
+    // Already gone from denv (deleted through /v1): the record goes all the same.
+    if (!res.ok && res.status !== 404) await json(res);
+    await store.deleteFrom("e2b_sandboxes").where("environment_id", "=", s.environment_id).execute();
+  }
+
+  /** Kills the sandboxes whose timeout has passed; returns how many. */
+  async function sweep(): Promise<number> {
+    const due = await store
+      .selectFrom("e2b_sandboxes")
+      .selectAll()
+      .where("end_at_ms", "<=", nowMs())
+      .execute();
+    let n = 0;
+    for (const s of due) {
+      try {
+        await kill(s, s.key_id);
+        n++;
+      } catch {
+        // Tried again at the next sweep.
+      }
+    }
+    return n;
+  }
+
+  return { sweep };
+}

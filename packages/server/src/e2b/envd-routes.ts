@@ -1,0 +1,358 @@
+/**
+ * envd's Connect services on denv: `process.Process` (Start, Connect, List, SendInput, CloseStdin,
+ * SendSignal) and `filesystem.Filesystem` (Stat, ListDir, MakeDir, Move, Remove), and envd's
+ * /health. A call names its sandbox in E2b-Sandbox-Id with the sandbox's X-Access-Token and acts as
+ * the key that made the sandbox, through /v1's exec and files routes.
+ */
+import type { PassThrough } from "node:stream";
+import type { Hono } from "hono";
+import { stream } from "hono/streaming";
+import {
+  CONNECT_CODES,
+  ConnectError,
+  encodeEnvelope,
+  endOfStream,
+  MAX_CONNECT_MESSAGE_BYTES,
+  parseJson,
+  readEnvelopes,
+} from "./connect-protocol.ts";
+import { absolute, type E2bContext, type Sandbox, stringRecord, userOf } from "./e2b-context.ts";
+import { EnvdProcess, type ProcessEvent, responseError } from "./envd-processes.ts";
+
+export function mountEnvdRoutes(app: Hono, ctx: E2bContext): void {
+  const { secrets, v1, processes, envdSandbox } = ctx;
+
+  app.get("/health", (c) => c.body(null, 204));
+
+  /** A unary Connect call: the bare JSON message in, the answer's out. */
+  const unary = (
+    path: string,
+    handler: (s: Sandbox, user: string | undefined, msg: Record<string, unknown>) => Promise<unknown>,
+  ) =>
+    app.post(path, async (c) => {
+      try {
+        const s = await envdSandbox(c);
+        const body = await c.req.arrayBuffer();
+        if (body.byteLength > MAX_CONNECT_MESSAGE_BYTES)
+          throw new ConnectError(
+            "resource_exhausted",
+            `the message is over ${MAX_CONNECT_MESSAGE_BYTES} bytes`,
+          );
+        return c.json((await handler(s, userOf(c), parseJson(new Uint8Array(body)))) ?? {});
+      } catch (err) {
+        return connectUnaryError(
+          err instanceof ConnectError ? err : new ConnectError("internal", "the call failed"),
+        );
+      }
+    });
+
+  /** A server-streaming Connect call: one enveloped request, enveloped messages out, then the end. */
+  const serverStream = (
+    path: string,
+    handler: (
+      s: Sandbox,
+      user: string | undefined,
+      msg: Record<string, unknown>,
+      send: (m: unknown) => Promise<void>,
+      signal: AbortSignal,
+      headers: { timeoutMs: number; keepAliveMs: number },
+    ) => Promise<void>,
+  ) =>
+    app.post(path, async (c) => {
+      let s: Sandbox;
+      let user: string | undefined;
+      let msg: Record<string, unknown> | undefined;
+      try {
+        s = await envdSandbox(c);
+        user = userOf(c);
+        const body = c.req.raw.body;
+        if (body) for await (const e of readEnvelopes(body)) msg ??= e.message as Record<string, unknown>;
+      } catch (err) {
+        return connectUnaryError(
+          err instanceof ConnectError ? err : new ConnectError("invalid_argument", "bad request"),
+        );
+      }
+      const timeoutMs = Number(c.req.header("connect-timeout-ms") ?? 0) || 0;
+      const keepAliveS = Number(c.req.header("keepalive-ping-interval") ?? 50) || 50;
+      c.header("content-type", "application/connect+json");
+      return stream(c, async (out) => {
+        const ac = new AbortController();
+        out.onAbort(() => ac.abort());
+        let writing = Promise.resolve();
+        const send = (m: unknown) => {
+          writing = writing.then(() => out.write(encodeEnvelope(m)).then(() => {}));
+          return writing;
+        };
+        try {
+          await handler(s, user, msg ?? {}, send, ac.signal, {
+            timeoutMs,
+            keepAliveMs: Math.min(Math.max(keepAliveS, 1), 300) * 1000,
+          });
+          await writing;
+          await out.write(endOfStream());
+        } catch (err) {
+          await writing.catch(() => {});
+          await out
+            .write(
+              endOfStream(
+                err instanceof ConnectError ? err : new ConnectError("internal", (err as Error).message),
+              ),
+            )
+            .catch(() => {});
+        }
+      });
+    });
+
+  /**
+   * Relays a process's events to one stream until it ends or the caller goes: `firsts` go out
+   * before anything the process does from now on (the watcher is added with no wait in between).
+   */
+  function follow(
+    p: EnvdProcess,
+    send: (m: unknown) => Promise<void>,
+    signal: AbortSignal,
+    keepAliveMs: number,
+    firsts: ProcessEvent[],
+  ): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const keepAlive = setInterval(
+        () => void send({ event: { keepalive: {} } }).catch(() => {}),
+        keepAliveMs,
+      );
+      let unwatch = () => {};
+      const done = () => {
+        clearInterval(keepAlive);
+        unwatch();
+        resolve();
+      };
+      let last: Promise<void> = Promise.resolve();
+      for (const e of firsts) last = send({ event: e });
+      if (p.ended) {
+        (firsts.includes(p.ended) ? last : send({ event: p.ended })).then(done, done);
+        return;
+      }
+      unwatch = p.watch((e) => {
+        const sent = send({ event: e });
+        if ("end" in e) sent.then(done, done);
+        else sent.catch(() => {});
+      });
+      signal.addEventListener("abort", done, { once: true });
+    });
+  }
+
+  serverStream("/process.Process/Start", async (s, user, msg, send, signal, h) => {
+    const proc = (msg.process ?? {}) as { cmd?: unknown; args?: unknown; envs?: unknown; cwd?: unknown };
+    if (typeof proc.cmd !== "string" || !proc.cmd)
+      throw new ConnectError("invalid_argument", "process.cmd is required");
+    if (msg.pty)
+      throw new ConnectError("unimplemented", "a PTY is not served yet: run the command without one");
+    const args = Array.isArray(proc.args) ? proc.args.map(String) : [];
+    const envs = {
+      ...(JSON.parse(secrets.open(s.env_vars_sealed)) as Record<string, string>),
+      ...stringRecord(proc.envs, "process.envs"),
+    };
+    const cwd = typeof proc.cwd === "string" && proc.cwd ? proc.cwd : undefined;
+    const tag = typeof msg.tag === "string" ? msg.tag : undefined;
+    const p = new EnvdProcess(
+      s.environment_id,
+      { cmd: proc.cmd, args, envs, ...(cwd ? { cwd } : {}) },
+      tag,
+      user,
+    );
+    if (msg.stdin !== true) p.stdin.end();
+    const request = {
+      command: ["/bin/sh", "-c", 'echo "$$" >&2; exec "$0" "$@"', proc.cmd, ...args],
+      ...(user ? { user } : {}),
+      ...(cwd ? { cwd } : {}),
+      env: envs,
+      // Connect-Timeout-Ms bounds this call's stream, not the command: E2B's commands outlive the
+      // connection that started them (a background server, a run reconnected to later).
+    };
+    // What the process does between its start and this stream's watcher is kept, then sent in order.
+    const events: ProcessEvent[] = [];
+    const early = p.watch((e) => events.push(e));
+    const pid = await p.start(
+      (envId, req, stdin, abort) =>
+        v1(s.key_id, `/v1/envs/${envId}/exec/stream`, {
+          method: "POST",
+          headers: { "content-type": "application/octet-stream" },
+          body: execStreamBody(req, stdin),
+          signal: abort,
+          duplex: "half",
+        } as RequestInit),
+      request,
+    );
+    processes.add(p);
+    early();
+    await follow(p, send, signal, h.keepAliveMs, [
+      { start: { pid } },
+      ...events.filter((e) => !("start" in e)),
+    ]);
+  });
+
+  serverStream("/process.Process/Connect", async (s, _user, msg, send, signal, h) => {
+    const p = processes.find(s.environment_id, msg.process);
+    await follow(p, send, signal, h.keepAliveMs, [{ start: { pid: p.pid } }]);
+  });
+
+  unary("/process.Process/List", async (s) => ({
+    processes: processes.list(s.environment_id).map((p) => ({
+      config: {
+        cmd: p.config.cmd,
+        args: p.config.args,
+        envs: p.config.envs,
+        ...(p.config.cwd ? { cwd: p.config.cwd } : {}),
+      },
+      pid: p.pid,
+      ...(p.tag ? { tag: p.tag } : {}),
+    })),
+  }));
+
+  unary("/process.Process/SendInput", async (s, _user, msg) => {
+    const p = processes.find(s.environment_id, msg.process);
+    const input = (msg.input ?? {}) as { stdin?: unknown };
+    if (typeof input.stdin !== "string")
+      throw new ConnectError("invalid_argument", "input.stdin (base64) is required");
+    if (p.stdin.writableEnded)
+      throw new ConnectError("failed_precondition", `process ${p.pid}'s stdin is closed`);
+    p.stdin.write(Buffer.from(input.stdin, "base64"));
+    return {};
+  });
+
+  unary("/process.Process/CloseStdin", async (s, _user, msg) => {
+    processes.find(s.environment_id, msg.process).stdin.end();
+    return {};
+  });
+
+  unary("/process.Process/SendSignal", async (s, _user, msg) => {
+    const p = processes.find(s.environment_id, msg.process);
+    const signal = msg.signal === "SIGNAL_SIGTERM" || msg.signal === 15 ? "TERM" : "KILL";
+    const res = await v1(s.key_id, `/v1/envs/${s.environment_id}/exec`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({
+        command: ["kill", "-s", signal, String(p.pid)],
+        ...(p.user ? { user: p.user } : {}),
+      }),
+    });
+    const r = await connectJson(res);
+    if (r.exit_code !== 0)
+      throw new ConnectError("not_found", `process ${p.pid} could not be signalled (it may have ended)`);
+    return {};
+  });
+
+  // --- filesystem ----------------------------------------------------------------------------
+
+  const fsCall = async (s: Sandbox, user: string | undefined, path: string, init?: RequestInit) =>
+    connectJson(
+      await v1(
+        s.key_id,
+        `/v1/envs/${s.environment_id}${path}${path.includes("?") ? "&" : "?"}${user ? `user=${encodeURIComponent(user)}` : ""}`,
+        init,
+      ),
+    );
+
+  unary("/filesystem.Filesystem/Stat", async (s, user, msg) => ({
+    entry: entryInfo(await fsCall(s, user, `/files/stat?path=${encodeURIComponent(absolute(msg.path))}`)),
+  }));
+
+  unary("/filesystem.Filesystem/ListDir", async (s, user, msg) => {
+    const depth = typeof msg.depth === "number" && msg.depth >= 1 ? Math.min(msg.depth, 64) : 1;
+    const r = await fsCall(
+      s,
+      user,
+      `/files/list?path=${encodeURIComponent(absolute(msg.path))}&depth=${depth}`,
+    );
+    return { entries: (r.entries as Record<string, unknown>[]).map(entryInfo) };
+  });
+
+  unary("/filesystem.Filesystem/MakeDir", async (s, user, msg) => {
+    const path = absolute(msg.path);
+    const r = await fsCall(s, user, "/files/mkdir", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ path, parents: true }),
+    });
+    if (r.created === false) throw new ConnectError("already_exists", `${path} already exists`);
+    return { entry: entryInfo(await fsCall(s, user, `/files/stat?path=${encodeURIComponent(path)}`)) };
+  });
+
+  unary("/filesystem.Filesystem/Move", async (s, user, msg) => {
+    const to = absolute(msg.destination);
+    await fsCall(s, user, "/files/rename", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ from: absolute(msg.source), to }),
+    });
+    return { entry: entryInfo(await fsCall(s, user, `/files/stat?path=${encodeURIComponent(to)}`)) };
+  });
+
+  unary("/filesystem.Filesystem/Remove", async (s, user, msg) => {
+    await fsCall(s, user, `/files?path=${encodeURIComponent(absolute(msg.path))}&recursive=true`, {
+      method: "DELETE",
+    });
+    return {};
+  });
+}
+
+export function connectUnaryError(err: ConnectError): Response {
+  return Response.json(err.toJSON(), { status: CONNECT_CODES[err.code] });
+}
+
+async function connectJson(res: Response): Promise<Record<string, unknown>> {
+  if (!res.ok) throw await responseError(res);
+  return (await res.json()) as Record<string, unknown>;
+}
+
+/** exec/stream's body: the request as its first line, then stdin as it is written. */
+function execStreamBody(request: Record<string, unknown>, stdin: PassThrough): ReadableStream<Uint8Array> {
+  const head = Buffer.from(`${JSON.stringify(request)}\n`);
+  const it = stdin[Symbol.asyncIterator]();
+  let sentHead = false;
+  return new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      if (!sentHead) {
+        sentHead = true;
+        controller.enqueue(head);
+        return;
+      }
+      const next = await it.next();
+      if (next.done) controller.close();
+      else controller.enqueue(next.value as Buffer);
+    },
+    cancel() {
+      stdin.destroy();
+    },
+  });
+}
+
+const FILE_TYPES: Record<string, string> = {
+  file: "FILE_TYPE_FILE",
+  directory: "FILE_TYPE_DIRECTORY",
+  symlink: "FILE_TYPE_SYMLINK",
+};
+
+/** denv's fs entry as envd's EntryInfo JSON. */
+function entryInfo(e: Record<string, unknown>): Record<string, unknown> {
+  const mode = Number(e.mode);
+  return {
+    name: e.name,
+    type: FILE_TYPES[String(e.type)] ?? "FILE_TYPE_UNSPECIFIED",
+    path: e.path,
+    size: String(e.size),
+    mode,
+    permissions: permissionString(String(e.type), mode),
+    owner: e.owner ?? String(e.uid),
+    group: e.group ?? String(e.gid),
+    modifiedTime: e.modified_at,
+    ...(e.link_target ? { symlinkTarget: e.link_target } : {}),
+  };
+}
+
+function permissionString(type: string, mode: number): string {
+  const kind = type === "directory" ? "d" : type === "symlink" ? "l" : "-";
+  const bits = "rwxrwxrwx";
+  let out = kind;
+  for (let i = 0; i < 9; i++) out += mode & (1 << (8 - i)) ? bits[i] : "-";
+  return out;
+}

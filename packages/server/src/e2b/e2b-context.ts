@@ -7,7 +7,7 @@ import { timingSafeEqual } from "node:crypto";
 import type { SecretBox } from "../clouds/secret-box.ts";
 import type { Store } from "../store/open-store.ts";
 import type { E2bSandboxesTable } from "../store/schema.ts";
-import { ConnectError } from "./connect-protocol.ts";
+import { ConnectError, parseJson } from "./connect-protocol.ts";
 import { EnvdProcesses } from "./envd-processes.ts";
 
 /** The envd version reported: the SDK takes the paths this gateway serves for it (stdin, multipart uploads). */
@@ -17,6 +17,8 @@ export const ENVD_PORT = "49983";
 /** A sandbox's timeout when the create names none (E2B's API default), and the longest allowed. */
 export const DEFAULT_TIMEOUT_S = 300;
 export const MAX_TIMEOUT_S = 24 * 3600;
+/** The most a control-plane request's JSON may hold (metadata and env vars included). */
+export const CONTROL_BODY_LIMIT_BYTES = 1024 * 1024;
 
 /** A call of /v1 in process, as an API key (by its id). */
 export type V1Call = (keyId: string, path: string, init?: RequestInit) => Promise<Response>;
@@ -146,4 +148,21 @@ export function absolute(p: unknown): string {
   if (typeof p !== "string" || !p.startsWith("/"))
     throw new ConnectError("invalid_argument", `path ${JSON.stringify(p)} must be absolute (start with /)`);
   return p;
+}
+
+/** A request's JSON body, read no further than `maxBytes` (more is refused, not held). */
+export async function boundedJson(
+  req: { raw: Request },
+  maxBytes = CONTROL_BODY_LIMIT_BYTES,
+): Promise<Record<string, unknown>> {
+  const parts: Buffer[] = [];
+  let n = 0;
+  if (req.raw.body)
+    for await (const chunk of req.raw.body) {
+      n += chunk.length;
+      if (n > maxBytes)
+        throw new ConnectError("resource_exhausted", `the request body is over the ${maxBytes}-byte limit`);
+      parts.push(Buffer.from(chunk));
+    }
+  return parseJson(Buffer.concat(parts));
 }

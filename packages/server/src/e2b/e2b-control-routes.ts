@@ -6,8 +6,9 @@
 import { randomBytes } from "node:crypto";
 import type { Context, Hono } from "hono";
 import { findApiKey } from "../store/team-store.ts";
-import { CONNECT_CODES, parseJson } from "./connect-protocol.ts";
+import { CONNECT_CODES } from "./connect-protocol.ts";
 import {
+  boundedJson,
   DEFAULT_TIMEOUT_S,
   type E2bContext,
   ENVD_VERSION,
@@ -104,7 +105,7 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
   const create = async (c: Context) => {
     const key = await keyOf(c);
     if (!key) return e2bError(401, "send a denv API key in X-API-Key");
-    const body = parseJson(new Uint8Array(await c.req.arrayBuffer()));
+    const body = await boundedJson(c.req);
     const templateId = typeof body.templateID === "string" ? body.templateID : "";
     const timeoutS = timeoutOf(body.timeout, DEFAULT_TIMEOUT_S);
     const metadata = stringRecord(body.metadata, "metadata");
@@ -152,7 +153,7 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
     if (!key) return e2bError(401, "send a denv API key in X-API-Key");
     const s = await sandboxOf(key.team_id, c.req.param("id") ?? "");
     if (!s) return e2bError(404, `sandbox ${c.req.param("id") ?? ""} not found`);
-    const body = parseJson(new Uint8Array(await c.req.arrayBuffer()));
+    const body = await boundedJson(c.req);
     const count = body.count ?? 1;
     if (typeof count !== "number" || !Number.isInteger(count) || count < 1 || count > 64)
       return e2bError(400, "count: a whole number from 1 to 64");
@@ -235,7 +236,7 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
     if (!key) return e2bError(401, "send a denv API key in X-API-Key");
     const s = await sandboxOf(key.team_id, c.req.param("id") ?? "");
     if (!s) return e2bError(404, `sandbox ${c.req.param("id") ?? ""} not found`);
-    const body = parseJson(new Uint8Array(await c.req.arrayBuffer()));
+    const body = await boundedJson(c.req);
     const timeoutS = body.timeout;
     if (
       typeof timeoutS !== "number" ||
@@ -257,7 +258,7 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
     if (!key) return e2bError(401, "send a denv API key in X-API-Key");
     const s = await sandboxOf(key.team_id, c.req.param("id") ?? "");
     if (!s) return e2bError(404, `sandbox ${c.req.param("id") ?? ""} not found`);
-    const body = parseJson(new Uint8Array(await c.req.arrayBuffer()));
+    const body = await boundedJson(c.req);
     if (typeof body.timeout === "number" && Number.isInteger(body.timeout) && body.timeout > 0) {
       const end = Math.max(Number(s.end_at_ms), nowMs() + Math.min(body.timeout, MAX_TIMEOUT_S) * 1000);
       await store

@@ -53,11 +53,16 @@ export function mountEnvdFiles(app: Hono, ctx: E2bContext): void {
           `an upload of ${length} bytes is over the ${MAX_UPLOAD_BYTES}-byte limit here`,
         );
       if (type.startsWith("multipart/form-data")) {
+        // A form is parsed whole: its length must be known, and within the limit, before it is read.
+        if (!length) throw new ConnectError("invalid_argument", "a multipart upload needs a Content-Length");
         const form = await c.req.raw.formData();
-        for (const [, v] of form.entries()) {
-          if (typeof v === "string") continue;
-          files.push({ path: v.name || path, bytes: new Uint8Array(await v.arrayBuffer()) });
-        }
+        const parts = [...form.values()].filter((v): v is File => typeof v !== "string");
+        // One file: the query's path names it (as the SDK sends it); several: each part's filename does.
+        for (const v of parts)
+          files.push({
+            path: parts.length === 1 && path ? path : v.name,
+            bytes: new Uint8Array(await v.arrayBuffer()),
+          });
       } else {
         if (c.req.header("content-encoding"))
           throw new ConnectError(

@@ -13,10 +13,9 @@ import {
   encodeEnvelope,
   endOfStream,
   MAX_CONNECT_MESSAGE_BYTES,
-  parseJson,
   readEnvelopes,
 } from "./connect-protocol.ts";
-import { absolute, type E2bContext, type Sandbox, stringRecord, userOf } from "./e2b-context.ts";
+import { absolute, boundedJson, type E2bContext, type Sandbox, stringRecord, userOf } from "./e2b-context.ts";
 import { EnvdProcess, type ProcessEvent, responseError } from "./envd-processes.ts";
 
 export function mountEnvdRoutes(app: Hono, ctx: E2bContext): void {
@@ -32,13 +31,8 @@ export function mountEnvdRoutes(app: Hono, ctx: E2bContext): void {
     app.post(path, async (c) => {
       try {
         const s = await envdSandbox(c);
-        const body = await c.req.arrayBuffer();
-        if (body.byteLength > MAX_CONNECT_MESSAGE_BYTES)
-          throw new ConnectError(
-            "resource_exhausted",
-            `the message is over ${MAX_CONNECT_MESSAGE_BYTES} bytes`,
-          );
-        return c.json((await handler(s, userOf(c), parseJson(new Uint8Array(body)))) ?? {});
+        const msg = await boundedJson(c.req, MAX_CONNECT_MESSAGE_BYTES);
+        return c.json((await handler(s, userOf(c), msg)) ?? {});
       } catch (err) {
         return connectUnaryError(
           err instanceof ConnectError ? err : new ConnectError("internal", "the call failed"),
@@ -66,7 +60,12 @@ export function mountEnvdRoutes(app: Hono, ctx: E2bContext): void {
         s = await envdSandbox(c);
         user = userOf(c);
         const body = c.req.raw.body;
-        if (body) for await (const e of readEnvelopes(body)) msg ??= e.message as Record<string, unknown>;
+        // A server stream's request is one message: the first is taken, nothing after it is read.
+        if (body)
+          for await (const e of readEnvelopes(body)) {
+            msg = e.message as Record<string, unknown>;
+            break;
+          }
       } catch (err) {
         return connectUnaryError(
           err instanceof ConnectError ? err : new ConnectError("invalid_argument", "bad request"),

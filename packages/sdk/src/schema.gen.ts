@@ -191,6 +191,19 @@ export type GetV1KeysResponse = {
   }>;
 };
 
+/** A new API key of this team, with the caller's role (format e2b: `e2b_` and 40 hex digits, the form E2B's SDKs check for); shown once, stored hashed — POST /v1/keys */
+export type PostV1KeysResponse = {
+  id: string;
+  key: string;
+  name: string;
+  prefix: string;
+  role: "admin" | "member" | "read-only";
+};
+export type PostV1KeysBody = {
+  name: string;
+  format?: "denv" | "e2b";
+};
+
 /** Revoke an API key (`current`: the key of this request, as `denv logout` does) — DELETE /v1/keys/{id} */
 export type DeleteV1KeysByIdResponse = {
   id: string;
@@ -1333,6 +1346,7 @@ export const OPERATIONS = {
   postV1AuthTeam: { method: "POST", path: "/v1/auth/team", params: [], body: "json", response: "json" },
   postV1AuthLogout: { method: "POST", path: "/v1/auth/logout", params: [], body: "none", response: "json" },
   getV1Keys: { method: "GET", path: "/v1/keys", params: [], body: "none", response: "json" },
+  postV1Keys: { method: "POST", path: "/v1/keys", params: [], body: "json", response: "json" },
   deleteV1KeysById: { method: "DELETE", path: "/v1/keys/{id}", params: ["id"], body: "none", response: "json" },
   getV1Members: { method: "GET", path: "/v1/members", params: [], body: "none", response: "json" },
   putV1MembersById: { method: "PUT", path: "/v1/members/{id}", params: ["id"], body: "json", response: "json" },
@@ -1423,6 +1437,7 @@ export interface Operations {
   postV1AuthTeam: { params: {  }; body: PostV1AuthTeamBody; response: PostV1AuthTeamResponse };
   postV1AuthLogout: { params: {  }; body: undefined; response: PostV1AuthLogoutResponse };
   getV1Keys: { params: {  }; body: undefined; response: GetV1KeysResponse };
+  postV1Keys: { params: {  }; body: PostV1KeysBody; response: PostV1KeysResponse };
   deleteV1KeysById: { params: { id: string }; body: undefined; response: DeleteV1KeysByIdResponse };
   getV1Members: { params: {  }; body: undefined; response: GetV1MembersResponse };
   putV1MembersById: { params: { id: string }; body: PutV1MembersByIdBody; response: PutV1MembersByIdResponse };

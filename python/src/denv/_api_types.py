@@ -115,6 +115,14 @@ class GetV1KeysResponse(TypedDict):
     keys: list[GetV1KeysResponseKeysItem]
 
 
+class PostV1KeysResponse(TypedDict):
+    id: str
+    key: str
+    name: str
+    prefix: str
+    role: Literal["admin", "member", "read-only"]
+
+
 class DeleteV1KeysByIdResponse(TypedDict):
     id: str
     revoked: bool

@@ -3,6 +3,8 @@
  * and role, the team's members and invitations, and API keys listed and revoked per person. A
  * session is a client of /v1 like a key: every other route treats it the same (api-route.ts).
  */
+
+import { randomBytes } from "node:crypto";
 import { DenvError } from "@denv/protocol";
 import { getCookie } from "hono/cookie";
 import { z } from "zod";
@@ -24,6 +26,7 @@ import {
   signUp,
   userEmail,
 } from "../store/people-store.ts";
+import { createApiKeyRecord } from "../store/team-store.ts";
 import { takeTurn } from "./api-auth.ts";
 import type { ApiContext } from "./api-deps.ts";
 import { type ApiRoute, route } from "./api-route.ts";
@@ -34,6 +37,8 @@ import {
   invitationSchema,
   memberBody,
   memberSchema,
+  newKeyBody,
+  newKeySchema,
   sessionSchema,
   signInBody,
   signUpBody,
@@ -231,6 +236,28 @@ export const peopleRoutes: ApiRoute[] = [
           current: k.id === c.var.keyId,
         })),
       });
+    },
+  }),
+  route({
+    method: "post",
+    path: "/v1/keys",
+    summary:
+      "A new API key of this team, with the caller's role (format e2b: `e2b_` and 40 hex digits, the form E2B's SDKs check for); shown once, stored hashed",
+    body: newKeyBody,
+    response: newKeySchema,
+    status: 201,
+    auth: true,
+    handler: async (c, { body }) => {
+      // A key is never more than its maker: the same role, and a person's key stays theirs.
+      const secret = body.format === "e2b" ? `e2b_${randomBytes(20).toString("hex")}` : undefined;
+      const made = await createApiKeyRecord(c.var.deps.store, c.var.teamId, body.name, false, secret, {
+        userId: c.var.userId,
+        role: c.var.role,
+      });
+      return c.json(
+        { id: made.id, key: made.secret, name: body.name, prefix: made.secret.slice(0, 8), role: c.var.role },
+        201,
+      );
     },
   }),
   route({

@@ -46,6 +46,23 @@ export const apiKeySchema = z.object({
   current: z.boolean(),
 });
 
+export const newKeyBody = z.strictObject({
+  name: z.string().min(1).max(100).describe("What the key is for"),
+  format: z
+    .enum(["denv", "e2b"])
+    .optional()
+    .describe("denv (default: dk_…) or e2b (e2b_ and 40 hex digits, for E2B's SDKs pointed at denv)"),
+});
+
+export const newKeySchema = z.object({
+  id: z.string(),
+  /** The key itself: shown once, kept only as its hash. */
+  key: z.string(),
+  name: z.string(),
+  prefix: z.string(),
+  role,
+});
+
 export const memberSchema = z.object({ user_id: z.string(), email: z.string(), role, since: z.string() });
 export const memberBody = z.strictObject({ role });
 

@@ -358,6 +358,7 @@ const CASES: Record<string, Case> = {
   "post /v1/auth/team": { path: () => "/v1/auth/team", body: () => ({ team_id: "x" }), status: 403 },
   "post /v1/auth/logout": { path: () => "/v1/auth/logout", status: 403 },
   "get /v1/keys": { path: () => "/v1/keys", status: 200 },
+  "post /v1/keys": { path: () => "/v1/keys", body: () => ({ name: "for e2b", format: "e2b" }), status: 201 },
   "delete /v1/keys/{id}": { path: () => `/v1/keys/${a.spareKey}`, status: 200 },
   "get /v1/members": { path: () => "/v1/members", status: 200 },
   "put /v1/members/{id}": {
@@ -863,6 +864,22 @@ test("E2B's routes: no key and a bad key 401, another team's key 404 and an empt
   }
   const theirs = await e2b("GET", "/v2/sandboxes", keyB);
   assert.deepEqual(JSON.parse(theirs.text), []);
+  // A key in E2B's form (what its SDKs check for) is a key like any other, of its maker's team.
+  const minted = JSON.parse(
+    (await call("POST", "/v1/keys", { key: keyA, body: JSON.stringify({ name: "sdk", format: "e2b" }) }))
+      .text,
+  ) as { key: string; role: string };
+  assert.match(minted.key, /^e2b_[0-9a-f]{40}$/);
+  assert.equal(minted.role, "admin");
+  const byMinted = JSON.parse((await e2b("GET", "/v2/sandboxes", minted.key)).text) as {
+    sandboxID: string;
+  }[];
+  assert.ok(byMinted.some((x) => x.sandboxID === id));
+  const bMinted = JSON.parse(
+    (await call("POST", "/v1/keys", { key: keyB, body: JSON.stringify({ name: "sdk", format: "e2b" }) }))
+      .text,
+  ) as { key: string; role: string };
+  assert.deepEqual(JSON.parse((await e2b("GET", "/v2/sandboxes", bMinted.key)).text), []);
   const ours = JSON.parse((await e2b("GET", "/v2/sandboxes?metadata=run%3Dm1", keyA)).text) as {
     sandboxID: string;
   }[];

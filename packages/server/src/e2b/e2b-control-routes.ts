@@ -275,8 +275,9 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
   async function kill(s: Sandbox, keyId: string): Promise<void> {
     processes.dropSandbox(s.environment_id);
     const res = await v1(keyId, `/v1/envs/${s.environment_id}`, { method: "DELETE" });
-    // Already gone from denv (deleted through /v1): the record goes all the same.
-    if (!res.ok && res.status !== 404) await json(res);
+    // Already gone from denv (deleted through /v1), or the key that made it was revoked since (the
+    // environment stays the team's, to remove through /v1): the record goes all the same.
+    if (!res.ok && res.status !== 404 && res.status !== 401) await json(res);
     await store.deleteFrom("e2b_sandboxes").where("environment_id", "=", s.environment_id).execute();
   }
 

@@ -41,7 +41,7 @@ export async function createApiKeyRecord(
   name: string,
   admin: boolean,
   key?: string,
-  person?: { userId: string; role: string },
+  person?: { userId: string | null; role: string },
 ): Promise<{ id: string; secret: string }> {
   const secret = key ?? newSecret("dk");
   const id = newId("key");

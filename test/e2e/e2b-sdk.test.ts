@@ -58,7 +58,10 @@ test("commands: streamed output, a failing exit, envs, cwd and user; background 
     assert.equal(r.stderr, "oops\n");
     assert.ok(chunks.length >= 2, `output came in ${chunks.length} piece(s)`);
 
-    await assert.rejects(sbx.commands.run("exit 3"), (e: unknown) => e instanceof CommandExitError && e.exitCode === 3);
+    await assert.rejects(
+      sbx.commands.run("exit 3"),
+      (e: unknown) => e instanceof CommandExitError && e.exitCode === 3,
+    );
 
     const env = await sbx.commands.run('echo "$FROM_CREATE $FROM_RUN $(pwd)"', {
       envs: { FROM_RUN: "r1" },
@@ -129,7 +132,11 @@ test("a sandbox from an ops-world version reads its 100,000 rows, and denv's for
 
 test("a sandbox's timeout kills it", async () => {
   const sbx = await Sandbox.create(OPSBOX, { timeoutMs: 1000 });
-  for (let i = 0; i < 600 && (await Sandbox.list().nextItems()).some((s) => s.sandboxId === sbx.sandboxId); i++)
+  for (
+    let i = 0;
+    i < 600 && (await Sandbox.list().nextItems()).some((s) => s.sandboxId === sbx.sandboxId);
+    i++
+  )
     await new Promise((r) => setTimeout(r, 100));
   assert.ok(!(await Sandbox.list().nextItems()).some((s) => s.sandboxId === sbx.sandboxId));
   await assert.rejects(sbx.commands.run("true"));

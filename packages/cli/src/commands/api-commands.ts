@@ -12,6 +12,7 @@ import { registerFidelityCommands } from "./fidelity-commands.ts";
 import { registerFileCommands } from "./file-commands.ts";
 import { registerHostCommands } from "./host-commands.ts";
 import { registerImportCommands } from "./import-commands.ts";
+import { registerKeyCommands } from "./key-commands.ts";
 import { registerLoginCommands } from "./login-commands.ts";
 import { registerPoolCommands } from "./pool-commands.ts";
 import { registerProjectCommands } from "./project-commands.ts";
@@ -29,6 +30,7 @@ export function registerApiCommands(program: Command): void {
   registerExecCommands(program);
   registerFileCommands(program);
   registerHostCommands(program);
+  registerKeyCommands(program);
   registerPoolCommands(program);
   registerFidelityCommands(program);
   registerVersionCommands(program);

@@ -11,11 +11,11 @@
  * wants [a-z0-9]+, no hyphen); its access token is derived from the server's key, never stored.
  */
 import { Hono } from "hono";
-import { CONNECT_CODES, ConnectError } from "./connect-protocol.ts";
+import { CONNECT_CODES } from "./connect-protocol.ts";
 import { type E2bGatewayOptions, e2bContext } from "./e2b-context.ts";
 import { E2bHttpError, e2bError, mountControlRoutes } from "./e2b-control-routes.ts";
 import { mountEnvdFiles } from "./envd-files.ts";
-import { mountEnvdRoutes } from "./envd-routes.ts";
+import { asConnectError, mountEnvdRoutes } from "./envd-routes.ts";
 
 export type { E2bGatewayOptions, V1Call } from "./e2b-context.ts";
 
@@ -25,8 +25,8 @@ export function createE2bGateway(options: E2bGatewayOptions): { app: Hono; sweep
   // The control plane's errors (envd's calls answer their own, in Connect's form).
   app.onError((err) => {
     if (err instanceof E2bHttpError) return e2bError(err.status, err.message);
-    if (err instanceof ConnectError) return e2bError(CONNECT_CODES[err.code], err.message);
-    return e2bError(500, "the server failed");
+    const e = asConnectError(err);
+    return e2bError(CONNECT_CODES[e.code], e.message);
   });
   const { sweep } = mountControlRoutes(app, ctx);
   mountEnvdRoutes(app, ctx);

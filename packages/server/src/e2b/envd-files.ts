@@ -9,6 +9,7 @@ import tar from "tar-stream";
 import { CONNECT_CODES, ConnectError } from "./connect-protocol.ts";
 import { absolute, checkedUser, type E2bContext, type Sandbox, userOf } from "./e2b-context.ts";
 import { responseError } from "./envd-processes.ts";
+import { asConnectError } from "./envd-routes.ts";
 
 export function mountEnvdFiles(app: Hono, ctx: E2bContext): void {
   const { v1, envdSandbox } = ctx;
@@ -102,7 +103,7 @@ const MAX_UPLOAD_BYTES = 256 * 1024 * 1024;
 
 /** envd's HTTP errors for /files: {code, message} with the status. */
 function filesError(err: unknown): Response {
-  const e = err instanceof ConnectError ? err : new ConnectError("internal", "the call failed");
+  const e = asConnectError(err);
   const status = CONNECT_CODES[e.code] === 499 ? 500 : CONNECT_CODES[e.code];
   return Response.json({ code: status, message: e.message }, { status });
 }

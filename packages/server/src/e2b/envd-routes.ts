@@ -7,6 +7,8 @@
 import type { PassThrough } from "node:stream";
 import type { Hono } from "hono";
 import { stream } from "hono/streaming";
+import { newId } from "../ids.ts";
+import { serverLog } from "../server-log.ts";
 import {
   CONNECT_CODES,
   ConnectError,
@@ -34,9 +36,7 @@ export function mountEnvdRoutes(app: Hono, ctx: E2bContext): void {
         const msg = await boundedJson(c.req, MAX_CONNECT_MESSAGE_BYTES);
         return c.json((await handler(s, userOf(c), msg)) ?? {});
       } catch (err) {
-        return connectUnaryError(
-          err instanceof ConnectError ? err : new ConnectError("internal", "the call failed"),
-        );
+        return connectUnaryError(asConnectError(err));
       }
     });
 
@@ -49,7 +49,7 @@ export function mountEnvdRoutes(app: Hono, ctx: E2bContext): void {
       msg: Record<string, unknown>,
       send: (m: unknown) => Promise<void>,
       signal: AbortSignal,
-      headers: { timeoutMs: number; keepAliveMs: number },
+      headers: { keepAliveMs: number },
     ) => Promise<void>,
   ) =>
     app.post(path, async (c) => {
@@ -71,7 +71,6 @@ export function mountEnvdRoutes(app: Hono, ctx: E2bContext): void {
           err instanceof ConnectError ? err : new ConnectError("invalid_argument", "bad request"),
         );
       }
-      const timeoutMs = Number(c.req.header("connect-timeout-ms") ?? 0) || 0;
       const keepAliveS = Number(c.req.header("keepalive-ping-interval") ?? 50) || 50;
       c.header("content-type", "application/connect+json");
       return stream(c, async (out) => {
@@ -84,20 +83,13 @@ export function mountEnvdRoutes(app: Hono, ctx: E2bContext): void {
         };
         try {
           await handler(s, user, msg ?? {}, send, ac.signal, {
-            timeoutMs,
             keepAliveMs: Math.min(Math.max(keepAliveS, 1), 300) * 1000,
           });
           await writing;
           await out.write(endOfStream());
         } catch (err) {
           await writing.catch(() => {});
-          await out
-            .write(
-              endOfStream(
-                err instanceof ConnectError ? err : new ConnectError("internal", (err as Error).message),
-              ),
-            )
-            .catch(() => {});
+          await out.write(endOfStream(asConnectError(err))).catch(() => {});
         }
       });
     });
@@ -292,6 +284,14 @@ export function mountEnvdRoutes(app: Hono, ctx: E2bContext): void {
     });
     return {};
   });
+}
+
+/** A Connect error as it is, or the server's own fault: logged under a reference, its words kept here. */
+export function asConnectError(err: unknown): ConnectError {
+  if (err instanceof ConnectError) return err;
+  const ref = newId("err");
+  serverLog().error({ ref, error: (err as Error).stack ?? String(err) }, "E2B call failed");
+  return new ConnectError("internal", `the server failed (reference ${ref}); its log has the details`);
 }
 
 export function connectUnaryError(err: ConnectError): Response {

@@ -54,9 +54,9 @@ export function mountEnvdFiles(app: Hono, ctx: E2bContext): void {
           `an upload of ${length} bytes is over the ${MAX_UPLOAD_BYTES}-byte limit here`,
         );
       if (type.startsWith("multipart/form-data")) {
-        // A form is parsed whole: its length must be known, and within the limit, before it is read.
-        if (!length) throw new ConnectError("invalid_argument", "a multipart upload needs a Content-Length");
-        const form = await c.req.raw.formData();
+        // A form is parsed whole: read no further than the limit first (it may come without a length).
+        const raw = await boundedBody(c.req.raw.body, MAX_UPLOAD_BYTES);
+        const form = await new Response(raw, { headers: { "content-type": type } }).formData();
         const parts = [...form.values()].filter((v): v is File => typeof v !== "string");
         // One file: the query's path names it (as the SDK sends it); several: each part's filename does.
         for (const v of parts)

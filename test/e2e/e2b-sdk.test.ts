@@ -4,11 +4,16 @@
  * example, commands in the foreground and the background with streamed output, stdin, kill, envs,
  * cwd and user, files, list and kill of sandboxes, a timeout that expires, a sandbox from an
  * ops-world version whose psql count is checked, denv's fork; then another team's key and a wrong
- * access token, refused.
+ * access token, refused. An older release (2.27.1, which accepts only keys in E2B's form) runs with
+ * a key made by `denv key create --e2b`.
  */
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { join } from "node:path";
 import { after, before, test } from "node:test";
+import { promisify } from "node:util";
 import { CommandExitError, Sandbox } from "e2b";
+import { Sandbox as Sandbox227 } from "e2b-2-27";
 import { deployOpsWorld, type Lab, openLab } from "../security/security-lab.ts";
 
 const OPSBOX = "127.0.0.1:5000/denv/opsbox:bookworm";
@@ -163,6 +168,42 @@ test("another team's key sees no sandbox; a wrong access token reaches none", as
     assert.equal(forged.status, 401);
     // And it is still there for its own team.
     assert.equal((await sbx.commands.run("echo still")).stdout, "still\n");
+  } finally {
+    await sbx.kill();
+  }
+});
+
+test("E2B SDK 2.27 (E2B's key form only): a denv key is refused by the SDK itself; one from `denv key create --e2b` works", async () => {
+  await assert.rejects(Sandbox227.create(OPSBOX, { apiKey: lab.keyA }), /Invalid API key format/);
+  const { stdout } = await promisify(execFile)(
+    process.execPath,
+    [
+      join(import.meta.dirname, "../../packages/cli/bin/denv.js"),
+      "key",
+      "create",
+      "--name",
+      "sdk 2.27",
+      "--e2b",
+    ],
+    {
+      env: {
+        ...process.env,
+        DENV_SERVER: lab.server.url,
+        DENV_API_KEY: lab.keyA,
+        DENV_CONFIG: "/nonexistent/denv.json",
+      },
+    },
+  );
+  const key = stdout.trim();
+  assert.match(key, /^e2b_[0-9a-f]{40}$/);
+  const sbx = await Sandbox227.create(OPSBOX, { apiKey: key });
+  try {
+    assert.equal((await sbx.commands.run("echo old sdk")).stdout, "old sdk\n");
+    await sbx.files.write("/tmp/old.txt", "2.27");
+    assert.equal(await sbx.files.read("/tmp/old.txt"), "2.27");
+    // The same sandbox through the current SDK, by connect.
+    const again = await Sandbox.connect(sbx.sandboxId, { apiKey: key });
+    assert.equal(await again.files.read("/tmp/old.txt"), "2.27");
   } finally {
     await sbx.kill();
   }

@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --quick] [-- --json] [-- --save] [-- --only fork,api,scale,exec,transfer,fidelity,fleet]`: every
+ * `npm run bench [-- --quick] [-- --json] [-- --save] [-- --only fork,api,scale,exec,transfer,fidelity,fleet,e2b]`: every
  * figure beside its peer, measured in the same run on this machine. Prints a table for people
  * (each median with its p5–p95 spread and the 95% interval of the median); with --json, one JSON
  * object on the last line ({commit, machine, duration_s, metrics with every sample, ratios,
@@ -12,6 +12,7 @@ import { cpus, release, totalmem } from "node:os";
 import { join } from "node:path";
 import { apiBench } from "./api-bench.ts";
 import { atLeast, atMost, interval, type Metric, ratioInterval, withSpread } from "./bench-stats.ts";
+import { e2bBench } from "./e2b-bench.ts";
 import { fidelityBench } from "./fidelity-bench.ts";
 import { fleetBench } from "./fleet-bench.ts";
 import { forkBench } from "./fork-bench.ts";
@@ -73,6 +74,7 @@ const measured: Record<string, Metric> = {
   ...(part("transfer") ? await transferBench(quick) : {}),
   ...(part("fidelity") ? await fidelityBench(quick) : {}),
   ...(part("fleet") ? await fleetBench(quick) : {}),
+  ...(part("e2b") ? await e2bBench(quick) : {}),
 };
 // Every metric with samples carries its spread and the interval of its median.
 const metrics = Object.fromEntries(Object.entries(measured).map(([k, m]) => [k, withSpread(m)]));
@@ -106,6 +108,10 @@ const ratioOf: Record<string, [string, string]> = {
   clock_read_frozen_vs_real: ["clock_read_ns_frozen", "clock_read_ns_real"],
   fork_frozen_vs_real: ["fork_p50_ms_frozen", "fork_p50_ms_real"],
   replication_vs_direct_pipe: ["replication_mib_per_s", "replication_peer_mib_per_s"],
+  e2b_exec_vs_v1_exec: ["e2b_exec_p50_ms", "e2b_exec_v1_p50_ms"],
+  e2b_exec_vs_v1_login_shell: ["e2b_exec_p50_ms", "e2b_exec_v1_login_p50_ms"],
+  e2b_exec_vs_engine_exec: ["e2b_exec_p50_ms", "e2b_exec_engine_p50_ms"],
+  e2b_create_vs_v1_create: ["e2b_create_p50_ms", "e2b_create_v1_p50_ms"],
   first_fork_elsewhere_vs_holder: ["first_fork_elsewhere_ms", "first_fork_holder_ms"],
   forks_three_hosts_vs_one: quick
     ? ["fleet_8_forks_three_hosts_ms", "fleet_8_forks_one_host_ms"]
@@ -158,6 +164,7 @@ const goals: [string, boolean][] = [
     atMost(iv("files_peak_rss_mib_server"), 255.9) && atMost(iv("files_peak_rss_mib_denvd"), 255.9),
   ],
   ["a frozen fork ≤ 1.1× a real-clock fork", atMost(ratioIv("fork_frozen_vs_real"), 1.1)],
+  ["E2B-surface exec ≤ 1.5× /v1 exec", atMost(ratioIv("e2b_exec_vs_v1_exec"), 1.5)],
   [
     "replication ≥ 0.8× the direct btrfs send | receive pipe",
     atLeast(ratioIv("replication_vs_direct_pipe"), 0.8),

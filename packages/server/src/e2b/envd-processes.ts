@@ -183,9 +183,21 @@ export class EnvdProcess {
   }
 }
 
+/** The most processes one sandbox may have running through envd's API at once. */
+export const MAX_PROCESSES_PER_SANDBOX = 256;
+
 /** A sandbox's processes, by pid. */
 export class EnvdProcesses {
   private readonly byEnv = new Map<string, Map<number, EnvdProcess>>();
+
+  /** Refuses a start past the sandbox's share (each running process holds an exec and its stream). */
+  assertRoom(envId: string): void {
+    if ((this.byEnv.get(envId)?.size ?? 0) >= MAX_PROCESSES_PER_SANDBOX)
+      throw new ConnectError(
+        "resource_exhausted",
+        `this sandbox already runs ${MAX_PROCESSES_PER_SANDBOX} processes started here: kill some first`,
+      );
+  }
 
   /** Keeps a started process until it ends. */
   add(p: EnvdProcess): void {

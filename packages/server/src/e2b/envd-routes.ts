@@ -144,6 +144,7 @@ export function mountEnvdRoutes(app: Hono, ctx: E2bContext): void {
     };
     const cwd = typeof proc.cwd === "string" && proc.cwd ? proc.cwd : undefined;
     const tag = typeof msg.tag === "string" ? msg.tag : undefined;
+    processes.assertRoom(s.environment_id);
     const p = new EnvdProcess(
       s.environment_id,
       { cmd: proc.cmd, args, envs, ...(cwd ? { cwd } : {}) },

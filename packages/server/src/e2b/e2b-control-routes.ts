@@ -39,11 +39,21 @@ export class E2bHttpError extends Error {
 export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => Promise<number> } {
   const { store, secrets, v1, nowMs, processes, tokenOf, sandboxOf } = ctx;
 
-  /** The key in X-API-Key (or Authorization: Bearer), or null. */
-  async function keyOf(c: Headed) {
+  /** The key in X-API-Key (or Authorization: Bearer), or a 401. */
+  async function callersKey(c: Headed) {
     const key = c.req.header("x-api-key") ?? /^Bearer (.+)$/.exec(c.req.header("authorization") ?? "")?.[1];
-    if (!key) return null;
-    return (await findApiKey(store, key)) ?? null;
+    const row = key ? await findApiKey(store, key) : undefined;
+    if (!row) throw new E2bHttpError(401, "send a denv API key of your team in X-API-Key");
+    return row;
+  }
+
+  /** The caller's key and the team's sandbox its path names (another team's: 404, as a missing one). */
+  async function callersSandbox(c: Context) {
+    const key = await callersKey(c);
+    const id = c.req.param("id") ?? "";
+    const s = await sandboxOf(key.team_id, id);
+    if (!s) throw new E2bHttpError(404, `sandbox ${id} not found`);
+    return { key, s };
   }
 
   const sandboxBody = (s: Sandbox) => ({
@@ -103,8 +113,7 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
   }
 
   const create = async (c: Context) => {
-    const key = await keyOf(c);
-    if (!key) return e2bError(401, "send a denv API key in X-API-Key");
+    const key = await callersKey(c);
     const body = await boundedJson(c.req);
     const templateId = typeof body.templateID === "string" ? body.templateID : "";
     const timeoutS = timeoutOf(body.timeout, DEFAULT_TIMEOUT_S);
@@ -149,10 +158,7 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
 
   /** denv's extension of E2B's fork: the sandbox as it is now (snapshotted), forked `count` times. */
   app.post("/sandboxes/:id/fork", async (c) => {
-    const key = await keyOf(c);
-    if (!key) return e2bError(401, "send a denv API key in X-API-Key");
-    const s = await sandboxOf(key.team_id, c.req.param("id") ?? "");
-    if (!s) return e2bError(404, `sandbox ${c.req.param("id") ?? ""} not found`);
+    const { key, s } = await callersSandbox(c);
     const body = await boundedJson(c.req);
     const count = body.count ?? 1;
     if (typeof count !== "number" || !Number.isInteger(count) || count < 1 || count > 64)
@@ -190,16 +196,12 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
   });
 
   app.get("/sandboxes/:id", async (c) => {
-    const key = await keyOf(c);
-    if (!key) return e2bError(401, "send a denv API key in X-API-Key");
-    const s = await sandboxOf(key.team_id, c.req.param("id") ?? "");
-    if (!s) return e2bError(404, `sandbox ${c.req.param("id") ?? ""} not found`);
+    const { s } = await callersSandbox(c);
     return c.json(detail(s));
   });
 
   const list = async (c: Context) => {
-    const key = await keyOf(c);
-    if (!key) return e2bError(401, "send a denv API key in X-API-Key");
+    const key = await callersKey(c);
     const states = (c.req.queries("state") ?? ["running,paused"]).flatMap((x) => x.split(","));
     if (!states.includes("running")) return c.json([]);
     const wanted = new URLSearchParams(c.req.query("metadata") ?? "");
@@ -223,19 +225,13 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
   app.get("/sandboxes", list);
 
   app.delete("/sandboxes/:id", async (c) => {
-    const key = await keyOf(c);
-    if (!key) return e2bError(401, "send a denv API key in X-API-Key");
-    const s = await sandboxOf(key.team_id, c.req.param("id") ?? "");
-    if (!s) return e2bError(404, `sandbox ${c.req.param("id") ?? ""} not found`);
+    const { key, s } = await callersSandbox(c);
     await kill(s, key.id);
     return c.body(null, 204);
   });
 
   app.post("/sandboxes/:id/timeout", async (c) => {
-    const key = await keyOf(c);
-    if (!key) return e2bError(401, "send a denv API key in X-API-Key");
-    const s = await sandboxOf(key.team_id, c.req.param("id") ?? "");
-    if (!s) return e2bError(404, `sandbox ${c.req.param("id") ?? ""} not found`);
+    const { s } = await callersSandbox(c);
     const body = await boundedJson(c.req);
     const timeoutS = body.timeout;
     if (
@@ -254,10 +250,7 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
   });
 
   const connect = async (c: Context) => {
-    const key = await keyOf(c);
-    if (!key) return e2bError(401, "send a denv API key in X-API-Key");
-    const s = await sandboxOf(key.team_id, c.req.param("id") ?? "");
-    if (!s) return e2bError(404, `sandbox ${c.req.param("id") ?? ""} not found`);
+    const { s } = await callersSandbox(c);
     const body = await boundedJson(c.req);
     if (typeof body.timeout === "number" && Number.isInteger(body.timeout) && body.timeout > 0) {
       const end = Math.max(Number(s.end_at_ms), nowMs() + Math.min(body.timeout, MAX_TIMEOUT_S) * 1000);

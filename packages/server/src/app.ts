@@ -174,6 +174,7 @@ export function createApp(options: AppOptions): Hono<ApiEnv> {
   const e2b = createE2bGateway({
     store: options.store,
     secrets: options.secrets,
+    limiter: deps.limiter,
     v1: async (keyId, path, init) =>
       app.fetch(new Request(`http://denv.internal${path}`, init), { [IN_PROCESS_CALLER]: { keyId } }),
   });

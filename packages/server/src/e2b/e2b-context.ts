@@ -5,6 +5,7 @@
  */
 import { timingSafeEqual } from "node:crypto";
 import type { SecretBox } from "../clouds/secret-box.ts";
+import { RateLimiter } from "../rate-limit.ts";
 import type { Store } from "../store/open-store.ts";
 import type { E2bSandboxesTable } from "../store/schema.ts";
 import { ConnectError, parseJson } from "./connect-protocol.ts";
@@ -29,6 +30,8 @@ export interface E2bGatewayOptions {
   store: Store;
   secrets: SecretBox;
   v1: V1Call;
+  /** The API's per-key limiter: the control plane's own answers count against it too. */
+  limiter?: RateLimiter;
   /** The clock, in ms (tests drive it). */
   nowMs?: () => number;
 }
@@ -40,6 +43,7 @@ export interface E2bContext {
   store: Store;
   secrets: SecretBox;
   v1: V1Call;
+  limiter: RateLimiter;
   nowMs: () => number;
   processes: EnvdProcesses;
   /** The sandbox's envd access token: derived from the server's key and its salt, never stored. */
@@ -62,6 +66,7 @@ export function e2bContext(options: E2bGatewayOptions): E2bContext {
     store,
     secrets,
     v1: options.v1,
+    limiter: options.limiter ?? new RateLimiter(),
     nowMs: options.nowMs ?? Date.now,
     processes: new EnvdProcesses(),
     tokenOf,

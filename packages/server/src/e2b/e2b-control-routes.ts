@@ -37,13 +37,16 @@ export class E2bHttpError extends Error {
 
 /** Mounts the control plane's routes; returns the sweep that kills sandboxes past their timeout. */
 export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => Promise<number> } {
-  const { store, secrets, v1, nowMs, processes, tokenOf, sandboxOf } = ctx;
+  const { store, secrets, v1, nowMs, processes, tokenOf, sandboxOf, limiter } = ctx;
 
   /** The key in X-API-Key (or Authorization: Bearer), or a 401. */
   async function callersKey(c: Headed) {
     const key = c.req.header("x-api-key") ?? /^Bearer (.+)$/.exec(c.req.header("authorization") ?? "")?.[1];
     const row = key ? await findApiKey(store, key) : undefined;
     if (!row) throw new E2bHttpError(401, "send a denv API key of your team in X-API-Key");
+    const turn = limiter.take(row.id);
+    if (!turn.ok)
+      throw new E2bHttpError(429, `this key is over its rate limit; retry in ${turn.retryAfterMs} ms`);
     return row;
   }
 

@@ -155,19 +155,27 @@ export function absolute(p: unknown): string {
   return p;
 }
 
-/** A request's JSON body, read no further than `maxBytes` (more is refused, not held). */
-export async function boundedJson(
-  req: { raw: Request },
-  maxBytes = CONTROL_BODY_LIMIT_BYTES,
-): Promise<Record<string, unknown>> {
+/** A request's body, read no further than `maxBytes` (more is refused, not held). */
+export async function boundedBody(
+  body: ReadableStream<Uint8Array> | null,
+  maxBytes: number,
+): Promise<Buffer> {
   const parts: Buffer[] = [];
   let n = 0;
-  if (req.raw.body)
-    for await (const chunk of req.raw.body) {
+  if (body)
+    for await (const chunk of body) {
       n += chunk.length;
       if (n > maxBytes)
         throw new ConnectError("resource_exhausted", `the request body is over the ${maxBytes}-byte limit`);
       parts.push(Buffer.from(chunk));
     }
-  return parseJson(Buffer.concat(parts));
+  return Buffer.concat(parts);
+}
+
+/** A request's JSON body, within `maxBytes`. */
+export async function boundedJson(
+  req: { raw: Request },
+  maxBytes = CONTROL_BODY_LIMIT_BYTES,
+): Promise<Record<string, unknown>> {
+  return parseJson(await boundedBody(req.raw.body, maxBytes));
 }

@@ -7,7 +7,7 @@ import type { ReadableStream as NodeReadableStream } from "node:stream/web";
 import type { Context, Hono } from "hono";
 import tar from "tar-stream";
 import { CONNECT_CODES, ConnectError } from "./connect-protocol.ts";
-import { absolute, checkedUser, type E2bContext, type Sandbox, userOf } from "./e2b-context.ts";
+import { absolute, boundedBody, checkedUser, type E2bContext, type Sandbox, userOf } from "./e2b-context.ts";
 import { responseError } from "./envd-processes.ts";
 import { asConnectError } from "./envd-routes.ts";
 
@@ -106,19 +106,6 @@ function filesError(err: unknown): Response {
   const e = asConnectError(err);
   const status = CONNECT_CODES[e.code] === 499 ? 500 : CONNECT_CODES[e.code];
   return Response.json({ code: status, message: e.message }, { status });
-}
-
-async function boundedBody(body: ReadableStream<Uint8Array> | null, maxBytes: number): Promise<Buffer> {
-  const parts: Buffer[] = [];
-  let n = 0;
-  if (body)
-    for await (const chunk of body) {
-      n += chunk.length;
-      if (n > maxBytes)
-        throw new ConnectError("resource_exhausted", `an upload over ${maxBytes} bytes is not accepted here`);
-      parts.push(Buffer.from(chunk));
-    }
-  return Buffer.concat(parts);
 }
 
 /** A tar of one regular file, to PUT through /v1's files route. */

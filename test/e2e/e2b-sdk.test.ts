@@ -55,13 +55,19 @@ test("the SDK's README example: create, run a command, write and read a file, ki
 test("commands: streamed output, a failing exit, envs, cwd and user; background with stdin, list and kill", async () => {
   const sbx = await Sandbox.create(OPSBOX, { envs: { FROM_CREATE: "c1" } });
   try {
+    // Streamed: the first line reaches the caller while the command still waits for the test's go.
     const chunks: string[] = [];
-    const r = await sbx.commands.run("for i in 1 2 3; do echo line$i; sleep 0.2; done; echo oops >&2", {
-      onStdout: (d) => void chunks.push(d),
-    });
-    assert.equal(r.stdout, "line1\nline2\nline3\n");
+    const waiting = await sbx.commands.run(
+      "echo line1; while [ ! -e /tmp/go ]; do sleep 0.1; done; echo line2; echo oops >&2",
+      { background: true, onStdout: (d) => void chunks.push(d) },
+    );
+    for (let i = 0; i < 600 && !chunks.join("").includes("line1"); i++)
+      await new Promise((r) => setTimeout(r, 100));
+    assert.equal(chunks.join(""), "line1\n");
+    await sbx.files.write("/tmp/go", "");
+    const r = await waiting.wait();
+    assert.equal(r.stdout, "line1\nline2\n");
     assert.equal(r.stderr, "oops\n");
-    assert.ok(chunks.length >= 2, `output came in ${chunks.length} piece(s)`);
 
     await assert.rejects(
       sbx.commands.run("exit 3"),

@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --quick] [-- --json] [-- --save] [-- --only fork,api,scale,exec,transfer,fidelity,fleet,e2b]`: every
+ * `npm run bench [-- --quick] [-- --json] [-- --save] [-- --only fork,api,scale,exec,transfer,fidelity,fleet,e2b,ingress]`: every
  * figure beside its peer, measured in the same run on this machine. Prints a table for people
  * (each median with its p5–p95 spread and the 95% interval of the median); with --json, one JSON
  * object on the last line ({commit, machine, duration_s, metrics with every sample, ratios,
@@ -16,6 +16,7 @@ import { e2bBench } from "./e2b-bench.ts";
 import { fidelityBench } from "./fidelity-bench.ts";
 import { fleetBench } from "./fleet-bench.ts";
 import { forkBench } from "./fork-bench.ts";
+import { ingressBench } from "./ingress-bench.ts";
 import { execUnderLoad, scaleBench } from "./scale-bench.ts";
 import { transferBench } from "./transfer-bench.ts";
 
@@ -75,6 +76,7 @@ const measured: Record<string, Metric> = {
   ...(part("fidelity") ? await fidelityBench(quick) : {}),
   ...(part("fleet") ? await fleetBench(quick) : {}),
   ...(part("e2b") ? await e2bBench(quick) : {}),
+  ...(part("ingress") ? await ingressBench(quick) : {}),
 };
 // Every metric with samples carries its spread and the interval of its median.
 const metrics = Object.fromEntries(Object.entries(measured).map(([k, m]) => [k, withSpread(m)]));
@@ -112,6 +114,7 @@ const ratioOf: Record<string, [string, string]> = {
   e2b_exec_vs_v1_login_shell: ["e2b_exec_p50_ms", "e2b_exec_v1_login_p50_ms"],
   e2b_exec_vs_engine_exec: ["e2b_exec_p50_ms", "e2b_exec_engine_p50_ms"],
   e2b_create_vs_v1_create: ["e2b_create_p50_ms", "e2b_create_v1_p50_ms"],
+  ingress_vs_direct: ["ingress_https_p50_ms", "ingress_direct_p50_ms"],
   first_fork_elsewhere_vs_holder: ["first_fork_elsewhere_ms", "first_fork_holder_ms"],
   forks_three_hosts_vs_one: quick
     ? ["fleet_8_forks_three_hosts_ms", "fleet_8_forks_one_host_ms"]
@@ -165,6 +168,16 @@ const goals: [string, boolean][] = [
   ],
   ["a frozen fork ≤ 1.1× a real-clock fork", atMost(ratioIv("fork_frozen_vs_real"), 1.1)],
   ["E2B-surface exec ≤ 1.5× /v1 exec", atMost(ratioIv("e2b_exec_vs_v1_exec"), 1.5)],
+  [
+    "ingress adds ≤ 2 ms p50 to a request",
+    atMost(
+      [
+        iv("ingress_https_p50_ms")[0] - iv("ingress_direct_p50_ms")[1],
+        iv("ingress_https_p50_ms")[1] - iv("ingress_direct_p50_ms")[0],
+      ],
+      2,
+    ),
+  ],
   [
     "replication ≥ 0.8× the direct btrfs send | receive pipe",
     atLeast(ratioIv("replication_vs_direct_pipe"), 0.8),

@@ -32,4 +32,13 @@ if [ -d /var/lib/denv-test ]; then
     while read -r dev; do losetup -d "$dev" 2>/dev/null; done
   rm -rf /var/lib/denv-test
 fi
+# The ingress test's network namespaces, veth pairs and resolvers (test/e2e/ingress.test.ts).
+for ns in $(ip netns list 2>/dev/null | awk '$1 ~ /^denv-ing-/ {print $1}'); do
+  pkill -9 -f "dnsmasq.*denv.test" 2>/dev/null
+  ip netns del "$ns" 2>/dev/null
+  rm -rf "/etc/netns/$ns"
+done
+for link in $(ip -o link show 2>/dev/null | awk -F': ' '$2 ~ /^dving[0-9]+@/ {sub(/@.*/, "", $2); print $2}'); do
+  ip link del "$link" 2>/dev/null
+done
 exit 0

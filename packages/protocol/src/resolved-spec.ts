@@ -170,6 +170,11 @@ export const resolvedSpecSchema = z.object({
    * pin, `denv project create --target`, wins). Absent when the file names none.
    */
   target: z.string().optional(),
+  /**
+   * x-denv.ingress.public: the services whose published ports are reachable by name without the
+   * environment's ingress token. Absent when the file names none (every name is private).
+   */
+  ingress: z.object({ public: z.array(z.string()) }).optional(),
   agent: z.object({ service: z.string() }).nullable(),
   warm: z.array(z.object({ service: z.string(), command: argv })),
   verifier: z

@@ -822,6 +822,7 @@ export type PostV1EnvsByIdPortsByPortResponse = {
   url: string;
   port: number;
   service: string | null;
+  ingress_url: string | null;
 };
 export type PostV1EnvsByIdPortsByPortBody = {
   service?: string;
@@ -830,6 +831,20 @@ export type PostV1EnvsByIdPortsByPortBody = {
 /** Revoke the environment's port URLs to one port — DELETE /v1/envs/{id}/ports/{port} */
 export type DeleteV1EnvsByIdPortsByPortResponse = {
   revoked: number;
+};
+
+/** The environment's ingress names for its published ports, and the token its private names ask for — GET /v1/envs/{id}/ingress */
+export type GetV1EnvsByIdIngressResponse = {
+  domain: string | null;
+  token: string | null;
+  names: Array<{
+    host: string;
+    url: string;
+    service: string;
+    port: number;
+    public: boolean;
+  }>;
+  port_host_template: string | null;
 };
 
 /** The environment's port URLs (never their tokens, which are shown once) — GET /v1/envs/{id}/ports */
@@ -1384,6 +1399,7 @@ export const OPERATIONS = {
   postV1EnvsByIdExecStream: { method: "POST", path: "/v1/envs/{id}/exec/stream", params: ["id"], body: "binary", response: "multiplexed" },
   postV1EnvsByIdPortsByPort: { method: "POST", path: "/v1/envs/{id}/ports/{port}", params: ["id","port"], body: "json", response: "json" },
   deleteV1EnvsByIdPortsByPort: { method: "DELETE", path: "/v1/envs/{id}/ports/{port}", params: ["id","port"], body: "none", response: "json" },
+  getV1EnvsByIdIngress: { method: "GET", path: "/v1/envs/{id}/ingress", params: ["id"], body: "none", response: "json" },
   getV1EnvsByIdPorts: { method: "GET", path: "/v1/envs/{id}/ports", params: ["id"], body: "none", response: "json" },
   deleteV1EnvsByIdPorts: { method: "DELETE", path: "/v1/envs/{id}/ports", params: ["id"], body: "none", response: "json" },
   postV1EnvsByIdServicesByServiceStop: { method: "POST", path: "/v1/envs/{id}/services/{service}/stop", params: ["id","service"], body: "none", response: "json" },
@@ -1475,6 +1491,7 @@ export interface Operations {
   postV1EnvsByIdExecStream: { params: { id: string }; body: Uint8Array; response: PostV1EnvsByIdExecStreamResponse };
   postV1EnvsByIdPortsByPort: { params: { id: string; port: string }; body: PostV1EnvsByIdPortsByPortBody; response: PostV1EnvsByIdPortsByPortResponse };
   deleteV1EnvsByIdPortsByPort: { params: { id: string; port: string }; body: undefined; response: DeleteV1EnvsByIdPortsByPortResponse };
+  getV1EnvsByIdIngress: { params: { id: string }; body: undefined; response: GetV1EnvsByIdIngressResponse };
   getV1EnvsByIdPorts: { params: { id: string }; body: undefined; response: GetV1EnvsByIdPortsResponse };
   deleteV1EnvsByIdPorts: { params: { id: string }; body: undefined; response: DeleteV1EnvsByIdPortsResponse };
   postV1EnvsByIdServicesByServiceStop: { params: { id: string; service: string }; body: undefined; response: PostV1EnvsByIdServicesByServiceStopResponse };

@@ -26,6 +26,7 @@ import { defaultDownloadsDir } from "./downloads.ts";
 import { createE2bGateway } from "./e2b/e2b-gateway.ts";
 import type { FetchPolicy } from "./fetch-policy.ts";
 import { newId } from "./ids.ts";
+import type { IngressNames } from "./ingress/ingress-names.ts";
 import type { PortsOrigin } from "./ports-origin.ts";
 import {
   ACCOUNT_RATE_LIMIT,
@@ -66,6 +67,8 @@ export interface AppOptions {
   accountRateLimit?: RateLimitOptions;
   /** Where port URLs are served: an origin of their own (ports-origin.ts). */
   portsOrigin: PortsOrigin;
+  /** Ingress names for published ports; absent or null: none (the ingress phase is skipped). */
+  ingress?: IngressNames | null;
   /** Where the server's own faults are logged (their words never go to clients). */
   log?: (message: string, context?: Record<string, unknown>) => void;
   /** Served at /metrics, and told of each request; none: /metrics answers 404. */
@@ -116,6 +119,7 @@ export function createApp(options: AppOptions): Hono<ApiEnv> {
     buildContexts: options.deployer.buildContexts,
     mcp,
     portsOrigin: options.portsOrigin,
+    ingress: options.ingress ?? null,
   };
   const log = options.log ?? ((message, context) => serverLog().error(context ?? {}, message));
   const app = new Hono<ApiEnv>();
@@ -175,6 +179,7 @@ export function createApp(options: AppOptions): Hono<ApiEnv> {
     store: options.store,
     secrets: options.secrets,
     limiter: deps.limiter,
+    ingress: deps.ingress,
     v1: async (keyId, path, init) =>
       app.fetch(new Request(`http://denv.internal${path}`, init), { [IN_PROCESS_CALLER]: { keyId } }),
   });

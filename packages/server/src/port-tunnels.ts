@@ -81,6 +81,7 @@ export async function openTunnel(
   store: Store,
   hosts: HostOperations,
   token: string,
+  early = false,
 ): Promise<{ stream: Duplex; port: number }> {
   const row = await store
     .selectFrom("port_urls")
@@ -98,29 +99,58 @@ export async function openTunnel(
   if (!row) throw new DenvError("not_found", "no such port URL");
   if (row.status !== "running" || !row.host_id || !row.stack_id)
     throw new DenvError("unavailable", `environment ${row.name} is ${row.status}, not running`);
-  const stream = await hosts.openTunnel(row.host_id, {
-    stack_id: row.stack_id,
-    service: row.service ?? undefined,
-    port: row.port,
-  });
+  const stream = await hosts.openTunnel(
+    row.host_id,
+    { stack_id: row.stack_id, service: row.service ?? undefined, port: row.port },
+    { early },
+  );
   return { stream, port: row.port };
 }
 
-/** An HTTP request relayed to the service; the answer streams back as it comes. */
+/** How a relay treats a request beyond the service's port: headers to drop, limits to keep. */
+export interface RelayOptions {
+  /** Request headers (lowercase) never passed on, beyond the credentials always withheld. */
+  withhold?: ReadonlySet<string>;
+  /** X-Forwarded-Host and -Proto for the service: the name the client used. */
+  forwarded?: { host: string; proto: string };
+  /** A connection with no byte either way for this long is closed (default: none). */
+  idleMs?: number;
+  /** A connection is closed after this long whatever it carries (default: none). */
+  lifetimeMs?: number;
+}
+
+/** An HTTP request relayed to the service on a port URL; the answer streams back as it comes. */
 export async function proxyHttp(
   store: Store,
   hosts: HostOperations,
   token: string,
   rest: string,
   req: Request,
+  options: RelayOptions = {},
 ): Promise<Response> {
-  const { stream, port } = await openTunnel(store, hosts, token);
+  // The request is written as soon as the open is sent: one round trip to the host, not two.
+  return relayHttp(await openTunnel(store, hosts, token, true), rest, req, options);
+}
+
+/** An HTTP request relayed over a tunnel already open to the service's port. */
+export async function relayHttp(
+  tunnel: { stream: Duplex; port: number },
+  rest: string,
+  req: Request,
+  options: RelayOptions = {},
+): Promise<Response> {
+  const { stream, port } = tunnel;
+  limitRelay(stream, null, options);
   const headers: Record<string, string> = {};
   req.headers.forEach((v, k) => {
-    if (!HOP.has(k) && !WITHHELD.has(k)) headers[k] = v;
+    if (!HOP.has(k) && !WITHHELD.has(k) && !options.withhold?.has(k)) headers[k] = v;
   });
   headers.host = `localhost:${port}`;
   headers.connection = "close";
+  if (options.forwarded) {
+    headers["x-forwarded-host"] = options.forwarded.host;
+    headers["x-forwarded-proto"] = options.forwarded.proto;
+  }
   const body = req.body ? Readable.fromWeb(req.body as import("node:stream/web").ReadableStream) : null;
   const res = await new Promise<IncomingMessage>((resolve, reject) => {
     const out = httpRequest({
@@ -159,26 +189,44 @@ export async function proxyUpgrade(
   req: IncomingMessage,
   socket: Duplex,
   head: Buffer,
+  options: RelayOptions = {},
 ): Promise<void> {
   const parts = origin.route(req.headers.host, req.url ?? "");
-  const refuse = (status: number, text: string): void => {
-    socket.end(`HTTP/1.1 ${status} ${text}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
-  };
-  if (!parts) return refuse(404, "Not Found");
+  if (!parts) return refuseUpgrade(socket, 404);
   let tunnel: Awaited<ReturnType<typeof openTunnel>>;
   try {
     tunnel = await openTunnel(store, hosts, parts.token);
   } catch (err) {
-    const code = err instanceof DenvError ? err.httpStatus : 502;
-    return refuse(code, code === 404 ? "Not Found" : "Service Unavailable");
+    return refuseUpgrade(socket, err instanceof DenvError ? err.httpStatus : 502);
   }
+  relayUpgrade(tunnel, parts.rest, req, socket, head, options);
+}
+
+/** Ends an upgrade request with a status and nothing else. */
+export function refuseUpgrade(socket: Duplex, status: number): void {
+  const text = status === 404 ? "Not Found" : status === 401 ? "Unauthorized" : "Service Unavailable";
+  socket.end(`HTTP/1.1 ${status} ${text}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
+}
+
+/** Splices an upgrade request onto a tunnel already open to the service's port. */
+export function relayUpgrade(
+  tunnel: { stream: Duplex; port: number },
+  rest: string,
+  req: IncomingMessage,
+  socket: Duplex,
+  head: Buffer,
+  options: RelayOptions = {},
+): void {
   const { stream, port } = tunnel;
-  let text = `${req.method} ${parts.rest} HTTP/1.1\r\nHost: localhost:${port}\r\n`;
+  let text = `${req.method} ${rest} HTTP/1.1\r\nHost: localhost:${port}\r\n`;
   for (let i = 0; i < req.rawHeaders.length; i += 2) {
-    const k = req.rawHeaders[i] as string;
-    if (k.toLowerCase() === "host" || WITHHELD.has(k.toLowerCase())) continue;
-    text += `${k}: ${req.rawHeaders[i + 1]}\r\n`;
+    const k = (req.rawHeaders[i] as string).toLowerCase();
+    if (k === "host" || WITHHELD.has(k) || options.withhold?.has(k) || k.startsWith("x-forwarded-")) continue;
+    // A header's value never carries a line break (Node refuses them), so it cannot add a header.
+    text += `${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}\r\n`;
   }
+  if (options.forwarded)
+    text += `X-Forwarded-Host: ${options.forwarded.host}\r\nX-Forwarded-Proto: ${options.forwarded.proto}\r\n`;
   stream.write(`${text}\r\n`);
   if (head.length) stream.write(head);
   socket.pipe(stream).pipe(socket);
@@ -190,4 +238,38 @@ export async function proxyUpgrade(
   stream.on("error", close);
   socket.on("close", close);
   stream.on("close", close);
+  limitRelay(stream, socket, options);
+}
+
+/**
+ * Closes a relayed connection that sits idle (no byte either way) past idleMs, or lives past
+ * lifetimeMs: a forgotten WebSocket or stream does not hold a tunnel to a host forever.
+ */
+function limitRelay(stream: Duplex, socket: Duplex | null, options: RelayOptions): void {
+  const { idleMs, lifetimeMs } = options;
+  if (!idleMs && !lifetimeMs) return;
+  let last = Date.now();
+  const seen = () => {
+    last = Date.now();
+  };
+  stream.on("data", seen);
+  socket?.on("data", seen);
+  const end = () => {
+    socket?.destroy();
+    stream.destroy();
+  };
+  let idleTimer: NodeJS.Timeout | undefined;
+  const lifeTimer = lifetimeMs ? setTimeout(end, lifetimeMs).unref() : undefined;
+  if (idleMs) {
+    const check = () => {
+      const quiet = Date.now() - last;
+      if (quiet >= idleMs) return end();
+      idleTimer = setTimeout(check, idleMs - quiet).unref();
+    };
+    idleTimer = setTimeout(check, idleMs).unref();
+  }
+  stream.once("close", () => {
+    clearTimeout(idleTimer);
+    clearTimeout(lifeTimer);
+  });
 }

@@ -28,6 +28,9 @@ import { recoverReplays } from "./deploy/replay-runner.ts";
 import { ReplicaKeeper, type ReplicaKeeperOptions } from "./deploy/replica-keeper.ts";
 import { Replicator } from "./deploy/replication.ts";
 import { FetchPolicy } from "./fetch-policy.ts";
+import { IngressNames } from "./ingress/ingress-names.ts";
+import { type IngressDeps, probeThrough } from "./ingress/ingress-phase.ts";
+import { type IngressProxyDeps, serveIngress, upgradeIngress } from "./ingress/ingress-proxy.ts";
 import { proxyHttp, proxyUpgrade } from "./port-tunnels.ts";
 import { PortsOrigin } from "./ports-origin.ts";
 import type { RateLimitOptions } from "./rate-limit.ts";
@@ -109,6 +112,13 @@ export interface ServerOptions {
   contextExpiry?: ContextExpiryOptions;
   /** The port the ports listener binds (default: any free one). It binds `host`, as the API does. */
   portsPort?: number;
+  /** The address the ports listener binds (default: `host`): names can face the world, the API not. */
+  portsHost?: string;
+  /**
+   * The ports listener's own certificate (say, a wildcard for `*.<ingress domain>`); default: `tls`.
+   * With it, port URLs and names are served over HTTPS whatever the API is served over.
+   */
+  portsTls?: { certPath: string; keyPath: string };
   /**
    * Where the other replicas on the same PostgreSQL reach this one (default: the URL it listens
    * on). Calls for the hosts connected here come through it (replicas/peer-links.ts).
@@ -116,6 +126,12 @@ export interface ServerOptions {
   peerUrl?: string;
   /** How long a deployment's lease lasts unrenewed before another replica takes it over (default 15 s). */
   leaseMs?: number;
+  /**
+   * Ingress names for published ports, served on the ports listener (ingress/ingress-names.ts).
+   * `domain` is `HOST[:PORT]` (the port clients use; default the ports listener's); null turns names
+   * off. Default: `localhost:<ports port>` when the server listens on loopback, none otherwise.
+   */
+  ingress?: { domain?: string | null; idleMs?: number; lifetimeMs?: number };
 }
 
 export interface RunningServer {
@@ -124,6 +140,8 @@ export interface RunningServer {
   portsOrigin: string;
   /** The address the ports listener is bound to. */
   portsUrl: string;
+  /** The domain ingress names live under (`HOST[:PORT]`), or null when names are off. */
+  ingressDomain: string | null;
   /** Set on the first start only: the admin key, shown once. */
   adminKey: string | null;
   store: Store;
@@ -175,7 +193,9 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     hostFigures: () => hostFigureTotals(store, (id) => hosts.isConnected(id)),
   });
   let ready = false;
+  let ingressDeps: IngressDeps | null = null;
   const deployer = new Deployer({
+    ingress: () => ingressDeps,
     observer: metrics,
     store,
     hosts,
@@ -221,31 +241,71 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   // Port URLs: a listener of their own, so a sandbox's page never shares the console's origin.
   if (options.portsOrigin) new PortsOrigin(options.portsOrigin); // a bad template fails before listening
   const listenHost = options.host ?? "127.0.0.1";
+  // A proxied connection (port URL or ingress name) sitting idle, or living, past these is closed.
+  const relayLimits = {
+    idleMs: options.ingress?.idleMs ?? 3_600_000,
+    lifetimeMs: options.ingress?.lifetimeMs ?? 86_400_000,
+  };
   const scheme = options.tls ? "https" : "http";
   const host = options.host && options.host !== "0.0.0.0" ? options.host : "127.0.0.1";
   const tls = options.tls
     ? { cert: readFileSync(options.tls.certPath), key: readFileSync(options.tls.keyPath) }
     : null;
   let portsOrigin: PortsOrigin | undefined;
-  const portsListener = getRequestListener((req) =>
-    portsOrigin ? servePortUrl(store, hosts, portsOrigin, req) : new Response(null, { status: 503 }),
-  );
-  const portsServer: Server = tls ? createHttpsServer(tls, portsListener) : createHttpServer(portsListener);
+  let ingress: IngressProxyDeps | undefined;
+  const portsListener = getRequestListener(async (req) => {
+    const named = ingress ? await serveIngress(ingress, req) : null;
+    if (named) return named;
+    return portsOrigin
+      ? servePortUrl(store, hosts, portsOrigin, req, relayLimits)
+      : new Response(null, { status: 503 });
+  });
+  const portsTls = options.portsTls
+    ? { cert: readFileSync(options.portsTls.certPath), key: readFileSync(options.portsTls.keyPath) }
+    : tls;
+  const portsScheme = portsTls ? "https" : "http";
+  const portsListenHost = options.portsHost ?? listenHost;
+  const portsHost = portsListenHost !== "0.0.0.0" ? portsListenHost : host;
+  const portsServer: Server = portsTls
+    ? createHttpsServer(portsTls, portsListener)
+    : createHttpServer(portsListener);
   portsServer.keepAliveTimeout = 65_000;
   portsServer.headersTimeout = 66_000;
   portsServer.on("upgrade", (req, socket, head) => {
+    if (ingress && upgradeIngress(ingress, req, socket, head)) return;
     if (!portsOrigin) return void socket.destroy();
-    void proxyUpgrade(store, hosts, portsOrigin, req, socket, head).catch(() => socket.destroy());
+    void proxyUpgrade(store, hosts, portsOrigin, req, socket, head, relayLimits).catch(() =>
+      socket.destroy(),
+    );
   });
-  await listen(portsServer, options.portsPort ?? 0, listenHost);
+  await listen(portsServer, options.portsPort ?? 0, portsListenHost);
   const portsPort = (portsServer.address() as AddressInfo).port;
-  const portsUrl = `${scheme}://${host}:${portsPort}`;
+  const portsUrl = `${portsScheme}://${portsHost.includes(":") ? `[${portsHost}]` : portsHost}:${portsPort}`;
   portsOrigin = new PortsOrigin(
-    options.portsOrigin ?? defaultPortsOrigin(scheme, host, portsPort, options.publicUrl),
+    options.portsOrigin ?? defaultPortsOrigin(portsScheme, portsHost, portsPort, options.publicUrl),
   );
+  const ingressDomain =
+    options.ingress?.domain === undefined
+      ? ["127.0.0.1", "::1", "[::1]"].includes(portsHost)
+        ? `localhost:${portsPort}`
+        : null
+      : options.ingress.domain;
+  const ingressNames = ingressDomain
+    ? new IngressNames(
+        {
+          domain: ingressDomain,
+          scheme: portsScheme,
+          ...(portsTls ? { certificatePem: portsTls.cert } : {}),
+          ...relayLimits,
+        },
+        (label) => secrets.derive(label),
+      )
+    : null;
+  if (ingressNames) ingressDeps = { names: ingressNames, probe: probeThrough(portsUrl, ingressNames) };
   let e2bSweep: NodeJS.Timeout | undefined;
   const app = createApp({
     portsOrigin,
+    ingress: ingressNames,
     store,
     hosts,
     deployer,
@@ -268,6 +328,26 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     },
     ...(options.keepAliveMs ? { keepAliveMs: options.keepAliveMs } : {}),
   });
+  if (ingressNames)
+    ingress = {
+      store,
+      hosts,
+      names: ingressNames,
+      // E2B's host mode: envd's calls on `49983-{id}.{domain}`, answered by the gateway at /e2b.
+      envd: async (req, sandboxId, path) => {
+        const headers = new Headers(req.headers);
+        headers.set("e2b-sandbox-id", sandboxId);
+        headers.set("e2b-sandbox-port", "49983");
+        return app.fetch(
+          new Request(new URL(`/e2b${path}`, "http://in-process"), {
+            method: req.method,
+            headers,
+            body: req.body,
+            ...(req.body ? { duplex: "half" } : {}),
+          } as RequestInit),
+        );
+      },
+    };
   const appListener = getRequestListener(app.fetch);
   // Replicas fetch build contexts from each other (peer-contexts.ts); everything else is the app's.
   const listener = (req: IncomingMessage, res: ServerResponse) => {
@@ -312,6 +392,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     url,
     portsOrigin: portsOrigin.template,
     portsUrl,
+    ingressDomain: ingressNames?.domain ?? null,
     adminKey,
     store,
     hosts,
@@ -382,12 +463,13 @@ async function servePortUrl(
   hub: HostOperations,
   origin: PortsOrigin,
   req: Request,
+  limits: { idleMs: number; lifetimeMs: number },
 ): Promise<Response> {
   const u = new URL(req.url);
   const parts = origin.route(req.headers.get("host") ?? u.host, u.pathname + u.search);
   try {
     if (!parts) throw new DenvError("not_found", "no such port URL");
-    return await proxyHttp(store, hub, parts.token, parts.rest, req);
+    return await proxyHttp(store, hub, parts.token, parts.rest, req, limits);
   } catch (err) {
     const e = isDenvError(err) ? err : new DenvError("unavailable", "the port URL could not be reached");
     return Response.json(e.toJSON(), {

@@ -119,6 +119,26 @@ test("x-denv.replicas: 1 to 16 copies; absent leaves the spec (and its hash) as 
   }
 });
 
+test("x-denv.ingress.public: services that publish a port; absent leaves the spec as before; anything else is refused where it is", () => {
+  const file = (ingress: string) =>
+    `x-denv: { kind: service${ingress ? `, ingress: ${ingress}` : ""} }\nservices:\n  web: { image: "img:1", ports: ["8000"] }\n  db: { image: "img:1" }\n`;
+  const r = validateCompose(file("{ public: [web, web] }"), { env: {} });
+  assert.ok(r.ok, JSON.stringify(!r.ok && r.errors));
+  assert.deepEqual(r.ok && r.spec.ingress, { public: ["web"] });
+  const none = validateCompose(file(""), { env: {} });
+  assert.ok(none.ok && !("ingress" in none.spec));
+  for (const [bad, says] of [
+    ["{ public: [nope] }", /ingress\.public names service nope, which is not in the file/],
+    ["{ public: [db] }", /db, which publishes no port/],
+    ["{ public: web }", /public/],
+    ["{ private: [web] }", /private/],
+  ] as const) {
+    const b = validateCompose(file(bad), { env: {} });
+    assert.equal(b.ok, false, `ingress: ${bad} was accepted`);
+    assert.match(JSON.stringify(!b.ok && b.errors), says, bad);
+  }
+});
+
 test("x-denv.pool: a number or {size}, 0 to 256; absent leaves the spec (and its hash) as before; anything else is refused where it is", () => {
   const file = (pool: string) =>
     `x-denv: { kind: agent${pool ? `, pool: ${pool}` : ""} }\nservices:\n  box: { image: "img:1", user: "1000" }\n`;

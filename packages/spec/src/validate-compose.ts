@@ -353,6 +353,7 @@ function validateWith(
     ...(x.pool === undefined ? {} : { pool: typeof x.pool === "object" ? x.pool.size : x.pool }),
     ...(x.replicas === undefined ? {} : { replicas: x.replicas }),
     ...(x.target === undefined ? {} : { target: x.target }),
+    ...(x.ingress?.public?.length ? { ingress: { public: [...new Set(x.ingress.public)].sort() } } : {}),
     agent: agentService ? { service: agentService } : null,
     warm: warmItems.map((w) =>
       typeof w === "string"
@@ -502,6 +503,21 @@ function checkXDenv(
         `checkpoint names service ${svc}, which is not in the file`,
       );
   }
+  (x.ingress?.public ?? []).forEach((svc, i) => {
+    const ports = rawServices.get(svc)?.ports;
+    if (!serviceNames.has(svc))
+      issues.error(
+        "service_unknown",
+        ["x-denv", "ingress", "public", i],
+        `ingress.public names service ${svc}, which is not in the file`,
+      );
+    else if (!Array.isArray(ports) || ports.length === 0)
+      issues.error(
+        "x_denv_invalid",
+        ["x-denv", "ingress", "public", i],
+        `ingress.public names service ${svc}, which publishes no port (add ports: to it)`,
+      );
+  });
   const v = x.verifier;
   if (v) {
     if ((v.image === undefined) === (v.service === undefined)) {

@@ -36,6 +36,12 @@ export const xDenvSchema = z.strictObject({
   checkpoint: z.record(z.string(), z.union([commandSchema, z.array(commandSchema).min(1)])).optional(),
   /** Copies of each version kept on distinct hosts (the one it was taken on counts): 1 to 16. */
   replicas: z.number().int().min(1).max(16).optional(),
+  /** Ingress names: which services' published ports answer without the environment's token. */
+  ingress: z
+    .strictObject({
+      public: z.array(z.string().min(1)).max(64).optional(),
+    })
+    .optional(),
   /** Where the project's environments run: a connected cloud or target by name (a host's name too). */
   target: z
     .string()

@@ -339,10 +339,26 @@ class PostV1EnvsByIdPortsByPortResponse(TypedDict):
     url: str
     port: float
     service: str | None
+    ingress_url: str | None
 
 
 class DeleteV1EnvsByIdPortsByPortResponse(TypedDict):
     revoked: float
+
+
+class GetV1EnvsByIdIngressResponseNamesItem(TypedDict):
+    host: str
+    url: str
+    service: str
+    port: float
+    public: bool
+
+
+class GetV1EnvsByIdIngressResponse(TypedDict):
+    domain: str | None
+    token: str | None
+    names: list[GetV1EnvsByIdIngressResponseNamesItem]
+    port_host_template: str | None
 
 
 class GetV1EnvsByIdPortsResponsePortsItem(TypedDict):

@@ -32,6 +32,16 @@ export function registerServer(program: Command): void {
       "10",
     )
     .option("--ports-port <port>", "port the port-URL listener binds on --host (default: the API's port + 1)")
+    .option(
+      "--ingress-domain <domain>",
+      "names for published ports under DOMAIN[:PORT] ({port}-{id}.DOMAIN and {service}.{env}.{project}.DOMAIN, served on --ports-port; wildcard DNS to this server, and with --tls-cert a certificate for *.DOMAIN); none turns names off (default localhost:<ports port> on loopback, none otherwise)",
+    )
+    .option("--ports-host <addr>", "address the port-URL and ingress listener binds (default --host)")
+    .option(
+      "--ports-tls-cert <path>",
+      "serve port URLs and ingress names over HTTPS with this certificate (PEM; a wildcard for *.DOMAIN), whatever the API uses; default --tls-cert",
+    )
+    .option("--ports-tls-key <path>", "and this private key (PEM)")
     .option("--tls-cert <path>", "serve HTTPS with this certificate (PEM)")
     .option("--tls-key <path>", "and this private key (PEM)")
     .option(
@@ -82,6 +92,10 @@ Examples:
         allowFetch?: string;
         portsOrigin?: string;
         portsPort?: string;
+        ingressDomain?: string;
+        portsHost?: string;
+        portsTlsCert?: string;
+        portsTlsKey?: string;
         teamQuotaGib: string;
         hostWaitS: string;
         hostLostAfterS: string;
@@ -107,6 +121,8 @@ Examples:
           throw new UsageError(`--team-quota-gib ${o.teamQuotaGib} is not a positive number of GiB`);
         if (Boolean(o.tlsCert) !== Boolean(o.tlsKey))
           throw new UsageError("--tls-cert and --tls-key go together");
+        if (Boolean(o.portsTlsCert) !== Boolean(o.portsTlsKey))
+          throw new UsageError("--ports-tls-cert and --ports-tls-key go together");
         const port = Number(o.port);
         if (!Number.isInteger(port) || port < 0 || port > 65535)
           throw new UsageError(`--port ${o.port} is not a port`);
@@ -118,7 +134,15 @@ Examples:
           (portsPort === port && port !== 0)
         )
           throw new UsageError(`--ports-port ${o.portsPort ?? portsPort} is not a port other than --port`);
-        const { parseFetchAllow, PortsOrigin, startServer } = await import("@denv/server");
+        const { IngressNames, parseFetchAllow, PortsOrigin, startServer } = await import("@denv/server");
+        const ingressDomain = o.ingressDomain === "none" ? null : o.ingressDomain;
+        if (ingressDomain) {
+          try {
+            new IngressNames({ domain: ingressDomain, scheme: "http" }, () => "");
+          } catch (err) {
+            throw new UsageError(`--ingress-domain: ${(err as Error).message}`);
+          }
+        }
         if (o.portsOrigin) {
           try {
             new PortsOrigin(o.portsOrigin);
@@ -138,6 +162,11 @@ Examples:
           hostWatch: { lostAfterMs: Math.round(lostAfterS * 1000) },
           leaseMs: Math.round(leaseS * 1000),
           ...(peerUrl ? { peerUrl } : {}),
+          ...(ingressDomain !== undefined ? { ingress: { domain: ingressDomain } } : {}),
+          ...(o.portsHost ? { portsHost: o.portsHost } : {}),
+          ...(o.portsTlsCert && o.portsTlsKey
+            ? { portsTls: { certPath: o.portsTlsCert, keyPath: o.portsTlsKey } }
+            : {}),
           ...(o.portsOrigin ? { portsOrigin: o.portsOrigin } : {}),
           ...(o.tlsCert && o.tlsKey ? { tls: { certPath: o.tlsCert, keyPath: o.tlsKey } } : {}),
           adminKey: process.env.DENV_ADMIN_KEY,
@@ -148,6 +177,7 @@ Examples:
         });
         process.stdout.write(`denv server listening on ${server.url}\n`);
         process.stdout.write(`port URLs served on ${server.portsOrigin} (listening on ${server.portsUrl})\n`);
+        if (server.ingressDomain) process.stdout.write(`ingress names under ${server.ingressDomain}\n`);
         if (server.adminKey) process.stdout.write(`admin API key (shown once): ${server.adminKey}\n`);
         if (server.recovered.length) {
           process.stdout.write(

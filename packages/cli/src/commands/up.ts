@@ -64,12 +64,13 @@ Examples:
           printJson({
             server: server.url,
             ports_origin: server.portsOrigin,
+            ingress_domain: server.ingressDomain,
             api_key: key,
             storage: storage.kind,
           });
         else {
           process.stdout.write(
-            `denv is up: server ${server.url}, port URLs on ${server.portsOrigin}, local host joined (storage ${storage.kind})\n`,
+            `denv is up: server ${server.url}, port URLs on ${server.portsOrigin}, names under ${server.ingressDomain ?? "(none)"}, local host joined (storage ${storage.kind})\n`,
           );
           if (key)
             process.stdout.write(`API key: ${key}\n  denv login --server ${server.url} --api-key ${key}\n`);

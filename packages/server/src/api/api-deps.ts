@@ -2,6 +2,7 @@
  * What every route may use, set on each request's context (`c.var.deps`), and who is asking
  * (`c.var.teamId`, role, key): the types of the API's context.
  */
+
 import type { McpSessions } from "@denv/mcp";
 import type { Context } from "hono";
 import type { BuildContexts } from "../build-contexts.ts";
@@ -12,6 +13,7 @@ import type { PoolKeeper } from "../deploy/pool-keeper.ts";
 import type { ReplicaKeeper } from "../deploy/replica-keeper.ts";
 import type { Replicator } from "../deploy/replication.ts";
 import type { FetchPolicy } from "../fetch-policy.ts";
+import type { IngressNames } from "../ingress/ingress-names.ts";
 import type { PortsOrigin } from "../ports-origin.ts";
 import type { RateLimiter } from "../rate-limit.ts";
 import type { Store } from "../store/open-store.ts";
@@ -46,6 +48,8 @@ export interface ApiDeps {
   mcp: McpSessions;
   /** Where port URLs are served (never this origin). */
   portsOrigin: PortsOrigin;
+  /** Ingress names for published ports (ingress/ingress-names.ts); null when the server has none. */
+  ingress: IngressNames | null;
   /** How often a quiet command's stream carries a keep-alive (KEEPALIVE_INTERVAL_MS). */
   keepAliveMs: number;
 }

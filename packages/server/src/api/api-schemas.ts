@@ -374,6 +374,28 @@ export const portUrlCreated = z.object({
   url: z.string(),
   port: z.number(),
   service: z.string().nullable(),
+  /** The port's ingress name (`{port}-{id}.{domain}`), private behind the environment's ingress token; null when the server has no ingress domain. */
+  ingress_url: z.string().nullable(),
+});
+
+export const ingressNameSchema = z.object({
+  host: z.string(),
+  url: z.string(),
+  service: z.string(),
+  port: z.number(),
+  /** Whether it answers without the environment's token (x-denv.ingress.public). */
+  public: z.boolean(),
+});
+
+export const envIngress = z.object({
+  /** `HOST[:PORT]` the names live under; null when the server has no ingress domain. */
+  domain: z.string().nullable(),
+  /** What a private name asks of each request, in the denv-ingress-token header (or e2b-traffic-access-token, or ?_denv_token=). */
+  token: z.string().nullable(),
+  /** The names the environment's deploy claimed for its published ports. */
+  names: z.array(ingressNameSchema),
+  /** `{port}-{id}.{domain}`: reaches any port of the environment's default service (private). */
+  port_host_template: z.string().nullable(),
 });
 
 export const portUrlListed = z.object({

@@ -7,11 +7,19 @@ import { PassThrough, type Readable } from "node:stream";
 import { DenvError, isDenvError } from "@denv/protocol";
 import { stream } from "hono/streaming";
 import { z } from "zod";
+import { listIngressNames, publishPortName } from "../ingress/ingress-routes.ts";
 import { createPortUrl, listPortUrls, revokePortUrls } from "../port-tunnels.ts";
 import type { ExecOutcome, OutputSink } from "../targets/target.ts";
 import type { ApiContext } from "./api-deps.ts";
 import { type ApiRoute, route } from "./api-route.ts";
-import { execBody, execResult, portUrlBody, portUrlCreated, portUrlListed } from "./api-schemas.ts";
+import {
+  envIngress,
+  execBody,
+  execResult,
+  portUrlBody,
+  portUrlCreated,
+  portUrlListed,
+} from "./api-schemas.ts";
 import { assertRunning, envOf, runningOn, serviceOf, tcpPort } from "./environment-access.ts";
 import { requestBody, splitExecStream, streamResponse } from "./host-bytes.ts";
 import { environmentTarget } from "./team-targets.ts";
@@ -244,7 +252,32 @@ export const environmentIoRoutes: ApiRoute[] = [
         port,
         origin: c.var.deps.portsOrigin,
       });
-      return c.json({ url, port, service: body.service ?? null }, 201);
+      // The port by name too: `{port}-{id}` reaches the service asked for (private, as every name
+      // not listed in x-denv.ingress.public).
+      const names = c.var.deps.ingress;
+      const ingressUrl = names
+        ? await publishPortName(c.var.deps.store, names, e, body.service ?? null, port)
+        : null;
+      return c.json({ url, port, service: body.service ?? null, ingress_url: ingressUrl }, 201);
+    },
+  }),
+  route({
+    method: "get",
+    path: "/v1/envs/{id}/ingress",
+    summary:
+      "The environment's ingress names for its published ports, and the token its private names ask for",
+    response: envIngress,
+    auth: true,
+    handler: async (c) => {
+      const e = await envOf(c);
+      const names = c.var.deps.ingress;
+      if (!names) return c.json({ domain: null, token: null, names: [], port_host_template: null });
+      return c.json({
+        domain: names.domain,
+        token: names.tokenFor(e.id),
+        names: await listIngressNames(c.var.deps.store, names, e.id),
+        port_host_template: names.urlFor(names.portHost(0, e.id)).replace("://0-", "://{port}-"),
+      });
     },
   }),
   // Port URLs are bound to their environment: listed (never with their tokens, shown once) and

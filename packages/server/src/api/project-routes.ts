@@ -134,6 +134,7 @@ export const projectRoutes: ApiRoute[] = [
       const envIds = envs.map((e) => e.id);
       if (envIds.length) {
         await store.deleteFrom("port_urls").where("environment_id", "in", envIds).execute();
+        await store.deleteFrom("ingress_names").where("environment_id", "in", envIds).execute();
         await store.deleteFrom("deployments").where("environment_id", "in", envIds).execute();
         await store.deleteFrom("environments").where("id", "in", envIds).execute();
       }

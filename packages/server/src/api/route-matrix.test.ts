@@ -18,6 +18,7 @@ import { createApp } from "../app.ts";
 import { SecretBox } from "../clouds/secret-box.ts";
 import { Deployer } from "../deploy/deployer.ts";
 import { FetchPolicy } from "../fetch-policy.ts";
+import { IngressNames } from "../ingress/ingress-names.ts";
 import { PortsOrigin } from "../ports-origin.ts";
 import { insertCloud } from "../store/cloud-store.ts";
 import { insertDeployment } from "../store/deployment-store.ts";
@@ -189,6 +190,7 @@ before(async () => {
   writeFileSync(join(dir, "dist", "denvd.version"), "0.1.0+test\n");
   app = createApp({
     portsOrigin: new PortsOrigin("http://localhost:1"),
+    ingress: new IngressNames({ domain: "denv.test", scheme: "http" }, (l) => secrets.derive(l)),
     store,
     hosts: hub,
     deployer,
@@ -540,6 +542,7 @@ const CASES: Record<string, Case> = {
     status: 201,
   },
   "get /v1/envs/{id}/ports": { path: () => `/v1/envs/${a.env}/ports`, status: 200 },
+  "get /v1/envs/{id}/ingress": { path: () => `/v1/envs/${a.env}/ingress`, status: 200 },
   "delete /v1/envs/{id}/ports": { path: () => `/v1/envs/${a.env}/ports`, status: 200 },
   "delete /v1/envs/{id}/ports/{port}": { path: () => `/v1/envs/${a.env}/ports/8080`, status: 200 },
   "get /v1/tunnels/{token}/{path}": { path: () => "/v1/tunnels/dpt_unknown/x", status: 404 },

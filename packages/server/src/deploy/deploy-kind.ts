@@ -8,6 +8,7 @@ import { type ResolvedSpec, stackName } from "@denv/protocol";
 import { pinSpec, RegistryPinner, withContextDigests } from "@denv/spec";
 import { normalizedTar } from "../build-contexts.ts";
 import type { ProvisionedMachine, Provisioner } from "../clouds/provisioner.ts";
+import { ingressEvidence } from "../ingress/ingress-phase.ts";
 import { environmentById, findOrCreateEnvironment, updateEnvironment } from "../store/environment-store.ts";
 import type { CloudsTable, EnvironmentsTable, ProjectsTable } from "../store/schema.ts";
 import { resolveSeeds, seedDatasets } from "./bind-seeds.ts";
@@ -92,13 +93,6 @@ async function deployPhases(
     return { evidence: await runner.hosts.call(hostId, "warm", { stack_id: stackId }) };
   });
   const versionId = await snapshotPhase(runner, rec, before, hostId, stackId, async () => spec);
-  const published = Object.values(spec.services).some((s) => s.ports.length > 0);
-  await rec.skip(
-    "ingress",
-    published
-      ? "ingress names and TLS are not available yet: published ports are not exposed"
-      : "no service publishes a port",
-  );
   // The new stack replaces the old one only now, when it is whole. The old one is written down
   // first: a restart between the switch and its removal still removes it (deployment-recovery.ts).
   if (before.stack_id) {
@@ -122,6 +116,7 @@ async function deployPhases(
   await retireHosted(runner, before);
   delete rec.state.retiring_stack_id;
   delete rec.state.retiring_sandbox;
+  await ingressPhase(runner, rec, project, before, spec);
   await rec.verdict("succeeded", null, { version_id: versionId, environment: before.name, host_id: hostId });
   runner.options.onDeployed?.({
     teamId: project.team_id,
@@ -129,6 +124,35 @@ async function deployPhases(
     versionId,
     pool: spec.pool ?? 0,
   });
+}
+
+/**
+ * ingress: names for the published ports, run once the environment serves from its new stack (the
+ * probe goes through the names to it). The deploy stands whatever a probe finds: what each name
+ * answered is the evidence, and a name that could not be had is said with its reason.
+ */
+async function ingressPhase(
+  runner: DeploymentRunner,
+  rec: PhaseRecorder,
+  project: ProjectsTable,
+  env: EnvironmentsTable,
+  spec: ResolvedSpec,
+): Promise<void> {
+  const published = Object.values(spec.services).some((s) => s.ports.length > 0);
+  const ingress = runner.options.ingress?.();
+  if (!published) return rec.skip("ingress", "no service publishes a port");
+  if (!ingress)
+    return rec.skip(
+      "ingress",
+      "the server has no ingress domain (denv server --ingress-domain): published ports are reached by port URLs",
+    );
+  try {
+    await rec.run("ingress", async () => ({
+      evidence: await ingressEvidence(runner.store, ingress, env, project.name, spec),
+    }));
+  } catch {
+    // Recorded as the phase's failure; the environment already serves its new version.
+  }
 }
 
 /** A git source's files the compose file reads: at most this many, each at most this large. */

@@ -19,6 +19,7 @@
  * (every step is idempotent). Every deployment ends succeeded or rolled_back.
  */
 import { type OpMethod, type OpParams, retiredEnvironmentName } from "@denv/protocol";
+import { releaseIngressNames } from "../ingress/ingress-routes.ts";
 import { revokePortUrls } from "../port-tunnels.ts";
 import { runningDeployments } from "../store/deployment-store.ts";
 import { environmentById, updateEnvironment } from "../store/environment-store.ts";
@@ -151,6 +152,7 @@ async function endDeployment(
           ))
     ) {
       const revoked = await revokePortUrls(store, env.id);
+      await releaseIngressNames(store, env.id);
       await updateEnvironment(store, env.id, {
         status: "destroyed",
         stack_id: null,

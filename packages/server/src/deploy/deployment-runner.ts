@@ -13,6 +13,7 @@ import type { Provisioner } from "../clouds/provisioner.ts";
 import type { SecretBox } from "../clouds/secret-box.ts";
 import type { FetchPolicy } from "../fetch-policy.ts";
 import { newId, now } from "../ids.ts";
+import type { IngressDeps } from "../ingress/ingress-phase.ts";
 import { withTrace } from "../server-log.ts";
 import type { DeploymentObserver } from "../server-metrics.ts";
 import { deploymentById, insertDeployment } from "../store/deployment-store.ts";
@@ -50,6 +51,11 @@ export interface DeployerOptions {
   observer?: DeploymentObserver;
   /** The lease each new deployment starts under (replicas/deployment-leases.ts renews it). */
   lease?: { owner: string; ms: number };
+  /**
+   * Names for published ports (the ingress phase), known once the ports listener is bound; absent
+   * or null: the phase is skipped, saying why.
+   */
+  ingress?: () => IngressDeps | null;
 }
 
 /** A deployment under way: its id, and a promise settled once it has its verdict. */

@@ -1,5 +1,6 @@
 /** destroy: an environment's stack and data removed from its host. Its versions stay. */
 import { DenvError, retiredEnvironmentName } from "@denv/protocol";
+import { releaseIngressNames } from "../ingress/ingress-routes.ts";
 import { revokePortUrls } from "../port-tunnels.ts";
 import { environmentById, updateEnvironment } from "../store/environment-store.ts";
 import type { EnvironmentsTable } from "../store/schema.ts";
@@ -30,6 +31,7 @@ export async function runDestroy(runner: DeploymentRunner, env: EnvironmentsTabl
     // (kept, marked, on the record) so that a new environment of that name is a new identity,
     // which nothing minted for the old one can reach.
     const revoked = await revokePortUrls(runner.store, env.id);
+    await releaseIngressNames(runner.store, env.id);
     await updateEnvironment(runner.store, env.id, {
       status: "destroyed",
       stack_id: null,

@@ -5,6 +5,7 @@
  */
 import { timingSafeEqual } from "node:crypto";
 import type { SecretBox } from "../clouds/secret-box.ts";
+import type { IngressNames } from "../ingress/ingress-names.ts";
 import { RateLimiter } from "../rate-limit.ts";
 import type { Store } from "../store/open-store.ts";
 import type { E2bSandboxesTable } from "../store/schema.ts";
@@ -34,6 +35,8 @@ export interface E2bGatewayOptions {
   limiter?: RateLimiter;
   /** The clock, in ms (tests drive it). */
   nowMs?: () => number;
+  /** Ingress names: `domain` and `trafficAccessToken` in a sandbox's body (getHost works by it). */
+  ingress?: IngressNames | null;
 }
 
 /** A request's headers, as the routes read them. */
@@ -45,6 +48,7 @@ export interface E2bContext {
   v1: V1Call;
   limiter: RateLimiter;
   nowMs: () => number;
+  ingress: IngressNames | null;
   processes: EnvdProcesses;
   /** The sandbox's envd access token: derived from the server's key and its salt, never stored. */
   tokenOf(s: Pick<Sandbox, "environment_id" | "token_salt">): string;
@@ -68,6 +72,7 @@ export function e2bContext(options: E2bGatewayOptions): E2bContext {
     v1: options.v1,
     limiter: options.limiter ?? new RateLimiter(),
     nowMs: options.nowMs ?? Date.now,
+    ingress: options.ingress ?? null,
     processes: new EnvdProcesses(),
     tokenOf,
     async sandboxOf(teamId, sandboxId) {

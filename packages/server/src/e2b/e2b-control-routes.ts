@@ -37,7 +37,7 @@ export class E2bHttpError extends Error {
 
 /** Mounts the control plane's routes; returns the sweep that kills sandboxes past their timeout. */
 export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => Promise<number> } {
-  const { store, secrets, v1, nowMs, processes, tokenOf, sandboxOf, limiter } = ctx;
+  const { store, secrets, v1, nowMs, processes, tokenOf, sandboxOf, limiter, ingress } = ctx;
 
   /** The key in X-API-Key (or Authorization: Bearer), or a 401. */
   async function callersKey(c: Headed) {
@@ -65,7 +65,9 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
     clientID: "denv",
     envdVersion: ENVD_VERSION,
     envdAccessToken: tokenOf(s),
-    domain: null,
+    // getHost(port) is `${port}-${sandboxID}.${domain}`: an ingress name, private behind this token.
+    domain: ingress?.domain ?? null,
+    ...(ingress ? { trafficAccessToken: ingress.tokenFor(s.environment_id) } : {}),
   });
 
   const detail = (s: Sandbox) => ({

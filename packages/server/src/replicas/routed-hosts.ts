@@ -14,7 +14,7 @@ import { DenvError, type MuxStream, type OpMethod, type OpParams, type OpResult 
 import { newId } from "../ids.ts";
 import type { Store } from "../store/open-store.ts";
 import type { HostConnections } from "../targets/denvd/host-connections.ts";
-import type { HostCallOptions, HostOperations } from "../targets/denvd/host-operations.ts";
+import { type HostCallOptions, type HostOperations, tunnelStream } from "../targets/denvd/host-operations.ts";
 import { isLinkDown, type PeerLinks } from "./peer-links.ts";
 import type { LiveReplica, ReplicaRegistry } from "./replica-registry.ts";
 
@@ -161,9 +161,10 @@ export class RoutedHosts implements HostOperations {
   async openTunnel(
     hostId: string,
     params: { stack_id: string; service?: string | undefined; port: number },
+    options?: { early?: boolean },
   ): Promise<Duplex> {
     const holder = await this.route(hostId, "open_tunnel", 0);
-    if (!holder) return this.local.openTunnel(hostId, params);
+    if (!holder) return this.local.openTunnel(hostId, params, options);
     const { streams, result } = await this.streamCall(
       hostId,
       "open_tunnel",
@@ -171,14 +172,7 @@ export class RoutedHosts implements HostOperations {
       ([id]) => ({ ...params, stream_id: id as number }),
       { timeoutMs: 30_000, waitForHostMs: 0, streamsOutliveOp: true },
     );
-    const stream = streams[0] as MuxStream;
-    try {
-      await result;
-    } catch (err) {
-      stream.destroy();
-      throw err;
-    }
-    return stream;
+    return tunnelStream(streams[0] as MuxStream, result, options?.early === true);
   }
 
   /** A link to the holder failed: it is not routed to for a while. */

@@ -404,6 +404,24 @@ export const MIGRATIONS: Record<string, Migration> = {
       await db.schema.createIndex("e2b_sandboxes_team").on("e2b_sandboxes").column("team_id").execute();
     },
   },
+  "0017_ingress_names": {
+    // Ingress names an environment's deploy claimed (ingress/ingress-routes.ts): a host name, the
+    // service and port it reaches, and whether it answers without the environment's token. A
+    // readable name is held by the first environment to claim it until that one is gone.
+    up: async (db) => {
+      await db.schema
+        .createTable("ingress_names")
+        .addColumn("host", text, (c) => c.primaryKey())
+        .addColumn("environment_id", text, (c) => c.notNull())
+        .addColumn("team_id", text, (c) => c.notNull())
+        .addColumn("service", text, (c) => c.notNull())
+        .addColumn("port", "integer", (c) => c.notNull())
+        .addColumn("public", "integer", (c) => c.notNull())
+        .addColumn("created_at", text, (c) => c.notNull())
+        .execute();
+      await db.schema.createIndex("ingress_names_env").on("ingress_names").column("environment_id").execute();
+    },
+  },
 };
 
 export const migrationProvider: MigrationProvider = {

@@ -228,6 +228,18 @@ export interface MigrationsTable {
   applied_at: string;
 }
 
+export interface IngressNamesTable {
+  /** The host name, lowercase, without a port. */
+  host: string;
+  environment_id: string;
+  team_id: string;
+  service: string;
+  port: number;
+  /** 1 when the name answers without the environment's ingress token. */
+  public: number;
+  created_at: string;
+}
+
 export interface PortUrlsTable {
   id: string;
   team_id: string;
@@ -319,6 +331,7 @@ export interface Database {
   e2b_sandboxes: E2bSandboxesTable;
   deployments: DeploymentsTable;
   port_urls: PortUrlsTable;
+  ingress_names: IngressNamesTable;
   clouds: CloudsTable;
   cloud_machines: CloudMachinesTable;
   pools: PoolsTable;

@@ -36,7 +36,7 @@ import { newId, now } from "../../ids.ts";
 import { currentTrace } from "../../server-log.ts";
 import { hostBySecret, hostDisconnected, updateHost } from "../../store/host-store.ts";
 import type { Store } from "../../store/open-store.ts";
-import type { HostOperations } from "./host-operations.ts";
+import { type HostOperations, tunnelStream } from "./host-operations.ts";
 
 interface PendingOp {
   opId: string;
@@ -286,6 +286,7 @@ export class HostHub implements HostOperations {
   async openTunnel(
     hostId: string,
     params: { stack_id: string; service?: string | undefined; port: number },
+    options?: { early?: boolean },
   ): Promise<Duplex> {
     const { streams, result } = await this.streamCall(
       hostId,
@@ -294,14 +295,7 @@ export class HostHub implements HostOperations {
       ([id]) => ({ ...params, stream_id: id as number }),
       { timeoutMs: 30_000, waitForHostMs: 0, streamsOutliveOp: true },
     );
-    const stream = streams[0] as MuxStream;
-    try {
-      await result;
-    } catch (err) {
-      stream.destroy();
-      throw err;
-    }
-    return stream;
+    return tunnelStream(streams[0] as MuxStream, result, options?.early === true);
   }
 
   private sendText(ws: WebSocket, text: string): void {

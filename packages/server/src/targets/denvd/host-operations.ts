@@ -36,14 +36,41 @@ export interface HostOperations {
     build: (ids: number[]) => OpParams<M>,
     options?: HostCallOptions & { streamsOutliveOp?: boolean },
   ): Promise<{ streams: MuxStream[]; result: Promise<OpResult<M>> }>;
-  /** A byte stream to a port inside an environment's service. */
+  /**
+   * A byte stream to a port inside an environment's service. With `early`, the stream is given as
+   * soon as the open is sent (what is written waits on the host until the port is reached), and a
+   * failed open destroys it with the host's error: one round trip less for a request relayed on it.
+   */
   openTunnel(
     hostId: string,
     params: { stack_id: string; service?: string | undefined; port: number },
+    options?: { early?: boolean },
   ): Promise<Duplex>;
   isConnected(hostId: string): boolean;
   /** Resolves when the host is connected, or rejects after timeoutMs. */
   waitConnected(hostId: string, timeoutMs: number): Promise<void>;
   /** Called each time a host says hello (first connection and every reconnect). */
   onHostReady(listener: (hostId: string) => void): void;
+}
+
+/**
+ * A tunnel's stream once its open has answered, or at once (`early`) with a failed open destroying
+ * it with the host's error.
+ */
+export async function tunnelStream(
+  stream: MuxStream,
+  opened: Promise<unknown>,
+  early: boolean,
+): Promise<Duplex> {
+  if (early) {
+    opened.catch((err: Error) => stream.destroy(err));
+    return stream;
+  }
+  try {
+    await opened;
+  } catch (err) {
+    stream.destroy();
+    throw err;
+  }
+  return stream;
 }

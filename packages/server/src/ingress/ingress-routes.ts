@@ -1,0 +1,224 @@
+/**
+ * The names an environment's deploy claims and what a request's Host header reaches. Names live in
+ * `ingress_names`; `{port}-{id}` names of ports no deploy published (E2B's `getHost(port)` on a
+ * sandbox) resolve from the environment itself, always private, to its default service.
+ */
+import type { ResolvedSpec } from "@denv/protocol";
+import { now } from "../ids.ts";
+import type { Store } from "../store/open-store.ts";
+import type { IngressNames } from "./ingress-names.ts";
+
+/** Statuses of an environment that no longer holds its names. */
+const DEAD = new Set(["destroyed", "failed", "lost"]);
+
+export interface IngressName {
+  host: string;
+  url: string;
+  service: string;
+  port: number;
+  public: boolean;
+}
+
+export interface IngressClaim {
+  names: IngressName[];
+  /** Names that could not be had, and why (another environment holds it, not a DNS label). */
+  refused: { service: string; host: string | null; reason: string }[];
+}
+
+/** What a request's host reaches, once the environment is known to be running. */
+export interface IngressTarget {
+  environmentId: string;
+  teamId: string;
+  hostId: string;
+  stackId: string;
+  /** null: the environment's default service (a `{port}-{id}` name no deploy published). */
+  service: string | null;
+  port: number;
+  public: boolean;
+}
+
+/**
+ * Claims an environment's names for what its spec publishes (each service's TCP ports): every port
+ * by `{port}-{id}`, and each service's first port by its readable name unless another live
+ * environment holds that. A redeploy replaces what the environment held.
+ */
+export async function claimIngressNames(
+  store: Store,
+  names: IngressNames,
+  env: { id: string; team_id: string; name: string },
+  projectName: string,
+  spec: ResolvedSpec,
+): Promise<IngressClaim> {
+  const open = new Set(spec.ingress?.public ?? []);
+  const wanted: IngressName[] = [];
+  const refused: IngressClaim["refused"] = [];
+  for (const [service, svc] of Object.entries(spec.services).sort(([a], [b]) => a.localeCompare(b))) {
+    const ports = [...new Set(svc.ports.filter((p) => p.protocol === "tcp").map((p) => p.target))];
+    if (!ports.length) continue;
+    const isPublic = open.has(service);
+    for (const port of ports) {
+      const host = names.portHost(port, env.id);
+      // `{port}-{id}` names one port of the environment: the first service (by name) publishing it.
+      const first = wanted.find((w) => w.host === host);
+      if (first)
+        refused.push({
+          service,
+          host,
+          reason: `${host} reaches port ${port} of ${first.service}, which publishes it too`,
+        });
+      else wanted.push({ host, url: names.urlFor(host), service, port, public: isPublic });
+    }
+    const readable = names.readableHost(
+      service.toLowerCase(),
+      env.name.toLowerCase(),
+      projectName.toLowerCase(),
+    );
+    if ("reason" in readable) refused.push({ service, host: null, reason: readable.reason });
+    else
+      wanted.push({
+        host: readable.host,
+        url: names.urlFor(readable.host),
+        service,
+        port: ports[0] as number,
+        public: isPublic,
+      });
+  }
+  const claimed: IngressName[] = [];
+  await store.deleteFrom("ingress_names").where("environment_id", "=", env.id).execute();
+  const insert = (n: IngressName) =>
+    store
+      .insertInto("ingress_names")
+      .values({
+        host: n.host,
+        environment_id: env.id,
+        team_id: env.team_id,
+        service: n.service,
+        port: n.port,
+        public: n.public ? 1 : 0,
+        created_at: now(),
+      })
+      .execute()
+      .then(
+        () => true,
+        () => false, // the host is the key: someone holds the name
+      );
+  for (const n of wanted) {
+    if (!(await insert(n))) {
+      const holder = await store
+        .selectFrom("ingress_names")
+        .leftJoin("environments", "environments.id", "ingress_names.environment_id")
+        .select(["ingress_names.environment_id", "environments.status"])
+        .where("ingress_names.host", "=", n.host)
+        .executeTakeFirst();
+      // A name is held while its environment lives; one destroyed (or gone) gives it up.
+      const alive = holder?.status && !DEAD.has(holder.status);
+      if (holder && !alive)
+        await store
+          .deleteFrom("ingress_names")
+          .where("host", "=", n.host)
+          .where("environment_id", "=", holder.environment_id)
+          .execute();
+      if (alive || !(await insert(n))) {
+        refused.push({ service: n.service, host: n.host, reason: "another environment holds this name" });
+        continue;
+      }
+    }
+    claimed.push(n);
+  }
+  return { names: claimed, refused };
+}
+
+/**
+ * `{port}-{id}` made to reach a given service (POST /v1/envs/{id}/ports/{port}); without a service
+ * the name already reaches the default one. Returns the name's URL.
+ */
+export async function publishPortName(
+  store: Store,
+  names: IngressNames,
+  env: { id: string; team_id: string },
+  service: string | null,
+  port: number,
+): Promise<string> {
+  const host = names.portHost(port, env.id);
+  if (service) {
+    const held = await store
+      .updateTable("ingress_names")
+      .set({ service })
+      .where("host", "=", host)
+      .where("environment_id", "=", env.id)
+      .executeTakeFirst();
+    if (Number(held.numUpdatedRows) === 0)
+      await store
+        .insertInto("ingress_names")
+        .values({
+          host,
+          environment_id: env.id,
+          team_id: env.team_id,
+          service,
+          port,
+          public: 0,
+          created_at: now(),
+        })
+        .execute();
+  }
+  return names.urlFor(host);
+}
+
+/** Gives up an environment's names (it is destroyed). */
+export async function releaseIngressNames(store: Store, environmentId: string): Promise<void> {
+  await store.deleteFrom("ingress_names").where("environment_id", "=", environmentId).execute();
+}
+
+/** The names an environment holds now. */
+export async function listIngressNames(
+  store: Store,
+  names: IngressNames,
+  environmentId: string,
+): Promise<IngressName[]> {
+  const rows = await store
+    .selectFrom("ingress_names")
+    .selectAll()
+    .where("environment_id", "=", environmentId)
+    .orderBy("host")
+    .execute();
+  return rows.map((r) => ({
+    host: r.host,
+    url: names.urlFor(r.host),
+    service: r.service,
+    port: r.port,
+    public: r.public === 1,
+  }));
+}
+
+/** What a Host header reaches: null when it names nothing running (the caller answers 404). */
+export async function resolveIngressHost(
+  store: Store,
+  names: IngressNames,
+  hostHeader: string | undefined | null,
+): Promise<IngressTarget | null> {
+  const parsed = names.parse(hostHeader);
+  if (!parsed) return null;
+  const row = await store
+    .selectFrom("ingress_names")
+    .select(["environment_id", "service", "port", "public"])
+    .where("host", "=", parsed.host)
+    .executeTakeFirst();
+  const environmentId = row?.environment_id ?? (parsed.form === "port" ? parsed.environmentId : null);
+  if (!environmentId) return null;
+  const env = await store
+    .selectFrom("environments")
+    .select(["team_id", "status", "host_id", "stack_id", "pool_id"])
+    .where("id", "=", environmentId)
+    .executeTakeFirst();
+  // A pool's member is nobody's yet; anything not running has nothing to reach.
+  if (env?.status !== "running" || env.pool_id || !env.host_id || !env.stack_id) return null;
+  return {
+    environmentId,
+    teamId: env.team_id,
+    hostId: env.host_id,
+    stackId: env.stack_id,
+    service: row?.service ?? null,
+    port: row?.port ?? (parsed.form === "port" ? parsed.port : 0),
+    public: row?.public === 1,
+  };
+}

@@ -4,6 +4,7 @@ export { type Datasheet, datasheetMarkdown } from "./api/datasheet.ts";
 export { createApp } from "./app.ts";
 export { DEPLOY_PHASES, Deployer } from "./deploy/deployer.ts";
 export { DEFAULT_FETCH_ALLOW, FetchPolicy, parseFetchAllow } from "./fetch-policy.ts";
+export { type AcmeDns, type AcmeOptions, dnsHook } from "./ingress/acme-certificates.ts";
 export { IngressNames } from "./ingress/ingress-names.ts";
 export { PortsOrigin } from "./ports-origin.ts";
 export { ACCOUNT_RATE_LIMIT, clientBucketOf, type RateLimitOptions } from "./rate-limit.ts";

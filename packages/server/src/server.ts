@@ -10,7 +10,7 @@ import {
   type Server,
   type ServerResponse,
 } from "node:http";
-import { createServer as createHttpsServer } from "node:https";
+import { createServer as createHttpsServer, type Server as HttpsServer } from "node:https";
 import type { AddressInfo } from "node:net";
 import { DenvError, isDenvError } from "@denv/protocol";
 import { ComposeValidator } from "@denv/spec";
@@ -28,6 +28,7 @@ import { recoverReplays } from "./deploy/replay-runner.ts";
 import { ReplicaKeeper, type ReplicaKeeperOptions } from "./deploy/replica-keeper.ts";
 import { Replicator } from "./deploy/replication.ts";
 import { FetchPolicy } from "./fetch-policy.ts";
+import { AcmeCertificates, type AcmeOptions } from "./ingress/acme-certificates.ts";
 import { IngressNames } from "./ingress/ingress-names.ts";
 import { type IngressDeps, probeThrough } from "./ingress/ingress-phase.ts";
 import { type IngressProxyDeps, serveIngress, upgradeIngress } from "./ingress/ingress-proxy.ts";
@@ -132,6 +133,8 @@ export interface ServerOptions {
    * off. Default: `localhost:<ports port>` when the server listens on loopback, none otherwise.
    */
   ingress?: { domain?: string | null; idleMs?: number; lifetimeMs?: number };
+  /** The ports listener's wildcard certificate for the ingress domain from an ACME CA (acme-certificates.ts). */
+  acme?: AcmeOptions & { checkEveryMs?: number };
 }
 
 export interface RunningServer {
@@ -159,6 +162,14 @@ export interface RunningServer {
 }
 
 export async function startServer(options: ServerOptions): Promise<RunningServer> {
+  // The ingress wildcard from an ACME CA, before anything is opened: a start that cannot have it
+  // fails with nothing left running.
+  const acmeDomain = options.ingress?.domain?.split(":")[0];
+  if (options.acme && !acmeDomain)
+    throw new Error("ACME issues the ingress domain's wildcard: give the ingress domain (--ingress-domain)");
+  const acme =
+    options.acme && acmeDomain ? new AcmeCertificates(options.dataDir, acmeDomain, options.acme) : null;
+  const acmeTls = acme ? (await acme.ensure()).tls : null;
   const store = await openStore({ dataDir: options.dataDir, databaseUrl: options.databaseUrl });
   const adminKey = await bootstrap(store, options.adminKey);
   const leaseMs = options.leaseMs ?? 15_000;
@@ -260,13 +271,16 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       ? servePortUrl(store, hosts, portsOrigin, req, relayLimits)
       : new Response(null, { status: 503 });
   });
-  const portsTls = options.portsTls
-    ? { cert: readFileSync(options.portsTls.certPath), key: readFileSync(options.portsTls.keyPath) }
-    : tls;
+  // The ports listener's certificate: an ACME wildcard for the ingress domain, a file, or the API's.
+  const portsTls = acmeTls
+    ? acmeTls
+    : options.portsTls
+      ? { cert: readFileSync(options.portsTls.certPath), key: readFileSync(options.portsTls.keyPath) }
+      : tls;
   const portsScheme = portsTls ? "https" : "http";
   const portsListenHost = options.portsHost ?? listenHost;
   const portsHost = portsListenHost !== "0.0.0.0" ? portsListenHost : host;
-  const portsServer: Server = portsTls
+  const portsServer: Server | HttpsServer = portsTls
     ? createHttpsServer(portsTls, portsListener)
     : createHttpServer(portsListener);
   portsServer.keepAliveTimeout = 65_000;
@@ -302,6 +316,26 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       )
     : null;
   if (ingressNames) ingressDeps = { names: ingressNames, probe: probeThrough(portsUrl, ingressNames) };
+  // Renewal: looked at twice a day; a new certificate is served from the next handshake on.
+  const renewal = acme
+    ? setInterval(
+        () =>
+          void acme.ensure().then(
+            ({ tls: next, issued }) => {
+              if (!issued) return;
+              if ("setSecureContext" in portsServer) portsServer.setSecureContext(next);
+              ingressNames?.setCertificate(next.cert);
+              serverLog().info({ domain: acmeDomain }, "ingress certificate renewed");
+            },
+            (err) =>
+              serverLog().error(
+                { error: String(err) },
+                "ingress certificate not renewed; the current one is kept",
+              ),
+          ),
+        options.acme?.checkEveryMs ?? 12 * 3_600_000,
+      ).unref()
+    : undefined;
   let e2bSweep: NodeJS.Timeout | undefined;
   const app = createApp({
     portsOrigin,
@@ -403,6 +437,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     replicaId: registry.id,
     async close() {
       clearInterval(e2bSweep);
+      clearInterval(renewal);
       leases.stop();
       hosts.stop();
       await registry.stop();

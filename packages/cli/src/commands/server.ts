@@ -42,6 +42,15 @@ export function registerServer(program: Command): void {
       "serve port URLs and ingress names over HTTPS with this certificate (PEM; a wildcard for *.DOMAIN), whatever the API uses; default --tls-cert",
     )
     .option("--ports-tls-key <path>", "and this private key (PEM)")
+    .option(
+      "--acme-directory <url>",
+      "have the ports listener's *.DOMAIN certificate issued (and renewed) by this ACME CA over DNS-01; with --acme-email and --acme-dns-hook",
+    )
+    .option("--acme-email <email>", "the ACME account's contact")
+    .option(
+      "--acme-dns-hook <command>",
+      "publishes the challenge's TXT record: run as COMMAND set|unset NAME VALUE, returning once the record is served",
+    )
     .option("--tls-cert <path>", "serve HTTPS with this certificate (PEM)")
     .option("--tls-key <path>", "and this private key (PEM)")
     .option(
@@ -96,6 +105,9 @@ Examples:
         portsHost?: string;
         portsTlsCert?: string;
         portsTlsKey?: string;
+        acmeDirectory?: string;
+        acmeEmail?: string;
+        acmeDnsHook?: string;
         teamQuotaGib: string;
         hostWaitS: string;
         hostLostAfterS: string;
@@ -123,6 +135,15 @@ Examples:
           throw new UsageError("--tls-cert and --tls-key go together");
         if (Boolean(o.portsTlsCert) !== Boolean(o.portsTlsKey))
           throw new UsageError("--ports-tls-cert and --ports-tls-key go together");
+        const acmeGiven = [o.acmeDirectory, o.acmeEmail, o.acmeDnsHook].filter(Boolean).length;
+        if (acmeGiven !== 0 && acmeGiven !== 3)
+          throw new UsageError("--acme-directory, --acme-email and --acme-dns-hook go together");
+        if (acmeGiven && (!o.ingressDomain || o.ingressDomain === "none"))
+          throw new UsageError("--acme-directory issues *.DOMAIN for --ingress-domain: give the domain");
+        if (acmeGiven && o.portsTlsCert)
+          throw new UsageError(
+            "--acme-directory and --ports-tls-cert both give the ports listener's certificate: choose one",
+          );
         const port = Number(o.port);
         if (!Number.isInteger(port) || port < 0 || port > 65535)
           throw new UsageError(`--port ${o.port} is not a port`);
@@ -134,7 +155,9 @@ Examples:
           (portsPort === port && port !== 0)
         )
           throw new UsageError(`--ports-port ${o.portsPort ?? portsPort} is not a port other than --port`);
-        const { IngressNames, parseFetchAllow, PortsOrigin, startServer } = await import("@denv/server");
+        const { dnsHook, IngressNames, parseFetchAllow, PortsOrigin, startServer } = await import(
+          "@denv/server"
+        );
         const ingressDomain = o.ingressDomain === "none" ? null : o.ingressDomain;
         if (ingressDomain) {
           try {
@@ -164,6 +187,9 @@ Examples:
           ...(peerUrl ? { peerUrl } : {}),
           ...(ingressDomain !== undefined ? { ingress: { domain: ingressDomain } } : {}),
           ...(o.portsHost ? { portsHost: o.portsHost } : {}),
+          ...(o.acmeDirectory && o.acmeEmail && o.acmeDnsHook
+            ? { acme: { directoryUrl: o.acmeDirectory, email: o.acmeEmail, dns: dnsHook(o.acmeDnsHook) } }
+            : {}),
           ...(o.portsTlsCert && o.portsTlsKey
             ? { portsTls: { certPath: o.portsTlsCert, keyPath: o.portsTlsKey } }
             : {}),

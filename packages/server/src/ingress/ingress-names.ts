@@ -51,7 +51,7 @@ export class IngressNames {
   readonly lifetimeMs: number;
   /** The domain without a port: what host names end with. */
   private readonly bareDomain: string;
-  private readonly certificate: X509Certificate | null;
+  private certificate: X509Certificate | null;
 
   private readonly derive: (label: string) => string;
 
@@ -126,6 +126,11 @@ export class IngressNames {
       return { form: "port", host, port, environmentId: `env_${m[2]}` };
     }
     return labels.length === 3 ? { form: "name", host } : null;
+  }
+
+  /** The listener serves a new certificate (a renewal). */
+  setCertificate(pem: string | Buffer): void {
+    this.certificate = new X509Certificate(pem);
   }
 
   /** The certificate the listener serves: its fingerprint, expiry and names. */

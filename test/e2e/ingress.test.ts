@@ -298,6 +298,13 @@ test("names resolve by DNS in a namespace of their own; a private name needs the
   assert.equal(portForm.status, 200);
   const unknown = await inNamespace(["fetch", url("nope.alpha.shop.denv.test", "/")]);
   assert.equal(unknown.status, 404);
+  // envd's name serves envd's routes only: not E2B's control plane, even with a key.
+  const control = await inNamespace([
+    "fetch",
+    url(`49983-${envId.replace(/^env_/, "")}.denv.test`, "/v2/sandboxes"),
+    JSON.stringify({ "x-api-key": ADMIN }),
+  ]);
+  assert.equal(control.status, 404);
   // A WebSocket by a public name.
   const ws = await inNamespace(["ws", `wss://web.alpha.shop.denv.test:${portsPort}/ws`]);
   assert.equal(ws.opened, "open", JSON.stringify(ws));

@@ -248,6 +248,28 @@ export function registerEnvironmentCommands(program: Command): void {
       return 0;
     }),
   );
+  const ei = env
+    .command("ingress")
+    .description(
+      "An environment's ingress names for its published ports, and the token its private names ask for",
+    )
+    .argument("<env>")
+    .option("--json", "print JSON");
+  ei.action(
+    run(ei, async (client, json, ref: string) => {
+      const r = await client().call("getV1EnvsByIdIngress", { params: envParam(ref) });
+      if (json) printJson(r);
+      else if (!r.domain)
+        process.stdout.write("the server has no ingress domain (denv server --ingress-domain)\n");
+      else {
+        for (const n of r.names)
+          process.stdout.write(`${n.url}\t${n.service}:${n.port}\t${n.public ? "public" : "private"}\n`);
+        process.stdout.write(`any port: ${r.port_host_template}\n`);
+        process.stdout.write(`token (header denv-ingress-token): ${r.token}\n`);
+      }
+      return 0;
+    }),
+  );
   const ed = env
     .command("destroy")
     .description("Destroy an environment (its versions stay)")

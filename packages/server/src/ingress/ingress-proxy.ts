@@ -25,6 +25,7 @@ export interface IngressProxyDeps {
 }
 
 const WITHHOLD = new Set<string>(TOKEN_HEADERS);
+const ENVD_PATHS = /^\/(?:process\.Process\/[A-Za-z]+|filesystem\.Filesystem\/[A-Za-z]+|files|health)$/;
 
 /** The request's path without the token parameter, and the token it carried (if any). */
 function splitToken(pathAndQuery: string, header: (name: string) => string | null | undefined) {
@@ -68,8 +69,11 @@ export async function serveIngress(deps: IngressProxyDeps, req: Request): Promis
   if (!parsed) return null;
   const secure = { "cross-origin-opener-policy": "same-origin" };
   try {
-    if (parsed.form === "port" && parsed.port === ENVD_PORT && deps.envd)
+    if (parsed.form === "port" && parsed.port === ENVD_PORT && deps.envd) {
+      // envd's own routes only: the E2B control plane is not served on a sandbox's name.
+      if (!ENVD_PATHS.test(url.pathname)) throw new DenvError("not_found", `envd serves no ${url.pathname}`);
       return await deps.envd(req, parsed.environmentId.replace(/^env_/, ""), url.pathname + url.search);
+    }
     const { rest, token } = splitToken(url.pathname + url.search, (n) => req.headers.get(n));
     const target = await admit(deps, host, token);
     return await relayHttp(await openTo(deps, target, true), rest, req, {

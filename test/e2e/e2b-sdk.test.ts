@@ -3,7 +3,8 @@
  * and engine), pointed at it by E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY only: the SDK's README
  * example, commands in the foreground and the background with streamed output, stdin, kill, envs,
  * cwd and user, files, list and kill of sandboxes, a timeout that expires, a sandbox from an
- * ops-world version whose psql count is checked, denv's fork; then another team's key and a wrong
+ * ops-world version whose psql count is checked, denv's fork, PROJECT/ENV and named snapshots as
+ * templates; then another team's key and a wrong
  * access token, refused. An older release (2.27.1, which accepts only keys in E2B's form) runs with
  * a key made by `denv key create --e2b`.
  */
@@ -135,6 +136,32 @@ test("a sandbox from an ops-world version reads its 100,000 rows, and denv's for
       assert.equal(await forked.files.read("/home/ubuntu/answer.txt"), "forty-two");
     } finally {
       await forked.kill();
+    }
+  } finally {
+    await sbx.kill();
+  }
+});
+
+test("templates: PROJECT/ENV is that environment's current version; a named snapshot is a template, listed with its sandbox", async () => {
+  const sbx = await Sandbox.create("ops-world/alpha");
+  try {
+    assert.equal((await sbx.commands.run("psql -tAc 'select count(*) from orders'")).stdout.trim(), "100000");
+    await sbx.files.write("/home/ubuntu/answer.txt", "snapshotted");
+    const snap = await sbx.createSnapshot({ name: "answered" });
+    assert.match(snap.snapshotId, /^ver_/);
+    assert.deepEqual(snap.names, ["answered"]);
+    const listed = await sbx.listSnapshots().nextItems();
+    assert.deepEqual(
+      listed.map((x) => x.snapshotId),
+      [snap.snapshotId],
+    );
+    for (const template of ["answered", snap.snapshotId]) {
+      const from = await Sandbox.create(template);
+      try {
+        assert.equal(await from.files.read("/home/ubuntu/answer.txt"), "snapshotted");
+      } finally {
+        await from.kill();
+      }
     }
   } finally {
     await sbx.kill();

@@ -855,18 +855,31 @@ test("E2B's routes: no key and a bad key 401, another team's key 404 and an empt
     ["POST", `/sandboxes/${id}/timeout`, { timeout: 60 }],
     ["POST", `/v2/sandboxes/${id}/connect`, { timeout: 60 }],
     ["POST", `/sandboxes/${id}/fork`, { count: 1 }],
+    ["POST", `/sandboxes/${id}/snapshots`, { name: "s1" }],
+    ["GET", "/snapshots"],
   ];
   for (const [method, path, body] of control) {
     for (const key of [null, "dk_not_a_key"]) {
       const r = await e2b(method, path, key, body);
       assert.equal(r.status, 401, `${method} ${path} with ${key ?? "no key"}: ${r.text}`);
     }
-    if (path === "/v2/sandboxes") continue;
+    if (path === "/v2/sandboxes" || path === "/snapshots") continue;
     const r = await e2b(method, path, keyB, body);
     assert.equal(r.status, 404, `${method} ${path} with another team's key: ${r.text}`);
   }
   const theirs = await e2b("GET", "/v2/sandboxes", keyB);
   assert.deepEqual(JSON.parse(theirs.text), []);
+  // A snapshot's name means a template to its own team only.
+  const snap = await e2b("POST", `/sandboxes/${id}/snapshots`, keyA, { name: "ours" });
+  assert.equal(snap.status, 201, snap.text);
+  assert.deepEqual(JSON.parse((await e2b("GET", "/snapshots", keyB)).text), []);
+  assert.equal((await e2b("POST", "/v2/sandboxes", keyB, { templateID: "ours" })).status, 404);
+  for (const bad of ["../x", "a/b", "", 7])
+    assert.equal(
+      (await e2b("POST", `/sandboxes/${id}/snapshots`, keyA, { name: bad })).status,
+      400,
+      String(bad),
+    );
   // A key in E2B's form (what its SDKs check for) is a key like any other, of its maker's team.
   const minted = JSON.parse(
     (await call("POST", "/v1/keys", { key: keyA, body: JSON.stringify({ name: "sdk", format: "e2b" }) }))

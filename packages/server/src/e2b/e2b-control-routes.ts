@@ -131,8 +131,9 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
       );
     // denv's default holds (no egress) unless the create asks for the internet.
     const egress = body.allow_internet_access === true ? "allow" : "deny";
-    const made = /^ver_[a-z0-9]+$/.test(templateId)
-      ? { from_version: templateId }
+    const version = await templateVersion(key, templateId);
+    const made = version
+      ? { from_version: version }
       : /^[a-z0-9][a-z0-9._/:@-]*$/i.test(templateId) && /[/:]/.test(templateId)
         ? {
             image: templateId,
@@ -146,7 +147,7 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
     if (!made)
       return e2bError(
         404,
-        `template ${JSON.stringify(templateId)} is not a denv version id (ver_…) or an image reference (registry/name:tag)`,
+        `template ${JSON.stringify(templateId)} is not a denv version id (ver_…), a snapshot's name, PROJECT/ENV or an image reference (registry/name:tag)`,
       );
     const env = await json(
       await v1(key.id, "/v1/sandboxes", {
@@ -160,6 +161,67 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
   };
   app.post("/v2/sandboxes", create);
   app.post("/sandboxes", create);
+
+  /**
+   * What a template names, when it is denv's: a version id (ver_…), the team's newest snapshot of
+   * that name, or PROJECT/ENV (that environment's current version). Null: an image, or nothing.
+   */
+  async function templateVersion(key: { id: string; team_id: string }, templateId: string) {
+    if (/^ver_[a-z0-9]+$/.test(templateId)) return templateId;
+    const named = await store
+      .selectFrom("e2b_snapshots")
+      .select("version_id")
+      .where("team_id", "=", key.team_id)
+      .where("name", "=", templateId)
+      .orderBy("created_at_ms", "desc")
+      .executeTakeFirst();
+    if (named) return named.version_id;
+    // PROJECT/ENV before an image of the same spelling (an image has a tag or a registry's dot).
+    if (/^[A-Za-z0-9][\w.-]*\/[A-Za-z0-9][\w.-]*$/.test(templateId)) {
+      const res = await v1(key.id, `/v1/envs/${encodeURIComponent(templateId)}`);
+      if (res.ok) {
+        const env = (await res.json()) as { current_version_id?: string | null };
+        if (env.current_version_id) return env.current_version_id;
+        throw new E2bHttpError(409, `environment ${templateId} has no version yet: deploy it first`);
+      }
+    }
+    return null;
+  }
+
+  /** E2B's snapshot: the sandbox as it is now, a denv version, creatable from by its id or name. */
+  app.post("/sandboxes/:id/snapshots", async (c) => {
+    const { key, s } = await callersSandbox(c);
+    const body = await boundedJson(c.req);
+    const name = body.name === undefined || body.name === null ? null : body.name;
+    if (name !== null && (typeof name !== "string" || !/^[A-Za-z0-9][\w.-]{0,127}$/.test(name)))
+      return e2bError(400, "name: 1-128 letters, digits, '.', '_' or '-', from a letter or digit");
+    await json(await v1(key.id, `/v1/envs/${s.environment_id}/snapshot`, { method: "POST" }));
+    const now = await json(await v1(key.id, `/v1/envs/${s.environment_id}`));
+    const versionId = now.current_version_id as string;
+    await store
+      .insertInto("e2b_snapshots")
+      .values({
+        version_id: versionId,
+        team_id: key.team_id,
+        sandbox_id: sandboxIdOf(s.environment_id),
+        name,
+        created_at_ms: nowMs(),
+      })
+      .execute();
+    return c.json({ snapshotID: versionId, names: name ? [name] : [] }, 201);
+  });
+
+  app.get("/snapshots", async (c) => {
+    const key = await callersKey(c);
+    let q = store.selectFrom("e2b_snapshots").selectAll().where("team_id", "=", key.team_id);
+    const sandboxId = c.req.query("sandboxID");
+    const name = c.req.query("name");
+    if (sandboxId) q = q.where("sandbox_id", "=", sandboxId);
+    if (name) q = q.where("name", "=", name);
+    const limit = Math.min(Math.max(Number(c.req.query("limit") ?? 100) || 100, 1), 100);
+    const rows = await q.orderBy("created_at_ms", "desc").limit(limit).execute();
+    return c.json(rows.map((r) => ({ snapshotID: r.version_id, names: r.name ? [r.name] : [] })));
+  });
 
   /** denv's extension of E2B's fork: the sandbox as it is now (snapshotted), forked `count` times. */
   app.post("/sandboxes/:id/fork", async (c) => {

@@ -422,6 +422,25 @@ export const MIGRATIONS: Record<string, Migration> = {
       await db.schema.createIndex("ingress_names_env").on("ingress_names").column("environment_id").execute();
     },
   },
+  "0018_e2b_snapshots": {
+    // Snapshots taken through E2B's API: the denv version each is, the sandbox it came from, and
+    // the name given (a template name: the team's newest snapshot of that name is what it means).
+    up: async (db) => {
+      await db.schema
+        .createTable("e2b_snapshots")
+        .addColumn("version_id", text, (c) => c.primaryKey())
+        .addColumn("team_id", text, (c) => c.notNull())
+        .addColumn("sandbox_id", text, (c) => c.notNull())
+        .addColumn("name", text)
+        .addColumn("created_at_ms", "bigint", (c) => c.notNull())
+        .execute();
+      await db.schema
+        .createIndex("e2b_snapshots_team")
+        .on("e2b_snapshots")
+        .columns(["team_id", "name"])
+        .execute();
+    },
+  },
 };
 
 export const migrationProvider: MigrationProvider = {

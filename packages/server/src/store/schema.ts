@@ -228,6 +228,15 @@ export interface MigrationsTable {
   applied_at: string;
 }
 
+export interface E2bSnapshotsTable {
+  version_id: string;
+  team_id: string;
+  /** The E2B sandbox id it was taken of. */
+  sandbox_id: string;
+  name: string | null;
+  created_at_ms: number | string;
+}
+
 export interface IngressNamesTable {
   /** The host name, lowercase, without a port. */
   host: string;
@@ -332,6 +341,7 @@ export interface Database {
   deployments: DeploymentsTable;
   port_urls: PortUrlsTable;
   ingress_names: IngressNamesTable;
+  e2b_snapshots: E2bSnapshotsTable;
   clouds: CloudsTable;
   cloud_machines: CloudMachinesTable;
   pools: PoolsTable;

@@ -323,6 +323,14 @@ test("the unmodified E2B SDK in host mode: envd at 49983-{id} and getHost(port) 
   assert.equal(out.read, "written by name");
   assert.match(out.envd_url, new RegExp(`^https://49983-[a-z0-9]+\\.denv\\.test:${portsPort}$`));
   assert.match(out.host, new RegExp(`^8000-[a-z0-9]+\\.denv\\.test:${portsPort}$`));
+  assert.deepEqual(out.signed, {
+    upload: 200,
+    download: 200,
+    body: "by signed url",
+    tampered: 401,
+    other_path: 401,
+    unsigned: 401,
+  });
   assert.equal(out.without_token, 401);
   assert.equal(out.with_token, 200);
   assert.deepEqual(JSON.parse(out.health), { status: "healthy" });

@@ -3,7 +3,7 @@
  * started in each sandbox, and how a call names its sandbox (by id and team for the control plane;
  * by E2b-Sandbox-Id and its access token for envd).
  */
-import { timingSafeEqual } from "node:crypto";
+import { createHash, timingSafeEqual } from "node:crypto";
 import type { SecretBox } from "../clouds/secret-box.ts";
 import type { IngressNames } from "../ingress/ingress-names.ts";
 import { RateLimiter } from "../rate-limit.ts";
@@ -56,6 +56,15 @@ export interface E2bContext {
   sandboxOf(teamId: string, sandboxId: string): Promise<Sandbox | null>;
   /** The sandbox an envd call is for (E2b-Sandbox-Id and its X-Access-Token), or unauthenticated. */
   envdSandbox(c: Headed): Promise<Sandbox>;
+  /**
+   * A /files call's sandbox: by its X-Access-Token, or by a signed URL's `signature` (what the
+   * SDK's uploadUrl and downloadUrl make from the token: `v1_` + SHA-256 of path, operation, user,
+   * token and expiry), which must not have expired.
+   */
+  filesSandbox(
+    c: Headed & { req: { query(name: string): string | undefined } },
+    operation: "read" | "write",
+  ): Promise<Sandbox>;
 }
 
 export const envIdOf = (sandboxId: string) => `env_${sandboxId}`;
@@ -108,6 +117,34 @@ export function e2bContext(options: E2bGatewayOptions): E2bContext {
           "unauthenticated",
           "the sandbox's access token (X-Access-Token) is missing or wrong",
         );
+      return s;
+    },
+    async filesSandbox(c, operation) {
+      const signature = c.req.query("signature");
+      if (signature === undefined) return this.envdSandbox(c);
+      const id = c.req.header("e2b-sandbox-id") ?? "";
+      const s = SANDBOX_ID.test(id)
+        ? await store
+            .selectFrom("e2b_sandboxes")
+            .selectAll()
+            .where("environment_id", "=", envIdOf(id))
+            .executeTakeFirst()
+        : undefined;
+      const expiration = c.req.query("signature_expiration");
+      if (expiration !== undefined && !/^[0-9]{1,12}$/.test(expiration))
+        throw new ConnectError("invalid_argument", "signature_expiration is not a time in seconds");
+      const raw = [c.req.query("path") ?? "", operation, c.req.query("username") ?? "", s ? tokenOf(s) : ""]
+        .concat(expiration === undefined ? [] : [expiration])
+        .join(":");
+      const want = Buffer.from(`v1_${createHash("sha256").update(raw).digest("base64").replace(/=+$/, "")}`);
+      const got = Buffer.from(signature);
+      if (!s || want.length !== got.length || !timingSafeEqual(want, got))
+        throw new ConnectError(
+          "unauthenticated",
+          `the signature does not sign this ${operation} of this path`,
+        );
+      if (expiration !== undefined && Number(expiration) * 1000 < (options.nowMs ?? Date.now)())
+        throw new ConnectError("unauthenticated", "the signed URL has expired");
       return s;
     },
   };

@@ -12,13 +12,16 @@ import { responseError } from "./envd-processes.ts";
 import { asConnectError } from "./envd-routes.ts";
 
 export function mountEnvdFiles(app: Hono, ctx: E2bContext): void {
-  const { v1, envdSandbox } = ctx;
+  const { v1 } = ctx;
 
   // --- /files: a file's bytes in and out (the SDK's files.read and files.write) --------------
 
   /** The sandbox and user of a /files call, its failures as envd's HTTP errors. */
-  async function filesCall(c: Context): Promise<{ s: Sandbox; user: string | undefined; path: string }> {
-    const s = await envdSandbox(c);
+  async function filesCall(
+    c: Context,
+    operation: "read" | "write",
+  ): Promise<{ s: Sandbox; user: string | undefined; path: string }> {
+    const s = await ctx.filesSandbox(c, operation);
     const username = c.req.query("username");
     const user = username ? checkedUser(username) : userOf(c);
     return { s, user, path: c.req.query("path") ?? "" };
@@ -26,7 +29,7 @@ export function mountEnvdFiles(app: Hono, ctx: E2bContext): void {
 
   app.get("/files", async (c) => {
     try {
-      const { s, user, path } = await filesCall(c);
+      const { s, user, path } = await filesCall(c, "read");
       const res = await v1(
         s.key_id,
         `/v1/envs/${s.environment_id}/files?path=${encodeURIComponent(absolute(path))}${user ? `&user=${encodeURIComponent(user)}` : ""}`,
@@ -44,7 +47,7 @@ export function mountEnvdFiles(app: Hono, ctx: E2bContext): void {
 
   app.post("/files", async (c) => {
     try {
-      const { s, user, path } = await filesCall(c);
+      const { s, user, path } = await filesCall(c, "write");
       const type = c.req.header("content-type") ?? "";
       const files: { path: string; bytes: Uint8Array }[] = [];
       const length = Number(c.req.header("content-length") ?? 0);

@@ -122,6 +122,38 @@ test("files: exists, makeDir, rename, remove", async () => {
   }
 });
 
+test("files: watchDir reports a file made, written and removed, until stopped", async () => {
+  const sbx = await Sandbox.create(OPSBOX);
+  try {
+    await sbx.files.makeDir("/tmp/w");
+    const events: { name: string; type: string }[] = [];
+    const handle = await sbx.files.watchDir("/tmp/w", (e) => events.push({ name: e.name, type: e.type }));
+    // Each step waits until its event is seen (the watch looks every 250 ms), however slow the machine.
+    const seen = async (type: string) => {
+      for (let i = 0; i < 400 && !events.some((e) => e.name === "a.txt" && e.type === type); i++)
+        await new Promise((r) => setTimeout(r, 50));
+      assert.ok(
+        events.some((e) => e.name === "a.txt" && e.type === type),
+        `${type}: ${JSON.stringify(events)}`,
+      );
+    };
+    await sbx.files.write("/tmp/w/a.txt", "1");
+    await seen("create");
+    await sbx.files.write("/tmp/w/a.txt", "22");
+    await seen("write");
+    await sbx.files.remove("/tmp/w/a.txt");
+    await seen("remove");
+    await handle.stop();
+    const count = events.length;
+    await sbx.files.write("/tmp/w/b.txt", "after");
+    // Stopped: however long we look, nothing more comes (a poll's worth and more).
+    await new Promise((r) => setTimeout(r, 1000));
+    assert.equal(events.length, count);
+  } finally {
+    await sbx.kill();
+  }
+});
+
 test("a sandbox from an ops-world version reads its 100,000 rows, and denv's fork carries its state", async () => {
   const sbx = await Sandbox.create(version);
   try {

@@ -37,6 +37,8 @@ export interface E2bGatewayOptions {
   nowMs?: () => number;
   /** Ingress names: `domain` and `trafficAccessToken` in a sandbox's body (getHost works by it). */
   ingress?: IngressNames | null;
+  /** How often a WatchDir stream lists its directory (default 250 ms). */
+  watchPollMs?: number;
 }
 
 /** A request's headers, as the routes read them. */
@@ -49,6 +51,7 @@ export interface E2bContext {
   limiter: RateLimiter;
   nowMs: () => number;
   ingress: IngressNames | null;
+  watchPollMs: number;
   processes: EnvdProcesses;
   /** The sandbox's envd access token: derived from the server's key and its salt, never stored. */
   tokenOf(s: Pick<Sandbox, "environment_id" | "token_salt">): string;
@@ -82,6 +85,7 @@ export function e2bContext(options: E2bGatewayOptions): E2bContext {
     limiter: options.limiter ?? new RateLimiter(),
     nowMs: options.nowMs ?? Date.now,
     ingress: options.ingress ?? null,
+    watchPollMs: options.watchPollMs ?? 250,
     processes: new EnvdProcesses(),
     tokenOf,
     async sandboxOf(teamId, sandboxId) {

@@ -20,8 +20,13 @@ import {
 import { absolute, boundedJson, type E2bContext, type Sandbox, stringRecord, userOf } from "./e2b-context.ts";
 import { EnvdProcess, type ProcessEvent, responseError } from "./envd-processes.ts";
 
+/** How many WatchDir streams a sandbox may hold at once (each lists its directory every poll). */
+const MAX_WATCHES = 16;
+
 export function mountEnvdRoutes(app: Hono, ctx: E2bContext): void {
   const { secrets, v1, processes, envdSandbox } = ctx;
+  const watchPollMs = ctx.watchPollMs;
+  const watches = new Map<string, number>();
 
   app.get("/health", (c) => c.body(null, 204));
 
@@ -256,6 +261,62 @@ export function mountEnvdRoutes(app: Hono, ctx: E2bContext): void {
       `/files/list?path=${encodeURIComponent(absolute(msg.path))}&depth=${depth}`,
     );
     return { entries: (r.entries as Record<string, unknown>[]).map(entryInfo) };
+  });
+
+  /**
+   * WatchDir: the directory listed every WATCH_POLL_MS through /v1 (the agent has no inotify), each
+   * difference sent as envd's event: a new entry CREATE, a gone one REMOVE, a new size or time
+   * WRITE, a new mode alone CHMOD (a rename is a REMOVE and a CREATE). Changes undone between two
+   * looks are not seen. At most MAX_WATCHES per sandbox at once.
+   */
+  serverStream("/filesystem.Filesystem/WatchDir", async (s, user, msg, send, signal, h) => {
+    const root = absolute(msg.path);
+    const depth = msg.recursive === true ? 64 : 1;
+    const withEntry = msg.includeEntry === true;
+    const list = async () => {
+      const r = await fsCall(s, user, `/files/list?path=${encodeURIComponent(root)}&depth=${depth}`);
+      const seen = new Map<string, { sig: string; mode: string; e: Record<string, unknown> }>();
+      for (const e of r.entries as Record<string, unknown>[]) {
+        const rel = String(e.path).slice(root.replace(/\/$/, "").length + 1);
+        seen.set(rel, { sig: `${e.type}:${e.size}:${e.modified_at}`, mode: String(e.mode), e });
+      }
+      return seen;
+    };
+    const watching = watches.get(s.environment_id) ?? 0;
+    if (watching >= MAX_WATCHES)
+      throw new ConnectError("resource_exhausted", `at most ${MAX_WATCHES} watches per sandbox`);
+    watches.set(s.environment_id, watching + 1);
+    try {
+      let before = await list();
+      await send({ start: {} });
+      let lastSent = Date.now();
+      while (!signal.aborted) {
+        await new Promise((r) => setTimeout(r, watchPollMs));
+        if (signal.aborted) break;
+        const now = await list();
+        const events: Record<string, unknown>[] = [];
+        const event = (name: string, type: string, e: Record<string, unknown>) =>
+          events.push({ filesystem: { name, type, ...(withEntry ? { entry: entryInfo(e) } : {}) } });
+        for (const [name, was] of before) if (!now.has(name)) event(name, "EVENT_TYPE_REMOVE", was.e);
+        for (const [name, is] of now) {
+          const was = before.get(name);
+          if (!was) event(name, "EVENT_TYPE_CREATE", is.e);
+          else if (was.sig !== is.sig) event(name, "EVENT_TYPE_WRITE", is.e);
+          else if (was.mode !== is.mode) event(name, "EVENT_TYPE_CHMOD", is.e);
+        }
+        for (const e of events) await send(e);
+        if (events.length) lastSent = Date.now();
+        else if (Date.now() - lastSent >= h.keepAliveMs) {
+          await send({ keepalive: {} });
+          lastSent = Date.now();
+        }
+        before = now;
+      }
+    } finally {
+      const left = (watches.get(s.environment_id) ?? 1) - 1;
+      if (left > 0) watches.set(s.environment_id, left);
+      else watches.delete(s.environment_id);
+    }
   });
 
   unary("/filesystem.Filesystem/MakeDir", async (s, user, msg) => {

@@ -127,7 +127,9 @@ test("files: watchDir reports a file made, written and removed, until stopped", 
   try {
     await sbx.files.makeDir("/tmp/w");
     const events: { name: string; type: string }[] = [];
-    const handle = await sbx.files.watchDir("/tmp/w", (e) => events.push({ name: e.name, type: e.type }));
+    const handle = await sbx.files.watchDir("/tmp/w", (e) => {
+      events.push({ name: e.name, type: e.type });
+    });
     // Each step waits until its event is seen (the watch looks every 250 ms), however slow the machine.
     const seen = async (type: string) => {
       for (let i = 0; i < 400 && !events.some((e) => e.name === "a.txt" && e.type === type); i++)

@@ -202,6 +202,25 @@ test("templates: PROJECT/ENV is that environment's current version; a named snap
   }
 });
 
+test("pause and resume: the sandbox keeps its id and its volumes' files; a paused one answers no command", async () => {
+  const sbx = await Sandbox.create(OPSBOX);
+  try {
+    // /work is the image sandbox's volume (root's): what a version keeps of it.
+    await sbx.files.write("/work/kept.txt", "before the pause", { user: "root" });
+    assert.equal(await sbx.pause(), true);
+    assert.equal(await sbx.pause(), false, "pausing a paused sandbox is E2B's 409");
+    assert.equal((await sbx.getInfo()).state, "paused");
+    await assert.rejects(sbx.commands.run("true"), /paused/);
+    const resumed = await Sandbox.connect(sbx.sandboxId);
+    assert.equal(resumed.sandboxId, sbx.sandboxId);
+    assert.equal((await resumed.getInfo()).state, "running");
+    assert.equal(await resumed.files.read("/work/kept.txt", { user: "root" }), "before the pause");
+    assert.equal((await resumed.commands.run("echo back")).stdout, "back\n");
+  } finally {
+    await sbx.kill();
+  }
+});
+
 test("a sandbox's timeout kills it", async () => {
   const sbx = await Sandbox.create(OPSBOX, { timeoutMs: 1000 });
   for (

@@ -856,6 +856,8 @@ test("E2B's routes: no key and a bad key 401, another team's key 404 and an empt
     ["POST", `/v2/sandboxes/${id}/connect`, { timeout: 60 }],
     ["POST", `/sandboxes/${id}/fork`, { count: 1 }],
     ["POST", `/sandboxes/${id}/snapshots`, { name: "s1" }],
+    ["POST", `/sandboxes/${id}/pause`, {}],
+    ["POST", `/sandboxes/${id}/resume`, {}],
     ["GET", "/snapshots"],
   ];
   for (const [method, path, body] of control) {
@@ -928,7 +930,14 @@ test("E2B's routes: no key and a bad key 401, another team's key 404 and an empt
     type: "application/connect+json",
     headers: { "e2b-sandbox-id": id, "x-access-token": sb.envdAccessToken },
   });
-  assert.equal(huge.status, 400, huge.text);
+  // Connect's way for a stream: HTTP 200 and an end-of-stream envelope (flag 2) with the error.
+  assert.equal(huge.status, 200, huge.text);
+  const end = Buffer.from(huge.text, "latin1");
+  assert.equal(end[0], 2);
+  assert.equal(
+    (JSON.parse(end.subarray(5).toString()) as { error: { code: string } }).error.code,
+    "invalid_argument",
+  );
   // Killed by its own team: gone for its token too.
   assert.equal((await e2b("DELETE", `/sandboxes/${id}`, keyA)).status, 204);
   assert.equal((await envd(sb.envdAccessToken)).status, 401);

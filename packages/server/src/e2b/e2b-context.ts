@@ -121,6 +121,8 @@ export function e2bContext(options: E2bGatewayOptions): E2bContext {
           "unauthenticated",
           "the sandbox's access token (X-Access-Token) is missing or wrong",
         );
+      if (s.paused_version_id)
+        throw new ConnectError("failed_precondition", "the sandbox is paused: connect to it to resume it");
       return s;
     },
     async filesSandbox(c, operation) {
@@ -149,6 +151,8 @@ export function e2bContext(options: E2bGatewayOptions): E2bContext {
         );
       if (expiration !== undefined && Number(expiration) * 1000 < (options.nowMs ?? Date.now)())
         throw new ConnectError("unauthenticated", "the signed URL has expired");
+      if (s.paused_version_id)
+        throw new ConnectError("failed_precondition", "the sandbox is paused: connect to it to resume it");
       return s;
     },
   };

@@ -78,7 +78,7 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
     cpuCount: 0,
     memoryMB: 0,
     diskSizeMB: 0,
-    state: "running",
+    state: s.paused_version_id ? "paused" : "running",
     metadata: JSON.parse(s.metadata_json) as Record<string, string>,
   });
 
@@ -112,6 +112,7 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
       env_vars_sealed: secrets.seal(JSON.stringify(envVars)),
       started_at_ms: started,
       end_at_ms: started + timeoutS * 1000,
+      paused_version_id: null,
     };
     await store.insertInto("e2b_sandboxes").values(row).execute();
     return row;
@@ -270,7 +271,6 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
   const list = async (c: Context) => {
     const key = await callersKey(c);
     const states = (c.req.queries("state") ?? ["running,paused"]).flatMap((x) => x.split(","));
-    if (!states.includes("running")) return c.json([]);
     const wanted = new URLSearchParams(c.req.query("metadata") ?? "");
     const rows = await store
       .selectFrom("e2b_sandboxes")
@@ -280,6 +280,7 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
     const limit = Math.min(Math.max(Number(c.req.query("limit") ?? 100) || 100, 1), 100);
     const out = rows
       .filter((r) => {
+        if (!states.includes(r.paused_version_id ? "paused" : "running")) return false;
         const m = JSON.parse(r.metadata_json) as Record<string, string>;
         return [...wanted].every(([k, v]) => m[k] === v);
       })
@@ -316,21 +317,67 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
     return c.body(null, 204);
   });
 
+  /**
+   * Pause: the sandbox snapshotted (a denv version) and every service stopped, so it holds no CPU
+   * or memory; its timeout no longer runs. Memory is not kept (E2B's `memory: false`): resuming
+   * restores the version in place and starts the services again, under the same sandbox id.
+   */
+  app.post("/sandboxes/:id/pause", async (c) => {
+    const { key, s } = await callersSandbox(c);
+    if (s.paused_version_id)
+      return e2bError(409, `sandbox ${sandboxIdOf(s.environment_id)} is already paused`);
+    await json(await v1(key.id, `/v1/envs/${s.environment_id}/snapshot`, { method: "POST" }));
+    const env = await json(await v1(key.id, `/v1/envs/${s.environment_id}`));
+    processes.dropSandbox(s.environment_id);
+    for (const service of env.services as string[])
+      await json(
+        await v1(key.id, `/v1/envs/${s.environment_id}/services/${encodeURIComponent(service)}/stop`, {
+          method: "POST",
+        }),
+      );
+    await store
+      .updateTable("e2b_sandboxes")
+      .set({ paused_version_id: env.current_version_id as string })
+      .where("environment_id", "=", s.environment_id)
+      .execute();
+    return c.body(null, 204);
+  });
+
+  /** Connect: a running sandbox as it is (200), a paused one resumed first (201). */
   const connect = async (c: Context) => {
-    const { s } = await callersSandbox(c);
+    const { key, s } = await callersSandbox(c);
     const body = await boundedJson(c.req);
-    if (typeof body.timeout === "number" && Number.isInteger(body.timeout) && body.timeout > 0) {
-      const end = Math.max(Number(s.end_at_ms), nowMs() + Math.min(body.timeout, MAX_TIMEOUT_S) * 1000);
-      await store
-        .updateTable("e2b_sandboxes")
-        .set({ end_at_ms: end })
-        .where("environment_id", "=", s.environment_id)
-        .execute();
+    const timeoutS =
+      typeof body.timeout === "number" && Number.isInteger(body.timeout) && body.timeout > 0
+        ? Math.min(body.timeout, MAX_TIMEOUT_S)
+        : null;
+    let resumed = false;
+    if (s.paused_version_id) {
+      const d = await json(
+        await v1(key.id, `/v1/envs/${s.environment_id}/rollback?wait=true`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ version: s.paused_version_id }),
+        }),
+      );
+      if (d.status !== "succeeded")
+        throw new E2bHttpError(500, `the sandbox could not be resumed: ${String(d.reason ?? d.status)}`);
+      resumed = true;
     }
-    return c.json(sandboxBody(s), 200);
+    // A resumed sandbox's timeout starts again; a running one's is only ever lengthened.
+    const end = resumed
+      ? nowMs() + (timeoutS ?? DEFAULT_TIMEOUT_S) * 1000
+      : Math.max(Number(s.end_at_ms), timeoutS === null ? 0 : nowMs() + timeoutS * 1000);
+    await store
+      .updateTable("e2b_sandboxes")
+      .set({ end_at_ms: end, paused_version_id: null })
+      .where("environment_id", "=", s.environment_id)
+      .execute();
+    return c.json(sandboxBody(s), resumed ? 201 : 200);
   };
   app.post("/v2/sandboxes/:id/connect", connect);
   app.post("/sandboxes/:id/connect", connect);
+  app.post("/sandboxes/:id/resume", connect);
 
   async function kill(s: Sandbox, keyId: string): Promise<void> {
     processes.dropSandbox(s.environment_id);
@@ -347,6 +394,7 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
       .selectFrom("e2b_sandboxes")
       .selectAll()
       .where("end_at_ms", "<=", nowMs())
+      .where("paused_version_id", "is", null)
       .execute();
     let n = 0;
     for (const s of due) {

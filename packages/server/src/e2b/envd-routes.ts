@@ -72,9 +72,13 @@ export function mountEnvdRoutes(app: Hono, ctx: E2bContext): void {
             break;
           }
       } catch (err) {
-        return connectUnaryError(
-          err instanceof ConnectError ? err : new ConnectError("invalid_argument", "bad request"),
-        );
+        // A stream's error is its end-of-stream message (HTTP 200), which the SDK reads with its
+        // code and words; an HTTP error status reaches it as "HTTP 400" alone.
+        const e = err instanceof ConnectError ? err : new ConnectError("invalid_argument", "bad request");
+        return new Response(new Uint8Array(endOfStream(e)), {
+          status: 200,
+          headers: { "content-type": "application/connect+json" },
+        });
       }
       const keepAliveS = Number(c.req.header("keepalive-ping-interval") ?? 50) || 50;
       c.header("content-type", "application/connect+json");

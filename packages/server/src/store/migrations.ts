@@ -441,6 +441,13 @@ export const MIGRATIONS: Record<string, Migration> = {
         .execute();
     },
   },
+  "0019_e2b_paused": {
+    // A paused E2B sandbox: the version its pause took (its containers stopped); resuming restores
+    // it in place, so the sandbox keeps its id.
+    up: async (db) => {
+      await db.schema.alterTable("e2b_sandboxes").addColumn("paused_version_id", text).execute();
+    },
+  },
 };
 
 export const migrationProvider: MigrationProvider = {

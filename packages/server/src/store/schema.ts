@@ -203,6 +203,8 @@ export interface E2bSandboxesTable {
   started_at_ms: number | string;
   /** When its timeout ends it (ms since the epoch). */
   end_at_ms: number | string;
+  /** Set while it is paused: the version its pause took, which resuming restores. */
+  paused_version_id: string | null;
 }
 
 export interface DeploymentsTable {

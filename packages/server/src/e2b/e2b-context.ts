@@ -78,6 +78,16 @@ export function e2bContext(options: E2bGatewayOptions): E2bContext {
   const { store, secrets } = options;
   const tokenOf = (s: Pick<Sandbox, "environment_id" | "token_salt">) =>
     `ea_${secrets.derive(`e2b-envd:${s.environment_id}:${s.token_salt}`)}`;
+  /** The sandbox an envd call's E2b-Sandbox-Id names (any team's: its token or signature decides). */
+  const headerSandbox = async (c: Headed): Promise<Sandbox | undefined> => {
+    const id = c.req.header("e2b-sandbox-id") ?? "";
+    if (!SANDBOX_ID.test(id)) return undefined;
+    return store
+      .selectFrom("e2b_sandboxes")
+      .selectAll()
+      .where("environment_id", "=", envIdOf(id))
+      .executeTakeFirst();
+  };
   return {
     store,
     secrets,
@@ -99,7 +109,6 @@ export function e2bContext(options: E2bGatewayOptions): E2bContext {
       return s ?? null;
     },
     async envdSandbox(c) {
-      const id = c.req.header("e2b-sandbox-id") ?? "";
       const port = c.req.header("e2b-sandbox-port") ?? ENVD_PORT;
       if (port !== ENVD_PORT)
         throw new ConnectError(
@@ -107,55 +116,49 @@ export function e2bContext(options: E2bGatewayOptions): E2bContext {
           `port ${port} is not served here (only envd's, ${ENVD_PORT})`,
         );
       const token = c.req.header("x-access-token") ?? "";
-      const s = SANDBOX_ID.test(id)
-        ? await store
-            .selectFrom("e2b_sandboxes")
-            .selectAll()
-            .where("environment_id", "=", envIdOf(id))
-            .executeTakeFirst()
-        : undefined;
-      const want = s ? Buffer.from(tokenOf(s)) : null;
-      const got = Buffer.from(token);
-      if (!s || !want || want.length !== got.length || !timingSafeEqual(want, got))
+      const s = await headerSandbox(c);
+      if (!s || !sameSecret(tokenOf(s), token))
         throw new ConnectError(
           "unauthenticated",
           "the sandbox's access token (X-Access-Token) is missing or wrong",
         );
-      if (s.paused_version_id)
-        throw new ConnectError("failed_precondition", "the sandbox is paused: connect to it to resume it");
-      return s;
+      return notPaused(s);
     },
     async filesSandbox(c, operation) {
       const signature = c.req.query("signature");
       if (signature === undefined) return this.envdSandbox(c);
-      const id = c.req.header("e2b-sandbox-id") ?? "";
-      const s = SANDBOX_ID.test(id)
-        ? await store
-            .selectFrom("e2b_sandboxes")
-            .selectAll()
-            .where("environment_id", "=", envIdOf(id))
-            .executeTakeFirst()
-        : undefined;
+      const s = await headerSandbox(c);
       const expiration = c.req.query("signature_expiration");
       if (expiration !== undefined && !/^[0-9]{1,12}$/.test(expiration))
         throw new ConnectError("invalid_argument", "signature_expiration is not a time in seconds");
       const raw = [c.req.query("path") ?? "", operation, c.req.query("username") ?? "", s ? tokenOf(s) : ""]
         .concat(expiration === undefined ? [] : [expiration])
         .join(":");
-      const want = Buffer.from(`v1_${createHash("sha256").update(raw).digest("base64").replace(/=+$/, "")}`);
-      const got = Buffer.from(signature);
-      if (!s || want.length !== got.length || !timingSafeEqual(want, got))
+      const want = `v1_${createHash("sha256").update(raw).digest("base64").replace(/=+$/, "")}`;
+      if (!s || !sameSecret(want, signature))
         throw new ConnectError(
           "unauthenticated",
           `the signature does not sign this ${operation} of this path`,
         );
       if (expiration !== undefined && Number(expiration) * 1000 < (options.nowMs ?? Date.now)())
         throw new ConnectError("unauthenticated", "the signed URL has expired");
-      if (s.paused_version_id)
-        throw new ConnectError("failed_precondition", "the sandbox is paused: connect to it to resume it");
-      return s;
+      return notPaused(s);
     },
   };
+}
+
+/** Equal secrets, compared in constant time. */
+function sameSecret(want: string, got: string): boolean {
+  const a = Buffer.from(want);
+  const b = Buffer.from(got);
+  return a.length === b.length && timingSafeEqual(a, b);
+}
+
+/** A sandbox envd's calls may act on: not a paused one. */
+function notPaused(s: Sandbox): Sandbox {
+  if (s.paused_version_id)
+    throw new ConnectError("failed_precondition", "the sandbox is paused: connect to it to resume it");
+  return s;
 }
 
 /** Who a call acts as: `Authorization: Basic base64("user:")`, else the service's own user. */

@@ -188,7 +188,7 @@ export class Denvd {
 
   prepare(
     spec: ResolvedSpec,
-    options: { name: string; operationId?: string; stackId?: string },
+    options: { name: string; operationId?: string; stackId?: string; dataFromVersionId?: string },
   ): Promise<{ stack: StackRecord; evidence: PrepareEvidence }> {
     return prepareStack(this.ctx, spec, options);
   }

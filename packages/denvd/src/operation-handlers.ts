@@ -88,6 +88,7 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
         name: p.name,
         operationId: p.operation_id,
         ...(p.new_stack_id ? { stackId: p.new_stack_id } : {}),
+        ...(p.data_from_version_id ? { dataFromVersionId: p.data_from_version_id } : {}),
       });
       return { stack_id: r.stack.id, evidence: r.evidence };
     },

@@ -26,15 +26,21 @@ export interface PrepareEvidence {
   images: Record<string, { reference: string; pulled: boolean }>;
   datasets: Record<string, string>;
   quota: Record<string, QuotaEvidence>;
+  data_from?: { version_id: string; cloned: string[] };
 }
 
-/** prepare: images present (pulled by digest when missing) and fresh, empty datasets. */
+/**
+ * prepare: images present (pulled by digest when missing) and fresh, empty datasets; or, given a
+ * version (a preview deployed onto alpha's data), each volume the version also has cloned from its
+ * snapshot there.
+ */
 export async function prepareStack(
   ctx: StackContext,
   spec: ResolvedSpec,
-  options: { name: string; operationId?: string; stackId?: string },
+  options: { name: string; operationId?: string; stackId?: string; dataFromVersionId?: string },
 ): Promise<{ stack: StackRecord; evidence: PrepareEvidence }> {
   checkSpec(spec);
+  const from = options.dataFromVersionId ? ctx.version(options.dataFromVersionId) : null;
   const images: PrepareEvidence["images"] = {};
   for (const [name, svc] of Object.entries(spec.services)) {
     const ref = svc.image_pinned ?? svc.image;
@@ -55,12 +61,28 @@ export async function prepareStack(
   try {
     // A deploy's stack runs on a clock that starts now: its snapshot fixes the version's time.
     await setUpClock(ctx, stack, { baseMs: Date.now(), held: false });
+    const cloned: string[] = [];
     for (const [vol, ds] of Object.entries(stack.datasets)) {
+      const snap = from?.snapshots[vol];
+      if (snap) {
+        await ctx.storage.clone(snap, ds);
+        cloned.push(vol);
+        ctx.log("Cloned dataset", { stack: stack.id, volume: vol, dataset: ds, version: from?.id });
+        continue;
+      }
       await ctx.storage.createDataset(ds);
       ctx.log("Created dataset", { stack: stack.id, volume: vol, dataset: ds });
     }
     const quota = await limitDatasets(ctx, stack);
-    return { stack, evidence: { images, datasets: { ...stack.datasets }, quota } };
+    return {
+      stack,
+      evidence: {
+        images,
+        datasets: { ...stack.datasets },
+        quota,
+        ...(from ? { data_from: { version_id: from.id, cloned } } : {}),
+      },
+    };
   } catch (err) {
     await teardownStack(ctx, stack).catch(() => {});
     throw err;

@@ -144,6 +144,11 @@ export const prepareEvidence = z.object({
   /** Volume name → dataset id. */
   datasets: z.record(z.string(), z.string()),
   quota: z.record(z.string(), quotaEvidence),
+  /**
+   * A deploy onto a version's data (a pull request's preview onto alpha's): the version, and the
+   * volumes cloned from its snapshots (the others start empty).
+   */
+  data_from: z.object({ version_id: z.string(), cloned: z.array(z.string()) }).optional(),
 });
 
 export const forkEvidence = z.object({

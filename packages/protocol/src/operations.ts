@@ -230,6 +230,8 @@ export const OPERATIONS = {
       name: stackNameSchema,
       operation_id: operationId,
       new_stack_id: newStackId,
+      /** Volumes start as clones of this version's snapshots of the same name, not empty. */
+      data_from_version_id: versionId.optional(),
     }),
     result: z.object({ stack_id: stackId, evidence: prepareEvidence }),
   },

@@ -70,8 +70,20 @@ const GIT_CONFIG = [
   "transfer.fsckObjects=true",
 ].flatMap((c) => ["-c", c]);
 
-function gitEnv(home: string): NodeJS.ProcessEnv {
+/**
+ * The environment git runs in. `authorization`: an HTTP Authorization header git sends to the
+ * remote (a GitHub installation's token), given through git's environment-borne configuration so it
+ * is never in a command line another process can read, nor in the URL that errors print.
+ */
+function gitEnv(home: string, authorization?: string): NodeJS.ProcessEnv {
   return {
+    ...(authorization
+      ? {
+          GIT_CONFIG_COUNT: "1",
+          GIT_CONFIG_KEY_0: "http.extraHeader",
+          GIT_CONFIG_VALUE_0: `Authorization: ${authorization}`,
+        }
+      : {}),
     PATH: process.env.PATH ?? "/usr/bin:/bin",
     HOME: home,
     GIT_CONFIG_NOSYSTEM: "1",
@@ -88,7 +100,7 @@ function gitEnv(home: string): NodeJS.ProcessEnv {
 }
 
 /** git with nothing of the server's configuration and only http(s) transports. */
-function git(args: string[], home: string, timeoutMs: number): Promise<Buffer> {
+function git(args: string[], env: NodeJS.ProcessEnv, timeoutMs: number): Promise<Buffer> {
   const config = GIT_CONFIG;
   return new Promise((resolve, reject) => {
     execFile(
@@ -98,7 +110,7 @@ function git(args: string[], home: string, timeoutMs: number): Promise<Buffer> {
         encoding: "buffer",
         timeout: timeoutMs,
         maxBuffer: MAX_COMPOSE_BYTES + 64 * 1024,
-        env: gitEnv(home),
+        env,
       },
       (err, stdout, stderr) => {
         if (!err) return resolve(stdout);
@@ -137,46 +149,135 @@ export interface GitCheckout extends GitSource {
   close(): Promise<void>;
 }
 
-/** Clones the repository's default branch (one commit, no working tree) and reads the two files. */
+export interface GitSourceOptions {
+  timeoutMs?: number;
+  /** The commit to read (a webhook's head); fetched alone, and checked to be what was fetched. */
+  commit?: string;
+  /** The branch or tag to read, when no commit is given; default: the remote's default branch. */
+  ref?: string;
+  /** A directory of the repository that holds the compose file: the project's root. */
+  path?: string;
+  /** An Authorization header for the remote (a GitHub installation token's). */
+  authorization?: string;
+  /** How the source is named in errors (a github: source, not its clone URL). */
+  label?: string;
+}
+
+/**
+ * Fetches one commit of a repository (the default branch's, a ref's, or one named; no working tree)
+ * and reads the two files at the project's root (the repository's, or `path` in it).
+ */
 export async function openGitSource(
-  source: string,
+  remote: string,
   policy: FetchPolicy,
-  options: { timeoutMs?: number } = {},
+  options: GitSourceOptions = {},
 ): Promise<GitCheckout> {
-  const url = checkGitUrl(source, policy);
+  const url = checkGitUrl(remote, policy);
+  const source = options.label ?? remote;
   const timeoutMs = options.timeoutMs ?? 120_000;
+  if (options.commit !== undefined && !/^[0-9a-f]{40}([0-9a-f]{24})?$/.test(options.commit))
+    throw new DenvError("invalid_argument", `${options.commit} is not a full commit id`);
+  if (options.ref !== undefined && !isRefName(options.ref))
+    throw new DenvError("invalid_argument", `${options.ref} is not a branch or tag name git takes`);
   const dir = await mkdtemp(join(tmpdir(), "denv-src-"));
   const home = join(dir, "home");
+  const env = gitEnv(home, options.authorization);
   const repo = join(dir, "repo.git");
+  const failed = (err: Error & { killed?: boolean }) => {
+    throw new DenvError(
+      "unavailable",
+      err.killed
+        ? `git fetch of ${source} did not finish within ${timeoutMs / 1000} s`
+        : `git fetch of ${source} failed: ${err.message}`,
+    );
+  };
   try {
-    await git(
-      [
-        "clone",
-        "--quiet",
-        "--bare",
-        "--depth",
-        "1",
-        "--single-branch",
-        "--no-tags",
-        "--filter=blob:none",
-        "--",
-        url.href,
-        repo,
-      ],
-      home,
-      timeoutMs,
-    ).catch((err: Error & { killed?: boolean }) => {
-      throw new DenvError(
-        "unavailable",
-        err.killed
-          ? `git clone ${source} did not finish within ${timeoutMs / 1000} s`
-          : `git clone ${source} failed: ${err.message}`,
-      );
-    });
-    const at = (args: string[]) => git(["--git-dir", repo, ...args], home, timeoutMs);
-    const commit = (await at(["rev-parse", "HEAD"])).toString().trim();
+    const want = options.commit ?? (options.ref ? `refs/heads/${options.ref}` : undefined);
+    if (want !== undefined) {
+      // One commit (or one branch's head) alone: an empty bare repository fetching just it.
+      await git(["init", "--quiet", "--bare", repo], env, timeoutMs);
+      await git(["--git-dir", repo, "remote", "add", "origin", url.href], env, timeoutMs);
+      const fetch = (w: string) =>
+        git(
+          [
+            "--git-dir",
+            repo,
+            "fetch",
+            "--quiet",
+            "--depth",
+            "1",
+            "--filter=blob:none",
+            "--no-tags",
+            "origin",
+            w,
+          ],
+          env,
+          timeoutMs,
+        );
+      // A ref may be a tag rather than a branch.
+      await fetch(want)
+        .catch((err) =>
+          options.ref && !options.commit ? fetch(`refs/tags/${options.ref}`) : Promise.reject(err),
+        )
+        .catch(failed);
+      await git(["--git-dir", repo, "update-ref", "HEAD", "FETCH_HEAD^{commit}"], env, timeoutMs);
+    } else {
+      await git(
+        [
+          "clone",
+          "--quiet",
+          "--bare",
+          "--depth",
+          "1",
+          "--single-branch",
+          "--no-tags",
+          "--filter=blob:none",
+          "--",
+          url.href,
+          repo,
+        ],
+        env,
+        timeoutMs,
+      ).catch(failed);
+    }
+    const at = (args: string[]) => git(["--git-dir", repo, ...args], env, timeoutMs);
+    const commit = (await at(["rev-parse", "HEAD^{commit}"])).toString().trim();
+    if (options.commit !== undefined && commit !== options.commit)
+      throw new DenvError("unavailable", `${source} gave commit ${commit} for ${options.commit}`);
+    // The entry at a path of the commit, each step from the root checked: a link on the way is
+    // refused (as the CLI refuses one), a path through a file is absent.
+    const entryAt = async (path: string, what: string, from = commit) => {
+      if (path.startsWith("-") || path.includes("\0") || path.split("/").includes(".."))
+        throw new DenvError("invalid_argument", `${what} is not a path inside the repository`);
+      const parts = path.split("/");
+      for (let i = 1; i <= parts.length; i++) {
+        const prefix = parts.slice(0, i).join("/");
+        const [meta = ""] = (await at(["ls-tree", "-z", from, "--", prefix])).toString("utf8").split("\t");
+        const [mode = "", type = "", object = ""] = meta.split(" ");
+        if (!mode) return null;
+        if (mode === "120000")
+          throw new DenvError(
+            "invalid_argument",
+            `${what}: ${prefix} is a symbolic link in ${source}; a project's files are read as they are, never through a link`,
+          );
+        if (i < parts.length && type !== "tree") return null;
+        if (i === parts.length) return { type, object };
+      }
+      return null;
+    };
+    // The project's root: the commit's tree, or a directory of it (`#path`), itself never a link.
+    let root = commit;
+    if (options.path !== undefined && options.path !== ".") {
+      const e = await entryAt(options.path, `the project's path ${options.path}`);
+      if (e?.type !== "tree")
+        throw new DenvError(
+          "invalid_argument",
+          `${source} has no directory ${options.path} at ${commit.slice(0, 12)}`,
+        );
+      root = e.object;
+    }
     // The root tree: "<mode> <type> <object>\t<name>" per entry, NUL-separated.
-    const entries = (await at(["ls-tree", "-z", "HEAD"]))
+    const entries = (await at(["ls-tree", "-z", root]))
       .toString("utf8")
       .split("\0")
       .filter(Boolean)
@@ -200,27 +301,6 @@ export async function openGitSource(
         throw new DenvError("invalid_argument", `${name} in ${source} is over ${MAX_COMPOSE_BYTES} bytes`);
       return (await at(["cat-file", "blob", e.object])).toString("utf8");
     };
-    // The entry at a path of the commit, each step from the root checked: a link on the way is
-    // refused (as the CLI refuses one), a path through a file is absent.
-    const entryAt = async (path: string, what: string) => {
-      if (path.startsWith("-") || path.includes("\0") || path.split("/").includes(".."))
-        throw new DenvError("invalid_argument", `${what} is not a path inside the repository`);
-      const parts = path.split("/");
-      for (let i = 1; i <= parts.length; i++) {
-        const prefix = parts.slice(0, i).join("/");
-        const [meta = ""] = (await at(["ls-tree", "-z", commit, "--", prefix])).toString("utf8").split("\t");
-        const [mode = "", type = "", object = ""] = meta.split(" ");
-        if (!mode) return null;
-        if (mode === "120000")
-          throw new DenvError(
-            "invalid_argument",
-            `${what}: ${prefix} is a symbolic link in ${source}; a project's files are read as they are, never through a link`,
-          );
-        if (i < parts.length && type !== "tree") return null;
-        if (i === parts.length) return { type, object };
-      }
-      return null;
-    };
     const file = COMPOSE_FILE_NAMES.find((n) => entries.some((e) => e.name === n));
     if (!file)
       throw new DenvError(
@@ -232,19 +312,19 @@ export async function openGitSource(
       dotenv: await blob(".env"),
       commit,
       file,
-      archive: (path: string) => gitArchive(repo, home, commit, path, timeoutMs),
+      archive: (path: string) => gitArchive(repo, env, root, path, timeoutMs),
       seed: async (path: string) => {
-        if (path === ".") return { type: "directory", tar: gitArchive(repo, home, commit, ".", timeoutMs) };
-        const e = await entryAt(path, `bind mount source ./${path}`);
+        if (path === ".") return { type: "directory", tar: gitArchive(repo, env, root, ".", timeoutMs) };
+        const e = await entryAt(path, `bind mount source ./${path}`, root);
         if (!e) return null;
         if (e.type === "tree")
-          return { type: "directory", tar: gitArchive(repo, home, commit, path, timeoutMs) };
+          return { type: "directory", tar: gitArchive(repo, env, root, path, timeoutMs) };
         const parts = path.split("/");
         const dir = parts.slice(0, -1).join("/") || ".";
-        return { type: "file", tar: gitArchive(repo, home, commit, dir, timeoutMs, parts[parts.length - 1]) };
+        return { type: "file", tar: gitArchive(repo, env, root, dir, timeoutMs, parts[parts.length - 1]) };
       },
       readText: async (path: string, maxBytes: number) => {
-        const e = await entryAt(path, path);
+        const e = await entryAt(path, path, root);
         if (!e) return null;
         if (e.type !== "blob") throw new DenvError("invalid_argument", `${path} in ${source} is not a file`);
         const size = Number((await at(["cat-file", "-s", e.object])).toString().trim());
@@ -263,7 +343,7 @@ export async function openGitSource(
 /** git archive of one tree of a commit, streamed (the clone fetches the tree's blobs as it goes). */
 function gitArchive(
   repo: string,
-  home: string,
+  env: NodeJS.ProcessEnv,
   commit: string,
   path: string,
   timeoutMs: number,
@@ -275,7 +355,7 @@ function gitArchive(
   // `only`: one entry of that tree (a file a bind mount names), by its name.
   const member = only === undefined ? [] : ["--", `:(literal)${only}`];
   const child = spawn("git", [...GIT_CONFIG, "--git-dir", repo, "archive", "--format=tar", tree, ...member], {
-    env: gitEnv(home),
+    env,
     stdio: ["ignore", "pipe", "pipe"],
     timeout: timeoutMs * 5,
   });
@@ -301,4 +381,22 @@ function gitArchive(
     if (child.exitCode === null) child.kill("SIGKILL");
   });
   return out;
+}
+
+/** A branch or tag name as git's check-ref-format takes it (no `..`, control characters, `~^:?*[\\`). */
+export function isRefName(name: string): boolean {
+  return (
+    name.length > 0 &&
+    name.length <= 255 &&
+    !name.startsWith("-") &&
+    !name.startsWith("/") &&
+    !name.endsWith("/") &&
+    !name.endsWith(".") &&
+    !name.endsWith(".lock") &&
+    !name.includes("..") &&
+    !name.includes("@{") &&
+    !name.includes("//") &&
+    // biome-ignore lint/suspicious/noControlCharactersInRegex: refused in a ref name
+    !/[\u0000-\u0020\u007f~^:?*[\\]/.test(name)
+  );
 }

@@ -21,10 +21,26 @@ import { type Placement, place } from "./placement.ts";
 import { type ProjectSource, projectSource } from "./project-source.ts";
 import { snapshotPhase } from "./snapshot-kind.ts";
 
+/** What a deploy reads and builds on besides its project (a webhook's push or pull request). */
+export interface DeployOptions {
+  /** The commit of a git or GitHub source to deploy (default: its branch's head). */
+  commit?: string;
+  /** The branch the commit is on (a GitHub source's, read where no commit is given). */
+  ref?: string;
+  /**
+   * A version whose volumes the new stack starts from, volume by volume (a pull request's preview
+   * onto alpha's data); recorded as the environment's parent.
+   */
+  dataFromVersionId?: string;
+  /** What started it, recorded in the resolve phase's evidence (a push: commit, ref, who pushed). */
+  trigger?: Record<string, unknown>;
+}
+
 export async function runDeploy(
   runner: DeploymentRunner,
   project: ProjectsTable,
   envName: string,
+  options: DeployOptions = {},
 ): Promise<Launched & { environmentId: string }> {
   const env = await findOrCreateEnvironment(runner.store, project, envName);
   const rec = await runner.begin(project.team_id, env.id, "deploy", DEPLOY_PHASES);
@@ -35,7 +51,7 @@ export async function runDeploy(
     env.id,
     async () => {
       before = await environmentById(runner.store, env.id);
-      await deployPhases(runner, rec, project, before);
+      await deployPhases(runner, rec, project, before, options);
     },
     (err) => runner.rollBack(rec, before, err),
   );
@@ -47,8 +63,9 @@ async function deployPhases(
   rec: PhaseRecorder,
   project: ProjectsTable,
   before: EnvironmentsTable,
+  options: DeployOptions,
 ): Promise<void> {
-  let spec = await resolvePhase(runner, rec, project);
+  let spec = await resolvePhase(runner, rec, project, options);
   const where = await placeAndJoin(runner, rec, project, before, spec.target);
   if (typeof where !== "string") {
     // A hosted target: the one service as the provider's sandbox (prepare refuses what it cannot run).
@@ -66,17 +83,20 @@ async function deployPhases(
       spec,
     });
     spec = built.spec;
+    const from = await dataFrom(runner, options.dataFromVersionId, hostId);
     const r = await runner.hosts.call(hostId, "prepare", {
       spec,
       name: stackName(project.name, before.name),
       operation_id: rec.deploymentId,
       new_stack_id: await rec.building(),
+      ...(from.versionId ? { data_from_version_id: from.versionId } : {}),
     });
     const builds = Object.keys(built.builds).length ? { builds: built.builds, spec_hash: spec.hash } : {};
     // The project's files its bind mounts name, into their fresh datasets before anything starts.
     const seeded = await seedDatasets(runner, project.team_id, hostId, r.stack_id, spec);
     const seeds = Object.keys(seeded).length ? { seeded } : {};
-    return { value: r.stack_id, evidence: { ...r.evidence, ...builds, ...seeds } };
+    const skipped = from.skipped ? { data_from: from.skipped } : {};
+    return { value: r.stack_id, evidence: { ...r.evidence, ...builds, ...seeds, ...skipped } };
   })) as string;
   const started = (await rec.run("start", async () => {
     const r = await runner.hosts.call(hostId, "start", { stack_id: stackId });
@@ -107,6 +127,7 @@ async function deployPhases(
     target_id: "denvd",
     stack_id: stackId,
     current_version_id: versionId,
+    ...(options.dataFromVersionId ? { parent_version_id: options.dataFromVersionId } : {}),
   });
   delete rec.state.building_stack_id;
   await rec.persist();
@@ -160,9 +181,48 @@ const MAX_GIT_FILES = 64;
 const MAX_GIT_FILE_BYTES = 1024 * 1024;
 
 /** resolve: the compose file validated off the event loop (it is a team's input), images pinned. */
-async function resolvePhase(runner: DeploymentRunner, rec: PhaseRecorder, project: ProjectsTable) {
+/**
+ * The version a deploy's volumes start from, where the host it was placed on holds it (its own or
+ * a replica); elsewhere the volumes start empty and the prepare phase says why.
+ */
+async function dataFrom(
+  runner: DeploymentRunner,
+  versionId: string | undefined,
+  hostId: string,
+): Promise<{ versionId?: string; skipped?: { version_id: string; cloned: string[]; reason: string } }> {
+  if (!versionId) return {};
+  const v = await runner.store
+    .selectFrom("versions")
+    .select("host_id")
+    .where("id", "=", versionId)
+    .executeTakeFirst();
+  const replica = await runner.store
+    .selectFrom("version_replicas")
+    .select("host_id")
+    .where("version_id", "=", versionId)
+    .where("host_id", "=", hostId)
+    .executeTakeFirst();
+  if (v?.host_id === hostId || replica) return { versionId };
+  return {
+    skipped: {
+      version_id: versionId,
+      cloned: [],
+      reason: v
+        ? `the version is on host ${v.host_id}, not ${hostId}: the volumes start empty`
+        : "the version is gone",
+    },
+  };
+}
+
+async function resolvePhase(
+  runner: DeploymentRunner,
+  rec: PhaseRecorder,
+  project: ProjectsTable,
+  options: DeployOptions = {},
+) {
   return (await rec.run("resolve", async () => {
-    const src = await projectSource(project, runner.options);
+    const src = await projectSource(project, runner.options, options);
+    if (options.trigger) src.source = { ...(src.source as object), ...options.trigger };
     try {
       return await resolveSource(runner, project, src);
     } finally {

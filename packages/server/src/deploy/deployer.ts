@@ -9,7 +9,7 @@ import { deploymentById } from "../store/deployment-store.ts";
 import type { DeploymentsTable, EnvironmentsTable, ProjectsTable, VersionsTable } from "../store/schema.ts";
 import type { Admission } from "./admission.ts";
 import { ANSWER_WITHIN_MS, awaitVerdict } from "./answer-deadline.ts";
-import { runDeploy } from "./deploy-kind.ts";
+import { type DeployOptions, runDeploy } from "./deploy-kind.ts";
 import { recoverDeployments } from "./deployment-recovery.ts";
 import {
   type DeployerOptions,
@@ -58,8 +58,12 @@ export class Deployer {
   }
 
   /** Deploys a project to a named environment (made when new); returns at once. */
-  deploy(project: ProjectsTable, envName: string): Promise<Launched & { environmentId: string }> {
-    return runDeploy(this.runner, project, envName);
+  deploy(
+    project: ProjectsTable,
+    envName: string,
+    options: DeployOptions = {},
+  ): Promise<Launched & { environmentId: string }> {
+    return runDeploy(this.runner, project, envName, options);
   }
 
   /** A new environment from a version, on the host that holds the version's data (or a pool's member). */

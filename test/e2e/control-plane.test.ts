@@ -196,7 +196,7 @@ describe("deploy", () => {
 });
 
 describe("project sources and placement", () => {
-  test("a git URL is cloned at deploy and its commit recorded; github: and a bad pin roll back with the reason", async () => {
+  test("a git URL is cloned at deploy and its commit recorded; github: without an App is refused, a bad pin rolls back with the reason", async () => {
     const repo = join(gitRoot, "world.git");
     const git = (...args: string[]) => execFileSync("git", ["-C", repo, ...args], { encoding: "utf8" });
     execFileSync("git", ["init", "-q", "-b", "main", repo]);
@@ -230,14 +230,14 @@ describe("project sources and placement", () => {
     assert.equal(refused.status, 403);
     assert.match(refused.data.error.message, /not a host this server fetches from/);
 
-    await api("POST", "/v1/projects", {
+    // A GitHub repository is read through the team's App: without one the project is refused.
+    const gh = await api("POST", "/v1/projects", {
       name: "from-github",
       kind: "rl-environment",
       source: "github:you/ops-world",
     });
-    const gh = await api("POST", "/v1/projects/from-github/deploy?wait=true", {});
-    assert.equal(gh.data.status, "rolled_back");
-    assert.match(gh.data.phases[0].reason, /GitHub integration is not available yet/);
+    assert.equal(gh.status, 400);
+    assert.match(gh.data.error.message, /connect a GitHub App first \(denv github connect\)/);
 
     await api("POST", "/v1/projects", {
       name: "pinned",

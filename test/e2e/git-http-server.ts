@@ -3,7 +3,7 @@
  * through git's own CGI program (git http-backend) from a directory of repositories.
  */
 import { spawn } from "node:child_process";
-import { createServer, type Server } from "node:http";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 
 export interface GitHttpServer {
   /** http://127.0.0.1:PORT */
@@ -14,7 +14,19 @@ export interface GitHttpServer {
 }
 
 export async function startGitHttpServer(root: string): Promise<GitHttpServer> {
-  const server: Server = createServer((req, res) => {
+  const server: Server = createServer(gitHttpBackend(root));
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const port = (server.address() as { port: number }).port;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    host: `127.0.0.1:${port}`,
+    close: () => new Promise((r) => server.close(() => r())),
+  };
+}
+
+/** Serves one request through git http-backend from the repositories under `root`. */
+export function gitHttpBackend(root: string) {
+  return (req: IncomingMessage, res: ServerResponse) => {
     const url = new URL(req.url ?? "/", "http://x");
     const child = spawn("git", ["http-backend"], {
       env: {
@@ -53,12 +65,5 @@ export async function startGitHttpServer(root: string): Promise<GitHttpServer> {
     });
     child.stdout.on("end", () => res.end());
     child.on("error", () => res.destroy());
-  });
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  const port = (server.address() as { port: number }).port;
-  return {
-    url: `http://127.0.0.1:${port}`,
-    host: `127.0.0.1:${port}`,
-    close: () => new Promise((r) => server.close(() => r())),
   };
 }

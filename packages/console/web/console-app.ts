@@ -7,6 +7,7 @@ import { ApiError, api, currentSession, type Session, setCsrf } from "./console-
 import { deploymentPage } from "./deployment-page.ts";
 import { errorBox, h, show } from "./dom.ts";
 import { environmentPage, environmentsPage } from "./environment-pages.ts";
+import { newProjectPage, projectPage, projectsPage } from "./project-pages.ts";
 import { hostsPage, keysPage, membersPage } from "./team-pages.ts";
 import { versionPage } from "./version-page.ts";
 
@@ -52,6 +53,7 @@ function header(session: Session | null): void {
     session
       ? [
           link("#/", "Environments"),
+          link("#/projects", "Projects"),
           link("#/hosts", "Hosts"),
           link("#/keys", "Keys"),
           link("#/members", "Members"),
@@ -104,6 +106,9 @@ async function render(): Promise<void> {
     else if (first === "env" && id) await environmentPage(main, decodeURIComponent(id), go);
     else if (first === "deployment" && id) stopLive = await deploymentPage(main, decodeURIComponent(id));
     else if (first === "version" && id) await versionPage(main, decodeURIComponent(id), go);
+    else if (first === "projects" && id === "new") await newProjectPage(main, go);
+    else if (first === "projects") await projectsPage(main, go);
+    else if (first === "project" && id) await projectPage(main, decodeURIComponent(id));
     else if (first === "hosts") await hostsPage(main);
     else if (first === "keys") await keysPage(main, () => void render());
     else if (first === "members") await membersPage(main, session, () => void render());

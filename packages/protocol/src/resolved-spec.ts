@@ -165,6 +165,8 @@ export const resolvedSpecSchema = z.object({
    * was taken on included). Absent when the file does not declare it.
    */
   replicas: z.number().int().min(1).max(16).optional(),
+  /** x-denv.branches: branch patterns whose pushes deploy environments named after them. */
+  branches: z.array(z.string()).max(64).optional(),
   /**
    * x-denv.target: the cloud or target the file asks its environments to run on (a project's own
    * pin, `denv project create --target`, wins). Absent when the file names none.

@@ -343,12 +343,18 @@ export type PostV1ProjectsResponse = {
   pinned_target: string | null;
   uploaded: boolean;
   created_at: string;
+  branches: Array<string> | null;
+  github: {
+    installation_id: string;
+    repository_id: string;
+  } | null;
 };
 export type PostV1ProjectsBody = {
   name: string;
   kind: "rl-environment" | "agent" | "service" | "website" | "inference";
   source: string;
   pinned_target?: string;
+  branches?: Array<string>;
 };
 
 /** List projects — GET /v1/projects */
@@ -362,6 +368,11 @@ export type GetV1ProjectsResponse = {
     pinned_target: string | null;
     uploaded: boolean;
     created_at: string;
+    branches: Array<string> | null;
+    github: {
+      installation_id: string;
+      repository_id: string;
+    } | null;
   }>;
 };
 
@@ -375,6 +386,11 @@ export type GetV1ProjectsByIdResponse = {
   pinned_target: string | null;
   uploaded: boolean;
   created_at: string;
+  branches: Array<string> | null;
+  github: {
+    installation_id: string;
+    repository_id: string;
+  } | null;
 };
 
 /** Delete a project: refused (409, naming them) while it has live environments or a version something uses; its versions' snapshots, its environments' records, the build contexts only it named and the images built for it go with it — DELETE /v1/projects/{id} */
@@ -382,6 +398,42 @@ export type DeleteV1ProjectsByIdResponse = {
   deleted: string;
   versions_deleted: Array<string>;
   images_removed: Array<string>;
+};
+
+/** Set which branches of a github: project deploy environments named after them (`*` within a path segment, `**` across); null follows x-denv.branches — PUT /v1/projects/{id}/branches */
+export type PutV1ProjectsByIdBranchesResponse = {
+  id: string;
+  name: string;
+  kind: string;
+  source_type: "local" | "git" | "github";
+  source: string;
+  pinned_target: string | null;
+  uploaded: boolean;
+  created_at: string;
+  branches: Array<string> | null;
+  github: {
+    installation_id: string;
+    repository_id: string;
+  } | null;
+};
+export type PutV1ProjectsByIdBranchesBody = {
+  branches: Array<string> | null;
+};
+
+/** A github: project's environments its webhooks made (alpha, branches, previews), each with its latest commit and deployment — GET /v1/projects/{id}/github */
+export type GetV1ProjectsByIdGithubResponse = {
+  environments: Array<{
+    environment: string;
+    trigger: "push" | "branch" | "preview";
+    ref: string;
+    commit: string;
+    pushed_by: string | null;
+    pull_request: number | null;
+    status: string;
+    deployment_id: string;
+    deployment_status: string;
+    check_run_id: string | null;
+  }>;
 };
 
 /** Upload a local project's compose file (and .env) — PUT /v1/projects/{id}/source */
@@ -394,6 +446,11 @@ export type PutV1ProjectsByIdSourceResponse = {
   pinned_target: string | null;
   uploaded: boolean;
   created_at: string;
+  branches: Array<string> | null;
+  github: {
+    installation_id: string;
+    repository_id: string;
+  } | null;
 };
 export type PutV1ProjectsByIdSourceBody = {
   compose: string;
@@ -1336,6 +1393,71 @@ export type DeleteV1CloudsByNameResponse = {
   deleted: string;
 };
 
+/** Connect the team's GitHub App: its ID, private key and webhook secret (tried against GitHub with GET /app, then stored encrypted) — POST /v1/github/apps */
+export type PostV1GithubAppsResponse = {
+  app_id: string;
+  slug: string;
+  api_url: string;
+  install_url: string;
+  webhook_url: string;
+  created_at: string;
+};
+export type PostV1GithubAppsBody = {
+  app_id: string;
+  private_key: string;
+  webhook_secret: string;
+  api_url?: string;
+};
+
+/** The team's connected GitHub Apps (never their keys or secrets) — GET /v1/github/apps */
+export type GetV1GithubAppsResponse = {
+  apps: Array<{
+    app_id: string;
+    slug: string;
+    api_url: string;
+    install_url: string;
+    webhook_url: string;
+    created_at: string;
+  }>;
+};
+
+/** Disconnect a GitHub App; refused while a project reads its repository through it — DELETE /v1/github/apps/{app_id} */
+export type DeleteV1GithubAppsByAppIdResponse = {
+  deleted: string;
+};
+
+/** The repositories each installation of the team's Apps gives denv (what a github: project can deploy) — GET /v1/github/repositories */
+export type GetV1GithubRepositoriesResponse = {
+  installations: Array<{
+    app_id: string;
+    installation_id: string;
+    account: string;
+    repositories: Array<{
+      id: string;
+      full_name: string;
+      default_branch: string;
+      private: boolean;
+    }>;
+  }>;
+};
+
+/** The latest webhook deliveries to the team's Apps, and what denv did with each — GET /v1/github/deliveries */
+export type GetV1GithubDeliveriesResponse = {
+  deliveries: Array<{
+    delivery_id: string;
+    app_id: string;
+    event: string;
+    outcome: string;
+    received_at: string;
+  }>;
+};
+
+/** GitHub's webhook deliveries (push, pull_request) for a connected App: the signature checked over the raw body with the App's secret, each delivery acted on once, work queued and answered at once — POST /v1/github/webhook */
+export type PostV1GithubWebhookResponse = {
+  outcome: string;
+  deployments: Array<string>;
+};
+
 /** MCP (Streamable HTTP): denv's tools and resources for agents and assistants — sandboxes, exec, files, snapshot, verify — with this key's team scoping; POST sends JSON-RPC messages (initialize first) — POST /v1/mcp */
 export type PostV1McpResponse = unknown;
 
@@ -1377,6 +1499,8 @@ export const OPERATIONS = {
   getV1Projects: { method: "GET", path: "/v1/projects", params: [], body: "none", response: "json" },
   getV1ProjectsById: { method: "GET", path: "/v1/projects/{id}", params: ["id"], body: "none", response: "json" },
   deleteV1ProjectsById: { method: "DELETE", path: "/v1/projects/{id}", params: ["id"], body: "none", response: "json" },
+  putV1ProjectsByIdBranches: { method: "PUT", path: "/v1/projects/{id}/branches", params: ["id"], body: "json", response: "json" },
+  getV1ProjectsByIdGithub: { method: "GET", path: "/v1/projects/{id}/github", params: ["id"], body: "none", response: "json" },
   putV1ProjectsByIdSource: { method: "PUT", path: "/v1/projects/{id}/source", params: ["id"], body: "json", response: "json" },
   putV1ProjectsByIdContextsByDigest: { method: "PUT", path: "/v1/projects/{id}/contexts/{digest}", params: ["id","digest"], body: "tar", response: "json" },
   getV1ProjectsByIdContextsByDigest: { method: "GET", path: "/v1/projects/{id}/contexts/{digest}", params: ["id","digest"], body: "none", response: "json" },
@@ -1432,6 +1556,12 @@ export const OPERATIONS = {
   postV1Clouds: { method: "POST", path: "/v1/clouds", params: [], body: "json", response: "json" },
   getV1Clouds: { method: "GET", path: "/v1/clouds", params: [], body: "none", response: "json" },
   deleteV1CloudsByName: { method: "DELETE", path: "/v1/clouds/{name}", params: ["name"], body: "none", response: "json" },
+  postV1GithubApps: { method: "POST", path: "/v1/github/apps", params: [], body: "json", response: "json" },
+  getV1GithubApps: { method: "GET", path: "/v1/github/apps", params: [], body: "none", response: "json" },
+  deleteV1GithubAppsByAppId: { method: "DELETE", path: "/v1/github/apps/{app_id}", params: ["app_id"], body: "none", response: "json" },
+  getV1GithubRepositories: { method: "GET", path: "/v1/github/repositories", params: [], body: "none", response: "json" },
+  getV1GithubDeliveries: { method: "GET", path: "/v1/github/deliveries", params: [], body: "none", response: "json" },
+  postV1GithubWebhook: { method: "POST", path: "/v1/github/webhook", params: [], body: "none", response: "json" },
   postV1Mcp: { method: "POST", path: "/v1/mcp", params: [], body: "none", response: "json" },
   getV1Mcp: { method: "GET", path: "/v1/mcp", params: [], body: "none", response: "json" },
   deleteV1Mcp: { method: "DELETE", path: "/v1/mcp", params: [], body: "none", response: "json" },
@@ -1469,6 +1599,8 @@ export interface Operations {
   getV1Projects: { params: {  }; body: undefined; response: GetV1ProjectsResponse };
   getV1ProjectsById: { params: { id: string }; body: undefined; response: GetV1ProjectsByIdResponse };
   deleteV1ProjectsById: { params: { id: string }; body: undefined; response: DeleteV1ProjectsByIdResponse };
+  putV1ProjectsByIdBranches: { params: { id: string }; body: PutV1ProjectsByIdBranchesBody; response: PutV1ProjectsByIdBranchesResponse };
+  getV1ProjectsByIdGithub: { params: { id: string }; body: undefined; response: GetV1ProjectsByIdGithubResponse };
   putV1ProjectsByIdSource: { params: { id: string }; body: PutV1ProjectsByIdSourceBody; response: PutV1ProjectsByIdSourceResponse };
   putV1ProjectsByIdContextsByDigest: { params: { id: string; digest: string }; body: Uint8Array; response: PutV1ProjectsByIdContextsByDigestResponse };
   getV1ProjectsByIdContextsByDigest: { params: { id: string; digest: string }; body: undefined; response: GetV1ProjectsByIdContextsByDigestResponse };
@@ -1524,6 +1656,12 @@ export interface Operations {
   postV1Clouds: { params: {  }; body: PostV1CloudsBody; response: PostV1CloudsResponse };
   getV1Clouds: { params: {  }; body: undefined; response: GetV1CloudsResponse };
   deleteV1CloudsByName: { params: { name: string }; body: undefined; response: DeleteV1CloudsByNameResponse };
+  postV1GithubApps: { params: {  }; body: PostV1GithubAppsBody; response: PostV1GithubAppsResponse };
+  getV1GithubApps: { params: {  }; body: undefined; response: GetV1GithubAppsResponse };
+  deleteV1GithubAppsByAppId: { params: { app_id: string }; body: undefined; response: DeleteV1GithubAppsByAppIdResponse };
+  getV1GithubRepositories: { params: {  }; body: undefined; response: GetV1GithubRepositoriesResponse };
+  getV1GithubDeliveries: { params: {  }; body: undefined; response: GetV1GithubDeliveriesResponse };
+  postV1GithubWebhook: { params: {  }; body: undefined; response: PostV1GithubWebhookResponse };
   postV1Mcp: { params: {  }; body: undefined; response: PostV1McpResponse };
   getV1Mcp: { params: {  }; body: undefined; response: GetV1McpResponse };
   deleteV1Mcp: { params: {  }; body: undefined; response: DeleteV1McpResponse };

@@ -25,6 +25,7 @@ import { Replicator } from "./deploy/replication.ts";
 import { defaultDownloadsDir } from "./downloads.ts";
 import { createE2bGateway } from "./e2b/e2b-gateway.ts";
 import type { FetchPolicy } from "./fetch-policy.ts";
+import { GitHubApps } from "./github/github-apps.ts";
 import { newId } from "./ids.ts";
 import type { IngressNames } from "./ingress/ingress-names.ts";
 import type { PortsOrigin } from "./ports-origin.ts";
@@ -77,6 +78,10 @@ export interface AppOptions {
   isReady?: () => boolean;
   /** Given the E2B gateway's sweep (kills sandboxes past their timeout), for the server to run on a timer. */
   onE2bSweep?: (sweep: () => Promise<number>) => void;
+  /** Teams' GitHub Apps (default: made here; the server shares its own with the deployer). */
+  github?: GitHubApps;
+  /** The console's origin as users reach it (links sent to GitHub); default: the request's. */
+  serverUrl?: () => string;
 }
 
 export function createApp(options: AppOptions): Hono<ApiEnv> {
@@ -120,6 +125,10 @@ export function createApp(options: AppOptions): Hono<ApiEnv> {
     mcp,
     portsOrigin: options.portsOrigin,
     ingress: options.ingress ?? null,
+    github:
+      options.github ??
+      new GitHubApps({ store: options.store, secrets: options.secrets, fetchPolicy: options.fetchPolicy }),
+    serverUrl: options.serverUrl ?? null,
   };
   const log = options.log ?? ((message, context) => serverLog().error(context ?? {}, message));
   const app = new Hono<ApiEnv>();

@@ -28,6 +28,7 @@ import { recoverReplays } from "./deploy/replay-runner.ts";
 import { ReplicaKeeper, type ReplicaKeeperOptions } from "./deploy/replica-keeper.ts";
 import { Replicator } from "./deploy/replication.ts";
 import { FetchPolicy } from "./fetch-policy.ts";
+import { GitHubApps } from "./github/github-apps.ts";
 import { AcmeCertificates, type AcmeOptions } from "./ingress/acme-certificates.ts";
 import { IngressNames } from "./ingress/ingress-names.ts";
 import { type IngressDeps, probeThrough } from "./ingress/ingress-phase.ts";
@@ -205,7 +206,9 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   });
   let ready = false;
   let ingressDeps: IngressDeps | null = null;
+  const github = new GitHubApps({ store, secrets, fetchPolicy });
   const deployer = new Deployer({
+    github,
     ingress: () => ingressDeps,
     observer: metrics,
     store,
@@ -338,6 +341,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     : undefined;
   let e2bSweep: NodeJS.Timeout | undefined;
   const app = createApp({
+    github,
+    ...(options.publicUrl ? { serverUrl: () => options.publicUrl as string } : {}),
     portsOrigin,
     ingress: ingressNames,
     store,

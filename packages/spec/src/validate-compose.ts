@@ -352,6 +352,7 @@ function validateWith(
     clock: x.clock ?? (kind === "rl-environment" ? "frozen" : "real"),
     ...(x.pool === undefined ? {} : { pool: typeof x.pool === "object" ? x.pool.size : x.pool }),
     ...(x.replicas === undefined ? {} : { replicas: x.replicas }),
+    ...(x.branches?.length ? { branches: [...new Set(x.branches)] } : {}),
     ...(x.target === undefined ? {} : { target: x.target }),
     ...(x.ingress?.public?.length ? { ingress: { public: [...new Set(x.ingress.public)].sort() } } : {}),
     agent: agentService ? { service: agentService } : null,

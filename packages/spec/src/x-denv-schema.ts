@@ -36,6 +36,20 @@ export const xDenvSchema = z.strictObject({
   checkpoint: z.record(z.string(), z.union([commandSchema, z.array(commandSchema).min(1)])).optional(),
   /** Copies of each version kept on distinct hosts (the one it was taken on counts): 1 to 16. */
   replicas: z.number().int().min(1).max(16).optional(),
+  /**
+   * Branches whose pushes deploy an environment named after the branch (GitHub sources): names or
+   * patterns where `*` is any run of characters but `/` and `**` any run at all.
+   */
+  branches: z
+    .array(
+      z
+        .string()
+        .min(1)
+        .max(255)
+        .regex(/^[A-Za-z0-9._/*-]+$/, "a branch name or pattern (letters, digits, . _ - / *)"),
+    )
+    .max(64)
+    .optional(),
   /** Ingress names: which services' published ports answer without the environment's token. */
   ingress: z
     .strictObject({

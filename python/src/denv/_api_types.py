@@ -205,6 +205,11 @@ class PostV1DeviceByCodeResponse(TypedDict):
     approved: bool
 
 
+class PostV1ProjectsResponseGithub(TypedDict):
+    installation_id: str
+    repository_id: str
+
+
 class PostV1ProjectsResponse(TypedDict):
     id: str
     name: str
@@ -214,6 +219,8 @@ class PostV1ProjectsResponse(TypedDict):
     pinned_target: str | None
     uploaded: bool
     created_at: str
+    branches: list[str] | None
+    github: PostV1ProjectsResponseGithub | None
 
 
 class GetV1ProjectsResponse(TypedDict):
@@ -224,6 +231,23 @@ class DeleteV1ProjectsByIdResponse(TypedDict):
     deleted: str
     versions_deleted: list[str]
     images_removed: list[str]
+
+
+class GetV1ProjectsByIdGithubResponseEnvironmentsItem(TypedDict):
+    environment: str
+    trigger: Literal["push", "branch", "preview"]
+    ref: str
+    commit: str
+    pushed_by: str | None
+    pull_request: float | None
+    status: str
+    deployment_id: str
+    deployment_status: str
+    check_run_id: str | None
+
+
+class GetV1ProjectsByIdGithubResponse(TypedDict):
+    environments: list[GetV1ProjectsByIdGithubResponseEnvironmentsItem]
 
 
 class PutV1ProjectsByIdContextsByDigestResponse(TypedDict):
@@ -597,6 +621,54 @@ class DeleteV1CloudsByNameResponse(TypedDict):
     deleted: str
 
 
+class PostV1GithubAppsResponse(TypedDict):
+    app_id: str
+    slug: str
+    api_url: str
+    install_url: str
+    webhook_url: str
+    created_at: str
+
+
+class GetV1GithubAppsResponse(TypedDict):
+    apps: list[PostV1GithubAppsResponse]
+
+
+class GetV1GithubRepositoriesResponseInstallationsItemRepositoriesItem(TypedDict):
+    id: str
+    full_name: str
+    default_branch: str
+    private: bool
+
+
+class GetV1GithubRepositoriesResponseInstallationsItem(TypedDict):
+    app_id: str
+    installation_id: str
+    account: str
+    repositories: list[GetV1GithubRepositoriesResponseInstallationsItemRepositoriesItem]
+
+
+class GetV1GithubRepositoriesResponse(TypedDict):
+    installations: list[GetV1GithubRepositoriesResponseInstallationsItem]
+
+
+class GetV1GithubDeliveriesResponseDeliveriesItem(TypedDict):
+    delivery_id: str
+    app_id: str
+    event: str
+    outcome: str
+    received_at: str
+
+
+class GetV1GithubDeliveriesResponse(TypedDict):
+    deliveries: list[GetV1GithubDeliveriesResponseDeliveriesItem]
+
+
+class PostV1GithubWebhookResponse(TypedDict):
+    outcome: str
+    deployments: list[str]
+
+
 #: GET /v1/openapi.json
 GetV1OpenapiJsonResponse = Any
 
@@ -620,6 +692,9 @@ PostV1DeviceTokenResponse = PostV1DeviceTokenResponse | PostV1DeviceTokenRespons
 
 #: GET /v1/projects/{id}
 GetV1ProjectsByIdResponse = PostV1ProjectsResponse
+
+#: PUT /v1/projects/{id}/branches
+PutV1ProjectsByIdBranchesResponse = PostV1ProjectsResponse
 
 #: PUT /v1/projects/{id}/source
 PutV1ProjectsByIdSourceResponse = PostV1ProjectsResponse
@@ -671,3 +746,6 @@ PutV1PoolsByIdResponse = GetV1PoolsResponsePoolsItem
 
 #: GET /v1/replays/{id}
 GetV1ReplaysByIdResponse = PostV1VersionsByIdReplaysResponse
+
+#: DELETE /v1/github/apps/{app_id}
+DeleteV1GithubAppsByAppIdResponse = DeleteV1CloudsByNameResponse

@@ -10,6 +10,7 @@ import { registerExecCommands } from "./exec-commands.ts";
 import { registerExportCommands } from "./export-commands.ts";
 import { registerFidelityCommands } from "./fidelity-commands.ts";
 import { registerFileCommands } from "./file-commands.ts";
+import { registerGithubCommands } from "./github-commands.ts";
 import { registerHostCommands } from "./host-commands.ts";
 import { registerImportCommands } from "./import-commands.ts";
 import { registerKeyCommands } from "./key-commands.ts";
@@ -30,6 +31,7 @@ export function registerApiCommands(program: Command): void {
   registerExecCommands(program);
   registerFileCommands(program);
   registerHostCommands(program);
+  registerGithubCommands(program);
   registerKeyCommands(program);
   registerPoolCommands(program);
   registerFidelityCommands(program);

@@ -20,7 +20,14 @@ export function registerProjectCommands(program: Command): void {
     .description("Create a project (and upload a local source)")
     .argument("<name>", "project name")
     .requiredOption("--kind <kind>", "rl-environment, agent, service, website or inference")
-    .requiredOption("--source <source>", "a local directory, any git URL, or github:owner/repo")
+    .requiredOption(
+      "--source <source>",
+      "a local directory, any git URL, or github:OWNER/REPO[@BRANCH][#PATH] (read through the team's GitHub App)",
+    )
+    .option(
+      "--branches <patterns>",
+      "github: sources: branches (comma-separated; * within a segment, ** across) whose pushes deploy an environment named after them",
+    )
     .option("--pin <target>", "always place on this host, cloud or target")
     .option("--target <name>", "the same as --pin")
     .option("--json", "print JSON")
@@ -35,7 +42,7 @@ export function registerProjectCommands(program: Command): void {
         client,
         json,
         name: string,
-        o: { kind: string; source: string; pin?: string; target?: string },
+        o: { kind: string; source: string; pin?: string; target?: string; branches?: string },
       ) => {
         const pin = o.pin ?? o.target;
         const isLocal = !/^github:|^(https?|git|ssh|file):\/\/|^[\w.-]+@[\w.-]+:/.test(o.source);
@@ -43,7 +50,13 @@ export function registerProjectCommands(program: Command): void {
         // Refuse a directory with no compose file, or a linked .env, before creating anything.
         if (isLocal) readLocalSource(source);
         let p = await client().call("postV1Projects", {
-          body: { name, kind: o.kind as "rl-environment", source, ...(pin ? { pinned_target: pin } : {}) },
+          body: {
+            name,
+            kind: o.kind as "rl-environment",
+            source,
+            ...(pin ? { pinned_target: pin } : {}),
+            ...(o.branches ? { branches: splitPatterns(o.branches) } : {}),
+          },
         });
         if (isLocal) p = await uploadSource(client(), name, source);
         if (json) printJson(p);
@@ -54,6 +67,53 @@ export function registerProjectCommands(program: Command): void {
         return 0;
       },
     ),
+  );
+  const set = project
+    .command("set")
+    .description("Change a project's settings")
+    .argument("<project>", "project name or id")
+    .option(
+      "--branches <patterns>",
+      "github: sources: branches (comma-separated) whose pushes deploy environments named after them",
+    )
+    .option("--no-branches", "follow the compose file's x-denv.branches again")
+    .option("--json", "print JSON");
+  set.action(
+    run(set, async (client, json, ref: string) => {
+      const o = set.opts() as { branches?: string | false };
+      if (o.branches === undefined)
+        throw new UsageError("nothing to set: give --branches PATTERNS or --no-branches");
+      const p = await client().call("putV1ProjectsByIdBranches", {
+        params: { id: ref },
+        body: { branches: o.branches === false ? null : splitPatterns(o.branches) },
+      });
+      if (json) printJson(p);
+      else
+        process.stdout.write(
+          `${p.name}: ${p.branches ? `branches ${p.branches.join(", ")} deploy` : "branches follow x-denv.branches"}
+`,
+        );
+      return 0;
+    }),
+  );
+  const pgh = project
+    .command("environments")
+    .description("A github: project's environments its pushes and pull requests made, with their commits")
+    .argument("<project>", "project name or id")
+    .option("--json", "print JSON");
+  pgh.action(
+    run(pgh, async (client, json, ref: string) => {
+      const r = await client().call("getV1ProjectsByIdGithub", { params: { id: ref } });
+      if (json) printJson(r);
+      else {
+        process.stdout.write("ENVIRONMENT\tTRIGGER\tREF\tCOMMIT\tSTATUS\tDEPLOYMENT\n");
+        for (const e of r.environments)
+          process.stdout.write(
+            `${e.environment}\t${e.trigger}${e.pull_request ? ` #${e.pull_request}` : ""}\t${e.ref}\t${e.commit.slice(0, 12)}\t${e.status}\t${e.deployment_id} (${e.deployment_status})\n`,
+          );
+      }
+      return 0;
+    }),
   );
   const plist = project.command("list").description("List projects").option("--json", "print JSON");
   plist.action(
@@ -254,4 +314,14 @@ async function uploadTar(
   } finally {
     await rm(dirname(packed.file), { recursive: true, force: true });
   }
+}
+
+/** "main, release/*" → ["main", "release/*"]. */
+function splitPatterns(text: string): string[] {
+  const list = text
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
+  if (list.length === 0) throw new UsageError("--branches: give one or more branch names or patterns");
+  return list;
 }

@@ -13,6 +13,7 @@ import type { PoolKeeper } from "../deploy/pool-keeper.ts";
 import type { ReplicaKeeper } from "../deploy/replica-keeper.ts";
 import type { Replicator } from "../deploy/replication.ts";
 import type { FetchPolicy } from "../fetch-policy.ts";
+import type { GitHubApps } from "../github/github-apps.ts";
 import type { IngressNames } from "../ingress/ingress-names.ts";
 import type { PortsOrigin } from "../ports-origin.ts";
 import type { RateLimiter } from "../rate-limit.ts";
@@ -52,6 +53,10 @@ export interface ApiDeps {
   ingress: IngressNames | null;
   /** How often a quiet command's stream carries a keep-alive (KEEPALIVE_INTERVAL_MS). */
   keepAliveMs: number;
+  /** Teams' GitHub Apps (github/github-apps.ts). */
+  github: GitHubApps;
+  /** The console's origin as users reach it; null: the request's own. */
+  serverUrl: (() => string) | null;
 }
 
 export type ApiEnv = {

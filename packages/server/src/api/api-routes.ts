@@ -10,6 +10,7 @@ import { downloadRoutes } from "./download-routes.ts";
 import { environmentIoRoutes } from "./environment-io-routes.ts";
 import { environmentRoutes } from "./environment-routes.ts";
 import { fileRoutes } from "./file-routes.ts";
+import { githubRoutes } from "./github-routes.ts";
 import { hostRoutes } from "./host-routes.ts";
 import { mcpRoutes } from "./mcp-routes.ts";
 import { openApiDocument } from "./openapi-document.ts";
@@ -46,6 +47,7 @@ export const RESOURCES: Record<string, ApiRoute[]> = {
   replays: replayRoutes,
   versions: versionRoutes,
   clouds: cloudRoutes,
+  github: githubRoutes,
   mcp: mcpRoutes,
 };
 

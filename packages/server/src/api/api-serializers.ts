@@ -71,6 +71,11 @@ export function serializeProject(p: ProjectsTable): z.infer<typeof projectSchema
     pinned_target: p.pinned_target,
     uploaded: p.compose_text !== null,
     created_at: p.created_at,
+    branches: p.branches_json ? (JSON.parse(p.branches_json) as string[]) : null,
+    github:
+      p.github_installation_id && p.github_repository_id
+        ? { installation_id: p.github_installation_id, repository_id: p.github_repository_id }
+        : null,
   };
 }
 

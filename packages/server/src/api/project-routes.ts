@@ -8,6 +8,8 @@ import { removeUnusedBuiltImages } from "../deploy/built-images.ts";
 import { checkGitUrl } from "../git-source.ts";
 import { newId, now } from "../ids.ts";
 import { deploymentById } from "../store/deployment-store.ts";
+import { environmentNamed } from "../store/environment-store.ts";
+import { projectGithubDeploys } from "../store/github-store.ts";
 import {
   findProject,
   insertProject,
@@ -24,8 +26,10 @@ import {
   createProjectBody,
   deployBody,
   deploymentSchema,
+  githubEnvironmentSchema,
   projectSchema,
   promoteBody,
+  setBranchesBody,
   uploadSourceBody,
 } from "./api-schemas.ts";
 import { serializeDeployment, serializeProject } from "./api-serializers.ts";
@@ -52,10 +56,12 @@ export const projectRoutes: ApiRoute[] = [
       if (await projectNameTaken(store, c.var.teamId, body.name))
         throw new DenvError("conflict", `a project named ${body.name} already exists`);
       const sourceType = sourceTypeOf(body.source);
-      if (sourceType === "github" && !/^github:[\w.-]+\/[\w.-]+$/.test(body.source))
-        throw new DenvError("invalid_argument", "a GitHub source is github:OWNER/REPO");
       // A git URL is a team's choice of what the server fetches: only https to an allowed host.
       if (sourceType === "git") checkGitUrl(body.source, fetchPolicy);
+      if (body.branches && sourceType !== "github")
+        throw new DenvError("invalid_argument", "branches: only a github: source deploys branches");
+      // A GitHub repository is read through the team's own App's installation on it, found now.
+      const github = sourceType === "github" ? await c.var.deps.github.bind(c.var.teamId, body.source) : null;
       const row: ProjectsTable = {
         id: newId("prj"),
         team_id: c.var.teamId,
@@ -67,6 +73,14 @@ export const projectRoutes: ApiRoute[] = [
         dotenv_text: null,
         pinned_target: body.pinned_target ?? null,
         created_at: now(),
+        ...(github
+          ? {
+              github_app_row_id: github.github_app_row_id,
+              github_installation_id: github.github_installation_id,
+              github_repository_id: github.github_repository_id,
+            }
+          : {}),
+        branches_json: body.branches ? JSON.stringify(body.branches) : null,
       };
       await insertProject(store, row);
       return c.json(serializeProject(row), 201);
@@ -136,6 +150,7 @@ export const projectRoutes: ApiRoute[] = [
         await store.deleteFrom("port_urls").where("environment_id", "in", envIds).execute();
         await store.deleteFrom("ingress_names").where("environment_id", "in", envIds).execute();
         await store.deleteFrom("deployments").where("environment_id", "in", envIds).execute();
+        await store.deleteFrom("github_deploys").where("project_id", "=", p.id).execute();
         await store.deleteFrom("environments").where("id", "in", envIds).execute();
       }
       await store.deleteFrom("pools").where("project_id", "=", p.id).execute();
@@ -151,6 +166,60 @@ export const projectRoutes: ApiRoute[] = [
         versions_deleted: versions.map((v) => v.id),
         images_removed: images.removed,
       });
+    },
+  }),
+  route({
+    method: "put",
+    path: "/v1/projects/{id}/branches",
+    summary:
+      "Set which branches of a github: project deploy environments named after them (`*` within a path segment, `**` across); null follows x-denv.branches",
+    body: setBranchesBody,
+    response: projectSchema,
+    auth: true,
+    handler: async (c, { body }) => {
+      const { store } = c.var.deps;
+      const p = await findProject(store, c.var.teamId, c.req.param("id") ?? "");
+      if (p.source_type !== "github")
+        throw new DenvError(
+          "invalid_argument",
+          `project ${p.name} deploys from ${p.source}; only github: sources deploy branches`,
+        );
+      const branches_json = body.branches ? JSON.stringify(body.branches) : null;
+      await store.updateTable("projects").set({ branches_json }).where("id", "=", p.id).execute();
+      return c.json(serializeProject({ ...p, branches_json }));
+    },
+  }),
+  route({
+    method: "get",
+    path: "/v1/projects/{id}/github",
+    summary:
+      "A github: project's environments its webhooks made (alpha, branches, previews), each with its latest commit and deployment",
+    response: z.object({ environments: z.array(githubEnvironmentSchema) }),
+    auth: true,
+    handler: async (c) => {
+      const { store } = c.var.deps;
+      const p = await findProject(store, c.var.teamId, c.req.param("id") ?? "");
+      const rows = await projectGithubDeploys(store, p.id);
+      const latest = new Map<string, (typeof rows)[number]>();
+      for (const r of rows) if (!latest.has(r.environment_name)) latest.set(r.environment_name, r);
+      const environments = [];
+      for (const r of latest.values()) {
+        const env = await environmentNamed(store, p.id, r.environment_name);
+        const d = await deploymentById(store, r.deployment_id);
+        environments.push({
+          environment: r.environment_name,
+          trigger: r.trigger as "push" | "branch" | "preview",
+          ref: r.ref,
+          commit: r.commit_sha,
+          pushed_by: r.pushed_by,
+          pull_request: r.pr_number,
+          status: env?.status ?? "destroyed",
+          deployment_id: r.deployment_id,
+          deployment_status: d?.status ?? "unknown",
+          check_run_id: r.check_run_id,
+        });
+      }
+      return c.json({ environments });
     },
   }),
   route({

@@ -401,6 +401,13 @@ const CASES: Record<string, Case> = {
   "get /v1/projects/{id}": { path: () => `/v1/projects/${a.project}`, status: 200 },
   // The project has a live environment: refused, naming it (deleting it is the e2e test's).
   "delete /v1/projects/{id}": { path: () => `/v1/projects/${a.project}`, status: 409 },
+  // A local project deploys no branches (github.test.ts sets them on a github: one).
+  "put /v1/projects/{id}/branches": {
+    path: () => `/v1/projects/${a.project}/branches`,
+    body: () => ({ branches: ["feature/*"] }),
+    status: 400,
+  },
+  "get /v1/projects/{id}/github": { path: () => `/v1/projects/${a.project}/github`, status: 200 },
   "put /v1/projects/{id}/source": {
     path: () => `/v1/projects/${a.project}/source`,
     body: () => ({ compose: "services: {}\n" }),
@@ -581,6 +588,18 @@ const CASES: Record<string, Case> = {
     status: 400,
   },
   "get /v1/clouds": { path: () => "/v1/clouds", status: 200 },
+  // A key that is not a PEM key is refused before GitHub is called (the e2e test connects one).
+  "post /v1/github/apps": {
+    path: () => "/v1/github/apps",
+    body: () => ({ app_id: "1", private_key: "not a key", webhook_secret: "sixteen characters" }),
+    status: 400,
+  },
+  "get /v1/github/apps": { path: () => "/v1/github/apps", status: 200 },
+  "delete /v1/github/apps/{app_id}": { path: () => "/v1/github/apps/12345", status: 404 },
+  "get /v1/github/repositories": { path: () => "/v1/github/repositories", status: 200 },
+  "get /v1/github/deliveries": { path: () => "/v1/github/deliveries", status: 200 },
+  // Unsigned and naming no App: refused before anything is read (github.test.ts sends signed ones).
+  "post /v1/github/webhook": { path: () => "/v1/github/webhook", body: () => ({ zen: "hi" }), status: 400 },
   "delete /v1/clouds/{name}": { path: () => `/v1/clouds/${a.cloud}`, status: 200 },
   "get /v1/targets": { path: () => "/v1/targets", status: 200 },
   "post /v1/targets/{name}/sandboxes": {

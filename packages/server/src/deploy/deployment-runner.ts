@@ -22,6 +22,7 @@ import type { Store } from "../store/open-store.ts";
 import type { EnvironmentsTable } from "../store/schema.ts";
 import type { HostOperations } from "../targets/denvd/host-operations.ts";
 import { type DeploymentKind, PhaseRecorder } from "./phase-recorder.ts";
+import type { GitHubSourceReader } from "./project-source.ts";
 
 export interface DeployerOptions {
   store: Store;
@@ -56,6 +57,8 @@ export interface DeployerOptions {
    * or null: the phase is skipped, saying why.
    */
   ingress?: () => IngressDeps | null;
+  /** Reads github: sources through the team's App (github/github-apps.ts). */
+  github?: GitHubSourceReader;
 }
 
 /** A deployment under way: its id, and a promise settled once it has its verdict. */

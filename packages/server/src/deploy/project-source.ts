@@ -32,9 +32,18 @@ export interface ProjectSource {
   close(): Promise<void>;
 }
 
+/** Reads a github: project's commit through its App's installation (github/github-apps.ts). */
+export interface GitHubSourceReader {
+  open(
+    project: ProjectsTable,
+    at: { commit?: string; ref?: string },
+  ): Promise<{ checkout: GitCheckout; source: Record<string, unknown> }>;
+}
+
 export async function projectSource(
   project: ProjectsTable,
-  deps: { secrets: SecretBox; fetchPolicy: FetchPolicy },
+  deps: { secrets: SecretBox; fetchPolicy: FetchPolicy; github?: GitHubSourceReader },
+  at: { commit?: string; ref?: string } = {},
 ): Promise<ProjectSource> {
   if (project.source_type === "local") {
     if (!project.compose_text)
@@ -51,16 +60,19 @@ export async function projectSource(
       close: async () => {},
     };
   }
+  let g: GitCheckout;
+  let source: Record<string, unknown>;
   if (project.source_type === "github") {
-    throw new PhaseFailure(
-      `${project.source}: the GitHub integration is not available yet; create the project with a git URL or a local directory`,
-    );
+    if (!deps.github) throw new PhaseFailure(`${project.source}: this server reads no GitHub sources`);
+    ({ checkout: g, source } = await deps.github.open(project, at));
+  } else {
+    g = await openGitSource(project.source, deps.fetchPolicy, at.commit ? { commit: at.commit } : {});
+    source = { type: "git", url: project.source, commit: g.commit, file: g.file };
   }
-  const g = await openGitSource(project.source, deps.fetchPolicy);
   return {
     compose: g.compose,
     dotenv: g.dotenv,
-    source: { type: "git", url: project.source, commit: g.commit, file: g.file },
+    source,
     buildContexts: {},
     bindSources: {},
     files: {},

@@ -448,6 +448,51 @@ export const MIGRATIONS: Record<string, Migration> = {
       await db.schema.alterTable("e2b_sandboxes").addColumn("paused_version_id", text).execute();
     },
   },
+  "0020_github": {
+    // A team's GitHub App (its private key and webhook secret sealed), the deliveries it was sent
+    // (one row each: a redelivery of the same id changes nothing), what each project deploys from
+    // on GitHub, and what each deployment a webhook started reports back there.
+    up: async (db) => {
+      await db.schema
+        .createTable("github_apps")
+        .addColumn("id", text, (c) => c.primaryKey())
+        .addColumn("team_id", text, (c) => c.notNull())
+        .addColumn("app_id", text, (c) => c.notNull().unique())
+        .addColumn("slug", text, (c) => c.notNull())
+        .addColumn("api_url", text, (c) => c.notNull())
+        .addColumn("private_key_sealed", text, (c) => c.notNull())
+        .addColumn("webhook_secret_sealed", text, (c) => c.notNull())
+        .addColumn("created_at", text, (c) => c.notNull())
+        .execute();
+      await db.schema
+        .createTable("github_deliveries")
+        .addColumn("delivery_id", text, (c) => c.primaryKey())
+        .addColumn("app_row_id", text, (c) => c.notNull())
+        .addColumn("event", text, (c) => c.notNull())
+        .addColumn("outcome", text, (c) => c.notNull())
+        .addColumn("received_at", text, (c) => c.notNull())
+        .execute();
+      await db.schema
+        .createTable("github_deploys")
+        .addColumn("deployment_id", text, (c) => c.primaryKey())
+        .addColumn("team_id", text, (c) => c.notNull())
+        .addColumn("project_id", text, (c) => c.notNull())
+        .addColumn("environment_name", text, (c) => c.notNull())
+        .addColumn("trigger", text, (c) => c.notNull())
+        .addColumn("commit_sha", text, (c) => c.notNull())
+        .addColumn("ref", text, (c) => c.notNull())
+        .addColumn("pushed_by", text)
+        .addColumn("pr_number", "integer")
+        .addColumn("check_run_id", text)
+        .addColumn("gh_deployment_id", text)
+        .addColumn("created_at", text, (c) => c.notNull())
+        .execute();
+      await db.schema.alterTable("projects").addColumn("github_app_row_id", text).execute();
+      await db.schema.alterTable("projects").addColumn("github_installation_id", text).execute();
+      await db.schema.alterTable("projects").addColumn("github_repository_id", text).execute();
+      await db.schema.alterTable("projects").addColumn("branches_json", text).execute();
+    },
+  },
 };
 
 export const migrationProvider: MigrationProvider = {

@@ -131,6 +131,12 @@ export interface ProjectsTable {
   bind_sources_json?: string | null;
   pinned_target: string | null;
   created_at: string;
+  /** A github: source: the team's App (github_apps.id) and the installation and repository it reads. */
+  github_app_row_id?: string | null;
+  github_installation_id?: string | null;
+  github_repository_id?: string | null;
+  /** Branch patterns whose pushes deploy an environment named after the branch (JSON array). */
+  branches_json?: string | null;
 }
 
 export interface EnvironmentsTable {
@@ -222,6 +228,45 @@ export interface DeploymentsTable {
   /** The server replica running it, while lease_until (ms since the epoch; bigint) is ahead. */
   lease_owner: string | null;
   lease_until: number | string | null;
+}
+
+export interface GithubAppsTable {
+  id: string;
+  team_id: string;
+  /** GitHub's id of the App (the JWT's iss). */
+  app_id: string;
+  slug: string;
+  /** The REST API's base (https://api.github.com, or a GitHub Enterprise Server's /api/v3). */
+  api_url: string;
+  private_key_sealed: string;
+  webhook_secret_sealed: string;
+  created_at: string;
+}
+
+export interface GithubDeliveriesTable {
+  /** X-GitHub-Delivery: the same on a redelivery. */
+  delivery_id: string;
+  app_row_id: string;
+  event: string;
+  /** What denv did with it, in words (shown by GET /v1/github/deliveries). */
+  outcome: string;
+  received_at: string;
+}
+
+export interface GithubDeploysTable {
+  deployment_id: string;
+  team_id: string;
+  project_id: string;
+  environment_name: string;
+  /** push (the default branch), branch (one opted in), preview (a pull request). */
+  trigger: string;
+  commit_sha: string;
+  ref: string;
+  pushed_by: string | null;
+  pr_number: number | null;
+  check_run_id: string | null;
+  gh_deployment_id: string | null;
+  created_at: string;
 }
 
 export interface MigrationsTable {
@@ -344,6 +389,9 @@ export interface Database {
   port_urls: PortUrlsTable;
   ingress_names: IngressNamesTable;
   e2b_snapshots: E2bSnapshotsTable;
+  github_apps: GithubAppsTable;
+  github_deliveries: GithubDeliveriesTable;
+  github_deploys: GithubDeploysTable;
   clouds: CloudsTable;
   cloud_machines: CloudMachinesTable;
   pools: PoolsTable;

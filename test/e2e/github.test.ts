@@ -96,9 +96,11 @@ const COMPOSE = (marker: string) =>
   `services:\n  box:\n    image: 127.0.0.1:5000/denv/opsbox:bookworm\n    command: [sleep, infinity]\n    environment:\n      MARKER: ${marker}\n    volumes:\n      - data:/data\nvolumes:\n  data: {}\n`;
 
 const repository = { id: 9001, full_name: REPO, default_branch: "main", private: true };
+/** Each push its own `before`, as GitHub's differ: the same body twice is a replay. */
+let pushes = 0;
 const pushPayload = (branch: string, after: string, extra: Record<string, unknown> = {}) => ({
   ref: `refs/heads/${branch}`,
-  before: "0".repeat(40),
+  before: (++pushes).toString(16).padStart(40, "0"),
   after,
   created: false,
   deleted: false,
@@ -383,12 +385,17 @@ describe("GitHub App", () => {
     const stranger = await deliver("push", pushPayload("main", sha), { appId: "999999" });
     assert.equal(stranger.status, 404);
 
-    const first = await deliver("push", pushPayload("main", sha));
+    const genuine = pushPayload("main", sha);
+    const first = await deliver("push", genuine);
     assert.equal(first.status, 202);
     await verdict(first.data.deployments[0]);
-    const replay = await deliver("push", pushPayload("main", sha), { id: first.id });
+    const replay = await deliver("push", genuine, { id: first.id });
     assert.equal(replay.status, 409);
     assert.match(replay.data.outcome, /received already/);
+    // The signature covers the body only: the same body under a fresh delivery id is a replay too.
+    const renamed = await deliver("push", genuine);
+    assert.notEqual(renamed.id, first.id);
+    assert.equal(renamed.status, 409);
 
     const unknown = await deliver("push", { ...pushPayload("main", sha), installation: { id: 123456 } });
     assert.equal(unknown.status, 403);

@@ -11,7 +11,7 @@ import { mkdtemp } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
-import { type RunningServer, startServer } from "@denv/server";
+import { type RunningServer, recordDelivery, startServer } from "@denv/server";
 import { LOCAL_REGISTRY } from "./denvd-helpers.ts";
 import { startPostgresCluster } from "./postgres-helpers.ts";
 
@@ -84,6 +84,33 @@ function flows(name: string, open: Opener) {
         const shown = await api("GET", `/v1/deployments/${d.data.id}`);
         assert.deepEqual(shown.data.phases, d.data.phases);
         assert.equal((await api("GET", `/v1/deployments/${d.data.id}`, undefined, other)).status, 404);
+        // A webhook delivery acts once on either store: its id, or its body under a new id, again is refused.
+        await s.store
+          .insertInto("github_apps")
+          .values({
+            id: "gha_1",
+            team_id: "t",
+            app_id: "1",
+            slug: "s",
+            api_url: "https://api.github.com",
+            private_key_sealed: "x",
+            webhook_secret_sealed: "y",
+            created_at: "now",
+          })
+          .execute();
+        const delivery = (id: string, body: string) =>
+          recordDelivery(s.store, {
+            delivery_id: id,
+            app_row_id: "gha_1",
+            event: "push",
+            body_sha256: body,
+            outcome: "received",
+            received_at: "now",
+          });
+        assert.equal(await delivery("d1", "b1"), true);
+        assert.equal(await delivery("d1", "b2"), false);
+        assert.equal(await delivery("d2", "b1"), false);
+        assert.equal(await delivery("d3", "b3"), true);
         await s.close();
         s = await reopen();
         assert.equal(

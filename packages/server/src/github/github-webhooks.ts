@@ -14,6 +14,7 @@
  *    clone of alpha's current version's volumes (a PR from a fork starts empty: alpha's data stays
  *    with alpha); closed: `pr-N` destroyed.
  */
+import { createHash } from "node:crypto";
 import { DenvError } from "@denv/protocol";
 import { verify } from "@octokit/webhooks-methods";
 import type { SecretBox } from "../clouds/secret-box.ts";
@@ -83,10 +84,15 @@ export async function receiveWebhook(
     delivery_id: delivery,
     app_row_id: app.id,
     event,
+    body_sha256: createHash("sha256").update(raw).digest("hex"),
     outcome: "received",
     received_at: now(),
   });
-  if (!fresh) return answer(409, `refused: delivery ${delivery} was received already; nothing is done twice`);
+  if (!fresh)
+    return answer(
+      409,
+      `refused: delivery ${delivery} (or this very body) was received already; nothing is done twice`,
+    );
   let result: WebhookAnswer;
   try {
     const payload = JSON.parse(raw) as unknown;

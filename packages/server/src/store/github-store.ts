@@ -1,6 +1,6 @@
 /** GitHub Apps teams connected, the deliveries they were sent, and what webhooks deployed. */
 import type { Store } from "./open-store.ts";
-import type { GithubAppsTable, GithubDeploysTable, ProjectsTable } from "./schema.ts";
+import type { GithubAppsTable, GithubDeliveriesTable, GithubDeploysTable, ProjectsTable } from "./schema.ts";
 
 export function teamGithubApps(store: Store, teamId: string): Promise<GithubAppsTable[]> {
   return store
@@ -30,17 +30,14 @@ export async function deleteGithubApp(store: Store, teamId: string, appId: strin
 }
 
 /**
- * Records a delivery before anything is done for it: false when its id was seen already (a
- * redelivery or a replay), so each delivery acts at most once.
+ * Records a delivery before anything is done for it: false when its id or its body was seen
+ * already (a redelivery, or a replay under a new id), so each delivery acts at most once.
  */
-export async function recordDelivery(
-  store: Store,
-  row: { delivery_id: string; app_row_id: string; event: string; outcome: string; received_at: string },
-): Promise<boolean> {
+export async function recordDelivery(store: Store, row: GithubDeliveriesTable): Promise<boolean> {
   const r = await store
     .insertInto("github_deliveries")
     .values(row)
-    .onConflict((oc) => oc.column("delivery_id").doNothing())
+    .onConflict((oc) => oc.doNothing())
     .executeTakeFirst();
   return Number(r.numInsertedOrUpdatedRows ?? 0n) === 1;
 }

@@ -469,8 +469,12 @@ export const MIGRATIONS: Record<string, Migration> = {
         .addColumn("delivery_id", text, (c) => c.primaryKey())
         .addColumn("app_row_id", text, (c) => c.notNull())
         .addColumn("event", text, (c) => c.notNull())
+        // The signature covers the body, not the delivery id: a captured delivery sent again
+        // under a new id is the same body, refused by this.
+        .addColumn("body_sha256", text, (c) => c.notNull())
         .addColumn("outcome", text, (c) => c.notNull())
         .addColumn("received_at", text, (c) => c.notNull())
+        .addUniqueConstraint("github_deliveries_body", ["app_row_id", "body_sha256"])
         .execute();
       await db.schema
         .createTable("github_deploys")

@@ -248,6 +248,8 @@ export interface GithubDeliveriesTable {
   delivery_id: string;
   app_row_id: string;
   event: string;
+  /** sha256 of the raw body: the same signed body under another delivery id is a replay. */
+  body_sha256: string;
   /** What denv did with it, in words (shown by GET /v1/github/deliveries). */
   outcome: string;
   received_at: string;

@@ -34,8 +34,9 @@ export const DEFAULT_FETCH_ALLOW: readonly string[] = [
   "gitlab.com",
   "bitbucket.org",
   "codeberg.org",
-  // cloud APIs
+  // cloud APIs, and GitHub's (a team's App: github/github-client.ts)
   "api.hetzner.cloud",
+  "api.github.com",
 ];
 
 /** Parses a comma- or space-separated list (DENV_FETCH_ALLOW, --allow-fetch). */

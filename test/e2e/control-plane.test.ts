@@ -499,6 +499,7 @@ describe("API surface", () => {
           "/v1/versions/{id}/forks": { count: 1 },
           "/v1/pools/{id}": { size: 1 },
           "/v1/projects/{id}/promote": { from: "alpha", to: "staging" },
+          "/v1/projects/{id}/branches": { branches: null },
           "/v1/members/{id}": { role: "member" },
           "post /v1/versions/{id}/replicas": { host: "host-x" },
           "put /v1/versions/{id}/replicas": { copies: 1 },

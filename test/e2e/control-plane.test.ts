@@ -196,6 +196,42 @@ describe("deploy", () => {
 });
 
 describe("project sources and placement", () => {
+  test("a deploy asking for a GPU on a host without one is rolled back at place, naming the request and the host's inventory", async () => {
+    // The host reports what it has (here: no GPU, and why), in GET /v1/hosts.
+    const h = (await api("GET", "/v1/hosts")).data.hosts.find((x: any) => x.id === hostId);
+    assert.equal(h.gpus.mode, "none");
+    assert.deepEqual(h.gpus.devices, []);
+    assert.match(h.gpus.note, /no NVIDIA GPU/);
+    await api("POST", "/v1/projects", { name: "gpu-job", kind: "service", source: "./gpu-job" });
+    await api("PUT", "/v1/projects/gpu-job/source", {
+      compose:
+        "services:\n  trainer:\n    image: 127.0.0.1:5000/denv/opsbox:bookworm\n    command: [sleep, infinity]\n    deploy:\n      resources:\n        reservations:\n          devices:\n            - driver: nvidia\n              count: 1\n              capabilities: [gpu]\n",
+    });
+    const d = await api("POST", "/v1/projects/gpu-job/deploy?wait=true", { env: "alpha" });
+    assert.equal(d.data.status, "rolled_back");
+    const place = d.data.phases.find((p: any) => p.name === "place");
+    assert.equal(place.status, "failed");
+    assert.match(
+      place.reason,
+      /^the services ask for GPUs \(trainer: 1 GPU \(nvidia, gpu\)\) and no connected host has them free: test-host: no GPUs \(no NVIDIA GPU/,
+    );
+    assert.deepEqual(place.evidence.gpus.request.trainer, {
+      driver: "nvidia",
+      count: 1,
+      device_ids: null,
+      capabilities: ["gpu"],
+      options: {},
+    });
+    // Nothing was made on the host, and nothing holds a GPU.
+    assert.equal(d.data.phases.find((p: any) => p.name === "prepare").status, "skipped");
+    const env = await server.store
+      .selectFrom("environments")
+      .selectAll()
+      .where("name", "=", "alpha")
+      .execute();
+    assert.ok(env.every((e) => (e.gpus_json ?? null) === null));
+  });
+
   test("a git URL is cloned at deploy and its commit recorded; github: without an App is refused, a bad pin rolls back with the reason", async () => {
     const repo = join(gitRoot, "world.git");
     const git = (...args: string[]) => execFileSync("git", ["-C", repo, ...args], { encoding: "utf8" });

@@ -9,7 +9,7 @@ import { DROPPED_CAPS, hardenedCapDrop } from "./caps-readback.ts";
 import { clockMounts } from "./clock-state.ts";
 import { AGENT_RUN_DIR, AGENT_SOCKET_NAME } from "./exec/agent-channel.ts";
 import { LABEL } from "./labels.ts";
-import type { ContainerSpec, ImageConfig, Labels } from "./runtime/container-runtime.ts";
+import type { ContainerSpec, DeviceRequest, ImageConfig, Labels } from "./runtime/container-runtime.ts";
 import type { StackRecord } from "./state-store.ts";
 
 /** Where the agent's executable is inside every container (a read-only bind of the file). */
@@ -81,6 +81,45 @@ export interface ContainerSpecInput {
   secrets?: { source: string; target: string }[];
   /** Datasets seeded with one project file: the file's host path, bound alone (stack-seeds.ts). */
   fileSeeds?: Record<string, string>;
+  /** The GPUs placement gave this service (UUIDs, or null), and how this host passes them. */
+  gpus?: { assigned: string[] | null; mode: "cdi" | "nvidia" | "none" };
+}
+
+/**
+ * A service's GPU request as the engine takes it. Given GPUs (UUIDs placement chose) are passed
+ * by id and nothing else, so a fork never shares a sibling's; CDI names them `nvidia.com/gpu=ID`
+ * (all: `=all`); otherwise the engine's nvidia driver with the request's count (all: -1) or ids
+ * and its capabilities.
+ */
+export function deviceRequestsFor(
+  r: ResolvedService["gpus"],
+  gpus: ContainerSpecInput["gpus"],
+): DeviceRequest[] {
+  if (!r) return [];
+  const assigned = gpus?.assigned ?? null;
+  const ids = assigned ?? r.device_ids;
+  if (gpus?.mode === "cdi") {
+    const names =
+      ids ?? (r.count === "all" || r.count === null ? ["all"] : [...Array(r.count).keys()].map(String));
+    return [
+      {
+        driver: "cdi",
+        count: 0,
+        deviceIds: names.map((n) => `nvidia.com/gpu=${n}`),
+        capabilities: [],
+        options: {},
+      },
+    ];
+  }
+  return [
+    {
+      driver: r.driver,
+      count: ids ? 0 : r.count === "all" || r.count === null ? -1 : r.count,
+      deviceIds: ids ?? [],
+      capabilities: [r.capabilities],
+      options: r.options,
+    },
+  ];
 }
 
 export function containerSpecFor(i: ContainerSpecInput): ContainerSpec {
@@ -194,6 +233,7 @@ export function containerSpecFor(i: ContainerSpecInput): ContainerSpec {
     extraHosts: s.extra_hosts,
     ulimits: s.ulimits,
     shmSizeBytes: s.shm_size_bytes,
+    ...(s.gpus ? { deviceRequests: deviceRequestsFor(s.gpus, i.gpus) } : {}),
     // On deny networks a container has no IPv6 at all: its interfaces would keep link-local
     // addresses that reach the host's on the bridge, which an internal network does not stop.
     sysctls:

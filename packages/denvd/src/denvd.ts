@@ -27,6 +27,7 @@ import type { EgressEvidence } from "./egress-probe.ts";
 import { AgentExecutor } from "./exec/agent-executor.ts";
 import { EngineExecutor } from "./exec/engine-executor.ts";
 import type { ExecOptions, ExecResult, Executor, FileSink, FsRequest } from "./exec/executor.ts";
+import { type GpuInventory, readGpuInventory } from "./gpu-inventory.ts";
 import { buildServiceImage, findBuiltImage, removeBuiltImages } from "./image-builder.ts";
 import { LABEL } from "./labels.ts";
 import { NetworkAllocator } from "./network-allocator.ts";
@@ -91,6 +92,7 @@ export class Denvd {
     // The set-up builds the clock library beside the agent; a caller may name another, or none.
     if (options.clockLibrary === undefined) options = { ...options, clockLibrary: defaultClockLibrary() };
     this.ctx = {
+      gpuMode: async () => (await this.gpus()).mode,
       options,
       store,
       runtime: options.runtime,
@@ -121,6 +123,21 @@ export class Denvd {
   get ownerId(): string {
     return this.store.ownerId;
   }
+
+  /** The host's GPUs and how the engine passes them (gpu-inventory.ts), read once. */
+  gpus(): Promise<GpuInventory> {
+    const o = this.ctx.options;
+    this.gpuInventory ??= readGpuInventory(
+      o.gpuInventoryDir !== undefined
+        ? { root: o.gpuInventoryDir }
+        : o.runtime.engineInfo
+          ? { engineInfo: () => (o.runtime.engineInfo as NonNullable<typeof o.runtime.engineInfo>)() }
+          : {},
+    );
+    return this.gpuInventory;
+  }
+
+  private gpuInventory: Promise<GpuInventory> | null = null;
 
   get stateDir(): string {
     return this.ctx.options.stateDir;
@@ -188,7 +205,13 @@ export class Denvd {
 
   prepare(
     spec: ResolvedSpec,
-    options: { name: string; operationId?: string; stackId?: string; dataFromVersionId?: string },
+    options: {
+      name: string;
+      operationId?: string;
+      stackId?: string;
+      dataFromVersionId?: string;
+      gpus?: Record<string, string[]>;
+    },
   ): Promise<{ stack: StackRecord; evidence: PrepareEvidence }> {
     return prepareStack(this.ctx, spec, options);
   }
@@ -221,7 +244,13 @@ export class Denvd {
 
   fork(
     versionId: string,
-    options: { name: string; operationId?: string; holdClock?: boolean; stackId?: string },
+    options: {
+      name: string;
+      operationId?: string;
+      holdClock?: boolean;
+      stackId?: string;
+      gpus?: Record<string, string[]>;
+    },
   ): Promise<{ stack: StackRecord; evidence: ForkEvidence }> {
     return forkStack(this.ctx, versionId, options);
   }

@@ -2,6 +2,7 @@
  * The denvd command: `denvd join --server URL --token T` once, then `denvd run`. It dials one
  * outbound WebSocket to the server and listens on no port.
  */
+
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
@@ -10,6 +11,7 @@ import { Command } from "commander";
 import { pino } from "pino";
 import { Denvd } from "./denvd.ts";
 import { defaultAgentBinary } from "./exec/agent-binary.ts";
+import { readGpuInventory } from "./gpu-inventory.ts";
 import { DockerRuntime } from "./runtime/docker-runtime.ts";
 import { DENVD_VERSION, joinServer, Sidecar } from "./sidecar.ts";
 import { BtrfsDriver } from "./storage/btrfs-driver.ts";
@@ -169,6 +171,19 @@ export async function main(argv: string[]): Promise<number> {
         );
       },
     );
+  program
+    .command("gpus")
+    .description(
+      "Print this host's GPUs as denvd reports them to the server (JSON): nvidia-smi, device nodes, CDI, the engine",
+    )
+    .option("--fixture <dir>", "read a directory laid out like a host instead (tests)")
+    .action(async (o: { fixture?: string }) => {
+      const docker = new DockerRuntime();
+      const inv = await readGpuInventory(
+        o.fixture ? { root: o.fixture } : { engineInfo: () => docker.engineInfo() },
+      );
+      process.stdout.write(`${JSON.stringify(inv, null, 2)}\n`);
+    });
   program
     .command("run")
     .description("Run the sidecar: one outbound WebSocket to the server")

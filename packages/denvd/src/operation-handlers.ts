@@ -89,6 +89,7 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
         operationId: p.operation_id,
         ...(p.new_stack_id ? { stackId: p.new_stack_id } : {}),
         ...(p.data_from_version_id ? { dataFromVersionId: p.data_from_version_id } : {}),
+        ...(p.gpus ? { gpus: p.gpus } : {}),
       });
       return { stack_id: r.stack.id, evidence: r.evidence };
     },
@@ -111,6 +112,7 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
         operationId: p.operation_id,
         holdClock: p.hold_clock ?? false,
         ...(p.new_stack_id ? { stackId: p.new_stack_id } : {}),
+        ...(p.gpus ? { gpus: p.gpus } : {}),
       });
       return { stack_id: r.stack.id, evidence: r.evidence };
     },

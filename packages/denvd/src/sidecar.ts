@@ -185,6 +185,7 @@ export class Sidecar {
       arch: arch() === "x64" ? "x86_64" : arch() === "arm64" ? "aarch64" : arch(),
       storage: this.options.denvd.storage.kind,
       capacity: await this.capacity(),
+      gpus: await this.options.denvd.gpus(),
       version: DENVD_VERSION,
       known_ops: this.ops.ids(),
     };

@@ -47,9 +47,13 @@ export interface DenvdOptions {
    */
   datasetGrowthBytes?: number;
   log?: (message: string, context?: Record<string, unknown>) => void;
+  /** Read the GPU inventory from this directory instead of the host (a test's fixture: gpu-inventory.ts). */
+  gpuInventoryDir?: string;
 }
 
 export interface StackContext {
+  /** How this host passes GPUs to containers (gpu-inventory.ts). */
+  gpuMode(): Promise<"cdi" | "nvidia" | "none">;
   readonly options: DenvdOptions;
   readonly store: StateStore;
   readonly runtime: ContainerRuntime;

@@ -37,7 +37,13 @@ export interface PrepareEvidence {
 export async function prepareStack(
   ctx: StackContext,
   spec: ResolvedSpec,
-  options: { name: string; operationId?: string; stackId?: string; dataFromVersionId?: string },
+  options: {
+    name: string;
+    operationId?: string;
+    stackId?: string;
+    dataFromVersionId?: string;
+    gpus?: Record<string, string[]>;
+  },
 ): Promise<{ stack: StackRecord; evidence: PrepareEvidence }> {
   checkSpec(spec);
   const from = options.dataFromVersionId ? ctx.version(options.dataFromVersionId) : null;
@@ -57,7 +63,15 @@ export async function prepareStack(
     }
     images[name] = { reference: ref, pulled };
   }
-  const stack = await newStackRecord(ctx, spec, options.name, null, options.operationId, options.stackId);
+  const stack = await newStackRecord(
+    ctx,
+    spec,
+    options.name,
+    null,
+    options.operationId,
+    options.stackId,
+    options.gpus,
+  );
   try {
     // A deploy's stack runs on a clock that starts now: its snapshot fixes the version's time.
     await setUpClock(ctx, stack, { baseMs: Date.now(), held: false });
@@ -121,7 +135,13 @@ export async function warmStack(ctx: StackContext, stackId: string): Promise<War
 export async function forkStack(
   ctx: StackContext,
   versionId: string,
-  options: { name: string; operationId?: string; holdClock?: boolean; stackId?: string },
+  options: {
+    name: string;
+    operationId?: string;
+    holdClock?: boolean;
+    stackId?: string;
+    gpus?: Record<string, string[]>;
+  },
 ): Promise<{ stack: StackRecord; evidence: ForkEvidence }> {
   const version = ctx.version(versionId);
   await assertSpace(ctx, "fork");
@@ -133,6 +153,7 @@ export async function forkStack(
     version.id,
     options.operationId,
     options.stackId,
+    options.gpus,
   );
   try {
     // Held at the version's time while the fork starts and is checked: every fork is handed over
@@ -255,6 +276,7 @@ async function newStackRecord(
   parentVersionId: string | null,
   operationId: string | undefined,
   chosenId: string | undefined,
+  gpus?: Record<string, string[]>,
 ): Promise<StackRecord> {
   if (chosenId && ctx.store.stack(chosenId))
     throw new DenvError("conflict", `a stack ${chosenId} already exists on this host`);
@@ -271,6 +293,7 @@ async function newStackRecord(
     containers: {},
     operationId: operationId ?? newId("op"),
     createdAt: new Date().toISOString(),
+    ...(gpus && Object.keys(gpus).length ? { gpus } : {}),
   };
   // Recorded before anything exists, so a crash at any later point is found and cleaned up.
   await ctx.store.putStack(stack);

@@ -31,6 +31,7 @@ export async function startStack(
   const started = performance.now();
   const stackLabels = ctx.labels({ [LABEL.stack]: stack.id, [LABEL.operation]: stack.operationId });
   const spec = stack.spec;
+  const gpuMode = Object.values(spec.services).some((s) => s.gpus) ? await ctx.gpuMode() : "none";
   const networkNames = Object.keys(spec.networks);
   // One engine network per compose network; the first keeps the stack's own name.
   const networkName = (n: string) => (n === networkNames[0] ? stack.network : `${stack.network}-${n}`);
@@ -89,6 +90,7 @@ export async function startStack(
         clockDir,
         secrets: secrets[svc],
         fileSeeds,
+        gpus: { assigned: stack.gpus?.[svc] ?? null, mode: gpuMode },
       }),
     );
   };
@@ -115,6 +117,15 @@ export async function startStack(
         container_id: state.id,
         image: spec.services[svc]?.image_pinned ?? spec.services[svc]?.image ?? "",
         caps: await readBackCaps(state),
+        ...(spec.services[svc]?.gpus
+          ? {
+              gpus: {
+                assigned: stack.gpus?.[svc] ?? null,
+                mode: gpuMode,
+                seen: await gpusSeen(ctx, containerIds[svc] as string),
+              },
+            }
+          : {}),
       };
     }),
   );
@@ -122,4 +133,18 @@ export async function startStack(
   delete stack.restoreVersionId;
   await ctx.store.putStack(stack);
   return { evidence, ms: Math.round(performance.now() - started), health, clock };
+}
+
+/** What `nvidia-smi -L` in the container lists (one line a GPU); null where it cannot be run. */
+async function gpusSeen(ctx: StackContext, containerId: string): Promise<string[] | null> {
+  const r = await ctx
+    .runIn(containerId, { command: ["nvidia-smi", "-L"], timeoutMs: 15_000 })
+    .catch(() => null);
+  if (r?.exitCode !== 0) return null;
+  return r.stdout
+    .toString()
+    .split("\n")
+    .map((l) => l.trim())
+    .filter(Boolean)
+    .slice(0, 64);
 }

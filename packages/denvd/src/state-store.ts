@@ -36,6 +36,8 @@ export interface StackRecord {
   frozen?: string[];
   /** The version a rollback under way restores (status restoring). */
   restoreVersionId?: string;
+  /** The GPUs (UUIDs) the control plane gave each service; absent: none given. */
+  gpus?: Record<string, string[]>;
 }
 
 export interface VersionRecord {

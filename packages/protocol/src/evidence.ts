@@ -61,6 +61,18 @@ export const serviceStartEvidence = z.object({
   container_id: z.string(),
   image: z.string(),
   caps: capsEvidence,
+  /**
+   * A service given GPUs: the ones placement gave it (UUIDs; null: rendered from the request
+   * as written), how they were passed, and what `nvidia-smi -L` in the container lists (null where
+   * the container has no nvidia-smi).
+   */
+  gpus: z
+    .object({
+      assigned: z.array(z.string()).nullable(),
+      mode: z.enum(["cdi", "nvidia", "none"]),
+      seen: z.array(z.string()).nullable(),
+    })
+    .optional(),
 });
 
 export const healthEvidence = z.object({

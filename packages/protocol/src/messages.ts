@@ -34,6 +34,29 @@ export const capacitySchema = z.object({
   memory_free_bytes: bytes.optional(),
 });
 
+/** A host's GPUs and how its engine passes them to containers (denvd's gpu-inventory.ts). */
+export const gpuInventorySchema = z.object({
+  driver_version: z.string().max(40).nullable(),
+  devices: z
+    .array(
+      z.object({
+        index: z.number().int().nonnegative(),
+        uuid: z.string().max(80),
+        model: z.string().max(100),
+        memory_bytes: z.number().nonnegative().nullable(),
+      }),
+    )
+    .max(64),
+  device_nodes: z.array(z.string().max(40)).max(64),
+  cdi_devices: z.array(z.string().max(200)).max(512),
+  runtime: z.object({ nvidia: z.boolean(), cdi: z.boolean() }),
+  /** How GPUs reach a container here: CDI device names, the engine's nvidia driver, or not at all. */
+  mode: z.enum(["cdi", "nvidia", "none"]),
+  /** Why no GPU is offered, when none is. */
+  note: z.string().max(300).nullable(),
+});
+export type GpuInventory = z.infer<typeof gpuInventorySchema>;
+
 const opId = z.string().min(1).max(80);
 /** Text a host reports is bounded: what it says reaches records people read. */
 const shortText = (max: number) => z.string().transform((s) => s.slice(0, max));
@@ -46,6 +69,8 @@ export const hostMessageSchema = z.discriminatedUnion("type", [
     storage: z.enum(["zfs", "btrfs", "dir"]),
     capacity: capacitySchema,
     version: z.string().max(100),
+    /** Its GPUs (older hosts do not say: taken as none). */
+    gpus: gpuInventorySchema.optional(),
     /** Operations the host finished or is running, so the server can settle what it is waiting on. */
     known_ops: z.array(opId).max(20_000),
   }),

@@ -28,6 +28,8 @@ import { resolvedSpecSchema } from "./resolved-spec.ts";
 export const stackId = z.string().regex(/^(stk|env)_[0-9a-f]{12}$/, "a stack id (stk_…)");
 /** A version: `ver_` and 12 hex digits, made by the host that snapshotted it. */
 export const versionId = z.string().regex(/^ver_[0-9a-f]{12}$/, "a version id (ver_…)");
+/** Service → the GPU UUIDs it is given. */
+const gpuAssignment = z.record(z.string(), z.array(z.string().regex(/^[A-Za-z0-9:._/-]{1,128}$/)).max(64));
 /** The deployment (or other operation) a stack is made for, kept on its objects' labels. */
 const operationId = z.string().min(1).max(80);
 const serviceName = z.string().min(1).max(63);
@@ -232,6 +234,8 @@ export const OPERATIONS = {
       new_stack_id: newStackId,
       /** Volumes start as clones of this version's snapshots of the same name, not empty. */
       data_from_version_id: versionId.optional(),
+      /** The GPUs (UUIDs) placement gave each service that asks for GPUs: its own, no one else's. */
+      gpus: gpuAssignment.optional(),
     }),
     result: z.object({ stack_id: stackId, evidence: prepareEvidence }),
   },
@@ -289,6 +293,7 @@ export const OPERATIONS = {
       new_stack_id: newStackId,
       /** Keep a frozen clock held at the version's time until release_clock (a pool's member). */
       hold_clock: z.boolean().optional(),
+      gpus: gpuAssignment.optional(),
     }),
     result: z.object({ stack_id: stackId, evidence: forkEvidence }),
   },

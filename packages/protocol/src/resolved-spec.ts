@@ -71,6 +71,19 @@ export const serviceSchema = z.object({
   working_dir: z.string().nullable(),
   hostname: z.string().nullable(),
   caps: capsSchema,
+  /**
+   * The GPUs it asks for (Compose's `gpus:` or deploy.resources.reservations.devices, resolved to
+   * one request): a count (`all`: every GPU of its host) or the host's device ids. Absent: none.
+   */
+  gpus: z
+    .object({
+      driver: z.string(),
+      count: z.union([z.number().int().positive(), z.literal("all")]).nullable(),
+      device_ids: z.array(z.string()).nullable(),
+      capabilities: z.array(z.string()),
+      options: z.record(z.string(), z.string()),
+    })
+    .optional(),
   /** null: none declared (the image's own, if any, applies). */
   healthcheck: healthcheckSchema.nullable(),
   healthcheck_disabled: z.boolean(),

@@ -44,6 +44,23 @@ export type GetV1HostsResponse = {
     arch: string | null;
     storage: string | null;
     capacity: unknown;
+    gpus: {
+      driver_version: string | null;
+      devices: Array<{
+        index: number;
+        uuid: string;
+        model: string;
+        memory_bytes: number | null;
+      }>;
+      device_nodes: Array<string>;
+      cdi_devices: Array<string>;
+      runtime: {
+        nvidia: boolean;
+        cdi: boolean;
+      };
+      mode: "cdi" | "nvidia" | "none";
+      note: string | null;
+    } | null;
     version: string | null;
     last_seen: string | null;
     connected: boolean;

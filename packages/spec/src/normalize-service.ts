@@ -18,6 +18,7 @@ import {
   type ResolvedSpec,
 } from "@denv/protocol";
 import { buildField, projectRelativePath } from "./build-field.ts";
+import { gpuField } from "./gpu-request.ts";
 import type { Env } from "./interpolate.ts";
 import { parseDotenv } from "./interpolate.ts";
 import type { FieldPath } from "./issues.ts";
@@ -149,7 +150,7 @@ const SERVICE_FIELDS: Record<string, Handler> = {
   runtime: { refuse: "services run on the engine's default runtime" },
   storage_opt: { refuse: "storage is managed by denv's storage driver" },
   oom_kill_disable: { refuse: "the memory cap must be able to stop a runaway service" },
-  gpus: { refuse: "GPU passthrough is not available yet" },
+  gpus: "handled",
   memswappiness: { ignore: "denv gives services no swap" },
   blkio_config: { ignore: "block I/O weights are not rendered" },
   credential_spec: { ignore: "Windows only" },
@@ -233,6 +234,7 @@ export function normalizeService(
   }
 
   const caps = capsField(svc, at, issues);
+  const gpus = gpuField(svc, at, issues);
   const { healthcheck, disabled } = healthcheckField(svc.healthcheck, at("healthcheck"), issues);
   const depends_on = dependsOnField(svc.depends_on, at("depends_on"), ctx);
   const { volumes, tmpfs } = volumesField(svc, at, name, ctx);
@@ -374,6 +376,7 @@ export function normalizeService(
     working_dir: scalarString(svc.working_dir) ?? null,
     hostname: scalarString(svc.hostname) ?? null,
     caps,
+    ...(gpus ? { gpus } : {}),
     healthcheck,
     healthcheck_disabled: disabled,
     depends_on,
@@ -544,7 +547,16 @@ function capsField(
     }
     if (isRecord(svc.deploy.resources)) {
       for (const key of Object.keys(svc.deploy.resources)) {
-        if (key !== "limits")
+        if (key === "reservations" && isRecord(svc.deploy.resources.reservations)) {
+          // Devices (GPUs) are reserved for real (gpu-request.ts); memory and CPU reservations are not.
+          for (const r of Object.keys(svc.deploy.resources.reservations))
+            if (r !== "devices")
+              issues.warn(
+                "ignored_field",
+                at("deploy", "resources", "reservations", r),
+                `deploy.resources.reservations.${r} is accepted and ignored: only limits cap a service`,
+              );
+        } else if (key !== "limits")
           issues.warn(
             "ignored_field",
             at("deploy", "resources", key),

@@ -23,6 +23,28 @@ class PostV1HostsJoinResponse(TypedDict):
     secret: str
 
 
+class GetV1HostsResponseHostsItemGpusDevicesItem(TypedDict):
+    index: int
+    uuid: str
+    model: str
+    memory_bytes: float | None
+
+
+class GetV1HostsResponseHostsItemGpusRuntime(TypedDict):
+    nvidia: bool
+    cdi: bool
+
+
+class GetV1HostsResponseHostsItemGpus(TypedDict):
+    driver_version: str | None
+    devices: list[GetV1HostsResponseHostsItemGpusDevicesItem]
+    device_nodes: list[str]
+    cdi_devices: list[str]
+    runtime: GetV1HostsResponseHostsItemGpusRuntime
+    mode: Literal["cdi", "nvidia", "none"]
+    note: str | None
+
+
 class GetV1HostsResponseHostsItemPoolsItem(TypedDict):
     version_id: str
     size: int
@@ -35,6 +57,7 @@ class GetV1HostsResponseHostsItem(TypedDict):
     arch: str | None
     storage: str | None
     capacity: Any
+    gpus: GetV1HostsResponseHostsItemGpus | None
     version: str | None
     last_seen: str | None
     connected: bool

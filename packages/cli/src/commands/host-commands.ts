@@ -32,7 +32,7 @@ export function registerHostCommands(program: Command): void {
       if (json) printJson(r);
       else {
         process.stdout.write(
-          "ID\tNAME\tARCH\tSTORAGE\tCAPACITY\tVERSION\tCONNECTED\tLAST SEEN\tENVS\tVERSIONS\tPOOLS\n",
+          "ID\tNAME\tARCH\tSTORAGE\tCAPACITY\tGPUS\tVERSION\tCONNECTED\tLAST SEEN\tENVS\tVERSIONS\tPOOLS\n",
         );
         for (const h of r.hosts) {
           const cap = h.capacity as {
@@ -52,10 +52,17 @@ export function registerHostCommands(program: Command): void {
           const versions = vs.length
             ? `${vs.slice(0, 3).join(",")}${vs.length > 3 ? ` +${vs.length - 3}` : ""}`
             : "-";
+          // GPUs: how many, which model, how the engine passes them; none, saying so.
+          const g = (h as { gpus?: (typeof h)["gpus"] }).gpus;
+          const gpus = !g
+            ? "-"
+            : g.devices.length
+              ? `${g.devices.length}x ${g.devices[0]?.model} (${g.mode === "none" ? "not usable" : g.mode}, driver ${g.driver_version})`
+              : "none";
           const ps = held.pools ?? [];
           const pools = ps.length ? ps.map((p) => `${p.version_id} ${p.ready}/${p.size}`).join(",") : "-";
           process.stdout.write(
-            `${h.id}\t${h.name}\t${h.arch ?? "-"}\t${h.storage ?? "-"}\t${capacity}\t${h.version ?? "-"}\t${h.connected}${(h as { draining?: boolean }).draining ? " (draining)" : ""}\t${h.last_seen ?? "-"}\t${held.environments ?? "-"}\t${versions}\t${pools}\n`,
+            `${h.id}\t${h.name}\t${h.arch ?? "-"}\t${h.storage ?? "-"}\t${capacity}\t${gpus}\t${h.version ?? "-"}\t${h.connected}${(h as { draining?: boolean }).draining ? " (draining)" : ""}\t${h.last_seen ?? "-"}\t${held.environments ?? "-"}\t${versions}\t${pools}\n`,
           );
         }
       }

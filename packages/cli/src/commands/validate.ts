@@ -79,7 +79,11 @@ Exits 0 when the file is accepted, 1 with every refusal (code, field path, line:
           for (const [name, svc] of Object.entries(s.services)) {
             const memGiB = svc.caps.memory_bytes / 1024 ** 3;
             process.stdout.write(
-              `  ${name}: ${svc.image} user=${svc.user ?? "(image)"} memory=${memGiB}GiB pids=${svc.caps.pids} cpus=${svc.caps.cpus}\n`,
+              `  ${name}: ${svc.image} user=${svc.user ?? "(image)"} memory=${memGiB}GiB pids=${svc.caps.pids} cpus=${svc.caps.cpus}${
+                svc.gpus
+                  ? ` gpus=${svc.gpus.device_ids ? svc.gpus.device_ids.join(",") : svc.gpus.count}(${svc.gpus.driver}:${svc.gpus.capabilities.join("+")})`
+                  : ""
+              }\n`,
             );
           }
           for (const w of result.warnings) process.stdout.write(`${formatIssue(w)}\n`);

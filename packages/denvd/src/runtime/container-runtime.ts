@@ -76,6 +76,19 @@ export interface ContainerSpec {
   restart: string;
   ipcMode?: string | null;
   pidMode?: string | null;
+  /** GPUs, as the Engine API's DeviceRequests (container-spec.ts deviceRequestsFor). */
+  deviceRequests?: DeviceRequest[];
+}
+
+/** One of the Engine API's HostConfig.DeviceRequests. */
+export interface DeviceRequest {
+  driver: string;
+  /** -1: all; 0 with deviceIds. */
+  count: number;
+  deviceIds: string[];
+  /** An OR-list of AND-lists. */
+  capabilities: string[][];
+  options: Record<string, string>;
 }
 
 export interface ContainerState {
@@ -155,6 +168,8 @@ export interface ObjectSummary {
 
 export interface ContainerRuntime {
   ping(): Promise<void>;
+  /** What the engine says of its runtimes and CDI (GET /info), for the GPU inventory. */
+  engineInfo?(): Promise<{ runtimes: string[]; cdiSpecDirs: string[] }>;
   createNetwork(spec: NetworkSpec): Promise<string>;
   removeNetwork(nameOrId: string): Promise<void>;
   listNetworks(labels: Labels): Promise<ObjectSummary[]>;

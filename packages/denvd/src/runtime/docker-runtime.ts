@@ -71,6 +71,11 @@ export class DockerRuntime implements ContainerRuntime {
     if (options.onEngineError) engineErrorLog = options.onEngineError;
   }
 
+  async engineInfo(): Promise<{ runtimes: string[]; cdiSpecDirs: string[] }> {
+    const info = (await this.docker.info()) as { Runtimes?: Record<string, unknown>; CDISpecDirs?: string[] };
+    return { runtimes: Object.keys(info.Runtimes ?? {}), cdiSpecDirs: info.CDISpecDirs ?? [] };
+  }
+
   async ping(): Promise<void> {
     await this.docker.ping().catch((e: unknown) => mapError(e, "the Docker engine does not answer"));
   }
@@ -328,6 +333,17 @@ export class DockerRuntime implements ContainerRuntime {
           Sysctls: spec.sysctls,
           ...(spec.ipcMode ? { IpcMode: spec.ipcMode } : {}),
           ...(spec.pidMode ? { PidMode: spec.pidMode } : {}),
+          ...(spec.deviceRequests?.length
+            ? {
+                DeviceRequests: spec.deviceRequests.map((d) => ({
+                  Driver: d.driver,
+                  Count: d.count,
+                  DeviceIDs: d.deviceIds,
+                  Capabilities: d.capabilities,
+                  Options: d.options,
+                })),
+              }
+            : {}),
           RestartPolicy: restartPolicy(spec.restart),
           // The typings demand VolumeOptions fields the Engine API treats as optional.
           Mounts: spec.mounts.map((m) =>

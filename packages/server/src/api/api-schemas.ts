@@ -2,7 +2,14 @@
  * The /v1 API's request and response schemas (zod). Each route names the ones it takes and gives
  * (see api-route.ts); the OpenAPI document is generated from them. JSON on the wire is snake_case.
  */
-import { ERROR_CODES, type ErrorCode, KINDS, MAX_COMMAND_TIMEOUT_MS, nameSchema } from "@denv/protocol";
+import {
+  ERROR_CODES,
+  type ErrorCode,
+  gpuInventorySchema,
+  KINDS,
+  MAX_COMMAND_TIMEOUT_MS,
+  nameSchema,
+} from "@denv/protocol";
 import { z } from "zod";
 
 /** Every error's stable code (protocol's error table); the document maps each to its HTTP status. */
@@ -31,6 +38,8 @@ export const hostSchema = z.object({
   arch: z.string().nullable(),
   storage: z.string().nullable(),
   capacity: z.unknown(),
+  /** Its GPUs and how its engine passes them (mode none: it cannot); null: the host did not say. */
+  gpus: gpuInventorySchema.nullable(),
   version: z.string().nullable(),
   last_seen: z.string().nullable(),
   connected: z.boolean(),

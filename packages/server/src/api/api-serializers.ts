@@ -1,4 +1,5 @@
 /** Store rows → the API's JSON (snake_case, as api-schemas.ts describes it). */
+import type { GpuInventory } from "@denv/protocol";
 import type { z } from "zod";
 import type { SecretBox } from "../clouds/secret-box.ts";
 import { cloudMachines } from "../store/cloud-store.ts";
@@ -90,6 +91,7 @@ export function serializeHost(
     arch: h.arch,
     storage: h.storage,
     capacity: h.capacity_json ? JSON.parse(h.capacity_json) : null,
+    gpus: h.gpus_json ? (JSON.parse(h.gpus_json) as GpuInventory) : null,
     version: h.version,
     last_seen: h.last_seen,
     connected,

@@ -14,6 +14,7 @@ import type { CloudsTable, EnvironmentsTable, ProjectsTable } from "../store/sch
 import { resolveSeeds, seedDatasets } from "./bind-seeds.ts";
 import { clockHistory, clockIssues } from "./clock-history.ts";
 import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
+import { type GpuAssignment, type GpuNeed, gpuNeedOf } from "./gpu-placement.ts";
 import { hostedDeployPhases, retireHosted } from "./hosted-deploy.ts";
 import { buildImages } from "./image-builds.ts";
 import { DEPLOY_PHASES, PhaseFailure, type PhaseRecorder } from "./phase-recorder.ts";
@@ -66,13 +67,20 @@ async function deployPhases(
   options: DeployOptions,
 ): Promise<void> {
   let spec = await resolvePhase(runner, rec, project, options);
-  const where = await placeAndJoin(runner, rec, project, before, spec.target);
+  const gpuNeed = gpuNeedOf(spec);
+  const where = await placeAndJoin(runner, rec, project, before, spec.target, gpuNeed);
   if (typeof where !== "string") {
     // A hosted target: the one service as the provider's sandbox (prepare refuses what it cannot run).
     await hostedDeployPhases(runner, rec, project, before, spec, where);
     return;
   }
   const hostId = where;
+  // The GPUs place gave each service (held on the environment's row from then on).
+  const gpus = gpuNeed
+    ? (JSON.parse(
+        (await environmentById(runner.store, before.id)).gpus_json ?? "null",
+      ) as GpuAssignment | null)
+    : null;
   const stackId = (await rec.run("prepare", async () => {
     // Services with build: are built (or found built) on the host first, and pinned to the result.
     const built = await buildImages(runner, rec, {
@@ -90,6 +98,7 @@ async function deployPhases(
       operation_id: rec.deploymentId,
       new_stack_id: await rec.building(),
       ...(from.versionId ? { data_from_version_id: from.versionId } : {}),
+      ...(gpus ? { gpus } : {}),
     });
     const builds = Object.keys(built.builds).length ? { builds: built.builds, spec_hash: spec.hash } : {};
     // The project's files its bind mounts name, into their fresh datasets before anything starts.
@@ -344,10 +353,20 @@ async function placeAndJoin(
   project: ProjectsTable,
   before: EnvironmentsTable,
   fileTarget: string | undefined,
+  gpuNeed: GpuNeed | null = null,
 ): Promise<string | { hosted: CloudsTable; pinnedBy: string }> {
   const placed = (await rec.run("place", async () => {
     const { store, hosts, options } = runner;
-    const p = await place({ store, hosts, provisioner: options.provisioner }, project, before, fileTarget);
+    const p = await place(
+      { store, hosts, provisioner: options.provisioner },
+      project,
+      before,
+      fileTarget,
+      gpuNeed,
+    );
+    // Held from now: a deploy beside this one cannot be given the same GPUs.
+    if ("host_id" in p && p.gpus)
+      await updateEnvironment(store, before.id, { gpus_json: JSON.stringify(p.gpus) });
     // The cloud row holds the sealed token: the evidence names the cloud only.
     const c = ("provision" in p ? p.cloud : "hosted" in p ? p.hosted : null) as CloudsTable | null;
     const named = c ? { name: c.name, provider: c.provider, location: c.location } : null;

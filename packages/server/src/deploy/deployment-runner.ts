@@ -217,7 +217,11 @@ export class DeploymentRunner {
         .call(rec.state.host_id, "destroy", { stack_id: building }, { timeoutMs: 120_000 })
         .catch(() => {});
     }
-    if (!before.current_version_id) await updateEnvironment(this.store, before.id, { status: "failed" });
+    // The GPUs it held before (place takes new ones at once, so no other deploy takes them too).
+    await updateEnvironment(this.store, before.id, {
+      gpus_json: before.gpus_json ?? null,
+      ...(before.current_version_id ? {} : { status: "failed" }),
+    });
     await rec.verdict("rolled_back", reason, {
       restored_version: before.current_version_id,
       still_serving: before.current_version_id !== null,

@@ -4,11 +4,21 @@
  * egress while the services come up: that step is one phase, `fork`, with the clone, start, health
  * and egress evidence of the host inside it.
  */
-import { DenvError, type OpResult, stackName } from "@denv/protocol";
+import { DenvError, type OpResult, type ResolvedSpec, stackName } from "@denv/protocol";
 import { environmentNamed, findOrCreateEnvironment, updateEnvironment } from "../store/environment-store.ts";
 import { projectById } from "../store/project-store.ts";
 import { findVersion, versionHost } from "../store/version-store.ts";
 import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
+import {
+  assignGpus,
+  describeInventory,
+  describeNeed,
+  type GpuAssignment,
+  gpuNeedOf,
+  heldGpus,
+  hostInventory,
+} from "./gpu-placement.ts";
+import { PhaseFailure } from "./phase-recorder.ts";
 
 export interface ForkOptions {
   teamId: string;
@@ -47,12 +57,37 @@ export async function runFork(
     rec,
     env.id,
     async () => {
-      await rec.run("place", async () => ({
-        evidence: options.placed?.evidence ?? {
+      const gpus = (await rec.run("place", async () => {
+        const evidence = options.placed?.evidence ?? {
           host_id: hostId,
           reason: "holds the version's snapshots (snapshot locality)",
-        },
-      }));
+        };
+        // A version whose services ask for GPUs: GPUs of this fork's own on that host, held from now.
+        const spec = JSON.parse(runner.options.secrets.openText(version.spec_json)) as ResolvedSpec;
+        const need = gpuNeedOf(spec);
+        if (!need) return { value: null, evidence };
+        const host = await runner.store
+          .selectFrom("hosts")
+          .selectAll()
+          .where("id", "=", hostId)
+          .executeTakeFirst();
+        const inv = host ? hostInventory(host) : null;
+        const held = (await heldGpus(runner.store, env.id)).get(hostId) ?? new Set<string>();
+        const r = assignGpus(inv, held, need);
+        if ("why" in r)
+          throw new PhaseFailure(
+            `the version's services ask for GPUs (${describeNeed(need)}) and ${host?.name ?? hostId}, which holds it, cannot give them: ${r.why}`,
+            {
+              gpus: {
+                request: need,
+                host: host?.name ?? hostId,
+                inventory: describeInventory(inv, held.size),
+              },
+            },
+          );
+        await updateEnvironment(runner.store, env.id, { gpus_json: JSON.stringify(r.assignment) });
+        return { value: r.assignment, evidence: { ...evidence, gpus: r.assignment } };
+      })) as GpuAssignment | null;
       rec.state.host_id = hostId;
       await runner.joinPhase(rec, hostId);
       const forked = (await rec.run("fork", async () => {
@@ -65,6 +100,7 @@ export async function runFork(
           // A pool's member keeps its clock at the version's time until it is taken (pool-keeper.ts),
           // a replay's until its episode starts (replay-runner.ts).
           ...(options.poolId || options.holdClock ? { hold_clock: true } : {}),
+          ...(gpus ? { gpus } : {}),
         });
         return { value: out, evidence: out.evidence };
       })) as OpResult<"fork">;

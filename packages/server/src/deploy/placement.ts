@@ -11,6 +11,15 @@ import type { Store } from "../store/open-store.ts";
 import type { CloudsTable, EnvironmentsTable, ProjectsTable } from "../store/schema.ts";
 import type { HostOperations } from "../targets/denvd/host-operations.ts";
 import { isHosted } from "../targets/hosted-targets.ts";
+import {
+  assignGpus,
+  describeInventory,
+  describeNeed,
+  type GpuAssignment,
+  type GpuNeed,
+  heldGpus,
+  hostInventory,
+} from "./gpu-placement.ts";
 import { PhaseFailure } from "./phase-recorder.ts";
 
 /** The prepare phase's refusal of a compose file with several services on a hosted target. */
@@ -30,7 +39,7 @@ const RECONNECT_GRACE_MS = 60_000;
 
 /** Where a deployment goes: a connected host, a new machine in a connected cloud, or a hosted target. */
 export type Placement =
-  | { host_id: string; host_name: string; reason: string }
+  | { host_id: string; host_name: string; reason: string; gpus?: GpuAssignment }
   | { provision: true; cloud: CloudsTable; reason: string }
   | { hosted: CloudsTable; pinned_by: string; reason: string };
 
@@ -39,6 +48,7 @@ export async function place(
   project: ProjectsTable,
   env: EnvironmentsTable,
   fileTarget?: string,
+  gpuNeed: GpuNeed | null = null,
 ): Promise<Placement & Record<string, unknown>> {
   // The project's own pin wins over the file's x-denv.target; `denvd` is the team's hosts, any of them.
   const named = project.pinned_target ?? fileTarget ?? null;
@@ -60,6 +70,11 @@ export async function place(
   );
   const connected = provisioner ? await provisioner.clouds(project.team_id) : [];
   const hosted = connected.find((c) => c.name === pinned && isHosted(c.provider));
+  if (hosted && gpuNeed)
+    throw new PhaseFailure(
+      `${pinnedBy} ${hosted.name}, a hosted ${hosted.provider} target, and the services ask for GPUs (${describeNeed(gpuNeed)}): denv asks hosted targets for no GPU (GET /v1/targets, its gpu cell); GPUs run on your own hosts`,
+      { gpus: { request: gpuNeed } },
+    );
   if (hosted)
     return {
       hosted,
@@ -83,6 +98,38 @@ export async function place(
         );
       }
     }
+  }
+  // GPUs: only hosts that have the GPUs asked for free, each given particular ones.
+  const given = new Map<string, GpuAssignment>();
+  if (gpuNeed) {
+    const held = await heldGpus(store, env.id);
+    const seen = hosts.map((h) => {
+      const inv = hostInventory(h);
+      const r = candidates.includes(h)
+        ? assignGpus(inv, held.get(h.id) ?? new Set(), gpuNeed)
+        : {
+            why: online.isConnected(h.id)
+              ? "not a candidate (drained, full or not the pin)"
+              : "not connected",
+          };
+      if ("assignment" in r) given.set(h.id, r.assignment);
+      return {
+        name: h.name,
+        connected: online.isConnected(h.id),
+        inventory: describeInventory(inv, held.get(h.id)?.size ?? 0),
+        ...("why" in r ? { why: r.why } : {}),
+      };
+    });
+    candidates = candidates.filter((h) => given.has(h.id));
+    if (!candidates.length)
+      throw new PhaseFailure(
+        `the services ask for GPUs (${describeNeed(gpuNeed)}) and no connected host has them free: ${
+          seen
+            .map((s) => `${s.name}: ${s.inventory}${s.why && s.why !== s.inventory ? `; ${s.why}` : ""}`)
+            .join(". ") || "the team has no host"
+        }`,
+        { gpus: { request: gpuNeed, hosts: seen } },
+      );
   }
   if (!candidates.length && !cloud) {
     // A host seen moments ago is reconnecting (its denvd or this server restarted): the join phase
@@ -130,6 +177,7 @@ export async function place(
   return {
     host_id: chosen.id,
     host_name: chosen.name,
+    ...(given.has(chosen.id) ? { gpus: given.get(chosen.id) } : {}),
     reason:
       chosen.id === local
         ? "holds the environment's current data (snapshot locality)"

@@ -83,7 +83,14 @@ export async function updateHost(
   fields: Partial<
     Pick<
       HostsTable,
-      "arch" | "storage" | "capacity_json" | "version" | "last_seen" | "connected" | "replica_id"
+      | "arch"
+      | "storage"
+      | "capacity_json"
+      | "version"
+      | "last_seen"
+      | "connected"
+      | "replica_id"
+      | "gpus_json"
     >
   >,
 ): Promise<void> {

@@ -497,6 +497,14 @@ export const MIGRATIONS: Record<string, Migration> = {
       await db.schema.alterTable("projects").addColumn("branches_json", text).execute();
     },
   },
+  "0021_gpus": {
+    // A host's GPUs as its hello reported them, and the GPUs (by UUID, per service) each
+    // environment holds on its host: placement gives each GPU to one environment at a time.
+    up: async (db) => {
+      await db.schema.alterTable("hosts").addColumn("gpus_json", text).execute();
+      await db.schema.alterTable("environments").addColumn("gpus_json", text).execute();
+    },
+  },
 };
 
 export const migrationProvider: MigrationProvider = {

@@ -111,6 +111,8 @@ export interface HostsTable {
   /** The server replica holding its connection now (replicas/); null: none. */
   replica_id: string | null;
   created_at: string;
+  /** Its GPUs as its hello said (GpuInventory JSON); null: it said nothing (none). */
+  gpus_json?: string | null;
 }
 
 export interface ProjectsTable {
@@ -150,6 +152,8 @@ export interface EnvironmentsTable {
   stack_id: string | null;
   current_version_id: string | null;
   parent_version_id: string | null;
+  /** The GPUs it holds on its host, per service (UUIDs, JSON); null: none. */
+  gpus_json?: string | null;
   sandbox: number;
   /** The target it runs on (targets/target.ts): "denvd" for the team's sidecar hosts. */
   target_id: string;

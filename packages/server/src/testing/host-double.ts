@@ -7,6 +7,7 @@
 import type { Duplex } from "node:stream";
 import {
   finishStream,
+  type GpuInventory,
   type HostMessage,
   type MuxStream,
   OPERATIONS,
@@ -35,8 +36,12 @@ export class HostDouble {
   private mux: StreamMux | null = null;
   private readonly handlers: DoubleHandlers;
 
-  constructor(handlers: DoubleHandlers) {
+  private readonly gpus: GpuInventory | undefined;
+
+  /** `gpus`: the GPU inventory its hello reports (none: it says nothing of GPUs). */
+  constructor(handlers: DoubleHandlers, options: { gpus?: GpuInventory } = {}) {
     this.handlers = handlers;
+    this.gpus = options.gpus;
   }
 
   /** Dials the hosts at wsUrl with the host's secret; resolves once welcomed, to the host id. */
@@ -60,6 +65,7 @@ export class HostDouble {
             memory_bytes: 8 * 1024 ** 3,
           },
           version: "host-double",
+          ...(this.gpus ? { gpus: this.gpus } : {}),
           known_ops: [],
         }),
       );

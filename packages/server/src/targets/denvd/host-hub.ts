@@ -174,6 +174,7 @@ export class HostHub implements HostOperations {
         arch: msg.arch,
         storage: msg.storage,
         capacity_json: JSON.stringify(msg.capacity),
+        gpus_json: msg.gpus ? JSON.stringify(msg.gpus) : null,
         version: msg.version,
         last_seen: now(),
         connected: 1,

@@ -471,7 +471,7 @@ describe("GitHub App", () => {
     assert.equal(snap.data.status, "succeeded", snap.data.reason);
     const alphaVersion = (await api("GET", "/v1/envs/world%2Falpha")).data.current_version_id;
     const head = commit("login-page", COMPOSE("preview"));
-    const pr = (action: string, number: number, fromFork = false) => ({
+    const pr = (action: string, number: number, fromFork = false, sha = head) => ({
       action,
       number,
       installation: { id: INSTALLATION },
@@ -479,7 +479,7 @@ describe("GitHub App", () => {
       sender: { login: "contributor" },
       pull_request: {
         number,
-        head: { sha: head, ref: "login-page", repo: { full_name: fromFork ? "stranger/world" : REPO } },
+        head: { sha, ref: "login-page", repo: { full_name: fromFork ? "stranger/world" : REPO } },
         base: { ref: "main", repo: { full_name: REPO } },
       },
     });
@@ -503,6 +503,19 @@ describe("GitHub App", () => {
       ),
     );
     assert.equal(dep.transient_environment, true);
+
+    // A new push to the pull request: its preview is deployed again at the new head, onto alpha's data.
+    const head2 = commit("login-page", COMPOSE("preview-2"));
+    const synced = await deliver("pull_request", pr("synchronize", 7, false, head2));
+    const sd = await verdict(synced.data.deployments[0]);
+    assert.equal(sd.status, "succeeded", sd.reason);
+    assert.equal(sd.phases[0].evidence.source.commit, head2);
+    assert.equal(
+      (await execIn("world/pr-7", "cat /data/note; echo $MARKER")).stdout,
+      "from-alpha\npreview-2\n",
+    );
+    git("checkout", "-q", "login-page");
+    git("reset", "-q", "--hard", head);
 
     const fork = await deliver("pull_request", pr("opened", 8, true));
     const fd = await verdict(fork.data.deployments[0]);

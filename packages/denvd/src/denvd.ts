@@ -44,8 +44,10 @@ import { type FsEntry, fileOp, getFiles, putFiles, readFilesTo, type ServiceTarg
 import {
   deleteVersion,
   destroyStack,
+  type ForkStackOptions,
   forkStack,
   type PrepareEvidence,
+  type PrepareOptions,
   prepareStack,
   rollbackStack,
   warmStack,
@@ -205,13 +207,7 @@ export class Denvd {
 
   prepare(
     spec: ResolvedSpec,
-    options: {
-      name: string;
-      operationId?: string;
-      stackId?: string;
-      dataFromVersionId?: string;
-      gpus?: Record<string, string[]>;
-    },
+    options: PrepareOptions,
   ): Promise<{ stack: StackRecord; evidence: PrepareEvidence }> {
     return prepareStack(this.ctx, spec, options);
   }
@@ -244,13 +240,7 @@ export class Denvd {
 
   fork(
     versionId: string,
-    options: {
-      name: string;
-      operationId?: string;
-      holdClock?: boolean;
-      stackId?: string;
-      gpus?: Record<string, string[]>;
-    },
+    options: ForkStackOptions,
   ): Promise<{ stack: StackRecord; evidence: ForkEvidence }> {
     return forkStack(this.ctx, versionId, options);
   }

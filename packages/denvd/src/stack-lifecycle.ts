@@ -34,16 +34,19 @@ export interface PrepareEvidence {
  * version (a preview deployed onto alpha's data), each volume the version also has cloned from its
  * snapshot there.
  */
+export interface PrepareOptions {
+  name: string;
+  operationId?: string;
+  stackId?: string;
+  dataFromVersionId?: string;
+  /** Service → the GPU UUIDs the control plane gave it. */
+  gpus?: Record<string, string[]>;
+}
+
 export async function prepareStack(
   ctx: StackContext,
   spec: ResolvedSpec,
-  options: {
-    name: string;
-    operationId?: string;
-    stackId?: string;
-    dataFromVersionId?: string;
-    gpus?: Record<string, string[]>;
-  },
+  options: PrepareOptions,
 ): Promise<{ stack: StackRecord; evidence: PrepareEvidence }> {
   checkSpec(spec);
   const from = options.dataFromVersionId ? ctx.version(options.dataFromVersionId) : null;
@@ -131,17 +134,19 @@ export async function warmStack(ctx: StackContext, stackId: string): Promise<War
   return { commands };
 }
 
+export interface ForkStackOptions {
+  name: string;
+  operationId?: string;
+  holdClock?: boolean;
+  stackId?: string;
+  gpus?: Record<string, string[]>;
+}
+
 /** A new stack from a version: datasets cloned, a new network, the pinned images, healthy. */
 export async function forkStack(
   ctx: StackContext,
   versionId: string,
-  options: {
-    name: string;
-    operationId?: string;
-    holdClock?: boolean;
-    stackId?: string;
-    gpus?: Record<string, string[]>;
-  },
+  options: ForkStackOptions,
 ): Promise<{ stack: StackRecord; evidence: ForkEvidence }> {
   const version = ctx.version(versionId);
   await assertSpace(ctx, "fork");

@@ -41,7 +41,8 @@ export const gpuInventorySchema = z.object({
     .array(
       z.object({
         index: z.number().int().nonnegative(),
-        uuid: z.string().max(80),
+        /** As nvidia-smi prints it (GPU-…, MIG-…): sent back in a fork's or prepare's gpus. */
+        uuid: z.string().regex(/^[A-Za-z0-9:._/-]{1,80}$/),
         model: z.string().max(100),
         memory_bytes: z.number().nonnegative().nullable(),
       }),

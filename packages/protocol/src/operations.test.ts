@@ -77,6 +77,37 @@ test("a host's capacity with a memory reading that is not a size is refused whol
     );
 });
 
+test("a host's GPU inventory: a UUID that is not nvidia-smi's form, or too many GPUs, refuses the hello whole", () => {
+  const hello = (gpus: unknown) => ({
+    type: "hello",
+    protocol: 1,
+    arch: "x86_64",
+    storage: "btrfs",
+    capacity: { total_bytes: 1, free_bytes: 1, cpus: 2, memory_bytes: 8 },
+    version: "x",
+    known_ops: [],
+    gpus,
+  });
+  const gpu = (uuid: string, index = 0) => ({ index, uuid, model: "NVIDIA H200", memory_bytes: 1 });
+  const inv = (devices: unknown[]) => ({
+    driver_version: "580",
+    devices,
+    device_nodes: [],
+    cdi_devices: [],
+    runtime: { nvidia: true, cdi: false },
+    mode: "nvidia",
+    note: null,
+  });
+  assert.ok(hostMessageSchema.safeParse(hello(inv([gpu("GPU-8a3c2b1e-1111")]))).success);
+  for (const bad of ["GPU-1; rm -rf /", "", "GPU-\n1", "x".repeat(81)])
+    assert.equal(hostMessageSchema.safeParse(hello(inv([gpu(bad)]))).success, false, JSON.stringify(bad));
+  assert.equal(
+    hostMessageSchema.safeParse(hello(inv([...Array(65).keys()].map((i) => gpu(`GPU-${i}`, i))))).success,
+    false,
+  );
+  assert.equal(hostMessageSchema.safeParse(hello({ ...inv([]), mode: "rocm" })).success, false);
+});
+
 test("each operation's facts are in its entry, and agree with its schemas", () => {
   for (const m of OP_METHODS) {
     const e = operationEntry(m);

@@ -278,7 +278,7 @@ function checkApiUrl(text: string, policy: FetchPolicy): string {
  * it, only on github.com (for api.github.com) or the API's own host, so the token is never sent
  * to a host another answer named.
  */
-function checkCloneUrl(cloneUrl: string, apiUrl: string): string {
+export function checkCloneUrl(cloneUrl: string, apiUrl: string): string {
   let u: URL;
   try {
     u = new URL(cloneUrl);

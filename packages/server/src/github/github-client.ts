@@ -10,6 +10,7 @@ import { DenvError } from "@denv/protocol";
 import { createAppAuth } from "@octokit/auth-app";
 import { request as octokitRequest } from "@octokit/request";
 import type { FetchPolicy } from "../fetch-policy.ts";
+import { isRefName } from "../git-source.ts";
 
 export const GITHUB_API_URL = "https://api.github.com";
 
@@ -260,7 +261,7 @@ function idOf(v: unknown, what: string): string {
   return s;
 }
 
-function repositoryOf(d: unknown): GitHubRepository {
+export function repositoryOf(d: unknown): GitHubRepository {
   const r = d as {
     id?: unknown;
     full_name?: unknown;
@@ -272,7 +273,7 @@ function repositoryOf(d: unknown): GitHubRepository {
   if (!REPO_NAME.test(fullName))
     throw new DenvError("unavailable", "GitHub answered a repository without a valid name");
   const defaultBranch = String(r.default_branch ?? "");
-  if (!defaultBranch || defaultBranch.length > 255 || /[\0-\x20~^:?*[\\]/.test(defaultBranch))
+  if (!isRefName(defaultBranch))
     throw new DenvError(
       "unavailable",
       `GitHub answered ${fullName} with a default branch denv does not take`,

@@ -4,7 +4,8 @@ import { test } from "node:test";
 import { verify } from "@octokit/webhooks-methods";
 import { FetchPolicy } from "../fetch-policy.ts";
 import { isRefName, openGitSource } from "../git-source.ts";
-import { parseGitHubSource } from "./github-apps.ts";
+import { checkCloneUrl, parseGitHubSource } from "./github-apps.ts";
+import { repositoryOf } from "./github-client.ts";
 import { branchEnvironmentName, branchMatches } from "./github-webhooks.ts";
 
 test("the signature check is GitHub's: its documented test vector verifies, a changed byte does not", async () => {
@@ -66,6 +67,38 @@ test("github: sources: OWNER/REPO, @branch and #path parsed; traversal, odd refs
   assert.equal(isRefName("x.lock"), false);
   assert.equal(isRefName("a\u0000b"), false);
   assert.equal(isRefName("a@{1}"), false);
+});
+
+test("GitHub's answers are checked: a clone URL elsewhere, a repository without a valid name or id, an odd default branch", () => {
+  assert.equal(
+    checkCloneUrl("https://github.com/acme/world.git", "https://api.github.com"),
+    "https://github.com/acme/world.git",
+  );
+  assert.equal(
+    checkCloneUrl("http://127.0.0.1:9/acme/world.git", "http://127.0.0.1:9"),
+    "http://127.0.0.1:9/acme/world.git",
+  );
+  // The installation token goes to the API's own host only: never one another answer named.
+  for (const [url, api] of [
+    ["https://attacker.example/acme/world.git", "https://api.github.com"],
+    ["https://github.com.attacker.example/w.git", "https://api.github.com"],
+    ["http://github.com/acme/world.git", "https://api.github.com"],
+    ["https://user:pw@github.com/acme/world.git", "https://api.github.com"],
+    ["file:///etc/passwd", "https://api.github.com"],
+    ["not a url", "https://api.github.com"],
+  ] as const)
+    assert.throws(() => checkCloneUrl(url, api), /denv sends its token|not a URL/, url);
+  const ok = { id: 9, full_name: "acme/world", default_branch: "main", clone_url: "x", private: true };
+  assert.equal(repositoryOf(ok).id, "9");
+  for (const bad of [
+    { ...ok, id: "9; drop" },
+    { ...ok, full_name: "../.." },
+    { ...ok, full_name: "acme/world/x" },
+    { ...ok, default_branch: "main..x" },
+    { ...ok, default_branch: "" },
+    { ...ok, default_branch: "-x y" },
+  ])
+    assert.throws(() => repositoryOf(bad), /GitHub answered/, JSON.stringify(bad));
 });
 
 test("an installation token given to git never shows in what a failed fetch says", async () => {

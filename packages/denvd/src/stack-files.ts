@@ -50,7 +50,13 @@ export async function putFiles(
 ): Promise<{ entries: number; bytes: number }> {
   const clean = checkContainerPath(path);
   const tmp = join(ctx.options.stateDir, `upload-${randomBytes(6).toString("hex")}.tar`);
-  const checked = new PassThrough({ highWaterMark: 1024 * 1024 });
+  // Read a chunk at a time (object mode), as the checker wrote them: a byte-mode read() would join
+  // whatever is buffered into a new buffer, a copy of every byte of the upload.
+  const checked = new PassThrough({
+    writableHighWaterMark: 1024 * 1024,
+    readableObjectMode: true,
+    readableHighWaterMark: 64,
+  });
   const checking = sanitizeTar(tar, checked);
   checking.catch(() => {});
   try {

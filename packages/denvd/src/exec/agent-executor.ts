@@ -336,11 +336,27 @@ export class AgentExecutor implements Executor {
     });
     result.catch(() => {});
     // The tar goes in frames of at most 1 MiB, waiting for the socket to drain: memory stays flat.
+    // A frame's head and its bytes are written together (corked: one writev), the bytes in the
+    // memory they arrived in, not copied into a frame.
     for await (const chunk of tar) {
-      const b = Buffer.from(chunk as Buffer);
+      const b = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as Uint8Array);
       for (let i = 0; i < b.length && !sock.destroyed; i += 1 << 20) {
-        if (!sock.write(frame(FRAME_IN.DATA, b.subarray(i, i + (1 << 20)))))
-          await new Promise((r) => sock.once("drain", r));
+        const piece = b.subarray(i, i + (1 << 20));
+        sock.cork();
+        sock.write(Buffer.concat([Buffer.from([FRAME_IN.DATA]), u32(piece.length)]));
+        const room = sock.write(piece);
+        sock.uncork();
+        if (!room)
+          await new Promise<void>((resolve) => {
+            // A socket that closes while full never drains: the close ends the wait too.
+            const done = () => {
+              sock.off("drain", done);
+              sock.off("close", done);
+              resolve();
+            };
+            sock.on("drain", done);
+            sock.on("close", done);
+          });
       }
       if (sock.destroyed) break;
     }

@@ -112,6 +112,18 @@ export function dropDefaultRoute(containerPid: number): Promise<boolean> {
  * stack reaches it through its gateway. Null on a host with no such route.
  */
 export function hostAddress(): Promise<string | null> {
+  // Read once for the probes of the next few seconds: a fan-out's forks would otherwise each
+  // start `ip` (a process, ≈ 11 ms of denvd's CPU) for the same answer.
+  const now = performance.now();
+  if (!hostAddressRead || now - hostAddressRead.at > HOST_ADDRESS_TTL_MS)
+    hostAddressRead = { at: now, address: readHostAddress() };
+  return hostAddressRead.address;
+}
+
+const HOST_ADDRESS_TTL_MS = 5_000;
+let hostAddressRead: { at: number; address: Promise<string | null> } | undefined;
+
+function readHostAddress(): Promise<string | null> {
   return new Promise((resolve) => {
     execFile(
       "ip",

@@ -73,10 +73,14 @@ async function probeFrom(
     // loopback is there, so nothing can leave.
     return { result: "blocked", target: "none", outcome: "unreachable", ms: 0 };
   }
-  const linkLocal = first?.networkId ? await bridgeLinkLocal(first.networkId) : null;
+  // The engine lists a service on no network (network_mode: none, an isolated sandbox) under its
+  // "none" network with no address: there is no bridge to read (asking `ip` costs a process and
+  // answers nothing). The probes in its namespace still run.
+  const bridgeId = first?.ip ? first.networkId : "";
+  const linkLocal = bridgeId ? await bridgeLinkLocal(bridgeId) : null;
   const [probed, bridge] = await Promise.all([
     probeEgress(st.pid, target, first?.ip || undefined, linkLocal),
-    first?.networkId ? bridgeIpv4(first.networkId) : Promise.resolve(null),
+    bridgeId ? bridgeIpv4(bridgeId) : Promise.resolve(null),
   ]);
   // The connect proves the way off the subnet closed; the bridge's addresses prove the host is not
   // on the link either (a host address there would answer whatever the routes say).

@@ -5,7 +5,7 @@
  */
 import { access, readFile } from "node:fs/promises";
 import type { CapsEvidence, ResolvedService } from "@denv/protocol";
-import { RESTORABLE_CAPS } from "@denv/spec";
+import { RESTORABLE_CAPS } from "@denv/spec/restorable-caps";
 import type { ContainerState } from "./runtime/container-runtime.ts";
 
 /**

@@ -6,7 +6,7 @@
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
-import { parseBytes } from "@denv/spec";
+import { parseBytes } from "@denv/spec/units";
 import { Command } from "commander";
 import { pino } from "pino";
 import { Denvd } from "./denvd.ts";

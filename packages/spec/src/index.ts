@@ -9,7 +9,6 @@ export { type GpuRequest, gpuField, gpusWanted } from "./gpu-request.ts";
 export { type Env, interpolate, parseDotenv } from "./interpolate.ts";
 export { formatPath, RULE_CODES, type RuleCode, type SpecIssue } from "./issues.ts";
 export { MAX_COMPOSE_BYTES } from "./load-compose.ts";
-export { RESTORABLE_CAPS } from "./normalize-service.ts";
 export {
   ChainPinner,
   EnginePinner,
@@ -25,6 +24,7 @@ export {
   withContextDigests,
   withSeeds,
 } from "./pin-images.ts";
+export { RESTORABLE_CAPS } from "./restorable-caps.ts";
 export { splitShellWords } from "./shell-words.ts";
 export { SAFE_SYSCTLS, sysctlProblem } from "./sysctls.ts";
 export { parseBytes, parseCpus, parseDurationMs } from "./units.ts";

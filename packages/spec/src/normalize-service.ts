@@ -23,6 +23,7 @@ import type { Env } from "./interpolate.ts";
 import { parseDotenv } from "./interpolate.ts";
 import type { FieldPath } from "./issues.ts";
 import type { IssueList } from "./load-compose.ts";
+import { RESTORABLE_CAPS } from "./restorable-caps.ts";
 import { splitShellWords } from "./shell-words.ts";
 import { sysctlProblem } from "./sysctls.ts";
 import { parseBytes, parseCpus, parseDurationMs } from "./units.ts";
@@ -49,19 +50,6 @@ export interface ServiceContext {
   /** Reads a file relative to the compose file's directory (env_file); undefined when absent. */
   readFile?: ((relativePath: string) => string | undefined) | undefined;
 }
-
-/**
- * Capabilities the engine grants by default that denv drops from every container (raw sockets,
- * device nodes, chroot, file capabilities, audit writes): a service may ask for these back with
- * cap_add, and for nothing else.
- */
-export const RESTORABLE_CAPS: readonly string[] = [
-  "NET_RAW",
-  "MKNOD",
-  "SYS_CHROOT",
-  "SETFCAP",
-  "AUDIT_WRITE",
-];
 
 type Handler = "handled" | { ignore: string } | { refuse: string };
 

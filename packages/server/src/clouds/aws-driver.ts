@@ -8,15 +8,25 @@
  * to the client explicitly: nothing of the server's own environment (AWS_* variables, ~/.aws) is
  * read, and the endpoint is set, so no configured endpoint URL can send the team's key elsewhere.
  */
-import {
-  DescribeImagesCommand,
-  DescribeInstancesCommand,
-  EC2Client,
-  RunInstancesCommand,
-  TerminateInstancesCommand,
-} from "@aws-sdk/client-ec2";
+import type { EC2Client } from "@aws-sdk/client-ec2";
 import { DenvError } from "@denv/protocol";
 import type { CloudServer, MachineDriver } from "./machine-driver.ts";
+
+type Ec2Sdk = typeof import("@aws-sdk/client-ec2");
+interface Ec2 {
+  sdk: Ec2Sdk;
+  client: EC2Client;
+}
+
+/**
+ * The SDK, loaded on first use: importing it adds ≈ 90 MiB to a process's memory, which a server
+ * that never provisions on AWS should not carry (it was a third of the server's memory at rest).
+ */
+let sdkLoading: Promise<Ec2Sdk> | undefined;
+function loadSdk(): Promise<Ec2Sdk> {
+  sdkLoading ??= import("@aws-sdk/client-ec2");
+  return sdkLoading;
+}
 
 /** Debian's own AWS account, which publishes its official images. */
 export const DEBIAN_IMAGE_OWNER = "136693071363";
@@ -60,8 +70,10 @@ export class AwsError extends DenvError {
 }
 
 export class AwsDriver implements MachineDriver {
-  private readonly client: EC2Client;
   private readonly region: string;
+  private readonly credentials: { accessKeyId: string; secretAccessKey: string };
+  private readonly endpoint: string;
+  private ec2: Promise<Ec2> | undefined;
 
   constructor(options: { token: string; region: string; apiUrl?: string | null }) {
     if (!/^[a-z]{2}(-[a-z]+)+-\d$/.test(options.region))
@@ -70,18 +82,28 @@ export class AwsDriver implements MachineDriver {
         `location: ${options.region.slice(0, 64)} is not an AWS region (e.g. eu-central-1)`,
       );
     this.region = options.region;
-    this.client = new EC2Client({
-      region: options.region,
-      credentials: splitAwsToken(options.token),
-      endpoint: options.apiUrl ?? `https://ec2.${options.region}.amazonaws.com`,
-      ignoreConfiguredEndpointUrls: true,
-      maxAttempts: 2,
-    });
+    this.credentials = splitAwsToken(options.token);
+    this.endpoint = options.apiUrl ?? `https://ec2.${options.region}.amazonaws.com`;
   }
 
-  private async send<T>(what: string, fn: () => Promise<T>): Promise<T> {
+  private client(): Promise<Ec2> {
+    this.ec2 ??= loadSdk().then((sdk) => ({
+      sdk,
+      client: new sdk.EC2Client({
+        region: this.region,
+        credentials: this.credentials,
+        endpoint: this.endpoint,
+        ignoreConfiguredEndpointUrls: true,
+        maxAttempts: 2,
+      }),
+    }));
+    return this.ec2;
+  }
+
+  private async send<T>(what: string, fn: (ec2: Ec2) => Promise<T>): Promise<T> {
+    const ec2 = await this.client();
     try {
-      return await fn();
+      return await fn(ec2);
     } catch (err) {
       if (err instanceof DenvError) throw err;
       throw new AwsError(err, what);
@@ -90,9 +112,9 @@ export class AwsDriver implements MachineDriver {
 
   /** The newest Debian 12 image for the instance type's architecture, in the region. */
   private async debianImage(instanceType: string): Promise<string> {
-    const r = await this.send("DescribeImages", () =>
-      this.client.send(
-        new DescribeImagesCommand({
+    const r = await this.send("DescribeImages", ({ sdk, client }) =>
+      client.send(
+        new sdk.DescribeImagesCommand({
           Owners: [DEBIAN_IMAGE_OWNER],
           Filters: [
             { Name: "name", Values: [`debian-12-${archOf(instanceType)}-*`] },
@@ -122,9 +144,9 @@ export class AwsDriver implements MachineDriver {
       { Key: "Name", Value: o.name },
       ...Object.entries(o.labels).map(([Key, Value]) => ({ Key, Value })),
     ];
-    const r = await this.send("RunInstances", () =>
-      this.client.send(
-        new RunInstancesCommand({
+    const r = await this.send("RunInstances", ({ sdk, client }) =>
+      client.send(
+        new sdk.RunInstancesCommand({
           ImageId: image,
           InstanceType: o.serverType as never,
           MinCount: 1,
@@ -142,8 +164,8 @@ export class AwsDriver implements MachineDriver {
   /** Idempotent: an instance already gone is not an error. */
   async deleteServer(id: number | string): Promise<void> {
     try {
-      await this.send("TerminateInstances", () =>
-        this.client.send(new TerminateInstancesCommand({ InstanceIds: [String(id)] })),
+      await this.send("TerminateInstances", ({ sdk, client }) =>
+        client.send(new sdk.TerminateInstancesCommand({ InstanceIds: [String(id)] })),
       );
     } catch (err) {
       if (!(err instanceof DenvError && err.code === "not_found")) throw err;
@@ -153,9 +175,9 @@ export class AwsDriver implements MachineDriver {
   /** Instances tagged `key=value` (terminated ones left out); also proves the key works. */
   async listServers(label: string): Promise<CloudServer[]> {
     const [key, value] = label.includes("=") ? label.split("=", 2) : [label, undefined];
-    const r = await this.send("DescribeInstances", () =>
-      this.client.send(
-        new DescribeInstancesCommand({
+    const r = await this.send("DescribeInstances", ({ sdk, client }) =>
+      client.send(
+        new sdk.DescribeInstancesCommand({
           Filters: [
             value === undefined
               ? { Name: "tag-key", Values: [key as string] }

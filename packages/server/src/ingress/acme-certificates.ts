@@ -12,7 +12,6 @@ import { X509Certificate } from "node:crypto";
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import * as acme from "acme-client";
 
 const run = promisify(execFile);
 
@@ -83,6 +82,9 @@ export class AcmeCertificates {
   }
 
   private async issue(): Promise<IngressTls> {
+    // Loaded only to issue: the ACME client costs a process ≈ 35 MiB, which a server without
+    // ACME (or holding a valid certificate) should not carry.
+    const acme = await import("acme-client");
     const wildcard = `*.${this.domain}`;
     const client = new acme.Client({
       directoryUrl: this.options.directoryUrl,

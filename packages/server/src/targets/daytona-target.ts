@@ -18,7 +18,7 @@
  */
 import { createHash, randomBytes } from "node:crypto";
 import type { Readable } from "node:stream";
-import { Daytona, Image, type Sandbox } from "@daytonaio/sdk";
+import type { Daytona, Sandbox } from "@daytonaio/sdk";
 import { DenvError } from "@denv/protocol";
 import type { Store } from "../store/open-store.ts";
 import { HostedSandboxTarget, type RunEnd, SANDBOX_ID, shellQuote } from "./hosted-sandbox-target.ts";
@@ -40,6 +40,16 @@ const USER_NAME = /^[a-z_][a-z0-9_-]{0,31}$/;
 // biome-ignore lint/suspicious/noControlCharactersInRegex: the control characters are what it refuses
 const CONTROL = /[\x00-\x1f\x7f]/;
 
+/**
+ * Daytona's SDK, loaded when a target of this kind first calls Daytona: importing it costs a
+ * process ≈ 44 MiB, which a server with no Daytona target should not carry.
+ */
+let sdkLoading: Promise<typeof import("@daytonaio/sdk")> | undefined;
+function daytonaSdk(): Promise<typeof import("@daytonaio/sdk")> {
+  sdkLoading ??= import("@daytonaio/sdk");
+  return sdkLoading;
+}
+
 export interface DaytonaConnection {
   apiKey: string;
   /** Another endpoint speaking Daytona's API (self-hosted Daytona, a test's double); null: Daytona's own. */
@@ -52,27 +62,36 @@ export class DaytonaTarget extends HostedSandboxTarget {
   readonly kind = "daytona" as const;
   protected readonly provider = "Daytona";
   protected readonly sandboxWord = "container";
-  private readonly client: Daytona;
+  private readonly conn: DaytonaConnection;
+  private clientLoading: Promise<Daytona> | undefined;
   private readonly account: string;
   /** Sandboxes this process has reached, keyed by account and endpoint as well as the id (see E2B's). */
   private static readonly reached = new Map<string, Promise<Sandbox>>();
 
   constructor(name: string, conn: DaytonaConnection, store: Store) {
     super(name, store);
-    this.client = new Daytona({
-      apiKey: conn.apiKey,
-      apiUrl: conn.apiUrl ?? "https://app.daytona.io/api",
-      target: conn.region || "us",
-      useDeprecatedPolling: true,
-    });
+    this.conn = conn;
     this.account = createHash("sha256")
       .update(`${conn.apiUrl ?? ""}\n${conn.apiKey}`)
       .digest("hex");
   }
 
+  private client(): Promise<Daytona> {
+    this.clientLoading ??= daytonaSdk().then(
+      (sdk) =>
+        new sdk.Daytona({
+          apiKey: this.conn.apiKey,
+          apiUrl: this.conn.apiUrl ?? "https://app.daytona.io/api",
+          target: this.conn.region || "us",
+          useDeprecatedPolling: true,
+        }),
+    );
+    return this.clientLoading;
+  }
+
   async checkKey(): Promise<void> {
     try {
-      await this.client.list({ limit: 1 }).next();
+      await (await this.client()).list({ limit: 1 }).next();
     } catch (err) {
       throw new DenvError(
         "invalid_argument",
@@ -115,13 +134,14 @@ export class DaytonaTarget extends HostedSandboxTarget {
     const paths = volumes.map(shellQuote).join(" ");
     // Daytona builds this once per distinct Dockerfile: the user the sandbox runs as, and its
     // paths (denv's default /work) made and given to it, as a denvd sandbox's volumes are.
+    const { Image } = await daytonaSdk();
     const image = Image.base(spec.image).runCommands(
       `id -u ${user} >/dev/null 2>&1 || useradd -m ${user} 2>/dev/null || adduser -D ${user}`,
       `mkdir -p -- ${paths} && chown ${user} -- ${paths}`,
     );
     let sandbox: Sandbox;
     try {
-      sandbox = await this.client.create(
+      sandbox = await (await this.client()).create(
         {
           image,
           user,
@@ -149,7 +169,7 @@ export class DaytonaTarget extends HostedSandboxTarget {
     const key = this.key(id);
     let s = DaytonaTarget.reached.get(key);
     if (!s) {
-      s = this.client.get(id);
+      s = this.client().then((client) => client.get(id));
       DaytonaTarget.reached.set(key, s);
       s.catch(() => DaytonaTarget.reached.delete(key));
     }
@@ -179,7 +199,9 @@ export class DaytonaTarget extends HostedSandboxTarget {
 
   protected async killSandbox(sandboxId: string): Promise<void> {
     const key = this.key(sandboxId);
-    const sb = await (DaytonaTarget.reached.get(key) ?? this.client.get(sandboxId)).catch((err: Error) => {
+    const sb = await (
+      DaytonaTarget.reached.get(key) ?? this.client().then((client) => client.get(sandboxId))
+    ).catch((err: Error) => {
       // One already gone is gone.
       if (/NotFound/.test(err.name)) return null;
       throw err;

@@ -14,10 +14,21 @@
 import { createHash } from "node:crypto";
 import { Readable } from "node:stream";
 import { DenvError } from "@denv/protocol";
-import { CommandExitError, Sandbox, Template } from "e2b";
+import type { Sandbox } from "e2b";
 import type { Store } from "../store/open-store.ts";
 import { HostedSandboxTarget, type RunEnd, SANDBOX_ID, shellQuote } from "./hosted-sandbox-target.ts";
 import type { ImageSandboxSpec, PlacedEnvironment, TargetCapabilities } from "./target.ts";
+
+/**
+ * E2B's SDK, loaded when a target of this kind first calls E2B: importing it costs a process
+ * ≈ 25 MiB, which a server with no E2B target should not carry.
+ */
+const importE2b = () => import("e2b");
+let sdkLoading: ReturnType<typeof importE2b> | undefined;
+function e2b(): ReturnType<typeof importE2b> {
+  sdkLoading ??= importE2b();
+  return sdkLoading;
+}
 
 /** How long E2B keeps a sandbox without a call (its longest for most plans): denv asks for it. */
 const SANDBOX_TIMEOUT_MS = 60 * 60_000;
@@ -65,7 +76,7 @@ export class E2bTarget extends HostedSandboxTarget {
 
   async checkKey(): Promise<void> {
     try {
-      await Sandbox.list({ ...this.opts(), limit: 1 }).nextItems();
+      await (await e2b()).Sandbox.list({ ...this.opts(), limit: 1 }).nextItems();
     } catch (err) {
       throw new DenvError(
         "invalid_argument",
@@ -101,7 +112,7 @@ export class E2bTarget extends HostedSandboxTarget {
     const template = await this.templateOf(spec.image);
     let sandbox: Sandbox;
     try {
-      sandbox = await Sandbox.create(template, {
+      sandbox = await (await e2b()).Sandbox.create(template, {
         ...this.opts(),
         envs: spec.env ?? {},
         // The provider's own setting; the row says it is not probed.
@@ -132,13 +143,13 @@ export class E2bTarget extends HostedSandboxTarget {
   }
 
   protected override async snapshotSandbox(sandboxId: string): Promise<string> {
-    return (await Sandbox.createSnapshot(sandboxId, this.opts())).snapshotId;
+    return (await (await e2b()).Sandbox.createSnapshot(sandboxId, this.opts())).snapshotId;
   }
 
   protected override async sandboxFromSnapshot(teamId: string, name: string, ref: string): Promise<string> {
     // E2B keeps a snapshot's files and memory; what the sandbox was made with (its egress among them)
     // is not in denv's record of it, so a fork's egress is denied, as a new sandbox's is by default.
-    const sandbox = await Sandbox.create(ref, {
+    const sandbox = await (await e2b()).Sandbox.create(ref, {
       ...this.opts(),
       allowInternetAccess: false,
       metadata: { denv_team: teamId, denv_name: name },
@@ -151,13 +162,14 @@ export class E2bTarget extends HostedSandboxTarget {
 
   protected override async removeSnapshot(ref: string): Promise<void> {
     // false: E2B has none of that id (gone already), which is what was asked.
-    await Sandbox.deleteSnapshot(ref, this.opts());
+    await (await e2b()).Sandbox.deleteSnapshot(ref, this.opts());
   }
 
   /** The template built from an image, named from the image: built once, found after. */
   private async templateOf(image: string): Promise<string> {
     const name = `denv-${createHash("sha256").update(image).digest("hex").slice(0, 20)}`;
     try {
+      const { Template } = await e2b();
       if (!(await Template.exists(name, this.opts())))
         await Template.build(Template().fromImage(image), name, this.opts());
       return name;
@@ -173,14 +185,14 @@ export class E2bTarget extends HostedSandboxTarget {
 
   protected async killSandbox(sandboxId: string): Promise<void> {
     E2bTarget.connected.delete(this.cacheKey(sandboxId));
-    await Sandbox.kill(sandboxId, this.opts());
+    await (await e2b()).Sandbox.kill(sandboxId, this.opts());
   }
 
   private sandboxById(id: string): Promise<Sandbox> {
     const key = this.cacheKey(id);
     let s = E2bTarget.connected.get(key);
     if (!s) {
-      s = Sandbox.connect(id, this.opts());
+      s = e2b().then((sdk) => sdk.Sandbox.connect(id, this.opts()));
       E2bTarget.connected.set(key, s);
       s.catch(() => E2bTarget.connected.delete(key));
     }
@@ -221,6 +233,7 @@ export class E2bTarget extends HostedSandboxTarget {
       try {
         return { exitCode: (await handle.wait()).exitCode, timedOut };
       } catch (err) {
+        const { CommandExitError } = await e2b();
         if (!(err instanceof CommandExitError)) throw err;
         return { exitCode: err.exitCode, timedOut };
       } finally {

@@ -14,7 +14,7 @@
 import { createHash } from "node:crypto";
 import { Readable } from "node:stream";
 import { DenvError } from "@denv/protocol";
-import { ModalClient, type ModalClientParams, NotFoundError, type Sandbox } from "modal";
+import type { ModalClient, ModalClientParams, Sandbox } from "modal";
 import type { Store } from "../store/open-store.ts";
 import { HostedSandboxTarget, type RunEnd, SANDBOX_ID, shellQuote } from "./hosted-sandbox-target.ts";
 import type { ImageSandboxSpec, PlacedEnvironment, TargetCapabilities } from "./target.ts";
@@ -51,6 +51,16 @@ export interface ModalConnection {
   apiUrl: string | null;
   /** Throws when the fetch policy does not allow a URL the provider answered (its command router). */
   checkUrl: (url: URL, what: string) => void;
+}
+
+/**
+ * Modal's SDK, loaded when a target of this kind first calls Modal: importing it costs a process
+ * ≈ 36 MiB, which a server with no Modal target should not carry.
+ */
+let sdkLoading: Promise<typeof import("modal")> | undefined;
+function modalSdk(): Promise<typeof import("modal")> {
+  sdkLoading ??= import("modal");
+  return sdkLoading;
 }
 
 type Middleware = NonNullable<ModalClientParams["grpcMiddleware"]>[number];
@@ -93,7 +103,9 @@ export class ModalTarget extends HostedSandboxTarget {
    * a profile file), once, as a client is built: it is set for that synchronous construction and
    * put back, so each team's client calls the endpoint that team connected.
    */
-  private client(): ModalClient {
+  private async client(): Promise<ModalClient> {
+    const { ModalClient } = await modalSdk();
+    // From here on synchronous: two first calls cannot both build a client.
     const key = this.account;
     let client = ModalTarget.clients.get(key);
     if (client) return client;
@@ -154,7 +166,7 @@ export class ModalTarget extends HostedSandboxTarget {
 
   async checkKey(): Promise<void> {
     try {
-      await this.client().apps.fromName(APP_NAME, { createIfMissing: true });
+      await (await this.client()).apps.fromName(APP_NAME, { createIfMissing: true });
     } catch (err) {
       ModalTarget.clients.delete(this.account);
       throw new DenvError(
@@ -189,12 +201,12 @@ export class ModalTarget extends HostedSandboxTarget {
     };
   }
 
-  private app() {
-    return this.client().apps.fromName(APP_NAME, { createIfMissing: true });
+  private async app() {
+    return (await this.client()).apps.fromName(APP_NAME, { createIfMissing: true });
   }
 
   protected async makeSandbox(teamId: string, name: string, spec: ImageSandboxSpec): Promise<string> {
-    const modal = this.client();
+    const modal = await this.client();
     let sandbox: Sandbox;
     try {
       sandbox = await modal.sandboxes.create(await this.app(), modal.images.fromRegistry(spec.image), {
@@ -240,7 +252,7 @@ export class ModalTarget extends HostedSandboxTarget {
   }
 
   protected override async sandboxFromSnapshot(teamId: string, name: string, ref: string): Promise<string> {
-    const modal = this.client();
+    const modal = await this.client();
     // The snapshot keeps the files (the user and paths made at the start among them); what the
     // sandbox was made with (its egress) is not in denv's record of it, so a fork's egress is denied.
     const sandbox = await modal.sandboxes.create(await this.app(), await modal.images.fromId(ref), {
@@ -255,9 +267,10 @@ export class ModalTarget extends HostedSandboxTarget {
 
   protected override async removeSnapshot(ref: string): Promise<void> {
     try {
-      await this.client().images.delete(ref);
+      await (await this.client()).images.delete(ref);
     } catch (err) {
       // One already gone is gone.
+      const { NotFoundError } = await modalSdk();
       if (!(err instanceof NotFoundError)) throw err;
     }
   }
@@ -271,11 +284,12 @@ export class ModalTarget extends HostedSandboxTarget {
 
   protected async killSandbox(sandboxId: string): Promise<void> {
     const key = `${this.account}/${sandboxId}`;
-    const sb = ModalTarget.sandboxes.get(key) ?? (await this.client().sandboxes.fromId(sandboxId));
+    const sb = ModalTarget.sandboxes.get(key) ?? (await (await this.client()).sandboxes.fromId(sandboxId));
     ModalTarget.sandboxes.delete(key);
     try {
       await sb.terminate();
     } catch (err) {
+      const { NotFoundError } = await modalSdk();
       if (!(err instanceof NotFoundError)) throw err;
     } finally {
       sb.detach();
@@ -286,7 +300,7 @@ export class ModalTarget extends HostedSandboxTarget {
     const key = `${this.account}/${id}`;
     let sb = ModalTarget.sandboxes.get(key);
     if (!sb) {
-      sb = await this.client().sandboxes.fromId(id);
+      sb = await (await this.client()).sandboxes.fromId(id);
       ModalTarget.sandboxes.set(key, sb);
     }
     return sb;

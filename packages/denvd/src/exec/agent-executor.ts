@@ -106,6 +106,19 @@ function str(s: string): Buffer {
   return Buffer.concat([u32(body.length), body]);
 }
 
+/** Resolves when the socket can take more, or has closed: one that closes while full never drains. */
+function drainedOrClosed(sock: Socket): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const done = () => {
+      sock.off("drain", done);
+      sock.off("close", done);
+      resolve();
+    };
+    sock.on("drain", done);
+    sock.on("close", done);
+  });
+}
+
 function frame(type: number, data: Buffer = Buffer.alloc(0)): Buffer {
   return Buffer.concat([Buffer.from([type]), u32(data.length), data]);
 }
@@ -346,17 +359,7 @@ export class AgentExecutor implements Executor {
         sock.write(Buffer.concat([Buffer.from([FRAME_IN.DATA]), u32(piece.length)]));
         const room = sock.write(piece);
         sock.uncork();
-        if (!room)
-          await new Promise<void>((resolve) => {
-            // A socket that closes while full never drains: the close ends the wait too.
-            const done = () => {
-              sock.off("drain", done);
-              sock.off("close", done);
-              resolve();
-            };
-            sock.on("drain", done);
-            sock.on("close", done);
-          });
+        if (!room) await drainedOrClosed(sock);
       }
       if (sock.destroyed) break;
     }
@@ -522,19 +525,9 @@ export class AgentExecutor implements Executor {
     // stdin: streamed in frames of at most 1 MiB as the socket drains, then its end; beside the
     // output, so a command that answers before it has read all its input is not held up.
     const pumpStdin = async () => {
-      const drained = () =>
-        new Promise<void>((r) => {
-          const done = () => {
-            sock.off("drain", done);
-            sock.off("close", done);
-            r();
-          };
-          sock.once("drain", done);
-          sock.once("close", done);
-        });
       const send = async (b: Buffer) => {
         for (let i = 0; i < b.length && !sock.destroyed && code === undefined; i += 1 << 20)
-          if (!sock.write(frame(FRAME_IN.DATA, b.subarray(i, i + (1 << 20))))) await drained();
+          if (!sock.write(frame(FRAME_IN.DATA, b.subarray(i, i + (1 << 20))))) await drainedOrClosed(sock);
       };
       const input = options.stdin;
       if (Buffer.isBuffer(input)) await send(input);

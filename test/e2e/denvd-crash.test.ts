@@ -6,12 +6,12 @@
  * frozen), a rollback cut off half way (finished, its outcome kept for the server's re-send).
  */
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { LABEL } from "@denv/denvd";
+import { DockerRuntime, findFreezer, freezerIsFrozen, LABEL } from "@denv/denvd";
 import { deployStack, openTestHost, opsWorldSpec, type TestHost } from "./denvd-helpers.ts";
 
 let host: TestHost;
@@ -34,6 +34,8 @@ after(async () => {
  * record in the host's state, its datasets, its network, a container of its own running), polled every few ms,
  * so the kill lands there and not wherever a sleep happened to end.
  */
+const OPSBOX_IMAGE = "127.0.0.1:5000/denv/opsbox:bookworm";
+
 const KILL_POINTS: Record<string, () => Promise<boolean>> = {
   "its record is written": async () =>
     (await readFile(join(host.stateDir, "state.json"), "utf8").catch(() => "")).includes('"doomed"'),
@@ -148,10 +150,22 @@ async function pausedServices(h: TestHost, stackId: string): Promise<string[]> {
   return out.sort();
 }
 
+/** Services frozen through their cgroups (a snapshot's window), which the engine does not report. */
+async function frozenServices(h: TestHost, stackId: string): Promise<string[]> {
+  const out: string[] = [];
+  for (const [svc, id] of Object.entries(h.denvd.stack(stackId).containers)) {
+    const st = await h.denvd.runtime.inspectContainer(id);
+    const f = await findFreezer(st.pid, st.id);
+    assert.ok(f, `${svc}'s freezer is reachable on this host`);
+    if (await freezerIsFrozen(f)) out.push(svc);
+  }
+  return out.sort();
+}
+
 test("a snapshot cut off inside its frozen window is thawed and undone at the next open", async () => {
   const stack = host.denvd.stack(alphaId);
-  // What a kill inside the frozen window leaves: every service paused, the operation written down
-  // as running, one dataset's snapshot made and no version recorded.
+  // What a kill inside the frozen window leaves: every service frozen (the engine not told), the
+  // operation written down as running, one dataset's snapshot made and no version recorded.
   const opId = "op_0123456789ab";
   const versionId = "ver_0123456789ab";
   await host.denvd.journal.begin({
@@ -160,12 +174,16 @@ test("a snapshot cut off inside its frozen window is thawed and undone at the ne
     params: { stack_id: alphaId, new_version_id: versionId },
     stackVersionId: stack.versionId,
   });
-  for (const id of Object.values(stack.containers)) await host.denvd.runtime.pauseContainer(id);
+  for (const id of Object.values(stack.containers)) {
+    const st = await host.denvd.runtime.inspectContainer(id);
+    await host.denvd.runtime.freezeContainer(st.id, st.pid);
+  }
   const half = `${versionId}-pg`;
   await host.storage.snapshot(stack.datasets.pg as string, half);
-  assert.deepEqual(await pausedServices(host, alphaId), ["db", "opsbox", "queue"]);
+  assert.deepEqual(await frozenServices(host, alphaId), ["db", "opsbox", "queue"]);
+  assert.deepEqual(await pausedServices(host, alphaId), [], "the engine was not asked to pause");
   const again = await reopen();
-  assert.deepEqual(await pausedServices(again, alphaId), []);
+  assert.deepEqual(await frozenServices(again, alphaId), []);
   assert.deepEqual(again.denvd.lastReconcile.thawed.sort(), [
     `${alphaId}/db`,
     `${alphaId}/opsbox`,
@@ -194,6 +212,68 @@ test("a service verify froze stays frozen across a restart; one recorded frozen 
   assert.deepEqual(again.denvd.lastReconcile.thawed, []);
   await again.denvd.runtime.unpauseContainer(stack.containers.opsbox as string);
   await again.denvd.recordFrozen(alphaId, "opsbox", false);
+});
+
+/** CPU ticks a process has used (utime + stime from /proc/PID/stat). */
+function cpuTicks(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
+  return Number(fields[11]) + Number(fields[12]);
+}
+
+async function advances(pid: number): Promise<boolean> {
+  const start = cpuTicks(pid);
+  for (let i = 0; i < 200; i++) {
+    await new Promise((r) => setTimeout(r, 25));
+    if (cpuTicks(pid) > start) return true;
+  }
+  return false;
+}
+
+test("a freeze stops a container's processes without the engine's pause; its thaw, or a restarted denvd's, ends it", async () => {
+  // A busy loop as the first process, ending by itself (and labelled for the leftovers' sweep) in
+  // case this test dies before it removes it.
+  const loop = "while [ $SECONDS -lt 300 ]; do :; done";
+  const id = execFileSync(
+    "docker",
+    [
+      "run",
+      "-d",
+      "--rm",
+      "--network",
+      "none",
+      "--label",
+      "dev.denv.test=freezer",
+      OPSBOX_IMAGE,
+      "bash",
+      "-c",
+      loop,
+    ],
+    { encoding: "utf8" },
+  ).trim();
+  try {
+    const rt = host.denvd.runtime;
+    const st = await rt.inspectContainer(id);
+    assert.ok(await advances(st.pid), "the loop runs");
+    await rt.freezeContainer(id, st.pid);
+    const ticks = cpuTicks(st.pid);
+    await new Promise((r) => setTimeout(r, 300));
+    assert.equal(cpuTicks(st.pid), ticks, "no CPU while frozen");
+    assert.equal((await rt.inspectContainer(id)).paused, false, "the engine was not asked");
+    assert.equal(await rt.thawContainer(id), true);
+    assert.ok(await advances(st.pid), "it runs again");
+    assert.equal(await rt.thawContainer(id), false, "nothing left to thaw");
+    // A kill inside the window: a new runtime (a restarted denvd) finds the freeze and ends it.
+    await rt.freezeContainer(id, st.pid);
+    assert.equal(await new DockerRuntime().thawContainer(id), true);
+    assert.ok(await advances(st.pid), "it runs after the restart's thaw");
+    // The engine's own pause (a service verify froze) is not the thaw's to end.
+    await rt.pauseContainer(id);
+    assert.equal(await new DockerRuntime().thawContainer(id), false);
+    assert.equal((await rt.inspectContainer(id)).paused, true);
+    await rt.unpauseContainer(id);
+  } finally {
+    execFileSync("docker", ["rm", "-f", id], { stdio: "ignore" });
+  }
 });
 
 test("a rollback cut off after the stack's data was removed is finished at the next open, its outcome kept for the re-send", async () => {

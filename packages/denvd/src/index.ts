@@ -14,6 +14,7 @@ export {
   performOperation,
   streamSink,
 } from "./operation-handlers.ts";
+export { findFreezer, isFrozen as freezerIsFrozen } from "./runtime/cgroup-freezer.ts";
 export type { ContainerRuntime, ContainerSpec, ContainerState } from "./runtime/container-runtime.ts";
 export { DockerRuntime } from "./runtime/docker-runtime.ts";
 export { DENVD_VERSION, joinServer, Sidecar } from "./sidecar.ts";

@@ -117,8 +117,12 @@ export async function reconcile(ctx: StackContext, journal: OpJournal): Promise<
       const frozen = new Set(stack.frozen ?? []);
       for (const [svc, id] of Object.entries(stack.containers)) {
         const st = states.find((x) => x?.id === id);
-        if (!st?.paused) frozen.delete(svc);
-        else if (!frozen.has(svc)) {
+        if (!st?.paused) {
+          frozen.delete(svc);
+          // A kill inside a snapshot's or digest's window leaves its freeze, which the engine
+          // does not know of.
+          if (await runtime.thawContainer(id)) report.thawed.push(`${stack.id}/${svc}`);
+        } else if (!frozen.has(svc)) {
           await runtime.unpauseContainer(id);
           report.thawed.push(`${stack.id}/${svc}`);
         }

@@ -1,6 +1,6 @@
 /**
  * snapshot: one consistent capture of every dataset of a running stack. Databases checkpoint
- * first (forks then start without a long recovery), every service is paused, every dataset is
+ * first (forks then start without a long recovery), every service is frozen, every dataset is
  * captured in the same frozen window, everything thaws and is healthy again. The result is a version.
  */
 import { DenvError, type SnapshotEvidence } from "@denv/protocol";
@@ -39,14 +39,18 @@ export async function snapshotStack(
   const states = await Promise.all(
     Object.values(stack.containers).map((id) => ctx.runtime.inspectContainer(id)),
   );
-  const ids = states.filter((st) => st.running && !st.paused).map((st) => st.id);
+  const live = states.filter((st) => st.running && !st.paused);
+  const ids = live.map((st) => st.id);
   const snapshots: Record<string, string> = {};
   // Most of what the snapshot would flush goes out now, while the stack still runs.
   await ctx.storage.flush?.().catch(() => {});
   const frozenStart = performance.now();
   let clockMs = Date.now();
+  let frozenAt = frozenStart;
+  let capturedAt = frozenStart;
   try {
-    await Promise.all(ids.map((id) => ctx.runtime.pauseContainer(id)));
+    await Promise.all(live.map((st) => ctx.runtime.freezeContainer(st.id, st.pid)));
+    frozenAt = performance.now();
     clockMs = await stackClockMs(ctx, stack);
     // Every capture ends before a failure is raised: none is left running to finish after the cleanup.
     const taken = await Promise.allSettled(
@@ -57,6 +61,7 @@ export async function snapshotStack(
       }),
     );
     for (const t of taken) if (t.status === "rejected") throw t.reason;
+    capturedAt = performance.now();
   } catch (err) {
     // Nothing half-made outlives a failed snapshot (the next open would also find it unrecorded).
     await Promise.all(
@@ -64,9 +69,10 @@ export async function snapshotStack(
     );
     throw err;
   } finally {
-    await Promise.all(ids.map((id) => ctx.runtime.unpauseContainer(id).catch(() => {})));
+    await Promise.all(ids.map((id) => ctx.runtime.thawContainer(id).catch(() => false)));
   }
-  const frozenMs = Math.round(performance.now() - frozenStart);
+  const thawedAt = performance.now();
+  const frozenMs = Math.round(thawedAt - frozenStart);
   const healthStart = performance.now();
   await Promise.all(
     Object.entries(stack.containers)
@@ -98,7 +104,15 @@ export async function snapshotStack(
       bytes: await ctx.storage.snapshotBytes(snapId),
     };
   }
-  ctx.log("Snapshot taken", { stack: stack.id, version: versionId, frozenMs });
+  // The window's steps, for where its time goes: freezing every service, the captures, the thaw.
+  ctx.log("Snapshot taken", {
+    stack: stack.id,
+    version: versionId,
+    frozenMs,
+    freezeMs: Math.round(frozenAt - frozenStart),
+    captureMs: Math.round(capturedAt - frozenAt),
+    thawMs: Math.round(thawedAt - capturedAt),
+  });
   return {
     version,
     evidence: {

@@ -1,6 +1,6 @@
 /**
  * digest_volumes: the state of every volume of a running stack, for a replay report. Databases
- * checkpoint first (what they hold in memory reaches the files), every service is paused while the
+ * checkpoint first (what they hold in memory reaches the files), every service is frozen while the
  * datasets are read (nothing changes under the walk, and no container can swap a name for a link
  * mid-walk), then everything thaws. A frozen clock is held first, at what it reads (a replay holds
  * it between steps, so that is the episode's end): the checkpoint is the digest's, not the
@@ -26,14 +26,14 @@ export async function digestStack(
   const states = await Promise.all(
     Object.values(stack.containers).map((id) => ctx.runtime.inspectContainer(id)),
   );
-  const ids = states.filter((st) => st.running && !st.paused).map((st) => st.id);
+  const live = states.filter((st) => st.running && !st.paused);
   const volumes: OpResult<"digest_volumes">["volumes"] = {};
   try {
-    await Promise.all(ids.map((id) => ctx.runtime.pauseContainer(id)));
+    await Promise.all(live.map((st) => ctx.runtime.freezeContainer(st.id, st.pid)));
     for (const [vol, ds] of Object.entries(stack.datasets))
       volumes[vol] = await digestTree(ctx.storage.datasetPath(ds));
   } finally {
-    await Promise.all(ids.map((id) => ctx.runtime.unpauseContainer(id).catch(() => {})));
+    await Promise.all(live.map((st) => ctx.runtime.thawContainer(st.id).catch(() => false)));
   }
   return { volumes, checkpoint, clock_held: clockHeld, ms: Math.round(performance.now() - started) };
 }

@@ -201,8 +201,18 @@ export interface ContainerRuntime {
   startContainer(id: string): Promise<void>;
   stopContainer(id: string, timeoutMs: number): Promise<void>;
   removeContainer(id: string): Promise<void>;
+  /** The engine's pause: recorded by the engine, so it outlives a restart of denvd. */
   pauseContainer(id: string): Promise<void>;
   unpauseContainer(id: string): Promise<void>;
+  /**
+   * Freezes a running container (its first process `pid`) for a window denvd closes itself (a
+   * snapshot's, a digest's): its cgroup's freezer written directly where this process can reach
+   * it, the engine's pause otherwise. The engine does not record the first kind: thawContainer
+   * ends it, also after a restart, for what a kill inside the window left frozen.
+   */
+  freezeContainer(id: string, pid: number): Promise<void>;
+  /** Ends a freezeContainer; true when the container was frozen by one. Never ends the engine's pause. */
+  thawContainer(id: string): Promise<boolean>;
   inspectContainer(id: string): Promise<ContainerState>;
   listContainers(labels: Labels): Promise<ObjectSummary[]>;
   /** Waits for a container to exit; after timeoutMs it reports timedOut (the container keeps running). */

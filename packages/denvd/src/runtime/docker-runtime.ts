@@ -6,6 +6,7 @@
 import { PassThrough, type Readable } from "node:stream";
 import { DenvError } from "@denv/protocol";
 import Docker from "dockerode";
+import { type FreezerFiles, findFreezer, freeze, isFrozen, thaw } from "./cgroup-freezer.ts";
 import {
   BuildFailure,
   type BuildOptions,
@@ -62,6 +63,8 @@ const ignoreGone = (err: unknown) => {
 
 export class DockerRuntime implements ContainerRuntime {
   readonly docker: Docker;
+  /** How each container frozen by freezeContainer was frozen, for its thaw. */
+  private readonly freezes = new Map<string, FreezerFiles | "engine">();
 
   constructor(
     socketPath = "/var/run/docker.sock",
@@ -418,6 +421,41 @@ export class DockerRuntime implements ContainerRuntime {
         await new Promise((r) => setTimeout(r, 50 * 2 ** attempt));
       }
     }
+  }
+
+  async freezeContainer(id: string, pid: number): Promise<void> {
+    const f = await findFreezer(pid, id);
+    if (f) {
+      try {
+        await freeze(f);
+        this.freezes.set(id, f);
+        return;
+      } catch {
+        // It did not freeze and was thawed again: the engine's pause retries by itself.
+      }
+    }
+    await this.pauseContainer(id);
+    this.freezes.set(id, "engine");
+  }
+
+  async thawContainer(id: string): Promise<boolean> {
+    const how = this.freezes.get(id);
+    this.freezes.delete(id);
+    if (how === "engine") {
+      await this.unpauseContainer(id);
+      return true;
+    }
+    if (how) {
+      await thaw(how);
+      return true;
+    }
+    // Not frozen by this process: what a kill inside a window left. The engine's own pause is not
+    // this method's to end (it shares the freezer).
+    const st = await this.inspectContainer(id);
+    const f = st.running && !st.paused ? await findFreezer(st.pid, st.id) : null;
+    if (!f || !(await isFrozen(f))) return false;
+    await thaw(f);
+    return true;
   }
 
   async unpauseContainer(id: string): Promise<void> {

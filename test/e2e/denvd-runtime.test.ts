@@ -190,6 +190,15 @@ describe("exec", () => {
     assert.equal(root.stdout.toString().trim(), "0");
   });
 
+  test("a command inherits no descriptor but its stdin, stdout and stderr", async () => {
+    // The agent's own sockets and pipes must not reach the command (it could talk to denvd as the agent).
+    const r = await host.denvd.exec(alpha.id, "opsbox", {
+      command: ["bash", "-c", "ls /proc/$$/fd; true"], // bash's own, listed by a child (`; true`: bash stays)
+    });
+    assert.equal(r.exitCode, 0, r.stderr.toString());
+    assert.deepEqual(r.stdout.toString().split("\n").filter(Boolean), ["0", "1", "2"]);
+  });
+
   test("a death by signal N exits 128+N", async () => {
     const r = await host.denvd.exec(alpha.id, "opsbox", { command: "kill -TERM $$" });
     assert.equal(r.exitCode, 143);

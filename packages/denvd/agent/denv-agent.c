@@ -131,7 +131,7 @@ static void serve(int conn) {
     dup2(in[0], 0);
     dup2(out[1], 1);
     dup2(err[1], 2);
-    for (int fd = 3; fd < 1024; fd++) close(fd);
+    close_from(3);
     const char *home = NULL, *name = NULL;
     if (user[0]) {
       struct ids ids;
@@ -338,8 +338,7 @@ static int run_init(int argc, char **argv) {
       dup2(devnull, 0);
       dup2(devnull, 1);
     }
-    for (int fd = 3; fd < 1024; fd++)
-      if (fd != devnull) close(fd);
+    close_from(3); /* /dev/null stays as 0 and 1 */
     agent_loop(sock);
     _exit(0);
   }

@@ -23,6 +23,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -30,6 +31,10 @@
 
 /* The channel's numbers (modes, frame types, files operations and statuses), generated. */
 #include "denv-agent-protocol.h"
+
+#ifndef SYS_close_range
+#define SYS_close_range 436 /* the same number on every architecture since Linux 5.9 */
+#endif
 
 #define MAX_IDS_FILE (1 << 20)
 #define MAX_GROUPS 64
@@ -55,6 +60,7 @@ int send_frame(int fd, uint8_t type, const void *data, uint32_t len);
 char **read_list_n(int fd, uint32_t count);
 char **read_list(int fd, uint32_t *count);
 char *read_small_file(const char *path);
+void close_from(int from);
 
 /* agent-users.c */
 int resolve_user(const char *spec, struct ids *out, char *err, size_t errlen);

@@ -9,10 +9,10 @@ const ID = "3f1c0d9e8b7a65432f1c0d9e8b7a65432f1c0d9e8b7a65432f1c0d9e8b7a6543";
 
 test("the freezer is found from /proc/PID/cgroup: v1's freezer line first, else v2's unified path", () => {
   const hybrid = [
-    "12:pids:/docker/" + ID,
-    "5:freezer:/docker/" + ID,
-    "1:name=systemd:/docker/" + ID,
-    "0::/docker/" + ID,
+    `12:pids:/docker/${ID}`,
+    `5:freezer:/docker/${ID}`,
+    `1:name=systemd:/docker/${ID}`,
+    `0::/docker/${ID}`,
   ].join("\n");
   assert.deepEqual(freezerFromProcCgroup(hybrid, ID, "/sys/fs/cgroup"), {
     version: 1,

@@ -13,6 +13,8 @@ function toParams(parameters: ReadonlyArray<unknown>): Param[] {
   );
 }
 
+const STATEMENT_CACHE = 256;
+
 export function openNodeSqlite(path: string): SqliteDatabase {
   const db = new DatabaseSync(path);
   // WAL: readers do not block the writer; busy_timeout: a second process waits instead of failing.
@@ -22,12 +24,31 @@ export function openNodeSqlite(path: string): SqliteDatabase {
   db.exec(
     "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000;",
   );
+  // Prepared statements by their SQL, the newest STATEMENT_CACHE kept: Kysely compiles the same
+  // few texts for every request, and preparing one anew was the server's largest item of SQLite
+  // time under an exec load. Kysely holds one connection and runs one query at a time on it, so a
+  // statement is never in use twice.
+  const cache = new Map<string, { stmt: StatementSync; reader: boolean }>();
+  const statement = (sql: string) => {
+    let hit = cache.get(sql);
+    if (hit) cache.delete(sql);
+    else {
+      const stmt = db.prepare(sql);
+      hit = { stmt, reader: stmt.columns().length > 0 };
+      if (cache.size >= STATEMENT_CACHE) cache.delete(cache.keys().next().value as string);
+    }
+    cache.set(sql, hit);
+    return hit;
+  };
   return {
-    close: () => db.close(),
+    close: () => {
+      cache.clear();
+      db.close();
+    },
     prepare(sql: string): SqliteStatement {
-      const stmt: StatementSync = db.prepare(sql);
+      const { stmt, reader } = statement(sql);
       return {
-        reader: stmt.columns().length > 0,
+        reader,
         all: (parameters) => stmt.all(...toParams(parameters)) as unknown[],
         run: (parameters) => {
           const r = stmt.run(...toParams(parameters));

@@ -150,3 +150,21 @@ test("the default target, this host's own address toward the world, is reachable
   const none = await probeEgress(await container("none"), { host: address, port: 9 });
   assert.equal(none.outcome, "no_route", JSON.stringify(none));
 });
+
+test("a target or address that is not plain IPv4 never reaches the probe's shell", async () => {
+  const pid = await container("none");
+  const marker = join(tmpdir(), `probe-injected-${randomBytes(3).toString("hex")}`);
+  for (const host of [`127.0.0.1/9; touch ${marker} #`, "$(touch /tmp/x)", "localhost", ""])
+    await assert.rejects(probeEgress(pid, { host, port: 9 }), /not IPv4:port/);
+  await assert.rejects(probeEgress(pid, { host: "127.0.0.1", port: 70000 }), /not IPv4:port/);
+  // The namespace's own address and the bridge's link-local come from the engine and the kernel;
+  // one that is not an address is left out of the script (no interface, no connect).
+  const ev = await probeEgress(
+    pid,
+    { host: "127.0.0.1", port: 9 },
+    `1.2.3.4/*; touch ${marker}`,
+    `fe80::1; touch ${marker}`,
+  );
+  assert.equal(ev.ipv6?.target, "none");
+  assert.equal(existsSync(marker), false, "nothing in the inputs ran");
+});

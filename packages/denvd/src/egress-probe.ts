@@ -186,18 +186,32 @@ export async function probeEgress(
   };
 }
 
+/** An IPv4 address as dotted digits, or null: nothing else goes into a probe's script. */
+function ipv4(address: string | undefined | null): string | null {
+  return address && /^\d{1,3}(\.\d{1,3}){3}$/.test(address) ? address : null;
+}
+
 function probe4(
   containerPid: number,
   target: EgressTarget,
   selfAddress?: string,
 ): Promise<Omit<EgressEvidence, "ms">> {
-  const control = selfAddress ?? "127.0.0.1";
+  const control = ipv4(selfAddress) ?? "127.0.0.1";
+  const host = ipv4(target.host);
+  if (!host || !Number.isInteger(target.port) || target.port < 1 || target.port > 65535)
+    return Promise.reject(
+      new DenvError(
+        "invalid_argument",
+        `the egress probe's target ${target.host}:${target.port} is not IPv4:port`,
+      ),
+    );
   // One bash in the namespace: the route to the target (none: blocked, no wait), the control
   // connect (port 9 on its own address: refused at once), then the target under a wait scaled
-  // from it. EPOCHREALTIME is bash's µs clock; `ip` is the host's, run in the namespace.
+  // from it. EPOCHREALTIME is bash's µs clock; `ip` is the host's, run in the namespace. Bash's
+  // own words do what small tools could (a process each costs more than the probe's reads).
   const script = [
-    `r=$(ip -4 -o route get ${target.host} 2>&1 | head -c 400)`,
-    'echo "denv-route $r" >&2',
+    `r=$(ip -4 -o route get ${host} 2>&1)`,
+    'echo "denv-route ${r:0:400}" >&2',
     'case "$r" in *unreachable*|*prohibit*|*blackhole*|*"No route"*) echo denv-noroute >&2; exit 7;; esac',
     "s=${EPOCHREALTIME/./}",
     `(exec 4<>/dev/tcp/${control}/9) 2>/dev/null`,
@@ -207,7 +221,7 @@ function probe4(
     `[ $t -lt ${MIN_WAIT_MS * 1000} ] && t=${MIN_WAIT_MS * 1000}`,
     `[ $t -gt ${MAX_WAIT_MS * 1000} ] && t=${MAX_WAIT_MS * 1000}`,
     'echo "denv-probe $c $t" >&2',
-    `exec timeout "$(printf '%d.%06d' $((t/1000000)) $((t%1000000)))" bash -c 'exec 3<>/dev/tcp/${target.host}/${target.port}'`,
+    `exec timeout "$(printf '%d.%06d' $((t/1000000)) $((t%1000000)))" bash -c 'exec 3<>/dev/tcp/${host}/${target.port}'`,
   ].join("; ");
   const args = [`--net=/proc/${containerPid}/ns/net`, "--", "bash", "--norc", "--noprofile", "-c", script];
   return new Promise((resolve, reject) => {
@@ -246,12 +260,17 @@ function probe6(
   containerPid: number,
   port: number,
   selfAddress: string | undefined,
-  linkLocal: string | null,
+  linkLocalRead: string | null,
 ): Promise<Egress6Evidence> {
+  const linkLocal = linkLocalRead && /^[0-9a-f:]+$/.test(linkLocalRead) ? linkLocalRead : null;
+  // Whether IPv6 is off, the addresses other than loopback's (/proc/net/if_inet6: the interface's
+  // name is the sixth field), and the interface holding the namespace's IPv4 address (`ip -o`:
+  // the name second, the address fourth), read by bash itself.
+  const self = ipv4(selfAddress) ?? "none";
   const state = [
-    "d=$(cat /proc/sys/net/ipv6/conf/all/disable_ipv6 2>/dev/null || echo 1)",
-    "n=$(awk '$6 != \"lo\"' /proc/net/if_inet6 2>/dev/null | wc -l)",
-    `i=$(ip -o -4 addr show 2>/dev/null | awk '$4 ~ /^${(selfAddress ?? "none").replace(/\./g, "\\.")}\\// {print $2; exit}')`,
+    "read -r d 2>/dev/null < /proc/sys/net/ipv6/conf/all/disable_ipv6 || d=1",
+    'n=0; { while read -r _ _ _ _ _ name; do [ "$name" != lo ] && n=$((n+1)); done < /proc/net/if_inet6; } 2>/dev/null',
+    `i=; while read -r _ name _ addr _; do [[ $addr == ${self}/* ]] && { i=$name; break; }; done < <(ip -o -4 addr show 2>/dev/null)`,
     'echo "denv-probe6 $d $n $i" >&2',
   ];
   const connect = linkLocal

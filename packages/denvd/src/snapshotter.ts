@@ -49,7 +49,9 @@ export async function snapshotStack(
   let frozenAt = frozenStart;
   let capturedAt = frozenStart;
   try {
-    await Promise.all(live.map((st) => ctx.runtime.freezeContainer(st.id, st.pid)));
+    // Every freeze ends before a failure is raised: the thaw below must not run before one lands.
+    const froze = await Promise.allSettled(live.map((st) => ctx.runtime.freezeContainer(st.id, st.pid)));
+    for (const f of froze) if (f.status === "rejected") throw f.reason;
     frozenAt = performance.now();
     clockMs = await stackClockMs(ctx, stack);
     // Every capture ends before a failure is raised: none is left running to finish after the cleanup.

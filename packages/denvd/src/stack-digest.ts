@@ -29,7 +29,9 @@ export async function digestStack(
   const live = states.filter((st) => st.running && !st.paused);
   const volumes: OpResult<"digest_volumes">["volumes"] = {};
   try {
-    await Promise.all(live.map((st) => ctx.runtime.freezeContainer(st.id, st.pid)));
+    // Every freeze ends before a failure is raised: the thaw below must not run before one lands.
+    const froze = await Promise.allSettled(live.map((st) => ctx.runtime.freezeContainer(st.id, st.pid)));
+    for (const f of froze) if (f.status === "rejected") throw f.reason;
     for (const [vol, ds] of Object.entries(stack.datasets))
       volumes[vol] = await digestTree(ctx.storage.datasetPath(ds));
   } finally {

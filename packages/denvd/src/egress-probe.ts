@@ -13,6 +13,7 @@
  * containers (a bridge keeps its IPv6 link-local address), and this probe checks the result.
  */
 import { execFile } from "node:child_process";
+import { isIPv4 } from "node:net";
 import { DenvError, type Egress6Evidence, type EgressEvidence } from "@denv/protocol";
 
 /**
@@ -188,7 +189,7 @@ export async function probeEgress(
 
 /** An IPv4 address as dotted digits, or null: nothing else goes into a probe's script. */
 function ipv4(address: string | undefined | null): string | null {
-  return address && /^\d{1,3}(\.\d{1,3}){3}$/.test(address) ? address : null;
+  return address && isIPv4(address) ? address : null;
 }
 
 function probe4(

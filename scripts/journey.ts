@@ -80,8 +80,16 @@ async function startUp(): Promise<{ child: ChildProcess; server: string; key: st
       const m = /\{[\s\S]*\}/.exec(out);
       if (m) {
         try {
-          const info = JSON.parse(m[0]) as { server: string; api_key: string };
-          resolve({ child, server: info.server, key: info.api_key });
+          const info = JSON.parse(m[0]) as {
+            server?: string;
+            api_key?: string;
+            ok?: boolean;
+            error?: { code: string; message: string };
+          };
+          // `--json` reports a failure as {ok: false, error} on stdout, not as the address.
+          if (info.ok === false || !info.server || !info.api_key)
+            reject(new Error(`denv up failed: ${info.error?.code}: ${info.error?.message ?? m[0]}`));
+          else resolve({ child, server: info.server, key: info.api_key });
         } catch {}
       }
     });

@@ -2,18 +2,40 @@
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import { createServer } from "node:net";
 import { join } from "node:path";
 import { test } from "node:test";
 import { repoRoot } from "./denvd-helpers.ts";
 
-test("the seed's journey runs green through the CLI", () => {
+/** Whether nothing holds this port on 127.0.0.1 now (a listener or a connection's local end). */
+function portFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = createServer();
+    s.once("error", () => resolve(false));
+    s.listen(port, "127.0.0.1", () => s.close(() => resolve(true)));
+  });
+}
+
+/**
+ * `denv up --port P` takes P and P + 1 (port URLs). Both are looked at first, and taken below
+ * Linux's ephemeral range (32768 up), where no outgoing connection of the suite's can hold one.
+ */
+async function freePortPair(): Promise<number> {
+  for (;;) {
+    const port = 20000 + Math.floor(Math.random() * 12000);
+    if ((await portFree(port)) && (await portFree(port + 1))) return port;
+  }
+}
+
+test("the seed's journey runs green through the CLI", async () => {
   const dir = join("/var/lib/denv-test", `journey-${randomBytes(4).toString("hex")}`);
+  const port = await freePortPair();
   const r = spawnSync(process.execPath, [join(repoRoot, "scripts/journey.ts")], {
     encoding: "utf8",
     env: {
       ...process.env,
       DENV_JOURNEY_DIR: dir,
-      DENV_JOURNEY_PORT: String(20000 + Math.floor(Math.random() * 20000)),
+      DENV_JOURNEY_PORT: String(port),
     },
     timeout: 10 * 60_000,
   });

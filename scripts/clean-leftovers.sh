@@ -32,6 +32,13 @@ if [ -d /var/lib/denv-test ]; then
     while read -r dev; do losetup -d "$dev" 2>/dev/null; done
   rm -rf /var/lib/denv-test
 fi
+# Host agents' socket directories (denvd/src/host-command.ts) whose process was killed.
+for d in /tmp/denvd-host-*-*; do
+  [ -d "$d" ] || continue
+  pid=${d#/tmp/denvd-host-}
+  pid=${pid%%-*}
+  [ -d "/proc/$pid" ] || rm -rf "$d"
+done
 # The ingress test's network namespaces, veth pairs and resolvers (test/e2e/ingress.test.ts).
 for ns in $(ip netns list 2>/dev/null | awk '$1 ~ /^denv-ing-/ {print $1}'); do
   pkill -9 -f "dnsmasq.*denv.test" 2>/dev/null

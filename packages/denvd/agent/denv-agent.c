@@ -273,8 +273,9 @@ static int dial(const char *path) {
   return s;
 }
 
-/* Dials denvd and serves its requests, forever (reconnecting after a denvd restart). */
-static void agent_loop(const char *sock) {
+/* Dials denvd and serves its requests: forever (reconnecting after a denvd restart), or, when
+ * once is set (host mode), until the first dial fails or the control connection ends. */
+static void agent_loop(const char *sock, int once) {
   signal(SIGCHLD, SIG_IGN); /* request handlers are reaped by the kernel */
   /* A subreaper too: what a finished handler leaves (its command's killed or surviving
    * background processes) is reparented here rather than to the container's PID 1, the service's
@@ -285,6 +286,7 @@ static void agent_loop(const char *sock) {
   unsigned backoff_ms = 20;
   for (;;) {
     int ctl = dial(sock);
+    if (ctl < 0 && once) _exit(0);
     if (ctl < 0) {
       /* denvd is not listening (yet, or it is restarting): try again, a little later each time. */
       struct timespec ts = {backoff_ms / 1000, (long)(backoff_ms % 1000) * 1000000L};
@@ -311,7 +313,24 @@ static void agent_loop(const char *sock) {
       }
     }
     close(ctl);
+    if (once) _exit(0);
   }
+}
+
+/*
+ * host mode: `denv-agent host SOCKET PARENT_PID`. denvd runs its own host commands (btrfs, du,
+ * nsenter, ip) through one of these instead of starting each itself: a Node process's fork copies
+ * its page tables (milliseconds at a few hundred MiB, on the event loop's thread), this one's costs
+ * a fraction of one. Root, the host's files and environment: it runs what denvd asks, as denvd
+ * would. It lives exactly as long as denvd: killed with it (PDEATHSIG), and gone when its socket
+ * is (no retrying a denvd that went away, unlike a container's agent).
+ */
+static int run_host(const char *sock, const char *parent) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  /* The parent may have died before the line above: then nothing would ever kill this one. */
+  if (getppid() != (pid_t)strtol(parent, NULL, 10)) return 1;
+  agent_loop(sock, 1);
+  return 0;
 }
 
 /*
@@ -339,7 +358,7 @@ static int run_init(int argc, char **argv) {
       dup2(devnull, 1);
     }
     close_from(3); /* /dev/null stays as 0 and 1 */
-    agent_loop(sock);
+    agent_loop(sock, 0);
     _exit(0);
   }
   if (user[0]) {
@@ -362,10 +381,12 @@ static int run_init(int argc, char **argv) {
 
 int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "init") == 0) return run_init(argc, argv);
+  if (argc == 4 && strcmp(argv[1], "host") == 0) return run_host(argv[2], argv[3]);
   if (argc != 2) {
-    fprintf(stderr, "usage: denv-agent SOCKET | denv-agent init SOCKET USER FLAGS -- PROGRAM [ARGS...]\n");
+    fprintf(stderr, "usage: denv-agent SOCKET | denv-agent init SOCKET USER FLAGS -- PROGRAM [ARGS...] | "
+                    "denv-agent host SOCKET PARENT_PID\n");
     return 2;
   }
-  agent_loop(argv[1]);
+  agent_loop(argv[1], 0);
   return 0;
 }

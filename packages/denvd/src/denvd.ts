@@ -28,6 +28,7 @@ import { AgentExecutor } from "./exec/agent-executor.ts";
 import { EngineExecutor } from "./exec/engine-executor.ts";
 import type { ExecOptions, ExecResult, Executor, FileSink, FsRequest } from "./exec/executor.ts";
 import { type GpuInventory, readGpuInventory } from "./gpu-inventory.ts";
+import { startHostAgent } from "./host-command.ts";
 import { buildServiceImage, findBuiltImage, removeBuiltImages } from "./image-builder.ts";
 import { LABEL } from "./labels.ts";
 import { NetworkAllocator } from "./network-allocator.ts";
@@ -114,6 +115,8 @@ export class Denvd {
 
   /** Opens the state directory, prepares storage, and reconciles: no orphan survives a restart. */
   static async open(options: DenvdOptions): Promise<Denvd> {
+    // denvd's own host commands (btrfs, du, the probe's) through a host agent (host-command.ts).
+    if (options.agentBinary) await startHostAgent(options.agentBinary);
     await options.runtime.ping();
     await options.storage.init();
     const d = new Denvd(options, await StateStore.open(options.stateDir));

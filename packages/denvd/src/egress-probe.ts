@@ -12,9 +12,9 @@
  * deny networks with no host IPv4 address at all (inhibit_ipv4) and turns IPv6 off inside deny
  * containers (a bridge keeps its IPv6 link-local address), and this probe checks the result.
  */
-import { execFile } from "node:child_process";
 import { isIPv4 } from "node:net";
 import { DenvError, type Egress6Evidence, type EgressEvidence } from "@denv/protocol";
+import { type HostCommandResult, runHostCommand } from "./host-command.ts";
 
 /**
  * How long a helper command (nsenter, ip) may take before it is killed: a safety net for one that
@@ -59,19 +59,20 @@ const MAX_WAIT_MS = 5000;
 const CONTROL_FACTOR = 50;
 
 /** A connect's end, from bash's exit status and message. */
-function outcomeOf(err: (Error & { code?: number | string | null }) | null, stderr: string): Outcome {
-  if (!err) return "connected";
-  if (err.code === 7 && /denv-noroute/.test(stderr)) return "no_route";
+function outcomeOf(r: HostCommandResult): Outcome {
+  const { stderr } = r;
+  if (r.exitCode === 0 && !r.timedOut) return "connected";
+  if (r.exitCode === 7 && /denv-noroute/.test(stderr)) return "no_route";
   if (/refused/i.test(stderr)) return "refused";
   if (/No route to host|Network is unreachable/i.test(stderr)) return "unreachable";
-  if (err.code === 124) return "timeout";
+  if (r.exitCode === 124 && !r.timedOut) return "timeout";
   throw new DenvError(
     "unavailable",
     `the egress probe could not run in the service's network namespace: ${
       stderr
         .replace(/denv-\S+[^\n]*\n?/g, "")
         .trim()
-        .slice(0, 300) || err.message
+        .slice(0, 300) || (r.timedOut ? "it did not end in time" : `exit status ${r.exitCode}`)
     }`,
   );
 }
@@ -84,26 +85,21 @@ function outcomeOf(err: (Error & { code?: number | string | null }) | null, stde
  * the stack's services (on-link) and the engine's DNS (loopback) do not use it. Returns whether a
  * route was removed; a namespace without one is left as it is.
  */
-export function dropDefaultRoute(containerPid: number): Promise<boolean> {
-  return new Promise((resolve, reject) => {
-    execFile(
-      "nsenter",
-      [`--net=/proc/${containerPid}/ns/net`, "--", "ip", "-4", "route", "del", "default"],
-      { encoding: "utf8", timeout: COMMAND_TIMEOUT_MS, env: PROBE_ENV },
-      (err, _stdout, stderr) => {
-        if (!err) resolve(true);
-        // No default route, or no namespace any more (the container exited at once: its start's
-        // health wait reports that): nothing to remove. A host without iproute2's `ip` (a minimal
-        // Debian with Docker) keeps the route: its probe proves blocked by silence instead.
-        else if (/No such process|Cannot find|cannot open \/proc|failed to execute ip/i.test(stderr))
-          resolve(false);
-        else
-          reject(
-            new DenvError("internal", `could not remove the default route: ${stderr.trim().slice(0, 300)}`),
-          );
-      },
-    );
-  });
+export async function dropDefaultRoute(containerPid: number): Promise<boolean> {
+  const r = await runHostCommand(
+    "nsenter",
+    [`--net=/proc/${containerPid}/ns/net`, "--", "ip", "-4", "route", "del", "default"],
+    { timeoutMs: COMMAND_TIMEOUT_MS, env: PROBE_ENV },
+  );
+  if (r.exitCode === 0 && !r.timedOut) return true;
+  // No default route, or no namespace any more (the container exited at once: its start's health
+  // wait reports that): nothing to remove. A host without iproute2's `ip` (a minimal Debian with
+  // Docker) keeps the route: its probe proves blocked by silence instead.
+  if (/No such process|Cannot find|cannot open \/proc|failed to execute ip/i.test(r.stderr)) return false;
+  throw new DenvError(
+    "internal",
+    `could not remove the default route: ${r.stderr.trim().slice(0, 300) || `exit status ${r.exitCode}`}`,
+  );
 }
 
 /**
@@ -124,35 +120,26 @@ export function hostAddress(): Promise<string | null> {
 const HOST_ADDRESS_TTL_MS = 5_000;
 let hostAddressRead: { at: number; address: Promise<string | null> } | undefined;
 
-function readHostAddress(): Promise<string | null> {
-  return new Promise((resolve) => {
-    execFile(
-      "ip",
-      ["-4", "-o", "route", "get", "192.0.2.1"],
-      { encoding: "utf8", timeout: COMMAND_TIMEOUT_MS, env: PROBE_ENV },
-      (err, out) => {
-        resolve(err ? null : (/\bsrc (\d+\.\d+\.\d+\.\d+)/.exec(out)?.[1] ?? null));
-      },
-    );
-  });
+async function readHostAddress(): Promise<string | null> {
+  const r = await runHostCommand("ip", ["-4", "-o", "route", "get", "192.0.2.1"], {
+    timeoutMs: COMMAND_TIMEOUT_MS,
+    env: PROBE_ENV,
+  }).catch(() => null);
+  if (!r || r.exitCode !== 0 || r.timedOut) return null;
+  return /\bsrc (\d+\.\d+\.\d+\.\d+)/.exec(r.stdout)?.[1] ?? null;
 }
 
 /**
  * The IPv4 addresses this host holds on a docker bridge network (br-<id>): a deny network has
  * none, so nothing on its link is the host. Null when there is no such bridge.
  */
-export function bridgeIpv4(networkId: string): Promise<string[] | null> {
-  return new Promise((resolve) => {
-    execFile(
-      "ip",
-      ["-4", "-o", "addr", "show", "dev", `br-${networkId.slice(0, 12)}`],
-      { encoding: "utf8", timeout: COMMAND_TIMEOUT_MS, env: PROBE_ENV },
-      (err, out) => {
-        if (err) resolve(null);
-        else resolve([...out.matchAll(/\binet (\d+\.\d+\.\d+\.\d+)/g)].map((m) => m[1] as string));
-      },
-    );
-  });
+export async function bridgeIpv4(networkId: string): Promise<string[] | null> {
+  const r = await runHostCommand("ip", ["-4", "-o", "addr", "show", "dev", `br-${networkId.slice(0, 12)}`], {
+    timeoutMs: COMMAND_TIMEOUT_MS,
+    env: PROBE_ENV,
+  }).catch(() => null);
+  if (!r || r.exitCode !== 0 || r.timedOut) return null;
+  return [...r.stdout.matchAll(/\binet (\d+\.\d+\.\d+\.\d+)/g)].map((m) => m[1] as string);
 }
 
 /** The host's IPv6 link-local address on a docker bridge network (br-<id>), if it has one. */
@@ -192,7 +179,7 @@ function ipv4(address: string | undefined | null): string | null {
   return address && isIPv4(address) ? address : null;
 }
 
-function probe4(
+async function probe4(
   containerPid: number,
   target: EgressTarget,
   selfAddress?: string,
@@ -225,31 +212,20 @@ function probe4(
     `exec timeout "$(printf '%d.%06d' $((t/1000000)) $((t%1000000)))" bash -c 'exec 3<>/dev/tcp/${host}/${target.port}'`,
   ].join("; ");
   const args = [`--net=/proc/${containerPid}/ns/net`, "--", "bash", "--norc", "--noprofile", "-c", script];
-  return new Promise((resolve, reject) => {
-    execFile(
-      "nsenter",
-      args,
-      { encoding: "utf8", timeout: MAX_WAIT_MS + COMMAND_TIMEOUT_MS, env: PROBE_ENV },
-      (err, _stdout, stderr) => {
-        const m = /denv-probe (\d+) (\d+)/.exec(stderr);
-        const route = /denv-route ([^\n]*)/.exec(stderr)?.[1]?.trim();
-        let outcome: Outcome;
-        try {
-          outcome = outcomeOf(err, stderr);
-        } catch (e) {
-          reject(e);
-          return;
-        }
-        resolve({
-          result: outcome === "connected" || outcome === "refused" ? "reachable" : "blocked",
-          target: `${target.host}:${target.port}`,
-          outcome,
-          ...(route ? { route } : {}),
-          ...(m ? { control_us: Number(m[1]), wait_ms: Math.round(Number(m[2]) / 1000) } : {}),
-        });
-      },
-    );
+  const r = await runHostCommand("nsenter", args, {
+    timeoutMs: MAX_WAIT_MS + COMMAND_TIMEOUT_MS,
+    env: PROBE_ENV,
   });
+  const m = /denv-probe (\d+) (\d+)/.exec(r.stderr);
+  const route = /denv-route ([^\n]*)/.exec(r.stderr)?.[1]?.trim();
+  const outcome = outcomeOf(r);
+  return {
+    result: outcome === "connected" || outcome === "refused" ? "reachable" : "blocked",
+    target: `${target.host}:${target.port}`,
+    outcome,
+    ...(route ? { route } : {}),
+    ...(m ? { control_us: Number(m[1]), wait_ms: Math.round(Number(m[2]) / 1000) } : {}),
+  };
 }
 
 /**
@@ -257,7 +233,7 @@ function probe4(
  * connect to the host's link-local address on the bridge, through the interface that carries the
  * namespace's IPv4 address.
  */
-function probe6(
+async function probe6(
   containerPid: number,
   port: number,
   selfAddress: string | undefined,
@@ -286,48 +262,38 @@ function probe6(
     "-c",
     [...state, ...connect].join("; "),
   ];
-  return new Promise((resolve, reject) => {
-    execFile(
-      "nsenter",
-      args,
-      { encoding: "utf8", timeout: COMMAND_TIMEOUT_MS, env: PROBE_ENV },
-      (err, _stdout, stderr) => {
-        const m = /denv-probe6 (\d+) (\d+) ?(\S*)/.exec(stderr);
-        // No state read: the probe did not run, which proves nothing (never "blocked").
-        if (!m) {
-          reject(
-            new DenvError(
-              "unavailable",
-              `the IPv6 egress probe could not run in the service's network namespace: ${stderr.trim().slice(0, 300) || err?.message}`,
-            ),
-          );
-          return;
-        }
-        const disabled = m[1] === "1";
-        const addresses = Number(m[2]);
-        // With no IPv6 address the connect fails whatever its error (no source address to send
-        // from); the addresses, not this error, are the proof.
-        const outcome: Outcome = !linkLocal
-          ? "unreachable"
-          : !err
-            ? "connected"
-            : /refused/i.test(stderr)
-              ? "refused"
-              : err.code === 124
-                ? "timeout"
-                : "unreachable";
-        const ifname = m?.[3] || "eth0";
-        // An IPv6 address on an interface (even one still in duplicate address detection, whose
-        // connect fails for a second or two) is a way to the host on the same link: only a namespace
-        // with none is blocked, whatever one connect saw.
-        resolve({
-          result: outcome === "connected" || outcome === "refused" || addresses > 0 ? "reachable" : "blocked",
-          target: linkLocal ? `[${linkLocal}%${ifname}]:${port}` : "none",
-          outcome,
-          disabled,
-          addresses,
-        });
-      },
+  const r = await runHostCommand("nsenter", args, { timeoutMs: COMMAND_TIMEOUT_MS, env: PROBE_ENV });
+  const { stderr } = r;
+  const m = /denv-probe6 (\d+) (\d+) ?(\S*)/.exec(stderr);
+  // No state read: the probe did not run, which proves nothing (never "blocked").
+  if (!m)
+    throw new DenvError(
+      "unavailable",
+      `the IPv6 egress probe could not run in the service's network namespace: ${stderr.trim().slice(0, 300) || (r.timedOut ? "it did not end in time" : `exit status ${r.exitCode}`)}`,
     );
-  });
+  const disabled = m[1] === "1";
+  const addresses = Number(m[2]);
+  // With no IPv6 address the connect fails whatever its error (no source address to send from);
+  // the addresses, not this error, are the proof.
+  const ok = r.exitCode === 0 && !r.timedOut;
+  const outcome: Outcome = !linkLocal
+    ? "unreachable"
+    : ok
+      ? "connected"
+      : /refused/i.test(stderr)
+        ? "refused"
+        : r.exitCode === 124 && !r.timedOut
+          ? "timeout"
+          : "unreachable";
+  const ifname = m?.[3] || "eth0";
+  // An IPv6 address on an interface (even one still in duplicate address detection, whose connect
+  // fails for a second or two) is a way to the host on the same link: only a namespace with none
+  // is blocked, whatever one connect saw.
+  return {
+    result: outcome === "connected" || outcome === "refused" || addresses > 0 ? "reachable" : "blocked",
+    target: linkLocal ? `[${linkLocal}%${ifname}]:${port}` : "none",
+    outcome,
+    disabled,
+    addresses,
+  };
 }

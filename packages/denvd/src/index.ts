@@ -6,6 +6,13 @@ export { AgentChannel } from "./exec/agent-channel.ts";
 export { AgentExecutor } from "./exec/agent-executor.ts";
 export { EngineExecutor } from "./exec/engine-executor.ts";
 export type { ExecOptions, ExecResult, Executor } from "./exec/executor.ts";
+export {
+  type HostCommandResult,
+  hostAgentPid,
+  runHostCommand,
+  startHostAgent,
+  stopHostAgent,
+} from "./host-command.ts";
 export { LABEL } from "./labels.ts";
 export {
   type OperationHandlers,

@@ -36,8 +36,14 @@ export class AgentChannel {
   private readonly baseDir: string;
   private readonly listeners = new Map<string, Listener>();
   private readonly dials = new Map<string, (sock: Socket) => void>();
+  private readonly maxUnidentified: number;
 
-  constructor(stateDir: string) {
+  /**
+   * maxUnidentified: connections per listener not yet identified (default 32, against a container
+   * flooding its socket; denvd's own host agent, on a socket only root reaches, takes more).
+   */
+  constructor(stateDir: string, options: { maxUnidentified?: number } = {}) {
+    this.maxUnidentified = options.maxUnidentified ?? MAX_UNIDENTIFIED;
     this.baseDir = join(stateDir, "agents");
     const probe = this.socketPath("0123456789abcdef");
     if (Buffer.byteLength(probe) > MAX_SOCKET_PATH) {
@@ -147,7 +153,7 @@ export class AgentChannel {
   }
 
   private accept(l: Listener, sock: Socket): void {
-    if (l.unidentified >= MAX_UNIDENTIFIED) {
+    if (l.unidentified >= this.maxUnidentified) {
       sock.destroy();
       return;
     }

@@ -125,7 +125,7 @@ async function readHostAddress(): Promise<string | null> {
     timeoutMs: COMMAND_TIMEOUT_MS,
     env: PROBE_ENV,
   }).catch(() => null);
-  if (!r || r.exitCode !== 0 || r.timedOut) return null;
+  if (r?.exitCode !== 0 || r.timedOut) return null;
   return /\bsrc (\d+\.\d+\.\d+\.\d+)/.exec(r.stdout)?.[1] ?? null;
 }
 
@@ -138,7 +138,7 @@ export async function bridgeIpv4(networkId: string): Promise<string[] | null> {
     timeoutMs: COMMAND_TIMEOUT_MS,
     env: PROBE_ENV,
   }).catch(() => null);
-  if (!r || r.exitCode !== 0 || r.timedOut) return null;
+  if (r?.exitCode !== 0 || r.timedOut) return null;
   return [...r.stdout.matchAll(/\binet (\d+\.\d+\.\d+\.\d+)/g)].map((m) => m[1] as string);
 }
 

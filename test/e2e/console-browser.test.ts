@@ -284,7 +284,16 @@ describe("the console", () => {
     await p.getByLabel("Email").fill("eve@example.com");
     await p.getByLabel("Password").fill("correct horse battery");
     await p.getByRole("button", { name: "Create account" }).click();
-    await p.getByRole("heading", { name: "Environments" }).waitFor();
+    // On a failure, what the page showed instead (a timeout alone says nothing).
+    const landed = await p
+      .getByRole("heading", { name: "Environments" })
+      .waitFor()
+      .then(
+        () => "",
+        async (err: Error) =>
+          `${err.message}\nat ${p.url()} the page showed: ${(await text(p.locator("body"))).slice(0, 800)}`,
+      );
+    assert.equal(landed, "", landed);
     assert.match(await text(p.locator("main")), /No environments yet/);
     const deployment = (await api("GET", `/v1/envs/${alphaId}/deployments`)).data.deployments[0].id as string;
     for (const path of [`#/env/${alphaId}`, `#/deployment/${deployment}`]) {

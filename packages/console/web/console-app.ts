@@ -83,7 +83,15 @@ async function render(): Promise<void> {
   stopLive = () => {};
   const [path = "/", query = ""] = location.hash.replace(/^#/, "").split("?");
   const params = new URLSearchParams(query);
-  const session = await currentSession();
+  let session: Session | null;
+  try {
+    session = await currentSession();
+  } catch (err) {
+    // The session could not be read (the server busy or gone): said on the page, never a page
+    // left as it was (a form that seems to hang).
+    show(main, h("h1", {}, "Something went wrong"), errorBox(err));
+    return;
+  }
   header(session);
   main.focus({ preventScroll: true });
   try {

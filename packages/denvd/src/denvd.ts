@@ -14,6 +14,7 @@ import type { Readable } from "node:stream";
 import {
   type BuildImageParams,
   DenvError,
+  type DiffEvidence,
   type ForkEvidence,
   type HealthEvidence,
   type OpResult,
@@ -39,6 +40,7 @@ import { waitServiceHealthy } from "./service-health.ts";
 import { snapshotStack } from "./snapshotter.ts";
 import { clockDirFor, holdStackClock, releaseStackClock } from "./stack-clock.ts";
 import type { DenvdOptions, StackContext } from "./stack-context.ts";
+import { type DiffStackOptions, diffStack } from "./stack-diff.ts";
 import { digestStack } from "./stack-digest.ts";
 import { probeStack } from "./stack-egress.ts";
 import { type FsEntry, fileOp, getFiles, putFiles, readFilesTo, type ServiceTarget } from "./stack-files.ts";
@@ -258,6 +260,11 @@ export class Denvd {
       ),
     );
     return { services: Object.fromEntries(entries), ms: Math.round(performance.now() - begun) };
+  }
+
+  /** What changed in a stack since a version (stack-diff.ts). */
+  diff(stackId: string, options: DiffStackOptions): Promise<DiffEvidence> {
+    return diffStack(this.ctx, stackId, options);
   }
 
   /** Every volume's state, digested, for a replay report (stack-digest.ts). */

@@ -116,6 +116,15 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
       });
       return { stack_id: r.stack.id, evidence: r.evidence };
     },
+    diff: (p) =>
+      denvd.diff(p.stack_id, {
+        ...(p.against ? { against: p.against } : {}),
+        ...(p.of ? { of: p.of } : {}),
+        bounds: {
+          ...(p.max_entries ? { maxEntries: p.max_entries } : {}),
+          ...(p.max_diff_bytes !== undefined ? { maxDiffBytes: p.max_diff_bytes } : {}),
+        },
+      }),
     digest_volumes: (p) => denvd.digestVolumes(p.stack_id, { holdClock: p.hold_clock ?? true }),
     check_health: (p) => denvd.checkHealth(p.stack_id),
     hold_clock: async (p) => ({ clock_at: await denvd.holdClock(p.stack_id) }),

@@ -12,6 +12,11 @@ import { lstat, open, opendir, readlink } from "node:fs/promises";
 import { join } from "node:path";
 import { DenvError } from "@denv/protocol";
 
+export interface LeftOutRule {
+  test: (path: string) => boolean;
+  why: string;
+}
+
 /**
  * What PostgreSQL itself leaves out of a base backup (its basebackup.c), and its WAL: the state is
  * read after a CHECKPOINT, so the tables hold it and redo starts at that checkpoint. What is left
@@ -19,7 +24,7 @@ import { DenvError } from "@denv/protocol";
  * the process's memory addresses (ASLR), the WAL's full-page images carry hint bits set by
  * whichever background process read a catalog first, and the rest is per-process runtime state.
  */
-const POSTGRES_LEFT_OUT: { test: (path: string) => boolean; why: string }[] = [
+export const POSTGRES_LEFT_OUT: LeftOutRule[] = [
   {
     test: (p) => p === "pg_wal" || p.startsWith("pg_wal/"),
     why: "pg_wal/: the WAL (read after a CHECKPOINT)",
@@ -37,7 +42,7 @@ const POSTGRES_LEFT_OUT: { test: (path: string) => boolean; why: string }[] = [
 ];
 
 /** The rules for a volume: PostgreSQL's when it is a data directory (PG_VERSION at its root). */
-async function leftOutFor(root: string): Promise<{ test: (path: string) => boolean; why: string }[]> {
+export async function leftOutFor(root: string): Promise<LeftOutRule[]> {
   const st = await lstat(join(root, "PG_VERSION")).catch(() => null);
   return st?.isFile() ? POSTGRES_LEFT_OUT : [];
 }

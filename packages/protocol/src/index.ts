@@ -3,6 +3,8 @@
  * resolved spec (the boundary type between spec, server and denvd), the evidence every phase
  * records, and the messages and operations between the control plane and denvd.
  */
+
+export * from "./diff-evidence.ts";
 export { DenvError, ERROR_CODES, type ErrorCode, isDenvError } from "./errors.ts";
 export * from "./evidence.ts";
 export * from "./messages.ts";

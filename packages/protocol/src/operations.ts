@@ -9,6 +9,7 @@
  * the stack that currently serves them. Versions are one id on both sides (`ver_…`).
  */
 import { z } from "zod";
+import { diffEvidence } from "./diff-evidence.ts";
 import {
   clockEvidence,
   collectEvidence,
@@ -323,6 +324,26 @@ export const OPERATIONS = {
       clock_held: z.boolean(),
       ms: z.number(),
     }),
+  },
+  /**
+   * What changed in a stack's volumes (and its PostgreSQL services' rows) since a version: its live
+   * datasets, or a version taken of it (`of`), against `against` (default: the version it came from).
+   */
+  diff: {
+    deadlineMs: 5 * 60_000,
+    params: z.strictObject({
+      stack_id: stackId,
+      against: versionId.optional(),
+      of: versionId.optional(),
+      max_entries: z.number().int().min(1).max(100_000).optional(),
+      max_diff_bytes: z
+        .number()
+        .int()
+        .min(0)
+        .max(16 * 1024 * 1024)
+        .optional(),
+    }),
+    result: diffEvidence,
   },
   /** A frozen clock stops at what it reads, until release_clock (between a replay's steps). */
   hold_clock: {

@@ -772,7 +772,7 @@ export type PostV1EnvsByIdRollbackBody = {
   version: string;
 };
 
-/** Grade the environment on a fork as a separate principal: stop, collect, snapshot, clone, grade, verdict — POST /v1/envs/{id}/verify */
+/** Grade the environment on a fork as a separate principal: stop, collect, snapshot, diff (what the episode changed), clone, grade, verdict — POST /v1/envs/{id}/verify */
 export type PostV1EnvsByIdVerifyResponse = {
   id: string;
   environment_id: string;
@@ -939,6 +939,75 @@ export type DeleteV1EnvsByIdPortsResponse = {
 /** Stop one service's container; the rest of the environment keeps running — POST /v1/envs/{id}/services/{service}/stop */
 export type PostV1EnvsByIdServicesByServiceStopResponse = {
   stopped: string;
+};
+
+/** What changed in the environment's volumes since a version (default: the one it was forked from): paths created, modified and deleted, with what changed, sizes and, for text files, a unified diff; links and special files reported, never followed; bounded, with the bounds in the answer. PostgreSQL services add rows changed per table, marked approximate — GET /v1/envs/{id}/diff */
+export type GetV1EnvsByIdDiffResponse = {
+  against: string;
+  of: string;
+  volumes: {
+    [key: string]: {
+      created: number;
+      deleted: number;
+      modified: number;
+      bytes_added: number;
+      bytes_removed: number;
+      method: "inode-ctime" | "bytes";
+      left_out: Array<{
+        why: string;
+        entries: number;
+      }>;
+    };
+  };
+  summary: {
+    created: number;
+    deleted: number;
+    modified: number;
+    bytes_added: number;
+    bytes_removed: number;
+  };
+  entries: Array<{
+    volume: string;
+    path: string;
+    path_base64?: string;
+    change: "created" | "deleted" | "modified";
+    type: "file" | "directory" | "symlink" | "fifo" | "socket" | "char_device" | "block_device";
+    type_before?: "file" | "directory" | "symlink" | "fifo" | "socket" | "char_device" | "block_device";
+    changed?: Array<"content" | "mode" | "owner" | "type" | "target" | "device">;
+    bytes_before?: number;
+    bytes_after?: number;
+    mode_before?: number;
+    mode_after?: number;
+    owner_before?: string;
+    owner_after?: string;
+    target_before?: string;
+    target_after?: string;
+    content_compared?: boolean;
+    diff?: string;
+    diff_omitted?: "binary" | "too_large" | "budget";
+  }>;
+  truncated: boolean;
+  bounds: {
+    max_entries: number;
+    max_text_bytes: number;
+    max_diff_bytes: number;
+    max_compare_bytes: number;
+  };
+  databases: Array<{
+    service: string;
+    engine: "postgres";
+    database: string;
+    approximate: true;
+    how: string;
+    tables: Array<{
+      table: string;
+      inserted: number;
+      updated: number;
+      deleted: number;
+    }>;
+    error?: string;
+  }>;
+  ms: number;
 };
 
 /** Extract a tar at ?path= in ?service=, as ?user= (default: the service's user): parents are made; a directory is never replaced by a file, nor a file by a directory. The tar streams through (up to 16 GiB) — PUT /v1/envs/{id}/files */
@@ -1544,6 +1613,7 @@ export const OPERATIONS = {
   getV1EnvsByIdPorts: { method: "GET", path: "/v1/envs/{id}/ports", params: ["id"], body: "none", response: "json" },
   deleteV1EnvsByIdPorts: { method: "DELETE", path: "/v1/envs/{id}/ports", params: ["id"], body: "none", response: "json" },
   postV1EnvsByIdServicesByServiceStop: { method: "POST", path: "/v1/envs/{id}/services/{service}/stop", params: ["id","service"], body: "none", response: "json" },
+  getV1EnvsByIdDiff: { method: "GET", path: "/v1/envs/{id}/diff", params: ["id"], body: "none", response: "json" },
   putV1EnvsByIdFiles: { method: "PUT", path: "/v1/envs/{id}/files", params: ["id"], body: "tar", response: "json" },
   getV1EnvsByIdFiles: { method: "GET", path: "/v1/envs/{id}/files", params: ["id"], body: "none", response: "tar" },
   deleteV1EnvsByIdFiles: { method: "DELETE", path: "/v1/envs/{id}/files", params: ["id"], body: "none", response: "json" },
@@ -1644,6 +1714,7 @@ export interface Operations {
   getV1EnvsByIdPorts: { params: { id: string }; body: undefined; response: GetV1EnvsByIdPortsResponse };
   deleteV1EnvsByIdPorts: { params: { id: string }; body: undefined; response: DeleteV1EnvsByIdPortsResponse };
   postV1EnvsByIdServicesByServiceStop: { params: { id: string; service: string }; body: undefined; response: PostV1EnvsByIdServicesByServiceStopResponse };
+  getV1EnvsByIdDiff: { params: { id: string }; body: undefined; response: GetV1EnvsByIdDiffResponse };
   putV1EnvsByIdFiles: { params: { id: string }; body: Uint8Array; response: PutV1EnvsByIdFilesResponse };
   getV1EnvsByIdFiles: { params: { id: string }; body: undefined; response: GetV1EnvsByIdFilesResponse };
   deleteV1EnvsByIdFiles: { params: { id: string }; body: undefined; response: DeleteV1EnvsByIdFilesResponse };

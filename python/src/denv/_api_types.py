@@ -423,6 +423,86 @@ class PostV1EnvsByIdServicesByServiceStopResponse(TypedDict):
     stopped: str
 
 
+class GetV1EnvsByIdDiffResponseVolumesValueLeftOutItem(TypedDict):
+    why: str
+    entries: int
+
+
+class GetV1EnvsByIdDiffResponseVolumesValue(TypedDict):
+    created: int
+    deleted: int
+    modified: int
+    bytes_added: int
+    bytes_removed: int
+    method: Literal["inode-ctime", "bytes"]
+    left_out: list[GetV1EnvsByIdDiffResponseVolumesValueLeftOutItem]
+
+
+class GetV1EnvsByIdDiffResponseSummary(TypedDict):
+    created: int
+    deleted: int
+    modified: int
+    bytes_added: int
+    bytes_removed: int
+
+
+class GetV1EnvsByIdDiffResponseEntriesItem(TypedDict):
+    volume: str
+    path: str
+    path_base64: NotRequired[str]
+    change: Literal["created", "deleted", "modified"]
+    type: Literal["file", "directory", "symlink", "fifo", "socket", "char_device", "block_device"]
+    type_before: NotRequired[Literal["file", "directory", "symlink", "fifo", "socket", "char_device", "block_device"]]
+    changed: NotRequired[list[Literal["content", "mode", "owner", "type", "target", "device"]]]
+    bytes_before: NotRequired[int]
+    bytes_after: NotRequired[int]
+    mode_before: NotRequired[int]
+    mode_after: NotRequired[int]
+    owner_before: NotRequired[str]
+    owner_after: NotRequired[str]
+    target_before: NotRequired[str]
+    target_after: NotRequired[str]
+    content_compared: NotRequired[bool]
+    diff: NotRequired[str]
+    diff_omitted: NotRequired[Literal["binary", "too_large", "budget"]]
+
+
+class GetV1EnvsByIdDiffResponseBounds(TypedDict):
+    max_entries: int
+    max_text_bytes: int
+    max_diff_bytes: int
+    max_compare_bytes: int
+
+
+class GetV1EnvsByIdDiffResponseDatabasesItemTablesItem(TypedDict):
+    table: str
+    inserted: int
+    updated: int
+    deleted: int
+
+
+class GetV1EnvsByIdDiffResponseDatabasesItem(TypedDict):
+    service: str
+    engine: Literal["postgres"]
+    database: str
+    approximate: Literal[True]
+    how: str
+    tables: list[GetV1EnvsByIdDiffResponseDatabasesItemTablesItem]
+    error: NotRequired[str]
+
+
+class GetV1EnvsByIdDiffResponse(TypedDict):
+    against: str
+    of: str
+    volumes: dict[str, GetV1EnvsByIdDiffResponseVolumesValue]
+    summary: GetV1EnvsByIdDiffResponseSummary
+    entries: list[GetV1EnvsByIdDiffResponseEntriesItem]
+    truncated: bool
+    bounds: GetV1EnvsByIdDiffResponseBounds
+    databases: list[GetV1EnvsByIdDiffResponseDatabasesItem]
+    ms: float
+
+
 class PutV1EnvsByIdFilesResponse(TypedDict):
     entries: float
     bytes: float

@@ -5,6 +5,7 @@
  * anything long; errors say what to do next.
  */
 import type { Command } from "commander";
+import { registerDiffCommand } from "./diff-command.ts";
 import { registerEnvironmentCommands } from "./environment-commands.ts";
 import { registerExecCommands } from "./exec-commands.ts";
 import { registerExportCommands } from "./export-commands.ts";
@@ -28,6 +29,7 @@ export function registerApiCommands(program: Command): void {
   registerLoginCommands(program);
   registerProjectCommands(program);
   registerEnvironmentCommands(program);
+  registerDiffCommand(program);
   registerExecCommands(program);
   registerFileCommands(program);
   registerHostCommands(program);

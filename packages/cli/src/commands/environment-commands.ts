@@ -181,7 +181,8 @@ export function registerEnvironmentCommands(program: Command): void {
             const r = await runOracle(client(), graded, o.oracle, { service: o.oracleService });
             if (!json) process.stderr.write(`oracle: solve.sh exited ${r.exit_code}\n`);
           }
-          if (!json) process.stderr.write(`verifying ${graded}: stop, collect, snapshot, clone, grade…\n`);
+          if (!json)
+            process.stderr.write(`verifying ${graded}: stop, collect, snapshot, diff, clone, grade…\n`);
           d = await client().untilVerdict(() =>
             client().call("postV1EnvsByIdVerify", {
               params: o.oracle ? { id: graded } : envParam(env),

@@ -94,6 +94,10 @@ export class BtrfsDriver implements StorageDriver {
     return join(this.poolPath, "datasets", id);
   }
 
+  async snapshotTree(id: string): Promise<string> {
+    return this.snapshotPath(id);
+  }
+
   private snapshotPath(id: string): string {
     assertSafeId(id);
     const received = join(this.poolPath, "received", id, id);

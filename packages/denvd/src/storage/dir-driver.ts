@@ -78,6 +78,10 @@ export class DirDriver implements StorageDriver {
     return join(this.root, "datasets", id);
   }
 
+  async snapshotTree(id: string): Promise<string> {
+    return this.snapshotPath(id);
+  }
+
   private snapshotPath(id: string): string {
     assertSafeId(id);
     return join(this.root, "snapshots", id);

@@ -48,6 +48,8 @@ export interface StorageDriver {
   destroyDataset(id: string): Promise<void>;
   destroySnapshot(id: string): Promise<void>;
   datasetPath(id: string): string;
+  /** Where a snapshot's files can be read (read-only): for comparing it with a dataset. */
+  snapshotTree(id: string): Promise<string>;
   listDatasets(): Promise<string[]>;
   listSnapshots(): Promise<string[]>;
   /** Free bytes in the pool, to refuse an operation that cannot finish. */

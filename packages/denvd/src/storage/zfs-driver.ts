@@ -59,6 +59,14 @@ export class ZfsDriver implements StorageDriver {
     return all.split("\n").find((n) => n.endsWith(`@${snapshotId}`));
   }
 
+  /** A mounted dataset shows its snapshots under .zfs/snapshot/ (mounted there when first read). */
+  async snapshotTree(snapshotId: string): Promise<string> {
+    const name = await this.snapshotName(snapshotId);
+    if (!name) throw new DenvError("not_found", `no snapshot ${snapshotId}`);
+    const dataset = name.slice(this.base.length + 1, name.lastIndexOf("@"));
+    return `${this.datasetPath(dataset)}/.zfs/snapshot/${snapshotId}`;
+  }
+
   async snapshotBytes(snapshotId: string): Promise<number> {
     const name = await this.snapshotName(snapshotId);
     if (!name) throw new DenvError("not_found", `no snapshot ${snapshotId}`);

@@ -6,6 +6,7 @@ import { type ApiRoute, route } from "./api-route.ts";
 import { cloudRoutes } from "./cloud-routes.ts";
 import { deploymentRoutes } from "./deployment-routes.ts";
 import { deviceRoutes } from "./device-routes.ts";
+import { diffRoutes } from "./diff-routes.ts";
 import { downloadRoutes } from "./download-routes.ts";
 import { environmentIoRoutes } from "./environment-io-routes.ts";
 import { environmentRoutes } from "./environment-routes.ts";
@@ -39,7 +40,7 @@ export const RESOURCES: Record<string, ApiRoute[]> = {
   device: deviceRoutes,
   projects: projectRoutes,
   deployments: deploymentRoutes,
-  environments: [...environmentRoutes, ...environmentIoRoutes],
+  environments: [...environmentRoutes, ...environmentIoRoutes, ...diffRoutes],
   files: fileRoutes,
   tunnels: tunnelRoutes,
   sandboxes: sandboxRoutes,

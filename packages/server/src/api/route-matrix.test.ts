@@ -105,6 +105,27 @@ const handlers: DoubleHandlers = {
   },
   stop_service: (p: OpCheckedParams<"stop_service">) => ({ stopped: p.service }),
   stat_path: (p: OpCheckedParams<"stat_path">) => entry(p.path),
+  diff: (p: OpCheckedParams<"diff">) => {
+    const counts = { created: 1, deleted: 0, modified: 0, bytes_added: 3, bytes_removed: 0 };
+    return {
+      against: p.against ?? "",
+      of: `${p.stack_id} (live)`,
+      volumes: { w: { ...counts, method: "inode-ctime" as const, left_out: [] } },
+      summary: counts,
+      entries: [
+        { volume: "w", path: "a.txt", change: "created" as const, type: "file" as const, bytes_after: 3 },
+      ],
+      truncated: false,
+      bounds: {
+        max_entries: p.max_entries ?? 10_000,
+        max_text_bytes: 65536,
+        max_diff_bytes: 1048576,
+        max_compare_bytes: 1,
+      },
+      databases: [],
+      ms: 1,
+    };
+  },
   list_path: (p: OpCheckedParams<"list_path">) => ({ entries: [entry(`${p.path}/a.txt`)] }),
   make_dir: () => ({ created: true }),
   remove_path: () => ({}),
@@ -518,6 +539,7 @@ const CASES: Record<string, Case> = {
     status: 200,
   },
   "get /v1/envs/{id}/files": { path: () => `/v1/envs/${a.env}/files`, query: "?path=/work", status: 200 },
+  "get /v1/envs/{id}/diff": { path: () => `/v1/envs/${a.env}/diff`, query: "?max_entries=5", status: 200 },
   "get /v1/envs/{id}/files/stat": {
     path: () => `/v1/envs/${a.env}/files/stat`,
     query: "?path=/work",

@@ -1,6 +1,8 @@
 /**
- * verify: stop → collect → snapshot → clone → grade → verdict. The agent is frozen first and stays
- * frozen (unless resume); grading happens on a fork, as root, in the verifier's own container.
+ * verify: stop → collect → snapshot → diff → clone → grade → verdict. The agent is frozen first and
+ * stays frozen (unless resume); grading happens on a fork, as root, in the verifier's own container.
+ * The diff phase records what the episode changed (the snapshot against the version the environment
+ * came from) beside the reward; a diff that fails is recorded as failed and grading goes on.
  * The deployment succeeds when grading ran; the reward (0 for refused collections, a crashed or
  * timed-out verifier) is in the verdict.
  */
@@ -12,7 +14,10 @@ import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
 import type { PhaseRecorder } from "./phase-recorder.ts";
 import { snapshotPhase, specOf } from "./snapshot-kind.ts";
 
-const VERIFY_PHASES = ["stop", "collect", "snapshot", "clone", "grade", "verdict"];
+const VERIFY_PHASES = ["stop", "collect", "snapshot", "diff", "clone", "grade", "verdict"];
+/** The evidence lists this many changes and this much text diff; the rest is counted. */
+const DIFF_EVIDENCE_ENTRIES = 1000;
+const DIFF_EVIDENCE_TEXT_BYTES = 256 * 1024;
 
 export async function runVerify(
   runner: DeploymentRunner,
@@ -64,7 +69,7 @@ export async function runVerify(
   return { deploymentId: rec.deploymentId, done };
 }
 
-/** stop, collect, then (unless the collection was refused) snapshot, clone and grade. */
+/** stop, collect, then (unless the collection was refused) snapshot, diff, clone and grade. */
 async function gradePhases(
   runner: DeploymentRunner,
   rec: PhaseRecorder,
@@ -89,11 +94,27 @@ async function gradePhases(
     return { value: c, evidence: c };
   })) as { refused: string | null };
   if (collected.refused) {
-    for (const n of ["snapshot", "clone", "grade"])
+    for (const n of ["snapshot", "diff", "clone", "grade"])
       await rec.skip(n, "the collected paths were refused: the episode scores 0");
     return { reward: 0, reason: `refused: ${collected.refused}` };
   }
+  // Read before the snapshot, which makes the new version the environment's current one.
+  const against = env.parent_version_id ?? env.current_version_id;
   const versionId = await snapshotPhase(runner, rec, env, hostId, stackId, () => specOf(runner, env));
+  if (!against) await rec.skip("diff", "the environment came from no version: nothing to compare with");
+  else
+    await rec
+      .run("diff", async () => ({
+        evidence: await hosts.call(hostId, "diff", {
+          stack_id: stackId,
+          of: versionId,
+          against,
+          max_entries: DIFF_EVIDENCE_ENTRIES,
+          max_diff_bytes: DIFF_EVIDENCE_TEXT_BYTES,
+        }),
+      }))
+      // Recorded as failed with its reason; the grade does not depend on it.
+      .catch(() => {});
   const graderStackId = (await rec.run("clone", async () => {
     // Named and written down before the host is asked: removed whatever happens next.
     made.graderStackId = newId("stk");

@@ -1,0 +1,151 @@
+/**
+ * diff: what changed in a stack since a version — every volume's files (tree-diff.ts), and the
+ * rows PostgreSQL services count as changed. The "after" side is the stack's live datasets or, for
+ * a verify, the version it just took (what the grader is given). Live datasets are read through a
+ * read-only snapshot taken for the diff where the driver's are cheap (btrfs, zfs: one instant for
+ * each volume, and nothing a container does moves under the walk), then removed; on dir, where a
+ * snapshot is a copy, the live trees are walked as they are (never following a link either way).
+ */
+import { randomBytes } from "node:crypto";
+import { type DatabaseDiff, DenvError, type DiffEvidence } from "@denv/protocol";
+import type { StackContext } from "./stack-context.ts";
+import type { StackRecord } from "./state-store.ts";
+import { type DiffBounds, DiffBudget, diffTrees } from "./tree-diff.ts";
+
+export interface DiffStackOptions {
+  /** The version to compare with (default: the one the stack was forked from or rolled back to). */
+  against?: string;
+  /** A version to compare instead of the live datasets (a verify's, of this stack). */
+  of?: string;
+  bounds?: Partial<DiffBounds>;
+}
+
+const POSTGRES_IMAGE = /(^|\/)postgres[^/]*(:|@|$)/;
+const STATS_QUERY =
+  "SELECT schemaname || '.' || relname, n_tup_ins, n_tup_upd, n_tup_del FROM pg_stat_user_tables WHERE n_tup_ins + n_tup_upd + n_tup_del > 0 ORDER BY 1";
+const STATS_HOW =
+  "PostgreSQL's statistics (pg_stat_user_tables) since the database started: a fork's start is a recovery from its version's snapshot, which begins them at zero; they count rows written by transactions that rolled back too, and a backend still in a session reports within a second or so";
+
+export async function diffStack(
+  ctx: StackContext,
+  stackId: string,
+  options: DiffStackOptions,
+): Promise<DiffEvidence> {
+  const started = performance.now();
+  const stack = ctx.stack(stackId);
+  const againstId = options.against ?? stack.versionId;
+  if (!againstId)
+    throw new DenvError(
+      "invalid_argument",
+      `stack ${stack.name} was not forked from a version and has none of its own yet: name the version to compare with`,
+    );
+  const against = ctx.version(againstId);
+  const of = options.of ? ctx.version(options.of) : null;
+  if (of && of.stackId !== stack.id)
+    throw new DenvError("invalid_argument", `version ${of.id} was not taken of stack ${stack.name}`);
+  // No checkpoint is asked for: a live diff shows the files as they are on disk, and a database's
+  // rows are counted from its own statistics below. A CHECKPOINT would write out what the
+  // checkpoint's own connection changed (hint bits set on catalog pages as it starts), which is
+  // not the episode's. A verify's version was taken after the snapshot's checkpoint.
+  const budget = new DiffBudget(options.bounds);
+  const volumes: DiffEvidence["volumes"] = {};
+  const temporary: string[] = [];
+  try {
+    const after: Record<string, string> = {};
+    if (of) {
+      for (const [vol, snap] of Object.entries(of.snapshots))
+        after[vol] = await ctx.storage.snapshotTree(snap);
+    } else if (ctx.storage.kind === "dir") {
+      for (const [vol, ds] of Object.entries(stack.datasets)) after[vol] = ctx.storage.datasetPath(ds);
+    } else {
+      const tag = randomBytes(4).toString("hex");
+      await Promise.all(
+        Object.entries(stack.datasets).map(async ([vol, ds]) => {
+          const snap = `${stack.id}-diff-${tag}-${vol}`;
+          await ctx.storage.snapshot(ds, snap);
+          temporary.push(snap);
+          after[vol] = await ctx.storage.snapshotTree(snap);
+        }),
+      );
+    }
+    const names = [...new Set([...Object.keys(after), ...Object.keys(against.snapshots)])].sort();
+    for (const vol of names) {
+      const snap = against.snapshots[vol];
+      const before = snap ? await ctx.storage.snapshotTree(snap) : null;
+      volumes[vol] = await diffTrees(vol, before, after[vol] ?? null, budget);
+    }
+  } finally {
+    await Promise.all(temporary.map((s) => ctx.storage.destroySnapshot(s).catch(() => {})));
+  }
+  const summary = { created: 0, deleted: 0, modified: 0, bytes_added: 0, bytes_removed: 0 };
+  for (const v of Object.values(volumes))
+    for (const k of Object.keys(summary) as (keyof typeof summary)[]) summary[k] += v[k];
+  const { bounds } = budget;
+  return {
+    against: against.id,
+    of: of ? of.id : `${stack.id} (live)`,
+    volumes,
+    summary,
+    entries: budget.entries,
+    truncated: budget.truncated,
+    bounds: {
+      max_entries: bounds.maxEntries,
+      max_text_bytes: bounds.maxTextBytes,
+      max_diff_bytes: bounds.maxDiffBytes,
+      max_compare_bytes: bounds.maxCompareBytes,
+    },
+    databases: await databaseChanges(ctx, stack),
+    ms: Math.round(performance.now() - started),
+  };
+}
+
+/** Rows changed per table, from each running PostgreSQL service's own statistics. */
+async function databaseChanges(ctx: StackContext, stack: StackRecord): Promise<DatabaseDiff[]> {
+  const out: DatabaseDiff[] = [];
+  for (const [svc, s] of Object.entries(stack.spec.services).sort(([a], [b]) => a.localeCompare(b))) {
+    if (!POSTGRES_IMAGE.test(s.image)) continue;
+    const database = s.environment?.POSTGRES_DB ?? s.environment?.POSTGRES_USER ?? "postgres";
+    const row: DatabaseDiff = {
+      service: svc,
+      engine: "postgres",
+      database,
+      approximate: true,
+      how: STATS_HOW,
+      tables: [],
+    };
+    out.push(row);
+    const container = stack.containers[svc];
+    if (!container) {
+      row.error = "the service has no container";
+      continue;
+    }
+    const r = await ctx
+      .runIn(container, {
+        command: [
+          "sh",
+          "-c",
+          'exec psql -U "${POSTGRES_USER:-postgres}" -d "$1" -XAtF "\t" -c "$2"',
+          "sh",
+          database,
+          STATS_QUERY,
+        ],
+        user: "postgres",
+        timeoutMs: 30_000,
+        maxOutputBytes: 4 * 1024 * 1024,
+      })
+      .catch((err: unknown) => err as Error);
+    if (r instanceof Error || r.exitCode !== 0) {
+      row.error =
+        r instanceof Error
+          ? r.message
+          : `psql exited ${r.exitCode}: ${r.stderr.toString("utf8").slice(-500)}`;
+      continue;
+    }
+    for (const line of r.stdout.toString("utf8").split("\n")) {
+      const [table, ins, upd, del] = line.split("\t");
+      if (!table || del === undefined) continue;
+      row.tables.push({ table, inserted: Number(ins), updated: Number(upd), deleted: Number(del) });
+    }
+  }
+  return out;
+}

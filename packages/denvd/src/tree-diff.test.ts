@@ -1,0 +1,174 @@
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import {
+  appendFileSync,
+  chmodSync,
+  mkdirSync,
+  mkdtempSync,
+  rmSync,
+  symlinkSync,
+  unlinkSync,
+  writeFileSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { DiffBudget, diffTrees, escapeName } from "./tree-diff.ts";
+
+describe("escapeName", () => {
+  it("keeps UTF-8 and escapes what would change how a name reads", () => {
+    assert.deepEqual(escapeName(Buffer.from("données/été.txt")), { text: "données/été.txt", escaped: false });
+    assert.deepEqual(escapeName(Buffer.from("a\nb\tc\\d")), { text: "a\\nb\\tc\\\\d", escaped: true });
+    assert.deepEqual(escapeName(Buffer.from([0x61, 0xff, 0xc3, 0x62, 0x01])), {
+      text: "a\\xff\\xc3b\\x01",
+      escaped: true,
+    });
+    // An overlong encoding of "/" and a lone surrogate are not UTF-8.
+    assert.equal(escapeName(Buffer.from([0xc0, 0xaf])).text, "\\xc0\\xaf");
+    assert.equal(escapeName(Buffer.from([0xed, 0xa0, 0x80])).text, "\\xed\\xa0\\x80");
+    // A right-to-left override would show the name reversed.
+    assert.equal(escapeName(Buffer.from("evil\u202Etxt.sh")).text, "evil\\u{202e}txt.sh");
+  });
+});
+
+describe("diffTrees (copies: every file compared by its bytes)", () => {
+  let root: string;
+  let a: string;
+  let b: string;
+
+  before(() => {
+    root = mkdtempSync(join(tmpdir(), "tree-diff-"));
+    a = join(root, "a");
+    mkdirSync(join(a, "etc/conf.d"), { recursive: true });
+    writeFileSync(join(a, "etc/app.conf"), "port = 80\nname = web\nlevel = 1\n");
+    writeFileSync(join(a, "etc/conf.d/old.conf"), "x\n");
+    writeFileSync(join(a, "same.txt"), "same\n");
+    writeFileSync(join(a, "touched.txt"), "same bytes\n");
+    writeFileSync(join(a, "bin.dat"), Buffer.from([0, 1, 2, 3]));
+    writeFileSync(join(a, "mode.sh"), "#!/bin/sh\n");
+    mkdirSync(join(a, "gone/deeper"), { recursive: true });
+    writeFileSync(join(a, "gone/deeper/f"), "1234");
+    symlinkSync("/etc/passwd", join(a, "link"));
+    execFileSync("cp", ["-a", a, join(root, "b")]);
+    b = join(root, "b");
+    writeFileSync(join(b, "etc/app.conf"), "port = 8080\nname = web\nlevel = 1\n");
+    unlinkSync(join(b, "etc/conf.d/old.conf"));
+    writeFileSync(join(b, "new.txt"), "hello\n");
+    execFileSync("touch", ["-d", "2001-01-01", join(b, "touched.txt")]);
+    writeFileSync(join(b, "bin.dat"), Buffer.from([0, 1, 2, 4]));
+    chmodSync(join(b, "mode.sh"), 0o755);
+    rmSync(join(b, "gone"), { recursive: true });
+    unlinkSync(join(b, "link"));
+    symlinkSync("/root/.ssh/id_rsa", join(b, "link"));
+    execFileSync("mkfifo", [join(b, "pipe")]);
+    // A name's bytes as they are: "bad", a newline and 0xff (not UTF-8).
+    writeFileSync(Buffer.concat([Buffer.from(`${b}/`), Buffer.from([0x62, 0x61, 0x64, 0x0a, 0xff])]), "x");
+    appendFileSync(join(b, "same.txt"), "");
+  });
+  after(() => rmSync(root, { recursive: true, force: true }));
+
+  it("reports each change exactly, in path order, and nothing unchanged", async () => {
+    const budget = new DiffBudget();
+    const { method, left_out, ...counts } = await diffTrees("data", a, b, budget);
+    assert.equal(method, "bytes", "a copy shares no inodes");
+    assert.deepEqual(left_out, []);
+    const byPath = new Map(budget.entries.map((e) => [e.path, e]));
+    assert.deepEqual(
+      budget.entries.map((e) => `${e.change} ${e.path}`),
+      [
+        "created bad\\n\\xff",
+        "modified bin.dat",
+        "modified etc/app.conf",
+        "deleted etc/conf.d/old.conf",
+        "deleted gone",
+        "deleted gone/deeper",
+        "deleted gone/deeper/f",
+        "modified link",
+        "modified mode.sh",
+        "created new.txt",
+        "created pipe",
+      ],
+    );
+    assert.deepEqual(counts, { created: 3, deleted: 4, modified: 4, bytes_added: 9, bytes_removed: 6 });
+    const conf = byPath.get("etc/app.conf");
+    assert.deepEqual(conf?.changed, ["content"]);
+    assert.match(
+      conf?.diff ?? "",
+      /^--- a\/etc\/app.conf\n\+\+\+ b\/etc\/app.conf\n@@ -1,3 \+1,3 @@\n-port = 80\n\+port = 8080\n name = web\n/,
+    );
+    assert.equal(byPath.get("bin.dat")?.diff_omitted, "binary");
+    assert.deepEqual(byPath.get("mode.sh")?.changed, ["mode"]);
+    assert.equal(byPath.get("mode.sh")?.mode_after, 0o755);
+    assert.equal(byPath.get("mode.sh")?.diff, undefined);
+    const link = byPath.get("link");
+    assert.deepEqual([link?.target_before, link?.target_after], ["/etc/passwd", "/root/.ssh/id_rsa"]);
+    assert.equal(byPath.get("pipe")?.type, "fifo");
+    const hostile = byPath.get("bad\\n\\xff");
+    assert.equal(Buffer.from(hostile?.path_base64 ?? "", "base64").toString("hex"), "6261640aff");
+    assert.equal(byPath.get("new.txt")?.diff, "--- /dev/null\n+++ b/new.txt\n@@ -0,0 +1,1 @@\n+hello\n");
+    assert.ok(!byPath.has("touched.txt"), "a time alone is not a change");
+    assert.ok(!byPath.has("same.txt"));
+  });
+
+  it("an identical copy has no changes; the bound lists the first and counts the rest", async () => {
+    const empty = new DiffBudget();
+    assert.deepEqual(await diffTrees("data", a, a, empty), {
+      method: "inode-ctime",
+      left_out: [],
+      created: 0,
+      deleted: 0,
+      modified: 0,
+      bytes_added: 0,
+      bytes_removed: 0,
+    });
+    assert.equal(empty.entries.length, 0);
+    const small = new DiffBudget({ maxEntries: 2 });
+    const counts = await diffTrees("data", a, b, small);
+    assert.equal(small.entries.length, 2);
+    assert.equal(small.truncated, true);
+    assert.equal(counts.created + counts.deleted + counts.modified, 11);
+  });
+
+  it("past the compare budget a same-size file is reported as not compared, never as unchanged", async () => {
+    const budget = new DiffBudget({ maxCompareBytes: 0 });
+    await diffTrees("data", a, b, budget);
+    const same = budget.entries.find((e) => e.path === "same.txt");
+    assert.deepEqual([same?.changed, same?.content_compared], [["content"], false]);
+  });
+});
+
+describe("diffTrees (a PostgreSQL data directory)", () => {
+  it("leaves out the engine's bookkeeping, counted, and lists the tables' files", async () => {
+    const root = mkdtempSync(join(tmpdir(), "tree-diff-pg-"));
+    try {
+      const a = join(root, "a");
+      mkdirSync(join(a, "pg_wal"), { recursive: true });
+      mkdirSync(join(a, "global"));
+      mkdirSync(join(a, "base/5"), { recursive: true });
+      writeFileSync(join(a, "PG_VERSION"), "15\n");
+      writeFileSync(join(a, "global/pg_control"), "c1");
+      writeFileSync(join(a, "pg_wal/000000010000000000000001"), "w1");
+      writeFileSync(join(a, "base/5/16384"), "page1");
+      execFileSync("cp", ["-a", a, join(root, "b")]);
+      const b = join(root, "b");
+      writeFileSync(join(b, "global/pg_control"), "c2");
+      writeFileSync(join(b, "pg_wal/000000010000000000000002"), "w2");
+      writeFileSync(join(b, "postmaster.pid"), "1\n");
+      writeFileSync(join(b, "base/5/16384"), "page2");
+      const budget = new DiffBudget();
+      const r = await diffTrees("pg", a, b, budget);
+      assert.deepEqual(
+        budget.entries.map((e) => `${e.change} ${e.path}`),
+        ["modified base/5/16384"],
+      );
+      assert.deepEqual(r.left_out.map((l) => `${l.entries} ${l.why.split(":")[0]}`).sort(), [
+        "1 global/pg_control",
+        "1 pg_wal/",
+        "1 postmaster.pid, postmaster.opts",
+      ]);
+      assert.equal(r.modified, 1);
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
+  });
+});

@@ -1,0 +1,551 @@
+/**
+ * What changed between two trees: a version's snapshot of a volume (before) and a later state of
+ * it (after: a fork's live dataset, or another snapshot). Both trees are a container's writing, so
+ * they are walked as verify collects: every directory held open and the next name opened relative
+ * to it with O_NOFOLLOW, names kept as bytes; a link is read as a link, never followed, and a FIFO
+ * or device is never opened.
+ *
+ * Why it is fast where a clone shares its snapshot's inodes (btrfs and zfs): an inode with the
+ * same number and the same ctime in both trees is the snapshot's own, untouched. The kernel sets
+ * ctime on every change of content or metadata, to the real time (a container cannot set it back,
+ * nor move the host's clock), so only the inodes that changed are compared. Elsewhere (the dir
+ * driver's copies, other numbers) a file whose size is the same is compared byte for byte, within
+ * a budget; one left uncompared past it is reported so, never as unchanged.
+ */
+import { type BigIntStats, constants } from "node:fs";
+import { type FileHandle, lstat, open, readdir, readlink } from "node:fs/promises";
+import type { DiffCounts, DiffEntry } from "@denv/protocol";
+import { createTwoFilesPatch } from "diff";
+import { type LeftOutRule, leftOutFor } from "./volume-digest.ts";
+
+export type { DiffCounts, DiffEntry };
+
+type DiffEntryType = DiffEntry["type"];
+type DiffAspect = NonNullable<DiffEntry["changed"]>[number];
+
+export interface DiffBounds {
+  /** Entries listed; the rest are counted in the summary (default 10,000). */
+  maxEntries: number;
+  /** A file gets a unified diff when both sides are at most this many bytes (default 64 KiB). */
+  maxTextBytes: number;
+  /** The unified diffs' total (default 1 MiB). */
+  maxDiffBytes: number;
+  /** Bytes read to compare files of equal size whose inodes differ (default 1 GiB). */
+  maxCompareBytes: number;
+}
+
+export const DEFAULT_DIFF_BOUNDS: DiffBounds = {
+  maxEntries: 10_000,
+  maxTextBytes: 64 * 1024,
+  maxDiffBytes: 1024 * 1024,
+  maxCompareBytes: 1024 ** 3,
+};
+
+/** The budgets one diff spends, shared by all of its volumes. */
+export class DiffBudget {
+  readonly bounds: DiffBounds;
+  readonly entries: DiffEntry[] = [];
+  truncated = false;
+  diffBytes = 0;
+  compareBytes = 0;
+
+  constructor(bounds: Partial<DiffBounds> = {}) {
+    this.bounds = { ...DEFAULT_DIFF_BOUNDS, ...bounds };
+  }
+}
+
+/**
+ * A diff leaves out what a database rewrites by merely running (the digest's rules, volume-digest.ts),
+ * and the control file every start and checkpoint rewrites: an untouched fork's diff is empty. The
+ * rows are reported from the database itself (stack-diff.ts), and what is left out is counted.
+ */
+const POSTGRES_DIFF_LEFT_OUT: LeftOutRule[] = [
+  {
+    test: (p) => p === "global/pg_control",
+    why: "global/pg_control: rewritten by every start and checkpoint",
+  },
+];
+
+/** Deeper than this is refused: no real volume nests so far, and each level holds two descriptors. */
+const MAX_DEPTH = 512;
+const READ_CHUNK = 1024 * 1024;
+const DIR_FLAGS = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
+const FILE_FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK | constants.O_NOCTTY;
+const utf8 = new TextDecoder("utf-8", { fatal: true });
+
+/** A directory held open: names under it are reached through its descriptor, never a path. */
+class HeldDir {
+  private readonly handle: FileHandle;
+  private readonly prefix: Buffer;
+
+  private constructor(handle: FileHandle) {
+    this.handle = handle;
+    this.prefix = Buffer.from(`/proc/self/fd/${handle.fd}/`);
+  }
+
+  static async open(path: string | Buffer): Promise<HeldDir> {
+    return new HeldDir(await open(path, DIR_FLAGS));
+  }
+
+  at(name: Buffer): Buffer {
+    return Buffer.concat([this.prefix, name]);
+  }
+
+  names(): Promise<Buffer[]> {
+    return readdir(this.prefix, { encoding: "buffer" });
+  }
+
+  async close(): Promise<void> {
+    await this.handle.close().catch(() => {});
+  }
+}
+
+function typeOf(st: BigIntStats): DiffEntryType {
+  if (st.isFile()) return "file";
+  if (st.isDirectory()) return "directory";
+  if (st.isSymbolicLink()) return "symlink";
+  if (st.isFIFO()) return "fifo";
+  if (st.isSocket()) return "socket";
+  return st.isCharacterDevice() ? "char_device" : "block_device";
+}
+
+const hex = (b: number) => `\\x${b.toString(16).padStart(2, "0")}`;
+const SHORT_ESCAPES: Record<number, string> = { 9: "\\t", 10: "\\n", 13: "\\r", 92: "\\\\" };
+
+/**
+ * A name's bytes as text a terminal or a page shows as what it is: UTF-8 kept, a backslash
+ * doubled, control bytes and bytes that are not UTF-8 as \xNN, and the characters that reorder or
+ * break lines when shown (bidirectional controls, line and paragraph separators) as \u{…}.
+ */
+export function escapeName(bytes: Buffer): { text: string; escaped: boolean } {
+  let text = "";
+  let escaped = false;
+  let i = 0;
+  while (i < bytes.length) {
+    const b = bytes[i] as number;
+    if (b < 0x80) {
+      const short = SHORT_ESCAPES[b];
+      if (short) {
+        text += short;
+        escaped = true;
+      } else if (b < 0x20 || b === 0x7f) {
+        text += hex(b);
+        escaped = true;
+      } else text += String.fromCharCode(b);
+      i++;
+      continue;
+    }
+    const len = b >= 0xc2 && b <= 0xdf ? 2 : b >= 0xe0 && b <= 0xef ? 3 : b >= 0xf0 && b <= 0xf4 ? 4 : 0;
+    let ch: string | null = null;
+    if (len && i + len <= bytes.length) {
+      try {
+        ch = utf8.decode(bytes.subarray(i, i + len));
+      } catch {
+        ch = null;
+      }
+    }
+    if (ch === null) {
+      text += hex(b);
+      escaped = true;
+      i++;
+      continue;
+    }
+    const cp = ch.codePointAt(0) as number;
+    if (
+      (cp >= 0x202a && cp <= 0x202e) ||
+      (cp >= 0x2066 && cp <= 0x2069) ||
+      cp === 0x2028 ||
+      cp === 0x2029 ||
+      cp === 0x200e ||
+      cp === 0x200f ||
+      (cp >= 0x80 && cp < 0xa0)
+    ) {
+      text += `\\u{${cp.toString(16)}}`;
+      escaped = true;
+    } else text += ch;
+    i += len;
+  }
+  return { text, escaped };
+}
+
+function isText(buf: Buffer): string | null {
+  if (buf.includes(0)) return null;
+  try {
+    return utf8.decode(buf);
+  } catch {
+    return null;
+  }
+}
+
+async function readAll(path: Buffer, limit: number): Promise<Buffer | null> {
+  const fh = await open(path, FILE_FLAGS);
+  try {
+    const st = await fh.stat();
+    if (!st.isFile() || st.size > limit) return null;
+    const buf = Buffer.alloc(st.size);
+    let off = 0;
+    while (off < buf.length) {
+      const { bytesRead } = await fh.read(buf, off, buf.length - off, off);
+      if (bytesRead === 0) break;
+      off += bytesRead;
+    }
+    return buf.subarray(0, off);
+  } finally {
+    await fh.close();
+  }
+}
+
+/** Whether two regular files of equal size hold the same bytes (both opened without following). */
+async function sameBytes(a: Buffer, b: Buffer): Promise<boolean> {
+  const fa = await open(a, FILE_FLAGS);
+  try {
+    const fb = await open(b, FILE_FLAGS);
+    try {
+      const ba = Buffer.allocUnsafe(READ_CHUNK);
+      const bb = Buffer.allocUnsafe(READ_CHUNK);
+      for (let pos = 0; ; pos += READ_CHUNK) {
+        const [ra, rb] = await Promise.all([
+          fa.read(ba, 0, READ_CHUNK, pos),
+          fb.read(bb, 0, READ_CHUNK, pos),
+        ]);
+        if (ra.bytesRead !== rb.bytesRead) return false;
+        if (ra.bytesRead === 0) return true;
+        if (!ba.subarray(0, ra.bytesRead).equals(bb.subarray(0, rb.bytesRead))) return false;
+      }
+    } finally {
+      await fb.close();
+    }
+  } finally {
+    await fa.close();
+  }
+}
+
+const lstatAt = (path: Buffer) =>
+  lstat(path, { bigint: true }).catch((err: NodeJS.ErrnoException) => {
+    if (err.code === "ENOENT") return null;
+    throw err;
+  });
+
+/** One volume's walk: both sides in step, names in byte order, so the same trees give the same answer. */
+class VolumeDiff {
+  readonly counts: DiffCounts = { created: 0, deleted: 0, modified: 0, bytes_added: 0, bytes_removed: 0 };
+  /** Pairs found untouched by their inode and ctime alone (the clone's own). */
+  shared = 0;
+  /** Why → changed entries left out for it (a directory left out counts once). */
+  readonly leftOut = new Map<string, number>();
+  private readonly volume: string;
+  private readonly budget: DiffBudget;
+  private readonly rules: LeftOutRule[];
+
+  constructor(volume: string, budget: DiffBudget, rules: LeftOutRule[]) {
+    this.volume = volume;
+    this.budget = budget;
+    this.rules = rules;
+  }
+
+  /** Whether a changed entry is an engine's bookkeeping; counted when it is. */
+  private isLeftOut(parts: Buffer[]): boolean {
+    if (this.rules.length === 0) return false;
+    const path = escapeName(Buffer.concat(parts.flatMap((p, i) => (i ? [Buffer.from("/"), p] : [p])))).text;
+    const rule = this.rules.find((r) => r.test(path));
+    if (rule) this.leftOut.set(rule.why, (this.leftOut.get(rule.why) ?? 0) + 1);
+    return rule !== undefined;
+  }
+
+  private entry(
+    parts: Buffer[],
+    fields: Omit<DiffEntry, "volume" | "path" | "path_base64">,
+  ): DiffEntry | null {
+    this.counts[fields.change]++;
+    if (this.budget.entries.length >= this.budget.bounds.maxEntries) {
+      this.budget.truncated = true;
+      return null;
+    }
+    const raw = Buffer.concat(parts.flatMap((p, i) => (i ? [Buffer.from("/"), p] : [p])));
+    const { text, escaped } = escapeName(raw);
+    const e: DiffEntry = {
+      volume: this.volume,
+      path: text,
+      ...(escaped ? { path_base64: raw.toString("base64") } : {}),
+      ...fields,
+    };
+    this.budget.entries.push(e);
+    return e;
+  }
+
+  private async target(dir: HeldDir, name: Buffer): Promise<string> {
+    return escapeName(await readlink(dir.at(name), { encoding: "buffer" })).text;
+  }
+
+  /** A unified diff of a regular file's two sides (either may be absent), within the bounds. */
+  private async patch(
+    e: DiffEntry,
+    path: string,
+    before: { dir: HeldDir; name: Buffer; size: number } | null,
+    after: { dir: HeldDir; name: Buffer; size: number } | null,
+  ): Promise<void> {
+    const { maxTextBytes, maxDiffBytes } = this.budget.bounds;
+    if ((before?.size ?? 0) > maxTextBytes || (after?.size ?? 0) > maxTextBytes) {
+      e.diff_omitted = "too_large";
+      return;
+    }
+    if (this.budget.diffBytes >= maxDiffBytes) {
+      e.diff_omitted = "budget";
+      return;
+    }
+    const a = before ? await readAll(before.dir.at(before.name), maxTextBytes) : Buffer.alloc(0);
+    const b = after ? await readAll(after.dir.at(after.name), maxTextBytes) : Buffer.alloc(0);
+    const ta = a && isText(a);
+    const tb = b && isText(b);
+    if (ta === null || tb === null) {
+      e.diff_omitted = "binary";
+      return;
+    }
+    const text = createTwoFilesPatch(
+      before ? `a/${path}` : "/dev/null",
+      after ? `b/${path}` : "/dev/null",
+      ta,
+      tb,
+      undefined,
+      undefined,
+      { context: 3 },
+    ).replace(/^=+\n/, "");
+    if (this.budget.diffBytes + text.length > maxDiffBytes) {
+      e.diff_omitted = "budget";
+      this.budget.diffBytes = maxDiffBytes;
+      return;
+    }
+    this.budget.diffBytes += text.length;
+    e.diff = text;
+  }
+
+  /** Everything under a directory that exists on one side only: all created, or all deleted. */
+  async oneSide(dir: HeldDir, parts: Buffer[], change: "created" | "deleted", depth: number): Promise<void> {
+    if (depth > MAX_DEPTH) throw new Error(`${this.volume}: nested deeper than ${MAX_DEPTH} directories`);
+    const names = (await dir.names()).sort(Buffer.compare);
+    for (const name of names) {
+      const st = await lstatAt(dir.at(name));
+      if (!st) continue;
+      await this.single(dir, name, st, [...parts, name], change, depth);
+    }
+  }
+
+  private async single(
+    dir: HeldDir,
+    name: Buffer,
+    st: BigIntStats,
+    parts: Buffer[],
+    change: "created" | "deleted",
+    depth: number,
+  ): Promise<void> {
+    if (this.isLeftOut(parts)) return;
+    const type = typeOf(st);
+    const side = change === "created" ? "after" : "before";
+    const size = Number(st.size);
+    const e = this.entry(parts, {
+      change,
+      type,
+      ...(type === "file" ? { [`bytes_${side}`]: size } : {}),
+      [`mode_${side}`]: Number(st.mode) & 0o7777,
+      [`owner_${side}`]: `${st.uid}:${st.gid}`,
+      ...(type === "symlink" ? { [`target_${side}`]: await this.target(dir, name) } : {}),
+    });
+    if (type === "file") {
+      if (change === "created") this.counts.bytes_added += size;
+      else this.counts.bytes_removed += size;
+      if (e) {
+        const path = e.path;
+        const held = { dir, name, size };
+        await this.patch(e, path, change === "deleted" ? held : null, change === "created" ? held : null);
+      }
+    }
+    if (type === "directory") {
+      const sub = await HeldDir.open(dir.at(name));
+      try {
+        await this.oneSide(sub, parts, change, depth + 1);
+      } finally {
+        await sub.close();
+      }
+    }
+  }
+
+  /** Both sides of a directory, name by name. */
+  async both(before: HeldDir, after: HeldDir, parts: Buffer[], depth: number): Promise<void> {
+    if (depth > MAX_DEPTH) throw new Error(`${this.volume}: nested deeper than ${MAX_DEPTH} directories`);
+    const [a, b] = await Promise.all([before.names(), after.names()]);
+    const names = [...a, ...b]
+      .sort(Buffer.compare)
+      .filter((n, i, all) => i === 0 || !n.equals(all[i - 1] as Buffer));
+    // The lstats of one directory run together: most of a walk is waiting on them.
+    const stats = await Promise.all(
+      names.map((n) => Promise.all([lstatAt(before.at(n)), lstatAt(after.at(n))])),
+    );
+    for (const [i, name] of names.entries()) {
+      const [o, n] = stats[i] as [BigIntStats | null, BigIntStats | null];
+      const path = [...parts, name];
+      if (!o && n) await this.single(after, name, n, path, "created", depth);
+      else if (o && !n) await this.single(before, name, o, path, "deleted", depth);
+      else if (o && n) await this.pair(before, after, name, o, n, path, depth);
+    }
+  }
+
+  private async pair(
+    before: HeldDir,
+    after: HeldDir,
+    name: Buffer,
+    o: BigIntStats,
+    n: BigIntStats,
+    parts: Buffer[],
+    depth: number,
+  ): Promise<void> {
+    const to = typeOf(o);
+    const tn = typeOf(n);
+    const untouched = o.ino === n.ino && o.ctimeNs === n.ctimeNs;
+    if (untouched) this.shared++;
+    else if (this.isLeftOut(parts)) return;
+    if (to !== tn) {
+      this.entry(parts, {
+        change: "modified",
+        type: tn,
+        type_before: to,
+        changed: ["type"],
+        ...(to === "file" ? { bytes_before: Number(o.size) } : {}),
+        ...(tn === "file" ? { bytes_after: Number(n.size) } : {}),
+        mode_before: Number(o.mode) & 0o7777,
+        mode_after: Number(n.mode) & 0o7777,
+        owner_before: `${o.uid}:${o.gid}`,
+        owner_after: `${n.uid}:${n.gid}`,
+        ...(to === "symlink" ? { target_before: await this.target(before, name) } : {}),
+        ...(tn === "symlink" ? { target_after: await this.target(after, name) } : {}),
+      });
+      if (to === "file") this.counts.bytes_removed += Number(o.size);
+      if (tn === "file") this.counts.bytes_added += Number(n.size);
+      // What a directory held is listed as gone, or as new, under it.
+      if (to === "directory") {
+        const sub = await HeldDir.open(before.at(name));
+        try {
+          await this.oneSide(sub, parts, "deleted", depth + 1);
+        } finally {
+          await sub.close();
+        }
+      }
+      if (tn === "directory") {
+        const sub = await HeldDir.open(after.at(name));
+        try {
+          await this.oneSide(sub, parts, "created", depth + 1);
+        } finally {
+          await sub.close();
+        }
+      }
+      return;
+    }
+    if (!untouched) {
+      const changed: DiffAspect[] = [];
+      let compared = true;
+      if (tn === "file") {
+        if (o.size !== n.size) changed.push("content");
+        else if (o.size > 0n) {
+          const size = Number(n.size);
+          if (this.budget.compareBytes + 2 * size > this.budget.bounds.maxCompareBytes) {
+            compared = false;
+            changed.push("content");
+          } else {
+            this.budget.compareBytes += 2 * size;
+            if (!(await sameBytes(before.at(name), after.at(name)))) changed.push("content");
+          }
+        }
+      }
+      if ((o.mode & 0o7777n) !== (n.mode & 0o7777n)) changed.push("mode");
+      if (o.uid !== n.uid || o.gid !== n.gid) changed.push("owner");
+      let targets: { target_before: string; target_after: string } | undefined;
+      if (tn === "symlink") {
+        const tb = await this.target(before, name);
+        const ta = await this.target(after, name);
+        if (tb !== ta) {
+          changed.unshift("target");
+          targets = { target_before: tb, target_after: ta };
+        }
+      }
+      if ((tn === "char_device" || tn === "block_device") && o.rdev !== n.rdev) changed.push("device");
+      if (changed.length > 0) {
+        const bytes = tn === "file" ? { bytes_before: Number(o.size), bytes_after: Number(n.size) } : {};
+        const metadata =
+          changed.includes("mode") || changed.includes("owner")
+            ? {
+                mode_before: Number(o.mode) & 0o7777,
+                mode_after: Number(n.mode) & 0o7777,
+                owner_before: `${o.uid}:${o.gid}`,
+                owner_after: `${n.uid}:${n.gid}`,
+              }
+            : {};
+        const e = this.entry(parts, {
+          change: "modified",
+          type: tn,
+          changed,
+          ...bytes,
+          ...metadata,
+          ...targets,
+          ...(compared ? {} : { content_compared: false }),
+        });
+        if (tn === "file") {
+          const delta = Number(n.size - o.size);
+          if (delta > 0) this.counts.bytes_added += delta;
+          else this.counts.bytes_removed -= delta;
+        }
+        if (e && changed.includes("content") && compared)
+          await this.patch(
+            e,
+            e.path,
+            { dir: before, name, size: Number(o.size) },
+            { dir: after, name, size: Number(n.size) },
+          );
+      }
+    }
+    if (tn === "directory") {
+      const [sb, sa] = await Promise.all([HeldDir.open(before.at(name)), HeldDir.open(after.at(name))]);
+      try {
+        await this.both(sb, sa, parts, depth + 1);
+      } finally {
+        await Promise.all([sb.close(), sa.close()]);
+      }
+    }
+  }
+}
+
+/**
+ * One volume: before (a snapshot's root; null when the version had no such volume) against after
+ * (null when the volume is gone). Entries go into the budget's list, in path order; the counts
+ * cover every change, listed or not.
+ */
+export async function diffTrees(
+  volume: string,
+  beforeRoot: string | null,
+  afterRoot: string | null,
+  budget: DiffBudget,
+): Promise<DiffCounts & { method: "inode-ctime" | "bytes"; left_out: { why: string; entries: number }[] }> {
+  const root = afterRoot ?? beforeRoot;
+  const rules = root && (await leftOutFor(root));
+  const walk = new VolumeDiff(
+    volume,
+    budget,
+    rules && rules.length > 0 ? [...rules, ...POSTGRES_DIFF_LEFT_OUT] : [],
+  );
+  const before = beforeRoot ? await HeldDir.open(beforeRoot) : null;
+  try {
+    const after = afterRoot ? await HeldDir.open(afterRoot) : null;
+    try {
+      if (before && after) await walk.both(before, after, [], 0);
+      else if (after) await walk.oneSide(after, [], "created", 0);
+      else if (before) await walk.oneSide(before, [], "deleted", 0);
+    } finally {
+      await after?.close();
+    }
+  } finally {
+    await before?.close();
+  }
+  return {
+    ...walk.counts,
+    method: walk.shared > 0 ? "inode-ctime" : "bytes",
+    left_out: [...walk.leftOut].map(([why, entries]) => ({ why, entries })),
+  };
+}

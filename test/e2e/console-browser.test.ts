@@ -199,6 +199,40 @@ describe("the console", () => {
     await shot("environments");
   });
 
+  test("a verify's page shows what the episode changed; names and content the agent wrote are text", {
+    timeout: 300_000,
+  }, async () => {
+    const r2 = (await api("GET", `/v1/envs/${encodeURIComponent("ops-world/rollout-2")}`)).data.id as string;
+    const hostile = '<img src=x onerror="window.pwned=1">.txt';
+    const ran = await api("POST", `/v1/envs/${r2}/exec`, {
+      service: "opsbox",
+      command: [
+        "sh",
+        "-c",
+        'echo 7 > ~/answer.txt && printf "%s\\n" "<script>window.pwned=2</script>" > "$1"',
+        "sh",
+        `/home/ubuntu/${hostile}`,
+      ],
+    });
+    assert.equal(ran.data.exit_code, 0, ran.data.stderr);
+    const v = await api("POST", `/v1/envs/${r2}/verify`, {});
+    assert.equal(v.data.status, "succeeded", v.data.reason);
+    await page.goto(`${server.url}/#/deployment/${v.data.id}`);
+    const diff = page.locator("#episode-diff");
+    await diff.waitFor();
+    // The agent's two files, and nothing else: the diff is read before the snapshot's checkpoint.
+    assert.match(
+      await text(page.locator("#phase-diff > details > summary")),
+      /2 created · 0 modified · 0 deleted/,
+    );
+    assert.match(await text(diff), /home\/answer\.txt/);
+    assert.ok((await text(diff)).includes(`home/${hostile}`), await text(diff));
+    await diff.getByText("diff").first().click();
+    assert.ok((await text(diff)).includes("+<script>window.pwned=2</script>"));
+    assert.equal(await diff.locator("img, script").count(), 0, "nothing the agent wrote became markup");
+    assert.equal(await page.evaluate("typeof window.pwned"), "undefined");
+  });
+
   test("a rolled-back deploy shows its reason", { timeout: 300_000 }, async () => {
     const broken =
       'x-denv: { kind: agent }\nservices:\n  box:\n    image: 127.0.0.1:5000/denv/opsbox:bookworm\n    user: "1000:1000"\n    command: ["sh", "-c", "echo going; exit 3"]\n';

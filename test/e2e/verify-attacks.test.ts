@@ -170,7 +170,7 @@ describe("graded answers", () => {
     assert.equal(v.d.status, "succeeded", v.d.reason);
     assert.deepEqual(
       v.d.phases.map((p: any) => p.name),
-      ["stop", "collect", "snapshot", "diff", "clone", "grade", "verdict"],
+      ["stop", "diff", "collect", "snapshot", "clone", "grade", "verdict"],
     );
     assert.equal(v.reward, 1);
     assert.equal(v.grade.exit_code, 0);

@@ -5,6 +5,7 @@
  * collected and refused — rather than as raw JSON.
  */
 import { type Answer, api } from "./console-api.ts";
+import { diffHeadline, diffView } from "./diff-view.ts";
 import { age, badge, crumbs, h, ms, show } from "./dom.ts";
 
 type Deployment = Answer<"getV1DeploymentsById">;
@@ -54,7 +55,14 @@ export function evidenceView(value: unknown, depth = 0): HTMLElement {
   );
 }
 
+/** A verify's diff phase (its evidence the diff itself), shown as a diff rather than as fields. */
+function isDiff(p: Phase): p is Phase & { evidence: Parameters<typeof diffView>[0] } {
+  const ev = p.evidence as { summary?: unknown; entries?: unknown } | null;
+  return p.name === "diff" && !!ev && typeof ev.summary === "object" && Array.isArray(ev.entries);
+}
+
 function headline(p: Phase): string {
+  if (isDiff(p)) return diffHeadline(p.evidence);
   const ev = p.evidence;
   if (!ev || typeof ev !== "object" || Array.isArray(ev)) return "";
   const found: string[] = [];
@@ -86,7 +94,7 @@ function timeline(d: Deployment): HTMLElement {
         { class: `phase s-${p.status}`, id: `phase-${p.name}` },
         h(
           "details",
-          { open: p.status === "failed" },
+          { open: p.status === "failed" || isDiff(p) },
           h(
             "summary",
             {},
@@ -97,9 +105,11 @@ function timeline(d: Deployment): HTMLElement {
             h("span", { class: "muted headline" }, headline(p)),
           ),
           p.reason ? h("p", { class: "reason" }, p.reason) : null,
-          p.evidence !== null && p.evidence !== undefined
-            ? evidenceView(p.evidence)
-            : h("p", { class: "muted" }, "no evidence recorded"),
+          isDiff(p)
+            ? diffView(p.evidence)
+            : p.evidence !== null && p.evidence !== undefined
+              ? evidenceView(p.evidence)
+              : h("p", { class: "muted" }, "no evidence recorded"),
         ),
       ),
     ),

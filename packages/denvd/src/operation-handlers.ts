@@ -119,7 +119,6 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
     diff: (p) =>
       denvd.diff(p.stack_id, {
         ...(p.against ? { against: p.against } : {}),
-        ...(p.of ? { of: p.of } : {}),
         bounds: {
           ...(p.max_entries ? { maxEntries: p.max_entries } : {}),
           ...(p.max_diff_bytes !== undefined ? { maxDiffBytes: p.max_diff_bytes } : {}),

@@ -1,9 +1,8 @@
 /**
  * diff: what changed in a stack since a version — every volume's files (tree-diff.ts), and the
- * rows PostgreSQL services count as changed. The "after" side is the stack's live datasets or, for
- * a verify, the version it just took (what the grader is given). Live datasets are read through a
- * read-only snapshot taken for the diff where the driver's are cheap (btrfs, zfs: one instant for
- * each volume, and nothing a container does moves under the walk), then removed; on dir, where a
+ * rows PostgreSQL services count as changed. The live datasets are read through a read-only
+ * snapshot taken for the diff where the driver's are cheap (btrfs, zfs: one instant for each
+ * volume, and nothing a container does moves under the walk), then removed; on dir, where a
  * snapshot is a copy, the live trees are walked as they are (never following a link either way).
  */
 import { randomBytes } from "node:crypto";
@@ -15,8 +14,6 @@ import { type DiffBounds, DiffBudget, diffTrees } from "./tree-diff.ts";
 export interface DiffStackOptions {
   /** The version to compare with (default: the one the stack was forked from or rolled back to). */
   against?: string;
-  /** A version to compare instead of the live datasets (a verify's, of this stack). */
-  of?: string;
   bounds?: Partial<DiffBounds>;
 }
 
@@ -40,22 +37,16 @@ export async function diffStack(
       `stack ${stack.name} was not forked from a version and has none of its own yet: name the version to compare with`,
     );
   const against = ctx.version(againstId);
-  const of = options.of ? ctx.version(options.of) : null;
-  if (of && of.stackId !== stack.id)
-    throw new DenvError("invalid_argument", `version ${of.id} was not taken of stack ${stack.name}`);
   // No checkpoint is asked for: a live diff shows the files as they are on disk, and a database's
   // rows are counted from its own statistics below. A CHECKPOINT would write out what the
   // checkpoint's own connection changed (hint bits set on catalog pages as it starts), which is
-  // not the episode's. A verify's version was taken after the snapshot's checkpoint.
+  // not the episode's (a verify reads its diff before its snapshot checkpoints for that reason).
   const budget = new DiffBudget(options.bounds);
   const volumes: DiffEvidence["volumes"] = {};
   const temporary: string[] = [];
   try {
     const after: Record<string, string> = {};
-    if (of) {
-      for (const [vol, snap] of Object.entries(of.snapshots))
-        after[vol] = await ctx.storage.snapshotTree(snap);
-    } else if (ctx.storage.kind === "dir") {
+    if (ctx.storage.kind === "dir") {
       for (const [vol, ds] of Object.entries(stack.datasets)) after[vol] = ctx.storage.datasetPath(ds);
     } else {
       const tag = randomBytes(4).toString("hex");
@@ -83,7 +74,7 @@ export async function diffStack(
   const { bounds } = budget;
   return {
     against: against.id,
-    of: of ? of.id : `${stack.id} (live)`,
+    of: `${stack.id} (live)`,
     volumes,
     summary,
     entries: budget.entries,

@@ -84,7 +84,7 @@ export const databaseDiff = z.object({
 export const diffEvidence = z.object({
   /** The version compared against. */
   against: z.string(),
-  /** What was compared with it: the stack's live datasets, or a version's snapshots. */
+  /** What was compared with it: a stack's live datasets, read through a snapshot taken for the diff. */
   of: z.string(),
   /** How each volume was compared. */
   volumes: z.record(

@@ -327,14 +327,13 @@ export const OPERATIONS = {
   },
   /**
    * What changed in a stack's volumes (and its PostgreSQL services' rows) since a version: its live
-   * datasets, or a version taken of it (`of`), against `against` (default: the version it came from).
+   * datasets against `against` (default: the version it came from or was last rolled back to).
    */
   diff: {
     deadlineMs: 5 * 60_000,
     params: z.strictObject({
       stack_id: stackId,
       against: versionId.optional(),
-      of: versionId.optional(),
       max_entries: z.number().int().min(1).max(100_000).optional(),
       max_diff_bytes: z
         .number()

@@ -772,7 +772,7 @@ export type PostV1EnvsByIdRollbackBody = {
   version: string;
 };
 
-/** Grade the environment on a fork as a separate principal: stop, collect, snapshot, diff (what the episode changed), clone, grade, verdict — POST /v1/envs/{id}/verify */
+/** Grade the environment on a fork as a separate principal: stop, diff (what the episode changed), collect, snapshot, clone, grade, verdict — POST /v1/envs/{id}/verify */
 export type PostV1EnvsByIdVerifyResponse = {
   id: string;
   environment_id: string;

@@ -182,7 +182,7 @@ export function registerEnvironmentCommands(program: Command): void {
             if (!json) process.stderr.write(`oracle: solve.sh exited ${r.exit_code}\n`);
           }
           if (!json)
-            process.stderr.write(`verifying ${graded}: stop, collect, snapshot, diff, clone, grade…\n`);
+            process.stderr.write(`verifying ${graded}: stop, diff, collect, snapshot, clone, grade…\n`);
           d = await client().untilVerdict(() =>
             client().call("postV1EnvsByIdVerify", {
               params: o.oracle ? { id: graded } : envParam(env),

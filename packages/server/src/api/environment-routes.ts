@@ -129,7 +129,7 @@ export const environmentRoutes: ApiRoute[] = [
     method: "post",
     path: "/v1/envs/{id}/verify",
     summary:
-      "Grade the environment on a fork as a separate principal: stop, collect, snapshot, diff (what the episode changed), clone, grade, verdict",
+      "Grade the environment on a fork as a separate principal: stop, diff (what the episode changed), collect, snapshot, clone, grade, verdict",
     body: verifyBody,
     query: waitQuery,
     response: deploymentSchema,

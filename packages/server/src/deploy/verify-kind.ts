@@ -1,7 +1,7 @@
 /**
- * verify: stop → collect → snapshot → diff → clone → grade → verdict. The agent is frozen first and
+ * verify: stop → diff → collect → snapshot → clone → grade → verdict. The agent is frozen first and
  * stays frozen (unless resume); grading happens on a fork, as root, in the verifier's own container.
- * The diff phase records what the episode changed (the snapshot against the version the environment
+ * The diff phase records what the episode changed (the frozen environment against the version it
  * came from) beside the reward; a diff that fails is recorded as failed and grading goes on.
  * The deployment succeeds when grading ran; the reward (0 for refused collections, a crashed or
  * timed-out verifier) is in the verdict.
@@ -14,7 +14,7 @@ import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
 import type { PhaseRecorder } from "./phase-recorder.ts";
 import { snapshotPhase, specOf } from "./snapshot-kind.ts";
 
-const VERIFY_PHASES = ["stop", "collect", "snapshot", "diff", "clone", "grade", "verdict"];
+const VERIFY_PHASES = ["stop", "diff", "collect", "snapshot", "clone", "grade", "verdict"];
 /** The evidence lists this many changes and this much text diff; the rest is counted. */
 const DIFF_EVIDENCE_ENTRIES = 1000;
 const DIFF_EVIDENCE_TEXT_BYTES = 256 * 1024;
@@ -69,7 +69,7 @@ export async function runVerify(
   return { deploymentId: rec.deploymentId, done };
 }
 
-/** stop, collect, then (unless the collection was refused) snapshot, diff, clone and grade. */
+/** stop, diff, collect, then (unless the collection was refused) snapshot, clone and grade. */
 async function gradePhases(
   runner: DeploymentRunner,
   rec: PhaseRecorder,
@@ -89,25 +89,15 @@ async function gradePhases(
     evidence: await hosts.call(hostId, "verify_stop", { stack_id: stackId }),
   }));
   await updateEnvironment(runner.store, env.id, { status: "frozen" });
-  const collected = (await rec.run("collect", async () => {
-    const c = await hosts.call(hostId, "verify_collect", { stack_id: stackId, verify_id: rec.deploymentId });
-    return { value: c, evidence: c };
-  })) as { refused: string | null };
-  if (collected.refused) {
-    for (const n of ["snapshot", "diff", "clone", "grade"])
-      await rec.skip(n, "the collected paths were refused: the episode scores 0");
-    return { reward: 0, reason: `refused: ${collected.refused}` };
-  }
-  // Read before the snapshot, which makes the new version the environment's current one.
+  // What the episode changed, read while the agent is frozen and before the snapshot's checkpoint
+  // writes what the databases hold (a refused collection has it too: it is what an auditor asks).
   const against = env.parent_version_id ?? env.current_version_id;
-  const versionId = await snapshotPhase(runner, rec, env, hostId, stackId, () => specOf(runner, env));
   if (!against) await rec.skip("diff", "the environment came from no version: nothing to compare with");
   else
     await rec
       .run("diff", async () => ({
         evidence: await hosts.call(hostId, "diff", {
           stack_id: stackId,
-          of: versionId,
           against,
           max_entries: DIFF_EVIDENCE_ENTRIES,
           max_diff_bytes: DIFF_EVIDENCE_TEXT_BYTES,
@@ -115,6 +105,16 @@ async function gradePhases(
       }))
       // Recorded as failed with its reason; the grade does not depend on it.
       .catch(() => {});
+  const collected = (await rec.run("collect", async () => {
+    const c = await hosts.call(hostId, "verify_collect", { stack_id: stackId, verify_id: rec.deploymentId });
+    return { value: c, evidence: c };
+  })) as { refused: string | null };
+  if (collected.refused) {
+    for (const n of ["snapshot", "clone", "grade"])
+      await rec.skip(n, "the collected paths were refused: the episode scores 0");
+    return { reward: 0, reason: `refused: ${collected.refused}` };
+  }
+  const versionId = await snapshotPhase(runner, rec, env, hostId, stackId, () => specOf(runner, env));
   const graderStackId = (await rec.run("clone", async () => {
     // Named and written down before the host is asked: removed whatever happens next.
     made.graderStackId = newId("stk");

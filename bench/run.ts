@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --quick] [-- --json] [-- --save] [-- --only fork,api,scale,exec,transfer,fidelity,fleet,e2b,ingress]`: every
+ * `npm run bench [-- --quick] [-- --json] [-- --save] [-- --only fork,api,scale,exec,transfer,fidelity,fleet,e2b,ingress,diff]`: every
  * figure beside its peer, measured in the same run on this machine. Prints a table for people
  * (each median with its p5–p95 spread and the 95% interval of the median); with --json, one JSON
  * object on the last line ({commit, machine, duration_s, metrics with every sample, ratios,
@@ -12,6 +12,7 @@ import { cpus, release, totalmem } from "node:os";
 import { join } from "node:path";
 import { apiBench } from "./api-bench.ts";
 import { atLeast, atMost, interval, type Metric, ratioInterval, withSpread } from "./bench-stats.ts";
+import { diffBench } from "./diff-bench.ts";
 import { e2bBench } from "./e2b-bench.ts";
 import { fidelityBench } from "./fidelity-bench.ts";
 import { fleetBench } from "./fleet-bench.ts";
@@ -77,6 +78,7 @@ const measured: Record<string, Metric> = {
   ...(part("fleet") ? await fleetBench(quick) : {}),
   ...(part("e2b") ? await e2bBench(quick) : {}),
   ...(part("ingress") ? await ingressBench(quick) : {}),
+  ...(part("diff") ? await diffBench(quick) : {}),
 };
 // Every metric with samples carries its spread and the interval of its median.
 const metrics = Object.fromEntries(Object.entries(measured).map(([k, m]) => [k, withSpread(m)]));
@@ -115,6 +117,8 @@ const ratioOf: Record<string, [string, string]> = {
   e2b_exec_vs_engine_exec: ["e2b_exec_p50_ms", "e2b_exec_engine_p50_ms"],
   e2b_create_vs_v1_create: ["e2b_create_p50_ms", "e2b_create_v1_p50_ms"],
   ingress_vs_direct: ["ingress_https_p50_ms", "ingress_direct_p50_ms"],
+  rsync_vs_diff: ["diff_rsync_p50_ms", "diff_p50_ms"],
+  diff_r_vs_diff: ["diff_diffr_p50_ms", "diff_p50_ms"],
   first_fork_elsewhere_vs_holder: ["first_fork_elsewhere_ms", "first_fork_holder_ms"],
   forks_three_hosts_vs_one: quick
     ? ["fleet_8_forks_three_hosts_ms", "fleet_8_forks_one_host_ms"]
@@ -171,6 +175,8 @@ const goals: [string, boolean][] = [
     atMost(iv("files_peak_rss_mib_server"), 255.9) && atMost(iv("files_peak_rss_mib_denvd"), 255.9),
   ],
   ["a frozen fork ≤ 1.1× a real-clock fork", atMost(ratioIv("fork_frozen_vs_real"), 1.1)],
+  ["an episode's diff (ops-world + 1 GiB, 100 files changed) ≤ 1 s", atMost(iv("diff_p50_ms"), 1000)],
+  ["an episode's diff ≥ 10× faster than rsync -rcn", atLeast(ratioIv("rsync_vs_diff"), 10)],
   ["E2B-surface exec ≤ 1.5× /v1 exec", atMost(ratioIv("e2b_exec_vs_v1_exec"), 1.5)],
   [
     "ingress adds ≤ 2 ms p50 to a request",

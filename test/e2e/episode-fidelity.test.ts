@@ -259,6 +259,15 @@ test("20 forks running one scripted episode: identical with clock: frozen, diver
   assert.equal(last.trim().split("\n").length, 4);
   assert.deepEqual(Object.keys(rep.reference.volumes).sort(), ["home", "pg", "redis"]);
   assert.ok(rep.reference.volumes.pg.left_out.some((x: string) => x.startsWith("pg_wal/")));
+  // What the episode changed: the same in all twenty forks, the agent's file and the new table's rows.
+  assert.equal(rep.diff.identical, true, JSON.stringify(rep.diff.divergent_forks));
+  const changes = rep.diff.reference.entries.map(
+    (e: { change: string; volume: string; path: string }) => `${e.change} ${e.volume}/${e.path}`,
+  );
+  assert.ok(changes.includes("created home/stamp.txt"), changes.join("\n"));
+  assert.deepEqual(rep.diff.reference.databases[0].tables, [
+    { table: "public.episode", inserted: 2, updated: 0, deleted: 0 },
+  ]);
   // Every fork is gone afterwards.
   const envs = (await lab.api("GET", "/v1/envs")).data.environments as { name: string }[];
   assert.ok(!envs.some((e) => e.name.startsWith("replay-")), envs.map((e) => e.name).join(" "));
@@ -316,6 +325,15 @@ test("promote ops-world alpha staging passes every gate; the data sheet shows ea
   assert.deepEqual(Object.keys(gates.consistency.volumes).sort(), ["home", "pg", "redis"]);
   assert.equal(gates.replays.identical, true);
   assert.equal(gates.replays.forks, 3);
+  // The default episode reads and grades: it changes nothing, the same in every replay.
+  assert.deepEqual(gates.replays.diff.summary, {
+    created: 0,
+    deleted: 0,
+    modified: 0,
+    bytes_added: 0,
+    bytes_removed: 0,
+  });
+  assert.equal(gates.replays.diff.identical, true);
   // The default episode: the collected path read, then the verifier graded on each fork.
   const replay = (await lab.api("GET", `/v1/replays/${gates.replays.replay_id}`)).data;
   assert.deepEqual(
@@ -361,6 +379,7 @@ test("promote ops-world alpha staging passes every gate; the data sheet shows ea
     "#### replays: succeeded",
     "#### invariants: succeeded",
     "#### soak: succeeded",
+    "  - changed: 0 created, 0 modified, 0 deleted; every fork's the same",
   ])
     assert.ok(md.stdout.includes(heading), `${heading} in:\n${md.stdout.slice(0, 2000)}`);
 });

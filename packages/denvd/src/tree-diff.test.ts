@@ -172,3 +172,38 @@ describe("diffTrees (a PostgreSQL data directory)", () => {
     }
   });
 });
+
+describe("diffTrees (hostile trees)", () => {
+  it("a directory swapped for a link to / is reported as a link; nothing under / is read", async () => {
+    const root = mkdtempSync(join(tmpdir(), "tree-diff-link-"));
+    try {
+      const a = join(root, "a");
+      mkdirSync(join(a, "etc"), { recursive: true });
+      writeFileSync(join(a, "etc/app.conf"), "x\n");
+      execFileSync("cp", ["-a", a, join(root, "b")]);
+      const b = join(root, "b");
+      rmSync(join(b, "etc"), { recursive: true });
+      symlinkSync("/", join(b, "etc"));
+      // A loop, and a link to a FIFO: neither is followed nor opened.
+      symlinkSync("loop", join(b, "loop"));
+      execFileSync("mkfifo", [join(b, "fifo")]);
+      symlinkSync("fifo", join(b, "to-fifo"));
+      const budget = new DiffBudget();
+      await diffTrees("data", a, b, budget);
+      assert.deepEqual(
+        budget.entries.map((e) => `${e.change} ${e.type} ${e.path} ${e.target_after ?? ""}`.trim()),
+        [
+          "modified symlink etc /",
+          "deleted file etc/app.conf",
+          "created fifo fifo",
+          "created symlink loop loop",
+          "created symlink to-fifo fifo",
+        ],
+      );
+      assert.deepEqual(budget.entries[0]?.changed, ["type"]);
+      assert.equal(budget.entries[0]?.type_before, "directory");
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
+  });
+});

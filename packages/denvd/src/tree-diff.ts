@@ -301,6 +301,8 @@ class VolumeDiff {
       e.diff_omitted = "binary";
       return;
     }
+    // An empty file made or removed has no lines to show.
+    if (ta === tb) return;
     const text = createTwoFilesPatch(
       before ? `a/${path}` : "/dev/null",
       after ? `b/${path}` : "/dev/null",

@@ -6,6 +6,7 @@
  */
 import type { ClockEvidence, ResolvedSpec } from "@denv/protocol";
 import type { SecretBox } from "../clouds/secret-box.ts";
+import type { ReplayResult } from "../deploy/replay-runner.ts";
 import type { Store } from "../store/open-store.ts";
 import { versionReplays } from "../store/replay-store.ts";
 import type { DeploymentsTable, VersionsTable } from "../store/schema.ts";
@@ -52,6 +53,18 @@ export interface Datasheet {
     forks: number;
     identical: boolean | null;
     first_divergence: unknown;
+    /** What the episode changed (the reference fork's counts), and whether every fork agreed. */
+    diff: {
+      identical: boolean | null;
+      summary: {
+        created: number;
+        deleted: number;
+        modified: number;
+        bytes_added: number;
+        bytes_removed: number;
+      };
+      changes: string[];
+    } | null;
     created_at: string;
   }[];
   promotes: {
@@ -147,8 +160,13 @@ export async function buildDatasheet(
   });
   const replays = (await versionReplays(store, version.team_id, version.id)).map((r) => {
     const rep = r.report_json
-      ? (JSON.parse(r.report_json) as { identical?: boolean; first_divergence?: unknown })
+      ? (JSON.parse(r.report_json) as {
+          identical?: boolean;
+          first_divergence?: unknown;
+          diff?: Pick<ReplayResult["diff"], "identical" | "reference">;
+        })
       : null;
+    const ref = rep?.diff?.reference;
     const req = JSON.parse(r.request_json) as { forks: number };
     return {
       id: r.id,
@@ -156,6 +174,13 @@ export async function buildDatasheet(
       forks: req.forks,
       identical: typeof rep?.identical === "boolean" ? rep.identical : null,
       first_divergence: rep?.first_divergence ?? null,
+      diff: ref
+        ? {
+            identical: rep?.diff?.identical ?? null,
+            summary: ref.summary,
+            changes: ref.entries.slice(0, 50).map((e) => `${e.change} ${e.volume}/${e.path}`),
+          }
+        : null,
       created_at: r.created_at,
     };
   });
@@ -204,6 +229,13 @@ const cell = (v: unknown) =>
   String(v ?? "")
     .replaceAll("|", "\\|")
     .replaceAll("\n", " ");
+/** Inline code no content can close: its backticks outnumber any run inside. */
+function inlineCode(s: string): string {
+  const longest = Math.max(0, ...[...s.matchAll(/`+/g)].map((m) => m[0].length));
+  const tick = "`".repeat(longest + 1);
+  return `${tick} ${s.replaceAll("\n", " ")} ${tick}`;
+}
+
 /** A code block no content can close: its fence is longer than any run of backticks inside. */
 function fence(v: unknown): string {
   const text = JSON.stringify(v, null, 2);
@@ -255,6 +287,17 @@ export function datasheetMarkdown(d: Datasheet): string {
   if (d.replays.length === 0) out.push("None yet: `denv replay` runs one.", "");
   for (const r of d.replays) {
     out.push(`- ${r.id} (${r.created_at}): ${r.forks} forks, **${r.status}**`);
+    if (r.diff) {
+      const s = r.diff.summary;
+      const same =
+        r.diff.identical === null
+          ? ""
+          : r.diff.identical
+            ? "; every fork's the same"
+            : "; **forks' diffs differ**";
+      out.push(`  - changed: ${s.created} created, ${s.modified} modified, ${s.deleted} deleted${same}`);
+      for (const c of r.diff.changes) out.push(`    - ${inlineCode(c)}`);
+    }
     if (r.first_divergence) out.push("", fence(r.first_divergence), "");
   }
   out.push("", "## Promotes", "");

@@ -202,6 +202,21 @@ export async function runPromote(
           digests: report.digests,
           first_divergence: report.first_divergence,
           sources: report.sources,
+          // What the episode changed, and whether every replay changed the same.
+          diff: report.diff.reference
+            ? {
+                identical: report.diff.identical,
+                divergent_forks: report.diff.divergent_forks,
+                summary: report.diff.reference.summary,
+                changes: report.diff.reference.entries
+                  .slice(0, 50)
+                  .map((e) => `${e.change} ${e.volume}/${e.path}`),
+                databases: report.diff.reference.databases.map((x) => ({
+                  service: x.service,
+                  tables: x.tables,
+                })),
+              }
+            : null,
           ms: report.ms,
         };
         if (!report.identical) {

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { compareRuns, type ForkRun, lineDiff, sourcesOf } from "./replay-report.ts";
+import type { DiffEvidence } from "@denv/protocol";
+import { compareDiffs, compareRuns, type ForkRun, lineDiff, sourcesOf } from "./replay-report.ts";
 
 const step = (stdout: string, exit_code = 0) => ({ exit_code, stdout, stderr: "", timed_out: false, ms: 1 });
 const vol = (digest: string, entries: [string, string][] = [["a", "1"]]) => ({
@@ -94,4 +95,50 @@ test("an exit code that differs, and a fork that could not run, are divergences 
   assert.equal(r.first_divergence?.what, "error");
   assert.deepEqual(r.first_divergence?.diff, ["the fork failed: capacity"]);
   assert.equal(compareRuns([failed]).identical, false, "no run at all is not identical");
+});
+
+test("diffs: forks that changed the same agree whatever their stack, time and engine bookkeeping; one that differs is named", () => {
+  const counts = { created: 1, deleted: 0, modified: 0, bytes_added: 6, bytes_removed: 0 };
+  const diff = (stack: string, ms: number, path: string, walFiles: number): DiffEvidence => ({
+    against: "ver_000000000001",
+    of: `${stack} (live)`,
+    volumes: {
+      home: { ...counts, method: "inode-ctime", left_out: [] },
+      pg: {
+        ...counts,
+        created: 0,
+        bytes_added: 0,
+        method: "inode-ctime",
+        left_out: [{ why: "pg_wal/", entries: walFiles }],
+      },
+    },
+    summary: counts,
+    entries: [{ volume: "home", path, change: "created", type: "file", bytes_after: 6 }],
+    truncated: false,
+    bounds: { max_entries: 500, max_text_bytes: 65536, max_diff_bytes: 65536, max_compare_bytes: 1 },
+    databases: [
+      { service: "db", engine: "postgres", database: "postgres", approximate: true, how: "", tables: [] },
+    ],
+    ms,
+  });
+  const withDiff = (index: number, d: DiffEvidence | null): ForkRun => ({ ...run(index, ["a"]), diff: d });
+  assert.deepEqual(
+    compareDiffs([
+      withDiff(1, diff("stk_a", 10, "new.txt", 1)),
+      withDiff(2, diff("stk_b", 99, "new.txt", 3)),
+      withDiff(3, null),
+    ]),
+    { identical: true, divergent_forks: [] },
+  );
+  assert.deepEqual(
+    compareDiffs([
+      withDiff(1, diff("stk_a", 1, "new.txt", 1)),
+      withDiff(2, diff("stk_b", 1, "other.txt", 1)),
+    ]),
+    { identical: false, divergent_forks: [2] },
+  );
+  assert.deepEqual(compareDiffs([withDiff(1, diff("stk_a", 1, "new.txt", 1))]), {
+    identical: null,
+    divergent_forks: [],
+  });
 });

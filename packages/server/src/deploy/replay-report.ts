@@ -5,6 +5,7 @@
  * hostnames, MAC and network addresses, PIDs), ordering. Pure: the runs come in, the report goes out.
  */
 import { createHash } from "node:crypto";
+import type { DiffEvidence } from "@denv/protocol";
 
 export interface StepRun {
   exit_code: number | null;
@@ -24,6 +25,38 @@ export interface ForkRun {
     string,
     { digest: string; files: number; bytes: number; entries: [string, string][]; left_out?: string[] }
   >;
+  /** What the episode changed (read before the digest's checkpoint); null when it could not be read. */
+  diff?: DiffEvidence | null;
+}
+
+/**
+ * What of a diff two runs of one episode must agree on: every change listed and counted, and the
+ * rows each database counted. Left out: the stack it was read from, its time, and the count of an
+ * engine's bookkeeping files, which are not the episode's.
+ */
+export function diffKey(d: DiffEvidence): string {
+  return sha(
+    JSON.stringify({
+      summary: d.summary,
+      volumes: Object.fromEntries(
+        Object.entries(d.volumes)
+          .sort(([a], [b]) => a.localeCompare(b))
+          .map(([v, c]) => [v, [c.created, c.deleted, c.modified, c.bytes_added, c.bytes_removed]]),
+      ),
+      entries: d.entries,
+      truncated: d.truncated,
+      databases: d.databases.map((x) => ({ service: x.service, tables: x.tables, error: x.error ?? null })),
+    }),
+  );
+}
+
+/** Whether the runs' diffs agree (null when fewer than two could be read), and the forks that differ. */
+export function compareDiffs(runs: ForkRun[]): { identical: boolean | null; divergent_forks: number[] } {
+  const read = runs.filter((r) => r.error === null && r.diff);
+  if (read.length < 2) return { identical: null, divergent_forks: [] };
+  const ref = diffKey(read[0]?.diff as DiffEvidence);
+  const divergent = read.filter((r) => diffKey(r.diff as DiffEvidence) !== ref).map((r) => r.index);
+  return { identical: divergent.length === 0, divergent_forks: divergent };
 }
 
 export type DivergenceSource = "clock" | "randomness" | "network" | "ordering" | "state";

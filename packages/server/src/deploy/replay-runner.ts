@@ -9,7 +9,7 @@
  * restart finds and removes what a stopped server left (recoverReplays).
  */
 import { randomBytes } from "node:crypto";
-import { DenvError, type ResolvedSpec } from "@denv/protocol";
+import { DenvError, type DiffEvidence, type ResolvedSpec } from "@denv/protocol";
 import { newId, now } from "../ids.ts";
 import { deploymentById } from "../store/deployment-store.ts";
 import { environmentById } from "../store/environment-store.ts";
@@ -20,7 +20,13 @@ import { execOverStreams } from "../targets/denvd/host-exec.ts";
 import type { HostOperations } from "../targets/denvd/host-operations.ts";
 import type { Admission } from "./admission.ts";
 import type { Deployer } from "./deployer.ts";
-import { compareRuns, type ForkRun, type ReplayOutcome, type StepRun } from "./replay-report.ts";
+import {
+  compareDiffs,
+  compareRuns,
+  type ForkRun,
+  type ReplayOutcome,
+  type StepRun,
+} from "./replay-report.ts";
 
 /**
  * A step's deadline when the script gives none: long enough that a busy machine's slow step is
@@ -52,6 +58,8 @@ export interface ReplayResult extends ReplayOutcome {
     steps: StepRun[];
     volumes: Record<string, { digest: string; files: number; bytes: number; left_out: string[] }>;
   } | null;
+  /** What the episode changed in each fork: the reference's diff, and whether every fork's agrees. */
+  diff: { identical: boolean | null; divergent_forks: number[]; reference: DiffEvidence | null };
   runs: {
     index: number;
     environment_id: string | null;
@@ -62,6 +70,9 @@ export interface ReplayResult extends ReplayOutcome {
   ms: number;
 }
 
+/** A replay's diffs list this many changes and this much text diff per fork; the rest is counted. */
+const REPLAY_DIFF_ENTRIES = 200;
+const REPLAY_DIFF_TEXT_BYTES = 32 * 1024;
 /** Output kept per stream per step: a diff needs the lines, not megabytes of them. */
 const STEP_OUTPUT_BYTES = 256 * 1024;
 export const DEFAULT_REPLAY_FORKS = 20;
@@ -176,6 +187,15 @@ async function replayOne(
     // grades after the episode, on its clock as it stands: how long grading takes (a container to
     // start, paths to collect) is not the episode's time, and it differs from fork to fork.
     for (const step of steps) run.steps.push(await runStep(deps, env.host_id, env.stack_id, step));
+    // What the episode changed, before the digest's checkpoint writes what the databases hold. A
+    // host that cannot diff (an older denvd) leaves it out; the replay itself does not depend on it.
+    run.diff = await deps.hosts
+      .call(env.host_id, "diff", {
+        stack_id: env.stack_id,
+        max_entries: REPLAY_DIFF_ENTRIES,
+        max_diff_bytes: REPLAY_DIFF_TEXT_BYTES,
+      })
+      .catch(() => null);
     const digest = await deps.hosts.call(env.host_id, "digest_volumes", { stack_id: env.stack_id });
     run.volumes = digest.volumes;
   } catch (err) {
@@ -227,6 +247,7 @@ export async function replayVersion(
           ),
         }
       : null,
+    diff: { ...compareDiffs(runs), reference: ref?.diff ?? null },
     runs: runs.map((r, i) => ({
       index: r.index,
       environment_id: r.environment_id,

@@ -15,9 +15,12 @@ import type { PhaseRecorder } from "./phase-recorder.ts";
 import { snapshotPhase, specOf } from "./snapshot-kind.ts";
 
 const VERIFY_PHASES = ["stop", "diff", "collect", "snapshot", "clone", "grade", "verdict"];
-/** The evidence lists this many changes and this much text diff; the rest is counted. */
-const DIFF_EVIDENCE_ENTRIES = 1000;
-const DIFF_EVIDENCE_TEXT_BYTES = 256 * 1024;
+/**
+ * The evidence lists this many changes and this much text diff, the rest counted: a deployment's
+ * record stays small (the full listing is `denv diff ENV` while the environment is kept frozen).
+ */
+const DIFF_EVIDENCE_ENTRIES = 100;
+const DIFF_EVIDENCE_TEXT_BYTES = 16 * 1024;
 
 export async function runVerify(
   runner: DeploymentRunner,

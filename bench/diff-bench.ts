@@ -3,7 +3,8 @@
  * fork whose version holds 1 GiB more in the agent's home (1,024 files of 1 MiB) and whose episode
  * rewrote 4 KiB in 100 of them (their sizes unchanged: the hard case), against `rsync -rcn
  * --delete` and `diff -r` of the same trees (each volume's snapshot against the fork's dataset).
- * Every sample is checked: the diff lists exactly the 100 files, rsync and diff -r name 100 too.
+ * Every sample is checked: the diff lists exactly the 100 files (modified, in content alone), and
+ * rsync and diff -r name the same 100. (`$$` in the compose file: a `$` Compose does not substitute.)
  */
 import { execFile } from "node:child_process";
 import { readFileSync } from "node:fs";
@@ -17,6 +18,8 @@ const run = promisify(execFile);
 const root = join(import.meta.dirname, "..");
 const FILES = 1024;
 const CHANGED = 100;
+/** The version's extra gigabyte: 1,024 files of 1 MiB of random bytes in the agent's home. */
+const WARM = `mkdir -p /home/ubuntu/data && cd /home/ubuntu/data && python3 -c 'import os\nfor i in range(1, ${FILES + 1}): open("f%d" % i, "wb").write(os.urandom(1 << 20))'`;
 
 /** Lines a command printed (its exit status 1 means "differences found" for diff). */
 async function lines(cmd: string, args: string[]): Promise<string[]> {
@@ -35,7 +38,7 @@ export async function diffBench(quick: boolean): Promise<Record<string, Metric>>
   try {
     const compose = readFileSync(join(root, "examples/ops-world/docker-compose.yaml"), "utf8").replace(
       '    - "psql -h db -U postgres -f /seed/orders.sql"',
-      `    - "psql -h db -U postgres -f /seed/orders.sql"\n    - "mkdir -p /home/ubuntu/data && cd /home/ubuntu/data && for i in $(seq 1 ${FILES}); do head -c 1048576 /dev/urandom > f$i; done"`,
+      `    - "psql -h db -U postgres -f /seed/orders.sql"\n    - ${JSON.stringify(WARM)}`,
     );
     await api("POST", "/v1/projects", { name: "ops-diff", kind: "rl-environment", source: "./ops-diff" });
     await api("PUT", "/v1/projects/ops-diff/source", { compose });
@@ -76,9 +79,13 @@ export async function diffBench(quick: boolean): Promise<Record<string, Metric>>
       let named: string[] = [];
       if (who === "denv") {
         const d = await api("GET", `/v1/envs/${fork.id}/diff?max_entries=1000`);
-        named = (d.entries as { volume: string; path: string; change: string }[])
-          .filter((e) => e.volume === "home")
-          .map((e) => e.path);
+        const home = (
+          d.entries as { volume: string; path: string; change: string; changed?: string[] }[]
+        ).filter((e) => e.volume === "home");
+        // Each of them modified in its content alone: a create or a delete would be a wrong answer.
+        named = home.map((e) =>
+          e.change === "modified" && e.changed?.join() === "content" ? e.path : `${e.change} ${e.path}`,
+        );
       } else {
         for (const p of pairs) {
           const out =

@@ -46,6 +46,8 @@ command -v git >/dev/null || need+=(git)
 command -v openssl >/dev/null || need+=(openssl)
 if [ "$FOR" = all ]; then
   command -v jq >/dev/null || need+=(jq)
+  # rsync: the episode diff's benchmark peer (rsync -rcn of the same trees).
+  command -v rsync >/dev/null || need+=(rsync)
   # dnsmasq: the ingress tests' resolver, answering *.denv.test inside a network namespace of their own.
   command -v dnsmasq >/dev/null || [ -x /usr/sbin/dnsmasq ] || need+=(dnsmasq-base)
   # PostgreSQL: the store's second database, which its tests start a throw-away cluster of.

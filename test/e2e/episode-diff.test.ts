@@ -157,7 +157,7 @@ test("an episode's changes, each reported exactly; rows counted per table", asyn
     d.summary.created,
     Object.values(d.volumes).reduce((n, v) => n + v.created, 0),
   );
-  // The snapshot the diff read was its own: none is left on the host.
+  // The diff made nothing on the host: no snapshot of its own is left behind.
   assert.deepEqual(
     (await host.storage.listSnapshots()).filter((s) => s.includes("-diff-")),
     [],

@@ -1,11 +1,11 @@
 /**
  * diff: what changed in a stack since a version — every volume's files (tree-diff.ts), and the
- * rows PostgreSQL services count as changed. The live datasets are read through a read-only
- * snapshot taken for the diff where the driver's are cheap (btrfs, zfs: one instant for each
- * volume, and nothing a container does moves under the walk), then removed; on dir, where a
- * snapshot is a copy, the live trees are walked as they are (never following a link either way).
+ * rows PostgreSQL services count as changed. The live datasets are walked as they are, beside the
+ * version's snapshots: never following a link, so a container changing its tree under the walk can
+ * make the answer reflect one moment or the next, never read outside the tree. A verify reads its
+ * diff while the agent is frozen. (A read-only snapshot of each dataset for the diff was tried: it
+ * cost 50-110 ms a diff, and its files' pages, new inodes to the kernel, were read cold.)
  */
-import { randomBytes } from "node:crypto";
 import { type DatabaseDiff, DenvError, type DiffEvidence } from "@denv/protocol";
 import type { StackContext } from "./stack-context.ts";
 import type { StackRecord } from "./state-store.ts";
@@ -43,30 +43,15 @@ export async function diffStack(
   // not the episode's (a verify reads its diff before its snapshot checkpoints for that reason).
   const budget = new DiffBudget(options.bounds);
   const volumes: DiffEvidence["volumes"] = {};
-  const temporary: string[] = [];
-  try {
-    const after: Record<string, string> = {};
-    if (ctx.storage.kind === "dir") {
-      for (const [vol, ds] of Object.entries(stack.datasets)) after[vol] = ctx.storage.datasetPath(ds);
-    } else {
-      const tag = randomBytes(4).toString("hex");
-      await Promise.all(
-        Object.entries(stack.datasets).map(async ([vol, ds]) => {
-          const snap = `${stack.id}-diff-${tag}-${vol}`;
-          await ctx.storage.snapshot(ds, snap);
-          temporary.push(snap);
-          after[vol] = await ctx.storage.snapshotTree(snap);
-        }),
-      );
-    }
-    const names = [...new Set([...Object.keys(after), ...Object.keys(against.snapshots)])].sort();
-    for (const vol of names) {
-      const snap = against.snapshots[vol];
-      const before = snap ? await ctx.storage.snapshotTree(snap) : null;
-      volumes[vol] = await diffTrees(vol, before, after[vol] ?? null, budget);
-    }
-  } finally {
-    await Promise.all(temporary.map((s) => ctx.storage.destroySnapshot(s).catch(() => {})));
+  // The databases are asked while the files are walked.
+  const databases = databaseChanges(ctx, stack);
+  databases.catch(() => {}); // awaited below; a walk that fails first must not leave it unhandled
+  const names = [...new Set([...Object.keys(stack.datasets), ...Object.keys(against.snapshots)])].sort();
+  for (const vol of names) {
+    const snap = against.snapshots[vol];
+    const ds = stack.datasets[vol];
+    const before = snap ? await ctx.storage.snapshotTree(snap) : null;
+    volumes[vol] = await diffTrees(vol, before, ds ? ctx.storage.datasetPath(ds) : null, budget);
   }
   const summary = { created: 0, deleted: 0, modified: 0, bytes_added: 0, bytes_removed: 0 };
   for (const v of Object.values(volumes))
@@ -85,7 +70,7 @@ export async function diffStack(
       max_diff_bytes: bounds.maxDiffBytes,
       max_compare_bytes: bounds.maxCompareBytes,
     },
-    databases: await databaseChanges(ctx, stack),
+    databases: await databases,
     ms: Math.round(performance.now() - started),
   };
 }

@@ -8,12 +8,15 @@
  * Why it is fast where a clone shares its snapshot's inodes (btrfs and zfs): an inode with the
  * same number and the same ctime in both trees is the snapshot's own, untouched. The kernel sets
  * ctime on every change of content or metadata, to the real time (a container cannot set it back,
- * nor move the host's clock), so only the inodes that changed are compared. Elsewhere (the dir
- * driver's copies, other numbers) a file whose size is the same is compared byte for byte, within
- * a budget; one left uncompared past it is reported so, never as unchanged.
+ * nor move the host's clock), so only the inodes that changed are compared. Of those, a file whose
+ * size is the same is compared byte for byte (so a chmod alone is a mode change, and content
+ * rewritten with its mtime set back is still content), except a large one whose mtime moved: it
+ * was written, and is reported so without reading it. Elsewhere (the dir driver's copies, other
+ * numbers) every file of equal size is compared, within a budget; one left uncompared is reported
+ * so (content_compared: false), never as unchanged.
  */
-import { type BigIntStats, constants } from "node:fs";
-import { type FileHandle, lstat, open, readdir, readlink } from "node:fs/promises";
+import { type BigIntStats, constants, lstatSync } from "node:fs";
+import { type FileHandle, open, readdir, readlink } from "node:fs/promises";
 import type { DiffCounts, DiffEntry } from "@denv/protocol";
 import { createTwoFilesPatch } from "diff";
 import { type LeftOutRule, leftOutFor } from "./volume-digest.ts";
@@ -220,11 +223,22 @@ async function sameBytes(a: Buffer, b: Buffer): Promise<boolean> {
   }
 }
 
-const lstatAt = (path: Buffer) =>
-  lstat(path, { bigint: true }).catch((err: NodeJS.ErrnoException) => {
-    if (err.code === "ENOENT") return null;
-    throw err;
-  });
+/** Names stat'ed between two turns of the event loop. */
+const LSTAT_SLICE = 256;
+
+/**
+ * The lstat of every name in a directory (null where none is), synchronously in slices: a slice's
+ * system calls cost less than the promises and thread-pool hops of asynchronous ones would (a diff
+ * is mostly lstats), and denvd's event loop gets a turn between slices.
+ */
+async function lstatAll(dir: HeldDir | null, names: Buffer[]): Promise<(BigIntStats | null)[]> {
+  const out: (BigIntStats | null)[] = [];
+  for (const [i, name] of names.entries()) {
+    if (i > 0 && i % LSTAT_SLICE === 0) await new Promise((r) => setImmediate(r));
+    out.push(dir ? (lstatSync(dir.at(name), { bigint: true, throwIfNoEntry: false }) ?? null) : null);
+  }
+  return out;
+}
 
 /** One volume's walk: both sides in step, names in byte order, so the same trees give the same answer. */
 class VolumeDiff {
@@ -325,10 +339,10 @@ class VolumeDiff {
   async oneSide(dir: HeldDir, parts: Buffer[], change: "created" | "deleted", depth: number): Promise<void> {
     if (depth > MAX_DEPTH) throw new Error(`${this.volume}: nested deeper than ${MAX_DEPTH} directories`);
     const names = (await dir.names()).sort(Buffer.compare);
-    for (const name of names) {
-      const st = await lstatAt(dir.at(name));
-      if (!st) continue;
-      await this.single(dir, name, st, [...parts, name], change, depth);
+    const stats = await lstatAll(dir, names);
+    for (const [i, name] of names.entries()) {
+      const st = stats[i];
+      if (st) await this.single(dir, name, st, [...parts, name], change, depth);
     }
   }
 
@@ -378,12 +392,9 @@ class VolumeDiff {
     const names = [...a, ...b]
       .sort(Buffer.compare)
       .filter((n, i, all) => i === 0 || !n.equals(all[i - 1] as Buffer));
-    // The lstats of one directory run together: most of a walk is waiting on them.
-    const stats = await Promise.all(
-      names.map((n) => Promise.all([lstatAt(before.at(n)), lstatAt(after.at(n))])),
-    );
+    const [os, ns] = [await lstatAll(before, names), await lstatAll(after, names)];
     for (const [i, name] of names.entries()) {
-      const [o, n] = stats[i] as [BigIntStats | null, BigIntStats | null];
+      const [o, n] = [os[i] ?? null, ns[i] ?? null];
       const path = [...parts, name];
       if (!o && n) await this.single(after, name, n, path, "created", depth);
       else if (o && !n) await this.single(before, name, o, path, "deleted", depth);
@@ -445,9 +456,14 @@ class VolumeDiff {
       const changed: DiffAspect[] = [];
       let compared = true;
       if (tn === "file") {
+        const size = Number(n.size);
         if (o.size !== n.size) changed.push("content");
-        else if (o.size > 0n) {
-          const size = Number(n.size);
+        else if (o.ino === n.ino && o.mtimeNs !== n.mtimeNs && size > this.budget.bounds.maxTextBytes) {
+          // The clone's own file, written since (its mtime moved): a large one is not read to learn
+          // whether the bytes written were the same ones (rsync -c would read both sides whole).
+          compared = false;
+          changed.push("content");
+        } else if (o.size > 0n) {
           if (this.budget.compareBytes + 2 * size > this.budget.bounds.maxCompareBytes) {
             compared = false;
             changed.push("content");

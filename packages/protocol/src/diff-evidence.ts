@@ -39,7 +39,9 @@ export const diffEntry = z.object({
   /** A link's target text (escaped as paths are): reported, never followed. */
   target_before: z.string().optional(),
   target_after: z.string().optional(),
-  /** False when the byte budget was spent before this file was compared: it may be unchanged. */
+  /** False when the bytes were not compared: a file larger than the text bound that the clone
+   * shares (same inode) and that was written since (its mtime moved), or one past the compare
+   * budget. It was written; it may hold the same bytes. */
   content_compared: z.boolean().optional(),
   /** A unified diff of a text file. */
   diff: z.string().optional(),

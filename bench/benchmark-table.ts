@@ -96,6 +96,18 @@ const ROWS: [string, string, [string, string] | null][] = [
     "replay_20_ms",
     ["the same forks, no episode", "replay_20_peer_ms"],
   ],
+  [
+    "episode diff, ops-world +1 GiB, 100 files changed",
+    "diff_p50_ms",
+    ["`rsync -rcn --delete`", "diff_rsync_p50_ms"],
+  ],
+  ["episode diff, the same", "diff_p50_ms", ["`diff -r`", "diff_diffr_p50_ms"]],
+  [
+    "episode diff, page cache dropped",
+    "diff_cold_p50_ms",
+    ["`rsync -rcn --delete`", "diff_cold_rsync_p50_ms"],
+  ],
+  ["episode diff, page cache dropped", "diff_cold_p50_ms", ["`diff -r`", "diff_cold_diffr_p50_ms"]],
 ];
 
 /** Saved runs in the current format (a commit, the machine, a duration), newest first. */

@@ -133,6 +133,12 @@ class SandboxSdk(unittest.TestCase):
             with self.assertRaises(denv.ConflictError) as e:
                 client().delete_version(version)
             self.assertIn("runs it", str(e.exception))
+            # What changed since the snapshot: the file written after it, and nothing else.
+            sb.files.write("/work/after", "new")
+            d = sb.diff()
+            self.assertEqual(d["against"], version)
+            self.assertEqual([(e["change"], e["path"]) for e in d["entries"]], [("created", "after")])
+            self.assertEqual(d["entries"][0]["diff"], "--- /dev/null\n+++ b/after\n@@ -0,0 +1,1 @@\n+new\n\\ No newline at end of file\n")
             with self.assertRaises(denv.InvalidArgumentError):
                 client().replay(version, [{"command": "true", "verifier": True}], forks=1)
 

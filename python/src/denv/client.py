@@ -267,6 +267,13 @@ class Client:
     def verify(self, env: str, *, resume: bool = False) -> Deployment:
         return self._until_verdict("POST", f"/v1/envs/{self._q(env)}/verify", {"resume": resume})
 
+    def diff(self, env: str, against: str | None = None, *, max_entries: int | None = None) -> dict[str, Any]:
+        """What changed in the environment since a version (default: the one it came from): every
+        volume's paths created, modified and deleted, text diffs, and PostgreSQL's rows per table."""
+        given = {"against": against, "max_entries": str(max_entries) if max_entries else None}
+        query = {k: v for k, v in given.items() if v is not None}
+        return dict(self._json("GET", f"/v1/envs/{self._q(env)}/diff", query=query))
+
     def version(self, version_id: str) -> dict[str, Any]:
         return self._json("GET", f"/v1/versions/{self._q(version_id)}")
 

@@ -318,6 +318,10 @@ class Sandbox:
             raise UnavailableError("unavailable", f"verify did not grade: {d.get('reason') or d['status']}")
         return dict(d["verify"])
 
+    def diff(self, against: str | None = None) -> dict[str, Any]:
+        """What changed since a version (default: the one it came from): see ``Client.diff``."""
+        return self.client.diff(self.id, against)
+
     def port_url(self, port: int, *, service: str | None = None) -> str:
         """A URL reaching a TCP port inside a service (HTTP and WebSocket); the URL is the credential."""
         return self.client.port_url(self.id, port, service=service)
@@ -387,6 +391,9 @@ class AsyncSandbox:
 
     async def verify(self, *, resume: bool = False) -> dict[str, Any]:
         return await asyncio.to_thread(self.sync.verify, resume=resume)
+
+    async def diff(self, against: str | None = None) -> dict[str, Any]:
+        return await asyncio.to_thread(self.sync.diff, against)
 
     async def port_url(self, port: int, *, service: str | None = None) -> str:
         return await asyncio.to_thread(self.sync.port_url, port, service=service)

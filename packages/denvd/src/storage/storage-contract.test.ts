@@ -6,9 +6,10 @@
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { chown, mkdir, readFile, rm, stat, symlink, writeFile } from "node:fs/promises";
+import { chmod, chown, mkdir, readFile, rm, stat, symlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
+import { DiffBudget, diffTrees } from "../tree-diff.ts";
 import { BtrfsDriver } from "./btrfs-driver.ts";
 import { DirDriver } from "./dir-driver.ts";
 import type { StorageDriver } from "./storage-driver.ts";
@@ -49,6 +50,29 @@ function contract(name: string, make: () => StorageDriver, skip: string | false 
       assert.equal(st.uid, 1000);
       assert.equal(await readFile(join(clone.path, "link"), "utf8"), "v1");
       assert.ok((await driver.snapshotBytes(snap.id)) >= 2);
+      await driver.destroyDataset(clone.id);
+      await driver.destroySnapshot(snap.id);
+      await driver.destroyDataset(ds.id);
+    });
+
+    test("a clone's diff against its snapshot (snapshotTree): each change, compared by inode where the clone shares them", async () => {
+      const ds = await driver.createDataset(id("ds"));
+      await writeFile(join(ds.path, "keep"), "same");
+      await writeFile(join(ds.path, "edit"), "one");
+      await writeFile(join(ds.path, "mode"), "m");
+      const snap = await driver.snapshot(ds.id, id("snap"));
+      const clone = await driver.clone(snap.id, id("clone"));
+      await writeFile(join(clone.path, "edit"), "two");
+      await chmod(join(clone.path, "mode"), 0o600);
+      await writeFile(join(clone.path, "new"), "n");
+      const budget = new DiffBudget();
+      const r = await diffTrees("v", await driver.snapshotTree(snap.id), clone.path, budget);
+      assert.deepEqual(
+        budget.entries.map((e) => `${e.change} ${e.path} ${e.changed?.join() ?? ""}`.trim()),
+        ["modified edit content", "modified mode mode", "created new"],
+      );
+      // btrfs and zfs clones keep their snapshot's inodes; dir's copies do not.
+      assert.equal(r.method, name === "dir" ? "bytes" : "inode-ctime");
       await driver.destroyDataset(clone.id);
       await driver.destroySnapshot(snap.id);
       await driver.destroyDataset(ds.id);

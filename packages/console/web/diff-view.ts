@@ -34,7 +34,7 @@ function what(e: Entry): string {
   if (e.target_after !== undefined) out.push(`→ ${e.target_after}`);
   else if (e.target_before !== undefined) out.push(`was → ${e.target_before}`);
   if (e.content_compared === false) out.push("not compared (budget)");
-  if (e.diff_omitted) out.push(`no text diff: ${e.diff_omitted.replace("_", " ")}`);
+  if (e.diff_omitted) out.push(`no text diff: ${e.diff_omitted.replaceAll("_", " ")}`);
   return out.join(", ");
 }
 

@@ -76,6 +76,14 @@ const DIR_FLAGS = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOL
 const FILE_FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK | constants.O_NOCTTY;
 const utf8 = new TextDecoder("utf-8", { fatal: true });
 
+/**
+ * What a live tree changing under the walk answers (a name gone, or become a link or another type
+ * between its lstat and its use): that entry is read as far as it could be, never followed, and the
+ * walk goes on.
+ */
+const RACED = new Set(["ENOENT", "ELOOP", "ENOTDIR", "EINVAL"]);
+const raced = (err: unknown) => RACED.has((err as NodeJS.ErrnoException)?.code ?? "");
+
 /** A directory held open: names under it are reached through its descriptor, never a path. */
 class HeldDir {
   private readonly handle: FileHandle;
@@ -88,6 +96,14 @@ class HeldDir {
 
   static async open(path: string | Buffer): Promise<HeldDir> {
     return new HeldDir(await open(path, DIR_FLAGS));
+  }
+
+  /** A subdirectory; null when it went, or became a link or a file, after its lstat. */
+  static async openAt(parent: HeldDir, name: Buffer): Promise<HeldDir | null> {
+    return HeldDir.open(parent.at(name)).catch((err: unknown) => {
+      if (raced(err)) return null;
+      throw err;
+    });
   }
 
   at(name: Buffer): Buffer {
@@ -288,7 +304,12 @@ class VolumeDiff {
   }
 
   private async target(dir: HeldDir, name: Buffer): Promise<string> {
-    return escapeName(await readlink(dir.at(name), { encoding: "buffer" })).text;
+    try {
+      return escapeName(await readlink(dir.at(name), { encoding: "buffer" })).text;
+    } catch (err) {
+      if (raced(err)) return "(changed while read)";
+      throw err;
+    }
   }
 
   /** A unified diff of a regular file's two sides (either may be absent), within the bounds. */
@@ -307,8 +328,16 @@ class VolumeDiff {
       e.diff_omitted = "budget";
       return;
     }
-    const a = before ? await readAll(before.dir.at(before.name), maxTextBytes) : Buffer.alloc(0);
-    const b = after ? await readAll(after.dir.at(after.name), maxTextBytes) : Buffer.alloc(0);
+    let a: Buffer | null;
+    let b: Buffer | null;
+    try {
+      a = before ? await readAll(before.dir.at(before.name), maxTextBytes) : Buffer.alloc(0);
+      b = after ? await readAll(after.dir.at(after.name), maxTextBytes) : Buffer.alloc(0);
+    } catch (err) {
+      if (!raced(err)) throw err;
+      e.diff_omitted = "changed_while_read";
+      return;
+    }
     const ta = a && isText(a);
     const tb = b && isText(b);
     if (ta === null || tb === null) {
@@ -376,12 +405,13 @@ class VolumeDiff {
       }
     }
     if (type === "directory") {
-      const sub = await HeldDir.open(dir.at(name));
-      try {
-        await this.oneSide(sub, parts, change, depth + 1);
-      } finally {
-        await sub.close();
-      }
+      const sub = await HeldDir.openAt(dir, name);
+      if (sub)
+        try {
+          await this.oneSide(sub, parts, change, depth + 1);
+        } finally {
+          await sub.close();
+        }
     }
   }
 
@@ -435,20 +465,22 @@ class VolumeDiff {
       if (tn === "file") this.counts.bytes_added += Number(n.size);
       // What a directory held is listed as gone, or as new, under it.
       if (to === "directory") {
-        const sub = await HeldDir.open(before.at(name));
-        try {
-          await this.oneSide(sub, parts, "deleted", depth + 1);
-        } finally {
-          await sub.close();
-        }
+        const sub = await HeldDir.openAt(before, name);
+        if (sub)
+          try {
+            await this.oneSide(sub, parts, "deleted", depth + 1);
+          } finally {
+            await sub.close();
+          }
       }
       if (tn === "directory") {
-        const sub = await HeldDir.open(after.at(name));
-        try {
-          await this.oneSide(sub, parts, "created", depth + 1);
-        } finally {
-          await sub.close();
-        }
+        const sub = await HeldDir.openAt(after, name);
+        if (sub)
+          try {
+            await this.oneSide(sub, parts, "created", depth + 1);
+          } finally {
+            await sub.close();
+          }
       }
       return;
     }
@@ -469,7 +501,12 @@ class VolumeDiff {
             changed.push("content");
           } else {
             this.budget.compareBytes += 2 * size;
-            if (!(await sameBytes(before.at(name), after.at(name)))) changed.push("content");
+            const same = await sameBytes(before.at(name), after.at(name)).catch((err: unknown) => {
+              if (raced(err)) return null;
+              throw err;
+            });
+            if (same === null) compared = false;
+            if (!same) changed.push("content");
           }
         }
       }
@@ -520,11 +557,11 @@ class VolumeDiff {
       }
     }
     if (tn === "directory") {
-      const [sb, sa] = await Promise.all([HeldDir.open(before.at(name)), HeldDir.open(after.at(name))]);
+      const [sb, sa] = await Promise.all([HeldDir.openAt(before, name), HeldDir.openAt(after, name)]);
       try {
-        await this.both(sb, sa, parts, depth + 1);
+        if (sb && sa) await this.both(sb, sa, parts, depth + 1);
       } finally {
-        await Promise.all([sb.close(), sa.close()]);
+        await Promise.all([sb?.close(), sa?.close()]);
       }
     }
   }

@@ -45,7 +45,8 @@ export const diffEntry = z.object({
   content_compared: z.boolean().optional(),
   /** A unified diff of a text file. */
   diff: z.string().optional(),
-  diff_omitted: z.enum(["binary", "too_large", "budget"]).optional(),
+  /** Why a changed file has no text diff; changed_while_read: the tree changed under the walk. */
+  diff_omitted: z.enum(["binary", "too_large", "budget", "changed_while_read"]).optional(),
 });
 
 export const diffCounts = z.object({

@@ -984,7 +984,7 @@ export type GetV1EnvsByIdDiffResponse = {
     target_after?: string;
     content_compared?: boolean;
     diff?: string;
-    diff_omitted?: "binary" | "too_large" | "budget";
+    diff_omitted?: "binary" | "too_large" | "budget" | "changed_while_read";
   }>;
   truncated: boolean;
   bounds: {

@@ -464,7 +464,7 @@ class GetV1EnvsByIdDiffResponseEntriesItem(TypedDict):
     target_after: NotRequired[str]
     content_compared: NotRequired[bool]
     diff: NotRequired[str]
-    diff_omitted: NotRequired[Literal["binary", "too_large", "budget"]]
+    diff_omitted: NotRequired[Literal["binary", "too_large", "budget", "changed_while_read"]]
 
 
 class GetV1EnvsByIdDiffResponseBounds(TypedDict):

@@ -49,7 +49,7 @@ export function formatDiff(d: DiffEvidence, options: { patch: boolean }): string
     if (e.target_before !== undefined && e.change !== "created") what.push(`-> ${e.target_before}`);
     if (e.target_after !== undefined)
       what.push(`${e.change === "modified" ? "now " : ""}-> ${e.target_after}`);
-    if (e.diff_omitted) what.push(`(no text diff: ${e.diff_omitted.replace("_", " ")})`);
+    if (e.diff_omitted) what.push(`(no text diff: ${e.diff_omitted.replaceAll("_", " ")})`);
     out.push(`${MARK[e.change]}  ${e.volume}/${e.path}  ${what.filter(Boolean).join(", ")}`.trimEnd());
     if (options.patch && e.diff)
       for (const line of e.diff.replace(/\n$/, "").split("\n")) out.push(`     ${printable(line)}`);

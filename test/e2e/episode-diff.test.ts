@@ -191,6 +191,23 @@ test("bounds: the first entries listed, the rest counted; a bad version refused"
   assert.equal(d.entries.length, 3);
   assert.equal(d.truncated, true);
   assert.ok(d.summary.created + d.summary.modified + d.summary.deleted > 3);
+  // A table named to break the host's parsing (a tab, a newline, numbers after them) is one row.
+  const evil = await api("POST", `/v1/envs/${env}/exec`, {
+    service: "opsbox",
+    command: [
+      "psql",
+      "-v",
+      "ON_ERROR_STOP=1",
+      "-qc",
+      'create table "x\t1\t2\n3" (a int); insert into "x\t1\t2\n3" values (1)',
+    ],
+  });
+  assert.equal(evil.data.exit_code, 0, evil.data.stderr);
+  const rows = (await diff(env)).databases.find((x) => x.service === "db")?.tables;
+  assert.deepEqual(rows, [
+    { table: "public.orders", inserted: 7, updated: 3, deleted: 5 },
+    { table: "public.x\\t1\\t2\\n3", inserted: 1, updated: 0, deleted: 0 },
+  ]);
   const bad = await api("GET", `/v1/envs/${env}/diff?against=ver_000000000000`);
   assert.equal(bad.status, 404, JSON.stringify(bad.data));
 });

@@ -9,7 +9,7 @@
 import { type DatabaseDiff, DenvError, type DiffEvidence } from "@denv/protocol";
 import type { StackContext } from "./stack-context.ts";
 import type { StackRecord } from "./state-store.ts";
-import { type DiffBounds, DiffBudget, diffTrees } from "./tree-diff.ts";
+import { type DiffBounds, DiffBudget, diffTrees, escapeName } from "./tree-diff.ts";
 
 export interface DiffStackOptions {
   /** The version to compare with (default: the one the stack was forked from or rolled back to). */
@@ -18,8 +18,9 @@ export interface DiffStackOptions {
 }
 
 const POSTGRES_IMAGE = /(^|\/)postgres[^/]*(:|@|$)/;
+/** A table's name comes back as hex: a name with a tab or a newline in it cannot break the lines. */
 const STATS_QUERY =
-  "SELECT schemaname || '.' || relname, n_tup_ins, n_tup_upd, n_tup_del FROM pg_stat_user_tables WHERE n_tup_ins + n_tup_upd + n_tup_del > 0 ORDER BY 1";
+  "SELECT encode(convert_to(schemaname || '.' || relname, 'UTF8'), 'hex'), n_tup_ins, n_tup_upd, n_tup_del FROM pg_stat_user_tables WHERE n_tup_ins + n_tup_upd + n_tup_del > 0 ORDER BY schemaname, relname";
 const STATS_HOW =
   "PostgreSQL's statistics (pg_stat_user_tables) since the database started: a fork's start is a recovery from its version's snapshot, which begins them at zero; they count rows written by transactions that rolled back too, and a backend still in a session reports within a second or so";
 
@@ -117,11 +118,21 @@ async function databaseChanges(ctx: StackContext, stack: StackRecord): Promise<D
           : `psql exited ${r.exitCode}: ${r.stderr.toString("utf8").slice(-500)}`;
       continue;
     }
-    for (const line of r.stdout.toString("utf8").split("\n")) {
-      const [table, ins, upd, del] = line.split("\t");
-      if (!table || del === undefined) continue;
-      row.tables.push({ table, inserted: Number(ins), updated: Number(upd), deleted: Number(del) });
-    }
+    row.tables = parseTableCounts(r.stdout.toString("utf8"));
   }
   return out;
+}
+
+/** psql's rows (hex name, inserted, updated, deleted; tab-separated): a line that is not one is skipped. */
+export function parseTableCounts(out: string): DatabaseDiff["tables"] {
+  const tables: DatabaseDiff["tables"] = [];
+  const count = (s: string | undefined) => (s !== undefined && /^\d{1,15}$/.test(s) ? Number(s) : null);
+  for (const line of out.split("\n")) {
+    const [hex, ins, upd, del, ...rest] = line.split("\t");
+    const [inserted, updated, deleted] = [count(ins), count(upd), count(del)];
+    if (!hex || !/^(?:[0-9a-f]{2})+$/.test(hex) || rest.length > 0) continue;
+    if (inserted === null || updated === null || deleted === null) continue;
+    tables.push({ table: escapeName(Buffer.from(hex, "hex")).text, inserted, updated, deleted });
+  }
+  return tables;
 }

@@ -148,6 +148,15 @@ async function episode(client: Client): Promise<void> {
     owner?: string;
   }[];
   assert.equal(listed.find((e) => e.name === "answer.txt")?.owner, "ubuntu", "written as the agent's user");
+  // What the episode changed so far: the answer, and nothing else of the files.
+  const changed = await ok(client, "diff_environment", { environment: sb.id });
+  assert.equal(changed.against, version);
+  assert.deepEqual(
+    (changed.entries as { volume: string; path: string; change: string }[]).map(
+      (e) => `${e.change} ${e.volume}/${e.path}`,
+    ),
+    ["created home/answer.txt"],
+  );
 
   // The agent's permissions hold: /etc/passwd is not the agent's to write.
   const denied = await tool(client, "write_file", { environment: sb.id, path: "/etc/passwd", content: "x" });
@@ -240,6 +249,7 @@ test("no key ever reaches a tool's answer, a resource, or a sandbox's environmen
 });
 
 const READ_ONLY_TOOLS = [
+  "diff_environment",
   "get_deployment",
   "list_environments",
   "list_files",

@@ -1,6 +1,7 @@
 /**
  * The tools that change nothing: the team's projects, environments and versions, a deployment's
- * record, and reading and listing files. They are all that `denv mcp --read-only` offers.
+ * record, reading and listing files, and an episode's diff. They are all that `denv mcp --read-only`
+ * offers.
  */
 import { type DenvClient, Files } from "@denv/sdk";
 import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
@@ -164,6 +165,45 @@ export function registerReadTools(server: McpServer, client: DenvClient): void {
         const size = truncated ? (await files.stat(args.path, who)).size : kept;
         const decoded = decodeBytes(Buffer.concat(chunks));
         return { path: args.path, size, encoding: decoded.encoding, content: decoded.text, truncated };
+      }),
+  );
+
+  server.registerTool(
+    "diff_environment",
+    {
+      title: "What an environment's episode changed",
+      description:
+        "Every volume's paths created, modified (content, mode, owner, link target) and deleted since a version (default: the one the environment was forked from), with sizes and unified diffs of text files, and rows changed per PostgreSQL table (approximate). Links are reported, never followed.",
+      inputSchema: {
+        environment,
+        against: z.string().min(1).max(200).optional().describe("The version to compare with (ver_…)"),
+        max_entries: z.number().int().min(1).max(10_000).optional().describe("Changes listed (default 1000)"),
+      },
+      outputSchema: {
+        against: z.string(),
+        summary: z.object({ created: z.number(), deleted: z.number(), modified: z.number() }).loose(),
+        entries: z.array(z.object({ volume: z.string(), path: z.string(), change: z.string() }).loose()),
+        truncated: z.boolean(),
+        databases: z.array(z.object({ service: z.string() }).loose()),
+      },
+      annotations: { readOnlyHint: true, openWorldHint: false },
+    },
+    (args) =>
+      guarded(async () => {
+        const d = await client.call("getV1EnvsByIdDiff", {
+          params: { id: args.environment },
+          query: {
+            ...(args.against ? { against: args.against } : {}),
+            max_entries: String(args.max_entries ?? 1000),
+          },
+        });
+        return {
+          against: d.against,
+          summary: d.summary,
+          entries: d.entries,
+          truncated: d.truncated,
+          databases: d.databases,
+        };
       }),
   );
 

@@ -7,9 +7,10 @@
  * cost 50-110 ms a diff, and its files' pages, new inodes to the kernel, were read cold.)
  */
 import { type DatabaseDiff, DenvError, type DiffEvidence } from "@denv/protocol";
+import { escapeName } from "./escape-name.ts";
 import type { StackContext } from "./stack-context.ts";
 import type { StackRecord } from "./state-store.ts";
-import { type DiffBounds, DiffBudget, diffTrees, escapeName } from "./tree-diff.ts";
+import { type DiffBounds, DiffBudget, diffTrees } from "./tree-diff.ts";
 
 export interface DiffStackOptions {
   /** The version to compare with (default: the one the stack was forked from or rolled back to). */

@@ -346,14 +346,23 @@ class VolumeDiff {
         await this.patch(e, path, change === "deleted" ? held : null, change === "created" ? held : null);
       }
     }
-    if (type === "directory") {
-      const sub = await HeldDir.openAt(dir, name);
-      if (sub)
-        try {
-          await this.oneSide(sub, parts, change, depth + 1);
-        } finally {
-          await sub.close();
-        }
+    if (type === "directory") await this.under(dir, name, parts, change, depth);
+  }
+
+  /** What a directory on one side only held, listed under it as created or deleted. */
+  private async under(
+    dir: HeldDir,
+    name: Buffer,
+    parts: Buffer[],
+    change: "created" | "deleted",
+    depth: number,
+  ): Promise<void> {
+    const sub = await HeldDir.openAt(dir, name);
+    if (!sub) return;
+    try {
+      await this.oneSide(sub, parts, change, depth + 1);
+    } finally {
+      await sub.close();
     }
   }
 
@@ -406,24 +415,8 @@ class VolumeDiff {
       if (to === "file") this.counts.bytes_removed += Number(o.size);
       if (tn === "file") this.counts.bytes_added += Number(n.size);
       // What a directory held is listed as gone, or as new, under it.
-      if (to === "directory") {
-        const sub = await HeldDir.openAt(before, name);
-        if (sub)
-          try {
-            await this.oneSide(sub, parts, "deleted", depth + 1);
-          } finally {
-            await sub.close();
-          }
-      }
-      if (tn === "directory") {
-        const sub = await HeldDir.openAt(after, name);
-        if (sub)
-          try {
-            await this.oneSide(sub, parts, "created", depth + 1);
-          } finally {
-            await sub.close();
-          }
-      }
+      if (to === "directory") await this.under(before, name, parts, "deleted", depth);
+      if (tn === "directory") await this.under(after, name, parts, "created", depth);
       return;
     }
     if (!untouched) {

@@ -84,7 +84,15 @@ export async function findOrCreateEnvironment(
     pool_id: poolId,
     created_at: now(),
   };
-  await store.insertInto("environments").values(env).execute();
+  try {
+    await store.insertInto("environments").values(env).execute();
+  } catch (err) {
+    // Made by another request (or another server replica) between the read and the insert: the
+    // (project, name) pair is unique, so that one is the environment.
+    const made = await environmentNamed(store, project.id, name);
+    if (made) return made;
+    throw err;
+  }
   return env;
 }
 

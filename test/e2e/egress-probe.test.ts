@@ -6,14 +6,14 @@
  * "blocked". Targets are this machine's own addresses only.
  */
 import assert from "node:assert/strict";
-import { type ChildProcess, spawn } from "node:child_process";
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { after, before, test } from "node:test";
-import { hostAddress, MIN_WAIT_MS, probeEgress } from "@denv/denvd";
+import { hostAddress, loopbackOnly, MIN_WAIT_MS, probeEgress } from "@denv/denvd";
 import Docker from "dockerode";
 import { dockerBridgeAddress } from "./denvd-helpers.ts";
 import { removeLabelled } from "./engine-helpers.ts";
@@ -149,6 +149,36 @@ test("the default target, this host's own address toward the world, is reachable
   assert.equal(reachable.result, "reachable", JSON.stringify(reachable));
   const none = await probeEgress(await container("none"), { host: address, port: 9 });
   assert.equal(none.outcome, "no_route", JSON.stringify(none));
+});
+
+test("a namespace with loopback alone is read from the host as blocked; any other interface sends it to the probes", async () => {
+  const target = { host: "192.0.2.1", port: 9 };
+  const pid = await container("none");
+  const read = await loopbackOnly(pid, target);
+  assert.equal(read?.result, "blocked", JSON.stringify(read));
+  assert.deepEqual(read?.interfaces, ["lo"]);
+  assert.equal(read?.ipv6?.addresses, 0);
+  assert.equal(read?.ipv6?.result, "blocked");
+  // A bridged namespace has eth0: not read as blocked.
+  assert.equal(await loopbackOnly(await container("bridge"), target), null);
+  // A device added inside (as a service with NET_ADMIN could): the namespace is no longer lo alone,
+  // so the probes decide, not the read.
+  execFileSync("nsenter", [
+    `--net=/proc/${pid}/ns/net`,
+    "--",
+    "ip",
+    "link",
+    "add",
+    "denvx0",
+    "type",
+    "veth",
+    "peer",
+    "name",
+    "denvx1",
+  ]);
+  assert.equal(await loopbackOnly(pid, target), null);
+  const probed = await probeEgress(pid, target);
+  assert.equal(probed.interfaces, undefined, "the probes ran");
 });
 
 test("a target or address that is not plain IPv4 never reaches the probe's shell", async () => {

@@ -12,6 +12,7 @@
  * deny networks with no host IPv4 address at all (inhibit_ipv4) and turns IPv6 off inside deny
  * containers (a bridge keeps its IPv6 link-local address), and this probe checks the result.
  */
+import { readFile } from "node:fs/promises";
 import { isIPv4 } from "node:net";
 import { DenvError, type Egress6Evidence, type EgressEvidence } from "@denv/protocol";
 import { type HostCommandResult, runHostCommand } from "./host-command.ts";
@@ -153,6 +154,61 @@ export async function bridgeLinkLocal(networkId: string): Promise<string | null>
       return (hex.match(/.{4}/g) as string[]).join(":").replace(/\b0+(?=[0-9a-f])/g, "");
   }
   return null;
+}
+
+/**
+ * A namespace whose only interface is loopback, read from the host: `/proc/PID/net` is the
+ * kernel's view of that process's namespace, which nothing inside it can write. With no device
+ * but `lo` no packet can leave, whatever its routes say, so it is blocked without entering it
+ * (no nsenter, bash or ip: an isolated sandbox's create started six processes for this answer).
+ * Null when the namespace has any other interface, or cannot be read: the probes then run in it.
+ * IPv6 is counted the same way: `disabled` here means the namespace holds no IPv6 address at all,
+ * loopback's included (a deny container's `disable_ipv6` removes even `::1`).
+ */
+export async function loopbackOnly(
+  containerPid: number,
+  target: EgressTarget,
+): Promise<EgressEvidence | null> {
+  if (!Number.isInteger(containerPid) || containerPid <= 0) return null;
+  const started = performance.now();
+  const dir = `/proc/${containerPid}/net`;
+  const read = (name: string) => readFile(`${dir}/${name}`, "utf8").catch(() => null);
+  const [dev, inet6, route] = await Promise.all([read("dev"), read("if_inet6"), read("route")]);
+  if (dev === null || inet6 === null || route === null) return null;
+  const interfaces = interfacesOf(dev);
+  if (interfaces.length !== 1 || interfaces[0] !== "lo") return null;
+  const addresses6 = inet6
+    .split("\n")
+    .filter((l) => l.trim())
+    .map((l) => l.trim().split(/\s+/)[5]);
+  const routes4 = route
+    .split("\n")
+    .slice(1)
+    .filter((l) => l.trim()).length;
+  return {
+    result: "blocked",
+    target: `${target.host}:${target.port}`,
+    outcome: "no_route",
+    route: `no interface but lo (${dir}/dev); ${routes4} IPv4 routes`,
+    ms: Math.round(performance.now() - started),
+    interfaces,
+    ipv6: {
+      result: "blocked",
+      target: "none",
+      outcome: "unreachable",
+      disabled: addresses6.length === 0,
+      addresses: addresses6.filter((n) => n !== "lo").length,
+    },
+  };
+}
+
+/** The interface names of a `/proc/net/dev` table (two header lines, then `name: counters`). */
+export function interfacesOf(dev: string): string[] {
+  return dev
+    .split("\n")
+    .slice(2)
+    .map((l) => l.split(":")[0]?.trim() ?? "")
+    .filter((n) => n !== "");
 }
 
 export async function probeEgress(

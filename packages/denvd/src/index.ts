@@ -1,6 +1,13 @@
 /** @module @denv/denvd — the host sidecar's runtime: stacks, storage, snapshots, forks, exec, files. */
 export { Denvd, type DenvdOptions } from "./denvd.ts";
-export { bridgeLinkLocal, type EgressTarget, hostAddress, MIN_WAIT_MS, probeEgress } from "./egress-probe.ts";
+export {
+  bridgeLinkLocal,
+  type EgressTarget,
+  hostAddress,
+  loopbackOnly,
+  MIN_WAIT_MS,
+  probeEgress,
+} from "./egress-probe.ts";
 export { DEFAULT_AGENT_BINARY, defaultAgentBinary } from "./exec/agent-binary.ts";
 export { AgentChannel } from "./exec/agent-channel.ts";
 export { AgentExecutor } from "./exec/agent-executor.ts";

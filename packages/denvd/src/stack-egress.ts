@@ -8,6 +8,7 @@ import {
   bridgeLinkLocal,
   type EgressEvidence,
   hostAddress,
+  loopbackOnly,
   probeEgress,
 } from "./egress-probe.ts";
 import type { StackContext } from "./stack-context.ts";
@@ -75,11 +76,12 @@ async function probeFrom(
   }
   // The engine lists a service on no network (network_mode: none, an isolated sandbox) under its
   // "none" network with no address: there is no bridge to read (asking `ip` costs a process and
-  // answers nothing). The probes in its namespace still run.
+  // answers nothing), and a namespace holding loopback alone is read from the host, not entered.
   const bridgeId = first?.ip ? first.networkId : "";
   const linkLocal = bridgeId ? await bridgeLinkLocal(bridgeId) : null;
+  const isolated = bridgeId ? null : await loopbackOnly(st.pid, target);
   const [probed, bridge] = await Promise.all([
-    probeEgress(st.pid, target, first?.ip || undefined, linkLocal),
+    isolated ?? probeEgress(st.pid, target, first?.ip || undefined, linkLocal),
     bridgeId ? bridgeIpv4(bridgeId) : Promise.resolve(null),
   ]);
   // The connect proves the way off the subnet closed; the bridge's addresses prove the host is not

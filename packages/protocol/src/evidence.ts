@@ -79,7 +79,11 @@ export const healthEvidence = z.object({
   /** Per service: ms from start to healthy, how it was judged, and how many checks ran. */
   services: z.record(
     z.string(),
-    z.object({ healthy_ms: ms, method: z.enum(["healthcheck", "running"]), checks: z.number() }),
+    z.object({
+      healthy_ms: ms,
+      method: z.enum(["healthcheck", "running"]),
+      checks: z.number(),
+    }),
   ),
   ms,
 });
@@ -125,7 +129,10 @@ export const egress6Evidence = z.object({
   /** The link-local target, or "none" when the bridge has no IPv6 address to aim at. */
   target: z.string(),
   outcome,
-  /** net.ipv6.conf.all.disable_ipv6 in the namespace. */
+  /**
+   * net.ipv6.conf.all.disable_ipv6 in the namespace; where the namespace was read from the host
+   * (`interfaces` is lo alone), whether it holds no IPv6 address at all, loopback's included.
+   */
   disabled: z.boolean(),
   /** IPv6 addresses on the namespace's interfaces other than loopback. */
   addresses: z.number(),
@@ -146,6 +153,11 @@ export const egressEvidence = z.object({
   wait_ms: z.number().optional(),
   /** The namespace's route to the target, as the kernel answered (`ip route get`). */
   route: z.string().max(500).optional(),
+  /**
+   * Set when the namespace was read from the host instead of probed: its interfaces, which were lo
+   * alone (no device for a packet to leave by), from /proc/PID/net/dev.
+   */
+  interfaces: z.array(z.string()).max(64).optional(),
   /** IPv4 addresses this host holds on the probed network's bridge (a deny network: 0). */
   host_addresses_on_bridge: z.number().optional(),
   ipv6: egress6Evidence.optional(),

@@ -113,3 +113,32 @@ test("at a deploy's start, a service without a healthcheck that exits a moment a
   const up = await start(await prepared("stays-up", "exec sleep 600", null));
   assert.equal(up.ok, true, up.ok ? "" : up.message);
 });
+
+/** A deploy's start (settled as a deploy's is): the service's health evidence, or the error. */
+async function deployStart(
+  stackId: string,
+): Promise<{ ok: true; health: Record<string, unknown> } | { ok: false; message: string }> {
+  try {
+    const r = await hostOp(host.denvd, "start", { stack_id: stackId });
+    return { ok: true, health: r.health.services.app ?? {} };
+  } catch (err) {
+    return { ok: false, message: (err as Error).message };
+  } finally {
+    await hostOp(host.denvd, "destroy", { stack_id: stackId }).catch(() => {});
+  }
+}
+
+test("a deploy's service without a healthcheck: up early when it sits waiting, the whole window when busy, and a command that fails after a short sleep is still caught", async () => {
+  const waiting = await deployStart(await prepared("settle-idle", "exec sleep infinity", null));
+  assert.equal(waiting.ok, true, JSON.stringify(waiting));
+  assert.equal((waiting as { health: Record<string, unknown> }).health.settled, "idle");
+  const busy = await deployStart(await prepared("settle-busy", "while :; do :; done", null));
+  assert.equal(busy.ok, true, JSON.stringify(busy));
+  assert.equal((busy as { health: Record<string, unknown> }).health.settled, "window");
+  // The shell waits on its sleep (a child), so it is not taken as settled; it exits inside the window.
+  for (const command of ["sleep 0.3; exit 3", "echo going; exit 3"]) {
+    const failed = await deployStart(await prepared("settle-fails", command, null));
+    assert.equal(failed.ok, false, `${command}: ${JSON.stringify(failed)}`);
+    assert.match((failed as { message: string }).message, /exited with code 3 right after it started/);
+  }
+});

@@ -8,6 +8,7 @@
 import { DenvError, type HealthEvidence, type ResolvedService } from "@denv/protocol";
 import { dropDefaultRoute } from "./egress-probe.ts";
 import { CpuProgress, cpuUsageMs } from "./service-progress.ts";
+import { containerSettleProbe, type SettleEnd, settleService } from "./service-settle.ts";
 import { type StackContext, sleep } from "./stack-context.ts";
 import type { StackRecord } from "./state-store.ts";
 
@@ -17,8 +18,9 @@ const HEALTH_DEADLINE_FLOOR_MS = 60_000;
 const HEALTH_CEILING_FACTOR = 4;
 /**
  * At a deploy, a service without a healthcheck counts as up once it has stayed running this long
- * after its start. Judged at once, a command that exits straight away (`echo going; exit 3`) was
- * still running on a busy host when it was looked at, and a version was frozen with it dead.
+ * after its start, or sooner once it sits idle waiting (service-settle.ts). Judged at once, a
+ * command that exits straight away (`echo going; exit 3`) was still running on a busy host when it
+ * was looked at, and a version was frozen with it dead.
  */
 export const DEPLOY_SETTLE_MS = 1000;
 /** How far back a service's CPU time is looked at to judge whether it is at work. */
@@ -126,14 +128,24 @@ export async function waitServiceHealthy(
   const pollMs = ctx.options.healthPollMs ?? 100;
   if (!hc || s.healthcheck_disabled) {
     // From now, not from startedAt: on a busy host the engine's start itself can take a second.
-    await sleep(settleMs);
+    let settled: SettleEnd | undefined;
+    if (settleMs > 0) {
+      const first = await ctx.runtime.inspectContainer(id);
+      if (first.running && first.pid > 0)
+        settled = await settleService(containerSettleProbe(id, first.pid, Boolean(s.init)), settleMs);
+    }
     const st = await ctx.runtime.inspectContainer(id);
     if (!st.running)
       throw new DenvError(
         "unavailable",
         `service ${svc} exited with code ${st.exitCode} right after it started`,
       );
-    return { healthy_ms: Math.round(performance.now() - startedAt), method: "running", checks: 0 };
+    return {
+      healthy_ms: Math.round(performance.now() - startedAt),
+      method: "running",
+      checks: 0,
+      ...(settled ? { settled } : {}),
+    };
   }
   const limits = ctx.options.healthDeadline ?? {};
   const deadlineMs = Math.max(

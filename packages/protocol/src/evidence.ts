@@ -83,6 +83,12 @@ export const healthEvidence = z.object({
       healthy_ms: ms,
       method: z.enum(["healthcheck", "running"]),
       checks: z.number(),
+      /**
+       * A deploy's service without a healthcheck: up because it sat idle waiting (no CPU for
+       * 100 ms, its process asleep on something other than a child), or because it stayed
+       * running through the whole settle window (1 s).
+       */
+      settled: z.enum(["idle", "window"]).optional(),
     }),
   ),
   ms,

@@ -6,6 +6,7 @@
 import { readFile } from "node:fs/promises";
 import { DenvError } from "@denv/protocol";
 import { AGENT_BIN } from "./container-spec.ts";
+import { processChildren } from "./process-children.ts";
 import { type StackContext, sleep } from "./stack-context.ts";
 import type { StackRecord } from "./state-store.ts";
 
@@ -52,8 +53,7 @@ async function serviceUids(
     if (stack.spec.services[svc]?.init) {
       // Under docker's init the service is its child; until the init has started it there is
       // nothing to read (the init itself is root, and is not the service).
-      const kids = await readFile(`/proc/${pid}/task/${pid}/children`, "utf8").catch(() => "");
-      pid = Number(kids.trim().split(/\s+/)[0]) || 0;
+      pid = (await processChildren(pid))[0] ?? 0;
     }
     const argv0 = pid ? (await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "")).split("\0")[0] : "";
     const status = pid ? await readFile(`/proc/${pid}/status`, "utf8").catch(() => "") : "";

@@ -9,6 +9,7 @@ import { open, readFile, readlink } from "node:fs/promises";
 import type { ClockServiceEvidence } from "@denv/protocol";
 import { CLOCK_LIBRARY } from "./clock-state.ts";
 import { AGENT_BIN } from "./container-spec.ts";
+import { processChildren } from "./process-children.ts";
 
 const STARTERS = new Set([AGENT_BIN, "/sbin/docker-init", "/dev/init"]);
 const ELF_HEAD_BYTES = 4096;
@@ -44,15 +45,6 @@ export function linkageOf(interp: string | null | "unknown"): Linkage {
   return "other";
 }
 
-async function children(pid: number): Promise<number[]> {
-  const text = await readFile(`/proc/${pid}/task/${pid}/children`, "utf8").catch(() => "");
-  return text
-    .split(/\s+/)
-    .filter(Boolean)
-    .map(Number)
-    .filter((n) => Number.isInteger(n) && n > 0);
-}
-
 /** The service's own program: the first process that is not one of denv's or the engine's starters. */
 async function mainProcess(pid: number): Promise<{ pid: number; exe: string } | null> {
   let current = pid;
@@ -60,7 +52,7 @@ async function mainProcess(pid: number): Promise<{ pid: number; exe: string } | 
     const exe = await readlink(`/proc/${current}/exe`).catch(() => null);
     if (exe === null) return null;
     if (!STARTERS.has(exe)) return { pid: current, exe };
-    const [first] = await children(current);
+    const [first] = await processChildren(current);
     if (first === undefined) return null;
     current = first;
   }

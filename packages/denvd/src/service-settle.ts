@@ -9,6 +9,7 @@
  * about a tenth of a second instead of a whole one.
  */
 import { readFile } from "node:fs/promises";
+import { processChildren } from "./process-children.ts";
 import { cpuUsageMs } from "./service-progress.ts";
 import { sleep } from "./stack-context.ts";
 
@@ -63,7 +64,7 @@ export function containerSettleProbe(containerId: string, pid: number, init: boo
   return {
     cpuMs: () => cpuUsageMs(containerId),
     waiting: async () => {
-      const service = init ? await firstChild(pid) : pid;
+      const service = init ? ((await processChildren(pid))[0] ?? 0) : pid;
       if (!service) return false;
       return processWaiting(service);
     },
@@ -72,12 +73,6 @@ export function containerSettleProbe(containerId: string, pid: number, init: boo
       await sleep(ms);
     },
   };
-}
-
-async function firstChild(pid: number): Promise<number> {
-  if (!Number.isInteger(pid) || pid <= 0) return 0;
-  const kids = await readFile(`/proc/${pid}/task/${pid}/children`, "utf8").catch(() => "");
-  return Number(kids.trim().split(/\s+/)[0]) || 0;
 }
 
 /** Whether a process sleeps (state S) in a kernel wait other than for its children. */

@@ -31,6 +31,7 @@ export {
 export { findFreezer, isFrozen as freezerIsFrozen } from "./runtime/cgroup-freezer.ts";
 export type { ContainerRuntime, ContainerSpec, ContainerState } from "./runtime/container-runtime.ts";
 export { DockerRuntime } from "./runtime/docker-runtime.ts";
+export { containerSettleProbe, settleService } from "./service-settle.ts";
 export { DENVD_VERSION, joinServer, Sidecar } from "./sidecar.ts";
 export type { StackRecord, VersionRecord } from "./state-store.ts";
 export { BtrfsDriver } from "./storage/btrfs-driver.ts";

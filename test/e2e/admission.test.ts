@@ -90,6 +90,32 @@ test("500 concurrent creates: each created or cleanly refused, the host still an
   assert.ok(seen.maxQueued > 0, "the queue was seen, with its positions");
   assert.ok(seen.polls > 0 && seen.hostsOk === seen.polls, JSON.stringify(seen));
 
+  // Each created sandbox's record says how long it waited for its turn: the first ones none, the
+  // queued ones their wait and how many were ahead of them.
+  const waits = await Promise.all(
+    created.map(async (c) => {
+      const d = (await lab.api("GET", `/v1/deployments/${c.data.deployment_id}`)).data;
+      const place = d.phases.find((p: { name: string }) => p.name === "place");
+      assert.deepEqual(Object.keys(place.evidence.admission).sort(), [
+        "host_id",
+        "queued_behind",
+        "waited_ms",
+      ]);
+      assert.equal(d.admission_wait_ms, place.evidence.admission.waited_ms);
+      return place.evidence.admission as { waited_ms: number; queued_behind: number };
+    }),
+  );
+  assert.ok(
+    waits.filter((w) => w.queued_behind === 0 && w.waited_ms === 0).length >= 1,
+    "the first creates had a turn at once",
+  );
+  const queued = waits.filter((w) => w.queued_behind >= 8);
+  assert.ok(queued.length > 0, `some waited behind a full host: ${JSON.stringify(waits.slice(0, 12))}`);
+  assert.ok(
+    queued.every((w) => w.waited_ms > 0),
+    "a create queued behind running ones waited for its turn",
+  );
+
   // Refused means never made: the team has exactly the created sandboxes.
   const envs = (await lab.api("GET", "/v1/envs")).data.environments as { id: string; name: string }[];
   assert.deepEqual(envs.map((e) => e.name).sort(), created.map((c) => c.data.name).sort());

@@ -19,6 +19,13 @@ const HEADLINES: [string, (v: unknown) => string | null][] = [
   ["version_id", (v) => (typeof v === "string" ? `version ${v}` : null)],
   ["host_name", (v) => (typeof v === "string" ? `host ${v}` : null)],
   ["refused", (v) => (typeof v === "string" ? `refused: ${v}` : null)],
+  [
+    "admission",
+    (v) => {
+      const ms = (v as { waited_ms?: unknown } | null)?.waited_ms;
+      return typeof ms === "number" && ms > 0 ? `waited ${ms} ms for a create turn` : null;
+    },
+  ],
 ];
 
 /** Any evidence as nested definition lists: keys as labels, long text as blocks, lists as lists. */

@@ -507,6 +507,7 @@ export type PostV1ProjectsByIdDeployResponse = {
   reason: string | null;
   version_id: string | null;
   frozen_ms: number | null;
+  admission_wait_ms: number | null;
   verify: {
     reward: number;
     reason: string | null;
@@ -538,6 +539,7 @@ export type PostV1ProjectsByIdPromoteResponse = {
   reason: string | null;
   version_id: string | null;
   frozen_ms: number | null;
+  admission_wait_ms: number | null;
   verify: {
     reward: number;
     reason: string | null;
@@ -580,6 +582,7 @@ export type GetV1DeploymentsByIdResponse = {
   reason: string | null;
   version_id: string | null;
   frozen_ms: number | null;
+  admission_wait_ms: number | null;
   verify: {
     reward: number;
     reason: string | null;
@@ -645,6 +648,7 @@ export type DeleteV1EnvsByIdResponse = {
   reason: string | null;
   version_id: string | null;
   frozen_ms: number | null;
+  admission_wait_ms: number | null;
   verify: {
     reward: number;
     reason: string | null;
@@ -674,6 +678,7 @@ export type GetV1EnvsByIdDeploymentsResponse = {
     reason: string | null;
     version_id: string | null;
     frozen_ms: number | null;
+    admission_wait_ms: number | null;
     verify: {
       reward: number;
       reason: string | null;
@@ -703,6 +708,7 @@ export type PostV1EnvsByIdSnapshotResponse = {
   reason: string | null;
   version_id: string | null;
   frozen_ms: number | null;
+  admission_wait_ms: number | null;
   verify: {
     reward: number;
     reason: string | null;
@@ -750,6 +756,7 @@ export type PostV1EnvsByIdRollbackResponse = {
   reason: string | null;
   version_id: string | null;
   frozen_ms: number | null;
+  admission_wait_ms: number | null;
   verify: {
     reward: number;
     reason: string | null;
@@ -781,6 +788,7 @@ export type PostV1EnvsByIdVerifyResponse = {
   reason: string | null;
   version_id: string | null;
   frozen_ms: number | null;
+  admission_wait_ms: number | null;
   verify: {
     reward: number;
     reason: string | null;

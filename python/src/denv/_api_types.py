@@ -303,6 +303,7 @@ class PostV1ProjectsByIdDeployResponse(TypedDict):
     reason: str | None
     version_id: str | None
     frozen_ms: float | None
+    admission_wait_ms: float | None
     verify: PostV1ProjectsByIdDeployResponseVerify | None
     phases: list[PostV1ProjectsByIdDeployResponsePhasesItem]
     created_at: str

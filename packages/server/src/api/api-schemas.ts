@@ -232,6 +232,12 @@ export const deploymentSchema = z.object({
   version_id: z.string().nullable(),
   /** How long the stack was frozen for its snapshot, in ms (deploy, snapshot, verify). */
   frozen_ms: z.number().nullable(),
+  /**
+   * How long a create (a fork, an image sandbox) waited for a turn on its host before its record
+   * began, in ms: 0 when it had one at once; null for deployments that take no turn. The place
+   * phase's evidence has it with how many creates were ahead (`admission`).
+   */
+  admission_wait_ms: z.number().nullable(),
   /** Set on verify deployments once graded. */
   verify: verifyOutcome.nullable(),
   phases: z.array(phaseSchema),

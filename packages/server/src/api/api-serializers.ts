@@ -47,6 +47,7 @@ export function serializeDeployment(d: DeploymentsTable): z.infer<typeof deploym
     reason: d.reason,
     version_id: str(verdict?.version_id) ?? str(verdict?.from_version),
     frozen_ms: num(evidence("snapshot")?.frozen_ms),
+    admission_wait_ms: num((evidence("place")?.admission as Record<string, unknown> | undefined)?.waited_ms),
     verify:
       reward === null
         ? null

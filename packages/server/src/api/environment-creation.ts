@@ -86,7 +86,11 @@ export async function forkVersion(
     label: `fork ${as.name}`,
   });
   try {
-    return await createdEnv(deps, "fork", await deps.deployer.fork(versionId, { teamId, ...as, placed }));
+    return await createdEnv(
+      deps,
+      "fork",
+      await deps.deployer.fork(versionId, { teamId, ...as, placed, admission: ticket.wait }),
+    );
   } finally {
     ticket.release();
   }
@@ -256,7 +260,11 @@ export async function createSandbox(
     : null;
   try {
     await setProjectSource(deps.store, p.id, { compose_text: sealed });
-    const made = await deps.deployer.deploy({ ...p, compose_text: sealed }, body.name ?? sandboxName());
+    const made = await deps.deployer.deploy(
+      { ...p, compose_text: sealed },
+      body.name ?? sandboxName(),
+      ticket ? { admission: ticket.wait } : {},
+    );
     await updateEnvironment(deps.store, made.environmentId, { sandbox: 1 });
     return await createdEnv(deps, "sandbox", made);
   } finally {

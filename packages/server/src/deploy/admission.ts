@@ -38,13 +38,29 @@ const LIVE = ["pending", "running"];
 export interface Ticket {
   hostId: string;
   memoryBytes: number;
+  /** How long the create waited for this turn, and behind how many: its deployment's evidence. */
+  wait: AdmissionWait;
   release(): void;
+}
+
+/**
+ * A create's wait for its turn on a host, recorded in its place phase's evidence: a deployment's
+ * record begins once its turn comes, so without it a create that queued shows phases that add up to
+ * less than the caller waited.
+ */
+export interface AdmissionWait {
+  host_id: string;
+  waited_ms: number;
+  /** Creates running or queued ahead of it when it asked; 0: it had a turn at once. */
+  queued_behind: number;
 }
 
 interface Waiter {
   label: string;
   memoryBytes: number;
   since: number;
+  /** The creates running and queued ahead of it when it joined the queue. */
+  behind: number;
   admit: (t: Ticket) => void;
 }
 
@@ -110,7 +126,7 @@ export class Admission {
     await this.checkRoom(hostId, need.memoryBytes);
     const line = this.line(hostId);
     if (line.running.size < this.options.parallelPerHost && line.queue.length === 0)
-      return this.ticket(hostId, line, need.memoryBytes);
+      return this.ticket(hostId, line, need.memoryBytes, { host_id: hostId, waited_ms: 0, queued_behind: 0 });
     if (options.wait === false) throw this.refusal(hostId, "every create turn on the host is taken", line);
     if (line.queue.length >= this.options.queuePerHost)
       throw this.refusal(
@@ -119,7 +135,13 @@ export class Admission {
         line,
       );
     const ticket = await new Promise<Ticket>((admit) =>
-      line.queue.push({ label: need.label, memoryBytes: need.memoryBytes, since: performance.now(), admit }),
+      line.queue.push({
+        label: need.label,
+        memoryBytes: need.memoryBytes,
+        since: performance.now(),
+        behind: line.running.size + line.queue.length,
+        admit,
+      }),
     );
     // The host may have filled up while this one waited: checked again now that it has its turn.
     try {
@@ -228,11 +250,12 @@ export class Admission {
     return l;
   }
 
-  private ticket(hostId: string, line: HostLine, memoryBytes: number): Ticket {
+  private ticket(hostId: string, line: HostLine, memoryBytes: number, wait: AdmissionWait): Ticket {
     let released = false;
     const t: Ticket = {
       hostId,
       memoryBytes,
+      wait,
       release: () => {
         if (released) return;
         released = true;
@@ -248,7 +271,14 @@ export class Admission {
   private next(hostId: string, line: HostLine): void {
     if (line.running.size >= this.options.parallelPerHost) return;
     const w = line.queue.shift();
-    if (w) w.admit(this.ticket(hostId, line, w.memoryBytes));
+    if (w)
+      w.admit(
+        this.ticket(hostId, line, w.memoryBytes, {
+          host_id: hostId,
+          waited_ms: Math.round(performance.now() - w.since),
+          queued_behind: w.behind,
+        }),
+      );
   }
 
   private refusal(hostId: string, why: string, line?: HostLine): DenvError {

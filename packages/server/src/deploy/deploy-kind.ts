@@ -11,6 +11,7 @@ import type { ProvisionedMachine, Provisioner } from "../clouds/provisioner.ts";
 import { ingressEvidence } from "../ingress/ingress-phase.ts";
 import { environmentById, findOrCreateEnvironment, updateEnvironment } from "../store/environment-store.ts";
 import type { CloudsTable, EnvironmentsTable, ProjectsTable } from "../store/schema.ts";
+import type { AdmissionWait } from "./admission.ts";
 import { resolveSeeds, seedDatasets } from "./bind-seeds.ts";
 import { clockHistory, clockIssues } from "./clock-history.ts";
 import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
@@ -35,6 +36,8 @@ export interface DeployOptions {
   dataFromVersionId?: string;
   /** What started it, recorded in the resolve phase's evidence (a push: commit, ref, who pushed). */
   trigger?: Record<string, unknown>;
+  /** The create turn it waited for (an image sandbox's, admission.ts), recorded in the place phase. */
+  admission?: AdmissionWait;
 }
 
 export async function runDeploy(
@@ -68,7 +71,7 @@ async function deployPhases(
 ): Promise<void> {
   let spec = await resolvePhase(runner, rec, project, options);
   const gpuNeed = gpuNeedOf(spec);
-  const where = await placeAndJoin(runner, rec, project, before, spec.target, gpuNeed);
+  const where = await placeAndJoin(runner, rec, project, before, spec.target, gpuNeed, options.admission);
   if (typeof where !== "string") {
     // A hosted target: the one service as the provider's sandbox (prepare refuses what it cannot run).
     await hostedDeployPhases(runner, rec, project, before, spec, where);
@@ -354,6 +357,7 @@ async function placeAndJoin(
   before: EnvironmentsTable,
   fileTarget: string | undefined,
   gpuNeed: GpuNeed | null = null,
+  admission?: AdmissionWait,
 ): Promise<string | { hosted: CloudsTable; pinnedBy: string }> {
   const placed = (await rec.run("place", async () => {
     const { store, hosts, options } = runner;
@@ -376,7 +380,7 @@ async function placeAndJoin(
         : "hosted" in p
           ? { ...p, hosted: undefined, target: named }
           : p;
-    return { value: p, evidence };
+    return { value: p, evidence: admission ? { ...evidence, admission } : evidence };
   })) as Placement;
   if ("hosted" in placed) {
     const why = `${placed.hosted.name} is a hosted target: no machine to create or join`;

@@ -8,6 +8,7 @@ import { DenvError, type OpResult, type ResolvedSpec, stackName } from "@denv/pr
 import { environmentNamed, findOrCreateEnvironment, updateEnvironment } from "../store/environment-store.ts";
 import { projectById } from "../store/project-store.ts";
 import { findVersion, versionHost } from "../store/version-store.ts";
+import type { AdmissionWait } from "./admission.ts";
 import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
 import {
   assignGpus,
@@ -31,6 +32,8 @@ export interface ForkOptions {
    * for this fork. None: the host that took the version.
    */
   placed?: { hostId: string; evidence: Record<string, unknown> };
+  /** The create turn it waited for on that host (admission.ts), recorded in the place phase. */
+  admission?: AdmissionWait;
 }
 
 export async function runFork(
@@ -58,9 +61,12 @@ export async function runFork(
     env.id,
     async () => {
       const gpus = (await rec.run("place", async () => {
-        const evidence = options.placed?.evidence ?? {
-          host_id: hostId,
-          reason: "holds the version's snapshots (snapshot locality)",
+        const evidence = {
+          ...(options.placed?.evidence ?? {
+            host_id: hostId,
+            reason: "holds the version's snapshots (snapshot locality)",
+          }),
+          ...(options.admission ? { admission: options.admission } : {}),
         };
         // A version whose services ask for GPUs: GPUs of this fork's own on that host, held from now.
         const spec = JSON.parse(runner.options.secrets.openText(version.spec_json)) as ResolvedSpec;

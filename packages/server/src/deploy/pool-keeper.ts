@@ -255,6 +255,7 @@ export class PoolKeeper {
           hostId,
           evidence: { host_id: hostId, reason: "the least busy host holding the pool's version" },
         },
+        admission: ticket.wait,
       });
       void made.done
         .then(async () => {

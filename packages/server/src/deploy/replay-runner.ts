@@ -170,7 +170,13 @@ async function replayOne(
   });
   let envId: string | null = null;
   try {
-    const made = await deps.deployer.fork(versionId, { teamId, name, sandbox: true, holdClock: true });
+    const made = await deps.deployer.fork(versionId, {
+      teamId,
+      name,
+      sandbox: true,
+      holdClock: true,
+      admission: ticket.wait,
+    });
     envId = made.environmentId;
     run.environment_id = envId;
     await made.done;

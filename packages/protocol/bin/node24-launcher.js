@@ -23,10 +23,15 @@ export function longRunning(command, args) {
   return command === "denvd" ? sub === "run" : sub === "server" || sub === "up";
 }
 
-/** The flags this process should run with and does not: the user's own node flags win. */
-export function missingFlags(command, args, execArgv) {
+/**
+ * The flags this process should run with and does not: the user's own node flags win, given on
+ * node's command line or in NODE_OPTIONS, spelled with dashes or underscores (V8 takes both).
+ */
+export function missingFlags(command, args, execArgv, nodeOptions = "") {
   if (!longRunning(command, args)) return [];
-  return LONG_RUNNING_FLAGS.filter((f) => !execArgv.some((a) => a.split("=")[0] === f.split("=")[0]));
+  const name = (flag) => flag.split("=")[0].replace(/_/g, "-");
+  const given = [...execArgv, ...nodeOptions.split(/\s+/).filter(Boolean)].map(name);
+  return LONG_RUNNING_FLAGS.filter((f) => !given.includes(name(f)));
 }
 
 /**
@@ -37,7 +42,7 @@ export function missingFlags(command, args, execArgv) {
 export async function launch(command, mainUrl) {
   const major = Number(process.versions.node.split(".")[0]);
   const args = process.argv.slice(2);
-  const flags = missingFlags(command, args, process.execArgv);
+  const flags = missingFlags(command, args, process.execArgv, process.env.NODE_OPTIONS);
   if (major >= 24) {
     if (flags.length && typeof process.execve === "function")
       process.execve(process.execPath, [

@@ -29,6 +29,17 @@ test("a flag the user gave node (with any value) is not given again", () => {
   assert.deepEqual(missingFlags("denv", ["server"], ["--max-semi-space-size=16"]), []);
   assert.deepEqual(missingFlags("denv", ["server"], ["--inspect"]), ["--max-semi-space-size=2"]);
   assert.deepEqual(missingFlags("denv", ["login"], []), []);
+  assert.deepEqual(
+    missingFlags("denvd", ["run"], ["--max_semi_space_size=8"]),
+    [],
+    "V8's underscore spelling",
+  );
+  assert.deepEqual(
+    missingFlags("denv", ["up"], [], "--inspect --max-semi-space-size=8"),
+    [],
+    "in NODE_OPTIONS",
+  );
+  assert.deepEqual(missingFlags("denv", ["up"], [], "--max-old-space-size=512"), ["--max-semi-space-size=2"]);
 });
 
 test("denv server re-executes itself with the flags: the same process id, its command line carries them", async () => {

@@ -44,14 +44,20 @@ export async function launch(command, mainUrl) {
   const args = process.argv.slice(2);
   const flags = missingFlags(command, args, process.execArgv, process.env.NODE_OPTIONS);
   if (major >= 24) {
-    if (flags.length && typeof process.execve === "function")
-      process.execve(process.execPath, [
-        process.execPath,
-        ...process.execArgv,
-        ...flags,
-        process.argv[1],
-        ...args,
-      ]);
+    if (flags.length && typeof process.execve === "function") {
+      try {
+        process.execve(process.execPath, [
+          process.execPath,
+          ...process.execArgv,
+          ...flags,
+          process.argv[1],
+          ...args,
+        ]);
+      } catch (err) {
+        // Only a tuning: a process that cannot re-execute itself runs as it is.
+        process.stderr.write(`${command}: running without ${flags.join(" ")} (${err.message})\n`);
+      }
+    }
     const { main } = await import(mainUrl);
     process.exitCode = await main(process.argv.slice(2));
     return;

@@ -6,6 +6,9 @@ import { test } from "node:test";
 import {
   encodeStreamFrame,
   finishStream,
+  handOver,
+  releaseBuffer,
+  releaseHandedOver,
   STREAM_CHUNK_BYTES,
   STREAM_CLOSE,
   STREAM_DATA,
@@ -15,7 +18,10 @@ import {
   streamLinkMaskOptions,
 } from "./stream-mux.ts";
 
-/** Two muxes joined as over a socket: frames arrive later, in order, and are counted in flight. */
+/**
+ * Two muxes joined as over a socket: frames arrive later, in order, and are counted in flight. A
+ * sender may free a frame once done is called, so the bytes are copied then, as a socket does.
+ */
 function pair() {
   const inFlight = { bytes: 0, max: 0 };
   let a!: StreamMux;
@@ -23,9 +29,10 @@ function pair() {
   const deliver = (to: () => StreamMux) => (frame: Buffer, done?: (err?: Error) => void) => {
     inFlight.bytes += frame.length;
     inFlight.max = Math.max(inFlight.max, inFlight.bytes);
+    const copy = Buffer.from(frame);
     setImmediate(() => {
-      inFlight.bytes -= frame.length;
-      to().onFrame(frame);
+      inFlight.bytes -= copy.length;
+      to().onFrame(copy);
     });
     done?.();
   };
@@ -204,6 +211,83 @@ test("a payload is sent in place once: writing it again copies it, and its bytes
     "the same bytes twice",
     "the same bytes twice",
   ]);
+});
+
+test("a stream frees what was handed over once copied, and its own frames once sent; nothing else", async () => {
+  const sent: Buffer[] = [];
+  const mux = new StreamMux((f, done) => {
+    sent.push(Buffer.from(f));
+    done?.();
+  });
+  const s = mux.open(1);
+  const mine = Buffer.alloc(64 * 1024, 7);
+  const given = handOver(Buffer.alloc(64 * 1024, 8));
+  const pooled = handOver(Buffer.from("a slice of node's shared pool"));
+  const bigger = Buffer.alloc(128 * 1024, 9);
+  const slice = handOver(bigger.subarray(0, 64 * 1024));
+  const frames: Buffer[] = [];
+  const send = mux.send;
+  (mux as { send: typeof send }).send = (frame, done) => {
+    frames.push(frame);
+    send(frame, done);
+  };
+  for (const b of [mine, given, pooled, slice]) s.write(b);
+  await finishStream(s);
+  // What crossed the link is every byte, in order.
+  const data = sent.filter((f) => f[0] === STREAM_DATA).map((f) => f.subarray(5));
+  assert.equal(
+    Buffer.compare(
+      Buffer.concat(data),
+      Buffer.concat([
+        Buffer.alloc(64 * 1024, 7),
+        Buffer.alloc(64 * 1024, 8),
+        Buffer.from("a slice of node's shared pool"),
+        Buffer.alloc(64 * 1024, 9),
+      ]),
+    ),
+    0,
+  );
+  // The caller's own buffer is untouched; a handed-over one is freed (read as empty, never reused).
+  assert.equal(mine.length, 64 * 1024);
+  assert.ok(mine.every((b) => b === 7));
+  assert.equal(given.length, 0);
+  // A slice of memory shared with others is never freed, handed over or not.
+  assert.equal(pooled.toString(), "a slice of node's shared pool");
+  assert.equal(slice.length, 64 * 1024);
+  assert.equal(bigger.length, 128 * 1024);
+  // The stream's own data frames were freed once sent.
+  const dataFrames = frames.filter((f) => f.length === 0 || f[0] === STREAM_DATA);
+  assert.ok(dataFrames.length > 0);
+  assert.ok(
+    dataFrames.every((f) => f.length === 0 || f.byteLength !== f.buffer.byteLength),
+    "a frame of its own left for the collector",
+  );
+});
+
+test("a stream read by one reader hands its payloads over; only their reader's release frees them", async () => {
+  const mux = new StreamMux(() => {});
+  const kept = mux.open(1);
+  const given = mux.open(2);
+  given.handsOverReads = true;
+  const frameA = encodeStreamFrame(STREAM_DATA, 1, Buffer.alloc(64 * 1024, 1));
+  const frameB = encodeStreamFrame(STREAM_DATA, 2, Buffer.alloc(64 * 1024, 2));
+  mux.onFrame(frameA);
+  mux.onFrame(frameB);
+  const [a] = (await once(kept, "data")) as [Buffer];
+  const [b] = (await once(given, "data")) as [Buffer];
+  // Not handed over: a release is a no-op, the bytes stay.
+  releaseHandedOver(a);
+  assert.equal(a.length, 64 * 1024);
+  assert.equal(frameA.length, 64 * 1024 + 5);
+  // Handed over: the whole frame it arrived in is freed.
+  assert.equal(b.length, 64 * 1024);
+  releaseHandedOver(b);
+  assert.equal(b.length, 0);
+  assert.equal(frameB.length, 0);
+  // A buffer that is not the whole of its memory is never freed.
+  const whole = Buffer.alloc(10_000);
+  releaseBuffer(whole.subarray(1));
+  assert.equal(whole.length, 10_000);
 });
 
 test("a link's frames go unmasked only over TLS or on loopback", () => {

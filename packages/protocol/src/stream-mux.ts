@@ -70,6 +70,53 @@ export function decodeStreamFrame(frame: Buffer): { kind: number; streamId: numb
   return { kind: frame[0] as number, streamId: frame.readUInt32BE(1), payload };
 }
 
+/**
+ * Chunks their producer hands over whole: it never reads them again and nothing else holds them
+ * (an HTTP request's body chunks, each its own copy out of the parser; a stream's payloads once
+ * its reader said it reads each once). Their last reader frees them: a stream that copied one into
+ * a frame or sent it on, an HTTP answer once it is written.
+ */
+const handedOver = new WeakSet<Buffer>();
+
+/** Marks a chunk as handed over (see `handedOver`); returns it. */
+export function handOver(chunk: Buffer): Buffer {
+  handedOver.add(chunk);
+  return chunk;
+}
+
+/**
+ * Frees a buffer's memory now rather than when the collector finds it dead. V8 starts a collection
+ * for memory outside its heap only after 64 MiB more of it, so a relay's spent frames and chunks
+ * (a GiB is a thousand of them) piled up in malloc's heap, which keeps the pages after they are
+ * freed: most of a relaying server's peak was that. The buffer's ArrayBuffer is detached, so any
+ * view of it left somewhere reads as empty (never as reused memory). Only a buffer that is the
+ * whole of its ArrayBuffer is freed: a slice of Node's shared pool, or of a larger read, is left to
+ * the collector. The caller must be the buffer's last reader.
+ */
+export function releaseBuffer(buf: Buffer): void {
+  const ab = buf.buffer;
+  if (!(ab instanceof ArrayBuffer) || buf.byteOffset !== 0 || buf.byteLength !== ab.byteLength) return;
+  const detachable = ab as ArrayBuffer & { transfer?: (n: number) => ArrayBuffer; detached?: boolean };
+  if (typeof detachable.transfer !== "function" || detachable.detached) return;
+  try {
+    detachable.transfer(0);
+  } catch {
+    // An ArrayBuffer that may not be detached (one with a detach key) is left to the collector.
+  }
+}
+
+/**
+ * What the last reader of a handed-over chunk calls once done with it: frees the chunk, or the
+ * whole frame it arrived in. Anything not handed over is left alone.
+ */
+export function releaseHandedOver(chunk: Buffer): void {
+  if (!handedOver.has(chunk)) return;
+  handedOver.delete(chunk);
+  if (framedPayloads.has(chunk) && chunk.byteOffset === FRAME_HEAD_BYTES)
+    releaseBuffer(Buffer.from(chunk.buffer, 0, chunk.length + FRAME_HEAD_BYTES));
+  else releaseBuffer(chunk);
+}
+
 /** The frame around a payload that arrived framed, its header rewritten for this stream. */
 function reframe(payload: Buffer, streamId: number): Buffer {
   const frame = Buffer.from(
@@ -82,7 +129,11 @@ function reframe(payload: Buffer, streamId: number): Buffer {
   return frame;
 }
 
-/** Sends one frame; `done` is called once the frame is handed to the socket (or it failed). */
+/**
+ * Sends one frame; `done` is called once the socket took its bytes (or it failed). From then on
+ * the frame's memory may be freed (see releaseBuffer): a sender that keeps it (one that hands frames
+ * to a peer in memory) must copy it first, as a socket does.
+ */
 export type SendFrame = (frame: Buffer, done?: (err?: Error) => void) => void;
 
 /** One stream: a Duplex whose writes wait for credit and whose reads grant it. */
@@ -101,6 +152,11 @@ export class MuxStream extends Duplex {
   private gone = false;
   /** The peer broke the protocol on this stream (sent past its credit). */
   violated = false;
+  /**
+   * Set by whoever has this stream read once, chunk by chunk, by one reader (a relay, an HTTP
+   * answer): each payload is then handed over, so whatever it goes to next frees it when done.
+   */
+  handsOverReads = false;
   /** Total bytes received and sent, for whoever reports on the transfer. */
   bytesIn = 0;
   bytesOut = 0;
@@ -151,6 +207,8 @@ export class MuxStream extends Duplex {
       }
       let frame: Buffer;
       let n: number;
+      /** Whether the frame is this stream's to free once sent: one made here, or sent on handed over. */
+      let spent: boolean;
       if (
         off === 0 &&
         framedPayloads.has(first) &&
@@ -158,12 +216,14 @@ export class MuxStream extends Duplex {
       ) {
         // Sent once: the header is rewritten for this stream, so the payload cannot be sent again.
         framedPayloads.delete(first);
+        spent = handedOver.delete(first);
         n = first.length;
         frame = reframe(first, this.streamId);
         i++;
       } else {
         const room = Math.min(this.sendCredit, STREAM_CHUNK_BYTES);
         const gathered: Buffer[] = [];
+        const copied: Buffer[] = [];
         n = 0;
         while (i < pieces.length && n < room) {
           const p = pieces[i] as Buffer;
@@ -172,16 +232,26 @@ export class MuxStream extends Duplex {
           n += take;
           off += take;
           if (off === p.length) {
+            copied.push(p);
             i++;
             off = 0;
           }
         }
         frame = encodeStreamFramev(STREAM_DATA, this.streamId, gathered, n);
+        // A piece now wholly in the frame, and handed over, is read by no one again.
+        for (const p of copied) releaseHandedOver(p);
+        spent = true;
       }
       this.sendCredit -= n;
       this.bytesOut += n;
+      const sent = frame;
       await new Promise<void>((resolve, reject) =>
-        this.mux.send(frame, (err) => (err ? reject(err) : resolve())),
+        this.mux.send(sent, (err) => {
+          // Called once the socket took the bytes (or failed): the frame's memory is spent.
+          if (spent) releaseBuffer(sent);
+          if (err) reject(err);
+          else resolve();
+        }),
       );
     }
   }
@@ -238,7 +308,7 @@ export class MuxStream extends Duplex {
       this.bytesIn += payload.length;
       this.owed += payload.length;
       // No copy: a WebSocket message's buffer is never reused by the socket that read it.
-      const room = this.push(payload);
+      const room = this.push(this.handsOverReads ? handOver(payload) : payload);
       // Credit goes back in batches while the reader keeps up, and from _read once it catches up.
       if (room && this.owed >= STREAM_WINDOW_BYTES / 4) this.grant();
     } else if (kind === STREAM_END) {

@@ -5,7 +5,7 @@
  * belongs to a team, and another team's object answers 404. Errors are
  * `{"error": {"code", "message"}}` with the status from the error table.
  */
-import { createDenvMcpServer, McpSessions } from "@denv/mcp";
+import type { McpSessions } from "@denv/mcp";
 import { DenvError, isDenvError, KEEPALIVE_INTERVAL_MS } from "@denv/protocol";
 import { DenvClient } from "@denv/sdk";
 import { Hono } from "hono";
@@ -86,17 +86,32 @@ export interface AppOptions {
 
 export function createApp(options: AppOptions): Hono<ApiEnv> {
   // /v1/mcp's tools call /v1 in process with the caller's key: the same routes, checks and scoping.
-  const mcp = new McpSessions({
-    makeServer: (apiKey, { readOnly }) =>
-      createDenvMcpServer({
-        readOnly,
-        client: new DenvClient({
-          baseUrl: "http://denv.internal",
-          apiKey,
-          fetch: async (input, init) => app.fetch(new Request(input, init)),
+  // The MCP SDK and its schemas (≈ 20 MiB resident) load with the first /v1/mcp request.
+  let sessions: Promise<McpSessions> | undefined;
+  const loadSessions = () =>
+    import("@denv/mcp").then(
+      ({ McpSessions, createDenvMcpServer }) =>
+        new McpSessions({
+          makeServer: (apiKey, { readOnly }) =>
+            createDenvMcpServer({
+              readOnly,
+              client: new DenvClient({
+                baseUrl: "http://denv.internal",
+                apiKey,
+                fetch: async (input, init) => app.fetch(new Request(input, init)),
+              }),
+            }),
         }),
-      }),
-  });
+    );
+  const mcp: ApiDeps["mcp"] = {
+    handle: async (...args) => {
+      sessions ??= loadSessions().catch((err: unknown) => {
+        sessions = undefined;
+        throw err;
+      });
+      return (await sessions).handle(...args);
+    },
+  };
   const admission = options.admission ?? new Admission({ store: options.store, secrets: options.secrets });
   const replicator =
     options.replicator ??

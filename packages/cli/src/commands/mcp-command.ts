@@ -3,8 +3,6 @@
  * stdout, acting with the CLI's key (--api-key, DENV_API_KEY, then `denv login`'s). stdout is the
  * protocol's alone: nothing else is printed there.
  */
-import { createDenvMcpServer } from "@denv/mcp";
-import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import type { Command } from "commander";
 import { run } from "./command-runner.ts";
 
@@ -18,6 +16,11 @@ export function registerMcpCommand(program: Command, version: string): void {
   mcp.action(
     run(mcp, async (client) => {
       const o = mcp.opts() as { readOnly?: boolean };
+      // The MCP SDK loads here, not with every command: `denv server` would hold it resident.
+      const [{ createDenvMcpServer }, { StdioServerTransport }] = await Promise.all([
+        import("@denv/mcp"),
+        import("@modelcontextprotocol/sdk/server/stdio.js"),
+      ]);
       const server = createDenvMcpServer({ client: client(), readOnly: o.readOnly === true, version });
       const transport = new StdioServerTransport();
       const closed = new Promise<void>((resolve) => {

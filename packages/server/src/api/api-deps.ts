@@ -46,7 +46,7 @@ export interface ApiDeps {
   /** Build contexts uploaded with local projects (build-contexts.ts). */
   buildContexts: BuildContexts;
   /** /v1/mcp's sessions (mcp-routes.ts). */
-  mcp: McpSessions;
+  mcp: Pick<McpSessions, "handle">;
   /** Where port URLs are served (never this origin). */
   portsOrigin: PortsOrigin;
   /** Ingress names for published ports (ingress/ingress-names.ts); null when the server has none. */

@@ -4,10 +4,10 @@
  * and stdin. (Running a command over a host's byte streams is host-exec.ts.)
  */
 import { IncomingMessage, ServerResponse } from "node:http";
-import { Readable, Transform } from "node:stream";
+import { Readable, Transform, Writable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import type { ReadableStream as WebReadable } from "node:stream/web";
-import { DenvError } from "@denv/protocol";
+import { DenvError, handOver, releaseHandedOver } from "@denv/protocol";
 import { RESPONSE_ALREADY_SENT } from "@hono/node-server/utils/response";
 import type { ApiContext } from "./api-deps.ts";
 
@@ -21,16 +21,19 @@ export function requestBody(c: ApiContext, limitBytes: number): Readable {
     );
   if (Number.isFinite(declared) && declared > limitBytes) throw tooLarge();
   let seen = 0;
+  // Under the Node server the request itself is read: no detour through a web stream.
+  // (c.req.raw.body is not touched then: reading it would start a second reader on the request.)
+  const { incoming } = nodeBindings(c);
   const counter = new Transform({
     transform(chunk: Buffer, _enc, cb) {
       seen += chunk.length;
       if (seen > limitBytes) cb(tooLarge());
-      else cb(null, chunk);
+      // Node's parser copies each body chunk out of its read buffer, so a chunk is the body's alone:
+      // handed over, it is freed by the stream that sends it on instead of by the collector.
+      else cb(null, incoming ? handOver(chunk) : chunk);
     },
   });
-  // Under the Node server the request itself is read: no detour through a web stream.
-  // (c.req.raw.body is not touched then: reading it would start a second reader on the request.)
-  const source = nodeBindings(c).incoming ?? webBody(c);
+  const source = incoming ?? webBody(c);
   source.on("error", (err) => counter.destroy(err));
   return source.pipe(counter);
 }
@@ -62,8 +65,39 @@ export function streamResponse(c: ApiContext, body: Readable, contentType: strin
     });
   outgoing.writeHead(200, { "content-type": contentType });
   // A failure mid-way cuts the response: the client sees a transfer that did not finish.
-  pipeline(body, outgoing).catch(() => outgoing.destroy());
+  pipeline(body, releasingSink(outgoing)).catch(() => outgoing.destroy());
   return RESPONSE_ALREADY_SENT;
+}
+
+/**
+ * Writes to the response and frees each handed-over chunk (a host's frame) once the socket took
+ * it: a GiB answered is a thousand frames, otherwise left for the collector.
+ */
+export function releasingSink(out: ServerResponse): Writable {
+  let drained: (() => void) | null = null;
+  const sink = new Writable({
+    write(chunk: Buffer, _enc, cb) {
+      if (out.write(chunk, () => releaseHandedOver(chunk))) cb();
+      else drained = () => cb();
+    },
+    final(cb) {
+      out.end(() => cb());
+    },
+    destroy(err, cb) {
+      if (err) out.destroy();
+      cb(err);
+    },
+  });
+  out.on("drain", () => {
+    const d = drained;
+    drained = null;
+    d?.();
+  });
+  // The client went away before the end: the body stops being read.
+  out.on("close", () => {
+    if (!out.writableFinished) sink.destroy(new Error("the client closed the connection"));
+  });
+  return sink;
 }
 
 /**

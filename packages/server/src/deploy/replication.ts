@@ -394,6 +394,8 @@ export class Replicator {
       throw err;
     }
     const [from] = sending.streams as [MuxStream];
+    // Read once, by the relay: each frame is freed as it goes on, not left for the collector.
+    from.handsOverReads = true;
     // A failure on either side fails both streams: the receiver never takes a cut stream as whole.
     const relayed = pipeline(from, into);
     relayed.catch(() => {});

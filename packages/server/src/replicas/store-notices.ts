@@ -6,7 +6,7 @@
  * listens also reads on a timer, so a notice lost while the listening connection was down costs a
  * second, not a result. On SQLite there is one replica: notices go nowhere.
  */
-import pg from "pg";
+import type pg from "pg";
 import { serverLog } from "../server-log.ts";
 
 export type NoticeChannel = "denv_hosts" | "denv_deployments";
@@ -25,8 +25,18 @@ export function openStoreNotices(databaseUrl: string | undefined): StoreNotices 
   let client: pg.Client | null = null;
   let closed = false;
   let retry: NodeJS.Timeout | null = null;
+  let PgClient: typeof pg.Client | undefined;
   const connect = () => {
-    const c = new pg.Client({ connectionString: databaseUrl });
+    if (closed) return;
+    if (!PgClient) {
+      // pg is loaded by servers on PostgreSQL only.
+      void import("pg").then(({ default: m }) => {
+        PgClient = m.Client;
+        connect();
+      });
+      return;
+    }
+    const c = new PgClient({ connectionString: databaseUrl });
     c.on("notification", (n) => {
       // Ids only (ours are short tokens): anything else on the channel is not ours to act on.
       if (!n.payload || !/^[A-Za-z0-9_-]{1,100}$/.test(n.payload)) return;

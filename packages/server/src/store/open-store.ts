@@ -5,7 +5,6 @@
 import { chmodSync, closeSync, existsSync, mkdirSync, openSync } from "node:fs";
 import { join } from "node:path";
 import { type Dialect, Kysely, Migrator, PostgresDialect, SqliteDialect } from "kysely";
-import pg from "pg";
 import { migrationProvider } from "./migrations.ts";
 import { openNodeSqlite } from "./node-sqlite-database.ts";
 import type { Database } from "./schema.ts";
@@ -25,6 +24,8 @@ export async function openStore(options: StoreOptions | string): Promise<Store> 
   if (o.databaseUrl) {
     if (!/^postgres(ql)?:\/\//.test(o.databaseUrl))
       throw new Error("the database URL must start with postgres://");
+    // pg is loaded by servers on PostgreSQL only.
+    const { default: pg } = await import("pg");
     dialect = new PostgresDialect({ pool: new pg.Pool({ connectionString: o.databaseUrl, max: 10 }) });
   } else {
     // The store holds hashes of every key, sealed secrets and every team's records: only the

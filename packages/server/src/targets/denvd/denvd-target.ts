@@ -157,6 +157,8 @@ export class DenvdTarget implements Target {
       { timeoutMs: TRANSFER_TIMEOUT_MS },
     );
     const tar = streams[0] as MuxStream;
+    // Its one reader is the answer, which frees each frame once written.
+    tar.handsOverReads = true;
     // The host sends no byte before the path was found and may be read: until the first one (or
     // the end), a failure is the operation's, answered as its error code.
     const ready = new Promise<void>((resolve, reject) => {

@@ -124,7 +124,22 @@ static void serve(int conn) {
   if (pipe(in) || pipe(out) || pipe(err)) _exit(1);
   /* Whatever the command starts stays this handler's descendant, setsid or not (see kill_tree). */
   prctl(PR_SET_CHILD_SUBREAPER, 1);
-  pid_t pid = fork();
+  /* Everything that reads files or allocates happens here, before the command's process exists:
+   * it is made with vfork (no copy of this process's page tables, which costs a large part of an
+   * exec in a paravirtualized guest), so until it execs it may only make system calls and write
+   * to its own stack. This handler has no thread and no signal handler it could run. */
+  struct ids ids;
+  char msg[1024];
+  int unresolved = 0;
+  const char *home = NULL, *name = NULL;
+  if (user[0]) {
+    unresolved = resolve_user(user, &ids, msg, sizeof msg) != 0;
+    if (!unresolved && (flags & 1)) home = ids.have_entry && ids.home[0] ? ids.home : "/";
+    if (!unresolved && ids.have_entry) name = ids.name;
+  }
+  /* execvp searches the command's own PATH, so the environment is the command's from here on. */
+  environ = merge_env(extra, envc, home, name, flags & 2);
+  pid_t pid = vfork();
   cmd_pid = pid;
   if (pid == 0) {
     setsid(); /* its own process group: a kill reaches every descendant */
@@ -132,31 +147,28 @@ static void serve(int conn) {
     dup2(out[1], 1);
     dup2(err[1], 2);
     close_from(3);
-    const char *home = NULL, *name = NULL;
-    if (user[0]) {
-      struct ids ids;
-      char msg[1024];
-      if (resolve_user(user, &ids, msg, sizeof msg)) {
-        write_full(2, msg, strlen(msg));
-        _exit(126);
-      }
-      if (drop_to(&ids)) {
-        fprintf(stderr, "denv-agent: cannot become user %s: %s\n", user, strerror(errno));
-        _exit(126);
-      }
-      if (flags & 1) home = ids.have_entry && ids.home[0] ? ids.home : "/";
-      if (ids.have_entry) name = strdup(ids.name);
-    }
-    if (cwd[0] && chdir(cwd)) {
-      fprintf(stderr, "denv-agent: chdir %s: %s\n", cwd, strerror(errno));
+    char line[1400];
+    if (unresolved) {
+      write_full(2, msg, strlen(msg));
       _exit(126);
     }
-    char **env = merge_env(extra, envc, home, name, flags & 2);
-    environ = env;
+    if (user[0] && drop_to(&ids)) {
+      snprintf(line, sizeof line, "denv-agent: cannot become user %s: %s\n", user, strerror(errno));
+      write_full(2, line, strlen(line));
+      _exit(126);
+    }
+    if (cwd[0] && chdir(cwd)) {
+      snprintf(line, sizeof line, "denv-agent: chdir %s: %s\n", cwd, strerror(errno));
+      write_full(2, line, strlen(line));
+      _exit(126);
+    }
     execvp(argv[0], argv);
-    fprintf(stderr, "denv-agent: %s: %s\n", argv[0], strerror(errno));
-    _exit(errno == ENOENT ? 127 : 126);
+    int e = errno;
+    snprintf(line, sizeof line, "denv-agent: %s: %s\n", argv[0], strerror(e));
+    write_full(2, line, strlen(line));
+    _exit(e == ENOENT ? 127 : 126);
   }
+  if (pid < 0) _exit(1);
   close(in[0]);
   close(out[1]);
   close(err[1]);

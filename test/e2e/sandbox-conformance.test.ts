@@ -166,7 +166,8 @@ for (const name of ["a fork of ops-world", "an image sandbox"]) {
       assert.equal((await exec({ command: ["no-such-program-here"] })).exit_code, 127);
       // A program is looked up in the command's own PATH: the request's, when it sets one.
       await exec({
-        command: "mkdir -p /tmp/confbin && printf '#!/bin/sh\\necho found\\n' > /tmp/confbin/only-here && chmod +x /tmp/confbin/only-here",
+        command:
+          "mkdir -p /tmp/confbin && printf '#!/bin/sh\\necho found\\n' > /tmp/confbin/only-here && chmod +x /tmp/confbin/only-here",
       });
       const found = await exec({ command: ["only-here"], env: { PATH: "/tmp/confbin:/usr/bin:/bin" } });
       assert.equal(found.out.toString(), "found\n");

@@ -25,18 +25,12 @@ export function openStoreNotices(databaseUrl: string | undefined): StoreNotices 
   let client: pg.Client | null = null;
   let closed = false;
   let retry: NodeJS.Timeout | null = null;
-  let PgClient: typeof pg.Client | undefined;
-  const connect = () => {
+  // pg is loaded by servers on PostgreSQL only.
+  const pgLoaded = import("pg");
+  const connect = async () => {
+    const { Client } = (await pgLoaded).default;
     if (closed) return;
-    if (!PgClient) {
-      // pg is loaded by servers on PostgreSQL only.
-      void import("pg").then(({ default: m }) => {
-        PgClient = m.Client;
-        connect();
-      });
-      return;
-    }
-    const c = new PgClient({ connectionString: databaseUrl });
+    const c = new Client({ connectionString: databaseUrl });
     c.on("notification", (n) => {
       // Ids only (ours are short tokens): anything else on the channel is not ours to act on.
       if (!n.payload || !/^[A-Za-z0-9_-]{1,100}$/.test(n.payload)) return;
@@ -51,7 +45,7 @@ export function openStoreNotices(databaseUrl: string | undefined): StoreNotices 
       serverLog().warn({ error: err.message }, "the store's notices connection dropped; reconnecting");
       retry = setTimeout(() => {
         retry = null;
-        connect();
+        void connect();
       }, RECONNECT_MS);
       retry.unref();
     };
@@ -63,7 +57,7 @@ export function openStoreNotices(databaseUrl: string | undefined): StoreNotices 
       })
       .catch(again);
   };
-  connect();
+  void connect();
   return {
     notify(channel, id) {
       void client?.query("SELECT pg_notify($1, $2)", [channel, id]).catch(() => {});

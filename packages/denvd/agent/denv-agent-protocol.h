@@ -39,4 +39,6 @@
 #define FS_NO_USER 10
 #define FS_LINK 11
 
+#define BTRFS_BUILTIN "denv-agent:btrfs"
+
 #endif

@@ -120,6 +120,7 @@ static void serve(int conn) {
   char *cwd = extra ? read_str(conn) : NULL;
   char *user = cwd ? read_str(conn) : NULL;
   if (!argv || !extra || !cwd || !user || argc == 0 || read_u32(conn, &flags)) _exit(1);
+  if (host_mode && strcmp(argv[0], BTRFS_BUILTIN) == 0) serve_btrfs(conn, argc, argv);
   int in[2], out[2], err[2];
   if (pipe(in) || pipe(out) || pipe(err)) _exit(1);
   /* Whatever the command starts stays this handler's descendant, setsid or not (see kill_tree). */
@@ -337,7 +338,10 @@ static void agent_loop(const char *sock, int once) {
  * would. It lives exactly as long as denvd: killed with it (PDEATHSIG), and gone when its socket
  * is (no retrying a denvd that went away, unlike a container's agent).
  */
+int host_mode;
+
 static int run_host(const char *sock, const char *parent) {
+  host_mode = 1;
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   /* The parent may have died before the line above: then nothing would ever kill this one. */
   if (getppid() != (pid_t)strtol(parent, NULL, 10)) return 1;

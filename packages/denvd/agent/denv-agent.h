@@ -81,6 +81,10 @@ void serve_put(int conn);
 /* agent-fsops.c */
 void serve_fsop(int conn);
 
+/* agent-btrfs.c: an exec request naming BTRFS_BUILTIN, in host mode (host_mode set) */
+extern int host_mode;
+void serve_btrfs(int conn, uint32_t argc, char **argv);
+
 /*
  * agent-walk.c: directories opened component by component, no link followed. Each returns an fd
  * or -1 with walk_status (FS_*) and walk_err (naming the component) set. `create` makes missing

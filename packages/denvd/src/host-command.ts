@@ -174,6 +174,41 @@ export async function runHostCommand(
   };
 }
 
+/**
+ * Runs one of the host agent's built-in operations: an exec request whose program is `builtin`
+ * (BTRFS_BUILTIN), done in the agent's handler instead of by a program. Null when the host agent
+ * did not do it (none is running, it went away, or it is one built before the operation existed
+ * and answered that it found no such program): the caller then runs its command instead.
+ */
+export async function runHostBuiltin(
+  builtin: string,
+  args: string[],
+  options: HostCommandOptions,
+): Promise<HostCommandResult | null> {
+  const a = agent;
+  if (!a) return null;
+  const limit = options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
+  const r = await a.executor.exec(HOST_KEY, {
+    command: [builtin, ...args],
+    env: {},
+    cleanEnv: true,
+    timeoutMs: options.timeoutMs,
+    maxOutputBytes: limit,
+    stdin: null,
+  });
+  // A built-in answers 0, 1 or 2; 127 is an agent that looked for a program of that name.
+  if (r === FELL_BACK || r.exitCode === 127) return null;
+  if (r.stdoutTruncated || r.stderrTruncated)
+    throw new Error(`${builtin} wrote more than ${limit} bytes of output`);
+  return {
+    exitCode: r.exitCode,
+    stdout: r.stdout.toString("utf8"),
+    stderr: r.stderr.toString("utf8"),
+    timedOut: r.timedOut,
+    via: "agent",
+  };
+}
+
 /** What the agent executor's fallback answers: the command has not run; the caller starts it. */
 const FELL_BACK = {
   exitCode: -1,

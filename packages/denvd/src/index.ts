@@ -9,13 +9,15 @@ export {
   probeEgress,
 } from "./egress-probe.ts";
 export { DEFAULT_AGENT_BINARY, defaultAgentBinary } from "./exec/agent-binary.ts";
-export { AgentChannel } from "./exec/agent-channel.ts";
+export { AGENT_SOCKET_NAME, AgentChannel } from "./exec/agent-channel.ts";
 export { AgentExecutor } from "./exec/agent-executor.ts";
+export { BTRFS_BUILTIN } from "./exec/agent-protocol.ts";
 export { EngineExecutor } from "./exec/engine-executor.ts";
 export type { ExecOptions, ExecResult, Executor } from "./exec/executor.ts";
 export {
   type HostCommandResult,
   hostAgentPid,
+  runHostBuiltin,
   runHostCommand,
   startHostAgent,
   stopHostAgent,

@@ -64,6 +64,12 @@ export const FS_STATUS = {
   LINK: 11,
 } as const;
 
+/**
+ * An exec request whose program is this name runs one of the host agent's btrfs operations in its
+ * handler (agent/agent-btrfs.c) instead of a program: host mode only; a container's agent has none.
+ */
+export const BTRFS_BUILTIN = "denv-agent:btrfs";
+
 const hex = (n: number) => (n > 0xffff ? `0x${n.toString(16)}u` : String(n));
 
 /** The C header the agent is compiled with, from the table above. */
@@ -87,6 +93,8 @@ export function renderAgentHeader(): string {
     ...block("OP_", FS_OP),
     "",
     ...block("FS_", FS_STATUS),
+    "",
+    `#define BTRFS_BUILTIN ${JSON.stringify(BTRFS_BUILTIN)}`,
     "",
     "#endif",
   ].join("\n")}\n`;

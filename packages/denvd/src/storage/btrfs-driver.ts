@@ -9,8 +9,10 @@ import { access, mkdir, readdir, rename, rm, stat, statfs } from "node:fs/promis
 import { join } from "node:path";
 import type { Readable } from "node:stream";
 import { DenvError } from "@denv/protocol";
+import { BTRFS_BUILTIN } from "../exec/agent-protocol.ts";
+import { runHostBuiltin } from "../host-command.ts";
 import { directoryBytes } from "./directory-bytes.ts";
-import { runCommand } from "./run-command.ts";
+import { runBuiltinOrCommand, runCommand } from "./run-command.ts";
 import { commandInput, commandOutput, extractTarInto, type SnapshotSend, tarOf } from "./snapshot-streams.ts";
 import {
   assertFormat,
@@ -79,6 +81,19 @@ export class BtrfsDriver implements StorageDriver {
    */
   async limitGrowth(id: string, growthBytes: number): Promise<QuotaEvidence> {
     const path = this.datasetPath(id);
+    if (!Number.isSafeInteger(growthBytes) || growthBytes < 0)
+      throw new DenvError(
+        "storage_error",
+        `a growth limit must be a whole number of bytes, not ${growthBytes}`,
+      );
+    // The host agent reads the quota and sets its limit in one request, with the ioctls `btrfs` uses.
+    const agentSaid = await runHostBuiltin(BTRFS_BUILTIN, ["limit-growth", String(growthBytes), path], {
+      timeoutMs: 120_000,
+    }).catch(() => null);
+    if (agentSaid?.exitCode === 0 && !agentSaid.timedOut) {
+      const [, limit] = agentSaid.stdout.trim().split(" ").map(Number);
+      if (Number.isSafeInteger(limit)) return { enforced: "btrfs qgroup", limit_bytes: limit as number };
+    }
     const out = await runCommand("btrfs", ["qgroup", "show", "--raw", "-f", path]);
     const line = out.split("\n").find((l) => /^0\/\d+\s/.test(l.trim()));
     const referenced = Number(line?.trim().split(/\s+/)[1]);
@@ -129,7 +144,7 @@ export class BtrfsDriver implements StorageDriver {
     try {
       if (format === "tar") {
         const path = join(dir, snapshotId);
-        await runCommand("btrfs", ["-q", "subvolume", "create", path]);
+        await subvolumeCreate(path);
         await extractTarInto(input, path);
         await runCommand("btrfs", ["property", "set", "-ts", path, "ro", "true"]);
         return;
@@ -168,23 +183,20 @@ export class BtrfsDriver implements StorageDriver {
 
   async createDataset(id: string): Promise<DatasetInfo> {
     const path = this.datasetPath(id);
-    await runCommand("btrfs", ["-q", "subvolume", "create", path]);
+    await subvolumeCreate(path);
     return { id, path };
   }
 
   async flush(): Promise<void> {
-    await runCommand("btrfs", ["filesystem", "sync", this.poolPath]);
+    await runBuiltinOrCommand({ name: BTRFS_BUILTIN, args: ["sync", this.poolPath] }, "btrfs", [
+      "filesystem",
+      "sync",
+      this.poolPath,
+    ]);
   }
 
   async snapshot(datasetId: string, snapshotId: string): Promise<SnapshotInfo> {
-    await runCommand("btrfs", [
-      "-q",
-      "subvolume",
-      "snapshot",
-      "-r",
-      this.datasetPath(datasetId),
-      this.snapshotPath(snapshotId),
-    ]);
+    await snapshotOf(this.datasetPath(datasetId), this.snapshotPath(snapshotId), "ro");
     return { id: snapshotId };
   }
 
@@ -194,7 +206,7 @@ export class BtrfsDriver implements StorageDriver {
 
   async clone(snapshotId: string, datasetId: string): Promise<DatasetInfo> {
     const path = this.datasetPath(datasetId);
-    await runCommand("btrfs", ["-q", "subvolume", "snapshot", this.snapshotPath(snapshotId), path]);
+    await snapshotOf(this.snapshotPath(snapshotId), path, "rw");
     return { id: datasetId, path };
   }
 
@@ -212,7 +224,7 @@ export class BtrfsDriver implements StorageDriver {
       () => true,
       () => false,
     );
-    if (exists) await runCommand("btrfs", ["-q", "subvolume", "delete", path]);
+    if (exists) await subvolumeDelete(path);
   }
 
   listDatasets(): Promise<string[]> {
@@ -247,10 +259,42 @@ async function removeHolder(dir: string): Promise<void> {
   for (const name of await readdir(dir).catch(() => [] as string[])) {
     const path = join(dir, name);
     // A subvolume's root is inode 256.
-    if ((await stat(path).catch(() => null))?.ino === 256)
-      await runCommand("btrfs", ["-q", "subvolume", "delete", path]);
+    if ((await stat(path).catch(() => null))?.ino === 256) await subvolumeDelete(path);
   }
   await rm(dir, { recursive: true, force: true });
+}
+
+/*
+ * Subvolumes made, snapshotted and deleted by the host agent's ioctls where it runs
+ * (agent/agent-btrfs.c: the calls `btrfs` makes, without loading a program for each), else by `btrfs`.
+ */
+function subvolumeCreate(path: string): Promise<string> {
+  return runBuiltinOrCommand({ name: BTRFS_BUILTIN, args: ["subvolume-create", path] }, "btrfs", [
+    "-q",
+    "subvolume",
+    "create",
+    path,
+  ]);
+}
+
+function snapshotOf(source: string, path: string, mode: "ro" | "rw"): Promise<string> {
+  return runBuiltinOrCommand({ name: BTRFS_BUILTIN, args: ["snapshot", mode, source, path] }, "btrfs", [
+    "-q",
+    "subvolume",
+    "snapshot",
+    ...(mode === "ro" ? ["-r"] : []),
+    source,
+    path,
+  ]);
+}
+
+function subvolumeDelete(path: string): Promise<string> {
+  return runBuiltinOrCommand({ name: BTRFS_BUILTIN, args: ["subvolume-delete", path] }, "btrfs", [
+    "-q",
+    "subvolume",
+    "delete",
+    path,
+  ]);
 }
 
 async function isBtrfs(path: string): Promise<boolean> {

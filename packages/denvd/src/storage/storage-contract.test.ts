@@ -1,6 +1,7 @@
 /**
  * One contract, three drivers. dir and btrfs run for real here (btrfs on a loop-mounted image under
- * /var/lib/denv-test); zfs runs where the zfs command exists and is skipped, with the reason printed,
+ * /var/lib/denv-test, once with its commands started here and once through the host agent, whose
+ * ioctls do the subvolumes, quotas and flushes in place of `btrfs`); zfs runs where the zfs command exists and is skipped, with the reason printed,
  * where it does not (these machines have no ZFS).
  */
 import assert from "node:assert/strict";
@@ -8,7 +9,10 @@ import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { chmod, chown, mkdir, readFile, rm, stat, symlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { after, describe, test } from "node:test";
+import { after, before, describe, test } from "node:test";
+import { defaultAgentBinary } from "../exec/agent-binary.ts";
+import { BTRFS_BUILTIN } from "../exec/agent-protocol.ts";
+import { runHostBuiltin, startHostAgent, stopHostAgent } from "../host-command.ts";
 import { DiffBudget, diffTrees } from "../tree-diff.ts";
 import { BtrfsDriver } from "./btrfs-driver.ts";
 import { DirDriver } from "./dir-driver.ts";
@@ -25,10 +29,30 @@ const hasZfs = (() => {
   }
 })();
 
-function contract(name: string, make: () => StorageDriver, skip: string | false = false): void {
+function contract(
+  name: string,
+  make: () => StorageDriver,
+  skip: string | false = false,
+  options: { hostAgent?: boolean } = {},
+): void {
   describe(`storage contract: ${name}`, { skip }, () => {
     const driver = skip ? (undefined as unknown as StorageDriver) : make();
     const id = (p: string) => `${p}-${randomBytes(3).toString("hex")}`;
+    if (options.hostAgent) {
+      before(async () => {
+        const binary = defaultAgentBinary();
+        assert.ok(binary, "denv-agent is built by the set-up");
+        assert.equal(await startHostAgent(binary), true);
+      });
+      after(() => stopHostAgent());
+      test("the host agent does the btrfs operations itself", async () => {
+        await driver.init();
+        const r = await runHostBuiltin(BTRFS_BUILTIN, ["sync", (driver as BtrfsDriver).poolPath], {
+          timeoutMs: 60_000,
+        });
+        assert.deepEqual([r?.via, r?.exitCode, r?.stderr], ["agent", 0, ""]);
+      });
+    }
 
     test("init is idempotent and reports capacity", async () => {
       await driver.init();
@@ -157,6 +181,7 @@ function contract(name: string, make: () => StorageDriver, skip: string | false 
 contract("dir", () => new DirDriver(join(runDir, "dir")));
 const btrfs = new BtrfsDriver({ stateDir: join(runDir, "btrfs"), imageSizeBytes: 2 * 1024 ** 3 });
 contract("btrfs", () => btrfs);
+contract("btrfs, through the host agent", () => btrfs, false, { hostAgent: true });
 contract(
   "zfs",
   () => new ZfsDriver("denvtest"),

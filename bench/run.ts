@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --quick] [-- --json] [-- --save] [-- --only fork,api,scale,exec,transfer,fidelity,fleet,e2b,ingress,diff]`: every
+ * `npm run bench [-- --quick] [-- --json] [-- --save] [-- --only fork,api,scale,exec,creates,transfer,fidelity,fleet,e2b,ingress,diff]`: every
  * figure beside its peer, measured in the same run on this machine. Prints a table for people
  * (each median with its p5–p95 spread and the 95% interval of the median); with --json, one JSON
  * object on the last line ({commit, machine, duration_s, metrics with every sample, ratios,
@@ -18,7 +18,7 @@ import { fidelityBench } from "./fidelity-bench.ts";
 import { fleetBench } from "./fleet-bench.ts";
 import { forkBench } from "./fork-bench.ts";
 import { ingressBench } from "./ingress-bench.ts";
-import { execUnderLoad, scaleBench } from "./scale-bench.ts";
+import { createsBench, execUnderLoad, scaleBench } from "./scale-bench.ts";
 import { transferBench } from "./transfer-bench.ts";
 
 const quick = process.argv.includes("--quick");
@@ -71,8 +71,9 @@ const { commit: sha, dirty } = commit();
 const measured: Record<string, Metric> = {
   ...(part("fork") ? await forkBench(quick) : {}),
   ...(part("api") ? await apiBench(quick) : {}),
-  // "exec" alone: the exec-under-load figures of the scale part.
+  // "exec" and "creates" alone: the exec-under-load and create-throughput figures of the scale part.
   ...(part("scale") ? await scaleBench(quick) : part("exec") ? await execUnderLoad(quick) : {}),
+  ...(!part("scale") && part("creates") ? await createsBench(quick) : {}),
   ...(part("transfer") ? await transferBench(quick) : {}),
   ...(part("fidelity") ? await fidelityBench(quick) : {}),
   ...(part("fleet") ? await fleetBench(quick) : {}),

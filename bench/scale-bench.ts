@@ -153,56 +153,7 @@ export async function scaleBench(quick: boolean): Promise<Record<string, Metric>
     );
     log(`  pool acquisition p50 ${ms(warm)} ms; cold fork p50 ${ms(cold)} ms`);
 
-    // --- create throughput: image sandboxes vs docker run, at concurrency 10 and 50 ---
-    const count = quick ? 30 : 100;
-    const tpRounds = quick ? 2 : 3;
-    for (const width of [10, 50]) {
-      const denvRates: number[] = [];
-      const peerRates: number[] = [];
-      const denvRound = async (round: number) => {
-        const ids: string[] = [];
-        const elapsed = await atConcurrency(count, width, async (i) => {
-          ids.push((await api("POST", "/v1/sandboxes", sandboxBody(`tp${width}-${round}-${i}`))).id);
-        });
-        await checkExec(rig, ids);
-        if (width === 10 && round === 0) await phaseBreakdown(rig, ids, results);
-        await destroyAll(rig, ids);
-        denvRates.push((count / elapsed) * 1000);
-      };
-      const peerRound = async () => {
-        const containers: Docker.Container[] = [];
-        const elapsed = await atConcurrency(count, width, async () => {
-          const c = await docker.createContainer({
-            Image: OPSBOX,
-            Cmd: ["sleep", "infinity"],
-            User: "1000",
-            Labels: rig.labels,
-            HostConfig: { NetworkMode: "none" },
-          });
-          await c.start();
-          containers.push(c);
-        });
-        for (const c of containers) await engineExecEcho(c.id);
-        await Promise.all(containers.map((c) => c.remove({ force: true })));
-        peerRates.push((count / elapsed) * 1000);
-      };
-      for (let round = 0; round < tpRounds; round++)
-        for (const run of shuffled([denvRound, peerRound], 8000 + width + round)) await run(round);
-      const suffix = width === 10 ? "" : `_${width}`;
-      results[`create_throughput_per_s${suffix}`] = metricOf(
-        denvRates,
-        "sandboxes/s",
-        `${count} image sandboxes (egress denied, no ports) at concurrency ${width}, ${tpRounds} rounds; each answered an exec`,
-        2,
-      );
-      results[`create_throughput_peer_per_s${suffix}`] = metricOf(
-        peerRates,
-        "containers/s",
-        `docker run -d --network none (create + start) of the same image at concurrency ${width}, ${tpRounds} rounds`,
-        2,
-      );
-      log(`  ${count} creates at ${width}: ${ms(denvRates)}/s; docker run ${ms(peerRates)}/s`);
-    }
+    await createThroughput(rig, quick, results);
 
     // --- the most live sandboxes, and exec under load across them ---
     const cap = quick ? 40 : 250;
@@ -237,6 +188,76 @@ export async function scaleBench(quick: boolean): Promise<Record<string, Metric>
   }
   await execUnderLoad(quick, results);
   return results;
+}
+
+/** Create throughput alone (`--only creates`): the scale part's creates at concurrency 10 and 50, in a rig of its own. */
+export async function createsBench(quick: boolean): Promise<Record<string, Metric>> {
+  const rig = await openBenchRig("creates");
+  const results: Record<string, Metric> = {};
+  try {
+    await createThroughput(rig, quick, results);
+  } finally {
+    await rig.close();
+  }
+  return results;
+}
+
+/** Image sandboxes vs docker run, at concurrency 10 and 50, the two alternating in shuffled rounds. */
+async function createThroughput(
+  rig: BenchRig,
+  quick: boolean,
+  results: Record<string, Metric>,
+): Promise<void> {
+  const { api } = rig;
+  const count = quick ? 30 : 100;
+  const tpRounds = quick ? 2 : 3;
+  for (const width of [10, 50]) {
+    const denvRates: number[] = [];
+    const peerRates: number[] = [];
+    const denvRound = async (round: number) => {
+      const ids: string[] = [];
+      const elapsed = await atConcurrency(count, width, async (i) => {
+        ids.push((await api("POST", "/v1/sandboxes", sandboxBody(`tp${width}-${round}-${i}`))).id);
+      });
+      await checkExec(rig, ids);
+      if (width === 10 && round === 0) await phaseBreakdown(rig, ids, results);
+      await destroyAll(rig, ids);
+      denvRates.push((count / elapsed) * 1000);
+    };
+    const peerRound = async () => {
+      const containers: Docker.Container[] = [];
+      const elapsed = await atConcurrency(count, width, async () => {
+        const c = await docker.createContainer({
+          Image: OPSBOX,
+          Cmd: ["sleep", "infinity"],
+          User: "1000",
+          Labels: rig.labels,
+          HostConfig: { NetworkMode: "none" },
+        });
+        await c.start();
+        containers.push(c);
+      });
+      for (const c of containers) await engineExecEcho(c.id);
+      await Promise.all(containers.map((c) => c.remove({ force: true })));
+      peerRates.push((count / elapsed) * 1000);
+    };
+    for (let round = 0; round < tpRounds; round++)
+      for (const run of shuffled([denvRound, peerRound], 8000 + width + round)) await run(round);
+    const suffix = width === 10 ? "" : `_${width}`;
+    results[`create_throughput_per_s${suffix}`] = metricOf(
+      denvRates,
+      "sandboxes/s",
+      `${count} image sandboxes (egress denied, no ports) at concurrency ${width}, ${tpRounds} rounds; each answered an exec`,
+      2,
+    );
+    results[`create_throughput_peer_per_s${suffix}`] = metricOf(
+      peerRates,
+      "containers/s",
+      `docker run -d --network none (create + start) of the same image at concurrency ${width}, ${tpRounds} rounds`,
+      2,
+    );
+    log(`  ${count} creates at ${width}: ${ms(denvRates)}/s; docker run ${ms(peerRates)}/s`);
+  }
 }
 
 /**

@@ -30,21 +30,15 @@
 
 static int bt_conn;
 
-static void finish(int code, const char *out, const char *err) {
+__attribute__((noreturn)) static void finish(int code, const char *out, const char *err) {
   if (out && out[0]) send_frame(bt_conn, FRAME_OUT_STDOUT, out, (uint32_t)strlen(out));
   if (err && err[0]) send_frame(bt_conn, FRAME_OUT_STDERR, err, (uint32_t)strlen(err));
   int32_t status = code;
   send_frame(bt_conn, FRAME_OUT_STATUS, &status, 4);
-  /* As an exec's handler does: the client hangs up first, so it reads the status. */
-  shutdown(bt_conn, SHUT_WR);
-  char buf[4096];
-  struct pollfd p = {bt_conn, POLLIN, 0};
-  while (poll(&p, 1, 10000) > 0)
-    if (read(bt_conn, buf, sizeof buf) <= 0) break;
-  _exit(0);
+  end_request(bt_conn);
 }
 
-static void fail(const char *op, const char *path, int err) {
+__attribute__((noreturn)) static void fail(const char *op, const char *path, int err) {
   char msg[PATH_MAX + 256];
   snprintf(msg, sizeof msg, "%s %s: %s\n", op, path, strerror(err));
   finish(1, NULL, msg);

@@ -249,10 +249,5 @@ done:
   }
   int32_t code = status ? files_status : FS_OK;
   send_frame(conn, FRAME_OUT_STATUS, &code, 4);
-  shutdown(conn, SHUT_WR);
-  char drain[256];
-  struct pollfd p = {conn, POLLIN, 0};
-  while (poll(&p, 1, 10000) > 0)
-    if (read(conn, drain, sizeof drain) <= 0) break;
-  _exit(0);
+  end_request(conn);
 }

@@ -39,6 +39,17 @@ char *read_str(int fd) {
   return s;
 }
 
+/* Ends a request: the client may still be writing (stdin it no longer needs), so it is let finish
+ * and hang up first, and reads the status instead of a broken pipe. */
+void end_request(int conn) {
+  shutdown(conn, SHUT_WR);
+  char drain[4096];
+  struct pollfd p = {conn, POLLIN, 0};
+  while (poll(&p, 1, 10000) > 0)
+    if (read(conn, drain, sizeof drain) <= 0) break;
+  _exit(0);
+}
+
 int send_frame(int fd, uint8_t type, const void *data, uint32_t len) {
   char head[5];
   head[0] = (char)type;

@@ -261,14 +261,7 @@ static void serve(int conn) {
   kill(-pid, SIGKILL);
   int32_t code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   send_frame(conn, FRAME_OUT_STATUS, &code, 4);
-  /* The client may still be writing (stdin it no longer needs): let it finish and hang up first,
-   * so it reads the status instead of a broken pipe. */
-  shutdown(conn, SHUT_WR);
-  struct pollfd p = {conn, POLLIN, 0};
-  while (poll(&p, 1, 10000) > 0) {
-    if (read(conn, buf, sizeof buf) <= 0) break;
-  }
-  _exit(0);
+  end_request(conn);
 }
 
 /* ---------------------------------------------------------------------------------------------

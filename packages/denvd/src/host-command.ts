@@ -152,26 +152,9 @@ export async function runHostCommand(
 ): Promise<HostCommandResult> {
   const limit = options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
   const a = agent;
-  if (!a) return spawnHere(file, args, options, limit);
-  const r = await a.executor.exec(HOST_KEY, {
-    command: [file, ...args],
-    // The request's variables alone: the agent's own (denvd's at its start) are not added.
-    ...(options.env ? { env: options.env, cleanEnv: true } : {}),
-    timeoutMs: options.timeoutMs,
-    maxOutputBytes: limit,
-    stdin: null,
-  });
-  // The agent did not answer (gone, or no connection came): started here instead.
-  if (r === FELL_BACK) return spawnHere(file, args, options, limit);
-  if (r.stdoutTruncated || r.stderrTruncated)
-    throw new Error(`${file} wrote more than ${limit} bytes of output`);
-  return {
-    exitCode: r.exitCode,
-    stdout: r.stdout.toString("utf8"),
-    stderr: r.stderr.toString("utf8"),
-    timedOut: r.timedOut,
-    via: "agent",
-  };
+  // The agent did not answer (none, gone, or no connection came): started here instead.
+  const r = a ? await onAgent(a, [file, ...args], options.env, options.timeoutMs, limit) : null;
+  return r ?? spawnHere(file, args, options, limit);
 }
 
 /**
@@ -186,20 +169,31 @@ export async function runHostBuiltin(
   options: HostCommandOptions,
 ): Promise<HostCommandResult | null> {
   const a = agent;
-  if (!a) return null;
   const limit = options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
+  const r = a ? await onAgent(a, [builtin, ...args], {}, options.timeoutMs, limit) : null;
+  // A built-in answers 0, 1 or 2; 127 is an agent that looked for a program of that name.
+  return r && r.exitCode !== 127 ? r : null;
+}
+
+/** A command run by the host agent; null when it did not answer (the caller starts it instead). */
+async function onAgent(
+  a: HostAgent,
+  command: string[],
+  env: Record<string, string> | undefined,
+  timeoutMs: number,
+  limit: number,
+): Promise<HostCommandResult | null> {
   const r = await a.executor.exec(HOST_KEY, {
-    command: [builtin, ...args],
-    env: {},
-    cleanEnv: true,
-    timeoutMs: options.timeoutMs,
+    command,
+    // The request's variables alone: the agent's own (denvd's at its start) are not added.
+    ...(env ? { env, cleanEnv: true } : {}),
+    timeoutMs,
     maxOutputBytes: limit,
     stdin: null,
   });
-  // A built-in answers 0, 1 or 2; 127 is an agent that looked for a program of that name.
-  if (r === FELL_BACK || r.exitCode === 127) return null;
+  if (r === FELL_BACK) return null;
   if (r.stdoutTruncated || r.stderrTruncated)
-    throw new Error(`${builtin} wrote more than ${limit} bytes of output`);
+    throw new Error(`${command[0]} wrote more than ${limit} bytes of output`);
   return {
     exitCode: r.exitCode,
     stdout: r.stdout.toString("utf8"),

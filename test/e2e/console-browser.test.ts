@@ -16,7 +16,14 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { joinServer, Sidecar } from "@denv/denvd";
 import { type RunningServer, startServer } from "@denv/server";
-import { type Browser, type BrowserContext, chromium, type Locator, type Page } from "playwright-core";
+import {
+  type Browser,
+  type BrowserContext,
+  chromium,
+  type Locator,
+  type Page,
+  type Request,
+} from "playwright-core";
 import { type DaytonaDouble, startDaytonaDouble } from "./daytona-double.ts";
 import { LOCAL_REGISTRY, openTestHost, repoRoot, type TestHost } from "./denvd-helpers.ts";
 
@@ -86,6 +93,9 @@ describe("the console", () => {
     await page.goto(server.url);
     await page.waitForURL(/#\/login/);
     await page.getByRole("link", { name: "Create an account" }).click();
+    // The sign-up form replaces the sign-in one once the page has read the session: typed into
+    // before that, the email would land in the form being replaced.
+    await page.getByRole("button", { name: "Create account" }).waitFor();
     await page.getByLabel("Email").fill("ada@example.com");
     await page.getByLabel("Password").fill("correct horse battery");
     await page.getByLabel("Team name").fill("analytical engines");
@@ -348,6 +358,35 @@ describe("the console", () => {
     });
     assert.equal(status, 403);
     assert.equal((await api("GET", "/v1/projects/forged")).status, 404, "nothing was made");
+  });
+
+  test("a page whose session read was overtaken by a newer one is not drawn over it", async () => {
+    const other = await browser.newContext();
+    const p = await other.newPage();
+    // The first session read (the sign-up page's) answers late; every later one at once.
+    let reads = 0;
+    let lateRequest: (r: Request) => void = () => {};
+    const late = new Promise<Request>((resolve) => (lateRequest = resolve));
+    let releaseLate: () => void = () => {};
+    const held = new Promise<void>((resolve) => (releaseLate = resolve));
+    await p.route("**/v1/auth/session", async (r) => {
+      if (reads++ === 0) {
+        lateRequest(r.request());
+        await held;
+      }
+      await r.continue();
+    });
+    await p.goto(`${server.url}/#/signup`);
+    await p.evaluate("location.hash = '#/login'");
+    await p.getByRole("button", { name: "Sign in" }).waitFor();
+    const request = await late;
+    releaseLate();
+    await (await request.response())?.finished();
+    // The late answer's render has had its turn: two frames after its body arrived.
+    await p.evaluate("new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))");
+    assert.equal(await p.getByRole("button", { name: "Sign in" }).count(), 1, "the newer page stays");
+    assert.equal(await p.getByRole("button", { name: "Create account" }).count(), 0);
+    await other.close();
   });
 
   test("sign out: back to the sign-in page, and the session no longer opens anything", async () => {

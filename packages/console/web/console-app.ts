@@ -78,15 +78,23 @@ function header(session: Session | null): void {
   );
 }
 
+/** Counts renders: one that a newer render overtook while it read the session shows nothing. */
+let renders = 0;
+
 async function render(): Promise<void> {
   stopLive();
   stopLive = () => {};
   const [path = "/", query = ""] = location.hash.replace(/^#/, "").split("?");
   const params = new URLSearchParams(query);
+  const generation = ++renders;
   let session: Session | null;
   try {
     session = await currentSession();
+    // The person moved on while the session was read (a link followed at once): the newer
+    // render draws the page. Drawn late, this one would replace it, and what was typed there.
+    if (generation !== renders) return;
   } catch (err) {
+    if (generation !== renders) return;
     // The session could not be read (the server busy or gone): said on the page, never a page
     // left as it was (a form that seems to hang).
     show(main, h("h1", {}, "Something went wrong"), errorBox(err));

@@ -210,7 +210,8 @@ async function createThroughput(
 ): Promise<void> {
   const { api } = rig;
   const count = quick ? 30 : 100;
-  const tpRounds = quick ? 2 : 3;
+  // Five rounds a width: with three, the bootstrap interval of a median is about the whole range.
+  const tpRounds = quick ? 2 : 5;
   for (const width of [10, 50]) {
     const denvRates: number[] = [];
     const peerRates: number[] = [];

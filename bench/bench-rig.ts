@@ -3,7 +3,7 @@
  * agent) joined to it in this process, a key, and `api()` that throws on any answer but 2xx.
  */
 import { randomBytes } from "node:crypto";
-import { rmSync } from "node:fs";
+import { readFileSync, rmSync } from "node:fs";
 import { mkdtemp } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -106,6 +106,13 @@ export async function openBenchRig(
       rmSync(dataDir, { recursive: true, force: true });
     },
   };
+}
+
+/** CPU time the whole host spent (all cores), in seconds, from /proc/stat. */
+export function busyCpuS(): number {
+  const f = readFileSync("/proc/stat", "utf8").split("\n")[0]?.trim().split(/\s+/).slice(1).map(Number) ?? [];
+  const [user = 0, nice = 0, system = 0, , , irq = 0, softirq = 0, steal = 0] = f;
+  return (user + nice + system + irq + softirq + steal) / 100;
 }
 
 /** The p-th percentile (interpolated), to a tenth. */

@@ -61,6 +61,11 @@ const ROWS: [string, string, [string, string] | null][] = [
   ],
   ["busy CPU per cold ops-world fork", "fork_cpu_s", null],
   [
+    "busy CPU per fork cycle (fork, check, remove), +1 GiB",
+    "fork_cycle_cpu_s_1gib",
+    ["floor", "fork_floor_cycle_cpu_s_1gib"],
+  ],
+  [
     "image sandboxes created, concurrency 10",
     "create_throughput_per_s",
     ["`docker run --network none`", "create_throughput_peer_per_s"],

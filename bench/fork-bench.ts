@@ -28,7 +28,7 @@ import { Denv } from "@denv/sdk";
 import Docker from "dockerode";
 import { parse } from "yaml";
 import { composeDown, composeUp, engineExec } from "./api-bench.ts";
-import { type BenchRig, log, openBenchRig } from "./bench-rig.ts";
+import { type BenchRig, busyCpuS, log, openBenchRig } from "./bench-rig.ts";
 import { type Metric, metricOf, shuffled } from "./bench-stats.ts";
 
 const MiB = 1024 ** 2;
@@ -377,9 +377,19 @@ export async function forkBench(quick: boolean): Promise<Record<string, Metric>>
     );
     log("fork: one warm-up of each, untimed");
     for (const f of Object.values(contestants)) await f();
+    // What the machine spends on a whole cycle (fork to healthy, checked, removed), less what it
+    // spends idle with the two environments running, for the API's fork and the floor's.
+    const idleFrom = busyCpuS();
+    await new Promise((r) => setTimeout(r, 5000));
+    const idleCpuPerMs = (busyCpuS() - idleFrom) / 5000;
+    const cycleCpu: Record<string, number[]> = { fork_p50_ms_btrfs_1gib: [], fork_floor_p50_ms_1gib: [] };
     for (let round = 0; round < ROUNDS; round++) {
-      for (const name of shuffled(Object.keys(contestants), round + 1))
+      for (const name of shuffled(Object.keys(contestants), round + 1)) {
+        const cpu0 = busyCpuS();
+        const t0 = performance.now();
         samples[name]?.push(await (contestants[name] as () => Promise<number>)());
+        cycleCpu[name]?.push(busyCpuS() - cpu0 - idleCpuPerMs * (performance.now() - t0));
+      }
       log(`fork: round ${round + 1}/${ROUNDS}`);
     }
     const notes: Record<string, string> = {
@@ -396,6 +406,23 @@ export async function forkBench(quick: boolean): Promise<Record<string, Metric>>
       results[name] = metricOf(xs, "ms", notes[name], 0);
       log(`${name}: median ${results[name].value} ms (p5 ${results[name].p5}, p95 ${results[name].p95})`);
     }
+    const cycleNote = (what: string) =>
+      `the machine's busy CPU over a whole cycle of ${what} (to healthy, the orders read, removed), less its idle rate (${Math.round(idleCpuPerMs * 1e5) / 100} cpu-s a second)`;
+    results.fork_cycle_cpu_s_1gib = metricOf(
+      cycleCpu.fork_p50_ms_btrfs_1gib as number[],
+      "cpu-s",
+      cycleNote("a fork through the API"),
+      2,
+    );
+    results.fork_floor_cycle_cpu_s_1gib = metricOf(
+      cycleCpu.fork_floor_p50_ms_1gib as number[],
+      "cpu-s",
+      cycleNote("the floor's steps"),
+      2,
+    );
+    log(
+      `fork: busy CPU a cycle ${results.fork_cycle_cpu_s_1gib.value} cpu-s, the floor's ${results.fork_floor_cycle_cpu_s_1gib.value}`,
+    );
     const windows = await frozenWindows(rig, "big", quick ? 5 : 20);
     results.frozen_window_p50_ms = metricOf(
       windows,

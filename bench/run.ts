@@ -112,6 +112,7 @@ const ratioOf: Record<string, [string, string]> = {
   files_get_vs_docker_cp: ["files_get_mib_per_s", "files_get_peer_mib_per_s"],
   clock_read_frozen_vs_real: ["clock_read_ns_frozen", "clock_read_ns_real"],
   fork_frozen_vs_real: ["fork_p50_ms_frozen", "fork_p50_ms_real"],
+  fork_cpu_vs_floor: ["fork_cycle_cpu_s_1gib", "fork_floor_cycle_cpu_s_1gib"],
   replication_vs_direct_pipe: ["replication_mib_per_s", "replication_peer_mib_per_s"],
   e2b_exec_vs_v1_exec: ["e2b_exec_p50_ms", "e2b_exec_v1_p50_ms"],
   e2b_exec_vs_v1_login_shell: ["e2b_exec_p50_ms", "e2b_exec_v1_login_p50_ms"],
@@ -178,6 +179,7 @@ const goals: [string, boolean][] = [
     atMost(iv("files_peak_rss_mib_server"), 255.9) && atMost(iv("files_peak_rss_mib_denvd"), 255.9),
   ],
   ["a frozen fork ≤ 1.1× a real-clock fork", atMost(ratioIv("fork_frozen_vs_real"), 1.1)],
+  ["busy CPU per fork ≤ 1.1× the floor's", atMost(ratioIv("fork_cpu_vs_floor"), 1.1)],
   ["an episode's diff (ops-world + 1 GiB, 100 files changed) ≤ 1 s", atMost(iv("diff_p50_ms"), 1000)],
   ["an episode's diff ≥ 10× faster than rsync -rcn (page cache hot)", atLeast(ratioIv("rsync_vs_diff"), 10)],
   [

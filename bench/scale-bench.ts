@@ -18,7 +18,7 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import Docker from "dockerode";
 import { composeDown, composeUp, engineExec, type Metric } from "./api-bench.ts";
-import { type BenchRig, log, ms, openBenchRig } from "./bench-rig.ts";
+import { type BenchRig, busyCpuS, log, ms, openBenchRig } from "./bench-rig.ts";
 import { metricOf, shuffled } from "./bench-stats.ts";
 import { openTransferRig } from "./transfer-rig.ts";
 
@@ -347,13 +347,6 @@ export async function execUnderLoad(
     await rig.close();
   }
   return results;
-}
-
-/** CPU time the whole host spent (all cores), in seconds, from /proc/stat. */
-function busyCpuS(): number {
-  const f = readFileSync("/proc/stat", "utf8").split("\n")[0]?.trim().split(/\s+/).slice(1).map(Number) ?? [];
-  const [user = 0, nice = 0, system = 0, , , irq = 0, softirq = 0, steal = 0] = f;
-  return (user + nice + system + irq + softirq + steal) / 100;
 }
 
 /**

@@ -210,7 +210,8 @@ async function createThroughput(
 ): Promise<void> {
   const { api } = rig;
   const count = quick ? 30 : 100;
-  // Five rounds a width: with three, the bootstrap interval of a median is about the whole range.
+  // Five rounds a width, three until 2026-12-05: more rounds for each median to rest on (a median's
+  // bootstrap interval over five still reaches the extremes; bench/README.md).
   const tpRounds = quick ? 2 : 5;
   for (const width of [10, 50]) {
     const denvRates: number[] = [];

@@ -6,6 +6,7 @@ import {
   interval,
   medianInterval,
   metricOf,
+  pairedRatioInterval,
   percentile,
   ratioInterval,
   shuffled,
@@ -52,6 +53,33 @@ test("a ratio's interval spans both intervals; spread is added to bare samples",
   assert.equal(bare.p5, 1.2);
   assert.equal(bare.p95, 4.8);
   assert.ok(bare.ci);
+});
+
+test("a paired ratio rests on the rounds' own ratios, so a slow round slows both contestants", () => {
+  // The machine's pace swings round to round; denv is 0.81 to 0.86 of the peer in every round.
+  const peer = { value: 0, unit: "/s", samples: [2.0, 3.0, 2.5, 1.5, 2.8] };
+  const denv = { value: 0, unit: "/s", samples: [1.64, 2.43, 2.15, 1.23, 2.38] };
+  const paired = pairedRatioInterval(withSpread(denv), withSpread(peer));
+  assert.ok(paired);
+  assert.equal(Math.round(paired.median * 100) / 100, 0.82);
+  // Five rounds: the interval of the median is the lowest and the highest round.
+  assert.deepEqual(
+    paired.interval.map((x) => Math.round(x * 1000) / 1000),
+    [0.81, 0.86],
+  );
+  assert.equal(atLeast(paired.interval, 0.8), true);
+  // The extremes of the two intervals set the best round of one against the worst of the other.
+  assert.ok(ratioInterval(withSpread(denv), withSpread(peer))[0] < 0.7);
+  // One round under the goal is enough to miss it.
+  const slow = { ...denv, samples: [1.64, 2.43, 2.15, 1.1, 2.38] };
+  assert.equal(
+    atLeast((pairedRatioInterval(slow, peer) as { interval: [number, number] }).interval, 0.8),
+    false,
+  );
+  // Not pairable: no samples, different counts, a zero to divide by.
+  assert.equal(pairedRatioInterval({ value: 1, unit: "ms" }, peer), undefined);
+  assert.equal(pairedRatioInterval(denv, { ...peer, samples: [2, 3] }), undefined);
+  assert.equal(pairedRatioInterval(denv, { ...peer, samples: [2, 3, 0, 1, 2] }), undefined);
 });
 
 test("interleaving shuffles deterministically and keeps every contestant", () => {

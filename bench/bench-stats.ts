@@ -91,6 +91,26 @@ export function ratioInterval(a: Metric | undefined, b: Metric | undefined): [nu
   return [al / bh, ah / bl];
 }
 
+/**
+ * `a / b` where the two were measured in the same rounds (sample i of each from round i, the
+ * contestants alternating within it): the bootstrap interval of the median of the rounds' own
+ * ratios. A slow round slows both, and its ratio carries that away, where the intervals' extremes
+ * (`ratioInterval`) set the best round of one against the worst of the other. With five rounds the
+ * interval is the lowest and highest round's ratio: the goal is met only when every round meets
+ * it. Undefined when the samples cannot be paired (missing, or not one a round).
+ */
+export function pairedRatioInterval(
+  a: Metric | undefined,
+  b: Metric | undefined,
+): { median: number; interval: [number, number] } | undefined {
+  const xs = a?.samples;
+  const ys = b?.samples;
+  if (!xs || !ys || xs.length !== ys.length || xs.length < 2) return undefined;
+  if (ys.some((y) => !(y > 0))) return undefined;
+  const ratios = xs.map((x, i) => x / (ys[i] as number));
+  return { median: percentile(ratios, 0.5), interval: medianInterval(ratios) };
+}
+
 /** Met only when the whole interval is at or under the goal (NaN: not measured, not met). */
 export const atMost = ([, hi]: [number, number], goal: number) => hi <= goal;
 /** Met only when the whole interval is at or over the goal. */

@@ -7,12 +7,18 @@
  */
 import assert from "node:assert/strict";
 import { execFileSync, spawn } from "node:child_process";
-import { readFileSync, writeFileSync } from "node:fs";
-import { readFile } from "node:fs/promises";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { DockerRuntime, findFreezer, freezerIsFrozen, LABEL } from "@denv/denvd";
-import { deployStack, openTestHost, opsWorldSpec, type TestHost } from "./denvd-helpers.ts";
+import {
+  deployStack,
+  openTestHost,
+  opsWorldSpec,
+  readHostState,
+  type TestHost,
+  writeHostStack,
+} from "./denvd-helpers.ts";
 
 let host: TestHost;
 let versionId: string;
@@ -38,7 +44,13 @@ const OPSBOX_IMAGE = "127.0.0.1:5000/denv/opsbox:bookworm";
 
 const KILL_POINTS: Record<string, () => Promise<boolean>> = {
   "its record is written": async () =>
-    (await readFile(join(host.stateDir, "state.json"), "utf8").catch(() => "")).includes('"doomed"'),
+    (() => {
+      try {
+        return Object.values(readHostState(host.stateDir).stacks).some((s) => s.name === "doomed");
+      } catch {
+        return false;
+      }
+    })(),
   "its datasets are cloned": async () => (await host.storage.listDatasets()).length > datasetsBefore,
   "its network exists": async () =>
     (await host.docker.listNetworks({ filters: JSON.stringify({ label: [`dev.denv.test=${host.runId}`] }) }))
@@ -305,10 +317,7 @@ test("a rollback cut off after the stack's data was removed is finished at the n
   assert.equal(r.stdout.toString().trim(), "100000");
 });
 
-/** Writes a stack record into the state file, as a kill mid-operation leaves it. */
+/** Writes a stack record into the host's database, as a kill mid-operation leaves it. */
 function writeStackRecord(rec: ReturnType<TestHost["denvd"]["stack"]>): void {
-  const path = join(host.stateDir, "state.json");
-  const state = JSON.parse(readFileSync(path, "utf8"));
-  state.stacks[rec.id] = rec;
-  writeFileSync(path, JSON.stringify(state));
+  writeHostStack(host.stateDir, rec as { id: string });
 }

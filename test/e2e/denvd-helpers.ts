@@ -5,6 +5,7 @@ import { readFileSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { createServer, type Server } from "node:net";
 import { join } from "node:path";
+import { DatabaseSync } from "node:sqlite";
 import {
   BtrfsDriver,
   Denvd,
@@ -27,6 +28,43 @@ import Docker from "dockerode";
 import { removeLabelled } from "./engine-helpers.ts";
 
 export const repoRoot = join(import.meta.dirname, "..", "..");
+
+/**
+ * What a host's state directory holds, read from its files as another process (a killed denvd's
+ * included) left them: the owner id from `state.json`, the records from `state.db`.
+ */
+export function readHostState(stateDir: string): {
+  ownerId: string;
+  stacks: Record<string, any>;
+  versions: Record<string, any>;
+} {
+  const { ownerId } = JSON.parse(readFileSync(join(stateDir, "state.json"), "utf8")) as { ownerId: string };
+  const db = new DatabaseSync(join(stateDir, "state.db"));
+  try {
+    const rows = db.prepare("SELECT kind, id, json FROM records ORDER BY rowid").all() as {
+      kind: string;
+      id: string;
+      json: string;
+    }[];
+    const of = (kind: string) =>
+      Object.fromEntries(rows.filter((r) => r.kind === kind).map((r) => [r.id, JSON.parse(r.json)]));
+    return { ownerId, stacks: of("stack"), versions: of("version") };
+  } finally {
+    db.close();
+  }
+}
+
+/** Writes a stack's record into the host's database as a kill mid-operation leaves it. */
+export function writeHostStack(stateDir: string, rec: { id: string }): void {
+  const db = new DatabaseSync(join(stateDir, "state.db"));
+  try {
+    db.prepare(
+      "INSERT INTO records (kind, id, json) VALUES ('stack', ?, ?) ON CONFLICT (kind, id) DO UPDATE SET json = excluded.json",
+    ).run(rec.id, JSON.stringify(rec));
+  } finally {
+    db.close();
+  }
+}
 
 /** What test servers may fetch from besides the public hosts: this machine's registry. */
 export const LOCAL_REGISTRY = ["127.0.0.1:5000"];

@@ -11,7 +11,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { LABEL } from "@denv/denvd";
-import { openTestHost, repoRoot } from "./denvd-helpers.ts";
+import { openTestHost, readHostState, repoRoot } from "./denvd-helpers.ts";
 import { removeLabelled } from "./engine-helpers.ts";
 import { freePort } from "./net-helpers.ts";
 
@@ -158,7 +158,7 @@ export async function processWorld(opts: { allowFetch?: string[] } = {}): Promis
         `dev.denv.test=${runId}`,
       ]);
     },
-    hostState: () => JSON.parse(readFileSync(join(stateDir, "state.json"), "utf8")),
+    hostState: () => readHostState(stateDir),
     engine: () => {
       const owner = `${LABEL.owner}=${w.hostState().ownerId}`;
       const run = (cmd: string) =>

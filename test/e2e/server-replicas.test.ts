@@ -15,7 +15,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { LABEL } from "@denv/denvd";
-import { openTestHost } from "./denvd-helpers.ts";
+import { openTestHost, readHostState } from "./denvd-helpers.ts";
 import { removeLabelled } from "./engine-helpers.ts";
 import { freePort } from "./net-helpers.ts";
 import { startPostgresCluster } from "./postgres-helpers.ts";
@@ -66,7 +66,7 @@ async function api(r: Replica, method: string, path: string, body?: unknown) {
   return { status: res.status, data, text };
 }
 
-const hostState = () => JSON.parse(readFileSync(join(stateDir, "state.json"), "utf8"));
+const hostState = () => readHostState(stateDir);
 
 before(async () => {
   pg = await startPostgresCluster();

@@ -63,8 +63,10 @@ describe("names", () => {
   });
 
   test("a record from before the checks, with a name no driver accepts, does not keep denvd from starting", async () => {
+    // Written where an older denvd kept its records, in state.json: read into the database at open.
     const path = `${host.stateDir}/state.json`;
     const state = JSON.parse(readFileSync(path, "utf8"));
+    state.stacks = {};
     state.stacks.env_0123456789ab = {
       id: "env_0123456789ab",
       name: "legacy",

@@ -1,6 +1,13 @@
 /**
- * denvd's own records: the stacks and versions on this host, kept in one JSON file in the state
- * directory, written atomically (temp file + rename) and one write at a time.
+ * denvd's own records: the stacks and versions on this host, one row each in an SQLite database in
+ * the state directory (`state.db`); the host's owner id in `state.json`.
+ *
+ * Until 2026-12-05 every record lived in `state.json`, rewritten whole on each change: a create
+ * made five writes, each the serialized state of every stack and version on the host, so a host
+ * holding a thousand versions wrote megabytes per create (bench/README.md). A row per record makes
+ * a change cost the record's own size. A `state.json` that still holds records (an older denvd's,
+ * or one a test wrote as a kill leaves it) is read into the database at open, its records taking
+ * the place of any with the same id, and then rewritten with the owner id alone.
  *
  * A stack (stk_…) is what one of the control plane's environments runs on this host: its
  * containers, networks and datasets. The control plane's environment ids never appear here.
@@ -8,6 +15,7 @@
 import { randomBytes } from "node:crypto";
 import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
 import { join } from "node:path";
+import { DatabaseSync, type StatementSync } from "node:sqlite";
 import type { ResolvedSpec } from "@denv/protocol";
 
 /**
@@ -56,95 +64,138 @@ export interface VersionRecord {
   createdAt: string;
 }
 
+/** `state.json`: the owner id, and records where an older denvd kept them there. */
 interface StateFile {
   ownerId: string;
-  stacks: Record<string, StackRecord>;
-  versions: Record<string, VersionRecord>;
-}
-
-/** A state file written before stacks had their own name. */
-interface LegacyStateFile {
-  ownerId: string;
+  /** Named environments before stacks had their own name. */
   environments?: Record<string, StackRecord>;
   stacks?: Record<string, StackRecord>;
-  versions: Record<string, VersionRecord & { environmentId?: string }>;
+  versions?: Record<string, VersionRecord & { environmentId?: string }>;
 }
 
-export class StateStore {
-  private state!: StateFile;
-  private writing: Promise<void> = Promise.resolve();
-  private readonly path: string;
+type Kind = "stack" | "version";
 
-  private constructor(dir: string) {
-    this.path = join(dir, "state.json");
+export class StateStore {
+  private readonly stacksById = new Map<string, StackRecord>();
+  private readonly versionsById = new Map<string, VersionRecord>();
+  private ownerIdValue = "";
+  private readonly upsert: StatementSync;
+  private readonly remove: StatementSync;
+
+  private readonly db: DatabaseSync;
+
+  private constructor(db: DatabaseSync) {
+    this.db = db;
+    // WAL with synchronous=NORMAL, as the server's store: a commit does not wait for an fsync, a
+    // crash cannot corrupt the database, and only a power loss can drop the last commits.
+    db.exec(
+      "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000;" +
+        " CREATE TABLE IF NOT EXISTS records (kind TEXT NOT NULL, id TEXT NOT NULL, json TEXT NOT NULL, PRIMARY KEY (kind, id))",
+    );
+    // An upsert keeps the row's rowid: records list in the order they were first written.
+    this.upsert = db.prepare(
+      "INSERT INTO records (kind, id, json) VALUES (?, ?, ?) ON CONFLICT (kind, id) DO UPDATE SET json = excluded.json",
+    );
+    this.remove = db.prepare("DELETE FROM records WHERE kind = ? AND id = ?");
   }
 
   static async open(dir: string): Promise<StateStore> {
-    const store = new StateStore(dir);
     await mkdir(dir, { recursive: true });
+    const path = join(dir, "state.json");
+    let file: StateFile | undefined;
     try {
-      const raw = JSON.parse(await readFile(store.path, "utf8")) as LegacyStateFile;
-      const versions: Record<string, VersionRecord> = {};
-      for (const [id, v] of Object.entries(raw.versions ?? {}))
-        versions[id] = { ...v, stackId: v.stackId ?? v.environmentId ?? "" };
-      store.state = { ownerId: raw.ownerId, stacks: raw.stacks ?? raw.environments ?? {}, versions };
+      file = JSON.parse(await readFile(path, "utf8")) as StateFile;
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
-      store.state = { ownerId: randomBytes(6).toString("hex"), stacks: {}, versions: {} };
-      await store.flush();
+      if ((err as NodeJS.ErrnoException).code !== "ENOENT")
+        throw new Error(`${path} cannot be read: ${(err as Error).message}`, { cause: err });
     }
+    const dbPath = join(dir, "state.db");
+    const db = new DatabaseSync(dbPath);
+    let store: StateStore;
+    try {
+      store = new StateStore(db);
+      const rows = db.prepare("SELECT kind, id, json FROM records ORDER BY rowid").all() as {
+        kind: Kind;
+        id: string;
+        json: string;
+      }[];
+      for (const row of rows) {
+        if (row.kind === "stack") store.stacksById.set(row.id, JSON.parse(row.json) as StackRecord);
+        else if (row.kind === "version")
+          store.versionsById.set(row.id, JSON.parse(row.json) as VersionRecord);
+      }
+    } catch (err) {
+      db.close();
+      throw new Error(`denvd's records in ${dbPath} cannot be read: ${(err as Error).message}`, {
+        cause: err,
+      });
+    }
+    store.ownerIdValue = typeof file?.ownerId === "string" ? file.ownerId : randomBytes(6).toString("hex");
+    const stacks = Object.entries(file?.stacks ?? file?.environments ?? {});
+    const versions = Object.entries(file?.versions ?? {});
+    if (typeof file?.ownerId === "string" && !stacks.length && !versions.length) return store;
+    // Records the file still holds go into the database in one transaction, and only then is the
+    // file rewritten without them: a kill between the two reads them in again, to the same rows.
+    store.db.exec("BEGIN");
+    try {
+      for (const [id, rec] of stacks) store.write("stack", id, rec);
+      for (const [id, v] of versions)
+        store.write("version", id, { ...v, stackId: v.stackId ?? v.environmentId ?? "" });
+      store.db.exec("COMMIT");
+    } catch (err) {
+      store.db.exec("ROLLBACK");
+      throw err;
+    }
+    const tmp = `${path}.${process.pid}.tmp`;
+    await writeFile(tmp, JSON.stringify({ ownerId: store.ownerIdValue }));
+    await rename(tmp, path);
     return store;
   }
 
   get ownerId(): string {
-    return this.state.ownerId;
+    return this.ownerIdValue;
   }
 
   stacks(): StackRecord[] {
-    return Object.values(this.state.stacks);
+    return [...this.stacksById.values()];
   }
 
-  /** Own properties only: an id such as "constructor" is no stack. */
   stack(id: string): StackRecord | undefined {
-    return Object.hasOwn(this.state.stacks, id) ? this.state.stacks[id] : undefined;
+    return this.stacksById.get(id);
   }
 
   versions(): VersionRecord[] {
-    return Object.values(this.state.versions);
+    return [...this.versionsById.values()];
   }
 
   version(id: string): VersionRecord | undefined {
-    return Object.hasOwn(this.state.versions, id) ? this.state.versions[id] : undefined;
+    return this.versionsById.get(id);
   }
 
   async putStack(rec: StackRecord): Promise<void> {
-    this.state.stacks[rec.id] = structuredClone(rec);
-    await this.flush();
+    this.write("stack", rec.id, rec);
   }
 
   async deleteStack(id: string): Promise<void> {
-    delete this.state.stacks[id];
-    await this.flush();
+    this.remove.run("stack", id);
+    this.stacksById.delete(id);
   }
 
   async putVersion(rec: VersionRecord): Promise<void> {
-    this.state.versions[rec.id] = structuredClone(rec);
-    await this.flush();
+    this.write("version", rec.id, rec);
   }
 
   async deleteVersion(id: string): Promise<void> {
-    delete this.state.versions[id];
-    await this.flush();
+    this.remove.run("version", id);
+    this.versionsById.delete(id);
   }
 
-  private flush(): Promise<void> {
-    const snapshot = JSON.stringify(this.state);
-    const next = this.writing.then(async () => {
-      const tmp = `${this.path}.${process.pid}.tmp`;
-      await writeFile(tmp, snapshot);
-      await rename(tmp, this.path);
-    });
-    this.writing = next.catch(() => {});
-    return next;
+  /** The row first, then the copy in memory: a record that could not be stored is not kept. */
+  private write(kind: Kind, id: string, rec: StackRecord | VersionRecord): void {
+    const json = JSON.stringify(rec);
+    this.upsert.run(kind, id, json);
+    const copy = JSON.parse(json);
+    if (kind === "stack") this.stacksById.set(id, copy as StackRecord);
+    else this.versionsById.set(id, copy as VersionRecord);
   }
 }

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
@@ -59,6 +59,8 @@ test("records outlive the store: written, changed and deleted, in the order firs
     await store.deleteStack("stk_c");
     await store.putVersion({ id: "ver_1", stackId: "stk_a" } as never);
     await store.deleteVersion("ver_missing");
+    for (const f of ["state.db", "state.db-wal"])
+      assert.equal((await stat(join(dir, f))).mode & 0o777, 0o600, `${f} is denvd's alone`);
     const again = await StateStore.open(dir);
     assert.equal(again.ownerId, owner);
     assert.deepEqual(

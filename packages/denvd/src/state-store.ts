@@ -13,7 +13,7 @@
  * containers, networks and datasets. The control plane's environment ids never appear here.
  */
 import { randomBytes } from "node:crypto";
-import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
+import { chmod, mkdir, readFile, rename, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { DatabaseSync, type StatementSync } from "node:sqlite";
 import type { ResolvedSpec } from "@denv/protocol";
@@ -110,6 +110,10 @@ export class StateStore {
         throw new Error(`${path} cannot be read: ${(err as Error).message}`, { cause: err });
     }
     const dbPath = join(dir, "state.db");
+    // Made by denvd's root alone to read, as the operation journal's files: a stack's record holds
+    // its spec. SQLite gives its journal files the database file's mode.
+    await writeFile(dbPath, "", { flag: "a", mode: 0o600 });
+    await chmod(dbPath, 0o600);
     const db = new DatabaseSync(dbPath);
     let store: StateStore;
     try {

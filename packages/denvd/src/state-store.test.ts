@@ -116,7 +116,15 @@ test("a state file that is not JSON, or a database that is not one, stops the op
     await writeFile(join(dir, "state.json"), "{not json");
     await assert.rejects(StateStore.open(dir), /state\.json cannot be read: .*JSON/);
     assert.equal(await readFile(join(dir, "state.json"), "utf8"), "{not json");
+    for (const hostile of ['"abc"', "[1]", '{"stk_a":null}', '{"stk_a":{"id":"stk_b"}}']) {
+      await writeFile(join(dir, "state.json"), `{"ownerId":"abcdef012345","stacks":${hostile}}`);
+      await assert.rejects(StateStore.open(dir), /state\.json: stacks\.\S+ is not a record with the id/);
+    }
     await writeFile(join(dir, "state.json"), '{"ownerId":"abcdef012345"}');
+    assert.deepEqual((await StateStore.open(dir)).stacks(), [], "nothing of the refused files was kept");
+    // A database whose file was overwritten, its log gone with it.
+    await rm(join(dir, "state.db-wal"), { force: true });
+    await rm(join(dir, "state.db-shm"), { force: true });
     const garbage = Buffer.alloc(8192, 0x41);
     await writeFile(join(dir, "state.db"), garbage);
     await assert.rejects(StateStore.open(dir), /state\.db cannot be read: file is not a database/);

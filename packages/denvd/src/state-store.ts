@@ -109,6 +109,16 @@ export class StateStore {
       if ((err as NodeJS.ErrnoException).code !== "ENOENT")
         throw new Error(`${path} cannot be read: ${(err as Error).message}`, { cause: err });
     }
+    const stacks = Object.entries(file?.stacks ?? file?.environments ?? {});
+    const versions = Object.entries(file?.versions ?? {});
+    // A record is an object under its own id; anything else in the file is refused by its place.
+    for (const [where, entries] of [
+      ["stacks", stacks],
+      ["versions", versions],
+    ] as const)
+      for (const [id, rec] of entries)
+        if (typeof rec !== "object" || rec === null || Array.isArray(rec) || rec.id !== id)
+          throw new Error(`${path}: ${where}.${id} is not a record with the id ${JSON.stringify(id)}`);
     const dbPath = join(dir, "state.db");
     // Made by denvd's root alone to read, as the operation journal's files: a stack's record holds
     // its spec. SQLite gives its journal files the database file's mode.
@@ -135,8 +145,6 @@ export class StateStore {
       });
     }
     store.ownerIdValue = typeof file?.ownerId === "string" ? file.ownerId : randomBytes(6).toString("hex");
-    const stacks = Object.entries(file?.stacks ?? file?.environments ?? {});
-    const versions = Object.entries(file?.versions ?? {});
     if (typeof file?.ownerId === "string" && !stacks.length && !versions.length) return store;
     // Records the file still holds go into the database in one transaction, and only then is the
     // file rewritten without them: a kill between the two reads them in again, to the same rows.
@@ -148,7 +156,10 @@ export class StateStore {
       store.db.exec("COMMIT");
     } catch (err) {
       store.db.exec("ROLLBACK");
-      throw err;
+      db.close();
+      throw new Error(`${path}: its records cannot be moved into ${dbPath}: ${(err as Error).message}`, {
+        cause: err,
+      });
     }
     const tmp = `${path}.${process.pid}.tmp`;
     await writeFile(tmp, JSON.stringify({ ownerId: store.ownerIdValue }));

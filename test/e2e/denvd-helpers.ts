@@ -134,8 +134,8 @@ export async function openTestHost(options: {
     docker,
     async close() {
       for (const stack of denvd.stacks()) await denvd.destroy(stack.id).catch(() => {});
-      await denvd.close();
       for (const v of denvd.versions()) await denvd.deleteVersion(v.id).catch(() => {});
+      await denvd.close();
       await removeLabelled(docker, { "dev.denv.test": runId });
       await storage.unmount().catch(() => {});
       await rm(stateDir, { recursive: true, force: true });

@@ -395,8 +395,9 @@ export class Denvd {
     return reconcile(this.ctx, this.journal);
   }
 
-  /** Stops listening for agents (the process is going away; containers and data stay). */
+  /** Stops listening for agents and closes the records (the process is going away; containers and data stay). */
   async close(): Promise<void> {
     await this.agents.close();
+    this.store.close();
   }
 }

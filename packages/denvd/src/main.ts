@@ -212,9 +212,10 @@ export async function main(argv: string[]): Promise<number> {
         datasetGrowth?: string;
         server?: string;
       }) => {
-        const { sidecar } = await runDenvd(o.stateDir, o);
+        const { sidecar, denvd } = await runDenvd(o.stateDir, o);
         const stop = async () => {
           await sidecar.stop();
+          await denvd.close();
           process.exit(0);
         };
         process.on("SIGINT", stop);

@@ -111,6 +111,28 @@ test("a state file without an owner id gets one, and keeps it", () =>
     assert.equal((await StateStore.open(dir)).ownerId, store.ownerId);
   }));
 
+test("the owner id lives in the database too: a lost state file gets it back, another host's file is refused", () =>
+  inDir(async (dir) => {
+    const first = await StateStore.open(dir);
+    await first.putStack(stackRec("stk_a", "kept"));
+    const owner = first.ownerId;
+    first.close();
+    await assert.rejects(stat(join(dir, "state.db-wal")), /ENOENT/, "close folds the log into the database");
+    await rm(join(dir, "state.json"));
+    const again = await StateStore.open(dir);
+    assert.equal(again.ownerId, owner);
+    assert.equal(again.stack("stk_a")?.name, "kept");
+    assert.deepEqual(JSON.parse(await readFile(join(dir, "state.json"), "utf8")), { ownerId: owner });
+    again.close();
+    const stranger = '{"ownerId":"0123456789ab"}';
+    await writeFile(join(dir, "state.json"), stranger);
+    await assert.rejects(
+      StateStore.open(dir),
+      new RegExp(`names the owner 0123456789ab but ${owner} made the records in .*state\\.db`),
+    );
+    assert.equal(await readFile(join(dir, "state.json"), "utf8"), stranger, "the file is left as it was");
+  }));
+
 test("a state file that is not JSON, or a database that is not one, stops the open naming the file; nothing is written over it", () =>
   inDir(async (dir) => {
     await writeFile(join(dir, "state.json"), "{not json");

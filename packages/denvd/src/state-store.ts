@@ -9,6 +9,10 @@
  * or one a test wrote as a kill leaves it) is read into the database at open, its records taking
  * the place of any with the same id, and then rewritten with the owner id alone.
  *
+ * The owner id (on every engine object this host makes: reconcile tells its own from others' by it)
+ * is kept in the database too, so a `state.json` lost beside a kept `state.db` does not make the
+ * host a new owner, a stranger to its own containers.
+ *
  * A stack (stk_…) is what one of the control plane's environments runs on this host: its
  * containers, networks and datasets. The control plane's environment ids never appear here.
  */
@@ -90,7 +94,8 @@ export class StateStore {
     // crash cannot corrupt the database, and only a power loss can drop the last commits.
     db.exec(
       "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000;" +
-        " CREATE TABLE IF NOT EXISTS records (kind TEXT NOT NULL, id TEXT NOT NULL, json TEXT NOT NULL, PRIMARY KEY (kind, id))",
+        " CREATE TABLE IF NOT EXISTS records (kind TEXT NOT NULL, id TEXT NOT NULL, json TEXT NOT NULL, PRIMARY KEY (kind, id));" +
+        " CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     );
     // An upsert keeps the row's rowid: records list in the order they were first written.
     this.upsert = db.prepare(
@@ -126,8 +131,13 @@ export class StateStore {
     await chmod(dbPath, 0o600);
     const db = new DatabaseSync(dbPath);
     let store: StateStore;
+    let dbOwner: string | undefined;
     try {
       store = new StateStore(db);
+      const owner = db.prepare("SELECT value FROM meta WHERE key = 'owner_id'").get() as
+        | { value: string }
+        | undefined;
+      dbOwner = owner?.value;
       const rows = db.prepare("SELECT kind, id, json FROM records ORDER BY rowid").all() as {
         kind: Kind;
         id: string;
@@ -144,12 +154,22 @@ export class StateStore {
         cause: err,
       });
     }
-    store.ownerIdValue = typeof file?.ownerId === "string" ? file.ownerId : randomBytes(6).toString("hex");
-    if (typeof file?.ownerId === "string" && !stacks.length && !versions.length) return store;
+    const fileOwner = typeof file?.ownerId === "string" ? file.ownerId : undefined;
+    if (fileOwner !== undefined && dbOwner !== undefined && fileOwner !== dbOwner) {
+      db.close();
+      throw new Error(
+        `${path} names the owner ${fileOwner} but ${dbOwner} made the records in ${dbPath}: the two files are not one host's`,
+      );
+    }
+    store.ownerIdValue = fileOwner ?? dbOwner ?? randomBytes(6).toString("hex");
+    if (fileOwner !== undefined && dbOwner !== undefined && !stacks.length && !versions.length) return store;
     // Records the file still holds go into the database in one transaction, and only then is the
     // file rewritten without them: a kill between the two reads them in again, to the same rows.
     store.db.exec("BEGIN");
     try {
+      store.db
+        .prepare("INSERT INTO meta (key, value) VALUES ('owner_id', ?) ON CONFLICT (key) DO NOTHING")
+        .run(store.ownerIdValue);
       for (const [id, rec] of stacks) store.write("stack", id, rec);
       for (const [id, v] of versions)
         store.write("version", id, { ...v, stackId: v.stackId ?? v.environmentId ?? "" });
@@ -169,6 +189,11 @@ export class StateStore {
 
   get ownerId(): string {
     return this.ownerIdValue;
+  }
+
+  /** Closes the database (its write-ahead log folded in); the store is not used after this. */
+  close(): void {
+    if (this.db.isOpen) this.db.close();
   }
 
   stacks(): StackRecord[] {

@@ -398,6 +398,7 @@ export class Denvd {
   /** Stops listening for agents and closes the records (the process is going away; containers and data stay). */
   async close(): Promise<void> {
     await this.agents.close();
+    this.journal.close();
     this.store.close();
   }
 }

@@ -79,6 +79,28 @@ interface StateFile {
 
 type Kind = "stack" | "version";
 
+/**
+ * A connection to `<dir>/state.db`, the file made first if need be: denvd's records and its
+ * operation journal (op-journal.ts) each open one. Made by denvd's root alone to read: a stack's
+ * record holds its spec (SQLite gives its log files the database file's mode). WAL with
+ * synchronous=NORMAL, as the server's store: a commit does not wait for an fsync, a crash cannot
+ * corrupt the database, and only a power loss can drop the last commits.
+ */
+export async function openStateDb(dir: string): Promise<DatabaseSync> {
+  await mkdir(dir, { recursive: true });
+  const dbPath = join(dir, "state.db");
+  await writeFile(dbPath, "", { flag: "a", mode: 0o600 });
+  await chmod(dbPath, 0o600);
+  const db = new DatabaseSync(dbPath);
+  try {
+    db.exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000");
+  } catch (err) {
+    db.close();
+    throw new Error(`denvd's records in ${dbPath} cannot be read: ${(err as Error).message}`, { cause: err });
+  }
+  return db;
+}
+
 export class StateStore {
   private readonly stacksById = new Map<string, StackRecord>();
   private readonly versionsById = new Map<string, VersionRecord>();
@@ -90,11 +112,8 @@ export class StateStore {
 
   private constructor(db: DatabaseSync) {
     this.db = db;
-    // WAL with synchronous=NORMAL, as the server's store: a commit does not wait for an fsync, a
-    // crash cannot corrupt the database, and only a power loss can drop the last commits.
     db.exec(
-      "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000;" +
-        " CREATE TABLE IF NOT EXISTS records (kind TEXT NOT NULL, id TEXT NOT NULL, json TEXT NOT NULL, PRIMARY KEY (kind, id));" +
+      "CREATE TABLE IF NOT EXISTS records (kind TEXT NOT NULL, id TEXT NOT NULL, json TEXT NOT NULL, PRIMARY KEY (kind, id));" +
         " CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     );
     // An upsert keeps the row's rowid: records list in the order they were first written.
@@ -125,11 +144,7 @@ export class StateStore {
         if (typeof rec !== "object" || rec === null || Array.isArray(rec) || rec.id !== id)
           throw new Error(`${path}: ${where}.${id} is not a record with the id ${JSON.stringify(id)}`);
     const dbPath = join(dir, "state.db");
-    // Made by denvd's root alone to read, as the operation journal's files: a stack's record holds
-    // its spec. SQLite gives its journal files the database file's mode.
-    await writeFile(dbPath, "", { flag: "a", mode: 0o600 });
-    await chmod(dbPath, 0o600);
-    const db = new DatabaseSync(dbPath);
+    const db = await openStateDb(dir);
     let store: StateStore;
     let dbOwner: string | undefined;
     try {

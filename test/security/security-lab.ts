@@ -182,3 +182,34 @@ export async function deployOpsWorld(lab: Lab): Promise<string> {
   if (d.data.status !== "succeeded") throw new Error(`deploying ops-world failed: ${d.data.reason}`);
   return d.data.version_id as string;
 }
+
+/**
+ * A key of team A with a role below admin, made as a person gets one: invited with the role, signed
+ * up through the invitation, then a key made from the console session (it carries the person's
+ * role). `format: "e2b"` makes it in E2B's form.
+ */
+export async function keyWithRole(
+  lab: Lab,
+  role: "member" | "read-only",
+  format: "denv" | "e2b" = "e2b",
+): Promise<string> {
+  const email = `${role}-${randomBytes(4).toString("hex")}@example.com`;
+  const inv = await lab.api("POST", "/v1/invitations", { email, role });
+  if (inv.status !== 201) throw new Error(`invitation: ${inv.status} ${JSON.stringify(inv.data)}`);
+  const signed = await fetch(`${lab.server.url}/v1/auth/signup`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ email, password: "a long enough password", invitation: inv.data.token }),
+  });
+  const session = (await signed.json()) as { csrf_token: string; role: string };
+  if (session.role !== role) throw new Error(`signed up as ${session.role}, not ${role}`);
+  const cookie = (signed.headers.get("set-cookie") ?? "").split(";")[0] as string;
+  const made = await fetch(`${lab.server.url}/v1/keys`, {
+    method: "POST",
+    headers: { "content-type": "application/json", cookie, "x-csrf-token": session.csrf_token },
+    body: JSON.stringify({ name: role, ...(format === "e2b" ? { format } : {}) }),
+  });
+  const key = (await made.json()) as { key: string; role: string };
+  if (key.role !== role) throw new Error(`the key's role is ${key.role}, not ${role}`);
+  return key.key;
+}

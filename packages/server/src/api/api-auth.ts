@@ -9,9 +9,8 @@ import { csrfTokenOf, SESSION_COOKIE } from "../people/session-cookie.ts";
 import type { RateLimiter } from "../rate-limit.ts";
 import { findSession, type Role, roleIn } from "../store/people-store.ts";
 import { findApiKey } from "../store/team-store.ts";
+import { assertAllowed, type Need, SAFE_METHODS } from "./access-rules.ts";
 import type { ApiContext, ApiEnv } from "./api-deps.ts";
-
-const READS = new Set(["GET", "HEAD", "OPTIONS"]);
 
 /**
  * A caller established in process: the E2B gateway acting for the key that made a sandbox (its
@@ -48,10 +47,10 @@ export function takeTurn(
 /**
  * Who is asking: the key in Authorization: Bearer, or else a console session's cookie (whose
  * state-changing requests must carry its CSRF token in X-CSRF-Token). Checked, counted against its
- * rate limit, its team and role set; a read-only caller may only read.
+ * rate limit, its team and role set; then the role is held to what the route needs.
  */
-const requireKey =
-  (readOnlyToo: boolean): MiddlewareHandler<ApiEnv> =>
+export const requireKey =
+  (needs: Need): MiddlewareHandler<ApiEnv> =>
   async (c, next) => {
     const key = /^Bearer (.+)$/.exec(c.req.header("authorization") ?? "")?.[1];
     const { store } = c.var.deps;
@@ -79,7 +78,7 @@ const requireKey =
       if (!session) throw new DenvError("unauthenticated", "the console session has ended: sign in again");
       // A cookie goes with every request the browser makes, whoever's page asked: a change must also
       // carry the token only the console's own page can read.
-      if (!READS.has(c.req.method) && c.req.header("x-csrf-token") !== csrfTokenOf(token))
+      if (!SAFE_METHODS.has(c.req.method) && c.req.header("x-csrf-token") !== csrfTokenOf(token))
         throw new DenvError("forbidden", "this request needs the session's CSRF token in X-CSRF-Token");
       const role = await roleIn(store, session.user_id, session.team_id);
       if (!role) throw new DenvError("unauthenticated", "this account is no longer a member of the team");
@@ -91,10 +90,6 @@ const requireKey =
       c.set("userId", session.user_id);
       c.set("sessionId", session.id);
     }
-    if (c.var.role === "read-only" && !READS.has(c.req.method) && !readOnlyToo)
-      throw new DenvError("forbidden", "this key or member is read-only: it may look, not change anything");
+    assertAllowed(c.var.role, needs);
     await next();
   };
-
-export const requireKeyChanges = requireKey(false);
-export const requireKeyReadOnlyToo = requireKey(true);

@@ -9,7 +9,8 @@ import { DenvError } from "@denv/protocol";
 import { Hono, type MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import type { z } from "zod";
-import { requireKeyChanges, requireKeyReadOnlyToo } from "./api-auth.ts";
+import { type Need, needOfMethod } from "./access-rules.ts";
+import { requireKey } from "./api-auth.ts";
 import type { ApiContext, ApiEnv } from "./api-deps.ts";
 
 /** 1 MiB: every JSON body but the ones that carry data. */
@@ -40,10 +41,11 @@ export interface ApiRoute<
   /** Needs an API key (Authorization: Bearer) or a console session (its cookie, and CSRF token for changes). */
   auth: boolean;
   /**
-   * A request that changes nothing of the team's (signing out, answering a device login, accepting
-   * an invitation): read-only callers may make it too.
+   * What the caller's role must allow (access-rules.ts): by default a GET reads and anything else
+   * changes. "read" on a POST: a request that changes nothing of the team's (signing out,
+   * answering a device login, accepting an invitation); "admin": the team's admins only.
    */
-  readOnlyToo?: boolean;
+  needs?: Need;
   /** How large a body may be (default JSON_LIMIT_BYTES); null: not limited here (it streams). */
   bodyLimitBytes?: number | null;
   /** Every method; the path's last segment ({path}) is any subpath, or none (port URLs). */
@@ -106,7 +108,7 @@ export function resourceApp(routes: ApiRoute[]): Hono<ApiEnv> {
   for (const r of routes) {
     const chain: MiddlewareHandler<ApiEnv>[] = [];
     if (r.bodyLimitBytes !== null) chain.push(limitBody(r.bodyLimitBytes ?? JSON_LIMIT_BYTES));
-    if (r.auth) chain.push(r.readOnlyToo ? requireKeyReadOnlyToo : requireKeyChanges);
+    if (r.auth) chain.push(requireKey(r.needs ?? needOfMethod(r.method)));
     const handle = async (c: ApiContext) => {
       const body =
         r.body && (r.bodyType ?? "json") === "json" ? await parseBody(c.req.raw, r.body) : undefined;

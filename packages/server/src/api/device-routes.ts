@@ -97,7 +97,7 @@ export const deviceRoutes: ApiRoute[] = [
     body: deviceAnswerBody,
     response: devicePending.extend({ approved: deviceAnswerBody.shape.approve }),
     auth: true,
-    readOnlyToo: true,
+    needs: "read",
     handler: async (c, { body }) => {
       const { userId, sessionId } = c.var;
       if (!userId || !sessionId)

@@ -10,6 +10,7 @@ import { z } from "zod";
 import { listIngressNames, publishPortName } from "../ingress/ingress-routes.ts";
 import { createPortUrl, listPortUrls, revokePortUrls } from "../port-tunnels.ts";
 import type { ExecOutcome, OutputSink } from "../targets/target.ts";
+import { tokenAccessOf } from "./access-rules.ts";
 import type { ApiContext } from "./api-deps.ts";
 import { type ApiRoute, route } from "./api-route.ts";
 import {
@@ -274,7 +275,8 @@ export const environmentIoRoutes: ApiRoute[] = [
       if (!names) return c.json({ domain: null, token: null, names: [], port_host_template: null });
       return c.json({
         domain: names.domain,
-        token: names.tokenFor(e.id),
+        // The caller's own reach: a read-only caller's token reads (access-rules.ts).
+        token: names.tokenFor(e.id, tokenAccessOf(c.var.role)),
         names: await listIngressNames(c.var.deps.store, names, e.id),
         port_host_template: names.urlFor(names.portHost(0, e.id)).replace("://0-", "://{port}-"),
       });

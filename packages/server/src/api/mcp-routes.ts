@@ -5,6 +5,7 @@
  * session's stream of server messages, DELETE ends the session.
  */
 import { z } from "zod";
+import { allows } from "./access-rules.ts";
 import type { ApiContext } from "./api-deps.ts";
 import type { ApiRoute } from "./api-route.ts";
 import { route } from "./api-route.ts";
@@ -13,9 +14,12 @@ import { route } from "./api-route.ts";
 const MCP_BODY_LIMIT_BYTES = 8 * 1024 * 1024;
 
 function handle(c: ApiContext, input: { query?: { read_only?: "true" | "false" } }): Promise<Response> {
-  // requireKey has checked the key; the session is bound to its id, its tools act with it.
+  // requireKey has checked the key; the session is bound to its id, its tools act with it (each a
+  // /v1 call in process, held to the key's role there). A key that may not change anything gets a
+  // session that offers only the tools that change nothing.
   const key = /^Bearer (.+)$/.exec(c.req.header("authorization") ?? "")?.[1] ?? "";
-  return c.var.deps.mcp.handle(c.req.raw, c.var.keyId, key, { readOnly: input.query?.read_only === "true" });
+  const readOnly = input.query?.read_only === "true" || !allows(c.var.role, "change");
+  return c.var.deps.mcp.handle(c.req.raw, c.var.keyId, key, { readOnly });
 }
 
 /** `denv mcp --read-only`'s counterpart, chosen by the URL a host is configured with. */
@@ -36,6 +40,8 @@ export const mcpRoutes: ApiRoute[] = [
     summary: `${summary}; POST sends JSON-RPC messages (initialize first)`,
     responseType: "any",
     auth: true,
+    // The session's transport: what each tool needs is held on /v1, as the key (see handle).
+    needs: "read",
     query: modeQuery,
     bodyLimitBytes: MCP_BODY_LIMIT_BYTES,
     handler: handle,
@@ -54,6 +60,7 @@ export const mcpRoutes: ApiRoute[] = [
     summary: "MCP: ends the session (Mcp-Session-Id)",
     responseType: "any",
     auth: true,
+    needs: "read",
     handler: handle,
   }),
 ];

@@ -97,11 +97,6 @@ function person(c: ApiContext): { userId: string; sessionId: string } {
   return { userId, sessionId };
 }
 
-function teamAdmin(c: ApiContext): void {
-  if (c.var.role !== "admin")
-    throw new DenvError("forbidden", "only a team admin can manage members and invitations");
-}
-
 /** An invitation by its token, still open. */
 async function openInvitation(c: ApiContext, token: string) {
   const inv = await c.var.deps.store
@@ -184,7 +179,7 @@ export const peopleRoutes: ApiRoute[] = [
     body: switchTeamBody,
     response: sessionSchema,
     auth: true,
-    readOnlyToo: true,
+    needs: "read",
     handler: async (c, { body }) => {
       const { userId, sessionId } = person(c);
       const answer = await startSession(c, userId, body.team_id);
@@ -198,7 +193,7 @@ export const peopleRoutes: ApiRoute[] = [
     summary: "End the console session",
     response: z.object({ signed_out: z.boolean() }),
     auth: true,
-    readOnlyToo: true,
+    needs: "read",
     handler: async (c) => {
       const { sessionId } = person(c);
       await endSession(c.var.deps.store, sessionId);
@@ -247,6 +242,9 @@ export const peopleRoutes: ApiRoute[] = [
     response: newKeySchema,
     status: 201,
     auth: true,
+    // A key of the caller's own role changes nothing of the team's: a read-only member may make one
+    // (as a device login gives them), and it reads only.
+    needs: "read",
     handler: async (c, { body }) => {
       // A key is never more than its maker: the same role, and a person's key stays theirs.
       const secret = body.format === "e2b" ? `e2b_${randomBytes(20).toString("hex")}` : undefined;
@@ -266,7 +264,7 @@ export const peopleRoutes: ApiRoute[] = [
     summary: "Revoke an API key (`current`: the key of this request, as `denv logout` does)",
     response: z.object({ id: z.string(), revoked: z.boolean() }),
     auth: true,
-    readOnlyToo: true,
+    needs: "read",
     handler: async (c) => {
       const asked = c.req.param("id") ?? "";
       const id = asked === "current" ? c.var.keyId : asked;
@@ -314,8 +312,8 @@ export const peopleRoutes: ApiRoute[] = [
     body: memberBody,
     response: memberSchema,
     auth: true,
+    needs: "admin",
     handler: async (c, { body }) => {
-      teamAdmin(c);
       const userId = c.req.param("id") ?? "";
       const { store } = c.var.deps;
       const m = await store
@@ -349,8 +347,8 @@ export const peopleRoutes: ApiRoute[] = [
     summary: "Remove a member from the team (team admins); their keys and sessions for it end",
     response: z.object({ user_id: z.string(), removed: z.boolean() }),
     auth: true,
+    needs: "admin",
     handler: async (c) => {
-      teamAdmin(c);
       const userId = c.req.param("id") ?? "";
       const { store } = c.var.deps;
       const m = await store
@@ -387,8 +385,8 @@ export const peopleRoutes: ApiRoute[] = [
     response: invitationCreated,
     status: 201,
     auth: true,
+    needs: "admin",
     handler: async (c, { body }) => {
-      teamAdmin(c);
       const token = newSecret("dinv");
       const row = {
         id: newId("inv"),
@@ -440,7 +438,7 @@ export const peopleRoutes: ApiRoute[] = [
     summary: "A signed-in person accepts an invitation sent to their email: they join its team",
     response: sessionSchema,
     auth: true,
-    readOnlyToo: true,
+    needs: "read",
     handler: async (c) => {
       const inv = await openInvitation(c, c.req.param("token") ?? "");
       const { userId, sessionId } = person(c);

@@ -17,6 +17,7 @@ import { ComposeValidator, validateCompose } from "@denv/spec";
 import { createApp } from "../app.ts";
 import { SecretBox } from "../clouds/secret-box.ts";
 import { Deployer } from "../deploy/deployer.ts";
+import { E2B_CONTROL_OPERATIONS, ENVD_OPERATIONS } from "../e2b/e2b-operations.ts";
 import { FetchPolicy } from "../fetch-policy.ts";
 import { IngressNames } from "../ingress/ingress-names.ts";
 import { PortsOrigin } from "../ports-origin.ts";
@@ -32,6 +33,7 @@ import { createApiKey, createApiKeyRecord, createTeam } from "../store/team-stor
 import { insertVersion } from "../store/version-store.ts";
 import { type HostConnections, openHostConnections } from "../targets/denvd/host-connections.ts";
 import { type DoubleHandlers, HostDouble } from "../testing/host-double.ts";
+import { needOfMethod } from "./access-rules.ts";
 import { JSON_LIMIT_BYTES } from "./api-route.ts";
 import { API_ROUTES } from "./api-routes.ts";
 
@@ -178,6 +180,9 @@ const a = {
   host: "",
   spareKey: "",
   member: "",
+  /** Keys of team A with the roles below admin. */
+  readOnlyKey: "",
+  memberKey: "",
 };
 
 async function call(
@@ -229,6 +234,12 @@ before(async () => {
   keyB = await createApiKey(store, await createTeam(store, "b"), "b", false);
   // A second key of team A (to revoke) and a member of team A (to change and remove).
   a.spareKey = (await createApiKeyRecord(store, teamA, "spare", false)).id;
+  a.readOnlyKey = (
+    await createApiKeyRecord(store, teamA, "looker", false, undefined, { userId: null, role: "read-only" })
+  ).secret;
+  a.memberKey = (
+    await createApiKeyRecord(store, teamA, "doer", false, undefined, { userId: null, role: "member" })
+  ).secret;
   const member = await signUp(store, {
     email: "member@example.com",
     password: "long enough 1",
@@ -688,6 +699,29 @@ test("another team's key: its objects are 404, its lists hold none of ours, and 
   assert.equal(double.calls.length, 0, "nothing reached team A's host");
 });
 
+test("a read-only key is refused every route that changes, and a member every admin route, before anything is done", async () => {
+  const calls = double.calls.length;
+  for (const r of API_ROUTES.filter((x) => x.auth)) {
+    const c = CASES[keyOf(r)] as Case;
+    const needs = r.needs ?? needOfMethod(r.method);
+    for (const [who, key, refused] of [
+      ["read-only", a.readOnlyKey, needs !== "read"],
+      ["member", a.memberKey, needs === "admin"],
+    ] as const) {
+      if (!refused) continue;
+      const res = await call(r.method.toUpperCase(), c.path() + (c.query ?? ""), {
+        key,
+        body: bodyOf(c),
+        type: typeOf(c),
+        ...(c.headers ? { headers: c.headers } : {}),
+      });
+      assert.equal(res.status, 403, `${keyOf(r)} as ${who}: ${res.text.slice(0, 200)}`);
+      assert.equal(res.json().error?.code, "forbidden");
+    }
+  }
+  assert.equal(double.calls.length, calls, "nothing reached the host");
+});
+
 test("a malformed body: 400 invalid_argument saying where, on every route that takes one", async () => {
   for (const r of API_ROUTES.filter((x) => x.body)) {
     const c = CASES[keyOf(r)] as Case;
@@ -982,4 +1016,199 @@ test("E2B's routes: no key and a bad key 401, another team's key 404 and an empt
   // Killed by its own team: gone for its token too.
   assert.equal((await e2b("DELETE", `/sandboxes/${id}`, keyA)).status, 204);
   assert.equal((await envd(sb.envdAccessToken)).status, 401);
+});
+
+/** An E2B call's outcome as one code: a control route's status, an envd call's Connect code. */
+async function e2bOutcome(
+  method: string,
+  path: string,
+  headers: Record<string, string>,
+  body?: Buffer | string,
+): Promise<{ status: number; code: string; text: string }> {
+  const res = await app.request(`/e2b${path}`, {
+    method,
+    headers: { ...(body !== undefined ? { "content-type": "application/json" } : {}), ...headers },
+    body,
+  });
+  // A server stream answers 200: a refusal is its one end envelope, a call let in sends a message
+  // first (a watch sends until it is cancelled, so the first envelope is all that is read).
+  if (res.headers.get("content-type")?.startsWith("application/connect+json")) {
+    const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+    let got = Buffer.alloc(0);
+    while (got.length < 5 || got.length < 5 + got.readUInt32BE(1)) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      got = Buffer.concat([got, value]);
+    }
+    await reader.cancel();
+    const text = got.toString("latin1");
+    if (got.length < 5) return { status: res.status, code: "empty", text };
+    const first = JSON.parse(got.subarray(5, 5 + got.readUInt32BE(1)).toString()) as {
+      error?: { code: string };
+    };
+    const ended = ((got[0] as number) & 2) !== 0;
+    return { status: res.status, code: ended ? (first.error?.code ?? "ok") : "ok", text };
+  }
+  const bytes = Buffer.from(await res.arrayBuffer());
+  const text = bytes.toString("latin1");
+  let code = String(res.status);
+  try {
+    const j = JSON.parse(bytes.toString()) as { code?: unknown };
+    if (typeof j.code === "string") code = j.code;
+    // envd's /files answers E2B's {code: status}: the two that matter here, in Connect's words.
+    else if (j.code === 401) code = "unauthenticated";
+    else if (j.code === 403) code = "permission_denied";
+  } catch {
+    // Not JSON: the status says it.
+  }
+  return { status: res.status, code, text };
+}
+
+/** A request for each envd operation, as the SDK makes it (a stream's one message enveloped). */
+function envdRequest(op: string): { method: string; path: string; body?: Buffer | string; type?: string } {
+  const [method, path] = op.split(" ") as [string, string];
+  const envelope = (m: unknown) => {
+    const json = Buffer.from(JSON.stringify(m));
+    const head = Buffer.alloc(5);
+    head.writeUInt32BE(json.length, 1);
+    return Buffer.concat([head, json]);
+  };
+  const messages: Record<string, unknown> = {
+    "/process.Process/Start": { process: { cmd: "true" } },
+    "/process.Process/Connect": { process: { pid: 1 } },
+    "/filesystem.Filesystem/WatchDir": { path: "/work" },
+  };
+  const bodies: Record<string, unknown> = {
+    "/process.Process/SendInput": { process: { pid: 1 }, input: { stdin: "" } },
+    "/process.Process/CloseStdin": { process: { pid: 1 } },
+    "/process.Process/SendSignal": { process: { pid: 1 }, signal: "SIGNAL_SIGKILL" },
+    "/filesystem.Filesystem/Stat": { path: "/work" },
+    "/filesystem.Filesystem/ListDir": { path: "/work" },
+    "/filesystem.Filesystem/MakeDir": { path: "/work/new" },
+    "/filesystem.Filesystem/Move": { source: "/work/a", destination: "/work/b" },
+    "/filesystem.Filesystem/Remove": { path: "/work/old" },
+    "/process.Process/List": {},
+  };
+  if (path === "/files")
+    return method === "GET"
+      ? { method, path: "/files?path=/work/a.txt" }
+      : { method, path: "/files?path=/work/up.txt", body: "bytes", type: "application/octet-stream" };
+  if (path in messages)
+    return { method, path, body: envelope(messages[path]), type: "application/connect+json" };
+  return { method, path, body: JSON.stringify(bodies[path] ?? {}) };
+}
+
+test("E2B's and envd's routes by role: read-only keys read and are refused every change, members do both, another team's key reaches nothing", async () => {
+  const make = async (key: string) => {
+    const r = await e2bOutcome(
+      "POST",
+      "/v2/sandboxes",
+      { "x-api-key": key },
+      JSON.stringify({ templateID: a.version }),
+    );
+    assert.equal(r.status, 201, r.text);
+    return JSON.parse(r.text) as { sandboxID: string; envdAccessToken: string; trafficAccessToken?: string };
+  };
+  const bodyOfControl: Record<string, unknown> = {
+    "POST /v2/sandboxes": { templateID: a.version },
+    "POST /sandboxes": { templateID: a.version },
+    "POST /sandboxes/:id/timeout": { timeout: 60 },
+    "POST /sandboxes/:id/fork": { count: 1 },
+    "POST /sandboxes/:id/snapshots": { name: "by-role" },
+  };
+  const controlCall = (op: string, key: string, id: string) => {
+    const [method, path] = op.split(" ") as [string, string];
+    const body = JSON.stringify(bodyOfControl[op] ?? {});
+    return e2bOutcome(
+      method,
+      path.replace(":id", id),
+      { "x-api-key": key },
+      method === "GET" || method === "DELETE" ? undefined : body,
+    );
+  };
+  const ops = Object.entries(E2B_CONTROL_OPERATIONS);
+  assert.ok(ops.length >= 14, "every control route is in the table");
+  for (const [op, needs] of ops) {
+    const sb = await make(keyA);
+    // Read-only: a read answers as for anyone of the team; a change is refused before it is done.
+    const ro = await controlCall(op, a.readOnlyKey, sb.sandboxID);
+    if (needs === "change") {
+      assert.equal(ro.status, 403, `${op} as read-only: ${ro.text}`);
+      assert.match(ro.text, /read-only/);
+    } else assert.ok(ro.status < 300, `${op} as read-only: ${ro.status} ${ro.text}`);
+    // Another team's key: the sandbox is not there for it (the lists and creates are its own).
+    const b = await controlCall(op, keyB, sb.sandboxID);
+    if (op.includes(":id")) assert.equal(b.status, 404, `${op} as team B: ${b.text}`);
+    else assert.ok(!b.text.includes(sb.sandboxID), `${op} as team B names team A's sandbox`);
+    // A member: the change is made.
+    const m = await controlCall(op, a.memberKey, sb.sandboxID);
+    assert.ok(m.status < 300, `${op} as a member: ${m.status} ${m.text}`);
+  }
+
+  // The tokens each key is handed act as that key: a read-only key's token reads, never more.
+  const sb = await make(keyA);
+  const asRo = JSON.parse((await controlCall("GET /sandboxes/:id", a.readOnlyKey, sb.sandboxID)).text) as {
+    envdAccessToken: string;
+    trafficAccessToken?: string;
+  };
+  const asMember = JSON.parse((await controlCall("GET /sandboxes/:id", a.memberKey, sb.sandboxID)).text) as {
+    envdAccessToken: string;
+  };
+  assert.notEqual(asRo.envdAccessToken, sb.envdAccessToken, "each key is handed a token of its own");
+  assert.match(asRo.trafficAccessToken ?? "", /^dir_/, "a read-only key's traffic token reads only");
+  const keyBRow = await store
+    .selectFrom("api_keys")
+    .select(["id"])
+    .where("prefix", "=", keyB.slice(0, 8))
+    .executeTakeFirstOrThrow();
+  const row = await store
+    .selectFrom("e2b_sandboxes")
+    .selectAll()
+    .where("environment_id", "=", `env_${sb.sandboxID}`)
+    .executeTakeFirstOrThrow();
+  const secrets = SecretBox.open(join(dir, "store"));
+  const teamBToken = `ea_${keyBRow.id.slice(4)}_${secrets.derive(`e2b-envd:${row.environment_id}:${row.token_salt}:${keyBRow.id}`)}`;
+  const envdOps = Object.entries(ENVD_OPERATIONS);
+  assert.ok(envdOps.length >= 14, "every envd route is in the table");
+  for (const [op, needs] of envdOps) {
+    const req = envdRequest(op);
+    const headers = (token: string, sandbox = sb.sandboxID) => ({
+      "e2b-sandbox-id": sandbox,
+      "x-access-token": token,
+      ...(req.type ? { "content-type": req.type } : {}),
+    });
+    const ro = await e2bOutcome(req.method, req.path, headers(asRo.envdAccessToken), req.body);
+    if (needs === "change")
+      assert.equal(ro.code, "permission_denied", `${op} with a read-only key's token: ${ro.text}`);
+    else
+      assert.ok(!["permission_denied", "unauthenticated"].includes(ro.code), `${op} read-only: ${ro.text}`);
+    const m = await e2bOutcome(req.method, req.path, headers(asMember.envdAccessToken), req.body);
+    assert.ok(!["permission_denied", "unauthenticated"].includes(m.code), `${op} as a member: ${m.text}`);
+    // A token made, by the server's own key, for team B's key and this very sandbox: the key is
+    // not of the sandbox's team, so it opens nothing (a team B token for its own sandbox is weaker).
+    const b = await e2bOutcome(req.method, req.path, headers(teamBToken), req.body);
+    assert.equal(b.code, "unauthenticated", `${op} with a team B key's token: ${b.text}`);
+  }
+  // A signed URL made from the read-only key's token reads; one to write is refused.
+  const sign = (path: string, operation: string, user: string, token: string) =>
+    `v1_${createHash("sha256").update(`${path}:${operation}:${user}:${token}`).digest("base64").replace(/=+$/, "")}`;
+  const put = await e2bOutcome(
+    "POST",
+    `/files?path=/work/x&username=&signature=${encodeURIComponent(sign("/work/x", "write", "", asRo.envdAccessToken))}`,
+    { "e2b-sandbox-id": sb.sandboxID, "content-type": "application/octet-stream" },
+    "x",
+  );
+  assert.equal(put.status, 403, put.text);
+  // A key revoked: the tokens made for it end with it.
+  await store.deleteFrom("api_keys").where("prefix", "=", a.memberKey.slice(0, 8)).execute();
+  const gone = await e2bOutcome(
+    "POST",
+    "/process.Process/List",
+    {
+      "e2b-sandbox-id": sb.sandboxID,
+      "x-access-token": asMember.envdAccessToken,
+    },
+    "{}",
+  );
+  assert.equal(gone.code, "unauthenticated", gone.text);
 });

@@ -4,10 +4,12 @@
  * by E2b-Sandbox-Id and its access token for envd).
  */
 import { createHash, timingSafeEqual } from "node:crypto";
+import { allows, type Need, refusal } from "../api/access-rules.ts";
 import type { SecretBox } from "../clouds/secret-box.ts";
 import type { IngressNames } from "../ingress/ingress-names.ts";
 import { RateLimiter } from "../rate-limit.ts";
 import type { Store } from "../store/open-store.ts";
+import type { Role } from "../store/people-store.ts";
 import type { E2bSandboxesTable } from "../store/schema.ts";
 import { ConnectError, parseJson } from "./connect-protocol.ts";
 import { EnvdProcesses } from "./envd-processes.ts";
@@ -44,6 +46,21 @@ export interface E2bGatewayOptions {
 /** A request's headers, as the routes read them. */
 export type Headed = { req: { header(name: string): string | undefined } };
 
+/** The key a call acts as: the one that asked, with its team and its role now. */
+export interface E2bCaller {
+  id: string;
+  team_id: string;
+  role: Role;
+}
+
+/** An envd call: its sandbox, the key it acts as, and (a signed URL's) the user it was signed for. */
+export interface EnvdCall {
+  s: Sandbox;
+  caller: E2bCaller;
+  /** Set for a signed URL only: the user it signs ("" signs none: the service's own user). */
+  signedUser?: string;
+}
+
 export interface E2bContext {
   store: Store;
   secrets: SecretBox;
@@ -53,31 +70,42 @@ export interface E2bContext {
   ingress: IngressNames | null;
   watchPollMs: number;
   processes: EnvdProcesses;
-  /** The sandbox's envd access token: derived from the server's key and its salt, never stored. */
-  tokenOf(s: Pick<Sandbox, "environment_id" | "token_salt">): string;
+  /**
+   * The sandbox's envd access token for one key: `ea_`, the key's id, and a MAC of the sandbox, its
+   * salt and the key's id under the server's key (never stored). A call with it acts as that key.
+   */
+  tokenOf(s: Pick<Sandbox, "environment_id" | "token_salt">, keyId: string): string;
   /** The team's sandbox by its E2B id, or null (another team's is null too). */
   sandboxOf(teamId: string, sandboxId: string): Promise<Sandbox | null>;
-  /** The sandbox an envd call is for (E2b-Sandbox-Id and its X-Access-Token), or unauthenticated. */
-  envdSandbox(c: Headed): Promise<Sandbox>;
   /**
-   * A /files call's sandbox: by its X-Access-Token, or by a signed URL's `signature` (what the
-   * SDK's uploadUrl and downloadUrl make from the token: `v1_` + SHA-256 of path, operation, user,
-   * token and expiry), which must not have expired.
+   * The sandbox an envd call is for (E2b-Sandbox-Id with an X-Access-Token made for a key of its
+   * team), and the key it acts as, whose role must allow what the call needs; else unauthenticated
+   * or permission_denied.
    */
-  filesSandbox(
+  envdCall(c: Headed, needs: Need): Promise<EnvdCall>;
+  /**
+   * A /files call: by its X-Access-Token, or by a signed URL's `signature` (what the SDK's
+   * uploadUrl and downloadUrl make from the token: `v1_` + SHA-256 of path, operation, user, token
+   * and expiry), which must not have expired.
+   */
+  filesCall(
     c: Headed & { req: { query(name: string): string | undefined } },
     operation: "read" | "write",
-  ): Promise<Sandbox>;
+  ): Promise<EnvdCall>;
 }
 
 export const envIdOf = (sandboxId: string) => `env_${sandboxId}`;
 export const sandboxIdOf = (envId: string) => envId.replace(/^env_/, "");
 const SANDBOX_ID = /^[a-z0-9]{1,64}$/;
+/** `ea_` + the key id's hex + `_` + the MAC (base64url). */
+const ACCESS_TOKEN = /^ea_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$/;
 
 export function e2bContext(options: E2bGatewayOptions): E2bContext {
   const { store, secrets } = options;
-  const tokenOf = (s: Pick<Sandbox, "environment_id" | "token_salt">) =>
-    `ea_${secrets.derive(`e2b-envd:${s.environment_id}:${s.token_salt}`)}`;
+  const limiter = options.limiter ?? new RateLimiter();
+  const nowMs = options.nowMs ?? Date.now;
+  const tokenOf = (s: Pick<Sandbox, "environment_id" | "token_salt">, keyId: string) =>
+    `ea_${keyId.replace(/^key_/, "")}_${secrets.derive(`e2b-envd:${s.environment_id}:${s.token_salt}:${keyId}`)}`;
   /** The sandbox an envd call's E2b-Sandbox-Id names (any team's: its token or signature decides). */
   const headerSandbox = async (c: Headed): Promise<Sandbox | undefined> => {
     const id = c.req.header("e2b-sandbox-id") ?? "";
@@ -88,12 +116,39 @@ export function e2bContext(options: E2bGatewayOptions): E2bContext {
       .where("environment_id", "=", envIdOf(id))
       .executeTakeFirst();
   };
+  const wrongToken = () =>
+    new ConnectError("unauthenticated", "the sandbox's access token (X-Access-Token) is missing or wrong");
+  /** The key a token was made for, if it was made for this sandbox, and that key is still its team's. */
+  const callerOfToken = async (s: Sandbox | undefined, token: string): Promise<E2bCaller> => {
+    const m = ACCESS_TOKEN.exec(token);
+    if (!s || !m) throw wrongToken();
+    const keyId = `key_${m[1]}`;
+    if (!sameSecret(tokenOf(s, keyId), token)) throw wrongToken();
+    // Checked again on every call: a revoked key, or one moved to another role, acts no more as it was.
+    const key = await store
+      .selectFrom("api_keys")
+      .select(["id", "team_id", "role"])
+      .where("id", "=", keyId)
+      .executeTakeFirst();
+    if (!key || key.team_id !== s.team_id)
+      throw new ConnectError("unauthenticated", "the key this access token was made for is no longer valid");
+    const turn = limiter.take(key.id);
+    if (!turn.ok)
+      throw new ConnectError(
+        "resource_exhausted",
+        `this key is over its rate limit; retry in ${turn.retryAfterMs} ms`,
+      );
+    return { id: key.id, team_id: key.team_id, role: key.role as Role };
+  };
+  const held = (caller: E2bCaller, needs: Need) => {
+    if (!allows(caller.role, needs)) throw new ConnectError("permission_denied", refusal(caller.role, needs));
+  };
   return {
     store,
     secrets,
     v1: options.v1,
-    limiter: options.limiter ?? new RateLimiter(),
-    nowMs: options.nowMs ?? Date.now,
+    limiter,
+    nowMs,
     ingress: options.ingress ?? null,
     watchPollMs: options.watchPollMs ?? 250,
     processes: new EnvdProcesses(),
@@ -108,41 +163,58 @@ export function e2bContext(options: E2bGatewayOptions): E2bContext {
         .executeTakeFirst();
       return s ?? null;
     },
-    async envdSandbox(c) {
+    async envdCall(c, needs) {
       const port = c.req.header("e2b-sandbox-port") ?? ENVD_PORT;
       if (port !== ENVD_PORT)
         throw new ConnectError(
           "unimplemented",
           `port ${port} is not served here (only envd's, ${ENVD_PORT})`,
         );
-      const token = c.req.header("x-access-token") ?? "";
       const s = await headerSandbox(c);
-      if (!s || !sameSecret(tokenOf(s), token))
-        throw new ConnectError(
-          "unauthenticated",
-          "the sandbox's access token (X-Access-Token) is missing or wrong",
-        );
-      return notPaused(s);
+      const caller = await callerOfToken(s, c.req.header("x-access-token") ?? "");
+      held(caller, needs);
+      return { s: notPaused(s as Sandbox), caller };
     },
-    async filesSandbox(c, operation) {
+    async filesCall(c, operation) {
+      const needs: Need = operation === "read" ? "read" : "change";
       const signature = c.req.query("signature");
-      if (signature === undefined) return this.envdSandbox(c);
+      if (signature === undefined) return this.envdCall(c, needs);
       const s = await headerSandbox(c);
       const expiration = c.req.query("signature_expiration");
       if (expiration !== undefined && !/^[0-9]{1,12}$/.test(expiration))
         throw new ConnectError("invalid_argument", "signature_expiration is not a time in seconds");
-      const raw = [c.req.query("path") ?? "", operation, c.req.query("username") ?? "", s ? tokenOf(s) : ""]
-        .concat(expiration === undefined ? [] : [expiration])
-        .join(":");
-      const want = `v1_${createHash("sha256").update(raw).digest("base64").replace(/=+$/, "")}`;
-      if (!s || !sameSecret(want, signature))
-        throw new ConnectError(
-          "unauthenticated",
-          `the signature does not sign this ${operation} of this path`,
-        );
-      if (expiration !== undefined && Number(expiration) * 1000 < (options.nowMs ?? Date.now)())
+      const refused = () =>
+        new ConnectError("unauthenticated", `the signature does not sign this ${operation} of this path`);
+      if (!s) throw refused();
+      const user = c.req.query("username") ?? "";
+      // The signature is made from a token, which names the key it acts as: each of the team's
+      // live tokens for this sandbox is tried (a handful: the keys that asked for one).
+      const keys = await store
+        .selectFrom("api_keys")
+        .select(["id", "team_id", "role"])
+        .where("team_id", "=", s.team_id)
+        .execute();
+      const path = c.req.query("path") ?? "";
+      const key = keys.find((k) => {
+        const raw = [path, operation, user, tokenOf(s, k.id)]
+          .concat(expiration === undefined ? [] : [expiration])
+          .join(":");
+        const want = `v1_${createHash("sha256").update(raw).digest("base64").replace(/=+$/, "")}`;
+        return sameSecret(want, signature);
+      });
+      if (!key) throw refused();
+      if (expiration !== undefined && Number(expiration) * 1000 < nowMs())
         throw new ConnectError("unauthenticated", "the signed URL has expired");
-      return notPaused(s);
+      const caller = { id: key.id, team_id: key.team_id, role: key.role as Role };
+      const turn = limiter.take(key.id);
+      if (!turn.ok)
+        throw new ConnectError(
+          "resource_exhausted",
+          `this key is over its rate limit; retry in ${turn.retryAfterMs} ms`,
+        );
+      held(caller, needs);
+      // The user is the one signed, and only that: a header never names it for a signed URL.
+      return { s: notPaused(s), caller, signedUser: user === "" ? "" : checkedUser(user) };
     },
   };
 }

@@ -5,11 +5,14 @@
  */
 import { randomBytes } from "node:crypto";
 import type { Context, Hono } from "hono";
+import { allows, refusal, tokenAccessOf } from "../api/access-rules.ts";
+import type { Role } from "../store/people-store.ts";
 import { findApiKey } from "../store/team-store.ts";
 import { CONNECT_CODES } from "./connect-protocol.ts";
 import {
   boundedJson,
   DEFAULT_TIMEOUT_S,
+  type E2bCaller,
   type E2bContext,
   ENVD_VERSION,
   type Headed,
@@ -19,6 +22,7 @@ import {
   stringRecord,
   timeoutOf,
 } from "./e2b-context.ts";
+import { E2B_CONTROL_OPERATIONS, type E2bControlOperation, pathOf } from "./e2b-operations.ts";
 import { responseError } from "./envd-processes.ts";
 
 /** E2B's error body: {code, message}. */
@@ -39,39 +43,54 @@ export class E2bHttpError extends Error {
 export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => Promise<number> } {
   const { store, secrets, v1, nowMs, processes, tokenOf, sandboxOf, limiter, ingress } = ctx;
 
-  /** The key in X-API-Key (or Authorization: Bearer), or a 401. */
-  async function callersKey(c: Headed) {
+  /** The key in X-API-Key (or Authorization: Bearer), or a 401; its role held to what the route needs. */
+  async function callersKey(c: Headed, op: E2bControlOperation): Promise<E2bCaller> {
     const key = c.req.header("x-api-key") ?? /^Bearer (.+)$/.exec(c.req.header("authorization") ?? "")?.[1];
     const row = key ? await findApiKey(store, key) : undefined;
     if (!row) throw new E2bHttpError(401, "send a denv API key of your team in X-API-Key");
     const turn = limiter.take(row.id);
     if (!turn.ok)
       throw new E2bHttpError(429, `this key is over its rate limit; retry in ${turn.retryAfterMs} ms`);
-    return row;
+    const role = row.role as Role;
+    const needs = E2B_CONTROL_OPERATIONS[op];
+    if (!allows(role, needs)) throw new E2bHttpError(403, refusal(role, needs));
+    return { id: row.id, team_id: row.team_id, role };
   }
 
-  /** The caller's key and the team's sandbox its path names (another team's: 404, as a missing one). */
-  async function callersSandbox(c: Context) {
-    const key = await callersKey(c);
+  /** The team's sandbox the path names (another team's: 404, as a missing one). */
+  async function pathSandbox(c: Context, key: E2bCaller): Promise<Sandbox> {
     const id = c.req.param("id") ?? "";
     const s = await sandboxOf(key.team_id, id);
     if (!s) throw new E2bHttpError(404, `sandbox ${id} not found`);
-    return { key, s };
+    return s;
   }
 
-  const sandboxBody = (s: Sandbox) => ({
+  /**
+   * Mounts one operation of E2B_CONTROL_OPERATIONS: the caller's key is checked, and its role held
+   * to what the operation needs, before anything of the request is read.
+   */
+  const on = (op: E2bControlOperation, handler: (c: Context, key: E2bCaller) => Promise<Response>) => {
+    const method = op.slice(0, op.indexOf(" "));
+    app.on(method, pathOf(op), async (c) => handler(c, await callersKey(c, op)));
+  };
+
+  /**
+   * A sandbox as the caller sees it: the access token is the caller's own (its envd calls act as
+   * the caller, with the caller's role), and so is the traffic token's reach.
+   */
+  const sandboxBody = (s: Sandbox, key: E2bCaller) => ({
     templateID: s.template_id,
     sandboxID: sandboxIdOf(s.environment_id),
     clientID: "denv",
     envdVersion: ENVD_VERSION,
-    envdAccessToken: tokenOf(s),
+    envdAccessToken: tokenOf(s, key.id),
     // getHost(port) is `${port}-${sandboxID}.${domain}`: an ingress name, private behind this token.
     domain: ingress?.domain ?? null,
-    ...(ingress ? { trafficAccessToken: ingress.tokenFor(s.environment_id) } : {}),
+    ...(ingress ? { trafficAccessToken: ingress.tokenFor(s.environment_id, tokenAccessOf(key.role)) } : {}),
   });
 
-  const detail = (s: Sandbox) => ({
-    ...sandboxBody(s),
+  const detail = (s: Sandbox, key: E2bCaller) => ({
+    ...sandboxBody(s, key),
     alias: s.template_id,
     startedAt: new Date(Number(s.started_at_ms)).toISOString(),
     endAt: new Date(Number(s.end_at_ms)).toISOString(),
@@ -94,7 +113,7 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
 
   /** Records a denv environment as an E2B sandbox of the key's team. */
   async function register(
-    key: { id: string; team_id: string },
+    key: E2bCaller,
     envId: string,
     templateId: string,
     timeoutS: number,
@@ -118,8 +137,7 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
     return row;
   }
 
-  const create = async (c: Context) => {
-    const key = await callersKey(c);
+  const create = async (c: Context, key: E2bCaller) => {
     const body = await boundedJson(c.req);
     const templateId = typeof body.templateID === "string" ? body.templateID : "";
     const timeoutS = timeoutOf(body.timeout, DEFAULT_TIMEOUT_S);
@@ -158,16 +176,16 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
       }),
     );
     const row = await register(key, env.id as string, templateId, timeoutS, metadata, envVars);
-    return c.json(sandboxBody(row), 201);
+    return c.json(sandboxBody(row, key), 201);
   };
-  app.post("/v2/sandboxes", create);
-  app.post("/sandboxes", create);
+  on("POST /v2/sandboxes", create);
+  on("POST /sandboxes", create);
 
   /**
    * What a template names, when it is denv's: a version id (ver_…), the team's newest snapshot of
    * that name, or PROJECT/ENV (that environment's current version). Null: an image, or nothing.
    */
-  async function templateVersion(key: { id: string; team_id: string }, templateId: string) {
+  async function templateVersion(key: E2bCaller, templateId: string) {
     if (/^ver_[a-z0-9]+$/.test(templateId)) return templateId;
     const named = await store
       .selectFrom("e2b_snapshots")
@@ -190,8 +208,8 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
   }
 
   /** E2B's snapshot: the sandbox as it is now, a denv version, creatable from by its id or name. */
-  app.post("/sandboxes/:id/snapshots", async (c) => {
-    const { key, s } = await callersSandbox(c);
+  on("POST /sandboxes/:id/snapshots", async (c, key) => {
+    const s = await pathSandbox(c, key);
     const body = await boundedJson(c.req);
     const name = body.name === undefined || body.name === null ? null : body.name;
     if (name !== null && (typeof name !== "string" || !/^[A-Za-z0-9][\w.-]{0,127}$/.test(name)))
@@ -212,8 +230,7 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
     return c.json({ snapshotID: versionId, names: name ? [name] : [] }, 201);
   });
 
-  app.get("/snapshots", async (c) => {
-    const key = await callersKey(c);
+  on("GET /snapshots", async (c, key) => {
     let q = store.selectFrom("e2b_snapshots").selectAll().where("team_id", "=", key.team_id);
     const sandboxId = c.req.query("sandboxID");
     const name = c.req.query("name");
@@ -225,8 +242,8 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
   });
 
   /** denv's extension of E2B's fork: the sandbox as it is now (snapshotted), forked `count` times. */
-  app.post("/sandboxes/:id/fork", async (c) => {
-    const { key, s } = await callersSandbox(c);
+  on("POST /sandboxes/:id/fork", async (c, key) => {
+    const s = await pathSandbox(c, key);
     const body = await boundedJson(c.req);
     const count = body.count ?? 1;
     if (typeof count !== "number" || !Number.isInteger(count) || count < 1 || count > 64)
@@ -258,18 +275,14 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
         JSON.parse(s.metadata_json) as Record<string, string>,
         JSON.parse(secrets.open(s.env_vars_sealed)) as Record<string, string>,
       );
-      out.push({ sandbox: sandboxBody(row) });
+      out.push({ sandbox: sandboxBody(row, key) });
     }
     return c.json(out, 201);
   });
 
-  app.get("/sandboxes/:id", async (c) => {
-    const { s } = await callersSandbox(c);
-    return c.json(detail(s));
-  });
+  on("GET /sandboxes/:id", async (c, key) => c.json(detail(await pathSandbox(c, key), key)));
 
-  const list = async (c: Context) => {
-    const key = await callersKey(c);
+  const list = async (c: Context, key: E2bCaller) => {
     const states = (c.req.queries("state") ?? ["running,paused"]).flatMap((x) => x.split(","));
     const wanted = new URLSearchParams(c.req.query("metadata") ?? "");
     const rows = await store
@@ -285,21 +298,20 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
         return [...wanted].every(([k, v]) => m[k] === v);
       })
       .slice(0, limit)
-      .map(detail);
+      .map((s) => detail(s, key));
     c.header("x-total-running", String(out.length));
     return c.json(out);
   };
-  app.get("/v2/sandboxes", list);
-  app.get("/sandboxes", list);
+  on("GET /v2/sandboxes", list);
+  on("GET /sandboxes", list);
 
-  app.delete("/sandboxes/:id", async (c) => {
-    const { key, s } = await callersSandbox(c);
-    await kill(s, key.id);
+  on("DELETE /sandboxes/:id", async (c, key) => {
+    await kill(await pathSandbox(c, key), key.id);
     return c.body(null, 204);
   });
 
-  app.post("/sandboxes/:id/timeout", async (c) => {
-    const { s } = await callersSandbox(c);
+  on("POST /sandboxes/:id/timeout", async (c, key) => {
+    const s = await pathSandbox(c, key);
     const body = await boundedJson(c.req);
     const timeoutS = body.timeout;
     if (
@@ -322,8 +334,8 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
    * or memory; its timeout no longer runs. Memory is not kept (E2B's `memory: false`): resuming
    * restores the version in place and starts the services again, under the same sandbox id.
    */
-  app.post("/sandboxes/:id/pause", async (c) => {
-    const { key, s } = await callersSandbox(c);
+  on("POST /sandboxes/:id/pause", async (c, key) => {
+    const s = await pathSandbox(c, key);
     if (s.paused_version_id)
       return e2bError(409, `sandbox ${sandboxIdOf(s.environment_id)} is already paused`);
     await json(await v1(key.id, `/v1/envs/${s.environment_id}/snapshot`, { method: "POST" }));
@@ -343,14 +355,23 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
     return c.body(null, 204);
   });
 
-  /** Connect: a running sandbox as it is (200), a paused one resumed first (201). */
-  const connect = async (c: Context) => {
-    const { key, s } = await callersSandbox(c);
+  /**
+   * Connect: a running sandbox as it is (200), a paused one resumed first (201). A caller that may
+   * only read gets the sandbox as it is: resuming it, or lengthening its timeout, is a change.
+   */
+  const connect = async (c: Context, key: E2bCaller) => {
+    const s = await pathSandbox(c, key);
     const body = await boundedJson(c.req);
     const timeoutS =
       typeof body.timeout === "number" && Number.isInteger(body.timeout) && body.timeout > 0
         ? Math.min(body.timeout, MAX_TIMEOUT_S)
         : null;
+    const mayChange = allows(key.role, "change");
+    if (!mayChange) {
+      if (s.paused_version_id)
+        throw new E2bHttpError(403, `${refusal(key.role, "change")} (resume a paused sandbox)`);
+      return c.json(sandboxBody(s, key), 200);
+    }
     let resumed = false;
     if (s.paused_version_id) {
       const d = await json(
@@ -373,11 +394,11 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
       .set({ end_at_ms: end, paused_version_id: null })
       .where("environment_id", "=", s.environment_id)
       .execute();
-    return c.json(sandboxBody(s), resumed ? 201 : 200);
+    return c.json(sandboxBody(s, key), resumed ? 201 : 200);
   };
-  app.post("/v2/sandboxes/:id/connect", connect);
-  app.post("/sandboxes/:id/connect", connect);
-  app.post("/sandboxes/:id/resume", connect);
+  on("POST /v2/sandboxes/:id/connect", connect);
+  on("POST /sandboxes/:id/connect", connect);
+  on("POST /sandboxes/:id/resume", connect);
 
   async function kill(s: Sandbox, keyId: string): Promise<void> {
     processes.dropSandbox(s.environment_id);

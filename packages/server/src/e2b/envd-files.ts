@@ -7,7 +7,15 @@ import type { ReadableStream as NodeReadableStream } from "node:stream/web";
 import type { Context, Hono } from "hono";
 import tar from "tar-stream";
 import { CONNECT_CODES, ConnectError } from "./connect-protocol.ts";
-import { absolute, boundedBody, checkedUser, type E2bContext, type Sandbox, userOf } from "./e2b-context.ts";
+import {
+  absolute,
+  boundedBody,
+  checkedUser,
+  type E2bCaller,
+  type E2bContext,
+  type Sandbox,
+  userOf,
+} from "./e2b-context.ts";
 import { responseError } from "./envd-processes.ts";
 import { asConnectError } from "./envd-routes.ts";
 
@@ -16,22 +24,27 @@ export function mountEnvdFiles(app: Hono, ctx: E2bContext): void {
 
   // --- /files: a file's bytes in and out (the SDK's files.read and files.write) --------------
 
-  /** The sandbox and user of a /files call, its failures as envd's HTTP errors. */
+  /**
+   * The sandbox, the key acted as, and the user of a /files call. A signed URL acts as the user it
+   * signs (none: the service's own user), never one a header names; a call with the sandbox's token
+   * as the user its query or Authorization header names, else the service's own.
+   */
   async function filesCall(
     c: Context,
     operation: "read" | "write",
-  ): Promise<{ s: Sandbox; user: string | undefined; path: string }> {
-    const s = await ctx.filesSandbox(c, operation);
+  ): Promise<{ s: Sandbox; caller: E2bCaller; user: string | undefined; path: string }> {
+    const { s, caller, signedUser } = await ctx.filesCall(c, operation);
     const username = c.req.query("username");
-    const user = username ? checkedUser(username) : userOf(c);
-    return { s, user, path: c.req.query("path") ?? "" };
+    const user =
+      signedUser !== undefined ? signedUser || undefined : username ? checkedUser(username) : userOf(c);
+    return { s, caller, user, path: c.req.query("path") ?? "" };
   }
 
   app.get("/files", async (c) => {
     try {
-      const { s, user, path } = await filesCall(c, "read");
+      const { s, caller, user, path } = await filesCall(c, "read");
       const res = await v1(
-        s.key_id,
+        caller.id,
         `/v1/envs/${s.environment_id}/files?path=${encodeURIComponent(absolute(path))}${user ? `&user=${encodeURIComponent(user)}` : ""}`,
       );
       if (!res.ok || !res.body) throw await responseError(res);
@@ -47,7 +60,7 @@ export function mountEnvdFiles(app: Hono, ctx: E2bContext): void {
 
   app.post("/files", async (c) => {
     try {
-      const { s, user, path } = await filesCall(c, "write");
+      const { s, caller, user, path } = await filesCall(c, "write");
       const type = c.req.header("content-type") ?? "";
       const files: { path: string; bytes: Uint8Array }[] = [];
       const length = Number(c.req.header("content-length") ?? 0);
@@ -83,7 +96,7 @@ export function mountEnvdFiles(app: Hono, ctx: E2bContext): void {
         const name = abs.slice(abs.lastIndexOf("/") + 1);
         if (!name) throw new ConnectError("invalid_argument", `${abs} names a directory, not a file`);
         const res = await v1(
-          s.key_id,
+          caller.id,
           `/v1/envs/${s.environment_id}/files?path=${encodeURIComponent(dir)}${user ? `&user=${encodeURIComponent(user)}` : ""}`,
           {
             method: "PUT",

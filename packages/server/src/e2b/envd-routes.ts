@@ -17,29 +17,46 @@ import {
   MAX_CONNECT_MESSAGE_BYTES,
   readEnvelopes,
 } from "./connect-protocol.ts";
-import { absolute, boundedJson, type E2bContext, type Sandbox, stringRecord, userOf } from "./e2b-context.ts";
+import {
+  absolute,
+  boundedJson,
+  type E2bCaller,
+  type E2bContext,
+  type Sandbox,
+  stringRecord,
+  userOf,
+} from "./e2b-context.ts";
+import { ENVD_OPERATIONS, type EnvdOperation, pathOf } from "./e2b-operations.ts";
 import { EnvdProcess, type ProcessEvent, responseError } from "./envd-processes.ts";
 
 /** How many WatchDir streams a sandbox may hold at once (each lists its directory every poll). */
 const MAX_WATCHES = 16;
 
 export function mountEnvdRoutes(app: Hono, ctx: E2bContext): void {
-  const { secrets, v1, processes, envdSandbox } = ctx;
+  const { secrets, v1, processes, envdCall } = ctx;
   const watchPollMs = ctx.watchPollMs;
   const watches = new Map<string, number>();
 
   app.get("/health", (c) => c.body(null, 204));
 
-  /** A unary Connect call: the bare JSON message in, the answer's out. */
+  /**
+   * A unary Connect call: the bare JSON message in, the answer's out. The sandbox's token names the
+   * key the call acts as, whose role is held to what the operation needs before the body is read.
+   */
   const unary = (
-    path: string,
-    handler: (s: Sandbox, user: string | undefined, msg: Record<string, unknown>) => Promise<unknown>,
+    op: EnvdOperation,
+    handler: (
+      s: Sandbox,
+      user: string | undefined,
+      msg: Record<string, unknown>,
+      caller: E2bCaller,
+    ) => Promise<unknown>,
   ) =>
-    app.post(path, async (c) => {
+    app.post(pathOf(op), async (c) => {
       try {
-        const s = await envdSandbox(c);
+        const { s, caller } = await envdCall(c, ENVD_OPERATIONS[op]);
         const msg = await boundedJson(c.req, MAX_CONNECT_MESSAGE_BYTES);
-        return c.json((await handler(s, userOf(c), msg)) ?? {});
+        return c.json((await handler(s, userOf(c), msg, caller)) ?? {});
       } catch (err) {
         return connectUnaryError(asConnectError(err));
       }
@@ -47,22 +64,24 @@ export function mountEnvdRoutes(app: Hono, ctx: E2bContext): void {
 
   /** A server-streaming Connect call: one enveloped request, enveloped messages out, then the end. */
   const serverStream = (
-    path: string,
+    op: EnvdOperation,
     handler: (
       s: Sandbox,
       user: string | undefined,
       msg: Record<string, unknown>,
-      send: (m: unknown) => Promise<void>,
+      send: (m: unknown, keepAlive?: boolean) => Promise<void>,
       signal: AbortSignal,
       headers: { keepAliveMs: number },
+      caller: E2bCaller,
     ) => Promise<void>,
   ) =>
-    app.post(path, async (c) => {
+    app.post(pathOf(op), async (c) => {
       let s: Sandbox;
+      let caller: E2bCaller;
       let user: string | undefined;
       let msg: Record<string, unknown> | undefined;
       try {
-        s = await envdSandbox(c);
+        ({ s, caller } = await envdCall(c, ENVD_OPERATIONS[op]));
         user = userOf(c);
         const body = c.req.raw.body;
         // A server stream's request is one message: the first is taken, nothing after it is read.
@@ -85,15 +104,31 @@ export function mountEnvdRoutes(app: Hono, ctx: E2bContext): void {
       return stream(c, async (out) => {
         const ac = new AbortController();
         out.onAbort(() => ac.abort());
+        // Messages go out one at a time, each sent once the stream took the last (the response's
+        // backpressure): a caller awaits its send, so a client that stops reading stops the sender.
+        // A keep-alive is sent only when nothing is waiting: an unread stream does not gather them.
         let writing = Promise.resolve();
-        const send = (m: unknown) => {
-          writing = writing.then(() => out.write(encodeEnvelope(m)).then(() => {}));
+        let waiting = 0;
+        const send = (m: unknown, keepAlive = false) => {
+          if (keepAlive && waiting > 0) return writing;
+          waiting++;
+          writing = writing.then(() =>
+            out.write(encodeEnvelope(m)).then(() => {
+              waiting--;
+            }),
+          );
           return writing;
         };
         try {
-          await handler(s, user, msg ?? {}, send, ac.signal, {
-            keepAliveMs: Math.min(Math.max(keepAliveS, 1), 300) * 1000,
-          });
+          await handler(
+            s,
+            user,
+            msg ?? {},
+            send,
+            ac.signal,
+            { keepAliveMs: Math.min(Math.max(keepAliveS, 1), 300) * 1000 },
+            caller,
+          );
           await writing;
           await out.write(endOfStream());
         } catch (err) {
@@ -106,17 +141,18 @@ export function mountEnvdRoutes(app: Hono, ctx: E2bContext): void {
   /**
    * Relays a process's events to one stream until it ends or the caller goes: `firsts` go out
    * before anything the process does from now on (the watcher is added with no wait in between).
+   * The watcher's send is awaited by the process before it reads more of the command's output.
    */
   function follow(
     p: EnvdProcess,
-    send: (m: unknown) => Promise<void>,
+    send: (m: unknown, keepAlive?: boolean) => Promise<void>,
     signal: AbortSignal,
     keepAliveMs: number,
     firsts: ProcessEvent[],
   ): Promise<void> {
     return new Promise<void>((resolve) => {
       const keepAlive = setInterval(
-        () => void send({ event: { keepalive: {} } }).catch(() => {}),
+        () => void send({ event: { keepalive: {} } }, true).catch(() => {}),
         keepAliveMs,
       );
       let unwatch = () => {};
@@ -134,13 +170,13 @@ export function mountEnvdRoutes(app: Hono, ctx: E2bContext): void {
       unwatch = p.watch((e) => {
         const sent = send({ event: e });
         if ("end" in e) sent.then(done, done);
-        else sent.catch(() => {});
+        return sent.catch(() => {});
       });
       signal.addEventListener("abort", done, { once: true });
     });
   }
 
-  serverStream("/process.Process/Start", async (s, user, msg, send, signal, h) => {
+  serverStream("POST /process.Process/Start", async (s, user, msg, send, signal, h, caller) => {
     const proc = (msg.process ?? {}) as { cmd?: unknown; args?: unknown; envs?: unknown; cwd?: unknown };
     if (typeof proc.cmd !== "string" || !proc.cmd)
       throw new ConnectError("invalid_argument", "process.cmd is required");
@@ -171,10 +207,12 @@ export function mountEnvdRoutes(app: Hono, ctx: E2bContext): void {
     };
     // What the process does between its start and this stream's watcher is kept, then sent in order.
     const events: ProcessEvent[] = [];
-    const early = p.watch((e) => events.push(e));
+    const early = p.watch((e) => {
+      events.push(e);
+    });
     const pid = await p.start(
       (envId, req, stdin, abort) =>
-        v1(s.key_id, `/v1/envs/${envId}/exec/stream`, {
+        v1(caller.id, `/v1/envs/${envId}/exec/stream`, {
           method: "POST",
           headers: { "content-type": "application/octet-stream" },
           body: execStreamBody(req, stdin),
@@ -191,12 +229,12 @@ export function mountEnvdRoutes(app: Hono, ctx: E2bContext): void {
     ]);
   });
 
-  serverStream("/process.Process/Connect", async (s, _user, msg, send, signal, h) => {
+  serverStream("POST /process.Process/Connect", async (s, _user, msg, send, signal, h) => {
     const p = processes.find(s.environment_id, msg.process);
     await follow(p, send, signal, h.keepAliveMs, [{ start: { pid: p.pid } }]);
   });
 
-  unary("/process.Process/List", async (s) => ({
+  unary("POST /process.Process/List", async (s) => ({
     processes: processes.list(s.environment_id).map((p) => ({
       config: {
         cmd: p.config.cmd,
@@ -209,7 +247,7 @@ export function mountEnvdRoutes(app: Hono, ctx: E2bContext): void {
     })),
   }));
 
-  unary("/process.Process/SendInput", async (s, _user, msg) => {
+  unary("POST /process.Process/SendInput", async (s, _user, msg) => {
     const p = processes.find(s.environment_id, msg.process);
     const input = (msg.input ?? {}) as { stdin?: unknown };
     if (typeof input.stdin !== "string")
@@ -220,15 +258,15 @@ export function mountEnvdRoutes(app: Hono, ctx: E2bContext): void {
     return {};
   });
 
-  unary("/process.Process/CloseStdin", async (s, _user, msg) => {
+  unary("POST /process.Process/CloseStdin", async (s, _user, msg) => {
     processes.find(s.environment_id, msg.process).stdin.end();
     return {};
   });
 
-  unary("/process.Process/SendSignal", async (s, _user, msg) => {
+  unary("POST /process.Process/SendSignal", async (s, _user, msg, caller) => {
     const p = processes.find(s.environment_id, msg.process);
     const signal = msg.signal === "SIGNAL_SIGTERM" || msg.signal === 15 ? "TERM" : "KILL";
-    const res = await v1(s.key_id, `/v1/envs/${s.environment_id}/exec`, {
+    const res = await v1(caller.id, `/v1/envs/${s.environment_id}/exec`, {
       method: "POST",
       headers: { "content-type": "application/json" },
       body: JSON.stringify({
@@ -244,23 +282,32 @@ export function mountEnvdRoutes(app: Hono, ctx: E2bContext): void {
 
   // --- filesystem ----------------------------------------------------------------------------
 
-  const fsCall = async (s: Sandbox, user: string | undefined, path: string, init?: RequestInit) =>
+  const fsCall = async (
+    s: Sandbox,
+    caller: E2bCaller,
+    user: string | undefined,
+    path: string,
+    init?: RequestInit,
+  ) =>
     connectJson(
       await v1(
-        s.key_id,
+        caller.id,
         `/v1/envs/${s.environment_id}${path}${path.includes("?") ? "&" : "?"}${user ? `user=${encodeURIComponent(user)}` : ""}`,
         init,
       ),
     );
 
-  unary("/filesystem.Filesystem/Stat", async (s, user, msg) => ({
-    entry: entryInfo(await fsCall(s, user, `/files/stat?path=${encodeURIComponent(absolute(msg.path))}`)),
+  unary("POST /filesystem.Filesystem/Stat", async (s, user, msg, caller) => ({
+    entry: entryInfo(
+      await fsCall(s, caller, user, `/files/stat?path=${encodeURIComponent(absolute(msg.path))}`),
+    ),
   }));
 
-  unary("/filesystem.Filesystem/ListDir", async (s, user, msg) => {
+  unary("POST /filesystem.Filesystem/ListDir", async (s, user, msg, caller) => {
     const depth = typeof msg.depth === "number" && msg.depth >= 1 ? Math.min(msg.depth, 64) : 1;
     const r = await fsCall(
       s,
+      caller,
       user,
       `/files/list?path=${encodeURIComponent(absolute(msg.path))}&depth=${depth}`,
     );
@@ -273,12 +320,12 @@ export function mountEnvdRoutes(app: Hono, ctx: E2bContext): void {
    * WRITE, a new mode alone CHMOD (a rename is a REMOVE and a CREATE). Changes undone between two
    * looks are not seen. At most MAX_WATCHES per sandbox at once.
    */
-  serverStream("/filesystem.Filesystem/WatchDir", async (s, user, msg, send, signal, h) => {
+  serverStream("POST /filesystem.Filesystem/WatchDir", async (s, user, msg, send, signal, h, caller) => {
     const root = absolute(msg.path);
     const depth = msg.recursive === true ? 64 : 1;
     const withEntry = msg.includeEntry === true;
     const list = async () => {
-      const r = await fsCall(s, user, `/files/list?path=${encodeURIComponent(root)}&depth=${depth}`);
+      const r = await fsCall(s, caller, user, `/files/list?path=${encodeURIComponent(root)}&depth=${depth}`);
       const seen = new Map<string, { sig: string; mode: string; e: Record<string, unknown> }>();
       for (const e of r.entries as Record<string, unknown>[]) {
         const rel = String(e.path).slice(root.replace(/\/$/, "").length + 1);
@@ -323,29 +370,33 @@ export function mountEnvdRoutes(app: Hono, ctx: E2bContext): void {
     }
   });
 
-  unary("/filesystem.Filesystem/MakeDir", async (s, user, msg) => {
+  unary("POST /filesystem.Filesystem/MakeDir", async (s, user, msg, caller) => {
     const path = absolute(msg.path);
-    const r = await fsCall(s, user, "/files/mkdir", {
+    const r = await fsCall(s, caller, user, "/files/mkdir", {
       method: "POST",
       headers: { "content-type": "application/json" },
       body: JSON.stringify({ path, parents: true }),
     });
     if (r.created === false) throw new ConnectError("already_exists", `${path} already exists`);
-    return { entry: entryInfo(await fsCall(s, user, `/files/stat?path=${encodeURIComponent(path)}`)) };
+    return {
+      entry: entryInfo(await fsCall(s, caller, user, `/files/stat?path=${encodeURIComponent(path)}`)),
+    };
   });
 
-  unary("/filesystem.Filesystem/Move", async (s, user, msg) => {
+  unary("POST /filesystem.Filesystem/Move", async (s, user, msg, caller) => {
     const to = absolute(msg.destination);
-    await fsCall(s, user, "/files/rename", {
+    await fsCall(s, caller, user, "/files/rename", {
       method: "POST",
       headers: { "content-type": "application/json" },
       body: JSON.stringify({ from: absolute(msg.source), to }),
     });
-    return { entry: entryInfo(await fsCall(s, user, `/files/stat?path=${encodeURIComponent(to)}`)) };
+    return {
+      entry: entryInfo(await fsCall(s, caller, user, `/files/stat?path=${encodeURIComponent(to)}`)),
+    };
   });
 
-  unary("/filesystem.Filesystem/Remove", async (s, user, msg) => {
-    await fsCall(s, user, `/files?path=${encodeURIComponent(absolute(msg.path))}&recursive=true`, {
+  unary("POST /filesystem.Filesystem/Remove", async (s, user, msg, caller) => {
+    await fsCall(s, caller, user, `/files?path=${encodeURIComponent(absolute(msg.path))}&recursive=true`, {
       method: "DELETE",
     });
     return {};

@@ -50,12 +50,17 @@ test("the token is the environment's own, compared whole", () => {
   const t = names.tokenFor("env_a");
   assert.match(t, /^dit_[0-9a-f]{64}$/);
   assert.notEqual(t, names.tokenFor("env_b"));
-  assert.equal(names.tokenMatches("env_a", t), true);
-  assert.equal(names.tokenMatches("env_b", t), false);
-  assert.equal(names.tokenMatches("env_a", t.slice(0, -1)), false);
-  assert.equal(names.tokenMatches("env_a", `${t}0`), false);
-  assert.equal(names.tokenMatches("env_a", null), false);
-  assert.equal(names.tokenMatches("env_a", ""), false);
+  assert.equal(names.tokenAccess("env_a", t), "full");
+  assert.equal(names.tokenAccess("env_b", t), null);
+  assert.equal(names.tokenAccess("env_a", t.slice(0, -1)), null);
+  assert.equal(names.tokenAccess("env_a", `${t}0`), null);
+  assert.equal(names.tokenAccess("env_a", null), null);
+  assert.equal(names.tokenAccess("env_a", ""), null);
+  // A read-only caller's token reads, and is no token of another environment's or of full access.
+  const r = names.tokenFor("env_a", "read");
+  assert.notEqual(r, t);
+  assert.equal(names.tokenAccess("env_a", r), "read");
+  assert.equal(names.tokenAccess("env_b", r), null);
 });
 
 test("a domain that is no DNS name is refused where it is given", () => {

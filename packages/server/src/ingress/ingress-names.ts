@@ -11,6 +11,7 @@
  * then carries the environment's ingress token, derived from the server's key (never stored).
  */
 import { timingSafeEqual, X509Certificate } from "node:crypto";
+import type { TokenAccess } from "../api/access-rules.ts";
 
 /** E2B's envd port: a name on it reaches the E2B gateway (envd's API), not a container's port. */
 export const ENVD_PORT = 49983;
@@ -72,17 +73,26 @@ export class IngressNames {
     this.certificate = settings.certificatePem ? new X509Certificate(settings.certificatePem) : null;
   }
 
-  /** The environment's ingress token: what a private name asks of every request. */
-  tokenFor(environmentId: string): string {
-    return `dit_${this.derive(`ingress:${environmentId}`)}`;
+  /**
+   * The environment's ingress token: what a private name asks of every request. A token made for
+   * a caller who may only read (`read`) carries only that: requests that change nothing (GET, HEAD,
+   * OPTIONS) and no upgrade (access-rules.ts).
+   */
+  tokenFor(environmentId: string, access: TokenAccess = "full"): string {
+    return access === "full"
+      ? `dit_${this.derive(`ingress:${environmentId}`)}`
+      : `dir_${this.derive(`ingress-read:${environmentId}`)}`;
   }
 
-  /** Whether a request's token is the environment's (compared in constant time). */
-  tokenMatches(environmentId: string, given: string | null | undefined): boolean {
-    if (!given) return false;
-    const want = Buffer.from(this.tokenFor(environmentId));
-    const got = Buffer.from(given);
-    return got.length === want.length && timingSafeEqual(got, want);
+  /** What a request's token gives on the environment (compared in constant time), or null. */
+  tokenAccess(environmentId: string, given: string | null | undefined): TokenAccess | null {
+    if (!given) return null;
+    for (const access of ["full", "read"] as const) {
+      const want = Buffer.from(this.tokenFor(environmentId, access));
+      const got = Buffer.from(given);
+      if (got.length === want.length && timingSafeEqual(got, want)) return access;
+    }
+    return null;
   }
 
   /** `{port}-{id}.{domain}` without the port clients add. */

@@ -10,6 +10,7 @@
 import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import { DenvError, isDenvError } from "@denv/protocol";
+import { SAFE_METHODS } from "../api/access-rules.ts";
 import { refuseUpgrade, relayHttp, relayUpgrade } from "../port-tunnels.ts";
 import type { Store } from "../store/open-store.ts";
 import type { HostOperations } from "../targets/denvd/host-operations.ts";
@@ -36,18 +37,30 @@ function splitToken(pathAndQuery: string, header: (name: string) => string | nul
   return { rest: `${u.pathname}${u.search}`, token: token ?? null };
 }
 
-/** What a name reaches once its token (if private) is checked; a DenvError says why not. */
+/**
+ * What a name reaches once its token (if private) is checked; a DenvError says why not. A token
+ * made for a caller who may only read admits requests that change nothing, and no upgrade (a
+ * WebSocket carries whatever either side sends).
+ */
 async function admit(
   deps: IngressProxyDeps,
   host: string | undefined | null,
   token: string | null,
+  request: { method: string; upgrade: boolean },
 ): Promise<IngressTarget> {
   const target = await resolveIngressHost(deps.store, deps.names, host);
   if (!target) throw new DenvError("not_found", `no running environment answers to ${host}`);
-  if (!target.public && !deps.names.tokenMatches(target.environmentId, token))
+  if (target.public) return target;
+  const access = deps.names.tokenAccess(target.environmentId, token);
+  if (!access)
     throw new DenvError(
       "unauthenticated",
       `${host} is private: send the environment's ingress token in the denv-ingress-token header (GET /v1/envs/{id}/ingress shows it)`,
+    );
+  if (access === "read" && (request.upgrade || !SAFE_METHODS.has(request.method.toUpperCase())))
+    throw new DenvError(
+      "forbidden",
+      `this ingress token was made for a read-only caller: it may send GET, HEAD and OPTIONS, not ${request.upgrade ? "an upgrade" : request.method}`,
     );
   return target;
 }
@@ -75,7 +88,7 @@ export async function serveIngress(deps: IngressProxyDeps, req: Request): Promis
       return await deps.envd(req, parsed.environmentId.replace(/^env_/, ""), url.pathname + url.search);
     }
     const { rest, token } = splitToken(url.pathname + url.search, (n) => req.headers.get(n));
-    const target = await admit(deps, host, token);
+    const target = await admit(deps, host, token, { method: req.method, upgrade: false });
     return await relayHttp(await openTo(deps, target, true), rest, req, {
       withhold: WITHHOLD,
       forwarded: { host, proto: deps.names.scheme },
@@ -101,7 +114,7 @@ export function upgradeIngress(
     const v = req.headers[n];
     return Array.isArray(v) ? v[0] : v;
   });
-  void admit(deps, host, token)
+  void admit(deps, host, token, { method: req.method ?? "GET", upgrade: true })
     .then((target) => openTo(deps, target, false))
     .then(
       (tunnel) =>

@@ -7,13 +7,15 @@ import { z } from "zod";
 import { OP_METHODS } from "./operations.ts";
 
 /**
- * 4: the server names new stacks and versions before it asks (new_stack_id, new_version_id: crash
+ * 5: a stream's window starts at 64 KiB and grows as its reader takes bytes (stream-mux.ts): a
+ * denvd of 4 would send a whole 8 MiB window at once, which a server of 5 takes as a flood; 4: the
+ * server names new stacks and versions before it asks (new_stack_id, new_version_id: crash
  * safety); a denvd of 3 refuses those params, so it is told to upgrade at hello rather than failing
  * every deploy with "Unrecognized key" (found by the installer's upgrade from a previous release); 3: exec and files as byte streams
  * (stream-mux.ts), not base64 in JSON; 2: typed operations on stacks (stack_id); 1: the same
  * operations on environment_id.
  */
-export const PROTOCOL_VERSION = 4;
+export const PROTOCOL_VERSION = 5;
 
 /**
  * The largest WebSocket message either side accepts (both set it as their maxPayload). Bulk bytes

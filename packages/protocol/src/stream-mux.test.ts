@@ -11,18 +11,21 @@ import {
   releaseHandedOver,
   STREAM_CHUNK_BYTES,
   STREAM_CLOSE,
+  STREAM_CREDIT,
   STREAM_DATA,
   STREAM_END,
+  STREAM_INITIAL_WINDOW_BYTES,
   STREAM_WINDOW_BYTES,
   StreamMux,
   streamLinkMaskOptions,
+  WindowBudget,
 } from "./stream-mux.ts";
 
 /**
  * Two muxes joined as over a socket: frames arrive later, in order, and are counted in flight. A
  * sender may free a frame once done is called, so the bytes are copied then, as a socket does.
  */
-function pair() {
+function pair(budgetB: WindowBudget | null = null) {
   const inFlight = { bytes: 0, max: 0 };
   let a!: StreamMux;
   let b!: StreamMux;
@@ -37,7 +40,10 @@ function pair() {
     done?.();
   };
   a = new StreamMux(deliver(() => b));
-  b = new StreamMux(deliver(() => a));
+  b = new StreamMux(
+    deliver(() => a),
+    budgetB,
+  );
   return { a, b, inFlight };
 }
 
@@ -85,6 +91,83 @@ test("a reader that does not read holds the sender to one window", async () => {
   let total = 0;
   for await (const c of right) total += (c as Buffer).length;
   assert.ok(total >= written);
+});
+
+/** Writes to `left` without end until it has been told to wait `quietTurns` times in a row. */
+async function writeUntilHeld(left: import("node:stream").Writable, quietTurns = 10): Promise<number> {
+  let written = 0;
+  let held = 0;
+  const piece = Buffer.alloc(64 * 1024);
+  while (held < quietTurns) {
+    if (left.writableNeedDrain) {
+      held++;
+      await new Promise((r) => setTimeout(r, 10));
+    } else {
+      held = 0;
+      left.write(piece);
+      written += piece.length;
+    }
+  }
+  return written;
+}
+
+/** Reads `bytes` from a stream, then stops reading (paused, nothing more taken). */
+async function readThenStop(r: import("node:stream").Readable, bytes: number): Promise<void> {
+  let got = 0;
+  await new Promise<void>((resolve) => {
+    const onData = (c: Buffer) => {
+      got += c.length;
+      if (got >= bytes) {
+        r.off("data", onData);
+        r.pause();
+        resolve();
+      }
+    };
+    r.on("data", onData);
+  });
+}
+
+test("a window starts small and grows to a full one while its reader keeps up; a stopped reader holds what it had", async () => {
+  const { a, b } = pair();
+  const left = a.open(2);
+  const right = b.open(2);
+  // Before any reading, the sender is held to the first window.
+  const first = await writeUntilHeld(left);
+  assert.ok(right.readableLength <= STREAM_INITIAL_WINDOW_BYTES, `held ${right.readableLength} at first`);
+  assert.ok(first <= STREAM_INITIAL_WINDOW_BYTES + 2 * 1024 * 1024, `accepted ${first}`);
+  // A reader that keeps up is given a full window, then stops: at most that window is held.
+  const reading = readThenStop(right, 48 * 1024 * 1024);
+  while (right.readableFlowing !== false) await writeUntilHeld(left, 1);
+  await reading;
+  await writeUntilHeld(left);
+  assert.ok(right.readableLength > 4 * STREAM_INITIAL_WINDOW_BYTES, `grew: held ${right.readableLength}`);
+  assert.ok(right.readableLength <= STREAM_WINDOW_BYTES, `held ${right.readableLength}`);
+  left.destroy();
+  right.destroy();
+});
+
+test("a receiver's budget bounds what its streams together hold, however many stop reading", async () => {
+  const budget = new WindowBudget(2 * 1024 * 1024);
+  const { a, b } = pair(budget);
+  const streams = Array.from({ length: 8 }, (_, i) => ({ left: a.open(10 + i), right: b.open(10 + i) }));
+  for (const { left, right } of streams) {
+    const reading = readThenStop(right, 8 * 1024 * 1024);
+    while (right.readableFlowing !== false) await writeUntilHeld(left, 1);
+    await reading;
+    await writeUntilHeld(left);
+  }
+  const held = streams.reduce((n, s) => n + s.right.readableLength, 0);
+  assert.ok(budget.usedBytes <= budget.limitBytes);
+  assert.ok(
+    held <= budget.limitBytes + streams.length * STREAM_INITIAL_WINDOW_BYTES,
+    `8 stopped readers hold ${held} bytes against a budget of ${budget.limitBytes}`,
+  );
+  // Their growth goes back to the budget when they close.
+  for (const { left, right } of streams) {
+    left.destroy();
+    right.destroy();
+  }
+  assert.equal(budget.usedBytes, 0);
 });
 
 test("a peer sending past its credit fails the stream instead of being buffered", async () => {
@@ -231,6 +314,10 @@ test("a stream frees what was handed over once copied, and its own frames once s
     frames.push(frame);
     send(frame, done);
   };
+  // The peer's credit for all of it (a window starts small and grows as a reader takes bytes).
+  const credit = Buffer.alloc(4);
+  credit.writeUInt32BE(1024 * 1024);
+  mux.onFrame(encodeStreamFrame(STREAM_CREDIT, 1, credit));
   for (const b of [mine, given, pooled, slice]) s.write(b);
   await finishStream(s);
   // What crossed the link is every byte, in order.

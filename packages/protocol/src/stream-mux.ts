@@ -5,11 +5,16 @@
  * A frame is u8 kind, u32 stream id (big-endian), then the payload. The server picks every id
  * and names it in the operation that uses it; the host opens its side when the operation arrives.
  *
- * Flow control is per stream, by credit (as HTTP/2 does): a sender may have at most
- * STREAM_WINDOW_BYTES unacknowledged on a stream, and the receiver grants more only as its reader
- * takes bytes. So a 10 GiB file costs each side at most a window of memory, however slow the
- * reader, and a slow stream never holds up the others or the connection's heartbeats. A peer that
- * sends past the credit it was given is breaking the protocol: that stream is failed, not buffered.
+ * Flow control is per stream, by credit (as HTTP/2 does): a sender may have at most its stream's
+ * window unacknowledged, and the receiver grants more only as its reader takes bytes. So a 10 GiB
+ * file costs each side at most a window of memory, however slow the reader, and a slow stream never
+ * holds up the others or the connection's heartbeats. A peer that sends past the credit it was
+ * given is breaking the protocol: that stream is failed, not buffered.
+ *
+ * A window starts at STREAM_INITIAL_WINDOW_BYTES and doubles with each grant while its reader keeps
+ * taking bytes, up to STREAM_WINDOW_BYTES, as far as the receiver's WindowBudget allows (the server
+ * keeps one per team): a stream whose reader stops holds at most the window it had reached, and a
+ * team's streams together at most the budget plus one initial window each, however many it opens.
  */
 import { Duplex } from "node:stream";
 
@@ -34,8 +39,35 @@ export const STREAM_CLOSE = 3;
 /** The receiver took bytes: the payload (u32) is how many more the sender may send. */
 export const STREAM_CREDIT = 4;
 
-/** Unacknowledged bytes a sender may have on one stream. */
+/** The most unacknowledged bytes a sender may have on one stream (a window's full size). */
 export const STREAM_WINDOW_BYTES = 8 * 1024 * 1024;
+/** A new stream's window, both sides: it grows from here as its reader takes bytes. */
+export const STREAM_INITIAL_WINDOW_BYTES = 64 * 1024;
+
+/**
+ * What a receiver's streams may hold beyond their initial windows, together: windows grow only
+ * while the budget has room (and give their growth back when they close).
+ */
+export class WindowBudget {
+  readonly limitBytes: number;
+  /** Bytes of growth held by open streams now. */
+  usedBytes = 0;
+
+  constructor(limitBytes: number) {
+    this.limitBytes = limitBytes;
+  }
+
+  /** Up to `wantBytes` of growth, as much as there is room for. */
+  take(wantBytes: number): number {
+    const n = Math.max(0, Math.min(wantBytes, this.limitBytes - this.usedBytes));
+    this.usedBytes += n;
+    return n;
+  }
+
+  giveBack(bytes: number): void {
+    this.usedBytes = Math.max(0, this.usedBytes - bytes);
+  }
+}
 /** The largest payload of one DATA frame. */
 export const STREAM_CHUNK_BYTES = 1024 * 1024;
 
@@ -141,11 +173,18 @@ export class MuxStream extends Duplex {
   readonly streamId: number;
   private readonly mux: StreamMux;
   /** Bytes this side may still send before the peer grants more. */
-  private sendCredit = STREAM_WINDOW_BYTES;
+  private sendCredit = STREAM_INITIAL_WINDOW_BYTES;
   /** Bytes the peer may still send before this side grants more. */
-  private peerCredit = STREAM_WINDOW_BYTES;
-  /** Bytes taken in but not yet granted back to the peer. */
-  private owed = 0;
+  private peerCredit = STREAM_INITIAL_WINDOW_BYTES;
+  /** The receiving window: what the peer may send plus what it sent and was not yet granted back. */
+  private window = STREAM_INITIAL_WINDOW_BYTES;
+  /** Of the window, what was taken from the budget (given back when the stream ends). */
+  private grown = 0;
+  /**
+   * Bytes the reader took (received, and no longer in this stream's buffer) that were granted back
+   * to the peer: only taken bytes are granted back, so what sits unread is never more than the window.
+   */
+  private credited = 0;
   private creditWaiter: (() => void) | null = null;
   private peerEnded = false;
   /** The peer closed the stream (or the connection went): nothing more is sent on it. */
@@ -268,7 +307,22 @@ export class MuxStream extends Duplex {
     this.grant();
   }
 
+  /**
+   * Bytes taken out of the buffer are granted back here, in batches, and at once when the reader
+   * emptied the buffer: Readable calls _read before it takes the bytes, and not again until the next
+   * push, so a grant made only there could wait on bytes the peer was never allowed to send.
+   */
+  override read(size?: number): Buffer | null {
+    const chunk = super.read(size) as Buffer | null;
+    if (chunk !== null) {
+      const taken = this.owedTaken();
+      if (taken > 0 && (this.readableLength === 0 || taken >= this.window / 4)) this.grant();
+    }
+    return chunk;
+  }
+
   override _destroy(err: Error | null, cb: (err?: Error | null) => void): void {
+    this.giveBackGrowth();
     this.mux.forget(this.streamId, this);
     if (!this.gone) {
       this.gone = true;
@@ -278,15 +332,36 @@ export class MuxStream extends Duplex {
     cb(err);
   }
 
-  /** Gives the peer back the credit for what the reader took. */
+  /**
+   * Gives the peer back the credit for what the reader took, and grows the window (doubling it, up
+   * to STREAM_WINDOW_BYTES) by what the budget has room for: a reader that keeps taking bytes gets
+   * a full window, one that stops holds no more than it had.
+   */
   private grant(): void {
-    if (this.owed === 0 || this.gone || this.peerEnded) return;
-    const n = this.owed;
-    this.owed = 0;
+    const taken = this.owedTaken();
+    if (taken === 0 || this.gone || this.peerEnded) return;
+    const want = Math.min(this.window, STREAM_WINDOW_BYTES - this.window);
+    const growth = want > 0 ? (this.mux.budget ? this.mux.budget.take(want) : want) : 0;
+    this.window += growth;
+    this.grown += growth;
+    this.credited += taken;
+    const n = taken + growth;
     this.peerCredit += n;
     const payload = Buffer.alloc(4);
     payload.writeUInt32BE(n);
     this.mux.send(encodeStreamFrame(STREAM_CREDIT, this.streamId, payload));
+  }
+
+  /** Bytes the reader took since the last grant: received, out of the buffer, not yet granted back. */
+  private owedTaken(): number {
+    return this.bytesIn - this.readableLength - this.credited;
+  }
+
+  /** The window's growth back to the budget, once: the stream is done receiving. */
+  private giveBackGrowth(): void {
+    if (this.grown === 0) return;
+    this.mux.budget?.giveBack(this.grown);
+    this.grown = 0;
   }
 
   private wake(): void {
@@ -306,14 +381,15 @@ export class MuxStream extends Duplex {
       }
       this.peerCredit -= payload.length;
       this.bytesIn += payload.length;
-      this.owed += payload.length;
       // No copy: a WebSocket message's buffer is never reused by the socket that read it.
       const room = this.push(this.handsOverReads ? handOver(payload) : payload);
       // Credit goes back in batches while the reader keeps up, and from _read once it catches up.
-      if (room && this.owed >= STREAM_WINDOW_BYTES / 4) this.grant();
+      if (room && this.owedTaken() >= this.window / 4) this.grant();
     } else if (kind === STREAM_END) {
       if (this.peerEnded) return;
       this.peerEnded = true;
+      // Nothing more comes: what is still buffered is the reader's, the budget's room is not.
+      this.giveBackGrowth();
       this.push(null);
     } else if (kind === STREAM_CLOSE) {
       this.gone = true;
@@ -343,9 +419,12 @@ export class MuxStream extends Duplex {
 export class StreamMux {
   private readonly streams = new Map<number, MuxStream>();
   readonly send: SendFrame;
+  /** What this side's receiving windows may grow by, together (shared by several muxes if given so). */
+  readonly budget: WindowBudget | null;
 
-  constructor(send: SendFrame) {
+  constructor(send: SendFrame, budget: WindowBudget | null = null) {
     this.send = send;
+    this.budget = budget;
   }
 
   /** Opens (registers) a stream under an id; frames for it are kept from this moment. */

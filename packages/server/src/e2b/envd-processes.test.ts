@@ -52,7 +52,9 @@ test("the pid line is kept back wherever the reads cut it; output before it stil
   for (const piece of [1, 3, 8, 13, wire.length]) {
     const p = new EnvdProcess("env_a", { cmd: "/bin/bash", args: [], envs: {} }, undefined, undefined);
     const events: ProcessEvent[] = [];
-    p.watch((e) => events.push(e));
+    p.watch((e) => {
+      events.push(e);
+    });
     assert.equal(await p.start(answering(wire, piece), {}), 4242);
     await new Promise((r) => setImmediate(r));
     for (let i = 0; i < 100 && !p.ended; i++) await new Promise((r) => setTimeout(r, 5));
@@ -96,4 +98,43 @@ test("a sandbox's processes are found only in it, by pid or tag, and capped", ()
   for (let i = 1; i < MAX_PROCESSES_PER_SANDBOX; i++) make("env_a", 1000 + i);
   assert.throws(() => all.assertRoom("env_a"), /already runs 256/);
   all.assertRoom("env_b");
+});
+
+test("a watcher that stops taking events stops the command's output being read; a dropped process lets go", async () => {
+  // An endless command: its stream yields as much as it is pulled for, and counts the pulls.
+  let pulled = 0;
+  const endless = async () =>
+    new Response(
+      new ReadableStream({
+        start(c) {
+          c.enqueue(frame(2, "77\n"));
+        },
+        pull(c) {
+          pulled++;
+          c.enqueue(frame(1, Buffer.alloc(64 * 1024)));
+        },
+      }),
+    );
+  const p = new EnvdProcess("env_a", { cmd: "yes", args: [], envs: {} }, undefined, undefined);
+  let taken = 0;
+  let release: () => void = () => {};
+  // Takes three events, then takes nothing more (a client that stopped reading its stream).
+  p.watch(() => {
+    taken++;
+    if (taken < 3) return Promise.resolve();
+    return new Promise<void>((r) => {
+      release = r;
+    });
+  });
+  assert.equal(await p.start(endless, {}), 77);
+  for (let i = 0; i < 100 && taken < 3; i++) await new Promise((r) => setTimeout(r, 5));
+  const pulledThen = pulled;
+  for (let i = 0; i < 20; i++) await new Promise((r) => setImmediate(r));
+  await new Promise((r) => setTimeout(r, 50));
+  assert.equal(taken, 3, "no event is sent past the one not taken");
+  // The response's own queue (one chunk ahead) is all that was pulled while the watcher waited.
+  assert.ok(pulled <= pulledThen + 2, `pulled ${pulled - pulledThen} more chunks while held`);
+  // A dropped process does not wait on its watcher: its reading ends.
+  p.abort.abort();
+  release();
 });

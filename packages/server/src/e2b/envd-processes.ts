@@ -44,8 +44,15 @@ const MUX_STDERR = 2;
 const MUX_RESULT = 3;
 const MUX_ERROR = 4;
 
-/** Output kept for a watcher that connects later (E2B's Connect replays nothing; this is a bound). */
+/** Streams following one process at once. */
 const MAX_WATCHERS = 64;
+
+/**
+ * A follower of a process's events: what it returns is awaited before the process's output is read
+ * any further, so a follower that stops taking events (a client that stops reading its stream)
+ * stops the command's output at its source, rather than having it pile up in the server.
+ */
+export type ProcessWatcher = (e: ProcessEvent) => void | Promise<void>;
 
 export class EnvdProcess {
   readonly envId: string;
@@ -54,7 +61,7 @@ export class EnvdProcess {
   readonly user: string | undefined;
   pid = 0;
   ended: ProcessEvent | null = null;
-  private readonly watchers = new Set<(e: ProcessEvent) => void>();
+  private readonly watchers = new Set<ProcessWatcher>();
   readonly stdin = new PassThrough();
   readonly abort = new AbortController();
   private started!: Promise<number>;
@@ -67,7 +74,7 @@ export class EnvdProcess {
   }
 
   /** Adds a watcher of its events from now on; returns how to stop watching. */
-  watch(fn: (e: ProcessEvent) => void): () => void {
+  watch(fn: ProcessWatcher): () => void {
     if (this.watchers.size >= MAX_WATCHERS)
       throw new ConnectError(
         "resource_exhausted",
@@ -77,9 +84,22 @@ export class EnvdProcess {
     return () => this.watchers.delete(fn);
   }
 
-  private emit(e: ProcessEvent): void {
+  /** Tells every watcher; resolves once each has taken the event (see ProcessWatcher). */
+  private async emit(e: ProcessEvent): Promise<void> {
     if ("end" in e) this.ended = e;
-    for (const w of this.watchers) w(e);
+    const taking: Promise<void>[] = [];
+    for (const w of this.watchers) {
+      const r = w(e);
+      if (r instanceof Promise) taking.push(r.catch(() => {}));
+    }
+    if (!taking.length) return;
+    // A process dropped (its sandbox killed) stops waiting on a follower that takes nothing.
+    const dropped = new Promise<void>((r) =>
+      this.abort.signal.aborted
+        ? r()
+        : this.abort.signal.addEventListener("abort", () => r(), { once: true }),
+    );
+    await Promise.race([Promise.all(taking), dropped]);
   }
 
   /** Starts it; resolves to its pid once the shell said it (or rejects if it never started). */
@@ -97,24 +117,26 @@ export class EnvdProcess {
     reject: (err: Error) => void,
   ): Promise<void> {
     let pidLine: Buffer | null = Buffer.alloc(0);
-    const fail = (err: ConnectError) => {
+    const fail = async (err: ConnectError) => {
       if (!this.pid) reject(err);
-      else this.emit({ end: { exitCode: -1, exited: false, status: "error", error: err.message } });
+      else await this.emit({ end: { exitCode: -1, exited: false, status: "error", error: err.message } });
     };
     let res: Response;
     try {
       res = await run(this.envId, request, this.stdin, this.abort.signal);
     } catch (err) {
-      fail(asConnectError(err));
+      await fail(asConnectError(err));
       return;
     }
     if (!res.ok || !res.body) {
-      fail(await responseError(res));
+      await fail(await responseError(res));
       return;
     }
     let buf = Buffer.alloc(0);
     try {
       for await (const chunk of res.body) {
+        // Dropped (its sandbox killed or paused): nothing more is read, and the stream is let go.
+        if (this.abort.signal.aborted) break;
         buf = buf.length ? Buffer.concat([buf, chunk as Uint8Array]) : Buffer.from(chunk as Uint8Array);
         while (buf.length >= 8) {
           const kind = buf[0] as number;
@@ -128,7 +150,7 @@ export class EnvdProcess {
             const nl = pidLine.indexOf(10);
             if (nl === -1) {
               if (pidLine.length > 32) {
-                fail(new ConnectError("internal", "the process did not say its pid"));
+                await fail(new ConnectError("internal", "the process did not say its pid"));
                 this.abort.abort();
                 return;
               }
@@ -138,17 +160,18 @@ export class EnvdProcess {
             const rest = pidLine.subarray(nl + 1);
             pidLine = null;
             if (!Number.isInteger(pid) || pid <= 0) {
-              fail(new ConnectError("internal", "the process did not say its pid"));
+              await fail(new ConnectError("internal", "the process did not say its pid"));
               this.abort.abort();
               return;
             }
             this.pid = pid;
             resolve(pid);
-            this.emit({ start: { pid } });
-            if (rest.length) this.emit({ data: { stderr: rest.toString("base64") } });
+            await this.emit({ start: { pid } });
+            if (rest.length) await this.emit({ data: { stderr: rest.toString("base64") } });
           } else if (kind === MUX_STDOUT || kind === MUX_STDERR) {
             const field = kind === MUX_STDOUT ? "stdout" : "stderr";
-            this.emit({ data: { [field]: payload.toString("base64") } as { stdout: string } });
+            // Read no further until every follower has taken it: the command waits on its reader.
+            await this.emit({ data: { [field]: payload.toString("base64") } as { stdout: string } });
           } else if (kind === MUX_RESULT) {
             const r = JSON.parse(payload.toString()) as { exit_code: number; timed_out?: boolean };
             if (!this.pid) {
@@ -159,7 +182,7 @@ export class EnvdProcess {
               return;
             }
             const status = r.timed_out ? "timed out" : `exit status ${r.exit_code}`;
-            this.emit({
+            await this.emit({
               end: {
                 exitCode: r.exit_code,
                 exited: !r.timed_out,
@@ -169,15 +192,15 @@ export class EnvdProcess {
             });
           } else if (kind === MUX_ERROR) {
             const e = JSON.parse(payload.toString()) as { error?: { code?: string; message?: string } };
-            fail(fromDenvCode(e.error?.code, e.error?.message ?? "the command failed"));
+            await fail(fromDenvCode(e.error?.code, e.error?.message ?? "the command failed"));
           }
         }
       }
     } catch (err) {
-      fail(asConnectError(err));
+      await fail(asConnectError(err));
     }
     if (!this.ended && this.pid)
-      this.emit({
+      await this.emit({
         end: { exitCode: -1, exited: false, status: "error", error: "the command's stream ended" },
       });
   }

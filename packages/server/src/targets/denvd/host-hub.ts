@@ -10,7 +10,9 @@
  * answers; stream frames are looked up in the table of the connection they arrive on (stream ids
  * are per connection), so no id a hostile host sends can reach another host's streams. Bytes
  * (tunnels, files, exec's stdin and output) travel as stream frames with per-stream credit
- * (@denv/protocol stream-mux.ts): a host cannot make the server hold more than a window per stream.
+ * (@denv/protocol stream-mux.ts): a host cannot make the server hold more than a window per stream,
+ * and a window grows past its first 64 KiB only within its team's budget (TEAM_STREAM_BUDGET_BYTES),
+ * so a team's streams whose readers stopped hold a bounded amount however many it opens.
  */
 import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
@@ -30,6 +32,7 @@ import {
   PROTOCOL_VERSION,
   type ServerMessage,
   StreamMux,
+  WindowBudget,
 } from "@denv/protocol";
 import { type WebSocket, WebSocketServer } from "ws";
 import { newId, now } from "../../ids.ts";
@@ -74,6 +77,12 @@ export interface HostHubOptions {
   replicaId?: string;
 }
 
+/**
+ * What one team's streams from its hosts may hold beyond their initial windows, together: a full
+ * window (8 MiB) each for 32 streams read at full speed at once; more streams share it.
+ */
+export const TEAM_STREAM_BUDGET_BYTES = 256 * 1024 * 1024;
+
 /** A host that drops its connection this many times while one operation runs fails it. */
 const MAX_SENDS = 3;
 /** Heartbeats refresh last_seen at most this often per host (a host cannot flood the store). */
@@ -88,6 +97,8 @@ export class HostHub implements HostOperations {
   private readonly store: Store;
   private readonly waitForHostMs: number;
   private readonly replicaId: string | null;
+  /** Each team's budget for the windows of the streams its hosts send on (shared by its hosts). */
+  private readonly budgets = new Map<string, WindowBudget>();
 
   constructor(store: Store, options: HostHubOptions = {}) {
     this.store = store;
@@ -104,17 +115,22 @@ export class HostHub implements HostOperations {
     const secret = /^Bearer (.+)$/.exec(req.headers.authorization ?? "")?.[1];
     const host = secret ? await hostBySecret(this.store, secret) : undefined;
     if (!host) return refuse(401, "Unauthorized");
-    this.wss.handleUpgrade(req, socket, head, (ws) => this.accept(host.id, ws));
+    this.wss.handleUpgrade(req, socket, head, (ws) => this.accept(host.id, host.team_id, ws));
   }
 
-  private accept(hostId: string, ws: WebSocket): void {
+  private accept(hostId: string, teamId: string, ws: WebSocket): void {
     this.connections.get(hostId)?.ws.close(4000, "replaced by a newer connection");
+    let budget = this.budgets.get(teamId);
+    if (!budget) {
+      budget = new WindowBudget(TEAM_STREAM_BUDGET_BYTES);
+      this.budgets.set(teamId, budget);
+    }
     const conn: Connection = {
       ws,
       mux: new StreamMux((frame, done) => {
         if (ws.readyState !== ws.OPEN) return done?.(new Error("the host disconnected"));
         ws.send(frame, { binary: true }, done);
-      }),
+      }, budget),
       nextStreamId: 1,
       helloed: false,
       ready: false,

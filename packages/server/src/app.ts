@@ -15,6 +15,7 @@ import { IN_PROCESS_CALLER } from "./api/api-auth.ts";
 import type { ApiDeps, ApiEnv } from "./api/api-deps.ts";
 import { resourceApp } from "./api/api-route.ts";
 import { RESOURCES } from "./api/api-routes.ts";
+import { InFlightBytes } from "./api/request-bodies.ts";
 import type { SecretBox } from "./clouds/secret-box.ts";
 import { mountConsole } from "./console-routes.ts";
 import { Admission } from "./deploy/admission.ts";
@@ -82,6 +83,8 @@ export interface AppOptions {
   github?: GitHubApps;
   /** The console's origin as users reach it (links sent to GitHub); default: the request's. */
   serverUrl?: () => string;
+  /** Bytes of unauthenticated request bodies held at once (default ANONYMOUS_BODY_BUDGET_BYTES). */
+  anonymousBodyBudgetBytes?: number;
 }
 
 export function createApp(options: AppOptions): Hono<ApiEnv> {
@@ -144,6 +147,7 @@ export function createApp(options: AppOptions): Hono<ApiEnv> {
       options.github ??
       new GitHubApps({ store: options.store, secrets: options.secrets, fetchPolicy: options.fetchPolicy }),
     serverUrl: options.serverUrl ?? null,
+    anonymousBodies: new InFlightBytes(options.anonymousBodyBudgetBytes),
   };
   const log = options.log ?? ((message, context) => serverLog().error(context ?? {}, message));
   const app = new Hono<ApiEnv>();

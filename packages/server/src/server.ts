@@ -15,6 +15,7 @@ import type { AddressInfo } from "node:net";
 import { DenvError, isDenvError } from "@denv/protocol";
 import { ComposeValidator } from "@denv/spec";
 import { getRequestListener } from "@hono/node-server";
+import { closesUnread } from "./api/request-bodies.ts";
 import { createApp } from "./app.ts";
 import { BuildContexts } from "./build-contexts.ts";
 import { Provisioner } from "./clouds/provisioner.ts";
@@ -392,6 +393,15 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const listener = (req: IncomingMessage, res: ServerResponse) => {
     if (req.url?.startsWith(CONTEXTS_PATH))
       return void servePeerContext(req, res, buildContexts, links.key).catch(() => res.destroy());
+    // A body refused unread (api/request-bodies.ts) is not waited for once the answer is out: the
+    // connection is ended at once (the sender sees the answer, then the end) and dropped a second
+    // later, rather than read to its end. (Dropped at once, the answer could be lost: closing a
+    // socket with bytes unread resets it.)
+    res.once("finish", () => {
+      if (!closesUnread(req)) return;
+      req.socket.end();
+      setTimeout(() => req.socket.destroy(), 1000).unref();
+    });
     return appListener(req, res);
   };
   buildContexts.fromPeers = contextsFromPeers(registry, links.key);

@@ -20,6 +20,7 @@ import type { RateLimiter } from "../rate-limit.ts";
 import type { Store } from "../store/open-store.ts";
 import type { Role } from "../store/people-store.ts";
 import type { HostOperations } from "../targets/denvd/host-operations.ts";
+import type { InFlightBytes } from "./request-bodies.ts";
 
 /** What routes use, set on every request's context (`c.var.deps`). */
 export interface ApiDeps {
@@ -57,6 +58,8 @@ export interface ApiDeps {
   github: GitHubApps;
   /** The console's origin as users reach it; null: the request's own. */
   serverUrl: (() => string) | null;
+  /** Bytes of unauthenticated request bodies held at once (request-bodies.ts). */
+  anonymousBodies: InFlightBytes;
 }
 
 export type ApiEnv = {

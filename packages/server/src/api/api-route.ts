@@ -5,13 +5,14 @@
  * from the same objects (openapi-document.ts): a route cannot say one thing and do another.
  */
 
-import { DenvError } from "@denv/protocol";
+import { DenvError, isDenvError } from "@denv/protocol";
 import { Hono, type MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import type { z } from "zod";
 import { type Need, needOfMethod } from "./access-rules.ts";
 import { requireKey } from "./api-auth.ts";
 import type { ApiContext, ApiEnv } from "./api-deps.ts";
+import { anonymousBody } from "./request-bodies.ts";
 
 /** 1 MiB: every JSON body but the ones that carry data. */
 export const JSON_LIMIT_BYTES = 1024 * 1024;
@@ -46,7 +47,10 @@ export interface ApiRoute<
    * answering a device login, accepting an invitation); "admin": the team's admins only.
    */
   needs?: Need;
-  /** How large a body may be (default JSON_LIMIT_BYTES); null: not limited here (it streams). */
+  /**
+   * How large a body may be (default JSON_LIMIT_BYTES); null: not limited here (it streams). A route
+   * anyone may call takes its body within this limit and the anonymous budget (request-bodies.ts).
+   */
   bodyLimitBytes?: number | null;
   /** Every method; the path's last segment ({path}) is any subpath, or none (port URLs). */
   anyMethodAndSubpaths?: boolean;
@@ -70,7 +74,9 @@ async function parseBody(req: Request, schema: z.ZodType): Promise<unknown> {
   try {
     const text = await req.text();
     raw = text ? JSON.parse(text) : {};
-  } catch {
+  } catch (err) {
+    // The body's own refusals (its budget, a sender gone idle) are said as they are.
+    if (isDenvError(err)) throw err;
     throw new DenvError("invalid_argument", "the body is not valid JSON");
   }
   const r = schema.safeParse(raw);
@@ -96,7 +102,12 @@ function limitBody(limitBytes: number): MiddlewareHandler {
   return mw;
 }
 
-/** A resource's routes as one Hono sub-app: body limit, then the key, then parsed input. */
+/**
+ * A resource's routes as one Hono sub-app. Nothing of a body is read before the caller is known to
+ * be allowed: the key (and the role it must have) first, then the body's limit (Hono's reads a body
+ * of no declared length to count it). A route anyone may call takes its body within the anonymous
+ * budget (request-bodies.ts), which counts what the limit reads.
+ */
 export function resourceApp(routes: ApiRoute[]): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>();
   // Hono's overloads type a fixed number of handlers; the chain here is built per route.
@@ -107,8 +118,11 @@ export function resourceApp(routes: ApiRoute[]): Hono<ApiEnv> {
   ) => void;
   for (const r of routes) {
     const chain: MiddlewareHandler<ApiEnv>[] = [];
-    if (r.bodyLimitBytes !== null) chain.push(limitBody(r.bodyLimitBytes ?? JSON_LIMIT_BYTES));
-    if (r.auth) chain.push(requireKey(r.needs ?? needOfMethod(r.method)));
+    const limit = r.bodyLimitBytes ?? JSON_LIMIT_BYTES;
+    if (r.auth) {
+      chain.push(requireKey(r.needs ?? needOfMethod(r.method)));
+      if (r.bodyLimitBytes !== null) chain.push(limitBody(limit));
+    } else if (r.method !== "get" && !r.anyMethodAndSubpaths) chain.push(anonymousBody(limit));
     const handle = async (c: ApiContext) => {
       const body =
         r.body && (r.bodyType ?? "json") === "json" ? await parseBody(c.req.raw, r.body) : undefined;

@@ -22,6 +22,7 @@ import {
   deviceToken,
   deviceTokenBody,
 } from "./people-schemas.ts";
+import { ANONYMOUS_JSON_LIMIT_BYTES } from "./request-bodies.ts";
 
 export const deviceRoutes: ApiRoute[] = [
   route({
@@ -32,6 +33,7 @@ export const deviceRoutes: ApiRoute[] = [
     response: deviceCodeCreated,
     status: 201,
     auth: false,
+    bodyLimitBytes: ANONYMOUS_JSON_LIMIT_BYTES,
     handler: async (c, { body }) => {
       takeAnonymousTurn(c, "device");
       const d = await createDeviceCode(c.var.deps.store, body.client_name);
@@ -56,6 +58,7 @@ export const deviceRoutes: ApiRoute[] = [
     body: deviceTokenBody,
     response: deviceToken,
     auth: false,
+    bodyLimitBytes: ANONYMOUS_JSON_LIMIT_BYTES,
     handler: async (c, { body }) => {
       takeAnonymousTurn(c, "device-poll");
       const r = await pollDevice(c.var.deps.store, body.device_code);

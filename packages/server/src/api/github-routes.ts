@@ -2,9 +2,9 @@
  * GitHub: a team connects its own App (id, private key, webhook secret), sees the repositories its
  * installations give, and GitHub delivers the App's webhooks here (github/github-webhooks.ts).
  */
-import { DenvError } from "@denv/protocol";
+import { DenvError, isDenvError } from "@denv/protocol";
 import { z } from "zod";
-import { receiveWebhook, WEBHOOK_LIMIT_BYTES } from "../github/github-webhooks.ts";
+import { receiveWebhook, WEBHOOK_LIMIT_BYTES, webhookDelivery } from "../github/github-webhooks.ts";
 import { teamDeliveries } from "../store/github-store.ts";
 import type { GithubAppsTable } from "../store/schema.ts";
 import type { ApiContext } from "./api-deps.ts";
@@ -16,6 +16,7 @@ import {
   githubRepositorySchema,
   webhookAnswerSchema,
 } from "./api-schemas.ts";
+import { refuseUnreadBody } from "./request-bodies.ts";
 
 /** The console's origin as users reach it: the server's --public-url, else this request's. */
 export function serverOrigin(c: ApiContext): string {
@@ -118,12 +119,20 @@ export const githubRoutes: ApiRoute[] = [
     bodyLimitBytes: WEBHOOK_LIMIT_BYTES,
     handler: async (c) => {
       const { store, secrets, github, deployer } = c.var.deps;
-      const raw = await c.req.text().catch(() => {
+      // The headers first: a delivery for no connected App (or for an event denv ignores) is
+      // answered without a byte of its body read, and its connection is not kept.
+      const announced = await webhookDelivery(store, c.req.raw.headers);
+      if ("answer" in announced) {
+        refuseUnreadBody(c);
+        return c.json({ outcome: announced.answer.outcome, deployments: [] }, announced.answer.status);
+      }
+      const raw = await c.req.text().catch((err: unknown) => {
+        if (isDenvError(err)) throw err;
         throw new DenvError("invalid_argument", "the body could not be read");
       });
       const r = await receiveWebhook(
         { store, secrets, github, deployer, serverUrl: () => serverOrigin(c) },
-        c.req.raw.headers,
+        announced.delivery,
         raw,
       );
       return c.json({ outcome: r.outcome, deployments: r.deployments }, r.status);

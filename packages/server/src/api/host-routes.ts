@@ -15,6 +15,7 @@ import {
   teamCreated,
 } from "./api-schemas.ts";
 import { serializeHost } from "./api-serializers.ts";
+import { ANONYMOUS_JSON_LIMIT_BYTES } from "./request-bodies.ts";
 
 /** One of the caller's team's hosts, by name or id. */
 async function teamHost(c: ApiContext, ref: string) {
@@ -60,6 +61,7 @@ export const hostRoutes: ApiRoute[] = [
     response: hostJoined,
     status: 201,
     auth: false,
+    bodyLimitBytes: ANONYMOUS_JSON_LIMIT_BYTES,
     handler: async (c, { body }) => {
       const { hostId, secret } = await redeemJoinToken(c.var.deps.store, body.token, body.name);
       return c.json({ host_id: hostId, secret }, 201);

@@ -44,6 +44,7 @@ import {
   signUpBody,
   switchTeamBody,
 } from "./people-schemas.ts";
+import { ANONYMOUS_JSON_LIMIT_BYTES } from "./request-bodies.ts";
 
 /** Seven days to accept an invitation. */
 const INVITATION_TTL_MS = 7 * 24 * 3600_000;
@@ -118,6 +119,7 @@ export const peopleRoutes: ApiRoute[] = [
     response: sessionSchema,
     status: 201,
     auth: false,
+    bodyLimitBytes: ANONYMOUS_JSON_LIMIT_BYTES,
     handler: async (c, { body }) => {
       takeAnonymousTurn(c, "signup", normalizeEmail(body.email));
       const { store } = c.var.deps;
@@ -149,6 +151,7 @@ export const peopleRoutes: ApiRoute[] = [
     body: signInBody,
     response: sessionSchema,
     auth: false,
+    bodyLimitBytes: ANONYMOUS_JSON_LIMIT_BYTES,
     handler: async (c, { body }) => {
       takeAnonymousTurn(c, "login", normalizeEmail(body.email));
       const userId = await checkPassword(c.var.deps.store, body.email, body.password);

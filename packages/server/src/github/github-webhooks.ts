@@ -50,31 +50,63 @@ export interface WebhookAnswer {
   deployments: string[];
 }
 
-/** GitHub's payloads are at most 25 MB. */
-export const WEBHOOK_LIMIT_BYTES = 25 * 1024 * 1024;
+/**
+ * GitHub caps a delivery at 25 MB (its documentation: "Payloads are capped at 25 MB"), decimal; a
+ * larger one it does not send. Read only once the headers name a connected App and an event denv
+ * acts on, within the server's budget for unauthenticated bodies (api/request-bodies.ts).
+ */
+export const WEBHOOK_LIMIT_BYTES = 25_000_000;
 
 const PREVIEW_ACTIONS = new Set(["opened", "reopened", "synchronize"]);
+/** The events denv reads the body of; any other is answered from its headers alone. */
+const READ_EVENTS = new Set(["push", "pull_request", "ping", "installation", "installation_repositories"]);
 
-export async function receiveWebhook(
-  deps: WebhookDeps,
+const answer = (status: WebhookAnswer["status"], outcome: string, deployments: string[] = []) => ({
+  status,
+  outcome,
+  deployments,
+});
+
+/** A delivery as its headers announce it: the connected App it is for, and which delivery of what. */
+export interface WebhookDelivery {
+  app: GithubAppsTable;
+  event: string;
+  delivery: string;
+  signature: string;
+}
+
+/**
+ * What a delivery's headers say, checked before a byte of its body is read: a delivery that names no
+ * event, no delivery id, no connected App, or an event denv ignores is answered from them alone.
+ */
+export async function webhookDelivery(
+  store: Store,
   headers: Headers,
-  raw: string,
-): Promise<WebhookAnswer> {
-  const answer = (status: WebhookAnswer["status"], outcome: string, deployments: string[] = []) => ({
-    status,
-    outcome,
-    deployments,
-  });
+): Promise<{ delivery: WebhookDelivery } | { answer: WebhookAnswer }> {
   const event = headers.get("x-github-event") ?? "";
   const delivery = headers.get("x-github-delivery") ?? "";
   const signature = headers.get("x-hub-signature-256") ?? "";
   const target = headers.get("x-github-hook-installation-target-id") ?? "";
-  if (!/^[a-z_]{1,64}$/.test(event)) return answer(400, "refused: no X-GitHub-Event");
-  if (!/^[0-9A-Za-z-]{1,64}$/.test(delivery)) return answer(400, "refused: no X-GitHub-Delivery");
+  if (!/^[a-z_]{1,64}$/.test(event)) return { answer: answer(400, "refused: no X-GitHub-Event") };
+  if (!/^[0-9A-Za-z-]{1,64}$/.test(delivery)) return { answer: answer(400, "refused: no X-GitHub-Delivery") };
   if (!/^\d{1,20}$/.test(target))
-    return answer(400, "refused: no X-GitHub-Hook-Installation-Target-ID (the App's id)");
-  const app = await githubAppByAppId(deps.store, target);
-  if (!app) return answer(404, `refused: no GitHub App ${target} is connected to this server`);
+    return { answer: answer(400, "refused: no X-GitHub-Hook-Installation-Target-ID (the App's id)") };
+  if (!/^sha256=[0-9a-f]{64}$/.test(signature))
+    return { answer: answer(401, "refused: no X-Hub-Signature-256 (sha256=…)") };
+  const app = await githubAppByAppId(store, target);
+  if (!app) return { answer: answer(404, `refused: no GitHub App ${target} is connected to this server`) };
+  if (!READ_EVENTS.has(event))
+    return { answer: answer(202, `ignored: denv acts on push and pull_request, not ${event}`) };
+  return { delivery: { app, event, delivery, signature } };
+}
+
+/** A delivery whose headers passed (webhookDelivery), with its body. */
+export async function receiveWebhook(
+  deps: WebhookDeps,
+  announced: WebhookDelivery,
+  raw: string,
+): Promise<WebhookAnswer> {
+  const { app, event, delivery, signature } = announced;
   const signed = /^sha256=[0-9a-f]{64}$/.test(signature)
     ? await verify(deps.github.webhookSecret(app), raw, signature).catch(() => false)
     : false;

@@ -51,6 +51,8 @@ export interface DaytonaDouble {
   fault(route: string, status: number, body: string): void;
   /** The next sandbox made gets this id (a hostile endpoint's answer). */
   nextSandboxId(id: string): void;
+  /** Sandboxes' toolboxProxyUrl from now on (a hostile endpoint naming another host); null: its own. */
+  toolboxAt(url: string | null): void;
   close(): Promise<void>;
 }
 
@@ -105,6 +107,7 @@ export async function startDaytonaDouble(): Promise<DaytonaDouble> {
   const seen: string[] = [];
   const faults = new Map<string, { status: number; body: string }>();
   let forcedId: string | null = null;
+  let toolboxBase: string | null = null;
   let url = "";
 
   /** Runs argv in a sandbox's container as a user, with its variables; stdin from `input` when given. */
@@ -164,7 +167,7 @@ export async function startDaytonaDouble(): Promise<DaytonaDouble> {
     state: s.state,
     ...(s.errorReason ? { errorReason: s.errorReason } : {}),
     createdAt: s.createdAt,
-    toolboxProxyUrl: `${url}/toolbox`,
+    toolboxProxyUrl: toolboxBase ?? `${url}/toolbox`,
   });
 
   async function controlPlane(req: IncomingMessage, res: ServerResponse, u: URL): Promise<void> {
@@ -373,6 +376,9 @@ export async function startDaytonaDouble(): Promise<DaytonaDouble> {
     fault: (route, status, faultBody) => faults.set(route, { status, body: faultBody }),
     nextSandboxId: (id) => {
       forcedId = id;
+    },
+    toolboxAt: (at) => {
+      toolboxBase = at;
     },
     close: async () => {
       for (const ws of wss.clients) ws.terminate();

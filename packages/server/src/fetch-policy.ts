@@ -71,6 +71,11 @@ export class FetchPolicy {
     });
   }
 
+  /** This policy and some more entries (a provider's own hosts, for its target alone). */
+  with(extra: readonly string[]): FetchPolicy {
+    return new FetchPolicy([...this.entries, ...extra]);
+  }
+
   allows(url: URL): boolean {
     return this.allowsHost(url.host);
   }

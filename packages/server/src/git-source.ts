@@ -9,12 +9,14 @@
  */
 import { execFile, spawn } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
+import { isIP } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { PassThrough, type Readable } from "node:stream";
 import { DenvError } from "@denv/protocol";
 import { COMPOSE_FILE_NAMES, MAX_COMPOSE_BYTES } from "@denv/spec";
 import type { FetchPolicy } from "./fetch-policy.ts";
+import { resolveChecked } from "./outbound-guard.ts";
 
 export interface GitSource {
   compose: string;
@@ -179,6 +181,15 @@ export async function openGitSource(
     throw new DenvError("invalid_argument", `${options.commit} is not a full commit id`);
   if (options.ref !== undefined && !isRefName(options.ref))
     throw new DenvError("invalid_argument", `${options.ref} is not a branch or tag name git takes`);
+  // git resolves names itself: the name is resolved here and checked (outbound-guard.ts), and git is
+  // given that address alone, so a name that answers differently a moment later gains nothing.
+  const port = Number(url.port || (url.protocol === "https:" ? 443 : 80));
+  const host = url.hostname.replace(/^\[|\]$/g, "");
+  const [address] = await resolveChecked(policy, host, port, `git source ${source}`);
+  const pinned = [
+    "-c",
+    `http.curloptResolve=${url.hostname}:${port}:${isIP(address as string) === 6 ? `[${address}]` : address}`,
+  ];
   const dir = await mkdtemp(join(tmpdir(), "denv-src-"));
   const home = join(dir, "home");
   const env = gitEnv(home, options.authorization);
@@ -200,6 +211,7 @@ export async function openGitSource(
       const fetch = (w: string) =>
         git(
           [
+            ...pinned,
             "--git-dir",
             repo,
             "fetch",
@@ -224,6 +236,7 @@ export async function openGitSource(
     } else {
       await git(
         [
+          ...pinned,
           "clone",
           "--quiet",
           "--bare",

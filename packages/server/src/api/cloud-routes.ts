@@ -7,6 +7,7 @@ import { z } from "zod";
 import { checkCloudApiUrl } from "../clouds/hetzner-driver.ts";
 import { machineDriver, NOT_YET, PROVIDERS } from "../clouds/provisioner.ts";
 import { newId, now } from "../ids.ts";
+import { refusalIn } from "../outbound-guard.ts";
 import { cloudNameTaken, deleteCloud, insertCloud, teamClouds } from "../store/cloud-store.ts";
 import type { CloudsTable } from "../store/schema.ts";
 import { HOSTED_PROVIDERS, hostedTarget, isHosted } from "../targets/hosted-targets.ts";
@@ -66,6 +67,9 @@ export const cloudRoutes: ApiRoute[] = [
         } catch (err) {
           // A malformed token or region is the caller's to fix as it is.
           if (err instanceof DenvError && err.code === "invalid_argument") throw err;
+          // A connection the fetch policy refused is the administrator's to allow, not a bad token.
+          const refused = refusalIn(err);
+          if (refused) throw refused;
           throw new DenvError(
             "invalid_argument",
             `${body.provider === "aws" ? "AWS" : "Hetzner"} did not accept the token: ${(err as Error).message}`,

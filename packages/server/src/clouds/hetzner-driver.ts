@@ -7,6 +7,7 @@
 import { DenvError } from "@denv/protocol";
 import { readBounded } from "@denv/spec";
 import type { FetchPolicy } from "../fetch-policy.ts";
+import { refusalIn } from "../outbound-guard.ts";
 import type { CloudServer, MachineDriver } from "./machine-driver.ts";
 
 export const HETZNER_API = "https://api.hetzner.cloud/v1";
@@ -74,8 +75,9 @@ export class HetznerDriver implements MachineDriver {
         body: body ? JSON.stringify(body) : undefined,
         signal: AbortSignal.timeout(60_000),
       });
-    } catch {
-      throw new DenvError("unavailable", "the Hetzner API did not answer");
+    } catch (err) {
+      // A connection the fetch policy refused says so; anything else is the API's silence.
+      throw refusalIn(err) ?? new DenvError("unavailable", "the Hetzner API did not answer");
     }
     if (res.status >= 300 && res.status < 400) {
       await res.body?.cancel().catch(() => {});

@@ -8,6 +8,7 @@ import { randomBytes } from "node:crypto";
 import { DenvError } from "@denv/protocol";
 import type { FetchPolicy } from "../fetch-policy.ts";
 import { hashSecret, newId, newSecret, now } from "../ids.ts";
+import { heldToPolicy } from "../outbound-guard.ts";
 import type { Store } from "../store/open-store.ts";
 import type { CloudsTable } from "../store/schema.ts";
 import type { HostOperations } from "../targets/denvd/host-operations.ts";
@@ -55,8 +56,16 @@ export function machineDriver(
   fetchPolicy: FetchPolicy,
 ): MachineDriver {
   const apiUrl = checkCloudApiUrl(cloud.api_url, fetchPolicy);
-  if (provider === "hetzner") return new HetznerDriver({ token, apiUrl });
-  if (provider === "aws") return new AwsDriver({ token, region: cloud.location, apiUrl });
+  // Every connection the driver (or AWS's SDK) opens is held to the policy (outbound-guard.ts).
+  if (provider === "hetzner")
+    return heldToPolicy(new HetznerDriver({ token, apiUrl }), fetchPolicy, "the Hetzner cloud");
+  if (provider === "aws")
+    return heldToPolicy(
+      new AwsDriver({ token, region: cloud.location, apiUrl }),
+      // AWS's own regional endpoints when the team named none.
+      apiUrl ? fetchPolicy : fetchPolicy.with(["*.amazonaws.com"]),
+      "the AWS cloud",
+    );
   throw new DenvError("invalid_argument", `no driver for ${provider}`);
 }
 

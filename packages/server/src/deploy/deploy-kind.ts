@@ -9,6 +9,7 @@ import { pinSpec, RegistryPinner, withContextDigests } from "@denv/spec";
 import { normalizedTar } from "../build-contexts.ts";
 import type { ProvisionedMachine, Provisioner } from "../clouds/provisioner.ts";
 import { ingressEvidence } from "../ingress/ingress-phase.ts";
+import { onTeamsBehalf } from "../outbound-guard.ts";
 import { environmentById, findOrCreateEnvironment, updateEnvironment } from "../store/environment-store.ts";
 import type { CloudsTable, EnvironmentsTable, ProjectsTable } from "../store/schema.ts";
 import type { AdmissionWait } from "./admission.ts";
@@ -304,9 +305,9 @@ async function resolveSource(runner: DeploymentRunner, project: ProjectsTable, s
     withContextDigests(r.spec, digests),
     r.warnings,
   );
-  const pinned = await pinSpec(
-    seeded.spec,
-    new RegistryPinner({ allowHost: (h) => fetchPolicy.allowsHost(h) }),
+  // The registries' connections (a manifest, a token realm) are held to the policy too.
+  const pinned = await onTeamsBehalf(fetchPolicy, "the image pinner", () =>
+    pinSpec(seeded.spec, new RegistryPinner({ allowHost: (h) => fetchPolicy.allowsHost(h) })),
   );
   // An image an earlier start found on the real clock: said now, refused with frozen-strict.
   const clock = clockIssues(pinned, await clockHistory(runner.store, project.id));

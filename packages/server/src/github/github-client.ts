@@ -11,6 +11,7 @@ import { createAppAuth } from "@octokit/auth-app";
 import { request as octokitRequest } from "@octokit/request";
 import type { FetchPolicy } from "../fetch-policy.ts";
 import { isRefName } from "../git-source.ts";
+import { onTeamsBehalf } from "../outbound-guard.ts";
 
 export const GITHUB_API_URL = "https://api.github.com";
 
@@ -72,7 +73,10 @@ export class GitHubClient {
       const url = new URL(input instanceof Request ? input.url : String(input));
       if (url.origin !== base.origin)
         throw new DenvError("forbidden", `the GitHub API named ${url.origin}, not ${base.origin}`);
-      const res = await fetch(url, { ...init, redirect: "manual", signal: AbortSignal.timeout(30_000) });
+      // Its connection held to the policy too: GitHub's name must resolve to a public address.
+      const res = await onTeamsBehalf(policy, "the GitHub API", () =>
+        fetch(url, { ...init, redirect: "manual", signal: AbortSignal.timeout(30_000) }),
+      );
       if (res.status >= 300 && res.status < 400)
         throw new DenvError(
           "unavailable",

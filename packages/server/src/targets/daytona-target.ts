@@ -20,6 +20,7 @@ import { createHash, randomBytes } from "node:crypto";
 import type { Readable } from "node:stream";
 import type { Daytona, Sandbox } from "@daytonaio/sdk";
 import { DenvError } from "@denv/protocol";
+import { refusalIn } from "../outbound-guard.ts";
 import type { Store } from "../store/open-store.ts";
 import { HostedSandboxTarget, type RunEnd, SANDBOX_ID, shellQuote } from "./hosted-sandbox-target.ts";
 import type { ImageSandboxSpec, PlacedEnvironment, TargetCapabilities } from "./target.ts";
@@ -56,6 +57,8 @@ export interface DaytonaConnection {
   apiUrl: string | null;
   /** Daytona's region ("us", "eu"); empty: "us". */
   region: string;
+  /** The fetch policy's check, for URLs Daytona's answers name (a sandbox's toolbox). */
+  checkUrl: (url: URL, what: string) => void;
 }
 
 export class DaytonaTarget extends HostedSandboxTarget {
@@ -93,6 +96,8 @@ export class DaytonaTarget extends HostedSandboxTarget {
     try {
       await (await this.client()).list({ limit: 1 }).next();
     } catch (err) {
+      const refused = refusalIn(err);
+      if (refused) throw refused;
       throw new DenvError(
         "invalid_argument",
         `Daytona did not accept the key: ${(err as Error).message.slice(0, 300)}`,
@@ -156,9 +161,33 @@ export class DaytonaTarget extends HostedSandboxTarget {
     } catch (err) {
       throw this.fail(`creating a sandbox from ${spec.image}`, err);
     }
+    this.checkToolbox(sandbox);
     if (SANDBOX_ID.test(sandbox.id))
       DaytonaTarget.reached.set(this.key(sandbox.id), Promise.resolve(sandbox));
     return sandbox.id;
+  }
+
+  /**
+   * The toolbox a sandbox's commands and files go to is a URL from Daytona's answer: checked as the
+   * endpoint is, before the team's key is sent there (Daytona's own hosts when the team named no
+   * endpoint; else the fetch policy's).
+   */
+  private checkToolbox(sandbox: Sandbox): void {
+    const raw = (sandbox as unknown as { toolboxProxyUrl?: unknown }).toolboxProxyUrl;
+    if (raw === undefined || raw === null) return;
+    let url: URL;
+    try {
+      url = new URL(String(raw));
+    } catch {
+      throw new DenvError("unavailable", "Daytona's answer names a toolbox URL that is not a URL");
+    }
+    if ((url.protocol !== "https:" && url.protocol !== "http:") || url.username || url.password)
+      throw new DenvError(
+        "unavailable",
+        "Daytona's answer names a toolbox URL that is not http(s) without credentials",
+      );
+    const own = url.protocol === "https:" && /(^|\.)daytona\.io$/.test(url.hostname);
+    if (!(this.conn.apiUrl === null && own)) this.conn.checkUrl(url, "the sandbox's toolboxProxyUrl");
   }
 
   private key(id: string): string {
@@ -169,7 +198,12 @@ export class DaytonaTarget extends HostedSandboxTarget {
     const key = this.key(id);
     let s = DaytonaTarget.reached.get(key);
     if (!s) {
-      s = this.client().then((client) => client.get(id));
+      s = this.client()
+        .then((client) => client.get(id))
+        .then((sb) => {
+          this.checkToolbox(sb);
+          return sb;
+        });
       DaytonaTarget.reached.set(key, s);
       s.catch(() => DaytonaTarget.reached.delete(key));
     }

@@ -15,6 +15,7 @@ import { createHash } from "node:crypto";
 import { Readable } from "node:stream";
 import { DenvError } from "@denv/protocol";
 import type { Sandbox } from "e2b";
+import { refusalIn } from "../outbound-guard.ts";
 import type { Store } from "../store/open-store.ts";
 import { HostedSandboxTarget, type RunEnd, SANDBOX_ID, shellQuote } from "./hosted-sandbox-target.ts";
 import type { ImageSandboxSpec, PlacedEnvironment, TargetCapabilities } from "./target.ts";
@@ -78,6 +79,8 @@ export class E2bTarget extends HostedSandboxTarget {
     try {
       await (await e2b()).Sandbox.list({ ...this.opts(), limit: 1 }).nextItems();
     } catch (err) {
+      const refused = refusalIn(err);
+      if (refused) throw refused;
       throw new DenvError(
         "invalid_argument",
         `E2B did not accept the key: ${(err as Error).message.slice(0, 300)}`,

@@ -11,6 +11,7 @@ import { randomBytes } from "node:crypto";
 import { Readable, Transform } from "node:stream";
 import { DenvError } from "@denv/protocol";
 import { newId, now } from "../ids.ts";
+import { refusalIn } from "../outbound-guard.ts";
 import { environmentNamed } from "../store/environment-store.ts";
 import type { Store } from "../store/open-store.ts";
 import { sandboxProject } from "../store/project-store.ts";
@@ -46,6 +47,9 @@ export const commandLine = (c: string | string[]) =>
 /** A provider's answer, in denv's words: what failed, at which target and provider, and why. */
 export function providerError(target: string, provider: string, what: string, err: unknown): DenvError {
   if (err instanceof DenvError) return err;
+  // A connection the fetch policy refused (a redirect, a URL from an answer): said as it is.
+  const refused = refusalIn(err);
+  if (refused) return refused;
   const message = (err as Error)?.message ?? String(err);
   const name = (err as Error)?.name ?? "";
   const code = /NotFound/.test(name)

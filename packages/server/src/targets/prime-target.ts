@@ -18,6 +18,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import { Readable } from "node:stream";
 import { DenvError } from "@denv/protocol";
+import { refusalIn } from "../outbound-guard.ts";
 import type { Store } from "../store/open-store.ts";
 import { HostedSandboxTarget, type RunEnd, SANDBOX_ID, shellQuote } from "./hosted-sandbox-target.ts";
 import type { ImageSandboxSpec, PlacedEnvironment, TargetCapabilities } from "./target.ts";
@@ -144,6 +145,8 @@ export class PrimeTarget extends HostedSandboxTarget {
     try {
       await this.call("GET", "?per_page=1");
     } catch (err) {
+      const refused = refusalIn(err);
+      if (refused) throw refused;
       throw new DenvError(
         "invalid_argument",
         `Prime did not accept the key: ${(err as Error).message.slice(0, 300)}`,

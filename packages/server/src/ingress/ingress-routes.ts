@@ -8,8 +8,13 @@ import { now } from "../ids.ts";
 import type { Store } from "../store/open-store.ts";
 import type { IngressNames } from "./ingress-names.ts";
 
-/** Statuses of an environment that no longer holds its names. */
-const DEAD = new Set(["destroyed", "failed", "lost"]);
+/**
+ * A name belongs to its environment until that is destroyed (or its record is gone): an
+ * environment whose host is away for a while (`lost`), or whose deploy failed, still holds its
+ * names, so no one else can take them meanwhile and have its traffic. Its owner frees them by
+ * destroying it, or by deploying it without the service that published them.
+ */
+const GONE = new Set(["destroyed"]);
 
 export interface IngressName {
   host: string;
@@ -107,19 +112,30 @@ export async function claimIngressNames(
       const holder = await store
         .selectFrom("ingress_names")
         .leftJoin("environments", "environments.id", "ingress_names.environment_id")
-        .select(["ingress_names.environment_id", "environments.status"])
+        .leftJoin("projects", "projects.id", "environments.project_id")
+        .select([
+          "ingress_names.environment_id",
+          "ingress_names.team_id",
+          "environments.status",
+          "environments.name",
+          "projects.name as project",
+        ])
         .where("ingress_names.host", "=", n.host)
         .executeTakeFirst();
-      // A name is held while its environment lives; one destroyed (or gone) gives it up.
-      const alive = holder?.status && !DEAD.has(holder.status);
-      if (holder && !alive)
+      const held = holder?.status && !GONE.has(holder.status);
+      if (holder && !held)
         await store
           .deleteFrom("ingress_names")
           .where("host", "=", n.host)
           .where("environment_id", "=", holder.environment_id)
           .execute();
-      if (alive || !(await insert(n))) {
-        refused.push({ service: n.service, host: n.host, reason: "another environment holds this name" });
+      if (held || !(await insert(n))) {
+        // Who holds it is said to its own team only: to another, that a team does is all.
+        const reason =
+          holder && held && holder.team_id === env.team_id
+            ? `environment ${holder.project ?? "?"}/${holder.name ?? "?"} (${holder.environment_id}, ${holder.status}) holds this name until it is destroyed`
+            : "another team's environment holds this name";
+        refused.push({ service: n.service, host: n.host, reason });
         continue;
       }
     }

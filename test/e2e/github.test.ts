@@ -517,8 +517,22 @@ describe("GitHub App", () => {
     git("checkout", "-q", "login-page");
     git("reset", "-q", "--hard", head);
 
+    // A fork's pull request waits for a member's approval of its head (the project's default).
     const fork = await deliver("pull_request", pr("opened", 8, true));
-    const fd = await verdict(fork.data.deployments[0]);
+    assert.deepEqual(fork.data.deployments, []);
+    assert.match(fork.data.outcome, /waiting: #8 is from a fork \(stranger\/world\)/);
+    assert.deepEqual(
+      (await api("GET", "/v1/projects/world/previews")).data.waiting.map((w: any) => [
+        w.pull_request,
+        w.commit,
+      ]),
+      [[8, head]],
+    );
+    const approved = await api("POST", "/v1/projects/world/previews/8/approve");
+    assert.equal(approved.status, 202, JSON.stringify(approved.data));
+    assert.equal(approved.data.commit, head);
+    assert.deepEqual((await api("GET", "/v1/projects/world/previews")).data.waiting, []);
+    const fd = await verdict(approved.data.deployment_id);
     assert.equal(fd.status, "succeeded", fd.reason);
     assert.equal(fd.phases.find((p: any) => p.name === "prepare").evidence.data_from, undefined);
     assert.equal(fd.phases[0].evidence.source.from_fork, true);

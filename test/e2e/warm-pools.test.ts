@@ -238,7 +238,7 @@ test("shrinking a pool destroys the members past its size; draining it destroys 
 
 test("x-denv.pool declares a pool for the latest version; a new version takes it over", async () => {
   const compose = (n: number, note: string) =>
-    `x-denv: { kind: agent, pool: ${n} }\nservices:\n  box:\n    image: 127.0.0.1:5000/denv/opsbox:bookworm\n    user: "1000"\n    command: ["sleep", "infinity"]\n    environment: { NOTE: ${note} }\n`;
+    `x-denv: { kind: agent, pool: { size: ${n}, environment: main } }\nservices:\n  box:\n    image: 127.0.0.1:5000/denv/opsbox:bookworm\n    user: "1000"\n    command: ["sleep", "infinity"]\n    environment: { NOTE: ${note} }\n`;
   await lab.api("POST", "/v1/projects", { name: "pooled", kind: "agent", source: "./pooled" });
   await lab.api("PUT", "/v1/projects/pooled/source", { compose: compose(1, "one") });
   const d1 = await lab.api("POST", "/v1/projects/pooled/deploy?wait=true", { env: "main" });

@@ -173,6 +173,8 @@ export const resolvedSpecSchema = z.object({
    * file does not declare one (so a file without it resolves, and hashes, as before).
    */
   pool: z.number().int().min(0).max(256).optional(),
+  /** x-denv.pool.environment: the production environment the pool follows; absent: alpha. */
+  pool_environment: z.string().optional(),
   /**
    * x-denv.replicas: copies of each version the control plane keeps on distinct hosts (the one it
    * was taken on included). Absent when the file does not declare it.

@@ -437,6 +437,46 @@ export type PutV1ProjectsByIdBranchesBody = {
   branches: Array<string> | null;
 };
 
+/** A github: project's pull-request previews: how many it keeps at once, what it does with forks', those running and forks' heads waiting for approval — GET /v1/projects/{id}/previews */
+export type GetV1ProjectsByIdPreviewsResponse = {
+  budget: number;
+  forks: "approve" | "deploy" | "off";
+  running: Array<string>;
+  waiting: Array<{
+    pull_request: number;
+    commit: string;
+    ref: string;
+    repository: string;
+    pushed_by: string | null;
+    since: string;
+  }>;
+};
+
+/** Set how many previews a project keeps at once (budget) and what a fork's pull request gets (forks: approve, deploy or off) — PUT /v1/projects/{id}/previews */
+export type PutV1ProjectsByIdPreviewsResponse = {
+  budget: number;
+  forks: "approve" | "deploy" | "off";
+  running: Array<string>;
+  waiting: Array<{
+    pull_request: number;
+    commit: string;
+    ref: string;
+    repository: string;
+    pushed_by: string | null;
+    since: string;
+  }>;
+};
+export type PutV1ProjectsByIdPreviewsBody = {
+  budget?: number;
+  forks?: "approve" | "deploy" | "off";
+};
+
+/** Approve the head of a fork's pull request that waits: its preview is deployed (starting empty, never from alpha's data) — POST /v1/projects/{id}/previews/{number}/approve */
+export type PostV1ProjectsByIdPreviewsByNumberApproveResponse = {
+  deployment_id: string;
+  commit: string;
+};
+
 /** A github: project's environments its webhooks made (alpha, branches, previews), each with its latest commit and deployment — GET /v1/projects/{id}/github */
 export type GetV1ProjectsByIdGithubResponse = {
   environments: Array<{
@@ -1594,6 +1634,9 @@ export const OPERATIONS = {
   getV1ProjectsById: { method: "GET", path: "/v1/projects/{id}", params: ["id"], body: "none", response: "json" },
   deleteV1ProjectsById: { method: "DELETE", path: "/v1/projects/{id}", params: ["id"], body: "none", response: "json" },
   putV1ProjectsByIdBranches: { method: "PUT", path: "/v1/projects/{id}/branches", params: ["id"], body: "json", response: "json" },
+  getV1ProjectsByIdPreviews: { method: "GET", path: "/v1/projects/{id}/previews", params: ["id"], body: "none", response: "json" },
+  putV1ProjectsByIdPreviews: { method: "PUT", path: "/v1/projects/{id}/previews", params: ["id"], body: "json", response: "json" },
+  postV1ProjectsByIdPreviewsByNumberApprove: { method: "POST", path: "/v1/projects/{id}/previews/{number}/approve", params: ["id","number"], body: "none", response: "json" },
   getV1ProjectsByIdGithub: { method: "GET", path: "/v1/projects/{id}/github", params: ["id"], body: "none", response: "json" },
   putV1ProjectsByIdSource: { method: "PUT", path: "/v1/projects/{id}/source", params: ["id"], body: "json", response: "json" },
   putV1ProjectsByIdContextsByDigest: { method: "PUT", path: "/v1/projects/{id}/contexts/{digest}", params: ["id","digest"], body: "tar", response: "json" },
@@ -1695,6 +1738,9 @@ export interface Operations {
   getV1ProjectsById: { params: { id: string }; body: undefined; response: GetV1ProjectsByIdResponse };
   deleteV1ProjectsById: { params: { id: string }; body: undefined; response: DeleteV1ProjectsByIdResponse };
   putV1ProjectsByIdBranches: { params: { id: string }; body: PutV1ProjectsByIdBranchesBody; response: PutV1ProjectsByIdBranchesResponse };
+  getV1ProjectsByIdPreviews: { params: { id: string }; body: undefined; response: GetV1ProjectsByIdPreviewsResponse };
+  putV1ProjectsByIdPreviews: { params: { id: string }; body: PutV1ProjectsByIdPreviewsBody; response: PutV1ProjectsByIdPreviewsResponse };
+  postV1ProjectsByIdPreviewsByNumberApprove: { params: { id: string; number: string }; body: undefined; response: PostV1ProjectsByIdPreviewsByNumberApproveResponse };
   getV1ProjectsByIdGithub: { params: { id: string }; body: undefined; response: GetV1ProjectsByIdGithubResponse };
   putV1ProjectsByIdSource: { params: { id: string }; body: PutV1ProjectsByIdSourceBody; response: PutV1ProjectsByIdSourceResponse };
   putV1ProjectsByIdContextsByDigest: { params: { id: string; digest: string }; body: Uint8Array; response: PutV1ProjectsByIdContextsByDigestResponse };

@@ -224,10 +224,11 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     provisionJoinWaitMs: options.provisionJoinWaitMs,
     buildContexts,
     onDeployed: (d) => {
-      void pools?.replaceDeclared(d.teamId, d.projectId, d.versionId, d.pool).catch((err) =>
-        // The deploy stands; the pool it declared does not fit (or its version went): said here.
-        serverLog().warn({ version: d.versionId, error: String(err) }, "x-denv.pool not applied"),
-      );
+      if (d.pool !== null)
+        void pools?.replaceDeclared(d.teamId, d.projectId, d.versionId, d.pool).catch((err) =>
+          // The deploy stands; the pool it declared does not fit (or its version went): said here.
+          serverLog().warn({ version: d.versionId, error: String(err) }, "x-denv.pool not applied"),
+        );
       // x-denv.replicas: the new version's copies are made now, not at the next pass.
       void replicas?.kick();
     },

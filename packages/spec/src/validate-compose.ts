@@ -351,6 +351,7 @@ function validateWith(
     egress,
     clock: x.clock ?? (kind === "rl-environment" ? "frozen" : "real"),
     ...(x.pool === undefined ? {} : { pool: typeof x.pool === "object" ? x.pool.size : x.pool }),
+    ...(typeof x.pool === "object" && x.pool.environment ? { pool_environment: x.pool.environment } : {}),
     ...(x.replicas === undefined ? {} : { replicas: x.replicas }),
     ...(x.branches?.length ? { branches: [...new Set(x.branches)] } : {}),
     ...(x.target === undefined ? {} : { target: x.target }),

@@ -29,9 +29,22 @@ export const xDenvSchema = z.strictObject({
     })
     .optional(),
   clock: z.enum(["frozen", "frozen-strict", "real"]).optional(),
-  /** Ready forks of the project's latest version kept warm (a number, or {size}). */
+  /**
+   * Ready forks of the project's production version kept warm: a number, or {size, environment}
+   * (the production environment the pool follows; default alpha). Deploys of other environments,
+   * and every branch and pull request deploy, leave the pool as it is.
+   */
   pool: z
-    .union([z.number().int().min(0).max(256), z.strictObject({ size: z.number().int().min(0).max(256) })])
+    .union([
+      z.number().int().min(0).max(256),
+      z.strictObject({
+        size: z.number().int().min(0).max(256),
+        environment: z
+          .string()
+          .regex(/^[a-z0-9][a-z0-9_-]{0,62}$/, "an environment's name (lowercase letters, digits, _ and -)")
+          .optional(),
+      }),
+    ])
     .optional(),
   checkpoint: z.record(z.string(), z.union([commandSchema, z.array(commandSchema).min(1)])).optional(),
   /** Copies of each version kept on distinct hosts (the one it was taken on counts): 1 to 16. */

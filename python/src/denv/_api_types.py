@@ -256,6 +256,27 @@ class DeleteV1ProjectsByIdResponse(TypedDict):
     images_removed: list[str]
 
 
+class GetV1ProjectsByIdPreviewsResponseWaitingItem(TypedDict):
+    pull_request: int
+    commit: str
+    ref: str
+    repository: str
+    pushed_by: str | None
+    since: str
+
+
+class GetV1ProjectsByIdPreviewsResponse(TypedDict):
+    budget: int
+    forks: Literal["approve", "deploy", "off"]
+    running: list[str]
+    waiting: list[GetV1ProjectsByIdPreviewsResponseWaitingItem]
+
+
+class PostV1ProjectsByIdPreviewsByNumberApproveResponse(TypedDict):
+    deployment_id: str
+    commit: str
+
+
 class GetV1ProjectsByIdGithubResponseEnvironmentsItem(TypedDict):
     environment: str
     trigger: Literal["push", "branch", "preview"]
@@ -799,6 +820,9 @@ GetV1ProjectsByIdResponse = PostV1ProjectsResponse
 
 #: PUT /v1/projects/{id}/branches
 PutV1ProjectsByIdBranchesResponse = PostV1ProjectsResponse
+
+#: PUT /v1/projects/{id}/previews
+PutV1ProjectsByIdPreviewsResponse = GetV1ProjectsByIdPreviewsResponse
 
 #: PUT /v1/projects/{id}/source
 PutV1ProjectsByIdSourceResponse = PostV1ProjectsResponse

@@ -96,6 +96,63 @@ export function registerProjectCommands(program: Command): void {
       return 0;
     }),
   );
+  const prev = project
+    .command("previews")
+    .description(
+      "A github: project's pull-request previews: how many run at once, what a fork's gets, and forks' heads waiting for approval; change those, or approve one",
+    )
+    .argument("<project>", "project name or id")
+    .option("--budget <n>", "previews kept at once (0 to 64; default 4)")
+    .option(
+      "--forks <mode>",
+      "a fork's pull request: approve (waits for a member: the default), deploy, or off",
+    )
+    .option("--approve <pr>", "deploy the waiting head of this pull request from a fork")
+    .option("--json", "print JSON");
+  prev.action(
+    run(prev, async (client, json, ref: string) => {
+      const o = prev.opts() as { budget?: string; forks?: string; approve?: string };
+      if (o.approve !== undefined) {
+        if (!/^[1-9][0-9]{0,9}$/.test(o.approve))
+          throw new UsageError("--approve takes a pull request's number");
+        const d = await client().call("postV1ProjectsByIdPreviewsByNumberApprove", {
+          params: { id: ref, number: o.approve },
+        });
+        if (json) printJson(d);
+        else
+          process.stdout.write(
+            `approved #${o.approve} at ${d.commit.slice(0, 12)}: deploying pr-${o.approve} (${d.deployment_id})\n`,
+          );
+        return 0;
+      }
+      const budget = o.budget === undefined ? undefined : Number(o.budget);
+      if (budget !== undefined && (!Number.isInteger(budget) || budget < 0 || budget > 64))
+        throw new UsageError("--budget takes a whole number from 0 to 64");
+      if (o.forks !== undefined && !["approve", "deploy", "off"].includes(o.forks))
+        throw new UsageError("--forks takes approve, deploy or off");
+      const r =
+        budget !== undefined || o.forks !== undefined
+          ? await client().call("putV1ProjectsByIdPreviews", {
+              params: { id: ref },
+              body: {
+                ...(budget !== undefined ? { budget } : {}),
+                ...(o.forks !== undefined ? { forks: o.forks as "approve" | "deploy" | "off" } : {}),
+              },
+            })
+          : await client().call("getV1ProjectsByIdPreviews", { params: { id: ref } });
+      if (json) printJson(r);
+      else {
+        process.stdout.write(
+          `previews: at most ${r.budget} at once; forks' pull requests: ${r.forks}; running: ${r.running.join(", ") || "none"}\n`,
+        );
+        for (const w of r.waiting)
+          process.stdout.write(
+            `waiting: #${w.pull_request} from ${w.repository} at ${w.commit.slice(0, 12)}${w.pushed_by ? ` by ${w.pushed_by}` : ""}\n`,
+          );
+      }
+      return 0;
+    }),
+  );
   const pgh = project
     .command("environments")
     .description("A github: project's environments its pushes and pull requests made, with their commits")

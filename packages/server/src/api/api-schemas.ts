@@ -74,6 +74,33 @@ export const createProjectBody = z.strictObject({
   branches: branchPatterns.optional(),
 });
 
+/** How many previews a project keeps at once, and what a fork's pull request gets. */
+export const setPreviewsBody = z.strictObject({
+  budget: z.number().int().min(0).max(64).optional().describe("Previews kept at once (0: none)"),
+  forks: z
+    .enum(["approve", "deploy", "off"])
+    .optional()
+    .describe("A fork's pull request: wait for a member's approval (the default), deploy, or none"),
+});
+
+export const previewsSchema = z.object({
+  budget: z.number().int(),
+  forks: z.enum(["approve", "deploy", "off"]),
+  /** The previews running now (environment names). */
+  running: z.array(z.string()),
+  /** Forks' heads waiting for a member's approval. */
+  waiting: z.array(
+    z.object({
+      pull_request: z.number().int(),
+      commit: z.string(),
+      ref: z.string(),
+      repository: z.string(),
+      pushed_by: z.string().nullable(),
+      since: z.string(),
+    }),
+  ),
+});
+
 export const setBranchesBody = z.strictObject({
   /** null: follow the compose file's x-denv.branches again. */
   branches: branchPatterns.nullable(),

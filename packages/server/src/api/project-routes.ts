@@ -6,10 +6,12 @@ import { CONTEXT_DIGEST, CONTEXT_GRACE_MS } from "../build-contexts.ts";
 import { referencedContexts } from "../context-expiry.ts";
 import { removeUnusedBuiltImages } from "../deploy/built-images.ts";
 import { checkGitUrl } from "../git-source.ts";
+import { approvePreview, DEFAULT_PREVIEW_BUDGET, forkPreviewsOf } from "../github/github-webhooks.ts";
 import { newId, now } from "../ids.ts";
 import { deploymentById } from "../store/deployment-store.ts";
 import { environmentNamed } from "../store/environment-store.ts";
-import { projectGithubDeploys } from "../store/github-store.ts";
+import { livePreviews, previewApprovals, projectGithubDeploys } from "../store/github-store.ts";
+import type { Store } from "../store/open-store.ts";
 import {
   findProject,
   insertProject,
@@ -27,12 +29,15 @@ import {
   deployBody,
   deploymentSchema,
   githubEnvironmentSchema,
+  previewsSchema,
   projectSchema,
   promoteBody,
   setBranchesBody,
+  setPreviewsBody,
   uploadSourceBody,
 } from "./api-schemas.ts";
 import { serializeDeployment, serializeProject } from "./api-serializers.ts";
+import { serverOrigin } from "./github-routes.ts";
 import { requestBody } from "./host-bytes.ts";
 import { deleteVersion } from "./version-routes.ts";
 
@@ -187,6 +192,60 @@ export const projectRoutes: ApiRoute[] = [
       const branches_json = body.branches ? JSON.stringify(body.branches) : null;
       await store.updateTable("projects").set({ branches_json }).where("id", "=", p.id).execute();
       return c.json(serializeProject({ ...p, branches_json }));
+    },
+  }),
+  route({
+    method: "get",
+    path: "/v1/projects/{id}/previews",
+    summary:
+      "A github: project's pull-request previews: how many it keeps at once, what it does with forks', those running and forks' heads waiting for approval",
+    response: previewsSchema,
+    auth: true,
+    handler: async (c) => {
+      const p = await findProject(c.var.deps.store, c.var.teamId, c.req.param("id") ?? "");
+      return c.json(await previewsOf(c.var.deps.store, p));
+    },
+  }),
+  route({
+    method: "put",
+    path: "/v1/projects/{id}/previews",
+    summary:
+      "Set how many previews a project keeps at once (budget) and what a fork's pull request gets (forks: approve, deploy or off)",
+    body: setPreviewsBody,
+    response: previewsSchema,
+    auth: true,
+    handler: async (c, { body }) => {
+      const { store } = c.var.deps;
+      const p = await findProject(store, c.var.teamId, c.req.param("id") ?? "");
+      const set = {
+        ...(body.budget !== undefined ? { preview_budget: body.budget } : {}),
+        ...(body.forks !== undefined ? { fork_previews: body.forks } : {}),
+      };
+      if (Object.keys(set).length)
+        await store.updateTable("projects").set(set).where("id", "=", p.id).execute();
+      return c.json(await previewsOf(store, { ...p, ...set }));
+    },
+  }),
+  route({
+    method: "post",
+    path: "/v1/projects/{id}/previews/{number}/approve",
+    summary:
+      "Approve the head of a fork's pull request that waits: its preview is deployed (starting empty, never from alpha's data)",
+    response: z.object({ deployment_id: z.string(), commit: z.string() }),
+    status: 202,
+    auth: true,
+    handler: async (c) => {
+      const { store, secrets, github, deployer } = c.var.deps;
+      const p = await findProject(store, c.var.teamId, c.req.param("id") ?? "");
+      const n = Number(c.req.param("number"));
+      if (!Number.isInteger(n) || n < 1 || n > 1e9)
+        throw new DenvError("not_found", `no pull request ${c.req.param("number")}`);
+      const d = await approvePreview(
+        { store, secrets, github, deployer, serverUrl: () => serverOrigin(c) },
+        p,
+        n,
+      );
+      return c.json({ deployment_id: d.deploymentId, commit: d.head }, 202);
     },
   }),
   route({
@@ -392,3 +451,20 @@ export const projectRoutes: ApiRoute[] = [
     },
   }),
 ];
+
+/** A project's previews as the API answers them. */
+async function previewsOf(store: Store, p: ProjectsTable): Promise<z.infer<typeof previewsSchema>> {
+  return {
+    budget: p.preview_budget ?? DEFAULT_PREVIEW_BUDGET,
+    forks: forkPreviewsOf(p),
+    running: await livePreviews(store, p.id),
+    waiting: (await previewApprovals(store, p.id)).map((w) => ({
+      pull_request: w.pr_number,
+      commit: w.head_sha,
+      ref: w.ref,
+      repository: w.head_repository,
+      pushed_by: w.pushed_by,
+      since: w.created_at,
+    })),
+  };
+}

@@ -440,6 +440,17 @@ const CASES: Record<string, Case> = {
     status: 400,
   },
   "get /v1/projects/{id}/github": { path: () => `/v1/projects/${a.project}/github`, status: 200 },
+  "get /v1/projects/{id}/previews": { path: () => `/v1/projects/${a.project}/previews`, status: 200 },
+  "put /v1/projects/{id}/previews": {
+    path: () => `/v1/projects/${a.project}/previews`,
+    body: () => ({ budget: 2, forks: "approve" }),
+    status: 200,
+  },
+  // No fork's head waits in this project (github.test.ts and fork-previews.test.ts approve one).
+  "post /v1/projects/{id}/previews/{number}/approve": {
+    path: () => `/v1/projects/${a.project}/previews/1/approve`,
+    status: 404,
+  },
   "put /v1/projects/{id}/source": {
     path: () => `/v1/projects/${a.project}/source`,
     body: () => ({ compose: "services: {}\n" }),

@@ -156,8 +156,20 @@ async function deployPhases(
     teamId: project.team_id,
     projectId: project.id,
     versionId,
-    pool: spec.pool ?? 0,
+    pool: followsPool(before.name, spec, options) ? (spec.pool ?? 0) : null,
   });
+}
+
+/**
+ * Whether a deploy sets the project's warm pool (x-denv.pool): only a deploy of its production
+ * environment (x-denv.pool.environment, alpha by default) made by the team itself. A branch's or a
+ * pull request's deploy (a webhook's) never sets, replaces or drains it, whatever its file says:
+ * its file is the branch's, or an outsider's.
+ */
+export function followsPool(envName: string, spec: ResolvedSpec, options: DeployOptions): boolean {
+  const trigger = options.trigger?.trigger;
+  if (trigger === "branch" || trigger === "preview") return false;
+  return envName === (spec.pool_environment ?? "alpha");
 }
 
 /**

@@ -46,8 +46,11 @@ export interface DeployerOptions {
    * deployment to follow (default ANSWER_WITHIN_MS, under the 300 s HTTP clients give up at).
    */
   answerWithinMs?: number;
-  /** Told of each deploy that made a version (the warm pools follow x-denv.pool). */
-  onDeployed?: (d: { teamId: string; projectId: string; versionId: string; pool: number }) => void;
+  /**
+   * Told of each deploy that made a version. `pool`: the size x-denv.pool declares, for a deploy of
+   * the project's production environment; null for any other (the pool is left as it is).
+   */
+  onDeployed?: (d: { teamId: string; projectId: string; versionId: string; pool: number | null }) => void;
   /** Told of every deployment's verdict, with its phases (the server's metrics). */
   observer?: DeploymentObserver;
   /** The lease each new deployment starts under (replicas/deployment-leases.ts renews it). */

@@ -24,10 +24,14 @@ import { environmentNamed } from "../store/environment-store.ts";
 import {
   githubAppByAppId,
   insertGithubDeploy,
+  livePreviews,
+  previewApprovals,
   projectGithubDeploys,
   projectsOfRepository,
+  putPreviewApproval,
   recordDelivery,
   setDeliveryOutcome,
+  takePreviewApproval,
 } from "../store/github-store.ts";
 import type { Store } from "../store/open-store.ts";
 import type { GithubAppsTable, ProjectsTable } from "../store/schema.ts";
@@ -278,13 +282,37 @@ async function onPullRequest(
       outcome: `refused: environment ${envName} exists and is not #${number}'s preview`,
       deployments: [],
     };
-  if (action === "closed") return teardown(deps, app, project, envName, `#${number} was closed`);
+  if (action === "closed") {
+    await takePreviewApproval(deps.store, project.id, number);
+    return teardown(deps, app, project, envName, `#${number} was closed`);
+  }
   if (!PREVIEW_ACTIONS.has(action)) return { outcome: `ignored: pull_request ${action}`, deployments: [] };
   const head = String(p.pull_request?.head?.sha ?? "");
   if (!/^[0-9a-f]{40}$/.test(head))
     return { outcome: "refused: the pull request names no head commit", deployments: [] };
-  // A PR from a fork is someone else's code: it never starts from alpha's data.
-  const fork = String(p.pull_request?.head?.repo?.full_name ?? "") !== String(p.repository?.full_name ?? "");
+  // A PR from a fork is someone else's code: it never starts from alpha's data, and deploys only as
+  // the project says (by default once a member approves its head, as GitHub asks for outsiders').
+  const headRepo = String(p.pull_request?.head?.repo?.full_name ?? "");
+  const fork = headRepo !== String(p.repository?.full_name ?? "");
+  const held = await previewHeld(deps.store, project, envName, fork);
+  if (held) return { outcome: held, deployments: [] };
+  if (fork && forkPreviewsOf(project) === "approve") {
+    await putPreviewApproval(deps.store, {
+      project_id: project.id,
+      pr_number: number,
+      team_id: project.team_id,
+      head_sha: head,
+      ref: String(p.pull_request?.head?.ref ?? "").slice(0, 255),
+      head_repository: headRepo.slice(0, 255),
+      pushed_by: String(p.sender?.login ?? "").slice(0, 100) || null,
+      installation_id: String(p.installation?.id ?? ""),
+      created_at: now(),
+    });
+    return {
+      outcome: `waiting: #${number} is from a fork (${headRepo.slice(0, 100)}); its preview deploys once a member approves ${head.slice(0, 12)} (denv project previews ${project.name} --approve ${number})`,
+      deployments: [],
+    };
+  }
   const alpha = fork ? undefined : await environmentNamed(deps.store, project.id, "alpha");
   const from = alpha && alpha.status !== "destroyed" ? (alpha.current_version_id ?? undefined) : undefined;
   const id = await deployFor(deps, app, project, p, {
@@ -436,4 +464,78 @@ export function branchEnvironmentName(branch: string): string {
     .slice(0, 63)
     .replace(/[-_]+$/, "");
   return name || "branch";
+}
+
+/** Pull-request previews a project keeps at once when it says nothing else. */
+export const DEFAULT_PREVIEW_BUDGET = 4;
+
+/** What a project does with a fork's pull request: wait for approval (the default), deploy, or none. */
+export function forkPreviewsOf(project: ProjectsTable): "approve" | "deploy" | "off" {
+  const v = project.fork_previews;
+  return v === "deploy" || v === "off" ? v : "approve";
+}
+
+/**
+ * Why a pull request's preview may not be deployed now, or null: forks' previews turned off, or
+ * the project's preview budget spent by other pull requests (its own preview, redeployed, counts
+ * once).
+ */
+async function previewHeld(
+  store: Store,
+  project: ProjectsTable,
+  envName: string,
+  fork: boolean,
+): Promise<string | null> {
+  if (fork && forkPreviewsOf(project) === "off")
+    return `refused: project ${project.name} deploys no previews of pull requests from forks (denv project previews ${project.name} --forks approve|deploy)`;
+  const budget = project.preview_budget ?? DEFAULT_PREVIEW_BUDGET;
+  const live = (await livePreviews(store, project.id)).filter((n) => n !== envName);
+  if (live.length >= budget)
+    return `refused: project ${project.name} keeps at most ${budget} previews at once, and ${live.length} run (${live.slice(0, 8).join(", ")}); close a pull request, or raise it (denv project previews ${project.name} --budget N)`;
+  return null;
+}
+
+/**
+ * A member approves a fork's waiting head: its preview is deployed as the delivery would have
+ * deployed it, starting empty. Answers the deployment's id.
+ */
+export async function approvePreview(
+  deps: WebhookDeps,
+  project: ProjectsTable,
+  prNumber: number,
+): Promise<{ deploymentId: string; head: string }> {
+  const envName = `pr-${prNumber}`;
+  const waiting = (await previewApprovals(deps.store, project.id)).find((w) => w.pr_number === prNumber);
+  if (!waiting)
+    throw new DenvError("not_found", `no preview of #${prNumber} waits for approval in ${project.name}`);
+  if (!project.github_app_row_id)
+    throw new DenvError("conflict", `project ${project.name} is not read through a GitHub App`);
+  const app = await deps.store
+    .selectFrom("github_apps")
+    .selectAll()
+    .where("id", "=", project.github_app_row_id)
+    .executeTakeFirst();
+  if (!app)
+    throw new DenvError("conflict", `the GitHub App project ${project.name} was read through is gone`);
+  const held = await previewHeld(deps.store, project, envName, true);
+  if (held) throw new DenvError("conflict", held.replace(/^refused: /, ""));
+  if (!(await ownsEnvironment(deps.store, project, envName, "preview")))
+    throw new DenvError("conflict", `environment ${envName} exists and is not #${prNumber}'s preview`);
+  await takePreviewApproval(deps.store, project.id, prNumber);
+  const deploymentId = await deployFor(
+    deps,
+    app,
+    project,
+    { installation: { id: waiting.installation_id } },
+    {
+      envName,
+      trigger: "preview",
+      commit: waiting.head_sha,
+      ref: waiting.ref,
+      pushedBy: waiting.pushed_by,
+      prNumber,
+      fork: true,
+    },
+  );
+  return { deploymentId, head: waiting.head_sha };
 }

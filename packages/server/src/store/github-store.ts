@@ -1,6 +1,12 @@
 /** GitHub Apps teams connected, the deliveries they were sent, and what webhooks deployed. */
 import type { Store } from "./open-store.ts";
-import type { GithubAppsTable, GithubDeliveriesTable, GithubDeploysTable, ProjectsTable } from "./schema.ts";
+import type {
+  GithubAppsTable,
+  GithubDeliveriesTable,
+  GithubDeploysTable,
+  PreviewApprovalsTable,
+  ProjectsTable,
+} from "./schema.ts";
 
 export function teamGithubApps(store: Store, teamId: string): Promise<GithubAppsTable[]> {
   return store
@@ -99,4 +105,62 @@ export function projectGithubDeploys(store: Store, projectId: string, environmen
   let q = store.selectFrom("github_deploys").selectAll().where("project_id", "=", projectId);
   if (environmentName !== undefined) q = q.where("environment_name", "=", environmentName);
   return q.orderBy("created_at", "desc").execute();
+}
+
+/** A fork's pull request head waiting for approval (a newer head replaces the one waiting). */
+export async function putPreviewApproval(store: Store, row: PreviewApprovalsTable): Promise<void> {
+  await store
+    .deleteFrom("preview_approvals")
+    .where("project_id", "=", row.project_id)
+    .where("pr_number", "=", row.pr_number)
+    .execute();
+  await store.insertInto("preview_approvals").values(row).execute();
+}
+
+export function previewApprovals(store: Store, projectId: string): Promise<PreviewApprovalsTable[]> {
+  return store
+    .selectFrom("preview_approvals")
+    .selectAll()
+    .where("project_id", "=", projectId)
+    .orderBy("pr_number")
+    .execute();
+}
+
+/** Takes the waiting head of a pull request (it is deployed now, or its pull request closed). */
+export async function takePreviewApproval(
+  store: Store,
+  projectId: string,
+  prNumber: number,
+): Promise<PreviewApprovalsTable | undefined> {
+  const row = await store
+    .selectFrom("preview_approvals")
+    .selectAll()
+    .where("project_id", "=", projectId)
+    .where("pr_number", "=", prNumber)
+    .executeTakeFirst();
+  if (row)
+    await store
+      .deleteFrom("preview_approvals")
+      .where("project_id", "=", projectId)
+      .where("pr_number", "=", prNumber)
+      .execute();
+  return row;
+}
+
+/** The project's live previews: environments its pull requests' webhooks made that are not destroyed. */
+export async function livePreviews(store: Store, projectId: string): Promise<string[]> {
+  const rows = await store
+    .selectFrom("github_deploys")
+    .innerJoin("environments", (j) =>
+      j
+        .onRef("environments.project_id", "=", "github_deploys.project_id")
+        .onRef("environments.name", "=", "github_deploys.environment_name"),
+    )
+    .select("environments.name")
+    .distinct()
+    .where("github_deploys.project_id", "=", projectId)
+    .where("github_deploys.trigger", "=", "preview")
+    .where("environments.status", "!=", "destroyed")
+    .execute();
+  return rows.map((r) => r.name);
 }

@@ -505,6 +505,27 @@ export const MIGRATIONS: Record<string, Migration> = {
       await db.schema.alterTable("environments").addColumn("gpus_json", text).execute();
     },
   },
+  "0022_previews": {
+    // How many pull-request previews a project keeps at once, what it does with a fork's (deploy,
+    // wait for a member's approval, or none), and the forks' heads waiting for that approval.
+    up: async (db) => {
+      await db.schema.alterTable("projects").addColumn("preview_budget", "integer").execute();
+      await db.schema.alterTable("projects").addColumn("fork_previews", text).execute();
+      await db.schema
+        .createTable("preview_approvals")
+        .addColumn("project_id", text, (c) => c.notNull())
+        .addColumn("pr_number", "integer", (c) => c.notNull())
+        .addColumn("team_id", text, (c) => c.notNull())
+        .addColumn("head_sha", text, (c) => c.notNull())
+        .addColumn("ref", text, (c) => c.notNull())
+        .addColumn("head_repository", text, (c) => c.notNull())
+        .addColumn("pushed_by", text)
+        .addColumn("installation_id", text, (c) => c.notNull())
+        .addColumn("created_at", text, (c) => c.notNull())
+        .addPrimaryKeyConstraint("preview_approvals_pk", ["project_id", "pr_number"])
+        .execute();
+    },
+  },
 };
 
 export const migrationProvider: MigrationProvider = {

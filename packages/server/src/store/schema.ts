@@ -139,6 +139,24 @@ export interface ProjectsTable {
   github_repository_id?: string | null;
   /** Branch patterns whose pushes deploy an environment named after the branch (JSON array). */
   branches_json?: string | null;
+  /** Pull-request previews kept at once (null: DEFAULT_PREVIEW_BUDGET). */
+  preview_budget?: number | null;
+  /** A fork's pull request: "approve" (waits for a member; null means this), "deploy" or "off". */
+  fork_previews?: string | null;
+}
+
+/** A fork's pull request head, waiting for a member to approve its preview. */
+export interface PreviewApprovalsTable {
+  project_id: string;
+  pr_number: number;
+  team_id: string;
+  head_sha: string;
+  ref: string;
+  /** The fork's repository (OWNER/REPO), as the delivery named it. */
+  head_repository: string;
+  pushed_by: string | null;
+  installation_id: string;
+  created_at: string;
 }
 
 export interface EnvironmentsTable {
@@ -398,6 +416,7 @@ export interface Database {
   github_apps: GithubAppsTable;
   github_deliveries: GithubDeliveriesTable;
   github_deploys: GithubDeploysTable;
+  preview_approvals: PreviewApprovalsTable;
   clouds: CloudsTable;
   cloud_machines: CloudMachinesTable;
   pools: PoolsTable;

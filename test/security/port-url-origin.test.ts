@@ -152,3 +152,90 @@ test("a sandbox's page opened through its port URL reads nothing of the console 
   // And the API's origin serves no port URL at all.
   assert.equal((await fetch(`${lab.server.url}${new URL(portUrl).pathname}/`)).status, 404);
 });
+
+/**
+ * A service whose WebSocket answers (its 101) set cookies: one for its own host, one for the parent
+ * domain (`localhost`, which the ingress names `{port}-{id}.localhost` share, as names under one
+ * `--ingress-domain` share theirs with a console on that domain). Its page opens that WebSocket.
+ */
+const COOKIE_SETTING_SERVICE = String.raw`
+import socket, threading, base64, hashlib
+PAGE = b"""<!doctype html><title>loading</title><script>
+const path = location.pathname.replace(/\/?$/, "/") + "ws" + location.search;
+const ws = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host + path);
+ws.onopen = () => { document.title = "open"; };
+ws.onerror = () => { document.title = "error"; };
+</script>"""
+def handle(c):
+    data = b""
+    while b"\r\n\r\n" not in data:
+        d = c.recv(4096)
+        if not d:
+            return
+        data += d
+    lines = data.split(b"\r\n\r\n")[0].decode("latin1").split("\r\n")
+    hdr = {l.split(":", 1)[0].strip().lower(): l.split(":", 1)[1].strip() for l in lines[1:] if ":" in l}
+    if hdr.get("upgrade", "").lower() == "websocket":
+        acc = base64.b64encode(hashlib.sha1((hdr["sec-websocket-key"] + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
+        c.sendall(("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " + acc
+            + "\r\nSet-Cookie: denv_session=attacker-chosen; Path=/\r\nSet-Cookie: tossed=attacker-chosen; Domain=localhost; Path=/\r\n\r\n").encode())
+        threading.Event().wait(600)
+    else:
+        c.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/html\r\nconnection: close\r\ncontent-length: " + str(len(PAGE)).encode() + b"\r\n\r\n" + PAGE)
+    c.close()
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 9100))
+s.listen(16)
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=handle, args=(c,), daemon=True).start()
+`;
+
+test("a sandbox's WebSocket answer sets no cookie, by port URL or by name; the console's session is as it was", async () => {
+  const context = page.context();
+  const sessionBefore = (await context.cookies()).find((c) => c.name === "__Host-denv_session");
+  assert.ok(sessionBefore, "the victim is signed in (the first test)");
+  const sb = await lab.api("POST", "/v1/sandboxes", {
+    image: "127.0.0.1:5000/denv/openenv-echo:0.1",
+    cmd: ["sh", "-c", "while [ ! -e /tmp/service.py ]; do sleep 0.1; done; exec python3 /tmp/service.py"],
+  });
+  assert.equal(sb.status, 201, JSON.stringify(sb.data));
+  const put = await lab.api("POST", `/v1/envs/${sb.data.id}/exec`, {
+    command: ["sh", "-c", "cat > /tmp/service.py.part && mv /tmp/service.py.part /tmp/service.py"],
+    stdin: Buffer.from(COOKIE_SETTING_SERVICE).toString("base64"),
+  });
+  assert.equal(put.data.exit_code, 0, JSON.stringify(put.data));
+  const minted = await lab.api("POST", `/v1/envs/${sb.data.id}/ports/9100`, {});
+  assert.equal(minted.status, 201, JSON.stringify(minted.data));
+  const ingress = await lab.api("GET", `/v1/envs/${sb.data.id}/ingress`);
+  assert.ok(lab.server.ingressDomain, "the server has ingress names");
+  const byName = `http://9100-${String(sb.data.id).replace(/^env_/, "")}.${lab.server.ingressDomain}/?_denv_token=${ingress.data.token}`;
+  // The service is up once its port URL serves the page (waited on for as long as the sandbox runs).
+  for (;;) {
+    const r = await fetch(`${minted.data.url}/`).catch(() => undefined);
+    if (r?.status === 200) break;
+    const env = await lab.api("GET", `/v1/envs/${sb.data.id}`);
+    assert.equal(env.data.status, "running", JSON.stringify(env.data));
+    await new Promise((res) => setTimeout(res, 100));
+  }
+  for (const url of [`${minted.data.url}/`, byName]) {
+    await page.goto(url);
+    await page.waitForFunction("document.title !== 'loading'");
+    assert.equal(await page.title(), "open", `the page's WebSocket did not open at ${url}`);
+    const cookies = await context.cookies();
+    assert.deepEqual(
+      cookies.filter((c) => c.value === "attacker-chosen").map((c) => `${c.name}@${c.domain}`),
+      [],
+      `a cookie the sandbox's WebSocket answer set was kept (${url})`,
+    );
+    const session = cookies.find((c) => c.name === "__Host-denv_session");
+    assert.equal(session?.value, sessionBefore.value, "the console's session cookie is as it was");
+  }
+  // And the console still knows the person by that session.
+  await page.goto(lab.server.url);
+  const still = await page.evaluate(
+    async () => (await fetch("/v1/auth/session", { credentials: "include" })).status,
+  );
+  assert.equal(still, 200);
+});

@@ -98,3 +98,58 @@ test("the request line and headers passed on: no credential, token or forged for
   );
   for (const gone of [/cookie/i, /authorization/i, /dit_x/, /forged/]) assert.doesNotMatch(head, gone);
 });
+
+test("the service's upgrade answer reaches the client with no cookie and no Clear-Site-Data, cut wherever its reads are", async () => {
+  const answer = Buffer.from(
+    [
+      "HTTP/1.1 101 Switching Protocols",
+      "Upgrade: websocket",
+      "Connection: Upgrade",
+      "Set-Cookie: denv_session=attacker-chosen; Domain=denv.test; Path=/",
+      "set-cookie2: x=1",
+      'Clear-Site-Data: "cookies"',
+      "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=",
+      "",
+      "first frame",
+    ].join("\r\n"),
+  );
+  for (const piece of [1, 7, answer.length]) {
+    const service = endpoint();
+    const client = endpoint();
+    relayUpgrade(
+      { stream: service.duplex, port: 8000 },
+      "/ws",
+      upgradeRequest([]),
+      client.duplex,
+      Buffer.alloc(0),
+    );
+    for (let i = 0; i < answer.length; i += piece) service.incoming.write(answer.subarray(i, i + piece));
+    let got = "";
+    for (let i = 0; i < 200 && !got.endsWith("first frame"); i++) {
+      await new Promise((r) => setImmediate(r));
+      const c = client.sent.read() as Buffer | null;
+      if (c) got += c.toString("latin1");
+    }
+    service.duplex.destroy();
+    assert.equal(
+      got,
+      "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\nfirst frame",
+      `read ${piece} bytes at a time`,
+    );
+  }
+});
+
+test("an upgrade answer whose head never ends is not relayed past its bound", async () => {
+  const service = endpoint();
+  const client = endpoint();
+  relayUpgrade(
+    { stream: service.duplex, port: 8000 },
+    "/ws",
+    upgradeRequest([]),
+    client.duplex,
+    Buffer.alloc(0),
+  );
+  service.incoming.write(Buffer.alloc(80 * 1024, 0x61));
+  await closed(client.duplex);
+  assert.equal(client.sent.read(), null);
+});

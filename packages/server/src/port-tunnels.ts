@@ -32,8 +32,13 @@ const HOP = new Set([
 ]);
 // Never into a sandbox: a browser's cookies for the server and any client's credentials.
 const WITHHELD = new Set(["cookie", "authorization", "proxy-authorization"]);
-// Never out of one: a cookie set on the ports origin would reach every port URL served there.
-const WITHHELD_BACK = new Set(["set-cookie", "set-cookie2"]);
+// Never out of one, on an HTTP answer or an upgrade's: a cookie set on the ports origin would reach
+// every port URL served there, and one set for a parent domain the console's origin shares would
+// reach the console; Clear-Site-Data "cookies" clears every cookie of the site (eTLD+1), the
+// console's session among them where it shares one.
+const WITHHELD_BACK = new Set(["set-cookie", "set-cookie2", "clear-site-data"]);
+/** The most an upgrade's answer head may hold before the relay gives up on it. */
+const MAX_ANSWER_HEAD_BYTES = 64 * 1024;
 
 export async function createPortUrl(
   store: Store,
@@ -229,7 +234,6 @@ export function relayUpgrade(
     text += `X-Forwarded-Host: ${options.forwarded.host}\r\nX-Forwarded-Proto: ${options.forwarded.proto}\r\n`;
   stream.write(`${text}\r\n`);
   if (head.length) stream.write(head);
-  socket.pipe(stream).pipe(socket);
   const close = () => {
     socket.destroy();
     stream.destroy();
@@ -238,7 +242,35 @@ export function relayUpgrade(
   stream.on("error", close);
   socket.on("close", close);
   stream.on("close", close);
+  socket.pipe(stream);
+  // The service's answer (its 101, or a refusal) is an HTTP answer like any other: its head is read
+  // whole and its headers filtered as relayHttp's are, before the connection is spliced.
+  let got: Buffer = Buffer.alloc(0);
+  const onHead = (chunk: Buffer) => {
+    got = got.length ? Buffer.concat([got, chunk]) : chunk;
+    const end = got.indexOf("\r\n\r\n");
+    if (end === -1) {
+      if (got.length > MAX_ANSWER_HEAD_BYTES) close();
+      return;
+    }
+    stream.off("data", onHead);
+    socket.write(filteredAnswerHead(got.subarray(0, end + 4)));
+    if (got.length > end + 4) socket.write(got.subarray(end + 4));
+    stream.pipe(socket);
+  };
+  stream.on("data", onHead);
   limitRelay(stream, socket, options);
+}
+
+/** An answer's head with the headers no service may send a browser through denv taken out. */
+export function filteredAnswerHead(head: Buffer): Buffer {
+  const lines = head.toString("latin1").split("\r\n");
+  const kept = lines.filter((line, i) => {
+    if (i === 0 || line === "") return true;
+    const name = line.slice(0, line.indexOf(":")).trim().toLowerCase();
+    return !WITHHELD_BACK.has(name);
+  });
+  return Buffer.from(kept.join("\r\n"), "latin1");
 }
 
 /**

@@ -66,6 +66,9 @@ export async function diffStack(
     summary,
     entries: budget.entries,
     truncated: budget.truncated,
+    // What the walk left out (past its depth, names or time), named: never the diff as a whole.
+    not_diffed: budget.notDiffed,
+    not_diffed_count: budget.notDiffedCount,
     bounds: {
       max_entries: bounds.maxEntries,
       max_text_bytes: bounds.maxTextBytes,

@@ -121,6 +121,55 @@ describe("diffTrees (copies: every file compared by its bytes)", () => {
   });
 });
 
+describe("diffTrees (a tree past the diff's bounds)", () => {
+  let root: string;
+  before(() => {
+    root = mkdtempSync(join(tmpdir(), "tree-diff-bounds-"));
+    mkdirSync(join(root, "a"));
+    // The agent's other changes, beside a directory nested 300 deep (the attack nested 520).
+    mkdirSync(join(root, "b"));
+    writeFileSync(join(root, "b", "answer.txt"), "42\n");
+    let deep = join(root, "b", "deep");
+    mkdirSync(deep);
+    for (let i = 0; i < 300; i++) {
+      deep = join(deep, "d");
+      mkdirSync(deep);
+    }
+    writeFileSync(join(deep, "hidden.txt"), "x");
+  });
+  after(() => rmSync(root, { recursive: true, force: true }));
+
+  it("a subtree past the depth bound is named and left out; the rest is diffed", async () => {
+    const budget = new DiffBudget();
+    const counts = await diffTrees("data", join(root, "a"), join(root, "b"), budget);
+    assert.ok(budget.entries.some((e) => e.path === "answer.txt" && e.change === "created"));
+    assert.equal(budget.notDiffedCount, 1);
+    const left = budget.notDiffed[0];
+    assert.equal(left?.why, "depth");
+    assert.equal(left?.volume, "data");
+    assert.equal(left?.path.split("/").length, 257, "the first directory past 256 levels");
+    assert.ok(!budget.entries.some((e) => e.path.endsWith("hidden.txt")));
+    assert.ok(counts.created >= 257);
+  });
+
+  it("past its names or its time, the walk names what it left and goes no further", async () => {
+    const few = new DiffBudget({ maxWalked: 3 });
+    await diffTrees("data", join(root, "a"), join(root, "b"), few);
+    assert.deepEqual(
+      few.notDiffed.map((n) => [n.why, n.path]),
+      [["entries", "deep/d"]],
+    );
+    let t = 0;
+    const late = new DiffBudget({ maxWalkMs: 10 }, () => (t += 6));
+    await diffTrees("data", join(root, "a"), join(root, "b"), late);
+    assert.equal(late.notDiffed[0]?.why, "time");
+    assert.ok(
+      late.entries.some((e) => e.path === "answer.txt"),
+      "what came before the time is kept",
+    );
+  });
+});
+
 describe("diffTrees (a PostgreSQL data directory)", () => {
   it("leaves out the engine's bookkeeping, counted, and lists the tables' files", async () => {
     const root = mkdtempSync(join(tmpdir(), "tree-diff-pg-"));

@@ -17,7 +17,7 @@
  */
 import { type BigIntStats, constants, lstatSync } from "node:fs";
 import { type FileHandle, open, readdir, readlink } from "node:fs/promises";
-import type { DiffCounts, DiffEntry } from "@denv/protocol";
+import type { DiffCounts, DiffEntry, NotDiffed } from "@denv/protocol";
 import { createTwoFilesPatch } from "diff";
 import { escapeName } from "./escape-name.ts";
 import { type LeftOutRule, leftOutFor } from "./volume-digest.ts";
@@ -30,6 +30,12 @@ type DiffAspect = NonNullable<DiffEntry["changed"]>[number];
 export interface DiffBounds {
   /** Entries listed; the rest are counted in the summary (default 10,000). */
   maxEntries: number;
+  /** Directories deeper than this are left out, named (default 256). */
+  maxDepth: number;
+  /** Names looked at, both sides, before the rest of the walk is left out (default 2,000,000). */
+  maxWalked: number;
+  /** How long the walk may take before the rest is left out, in ms (default 120 s). */
+  maxWalkMs: number;
   /** A file gets a unified diff when both sides are at most this many bytes (default 64 KiB). */
   maxTextBytes: number;
   /** The unified diffs' total (default 1 MiB). */
@@ -40,21 +46,56 @@ export interface DiffBounds {
 
 export const DEFAULT_DIFF_BOUNDS: DiffBounds = {
   maxEntries: 10_000,
+  maxDepth: 256,
+  maxWalked: 2_000_000,
+  maxWalkMs: 120_000,
   maxTextBytes: 64 * 1024,
   maxDiffBytes: 1024 * 1024,
   maxCompareBytes: 1024 ** 3,
 };
 
+/** The most subtrees left out that a diff lists (it counts them all). */
+const MAX_NOT_DIFFED_LISTED = 100;
+
 /** The budgets one diff spends, shared by all of its volumes. */
 export class DiffBudget {
   readonly bounds: DiffBounds;
   readonly entries: DiffEntry[] = [];
+  /** Subtrees left out, with why (the first MAX_NOT_DIFFED_LISTED). */
+  readonly notDiffed: NotDiffed[] = [];
+  notDiffedCount = 0;
   truncated = false;
   diffBytes = 0;
   compareBytes = 0;
+  /** Names looked at so far. */
+  walked = 0;
+  private readonly deadline: number;
 
-  constructor(bounds: Partial<DiffBounds> = {}) {
+  constructor(bounds: Partial<DiffBounds> = {}, nowMs: () => number = () => performance.now()) {
     this.bounds = { ...DEFAULT_DIFF_BOUNDS, ...bounds };
+    this.now = nowMs;
+    this.deadline = nowMs() + this.bounds.maxWalkMs;
+  }
+
+  private readonly now: () => number;
+
+  /** Why the walk may not go into another directory now, or null. */
+  spent(): "entries" | "time" | null {
+    if (this.walked >= this.bounds.maxWalked) return "entries";
+    return this.now() >= this.deadline ? "time" : null;
+  }
+
+  leaveOut(volume: string, parts: Buffer[], why: NotDiffed["why"]): void {
+    this.notDiffedCount++;
+    if (this.notDiffed.length >= MAX_NOT_DIFFED_LISTED) return;
+    const raw = Buffer.concat(parts.flatMap((p, i) => (i ? [Buffer.from("/"), p] : [p])));
+    const { text, escaped } = escapeName(raw);
+    this.notDiffed.push({
+      volume,
+      path: text || ".",
+      ...(escaped ? { path_base64: raw.toString("base64") } : {}),
+      why,
+    });
   }
 }
 
@@ -70,8 +111,6 @@ const POSTGRES_DIFF_LEFT_OUT: LeftOutRule[] = [
   },
 ];
 
-/** Deeper than this is refused: no real volume nests so far, and each level holds two descriptors. */
-const MAX_DEPTH = 512;
 const READ_CHUNK = 1024 * 1024;
 const DIR_FLAGS = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
 const FILE_FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK | constants.O_NOCTTY;
@@ -306,10 +345,22 @@ class VolumeDiff {
     e.diff = text;
   }
 
+  /**
+   * Whether a directory is walked: one past the depth bound (each level holds two descriptors), or
+   * met once the walk's names or time are spent, is left out and named, and the walk goes on.
+   */
+  private enters(parts: Buffer[], depth: number): boolean {
+    const why = depth > this.budget.bounds.maxDepth ? "depth" : this.budget.spent();
+    if (why === null) return true;
+    this.budget.leaveOut(this.volume, parts, why);
+    return false;
+  }
+
   /** Everything under a directory that exists on one side only: all created, or all deleted. */
   async oneSide(dir: HeldDir, parts: Buffer[], change: "created" | "deleted", depth: number): Promise<void> {
-    if (depth > MAX_DEPTH) throw new Error(`${this.volume}: nested deeper than ${MAX_DEPTH} directories`);
+    if (!this.enters(parts, depth)) return;
     const names = (await dir.names()).sort(Buffer.compare);
+    this.budget.walked += names.length;
     const stats = await lstatAll(dir, names);
     for (const [i, name] of names.entries()) {
       const st = stats[i];
@@ -368,8 +419,9 @@ class VolumeDiff {
 
   /** Both sides of a directory, name by name. */
   async both(before: HeldDir, after: HeldDir, parts: Buffer[], depth: number): Promise<void> {
-    if (depth > MAX_DEPTH) throw new Error(`${this.volume}: nested deeper than ${MAX_DEPTH} directories`);
+    if (!this.enters(parts, depth)) return;
     const [a, b] = await Promise.all([before.names(), after.names()]);
+    this.budget.walked += a.length + b.length;
     const names = [...a, ...b]
       .sort(Buffer.compare)
       .filter((n, i, all) => i === 0 || !n.equals(all[i - 1] as Buffer));

@@ -57,6 +57,18 @@ export const diffCounts = z.object({
   bytes_removed: z.number().int().nonnegative(),
 });
 
+/**
+ * A subtree the diff did not walk, and why: deeper than its depth bound, past the entries it walks,
+ * or past its time. Its changes are in no count and no entry; the rest of the volume was diffed.
+ */
+export const notDiffed = z.object({
+  volume: z.string(),
+  /** The directory left out, relative to the volume's root, escaped as entries' paths are. */
+  path: z.string(),
+  path_base64: z.string().optional(),
+  why: z.enum(["depth", "entries", "time"]),
+});
+
 export const diffBoundsSchema = z.object({
   max_entries: z.number().int().positive(),
   max_text_bytes: z.number().int().nonnegative(),
@@ -108,12 +120,19 @@ export const diffEvidence = z.object({
   entries: z.array(diffEntry),
   /** More changes were counted than listed. */
   truncated: z.boolean(),
+  /**
+   * Subtrees left out (at most 100 listed; not_diffed_count has them all), each with why: a tree
+   * past the diff's bounds never fails the diff as a whole. Absent from a host that walks all.
+   */
+  not_diffed: z.array(notDiffed).optional(),
+  not_diffed_count: z.number().int().nonnegative().optional(),
   bounds: diffBoundsSchema,
   databases: z.array(databaseDiff),
   ms: z.number(),
 });
 
 export type DiffEntry = z.infer<typeof diffEntry>;
+export type NotDiffed = z.infer<typeof notDiffed>;
 export type DiffCounts = z.infer<typeof diffCounts>;
 export type DatabaseDiff = z.infer<typeof databaseDiff>;
 export type DiffEvidence = z.infer<typeof diffEvidence>;

@@ -1035,6 +1035,13 @@ export type GetV1EnvsByIdDiffResponse = {
     diff_omitted?: "binary" | "too_large" | "budget" | "changed_while_read";
   }>;
   truncated: boolean;
+  not_diffed?: Array<{
+    volume: string;
+    path: string;
+    path_base64?: string;
+    why: "depth" | "entries" | "time";
+  }>;
+  not_diffed_count?: number;
   bounds: {
     max_entries: number;
     max_text_bytes: number;

@@ -489,6 +489,13 @@ class GetV1EnvsByIdDiffResponseEntriesItem(TypedDict):
     diff_omitted: NotRequired[Literal["binary", "too_large", "budget", "changed_while_read"]]
 
 
+class GetV1EnvsByIdDiffResponseNotDiffedItem(TypedDict):
+    volume: str
+    path: str
+    path_base64: NotRequired[str]
+    why: Literal["depth", "entries", "time"]
+
+
 class GetV1EnvsByIdDiffResponseBounds(TypedDict):
     max_entries: int
     max_text_bytes: int
@@ -520,6 +527,8 @@ class GetV1EnvsByIdDiffResponse(TypedDict):
     summary: GetV1EnvsByIdDiffResponseSummary
     entries: list[GetV1EnvsByIdDiffResponseEntriesItem]
     truncated: bool
+    not_diffed: NotRequired[list[GetV1EnvsByIdDiffResponseNotDiffedItem]]
+    not_diffed_count: NotRequired[int]
     bounds: GetV1EnvsByIdDiffResponseBounds
     databases: list[GetV1EnvsByIdDiffResponseDatabasesItem]
     ms: float

@@ -35,6 +35,8 @@ test("one line per change, its text diff indented, the rows per table, and what 
       },
     ],
     truncated: true,
+    not_diffed: [{ volume: "home", path: "blind/d/d/\\x1b", why: "depth" }],
+    not_diffed_count: 3,
     bounds: { max_entries: 2, max_text_bytes: 65536, max_diff_bytes: 1048576, max_compare_bytes: 1 },
     databases: [
       {
@@ -59,6 +61,8 @@ test("one line per change, its text diff indented, the rows per table, and what 
       "     +\\u{1b}[31mred",
       "M  home/run.sh  mode 0644 → 0755",
       "… 1 more changes counted, not listed (the bound is 2: --max-entries)",
+      "?  home/blind/d/d/\\x1b/  not diffed: nested past the depth bound",
+      "… 2 more subtrees not diffed, not listed",
       "db (postgres postgres, approximate): public.orders +7 ~3 -5",
       "",
     ].join("\n"),

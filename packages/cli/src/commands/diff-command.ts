@@ -58,6 +58,16 @@ export function formatDiff(d: DiffEvidence, options: { patch: boolean }): string
     out.push(
       `… ${s.created + s.deleted + s.modified - d.entries.length} more changes counted, not listed (the bound is ${d.bounds.max_entries}: --max-entries)`,
     );
+  // What the walk left out (past its depth, the names it walks, or its time): never silently.
+  const WHY = {
+    depth: "nested past the depth bound",
+    entries: "past the names the diff walks",
+    time: "past the diff's time",
+  };
+  for (const n of d.not_diffed ?? [])
+    out.push(`?  ${n.volume}/${printable(n.path)}/  not diffed: ${WHY[n.why]}`);
+  const unlisted = (d.not_diffed_count ?? 0) - (d.not_diffed?.length ?? 0);
+  if (unlisted > 0) out.push(`… ${unlisted} more subtrees not diffed, not listed`);
   for (const db of d.databases) {
     if (db.error) {
       out.push(`${db.service} (${db.engine}): not asked: ${db.error}`);

@@ -125,3 +125,23 @@ test("public and private addresses, IPv4, IPv6 and IPv4 carried in IPv6", () => 
   ])
     assert.equal(isPublicAddress(a), false, a);
 });
+
+test("the server's own sockets (its database's) connect from within a team's scope", async () => {
+  const { serversOwnSocket } = await import("./outbound-guard.ts");
+  const [host, port] = internalHost.split(":") as [string, string];
+  const connected = await onTeamsBehalf(
+    new FetchPolicy([]),
+    "a provider",
+    () =>
+      new Promise<string>((resolve) => {
+        const s = serversOwnSocket();
+        s.once("connect", () => {
+          s.destroy();
+          resolve("connected");
+        });
+        s.once("error", (err) => resolve(err.message));
+        s.connect(Number(port), host);
+      }),
+  );
+  assert.equal(connected, "connected");
+});

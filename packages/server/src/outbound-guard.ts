@@ -104,6 +104,18 @@ interface Scope {
 
 const scope = new AsyncLocalStorage<Scope>();
 let installed = false;
+/** Sockets the server opens for itself (its database), whatever scope asks for them. */
+const OWN = Symbol("denv.servers-own-socket");
+
+/**
+ * A socket of the server's own, never held to a team's policy: the database's connections, which a
+ * query made while working for a team (a hosted target's records) may open from within its scope.
+ */
+export function serversOwnSocket(): Socket {
+  const s = new Socket();
+  (s as unknown as Record<symbol, boolean>)[OWN] = true;
+  return s;
+}
 
 /**
  * Runs `fn` (and everything it starts) on a team's behalf: each connection it opens is held to the
@@ -216,7 +228,7 @@ function install(): void {
   const original = Socket.prototype.connect as (...args: unknown[]) => Socket;
   Socket.prototype.connect = function connect(this: Socket, ...args: unknown[]): Socket {
     const s = scope.getStore();
-    if (!s) return original.apply(this, args);
+    if (!s || (this as unknown as Record<symbol, boolean>)[OWN]) return original.apply(this, args);
     // net.connect hands over [options, callback] already normalized; a direct call gives them as is.
     const [first, second, third] = Array.isArray(args[0]) ? (args[0] as unknown[]) : args;
     let options: Record<string, unknown>;

@@ -5,6 +5,7 @@
 import { chmodSync, closeSync, existsSync, mkdirSync, openSync } from "node:fs";
 import { join } from "node:path";
 import { type Dialect, Kysely, Migrator, PostgresDialect, SqliteDialect } from "kysely";
+import { serversOwnSocket } from "../outbound-guard.ts";
 import { migrationProvider } from "./migrations.ts";
 import { openNodeSqlite } from "./node-sqlite-database.ts";
 import type { Database } from "./schema.ts";
@@ -26,7 +27,11 @@ export async function openStore(options: StoreOptions | string): Promise<Store> 
       throw new Error("the database URL must start with postgres://");
     // pg is loaded by servers on PostgreSQL only.
     const { default: pg } = await import("pg");
-    dialect = new PostgresDialect({ pool: new pg.Pool({ connectionString: o.databaseUrl, max: 10 }) });
+    // Its connections are the server's own: opened from within a team's outbound scope (a hosted
+    // target's records), they are not held to the fetch policy (outbound-guard.ts).
+    dialect = new PostgresDialect({
+      pool: new pg.Pool({ connectionString: o.databaseUrl, max: 10, stream: serversOwnSocket }),
+    });
   } else {
     // The store holds hashes of every key, sealed secrets and every team's records: only the
     // server's user reads it (the directory 0700, the database and its WAL files 0600, which SQLite

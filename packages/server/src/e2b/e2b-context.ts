@@ -116,6 +116,15 @@ export function e2bContext(options: E2bGatewayOptions): E2bContext {
       .where("environment_id", "=", envIdOf(id))
       .executeTakeFirst();
   };
+  /** A call counted against the rate limit of the key it acts as. */
+  const takeTurn = (keyId: string) => {
+    const turn = limiter.take(keyId);
+    if (!turn.ok)
+      throw new ConnectError(
+        "resource_exhausted",
+        `this key is over its rate limit; retry in ${turn.retryAfterMs} ms`,
+      );
+  };
   const wrongToken = () =>
     new ConnectError("unauthenticated", "the sandbox's access token (X-Access-Token) is missing or wrong");
   /** The key a token was made for, if it was made for this sandbox, and that key is still its team's. */
@@ -132,12 +141,7 @@ export function e2bContext(options: E2bGatewayOptions): E2bContext {
       .executeTakeFirst();
     if (!key || key.team_id !== s.team_id)
       throw new ConnectError("unauthenticated", "the key this access token was made for is no longer valid");
-    const turn = limiter.take(key.id);
-    if (!turn.ok)
-      throw new ConnectError(
-        "resource_exhausted",
-        `this key is over its rate limit; retry in ${turn.retryAfterMs} ms`,
-      );
+    takeTurn(key.id);
     return { id: key.id, team_id: key.team_id, role: key.role as Role };
   };
   const held = (caller: E2bCaller, needs: Need) => {
@@ -206,12 +210,7 @@ export function e2bContext(options: E2bGatewayOptions): E2bContext {
       if (expiration !== undefined && Number(expiration) * 1000 < nowMs())
         throw new ConnectError("unauthenticated", "the signed URL has expired");
       const caller = { id: key.id, team_id: key.team_id, role: key.role as Role };
-      const turn = limiter.take(key.id);
-      if (!turn.ok)
-        throw new ConnectError(
-          "resource_exhausted",
-          `this key is over its rate limit; retry in ${turn.retryAfterMs} ms`,
-        );
+      takeTurn(key.id);
       held(caller, needs);
       // The user is the one signed, and only that: a header never names it for a signed URL.
       return { s: notPaused(s), caller, signedUser: user === "" ? "" : checkedUser(user) };

@@ -146,9 +146,14 @@ after(async () => {
 
 test("a delivery for no connected App is answered from its headers, before any of its body is sent", async () => {
   const { socket, answer } = await open(deliveryHead("999999", 24_000_000));
-  for (let i = 0; !answer().includes("\r\n\r\n"); i++) {
-    assert.ok(i < 1000, "no answer without a body");
-    await new Promise((r) => setTimeout(r, 10));
+  // Waited on by what the socket does (an answer, or its end), not by a clock.
+  while (!answer().includes("\r\n\r\n")) {
+    assert.ok(!socket.destroyed && !socket.readableEnded, `the connection ended with no answer: ${answer()}`);
+    await new Promise((r) => {
+      socket.once("data", r);
+      socket.once("end", r);
+      socket.once("close", r);
+    });
   }
   assert.match(answer(), /^HTTP\/1.1 404/);
   assert.match(answer(), /connection: close/i);
@@ -179,7 +184,12 @@ test("40 slow deliveries of 22 MiB for a connected App (lengths declared, and ch
       for (const c of refused) {
         if (c.answer()) assert.match(c.answer(), /^HTTP\/1.1 503[\s\S]*retry-after: 1/i, what);
       }
-      assert.ok(refused.filter((c) => c.answer()).length >= 20, `the refusals were said: ${what}`);
+      // (A refused sender still sending may see its connection end before it reads the answer:
+      // how many do depends on the machine's pace, so only that some were said is asserted.)
+      assert.ok(
+        refused.some((c) => c.answer()),
+        `the refusals were said: ${what}`,
+      );
       t.diagnostic(`${chunked ? "chunked" : "declared"}: ${refused.length} refused, ${held.length} held`);
       for (const c of crowd) c.socket.destroy();
     }

@@ -137,7 +137,7 @@ test("four clients that never read (envd process, exec stream, file GET, port UR
   });
   void service.arrayBuffer().catch(() => {});
   for (let i = 0; (await sh(LISTENING)).stdout !== "up\n"; i++) {
-    assert.ok(i < 600, "the endless service never listened");
+    assert.ok(i < 3000, "the endless service never listened (5 minutes)");
     await new Promise((r) => setTimeout(r, 100));
   }
   const port = await lab.api("POST", `/v1/envs/${envId}/ports/8000`, {});
@@ -238,7 +238,7 @@ test("four clients that never read (envd process, exec stream, file GET, port UR
     (await sh("pgrep -f 'count-(exec|envd)' >/dev/null && echo running || echo gone")).stdout !== "gone\n";
     i++
   ) {
-    assert.ok(i < 100, "the unread commands were not killed");
+    assert.ok(i < 3000, "the unread commands were not killed (5 minutes)");
     await new Promise((r) => setTimeout(r, 100));
   }
   // And the server still answers, as does the environment.

@@ -34,8 +34,9 @@ import { insertVersion } from "../store/version-store.ts";
 import { type HostConnections, openHostConnections } from "../targets/denvd/host-connections.ts";
 import { type DoubleHandlers, HostDouble } from "../testing/host-double.ts";
 import { needOfMethod } from "./access-rules.ts";
-import { JSON_LIMIT_BYTES } from "./api-route.ts";
+import { type ApiRoute, JSON_LIMIT_BYTES } from "./api-route.ts";
 import { API_ROUTES } from "./api-routes.ts";
+import { errorSchema } from "./api-schemas.ts";
 
 const hex = (n: number) => n.toString(16).padStart(12, "0");
 let counter = 0;
@@ -185,6 +186,43 @@ const a = {
   memberKey: "",
 };
 
+const REFUSALS_IN_ANSWER_SHAPE = new Set(["post /v1/github/webhook"]);
+
+/** Routes whose JSON answers were checked against their schemas, successes and refusals apart. */
+const fitted = { answers: new Set<string>(), errors: new Set<string>() };
+
+/**
+ * An answer is what its route's schema (the one the OpenAPI document is generated from) says: a
+ * success parses with `response` and an error with the one error shape, and parsing drops nothing
+ * (zod strips keys a schema does not name, so a field the document does not list is caught here).
+ */
+function assertAnswerFits(r: ApiRoute, status: number, type: string, text: string): void {
+  const where = `${r.method} ${r.path} (${status})`;
+  const kind = r.responseType ?? "json";
+  // A route that answers in another protocol's terms (MCP's JSON-RPC, a port's own service) is
+  // that protocol's; GitHub's webhook says its own refusals (a payload naming no repository) in
+  // its answer's shape, and the server's (a key, a limit) in the one error shape.
+  const schemas =
+    kind === "any" || status === 204
+      ? []
+      : status >= 400
+        ? [
+            errorSchema,
+            ...(REFUSALS_IN_ANSWER_SHAPE.has(`${r.method} ${r.path}`) && r.response ? [r.response] : []),
+          ]
+        : kind === "json" && r.response
+          ? [r.response]
+          : [];
+  if (schemas.length === 0) return;
+  assert.match(type, /application\/json/, `${where}: a JSON answer, not ${type}: ${text.slice(0, 200)}`);
+  const answer = JSON.parse(text) as unknown;
+  const parsed = schemas.map((x) => x.safeParse(answer));
+  const fit = parsed.find((x) => x.success);
+  assert.ok(fit, `${where} does not fit its schema: ${parsed[0]?.error?.message}\n${text.slice(0, 400)}`);
+  assert.deepEqual(fit.data, answer, `${where} carries fields its schema does not name`);
+  (status >= 400 ? fitted.errors : fitted.answers).add(`${r.method} ${r.path}`);
+}
+
 async function call(
   method: string,
   path: string,
@@ -193,6 +231,8 @@ async function call(
     body?: string | Buffer;
     type?: string;
     headers?: Record<string, string>;
+    /** The route asked: its answer is checked against its schema. */
+    route?: ApiRoute;
   } = {},
 ): Promise<{ status: number; text: string; json: () => { error?: { code: string } } }> {
   const headers: Record<string, string> = { ...options.headers };
@@ -200,6 +240,7 @@ async function call(
   if (options.body !== undefined) headers["content-type"] = options.type ?? "application/json";
   const res = await app.request(path, { method, headers, body: options.body as string | undefined });
   const text = await res.text();
+  if (options.route) assertAnswerFits(options.route, res.status, res.headers.get("content-type") ?? "", text);
   return { status: res.status, text, json: () => JSON.parse(text) };
 }
 
@@ -678,6 +719,7 @@ test("no key and a bad key: 401 on every keyed route, before anything is read or
     const c = CASES[keyOf(r)] as Case;
     for (const key of [null, "dk_not_a_key"]) {
       const res = await call(r.method.toUpperCase(), c.path() + (c.query ?? ""), {
+        route: r,
         key,
         body: bodyOf(c),
         type: typeOf(c),
@@ -694,6 +736,7 @@ test("another team's key: its objects are 404, its lists hold none of ours, and 
   for (const r of API_ROUTES.filter((x) => x.auth)) {
     const c = CASES[keyOf(r)] as Case;
     const res = await call(r.method.toUpperCase(), c.path() + (c.query ?? ""), {
+      route: r,
       key: keyB,
       body: bodyOf(c),
       type: typeOf(c),
@@ -721,6 +764,7 @@ test("a read-only key is refused every route that changes, and a member every ad
     ] as const) {
       if (!refused) continue;
       const res = await call(r.method.toUpperCase(), c.path() + (c.query ?? ""), {
+        route: r,
         key,
         body: bodyOf(c),
         type: typeOf(c),
@@ -738,7 +782,7 @@ test("a malformed body: 400 invalid_argument saying where, on every route that t
     const c = CASES[keyOf(r)] as Case;
     const key = r.auth ? keyA : null;
     for (const body of ["{", '{"__bogus": 1}', "[]"]) {
-      const res = await call(r.method.toUpperCase(), c.path(), { key, body });
+      const res = await call(r.method.toUpperCase(), c.path(), { key, body, route: r });
       assert.equal(res.status, 400, `${keyOf(r)} with ${body}: ${res.text}`);
       assert.equal(res.json().error?.code, "invalid_argument");
     }
@@ -775,6 +819,7 @@ test("an oversize body: 413 on every route that takes a body, whatever its limit
     for (const declared of [false, true]) {
       if (!declared && !r.auth && r.path === "/v1/github/webhook") continue;
       const res = await call(r.method.toUpperCase(), c.path() + (c.query ?? ""), {
+        route: r,
         key: r.auth ? keyA : null,
         body: Buffer.alloc(limit + 1, 0x20),
         type: typeOf(c),
@@ -790,6 +835,7 @@ test("an unknown id: 404 on every route that names an object", async () => {
   for (const r of API_ROUTES.filter((x) => /\{(id|name|file|token)\}/.test(x.path))) {
     const c = CASES[keyOf(r)] as Case;
     const res = await call(r.method.toUpperCase(), unknownPath(r, c) + (c.query ?? ""), {
+      route: r,
       key: r.auth ? keyA : null,
       body: bodyOf(c),
       type: typeOf(c),
@@ -803,6 +849,7 @@ test("and with the right key and body each route does its work, through the host
   for (const r of API_ROUTES) {
     const c = CASES[keyOf(r)] as Case;
     const res = await call(r.method.toUpperCase(), c.path() + (c.query ?? ""), {
+      route: r,
       key: r.auth ? keyA : null,
       body: bodyOf(c),
       type: typeOf(c),
@@ -825,6 +872,26 @@ test("and with the right key and body each route does its work, through the host
   for (const m of ["verify_stop", "verify_collect", "verify_grade", "resume"])
     assert.ok(methods.has(m as never), `verify asked the host to ${m}`);
   assert.ok(methods.has("digest_volumes"), "a replay asked the host to digest_volumes");
+});
+
+test("every JSON answer the matrix got fits its route's schema: each route's success and refusals were checked", () => {
+  const json = (r: ApiRoute) => (r.responseType ?? "json") === "json";
+  const succeeding = API_ROUTES.filter(
+    (r) => json(r) && r.response && (CASES[keyOf(r)]?.status ?? 500) < 400,
+  );
+  assert.ok(succeeding.length >= 70, `${succeeding.length} routes answer JSON with a schema`);
+  assert.deepEqual(
+    succeeding.map(keyOf).filter((k) => !fitted.answers.has(k)),
+    [],
+    "routes whose success was never checked",
+  );
+  assert.deepEqual(
+    API_ROUTES.filter((r) => r.responseType !== "any" && r.auth)
+      .map(keyOf)
+      .filter((k) => !fitted.errors.has(k)),
+    [],
+    "keyed routes whose refusals were never checked",
+  );
 });
 
 test("exec's stream form: its answer is multiplexed frames; a malformed first line is refused", async () => {

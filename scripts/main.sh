@@ -5,6 +5,8 @@
 # snapshot mid-episode and fork from it, a scripted agent answer, rollback, and the phase log.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# One run at a time: a second waits for the first (the engine, the registry and the ports are shared).
+DENV_LOCK=run source "$ROOT/scripts/run-lock.sh"
 cd "$ROOT"
 # Only what the journey uses: the tests' images and packages are the test command's.
 bash scripts/prepare.sh main

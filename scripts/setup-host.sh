@@ -28,6 +28,8 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "run as root (it installs packages and starts dockerd)"
+# Two set-ups at once would push the same image twice (the registry refuses the second: 500).
+DENV_LOCK=setup source "$ROOT/scripts/run-lock.sh"
 mkdir -p "$STATE"
 
 # --- 1. packages -------------------------------------------------------------------------------

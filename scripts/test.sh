@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The README's test command: prepares the machine (Node 24, dependencies, Python 3, Docker engine,
 # images, registry, a browser), then type-checks, lints and runs every test: Node's (unit and end-to-end, on
-# the real engine), and Python's (the package's unit tests and the Inspect, Harbor and OpenEnv
-# conformance suites against a live denv) beside Node's heavy run. Both always run (Node's only once
-# the type-check and lint pass); the exit code says whether all passed.
+# the real engine) and, beside them, Python's (the package's unit tests and the Inspect, Harbor and
+# OpenEnv conformance suites against a live denv). Both always run once the type-check and lint
+# pass; the exit code says whether all passed.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# One run at a time: a second waits for the first (the engine, the registry and the ports are shared).
+DENV_LOCK=run source "$ROOT/scripts/run-lock.sh"
 cd "$ROOT"
 bash scripts/prepare.sh
 # denvd as one executable per architecture, which the installer tests serve through /install.sh;
@@ -17,14 +19,20 @@ source scripts/ensure-node.sh
 rc=0
 checked=0
 npm run typecheck && npm run lint && checked=1 || rc=1
-[ "$checked" = 1 ] && { bash scripts/node-tests.sh main lab || rc=$?; }
-# The heavy run (10 GiB each way: the disk and a core) and Python's suites (API calls that mostly
-# wait on containers) side by side: ~4 minutes less than one after the other. Python's lines are
-# kept aside and printed whole after the heavy run's, so neither report is cut into the other.
+# Python's suites (API calls that mostly wait on containers, against a live denv of their own)
+# beside Node's; their lines are kept aside and printed whole after Node's report.
 py_log=$(mktemp)
-DENV_NODE=$(command -v node) /usr/bin/python3 python/tests/run.py >"$py_log" 2>&1 &
+(
+  py_start=$(date +%s)
+  DENV_NODE=$(command -v node) /usr/bin/python3 python/tests/run.py >"$py_log" 2>&1
+  py_rc=$?
+  [ -n "${DENV_TEST_TIMES:-}" ] && echo "$(($(date +%s) - py_start)) python/tests/run.py" >>"$DENV_TEST_TIMES"
+  exit "$py_rc"
+) &
 py=$!
-[ "$checked" = 1 ] && { bash scripts/node-tests.sh heavy || rc=$?; }
+# Node's tiers (test/harness/run-suite.ts): unit and end-to-end files longest first, several at
+# once, with the lab and heavy runs one at a time beside them.
+[ "$checked" = 1 ] && { node test/harness/run-suite.ts || rc=$?; }
 wait "$py" || rc=1
 cat "$py_log"
 rm -f "$py_log"

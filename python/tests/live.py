@@ -1,5 +1,5 @@
 """The live denv every conformance suite runs against: one server and one denvd (real engine, real
-btrfs pool), started once per test process by test/live-denv.ts and stopped at exit."""
+btrfs pool), started once per test process by test/harness/live-denv.ts and stopped at exit."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def live() -> dict[str, str]:
     with _lock:
         if _live is None:
             _proc = subprocess.Popen(
-                [os.environ.get("DENV_NODE", "node"), str(ROOT / "test" / "live-denv.ts")],
+                [os.environ.get("DENV_NODE", "node"), str(ROOT / "test" / "harness" / "live-denv.ts")],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 cwd=ROOT,
@@ -40,7 +40,7 @@ def live() -> dict[str, str]:
             assert _proc.stdout is not None
             line = _proc.stdout.readline()
             if not line:
-                raise RuntimeError(f"test/live-denv.ts exited ({_proc.wait()}) before it was ready")
+                raise RuntimeError(f"test/harness/live-denv.ts exited ({_proc.wait()}) before it was ready")
             _live = json.loads(line)
             os.environ["DENV_SERVER"] = _live["server"]
             os.environ["DENV_API_KEY"] = _live["api_key"]

@@ -6,7 +6,8 @@
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { type Lab, openLab } from "../security/security-lab.ts";
+import { type Lab, openLab } from "../harness/lab.ts";
+import { elapse } from "../harness/wait-for.ts";
 
 let lab: Lab;
 
@@ -63,7 +64,7 @@ test("500 concurrent creates: each created or cleanly refused, the host still an
       assert.ok(h.queued.length <= h.queue_limit, JSON.stringify(h));
       const hosts = await lab.api("GET", "/v1/hosts");
       if (hosts.status === 200 && hosts.data.hosts[0].connected) seen.hostsOk++;
-      await new Promise((r) => setTimeout(r, 200));
+      await elapse(200, "the host's admission is sampled at intervals while the creates run");
     }
   })();
   const t0 = performance.now();

@@ -6,67 +6,37 @@
  * fails the operation with host_unavailable within the host wait, instead of leaving it hanging.
  */
 import assert from "node:assert/strict";
-import { randomBytes } from "node:crypto";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { joinServer, Sidecar } from "@denv/denvd";
-import { type RunningServer, startServer } from "@denv/server";
-import { LOCAL_REGISTRY, openTestHost, repoRoot, type TestHost } from "./denvd-helpers.ts";
+import { type Lab, openLab } from "../harness/lab.ts";
+import { repoRoot } from "../harness/test-host.ts";
+import { waitFor } from "../harness/wait-for.ts";
 
-const key = `dk_${randomBytes(12).toString("hex")}`;
-const dataDir = mkdtempSync(join(tmpdir(), "denv-deadline-"));
 const compose = readFileSync(join(repoRoot, "examples/ops-world/docker-compose.yaml"), "utf8");
-let server: RunningServer;
-let host: TestHost;
-let sidecar: Sidecar;
-let hostSecret = "";
+let lab: Lab;
 
 async function api(method: string, path: string, body?: unknown) {
   const t = performance.now();
-  const res = await fetch(`${server.url}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${key}`, ...(body ? { "content-type": "application/json" } : {}) },
-    body: body ? JSON.stringify(body) : undefined,
-  });
-  return { status: res.status, data: (await res.json()) as any, ms: performance.now() - t };
+  const res = await lab.api(method, path, body);
+  return { ...res, ms: performance.now() - t };
 }
 
-async function verdictOf(id: string, timeoutMs = 120_000): Promise<any> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
+function verdictOf(id: string): Promise<any> {
+  return waitFor(`deployment ${id}'s verdict`, async () => {
     const d = (await api("GET", `/v1/deployments/${id}`)).data;
-    if (d.status !== "running" && d.status !== "queued") return d;
-    if (Date.now() > deadline) throw new Error(`deployment ${id} still ${d.status}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
+    return d.status !== "running" && d.status !== "queued" ? d : undefined;
+  });
 }
 
 before(async () => {
-  host = await openTestHost({ egressProbeTarget: null });
-  server = await startServer({
-    dataDir,
-    adminKey: key,
-    port: 0,
-    fetchAllow: LOCAL_REGISTRY,
-    answerWithinMs: 400,
-    hostWaitMs: 1500,
-  });
-  const token = (await api("POST", "/v1/hosts/join-token")).data.token;
-  hostSecret = (await joinServer(server.url, token, "deadline-host")).secret;
-  sidecar = new Sidecar({ serverUrl: server.url, secret: hostSecret, denvd: host.denvd });
-  sidecar.start();
-  await sidecar.ready;
+  lab = await openLab({ answerWithinMs: 400, hostWaitMs: 1500, teamHost: { egressProbeTarget: null } });
   await api("POST", "/v1/projects", { name: "ops-world", kind: "rl-environment", source: "./ops-world" });
   await api("PUT", "/v1/projects/ops-world/source", { compose });
 });
 
 after(async () => {
-  await sidecar?.stop().catch(() => {});
-  await server?.close().catch(() => {});
-  await host?.close();
-  rmSync(dataDir, { recursive: true, force: true });
+  await lab?.close();
 });
 
 test("a deploy that outlasts the answer deadline is answered timeout with its deployment, which goes on to succeed", async () => {
@@ -101,7 +71,7 @@ test("?wait=false answers at once with the running deployment; without it, the v
 });
 
 test("with its host gone, a snapshot fails host_unavailable within the host wait instead of hanging", async () => {
-  await sidecar.stop();
+  await lab.stopSidecar();
   const r = await api("POST", "/v1/envs/alpha/snapshot?wait=false");
   const d = await verdictOf(r.data.id);
   assert.equal(d.status, "failed");
@@ -109,7 +79,5 @@ test("with its host gone, a snapshot fails host_unavailable within the host wait
   // host_unavailable is the host wait's answer; a hang would have ended at the operation's own
   // deadline (5 minutes) as timeout.
   assert.equal(d.phases.find((p: any) => p.name === "snapshot").evidence.code, "host_unavailable");
-  sidecar = new Sidecar({ serverUrl: server.url, secret: hostSecret, denvd: host.denvd });
-  sidecar.start();
-  await sidecar.ready;
+  await lab.restartSidecar();
 });

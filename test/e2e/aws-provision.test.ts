@@ -15,8 +15,8 @@ import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { joinServer, Sidecar } from "@denv/denvd";
 import { type RunningServer, startServer } from "@denv/server";
-import { LOCAL_REGISTRY, openTestHost, repoRoot, type TestHost } from "./denvd-helpers.ts";
-import { Ec2Double, type Ec2Instance } from "./ec2-double.ts";
+import { Ec2Double, type Ec2Instance } from "../doubles/ec2-double.ts";
+import { LOCAL_REGISTRY, openTestHost, repoRoot, type TestHost } from "../harness/test-host.ts";
 import { opsWorldCompose } from "./process-world.ts";
 
 const KEY = "AKIATESTKEY000000001";

@@ -20,11 +20,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import tar from "tar-stream";
-import { type Lab, openLab } from "../security/security-lab.ts";
-import { cliRunner } from "./cli-runner.ts";
-import { LOCAL_REGISTRY } from "./denvd-helpers.ts";
-import { removeBuiltImages } from "./engine-helpers.ts";
-import { type GitHttpServer, startGitHttpServer } from "./git-http-server.ts";
+import { type GitHttpServer, startGitHttpServer } from "../doubles/git-http-server.ts";
+import { cliRunner } from "../harness/cli-runner.ts";
+import { removeBuiltImages } from "../harness/engine.ts";
+import { type Lab, openLab } from "../harness/lab.ts";
+import { LOCAL_REGISTRY } from "../harness/test-host.ts";
+import { waitFor } from "../harness/wait-for.ts";
 
 let lab: Lab;
 const work = mkdtempSync(join(tmpdir(), "denv-compose-files-"));
@@ -383,12 +384,10 @@ test("the API refuses bind mount sources that are not normalised project paths o
 async function deployed(project: string) {
   const started = await lab.api("POST", `/v1/projects/${project}/deploy`, { env: "alpha" });
   assert.equal(started.status, 202, JSON.stringify(started.data));
-  let d = started.data;
-  while (d.status === "running" || d.status === "queued") {
-    await new Promise((r) => setTimeout(r, 200));
-    d = (await lab.api("GET", `/v1/deployments/${started.data.id}`)).data;
-  }
-  return d;
+  return waitFor(`deployment ${started.data.id}'s verdict`, async () => {
+    const d = (await lab.api("GET", `/v1/deployments/${started.data.id}`)).data;
+    return d.status === "running" || d.status === "queued" ? undefined : d;
+  });
 }
 
 const phaseOf = (d: { phases: { name: string }[] }, name: string) =>

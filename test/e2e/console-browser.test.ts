@@ -24,8 +24,8 @@ import {
   type Page,
   type Request,
 } from "playwright-core";
-import { type DaytonaDouble, startDaytonaDouble } from "./daytona-double.ts";
-import { LOCAL_REGISTRY, openTestHost, repoRoot, type TestHost } from "./denvd-helpers.ts";
+import { type DaytonaDouble, startDaytonaDouble } from "../doubles/daytona-double.ts";
+import { LOCAL_REGISTRY, openTestHost, repoRoot, type TestHost } from "../harness/test-host.ts";
 
 const CHROMIUM = process.env.DENV_CHROMIUM ?? "/usr/bin/chromium";
 const SHOTS = process.env.DENV_CONSOLE_SCREENSHOTS;

@@ -15,8 +15,9 @@ import { joinServer, Sidecar } from "@denv/denvd";
 import { DenvClient } from "@denv/sdk";
 import { ROUTES, type RunningServer, startServer } from "@denv/server";
 import tar from "tar-stream";
-import { LOCAL_REGISTRY, openTestHost, repoRoot, type TestHost } from "./denvd-helpers.ts";
-import { type GitHttpServer, startGitHttpServer } from "./git-http-server.ts";
+import { type GitHttpServer, startGitHttpServer } from "../doubles/git-http-server.ts";
+import { LOCAL_REGISTRY, openTestHost, repoRoot, type TestHost } from "../harness/test-host.ts";
+import { waitFor } from "../harness/wait-for.ts";
 
 let server: RunningServer;
 let host: TestHost;
@@ -425,12 +426,11 @@ describe("sandbox API", () => {
     const stored = await server.store.selectFrom("port_urls").select("token_hash").execute();
     assert.ok(stored.every((r) => /^[0-9a-f]{64}$/.test(r.token_hash) && !url.includes(r.token_hash)));
     // HTTP, with no API key: the URL is the credential. Bodies go both ways.
-    let health: Response | undefined;
-    for (let i = 0; i < 40 && health?.status !== 200; i++) {
-      health = await fetch(`${url}/health`);
-      if (health.status !== 200) await new Promise((r) => setTimeout(r, 250));
-    }
-    assert.deepEqual(await health?.json(), { status: "healthy" });
+    const health = await waitFor("the service to answer /health through its URL", async () => {
+      const h = await fetch(`${url}/health`);
+      return h.status === 200 ? h : undefined;
+    });
+    assert.deepEqual(await health.json(), { status: "healthy" });
     const step = await fetch(`${url}/step?x=1`, {
       method: "POST",
       headers: { "content-type": "application/json" },
@@ -462,7 +462,7 @@ describe("sandbox API", () => {
     ws.send(JSON.stringify({ type: "reset", data: { episode_id: "e1" } }));
     ws.send(JSON.stringify({ type: "step", data: { message: "hi" } }));
     ws.send(JSON.stringify({ type: "state" }));
-    for (let i = 0; i < 100 && replies.length < 3; i++) await new Promise((r) => setTimeout(r, 50));
+    await waitFor("three replies on the WebSocket", () => replies.length >= 3);
     ws.close();
     assert.equal(replies[1].data.observation.echoed, "hi");
     assert.deepEqual(replies[2], { type: "state", data: { episode_id: "e1", step_count: 1 } });

@@ -8,12 +8,12 @@
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { type Lab, openLab } from "../security/security-lab.ts";
-import { cliRunner } from "./cli-runner.ts";
-import { type DaytonaDouble, startDaytonaDouble } from "./daytona-double.ts";
-import { LOCAL_REGISTRY } from "./denvd-helpers.ts";
-import { streamedOutput } from "./stream-proof.ts";
-import { filesOf, tarOf } from "./tar-files.ts";
+import { type DaytonaDouble, startDaytonaDouble } from "../doubles/daytona-double.ts";
+import { cliRunner } from "../harness/cli-runner.ts";
+import { type Lab, openLab } from "../harness/lab.ts";
+import { streamedOutput } from "../harness/stream-proof.ts";
+import { filesOf, tarOf } from "../harness/tar-files.ts";
+import { LOCAL_REGISTRY } from "../harness/test-host.ts";
 
 const IMAGE = "127.0.0.1:5000/denv/opsbox:bookworm";
 let lab: Lab;

@@ -18,7 +18,7 @@ import {
   readHostState,
   type TestHost,
   writeHostStack,
-} from "./denvd-helpers.ts";
+} from "../harness/test-host.ts";
 
 let host: TestHost;
 let versionId: string;

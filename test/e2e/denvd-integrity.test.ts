@@ -8,7 +8,7 @@
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { deployStack, openTestHost, opsWorldSpec, type TestHost } from "./denvd-helpers.ts";
+import { deployStack, openTestHost, opsWorldSpec, type TestHost } from "../harness/test-host.ts";
 
 const SNAPSHOTS = 20;
 let host: TestHost;

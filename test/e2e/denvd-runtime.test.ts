@@ -16,7 +16,7 @@ import {
   opsWorldSpec,
   probeListener,
   type TestHost,
-} from "./denvd-helpers.ts";
+} from "../harness/test-host.ts";
 
 let host: TestHost;
 let listener: Awaited<ReturnType<typeof probeListener>>;

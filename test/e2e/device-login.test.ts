@@ -11,7 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { type RunningServer, startServer } from "@denv/server";
-import { repoRoot } from "./denvd-helpers.ts";
+import { repoRoot } from "../harness/test-host.ts";
 
 const BIN = join(repoRoot, "packages/cli/bin/denv.js");
 let server: RunningServer;

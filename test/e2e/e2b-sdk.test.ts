@@ -15,7 +15,8 @@ import { after, before, test } from "node:test";
 import { promisify } from "node:util";
 import { CommandExitError, Sandbox } from "e2b";
 import { Sandbox as Sandbox227 } from "e2b-2-27";
-import { deployOpsWorld, type Lab, openLab } from "../security/security-lab.ts";
+import { deployOpsWorld, type Lab, openLab } from "../harness/lab.ts";
+import { elapse, waitFor } from "../harness/wait-for.ts";
 
 const OPSBOX = "127.0.0.1:5000/denv/opsbox:bookworm";
 let lab: Lab;
@@ -62,8 +63,7 @@ test("commands: streamed output, a failing exit, envs, cwd and user; background 
       "echo line1; while [ ! -e /tmp/go ]; do sleep 0.1; done; echo line2; echo oops >&2",
       { background: true, onStdout: (d) => void chunks.push(d) },
     );
-    for (let i = 0; i < 600 && !chunks.join("").includes("line1"); i++)
-      await new Promise((r) => setTimeout(r, 100));
+    await waitFor("line1 to reach the caller", () => chunks.join("").includes("line1"));
     assert.equal(chunks.join(""), "line1\n");
     await sbx.files.write("/tmp/go", "");
     const r = await waiting.wait();
@@ -132,8 +132,7 @@ test("files: watchDir reports a file made, written and removed, until stopped", 
     });
     // Each step waits until its event is seen (the watch looks every 250 ms), however slow the machine.
     const seen = async (type: string) => {
-      for (let i = 0; i < 400 && !events.some((e) => e.name === "a.txt" && e.type === type); i++)
-        await new Promise((r) => setTimeout(r, 50));
+      await waitFor(`a.txt's ${type} event`, () => events.some((e) => e.name === "a.txt" && e.type === type));
       assert.ok(
         events.some((e) => e.name === "a.txt" && e.type === type),
         `${type}: ${JSON.stringify(events)}`,
@@ -149,7 +148,7 @@ test("files: watchDir reports a file made, written and removed, until stopped", 
     const count = events.length;
     await sbx.files.write("/tmp/w/b.txt", "after");
     // Stopped: however long we look, nothing more comes (a poll's worth and more).
-    await new Promise((r) => setTimeout(r, 1000));
+    await elapse(1000, "a stopped watch must send nothing, however long we look (four of its polls)");
     assert.equal(events.length, count);
   } finally {
     await sbx.kill();
@@ -223,12 +222,10 @@ test("pause and resume: the sandbox keeps its id and its volumes' files; a pause
 
 test("a sandbox's timeout kills it", async () => {
   const sbx = await Sandbox.create(OPSBOX, { timeoutMs: 1000 });
-  for (
-    let i = 0;
-    i < 600 && (await Sandbox.list().nextItems()).some((s) => s.sandboxId === sbx.sandboxId);
-    i++
-  )
-    await new Promise((r) => setTimeout(r, 100));
+  await waitFor(
+    "the sandbox to end at its timeout",
+    async () => !(await Sandbox.list().nextItems()).some((s) => s.sandboxId === sbx.sandboxId),
+  );
   assert.ok(!(await Sandbox.list().nextItems()).some((s) => s.sandboxId === sbx.sandboxId));
   await assert.rejects(sbx.commands.run("true"));
 });

@@ -11,9 +11,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { promisify } from "node:util";
-import { cliRunner } from "./cli-runner.ts";
-import { repoRoot } from "./denvd-helpers.ts";
-import { type E2bDouble, startE2bDouble } from "./e2b-double.ts";
+import { type E2bDouble, startE2bDouble } from "../doubles/e2b-double.ts";
+import { cliRunner } from "../harness/cli-runner.ts";
+import { repoRoot } from "../harness/test-host.ts";
+import { waitFor } from "../harness/wait-for.ts";
 
 const IMAGE = "127.0.0.1:5000/denv/opsbox:bookworm";
 let e2b: E2bDouble;
@@ -171,15 +172,13 @@ test("the connect-a-target lines against denv up: connect e2b, its row, a sandbo
   // Its command runs, as E2B's default user, not root.
   // Started in the background (the SDK's commands.run): on a busy machine it may show a moment
   // after the create answered, so the process list is read until it does.
-  let ps = { status: 0, data: {} as any };
-  for (let i = 0; i < 300; i++) {
-    ps = await api("POST", `/v1/envs/${made.id}/exec`, {
+  const ps = await waitFor("the background process to show", async () => {
+    const answer = await api("POST", `/v1/envs/${made.id}/exec`, {
       command:
         "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done | grep -c '^sleep infinity'; id -un",
     });
-    if (ps.status !== 200 || ps.data.stdout !== "0\nuser\n") break;
-    await new Promise((r) => setTimeout(r, 100));
-  }
+    return answer.status !== 200 || answer.data.stdout !== "0\nuser\n" ? answer : undefined;
+  });
   assert.equal(ps.status, 200, JSON.stringify(ps.data));
   assert.equal(ps.data.stdout, "1\nuser\n");
   // The CLI reaches it like any environment.

@@ -15,8 +15,8 @@ import { createInterface } from "node:readline";
 import { after, before, test } from "node:test";
 import { hostAddress, loopbackOnly, MIN_WAIT_MS, probeEgress } from "@denv/denvd";
 import Docker from "dockerode";
-import { dockerBridgeAddress } from "./denvd-helpers.ts";
-import { removeLabelled } from "./engine-helpers.ts";
+import { removeLabelled } from "../harness/engine.ts";
+import { dockerBridgeAddress } from "../harness/test-host.ts";
 
 const docker = new Docker();
 const labels = { "dev.denv.test": `probe-${randomBytes(3).toString("hex")}` };

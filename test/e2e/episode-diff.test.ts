@@ -7,20 +7,13 @@
  */
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { joinServer, Sidecar } from "@denv/denvd";
 import type { DiffEntry, DiffEvidence } from "@denv/protocol";
-import { type RunningServer, startServer } from "@denv/server";
-import { LOCAL_REGISTRY, openTestHost, repoRoot, type TestHost } from "./denvd-helpers.ts";
+import { type Lab, openLab } from "../harness/lab.ts";
+import { repoRoot } from "../harness/test-host.ts";
 
-const KEY = `dk_diff_${Date.now()}`;
-let server: RunningServer;
-let host: TestHost;
-let sidecar: Sidecar;
-let dataDir: string;
+let lab: Lab;
 let versionId: string;
 
 // ops-world as it is, with files of its own in the agent's home for the episode to change.
@@ -54,14 +47,7 @@ open(p + b"/leaf", "w").write("leaf")
 '`,
 ].join(" && ");
 
-async function api(method: string, path: string, body?: unknown) {
-  const res = await fetch(`${server.url}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${KEY}`, ...(body ? { "content-type": "application/json" } : {}) },
-    body: body ? JSON.stringify(body) : undefined,
-  });
-  return { status: res.status, data: (await res.json()) as any };
-}
+const api = (method: string, path: string, body?: unknown) => lab.api(method, path, body);
 
 async function fork(): Promise<string> {
   const sb = await api("POST", "/v1/sandboxes", { from_version: versionId });
@@ -88,14 +74,7 @@ const line = (e: DiffEntry) =>
   `${e.change} ${e.type} ${e.path}${e.changed ? ` [${e.changed.join(",")}]` : ""}`;
 
 before(async () => {
-  dataDir = await mkdtemp(join(tmpdir(), "denv-diff-"));
-  server = await startServer({ dataDir, adminKey: KEY, fetchAllow: LOCAL_REGISTRY });
-  host = await openTestHost({});
-  const token = (await api("POST", "/v1/hosts/join-token")).data.token;
-  const joined = await joinServer(server.url, token, "diff");
-  sidecar = new Sidecar({ serverUrl: server.url, secret: joined.secret, denvd: host.denvd });
-  sidecar.start();
-  await sidecar.ready;
+  lab = await openLab();
   const compose = readFileSync(join(repoRoot, "examples/ops-world/docker-compose.yaml"), "utf8").replace(
     '    - "psql -h db -U postgres -f /seed/orders.sql"',
     `    - "psql -h db -U postgres -f /seed/orders.sql"\n    - ${JSON.stringify(WARM)}`,
@@ -109,10 +88,7 @@ before(async () => {
 });
 
 after(async () => {
-  await sidecar?.stop();
-  await server?.close();
-  await host?.close();
-  await rm(dataDir, { recursive: true, force: true });
+  await lab?.close();
 });
 
 test("an episode's changes, each reported exactly; rows counted per table", async () => {
@@ -159,7 +135,7 @@ test("an episode's changes, each reported exactly; rows counted per table", asyn
   );
   // The diff made nothing on the host: no snapshot of its own is left behind.
   assert.deepEqual(
-    (await host.storage.listSnapshots()).filter((s) => s.includes("-diff-")),
+    (await lab.host.storage.listSnapshots()).filter((s) => s.includes("-diff-")),
     [],
   );
 });

@@ -17,8 +17,8 @@ import { promisify } from "node:util";
 import { parse as parseToml } from "smol-toml";
 import WebSocket from "ws";
 import { parse as parseYaml } from "yaml";
-import { type Lab, openLab } from "../security/security-lab.ts";
-import { cliRunner } from "./cli-runner.ts";
+import { cliRunner } from "../harness/cli-runner.ts";
+import { type Lab, openLab } from "../harness/lab.ts";
 import { runHarborTrial } from "./harbor-runner.ts";
 
 let lab: Lab;

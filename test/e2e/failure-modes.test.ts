@@ -11,7 +11,7 @@ import { existsSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import Docker from "dockerode";
-import { deployOpsWorld, type Lab, openLab } from "../security/security-lab.ts";
+import { deployOpsWorld, type Lab, openLab } from "../harness/lab.ts";
 
 let lab: Lab;
 const docker = new Docker();

@@ -12,48 +12,25 @@ import { execFileSync } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { joinServer, Sidecar } from "@denv/denvd";
-import { deployOpsWorld, type Lab, openLab } from "../security/security-lab.ts";
-import { openTestHost, type TestHost } from "./denvd-helpers.ts";
+import { deployOpsWorld, type Lab, type LabHost, openLab } from "../harness/lab.ts";
+import { waitFor } from "../harness/wait-for.ts";
 
 let lab: Lab;
 let version: string;
 /** ops-world's alpha, on the first host. */
 let alpha: string;
-interface Extra {
-  name: string;
-  id: string;
-  secret: string;
-  host: TestHost;
-  sidecar: Sidecar;
-}
-const extras: Extra[] = [];
-
-async function addHost(name: string): Promise<Extra> {
-  const host = await openTestHost({});
-  const token = (await lab.api("POST", "/v1/hosts/join-token")).data.token as string;
-  const joined = await joinServer(lab.server.url, token, name);
-  const sidecar = new Sidecar({ serverUrl: lab.server.url, secret: joined.secret, denvd: host.denvd });
-  sidecar.start();
-  await sidecar.ready;
-  const e = { name, id: joined.host_id, secret: joined.secret, host, sidecar };
-  extras.push(e);
-  return e;
-}
+/** host-b and host-c, joined by the harness (closed with the lab). */
+const extras: LabHost[] = [];
+type Extra = LabHost;
 
 before(async () => {
   lab = await openLab({ hostWatch: { lostAfterMs: 1500, everyMs: 200 }, replicaKeeper: { everyMs: 300 } });
   version = await deployOpsWorld(lab);
   alpha = (await lab.api("GET", "/v1/envs/ops-world%2Falpha")).data.id as string;
-  await addHost("host-b");
-  await addHost("host-c");
+  extras.push(await lab.addHost({ name: "host-b" }), await lab.addHost({ name: "host-c" }));
 });
 
 after(async () => {
-  for (const e of extras) {
-    await e.sidecar.stop().catch(() => {});
-    await e.host.close().catch(() => {});
-  }
   await lab?.close();
 });
 
@@ -67,11 +44,10 @@ const psql = async (env: string, sql: string) => {
 };
 
 async function statusBecomes(id: string, want: string): Promise<void> {
-  for (let i = 0; i < 600; i++) {
-    if ((await lab.api("GET", `/v1/envs/${id}`)).data.status === want) return;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  assert.fail(`environment ${id} never became ${want}`);
+  await waitFor(
+    `environment ${id} to become ${want}`,
+    async () => (await lab.api("GET", `/v1/envs/${id}`)).data.status === want,
+  );
 }
 
 const hostOf = async (env: string) => (await lab.api("GET", `/v1/envs/${env}`)).data.host_id as string;
@@ -95,7 +71,7 @@ test("a version replicated to another host, then incrementally; forks of it run 
   const listed = (await lab.api("GET", "/v1/versions")).data.versions.find(
     (v: { id: string }) => v.id === version,
   );
-  assert.deepEqual(listed.replicas, [b.id]);
+  assert.deepEqual(listed.replicas, [b.hostId]);
 
   // A change, a new version: only what changed travels (btrfs send -p on the version both hold).
   await psql(alpha, "delete from orders where id <= 5");
@@ -113,12 +89,12 @@ test("a version replicated to another host, then incrementally; forks of it run 
   const onB = await lab.api("POST", `/v1/versions/${v2}/forks`, { count: 1, name: "on-b", host: "host-b" });
   assert.equal(onB.data.created, 1, JSON.stringify(onB.data));
   const bFork = onB.data.forks[0].environment.id as string;
-  assert.equal(await hostOf(bFork), b.id);
+  assert.equal(await hostOf(bFork), b.hostId);
   assert.equal(await psql(bFork, "select count(*) from orders"), "99995");
   const onC = await lab.api("POST", `/v1/versions/${v2}/forks`, { count: 1, name: "on-c", host: "host-c" });
   assert.equal(onC.data.created, 1, JSON.stringify(onC.data));
   const cFork = onC.data.forks[0].environment.id as string;
-  assert.equal(await hostOf(cFork), (extras[1] as Extra).id);
+  assert.equal(await hostOf(cFork), (extras[1] as Extra).hostId);
   assert.equal(await psql(cFork, "select count(*) from orders"), "99995");
   const dep = (await lab.api("GET", `/v1/envs/${cFork}/deployments`)).data.deployments[0].id as string;
   const place = (await lab.api("GET", `/v1/deployments/${dep}`)).data.phases.find(
@@ -168,11 +144,14 @@ test("a replication cut mid-stream leaves nothing half-received, and succeeds wh
   const replicating = lab.api("POST", `/v1/versions/${v3}/replicas`, { host: "host-c" });
   // The receiving command is stopped mid-stream (flow control stalls the sender), the sending host
   // goes away, then the receiver is let go: what it got is a cut stream.
-  let pids: number[] = [];
-  for (let i = 0; i < 3000 && !pids.length; i++) {
-    pids = receivers(pool);
-    if (!pids.length) await new Promise((r) => setTimeout(r, 10));
-  }
+  const pids = await waitFor(
+    "the receive to start on host-c",
+    () => {
+      const found = receivers(pool);
+      return found.length > 0 ? found : undefined;
+    },
+    { intervalMs: 10 },
+  );
   assert.ok(pids.length, "the receive started on host-c");
   const signal = (sig: NodeJS.Signals) => {
     for (const p of pids)
@@ -186,8 +165,10 @@ test("a replication cut mid-stream leaves nothing half-received, and succeeds wh
   const cut = await replicating;
   assert.notEqual(cut.status, 201, JSON.stringify(cut.data));
   assert.ok(!c.host.denvd.versions().some((v) => v.id === v3), "no version from a cut stream");
-  for (let i = 0; i < 100 && readdirSync(join(pool, "receiving")).length; i++)
-    await new Promise((r) => setTimeout(r, 100));
+  await waitFor(
+    "the cut stream's staging to be removed",
+    () => readdirSync(join(pool, "receiving")).length === 0,
+  );
   assert.deepEqual(readdirSync(join(pool, "receiving")), [], "nothing left staged");
   const listed = (await lab.api("GET", "/v1/versions")).data.versions.find(
     (v: { id: string }) => v.id === v3,
@@ -218,14 +199,14 @@ test("a drained host takes nothing new, and a version it held as one of too few 
   assert.equal(kept.status, 200, JSON.stringify(kept.data));
   assert.equal(kept.data.holders.length, 2);
   const second = kept.data.holders[1] as string;
-  const other = second === b.id ? c : b;
+  const other = second === b.hostId ? c : b;
   const drained = await lab.api("POST", `/v1/hosts/${second}/drain`);
   assert.equal(drained.status, 200, JSON.stringify(drained.data));
   assert.deepEqual(
     drained.data.replicated
       .filter((r: { version_id: string }) => r.version_id === v)
       .map((r: any) => r.to_host_id),
-    [other.id],
+    [other.hostId],
   );
   const hosts = (await lab.api("GET", "/v1/hosts")).data.hosts as { id: string; draining: boolean }[];
   assert.equal(hosts.find((h) => h.id === second)?.draining, true);
@@ -250,34 +231,26 @@ test("x-denv.replicas: a deploy's version gets its copies, and gets one back whe
   const d = await lab.api("POST", "/v1/projects/ops-world/deploy?wait=true", { env: "beta" });
   assert.equal(d.data.status, "succeeded", JSON.stringify(d.data));
   const v = d.data.version_id as string;
-  let holders: string[] = [];
-  for (let i = 0; i < 600 && holders.length < 2; i++) {
-    holders = await holdersOf(v);
-    if (holders.length < 2) await new Promise((r) => setTimeout(r, 100));
-  }
+  let holders = await waitFor("the keeper to make the second copy", async () => {
+    const h = await holdersOf(v);
+    return h.length >= 2 ? h : undefined;
+  });
   assert.equal(holders.length, 2, "the keeper made the second copy");
   // The copy's host goes away for good (past the lost deadline): a third host takes a copy.
   const gone = holders[1] as string;
-  const extra = extras.find((e) => e.id === gone);
-  if (extra) await extra.sidecar.stop();
+  const extra = extras.find((e) => e.hostId === gone);
+  if (extra) await extra.disconnect();
   else await lab.stopSidecar();
   try {
-    for (let i = 0; i < 900 && holders.length < 3; i++) {
-      holders = await holdersOf(v);
-      if (holders.length < 3) await new Promise((r) => setTimeout(r, 100));
-    }
+    holders = await waitFor("a copy on the remaining host", async () => {
+      const h = await holdersOf(v);
+      return h.length >= 3 ? h : undefined;
+    });
     assert.equal(holders.length, 3, "a copy was made on the remaining host");
     assert.ok(!holders.slice(2).includes(gone));
   } finally {
-    if (extra) {
-      extra.sidecar = new Sidecar({
-        serverUrl: lab.server.url,
-        secret: extra.secret,
-        denvd: extra.host.denvd,
-      });
-      extra.sidecar.start();
-      await extra.sidecar.ready;
-    } else await lab.restartSidecar();
+    if (extra) await extra.reconnect();
+    else await lab.restartSidecar();
   }
 });
 
@@ -295,16 +268,15 @@ test("a version deleted while a host holding a copy is away: the delete answers,
   const copied = await lab.api("POST", `/v1/versions/${old}/replicas`, { host: "host-c" });
   assert.equal(copied.status, 201, JSON.stringify(copied.data));
   assert.ok(c.host.denvd.versions().some((v) => v.id === old));
-  await c.sidecar.stop();
+  await c.disconnect();
   try {
-    for (let i = 0; i < 600; i++) {
-      const h = (await lab.api("GET", "/v1/hosts")).data.hosts.find((x: { id: string }) => x.id === c.id);
-      if (!h.connected) break;
-      await new Promise((r) => setTimeout(r, 100));
-    }
+    await waitFor("host-c to be seen away", async () => {
+      const h = (await lab.api("GET", "/v1/hosts")).data.hosts.find((x: { id: string }) => x.id === c.hostId);
+      return !h.connected;
+    });
     const del = await lab.api("DELETE", `/v1/versions/${old}`);
     assert.equal(del.status, 200, JSON.stringify(del.data));
-    assert.deepEqual(del.data.left_on, [c.id]);
+    assert.deepEqual(del.data.left_on, [c.hostId]);
     assert.equal(
       (await lab.api("GET", "/v1/versions")).data.versions.filter((v: any) => v.id === old).length,
       0,
@@ -314,12 +286,12 @@ test("a version deleted while a host holding a copy is away: the delete answers,
       "the host away still holds its copy",
     );
   } finally {
-    c.sidecar = new Sidecar({ serverUrl: lab.server.url, secret: c.secret, denvd: c.host.denvd });
-    c.sidecar.start();
-    await c.sidecar.ready;
+    await c.reconnect();
   }
-  for (let i = 0; i < 600 && c.host.denvd.versions().some((v) => v.id === old); i++)
-    await new Promise((r) => setTimeout(r, 100));
+  await waitFor(
+    "the copy's delete once host-c is back",
+    () => !c.host.denvd.versions().some((v) => v.id === old),
+  );
   assert.ok(
     !c.host.denvd.versions().some((v) => v.id === old),
     "the copy was deleted once the host was back",
@@ -327,10 +299,6 @@ test("a version deleted while a host holding a copy is away: the delete answers,
   // The record goes when the host's answer to the delete arrives, a moment after the copy itself.
   const records = () =>
     lab.server.store.selectFrom("version_replicas").selectAll().where("version_id", "=", old).execute();
-  let left = await records();
-  for (let i = 0; i < 600 && left.length > 0; i++) {
-    await new Promise((r) => setTimeout(r, 100));
-    left = await records();
-  }
-  assert.deepEqual(left, [], "and its record with it");
+  await waitFor("the replica's record to go", async () => (await records()).length === 0);
+  assert.deepEqual(await records(), [], "and its record with it");
 });

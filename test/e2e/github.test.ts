@@ -16,9 +16,10 @@ import { after, before, describe, test } from "node:test";
 import { joinServer, Sidecar } from "@denv/denvd";
 import { type RunningServer, startServer } from "@denv/server";
 import { chromium, type Page } from "playwright-core";
-import { cliRunner } from "./cli-runner.ts";
-import { LOCAL_REGISTRY, openTestHost, type TestHost } from "./denvd-helpers.ts";
-import { GitHubDouble } from "./github-double.ts";
+import { GitHubDouble } from "../doubles/github-double.ts";
+import { cliRunner } from "../harness/cli-runner.ts";
+import { LOCAL_REGISTRY, openTestHost, type TestHost } from "../harness/test-host.ts";
+import { waitFor } from "../harness/wait-for.ts";
 
 const ADMIN = `dk_test_gh_${Date.now()}`;
 const APP_ID = "424242";
@@ -112,31 +113,24 @@ const pushPayload = (branch: string, after: string, extra: Record<string, unknow
 });
 
 /** Waits for a deployment's verdict by following its record (no fixed sleep decides anything). */
-async function verdict(id: string): Promise<any> {
-  for (;;) {
+function verdict(id: string): Promise<any> {
+  return waitFor(`deployment ${id}'s verdict`, async () => {
     const d = await api("GET", `/v1/deployments/${id}`);
-    if (d.data.status !== "running" && d.data.status !== "queued") return d.data;
-    await new Promise((r) => setTimeout(r, 200));
-  }
+    return d.data.status !== "running" && d.data.status !== "queued" ? d.data : undefined;
+  });
 }
 
 /** Waits until the double has seen what the reporter sends once a deployment ends. */
-async function until<T>(what: string, read: () => T | undefined | null | false): Promise<T> {
-  for (let i = 0; ; i++) {
-    const v = read();
-    if (v) return v;
-    if (i > 1500) throw new Error(`never: ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
+function until<T>(what: string, read: () => T | undefined | null | false): Promise<T> {
+  return waitFor(what, read) as Promise<T>;
 }
 
 /** A deployment's verdict, read with the person's session (her team's deployment). */
-async function verdictWith(page: Page, id: string): Promise<any> {
-  for (;;) {
+function verdictWith(page: Page, id: string): Promise<any> {
+  return waitFor(`deployment ${id}'s verdict, read with the person's session`, async () => {
     const d = await (await page.request.get(`/v1/deployments/${id}`)).json();
-    if (d.status !== "running" && d.status !== "queued") return d;
-    await new Promise((r) => setTimeout(r, 200));
-  }
+    return d.status !== "running" && d.status !== "queued" ? d : undefined;
+  });
 }
 
 async function execIn(env: string, command: string): Promise<{ exit_code: number; stdout: string }> {

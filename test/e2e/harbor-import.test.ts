@@ -11,9 +11,9 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { type Lab, openLab } from "../security/security-lab.ts";
-import { cliRunner } from "./cli-runner.ts";
-import { removeBuiltImages } from "./engine-helpers.ts";
+import { cliRunner } from "../harness/cli-runner.ts";
+import { removeBuiltImages } from "../harness/engine.ts";
+import { type Lab, openLab } from "../harness/lab.ts";
 
 let lab: Lab;
 const out = mkdtempSync(join(tmpdir(), "denv-harbor-"));

@@ -9,7 +9,8 @@ import { randomBytes } from "node:crypto";
 import { after, before, test } from "node:test";
 import { containerSettleProbe, settleService } from "@denv/denvd";
 import { pinSpec, RegistryPinner, validateCompose } from "@denv/spec";
-import { hostOp, openTestHost, type TestHost } from "./denvd-helpers.ts";
+import { hostOp, openTestHost, type TestHost } from "../harness/test-host.ts";
+import { waitFor } from "../harness/wait-for.ts";
 
 let host: TestHost;
 const FLOOR_MS = 1000;
@@ -88,9 +89,15 @@ test("a service at work past its deadline is waited for, and counts as healthy w
       .catch(() => null);
   // Once the service runs, let the start go well past its deadline (the floor) while the service
   // spins, then let it finish. (A start that ended meanwhile fails below, with its reason.)
-  while (!ended && (await run(["true"]))?.exitCode !== 0) await new Promise((res) => setTimeout(res, 100));
+  await waitFor("the service to run", async () => ended || (await run(["true"]))?.exitCode === 0);
   const running = performance.now();
-  while (!ended && performance.now() - running < FLOOR_MS * 3) await new Promise((r) => setTimeout(r, 200));
+  await waitFor(
+    "the start to go well past its deadline",
+    () => ended || performance.now() - running >= FLOOR_MS * 3,
+    {
+      intervalMs: 200,
+    },
+  );
   if (!ended) await run(["touch", "/tmp/go"]);
   const out = await started;
   assert.equal(out.ok, true, JSON.stringify(out));

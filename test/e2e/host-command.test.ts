@@ -11,7 +11,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
 import { defaultAgentBinary, hostAgentPid, runHostCommand, startHostAgent, stopHostAgent } from "@denv/denvd";
-import { repoRoot } from "./denvd-helpers.ts";
+import { repoRoot } from "../harness/test-host.ts";
+import { waitFor } from "../harness/wait-for.ts";
 
 const binary = defaultAgentBinary();
 const PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -32,7 +33,7 @@ function alive(pid: number): boolean {
  * the bound (two minutes) only keeps a broken kill from hanging the suite.
  */
 async function until(what: string, ok: () => boolean): Promise<void> {
-  for (let i = 0; i < 6000 && !ok(); i++) await new Promise((r) => setTimeout(r, 20));
+  await waitFor(what, ok, { intervalMs: 20, timeoutMs: 120_000 });
   assert.ok(ok(), what);
 }
 

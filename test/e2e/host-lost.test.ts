@@ -7,7 +7,8 @@
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { type Lab, openLab } from "../security/security-lab.ts";
+import { type Lab, openLab } from "../harness/lab.ts";
+import { waitFor } from "../harness/wait-for.ts";
 
 let lab: Lab;
 
@@ -20,12 +21,10 @@ after(async () => {
 });
 
 async function statusBecomes(id: string, want: string): Promise<void> {
-  for (let i = 0; i < 600; i++) {
+  await waitFor(`environment ${id} to become ${want}`, async () => {
     const r = await lab.api("GET", `/v1/envs/${id}`);
-    if (r.data.status === want) return;
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-  assert.fail(`environment ${id} never became ${want}`);
+    return r.data.status === want;
+  });
 }
 
 test("a host unseen past its deadline has its environments lost; back, they run again", async () => {

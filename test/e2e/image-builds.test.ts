@@ -11,11 +11,11 @@ import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { type Lab, openLab } from "../security/security-lab.ts";
-import { cliRunner } from "./cli-runner.ts";
-import { LOCAL_REGISTRY } from "./denvd-helpers.ts";
-import { removeBuiltImages } from "./engine-helpers.ts";
-import { type GitHttpServer, startGitHttpServer } from "./git-http-server.ts";
+import { type GitHttpServer, startGitHttpServer } from "../doubles/git-http-server.ts";
+import { cliRunner } from "../harness/cli-runner.ts";
+import { removeBuiltImages } from "../harness/engine.ts";
+import { type Lab, openLab } from "../harness/lab.ts";
+import { LOCAL_REGISTRY } from "../harness/test-host.ts";
 
 let lab: Lab;
 const work = mkdtempSync(join(tmpdir(), "denv-builds-"));

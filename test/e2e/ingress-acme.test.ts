@@ -16,8 +16,8 @@ import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { connect } from "node:tls";
 import { type AcmeDns, startServer } from "@denv/server";
-import { type AcmeDouble, startAcmeDouble } from "./acme-double.ts";
-import { freePort } from "./net-helpers.ts";
+import { type AcmeDouble, startAcmeDouble } from "../doubles/acme-double.ts";
+import { freePort } from "../harness/net.ts";
 
 let dir: string;
 let ca: string;

@@ -18,8 +18,8 @@ import { after, before, test } from "node:test";
 import { promisify } from "node:util";
 import { joinServer, Sidecar } from "@denv/denvd";
 import { type RunningServer, startServer } from "@denv/server";
-import { LOCAL_REGISTRY, openTestHost, repoRoot, type TestHost } from "./denvd-helpers.ts";
-import { freePort } from "./net-helpers.ts";
+import { freePort } from "../harness/net.ts";
+import { LOCAL_REGISTRY, openTestHost, repoRoot, type TestHost } from "../harness/test-host.ts";
 
 const run = promisify(execFile);
 const ADMIN = `dk_ingress_${Date.now()}`;

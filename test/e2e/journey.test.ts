@@ -5,7 +5,7 @@ import { randomBytes } from "node:crypto";
 import { createServer } from "node:net";
 import { join } from "node:path";
 import { test } from "node:test";
-import { repoRoot } from "./denvd-helpers.ts";
+import { repoRoot } from "../harness/test-host.ts";
 
 /** Whether nothing holds this port on 127.0.0.1 now (a listener or a connection's local end). */
 function portFree(port: number): Promise<boolean> {

@@ -13,7 +13,7 @@ import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { promisify } from "node:util";
 import { Denv, DenvApiError, DenvClient, type Sandbox } from "@denv/sdk";
-import { type Lab, openLab } from "../security/security-lab.ts";
+import { type Lab, openLab } from "../harness/lab.ts";
 
 let lab: Lab;
 let sb: Sandbox;

@@ -14,7 +14,7 @@ import { getDefaultEnvironment, StdioClientTransport } from "@modelcontextprotoc
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import Docker from "dockerode";
-import { deployOpsWorld, type Lab, openLab } from "../security/security-lab.ts";
+import { deployOpsWorld, type Lab, openLab } from "../harness/lab.ts";
 
 let lab: Lab;
 let version: string;

@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { type Lab, openLab } from "../security/security-lab.ts";
+import { type Lab, openLab } from "../harness/lab.ts";
 
 let lab: Lab;
 

@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { after, before, test } from "node:test";
 import Docker from "dockerode";
 import { parse } from "yaml";
-import { execIn, removeLabelled, waitHealthy } from "./engine-helpers.ts";
+import { execIn, removeLabelled, waitHealthy } from "../harness/engine.ts";
 
 const root = join(import.meta.dirname, "..", "..");
 const example = join(root, "examples", "ops-world");

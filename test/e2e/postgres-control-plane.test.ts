@@ -5,8 +5,8 @@
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { deployOpsWorld, type Lab, openLab } from "../security/security-lab.ts";
-import { startPostgresCluster } from "./postgres-helpers.ts";
+import { deployOpsWorld, type Lab, openLab } from "../harness/lab.ts";
+import { startPostgresCluster } from "../harness/postgres.ts";
 
 let lab: Lab;
 let pg: { url: string; stop: () => void };

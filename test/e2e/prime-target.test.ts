@@ -7,11 +7,11 @@
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { type Lab, openLab } from "../security/security-lab.ts";
-import { cliRunner } from "./cli-runner.ts";
-import { LOCAL_REGISTRY } from "./denvd-helpers.ts";
-import { type PrimeDouble, startPrimeDouble } from "./prime-double.ts";
-import { filesOf, tarOf } from "./tar-files.ts";
+import { type PrimeDouble, startPrimeDouble } from "../doubles/prime-double.ts";
+import { cliRunner } from "../harness/cli-runner.ts";
+import { type Lab, openLab } from "../harness/lab.ts";
+import { filesOf, tarOf } from "../harness/tar-files.ts";
+import { LOCAL_REGISTRY } from "../harness/test-host.ts";
 
 const IMAGE = "127.0.0.1:5000/denv/opsbox:bookworm";
 let lab: Lab;

@@ -11,9 +11,9 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { LABEL } from "@denv/denvd";
-import { openTestHost, readHostState, repoRoot } from "./denvd-helpers.ts";
-import { removeLabelled } from "./engine-helpers.ts";
-import { freePort } from "./net-helpers.ts";
+import { removeLabelled } from "../harness/engine.ts";
+import { freePort } from "../harness/net.ts";
+import { openTestHost, readHostState, repoRoot } from "../harness/test-host.ts";
 
 export const denvBin = join(repoRoot, "packages/cli/bin/denv.js");
 export const denvdBin = join(repoRoot, "packages/denvd/bin/denvd.js");

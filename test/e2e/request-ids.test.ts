@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { joinRawHost, type Lab, openLab, type RawHost } from "../security/security-lab.ts";
+import { joinRawHost, type Lab, openLab, type RawHost } from "../harness/lab.ts";
 
 let lab: Lab;
 let host: RawHost;

@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { after, test } from "node:test";
 import { LABEL } from "@denv/denvd";
-import { type ModalDouble, startModalDouble } from "./modal-double.ts";
+import { type ModalDouble, startModalDouble } from "../doubles/modal-double.ts";
 import { kill, type ProcessWorld, processWorld, until } from "./process-world.ts";
 
 const worlds: ProcessWorld[] = [];

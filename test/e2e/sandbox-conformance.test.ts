@@ -11,7 +11,7 @@ import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import tar from "tar-stream";
-import { deployOpsWorld, type Lab, openLab } from "../security/security-lab.ts";
+import { deployOpsWorld, type Lab, openLab } from "../harness/lab.ts";
 
 let lab: Lab;
 /** The sandboxes the same checks run on: name → environment id and service. */

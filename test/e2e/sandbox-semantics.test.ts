@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import tar from "tar-stream";
-import { type Lab, openLab } from "../security/security-lab.ts";
+import { type Lab, openLab } from "../harness/lab.ts";
 
 let lab: Lab;
 /** An image sandbox running as ubuntu (1000), as an agent's box does. */

@@ -13,7 +13,7 @@ import {
   type Sandbox,
   TimeoutError,
 } from "@denv/sdk";
-import { type Lab, openLab } from "../security/security-lab.ts";
+import { type Lab, openLab } from "../harness/lab.ts";
 
 let lab: Lab;
 let denv: Denv;

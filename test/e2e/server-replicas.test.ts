@@ -15,10 +15,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { LABEL } from "@denv/denvd";
-import { openTestHost, readHostState } from "./denvd-helpers.ts";
-import { removeLabelled } from "./engine-helpers.ts";
-import { freePort } from "./net-helpers.ts";
-import { startPostgresCluster } from "./postgres-helpers.ts";
+import { removeLabelled } from "../harness/engine.ts";
+import { freePort } from "../harness/net.ts";
+import { startPostgresCluster } from "../harness/postgres.ts";
+import { openTestHost, readHostState } from "../harness/test-host.ts";
 import { denvBin, denvdBin, kill, opsWorldCompose, startProcess, until } from "./process-world.ts";
 
 const runId = `rp-${randomBytes(4).toString("hex")}`;

@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { startServer } from "@denv/server";
-import { LOCAL_REGISTRY } from "./denvd-helpers.ts";
+import { LOCAL_REGISTRY } from "../harness/test-host.ts";
 
 test("with --tls-cert and --tls-key the API is served over HTTPS", async () => {
   const dir = await mkdtemp(join(tmpdir(), "denv-tls-"));

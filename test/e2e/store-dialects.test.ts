@@ -12,8 +12,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import { type RunningServer, recordDelivery, startServer } from "@denv/server";
-import { LOCAL_REGISTRY } from "./denvd-helpers.ts";
-import { startPostgresCluster } from "./postgres-helpers.ts";
+import { startPostgresCluster } from "../harness/postgres.ts";
+import { LOCAL_REGISTRY } from "../harness/test-host.ts";
 
 const cleanups: (() => void)[] = [];
 after(() => {

@@ -9,13 +9,13 @@
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { type Lab, openLab } from "../security/security-lab.ts";
-import { type DaytonaDouble, startDaytonaDouble } from "./daytona-double.ts";
-import { LOCAL_REGISTRY } from "./denvd-helpers.ts";
-import { type E2bDouble, startE2bDouble } from "./e2b-double.ts";
-import { type ModalDouble, startModalDouble } from "./modal-double.ts";
-import { type PrimeDouble, startPrimeDouble } from "./prime-double.ts";
-import { filesOf, tarOf } from "./tar-files.ts";
+import { type DaytonaDouble, startDaytonaDouble } from "../doubles/daytona-double.ts";
+import { type E2bDouble, startE2bDouble } from "../doubles/e2b-double.ts";
+import { type ModalDouble, startModalDouble } from "../doubles/modal-double.ts";
+import { type PrimeDouble, startPrimeDouble } from "../doubles/prime-double.ts";
+import { type Lab, openLab } from "../harness/lab.ts";
+import { filesOf, tarOf } from "../harness/tar-files.ts";
+import { LOCAL_REGISTRY } from "../harness/test-host.ts";
 
 let lab: Lab;
 let e2b: E2bDouble;

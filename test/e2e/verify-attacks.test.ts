@@ -7,21 +7,13 @@
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
-import { mkdtemp, rm } from "node:fs/promises";
 import { createServer } from "node:net";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { joinServer, Sidecar } from "@denv/denvd";
-import { type RunningServer, startServer } from "@denv/server";
 import { validateCompose } from "@denv/spec";
-import { LOCAL_REGISTRY, openTestHost, type TestHost } from "./denvd-helpers.ts";
+import { type Lab, openLab } from "../harness/lab.ts";
 
-const KEY = `dk_attacks_${Date.now()}`;
-let server: RunningServer;
-let host: TestHost;
-let sidecar: Sidecar;
-let dataDir: string;
+let lab: Lab;
 const versions: Record<string, string> = {};
 
 function compose(opts: { collect?: string; command?: string; timeout?: string }): string {
@@ -43,14 +35,7 @@ volumes: { home: {} }
 `;
 }
 
-async function api(method: string, path: string, body?: unknown) {
-  const res = await fetch(`${server.url}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${KEY}`, ...(body ? { "content-type": "application/json" } : {}) },
-    body: body ? JSON.stringify(body) : undefined,
-  });
-  return { status: res.status, data: (await res.json()) as any };
-}
+const api = (method: string, path: string, body?: unknown) => lab.api(method, path, body);
 
 async function episode(project: string, agentScript: string) {
   const sb = await api("POST", "/v1/sandboxes", { from_version: versions[project] });
@@ -65,13 +50,13 @@ async function episode(project: string, agentScript: string) {
 
 /** The agent's home dataset on the host, for what must be made or read from outside the agent. */
 async function homeDataset(envId: string): Promise<string> {
-  const row = await server.store
+  const row = await lab.server.store
     .selectFrom("environments")
     .select("stack_id")
     .where("id", "=", envId)
     .executeTakeFirstOrThrow();
-  const rec = host.denvd.stack(row.stack_id as string);
-  return host.storage.datasetPath(rec.datasets.home as string);
+  const rec = lab.host.denvd.stack(row.stack_id as string);
+  return lab.host.storage.datasetPath(rec.datasets.home as string);
 }
 
 /** A counter file an agent's background process keeps increasing: waits to see it move (it runs). */
@@ -113,14 +98,7 @@ async function verify(envId: string) {
 }
 
 before(async () => {
-  dataDir = await mkdtemp(join(tmpdir(), "denv-attacks-"));
-  server = await startServer({ dataDir, adminKey: KEY, fetchAllow: LOCAL_REGISTRY });
-  host = await openTestHost({});
-  const token = (await api("POST", "/v1/hosts/join-token")).data.token;
-  const joined = await joinServer(server.url, token, "attacks");
-  sidecar = new Sidecar({ serverUrl: server.url, secret: joined.secret, denvd: host.denvd });
-  sidecar.start();
-  await sidecar.ready;
+  lab = await openLab();
   const projects: Record<string, string> = {
     honest: compose({}),
     dir: compose({
@@ -154,10 +132,7 @@ before(async () => {
 });
 
 after(async () => {
-  await sidecar?.stop();
-  await server?.close();
-  await host?.close();
-  await rm(dataDir, { recursive: true, force: true });
+  await lab?.close();
 });
 
 describe("graded answers", () => {

@@ -12,7 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import tar from "tar-stream";
-import { type Lab, openLab } from "./security-lab.ts";
+import { type Lab, openLab } from "../harness/lab.ts";
 
 let lab: Lab;
 /** A sandbox whose container runs as root (the image's default user). */

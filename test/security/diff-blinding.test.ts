@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import type { DiffEvidence } from "@denv/protocol";
-import { deployOpsWorld, type Lab, openLab } from "./security-lab.ts";
+import { deployOpsWorld, type Lab, openLab } from "../harness/lab.ts";
 
 let lab: Lab;
 let version: string;

@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { Sandbox } from "e2b";
-import { keyWithRole, type Lab, openLab } from "./security-lab.ts";
+import { keyWithRole, type Lab, openLab } from "../harness/lab.ts";
 
 const OPSBOX = "127.0.0.1:5000/denv/opsbox:bookworm";
 let lab: Lab;

@@ -10,7 +10,7 @@ import { createServer, type Server } from "node:net";
 import { after, before, describe, test } from "node:test";
 import { bridgeLinkLocal, probeEgress } from "@denv/denvd";
 import { pinSpec, RegistryPinner, validateCompose } from "@denv/spec";
-import { deployStack, dockerBridgeAddress, openTestHost, type TestHost } from "../e2e/denvd-helpers.ts";
+import { deployStack, dockerBridgeAddress, openTestHost, type TestHost } from "../harness/test-host.ts";
 
 let host: TestHost;
 let listener: Server;

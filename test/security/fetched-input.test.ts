@@ -12,7 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { type RunningServer, startServer } from "@denv/server";
-import { type GitHttpServer, startGitHttpServer } from "../e2e/git-http-server.ts";
+import { type GitHttpServer, startGitHttpServer } from "../doubles/git-http-server.ts";
 
 const KEY = `dk_fetch_${randomBytes(8).toString("hex")}`;
 const CANARY = `canary-${randomBytes(12).toString("hex")}`;

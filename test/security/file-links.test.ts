@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import tar from "tar-stream";
-import { type ApiAnswer, type Lab, openLab } from "./security-lab.ts";
+import { type ApiAnswer, type Lab, openLab } from "../harness/lab.ts";
 
 let lab: Lab;
 let box: string;

@@ -16,9 +16,9 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { LOCAL_REGISTRY } from "../e2e/denvd-helpers.ts";
-import { GitHubDouble } from "../e2e/github-double.ts";
-import { type Lab, openLab } from "./security-lab.ts";
+import { GitHubDouble } from "../doubles/github-double.ts";
+import { type Lab, openLab } from "../harness/lab.ts";
+import { LOCAL_REGISTRY } from "../harness/test-host.ts";
 
 const APP_ID = "626262";
 const SECRET = "the App's webhook secret, long";

@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { pinSpec, RegistryPinner, validateCompose } from "@denv/spec";
-import { deployStack, openTestHost, type TestHost } from "../e2e/denvd-helpers.ts";
+import { deployStack, openTestHost, type TestHost } from "../harness/test-host.ts";
 
 let host: TestHost;
 const GROWTH = 64 * 1024 * 1024;

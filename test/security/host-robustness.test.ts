@@ -9,7 +9,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
 import { isValidName, NAME_MAX_LENGTH, type ResolvedSpec } from "@denv/protocol";
 import { pinSpec, RegistryPinner, validateCompose } from "@denv/spec";
-import { deployStack, openTestHost, type TestHost } from "../e2e/denvd-helpers.ts";
+import { deployStack, openTestHost, type TestHost } from "../harness/test-host.ts";
 
 let host: TestHost;
 let spec: ResolvedSpec;

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { PROTOCOL_VERSION, STREAM_CLOSE, STREAM_DATA, STREAM_END } from "@denv/protocol";
-import { joinRawHost, type Lab, openLab } from "./security-lab.ts";
+import { joinRawHost, type Lab, openLab } from "../harness/lab.ts";
 
 let lab: Lab;
 let sandboxId: string;

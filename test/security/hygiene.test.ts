@@ -12,8 +12,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { startServer } from "@denv/server";
-import { LOCAL_REGISTRY } from "../e2e/denvd-helpers.ts";
-import { type Lab, openLab } from "./security-lab.ts";
+import { type Lab, openLab } from "../harness/lab.ts";
+import { LOCAL_REGISTRY } from "../harness/test-host.ts";
 
 const CANARY = `canary-${randomBytes(8).toString("hex")}`;
 let lab: Lab;

@@ -11,8 +11,8 @@ import assert from "node:assert/strict";
 import { request } from "node:http";
 import { after, before, test } from "node:test";
 import { joinServer, Sidecar } from "@denv/denvd";
-import { openTestHost, type TestHost } from "../e2e/denvd-helpers.ts";
-import { type Lab, openLab } from "./security-lab.ts";
+import { type Lab, openLab } from "../harness/lab.ts";
+import { openTestHost, type TestHost } from "../harness/test-host.ts";
 
 const IMAGE = "127.0.0.1:5000/denv/opsbox:bookworm";
 /** A public web service on 8000 that says which team's it is. */

@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
 import { after, before, test } from "node:test";
 import { type Browser, chromium, type Page } from "playwright-core";
-import { type Lab, openLab } from "./security-lab.ts";
+import { type Lab, openLab } from "../harness/lab.ts";
 
 const CHROMIUM = process.env.DENV_CHROMIUM ?? "/usr/bin/chromium";
 let lab: Lab;

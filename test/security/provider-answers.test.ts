@@ -18,8 +18,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { type RunningServer, startServer } from "@denv/server";
-import { type DaytonaDouble, startDaytonaDouble } from "../e2e/daytona-double.ts";
-import { LOCAL_REGISTRY } from "../e2e/denvd-helpers.ts";
+import { type DaytonaDouble, startDaytonaDouble } from "../doubles/daytona-double.ts";
+import { LOCAL_REGISTRY } from "../harness/test-host.ts";
 
 const ADMIN = `dk_prov_${randomBytes(8).toString("hex")}`;
 const SECRET = "INTERNAL-SERVICE-SECRET";

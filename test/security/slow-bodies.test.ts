@@ -15,8 +15,8 @@ import { connect, createServer, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { repoRoot } from "../e2e/denvd-helpers.ts";
-import { GitHubDouble } from "../e2e/github-double.ts";
+import { GitHubDouble } from "../doubles/github-double.ts";
+import { repoRoot } from "../harness/test-host.ts";
 
 const APP_ID = "515151";
 const ADMIN = `dk_slow_${randomBytes(8).toString("hex")}`;

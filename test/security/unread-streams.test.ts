@@ -12,7 +12,7 @@
 import assert from "node:assert/strict";
 import { connect, type Socket } from "node:net";
 import { after, before, test } from "node:test";
-import { type Lab, openLab } from "./security-lab.ts";
+import { type Lab, openLab } from "../harness/lab.ts";
 
 const OPSBOX = "127.0.0.1:5000/denv/opsbox:bookworm";
 /** A MiB written, a byte appended to the counter: the counter's size is the MiB written. */

@@ -11,6 +11,7 @@ import { join } from "node:path";
 import { PassThrough, Readable } from "node:stream";
 import { after, test } from "node:test";
 import type { ResolvedSpec } from "@denv/protocol";
+import { waitFor } from "../../../test/harness/wait-for.ts";
 import type { StackContext } from "./stack-context.ts";
 import { StateStore } from "./state-store.ts";
 import { BtrfsDriver } from "./storage/btrfs-driver.ts";
@@ -148,7 +149,7 @@ test("a version being sent cannot be deleted from under the transfer", async () 
     out,
   );
   sending.catch(() => {});
-  await new Promise((r) => setTimeout(r, 100));
+  await waitFor("the stalled send to hold its snapshot", () => a.transfers.holdsAny(rec));
   assert.equal(a.transfers.holdsAny(rec), true);
   out.destroy(new Error("the reader went away"));
   await assert.rejects(sending);

@@ -3,6 +3,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { once } from "node:events";
 import { pipeline } from "node:stream/promises";
 import { test } from "node:test";
+import { elapse } from "../../../test/harness/wait-for.ts";
 import {
   encodeStreamFrame,
   finishStream,
@@ -77,7 +78,8 @@ test("a reader that does not read holds the sender to one window", async () => {
   // Writes until the sender is told to wait, for a while: nothing reads on the other side.
   const deadline = Date.now() + 300;
   while (Date.now() < deadline) {
-    if (left.writableNeedDrain) await new Promise((r) => setTimeout(r, 20));
+    if (left.writableNeedDrain)
+      await elapse(20, "the sender is told to wait and must stay held: nothing reads");
     else {
       left.write(big);
       written += big.length;
@@ -101,7 +103,7 @@ async function writeUntilHeld(left: import("node:stream").Writable, quietTurns =
   while (held < quietTurns) {
     if (left.writableNeedDrain) {
       held++;
-      await new Promise((r) => setTimeout(r, 10));
+      await elapse(10, "a writer held for several turns in a row is held, not between grants");
     } else {
       held = 0;
       left.write(piece);
@@ -264,7 +266,7 @@ test("a relayed stream goes on in the memory it arrived in, its content the same
   const data = randomBytes(2 * STREAM_WINDOW_BYTES + 777);
   src.end(data);
   // The reader starts late: the relay's credit toward b runs out and payloads are split to fit.
-  await new Promise((r) => setTimeout(r, 50));
+  await elapse(50, "the reader must start late, after the relay's credit toward it ran out");
   const got: Buffer[] = [];
   for await (const c of dst) got.push(c as Buffer);
   await relayed;

@@ -13,15 +13,15 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { type RunningServer, startServer } from "@denv/server";
-import { LOCAL_REGISTRY, repoRoot } from "../denvd-helpers.ts";
-import { FakeHetzner } from "./fake-hetzner.ts";
-import { type Lab, openLab } from "./fresh-host-helpers.ts";
+import { HetznerDouble } from "../../doubles/hetzner-double.ts";
+import { type Lab, openLab } from "../../harness/fresh-host.ts";
+import { LOCAL_REGISTRY, repoRoot } from "../../harness/test-host.ts";
 
 const DIST = join(repoRoot, "dist");
 const ADMIN = `dk_cloud_${Date.now()}`;
 const HZ_TOKEN = "hz-test-token-0123456789";
 let lab: Lab;
-let hetzner: FakeHetzner;
+let hetzner: HetznerDouble;
 const servers: RunningServer[] = [];
 const dirs: string[] = [];
 
@@ -69,7 +69,7 @@ const phase = (d: any, name: string) => d.phases.find((p: any) => p.name === nam
 
 before(async () => {
   lab = await openLab();
-  hetzner = new FakeHetzner(lab, HZ_TOKEN);
+  hetzner = new HetznerDouble(lab, HZ_TOKEN);
   await hetzner.start();
 });
 

@@ -15,8 +15,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { type RunningServer, startServer } from "@denv/server";
-import { LOCAL_REGISTRY, repoRoot } from "../denvd-helpers.ts";
-import { bootFreshHost, type FreshHost, type Lab, openLab } from "./fresh-host-helpers.ts";
+import { bootFreshHost, type FreshHost, type Lab, openLab } from "../../harness/fresh-host.ts";
+import { LOCAL_REGISTRY, repoRoot } from "../../harness/test-host.ts";
 
 const ADMIN = `dk_fleet_${Date.now()}`;
 const FORKS = 24;

@@ -18,8 +18,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { startServer } from "@denv/server";
-import { LOCAL_REGISTRY, repoRoot } from "../denvd-helpers.ts";
-import { bootFreshHost, type FreshHost, type Lab, openLab } from "./fresh-host-helpers.ts";
+import { bootFreshHost, type FreshHost, type Lab, openLab } from "../../harness/fresh-host.ts";
+import { LOCAL_REGISTRY, repoRoot } from "../../harness/test-host.ts";
 
 const DIST = join(repoRoot, "dist");
 /** What the server serves: the previous build first, the current one for the upgrade. */

@@ -9,6 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { ComposeValidator } from "@denv/spec";
+import { elapse } from "../../../../test/harness/wait-for.ts";
 import { createApp } from "../app.ts";
 import { SecretBox } from "../clouds/secret-box.ts";
 import { Deployer } from "../deploy/deployer.ts";
@@ -193,7 +194,7 @@ test("a device login: pending until approved in the console, then exactly one ke
     (await person.change("POST", `/v1/device/${code.data.user_code}`, { approve: true })).status,
     200,
   );
-  await new Promise((r) => setTimeout(r, 1100));
+  await elapse(1100, "a device polls no sooner than its interval (RFC 8628: 1 s), or is told to slow down");
   const got = await poll();
   assert.equal(got.data.status, "approved", JSON.stringify(got.data));
   assert.equal(got.data.team_id, signed.data.team.id);
@@ -261,7 +262,7 @@ test("a read-only member reads but cannot change; another team's objects stay un
     (await reader.change("POST", `/v1/device/${code.data.user_code}`, { approve: true })).status,
     200,
   );
-  await new Promise((r) => setTimeout(r, 1100));
+  await elapse(1100, "a device polls no sooner than its interval (RFC 8628: 1 s), or is told to slow down");
   const got = await new Browser().call("POST", "/v1/device/token", { device_code: code.data.device_code });
   assert.equal(got.data.role, "read-only");
   assert.equal(

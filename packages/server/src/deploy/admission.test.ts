@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
+import { elapse } from "../../../../test/harness/wait-for.ts";
 import { SecretBox } from "../clouds/secret-box.ts";
 import { redeemJoinToken } from "../store/host-store.ts";
 import { openStore } from "../store/open-store.ts";
@@ -40,7 +41,7 @@ test("a ticket says how long its create waited for a turn, and behind how many",
   const d = admission.admit(hostId, need("d"));
   // Their turns come only when a running create ends: nothing else hands one out.
   while ((await admission.hosts([hostId]))[0]?.queued.length !== 2) await new Promise((r) => setImmediate(r));
-  await new Promise((r) => setTimeout(r, 5));
+  await elapse(5, "c's wait is measured: it must have waited at least a millisecond");
   a.release();
   const tc = await c;
   assert.equal(tc.wait.queued_behind, 2);

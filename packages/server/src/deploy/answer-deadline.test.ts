@@ -4,12 +4,23 @@ import { DenvError } from "@denv/protocol";
 import { awaitVerdict } from "./answer-deadline.ts";
 
 test("a verdict within the deadline is awaited; a failed run is a verdict too", async () => {
-  await awaitVerdict(
-    { deploymentId: "dep_1", done: new Promise((r) => setTimeout(r, 10)) },
-    "snapshot",
-    1000,
+  let finish = () => {};
+  const done = new Promise<void>((resolve) => {
+    finish = resolve;
+  });
+  let answered = false;
+  const waiting = awaitVerdict({ deploymentId: "dep_1", done }, "snapshot", 60_000).then(() => {
+    answered = true;
+  });
+  // Every pending callback run: the caller is still held while the deployment has no verdict.
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(answered, false, "answered before the deployment's verdict");
+  finish();
+  await waiting;
+  assert.equal(answered, true);
+  await assert.doesNotReject(
+    awaitVerdict({ deploymentId: "dep_1", done: Promise.reject(new Error("x")) }, "snapshot", 60_000),
   );
-  await awaitVerdict({ deploymentId: "dep_1", done: Promise.reject(new Error("x")) }, "snapshot", 1000);
 });
 
 test("past the deadline the caller gets timeout with the deployment to follow", async () => {

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import type { PassThrough } from "node:stream";
 import { test } from "node:test";
+import { elapse, waitFor } from "../../../../test/harness/wait-for.ts";
 import { ConnectError } from "./connect-protocol.ts";
 import {
   EnvdProcess,
@@ -57,7 +58,7 @@ test("the pid line is kept back wherever the reads cut it; output before it stil
     });
     assert.equal(await p.start(answering(wire, piece), {}), 4242);
     await new Promise((r) => setImmediate(r));
-    for (let i = 0; i < 100 && !p.ended; i++) await new Promise((r) => setTimeout(r, 5));
+    await waitFor("the process to end", () => p.ended);
     const seen = events.map(decode);
     assert.deepEqual(
       seen.filter((e) => "stdout" in e || "stderr" in e),
@@ -127,10 +128,10 @@ test("a watcher that stops taking events stops the command's output being read; 
     });
   });
   assert.equal(await p.start(endless, {}), 77);
-  for (let i = 0; i < 100 && taken < 3; i++) await new Promise((r) => setTimeout(r, 5));
+  await waitFor("the watcher to take three events", () => taken >= 3);
   const pulledThen = pulled;
   for (let i = 0; i < 20; i++) await new Promise((r) => setImmediate(r));
-  await new Promise((r) => setTimeout(r, 50));
+  await elapse(50, "no event may be sent past the one not taken, however long the watcher waits");
   assert.equal(taken, 3, "no event is sent past the one not taken");
   // The response's own queue (one chunk ahead) is all that was pulled while the watcher waited.
   assert.ok(pulled <= pulledThen + 2, `pulled ${pulled - pulledThen} more chunks while held`);

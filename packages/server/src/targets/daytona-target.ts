@@ -12,7 +12,7 @@
  * so it reads nothing from the server's environment or working directory for them.
  *
  * Not run against the live Daytona: its tests run against a local double of the published API
- * (test/e2e/daytona-double.ts), and the row says so. Refused with the reason: several services, a
+ * (test/doubles/daytona-double.ts), and the row says so. Refused with the reason: several services, a
  * fork of a denv version, verify, stopping a service, port URLs, and a command or file as
  * a user other than the sandbox's own (Daytona runs them all as that user).
  */

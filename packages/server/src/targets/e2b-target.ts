@@ -5,7 +5,7 @@
  * process service, files go as a tar through envd's file upload and a `tar` in the sandbox.
  *
  * Not run against the live E2B: its tests run against a local double of the published API
- * (test/e2e/e2b-double.ts), and the row says so. What E2B has no primitive for here is refused
+ * (test/doubles/e2b-double.ts), and the row says so. What E2B has no primitive for here is refused
  * with the reason: several services, a fork of a version made on a denvd host, verify, stopping a
  * service, port URLs. A snapshot is E2B's own (`POST /sandboxes/{id}/snapshots`), kept as a version
  * on this target; a fork of it is a new sandbox from it. stdin goes up whole before its command starts. Output is text to E2B's SDK (it decodes UTF-8), so

@@ -6,7 +6,7 @@
  * in binary, and a snapshot is Modal's filesystem snapshot (an image) that a fork starts from.
  *
  * Not run against the live Modal: its tests run against a local double written from Modal's
- * published protos (test/e2e/modal-double.ts), and the row says so. Modal's exec has no user, so
+ * published protos (test/doubles/modal-double.ts), and the row says so. Modal's exec has no user, so
  * denv makes an unprivileged user (`user`) in each sandbox and drops to it with the sandbox's own
  * `su`. What Modal has no primitive for here is refused with the reason: several services, a
  * fork of a version made on a denvd host, verify, stopping a service, port URLs.

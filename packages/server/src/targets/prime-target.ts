@@ -13,7 +13,7 @@
  * segments must look like ids. Redirects are errors, not followed.
  *
  * Not run against the live Prime: its tests run against a local double of the published API
- * (test/e2e/prime-double.ts), and the row says so.
+ * (test/doubles/prime-double.ts), and the row says so.
  */
 import { createHash, randomBytes } from "node:crypto";
 import { Readable } from "node:stream";

@@ -25,7 +25,7 @@ import {
 } from "@denv/protocol";
 import { pinSpec, RegistryPinner, validateCompose } from "@denv/spec";
 import Docker from "dockerode";
-import { removeLabelled } from "./engine-helpers.ts";
+import { removeLabelled } from "./engine.ts";
 
 export const repoRoot = join(import.meta.dirname, "..", "..");
 

@@ -11,7 +11,7 @@
 import { randomBytes } from "node:crypto";
 import { connect, createServer, type Server } from "node:net";
 import Docker from "dockerode";
-import { type ExecResult, execIn } from "../engine-helpers.ts";
+import { type ExecResult, execIn } from "./engine.ts";
 
 export const DIND_IMAGE = "127.0.0.1:5000/denv/test-dind-host:bookworm";
 /** The same machine booting systemd as PID 1, with Docker as a systemd service. */

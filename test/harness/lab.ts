@@ -1,7 +1,11 @@
 /**
- * The set-up the security tests attack: a control plane with two teams, team A's real denvd on the
- * real engine and a btrfs pool, and helpers for what an attacker controls (team B's key, a host of
- * team B's that speaks the protocol by hand).
+ * The one way a test gets a control plane: `openLab()` starts a server (SQLite, or the options'
+ * store) with an admin team (A) and, unless `hosts: 0`, team A's real denvd on the real engine and a
+ * btrfs pool, joined through the API as a user joins one. Then `lab.asTeam(name)` makes another team
+ * (its key, the generated SDK's typed client, and the raw API for statuses and headers),
+ * `lab.addHost()` joins another real host, and `lab.close()` removes everything the lab made. The
+ * security tests' attacker is team B (`keyB`) and a host that speaks the protocol by hand
+ * (`joinRawHost`).
  */
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
@@ -10,9 +14,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { joinServer, Sidecar } from "@denv/denvd";
 import { encodeStreamFrame, type HostMessage, PROTOCOL_VERSION, type ServerMessage } from "@denv/protocol";
+import { DenvClient } from "@denv/sdk";
 import { type RunningServer, type ServerOptions, startServer } from "@denv/server";
 import WebSocket from "ws";
-import { LOCAL_REGISTRY, openTestHost, type TestHost } from "../e2e/denvd-helpers.ts";
+import { LOCAL_REGISTRY, openTestHost, type TestHost } from "./test-host.ts";
 
 export interface ApiAnswer {
   status: number;
@@ -20,8 +25,41 @@ export interface ApiAnswer {
   headers: Headers;
 }
 
+export type Api = (method: string, path: string, body?: unknown, key?: string | null) => Promise<ApiAnswer>;
+
+/** A team of the lab's: its key, the SDK's typed client, and the raw API (statuses, headers) as it. */
+export interface Team {
+  name: string;
+  teamId: string;
+  key: string;
+  client: DenvClient;
+  api(method: string, path: string, body?: unknown): Promise<ApiAnswer>;
+}
+
+/** A real host joined to a team: its denvd on the engine and btrfs, connected by its sidecar. */
+export interface LabHost {
+  name: string;
+  hostId: string;
+  secret: string;
+  host: TestHost;
+  readonly sidecar: Sidecar;
+  /** Stops the sidecar (the host goes away) and starts a new one with the same identity. */
+  reconnect(): Promise<void>;
+  /** The sidecar stopped: the host is away until `reconnect()`. */
+  disconnect(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export interface LabOptions extends Partial<ServerOptions> {
+  /** Hosts of team A's to start (default 1; 0 for a test of the control plane alone). */
+  hosts?: 0 | 1;
+  /** Options of team A's host. */
+  teamHost?: Parameters<typeof openTestHost>[0];
+}
+
 export interface Lab {
   server: RunningServer;
+  /** Team A's host (absent with `hosts: 0`). */
   host: TestHost;
   sidecar: Sidecar;
   hostId: string;
@@ -30,24 +68,73 @@ export interface Lab {
   keyA: string;
   /** Team B's key: the attacker's. */
   keyB: string;
-  api(method: string, path: string, body?: unknown, key?: string | null): Promise<ApiAnswer>;
+  /** Team A's typed client. */
+  client: DenvClient;
+  api: Api;
+  /** A new team, made by team A's admin key. */
+  asTeam(name: string): Promise<Team>;
+  /** Another real host, joined to team A (or the team whose key is given). Closed with the lab. */
+  addHost(options?: {
+    name?: string;
+    key?: string;
+    host?: Parameters<typeof openTestHost>[0];
+  }): Promise<LabHost>;
   /** Stops team A's sidecar (its host goes away) and starts a new one with the same identity. */
   restartSidecar(): Promise<void>;
   stopSidecar(): Promise<void>;
   close(): Promise<void>;
 }
 
-export async function openLab(options: Partial<ServerOptions> = {}): Promise<Lab> {
+/** Joins a host to the team of `key` through the API, as `denvd join` does, and connects it. */
+async function joinHost(
+  serverUrl: string,
+  api: Api,
+  key: string,
+  name: string,
+  hostOptions: Parameters<typeof openTestHost>[0],
+): Promise<LabHost> {
+  const made = await api("POST", "/v1/hosts/join-token", undefined, key);
+  if (made.status !== 201) throw new Error(`join token: ${made.status} ${JSON.stringify(made.data)}`);
+  const joined = await joinServer(serverUrl, made.data.token as string, name);
+  const host = await openTestHost(hostOptions);
+  const connect = async () => {
+    const s = new Sidecar({ serverUrl, secret: joined.secret, denvd: host.denvd });
+    s.start();
+    await s.ready;
+    return s;
+  };
+  let sidecar = await connect();
+  let closed = false;
+  return {
+    name,
+    hostId: joined.host_id,
+    secret: joined.secret,
+    host,
+    get sidecar() {
+      return sidecar;
+    },
+    async reconnect() {
+      await sidecar.stop();
+      sidecar = await connect();
+    },
+    async disconnect() {
+      await sidecar.stop();
+    },
+    async close() {
+      if (closed) return;
+      closed = true;
+      await sidecar.stop().catch(() => {});
+      await host.close();
+    },
+  };
+}
+
+export async function openLab(options: LabOptions = {}): Promise<Lab> {
+  const { hosts = 1, teamHost: hostOptions = {}, ...serverOptions } = options;
   const dataDir = await mkdtemp(join(tmpdir(), "denv-sec-"));
   const keyA = `dk_sec_${randomBytes(12).toString("hex")}`;
-  const server = await startServer({ dataDir, adminKey: keyA, fetchAllow: LOCAL_REGISTRY, ...options });
-  const host = await openTestHost({});
-  const api = async (
-    method: string,
-    path: string,
-    body?: unknown,
-    key: string | null = keyA,
-  ): Promise<ApiAnswer> => {
+  const server = await startServer({ dataDir, adminKey: keyA, fetchAllow: LOCAL_REGISTRY, ...serverOptions });
+  const api: Api = async (method, path, body, key = keyA) => {
     const res = await fetch(`${server.url}${path}`, {
       method,
       // A deploy waited for on a busy machine takes minutes; the server answers by its own deadline.
@@ -64,36 +151,60 @@ export async function openLab(options: Partial<ServerOptions> = {}): Promise<Lab
     const data = type.includes("json") ? await res.json() : Buffer.from(await res.arrayBuffer());
     return { status: res.status, data, headers: res.headers };
   };
-  const token = (await api("POST", "/v1/hosts/join-token")).data.token as string;
-  const joined = await joinServer(server.url, token, "host-a");
-  let sidecar = new Sidecar({ serverUrl: server.url, secret: joined.secret, denvd: host.denvd });
-  sidecar.start();
-  await sidecar.ready;
-  const keyB = (await api("POST", "/v1/teams", { name: "attacker" })).data.api_key as string;
+  const added: LabHost[] = [];
+  const first = hosts === 1 ? await joinHost(server.url, api, keyA, "host-a", hostOptions) : undefined;
+  const asTeam = async (name: string): Promise<Team> => {
+    const made = await api("POST", "/v1/teams", { name });
+    if (made.status !== 201) throw new Error(`team ${name}: ${made.status} ${JSON.stringify(made.data)}`);
+    const key = made.data.api_key as string;
+    return {
+      name,
+      teamId: made.data.team_id as string,
+      key,
+      client: new DenvClient({ baseUrl: server.url, apiKey: key }),
+      api: (method, path, body) => api(method, path, body, key),
+    };
+  };
+  const attacker = await asTeam("attacker");
   const lab: Lab = {
     server,
-    host,
-    get sidecar() {
-      return sidecar;
+    get host() {
+      if (!first) throw new Error("this lab has no host (hosts: 0)");
+      return first.host;
     },
-    hostId: joined.host_id,
-    hostSecret: joined.secret,
+    get sidecar() {
+      if (!first) throw new Error("this lab has no host (hosts: 0)");
+      return first.sidecar;
+    },
+    hostId: first?.hostId ?? "",
+    hostSecret: first?.secret ?? "",
     keyA,
-    keyB,
+    keyB: attacker.key,
+    client: new DenvClient({ baseUrl: server.url, apiKey: keyA }),
     api,
+    asTeam,
+    async addHost(o = {}) {
+      const h = await joinHost(
+        server.url,
+        api,
+        o.key ?? keyA,
+        o.name ?? `host-${randomBytes(3).toString("hex")}`,
+        o.host ?? {},
+      );
+      added.push(h);
+      return h;
+    },
     async stopSidecar() {
-      await sidecar.stop();
+      await first?.disconnect();
     },
     async restartSidecar() {
-      await sidecar.stop();
-      sidecar = new Sidecar({ serverUrl: server.url, secret: joined.secret, denvd: host.denvd });
-      sidecar.start();
-      await sidecar.ready;
+      await first?.reconnect();
     },
     async close() {
-      await sidecar.stop().catch(() => {});
+      for (const h of added) await h.sidecar.stop().catch(() => {});
+      await first?.sidecar.stop().catch(() => {});
       await server.close().catch(() => {});
-      await host.close();
+      for (const h of [...added, ...(first ? [first] : [])]) await h.close().catch(() => {});
       await rm(dataDir, { recursive: true, force: true });
     },
   };

@@ -1,6 +1,7 @@
 /** Helpers for end-to-end tests that talk to the real Docker engine. */
 import { PassThrough } from "node:stream";
 import Docker from "dockerode";
+import { waitFor } from "./wait-for.ts";
 
 export interface ExecResult {
   exitCode: number;
@@ -31,14 +32,20 @@ export async function execIn(container: Docker.Container, cmd: string[], user?: 
 /** Polls the engine's health status until healthy; resolves to the milliseconds it took. */
 export async function waitHealthy(container: Docker.Container, timeoutMs: number): Promise<number> {
   const start = Date.now();
-  for (;;) {
-    const info = await container.inspect();
-    const status = info.State.Health?.Status;
-    if (status === "healthy") return Date.now() - start;
-    if (!info.State.Running) throw new Error(`${info.Name} exited (${info.State.ExitCode}) before healthy`);
-    if (Date.now() - start > timeoutMs) throw new Error(`${info.Name} not healthy after ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
+  let exited: Error | undefined;
+  await waitFor(
+    "the container to be healthy",
+    async () => {
+      const info = await container.inspect();
+      if (info.State.Health?.Status === "healthy") return true;
+      if (!info.State.Running)
+        exited = new Error(`${info.Name} exited (${info.State.ExitCode}) before healthy`);
+      return exited !== undefined;
+    },
+    { intervalMs: 200, timeoutMs },
+  );
+  if (exited) throw exited;
+  return Date.now() - start;
 }
 
 /** Removes every container, network and volume carrying all of the given labels. Idempotent. */

@@ -4,7 +4,7 @@
  * one JSON line {server, api_key, run_id} when ready; stops and removes everything it made when its
  * stdin closes or it gets SIGTERM, so a dying test process never leaves it behind.
  *
- *   node test/live-denv.ts
+ *   node test/harness/live-denv.ts
  */
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -12,7 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { joinServer, Sidecar } from "@denv/denvd";
 import { startServer } from "@denv/server";
-import { LOCAL_REGISTRY, openTestHost } from "./e2e/denvd-helpers.ts";
+import { LOCAL_REGISTRY, openTestHost } from "./test-host.ts";
 
 const adminKey = `dk_live_${randomBytes(12).toString("hex")}`;
 const dataDir = mkdtempSync(join(tmpdir(), "denv-live-"));

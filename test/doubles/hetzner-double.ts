@@ -6,7 +6,7 @@
  * or make machines that boot but never join.
  */
 import { createServer, type IncomingMessage, type Server } from "node:http";
-import { bootFreshHost, type FreshHost, type Lab } from "./fresh-host-helpers.ts";
+import { bootFreshHost, type FreshHost, type Lab } from "../harness/fresh-host.ts";
 
 export interface FakeServer {
   id: number;
@@ -21,7 +21,7 @@ export interface FakeServer {
   booting?: Promise<void>;
 }
 
-export class FakeHetzner {
+export class HetznerDouble {
   readonly token: string;
   readonly servers = new Map<number, FakeServer>();
   readonly calls: { method: string; path: string; body?: any }[] = [];

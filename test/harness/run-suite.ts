@@ -1,0 +1,129 @@
+/**
+ * The suite's runner: which files run, in what order and beside what. Node's `--test` sorts the
+ * files it is given by name, so a long file named late starts late and the run waits on it alone;
+ * here each tier's files start longest first (by the times in file-times.json, measured on this
+ * kind of machine), to the machine's measure, and the tiers that do not disturb each other run side
+ * by side:
+ *
+ * - unit: unit tests beside the code, the in-process route tests, the docs and the suite's rules
+ *   (`npm test`, the edit loop);
+ * - e2e: the end-to-end and security tests on the real engine, several at once;
+ * - lab: fresh Debian machines with their own engines, one at a time, beside e2e;
+ * - heavy: 10 GiB each way through the API, after lab in the same lane (one disk-bound run at a
+ *   time beside e2e).
+ *
+ *     node test/harness/run-suite.ts [unit] [e2e] [lab] [heavy]      (none named: all)
+ *
+ * The first lane reports live; the others' reports are kept and printed whole when theirs ends,
+ * each with its own `ℹ pass N` / `ℹ fail N` (CI adds them up). Every test file is loaded with
+ * preload.ts (its wall time, and a test that asserted nothing fails). Exit code 1 when any failed.
+ */
+import { createWriteStream, readFileSync } from "node:fs";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { availableParallelism, tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { pipeline } from "node:stream/promises";
+import { run } from "node:test";
+import { spec } from "node:test/reporters";
+
+const ROOT = resolve(import.meta.dirname, "../..");
+const TIERS = ["unit", "e2e", "lab", "heavy"] as const;
+type Tier = (typeof TIERS)[number];
+
+/** Each tier's files (globs from the repository's root). */
+const FILES: Record<Tier, string[]> = {
+  unit: ["packages/*/src/**/*.test.ts", "bench/*.test.ts", "test/docs/*.test.ts", "test/harness/*.test.ts"],
+  e2e: ["test/e2e/*.test.ts", "test/security/*.test.ts"],
+  lab: ["test/e2e/lab/*.test.ts"],
+  heavy: ["test/heavy/*.test.ts"],
+};
+
+/** A file not yet measured is taken as this long: new end-to-end files are rarely short. */
+const UNMEASURED_S = 30;
+
+async function filesOf(tier: Tier): Promise<string[]> {
+  const { glob } = await import("node:fs/promises");
+  const found = new Set<string>();
+  for (const pattern of FILES[tier]) for await (const f of glob(pattern, { cwd: ROOT })) found.add(f);
+  const times = JSON.parse(readFileSync(join(import.meta.dirname, "file-times.json"), "utf8")) as Record<
+    string,
+    number
+  >;
+  const timeOf = (f: string) => times[f] ?? (tier === "unit" ? 1 : UNMEASURED_S);
+  return [...found].sort((a, b) => timeOf(b) - timeOf(a) || a.localeCompare(b));
+}
+
+/** One tier's run; its report goes to `out`. Resolves to whether every test passed. */
+async function runTier(tier: Tier, concurrency: number, out: NodeJS.WritableStream): Promise<boolean> {
+  const files = await filesOf(tier);
+  if (files.length === 0) return true;
+  let failed = false;
+  const stream = run({
+    files: files.map((f) => join(ROOT, f)),
+    concurrency,
+    isolation: "process",
+    cwd: ROOT,
+  });
+  stream.on("test:fail", (e) => {
+    // A todo's failure is not one; anything else (a test, a hook, a file that would not load) is.
+    if (!e.todo) failed = true;
+  });
+  await pipeline(stream.compose(spec), out, { end: false });
+  return !failed;
+}
+
+/** Runs the named tiers in lanes; the first lane reports live, the others when they end. */
+async function main(): Promise<number> {
+  const named = process.argv.slice(2);
+  for (const n of named)
+    if (!TIERS.includes(n as Tier)) {
+      console.error(`run-suite: no tier named '${n}' (${TIERS.join(", ")})`);
+      return 2;
+    }
+  const want = (t: Tier) => named.length === 0 || named.includes(t);
+  // Every test file's process loads the preload (run()'s own execArgv is not passed on here).
+  const preload = join(import.meta.dirname, "preload.ts");
+  process.env.NODE_OPTIONS = `${process.env.NODE_OPTIONS ?? ""} --import=${preload}`.trim();
+  const cores = availableParallelism();
+  // End-to-end files mostly wait on the engine, the disk and each other's containers: one more
+  // than the cores keeps both busy (measured: docs/contributing.md).
+  const e2eConcurrency = Number(process.env.DENV_E2E_CONCURRENCY) || cores + 1;
+  const lanes: { tiers: [Tier, number][] }[] = [
+    {
+      tiers: [["unit", cores] as [Tier, number], ["e2e", e2eConcurrency] as [Tier, number]].filter(([t]) =>
+        want(t),
+      ),
+    },
+    { tiers: [["lab", 1] as [Tier, number], ["heavy", 1] as [Tier, number]].filter(([t]) => want(t)) },
+  ].filter((l) => l.tiers.length > 0);
+  const dir = await mkdtemp(join(tmpdir(), "denv-suite-"));
+  try {
+    const results = await Promise.all(
+      lanes.map(async (lane, i) => {
+        const live = i === 0;
+        let ok = true;
+        for (const [tier, concurrency] of lane.tiers) {
+          const started = Date.now();
+          const file = join(dir, `${tier}.log`);
+          const out = live ? process.stdout : createWriteStream(file);
+          ok = (await runTier(tier, concurrency, out)) && ok;
+          const took = `${tier}: ${Math.round((Date.now() - started) / 1000)} s (${concurrency} at a time)`;
+          if (live) console.log(`ℹ ${took}`);
+          else {
+            await new Promise<void>((r) => (out as ReturnType<typeof createWriteStream>).end(r));
+            // Printed whole once its lane's tier ended, so no report is cut into another.
+            process.stdout.write(
+              `\n── ${tier} (run beside the first lane) ──\n${await readFile(file, "utf8")}ℹ ${took}\n`,
+            );
+          }
+        }
+        return ok;
+      }),
+    );
+    return results.every(Boolean) ? 0 : 1;
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+process.exitCode = await main();

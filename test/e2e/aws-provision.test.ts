@@ -17,6 +17,7 @@ import { joinServer, Sidecar } from "@denv/denvd";
 import { type RunningServer, startServer } from "@denv/server";
 import { Ec2Double, type Ec2Instance } from "../doubles/ec2-double.ts";
 import { LOCAL_REGISTRY, openTestHost, repoRoot, type TestHost } from "../harness/test-host.ts";
+import { waitFor } from "../harness/wait-for.ts";
 import { opsWorldCompose } from "./process-world.ts";
 
 const KEY = "AKIATESTKEY000000001";
@@ -156,11 +157,9 @@ test("a refused RunInstances rolls the deploy back with AWS's code, and nothing 
 
 test("a deploy with no host provisions an EC2 instance whose user data joins it, and deploys there", async () => {
   const deploying = api("POST", "/v1/projects/ops-world/deploy?wait=true", { env: "alpha" });
-  let inst: Ec2Instance | undefined;
-  while (!inst) {
-    inst = [...ec2.instances.values()].find((i) => i.state === "pending");
-    if (!inst) await new Promise((r) => setTimeout(r, 100));
-  }
+  const inst: Ec2Instance = await waitFor("EC2 to be asked for an instance", () =>
+    [...ec2.instances.values()].find((i) => i.state === "pending"),
+  );
   // What was asked of EC2: Debian 12's newest image (Debian's own account), the type, the tags.
   assert.equal(inst.imageId, "ami-0new0000000000000");
   assert.equal(inst.instanceType, "m7i.large");

@@ -14,6 +14,7 @@ import { type Lab, openLab } from "../harness/lab.ts";
 import { streamedOutput } from "../harness/stream-proof.ts";
 import { filesOf, tarOf } from "../harness/tar-files.ts";
 import { LOCAL_REGISTRY } from "../harness/test-host.ts";
+import { waitFor } from "../harness/wait-for.ts";
 
 const IMAGE = "127.0.0.1:5000/denv/opsbox:bookworm";
 let lab: Lab;
@@ -126,11 +127,11 @@ test("connect daytona, its row, a sandbox on it: commands, files and destroy thr
   assert.equal(loud.data.stdout_truncated, true);
 
   // The sandbox's cmd ran in the background, as its user.
-  let started = "";
-  for (let i = 0; i < 600 && started === ""; i++) {
-    started = (await exec(id, { command: "cat /work/cmd.txt 2>/dev/null || true" })).data.stdout;
-    if (started === "") await new Promise((r) => setTimeout(r, 100));
-  }
+  const started = await waitFor(
+    "the sandbox's cmd to run",
+    async () =>
+      (await exec(id, { command: "cat /work/cmd.txt 2>/dev/null || true" })).data.stdout || undefined,
+  );
   assert.equal(started, "started\n");
 
   const put = await lab.api(

@@ -19,6 +19,7 @@ import {
   type TestHost,
   writeHostStack,
 } from "../harness/test-host.ts";
+import { elapse } from "../harness/wait-for.ts";
 
 let host: TestHost;
 let versionId: string;
@@ -235,7 +236,7 @@ function cpuTicks(pid: number): number {
 async function advances(pid: number): Promise<boolean> {
   const start = cpuTicks(pid);
   for (let i = 0; i < 200; i++) {
-    await new Promise((r) => setTimeout(r, 25));
+    await elapse(25, "CPU ticks are read between turns of the loop");
     if (cpuTicks(pid) > start) return true;
   }
   return false;
@@ -268,7 +269,7 @@ test("a freeze stops a container's processes without the engine's pause; its tha
     assert.ok(await advances(st.pid), "the loop runs");
     await rt.freezeContainer(id, st.pid);
     const ticks = cpuTicks(st.pid);
-    await new Promise((r) => setTimeout(r, 300));
+    await elapse(300, "a frozen loop must be seen to take no CPU (it took some every 25 ms)");
     assert.equal(cpuTicks(st.pid), ticks, "no CPU while frozen");
     assert.equal((await rt.inspectContainer(id)).paused, false, "the engine was not asked");
     assert.equal(await rt.thawContainer(id), true);

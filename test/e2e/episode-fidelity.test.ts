@@ -13,6 +13,7 @@ import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { promisify } from "node:util";
 import { deployOpsWorld, type Lab, openLab } from "../harness/lab.ts";
+import { elapse, waitFor } from "../harness/wait-for.ts";
 
 let lab: Lab;
 let version: string;
@@ -79,7 +80,7 @@ const EPISODE = [
 
 test("a fork's every clock reads the version's time: PostgreSQL, date, Python, Node, Redis, exec as another user", async () => {
   // Real time moves on well past the version's before the forks are made.
-  await new Promise((r) => setTimeout(r, 4000));
+  await elapse(4000, "real time must move on well past the version's before the forks are made");
   const atS = Math.floor(versionAtMs / 1000);
   const seen: number[][] = [];
   for (const name of ["clock-1", "clock-2"]) {
@@ -167,7 +168,7 @@ services:
   const atS = Math.floor(
     Date.parse(d.phases.find((p: { name: string }) => p.name === "snapshot").evidence.clock.at) / 1000,
   );
-  await new Promise((r) => setTimeout(r, 5000));
+  await elapse(5000, "the fork is graded after real time moved on, to show it reads the version's");
   const f = await lab.api("POST", "/v1/sandboxes", { from_version: d.version_id, name: "graded" });
   assert.equal(f.status, 201, JSON.stringify(f.data));
   // A musl program in the same container is on the frozen clock (LD_PRELOAD); busybox, static, is not.
@@ -446,26 +447,35 @@ test("a replay a stopped server left behind: failed at the next start, and its f
       (await lab.api("GET", "/v1/envs")).data.environments as { id: string; name: string; status: string }[]
     ).filter((e) => e.name.startsWith(prefix));
   // Until both forks run, as long as the replay itself is still under way (no fixed budget).
-  for (;;) {
-    const f = await forks();
-    if (f.length === 2 && f.every((e) => e.status === "running")) break;
-    const now = (await lab.api("GET", `/v1/replays/${started.data.id}`)).data;
-    assert.ok(
-      ["pending", "running"].includes(now.status),
-      `the replay ended before its forks ran: ${JSON.stringify(now)}`,
-    );
-    await new Promise((r) => setTimeout(r, 300));
-  }
+  await waitFor(
+    "both of the replay's forks to run",
+    async () => {
+      const f = await forks();
+      if (f.length === 2 && f.every((e) => e.status === "running")) return true;
+      const now = (await lab.api("GET", `/v1/replays/${started.data.id}`)).data;
+      assert.ok(
+        ["pending", "running"].includes(now.status),
+        `the replay ended before its forks ran: ${JSON.stringify(now)}`,
+      );
+      return false;
+    },
+    { intervalMs: 300 },
+  );
   // What a start does after a stop: the same recovery, on this server's store and deployer.
   const { recoverReplays } = await import("../../packages/server/src/deploy/replay-runner.ts");
   assert.equal(await recoverReplays({ store: lab.server.store, deployer: lab.server.deployer }), 2);
   // The recovery destroys them (in the background): each poll shows fewer, until none.
-  while ((await forks()).length > 0) await new Promise((r) => setTimeout(r, 300));
+  await waitFor("the recovery to destroy the replay's forks", async () => (await forks()).length === 0, {
+    intervalMs: 300,
+  });
   const failed = (await lab.api("GET", `/v1/replays/${started.data.id}`)).data;
   assert.equal(failed.status, "failed");
   assert.equal(failed.report.error, "the server stopped while the replay ran");
   // The replay's own run, ending now that its forks are gone, does not write over that record.
-  await new Promise((r) => setTimeout(r, 3000));
+  await elapse(
+    3000,
+    "the replay's own run must be given time to end, and be seen not to write over the record",
+  );
   assert.equal(
     (await lab.api("GET", `/v1/replays/${started.data.id}`)).data.report.error,
     failed.report.error,

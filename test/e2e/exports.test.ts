@@ -19,6 +19,7 @@ import WebSocket from "ws";
 import { parse as parseYaml } from "yaml";
 import { cliRunner } from "../harness/cli-runner.ts";
 import { type Lab, openLab } from "../harness/lab.ts";
+import { waitFor } from "../harness/wait-for.ts";
 import { runHarborTrial } from "./harbor-runner.ts";
 
 let lab: Lab;
@@ -150,14 +151,12 @@ test("export --openenv: the image passes openenv validate's six criteria; a WS s
   ]);
   try {
     const base = `http://127.0.0.1:${port}`;
-    let up = false;
-    for (let i = 0; i < 100 && !up; i++) {
-      up = await fetch(`${base}/health`).then(
+    const up = await waitFor("the server to answer /health", () =>
+      fetch(`${base}/health`).then(
         (x) => x.ok,
         () => false,
-      );
-      if (!up) await new Promise((res) => setTimeout(res, 100));
-    }
+      ),
+    );
     assert.ok(up, "the server did not answer /health");
     // openenv validate --url's six criteria.
     const openapi = (await (await fetch(`${base}/openapi.json`)).json()) as any;
@@ -283,12 +282,10 @@ test("export --openenv: the image passes openenv validate's six criteria; a WS s
     );
     // The session's fork is destroyed when it closes.
     for (const id of [forkId, secondFork, httpFork]) {
-      let gone = false;
-      for (let i = 0; i < 100 && !gone; i++) {
+      const gone = await waitFor(`the episode's fork ${id} to be destroyed`, async () => {
         const e = await lab.api("GET", `/v1/envs/${id}`);
-        gone = e.status === 404 || e.data.status === "destroyed";
-        if (!gone) await new Promise((res) => setTimeout(res, 200));
-      }
+        return e.status === 404 || e.data.status === "destroyed";
+      });
       assert.ok(gone, `the episode's fork ${id} was left behind`);
     }
   } finally {

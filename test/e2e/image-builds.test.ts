@@ -16,6 +16,7 @@ import { cliRunner } from "../harness/cli-runner.ts";
 import { removeBuiltImages } from "../harness/engine.ts";
 import { type Lab, openLab } from "../harness/lab.ts";
 import { LOCAL_REGISTRY } from "../harness/test-host.ts";
+import { waitFor } from "../harness/wait-for.ts";
 
 let lab: Lab;
 const work = mkdtempSync(join(tmpdir(), "denv-builds-"));
@@ -268,14 +269,17 @@ test("a build that fails rolls back with its log's tail in the reason; its log w
   // While the step runs, the prepare phase shows the log so far.
   let seenLive = false;
   let d: any;
-  for (let i = 0; i < 600; i++) {
-    d = (await lab.api("GET", `/v1/deployments/${id}`)).data;
-    const p = phase(d, "prepare");
-    if (p.status === "running" && JSON.stringify(p.evidence ?? {}).includes("live-line-marker"))
-      seenLive = true;
-    if (d.status !== "running" && d.status !== "queued") break;
-    await new Promise((r) => setTimeout(r, 200));
-  }
+  await waitFor(
+    `deployment ${id}'s verdict, its build log read while it runs`,
+    async () => {
+      d = (await lab.api("GET", `/v1/deployments/${id}`)).data;
+      const p = phase(d, "prepare");
+      if (p.status === "running" && JSON.stringify(p.evidence ?? {}).includes("live-line-marker"))
+        seenLive = true;
+      return d.status !== "running" && d.status !== "queued";
+    },
+    { intervalMs: 200 },
+  );
   assert.ok(seenLive, "the build's log was not shown while it ran");
   assert.equal(d.status, "rolled_back");
   const prepare = phase(d, "prepare");
@@ -384,10 +388,11 @@ async function deployed(project: string) {
   const started = await lab.api("POST", `/v1/projects/${project}/deploy`, { env: "alpha" });
   assert.equal(started.status, 202, JSON.stringify(started.data));
   let d = started.data;
-  for (let i = 0; i < 1500 && (d.status === "running" || d.status === "queued"); i++) {
-    await new Promise((r) => setTimeout(r, 200));
-    d = (await lab.api("GET", `/v1/deployments/${started.data.id}`)).data;
-  }
+  if (d.status === "running" || d.status === "queued")
+    d = await waitFor(`deployment ${started.data.id}'s verdict`, async () => {
+      const now = (await lab.api("GET", `/v1/deployments/${started.data.id}`)).data;
+      return now.status === "running" || now.status === "queued" ? undefined : now;
+    });
   assert.ok(
     d.status !== "running" && d.status !== "queued",
     `deployment of ${project} still ${d.status} after 5 minutes: ${JSON.stringify(d.phases.map((p: { name: string; status: string; evidence: unknown }) => [p.name, p.status, p.evidence]))}`,

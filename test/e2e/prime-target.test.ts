@@ -12,6 +12,7 @@ import { cliRunner } from "../harness/cli-runner.ts";
 import { type Lab, openLab } from "../harness/lab.ts";
 import { filesOf, tarOf } from "../harness/tar-files.ts";
 import { LOCAL_REGISTRY } from "../harness/test-host.ts";
+import { waitFor } from "../harness/wait-for.ts";
 
 const IMAGE = "127.0.0.1:5000/denv/opsbox:bookworm";
 let lab: Lab;
@@ -105,11 +106,11 @@ test("connect prime, its row, a sandbox on it: commands, a timeout, files and de
   const slow = await exec(id, { command: "sleep 30", timeout_ms: 1000 });
   assert.deepEqual([slow.data.timed_out, slow.data.exit_code], [true, 124]);
 
-  let started = "";
-  for (let i = 0; i < 600 && started === ""; i++) {
-    started = (await exec(id, { command: "cat /work/cmd.txt 2>/dev/null || true" })).data.stdout;
-    if (started === "") await new Promise((r) => setTimeout(r, 100));
-  }
+  const started = await waitFor(
+    "the sandbox's cmd to run",
+    async () =>
+      (await exec(id, { command: "cat /work/cmd.txt 2>/dev/null || true" })).data.stdout || undefined,
+  );
   assert.equal(started, "started\n", "the sandbox's cmd ran in the background");
 
   const put = await lab.api(
@@ -194,10 +195,10 @@ test("a project pinned to prime deploys its one service there; Prime keeps no sn
   assert.match(snapshot.reason, /target prime has no snapshot denv drives .*no version is kept/);
   const env = (await lab.api("GET", `/v1/envs/${d.data.environment_id}`)).data;
   assert.deepEqual([env.target, env.status, env.current_version_id], ["prime", "running", null]);
-  let up = "";
-  for (let i = 0; i < 600 && up === ""; i++) {
-    up = (await exec(env.id, { command: "cat /work/up.txt 2>/dev/null || true" })).data.stdout;
-    if (up === "") await new Promise((r) => setTimeout(r, 100));
-  }
+  const up = await waitFor(
+    "the service's command to run",
+    async () =>
+      (await exec(env.id, { command: "cat /work/up.txt 2>/dev/null || true" })).data.stdout || undefined,
+  );
   assert.equal(up, "up\n", "the service's command ran");
 });

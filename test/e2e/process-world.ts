@@ -14,6 +14,7 @@ import { LABEL } from "@denv/denvd";
 import { removeLabelled } from "../harness/engine.ts";
 import { freePort } from "../harness/net.ts";
 import { openTestHost, readHostState, repoRoot } from "../harness/test-host.ts";
+import { waitFor } from "../harness/wait-for.ts";
 
 export const denvBin = join(repoRoot, "packages/cli/bin/denv.js");
 export const denvdBin = join(repoRoot, "packages/denvd/bin/denvd.js");
@@ -63,19 +64,9 @@ export interface ApiAnswer {
   ms: number;
 }
 
-/** Polls fn until it returns something other than undefined, or fails after timeoutMs. */
-export async function until<T>(
-  what: string,
-  fn: () => Promise<T | undefined>,
-  timeoutMs = 60_000,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await fn().catch(() => undefined);
-    if (v !== undefined) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
+/** Polls fn until it returns something other than undefined (the harness's waitFor). */
+export function until<T>(what: string, fn: () => Promise<T | undefined>, timeoutMs?: number): Promise<T> {
+  return waitFor(what, fn, { intervalMs: 100, ...(timeoutMs ? { timeoutMs } : {}) }) as Promise<T>;
 }
 
 export interface ProcessWorld {

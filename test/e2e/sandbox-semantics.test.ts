@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import tar from "tar-stream";
 import { type Lab, openLab } from "../harness/lab.ts";
+import { waitFor } from "../harness/wait-for.ts";
 
 let lab: Lab;
 /** An image sandbox running as ubuntu (1000), as an agent's box does. */
@@ -122,12 +123,10 @@ describe("files", () => {
       // Half the tar, then the connection goes.
       req.write(whole.subarray(0, whole.length >> 1), () => setTimeout(() => req.destroy(), 200));
     });
-    for (
-      let i = 0;
-      i < 20 && (await sh(box, "test -e /home/ubuntu/cutdir/cut.bin && echo there")).stdout;
-      i++
-    )
-      await new Promise((r) => setTimeout(r, 100));
+    await waitFor(
+      "the cut upload's file to be removed",
+      async () => !(await sh(box, "test -e /home/ubuntu/cutdir/cut.bin && echo there")).stdout,
+    );
     assert.equal((await sh(box, "ls /home/ubuntu/cutdir 2>/dev/null | wc -l")).stdout.trim(), "0");
     const ok = await put(box, "/home/ubuntu/cutdir", await tarOf([{ name: "after.txt", body: "fine" }]));
     assert.equal(ok.status, 200);
@@ -395,11 +394,10 @@ describe("exec", () => {
       // the abort
     }
     assert.ok(got > 4 * 1024 * 1024);
-    let left = "1";
-    for (let i = 0; i < 50 && left !== "0"; i++) {
-      await new Promise((r) => setTimeout(r, 100));
-      left = (await sh(box, "ps -eo args | grep -c '^yes denv-endless' || true")).stdout.trim();
-    }
+    const left = await waitFor("the aborted command to be killed", async () => {
+      const n = (await sh(box, "ps -eo args | grep -c '^yes denv-endless' || true")).stdout.trim();
+      return n === "0" ? n : undefined;
+    });
     assert.equal(left, "0", "the command was killed once nobody read its output");
   });
 

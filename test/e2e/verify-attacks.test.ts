@@ -12,6 +12,7 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { validateCompose } from "@denv/spec";
 import { type Lab, openLab } from "../harness/lab.ts";
+import { elapse, waitFor } from "../harness/wait-for.ts";
 
 let lab: Lab;
 const versions: Record<string, string> = {};
@@ -62,23 +63,19 @@ async function homeDataset(envId: string): Promise<string> {
 /** A counter file an agent's background process keeps increasing: waits to see it move (it runs). */
 async function running(file: string): Promise<void> {
   const read = () => Number(readFileSync(file, "utf8") || 0);
-  const deadline = Date.now() + 10_000;
-  while (!existsSync(file)) {
-    assert.ok(Date.now() < deadline, `${file} never appeared`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
+  await waitFor(`${file} to appear`, () => existsSync(file), { intervalMs: 20 });
   const first = read();
-  while (read() <= first) {
-    assert.ok(Date.now() < deadline, `the background process is not running (${file} stays ${first})`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
+  await waitFor(`the background process to move ${file} on from ${first}`, () => read() > first, {
+    intervalMs: 20,
+  });
+  assert.ok(read() > first);
 }
 
 /** The counter after verify: it must not move again over a second (the process is frozen). */
 async function frozenCount(file: string): Promise<number> {
   const read = () => Number(readFileSync(file, "utf8") || 0);
   const at = read();
-  await new Promise((r) => setTimeout(r, 1000));
+  await elapse(1000, "a frozen process must be seen not to move its counter (it moved every 20 ms)");
   assert.equal(read(), at, `the background process ran after the stop (${file})`);
   return at;
 }

@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { promisify } from "node:util";
 import { deployOpsWorld, type Lab, openLab } from "../harness/lab.ts";
+import { waitFor } from "../harness/wait-for.ts";
 
 const run = promisify(execFile);
 let lab: Lab;
@@ -24,16 +25,17 @@ after(async () => {
   await lab?.close();
 });
 
-async function waitPool(versionId: string, ready: number, timeoutMs = 120_000) {
-  const until = Date.now() + timeoutMs;
-  for (;;) {
-    const p = await lab.api("GET", `/v1/pools/${versionId}`);
-    // A pool x-denv declares is made just after its deploy's verdict.
-    if (p.status !== 404) assert.equal(p.status, 200, JSON.stringify(p.data));
-    if (p.status === 200 && p.data.ready === ready && p.data.warming === 0) return p.data;
-    if (Date.now() > until) assert.fail(`the pool never had ${ready} ready: ${JSON.stringify(p.data)}`);
-    await new Promise((r) => setTimeout(r, 300));
-  }
+async function waitPool(versionId: string, ready: number) {
+  return waitFor(
+    `the pool to have ${ready} ready`,
+    async () => {
+      const p = await lab.api("GET", `/v1/pools/${versionId}`);
+      // A pool x-denv declares is made just after its deploy's verdict.
+      if (p.status !== 404) assert.equal(p.status, 200, JSON.stringify(p.data));
+      return p.status === 200 && p.data.ready === ready && p.data.warming === 0 ? p.data : undefined;
+    },
+    { intervalMs: 300 },
+  );
 }
 
 const exec = async (env: string, service: string, command: string[]) => {
@@ -250,11 +252,11 @@ test("x-denv.pool declares a pool for the latest version; a new version takes it
   assert.equal(d2.data.status, "succeeded", d2.data.reason);
   await waitPool(d2.data.version_id, 2);
   // The first version's declared pool is drained.
-  const until = Date.now() + 30_000;
-  while ((await lab.api("GET", `/v1/pools/${d1.data.version_id}`)).status !== 404) {
-    if (Date.now() > until) assert.fail("the old version's pool was not drained");
-    await new Promise((r) => setTimeout(r, 300));
-  }
+  await waitFor(
+    "the old version's pool to be drained",
+    async () => (await lab.api("GET", `/v1/pools/${d1.data.version_id}`)).status === 404,
+    { intervalMs: 300 },
+  );
   const pools = (await lab.api("GET", "/v1/pools")).data.pools as { version_id: string }[];
   assert.ok(!pools.some((p) => p.version_id === d1.data.version_id));
   // A fork of the environment comes from the new pool.

@@ -41,21 +41,25 @@ const FILES: Record<Tier, string[]> = {
 /** A file not yet measured is taken as this long: new end-to-end files are rarely short. */
 const UNMEASURED_S = 30;
 
-async function filesOf(tier: Tier): Promise<string[]> {
+async function filesOf(tiers: Tier[]): Promise<string[]> {
   const { glob } = await import("node:fs/promises");
-  const found = new Set<string>();
-  for (const pattern of FILES[tier]) for await (const f of glob(pattern, { cwd: ROOT })) found.add(f);
   const times = JSON.parse(readFileSync(join(import.meta.dirname, "file-times.json"), "utf8")) as Record<
     string,
     number
   >;
-  const timeOf = (f: string) => times[f] ?? (tier === "unit" ? 1 : UNMEASURED_S);
-  return [...found].sort((a, b) => timeOf(b) - timeOf(a) || a.localeCompare(b));
+  const estimate = new Map<string, number>();
+  for (const tier of tiers)
+    for (const pattern of FILES[tier])
+      for await (const f of glob(pattern, { cwd: ROOT }))
+        estimate.set(f, times[f] ?? (tier === "unit" ? 1 : UNMEASURED_S));
+  return [...estimate.keys()].sort(
+    (a, b) => (estimate.get(b) ?? 0) - (estimate.get(a) ?? 0) || a.localeCompare(b),
+  );
 }
 
-/** One tier's run; its report goes to `out`. Resolves to whether every test passed. */
-async function runTier(tier: Tier, concurrency: number, out: NodeJS.WritableStream): Promise<boolean> {
-  const files = await filesOf(tier);
+/** One run of the tiers' files together; its report goes to `out`. Resolves to whether all passed. */
+async function runTiers(tiers: Tier[], concurrency: number, out: NodeJS.WritableStream): Promise<boolean> {
+  const files = await filesOf(tiers);
   if (files.length === 0) return true;
   let failed = false;
   const stream = run({
@@ -85,35 +89,37 @@ async function main(): Promise<number> {
   const preload = join(import.meta.dirname, "preload.ts");
   process.env.NODE_OPTIONS = `${process.env.NODE_OPTIONS ?? ""} --import=${preload}`.trim();
   const cores = availableParallelism();
-  // End-to-end files mostly wait on the engine, the disk and each other's containers: one more
-  // than the cores keeps both busy (measured: docs/contributing.md).
-  const e2eConcurrency = Number(process.env.DENV_E2E_CONCURRENCY) || cores + 1;
-  const lanes: { tiers: [Tier, number][] }[] = [
+  // End-to-end files mostly wait on the engine, the disk and each other's containers: two more
+  // than the cores keep both busy once the lab and heavy lane and Python's suites have ended.
+  const e2eConcurrency = Number(process.env.DENV_E2E_CONCURRENCY) || cores + 2;
+  // The first lane: unit and end-to-end files in one run, longest first, so the short unit files
+  // fill the turns the long ones leave; the second: lab, then heavy, one file at a time.
+  const first = (["unit", "e2e"] as Tier[]).filter(want);
+  const lanes: { runs: [Tier[], number][] }[] = [
     {
-      tiers: [["unit", cores] as [Tier, number], ["e2e", e2eConcurrency] as [Tier, number]].filter(([t]) =>
-        want(t),
-      ),
+      runs: first.length ? [[first, first.includes("e2e") ? e2eConcurrency : cores] as [Tier[], number]] : [],
     },
-    { tiers: [["lab", 1] as [Tier, number], ["heavy", 1] as [Tier, number]].filter(([t]) => want(t)) },
-  ].filter((l) => l.tiers.length > 0);
+    { runs: (["lab", "heavy"] as Tier[]).filter(want).map((t) => [[t], 1] as [Tier[], number]) },
+  ].filter((l) => l.runs.length > 0);
   const dir = await mkdtemp(join(tmpdir(), "denv-suite-"));
   try {
     const results = await Promise.all(
       lanes.map(async (lane, i) => {
         const live = i === 0;
         let ok = true;
-        for (const [tier, concurrency] of lane.tiers) {
+        for (const [tiers, concurrency] of lane.runs) {
           const started = Date.now();
-          const file = join(dir, `${tier}.log`);
+          const name = tiers.join("+");
+          const file = join(dir, `${name}.log`);
           const out = live ? process.stdout : createWriteStream(file);
-          ok = (await runTier(tier, concurrency, out)) && ok;
-          const took = `${tier}: ${Math.round((Date.now() - started) / 1000)} s (${concurrency} at a time)`;
+          ok = (await runTiers(tiers, concurrency, out)) && ok;
+          const took = `${name}: ${Math.round((Date.now() - started) / 1000)} s (${concurrency} at a time)`;
           if (live) console.log(`ℹ ${took}`);
           else {
             await new Promise<void>((r) => (out as ReturnType<typeof createWriteStream>).end(r));
-            // Printed whole once its lane's tier ended, so no report is cut into another.
+            // Printed whole once its run ended, so no report is cut into another.
             process.stdout.write(
-              `\n── ${tier} (run beside the first lane) ──\n${await readFile(file, "utf8")}ℹ ${took}\n`,
+              `\n── ${name} (run beside the first lane) ──\n${await readFile(file, "utf8")}ℹ ${took}\n`,
             );
           }
         }

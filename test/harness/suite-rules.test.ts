@@ -29,7 +29,23 @@ const SLEEP = [
  * Sleeps not yet replaced by waitFor, by file. Most poll inside a loop on a condition, with a fixed
  * interval, or wait on a machine (dind, a fresh host) the harness has no probe of yet.
  */
-const STILL_SLEEPING: Record<string, number> = {};
+const STILL_SLEEPING: Record<string, number> = {
+  "test/e2e/chaos-run.ts": 1,
+  "test/e2e/denvd-crash.test.ts": 1,
+  "test/e2e/denvd-integrity.test.ts": 1,
+  "test/e2e/failure-modes.test.ts": 1,
+  "test/e2e/fixtures/ingress-client.ts": 2,
+  "test/e2e/ingress-acme.test.ts": 1,
+  "test/e2e/ingress.test.ts": 1,
+  "test/e2e/lab/fleet-hosts.test.ts": 2,
+  "test/e2e/lab/host-install.test.ts": 1,
+  "test/e2e/mcp.test.ts": 1,
+  "test/harness/fresh-host.ts": 1,
+  "test/security/container-to-host.test.ts": 2,
+  "test/security/egress-ipv6.test.ts": 1,
+  "test/security/hostile-host.test.ts": 1,
+  "test/security/ingress-name-hold.test.ts": 1,
+};
 
 /** Where sleeping is the point: the harness's own primitives. */
 const SLEEPS_ALLOWED_IN = new Set(["test/harness/wait-for.ts", "test/harness/suite-rules.test.ts"]);

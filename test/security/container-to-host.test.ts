@@ -13,6 +13,7 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import tar from "tar-stream";
 import { type Lab, openLab } from "../harness/lab.ts";
+import { waitFor } from "../harness/wait-for.ts";
 
 let lab: Lab;
 /** A sandbox whose container runs as root (the image's default user). */
@@ -138,13 +139,12 @@ describe("the agent channel", () => {
       command:
         "setsid sh -c ': >/work/launched; while [ ! -e /work/go ]; do sleep 0.05; done; sleep 0.3; exec /work/impostor /.denv/run/d.sock' >/work/log 2>&1 < /dev/null & sleep 0.5",
     });
-    for (let i = 0; i < 100; i++) {
+    await waitFor("the impostor's launcher to run", async () => {
       const up = await lab.api("POST", `/v1/envs/${box}/exec`, {
         command: "pgrep -f 'work/go' >/dev/null && echo up",
       });
-      if (up.data.stdout === "up\n") break;
-      await new Promise((r) => setTimeout(r, 100));
-    }
+      return up.data.stdout === "up\n";
+    });
     await lab.api("POST", `/v1/envs/${box}/exec`, {
       command: "touch /work/go; pkill -f /.denv/bin/denv-agent",
     });

@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import tar from "tar-stream";
 import { type ApiAnswer, type Lab, openLab } from "../harness/lab.ts";
+import { waitFor } from "../harness/wait-for.ts";
 
 let lab: Lab;
 let box: string;
@@ -195,8 +196,9 @@ test("a link swapped in while root writes is never followed: nothing lands in /e
     return r.data.stdout as string;
   };
   // Started: the loop has gone round (no fixed budget: its count is the progress watched).
-  while (!/^\d+$/.test((await inRacer("cat /home/ubuntu/rounds 2>/dev/null || true")).trim()))
-    await new Promise((r) => setTimeout(r, 100));
+  await waitFor("the racer's loop to go round", async () =>
+    /^\d+$/.test((await inRacer("cat /home/ubuntu/rounds 2>/dev/null || true")).trim()),
+  );
   const outcomes = new Map<string, number>();
   const count = (what: string) => outcomes.set(what, (outcomes.get(what) ?? 0) + 1);
   // Until the race has been met 20 times (each a write the link would have taken to /etc).

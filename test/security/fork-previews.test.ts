@@ -19,6 +19,7 @@ import { after, before, test } from "node:test";
 import { GitHubDouble } from "../doubles/github-double.ts";
 import { type Lab, openLab } from "../harness/lab.ts";
 import { LOCAL_REGISTRY } from "../harness/test-host.ts";
+import { waitFor } from "../harness/wait-for.ts";
 
 const APP_ID = "626262";
 const SECRET = "the App's webhook secret, long";
@@ -56,12 +57,11 @@ async function deliver(event: string, payload: unknown) {
   return { status: res.status, data: (await res.json()) as { outcome: string; deployments: string[] } };
 }
 
-async function verdict(id: string): Promise<any> {
-  for (;;) {
+function verdict(id: string): Promise<any> {
+  return waitFor(`deployment ${id}'s verdict`, async () => {
     const d = await lab.api("GET", `/v1/deployments/${id}`);
-    if (d.data.status !== "running" && d.data.status !== "queued") return d.data;
-    await new Promise((r) => setTimeout(r, 200));
-  }
+    return d.data.status !== "running" && d.data.status !== "queued" ? d.data : undefined;
+  });
 }
 
 const repository = { id: 7007, full_name: REPO, default_branch: "main", private: true };
@@ -136,10 +136,7 @@ test("a fork's pull request cannot set the project's pool, waits for approval, a
   assert.equal(alpha.status, "succeeded", alpha.reason);
   const alphaVersion = alpha.version_id as string;
   const declared = async () => (await lab.api("GET", `/v1/pools/${alphaVersion}`)).data;
-  for (let i = 0; (await declared()).size !== 1; i++) {
-    assert.ok(i < 3000, `alpha's pool was never declared (5 minutes): ${JSON.stringify(await declared())}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  await waitFor("alpha's pool to be declared", async () => (await declared()).size === 1);
 
   // An outsider's pull request asks for 256 copies of its own code.
   const head = commit("change-1", compose("256"));

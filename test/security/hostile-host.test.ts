@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { PROTOCOL_VERSION, STREAM_CLOSE, STREAM_DATA, STREAM_END } from "@denv/protocol";
 import { joinRawHost, type Lab, openLab } from "../harness/lab.ts";
+import { waitFor } from "../harness/wait-for.ts";
 
 let lab: Lab;
 let sandboxId: string;
@@ -19,11 +20,10 @@ before(async () => {
   assert.equal(sb.status, 201, JSON.stringify(sb.data));
   sandboxId = sb.data.id;
   portUrl = (await lab.api("POST", `/v1/envs/${sandboxId}/ports/8000`, {})).data.url;
-  for (let i = 0; i < 40; i++) {
+  await waitFor("the sandbox's service to answer through its port URL", async () => {
     const r = await fetch(`${portUrl}/health`).catch(() => null);
-    if (r?.status === 200) break;
-    await new Promise((r) => setTimeout(r, 250));
-  }
+    return r?.status === 200;
+  });
 });
 
 after(async () => {

@@ -14,6 +14,7 @@ import { after, before, describe, test } from "node:test";
 import { startServer } from "@denv/server";
 import { type Lab, openLab } from "../harness/lab.ts";
 import { LOCAL_REGISTRY } from "../harness/test-host.ts";
+import { elapse } from "../harness/wait-for.ts";
 
 const CANARY = `canary-${randomBytes(8).toString("hex")}`;
 let lab: Lab;
@@ -211,7 +212,7 @@ describe("event streams", () => {
     });
     const counts: number[] = [];
     for (let i = 0; i < 4; i++) {
-      await new Promise((r) => setTimeout(r, 700));
+      await elapse(700, "the listener count is sampled while the deploy runs: it must not grow with time");
       counts.push(lab.server.deployer.events.listenerCount(started.id));
     }
     await res.body?.cancel();

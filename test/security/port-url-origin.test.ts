@@ -11,6 +11,7 @@ import { existsSync } from "node:fs";
 import { after, before, test } from "node:test";
 import { type Browser, chromium, type Page } from "playwright-core";
 import { type Lab, openLab } from "../harness/lab.ts";
+import { waitFor } from "../harness/wait-for.ts";
 
 const CHROMIUM = process.env.DENV_CHROMIUM ?? "/usr/bin/chromium";
 let lab: Lab;
@@ -111,14 +112,13 @@ test("a sandbox's page opened through its port URL reads nothing of the console 
   assert.notEqual(new URL(portUrl).origin, new URL(lab.server.url).origin);
   // Wait for the page to be served (the sandbox's server starts as it does): no fixed budget,
   // for as long as the sandbox runs.
-  let first: Response | undefined;
-  for (;;) {
-    first = await fetch(`${portUrl}/`).catch(() => undefined);
-    if (first?.status === 200) break;
+  const first = await waitFor("the page to be served through its port URL", async () => {
+    const r = await fetch(`${portUrl}/`).catch(() => undefined);
+    if (r?.status === 200) return r;
     const env = await lab.api("GET", `/v1/envs/${sb.data.id}`);
     assert.equal(env.data.status, "running", JSON.stringify(env.data));
-    await new Promise((r) => setTimeout(r, 250));
-  }
+    return undefined;
+  });
   assert.equal(first?.status, 200);
   assert.equal(first?.headers.get("cross-origin-opener-policy"), "same-origin");
 
@@ -212,13 +212,13 @@ test("a sandbox's WebSocket answer sets no cookie, by port URL or by name; the c
   assert.ok(lab.server.ingressDomain, "the server has ingress names");
   const byName = `http://9100-${String(sb.data.id).replace(/^env_/, "")}.${lab.server.ingressDomain}/?_denv_token=${ingress.data.token}`;
   // The service is up once its port URL serves the page (waited on for as long as the sandbox runs).
-  for (;;) {
+  await waitFor("the page to be served through its port URL", async () => {
     const r = await fetch(`${minted.data.url}/`).catch(() => undefined);
-    if (r?.status === 200) break;
+    if (r?.status === 200) return true;
     const env = await lab.api("GET", `/v1/envs/${sb.data.id}`);
     assert.equal(env.data.status, "running", JSON.stringify(env.data));
-    await new Promise((res) => setTimeout(res, 100));
-  }
+    return false;
+  });
   for (const url of [`${minted.data.url}/`, byName]) {
     await page.goto(url);
     await page.waitForFunction("document.title !== 'loading'");

@@ -12,6 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
 import { type RunningServer, startServer } from "@denv/server";
+import { waitFor } from "../harness/wait-for.ts";
 
 const ADMIN = `dk_quota_${randomBytes(8).toString("hex")}`;
 const running: { server: RunningServer; dir: string }[] = [];
@@ -98,7 +99,7 @@ test("contexts no project names expire on the timer; named ones stay", async () 
     utimesSync(join(dir, "build-contexts", team, `${digestOf(b).slice(7)}.tar`), old, old);
   const has = async (b: Uint8Array) => (await call("GET", `/v1/projects/app/contexts/${digestOf(b)}`)).status;
   // The timer runs every 50 ms: each poll waits for its next pass (no fixed budget).
-  while ((await has(loose)) !== 404) await new Promise((r) => setTimeout(r, 50));
+  await waitFor("the timer to remove the loose upload", async () => (await has(loose)) === 404);
   assert.equal(await has(loose), 404);
   assert.equal(await has(named), 200);
 });

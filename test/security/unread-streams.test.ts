@@ -13,6 +13,7 @@ import assert from "node:assert/strict";
 import { connect, type Socket } from "node:net";
 import { after, before, test } from "node:test";
 import { type Lab, openLab } from "../harness/lab.ts";
+import { elapse, waitFor } from "../harness/wait-for.ts";
 
 const OPSBOX = "127.0.0.1:5000/denv/opsbox:bookworm";
 /** A MiB written, a byte appended to the counter: the counter's size is the MiB written. */
@@ -136,10 +137,7 @@ test("four clients that never read (envd process, exec stream, file GET, port UR
     body: envelope({ process: { cmd: "python3", args: ["-c", ENDLESS_SERVICE] } }),
   });
   void service.arrayBuffer().catch(() => {});
-  for (let i = 0; (await sh(LISTENING)).stdout !== "up\n"; i++) {
-    assert.ok(i < 3000, "the endless service never listened (5 minutes)");
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  await waitFor("the endless service to listen", async () => (await sh(LISTENING)).stdout === "up\n");
   const port = await lab.api("POST", `/v1/envs/${envId}/ports/8000`, {});
   assert.equal(port.status, 201, JSON.stringify(port.data));
 
@@ -190,7 +188,7 @@ test("four clients that never read (envd process, exec stream, file GET, port UR
   /** RSS at each look once the counts held still. */
   const heldRss: number[] = [];
   for (let looks = 0; same < 3; looks++) {
-    await new Promise((r) => setTimeout(r, 1000));
+    await elapse(1000, "held producers are seen by counts that stop moving over looks a second apart");
     const rss = process.memoryUsage().rss;
     peakRss = Math.max(peakRss, rss);
     {
@@ -233,14 +231,11 @@ test("four clients that never read (envd process, exec stream, file GET, port UR
   });
   assert.equal(signal.status, 200, await signal.text());
   await sh("pkill -f count-exec; true");
-  for (
-    let i = 0;
-    (await sh("pgrep -f 'count-(exec|envd)' >/dev/null && echo running || echo gone")).stdout !== "gone\n";
-    i++
-  ) {
-    assert.ok(i < 3000, "the unread commands were not killed (5 minutes)");
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  await waitFor(
+    "the unread commands to be killed",
+    async () =>
+      (await sh("pgrep -f 'count-(exec|envd)' >/dev/null && echo running || echo gone")).stdout === "gone\n",
+  );
   // And the server still answers, as does the environment.
   assert.equal((await sh("echo ok")).stdout, "ok\n");
 });

@@ -11,64 +11,37 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { joinServer, Sidecar } from "@denv/denvd";
+import { joinServer } from "@denv/denvd";
 import { DenvClient } from "@denv/sdk";
-import { ROUTES, type RunningServer, startServer } from "@denv/server";
+import { ROUTES } from "@denv/server";
 import tar from "tar-stream";
 import { type GitHttpServer, startGitHttpServer } from "../doubles/git-http-server.ts";
-import { LOCAL_REGISTRY, openTestHost, repoRoot, type TestHost } from "../harness/test-host.ts";
+import { type Lab, openLab } from "../harness/lab.ts";
+import { LOCAL_REGISTRY, repoRoot } from "../harness/test-host.ts";
 import { waitFor } from "../harness/wait-for.ts";
 
-let server: RunningServer;
-let host: TestHost;
-let sidecar: Sidecar;
-let dataDir: string;
+let lab: Lab;
 let gitRoot: string;
 let gitServer: GitHttpServer;
-const ADMIN = `dk_test_${Date.now()}`;
 let otherTeamKey: string;
 let hostId: string;
 
-async function api(method: string, path: string, body?: unknown, key: string | null = ADMIN) {
-  const res = await fetch(`${server.url}${path}`, {
-    signal: AbortSignal.timeout(120_000),
-    method,
-    headers: {
-      ...(key ? { authorization: `Bearer ${key}` } : {}),
-      ...(body !== undefined && !(body instanceof Uint8Array) ? { "content-type": "application/json" } : {}),
-    },
-    body: body === undefined ? undefined : body instanceof Uint8Array ? body : JSON.stringify(body),
-  }).catch((err: Error) => {
-    throw new Error(`${method} ${path}: ${err.message} (${(err.cause as Error | undefined)?.message ?? ""})`);
-  });
-  const type = res.headers.get("content-type") ?? "";
-  const data = type.includes("json") ? await res.json() : Buffer.from(await res.arrayBuffer());
-  return { status: res.status, data: data as any };
-}
+const api = (method: string, path: string, body?: unknown, key: string | null = lab.keyA) =>
+  lab.api(method, path, body, key);
 
 before(async () => {
-  dataDir = await mkdtemp(join(tmpdir(), "denv-server-"));
   gitRoot = await mkdtemp(join(tmpdir(), "denv-git-"));
   gitServer = await startGitHttpServer(gitRoot);
-  server = await startServer({ dataDir, adminKey: ADMIN, fetchAllow: [...LOCAL_REGISTRY, gitServer.host] });
-  host = await openTestHost({});
-  const token = (await api("POST", "/v1/hosts/join-token")).data.token as string;
-  const joined = await joinServer(server.url, token, "test-host");
-  hostId = joined.host_id;
-  sidecar = new Sidecar({ serverUrl: server.url, secret: joined.secret, denvd: host.denvd });
-  sidecar.start();
-  await sidecar.ready;
+  lab = await openLab({ fetchAllow: [...LOCAL_REGISTRY, gitServer.host] });
+  hostId = lab.hostId;
   // A second team, to prove isolation.
-  otherTeamKey = (await api("POST", "/v1/teams", { name: "other" })).data.api_key;
+  otherTeamKey = (await lab.asTeam("other")).key;
 });
 
 after(async () => {
-  await sidecar?.stop();
-  await server?.close();
+  await lab?.close();
   await gitServer?.close();
   await rm(gitRoot, { recursive: true, force: true });
-  await host?.close();
-  await rm(dataDir, { recursive: true, force: true });
 });
 
 describe("hosts", () => {
@@ -87,10 +60,10 @@ describe("hosts", () => {
 
   test("a join token is single-use; a bad token is refused", async () => {
     const token = (await api("POST", "/v1/hosts/join-token")).data.token as string;
-    await joinServer(server.url, token, "once");
-    await assert.rejects(joinServer(server.url, token, "twice"), /already used/);
-    await assert.rejects(joinServer(server.url, "djt_nonsense", "x"), /not valid/);
-    const stored = await server.store.selectFrom("join_tokens").select("token_hash").execute();
+    await joinServer(lab.server.url, token, "once");
+    await assert.rejects(joinServer(lab.server.url, token, "twice"), /already used/);
+    await assert.rejects(joinServer(lab.server.url, "djt_nonsense", "x"), /not valid/);
+    const stored = await lab.server.store.selectFrom("join_tokens").select("token_hash").execute();
     assert.ok(stored.every((t) => t.token_hash.length === 64 && !t.token_hash.startsWith("djt_")));
   });
 });
@@ -172,7 +145,7 @@ describe("deploy", () => {
     });
     assert.equal(r.data.stdout.trim(), "100000");
     // Only alpha's stack (and nothing of the failed deploy) is on the host.
-    assert.equal(host.denvd.stacks().length, 1);
+    assert.equal(lab.host.denvd.stacks().length, 1);
     await api("PUT", "/v1/projects/ops-world/source", {
       compose: compose.replace("no_such_column", "count(*)"),
     });
@@ -187,8 +160,8 @@ describe("deploy", () => {
         ["deploy", "rolled_back"],
       ],
     );
-    const res = await fetch(`${server.url}/v1/deployments/${deps[0].id}/events`, {
-      headers: { authorization: `Bearer ${ADMIN}` },
+    const res = await fetch(`${lab.server.url}/v1/deployments/${deps[0].id}/events`, {
+      headers: { authorization: `Bearer ${lab.keyA}` },
     });
     const text = await res.text();
     assert.match(text, /event: deployment/);
@@ -214,7 +187,7 @@ describe("project sources and placement", () => {
     assert.equal(place.status, "failed");
     assert.match(
       place.reason,
-      /^the services ask for GPUs \(trainer: 1 GPU \(nvidia, gpu\)\) and no connected host has them free: test-host: no GPUs \(no NVIDIA GPU/,
+      /^the services ask for GPUs \(trainer: 1 GPU \(nvidia, gpu\)\) and no connected host has them free: host-a: no GPUs \(no NVIDIA GPU/,
     );
     assert.deepEqual(place.evidence.gpus.request.trainer, {
       driver: "nvidia",
@@ -225,7 +198,7 @@ describe("project sources and placement", () => {
     });
     // Nothing was made on the host, and nothing holds a GPU.
     assert.equal(d.data.phases.find((p: any) => p.name === "prepare").status, "skipped");
-    const env = await server.store
+    const env = await lab.server.store
       .selectFrom("environments")
       .selectAll()
       .where("name", "=", "alpha")
@@ -325,7 +298,7 @@ describe("sandbox API", () => {
   });
 
   test("exec output streams as the command writes it (?stream=true, SDK execStream)", async () => {
-    const client = new DenvClient({ baseUrl: server.url, apiKey: ADMIN });
+    const client = new DenvClient({ baseUrl: lab.server.url, apiKey: lab.keyA });
     const started = performance.now();
     const arrivals: [number, string][] = [];
     const r = await client.execStream(
@@ -418,12 +391,12 @@ describe("sandbox API", () => {
     const url = minted.data.url as string;
     assert.match(url, /\/v1\/tunnels\/dpu[a-z2-7]{32}$/);
     // Never on the API's (and console's) origin, which does not serve the path at all.
-    assert.notEqual(new URL(url).origin, new URL(server.url).origin);
-    assert.equal(new URL(url).origin, server.portsOrigin);
-    const onApi = await fetch(`${server.url}${new URL(url).pathname}/health`);
+    assert.notEqual(new URL(url).origin, new URL(lab.server.url).origin);
+    assert.equal(new URL(url).origin, lab.server.portsOrigin);
+    const onApi = await fetch(`${lab.server.url}${new URL(url).pathname}/health`);
     assert.equal(onApi.status, 404);
     assert.match(((await onApi.json()) as any).error.message, /own origin/);
-    const stored = await server.store.selectFrom("port_urls").select("token_hash").execute();
+    const stored = await lab.server.store.selectFrom("port_urls").select("token_hash").execute();
     assert.ok(stored.every((r) => /^[0-9a-f]{64}$/.test(r.token_hash) && !url.includes(r.token_hash)));
     // HTTP, with no API key: the URL is the credential. Bodies go both ways.
     const health = await waitFor("the service to answer /health through its URL", async () => {
@@ -446,7 +419,7 @@ describe("sandbox API", () => {
           headers: { authorization: auth, cookie: "__Host-denv_session=dss_x" },
         })
       ).json()) as any;
-    assert.equal((await seen(`Bearer ${ADMIN}`)).authorization, undefined);
+    assert.equal((await seen(`Bearer ${lab.keyA}`)).authorization, undefined);
     const other = await seen("Bearer service-token");
     assert.equal(other.authorization, undefined);
     assert.equal(other.cookie, undefined);
@@ -553,17 +526,17 @@ describe("API surface", () => {
         assert.equal(res.status, 404, `${r.method} ${path} with another team's key`);
       }
     }
-    const keys = await server.store.selectFrom("api_keys").select("key_hash").execute();
+    const keys = await lab.server.store.selectFrom("api_keys").select("key_hash").execute();
     assert.ok(keys.every((k) => /^[0-9a-f]{64}$/.test(k.key_hash)));
   });
 
   test("an operator's /healthz, /readyz and /metrics answer without a key, and the metrics name no team's objects", async () => {
-    const health = await fetch(`${server.url}/healthz`);
+    const health = await fetch(`${lab.server.url}/healthz`);
     assert.deepEqual([health.status, await health.json()], [200, { status: "ok" }]);
-    const ready = await fetch(`${server.url}/readyz`);
+    const ready = await fetch(`${lab.server.url}/readyz`);
     assert.equal(ready.status, 200);
     assert.deepEqual(await ready.json(), { status: "ready", checks: { store: "ok", server: "ok" } });
-    const scraped = await fetch(`${server.url}/metrics`);
+    const scraped = await fetch(`${lab.server.url}/metrics`);
     assert.equal(scraped.status, 200);
     assert.match(scraped.headers.get("content-type") ?? "", /^text\/plain/);
     const text = await scraped.text();

@@ -13,15 +13,13 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { joinServer, Sidecar } from "@denv/denvd";
-import { type RunningServer, startServer } from "@denv/server";
 import { chromium, type Page } from "playwright-core";
 import { GitHubDouble } from "../doubles/github-double.ts";
 import { cliRunner } from "../harness/cli-runner.ts";
-import { LOCAL_REGISTRY, openTestHost, type TestHost } from "../harness/test-host.ts";
+import { type Lab, openLab } from "../harness/lab.ts";
+import { LOCAL_REGISTRY } from "../harness/test-host.ts";
 import { waitFor } from "../harness/wait-for.ts";
 
-const ADMIN = `dk_test_gh_${Date.now()}`;
 const APP_ID = "424242";
 const OTHER_APP_ID = "515151";
 const SECRET = "a webhook secret of the App's";
@@ -30,17 +28,14 @@ const INSTALLATION = 777;
 const REPO = "acme/world";
 const CHROMIUM = process.env.DENV_CHROMIUM ?? "/usr/bin/chromium";
 
-let server: RunningServer;
-let host: TestHost;
-let sidecar: Sidecar;
-let dataDir: string;
+let lab: Lab;
 let gitRoot: string;
 let double: GitHubDouble;
 let otherKey: string;
 let privateKey: string;
 let otherPrivateKey: string;
 let repoDir: string;
-const cli = cliRunner(() => ({ url: server.url, key: ADMIN }));
+const cli = cliRunner(() => ({ url: lab.server.url, key: lab.keyA }));
 
 function keyPair() {
   const { privateKey: priv, publicKey } = generateKeyPairSync("rsa", { modulusLength: 2048 });
@@ -50,18 +45,8 @@ function keyPair() {
   };
 }
 
-async function api(method: string, path: string, body?: unknown, key: string | null = ADMIN) {
-  const res = await fetch(`${server.url}${path}`, {
-    method,
-    signal: AbortSignal.timeout(180_000),
-    headers: {
-      ...(key ? { authorization: `Bearer ${key}` } : {}),
-      ...(body !== undefined ? { "content-type": "application/json" } : {}),
-    },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  return { status: res.status, data: (await res.json()) as any };
-}
+const api = (method: string, path: string, body?: unknown, key: string | null = lab.keyA) =>
+  lab.api(method, path, body, key);
 
 async function deliver(
   event: string,
@@ -69,7 +54,7 @@ async function deliver(
   o: { appId?: string; secret?: string; id?: string } = {},
 ) {
   const d = double.delivery(o.appId ?? APP_ID, o.secret ?? SECRET, event, payload, o.id);
-  const res = await fetch(`${server.url}/v1/github/webhook`, {
+  const res = await fetch(`${lab.server.url}/v1/github/webhook`, {
     method: "POST",
     headers: d.headers,
     body: d.body,
@@ -143,7 +128,6 @@ async function execIn(env: string, command: string): Promise<{ exit_code: number
 }
 
 before(async () => {
-  dataDir = await mkdtemp(join(tmpdir(), "denv-gh-server-"));
   gitRoot = await mkdtemp(join(tmpdir(), "denv-gh-git-"));
   repoDir = join(gitRoot, "acme", "world.git");
   mkdirSync(repoDir, { recursive: true });
@@ -160,25 +144,16 @@ before(async () => {
   double.installations.set(INSTALLATION, { appId: APP_ID, account: "acme", repos: [REPO] });
   // The other team's App is installed elsewhere, not on acme/world.
   double.installations.set(888, { appId: OTHER_APP_ID, account: "other", repos: [] });
-  server = await startServer({ dataDir, adminKey: ADMIN, fetchAllow: [...LOCAL_REGISTRY, double.host] });
-  host = await openTestHost({});
-  const token = (await api("POST", "/v1/hosts/join-token")).data.token as string;
-  const joined = await joinServer(server.url, token, "gh-host");
-  sidecar = new Sidecar({ serverUrl: server.url, secret: joined.secret, denvd: host.denvd });
-  sidecar.start();
-  await sidecar.ready;
-  otherKey = (await api("POST", "/v1/teams", { name: "other-team" })).data.api_key;
+  lab = await openLab({ fetchAllow: [...LOCAL_REGISTRY, double.host] });
+  otherKey = (await lab.asTeam("other-team")).key;
 });
 
 after(async () => {
   for (const env of ["world/alpha", "world/feature-login", "world/pr-7", "world/pr-8"])
     await api("DELETE", `/v1/envs/${encodeURIComponent(env)}`).catch(() => {});
-  await sidecar?.stop();
-  await server?.close();
+  await lab?.close();
   await double?.close();
-  await host?.close();
   await rm(gitRoot, { recursive: true, force: true });
-  await rm(dataDir, { recursive: true, force: true });
 });
 
 describe("GitHub App", () => {
@@ -238,7 +213,7 @@ describe("GitHub App", () => {
       assert.equal(apps.length, 1);
       assert.equal(JSON.stringify(apps).includes("PRIVATE KEY"), false);
       // The key and secret are sealed at rest.
-      const row = await server.store.selectFrom("github_apps").selectAll().executeTakeFirstOrThrow();
+      const row = await lab.server.store.selectFrom("github_apps").selectAll().executeTakeFirstOrThrow();
       assert.equal(row.private_key_sealed.includes("PRIVATE KEY"), false);
       assert.equal(row.webhook_secret_sealed.includes(SECRET), false);
       // An App id is one team's: another team cannot take its deliveries.
@@ -338,7 +313,7 @@ describe("GitHub App", () => {
     );
     assert.equal(run.conclusion, "success");
     assert.equal(run.head_sha, sha);
-    assert.equal(run.details_url, `${server.url}/#/deployment/${d.id}`);
+    assert.equal(run.details_url, `${lab.server.url}/#/deployment/${d.id}`);
     assert.equal(run.history[0], "queued");
     assert.ok(run.history.includes("in_progress"), run.history.join(","));
     assert.match(run.output?.summary ?? "", /\| resolve \| succeeded \| \d+ \|/);
@@ -449,7 +424,7 @@ describe("GitHub App", () => {
     assert.equal(dep.ref, sha);
     assert.equal(dep.transient_environment, false);
     const env = (await api("GET", "/v1/envs/world%2Ffeature-login")).data;
-    assert.equal(dep.statuses.at(-1)?.environment_url, `${server.url}/#/env/${env.id}`);
+    assert.equal(dep.statuses.at(-1)?.environment_url, `${lab.server.url}/#/env/${env.id}`);
 
     const gone = await deliver("push", { ...pushPayload("feature/login", "0".repeat(40)), deleted: true });
     assert.equal(gone.status, 202, JSON.stringify(gone.data));
@@ -587,12 +562,12 @@ describe("GitHub App", () => {
   test("the console: New project, a kind, a repository of an installation, deploy; the project page shows its previews", async () => {
     const browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox"] });
     try {
-      const ctx = await browser.newContext({ baseURL: server.url });
+      const ctx = await browser.newContext({ baseURL: lab.server.url });
       const page = await ctx.newPage();
       // A person joins the team (its host and its App) from an invitation, in the browser.
       const invited = await api("POST", "/v1/invitations", { email: "grace@example.com", role: "admin" });
       assert.equal(invited.status, 201, JSON.stringify(invited.data));
-      await page.goto(`${server.url}/#/join?invitation=${encodeURIComponent(invited.data.token)}`);
+      await page.goto(`${lab.server.url}/#/join?invitation=${encodeURIComponent(invited.data.token)}`);
       await page.getByLabel("Email").fill("grace@example.com");
       await page.getByLabel("Password").fill("correct horse battery");
       await page.getByRole("button", { name: "Create account" }).click();
@@ -627,7 +602,7 @@ describe("GitHub App", () => {
       assert.equal(opened.data.deployments.length, 2, opened.data.outcome);
       for (const id of opened.data.deployments)
         assert.equal((await verdictWith(page, id)).status, "succeeded");
-      await page.goto(`${server.url}/#/project/world-ui`);
+      await page.goto(`${lab.server.url}/#/project/world-ui`);
       const row = page.locator("#branches-previews tbody tr");
       await row.first().waitFor();
       const cells = await row.first().locator("td").allTextContents();

@@ -1,24 +1,24 @@
 /**
  * The suite's runner: which files run, in what order and beside what. Node's `--test` sorts the
  * files it is given by name, so a long file named late starts late and the run waits on it alone;
- * here each tier's files start longest first (by the times in file-times.json, measured on this
- * kind of machine), to the machine's measure, and the tiers that do not disturb each other run side
- * by side:
+ * here files start longest first (by file-times.json, measured on this kind of machine), to the
+ * machine's measure, and the tiers that do not disturb each other run side by side:
  *
  * - unit: unit tests beside the code, the in-process route tests, the docs and the suite's rules
  *   (`npm test`, the edit loop);
- * - e2e: the end-to-end and security tests on the real engine, several at once;
- * - lab: fresh Debian machines with their own engines, one at a time, beside e2e;
- * - heavy: 10 GiB each way through the API, after lab in the same lane (one disk-bound run at a
- *   time beside e2e).
+ * - e2e: the end-to-end and security tests on the real engine, several at once, in one run with the
+ *   unit tier when both are asked for;
+ * - lab: fresh Debian machines with their own engines, one at a time, beside e2e, niced;
+ * - heavy: 10 GiB each way through the API, after lab (one disk-bound run at a time).
  *
  *     node test/harness/run-suite.ts [unit] [e2e] [lab] [heavy]      (none named: all)
  *
- * The first lane reports live; the others' reports are kept and printed whole when theirs ends,
- * each with its own `ℹ pass N` / `ℹ fail N` (CI adds them up). Every test file is loaded with
- * preload.ts (its wall time, and a test that asserted nothing fails). Exit code 1 when any failed.
+ * Unit and e2e report live; lab and heavy's report is printed whole after it, each run with its own
+ * `ℹ pass N` / `ℹ fail N` (CI adds them up). Every test file is loaded with preload.ts (its wall
+ * time, and a test that asserted nothing fails). Exit code 1 when any failed.
  */
-import { createWriteStream, readFileSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { openSync, readFileSync } from "node:fs";
 import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { availableParallelism, tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -76,7 +76,7 @@ async function runTiers(tiers: Tier[], concurrency: number, out: NodeJS.Writable
   return !failed;
 }
 
-/** Runs the named tiers in lanes; the first lane reports live, the others when they end. */
+/** Runs the named tiers: unit and e2e in one run, reported live; lab and heavy beside it. */
 async function main(): Promise<number> {
   const named = process.argv.slice(2);
   for (const n of named)
@@ -89,47 +89,55 @@ async function main(): Promise<number> {
   const preload = join(import.meta.dirname, "preload.ts");
   process.env.NODE_OPTIONS = `${process.env.NODE_OPTIONS ?? ""} --import=${preload}`.trim();
   const cores = availableParallelism();
-  // End-to-end files mostly wait on the engine, the disk and each other's containers: two more
-  // than the cores keep both busy once the lab and heavy lane and Python's suites have ended.
-  const e2eConcurrency = Number(process.env.DENV_E2E_CONCURRENCY) || cores + 2;
+  // End-to-end files mostly wait on the engine, the disk and each other's containers: one more
+  // than the cores keeps both busy (two more was slower: 4 files at once beside the lab, heavy
+  // and Python runs overloaded the disk and the cores, and every file took longer).
+  const e2eConcurrency = Number(process.env.DENV_E2E_CONCURRENCY) || cores + 1;
   // The first lane: unit and end-to-end files in one run, longest first, so the short unit files
-  // fill the turns the long ones leave; the second: lab, then heavy, one file at a time.
+  // fill the turns the long ones leave. It is the run's longest, so it runs at the normal priority;
+  // the second (lab, then heavy, one file at a time: each loads the disk) has time to spare, and
+  // runs beside it niced, in a runner of its own, taking the cores the first leaves idle.
   const first = (["unit", "e2e"] as Tier[]).filter(want);
-  const lanes: { runs: [Tier[], number][] }[] = [
-    {
-      runs: first.length ? [[first, first.includes("e2e") ? e2eConcurrency : cores] as [Tier[], number]] : [],
-    },
-    { runs: (["lab", "heavy"] as Tier[]).filter(want).map((t) => [[t], 1] as [Tier[], number]) },
-  ].filter((l) => l.runs.length > 0);
+  const side = (["lab", "heavy"] as Tier[]).filter(want);
+  if (first.length === 0) {
+    let ok = true;
+    for (const t of side) ok = (await runTimed([t], 1)) && ok;
+    return ok ? 0 : 1;
+  }
   const dir = await mkdtemp(join(tmpdir(), "denv-suite-"));
   try {
-    const results = await Promise.all(
-      lanes.map(async (lane, i) => {
-        const live = i === 0;
-        let ok = true;
-        for (const [tiers, concurrency] of lane.runs) {
-          const started = Date.now();
-          const name = tiers.join("+");
-          const file = join(dir, `${name}.log`);
-          const out = live ? process.stdout : createWriteStream(file);
-          ok = (await runTiers(tiers, concurrency, out)) && ok;
-          const took = `${name}: ${Math.round((Date.now() - started) / 1000)} s (${concurrency} at a time)`;
-          if (live) console.log(`ℹ ${took}`);
-          else {
-            await new Promise<void>((r) => (out as ReturnType<typeof createWriteStream>).end(r));
-            // Printed whole once its run ended, so no report is cut into another.
-            process.stdout.write(
-              `\n── ${name} (run beside the first lane) ──\n${await readFile(file, "utf8")}ℹ ${took}\n`,
-            );
-          }
-        }
-        return ok;
-      }),
-    );
-    return results.every(Boolean) ? 0 : 1;
+    const sideLog = join(dir, "side.log");
+    const sideRun = side.length
+      ? new Promise<number>((resolve) => {
+          const out = openSync(sideLog, "w");
+          const child = spawn("nice", ["-n", "10", process.execPath, import.meta.filename, ...side], {
+            stdio: ["ignore", out, out],
+          });
+          child.on("error", () => resolve(1));
+          child.on("exit", (code) => resolve(code ?? 1));
+        })
+      : Promise.resolve(0);
+    const firstOk = await runTimed(first, first.includes("e2e") ? e2eConcurrency : cores);
+    const sideCode = await sideRun;
+    if (side.length)
+      // Printed whole once both ended, so no report is cut into another.
+      process.stdout.write(
+        `\n── ${side.join(", ")} (run beside, niced) ──\n${await readFile(sideLog, "utf8")}`,
+      );
+    return firstOk && sideCode === 0 ? 0 : 1;
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
+}
+
+/** One run of the tiers' files, reported live, then its time. */
+async function runTimed(tiers: Tier[], concurrency: number): Promise<boolean> {
+  const started = Date.now();
+  const ok = await runTiers(tiers, concurrency, process.stdout);
+  console.log(
+    `ℹ ${tiers.join("+")}: ${Math.round((Date.now() - started) / 1000)} s (${concurrency} at a time)`,
+  );
+  return ok;
 }
 
 process.exitCode = await main();

@@ -20,12 +20,11 @@ rc=0
 checked=0
 npm run typecheck && npm run lint && checked=1 || rc=1
 # Python's suites (API calls that mostly wait on containers, against a live denv of their own)
-# beside Node's, niced: Node's unit and end-to-end run is the longest, and keeps the cores first.
-# Their lines are kept aside and printed whole after Node's report.
+# beside Node's; their lines are kept aside and printed whole after Node's report.
 py_log=$(mktemp)
 (
   py_start=$(date +%s)
-  DENV_NODE=$(command -v node) nice -n 10 /usr/bin/python3 python/tests/run.py >"$py_log" 2>&1
+  DENV_NODE=$(command -v node) /usr/bin/python3 python/tests/run.py >"$py_log" 2>&1
   py_rc=$?
   [ -n "${DENV_TEST_TIMES:-}" ] && echo "$(($(date +%s) - py_start)) python/tests/run.py" >>"$DENV_TEST_TIMES"
   exit "$py_rc"

@@ -182,7 +182,7 @@ async function episode(client: Client): Promise<void> {
   await ok(client, "write_file", { environment: wrong.id, path: "/home/ubuntu/answer.txt", content: "42\n" });
   const zero = await ok(client, "verify", { environment: wrong.id });
   assert.equal(zero.reward, 0, JSON.stringify(zero));
-  assert.ok((zero.reasons as string[]).length >= 0);
+  assert.ok(Array.isArray(zero.reasons), `a verdict carries its reasons: ${JSON.stringify(zero)}`);
 
   // Errors are tool errors carrying denv's code.
   // Verify leaves the graded sandbox frozen for inspection, and says so.

@@ -8,7 +8,7 @@
  *   (`npm test`, the edit loop);
  * - e2e: the end-to-end and security tests on the real engine, several at once, in one run with the
  *   unit tier when both are asked for;
- * - lab: fresh Debian machines with their own engines, one at a time, beside e2e, niced;
+ * - lab: fresh Debian machines with their own engines, one at a time, beside e2e;
  * - heavy: 10 GiB each way through the API, after lab (one disk-bound run at a time).
  *
  *     node test/harness/run-suite.ts [unit] [e2e] [lab] [heavy]      (none named: all)
@@ -93,10 +93,10 @@ async function main(): Promise<number> {
   // than the cores keeps both busy (two more was slower: 4 files at once beside the lab, heavy
   // and Python runs overloaded the disk and the cores, and every file took longer).
   const e2eConcurrency = Number(process.env.DENV_E2E_CONCURRENCY) || cores + 1;
-  // The first lane: unit and end-to-end files in one run, longest first, so the short unit files
-  // fill the turns the long ones leave. It is the run's longest, so it runs at the normal priority;
-  // the second (lab, then heavy, one file at a time: each loads the disk) has time to spare, and
-  // runs beside it niced, in a runner of its own, taking the cores the first leaves idle.
+  // Unit and end-to-end files in one run, longest first, so the short unit files fill the turns
+  // the long ones leave; beside it, in a runner of its own, lab then heavy, one file at a time
+  // (each loads the disk). Niced, the second lane was slower and the first no faster (1362 s
+  // against 1241 s for the whole CI run): the cores are busy throughout either way.
   const first = (["unit", "e2e"] as Tier[]).filter(want);
   const side = (["lab", "heavy"] as Tier[]).filter(want);
   if (first.length === 0) {
@@ -110,7 +110,7 @@ async function main(): Promise<number> {
     const sideRun = side.length
       ? new Promise<number>((resolve) => {
           const out = openSync(sideLog, "w");
-          const child = spawn("nice", ["-n", "10", process.execPath, import.meta.filename, ...side], {
+          const child = spawn(process.execPath, [import.meta.filename, ...side], {
             stdio: ["ignore", out, out],
           });
           child.on("error", () => resolve(1));
@@ -122,7 +122,7 @@ async function main(): Promise<number> {
     if (side.length)
       // Printed whole once both ended, so no report is cut into another.
       process.stdout.write(
-        `\n── ${side.join(", ")} (run beside, niced) ──\n${await readFile(sideLog, "utf8")}`,
+        `\n── ${side.join(", ")} (run beside) ──\n${await readFile(sideLog, "utf8")}`,
       );
     return firstOk && sideCode === 0 ? 0 : 1;
   } finally {

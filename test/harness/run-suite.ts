@@ -121,9 +121,7 @@ async function main(): Promise<number> {
     const sideCode = await sideRun;
     if (side.length)
       // Printed whole once both ended, so no report is cut into another.
-      process.stdout.write(
-        `\n── ${side.join(", ")} (run beside) ──\n${await readFile(sideLog, "utf8")}`,
-      );
+      process.stdout.write(`\n── ${side.join(", ")} (run beside) ──\n${await readFile(sideLog, "utf8")}`);
     return firstOk && sideCode === 0 ? 0 : 1;
   } finally {
     await rm(dir, { recursive: true, force: true });

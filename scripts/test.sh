@@ -9,6 +9,12 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # One run at a time: a second waits for the first (the engine, the registry and the ports are shared).
 DENV_LOCK=run source "$ROOT/scripts/run-lock.sh"
 cd "$ROOT"
+# Where the run's time goes, printed as `phase: …` lines (CI's log keeps them).
+phase_start=$(date +%s)
+phase() {
+  echo "phase: $1 $(($(date +%s) - phase_start)) s"
+  phase_start=$(date +%s)
+}
 bash scripts/prepare.sh
 # denvd as one executable per architecture, which the installer tests serve through /install.sh;
 # rebuilt only when its inputs changed.
@@ -16,9 +22,11 @@ bash scripts/build-denvd.sh
 # Debian's chromium, which the console's browser tests drive.
 bash scripts/ensure-chromium.sh
 source scripts/ensure-node.sh
+phase "set-up (engine, images, registry, denvd, browser)"
 rc=0
 checked=0
 npm run typecheck && npm run lint && checked=1 || rc=1
+phase "type-check and lint"
 # Python's suites (API calls that mostly wait on containers, against a live denv of their own)
 # beside Node's; their lines are kept aside and printed whole after Node's report.
 py_log=$(mktemp)
@@ -33,7 +41,9 @@ py=$!
 # Node's tiers (test/harness/run-suite.ts): unit and end-to-end files longest first, several at
 # once, with the lab and heavy runs one at a time beside them.
 [ "$checked" = 1 ] && { node test/harness/run-suite.ts || rc=$?; }
+phase "node's tests"
 wait "$py" || rc=1
+phase "python's tests (after node's)"
 cat "$py_log"
 rm -f "$py_log"
 exit "$rc"

@@ -4,7 +4,7 @@
  */
 import { execFileSync, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, readdirSync, rmSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { freePort } from "./net.ts";
 
@@ -16,8 +16,13 @@ const pgBin = (() => {
 
 export async function startPostgresCluster(): Promise<{ url: string; stop: () => void }> {
   if (!pgBin) throw new Error("PostgreSQL is not installed (the set-up installs Debian's postgresql)");
-  const dir = join("/var/lib/denv-test", `pg-${randomBytes(4).toString("hex")}`);
+  const root = "/var/lib/denv-test";
+  const dir = join(root, `pg-${randomBytes(4).toString("hex")}`);
   mkdirSync(dir, { recursive: true });
+  // User postgres must pass through the test root, which whoever made it first decided: a denvd
+  // making its state directory's parents makes them 0700 (its agent sockets' directory), and a
+  // run that began with one left initdb "Permission denied".
+  chmodSync(root, 0o755);
   execFileSync("chown", ["postgres:postgres", dir]);
   const port = await freePort();
   const asPg = (...args: string[]) =>

@@ -15,7 +15,7 @@ import { IN_PROCESS_CALLER } from "./api/api-auth.ts";
 import type { ApiDeps, ApiEnv } from "./api/api-deps.ts";
 import { resourceApp } from "./api/api-route.ts";
 import { RESOURCES } from "./api/api-routes.ts";
-import { InFlightBytes } from "./api/request-bodies.ts";
+import { InFlightBytes } from "./api/in-flight-bytes.ts";
 import type { SecretBox } from "./clouds/secret-box.ts";
 import { mountConsole } from "./console-routes.ts";
 import { Admission } from "./deploy/admission.ts";

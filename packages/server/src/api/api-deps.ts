@@ -20,7 +20,7 @@ import type { RateLimiter } from "../rate-limit.ts";
 import type { Store } from "../store/open-store.ts";
 import type { Role } from "../store/people-store.ts";
 import type { HostOperations } from "../targets/denvd/host-operations.ts";
-import type { InFlightBytes } from "./request-bodies.ts";
+import type { InFlightBytes } from "./in-flight-bytes.ts";
 
 /** What routes use, set on every request's context (`c.var.deps`). */
 export interface ApiDeps {

@@ -3,7 +3,8 @@ import { test } from "node:test";
 import { isDenvError } from "@denv/protocol";
 import { Hono } from "hono";
 import type { ApiDeps, ApiEnv } from "./api-deps.ts";
-import { anonymousBody, InFlightBytes } from "./request-bodies.ts";
+import { InFlightBytes } from "./in-flight-bytes.ts";
+import { anonymousBody } from "./request-bodies.ts";
 
 /** A route anyone may call, taking its body within `limitBytes` and a shared budget. */
 function app(budget: InFlightBytes, limitBytes: number, idleMs?: number) {

@@ -10,37 +10,10 @@ import { DenvError } from "@denv/protocol";
 import type { Context, MiddlewareHandler } from "hono";
 import type { ApiEnv } from "./api-deps.ts";
 
-/** Bytes of anonymous bodies held at once, all routes together. */
-export const ANONYMOUS_BODY_BUDGET_BYTES = 64 * 1024 * 1024;
 /** An anonymous JSON body (credentials, a device code, a join token): a few KiB at most. */
 export const ANONYMOUS_JSON_LIMIT_BYTES = 16 * 1024;
 /** A body with no byte for this long is cut: its sender is holding the budget, not sending. */
 export const BODY_IDLE_MS = 30_000;
-
-/** A shared count of bytes in flight, with a ceiling. */
-export class InFlightBytes {
-  readonly limitBytes: number;
-  private usedBytes = 0;
-
-  constructor(limitBytes = ANONYMOUS_BODY_BUDGET_BYTES) {
-    this.limitBytes = limitBytes;
-  }
-
-  get used(): number {
-    return this.usedBytes;
-  }
-
-  /** Takes `n` bytes if they fit; false (nothing taken) when they do not. */
-  take(n: number): boolean {
-    if (this.usedBytes + n > this.limitBytes) return false;
-    this.usedBytes += n;
-    return true;
-  }
-
-  giveBack(n: number): void {
-    this.usedBytes = Math.max(0, this.usedBytes - n);
-  }
-}
 
 /**
  * Requests whose bodies are refused unread: once the answer is sent their connection is closed

@@ -7,6 +7,7 @@
 import { DenvError, type OpResult, type ResolvedSpec, stackName } from "@denv/protocol";
 import { environmentNamed, findOrCreateEnvironment, updateEnvironment } from "../store/environment-store.ts";
 import { projectById } from "../store/project-store.ts";
+import type { EnvironmentsTable } from "../store/schema.ts";
 import { findVersion, versionHost } from "../store/version-store.ts";
 import type { AdmissionWait } from "./admission.ts";
 import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
@@ -34,6 +35,16 @@ export interface ForkOptions {
   placed?: { hostId: string; evidence: Record<string, unknown> };
   /** The create turn it waited for on that host (admission.ts), recorded in the place phase. */
   admission?: AdmissionWait;
+}
+
+/**
+ * What the kinds that make forks of their own (replays, promote's replay gate) ask of the
+ * deployer: a fork of a version, and its destroy. Here, beside the fork's options, so those kinds
+ * need not import the deployer that launches them.
+ */
+export interface ForkDeployer {
+  fork(versionId: string, options: ForkOptions): Promise<Launched & { environmentId: string }>;
+  destroy(env: EnvironmentsTable): Promise<Launched>;
 }
 
 export async function runFork(

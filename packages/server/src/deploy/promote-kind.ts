@@ -21,8 +21,8 @@ import type { EnvironmentsTable, ProjectsTable, VersionsTable } from "../store/s
 import { versionHost, versionSpecJson } from "../store/version-store.ts";
 import { execOverStreams } from "../targets/denvd/host-exec.ts";
 import type { Admission } from "./admission.ts";
-import type { Deployer } from "./deployer.ts";
 import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
+import type { ForkDeployer } from "./fork-kind.ts";
 import { PhaseFailure } from "./phase-recorder.ts";
 import { promoteInvariants } from "./promote-invariants.ts";
 import { defaultEpisode, type ReplayStep, startRecordedReplay } from "./replay-runner.ts";
@@ -83,7 +83,7 @@ async function runInStack(
 
 export async function runPromote(
   runner: DeploymentRunner,
-  deployer: Deployer,
+  deployer: ForkDeployer,
   admission: Admission,
   args: { project: ProjectsTable; version: VersionsTable; fromName: string | null; target: string },
   options: PromoteOptions,

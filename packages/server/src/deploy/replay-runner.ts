@@ -19,7 +19,7 @@ import type { ReplaysTable } from "../store/schema.ts";
 import { execOverStreams } from "../targets/denvd/host-exec.ts";
 import type { HostOperations } from "../targets/denvd/host-operations.ts";
 import type { Admission } from "./admission.ts";
-import type { Deployer } from "./deployer.ts";
+import type { ForkDeployer } from "./fork-kind.ts";
 import {
   compareDiffs,
   compareRuns,
@@ -80,7 +80,7 @@ export const DEFAULT_REPLAY_FORKS = 20;
 export interface ReplayDeps {
   store: Store;
   hosts: HostOperations;
-  deployer: Deployer;
+  deployer: ForkDeployer;
   admission: Admission;
 }
 
@@ -309,7 +309,7 @@ export async function startRecordedReplay(
  * After a restart: the replays the stopped server ran are failed, and the forks they had made
  * (named after them) destroyed, not left running. Returns how many forks it destroys.
  */
-export async function recoverReplays(deps: { store: Store; deployer: Deployer }): Promise<number> {
+export async function recoverReplays(deps: { store: Store; deployer: ForkDeployer }): Promise<number> {
   const stopped = await failRunningReplays(deps.store);
   let destroyed = 0;
   for (const r of stopped) {

@@ -14,7 +14,7 @@ import { projectGithubDeploys, updateGithubDeploy } from "../store/github-store.
 import type { DeploymentsTable, GithubAppsTable, ProjectsTable } from "../store/schema.ts";
 import { parseGitHubSource } from "./github-apps.ts";
 import type { CheckRunBody } from "./github-client.ts";
-import type { WebhookDeps } from "./github-webhooks.ts";
+import type { WebhookDeps } from "./github-deps.ts";
 
 export interface Followed {
   app: GithubAppsTable;

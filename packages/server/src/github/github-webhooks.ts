@@ -17,8 +17,6 @@
 import { createHash } from "node:crypto";
 import { DenvError } from "@denv/protocol";
 import { verify } from "@octokit/webhooks-methods";
-import type { SecretBox } from "../clouds/secret-box.ts";
-import type { Deployer } from "../deploy/deployer.ts";
 import { now } from "../ids.ts";
 import { environmentNamed } from "../store/environment-store.ts";
 import {
@@ -36,17 +34,9 @@ import {
 import type { Store } from "../store/open-store.ts";
 import type { GithubAppsTable, ProjectsTable } from "../store/schema.ts";
 import { versionSpecJson } from "../store/version-store.ts";
-import { type GitHubApps, parseGitHubSource } from "./github-apps.ts";
+import { parseGitHubSource } from "./github-apps.ts";
+import type { WebhookDeps } from "./github-deps.ts";
 import { followOnGitHub, markInactive } from "./github-reports.ts";
-
-export interface WebhookDeps {
-  store: Store;
-  secrets: SecretBox;
-  github: GitHubApps;
-  deployer: Deployer;
-  /** The console's origin, for check runs' details links. */
-  serverUrl: () => string;
-}
 
 export interface WebhookAnswer {
   status: 200 | 202 | 400 | 401 | 403 | 404 | 409;

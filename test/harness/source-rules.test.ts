@@ -1,0 +1,112 @@
+/**
+ * Rules of the source tree, checked on its files: no import cycle among a package's modules (type
+ * imports count: a cycle of types is two modules that cannot be read apart), and no hand-written
+ * module over MAX_LINES lines (generated ones, `*.gen.ts`, are left out). The modules still over
+ * the limit are listed with their length: one may shrink, none may grow, and none may join.
+ */
+import assert from "node:assert/strict";
+import { glob, readFile } from "node:fs/promises";
+import { dirname, join, normalize, resolve } from "node:path";
+import { test } from "node:test";
+
+const ROOT = resolve(import.meta.dirname, "../..");
+const SOURCES = ["packages/*/src/**/*.ts", "packages/*/bin/*.js"];
+const MAX_LINES = 600;
+
+/** Modules still over MAX_LINES, with their length when listed: to be split, never to grow. */
+const STILL_LONG: Record<string, number> = {
+  "packages/spec/src/normalize-service.ts": 1264,
+  "packages/server/src/api/api-schemas.ts": 641,
+  "packages/denvd/src/runtime/docker-runtime.ts": 629,
+};
+
+async function sourceFiles(): Promise<Map<string, string>> {
+  const files = new Map<string, string>();
+  for (const pattern of SOURCES)
+    for await (const f of glob(pattern, { cwd: ROOT, exclude: (p) => p.includes("node_modules") }))
+      if (!/\.test\.ts$|\.d\.ts$/.test(f)) files.set(f, await readFile(join(ROOT, f), "utf8"));
+  return files;
+}
+
+/** Each module's relative imports and re-exports (type-only included) that name another module. */
+export function importGraph(files: Map<string, string>): Map<string, string[]> {
+  const edge = /^\s*(?:import|export)\b[^;]*?\bfrom\s*["'](\.{1,2}\/[^"']+)["']/gms;
+  const graph = new Map<string, string[]>();
+  for (const [f, text] of files) {
+    const deps: string[] = [];
+    for (const m of text.matchAll(edge)) {
+      const to = normalize(join(dirname(f), m[1] as string));
+      if (files.has(to) && to !== f) deps.push(to);
+    }
+    graph.set(f, deps);
+  }
+  return graph;
+}
+
+/** The graph's cycles: its strongly connected parts of more than one module (Tarjan's). */
+export function cyclesOf(graph: Map<string, string[]>): string[][] {
+  let next = 0;
+  const index = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const onStack = new Set<string>();
+  const cycles: string[][] = [];
+  const visit = (v: string) => {
+    index.set(v, next);
+    low.set(v, next++);
+    stack.push(v);
+    onStack.add(v);
+    for (const w of graph.get(v) ?? []) {
+      if (!index.has(w)) {
+        visit(w);
+        low.set(v, Math.min(low.get(v) as number, low.get(w) as number));
+      } else if (onStack.has(w)) low.set(v, Math.min(low.get(v) as number, index.get(w) as number));
+    }
+    if (low.get(v) === index.get(v)) {
+      const part: string[] = [];
+      let w: string;
+      do {
+        w = stack.pop() as string;
+        onStack.delete(w);
+        part.push(w);
+      } while (w !== v);
+      if (part.length > 1) cycles.push(part.sort());
+    }
+  };
+  for (const v of graph.keys()) if (!index.has(v)) visit(v);
+  return cycles;
+}
+
+test("the cycle finder finds a cycle through type imports and re-exports, and none in a chain", () => {
+  const files = new Map([
+    ["p/a.ts", 'import { b } from "./b.ts";'],
+    ["p/b.ts", 'import type {\n  C,\n} from "./sub/c.ts";'],
+    ["p/sub/c.ts", 'export { a } from "../a.ts";'],
+    ["p/d.ts", 'import { a } from "./a.ts";'],
+  ]);
+  assert.deepEqual(cyclesOf(importGraph(files)), [["p/a.ts", "p/b.ts", "p/sub/c.ts"]]);
+  files.set("p/sub/c.ts", "export const a = 1;");
+  assert.deepEqual(cyclesOf(importGraph(files)), []);
+});
+
+test("no import cycle among the packages' modules", async () => {
+  const cycles = cyclesOf(importGraph(await sourceFiles()));
+  assert.deepEqual(cycles, [], cycles.map((c) => c.join(" → ")).join("\n"));
+});
+
+test(`no hand-written module over ${MAX_LINES} lines but those listed, and those not longer than listed`, async () => {
+  const long: Record<string, number> = {};
+  for (const [f, text] of await sourceFiles())
+    if (!f.endsWith(".gen.ts")) {
+      const lines = text.split("\n").length - (text.endsWith("\n") ? 1 : 0);
+      if (lines > MAX_LINES) long[f] = lines;
+    }
+  for (const [f, lines] of Object.entries(long)) {
+    const listed = STILL_LONG[f];
+    assert.ok(listed !== undefined, `${f} has ${lines} lines (at most ${MAX_LINES}): split it`);
+    assert.ok(lines <= listed, `${f} grew to ${lines} lines (listed at ${listed}): split it`);
+  }
+  // One split below the limit comes off the list.
+  for (const f of Object.keys(STILL_LONG))
+    assert.ok(f in long, `${f} is now within ${MAX_LINES} lines: take it off STILL_LONG`);
+});

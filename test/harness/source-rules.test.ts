@@ -16,7 +16,6 @@ const MAX_LINES = 600;
 /** Modules still over MAX_LINES, with their length when listed: to be split, never to grow. */
 const STILL_LONG: Record<string, number> = {
   "packages/spec/src/normalize-service.ts": 1264,
-  "packages/server/src/api/api-schemas.ts": 641,
 };
 
 async function sourceFiles(): Promise<Map<string, string>> {

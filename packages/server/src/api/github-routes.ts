@@ -15,7 +15,7 @@ import {
   githubDeliverySchema,
   githubRepositorySchema,
   webhookAnswerSchema,
-} from "./api-schemas.ts";
+} from "./github-schemas.ts";
 import { refuseUnreadBody } from "./request-bodies.ts";
 
 /** The console's origin as users reach it: the server's --public-url, else this request's. */

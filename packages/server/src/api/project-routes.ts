@@ -28,7 +28,6 @@ import {
   createProjectBody,
   deployBody,
   deploymentSchema,
-  githubEnvironmentSchema,
   previewsSchema,
   projectSchema,
   promoteBody,
@@ -38,6 +37,7 @@ import {
 } from "./api-schemas.ts";
 import { serializeDeployment, serializeProject } from "./api-serializers.ts";
 import { serverOrigin } from "./github-routes.ts";
+import { githubEnvironmentSchema } from "./github-schemas.ts";
 import { requestBody } from "./host-bytes.ts";
 import { deleteVersion } from "./version-routes.ts";
 

@@ -3,8 +3,9 @@
  * test/harness/run-suite.ts gives it to every test file). Two things no reporter gives:
  *
  * - A file's wall time, from its process's start to its exit (its hooks, its server's start, its
- *   clean-up), appended to $DENV_TEST_TIMES when that is set; a file is what the runner schedules,
- *   and .ci/run lists the slowest.
+ *   clean-up), appended to $DENV_TEST_TIMES when that is set, with the time it ended (epoch
+ *   seconds: which files a run waited on at its end); a file is what the runner schedules, and
+ *   .ci/run lists the slowest.
  * - Every test asserts something: each call of node:assert (and t.assert) is counted, and a test
  *   that ends having made none fails ("asserted nothing"). A test whose checks are elsewhere (a
  *   helper that throws) asserts through assert too, so this holds for them as well.
@@ -23,7 +24,10 @@ if (/\.test\.[cm]?[jt]s$/.test(file)) {
     const startedMs = Date.now() - Math.round(performance.now());
     process.once("exit", () => {
       try {
-        appendFileSync(timesLog, `${(Date.now() - startedMs) / 1000} ${relative(process.cwd(), file)}\n`);
+        appendFileSync(
+          timesLog,
+          `${(Date.now() - startedMs) / 1000} ${relative(process.cwd(), file)} ${Math.round(Date.now() / 1000)}\n`,
+        );
       } catch {
         // A clock that cannot write must not fail the file it timed.
       }

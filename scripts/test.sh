@@ -29,6 +29,9 @@ phase "set-up (engine, images, registry, denvd, browser)"
 export NODE_COMPILE_CACHE=${NODE_COMPILE_CACHE:-/var/cache/denv/node-compile-cache}
 # Files under temporary directories add entries each run: past 1 GiB it starts again.
 [ "$(du -sm "$NODE_COMPILE_CACHE" 2>/dev/null | cut -f1)" -gt 1024 ] 2>/dev/null && rm -rf "$NODE_COMPILE_CACHE"
+# Every server the tests start (Node's and Python's live one) checks each JSON answer against its
+# route's schema: a mismatch fails the request that met it.
+export DENV_CHECK_ANSWERS=1
 rc=0
 checked=0
 npm run typecheck && npm run lint && checked=1 || rc=1

@@ -88,6 +88,8 @@ async function main(): Promise<number> {
   // Every test file's process loads the preload (run()'s own execArgv is not passed on here).
   const preload = join(import.meta.dirname, "preload.ts");
   process.env.NODE_OPTIONS = `${process.env.NODE_OPTIONS ?? ""} --import=${preload}`.trim();
+  // Every server a test starts checks each JSON answer against its route's schema (api-route.ts).
+  process.env.DENV_CHECK_ANSWERS ??= "1";
   const cores = availableParallelism();
   // End-to-end files mostly wait on the engine, the disk and each other's containers: one more
   // than the cores keeps both busy (two more was slower: 4 files at once beside the lab, heavy

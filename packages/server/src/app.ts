@@ -55,6 +55,8 @@ export interface AppOptions {
   joinTokenTtlMs?: number;
   /** How often a quiet command's stream carries a keep-alive (default KEEPALIVE_INTERVAL_MS). */
   keepAliveMs?: number;
+  /** Check every JSON answer against its route's schema (default: DENV_CHECK_ANSWERS=1). */
+  checkAnswers?: boolean;
   /** Where the denvd executables are served from (GET /v1/downloads/{file}). */
   downloadsDir?: string;
   /** Encrypts cloud tokens, sources and resolved specs at rest. */
@@ -148,6 +150,7 @@ export function createApp(options: AppOptions): Hono<ApiEnv> {
       new GitHubApps({ store: options.store, secrets: options.secrets, fetchPolicy: options.fetchPolicy }),
     serverUrl: options.serverUrl ?? null,
     anonymousBodies: new InFlightBytes(options.anonymousBodyBudgetBytes),
+    checkAnswers: options.checkAnswers ?? process.env.DENV_CHECK_ANSWERS === "1",
   };
   const log = options.log ?? ((message, context) => serverLog().error(context ?? {}, message));
   const app = new Hono<ApiEnv>();

@@ -60,6 +60,11 @@ export interface ApiDeps {
   serverUrl: (() => string) | null;
   /** Bytes of unauthenticated request bodies held at once (request-bodies.ts). */
   anonymousBodies: InFlightBytes;
+  /**
+   * Every JSON answer checked against its route's response schema before it goes (api-route.ts):
+   * on in development and in the tests (DENV_CHECK_ANSWERS=1), where a mismatch is a fault.
+   */
+  checkAnswers: boolean;
 }
 
 export type ApiEnv = {

@@ -103,6 +103,23 @@ function limitBody(limitBytes: number): MiddlewareHandler {
 }
 
 /**
+ * A route's JSON answer, checked against its response schema (the other half of the wire the
+ * parsing of requests checks): a success that says something else than its schema is a fault of
+ * the server's, answered as one (internal, its words in the log). Errors and answers that are not
+ * JSON (tars, streams) pass as they are.
+ */
+export async function checkedAnswer(r: ApiRoute, answer: Response): Promise<Response> {
+  if (!r.response || (r.responseType ?? "json") !== "json") return answer;
+  if (answer.status < 200 || answer.status >= 300) return answer;
+  if (!(answer.headers.get("content-type") ?? "").includes("application/json")) return answer;
+  const checked = r.response.safeParse(await answer.clone().json());
+  if (checked.success) return answer;
+  throw new Error(
+    `the answer of ${r.method.toUpperCase()} ${r.path} does not match its schema: ${issues(checked.error, "(answer)")}`,
+  );
+}
+
+/**
  * A resource's routes as one Hono sub-app. Nothing of a body is read before the caller is known to
  * be allowed: the key (and the role it must have) first, then the body's limit (Hono's reads a body
  * of no declared length to count it). A route anyone may call takes its body within the anonymous
@@ -132,7 +149,8 @@ export function resourceApp(routes: ApiRoute[]): Hono<ApiEnv> {
         if (!q.success) throw new DenvError("invalid_argument", issues(q.error, "(query)"));
         query = q.data;
       }
-      return r.handler(c, { body, query } as never);
+      const answer = await r.handler(c, { body, query } as never);
+      return c.var.deps.checkAnswers ? checkedAnswer(r, answer) : answer;
     };
     const path = r.path.replace(/\{(\w+)\}/g, ":$1");
     if (r.anyMethodAndSubpaths) {

@@ -19,6 +19,12 @@ export const errorSchema = z.object({
   error: z.object({ code: errorCode, message: z.string(), details: z.unknown().optional() }),
 });
 
+/**
+ * A yes-or-no query parameter, the one form every route takes: `true` or `false`, anything else
+ * refused by name (each route says what its absence means).
+ */
+export const queryFlag = z.enum(["true", "false"]).optional();
+
 // Project and environment names: the one rule every name a team gives follows (protocol/names.ts).
 const name = nameSchema;
 

@@ -20,6 +20,7 @@ import {
   portUrlBody,
   portUrlCreated,
   portUrlListed,
+  queryFlag,
 } from "./api-schemas.ts";
 import { assertRunning, envOf, runningOn, serviceOf, tcpPort } from "./environment-access.ts";
 import { requestBody, splitExecStream, streamResponse } from "./host-bytes.ts";
@@ -180,7 +181,7 @@ export const environmentIoRoutes: ApiRoute[] = [
     summary: "Run a command in a service (?stream=true: NDJSON output chunks as they come, then the result)",
     body: execBody,
     query: z.object({
-      stream: z.string().optional().describe("true: NDJSON output chunks, then the result"),
+      stream: queryFlag.describe("true: NDJSON output chunks, then the result; default: one JSON answer"),
     }),
     response: execResult,
     auth: true,

@@ -12,6 +12,7 @@ import {
   fanOutBody,
   fanOutResult,
   forkBody,
+  queryFlag,
   rollbackBody,
   verifyBody,
   versionSchema,
@@ -36,10 +37,9 @@ async function finished(c: ApiContext, what: string, made: { deploymentId: strin
 
 /** ?wait=false: answer with the deployment at once instead of its verdict. */
 const waitQuery = z.object({
-  wait: z
-    .enum(["true", "false"])
-    .optional()
-    .describe("false: answer at once (202) with the running deployment; default: wait for its verdict"),
+  wait: queryFlag.describe(
+    "false: answer at once (202) with the running deployment; default: wait for its verdict",
+  ),
 });
 
 export const environmentRoutes: ApiRoute[] = [

@@ -8,7 +8,7 @@ import { fsEntry } from "@denv/protocol";
 import { z } from "zod";
 import type { ApiContext } from "./api-deps.ts";
 import { type ApiRoute, route } from "./api-route.ts";
-import { filesQuery } from "./api-schemas.ts";
+import { filesQuery, queryFlag } from "./api-schemas.ts";
 import { assertRunning, containerPath, envOf, serviceOf } from "./environment-access.ts";
 import { requestBody, streamResponse } from "./host-bytes.ts";
 import { environmentTarget } from "./team-targets.ts";
@@ -124,7 +124,9 @@ export const fileRoutes: ApiRoute[] = [
     summary: "Remove a file, a link, or an empty directory (recursive=true: a whole tree, following no link)",
     query: z.object({
       path: path.describe("An absolute path in the service"),
-      recursive: z.enum(["true", "false"]).optional().describe("true: remove a directory and all it holds"),
+      recursive: queryFlag.describe(
+        "true: remove a directory and all it holds; default: a file or an empty directory",
+      ),
       ...who,
     }),
     response: z.object({ removed: z.string() }),

@@ -9,6 +9,7 @@ import { allows } from "./access-rules.ts";
 import type { ApiContext } from "./api-deps.ts";
 import type { ApiRoute } from "./api-route.ts";
 import { route } from "./api-route.ts";
+import { queryFlag } from "./api-schemas.ts";
 
 /** A write_file's content travels base64 in the JSON-RPC body: room for a few MiB of it. */
 const MCP_BODY_LIMIT_BYTES = 8 * 1024 * 1024;
@@ -24,10 +25,9 @@ function handle(c: ApiContext, input: { query?: { read_only?: "true" | "false" }
 
 /** `denv mcp --read-only`'s counterpart, chosen by the URL a host is configured with. */
 const modeQuery = z.object({
-  read_only: z
-    .enum(["true", "false"])
-    .optional()
-    .describe("true: the session offers only the tools that change nothing (set on its initialize request)"),
+  read_only: queryFlag.describe(
+    "true: the session offers only the tools that change nothing (set on its initialize request)",
+  ),
 });
 
 const summary =

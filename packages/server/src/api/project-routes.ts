@@ -31,6 +31,7 @@ import {
   previewsSchema,
   projectSchema,
   promoteBody,
+  queryFlag,
   setBranchesBody,
   setPreviewsBody,
   uploadSourceBody,
@@ -387,7 +388,7 @@ export const projectRoutes: ApiRoute[] = [
     summary: "Deploy the project to an environment (alpha by default); ?wait=true waits for the verdict",
     body: deployBody,
     query: z.object({
-      wait: z.string().optional().describe("true: answer once the deployment has its verdict"),
+      wait: queryFlag.describe("true: answer once the deployment has its verdict; default: at once (202)"),
     }),
     response: deploymentSchema,
     status: 202,
@@ -409,7 +410,7 @@ export const projectRoutes: ApiRoute[] = [
       "Promote a version to an environment through the gates: fresh fork, dataset consistency, N identical replays, invariants, soak; then the target points at it. ?wait=true waits for the verdict",
     body: promoteBody,
     query: z.object({
-      wait: z.string().optional().describe("true: answer once the deployment has its verdict"),
+      wait: queryFlag.describe("true: answer once the deployment has its verdict; default: at once (202)"),
     }),
     response: deploymentSchema,
     status: 202,

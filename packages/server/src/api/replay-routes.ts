@@ -7,7 +7,7 @@ import type { ReplaysTable } from "../store/schema.ts";
 import { resolveVersionRef, versionHost } from "../store/version-store.ts";
 import type { ApiContext } from "./api-deps.ts";
 import { type ApiRoute, route } from "./api-route.ts";
-import { replayBody, replaySchema } from "./api-schemas.ts";
+import { queryFlag, replayBody, replaySchema } from "./api-schemas.ts";
 
 export function serializeReplay(r: ReplaysTable): z.infer<typeof replaySchema> {
   return {
@@ -53,7 +53,9 @@ export const replayRoutes: ApiRoute[] = [
     summary:
       "Replay a version: N forks (default 20) run one scripted episode; the report says identical or shows the first divergence. ?wait=true answers with the report",
     body: replayBody,
-    query: z.object({ wait: z.string().optional().describe("true: answer once the report is done") }),
+    query: z.object({
+      wait: queryFlag.describe("true: answer once the report is done; default: at once (202)"),
+    }),
     response: replaySchema,
     status: 202,
     auth: true,

@@ -90,6 +90,11 @@ test("every target's row names each cell in words and which it supports", async 
     assert.ok(!hosted?.supported.includes("verify"));
     assert.match(hosted?.note ?? "", live);
   }
+  // denvd's row is read from the team's hosts: this machine's has no GPU, and says why not.
+  const denvd = targets.find((t) => t.name === "denvd");
+  assert.ok(denvd?.supported.includes("verify"));
+  assert.ok(!denvd?.supported.includes("gpu"));
+  assert.match(denvd?.capabilities.gpu ?? "", /^no host of the team can pass a GPU/);
   // An unknown target is named as such, with the ones there are.
   const none = await lab.api("POST", "/v1/targets/nowhere/sandboxes", { image: "x" });
   assert.equal(none.status, 404);

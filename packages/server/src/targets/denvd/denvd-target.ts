@@ -6,7 +6,7 @@
  */
 import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
-import { DenvError, isDenvError, type MuxStream } from "@denv/protocol";
+import { DenvError, type GpuInventory, isDenvError, type MuxStream } from "@denv/protocol";
 import { teamHosts } from "../../store/host-store.ts";
 import type { Store } from "../../store/open-store.ts";
 import type {
@@ -46,6 +46,24 @@ function hostTarget(stackId: string, at: Omit<ServicePath, "path">) {
   return { stack_id: stackId, service: at.service, ...(at.user ? { user: at.user } : {}) };
 }
 
+/**
+ * The GPU cell from what the team's hosts report (their hello's inventory): supported where one
+ * can pass a GPU to a container (CDI or the engine's nvidia driver), and then a service's
+ * `gpus:` is placed on a host that has them free; otherwise why not.
+ */
+export function gpuCapability(inventories: (GpuInventory | null)[]) {
+  const usable = inventories.filter((i): i is GpuInventory => i !== null && i.mode !== "none");
+  const devices = usable.reduce((n, i) => n + i.devices.length, 0);
+  if (devices > 0)
+    return {
+      supported: true,
+      detail: `${devices} GPU${devices === 1 ? "" : "s"} on ${usable.length} host${usable.length === 1 ? "" : "s"} (a service's gpus: placed where they are free)`,
+    };
+  if (inventories.length === 0) return { supported: false, detail: "no host joined yet" };
+  const why = inventories.find((i) => i?.note)?.note;
+  return { supported: false, detail: `no host of the team can pass a GPU${why ? ` (${why})` : ""}` };
+}
+
 export class DenvdTarget implements Target {
   readonly name = "denvd";
   readonly kind = "denvd" as const;
@@ -56,7 +74,8 @@ export class DenvdTarget implements Target {
   }
 
   async capabilities(teamId: string): Promise<TargetCapabilities> {
-    const storages = new Set((await teamHosts(this.deps.store, teamId)).map((h) => h.storage));
+    const hosts = await teamHosts(this.deps.store, teamId);
+    const storages = new Set(hosts.map((h) => h.storage));
     const cow = storages.has("zfs") || storages.has("btrfs");
     const yes = (detail: string) => ({ supported: true, detail });
     return {
@@ -68,7 +87,7 @@ export class DenvdTarget implements Target {
       forkTime: yes(cow ? "~1 s" : "grows with data (copies)"),
       egressDenyVerified: yes("yes"),
       capsEnforced: yes("yes"),
-      gpu: { supported: false, detail: "planned" },
+      gpu: gpuCapability(hosts.map((h) => (h.gpus_json ? (JSON.parse(h.gpus_json) as GpuInventory) : null))),
       verify: yes("yes"),
     };
   }

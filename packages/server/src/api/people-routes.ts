@@ -17,13 +17,27 @@ import {
 } from "../people/session-cookie.ts";
 import { clientBucketOf } from "../rate-limit.ts";
 import {
+  addMembership,
   checkPassword,
   createSession,
+  deleteTeamKey,
   endSession,
+  insertInvitation,
+  invitationByTokenHash,
+  markInvitationAccepted,
   membershipsOf,
   normalizeEmail,
   type Role,
+  removeMember,
+  sessionExpiry,
+  setMemberRole,
   signUp,
+  teamAdmins,
+  teamInvitations,
+  teamKey,
+  teamKeys,
+  teamMember,
+  teamMembers,
   userEmail,
 } from "../store/people-store.ts";
 import { createApiKeyRecord } from "../store/team-store.ts";
@@ -100,11 +114,7 @@ function person(c: ApiContext): { userId: string; sessionId: string } {
 
 /** An invitation by its token, still open. */
 async function openInvitation(c: ApiContext, token: string) {
-  const inv = await c.var.deps.store
-    .selectFrom("invitations")
-    .selectAll()
-    .where("token_hash", "=", hashSecret(token))
-    .executeTakeFirst();
+  const inv = await invitationByTokenHash(c.var.deps.store, hashSecret(token));
   if (!inv || inv.accepted_at || inv.expires_at <= now())
     throw new DenvError("not_found", "that invitation is not valid: it may have expired or been used");
   return inv;
@@ -132,7 +142,7 @@ export const peopleRoutes: ApiRoute[] = [
           teamName: "",
           joinTeam: { id: inv.team_id, role: inv.role as Role },
         });
-        await store.updateTable("invitations").set({ accepted_at: now() }).where("id", "=", inv.id).execute();
+        await markInvitationAccepted(store, inv.id);
         return c.json(await startSession(c, userId, inv.team_id), 201);
       }
       const teamName = body.team_name ?? normalizeEmail(body.email).split("@")[0] ?? "team";
@@ -167,12 +177,9 @@ export const peopleRoutes: ApiRoute[] = [
     handler: async (c) => {
       const { userId } = person(c);
       const token = getCookie(c, SESSION_COOKIE) ?? "";
-      const s = await c.var.deps.store
-        .selectFrom("sessions")
-        .select("expires_at")
-        .where("id", "=", c.var.sessionId ?? "")
-        .executeTakeFirstOrThrow();
-      return c.json(await sessionAnswer(c, userId, c.var.teamId, token, s.expires_at));
+      const expiresAt = await sessionExpiry(c.var.deps.store, c.var.sessionId ?? "");
+      if (!expiresAt) throw new DenvError("unauthenticated", "the session has ended: sign in again");
+      return c.json(await sessionAnswer(c, userId, c.var.teamId, token, expiresAt));
     },
   }),
   route({
@@ -211,21 +218,11 @@ export const peopleRoutes: ApiRoute[] = [
     response: z.object({ keys: z.array(apiKeySchema) }),
     auth: true,
     handler: async (c) => {
-      let q = c.var.deps.store
-        .selectFrom("api_keys")
-        .leftJoin("users", "users.id", "api_keys.user_id")
-        .select([
-          "api_keys.id",
-          "api_keys.name",
-          "api_keys.prefix",
-          "api_keys.role",
-          "api_keys.created_at",
-          "users.email as user_email",
-        ])
-        .where("api_keys.team_id", "=", c.var.teamId)
-        .orderBy("api_keys.created_at");
-      if (c.var.role !== "admin") q = q.where("api_keys.user_id", "=", c.var.userId ?? "");
-      const rows = await q.execute();
+      const rows = await teamKeys(
+        c.var.deps.store,
+        c.var.teamId,
+        c.var.role === "admin" ? null : (c.var.userId ?? ""),
+      );
       return c.json({
         keys: rows.map((k) => ({
           ...k,
@@ -271,16 +268,11 @@ export const peopleRoutes: ApiRoute[] = [
     handler: async (c) => {
       const asked = c.req.param("id") ?? "";
       const id = asked === "current" ? c.var.keyId : asked;
-      const key = await c.var.deps.store
-        .selectFrom("api_keys")
-        .select(["id", "user_id"])
-        .where("id", "=", id)
-        .where("team_id", "=", c.var.teamId)
-        .executeTakeFirst();
+      const key = await teamKey(c.var.deps.store, c.var.teamId, id);
       // Another person's key is as unknown as another team's, unless a team admin asks.
       const mine = key && (key.id === c.var.keyId || (key.user_id !== null && key.user_id === c.var.userId));
       if (!key || (!mine && c.var.role !== "admin")) throw new DenvError("not_found", `no API key ${asked}`);
-      await c.var.deps.store.deleteFrom("api_keys").where("id", "=", key.id).execute();
+      await deleteTeamKey(c.var.deps.store, c.var.teamId, key.id);
       return c.json({ id: key.id, revoked: true });
     },
   }),
@@ -291,13 +283,7 @@ export const peopleRoutes: ApiRoute[] = [
     response: z.object({ members: z.array(memberSchema) }),
     auth: true,
     handler: async (c) => {
-      const rows = await c.var.deps.store
-        .selectFrom("memberships")
-        .innerJoin("users", "users.id", "memberships.user_id")
-        .select(["memberships.user_id", "users.email", "memberships.role", "memberships.created_at"])
-        .where("memberships.team_id", "=", c.var.teamId)
-        .orderBy("memberships.created_at")
-        .execute();
+      const rows = await teamMembers(c.var.deps.store, c.var.teamId);
       return c.json({
         members: rows.map((m) => ({
           user_id: m.user_id,
@@ -319,28 +305,11 @@ export const peopleRoutes: ApiRoute[] = [
     handler: async (c, { body }) => {
       const userId = c.req.param("id") ?? "";
       const { store } = c.var.deps;
-      const m = await store
-        .selectFrom("memberships")
-        .innerJoin("users", "users.id", "memberships.user_id")
-        .select(["memberships.user_id", "users.email", "memberships.created_at", "memberships.role"])
-        .where("memberships.team_id", "=", c.var.teamId)
-        .where("memberships.user_id", "=", userId)
-        .executeTakeFirst();
+      const m = await teamMember(store, c.var.teamId, userId);
       if (!m) throw new DenvError("not_found", `no member ${userId}`);
       if (m.role === "admin" && body.role !== "admin") await keepOneAdmin(c);
-      await store
-        .updateTable("memberships")
-        .set({ role: body.role })
-        .where("team_id", "=", c.var.teamId)
-        .where("user_id", "=", userId)
-        .execute();
       // The person's keys carry their role: a demotion reaches the keys they already hold.
-      await store
-        .updateTable("api_keys")
-        .set({ role: body.role })
-        .where("team_id", "=", c.var.teamId)
-        .where("user_id", "=", userId)
-        .execute();
+      await setMemberRole(store, c.var.teamId, userId, body.role);
       return c.json({ user_id: m.user_id, email: m.email, role: body.role, since: m.created_at });
     },
   }),
@@ -354,29 +323,10 @@ export const peopleRoutes: ApiRoute[] = [
     handler: async (c) => {
       const userId = c.req.param("id") ?? "";
       const { store } = c.var.deps;
-      const m = await store
-        .selectFrom("memberships")
-        .select("role")
-        .where("team_id", "=", c.var.teamId)
-        .where("user_id", "=", userId)
-        .executeTakeFirst();
+      const m = await teamMember(store, c.var.teamId, userId);
       if (!m) throw new DenvError("not_found", `no member ${userId}`);
       if (m.role === "admin") await keepOneAdmin(c);
-      await store
-        .deleteFrom("memberships")
-        .where("team_id", "=", c.var.teamId)
-        .where("user_id", "=", userId)
-        .execute();
-      await store
-        .deleteFrom("api_keys")
-        .where("team_id", "=", c.var.teamId)
-        .where("user_id", "=", userId)
-        .execute();
-      await store
-        .deleteFrom("sessions")
-        .where("team_id", "=", c.var.teamId)
-        .where("user_id", "=", userId)
-        .execute();
+      await removeMember(store, c.var.teamId, userId);
       return c.json({ user_id: userId, removed: true });
     },
   }),
@@ -402,7 +352,7 @@ export const peopleRoutes: ApiRoute[] = [
         expires_at: new Date(Date.now() + INVITATION_TTL_MS).toISOString(),
         accepted_at: null,
       };
-      await c.var.deps.store.insertInto("invitations").values(row).execute();
+      await insertInvitation(c.var.deps.store, row);
       const origin = new URL(c.req.url).origin;
       return c.json(
         {
@@ -426,12 +376,7 @@ export const peopleRoutes: ApiRoute[] = [
     response: z.object({ invitations: z.array(invitationSchema) }),
     auth: true,
     handler: async (c) => {
-      const rows = await c.var.deps.store
-        .selectFrom("invitations")
-        .select(["id", "email", "role", "created_at", "expires_at", "accepted_at"])
-        .where("team_id", "=", c.var.teamId)
-        .orderBy("created_at")
-        .execute();
+      const rows = await teamInvitations(c.var.deps.store, c.var.teamId);
       return c.json({ invitations: rows.map((r) => ({ ...r, role: r.role as Role })) });
     },
   }),
@@ -447,16 +392,8 @@ export const peopleRoutes: ApiRoute[] = [
       const { userId, sessionId } = person(c);
       if (inv.email !== (await userEmail(c.var.deps.store, userId)))
         throw new DenvError("forbidden", "that invitation was sent to another email address");
-      await c.var.deps.store
-        .insertInto("memberships")
-        .values({ user_id: userId, team_id: inv.team_id, role: inv.role, created_at: now() })
-        .onConflict((oc) => oc.columns(["user_id", "team_id"]).doNothing())
-        .execute();
-      await c.var.deps.store
-        .updateTable("invitations")
-        .set({ accepted_at: now() })
-        .where("id", "=", inv.id)
-        .execute();
+      await addMembership(c.var.deps.store, userId, inv.team_id, inv.role);
+      await markInvitationAccepted(c.var.deps.store, inv.id);
       const answer = await startSession(c, userId, inv.team_id);
       await endSession(c.var.deps.store, sessionId);
       return c.json(answer);
@@ -466,12 +403,7 @@ export const peopleRoutes: ApiRoute[] = [
 
 /** A team keeps at least one admin: the last one cannot be demoted or removed. */
 async function keepOneAdmin(c: ApiContext): Promise<void> {
-  const admins = await c.var.deps.store
-    .selectFrom("memberships")
-    .select("user_id")
-    .where("team_id", "=", c.var.teamId)
-    .where("role", "=", "admin")
-    .execute();
+  const admins = await teamAdmins(c.var.deps.store, c.var.teamId);
   if (admins.length <= 1)
     throw new DenvError("conflict", "a team keeps at least one admin: make another admin first");
 }

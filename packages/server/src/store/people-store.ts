@@ -4,11 +4,11 @@
  * (high-entropy secrets); each request of a session acts in one team with the member's role.
  */
 import { DenvError } from "@denv/protocol";
-import type { Selectable } from "kysely";
+import type { Insertable, Selectable } from "kysely";
 import { hashSecret, newId, newSecret, now } from "../ids.ts";
 import { hashPassword, verifyPassword } from "../people/password-hash.ts";
 import type { Store } from "./open-store.ts";
-import type { SessionsTable } from "./schema.ts";
+import type { InvitationsTable, SessionsTable } from "./schema.ts";
 import { createTeam } from "./team-store.ts";
 
 export const ROLES = ["admin", "member", "read-only"] as const;
@@ -141,4 +141,135 @@ export async function userEmail(store: Store, userId: string): Promise<string | 
     (await store.selectFrom("users").select("email").where("id", "=", userId).executeTakeFirst())?.email ??
     null
   );
+}
+
+/** A session's end, by its id. */
+export async function sessionExpiry(store: Store, sessionId: string): Promise<string | undefined> {
+  return (
+    await store.selectFrom("sessions").select("expires_at").where("id", "=", sessionId).executeTakeFirst()
+  )?.expires_at;
+}
+
+// --- A team's API keys, members and invitations: each read and change scoped to the team given. ---
+
+/** The team's keys, oldest first, with their person's email; only `userId`'s when one is given. */
+export function teamKeys(store: Store, teamId: string, onlyOfUserId: string | null) {
+  let q = store
+    .selectFrom("api_keys")
+    .leftJoin("users", "users.id", "api_keys.user_id")
+    .select([
+      "api_keys.id",
+      "api_keys.name",
+      "api_keys.prefix",
+      "api_keys.role",
+      "api_keys.created_at",
+      "users.email as user_email",
+    ])
+    .where("api_keys.team_id", "=", teamId)
+    .orderBy("api_keys.created_at");
+  if (onlyOfUserId !== null) q = q.where("api_keys.user_id", "=", onlyOfUserId);
+  return q.execute();
+}
+
+export function teamKey(store: Store, teamId: string, keyId: string) {
+  return store
+    .selectFrom("api_keys")
+    .select(["id", "user_id"])
+    .where("id", "=", keyId)
+    .where("team_id", "=", teamId)
+    .executeTakeFirst();
+}
+
+export async function deleteTeamKey(store: Store, teamId: string, keyId: string): Promise<void> {
+  await store.deleteFrom("api_keys").where("id", "=", keyId).where("team_id", "=", teamId).execute();
+}
+
+/** The team's members with their emails, oldest first. */
+export function teamMembers(store: Store, teamId: string) {
+  return store
+    .selectFrom("memberships")
+    .innerJoin("users", "users.id", "memberships.user_id")
+    .select(["memberships.user_id", "users.email", "memberships.role", "memberships.created_at"])
+    .where("memberships.team_id", "=", teamId)
+    .orderBy("memberships.created_at")
+    .execute();
+}
+
+export function teamMember(store: Store, teamId: string, userId: string) {
+  return store
+    .selectFrom("memberships")
+    .innerJoin("users", "users.id", "memberships.user_id")
+    .select(["memberships.user_id", "users.email", "memberships.created_at", "memberships.role"])
+    .where("memberships.team_id", "=", teamId)
+    .where("memberships.user_id", "=", userId)
+    .executeTakeFirst();
+}
+
+/** The team's admins' user ids. */
+export async function teamAdmins(store: Store, teamId: string): Promise<string[]> {
+  const rows = await store
+    .selectFrom("memberships")
+    .select("user_id")
+    .where("team_id", "=", teamId)
+    .where("role", "=", "admin")
+    .execute();
+  return rows.map((r) => r.user_id);
+}
+
+/** A member's role, and their keys' (a key carries its person's role: a demotion reaches it). */
+export async function setMemberRole(store: Store, teamId: string, userId: string, role: Role): Promise<void> {
+  await store
+    .updateTable("memberships")
+    .set({ role })
+    .where("team_id", "=", teamId)
+    .where("user_id", "=", userId)
+    .execute();
+  await store
+    .updateTable("api_keys")
+    .set({ role })
+    .where("team_id", "=", teamId)
+    .where("user_id", "=", userId)
+    .execute();
+}
+
+/** A member out of the team, with their keys and sessions for it. */
+export async function removeMember(store: Store, teamId: string, userId: string): Promise<void> {
+  for (const table of ["memberships", "api_keys", "sessions"] as const)
+    await store.deleteFrom(table).where("team_id", "=", teamId).where("user_id", "=", userId).execute();
+}
+
+/** A membership of a team (none made twice). */
+export async function addMembership(
+  store: Store,
+  userId: string,
+  teamId: string,
+  role: string,
+): Promise<void> {
+  await store
+    .insertInto("memberships")
+    .values({ user_id: userId, team_id: teamId, role, created_at: now() })
+    .onConflict((oc) => oc.columns(["user_id", "team_id"]).doNothing())
+    .execute();
+}
+
+export async function insertInvitation(store: Store, row: Insertable<InvitationsTable>): Promise<void> {
+  await store.insertInto("invitations").values(row).execute();
+}
+
+export function teamInvitations(store: Store, teamId: string) {
+  return store
+    .selectFrom("invitations")
+    .select(["id", "email", "role", "created_at", "expires_at", "accepted_at"])
+    .where("team_id", "=", teamId)
+    .orderBy("created_at")
+    .execute();
+}
+
+/** An invitation by its token's hash (open or not: the caller says which it takes). */
+export function invitationByTokenHash(store: Store, tokenHash: string) {
+  return store.selectFrom("invitations").selectAll().where("token_hash", "=", tokenHash).executeTakeFirst();
+}
+
+export async function markInvitationAccepted(store: Store, invitationId: string): Promise<void> {
+  await store.updateTable("invitations").set({ accepted_at: now() }).where("id", "=", invitationId).execute();
 }

@@ -8,7 +8,7 @@ import { getCookie } from "hono/cookie";
 import { csrfTokenOf, SESSION_COOKIE } from "../people/session-cookie.ts";
 import type { RateLimiter } from "../rate-limit.ts";
 import { findSession, type Role, roleIn } from "../store/people-store.ts";
-import { findApiKey } from "../store/team-store.ts";
+import { apiKeyById, findApiKey } from "../store/team-store.ts";
 import { assertAllowed, type Need, SAFE_METHODS } from "./access-rules.ts";
 import type { ApiContext, ApiEnv } from "./api-deps.ts";
 
@@ -56,9 +56,7 @@ export const requireKey =
     const { store } = c.var.deps;
     const caller = inProcessCaller(c);
     if (caller || key) {
-      const row = caller
-        ? await store.selectFrom("api_keys").selectAll().where("id", "=", caller.keyId).executeTakeFirst()
-        : await findApiKey(store, key as string);
+      const row = caller ? await apiKeyById(store, caller.keyId) : await findApiKey(store, key as string);
       if (!row) throw new DenvError("unauthenticated", "this API key is not valid");
       takeTurn(c, row.id);
       c.set("teamId", row.team_id);

@@ -9,6 +9,7 @@ import { machineDriver, NOT_YET, PROVIDERS } from "../clouds/provisioner.ts";
 import { newId, now } from "../ids.ts";
 import { refusalIn } from "../outbound-guard.ts";
 import { cloudNameTaken, deleteCloud, insertCloud, teamClouds } from "../store/cloud-store.ts";
+import { environmentsAtTarget } from "../store/environment-store.ts";
 import type { CloudsTable } from "../store/schema.ts";
 import { HOSTED_PROVIDERS, hostedTarget, isHosted } from "../targets/hosted-targets.ts";
 import { type ApiRoute, route } from "./api-route.ts";
@@ -104,19 +105,10 @@ export const cloudRoutes: ApiRoute[] = [
       const cloud = (await teamClouds(c.var.deps.store, c.var.teamId)).find((x) => x.name === name);
       const running =
         cloud && isHosted(cloud.provider)
-          ? await c.var.deps.store
-              .selectFrom("environments")
-              .select("name")
-              .where("team_id", "=", c.var.teamId)
-              .where("target_id", "=", name)
-              .where("status", "not in", ["destroyed", "failed"])
-              .execute()
+          ? await environmentsAtTarget(c.var.deps.store, c.var.teamId, name)
           : [];
       if (running.length)
-        throw new DenvError(
-          "conflict",
-          `cloud ${name} still runs ${running.map((r) => r.name).join(", ")}: destroy them first`,
-        );
+        throw new DenvError("conflict", `cloud ${name} still runs ${running.join(", ")}: destroy them first`);
       if (!(await deleteCloud(c.var.deps.store, c.var.teamId, name)))
         throw new DenvError("not_found", `no cloud ${name}`);
       return c.json({ deleted: name });

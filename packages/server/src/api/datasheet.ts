@@ -7,6 +7,7 @@
 import type { ClockEvidence, ResolvedSpec } from "@denv/protocol";
 import type { SecretBox } from "../clouds/secret-box.ts";
 import type { ReplayResult } from "../deploy/replay-runner.ts";
+import { environmentDeploymentsOfKinds, teamDeploymentsOfKind } from "../store/deployment-store.ts";
 import type { Store } from "../store/open-store.ts";
 import { versionReplays } from "../store/replay-store.ts";
 import type { DeploymentsTable, VersionsTable } from "../store/schema.ts";
@@ -103,25 +104,12 @@ export async function buildDatasheet(
   const place = await versionPlace(store, version);
   // The deployment that made the version: its start phase read each service's clock.
   const madeBy = (
-    await store
-      .selectFrom("deployments")
-      .selectAll()
-      .where("environment_id", "=", version.environment_id)
-      .where("kind", "in", ["deploy", "snapshot"])
-      .execute()
+    await environmentDeploymentsOfKinds(store, version.environment_id, ["deploy", "snapshot"])
   ).find((d) => evidenceOf(d, "snapshot")?.version_id === version.id);
   const startClock = madeBy ? (evidenceOf(madeBy, "start")?.clock as ClockEvidence | undefined) : undefined;
   // Promotes: the team's (a candidate names its version in its evidence); verifies: only those of
   // forks of this version, the newest 50, filtered in the query (a team may have many thousands).
-  const teamPromotes = await store
-    .selectFrom("deployments")
-    .innerJoin("environments", "environments.id", "deployments.environment_id")
-    .selectAll("deployments")
-    .select("environments.name as env_name")
-    .where("deployments.team_id", "=", version.team_id)
-    .where("deployments.kind", "=", "promote")
-    .orderBy("deployments.created_at")
-    .execute();
+  const teamPromotes = await teamDeploymentsOfKind(store, version.team_id, "promote");
   const promotes = teamPromotes
     .filter((d) => evidenceOf(d, "candidate")?.version_id === version.id)
     .map((d) => ({
@@ -137,17 +125,10 @@ export async function buildDatasheet(
         evidence: p.evidence,
       })),
     }));
-  const forkVerifies = await store
-    .selectFrom("deployments")
-    .innerJoin("environments", "environments.id", "deployments.environment_id")
-    .selectAll("deployments")
-    .select("environments.name as env_name")
-    .where("deployments.team_id", "=", version.team_id)
-    .where("deployments.kind", "=", "verify")
-    .where("environments.parent_version_id", "=", version.id)
-    .orderBy("deployments.created_at", "desc")
-    .limit(50)
-    .execute();
+  const forkVerifies = await teamDeploymentsOfKind(store, version.team_id, "verify", {
+    forksOf: version.id,
+    limit: 50,
+  });
   const verifies = forkVerifies.reverse().map((d) => {
     const v = evidenceOf(d, "verdict");
     return {

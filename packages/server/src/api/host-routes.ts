@@ -1,7 +1,7 @@
 /** Teams, hosts and joining: how a team gets keys, and how a machine becomes one of its hosts. */
 import { DenvError } from "@denv/protocol";
 import { z } from "zod";
-import { hostHoldings, redeemJoinToken, teamHosts } from "../store/host-store.ts";
+import { hostHoldings, redeemJoinToken, setHostDraining, teamHosts } from "../store/host-store.ts";
 import { createApiKey, createJoinToken, createTeam } from "../store/team-store.ts";
 import type { ApiContext } from "./api-deps.ts";
 import { type ApiRoute, route } from "./api-route.ts";
@@ -102,7 +102,7 @@ export const hostRoutes: ApiRoute[] = [
     auth: true,
     handler: async (c) => {
       const host = await teamHost(c, c.req.param("id") ?? "");
-      await c.var.deps.store.updateTable("hosts").set({ draining: 0 }).where("id", "=", host.id).execute();
+      await setHostDraining(c.var.deps.store, host.id, false);
       return c.json({ host_id: host.id, draining: false });
     },
   }),

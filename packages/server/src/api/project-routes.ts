@@ -13,12 +13,15 @@ import { environmentNamed } from "../store/environment-store.ts";
 import { livePreviews, previewApprovals, projectGithubDeploys } from "../store/github-store.ts";
 import type { Store } from "../store/open-store.ts";
 import {
+  deleteProjectRecords,
   findProject,
   insertProject,
+  projectEnvironments,
   projectNameTaken,
   SANDBOX_PROJECT,
   setProjectSource,
   teamProjects,
+  updateProjectSettings,
 } from "../store/project-store.ts";
 import type { DeploymentsTable, ProjectsTable } from "../store/schema.ts";
 import { resolveVersionRef, teamVersions, versionUsers } from "../store/version-store.ts";
@@ -129,11 +132,7 @@ export const projectRoutes: ApiRoute[] = [
           "invalid_argument",
           `${SANDBOX_PROJECT} holds the team's sandboxes; it is not deleted`,
         );
-      const envs = await store
-        .selectFrom("environments")
-        .selectAll()
-        .where("project_id", "=", p.id)
-        .execute();
+      const envs = await projectEnvironments(store, p);
       const live = envs.filter((e) => e.status !== "destroyed");
       if (live.length)
         throw new DenvError(
@@ -151,16 +150,11 @@ export const projectRoutes: ApiRoute[] = [
           });
       }
       for (const v of versions) await deleteVersion(c, v);
-      const envIds = envs.map((e) => e.id);
-      if (envIds.length) {
-        await store.deleteFrom("port_urls").where("environment_id", "in", envIds).execute();
-        await store.deleteFrom("ingress_names").where("environment_id", "in", envIds).execute();
-        await store.deleteFrom("deployments").where("environment_id", "in", envIds).execute();
-        await store.deleteFrom("github_deploys").where("project_id", "=", p.id).execute();
-        await store.deleteFrom("environments").where("id", "in", envIds).execute();
-      }
-      await store.deleteFrom("pools").where("project_id", "=", p.id).execute();
-      await store.deleteFrom("projects").where("id", "=", p.id).execute();
+      await deleteProjectRecords(
+        store,
+        p,
+        envs.map((e) => e.id),
+      );
       await c.var.deps.buildContexts.prune(
         c.var.teamId,
         await referencedContexts(store, c.var.teamId),
@@ -191,7 +185,7 @@ export const projectRoutes: ApiRoute[] = [
           `project ${p.name} deploys from ${p.source}; only github: sources deploy branches`,
         );
       const branches_json = body.branches ? JSON.stringify(body.branches) : null;
-      await store.updateTable("projects").set({ branches_json }).where("id", "=", p.id).execute();
+      await updateProjectSettings(store, p, { branches_json });
       return c.json(serializeProject({ ...p, branches_json }));
     },
   }),
@@ -222,8 +216,7 @@ export const projectRoutes: ApiRoute[] = [
         ...(body.budget !== undefined ? { preview_budget: body.budget } : {}),
         ...(body.forks !== undefined ? { fork_previews: body.forks } : {}),
       };
-      if (Object.keys(set).length)
-        await store.updateTable("projects").set(set).where("id", "=", p.id).execute();
+      await updateProjectSettings(store, p, set);
       return c.json(await previewsOf(store, { ...p, ...set }));
     },
   }),

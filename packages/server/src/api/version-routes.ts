@@ -4,13 +4,16 @@ import { withoutSecretContents } from "@denv/spec";
 import { z } from "zod";
 import { removeUnusedBuiltImages } from "../deploy/built-images.ts";
 import { deleteLeftoverCopies, leaveCopy, versionHolders } from "../deploy/replication.ts";
+import { liveEnvironmentIds } from "../store/environment-store.ts";
 import { teamHosts } from "../store/host-store.ts";
 import type { Store } from "../store/open-store.ts";
 import { findProject } from "../store/project-store.ts";
 import type { VersionsTable } from "../store/schema.ts";
 import {
+  deleteVersionCopy,
   deleteVersionRow,
   resolveVersionRef,
+  setVersionReplicas,
   teamVersions,
   versionPlace,
   versionUsers,
@@ -64,11 +67,7 @@ export async function deleteVersion(c: ApiContext, v: VersionsTable): Promise<st
       continue;
     }
     await hosts.call(h, "delete_version", { version_id: v.id });
-    await store
-      .deleteFrom("version_replicas")
-      .where("version_id", "=", v.id)
-      .where("host_id", "=", h)
-      .execute();
+    await deleteVersionCopy(store, v.id, h);
   }
   await deleteVersionRow(store, v.id);
   // A copy recorded while this ran (a replication finishing now) goes the same way.
@@ -128,16 +127,7 @@ export const versionRoutes: ApiRoute[] = [
       const kept: { id: string; reason: string }[] = [];
       const prunedProjects = new Set<string>();
       // A destroyed environment (a sandbox done with) keeps nothing by itself: only use keeps its versions.
-      const live = new Set(
-        (
-          await store
-            .selectFrom("environments")
-            .select("id")
-            .where("team_id", "=", c.var.teamId)
-            .where("status", "!=", "destroyed")
-            .execute()
-        ).map((e) => e.id),
-      );
+      const live = await liveEnvironmentIds(store, c.var.teamId);
       for (const v of rows) {
         const n = (seen.get(v.environment_id) ?? 0) + 1;
         seen.set(v.environment_id, n);
@@ -228,11 +218,7 @@ export const versionRoutes: ApiRoute[] = [
           "invalid_argument",
           `version ${version.id} lives at target ${version.target_id}, not on hosts`,
         );
-      await store
-        .updateTable("versions")
-        .set({ replicas: body.copies })
-        .where("id", "=", version.id)
-        .execute();
+      await setVersionReplicas(store, version.id, body.copies);
       const made = await replicas.keep({ ...version, replicas: body.copies }, body.copies);
       return c.json({
         version_id: version.id,

@@ -49,3 +49,43 @@ export function environmentDeployments(store: Store, environmentId: string): Pro
 export function runningDeployments(store: Store): Promise<DeploymentsTable[]> {
   return store.selectFrom("deployments").selectAll().where("status", "=", "running").execute();
 }
+
+/** An environment's deployments of the kinds given. */
+export function environmentDeploymentsOfKinds(
+  store: Store,
+  environmentId: string,
+  kinds: string[],
+): Promise<DeploymentsTable[]> {
+  return store
+    .selectFrom("deployments")
+    .selectAll()
+    .where("environment_id", "=", environmentId)
+    .where("kind", "in", kinds)
+    .execute();
+}
+
+/**
+ * The team's deployments of a kind, oldest first, each with its environment's name; with
+ * `forksOf`, only those of forks of that version, newest first, at most `limit`.
+ */
+export function teamDeploymentsOfKind(
+  store: Store,
+  teamId: string,
+  kind: string,
+  options: { forksOf?: string; limit?: number } = {},
+) {
+  let q = store
+    .selectFrom("deployments")
+    .innerJoin("environments", "environments.id", "deployments.environment_id")
+    .selectAll("deployments")
+    .select("environments.name as env_name")
+    .where("deployments.team_id", "=", teamId)
+    .where("deployments.kind", "=", kind);
+  if (options.forksOf !== undefined)
+    q = q
+      .where("environments.parent_version_id", "=", options.forksOf)
+      .orderBy("deployments.created_at", "desc");
+  else q = q.orderBy("deployments.created_at");
+  if (options.limit !== undefined) q = q.limit(options.limit);
+  return q.execute();
+}

@@ -103,3 +103,30 @@ export async function updateEnvironment(
 ): Promise<void> {
   await store.updateTable("environments").set(fields).where("id", "=", id).execute();
 }
+
+/** The ids of the team's environments not destroyed. */
+export async function liveEnvironmentIds(store: Store, teamId: string): Promise<Set<string>> {
+  const rows = await store
+    .selectFrom("environments")
+    .select("id")
+    .where("team_id", "=", teamId)
+    .where("status", "!=", "destroyed")
+    .execute();
+  return new Set(rows.map((e) => e.id));
+}
+
+/** The names of the team's environments running (or starting) at a target. */
+export async function environmentsAtTarget(
+  store: Store,
+  teamId: string,
+  targetId: string,
+): Promise<string[]> {
+  const rows = await store
+    .selectFrom("environments")
+    .select("name")
+    .where("team_id", "=", teamId)
+    .where("target_id", "=", targetId)
+    .where("status", "not in", ["destroyed", "failed"])
+    .execute();
+  return rows.map((e) => e.name);
+}

@@ -209,3 +209,12 @@ export async function hostFigureTotals(store: Store, isConnected: (hostId: strin
   }
   return out;
 }
+
+/** A host draining (it takes no new environments, replicas or pool members) or not. */
+export async function setHostDraining(store: Store, hostId: string, draining: boolean): Promise<void> {
+  await store
+    .updateTable("hosts")
+    .set({ draining: draining ? 1 : 0 })
+    .where("id", "=", hostId)
+    .execute();
+}

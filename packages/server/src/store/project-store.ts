@@ -94,3 +94,38 @@ export async function sandboxProject(store: Store, teamId: string): Promise<Proj
     throw err;
   }
 }
+
+/** Every environment a project ever had, destroyed ones too (of the team's project given). */
+export function projectEnvironments(store: Store, project: Pick<ProjectsTable, "id">) {
+  return store.selectFrom("environments").selectAll().where("project_id", "=", project.id).execute();
+}
+
+/**
+ * A project's records gone, with its environments' (each destroyed before: the caller checked),
+ * their port URLs, ingress names, deployments and GitHub deploys, and its pools.
+ */
+export async function deleteProjectRecords(
+  store: Store,
+  project: Pick<ProjectsTable, "id">,
+  environmentIds: string[],
+): Promise<void> {
+  if (environmentIds.length) {
+    await store.deleteFrom("port_urls").where("environment_id", "in", environmentIds).execute();
+    await store.deleteFrom("ingress_names").where("environment_id", "in", environmentIds).execute();
+    await store.deleteFrom("deployments").where("environment_id", "in", environmentIds).execute();
+    await store.deleteFrom("github_deploys").where("project_id", "=", project.id).execute();
+    await store.deleteFrom("environments").where("id", "in", environmentIds).execute();
+  }
+  await store.deleteFrom("pools").where("project_id", "=", project.id).execute();
+  await store.deleteFrom("projects").where("id", "=", project.id).execute();
+}
+
+/** A project's settings the team changes: the branches it deploys, its previews' budget and forks. */
+export async function updateProjectSettings(
+  store: Store,
+  project: Pick<ProjectsTable, "id">,
+  set: Partial<Pick<ProjectsTable, "branches_json" | "preview_budget" | "fork_previews">>,
+): Promise<void> {
+  if (Object.keys(set).length)
+    await store.updateTable("projects").set(set).where("id", "=", project.id).execute();
+}

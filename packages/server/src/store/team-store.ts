@@ -87,3 +87,8 @@ export async function createJoinToken(
     .execute();
   return { token, expiresAt };
 }
+
+/** An API key's record by its id (a caller inside the server names its key so). */
+export function apiKeyById(store: Store, keyId: string): Promise<Selectable<ApiKeysTable> | undefined> {
+  return store.selectFrom("api_keys").selectAll().where("id", "=", keyId).executeTakeFirst();
+}

@@ -128,3 +128,17 @@ export async function versionPlace(
     .executeTakeFirst();
   return { project: project?.name ?? v.project_id, environment: env?.name ?? v.environment_id };
 }
+
+/** A version's copy on a host gone from the records (the host deleted it, or will). */
+export async function deleteVersionCopy(store: Store, versionId: string, hostId: string): Promise<void> {
+  await store
+    .deleteFrom("version_replicas")
+    .where("version_id", "=", versionId)
+    .where("host_id", "=", hostId)
+    .execute();
+}
+
+/** How many copies of a version the fleet keeps. */
+export async function setVersionReplicas(store: Store, versionId: string, copies: number): Promise<void> {
+  await store.updateTable("versions").set({ replicas: copies }).where("id", "=", versionId).execute();
+}

@@ -4,7 +4,16 @@
  * sandbox) resolve from the environment itself, always private, to its default service.
  */
 import type { ResolvedSpec } from "@denv/protocol";
-import { now } from "../ids.ts";
+import { environmentRow } from "../store/environment-store.ts";
+import {
+  environmentIngressNames,
+  ingressNameByHost,
+  ingressNameHolder,
+  insertIngressName,
+  pointIngressName,
+  releaseIngressName,
+  releaseIngressNames,
+} from "../store/ingress-store.ts";
 import type { Store } from "../store/open-store.ts";
 import type { IngressNames } from "./ingress-names.ts";
 
@@ -89,46 +98,13 @@ export async function claimIngressNames(
       });
   }
   const claimed: IngressName[] = [];
-  await store.deleteFrom("ingress_names").where("environment_id", "=", env.id).execute();
-  const insert = (n: IngressName) =>
-    store
-      .insertInto("ingress_names")
-      .values({
-        host: n.host,
-        environment_id: env.id,
-        team_id: env.team_id,
-        service: n.service,
-        port: n.port,
-        public: n.public ? 1 : 0,
-        created_at: now(),
-      })
-      .execute()
-      .then(
-        () => true,
-        () => false, // the host is the key: someone holds the name
-      );
+  await releaseIngressNames(store, env.id);
+  const insert = (n: IngressName) => insertIngressName(store, env, n);
   for (const n of wanted) {
     if (!(await insert(n))) {
-      const holder = await store
-        .selectFrom("ingress_names")
-        .leftJoin("environments", "environments.id", "ingress_names.environment_id")
-        .leftJoin("projects", "projects.id", "environments.project_id")
-        .select([
-          "ingress_names.environment_id",
-          "ingress_names.team_id",
-          "environments.status",
-          "environments.name",
-          "projects.name as project",
-        ])
-        .where("ingress_names.host", "=", n.host)
-        .executeTakeFirst();
+      const holder = await ingressNameHolder(store, n.host);
       const held = holder?.status && !GONE.has(holder.status);
-      if (holder && !held)
-        await store
-          .deleteFrom("ingress_names")
-          .where("host", "=", n.host)
-          .where("environment_id", "=", holder.environment_id)
-          .execute();
+      if (holder && !held) await releaseIngressName(store, n.host, holder.environment_id);
       if (held || !(await insert(n))) {
         // Who holds it is said to its own team only: to another, that a team does is all.
         const reason =
@@ -157,32 +133,10 @@ export async function publishPortName(
 ): Promise<string> {
   const host = names.portHost(port, env.id);
   if (service) {
-    const held = await store
-      .updateTable("ingress_names")
-      .set({ service })
-      .where("host", "=", host)
-      .where("environment_id", "=", env.id)
-      .executeTakeFirst();
-    if (Number(held.numUpdatedRows) === 0)
-      await store
-        .insertInto("ingress_names")
-        .values({
-          host,
-          environment_id: env.id,
-          team_id: env.team_id,
-          service,
-          port,
-          public: 0,
-          created_at: now(),
-        })
-        .execute();
+    if (!(await pointIngressName(store, env.id, host, service)))
+      await insertIngressName(store, env, { host, service, port, public: false });
   }
   return names.urlFor(host);
-}
-
-/** Gives up an environment's names (it is destroyed). */
-export async function releaseIngressNames(store: Store, environmentId: string): Promise<void> {
-  await store.deleteFrom("ingress_names").where("environment_id", "=", environmentId).execute();
 }
 
 /** The names an environment holds now. */
@@ -191,18 +145,9 @@ export async function listIngressNames(
   names: IngressNames,
   environmentId: string,
 ): Promise<IngressName[]> {
-  const rows = await store
-    .selectFrom("ingress_names")
-    .selectAll()
-    .where("environment_id", "=", environmentId)
-    .orderBy("host")
-    .execute();
-  return rows.map((r) => ({
-    host: r.host,
+  return (await environmentIngressNames(store, environmentId)).map((r) => ({
+    ...r,
     url: names.urlFor(r.host),
-    service: r.service,
-    port: r.port,
-    public: r.public === 1,
   }));
 }
 
@@ -214,18 +159,10 @@ export async function resolveIngressHost(
 ): Promise<IngressTarget | null> {
   const parsed = names.parse(hostHeader);
   if (!parsed) return null;
-  const row = await store
-    .selectFrom("ingress_names")
-    .select(["environment_id", "service", "port", "public"])
-    .where("host", "=", parsed.host)
-    .executeTakeFirst();
-  const environmentId = row?.environment_id ?? (parsed.form === "port" ? parsed.environmentId : null);
+  const row = await ingressNameByHost(store, parsed.host);
+  const environmentId = row?.environmentId ?? (parsed.form === "port" ? parsed.environmentId : null);
   if (!environmentId) return null;
-  const env = await store
-    .selectFrom("environments")
-    .select(["team_id", "status", "host_id", "stack_id", "pool_id"])
-    .where("id", "=", environmentId)
-    .executeTakeFirst();
+  const env = await environmentRow(store, environmentId);
   // A pool's member is nobody's yet; anything not running has nothing to reach.
   if (env?.status !== "running" || env.pool_id || !env.host_id || !env.stack_id) return null;
   return {
@@ -235,6 +172,6 @@ export async function resolveIngressHost(
     stackId: env.stack_id,
     service: row?.service ?? null,
     port: row?.port ?? (parsed.form === "port" ? parsed.port : 0),
-    public: row?.public === 1,
+    public: row?.public === true,
   };
 }

@@ -36,6 +36,11 @@ export async function environmentById(store: Store, id: string): Promise<Environ
 }
 
 /** A team's environments that are not destroyed (warm pools' members are not theirs yet). */
+/** An environment by its id, or undefined (the caller decides what its absence means). */
+export function environmentRow(store: Store, id: string): Promise<EnvironmentsTable | undefined> {
+  return store.selectFrom("environments").selectAll().where("id", "=", id).executeTakeFirst();
+}
+
 export function teamEnvironments(store: Store, teamId: string): Promise<EnvironmentsTable[]> {
   return store
     .selectFrom("environments")

@@ -8,9 +8,11 @@ import { allows, type Need, refusal } from "../api/access-rules.ts";
 import type { SecretBox } from "../clouds/secret-box.ts";
 import type { IngressNames } from "../ingress/ingress-names.ts";
 import { RateLimiter } from "../rate-limit.ts";
+import { e2bSandbox, teamE2bSandbox } from "../store/e2b-store.ts";
 import type { Store } from "../store/open-store.ts";
 import type { Role } from "../store/people-store.ts";
 import type { E2bSandboxesTable } from "../store/schema.ts";
+import { apiKeyById, teamKeyRoles } from "../store/team-store.ts";
 import { ConnectError, parseJson } from "./connect-protocol.ts";
 import { EnvdProcesses } from "./envd-processes.ts";
 
@@ -110,11 +112,7 @@ export function e2bContext(options: E2bGatewayOptions): E2bContext {
   const headerSandbox = async (c: Headed): Promise<Sandbox | undefined> => {
     const id = c.req.header("e2b-sandbox-id") ?? "";
     if (!SANDBOX_ID.test(id)) return undefined;
-    return store
-      .selectFrom("e2b_sandboxes")
-      .selectAll()
-      .where("environment_id", "=", envIdOf(id))
-      .executeTakeFirst();
+    return e2bSandbox(store, envIdOf(id));
   };
   /** A call counted against the rate limit of the key it acts as. */
   const takeTurn = (keyId: string) => {
@@ -134,11 +132,7 @@ export function e2bContext(options: E2bGatewayOptions): E2bContext {
     const keyId = `key_${m[1]}`;
     if (!sameSecret(tokenOf(s, keyId), token)) throw wrongToken();
     // Checked again on every call: a revoked key, or one moved to another role, acts no more as it was.
-    const key = await store
-      .selectFrom("api_keys")
-      .select(["id", "team_id", "role"])
-      .where("id", "=", keyId)
-      .executeTakeFirst();
+    const key = await apiKeyById(store, keyId);
     if (!key || key.team_id !== s.team_id)
       throw new ConnectError("unauthenticated", "the key this access token was made for is no longer valid");
     takeTurn(key.id);
@@ -159,12 +153,7 @@ export function e2bContext(options: E2bGatewayOptions): E2bContext {
     tokenOf,
     async sandboxOf(teamId, sandboxId) {
       if (!SANDBOX_ID.test(sandboxId)) return null;
-      const s = await store
-        .selectFrom("e2b_sandboxes")
-        .selectAll()
-        .where("environment_id", "=", envIdOf(sandboxId))
-        .where("team_id", "=", teamId)
-        .executeTakeFirst();
+      const s = await teamE2bSandbox(store, teamId, envIdOf(sandboxId));
       return s ?? null;
     },
     async envdCall(c, needs) {
@@ -193,11 +182,7 @@ export function e2bContext(options: E2bGatewayOptions): E2bContext {
       const user = c.req.query("username") ?? "";
       // The signature is made from a token, which names the key it acts as: each of the team's
       // live tokens for this sandbox is tried (a handful: the keys that asked for one).
-      const keys = await store
-        .selectFrom("api_keys")
-        .select(["id", "team_id", "role"])
-        .where("team_id", "=", s.team_id)
-        .execute();
+      const keys = await teamKeyRoles(store, s.team_id);
       const path = c.req.query("path") ?? "";
       const key = keys.find((k) => {
         const raw = [path, operation, user, tokenOf(s, k.id)]

@@ -6,6 +6,16 @@
 import { randomBytes } from "node:crypto";
 import type { Context, Hono } from "hono";
 import { allows, refusal, tokenAccessOf } from "../api/access-rules.ts";
+import {
+  deleteE2bSandbox,
+  dueE2bSandboxes,
+  insertE2bSandbox,
+  insertE2bSnapshot,
+  namedE2bSnapshot,
+  teamE2bSandboxes,
+  teamE2bSnapshots,
+  updateE2bSandbox,
+} from "../store/e2b-store.ts";
 import type { Role } from "../store/people-store.ts";
 import { findApiKey } from "../store/team-store.ts";
 import { CONNECT_CODES } from "./connect-protocol.ts";
@@ -133,7 +143,7 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
       end_at_ms: started + timeoutS * 1000,
       paused_version_id: null,
     };
-    await store.insertInto("e2b_sandboxes").values(row).execute();
+    await insertE2bSandbox(store, row);
     return row;
   }
 
@@ -187,14 +197,8 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
    */
   async function templateVersion(key: E2bCaller, templateId: string) {
     if (/^ver_[a-z0-9]+$/.test(templateId)) return templateId;
-    const named = await store
-      .selectFrom("e2b_snapshots")
-      .select("version_id")
-      .where("team_id", "=", key.team_id)
-      .where("name", "=", templateId)
-      .orderBy("created_at_ms", "desc")
-      .executeTakeFirst();
-    if (named) return named.version_id;
+    const named = await namedE2bSnapshot(store, key.team_id, templateId);
+    if (named) return named;
     // PROJECT/ENV before an image of the same spelling (an image has a tag or a registry's dot).
     if (/^[A-Za-z0-9][\w.-]*\/[A-Za-z0-9][\w.-]*$/.test(templateId)) {
       const res = await v1(key.id, `/v1/envs/${encodeURIComponent(templateId)}`);
@@ -217,27 +221,23 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
     await json(await v1(key.id, `/v1/envs/${s.environment_id}/snapshot`, { method: "POST" }));
     const now = await json(await v1(key.id, `/v1/envs/${s.environment_id}`));
     const versionId = now.current_version_id as string;
-    await store
-      .insertInto("e2b_snapshots")
-      .values({
-        version_id: versionId,
-        team_id: key.team_id,
-        sandbox_id: sandboxIdOf(s.environment_id),
-        name,
-        created_at_ms: nowMs(),
-      })
-      .execute();
+    await insertE2bSnapshot(store, {
+      version_id: versionId,
+      team_id: key.team_id,
+      sandbox_id: sandboxIdOf(s.environment_id),
+      name,
+      created_at_ms: nowMs(),
+    });
     return c.json({ snapshotID: versionId, names: name ? [name] : [] }, 201);
   });
 
   on("GET /snapshots", async (c, key) => {
-    let q = store.selectFrom("e2b_snapshots").selectAll().where("team_id", "=", key.team_id);
-    const sandboxId = c.req.query("sandboxID");
-    const name = c.req.query("name");
-    if (sandboxId) q = q.where("sandbox_id", "=", sandboxId);
-    if (name) q = q.where("name", "=", name);
     const limit = Math.min(Math.max(Number(c.req.query("limit") ?? 100) || 100, 1), 100);
-    const rows = await q.orderBy("created_at_ms", "desc").limit(limit).execute();
+    const rows = await teamE2bSnapshots(store, key.team_id, {
+      sandboxId: c.req.query("sandboxID"),
+      name: c.req.query("name"),
+      limit,
+    });
     return c.json(rows.map((r) => ({ snapshotID: r.version_id, names: r.name ? [r.name] : [] })));
   });
 
@@ -285,11 +285,7 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
   const list = async (c: Context, key: E2bCaller) => {
     const states = (c.req.queries("state") ?? ["running,paused"]).flatMap((x) => x.split(","));
     const wanted = new URLSearchParams(c.req.query("metadata") ?? "");
-    const rows = await store
-      .selectFrom("e2b_sandboxes")
-      .selectAll()
-      .where("team_id", "=", key.team_id)
-      .execute();
+    const rows = await teamE2bSandboxes(store, key.team_id);
     const limit = Math.min(Math.max(Number(c.req.query("limit") ?? 100) || 100, 1), 100);
     const out = rows
       .filter((r) => {
@@ -321,11 +317,7 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
       timeoutS > MAX_TIMEOUT_S
     )
       return e2bError(400, `timeout: a whole number of seconds from 0 to ${MAX_TIMEOUT_S}`);
-    await store
-      .updateTable("e2b_sandboxes")
-      .set({ end_at_ms: nowMs() + timeoutS * 1000 })
-      .where("environment_id", "=", s.environment_id)
-      .execute();
+    await updateE2bSandbox(store, s.environment_id, { end_at_ms: nowMs() + timeoutS * 1000 });
     return c.body(null, 204);
   });
 
@@ -347,11 +339,7 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
           method: "POST",
         }),
       );
-    await store
-      .updateTable("e2b_sandboxes")
-      .set({ paused_version_id: env.current_version_id as string })
-      .where("environment_id", "=", s.environment_id)
-      .execute();
+    await updateE2bSandbox(store, s.environment_id, { paused_version_id: env.current_version_id as string });
     return c.body(null, 204);
   });
 
@@ -389,11 +377,7 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
     const end = resumed
       ? nowMs() + (timeoutS ?? DEFAULT_TIMEOUT_S) * 1000
       : Math.max(Number(s.end_at_ms), timeoutS === null ? 0 : nowMs() + timeoutS * 1000);
-    await store
-      .updateTable("e2b_sandboxes")
-      .set({ end_at_ms: end, paused_version_id: null })
-      .where("environment_id", "=", s.environment_id)
-      .execute();
+    await updateE2bSandbox(store, s.environment_id, { end_at_ms: end, paused_version_id: null });
     return c.json(sandboxBody(s, key), resumed ? 201 : 200);
   };
   on("POST /v2/sandboxes/:id/connect", connect);
@@ -406,17 +390,12 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
     // Already gone from denv (deleted through /v1), or the key that made it was revoked since (the
     // environment stays the team's, to remove through /v1): the record goes all the same.
     if (!res.ok && res.status !== 404 && res.status !== 401) await json(res);
-    await store.deleteFrom("e2b_sandboxes").where("environment_id", "=", s.environment_id).execute();
+    await deleteE2bSandbox(store, s.environment_id);
   }
 
   /** Kills the sandboxes whose timeout has passed; returns how many. */
   async function sweep(): Promise<number> {
-    const due = await store
-      .selectFrom("e2b_sandboxes")
-      .selectAll()
-      .where("end_at_ms", "<=", nowMs())
-      .where("paused_version_id", "is", null)
-      .execute();
+    const due = await dueE2bSandboxes(store, nowMs());
     let n = 0;
     for (const s of due) {
       try {

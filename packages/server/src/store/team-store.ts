@@ -92,3 +92,12 @@ export async function createJoinToken(
 export function apiKeyById(store: Store, keyId: string): Promise<Selectable<ApiKeysTable> | undefined> {
   return store.selectFrom("api_keys").selectAll().where("id", "=", keyId).executeTakeFirst();
 }
+
+/** The team's keys: their ids and roles (what an E2B access token may have been made for). */
+export function teamKeyRoles(store: Store, teamId: string) {
+  return store
+    .selectFrom("api_keys")
+    .select(["id", "team_id", "role"])
+    .where("team_id", "=", teamId)
+    .execute();
+}

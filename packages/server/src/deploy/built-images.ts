@@ -7,6 +7,7 @@
 
 import { teamHosts } from "../store/host-store.ts";
 import type { Store } from "../store/open-store.ts";
+import { versionImages } from "../store/version-store.ts";
 import type { HostOperations } from "../targets/denvd/host-operations.ts";
 
 const IMAGE_ID = /^sha256:[0-9a-f]{64}$/;
@@ -25,7 +26,7 @@ export async function removeUnusedBuiltImages(
   projectId: string,
 ): Promise<BuiltImagesRemoved> {
   const pinned = new Map<string, Set<string>>();
-  for (const v of await store.selectFrom("versions").select(["host_id", "images_json"]).execute()) {
+  for (const v of await versionImages(store)) {
     if (!v.host_id) continue; // a hosted provider's snapshot: no image on a host
     const set = pinned.get(v.host_id) ?? new Set<string>();
     for (const ref of Object.values(JSON.parse(v.images_json) as Record<string, string>))

@@ -6,6 +6,7 @@
  */
 import type { ClockServiceEvidence, ResolvedSpec } from "@denv/protocol";
 import type { SpecIssue } from "@denv/spec";
+import { projectDeployPhases } from "../store/deployment-store.ts";
 import type { Store } from "../store/open-store.ts";
 
 /** Deployments looked at, newest first. */
@@ -15,15 +16,7 @@ export async function clockHistory(
   store: Store,
   projectId: string,
 ): Promise<Map<string, { reach: ClockServiceEvidence; deploymentId: string }>> {
-  const rows = await store
-    .selectFrom("deployments")
-    .innerJoin("environments", "environments.id", "deployments.environment_id")
-    .select(["deployments.id", "deployments.phases_json"])
-    .where("environments.project_id", "=", projectId)
-    .where("deployments.kind", "=", "deploy")
-    .orderBy("deployments.created_at", "desc")
-    .limit(HISTORY)
-    .execute();
+  const rows = await projectDeployPhases(store, projectId, HISTORY);
   const known = new Map<string, { reach: ClockServiceEvidence; deploymentId: string }>();
   for (const d of rows) {
     const start = (JSON.parse(d.phases_json) as { name: string; evidence: unknown }[]).find(

@@ -24,6 +24,7 @@ import { runningDeployments } from "../store/deployment-store.ts";
 import { environmentById, updateEnvironment } from "../store/environment-store.ts";
 import { releaseIngressNames } from "../store/ingress-store.ts";
 import type { DeploymentsTable, EnvironmentsTable } from "../store/schema.ts";
+import { versionRow } from "../store/version-store.ts";
 import { hostedTargetNamed } from "../targets/hosted-targets.ts";
 import type { DeploymentRunner } from "./deployment-runner.ts";
 import { type HostedSandboxRef, PhaseRecorder } from "./phase-recorder.ts";
@@ -117,11 +118,7 @@ async function endDeployment(
     await call("verify_cleanup", { verify_id: d.id }, "removed the collected files");
   }
   if (s.building_version_id) {
-    const recorded = await store
-      .selectFrom("versions")
-      .select("id")
-      .where("id", "=", s.building_version_id)
-      .executeTakeFirst();
+    const recorded = await versionRow(store, s.building_version_id);
     if (!recorded)
       await call(
         "delete_version",

@@ -16,7 +16,7 @@ import { newId, now } from "../ids.ts";
 import type { IngressDeps } from "../ingress/ingress-phase.ts";
 import { withTrace } from "../server-log.ts";
 import type { DeploymentObserver } from "../server-metrics.ts";
-import { deploymentById, insertDeployment } from "../store/deployment-store.ts";
+import { deploymentById, insertDeployment, olderRunningElsewhere } from "../store/deployment-store.ts";
 import { updateEnvironment } from "../store/environment-store.ts";
 import type { Store } from "../store/open-store.ts";
 import type { EnvironmentsTable } from "../store/schema.ts";
@@ -188,20 +188,7 @@ export class DeploymentRunner {
     const me = await deploymentById(this.store, deploymentId);
     if (!me) return;
     for (;;) {
-      const older = await this.store
-        .selectFrom("deployments")
-        .select("id")
-        .where("environment_id", "=", environmentId)
-        .where("status", "=", "running")
-        .where("id", "!=", deploymentId)
-        .where((eb) => eb.or([eb("lease_owner", "!=", owner), eb("lease_owner", "is", null)]))
-        .where((eb) =>
-          eb.or([
-            eb("created_at", "<", me.created_at),
-            eb.and([eb("created_at", "=", me.created_at), eb("id", "<", deploymentId)]),
-          ]),
-        )
-        .executeTakeFirst();
+      const older = await olderRunningElsewhere(this.store, environmentId, me, owner);
       if (!older) return;
       await new Promise((r) => setTimeout(r, ELSEWHERE_POLL_MS));
     }

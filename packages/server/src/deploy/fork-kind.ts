@@ -6,6 +6,7 @@
  */
 import { DenvError, type OpResult, type ResolvedSpec, stackName } from "@denv/protocol";
 import { environmentNamed, findOrCreateEnvironment, updateEnvironment } from "../store/environment-store.ts";
+import { hostById } from "../store/host-store.ts";
 import { projectById } from "../store/project-store.ts";
 import type { EnvironmentsTable } from "../store/schema.ts";
 import { findVersion, versionHost } from "../store/version-store.ts";
@@ -83,11 +84,7 @@ export async function runFork(
         const spec = JSON.parse(runner.options.secrets.openText(version.spec_json)) as ResolvedSpec;
         const need = gpuNeedOf(spec);
         if (!need) return { value: null, evidence };
-        const host = await runner.store
-          .selectFrom("hosts")
-          .selectAll()
-          .where("id", "=", hostId)
-          .executeTakeFirst();
+        const host = await hostById(runner.store, hostId);
         const inv = host ? hostInventory(host) : null;
         const held = (await heldGpus(runner.store, env.id)).get(hostId) ?? new Set<string>();
         const r = assignGpus(inv, held, need);

@@ -6,6 +6,7 @@
  */
 import type { GpuInventory, ResolvedSpec } from "@denv/protocol";
 import type { GpuRequest } from "@denv/spec";
+import { gpuHoldingEnvironments } from "../store/environment-store.ts";
 import type { Store } from "../store/open-store.ts";
 import type { HostsTable } from "../store/schema.ts";
 
@@ -60,12 +61,7 @@ export function hostInventory(h: Pick<HostsTable, "gpus_json">): GpuInventory | 
  * environment being deployed again may take its own back).
  */
 export async function heldGpus(store: Store, except: string | null): Promise<Map<string, Set<string>>> {
-  const rows = await store
-    .selectFrom("environments")
-    .select(["id", "host_id", "gpus_json"])
-    .where("gpus_json", "is not", null)
-    .where("status", "not in", ["destroyed", "failed", "lost"])
-    .execute();
+  const rows = await gpuHoldingEnvironments(store);
   const held = new Map<string, Set<string>>();
   for (const r of rows) {
     if (r.id === except || !r.host_id || !r.gpus_json) continue;

@@ -23,7 +23,7 @@ import {
   withdrawMembers,
 } from "../store/pool-store.ts";
 import type { EnvironmentsTable, PoolsTable } from "../store/schema.ts";
-import { findVersion, versionHost } from "../store/version-store.ts";
+import { findVersion, versionHost, versionRow } from "../store/version-store.ts";
 import type { HostOperations } from "../targets/denvd/host-operations.ts";
 import type { Admission } from "./admission.ts";
 import type { Deployer } from "./deployer.ts";
@@ -216,11 +216,7 @@ export class PoolKeeper {
     for (const pool of await allPools(store)) {
       const h = this.healthOf(pool.id);
       if (performance.now() < h.retryAt) continue;
-      const version = await store
-        .selectFrom("versions")
-        .selectAll()
-        .where("id", "=", pool.version_id)
-        .executeTakeFirst();
+      const version = await versionRow(store, pool.version_id);
       if (!version?.host_id) continue;
       // A pool spans the hosts holding its version (replicas included): each refill goes to the
       // least busy of them, so a lost or drained host's members are made again elsewhere.

@@ -12,7 +12,7 @@ import { randomBytes } from "node:crypto";
 import { DenvError, type DiffEvidence, type ResolvedSpec } from "@denv/protocol";
 import { newId, now } from "../ids.ts";
 import { deploymentById } from "../store/deployment-store.ts";
-import { environmentById } from "../store/environment-store.ts";
+import { environmentById, liveSandboxesNamed } from "../store/environment-store.ts";
 import type { Store } from "../store/open-store.ts";
 import { failRunningReplays, findReplay, finishReplay, insertReplay } from "../store/replay-store.ts";
 import type { ReplaysTable } from "../store/schema.ts";
@@ -313,14 +313,7 @@ export async function recoverReplays(deps: { store: Store; deployer: ForkDeploye
   const stopped = await failRunningReplays(deps.store);
   let destroyed = 0;
   for (const r of stopped) {
-    const forks = await deps.store
-      .selectFrom("environments")
-      .selectAll()
-      .where("team_id", "=", r.team_id)
-      .where("sandbox", "=", 1)
-      .where("status", "!=", "destroyed")
-      .where("name", "like", `${forkPrefix(r.id)}%`)
-      .execute();
+    const forks = await liveSandboxesNamed(deps.store, r.team_id, forkPrefix(r.id));
     for (const env of forks) {
       destroyed++;
       // In the background: a host still away makes its destroy wait for it.

@@ -21,6 +21,7 @@ import { now } from "../ids.ts";
 import { environmentNamed } from "../store/environment-store.ts";
 import {
   githubAppByAppId,
+  githubAppRow,
   insertGithubDeploy,
   livePreviews,
   previewApprovals,
@@ -500,11 +501,7 @@ export async function approvePreview(
     throw new DenvError("not_found", `no preview of #${prNumber} waits for approval in ${project.name}`);
   if (!project.github_app_row_id)
     throw new DenvError("conflict", `project ${project.name} is not read through a GitHub App`);
-  const app = await deps.store
-    .selectFrom("github_apps")
-    .selectAll()
-    .where("id", "=", project.github_app_row_id)
-    .executeTakeFirst();
+  const app = await githubAppRow(deps.store, project.github_app_row_id);
   if (!app)
     throw new DenvError("conflict", `the GitHub App project ${project.name} was read through is gone`);
   const held = await previewHeld(deps.store, project, envName, true);

@@ -12,6 +12,7 @@
 import type { Duplex } from "node:stream";
 import { DenvError, type MuxStream, type OpMethod, type OpParams, type OpResult } from "@denv/protocol";
 import { newId } from "../ids.ts";
+import { hostsOnOtherReplicas } from "../store/host-store.ts";
 import type { Store } from "../store/open-store.ts";
 import type { HostConnections } from "../targets/denvd/host-connections.ts";
 import { type HostCallOptions, type HostOperations, tunnelStream } from "../targets/denvd/host-operations.ts";
@@ -63,15 +64,11 @@ export class RoutedHosts implements HostOperations {
 
   /** Reads which live replica (other than this one) holds each connected host. */
   async refresh(): Promise<void> {
-    const rows = await this.store
-      .selectFrom("hosts")
-      .innerJoin("server_replicas", "server_replicas.id", "hosts.replica_id")
-      .select(["hosts.id as host_id", "server_replicas.id as id", "server_replicas.url as url"])
-      .where("hosts.connected", "=", 1)
-      .where("server_replicas.id", "!=", this.registry.id)
-      .where("server_replicas.seen_at", ">", Date.now() - this.registry.deadAfterMs)
-      .execute()
-      .catch(() => null);
+    const rows = await hostsOnOtherReplicas(
+      this.store,
+      this.registry.id,
+      Date.now() - this.registry.deadAfterMs,
+    ).catch(() => null);
     if (!rows) return;
     const t = Date.now();
     for (const [id, until] of this.down) if (until <= t) this.down.delete(id);

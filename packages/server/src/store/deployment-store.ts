@@ -89,3 +89,42 @@ export function teamDeploymentsOfKind(
   if (options.limit !== undefined) q = q.limit(options.limit);
   return q.execute();
 }
+
+/**
+ * A running deployment of the environment that began before `me` (by creation, then id) and is
+ * not held by `owner`: another replica's (or a dead one's) turn that comes first.
+ */
+export function olderRunningElsewhere(
+  store: Store,
+  environmentId: string,
+  me: Pick<DeploymentsTable, "id" | "created_at">,
+  owner: string,
+) {
+  return store
+    .selectFrom("deployments")
+    .select("id")
+    .where("environment_id", "=", environmentId)
+    .where("status", "=", "running")
+    .where("id", "!=", me.id)
+    .where((eb) => eb.or([eb("lease_owner", "!=", owner), eb("lease_owner", "is", null)]))
+    .where((eb) =>
+      eb.or([
+        eb("created_at", "<", me.created_at),
+        eb.and([eb("created_at", "=", me.created_at), eb("id", "<", me.id)]),
+      ]),
+    )
+    .executeTakeFirst();
+}
+
+/** A project's latest deploys (newest first, at most `limit`): their phases. */
+export function projectDeployPhases(store: Store, projectId: string, limit: number) {
+  return store
+    .selectFrom("deployments")
+    .innerJoin("environments", "environments.id", "deployments.environment_id")
+    .select(["deployments.id", "deployments.phases_json"])
+    .where("environments.project_id", "=", projectId)
+    .where("deployments.kind", "=", "deploy")
+    .orderBy("deployments.created_at", "desc")
+    .limit(limit)
+    .execute();
+}

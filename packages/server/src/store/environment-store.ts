@@ -135,3 +135,33 @@ export async function environmentsAtTarget(
     .execute();
   return rows.map((e) => e.name);
 }
+
+export async function insertEnvironment(store: Store, row: EnvironmentsTable): Promise<void> {
+  await store.insertInto("environments").values(row).execute();
+}
+
+/** The team's live sandboxes whose names start with `prefix` (a replay's forks). */
+export function liveSandboxesNamed(
+  store: Store,
+  teamId: string,
+  prefix: string,
+): Promise<EnvironmentsTable[]> {
+  return store
+    .selectFrom("environments")
+    .selectAll()
+    .where("team_id", "=", teamId)
+    .where("sandbox", "=", 1)
+    .where("status", "!=", "destroyed")
+    .where("name", "like", `${prefix}%`)
+    .execute();
+}
+
+/** Every environment that holds GPUs and may still use them (not destroyed, failed or lost). */
+export function gpuHoldingEnvironments(store: Store) {
+  return store
+    .selectFrom("environments")
+    .select(["id", "host_id", "gpus_json"])
+    .where("gpus_json", "is not", null)
+    .where("status", "not in", ["destroyed", "failed", "lost"])
+    .execute();
+}

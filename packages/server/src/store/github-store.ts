@@ -164,3 +164,8 @@ export async function livePreviews(store: Store, projectId: string): Promise<str
     .execute();
   return rows.map((r) => r.name);
 }
+
+/** A GitHub App by its row's id (what a project records). */
+export function githubAppRow(store: Store, rowId: string): Promise<GithubAppsTable | undefined> {
+  return store.selectFrom("github_apps").selectAll().where("id", "=", rowId).executeTakeFirst();
+}

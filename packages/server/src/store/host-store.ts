@@ -218,3 +218,19 @@ export async function setHostDraining(store: Store, hostId: string, draining: bo
     .where("id", "=", hostId)
     .execute();
 }
+
+export function hostById(store: Store, hostId: string): Promise<HostsTable | undefined> {
+  return store.selectFrom("hosts").selectAll().where("id", "=", hostId).executeTakeFirst();
+}
+
+/** Hosts connected to other live replicas (seen since `seenSinceMs`): which replica holds each. */
+export function hostsOnOtherReplicas(store: Store, replicaId: string, seenSinceMs: number) {
+  return store
+    .selectFrom("hosts")
+    .innerJoin("server_replicas", "server_replicas.id", "hosts.replica_id")
+    .select(["hosts.id as host_id", "server_replicas.id as id", "server_replicas.url as url"])
+    .where("hosts.connected", "=", 1)
+    .where("server_replicas.id", "!=", replicaId)
+    .where("server_replicas.seen_at", ">", seenSinceMs)
+    .execute();
+}

@@ -142,3 +142,13 @@ export async function deleteVersionCopy(store: Store, versionId: string, hostId:
 export async function setVersionReplicas(store: Store, versionId: string, copies: number): Promise<void> {
   await store.updateTable("versions").set({ replicas: copies }).where("id", "=", versionId).execute();
 }
+
+/** A version by its id, or undefined (whoever's it is: the caller holds a reference it trusts). */
+export function versionRow(store: Store, id: string): Promise<VersionsTable | undefined> {
+  return store.selectFrom("versions").selectAll().where("id", "=", id).executeTakeFirst();
+}
+
+/** Every version's host and pinned images (which built images something still uses). */
+export function versionImages(store: Store) {
+  return store.selectFrom("versions").select(["host_id", "images_json"]).execute();
+}

@@ -12,7 +12,7 @@ import { Readable, Transform } from "node:stream";
 import { DenvError } from "@denv/protocol";
 import { newId, now } from "../ids.ts";
 import { refusalIn } from "../outbound-guard.ts";
-import { environmentNamed } from "../store/environment-store.ts";
+import { environmentNamed, insertEnvironment } from "../store/environment-store.ts";
 import type { Store } from "../store/open-store.ts";
 import { sandboxProject } from "../store/project-store.ts";
 import type { EnvironmentsTable } from "../store/schema.ts";
@@ -330,7 +330,7 @@ export abstract class HostedSandboxTarget implements Target {
       pool_id: null,
       created_at: now(),
     };
-    await this.store.insertInto("environments").values(env).execute();
+    await insertEnvironment(this.store, env);
     return { environmentId: env.id, deploymentId: null };
   }
 

@@ -11,13 +11,13 @@ import { request as httpRequest, type IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import { Readable } from "node:stream";
 import { DenvError } from "@denv/protocol";
-import { hashSecret, newId, now } from "./ids.ts";
 import { newPortToken, type PortsOrigin } from "./ports-origin.ts";
 import type { HostOperations } from "./targets/denvd/host-operations.ts";
 
 export { TUNNEL_PREFIX } from "./ports-origin.ts";
 
 import type { Store } from "./store/open-store.ts";
+import { environmentPortUrls, insertPortUrl, portUrlByToken } from "./store/port-url-store.ts";
 
 // Hop-by-hop headers (RFC 9110 7.6.1) are between the client and us, not the service.
 const HOP = new Set([
@@ -45,18 +45,7 @@ export async function createPortUrl(
   o: { teamId: string; environmentId: string; service: string | null; port: number; origin: PortsOrigin },
 ): Promise<{ url: string }> {
   const token = newPortToken();
-  await store
-    .insertInto("port_urls")
-    .values({
-      id: newId("pu"),
-      team_id: o.teamId,
-      environment_id: o.environmentId,
-      service: o.service,
-      port: o.port,
-      token_hash: hashSecret(token),
-      created_at: now(),
-    })
-    .execute();
+  await insertPortUrl(store, { ...o, token });
   return { url: o.origin.urlFor(token) };
 }
 
@@ -65,20 +54,7 @@ export async function listPortUrls(
   store: Store,
   environmentId: string,
 ): Promise<{ id: string; port: number; service: string | null; created_at: string }[]> {
-  return store
-    .selectFrom("port_urls")
-    .select(["id", "port", "service", "created_at"])
-    .where("environment_id", "=", environmentId)
-    .orderBy("created_at")
-    .execute();
-}
-
-/** Revokes an environment's port URLs (those to one port, or all); returns how many. */
-export async function revokePortUrls(store: Store, environmentId: string, port?: number): Promise<number> {
-  let q = store.deleteFrom("port_urls").where("environment_id", "=", environmentId);
-  if (port !== undefined) q = q.where("port", "=", port);
-  const r = await q.executeTakeFirst();
-  return Number(r.numDeletedRows);
+  return environmentPortUrls(store, environmentId);
 }
 
 /** Opens the byte stream a tunnel URL names, or says why it cannot. */
@@ -88,19 +64,7 @@ export async function openTunnel(
   token: string,
   early = false,
 ): Promise<{ stream: Duplex; port: number }> {
-  const row = await store
-    .selectFrom("port_urls")
-    .innerJoin("environments", "environments.id", "port_urls.environment_id")
-    .select([
-      "port_urls.port",
-      "port_urls.service",
-      "environments.status",
-      "environments.host_id",
-      "environments.stack_id",
-      "environments.name",
-    ])
-    .where("port_urls.token_hash", "=", hashSecret(token))
-    .executeTakeFirst();
+  const row = await portUrlByToken(store, token);
   if (!row) throw new DenvError("not_found", "no such port URL");
   if (row.status !== "running" || !row.host_id || !row.stack_id)
     throw new DenvError("unavailable", `environment ${row.name} is ${row.status}, not running`);

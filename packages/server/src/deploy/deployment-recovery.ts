@@ -19,10 +19,10 @@
  * (every step is idempotent). Every deployment ends succeeded or rolled_back.
  */
 import { type OpMethod, type OpParams, retiredEnvironmentName } from "@denv/protocol";
-import { revokePortUrls } from "../port-tunnels.ts";
 import { runningDeployments } from "../store/deployment-store.ts";
 import { environmentById, updateEnvironment } from "../store/environment-store.ts";
 import { releaseIngressNames } from "../store/ingress-store.ts";
+import { revokePortUrls } from "../store/port-url-store.ts";
 import type { DeploymentsTable, EnvironmentsTable } from "../store/schema.ts";
 import { versionRow } from "../store/version-store.ts";
 import { hostedTargetNamed } from "../targets/hosted-targets.ts";

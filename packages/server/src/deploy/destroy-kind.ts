@@ -1,8 +1,8 @@
 /** destroy: an environment's stack and data removed from its host. Its versions stay. */
 import { DenvError, retiredEnvironmentName } from "@denv/protocol";
-import { revokePortUrls } from "../port-tunnels.ts";
 import { environmentById, updateEnvironment } from "../store/environment-store.ts";
 import { releaseIngressNames } from "../store/ingress-store.ts";
+import { revokePortUrls } from "../store/port-url-store.ts";
 import type { EnvironmentsTable } from "../store/schema.ts";
 import { hostedTargetNamed } from "../targets/hosted-targets.ts";
 import type { DeploymentRunner, Launched } from "./deployment-runner.ts";

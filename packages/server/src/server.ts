@@ -49,6 +49,7 @@ import { ServerMetrics } from "./server-metrics.ts";
 import { hostFigureTotals } from "./store/host-store.ts";
 import { openStore, type Store } from "./store/open-store.ts";
 import { poolTotals } from "./store/pool-store.ts";
+import { projectTexts, setProjectTexts } from "./store/project-store.ts";
 import {
   adminTeamId,
   anyTeam,
@@ -57,6 +58,7 @@ import {
   createTeam,
   findApiKey,
 } from "./store/team-store.ts";
+import { setVersionSpecText, versionSpecTexts } from "./store/version-store.ts";
 import { openHostConnections } from "./targets/denvd/host-connections.ts";
 import type { HostOperations } from "./targets/denvd/host-operations.ts";
 
@@ -554,27 +556,19 @@ async function bootstrap(store: Store, adminKey: string | undefined): Promise<st
 
 /** Text stored before it was sealed (an older server's) is sealed now, once. */
 async function sealStoredText(store: Store, secrets: SecretBox): Promise<void> {
-  const projects = await store.selectFrom("projects").select(["id", "compose_text", "dotenv_text"]).execute();
+  const projects = await projectTexts(store);
   for (const p of projects) {
     const plain = (t: string | null) => t !== null && !SecretBox.isSealedText(t);
     if (!plain(p.compose_text) && !plain(p.dotenv_text)) continue;
-    await store
-      .updateTable("projects")
-      .set({
-        compose_text: plain(p.compose_text) ? secrets.sealText(p.compose_text) : p.compose_text,
-        dotenv_text: plain(p.dotenv_text) ? secrets.sealText(p.dotenv_text) : p.dotenv_text,
-      })
-      .where("id", "=", p.id)
-      .execute();
+    await setProjectTexts(store, p.id, {
+      compose_text: plain(p.compose_text) ? secrets.sealText(p.compose_text) : p.compose_text,
+      dotenv_text: plain(p.dotenv_text) ? secrets.sealText(p.dotenv_text) : p.dotenv_text,
+    });
   }
-  const versions = await store.selectFrom("versions").select(["id", "spec_json"]).execute();
+  const versions = await versionSpecTexts(store);
   for (const v of versions) {
     if (SecretBox.isSealedText(v.spec_json)) continue;
-    await store
-      .updateTable("versions")
-      .set({ spec_json: secrets.sealText(v.spec_json) })
-      .where("id", "=", v.id)
-      .execute();
+    await setVersionSpecText(store, v.id, secrets.sealText(v.spec_json));
   }
 }
 

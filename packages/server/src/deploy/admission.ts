@@ -7,7 +7,10 @@
  */
 import { DenvError, type ResolvedSpec } from "@denv/protocol";
 import type { SecretBox } from "../clouds/secret-box.ts";
+import { hostLiveEnvironmentVersions } from "../store/environment-store.ts";
+import { hostCapacityJson } from "../store/host-store.ts";
 import type { Store } from "../store/open-store.ts";
+import { versionSpecJson } from "../store/version-store.ts";
 import { MIN_FREE_BYTES } from "./placement.ts";
 
 export interface AdmissionOptions {
@@ -101,14 +104,8 @@ export class Admission {
   async versionMemoryBytes(versionId: string): Promise<number> {
     const known = this.versionMemory.get(versionId);
     if (known !== undefined) return known;
-    const v = await this.deps.store
-      .selectFrom("versions")
-      .select("spec_json")
-      .where("id", "=", versionId)
-      .executeTakeFirst();
-    const bytes = v
-      ? specMemoryBytes(JSON.parse(this.deps.secrets.openText(v.spec_json)) as ResolvedSpec)
-      : 0;
+    const spec = await versionSpecJson(this.deps.store, versionId);
+    const bytes = spec ? specMemoryBytes(JSON.parse(this.deps.secrets.openText(spec)) as ResolvedSpec) : 0;
     this.versionMemory.set(versionId, bytes);
     return bytes;
   }
@@ -198,24 +195,15 @@ export class Admission {
   }
 
   private async hostState(hostId: string): Promise<HostAdmission> {
-    const host = await this.deps.store
-      .selectFrom("hosts")
-      .select("capacity_json")
-      .where("id", "=", hostId)
-      .executeTakeFirst();
-    const cap = host?.capacity_json
-      ? (JSON.parse(host.capacity_json) as {
+    const capacityJson = await hostCapacityJson(this.deps.store, hostId);
+    const cap = capacityJson
+      ? (JSON.parse(capacityJson) as {
           memory_bytes: number;
           memory_free_bytes?: number;
           free_bytes: number;
         })
       : { memory_bytes: 0, free_bytes: 0 };
-    const envs = await this.deps.store
-      .selectFrom("environments")
-      .select(["current_version_id", "parent_version_id"])
-      .where("host_id", "=", hostId)
-      .where("status", "in", LIVE)
-      .execute();
+    const envs = await hostLiveEnvironmentVersions(this.deps.store, hostId, LIVE);
     let committed = 0;
     for (const e of envs) {
       const v = e.current_version_id ?? e.parent_version_id;

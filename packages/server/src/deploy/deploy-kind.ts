@@ -12,6 +12,7 @@ import { ingressEvidence } from "../ingress/ingress-phase.ts";
 import { onTeamsBehalf } from "../outbound-guard.ts";
 import { environmentById, findOrCreateEnvironment, updateEnvironment } from "../store/environment-store.ts";
 import type { CloudsTable, EnvironmentsTable, ProjectsTable } from "../store/schema.ts";
+import { hostHoldsVersion, versionRow } from "../store/version-store.ts";
 import type { AdmissionWait } from "./admission.ts";
 import { resolveSeeds, seedDatasets } from "./bind-seeds.ts";
 import { clockHistory, clockIssues } from "./clock-history.ts";
@@ -216,18 +217,8 @@ async function dataFrom(
   hostId: string,
 ): Promise<{ versionId?: string; skipped?: { version_id: string; cloned: string[]; reason: string } }> {
   if (!versionId) return {};
-  const v = await runner.store
-    .selectFrom("versions")
-    .select("host_id")
-    .where("id", "=", versionId)
-    .executeTakeFirst();
-  const replica = await runner.store
-    .selectFrom("version_replicas")
-    .select("host_id")
-    .where("version_id", "=", versionId)
-    .where("host_id", "=", hostId)
-    .executeTakeFirst();
-  if (v?.host_id === hostId || replica) return { versionId };
+  if (await hostHoldsVersion(runner.store, versionId, hostId)) return { versionId };
+  const v = await versionRow(runner.store, versionId);
   return {
     skipped: {
       version_id: versionId,

@@ -9,6 +9,9 @@
  * each change is made only if the status is still the one read (a deployment that began since
  * wins).
  */
+
+import { busyEnvironmentIds } from "../store/deployment-store.ts";
+import { changeEnvironmentStatus, hostSyncableEnvironments } from "../store/environment-store.ts";
 import type { DeploymentRunner } from "./deployment-runner.ts";
 
 /** What an environment's status is, given its stack on the host (undefined: the host has none). */
@@ -27,34 +30,15 @@ export async function syncHostStatuses(runner: DeploymentRunner, hostId: string)
   const { store, hosts } = runner;
   const { stacks } = await hosts.call(hostId, "status", {}, { waitForHostMs: 0 });
   const byId = new Map(stacks.map((s) => [s.id, s]));
-  const envs = await store
-    .selectFrom("environments")
-    .select(["id", "name", "status", "stack_id"])
-    .where("host_id", "=", hostId)
-    .where("status", "in", ["running", "frozen", "lost", "failed"])
-    .where("stack_id", "is not", null)
-    .execute();
-  const busy = new Set(
-    (
-      await store
-        .selectFrom("deployments")
-        .select("environment_id")
-        .where("status", "in", ["running", "queued"])
-        .execute()
-    ).map((d) => d.environment_id),
-  );
+  const envs = await hostSyncableEnvironments(store, hostId);
+  const busy = new Set(await busyEnvironmentIds(store));
   const changed: string[] = [];
   for (const env of envs) {
     if (busy.has(env.id)) continue;
     const want = statusOnHost(byId.get(env.stack_id as string));
     if (!want || want === env.status) continue;
-    const r = await store
-      .updateTable("environments")
-      .set({ status: want })
-      .where("id", "=", env.id)
-      .where("status", "=", env.status)
-      .executeTakeFirst();
-    if (Number(r.numUpdatedRows) > 0) changed.push(`${env.name}: ${env.status} → ${want}`);
+    if (await changeEnvironmentStatus(store, env.id, env.status, want))
+      changed.push(`${env.name}: ${env.status} → ${want}`);
   }
   return changed;
 }

@@ -9,6 +9,8 @@
  */
 
 import { serverLog } from "../server-log.ts";
+import { busyEnvironmentIds } from "../store/deployment-store.ts";
+import { hostsUnseenSince, markHostEnvironmentsLost } from "../store/host-store.ts";
 import type { Store } from "../store/open-store.ts";
 import type { HostOperations } from "../targets/denvd/host-operations.ts";
 
@@ -30,39 +32,14 @@ export async function markLostHosts(
 ): Promise<string[]> {
   const { store, hosts } = deps;
   const cutoff = new Date(nowMs - lostAfterMs).toISOString();
-  const unseen = (
-    await store
-      .selectFrom("hosts")
-      .select(["id", "name", "last_seen"])
-      .where((eb) => eb.or([eb("last_seen", "is", null), eb("last_seen", "<", cutoff)]))
-      .execute()
-  ).filter((h) => !hosts.isConnected(h.id));
+  const unseen = (await hostsUnseenSince(store, cutoff)).filter((h) => !hosts.isConnected(h.id));
   if (unseen.length === 0) return [];
-  const busy = (
-    await store
-      .selectFrom("deployments")
-      .select("environment_id")
-      .where("status", "in", ["running", "queued"])
-      .execute()
-  ).map((d) => d.environment_id);
+  const busy = await busyEnvironmentIds(store);
   const changed: string[] = [];
   for (const h of unseen) {
     // The host's staleness is checked again in the same statement: a host whose hello came since
     // it was read (its last_seen written before its statuses are synced) is not marked over it.
-    let q = store
-      .updateTable("environments")
-      .set({ status: "lost" })
-      .where("host_id", "in", (eb) =>
-        eb
-          .selectFrom("hosts")
-          .select("id")
-          .where("id", "=", h.id)
-          .where((w) => w.or([w("last_seen", "is", null), w("last_seen", "<", cutoff)])),
-      )
-      .where("status", "in", ["running", "frozen"]);
-    if (busy.length) q = q.where("id", "not in", busy);
-    const r = await q.executeTakeFirst();
-    const n = Number(r.numUpdatedRows);
+    const n = await markHostEnvironmentsLost(store, h.id, cutoff, busy);
     if (n > 0) changed.push(`${h.name}: ${n} environment(s) lost (last seen ${h.last_seen ?? "never"})`);
   }
   return changed;

@@ -12,7 +12,14 @@ import type { GitHubSourceReader } from "../deploy/project-source.ts";
 import type { FetchPolicy } from "../fetch-policy.ts";
 import { isRefName, openGitSource } from "../git-source.ts";
 import { newId, now } from "../ids.ts";
-import { deleteGithubApp, githubAppByAppId, insertGithubApp, teamGithubApps } from "../store/github-store.ts";
+import {
+  deleteGithubApp,
+  githubAppByAppId,
+  githubAppRow,
+  insertGithubApp,
+  projectsThroughApp,
+  teamGithubApps,
+} from "../store/github-store.ts";
 import type { Store } from "../store/open-store.ts";
 import type { GithubAppsTable, ProjectsTable } from "../store/schema.ts";
 import {
@@ -138,17 +145,11 @@ export class GitHubApps implements GitHubSourceReader {
   }
 
   async disconnect(teamId: string, appId: string): Promise<void> {
-    const used = await this.deps.store
-      .selectFrom("projects")
-      .innerJoin("github_apps", "github_apps.id", "projects.github_app_row_id")
-      .select("projects.name")
-      .where("github_apps.team_id", "=", teamId)
-      .where("github_apps.app_id", "=", appId)
-      .execute();
+    const used = await projectsThroughApp(this.deps.store, teamId, appId);
     if (used.length)
       throw new DenvError(
         "conflict",
-        `App ${appId} is how ${used.map((u) => u.name).join(", ")} read their repositories: delete those projects first`,
+        `App ${appId} is how ${used.join(", ")} read their repositories: delete those projects first`,
       );
     const row = (await this.teamApps(teamId)).find((a) => a.app_id === appId);
     if (!row || !(await deleteGithubApp(this.deps.store, teamId, appId)))
@@ -253,7 +254,7 @@ export class GitHubApps implements GitHubSourceReader {
   }
 
   private appRow(id: string): Promise<GithubAppsTable | undefined> {
-    return this.deps.store.selectFrom("github_apps").selectAll().where("id", "=", id).executeTakeFirst();
+    return githubAppRow(this.deps.store, id);
   }
 }
 

@@ -128,3 +128,13 @@ export function projectDeployPhases(store: Store, projectId: string, limit: numb
     .limit(limit)
     .execute();
 }
+
+/** The environments a deployment is queued or running for. */
+export async function busyEnvironmentIds(store: Store): Promise<string[]> {
+  const rows = await store
+    .selectFrom("deployments")
+    .select("environment_id")
+    .where("status", "in", ["running", "queued"])
+    .execute();
+  return rows.map((d) => d.environment_id);
+}

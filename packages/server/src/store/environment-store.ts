@@ -165,3 +165,40 @@ export function gpuHoldingEnvironments(store: Store) {
     .where("status", "not in", ["destroyed", "failed", "lost"])
     .execute();
 }
+
+/** A host's environments whose status its report may change (placed stacks, not destroyed). */
+export function hostSyncableEnvironments(store: Store, hostId: string) {
+  return store
+    .selectFrom("environments")
+    .select(["id", "name", "status", "stack_id"])
+    .where("host_id", "=", hostId)
+    .where("status", "in", ["running", "frozen", "lost", "failed"])
+    .where("stack_id", "is not", null)
+    .execute();
+}
+
+/** An environment's status changed only from the one it was read with; whether it changed. */
+export async function changeEnvironmentStatus(
+  store: Store,
+  environmentId: string,
+  from: string,
+  to: string,
+): Promise<boolean> {
+  const r = await store
+    .updateTable("environments")
+    .set({ status: to })
+    .where("id", "=", environmentId)
+    .where("status", "=", from)
+    .executeTakeFirst();
+  return Number(r.numUpdatedRows) > 0;
+}
+
+/** The versions a host's live environments run (current, or the one forked from). */
+export function hostLiveEnvironmentVersions(store: Store, hostId: string, live: readonly string[]) {
+  return store
+    .selectFrom("environments")
+    .select(["current_version_id", "parent_version_id"])
+    .where("host_id", "=", hostId)
+    .where("status", "in", [...live])
+    .execute();
+}

@@ -169,3 +169,15 @@ export async function livePreviews(store: Store, projectId: string): Promise<str
 export function githubAppRow(store: Store, rowId: string): Promise<GithubAppsTable | undefined> {
   return store.selectFrom("github_apps").selectAll().where("id", "=", rowId).executeTakeFirst();
 }
+
+/** The team's projects that read their repositories through an App. */
+export async function projectsThroughApp(store: Store, teamId: string, appId: string): Promise<string[]> {
+  const rows = await store
+    .selectFrom("projects")
+    .innerJoin("github_apps", "github_apps.id", "projects.github_app_row_id")
+    .select("projects.name")
+    .where("github_apps.team_id", "=", teamId)
+    .where("github_apps.app_id", "=", appId)
+    .execute();
+  return rows.map((r) => r.name);
+}

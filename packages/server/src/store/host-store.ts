@@ -234,3 +234,45 @@ export function hostsOnOtherReplicas(store: Store, replicaId: string, seenSinceM
     .where("server_replicas.seen_at", ">", seenSinceMs)
     .execute();
 }
+
+/** Hosts not seen since `cutoff` (an ISO time), or never. */
+export function hostsUnseenSince(store: Store, cutoff: string) {
+  return store
+    .selectFrom("hosts")
+    .select(["id", "name", "last_seen"])
+    .where((eb) => eb.or([eb("last_seen", "is", null), eb("last_seen", "<", cutoff)]))
+    .execute();
+}
+
+/**
+ * A host's running and frozen environments marked lost, but those a deployment works on; the
+ * host's staleness is checked in the same statement (a hello since it was read wins). How many.
+ */
+export async function markHostEnvironmentsLost(
+  store: Store,
+  hostId: string,
+  cutoff: string,
+  busyEnvironmentIds: string[],
+): Promise<number> {
+  let q = store
+    .updateTable("environments")
+    .set({ status: "lost" })
+    .where("host_id", "in", (eb) =>
+      eb
+        .selectFrom("hosts")
+        .select("id")
+        .where("id", "=", hostId)
+        .where((w) => w.or([w("last_seen", "is", null), w("last_seen", "<", cutoff)])),
+    )
+    .where("status", "in", ["running", "frozen"]);
+  if (busyEnvironmentIds.length) q = q.where("id", "not in", busyEnvironmentIds);
+  return Number((await q.executeTakeFirst()).numUpdatedRows);
+}
+
+/** What admission reads of a host: the capacity it last reported. */
+export async function hostCapacityJson(store: Store, hostId: string): Promise<string | null> {
+  return (
+    (await store.selectFrom("hosts").select("capacity_json").where("id", "=", hostId).executeTakeFirst())
+      ?.capacity_json ?? null
+  );
+}

@@ -129,3 +129,16 @@ export async function updateProjectSettings(
   if (Object.keys(set).length)
     await store.updateTable("projects").set(set).where("id", "=", project.id).execute();
 }
+
+/** Every project's compose and .env text (to seal what an older server stored in plain). */
+export function projectTexts(store: Store) {
+  return store.selectFrom("projects").select(["id", "compose_text", "dotenv_text"]).execute();
+}
+
+export async function setProjectTexts(
+  store: Store,
+  projectId: string,
+  texts: { compose_text: string | null; dotenv_text: string | null },
+): Promise<void> {
+  await store.updateTable("projects").set(texts).where("id", "=", projectId).execute();
+}

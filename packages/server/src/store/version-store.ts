@@ -152,3 +152,29 @@ export function versionRow(store: Store, id: string): Promise<VersionsTable | un
 export function versionImages(store: Store) {
   return store.selectFrom("versions").select(["host_id", "images_json"]).execute();
 }
+
+/** Whether a host holds a version: it took it, or keeps a copy. */
+export async function hostHoldsVersion(store: Store, versionId: string, hostId: string): Promise<boolean> {
+  const v = await store
+    .selectFrom("versions")
+    .select("host_id")
+    .where("id", "=", versionId)
+    .executeTakeFirst();
+  if (v?.host_id === hostId) return true;
+  const copy = await store
+    .selectFrom("version_replicas")
+    .select("host_id")
+    .where("version_id", "=", versionId)
+    .where("host_id", "=", hostId)
+    .executeTakeFirst();
+  return copy !== undefined;
+}
+
+/** Every version's resolved spec as stored (sealed, or plain from an older server). */
+export function versionSpecTexts(store: Store) {
+  return store.selectFrom("versions").select(["id", "spec_json"]).execute();
+}
+
+export async function setVersionSpecText(store: Store, versionId: string, specJson: string): Promise<void> {
+  await store.updateTable("versions").set({ spec_json: specJson }).where("id", "=", versionId).execute();
+}

@@ -11,9 +11,11 @@
  */
 
 import { serverLog } from "../server-log.ts";
+import { setHostDraining, teamHosts } from "../store/host-store.ts";
 import type { Store } from "../store/open-store.ts";
-import { withdrawMembers } from "../store/pool-store.ts";
+import { teamPoolIds, withdrawMembers } from "../store/pool-store.ts";
 import type { HostsTable, VersionsTable } from "../store/schema.ts";
+import { replicatedVersions, versionsOnHost } from "../store/version-store.ts";
 import type { HostOperations } from "../targets/denvd/host-operations.ts";
 import type { Admission } from "./admission.ts";
 import type { Deployer } from "./deployer.ts";
@@ -99,12 +101,7 @@ export class ReplicaKeeper {
     // Copies of deleted versions on hosts that were away go once their hosts are back.
     const cleared = await deleteLeftoverCopies(store, this.deps.hosts);
     if (cleared) this.log("copies of deleted versions removed", { count: cleared });
-    const versions = await store
-      .selectFrom("versions")
-      .selectAll()
-      .where("replicas", ">", 1)
-      .where("host_id", "is not", null)
-      .execute();
+    const versions = await replicatedVersions(store);
     const made: string[] = [];
     for (const v of versions) made.push(...(await this.keep(v, v.replicas ?? 1)));
     if (made.length) this.log("replicas restored", { made });
@@ -114,12 +111,7 @@ export class ReplicaKeeper {
   /** Brings a version up to `copies` holders that count; answers the copies made. */
   async keep(v: VersionsTable, copies: number): Promise<string[]> {
     const { store, hosts, replicator } = this.deps;
-    const rows = new Map(
-      (await store.selectFrom("hosts").selectAll().where("team_id", "=", v.team_id).execute()).map((h) => [
-        h.id,
-        h,
-      ]),
-    );
+    const rows = new Map((await teamHosts(store, v.team_id)).map((h) => [h.id, h]));
     const nowMs = Date.now();
     const holders = await versionHolders(store, v);
     const present = holders.filter((h) => counts(rows.get(h), hosts.isConnected(h), this.lostAfterMs, nowMs));
@@ -154,22 +146,8 @@ export class ReplicaKeeper {
     pool_members_moved: number;
   }> {
     const { store, hosts, replicator } = this.deps;
-    await store.updateTable("hosts").set({ draining: 1 }).where("id", "=", host.id).execute();
-    const held = await store
-      .selectFrom("versions")
-      .selectAll()
-      .where("team_id", "=", host.team_id)
-      .where((eb) =>
-        eb.or([
-          eb("host_id", "=", host.id),
-          eb(
-            "id",
-            "in",
-            eb.selectFrom("version_replicas").select("version_id").where("host_id", "=", host.id),
-          ),
-        ]),
-      )
-      .execute();
+    await setHostDraining(store, host.id, true);
+    const held = await versionsOnHost(store, host.team_id, host.id);
     const replicated: { version_id: string; to_host_id: string; bytes: number }[] = [];
     const notReplicated: { version_id: string; reason: string }[] = [];
     for (const v of held) {
@@ -193,10 +171,9 @@ export class ReplicaKeeper {
         notReplicated.push({ version_id: v.id, reason: "no other connected host with room can take it" });
     }
     // Ready members here go; their pools refill elsewhere (pool-keeper.ts skips drained hosts).
-    const pools = await store.selectFrom("pools").select("id").where("team_id", "=", host.team_id).execute();
     let moved = 0;
-    for (const p of pools) {
-      const withdrawn = await withdrawMembers(store, p.id, undefined, host.id);
+    for (const poolId of await teamPoolIds(store, host.team_id)) {
+      const withdrawn = await withdrawMembers(store, poolId, undefined, host.id);
       for (const m of withdrawn) await (await deployer.destroy(m)).done.catch(() => {});
       moved += withdrawn.length;
     }

@@ -8,6 +8,11 @@
  */
 import type { Deployer } from "../deploy/deployer.ts";
 import { serverLog } from "../server-log.ts";
+import {
+  claimDeploymentLease,
+  renewDeploymentLeases,
+  takeableDeployments,
+} from "../store/deployment-store.ts";
 import type { Store } from "../store/open-store.ts";
 import type { DeploymentsTable } from "../store/schema.ts";
 import type { ReplicaRegistry } from "./replica-registry.ts";
@@ -50,49 +55,23 @@ export class DeploymentLeases {
   }
 
   async renew(): Promise<void> {
-    await this.store
-      .updateTable("deployments")
-      .set({ lease_until: Date.now() + this.leaseMs })
-      .where("lease_owner", "=", this.registry.id)
-      .where("status", "=", "running")
-      .execute();
+    await renewDeploymentLeases(this.store, this.registry.id, Date.now() + this.leaseMs);
   }
 
   /** Claims the running deployments whose leases lapsed (all of them with `all`), and ends them. */
   async takeOver(all: boolean): Promise<string[]> {
     const t = Date.now();
-    let q = this.store.selectFrom("deployments").selectAll().where("status", "=", "running");
     // Lapsed, or held by a replica gone from the registry (it stopped, or restarted at the same
     // address under another id): those need not wait for the lease to run out.
-    if (!all)
-      q = q.where((eb) =>
-        eb.or([
-          eb("lease_until", "is", null),
-          eb("lease_until", "<", t),
-          eb.and([
-            eb("lease_owner", "not in", eb.selectFrom("server_replicas").select("id")),
-            // A replica writes its row just after it starts listening: not one begun in that gap.
-            eb("created_at", "<", new Date(t - UNREGISTERED_GRACE_MS).toISOString()),
-          ]),
-        ]),
-      ) as typeof q;
-    const lapsed = await q.execute();
+    const lapsed = await takeableDeployments(this.store, t, {
+      all,
+      unregisteredBefore: new Date(t - UNREGISTERED_GRACE_MS).toISOString(),
+    });
     const claimed: DeploymentsTable[] = [];
     for (const d of lapsed) {
       if (d.lease_owner === this.registry.id && !all) continue;
-      const r = await this.store
-        .updateTable("deployments")
-        .set({ lease_owner: this.registry.id, lease_until: Date.now() + this.leaseMs })
-        .where("id", "=", d.id)
-        .where("status", "=", "running")
-        .where((eb) =>
-          eb.and([
-            d.lease_owner === null ? eb("lease_owner", "is", null) : eb("lease_owner", "=", d.lease_owner),
-            d.lease_until === null ? eb("lease_until", "is", null) : eb("lease_until", "=", d.lease_until),
-          ]),
-        )
-        .executeTakeFirst();
-      if (Number(r.numUpdatedRows) === 1) claimed.push(d);
+      if (await claimDeploymentLease(this.store, d, this.registry.id, Date.now() + this.leaseMs))
+        claimed.push(d);
     }
     if (!claimed.length) return [];
     if (!all)

@@ -138,3 +138,60 @@ export async function busyEnvironmentIds(store: Store): Promise<string[]> {
     .execute();
   return rows.map((d) => d.environment_id);
 }
+
+/** A replica's hold on the deployments it runs, renewed until `untilMs`. */
+export async function renewDeploymentLeases(store: Store, owner: string, untilMs: number): Promise<void> {
+  await store
+    .updateTable("deployments")
+    .set({ lease_until: untilMs })
+    .where("lease_owner", "=", owner)
+    .where("status", "=", "running")
+    .execute();
+}
+
+/**
+ * Running deployments a replica may take over: every one with `all`, else those whose lease
+ * lapsed (or was never taken), or whose owner is gone from the registry and that began before
+ * `unregisteredBefore` (a replica writes its row just after it starts listening).
+ */
+export function takeableDeployments(
+  store: Store,
+  nowMs: number,
+  options: { all: boolean; unregisteredBefore: string },
+): Promise<DeploymentsTable[]> {
+  let q = store.selectFrom("deployments").selectAll().where("status", "=", "running");
+  if (!options.all)
+    q = q.where((eb) =>
+      eb.or([
+        eb("lease_until", "is", null),
+        eb("lease_until", "<", nowMs),
+        eb.and([
+          eb("lease_owner", "not in", eb.selectFrom("server_replicas").select("id")),
+          eb("created_at", "<", options.unregisteredBefore),
+        ]),
+      ]),
+    ) as typeof q;
+  return q.execute();
+}
+
+/** A running deployment's lease taken, only if it is still as it was read; whether it was. */
+export async function claimDeploymentLease(
+  store: Store,
+  d: Pick<DeploymentsTable, "id" | "lease_owner" | "lease_until">,
+  owner: string,
+  untilMs: number,
+): Promise<boolean> {
+  const r = await store
+    .updateTable("deployments")
+    .set({ lease_owner: owner, lease_until: untilMs })
+    .where("id", "=", d.id)
+    .where("status", "=", "running")
+    .where((eb) =>
+      eb.and([
+        d.lease_owner === null ? eb("lease_owner", "is", null) : eb("lease_owner", "=", d.lease_owner),
+        d.lease_until === null ? eb("lease_until", "is", null) : eb("lease_until", "=", d.lease_until),
+      ]),
+    )
+    .executeTakeFirst();
+  return Number(r.numUpdatedRows) === 1;
+}

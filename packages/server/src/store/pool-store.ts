@@ -195,3 +195,10 @@ export async function poolTotals(store: Store): Promise<{ ready: number; hits: n
     .executeTakeFirst();
   return { ready: Number(ready?.n ?? 0), hits: Number(uses?.hits ?? 0), misses: Number(uses?.misses ?? 0) };
 }
+
+/** The ids of the team's pools. */
+export async function teamPoolIds(store: Store, teamId: string): Promise<string[]> {
+  return (await store.selectFrom("pools").select("id").where("team_id", "=", teamId).execute()).map(
+    (p) => p.id,
+  );
+}

@@ -178,3 +178,28 @@ export function versionSpecTexts(store: Store) {
 export async function setVersionSpecText(store: Store, versionId: string, specJson: string): Promise<void> {
   await store.updateTable("versions").set({ spec_json: specJson }).where("id", "=", versionId).execute();
 }
+
+/** Versions on hosts the fleet keeps more than one copy of. */
+export function replicatedVersions(store: Store): Promise<VersionsTable[]> {
+  return store
+    .selectFrom("versions")
+    .selectAll()
+    .where("replicas", ">", 1)
+    .where("host_id", "is not", null)
+    .execute();
+}
+
+/** The team's versions a host holds: those it took, and those it keeps a copy of. */
+export function versionsOnHost(store: Store, teamId: string, hostId: string): Promise<VersionsTable[]> {
+  return store
+    .selectFrom("versions")
+    .selectAll()
+    .where("team_id", "=", teamId)
+    .where((eb) =>
+      eb.or([
+        eb("host_id", "=", hostId),
+        eb("id", "in", eb.selectFrom("version_replicas").select("version_id").where("host_id", "=", hostId)),
+      ]),
+    )
+    .execute();
+}

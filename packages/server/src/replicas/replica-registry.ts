@@ -11,6 +11,14 @@
 import { newId } from "../ids.ts";
 import { serverLog } from "../server-log.ts";
 import type { Store } from "../store/open-store.ts";
+import {
+  clearReplicas,
+  deleteReplica,
+  insertReplica,
+  liveReplicas,
+  olderLiveReplica,
+  replicaSeen,
+} from "../store/replica-store.ts";
 
 export interface ReplicaRegistryOptions {
   /** How often the row is refreshed (default 2 s). */
@@ -44,15 +52,12 @@ export class ReplicaRegistry {
   /** Writes this replica's row and keeps it fresh. */
   async start(url: string, options: { exclusive: boolean }): Promise<void> {
     this.url = url;
-    if (options.exclusive) await this.store.deleteFrom("server_replicas").execute();
-    // Two live replicas cannot share an address: a row with ours is this replica's last run.
-    else await this.store.deleteFrom("server_replicas").where("url", "=", url).execute();
+    // Alone, every row goes; else two live replicas cannot share an address: a row with ours is
+    // this replica's last run.
+    await clearReplicas(this.store, options.exclusive ? undefined : url);
     const t = Date.now();
     this.startedAt = t;
-    await this.store
-      .insertInto("server_replicas")
-      .values({ id: this.id, url, started_at: t, seen_at: t })
-      .execute();
+    await insertReplica(this.store, { id: this.id, url, started_at: t, seen_at: t });
     this.timer = setInterval(() => void this.beat(), this.heartbeatMs);
     this.timer.unref();
     await this.checkLead();
@@ -70,18 +75,11 @@ export class ReplicaRegistry {
 
   private async checkLead(): Promise<void> {
     if (this.leading) return;
-    const older = await this.store
-      .selectFrom("server_replicas")
-      .select("id")
-      .where("id", "!=", this.id)
-      .where("seen_at", ">", Date.now() - this.deadAfterMs)
-      .where((eb) =>
-        eb.or([
-          eb("started_at", "<", this.startedAt),
-          eb.and([eb("started_at", "=", this.startedAt), eb("id", "<", this.id)]),
-        ]),
-      )
-      .executeTakeFirst();
+    const older = await olderLiveReplica(
+      this.store,
+      { id: this.id, startedAt: this.startedAt },
+      Date.now() - this.deadAfterMs,
+    );
     if (older) return;
     this.leading = true;
     for (const fn of this.onLead.splice(0)) fn();
@@ -89,17 +87,14 @@ export class ReplicaRegistry {
 
   private async beat(): Promise<void> {
     try {
-      const r = await this.store
-        .updateTable("server_replicas")
-        .set({ seen_at: Date.now() })
-        .where("id", "=", this.id)
-        .executeTakeFirst();
       // Removed by a replica that took this one for gone (a pause longer than deadAfterMs): back.
-      if (Number(r.numUpdatedRows) === 0)
-        await this.store
-          .insertInto("server_replicas")
-          .values({ id: this.id, url: this.url, started_at: this.startedAt, seen_at: Date.now() })
-          .execute();
+      if (!(await replicaSeen(this.store, this.id, Date.now())))
+        await insertReplica(this.store, {
+          id: this.id,
+          url: this.url,
+          started_at: this.startedAt,
+          seen_at: Date.now(),
+        });
       await this.checkLead();
     } catch (err) {
       serverLog().warn({ error: String(err) }, "the replica's heartbeat was not written");
@@ -108,31 +103,18 @@ export class ReplicaRegistry {
 
   /** Replicas other than this one whose rows are fresh. */
   async peers(): Promise<LiveReplica[]> {
-    return this.store
-      .selectFrom("server_replicas")
-      .select(["id", "url"])
-      .where("id", "!=", this.id)
-      .where("seen_at", ">", Date.now() - this.deadAfterMs)
-      .execute();
+    return liveReplicas(this.store, Date.now() - this.deadAfterMs, this.id);
   }
 
   /** The ids of every replica taken for alive now, this one included. */
   async liveIds(): Promise<Set<string>> {
-    const rows = await this.store
-      .selectFrom("server_replicas")
-      .select("id")
-      .where("seen_at", ">", Date.now() - this.deadAfterMs)
-      .execute();
+    const rows = await liveReplicas(this.store, Date.now() - this.deadAfterMs);
     return new Set([this.id, ...rows.map((r) => r.id)]);
   }
 
   async stop(): Promise<void> {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
-    await this.store
-      .deleteFrom("server_replicas")
-      .where("id", "=", this.id)
-      .execute()
-      .catch(() => {});
+    await deleteReplica(this.store, this.id).catch(() => {});
   }
 }

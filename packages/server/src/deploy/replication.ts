@@ -15,8 +15,18 @@ import { DenvError, isDenvError, type MuxStream, type OpResult, type ResolvedSpe
 import type { SecretBox } from "../clouds/secret-box.ts";
 import { now } from "../ids.ts";
 import type { ReplicationObserver } from "../server-metrics.ts";
+import { teamHost } from "../store/host-store.ts";
 import type { Store } from "../store/open-store.ts";
 import type { HostsTable, VersionsTable } from "../store/schema.ts";
+import {
+  deleteVersionCopy,
+  earlierVersionsOnHosts,
+  hasVersionCopy,
+  insertVersionCopy,
+  leftoverVersionCopies,
+  versionCopies,
+  versionRow,
+} from "../store/version-store.ts";
 import type { HostOperations } from "../targets/denvd/host-operations.ts";
 
 type Format = OpResult<"describe_version">["formats"][number];
@@ -42,12 +52,7 @@ export async function versionHolders(
   v: Pick<VersionsTable, "id" | "host_id">,
 ): Promise<string[]> {
   if (!v.host_id) return [];
-  const replicas = await store
-    .selectFrom("version_replicas")
-    .select("host_id")
-    .where("version_id", "=", v.id)
-    .orderBy("created_at", "asc")
-    .execute();
+  const replicas = await versionCopies(store, [v.id]);
   return [v.host_id, ...replicas.map((r) => r.host_id).filter((h) => h !== v.host_id)];
 }
 
@@ -58,11 +63,7 @@ export async function versionHolders(
  * its row. Answers how many went.
  */
 export async function deleteLeftoverCopies(store: Store, hosts: HostOperations): Promise<number> {
-  const left = await store
-    .selectFrom("version_replicas")
-    .select(["version_id", "host_id"])
-    .where("version_id", "not in", store.selectFrom("versions").select("id"))
-    .execute();
+  const left = await leftoverVersionCopies(store);
   let gone = 0;
   for (const r of left) {
     if (!hosts.isConnected(r.host_id)) continue;
@@ -71,11 +72,7 @@ export async function deleteLeftoverCopies(store: Store, hosts: HostOperations):
     } catch {
       continue; // still being read by a transfer, or the host just left: the next pass
     }
-    await store
-      .deleteFrom("version_replicas")
-      .where("version_id", "=", r.version_id)
-      .where("host_id", "=", r.host_id)
-      .execute();
+    await deleteVersionCopy(store, r.version_id, r.host_id);
     gone++;
   }
   return gone;
@@ -87,25 +84,16 @@ export async function leaveCopy(
   v: Pick<VersionsTable, "id" | "team_id">,
   hostId: string,
 ): Promise<void> {
-  const known = await store
-    .selectFrom("version_replicas")
-    .select("host_id")
-    .where("version_id", "=", v.id)
-    .where("host_id", "=", hostId)
-    .executeTakeFirst();
-  if (known) return;
-  await store
-    .insertInto("version_replicas")
-    .values({
-      version_id: v.id,
-      host_id: hostId,
-      team_id: v.team_id,
-      source_host_id: hostId,
-      format: "left",
-      evidence_json: "{}",
-      created_at: now(),
-    })
-    .execute();
+  if (await hasVersionCopy(store, v.id, hostId)) return;
+  await insertVersionCopy(store, {
+    version_id: v.id,
+    host_id: hostId,
+    team_id: v.team_id,
+    source_host_id: hostId,
+    format: "left",
+    evidence_json: "{}",
+    created_at: now(),
+  });
 }
 
 /** The hosts holding each of the given versions. */
@@ -113,16 +101,10 @@ export async function holdersOf(store: Store, versions: Pick<VersionsTable, "id"
   const out = new Map<string, string[]>();
   for (const v of versions) out.set(v.id, v.host_id ? [v.host_id] : []);
   if (!versions.length) return out;
-  const replicas = await store
-    .selectFrom("version_replicas")
-    .select(["version_id", "host_id"])
-    .where(
-      "version_id",
-      "in",
-      versions.map((v) => v.id),
-    )
-    .orderBy("created_at", "asc")
-    .execute();
+  const replicas = await versionCopies(
+    store,
+    versions.map((v) => v.id),
+  );
   for (const r of replicas) out.get(r.version_id)?.push(r.host_id);
   return out;
 }
@@ -179,12 +161,7 @@ export class Replicator {
       );
     const holders = await versionHolders(store, version);
     if (holders.includes(toHostId)) return null;
-    const dest = await store
-      .selectFrom("hosts")
-      .selectAll()
-      .where("id", "=", toHostId)
-      .where("team_id", "=", version.team_id)
-      .executeTakeFirst();
+    const dest = await teamHost(store, version.team_id, toHostId);
     if (!dest) throw new DenvError("not_found", `no host ${toHostId}`);
     if (!hosts.isConnected(dest.id))
       throw new DenvError(
@@ -195,18 +172,15 @@ export class Replicator {
     // the two): recorded now, nothing sent again.
     const held = await hosts.call(dest.id, "describe_version", { version_id: version.id }).catch(() => null);
     if (held && held.version.id === version.id) {
-      await store
-        .insertInto("version_replicas")
-        .values({
-          version_id: version.id,
-          host_id: dest.id,
-          team_id: version.team_id,
-          source_host_id: dest.id,
-          format: "adopted",
-          evidence_json: JSON.stringify({ recorded_from: "the host's own record", version_id: version.id }),
-          created_at: now(),
-        })
-        .execute();
+      await insertVersionCopy(store, {
+        version_id: version.id,
+        host_id: dest.id,
+        team_id: version.team_id,
+        source_host_id: dest.id,
+        format: "adopted",
+        evidence_json: JSON.stringify({ recorded_from: "the host's own record", version_id: version.id }),
+        created_at: now(),
+      });
       return null;
     }
     const source = holders.find((h) => hosts.isConnected(h));
@@ -314,24 +288,17 @@ export class Replicator {
         ms,
         mib_per_s: Math.round((bytes / 1024 ** 2 / Math.max(ms, 1)) * 1000 * 10) / 10,
       };
-      await store
-        .insertInto("version_replicas")
-        .values({
-          version_id: version.id,
-          host_id: dest.id,
-          team_id: version.team_id,
-          source_host_id: source,
-          format,
-          evidence_json: JSON.stringify(evidence),
-          created_at: now(),
-        })
-        .execute();
+      await insertVersionCopy(store, {
+        version_id: version.id,
+        host_id: dest.id,
+        team_id: version.team_id,
+        source_host_id: source,
+        format,
+        evidence_json: JSON.stringify(evidence),
+        created_at: now(),
+      });
       // Deleted while it travelled: the copy just made goes too (or at the next pass, if it can't now).
-      const still = await store
-        .selectFrom("versions")
-        .select("id")
-        .where("id", "=", version.id)
-        .executeTakeFirst();
+      const still = await versionRow(store, version.id);
       if (!still) {
         await deleteLeftoverCopies(store, hosts);
         throw new DenvError("not_found", `version ${version.id} was deleted while it was copied`);
@@ -430,16 +397,7 @@ export class Replicator {
 
   /** The newest earlier version of the same environment that both hosts hold: an incremental stream's base. */
   private async sharedBase(version: VersionsTable, source: string, dest: string): Promise<string | null> {
-    const earlier = await this.deps.store
-      .selectFrom("versions")
-      .select(["id", "host_id"])
-      .where("environment_id", "=", version.environment_id)
-      .where("team_id", "=", version.team_id)
-      .where("created_at", "<", version.created_at)
-      .where("host_id", "is not", null)
-      .orderBy("created_at", "desc")
-      .limit(20)
-      .execute();
+    const earlier = await earlierVersionsOnHosts(this.deps.store, version, 20);
     const holders = await holdersOf(this.deps.store, earlier);
     for (const v of earlier) {
       const h = holders.get(v.id) ?? [];

@@ -276,3 +276,13 @@ export async function hostCapacityJson(store: Store, hostId: string): Promise<st
       ?.capacity_json ?? null
   );
 }
+
+/** A host of the team's, by id. */
+export function teamHost(store: Store, teamId: string, hostId: string): Promise<HostsTable | undefined> {
+  return store
+    .selectFrom("hosts")
+    .selectAll()
+    .where("id", "=", hostId)
+    .where("team_id", "=", teamId)
+    .executeTakeFirst();
+}

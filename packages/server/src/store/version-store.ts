@@ -3,7 +3,7 @@ import { DenvError } from "@denv/protocol";
 import { findEnvironment } from "./environment-store.ts";
 import type { Store } from "./open-store.ts";
 import { findProject } from "./project-store.ts";
-import type { VersionsTable } from "./schema.ts";
+import type { VersionReplicasTable, VersionsTable } from "./schema.ts";
 
 /** A team's version; not_found for anything else (another team's included). */
 export async function findVersion(store: Store, teamId: string, id: string): Promise<VersionsTable> {
@@ -201,5 +201,60 @@ export function versionsOnHost(store: Store, teamId: string, hostId: string): Pr
         eb("id", "in", eb.selectFrom("version_replicas").select("version_id").where("host_id", "=", hostId)),
       ]),
     )
+    .execute();
+}
+
+// --- Copies of versions on other hosts (`version_replicas`). ---
+
+/** The hosts holding copies of these versions, each copy's row oldest first. */
+export function versionCopies(store: Store, versionIds: string[]) {
+  if (versionIds.length === 0) return Promise.resolve([] as { version_id: string; host_id: string }[]);
+  return store
+    .selectFrom("version_replicas")
+    .select(["version_id", "host_id"])
+    .where("version_id", "in", versionIds)
+    .orderBy("created_at", "asc")
+    .execute();
+}
+
+/** Copies whose version is gone (deleted while a host holding it was away). */
+export function leftoverVersionCopies(store: Store) {
+  return store
+    .selectFrom("version_replicas")
+    .select(["version_id", "host_id"])
+    .where("version_id", "not in", store.selectFrom("versions").select("id"))
+    .execute();
+}
+
+export async function hasVersionCopy(store: Store, versionId: string, hostId: string): Promise<boolean> {
+  return (
+    (await store
+      .selectFrom("version_replicas")
+      .select("host_id")
+      .where("version_id", "=", versionId)
+      .where("host_id", "=", hostId)
+      .executeTakeFirst()) !== undefined
+  );
+}
+
+export async function insertVersionCopy(store: Store, row: VersionReplicasTable): Promise<void> {
+  await store.insertInto("version_replicas").values(row).execute();
+}
+
+/** A version's earlier versions of the same environment on hosts (newest first, at most `limit`). */
+export function earlierVersionsOnHosts(
+  store: Store,
+  v: Pick<VersionsTable, "environment_id" | "team_id" | "created_at">,
+  limit: number,
+) {
+  return store
+    .selectFrom("versions")
+    .select(["id", "host_id"])
+    .where("environment_id", "=", v.environment_id)
+    .where("team_id", "=", v.team_id)
+    .where("created_at", "<", v.created_at)
+    .where("host_id", "is not", null)
+    .orderBy("created_at", "desc")
+    .limit(limit)
     .execute();
 }

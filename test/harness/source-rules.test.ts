@@ -1,7 +1,9 @@
 /**
  * Rules of the source tree, checked on its files: no import cycle among a package's modules (type
- * imports count: a cycle of types is two modules that cannot be read apart), and no hand-written
- * module over MAX_LINES lines (generated ones, `*.gen.ts`, are left out).
+ * imports count: a cycle of types is two modules that cannot be read apart), no hand-written
+ * module over MAX_LINES lines (generated ones, `*.gen.ts`, are left out), and the server's
+ * database reached through `store/` alone: a query written anywhere else is a team's scope that
+ * can be forgotten there.
  */
 import assert from "node:assert/strict";
 import { glob, readFile } from "node:fs/promises";
@@ -94,4 +96,40 @@ test(`no hand-written module over ${MAX_LINES} lines`, async () => {
       if (lines > MAX_LINES) long.push(`${f}: ${lines} lines`);
     }
   assert.deepEqual(long, [], `split these (at most ${MAX_LINES} lines each):\n${long.join("\n")}`);
+});
+
+/** A Kysely query begun (or raw SQL, or Kysely itself imported): what only store/ may hold. */
+const QUERY =
+  /\.(selectFrom|insertInto|updateTable|deleteFrom|replaceInto|mergeInto)\(|\bsql`|from\s+["']kysely["']/g;
+
+export function queriesOutsideStore(files: Map<string, string>): string[] {
+  const found: string[] = [];
+  for (const [f, text] of files) {
+    if (!f.startsWith("packages/server/src/") || f.startsWith("packages/server/src/store/")) continue;
+    const lines = text.split("\n");
+    lines.forEach((line, i) => {
+      if (QUERY.test(line)) found.push(`${f}:${i + 1}: ${line.trim()}`);
+      QUERY.lastIndex = 0;
+    });
+  }
+  return found;
+}
+
+test("the query finder sees a query begun, raw SQL and Kysely imported, and nothing in store/", () => {
+  const files = new Map([
+    ["packages/server/src/api/a.ts", 'const r = await store\n  .selectFrom("hosts")\n  .execute();'],
+    ["packages/server/src/b.ts", "await sql`select 1`.execute(db);"],
+    ["packages/server/src/c.ts", 'import { sql } from "kysely";'],
+    ["packages/server/src/store/d.ts", 'store.deleteFrom("hosts");'],
+    ["packages/server/src/e.ts", "const selectFromList = 1; // selectFrom words in prose"],
+  ]);
+  assert.deepEqual(
+    queriesOutsideStore(files).map((l) => l.split(":")[0]),
+    ["packages/server/src/api/a.ts", "packages/server/src/b.ts", "packages/server/src/c.ts"],
+  );
+});
+
+test("the server reaches its database through store/ alone", async () => {
+  const found = queriesOutsideStore(await sourceFiles());
+  assert.deepEqual(found, [], `queries outside packages/server/src/store/:\n${found.join("\n")}`);
 });

@@ -10,7 +10,6 @@ import { DenvError, isDenvError, KEEPALIVE_INTERVAL_MS } from "@denv/protocol";
 import { DenvClient } from "@denv/sdk";
 import { Hono } from "hono";
 import { matchedRoutes } from "hono/route";
-import { sql } from "kysely";
 import { IN_PROCESS_CALLER } from "./api/api-auth.ts";
 import type { ApiDeps, ApiEnv } from "./api/api-deps.ts";
 import { resourceApp } from "./api/api-route.ts";
@@ -39,7 +38,7 @@ import {
 } from "./rate-limit.ts";
 import { requestIdOf, serverLog, withTrace } from "./server-log.ts";
 import type { ServerMetrics } from "./server-metrics.ts";
-import type { Store } from "./store/open-store.ts";
+import { pingStore, type Store } from "./store/open-store.ts";
 import type { HostOperations } from "./targets/denvd/host-operations.ts";
 
 export interface AppOptions {
@@ -190,7 +189,7 @@ export function createApp(options: AppOptions): Hono<ApiEnv> {
   app.get("/readyz", async (c) => {
     const checks: Record<string, string> = {};
     try {
-      await sql`select 1`.execute(options.store);
+      await pingStore(options.store);
       checks.store = "ok";
     } catch (err) {
       checks.store = `failing: ${(err as Error).message.slice(0, 200)}`;

@@ -7,10 +7,21 @@
 import { randomBytes } from "node:crypto";
 import { DenvError } from "@denv/protocol";
 import type { FetchPolicy } from "../fetch-policy.ts";
-import { hashSecret, newId, newSecret, now } from "../ids.ts";
+import { newId, now } from "../ids.ts";
 import { heldToPolicy } from "../outbound-guard.ts";
+import {
+  cloudById,
+  cloudMachineById,
+  cloudMachines,
+  insertCloudMachine,
+  markMachineDeleted,
+  markMachineJoined,
+  teamClouds,
+} from "../store/cloud-store.ts";
+import { teamHostNamed } from "../store/host-store.ts";
 import type { Store } from "../store/open-store.ts";
 import type { CloudsTable } from "../store/schema.ts";
+import { createJoinToken } from "../store/team-store.ts";
 import type { HostOperations } from "../targets/denvd/host-operations.ts";
 import { AwsDriver } from "./aws-driver.ts";
 import { checkCloudApiUrl, HetznerDriver } from "./hetzner-driver.ts";
@@ -88,23 +99,12 @@ export class Provisioner {
   }
 
   async clouds(teamId: string): Promise<CloudsTable[]> {
-    return this.store
-      .selectFrom("clouds")
-      .selectAll()
-      .where("team_id", "=", teamId)
-      .orderBy("created_at")
-      .execute();
+    return teamClouds(this.store, teamId);
   }
 
   /** Names of the hosts a cloud's machines joined as (machines still alive). */
   async hostNamesOf(cloudId: string): Promise<string[]> {
-    const rows = await this.store
-      .selectFrom("cloud_machines")
-      .select("name")
-      .where("cloud_id", "=", cloudId)
-      .where("deleted_at", "is", null)
-      .execute();
-    return rows.map((r) => r.name);
+    return (await cloudMachines(this.store, cloudId)).map((r) => r.name);
   }
 
   private driver(cloud: CloudsTable): MachineDriver {
@@ -124,18 +124,7 @@ export class Provisioner {
         `a new machine cannot reach this server at ${serverUrl}: start it with --public-url (or DENV_PUBLIC_URL) set to an address machines in ${cloud.name} can reach`,
       );
     const name = `denv-${randomBytes(4).toString("hex")}`;
-    const token = newSecret("djt");
-    await this.store
-      .insertInto("join_tokens")
-      .values({
-        id: newId("jt"),
-        team_id: cloud.team_id,
-        token_hash: hashSecret(token),
-        expires_at: new Date(Date.now() + 3600_000).toISOString(),
-        used_at: null,
-        host_id: null,
-      })
-      .execute();
+    const { token } = await createJoinToken(this.store, cloud.team_id, 3600_000);
     const server = await this.driver(cloud).createServer({
       name,
       serverType: cloud.server_type,
@@ -150,20 +139,17 @@ export class Provisioner {
       server_id: server.id,
       name,
     };
-    await this.store
-      .insertInto("cloud_machines")
-      .values({
-        id: machine.machine_id,
-        team_id: cloud.team_id,
-        cloud_id: cloud.id,
-        provider_server_id: String(server.id),
-        name,
-        status: "creating",
-        deployment_id: deploymentId,
-        created_at: now(),
-        deleted_at: null,
-      })
-      .execute();
+    await insertCloudMachine(this.store, {
+      id: machine.machine_id,
+      team_id: cloud.team_id,
+      cloud_id: cloud.id,
+      provider_server_id: String(server.id),
+      name,
+      status: "creating",
+      deployment_id: deploymentId,
+      created_at: now(),
+      deleted_at: null,
+    });
     await record(machine);
     return {
       machine,
@@ -184,18 +170,9 @@ export class Provisioner {
   async waitJoined(teamId: string, name: string, hosts: HostOperations, timeoutMs: number): Promise<string> {
     const deadline = Date.now() + timeoutMs;
     while (Date.now() < deadline) {
-      const host = await this.store
-        .selectFrom("hosts")
-        .select("id")
-        .where("team_id", "=", teamId)
-        .where("name", "=", name)
-        .executeTakeFirst();
+      const host = await teamHostNamed(this.store, teamId, name);
       if (host && hosts.isConnected(host.id)) {
-        await this.store
-          .updateTable("cloud_machines")
-          .set({ status: "joined" })
-          .where("name", "=", name)
-          .execute();
+        await markMachineJoined(this.store, name);
         return host.id;
       }
       await new Promise((r) => setTimeout(r, 500));
@@ -205,27 +182,10 @@ export class Provisioner {
 
   /** Deletes the machine in its cloud (idempotent) and the host record it may have made. */
   async remove(machineId: string): Promise<void> {
-    const m = await this.store
-      .selectFrom("cloud_machines")
-      .selectAll()
-      .where("id", "=", machineId)
-      .executeTakeFirst();
+    const m = await cloudMachineById(this.store, machineId);
     if (!m || m.deleted_at) return;
-    const cloud = await this.store
-      .selectFrom("clouds")
-      .selectAll()
-      .where("id", "=", m.cloud_id)
-      .executeTakeFirst();
+    const cloud = await cloudById(this.store, m.cloud_id);
     if (cloud) await this.driver(cloud).deleteServer(m.provider_server_id);
-    await this.store
-      .deleteFrom("hosts")
-      .where("team_id", "=", m.team_id)
-      .where("name", "=", m.name)
-      .execute();
-    await this.store
-      .updateTable("cloud_machines")
-      .set({ status: "deleted", deleted_at: now() })
-      .where("id", "=", machineId)
-      .execute();
+    await markMachineDeleted(this.store, m);
   }
 }

@@ -1,6 +1,7 @@
 /** Clouds a team connected (their tokens sealed) and the machines denv made in them. */
+import { now } from "../ids.ts";
 import type { Store } from "./open-store.ts";
-import type { CloudsTable } from "./schema.ts";
+import type { CloudMachinesTable, CloudsTable } from "./schema.ts";
 
 export async function cloudNameTaken(store: Store, teamId: string, name: string): Promise<boolean> {
   const row = await store
@@ -37,5 +38,35 @@ export function cloudMachines(store: Store, cloudId: string) {
     .select(["name", "provider_server_id", "status"])
     .where("cloud_id", "=", cloudId)
     .where("deleted_at", "is", null)
+    .execute();
+}
+
+export function cloudById(store: Store, cloudId: string): Promise<CloudsTable | undefined> {
+  return store.selectFrom("clouds").selectAll().where("id", "=", cloudId).executeTakeFirst();
+}
+
+export async function insertCloudMachine(store: Store, row: CloudMachinesTable): Promise<void> {
+  await store.insertInto("cloud_machines").values(row).execute();
+}
+
+export function cloudMachineById(store: Store, machineId: string): Promise<CloudMachinesTable | undefined> {
+  return store.selectFrom("cloud_machines").selectAll().where("id", "=", machineId).executeTakeFirst();
+}
+
+/** A machine's host joined (by the name it joined as). */
+export async function markMachineJoined(store: Store, name: string): Promise<void> {
+  await store.updateTable("cloud_machines").set({ status: "joined" }).where("name", "=", name).execute();
+}
+
+/** A machine deleted at its provider: its host record goes, the machine's row says when. */
+export async function markMachineDeleted(
+  store: Store,
+  m: Pick<CloudMachinesTable, "id" | "team_id" | "name">,
+): Promise<void> {
+  await store.deleteFrom("hosts").where("team_id", "=", m.team_id).where("name", "=", m.name).execute();
+  await store
+    .updateTable("cloud_machines")
+    .set({ status: "deleted", deleted_at: now() })
+    .where("id", "=", m.id)
     .execute();
 }

@@ -286,3 +286,13 @@ export function teamHost(store: Store, teamId: string, hostId: string): Promise<
     .where("team_id", "=", teamId)
     .executeTakeFirst();
 }
+
+/** A host of the team's by the name it joined as. */
+export function teamHostNamed(store: Store, teamId: string, name: string): Promise<HostsTable | undefined> {
+  return store
+    .selectFrom("hosts")
+    .selectAll()
+    .where("team_id", "=", teamId)
+    .where("name", "=", name)
+    .executeTakeFirst();
+}

@@ -4,7 +4,7 @@
  */
 import { chmodSync, closeSync, existsSync, mkdirSync, openSync } from "node:fs";
 import { join } from "node:path";
-import { type Dialect, Kysely, Migrator, PostgresDialect, SqliteDialect } from "kysely";
+import { type Dialect, Kysely, Migrator, PostgresDialect, SqliteDialect, sql } from "kysely";
 import { serversOwnSocket } from "../outbound-guard.ts";
 import { migrationProvider } from "./migrations.ts";
 import { openNodeSqlite } from "./node-sqlite-database.ts";
@@ -51,4 +51,9 @@ export async function openStore(options: StoreOptions | string): Promise<Store> 
     throw new Error(`store migration ${failed ?? ""} failed: ${(error as Error).message}`);
   }
   return db;
+}
+
+/** Whether the store answers (the readiness probe's check): throws what the database said. */
+export async function pingStore(store: Store): Promise<void> {
+  await sql`select 1`.execute(store);
 }

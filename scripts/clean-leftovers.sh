@@ -32,7 +32,7 @@ if [ -d /var/lib/denv-test ]; then
     while read -r dev; do losetup -d "$dev" 2>/dev/null; done
   rm -rf /var/lib/denv-test
 fi
-# Host agents' socket directories (denvd/src/host-command.ts) whose process was killed.
+# Host agents' socket directories (denvd/src/host/host-command.ts) whose process was killed.
 for d in /tmp/denvd-host-*-*; do
   [ -d "$d" ] || continue
   pid=${d#/tmp/denvd-host-}

@@ -22,28 +22,37 @@ import {
   type SnapshotEvidence,
   type WarmEvidence,
 } from "@denv/protocol";
-import { AgentRegistry } from "./agent-registry.ts";
-import { defaultClockLibrary } from "./clock-state.ts";
-import type { EgressEvidence } from "./egress-probe.ts";
+import { defaultClockLibrary } from "./clock/clock-state.ts";
+import { clockDirFor, holdStackClock, releaseStackClock } from "./clock/stack-clock.ts";
 import { AgentExecutor } from "./exec/agent-executor.ts";
 import { EngineExecutor } from "./exec/engine-executor.ts";
 import type { ExecOptions, ExecResult, Executor, FileSink, FsRequest } from "./exec/executor.ts";
-import { type GpuInventory, readGpuInventory } from "./gpu-inventory.ts";
-import { startHostAgent } from "./host-command.ts";
-import { buildServiceImage, findBuiltImage, removeBuiltImages } from "./image-builder.ts";
-import { LABEL } from "./labels.ts";
-import { NetworkAllocator } from "./network-allocator.ts";
-import { OpJournal } from "./op-journal.ts";
-import { type ReconcileReport, reconcile } from "./reconcile.ts";
+import { type GpuInventory, readGpuInventory } from "./host/gpu-inventory.ts";
+import { startHostAgent } from "./host/host-command.ts";
+import { OpJournal } from "./host/op-journal.ts";
+import { type ReconcileReport, reconcile } from "./host/reconcile.ts";
+import { type StackRecord, StateStore, type VersionRecord } from "./host/state-store.ts";
 import type { ContainerRuntime, Labels } from "./runtime/container-runtime.ts";
-import { waitServiceHealthy } from "./service-health.ts";
-import { snapshotStack } from "./snapshotter.ts";
-import { clockDirFor, holdStackClock, releaseStackClock } from "./stack-clock.ts";
-import type { DenvdOptions, StackContext } from "./stack-context.ts";
-import { type DiffStackOptions, diffStack } from "./stack-diff.ts";
-import { digestStack } from "./stack-digest.ts";
-import { probeStack } from "./stack-egress.ts";
-import { type FsEntry, fileOp, getFiles, putFiles, readFilesTo, type ServiceTarget } from "./stack-files.ts";
+import { waitServiceHealthy } from "./services/service-health.ts";
+import { snapshotStack } from "./snapshots/snapshotter.ts";
+import { type DiffStackOptions, diffStack } from "./snapshots/stack-diff.ts";
+import { digestStack } from "./snapshots/stack-digest.ts";
+import { VersionTransfers } from "./snapshots/version-transfers.ts";
+import { AgentRegistry } from "./stack/agent-registry.ts";
+import type { EgressEvidence } from "./stack/egress-probe.ts";
+import { buildServiceImage, findBuiltImage, removeBuiltImages } from "./stack/image-builder.ts";
+import { LABEL } from "./stack/labels.ts";
+import { NetworkAllocator } from "./stack/network-allocator.ts";
+import type { DenvdOptions, StackContext } from "./stack/stack-context.ts";
+import { probeStack } from "./stack/stack-egress.ts";
+import {
+  type FsEntry,
+  fileOp,
+  getFiles,
+  putFiles,
+  readFilesTo,
+  type ServiceTarget,
+} from "./stack/stack-files.ts";
 import {
   deleteVersion,
   destroyStack,
@@ -54,14 +63,12 @@ import {
   prepareStack,
   rollbackStack,
   warmStack,
-} from "./stack-lifecycle.ts";
-import { seedDataset } from "./stack-seeds.ts";
-import { type StartResult, startStack } from "./stack-starter.ts";
-import { type StackRecord, StateStore, type VersionRecord } from "./state-store.ts";
+} from "./stack/stack-lifecycle.ts";
+import { seedDataset } from "./stack/stack-seeds.ts";
+import { type StartResult, startStack } from "./stack/stack-starter.ts";
 import type { StorageDriver } from "./storage/storage-driver.ts";
-import { VersionTransfers } from "./version-transfers.ts";
 
-export type { DenvdOptions } from "./stack-context.ts";
+export type { DenvdOptions } from "./stack/stack-context.ts";
 
 export class Denvd {
   readonly storage: StorageDriver;

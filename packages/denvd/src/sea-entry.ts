@@ -5,8 +5,8 @@
  */
 import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { DENVD_VERSION } from "./host/sidecar.ts";
 import { main } from "./main.ts";
-import { DENVD_VERSION } from "./sidecar.ts";
 
 function extractAgent(): void {
   let sea: typeof import("node:sea") | undefined;

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import type { Readable } from "node:stream";
 import { DenvError } from "@denv/protocol";
 import { BTRFS_BUILTIN } from "../exec/agent-protocol.ts";
-import { runHostBuiltin } from "../host-command.ts";
+import { runHostBuiltin } from "../host/host-command.ts";
 import { directoryBytes } from "./directory-bytes.ts";
 import { runBuiltinOrCommand, runCommand } from "./run-command.ts";
 import { commandInput, commandOutput, extractTarInto, type SnapshotSend, tarOf } from "./snapshot-streams.ts";

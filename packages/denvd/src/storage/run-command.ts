@@ -1,5 +1,5 @@
 import { DenvError } from "@denv/protocol";
-import { type HostCommandResult, runHostBuiltin, runHostCommand } from "../host-command.ts";
+import { type HostCommandResult, runHostBuiltin, runHostCommand } from "../host/host-command.ts";
 
 const DEFAULT_TIMEOUT_MS = 120_000;
 

@@ -9,7 +9,7 @@ import { spawn } from "node:child_process";
 import { PassThrough, type Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { DenvError } from "@denv/protocol";
-import { sanitizeTar } from "../tar-sanitizer.ts";
+import { sanitizeTar } from "../stack/tar-sanitizer.ts";
 
 /** A snapshot leaving the host: its bytes, and whether the command that makes them succeeded. */
 export interface SnapshotSend {

@@ -25,12 +25,23 @@ import type {
   versionSchema,
 } from "./api-schemas.ts";
 
+/** A phase as a deployment's record holds it (phase-recorder.ts): fields it never reached are absent. */
+interface StoredPhase {
+  name: string;
+  status: string;
+  started_at?: string | null;
+  finished_at?: string | null;
+  duration_ms?: number | null;
+  evidence?: unknown;
+  reason?: string | null;
+}
+
 /**
  * A deployment with its outcome as typed fields (version_id, frozen_ms, verify), read from its
  * phases' evidence here once, so no client digs through the evidence for them.
  */
 export function serializeDeployment(d: DeploymentsTable): z.infer<typeof deploymentSchema> {
-  const phases = JSON.parse(d.phases_json) as { name: string; status: string; evidence: unknown }[];
+  const phases = JSON.parse(d.phases_json) as StoredPhase[];
   const evidence = (name: string) => {
     const p = phases.find((x) => x.name === name && x.status === "succeeded");
     return (p?.evidence ?? null) as Record<string, unknown> | null;
@@ -57,7 +68,17 @@ export function serializeDeployment(d: DeploymentsTable): z.infer<typeof deploym
             exit_code: num(verdict?.exit_code),
             agent: str(verdict?.agent) ?? "frozen for inspection",
           },
-    phases: phases as z.infer<typeof deploymentSchema>["phases"],
+    // Every field of every phase on the wire, null where the record has none: a phase that failed
+    // before it gathered evidence was stored without the key, which JSON then left out.
+    phases: phases.map((p) => ({
+      name: p.name,
+      status: p.status as z.infer<typeof deploymentSchema>["phases"][number]["status"],
+      started_at: p.started_at ?? null,
+      finished_at: p.finished_at ?? null,
+      duration_ms: p.duration_ms ?? null,
+      evidence: p.evidence ?? null,
+      reason: p.reason ?? null,
+    })),
     created_at: d.created_at,
     finished_at: d.finished_at,
   };

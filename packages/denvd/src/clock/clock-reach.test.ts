@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
-import { elfInterpreter, isRuntimeInit, linkageOf, serviceClockReach } from "./clock-reach.ts";
+import { isRuntimeInit } from "../services/service-starter.ts";
+import { elfInterpreter, linkageOf, serviceClockReach } from "./clock-reach.ts";
 
 const head = (path: string) => readFileSync(path).subarray(0, 4096);
 

@@ -8,6 +8,7 @@
 import { open, readFile, readlink } from "node:fs/promises";
 import type { ClockServiceEvidence } from "@denv/protocol";
 import { processChildren } from "../services/process-children.ts";
+import { isRuntimeInit } from "../services/service-starter.ts";
 import { AGENT_BIN } from "../stack/container-spec.ts";
 import { CLOCK_LIBRARY } from "./clock-state.ts";
 
@@ -69,13 +70,6 @@ async function readHead(pid: number): Promise<Buffer> {
     await fh.close();
   }
 }
-
-/**
- * The engine's runtime (`runc init`, a cloned binary whose path reads as "/" or a memfd) is what
- * a container's first process is until it execs the entrypoint: the engine already says
- * "running" then. Such a process is not the service's program yet.
- */
-export const isRuntimeInit = (exe: string) => exe === "/" || /memfd:|runc/.test(exe);
 
 /** A service's clock, given its container's first process (its host pid; 0 when not running). */
 export async function serviceClockReach(

@@ -6,9 +6,9 @@
 import { readFile } from "node:fs/promises";
 import { DenvError } from "@denv/protocol";
 import type { StackRecord } from "../host/state-store.ts";
-import { AGENT_BIN } from "../stack/container-spec.ts";
 import { type StackContext, sleep } from "../stack/stack-context.ts";
 import { processChildren } from "./process-children.ts";
+import { isServiceStarter } from "./service-starter.ts";
 
 /** How long the agent may take to become the service's command (longer on a loaded machine). */
 const BECOME_COMMAND_MS = 30_000;
@@ -35,8 +35,8 @@ export async function assertAgentNotRoot(ctx: StackContext, stack: StackRecord):
 
 /**
  * The uids of the service's process: the container's first (or, under docker's init, the init's
- * child), once the agent that started it has become the service's command; until then the process
- * is still the agent, as root. Null when the container stopped meanwhile.
+ * child), once the engine's init and then the agent that started it have become the service's
+ * command; until then the process is one of them, as root. Null when the container stopped meanwhile.
  */
 async function serviceUids(
   ctx: StackContext,
@@ -55,10 +55,10 @@ async function serviceUids(
       // nothing to read (the init itself is root, and is not the service).
       pid = (await processChildren(pid))[0] ?? 0;
     }
-    const argv0 = pid ? (await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "")).split("\0")[0] : "";
+    const argv = pid ? await processArgv(pid) : [];
     const status = pid ? await readFile(`/proc/${pid}/status`, "utf8").catch(() => "") : "";
     const m = /^Uid:\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)/m.exec(status);
-    if (m && argv0 && argv0 !== AGENT_BIN) return { uids: m.slice(1).map(Number), pid };
+    if (m && argv[0] && !isServiceStarter(argv)) return { uids: m.slice(1).map(Number), pid };
     const again = await ctx.runtime.inspectContainer(id);
     if (!again.running) return null;
     await sleep(50);
@@ -74,9 +74,14 @@ async function stillRoot(ctx: StackContext, id: string, first: number, pid: numb
   await sleep(200);
   const again = await ctx.runtime.inspectContainer(id);
   if (!again.running || again.pid !== first) return false;
-  const argv0 = (await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "")).split("\0")[0];
-  if (!argv0 || argv0 === AGENT_BIN) return false;
+  const argv = await processArgv(pid);
+  if (!argv[0] || isServiceStarter(argv)) return false;
   const status = await readFile(`/proc/${pid}/status`, "utf8").catch(() => "");
   const m = /^Uid:\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)/m.exec(status);
   return m?.slice(1).map(Number).includes(0) ?? false;
+}
+
+/** A process's argv from /proc (empty when it is gone). */
+async function processArgv(pid: number): Promise<string[]> {
+  return (await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "")).split("\0");
 }

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { after, before, test } from "node:test";
-import { containerSettleProbe, settleService } from "@denv/denvd";
+import { BUSY_SHARE, containerSettleProbe, cpuDemandReader, cpuUsageMs, settleService } from "@denv/denvd";
 import { pinSpec, RegistryPinner, validateCompose } from "@denv/spec";
 import { hostOp, openTestHost, type TestHost } from "../harness/test-host.ts";
 import { waitFor } from "../harness/wait-for.ts";
@@ -173,5 +173,45 @@ test("the settle's reading of a real container: sleep infinity is idle and waiti
     assert.equal(await settleService(containerSettleProbe(busy.c.id, busy.pid, false), 1000), "window");
   } finally {
     await Promise.all([idle.c.remove({ force: true }), busy.c.remove({ force: true })]);
+  }
+});
+
+test("a busy service the host starves is still at work: it waits for a CPU, where an idle one does not", async () => {
+  // One core, shared by a hog with 512 times the busy service's weight: the busy loop gets about
+  // 0.2 % of the core (less than the share that counts as at work) and waits for it the rest.
+  const run = async (cmd: string[], shares: number) => {
+    const c = await host.docker.createContainer({
+      Image: "127.0.0.1:5000/denv/opsbox:bookworm",
+      Cmd: cmd,
+      User: "1000",
+      Labels: { "dev.denv.test": "starved" },
+      HostConfig: { NetworkMode: "none", CpusetCpus: "0", CpuShares: shares },
+    });
+    await c.start();
+    return c;
+  };
+  // The hog comes last and goes first: a container of weight 2 on that core is starved in its
+  // start and its removal too.
+  const starved = await run(["sh", "-c", "while :; do :; done"], 2);
+  const idle = await run(["sleep", "infinity"], 2);
+  const hog = await run(["sh", "-c", "while :; do :; done"], 1024);
+  try {
+    const demand = cpuDemandReader(starved.id);
+    const idleDemand = cpuDemandReader(idle.id);
+    const [used0, demand0, idle0] = [await cpuUsageMs(starved.id), await demand(), await idleDemand()];
+    const fromMs = performance.now();
+    await waitFor("a second of the starved loop's life", async () => performance.now() - fromMs >= 1000);
+    const [used1, demand1, idle1] = [await cpuUsageMs(starved.id), await demand(), await idleDemand()];
+    const wallMs = performance.now() - fromMs;
+    const share = (a: number | null, b: number | null) => ((b ?? 0) - (a ?? 0)) / wallMs;
+    console.log(
+      `shares of a core: used ${share(used0, used1)}, demand ${share(demand0, demand1)}, idle ${share(idle0, idle1)}`,
+    );
+    assert.ok(share(used0, used1) < BUSY_SHARE, `the starved loop's CPU time alone: ${share(used0, used1)}`);
+    assert.ok(share(demand0, demand1) >= BUSY_SHARE, `its demand: ${share(demand0, demand1)}`);
+    assert.ok(share(idle0, idle1) < BUSY_SHARE, `an idle service's demand: ${share(idle0, idle1)}`);
+  } finally {
+    await hog.remove({ force: true });
+    await Promise.all([starved, idle].map((c) => c.remove({ force: true })));
   }
 });

@@ -26,6 +26,7 @@ export type { StackRecord, VersionRecord } from "./host/state-store.ts";
 export { findFreezer, isFrozen as freezerIsFrozen } from "./runtime/cgroup-freezer.ts";
 export type { ContainerRuntime, ContainerSpec, ContainerState } from "./runtime/container-runtime.ts";
 export { DockerRuntime } from "./runtime/docker-runtime.ts";
+export { BUSY_SHARE, cpuDemandReader, cpuUsageMs } from "./services/service-progress.ts";
 export { containerSettleProbe, settleService } from "./services/service-settle.ts";
 export {
   bridgeLinkLocal,

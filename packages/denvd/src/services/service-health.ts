@@ -9,7 +9,7 @@ import { DenvError, type HealthEvidence, type ResolvedService } from "@denv/prot
 import type { StackRecord } from "../host/state-store.ts";
 import { dropDefaultRoute } from "../stack/egress-probe.ts";
 import { type StackContext, sleep } from "../stack/stack-context.ts";
-import { CpuProgress, cpuUsageMs } from "./service-progress.ts";
+import { CpuProgress, cpuDemandReader } from "./service-progress.ts";
 import { containerSettleProbe, type SettleEnd, settleService } from "./service-settle.ts";
 
 /** The least a service is given to become healthy, whatever its healthcheck's timings. */
@@ -153,7 +153,7 @@ export async function waitServiceHealthy(
     hc.start_period_ms + hc.interval_ms * (hc.retries + 1),
   );
   const ceilingMs = limits.ceilingMs ?? deadlineMs * HEALTH_CEILING_FACTOR;
-  const progress = new CpuProgress(() => cpuUsageMs(id), limits.progressWindowMs ?? PROGRESS_WINDOW_MS);
+  const progress = new CpuProgress(cpuDemandReader(id), limits.progressWindowMs ?? PROGRESS_WINDOW_MS);
   await progress.sample();
   const [kind, ...rest] = hc.test;
   const cmd = kind === "CMD-SHELL" ? ["sh", "-c", rest[0] ?? "true"] : rest;

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { BUSY_SHARE, CpuProgress, cpuUsageMs } from "./service-progress.ts";
+import { BUSY_SHARE, CpuProgress, cpuDemandReader, cpuUsageMs, threadState } from "./service-progress.ts";
 
 /** A CpuProgress over a CPU counter and a clock the test drives. */
 function driven(windowMs: number) {
@@ -108,6 +108,15 @@ test("a counter that cannot be read leaves no sample; hostile container ids read
   await p.sample();
   assert.equal(p.busy(), false);
   assert.equal(await p.excluding(async () => 7), 7);
-  for (const id of ["../../../../etc", "abc/../../x", "", "0123456789ab/../../..", "ABCDEF012345"])
+  for (const id of ["../../../../etc", "abc/../../x", "", "0123456789ab/../../..", "ABCDEF012345"]) {
     assert.equal(await cpuUsageMs(id), null, id);
+    assert.equal(await cpuDemandReader(id)(), null, id);
+  }
+});
+
+test("a thread's state is read past a command that holds spaces and parentheses", () => {
+  assert.equal(threadState("4242 (sh) R 1 4242"), "R");
+  assert.equal(threadState("4242 (a) S (b) D 1 2"), "D", "the last closing parenthesis ends the command");
+  assert.equal(threadState("4242 (x"), "", "a line cut short says nothing");
+  assert.equal(threadState(""), "");
 });

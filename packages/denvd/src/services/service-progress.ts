@@ -35,7 +35,84 @@ export async function cpuUsageMs(containerId: string): Promise<number | null> {
   return null;
 }
 
-/** The share of one core a service must have used over the window to count as at work. */
+/** Where a container's thread ids are listed, by cgroup version and driver, as for usageFiles. */
+function threadFiles(containerId: string): string[] {
+  return [
+    `/sys/fs/cgroup/cpuacct/docker/${containerId}/tasks`,
+    `/sys/fs/cgroup/cpuacct/system.slice/docker-${containerId}.scope/tasks`,
+    `/sys/fs/cgroup/system.slice/docker-${containerId}.scope/cgroup.threads`,
+    `/sys/fs/cgroup/docker/${containerId}/cgroup.threads`,
+  ];
+}
+
+/** The most threads read per sample: the pids cap bounds a container, this bounds the cost. */
+const MAX_THREADS_READ = 2048;
+
+/**
+ * A container's CPU demand so far, in ms: the CPU time it used, the time its threads waited on a
+ * run queue for a CPU (the second field of /proc/TID/schedstat), and, when one of its threads is
+ * runnable (state R) at a reading, the whole time since the reading before. A service at work on a
+ * host that starves it (two hogs beside twenty forks: the engine's whole cgroup then gets a sliver
+ * of the cores) uses little CPU but wants it all the time; one sitting idle does neither. The
+ * kernel counts a wait only when the thread next gets a CPU, which a thread weighed down enough
+ * may not within a window: the runnable state says so at once. The waits of threads that ended
+ * leave the sum, so each thread's wait is counted by its growth, and the reading only ever grows.
+ * Null where the cgroup cannot be read.
+ */
+export function cpuDemandReader(
+  containerId: string,
+  now: () => number = () => performance.now(),
+): () => Promise<number | null> {
+  const waitedNs = new Map<number, number>();
+  let waitedMs = 0;
+  let lastReadMs: number | null = null;
+  return async () => {
+    const used = await cpuUsageMs(containerId);
+    if (used === null) return null;
+    let listed: string | null = null;
+    for (const f of threadFiles(containerId)) {
+      listed = await readFile(f, "utf8").catch(() => null);
+      if (listed !== null) break;
+    }
+    const tids = (listed ?? "")
+      .split("\n")
+      .filter((t) => /^[1-9]\d{0,9}$/.test(t))
+      .slice(0, MAX_THREADS_READ)
+      .map(Number);
+    const seen = new Set<number>();
+    let runnable = false;
+    for (const tid of tids) {
+      const [sched, stat] = await Promise.all([
+        readFile(`/proc/${tid}/schedstat`, "utf8").catch(() => ""),
+        readFile(`/proc/${tid}/stat`, "utf8").catch(() => ""),
+      ]);
+      if (threadState(stat) === "R") runnable = true;
+      const ns = Number(sched.split(" ")[1]);
+      if (!Number.isFinite(ns) || ns < 0) continue;
+      seen.add(tid);
+      waitedMs += Math.max(0, ns - (waitedNs.get(tid) ?? 0)) / 1e6;
+      waitedNs.set(tid, ns);
+    }
+    for (const tid of waitedNs.keys()) if (!seen.has(tid)) waitedNs.delete(tid);
+    const atMs = now();
+    if (runnable && lastReadMs !== null) waitedMs += Math.max(0, atMs - lastReadMs);
+    lastReadMs = atMs;
+    return used + waitedMs;
+  };
+}
+
+/** A thread's state from /proc/TID/stat: the field after the command's closing parenthesis. */
+export function threadState(stat: string): string {
+  const close = stat.lastIndexOf(")");
+  return close < 0
+    ? ""
+    : (stat
+        .slice(close + 1)
+        .trim()
+        .split(/\s+/)[0] ?? "");
+}
+
+/** The share of one core a service must have used (or waited for) over the window to count as at work. */
 export const BUSY_SHARE = 0.02;
 
 /**

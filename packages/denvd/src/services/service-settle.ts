@@ -11,7 +11,7 @@
 import { readFile } from "node:fs/promises";
 import { sleep } from "../stack/stack-context.ts";
 import { processChildren } from "./process-children.ts";
-import { cpuUsageMs } from "./service-progress.ts";
+import { cpuDemandReader, threadState } from "./service-progress.ts";
 
 /** How long a service must use no CPU at all to count as waiting. */
 export const SETTLE_IDLE_MS = 100;
@@ -55,14 +55,15 @@ export async function settleService(probe: SettleProbe, settleMs: number): Promi
 }
 
 /**
- * The settle probe of a running container: its cgroup's CPU time, and its service process (the
+ * The settle probe of a running container: its cgroup's CPU demand (time used, and time its
+ * threads waited for a CPU: a starved service is still at work), and its service process (the
  * first process, or under docker's init that init's first child) read from /proc. Waiting means
  * asleep (state S, not D: a read from disk is work in progress) in a kernel wait that is not
  * `do_wait` (a parent waiting on its child, whose outcome is still to come).
  */
 export function containerSettleProbe(containerId: string, pid: number, init: boolean): SettleProbe {
   return {
-    cpuMs: () => cpuUsageMs(containerId),
+    cpuMs: cpuDemandReader(containerId),
     waiting: async () => {
       const service = init ? ((await processChildren(pid))[0] ?? 0) : pid;
       if (!service) return false;
@@ -91,12 +92,7 @@ export async function processWaiting(pid: number): Promise<boolean> {
  * of "0" or nothing (a kernel that does not say) is not taken as waiting.
  */
 export function waitingFrom(stat: string, wchan: string): boolean {
-  const close = stat.lastIndexOf(")");
-  if (close < 0) return false;
-  const state = stat
-    .slice(close + 1)
-    .trim()
-    .split(/\s+/)[0];
+  const state = threadState(stat);
   const where = wchan.trim();
   return (
     state === "S" && where !== "" && where !== "0" && !/^(do_wait|kernel_wait4|__do_sys_wait)/.test(where)

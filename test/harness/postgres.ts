@@ -14,7 +14,18 @@ const pgBin = (() => {
   return v ? `/usr/lib/postgresql/${v}/bin` : null;
 })();
 
-export async function startPostgresCluster(): Promise<{ url: string; stop: () => void }> {
+export interface PostgresCluster {
+  url: string;
+  /** Stops it for good and removes its files. */
+  stop: () => void;
+  /** `pg_ctl restart -m fast`, as an operator would: every connection is ended, then it is back. */
+  restart: () => void;
+  /** `pg_ctl stop -m fast`: the database away until `start`. */
+  pause: () => void;
+  start: () => void;
+}
+
+export async function startPostgresCluster(): Promise<PostgresCluster> {
   if (!pgBin) throw new Error("PostgreSQL is not installed (the set-up installs Debian's postgresql)");
   const root = "/var/lib/denv-test";
   const dir = join(root, `pg-${randomBytes(4).toString("hex")}`);
@@ -28,19 +39,24 @@ export async function startPostgresCluster(): Promise<{ url: string; stop: () =>
   const asPg = (...args: string[]) =>
     execFileSync("runuser", ["-u", "postgres", "--", ...args], { stdio: "pipe" });
   asPg(`${pgBin}/initdb`, "-D", join(dir, "data"), "-A", "trust", "-U", "postgres");
-  asPg(
-    `${pgBin}/pg_ctl`,
-    "-D",
-    join(dir, "data"),
-    "-w",
-    "-l",
-    join(dir, "log"),
-    "-o",
-    `-k ${dir} -p ${port} -c listen_addresses=127.0.0.1`,
-    "start",
-  );
+  const ctl = (...args: string[]) =>
+    asPg(
+      `${pgBin}/pg_ctl`,
+      "-D",
+      join(dir, "data"),
+      "-w",
+      "-l",
+      join(dir, "log"),
+      "-o",
+      `-k ${dir} -p ${port} -c listen_addresses=127.0.0.1`,
+      ...args,
+    );
+  ctl("start");
   return {
     url: `postgres://postgres@127.0.0.1:${port}/postgres`,
+    restart: () => ctl("-m", "fast", "restart"),
+    pause: () => ctl("-m", "fast", "stop"),
+    start: () => ctl("start"),
     stop: () => {
       spawnSync(
         "runuser",

@@ -66,6 +66,8 @@ export interface ServerOptions {
   dataDir: string;
   /** postgres://… to keep the store in PostgreSQL instead of SQLite in dataDir. */
   databaseUrl?: string;
+  /** How long a query waits for a PostgreSQL that is away before it fails as unavailable (default 30 s). */
+  storeWaitMs?: number;
   port?: number;
   host?: string;
   tls?: { certPath: string; keyPath: string };
@@ -174,7 +176,11 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const acme =
     options.acme && acmeDomain ? new AcmeCertificates(options.dataDir, acmeDomain, options.acme) : null;
   const acmeTls = acme ? (await acme.ensure()).tls : null;
-  const store = await openStore({ dataDir: options.dataDir, databaseUrl: options.databaseUrl });
+  const store = await openStore({
+    dataDir: options.dataDir,
+    databaseUrl: options.databaseUrl,
+    waitMs: options.storeWaitMs,
+  });
   const adminKey = await bootstrap(store, options.adminKey);
   const leaseMs = options.leaseMs ?? 15_000;
   // Replicas on one PostgreSQL: each holds some hosts' connections and routes calls for the rest.

@@ -3,6 +3,7 @@
  * module, so nothing has to be compiled against the running Node.
  */
 import { DatabaseSync, type StatementSync } from "node:sqlite";
+import { DenvError } from "@denv/protocol";
 import type { SqliteDatabase, SqliteStatement } from "kysely";
 
 type Param = null | number | bigint | string | Uint8Array;
@@ -14,6 +15,26 @@ function toParams(parameters: ReadonlyArray<unknown>): Param[] {
 }
 
 const STATEMENT_CACHE = 256;
+/** SQLite's result code for a full disk (or a database at its max_page_count). */
+const SQLITE_FULL = 13;
+
+/**
+ * A full disk as a refusal that says so: SQLite rolls back the statement (nothing half-written),
+ * and the caller is told where space is needed instead of "the server failed".
+ */
+function refusedWhenFull<T>(path: string, run: () => T): T {
+  try {
+    return run();
+  } catch (err) {
+    if ((err as { errcode?: unknown }).errcode === SQLITE_FULL)
+      throw new DenvError(
+        "insufficient_storage",
+        `the store's disk is full (SQLite at ${path}: ${(err as Error).message}); nothing was written: free space there and try again`,
+        { cause: err },
+      );
+    throw err;
+  }
+}
 
 export function openNodeSqlite(path: string): SqliteDatabase {
   const db = new DatabaseSync(path);
@@ -49,9 +70,9 @@ export function openNodeSqlite(path: string): SqliteDatabase {
       const { stmt, reader } = statement(sql);
       return {
         reader,
-        all: (parameters) => stmt.all(...toParams(parameters)) as unknown[],
+        all: (parameters) => refusedWhenFull(path, () => stmt.all(...toParams(parameters)) as unknown[]),
         run: (parameters) => {
-          const r = stmt.run(...toParams(parameters));
+          const r = refusedWhenFull(path, () => stmt.run(...toParams(parameters)));
           return { changes: r.changes, lastInsertRowid: r.lastInsertRowid };
         },
         iterate: (parameters) => stmt.iterate(...toParams(parameters)) as IterableIterator<unknown>,

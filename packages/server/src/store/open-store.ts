@@ -5,9 +5,9 @@
 import { chmodSync, closeSync, existsSync, mkdirSync, openSync } from "node:fs";
 import { join } from "node:path";
 import { type Dialect, Kysely, Migrator, PostgresDialect, SqliteDialect, sql } from "kysely";
-import { serversOwnSocket } from "../outbound-guard.ts";
 import { migrationProvider } from "./migrations.ts";
 import { openNodeSqlite } from "./node-sqlite-database.ts";
+import { openPostgresPool, type StorePool } from "./postgres-pool.ts";
 import type { Database } from "./schema.ts";
 
 export type Store = Kysely<Database>;
@@ -17,21 +17,26 @@ export interface StoreOptions {
   dataDir: string;
   /** postgres://user:password@host:port/db — when set, PostgreSQL is used instead of SQLite. */
   databaseUrl?: string;
+  /** How long a query waits for a PostgreSQL that is away (default STORE_WAIT_MS). */
+  waitMs?: number;
 }
+
+/** Each PostgreSQL store's pool, for the readiness probe's reason. */
+const pools = new WeakMap<Store, StorePool>();
+/** How long the readiness probe waits on the store before it says it is not ready. */
+const PING_WAIT_MS = 2000;
 
 export async function openStore(options: StoreOptions | string): Promise<Store> {
   const o = typeof options === "string" ? { dataDir: options } : options;
   let dialect: Dialect;
+  let pool: StorePool | null = null;
   if (o.databaseUrl) {
     if (!/^postgres(ql)?:\/\//.test(o.databaseUrl))
       throw new Error("the database URL must start with postgres://");
     // pg is loaded by servers on PostgreSQL only.
     const { default: pg } = await import("pg");
-    // Its connections are the server's own: opened from within a team's outbound scope (a hosted
-    // target's records), they are not held to the fetch policy (outbound-guard.ts).
-    dialect = new PostgresDialect({
-      pool: new pg.Pool({ connectionString: o.databaseUrl, max: 10, stream: serversOwnSocket }),
-    });
+    pool = openPostgresPool(pg.Pool, o.databaseUrl, { waitMs: o.waitMs });
+    dialect = new PostgresDialect({ pool });
   } else {
     // The store holds hashes of every key, sealed secrets and every team's records: only the
     // server's user reads it (the directory 0700, the database and its WAL files 0600, which SQLite
@@ -44,6 +49,7 @@ export async function openStore(options: StoreOptions | string): Promise<Store> 
     dialect = new SqliteDialect({ database: openNodeSqlite(file) });
   }
   const db = new Kysely<Database>({ dialect });
+  if (pool) pools.set(db, pool);
   const { error, results } = await new Migrator({ db, provider: migrationProvider }).migrateToLatest();
   if (error) {
     await db.destroy();
@@ -53,7 +59,25 @@ export async function openStore(options: StoreOptions | string): Promise<Store> 
   return db;
 }
 
-/** Whether the store answers (the readiness probe's check): throws what the database said. */
+/**
+ * Whether the store answers (the readiness probe's check): throws what the database said, or, when
+ * it is away (a query then waits for it), why it is away, within PING_WAIT_MS.
+ */
 export async function pingStore(store: Store): Promise<void> {
-  await sql`select 1`.execute(store);
+  const pool = pools.get(store);
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => reject(new Error(pool?.away() ?? `no answer within ${PING_WAIT_MS} ms`)),
+      PING_WAIT_MS,
+    );
+  });
+  const ping = sql`select 1`.execute(store);
+  ping.catch(() => {});
+  try {
+    if (pool?.away()) throw new Error(pool.away() as string);
+    await Promise.race([ping, late]);
+  } finally {
+    clearTimeout(timer);
+  }
 }

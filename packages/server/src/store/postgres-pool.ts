@@ -1,0 +1,112 @@
+/**
+ * PostgreSQL's connections for the store, made to outlive the database going away (issue 70: a
+ * `pg_ctl restart -m fast` ended every pooled connection, pg's Pool emitted 'error' with nobody
+ * listening, and the server died). An idle connection the database ends is dropped and logged; a
+ * connection asked for while the database is away is tried again with backoff for up to a bound
+ * (nothing was sent, so nothing can be done twice), so a restart of a second or two costs a request
+ * latency, not an error; a query whose connection is ended under it fails as `unavailable` (the
+ * database rolled it back; retrying is the caller's choice), never as an anonymous 500.
+ */
+import { DenvError } from "@denv/protocol";
+import type { PostgresPool, PostgresPoolClient } from "kysely";
+import type pg from "pg";
+import { serversOwnSocket } from "../outbound-guard.ts";
+import { serverLog } from "../server-log.ts";
+
+/** How long a connection is waited for while the database is away, by default. */
+export const STORE_WAIT_MS = 30_000;
+const FIRST_RETRY_MS = 100;
+const MAX_RETRY_MS = 2000;
+
+/** SQLSTATEs that mean the connection, not the statement, failed: class 08, and the shutdowns. */
+const CONNECTION_STATES = /^(08...|57P0[1-3]|53300)$/;
+const CONNECTION_ERRNOS = new Set([
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "EPIPE",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "ENOENT",
+]);
+const CONNECTION_WORDS = /Connection terminated|not queryable|connection is closed|Connection refused/i;
+
+/** Whether an error from pg means the database (or the way to it) went away. */
+export function isConnectionError(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  const code = (err as { code?: unknown }).code;
+  if (typeof code === "string" && (CONNECTION_STATES.test(code) || CONNECTION_ERRNOS.has(code))) return true;
+  return CONNECTION_WORDS.test(err.message);
+}
+
+export interface StorePool extends PostgresPool {
+  /** Why the last connection failed, while the database has not answered since; null when it has. */
+  away(): string | null;
+}
+
+export function openPostgresPool(
+  Pool: typeof pg.Pool,
+  connectionString: string,
+  options: { waitMs?: number } = {},
+): StorePool {
+  const waitMs = options.waitMs ?? STORE_WAIT_MS;
+  // Its connections are the server's own: opened from within a team's outbound scope (a hosted
+  // target's records), they are not held to the fetch policy (outbound-guard.ts).
+  const pool = new Pool({ connectionString, max: 10, stream: serversOwnSocket });
+  let away: string | null = null;
+  pool.on("error", (err) => {
+    // An idle connection ended by the database (a restart, an administrator): the pool drops it.
+    serverLog().warn({ error: err.message }, "the store's database ended an idle connection");
+  });
+  const unavailable = (err: Error, what: string) =>
+    new DenvError("unavailable", `the store's database ${what}: ${err.message}; try again`, { cause: err });
+  const heard = new WeakSet<pg.PoolClient>();
+  const wrap = (client: pg.PoolClient): PostgresPoolClient => {
+    if (!heard.has(client)) {
+      heard.add(client);
+      // Ended while lent out between two queries (a transaction's, or just acquired): the next
+      // query fails as unavailable; the event itself must not end the server.
+      client.on("error", (err) =>
+        serverLog().warn({ error: err.message }, "the store's database ended a connection in use"),
+      );
+    }
+    const query = client.query.bind(client) as (...args: unknown[]) => unknown;
+    return {
+      query: ((...args: unknown[]) => {
+        const r = query(...args);
+        if (r instanceof Promise)
+          return r.catch((err: unknown) => {
+            throw isConnectionError(err) ? unavailable(err as Error, "ended the connection") : err;
+          });
+        return r;
+      }) as PostgresPoolClient["query"],
+      release: (destroy?: boolean) => client.release(destroy),
+    };
+  };
+  return {
+    away: () => away,
+    end: () => pool.end(),
+    async connect() {
+      const deadline = performance.now() + waitMs;
+      for (let delayMs = FIRST_RETRY_MS; ; delayMs = Math.min(delayMs * 2, MAX_RETRY_MS)) {
+        try {
+          const client = await pool.connect();
+          if (away !== null) serverLog().info("the store's database answers again");
+          away = null;
+          return wrap(client);
+        } catch (err) {
+          if (!isConnectionError(err)) throw err;
+          if (away === null)
+            serverLog().warn(
+              { error: (err as Error).message },
+              "the store's database is away; waiting for it",
+            );
+          away = (err as Error).message;
+          const leftMs = deadline - performance.now();
+          if (leftMs <= 0)
+            throw unavailable(err as Error, `did not answer for ${Math.round(waitMs / 1000)} s`);
+          await new Promise((r) => setTimeout(r, Math.min(delayMs, leftMs)));
+        }
+      }
+    },
+  };
+}

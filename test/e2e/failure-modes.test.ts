@@ -74,10 +74,22 @@ test("a service that never becomes healthy rolls the deploy back, naming it; not
 test("a service that exits before it is healthy rolls back with its exit code", async () => {
   const d = await deploy(
     "exits",
-    `    image: ${OPSBOX}\n    user: "1000:1000"\n    command: ["sh", "-c", "exit 3"]\n    healthcheck: { test: ["CMD", "true"], interval: 1s, retries: 30 }\n`,
+    `    image: ${OPSBOX}\n    user: "1000:1000"\n    command: ["sh", "-c", "echo 'fatal: DATABASE_URL is not set' >&2; exit 3"]\n    healthcheck: { test: ["CMD", "true"], interval: 1s, retries: 30 }\n`,
   );
   assert.equal(d.status, "rolled_back", JSON.stringify(d));
-  assert.match(d.reason, /service box exited with code 3 before it was healthy/);
+  assert.match(
+    d.reason,
+    /service box exited with code 3 before it was healthy; its last output:\n {2}fatal: DATABASE_URL is not set/,
+  );
+  // The failed phase's evidence keeps them as fields, for a program reading the phase log.
+  const failed = (d.phases as { status: string; evidence: { details?: Record<string, unknown> } }[]).find(
+    (p) => p.status === "failed",
+  );
+  assert.deepEqual(failed?.evidence.details, {
+    service: "box",
+    exit_code: 3,
+    last_lines: ["fatal: DATABASE_URL is not set"],
+  });
 });
 
 test("the memory cap is hit for real: the command is OOM-killed, the cgroup counts it, the sandbox lives", async () => {

@@ -64,6 +64,23 @@ async function start(
   }
 }
 
+test("a service that exits while its healthcheck is waited for is reported when it exits, with its code and last lines", async () => {
+  const fromMs = performance.now();
+  const out = await start(
+    await prepared(
+      "dies",
+      "echo 'Traceback (most recent call last):'; echo 'ImportError: flask' >&2; exit 7",
+      "false",
+    ),
+  );
+  assert.equal(out.ok, false);
+  // Both streams, as the engine kept them (the order between two pipes is the engine's).
+  const message = (out as { message: string }).message;
+  assert.match(message, /^service app exited with code 7 before it was healthy; its last output:\n/);
+  assert.match(message, /\n {2}Traceback \(most recent call last\):(\n|$)/);
+  assert.match(message, /\n {2}ImportError: flask(\n|$)/);
+});
+
 test("an idle service that is not healthy fails at its deadline, named idle", async () => {
   const out = await start(await prepared("idle", "exec sleep infinity", "false"));
   assert.equal(out.ok, false);
@@ -115,9 +132,20 @@ test("a service at work that never becomes healthy fails at the ceiling, named s
 
 test("at a deploy's start, a service without a healthcheck that exits a moment after it started fails it", async () => {
   // Looked at straight after its start it was running; it must stay up for the settle first.
-  const r = await start(await prepared("exits-soon", "sleep 0.3; exit 3", null));
+  const r = await start(
+    await prepared(
+      "exits-soon",
+      "echo booting; echo 'ModuleNotFoundError: shop' >&2; sleep 0.3; exit 3",
+      null,
+    ),
+  );
   assert.equal(r.ok, false);
-  assert.match(r.ok ? "" : r.message, /service app exited with code 3 right after it started/);
+  assert.match(
+    r.ok ? "" : r.message,
+    /service app exited with code 3 right after it started; its last output:\n/,
+  );
+  assert.match(r.ok ? "" : r.message, /\n {2}booting(\n|$)/);
+  assert.match(r.ok ? "" : r.message, /\n {2}ModuleNotFoundError: shop(\n|$)/);
   const up = await start(await prepared("stays-up", "exec sleep 600", null));
   assert.equal(up.ok, true, up.ok ? "" : up.message);
 });

@@ -217,8 +217,14 @@ export interface ContainerRuntime {
   listContainers(labels: Labels): Promise<ObjectSummary[]>;
   /** Waits for a container to exit; after timeoutMs it reports timedOut (the container keeps running). */
   waitContainer(id: string, timeoutMs: number): Promise<{ exitCode: number; timedOut: boolean }>;
-  /** A container's output so far, stdout and stderr apart. */
-  containerLogs(id: string): Promise<{ stdout: Buffer; stderr: Buffer }>;
+  /**
+   * A container's output so far, stdout and stderr apart and both in the order written; with
+   * `tailLines`, only the last lines the engine kept.
+   */
+  containerLogs(
+    id: string,
+    options?: { tailLines?: number },
+  ): Promise<{ stdout: Buffer; stderr: Buffer; combined: Buffer }>;
   /** Runs a command; resolves to its exit code when its output has ended. */
   exec(id: string, options: RawExecOptions): Promise<{ exitCode: number }>;
   putArchive(id: string, path: string, tar: Readable): Promise<void>;

@@ -415,22 +415,32 @@ export class DockerRuntime implements ContainerRuntime {
     }
   }
 
-  async containerLogs(id: string): Promise<{ stdout: Buffer; stderr: Buffer }> {
+  async containerLogs(
+    id: string,
+    options: { tailLines?: number } = {},
+  ): Promise<{ stdout: Buffer; stderr: Buffer; combined: Buffer }> {
     const raw = (await this.docker
       .getContainer(id)
-      .logs({ stdout: true, stderr: true, follow: false })
+      .logs({
+        stdout: true,
+        stderr: true,
+        follow: false,
+        ...(options.tailLines === undefined ? {} : { tail: options.tailLines }),
+      })
       .catch((e: unknown) => mapError(e, "reading a container's output"))) as unknown as Buffer;
     // Without a TTY the engine multiplexes: 8-byte frames, byte 0 the stream (1 stdout, 2 stderr).
     const out: Buffer[] = [];
     const err: Buffer[] = [];
+    const both: Buffer[] = [];
     let i = 0;
     while (i + 8 <= raw.length) {
       const size = raw.readUInt32BE(i + 4);
       const frame = raw.subarray(i + 8, i + 8 + size);
       (raw[i] === 2 ? err : out).push(frame);
+      both.push(frame);
       i += 8 + size;
     }
-    return { stdout: Buffer.concat(out), stderr: Buffer.concat(err) };
+    return { stdout: Buffer.concat(out), stderr: Buffer.concat(err), combined: Buffer.concat(both) };
   }
 
   async listContainers(labels: Labels): Promise<ObjectSummary[]> {

@@ -9,6 +9,7 @@ import { DenvError, type HealthEvidence, type ResolvedService } from "@denv/prot
 import type { StackRecord } from "../host/state-store.ts";
 import { dropDefaultRoute } from "../stack/egress-probe.ts";
 import { type StackContext, sleep } from "../stack/stack-context.ts";
+import { lastOutputLines, outputEnding } from "./last-output.ts";
 import { CpuProgress, cpuDemandReader } from "./service-progress.ts";
 import { containerSettleProbe, type SettleEnd, settleService } from "./service-settle.ts";
 
@@ -84,7 +85,13 @@ export async function startInOrder(
           const st = await ctx.runtime.inspectContainer(stack.containers[svc] as string);
           if (!st.running) {
             if (st.exitCode !== 0)
-              throw new DenvError("unavailable", `service ${svc} exited with ${st.exitCode}`);
+              throw await exitedError(
+                ctx,
+                svc,
+                stack.containers[svc] as string,
+                st.exitCode,
+                "before it completed",
+              );
             return;
           }
           await sleep(pollMs);
@@ -135,11 +142,7 @@ export async function waitServiceHealthy(
         settled = await settleService(containerSettleProbe(id, first.pid, Boolean(s.init)), settleMs);
     }
     const st = await ctx.runtime.inspectContainer(id);
-    if (!st.running)
-      throw new DenvError(
-        "unavailable",
-        `service ${svc} exited with code ${st.exitCode} right after it started`,
-      );
+    if (!st.running) throw await exitedError(ctx, svc, id, st.exitCode, "right after it started");
     return {
       healthy_ms: Math.round(performance.now() - startedAt),
       method: "running",
@@ -192,11 +195,7 @@ export async function waitServiceHealthy(
     }
     if (await healthyNow()) return healthy();
     const st = await ctx.runtime.inspectContainer(id);
-    if (!st.running)
-      throw new DenvError(
-        "unavailable",
-        `service ${svc} exited with code ${st.exitCode} before it was healthy`,
-      );
+    if (!st.running) throw await exitedError(ctx, svc, id, st.exitCode, "before it was healthy");
     // Past the deadline, checks come less often: the window then sees mostly the service's own work.
     await sleep(extended ? Math.max(pollMs, PAST_DEADLINE_POLL_MS) : pollMs);
     await progress.sample();
@@ -208,8 +207,31 @@ export async function waitServiceHealthy(
       : wasBusy
         ? `within ${elapsedMs} ms (given past its ${deadlineMs} ms deadline while it was at work, then it went idle)`
         : `within ${elapsedMs} ms (its deadline ${deadlineMs} ms), and it was idle at the end`;
+  const lines = await lastOutputLines(ctx.runtime, id);
   throw new DenvError(
     "timeout",
-    `service ${svc} was not healthy ${why} (last check: ${last || "no output"})`,
+    `service ${svc} was not healthy ${why} (last check: ${last || "no output"})${outputEnding(lines)}`,
+    { details: { service: svc, last_lines: lines } },
+  );
+}
+
+/**
+ * A service's container that ended: its exit code and last lines of output, in the message and in
+ * the details a failed phase's evidence keeps, read at once rather than at a health deadline.
+ */
+async function exitedError(
+  ctx: StackContext,
+  svc: string,
+  containerId: string,
+  exitCode: number,
+  when: string,
+): Promise<DenvError> {
+  const lines = await lastOutputLines(ctx.runtime, containerId);
+  return new DenvError(
+    "unavailable",
+    `service ${svc} exited with code ${exitCode} ${when}${outputEnding(lines)}`,
+    {
+      details: { service: svc, exit_code: exitCode, last_lines: lines },
+    },
   );
 }

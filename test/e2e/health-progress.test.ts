@@ -65,7 +65,6 @@ async function start(
 }
 
 test("a service that exits while its healthcheck is waited for is reported when it exits, with its code and last lines", async () => {
-  const fromMs = performance.now();
   const out = await start(
     await prepared(
       "dies",

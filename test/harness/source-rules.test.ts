@@ -1,9 +1,10 @@
 /**
  * Rules of the source tree, checked on its files: no import cycle among a package's modules (type
  * imports count: a cycle of types is two modules that cannot be read apart), no hand-written
- * module over MAX_LINES lines (generated ones, `*.gen.ts`, are left out), and the server's
- * database reached through `store/` alone: a query written anywhere else is a team's scope that
- * can be forgotten there.
+ * module over MAX_LINES lines (generated ones, `*.gen.ts`, are left out), the server's
+ * database reached through `store/` alone (a query written anywhere else is a team's scope that
+ * can be forgotten there), and the server's HTTP layer (`api/`) a leaf that only the composition
+ * root reaches into: what routes call lives below them, where the other surfaces call it too.
  */
 import assert from "node:assert/strict";
 import { glob, readFile } from "node:fs/promises";
@@ -132,4 +133,35 @@ test("the query finder sees a query begun, raw SQL and Kysely imported, and noth
 test("the server reaches its database through store/ alone", async () => {
   const found = queriesOutsideStore(await sourceFiles());
   assert.deepEqual(found, [], `queries outside packages/server/src/store/:\n${found.join("\n")}`);
+});
+
+/** The server's modules that build the HTTP surface out of its routes: the composition root. */
+const API_COMPOSERS = new Set(["app.ts", "server.ts", "index.ts", "console-routes.ts"]);
+
+/** Imports of the server's `api/` from anywhere but `api/` itself and the composition root. */
+export function apiImportsFromBelow(graph: Map<string, string[]>): string[] {
+  const base = "packages/server/src/";
+  const found: string[] = [];
+  for (const [f, deps] of graph) {
+    if (!f.startsWith(base) || f.startsWith(`${base}api/`) || API_COMPOSERS.has(f.slice(base.length)))
+      continue;
+    for (const d of deps) if (d.startsWith(`${base}api/`)) found.push(`${f} imports ${d}`);
+  }
+  return found;
+}
+
+test("the API-import finder sees a layer below reaching up into api/, and lets the root and api/ be", () => {
+  const files = new Map([
+    ["packages/server/src/api/a-routes.ts", 'import { make } from "../environments/make.ts";'],
+    ["packages/server/src/environments/make.ts", 'import type { ApiDeps } from "../api/a-routes.ts";'],
+    ["packages/server/src/app.ts", 'import { routes } from "./api/a-routes.ts";'],
+  ]);
+  assert.deepEqual(apiImportsFromBelow(importGraph(files)), [
+    "packages/server/src/environments/make.ts imports packages/server/src/api/a-routes.ts",
+  ]);
+});
+
+test("nothing below the server's routes imports api/: environments, deployments and targets stand apart from HTTP", async () => {
+  const found = apiImportsFromBelow(importGraph(await sourceFiles()));
+  assert.deepEqual(found, [], `imports of api/ from below it:\n${found.join("\n")}`);
 });

@@ -5,11 +5,11 @@
 import { DenvError } from "@denv/protocol";
 import type { MiddlewareHandler } from "hono";
 import { getCookie } from "hono/cookie";
+import { assertAllowed, type Need, SAFE_METHODS } from "../people/access-rules.ts";
 import { csrfTokenOf, SESSION_COOKIE } from "../people/session-cookie.ts";
 import type { RateLimiter } from "../rate-limit.ts";
 import { findSession, type Role, roleIn } from "../store/people-store.ts";
 import { apiKeyById, findApiKey } from "../store/team-store.ts";
-import { assertAllowed, type Need, SAFE_METHODS } from "./access-rules.ts";
 import type { ApiContext, ApiEnv } from "./api-deps.ts";
 
 /**

@@ -9,7 +9,7 @@ import { DenvError, isDenvError } from "@denv/protocol";
 import { Hono, type MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import type { z } from "zod";
-import { type Need, needOfMethod } from "./access-rules.ts";
+import { type Need, needOfMethod } from "../people/access-rules.ts";
 import { requireKey } from "./api-auth.ts";
 import type { ApiContext, ApiEnv } from "./api-deps.ts";
 import { anonymousBody } from "./request-bodies.ts";

@@ -151,6 +151,18 @@ export async function serializeEnvironment(
   };
 }
 
+/** An environment just made, with the deployment that made it (none for a hosted provider's fork). */
+export async function serializeMade(
+  store: Store,
+  secrets: SecretBox,
+  made: { env: EnvironmentsTable; deploymentId: string | null },
+): Promise<z.infer<typeof environmentSchema> & { deployment_id?: string }> {
+  return {
+    ...(await serializeEnvironment(store, secrets, made.env)),
+    ...(made.deploymentId ? { deployment_id: made.deploymentId } : {}),
+  };
+}
+
 export function serializeVersion(v: VersionsTable): z.infer<typeof versionSchema> {
   return {
     id: v.id,

@@ -7,11 +7,12 @@ import { PassThrough, type Readable } from "node:stream";
 import { DenvError, isDenvError } from "@denv/protocol";
 import { stream } from "hono/streaming";
 import { z } from "zod";
+import { environmentTarget } from "../environments/team-targets.ts";
 import { listIngressNames, publishPortName } from "../ingress/ingress-routes.ts";
+import { tokenAccessOf } from "../people/access-rules.ts";
 import { createPortUrl, listPortUrls } from "../port-tunnels.ts";
 import { revokePortUrls } from "../store/port-url-store.ts";
 import type { ExecOutcome, OutputSink } from "../targets/target.ts";
-import { tokenAccessOf } from "./access-rules.ts";
 import type { ApiContext } from "./api-deps.ts";
 import { type ApiRoute, route } from "./api-route.ts";
 import {
@@ -25,7 +26,6 @@ import {
 } from "./api-schemas.ts";
 import { assertRunning, envOf, runningOn, serviceOf, tcpPort } from "./environment-access.ts";
 import { requestBody, splitExecStream, streamResponse } from "./host-bytes.ts";
-import { environmentTarget } from "./team-targets.ts";
 
 /** The JSON form carries stdin as base64 in its body: 50 MiB of it. */
 const EXEC_LIMIT_BYTES = 80 * 1024 * 1024;

@@ -1,5 +1,6 @@
 /** Environments and their versions: list, read, destroy, snapshot, rollback, verify, fork. */
 import { z } from "zod";
+import { fanOut, forkEnvironment } from "../environments/environment-creation.ts";
 import { deploymentById, environmentDeployments } from "../store/deployment-store.ts";
 import { teamEnvironments } from "../store/environment-store.ts";
 import type { DeploymentsTable } from "../store/schema.ts";
@@ -17,9 +18,13 @@ import {
   verifyBody,
   versionSchema,
 } from "./api-schemas.ts";
-import { serializeDeployment, serializeEnvironment, serializeVersion } from "./api-serializers.ts";
+import {
+  serializeDeployment,
+  serializeEnvironment,
+  serializeMade,
+  serializeVersion,
+} from "./api-serializers.ts";
 import { assertRunning, envOf, runningOn } from "./environment-access.ts";
-import { fanOut, forkEnvironment } from "./environment-creation.ts";
 
 /**
  * The deployment once it has its verdict (200); at once, running, when the caller asked not to wait
@@ -111,8 +116,11 @@ export const environmentRoutes: ApiRoute[] = [
     response: environmentSchema,
     status: 201,
     auth: true,
-    handler: async (c, { body }) =>
-      c.json(await forkEnvironment(c.var.deps, c.var.teamId, await envOf(c), body.name), 201),
+    handler: async (c, { body }) => {
+      const { deps, teamId } = c.var;
+      const made = await forkEnvironment(deps, teamId, await envOf(c), body.name);
+      return c.json(await serializeMade(deps.store, deps.secrets, made), 201);
+    },
   }),
   route({
     method: "post",
@@ -149,15 +157,36 @@ export const environmentRoutes: ApiRoute[] = [
     body: fanOutBody,
     response: fanOutResult,
     auth: true,
-    handler: async (c, { body }) =>
-      c.json(
-        await fanOut(
-          c.var.deps,
-          c.var.teamId,
-          (await resolveVersionRef(c.var.deps.store, c.var.teamId, c.req.param("id") ?? "")).id,
-          body,
+    handler: async (c, { body }) => {
+      const { deps, teamId } = c.var;
+      const out = await fanOut(
+        deps,
+        teamId,
+        (await resolveVersionRef(deps.store, teamId, c.req.param("id") ?? "")).id,
+        {
+          count: body.count,
+          ...(body.name_prefix !== undefined ? { namePrefix: body.name_prefix } : {}),
+          ...(body.name !== undefined ? { name: body.name } : {}),
+          ...(body.sandbox !== undefined ? { sandbox: body.sandbox } : {}),
+          ...(body.host !== undefined ? { host: body.host } : {}),
+        },
+      );
+      const forks = await Promise.all(
+        out.forks.map(async (f) =>
+          f.ok
+            ? { name: f.name, ok: true, environment: await serializeMade(deps.store, deps.secrets, f.made) }
+            : { name: f.name, ok: false, error: f.error },
         ),
-      ),
+      );
+      const created = forks.filter((f) => f.ok).length;
+      return c.json({
+        version_id: out.versionId,
+        requested: forks.length,
+        created,
+        failed: forks.length - created,
+        forks,
+      });
+    },
   }),
   route({
     method: "get",

@@ -6,12 +6,12 @@
  */
 import { fsEntry } from "@denv/protocol";
 import { z } from "zod";
+import { environmentTarget } from "../environments/team-targets.ts";
 import type { ApiContext } from "./api-deps.ts";
 import { type ApiRoute, route } from "./api-route.ts";
 import { filesQuery, queryFlag } from "./api-schemas.ts";
 import { assertRunning, containerPath, envOf, serviceOf } from "./environment-access.ts";
 import { requestBody, streamResponse } from "./host-bytes.ts";
-import { environmentTarget } from "./team-targets.ts";
 
 /** A tar streams through to the environment: up to 16 GiB of it in one request. */
 const FILES_LIMIT_BYTES = 16 * 1024 ** 3;

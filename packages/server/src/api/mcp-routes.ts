@@ -5,7 +5,7 @@
  * session's stream of server messages, DELETE ends the session.
  */
 import { z } from "zod";
-import { allows } from "./access-rules.ts";
+import { allows } from "../people/access-rules.ts";
 import type { ApiContext } from "./api-deps.ts";
 import type { ApiRoute } from "./api-route.ts";
 import { route } from "./api-route.ts";

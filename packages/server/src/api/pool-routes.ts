@@ -2,12 +2,12 @@
 import { DenvError } from "@denv/protocol";
 import { z } from "zod";
 import type { PoolView } from "../deploy/pool-keeper.ts";
+import { setImagePool } from "../environments/environment-creation.ts";
 import { teamHosts } from "../store/host-store.ts";
 import { findPool, teamPools } from "../store/pool-store.ts";
 import { findVersion } from "../store/version-store.ts";
 import { type ApiRoute, route } from "./api-route.ts";
 import { admissionSchema, imagePoolBody, poolBody, poolSchema } from "./api-schemas.ts";
-import { setImagePool } from "./environment-creation.ts";
 
 function serializePool(v: PoolView): z.infer<typeof poolSchema> {
   const { pool } = v;
@@ -54,7 +54,8 @@ export const poolRoutes: ApiRoute[] = [
     auth: true,
     handler: async (c, { body }) => {
       const { pools } = c.var.deps;
-      const pool = await setImagePool(c.var.deps, c.var.teamId, body);
+      const { size, ...settings } = body;
+      const pool = await setImagePool(c.var.deps, c.var.teamId, size, settings);
       if (!pool) throw new DenvError("not_found", "no pool of sandboxes with these settings to drain");
       return c.json(serializePool(await pools.view(pool)));
     },

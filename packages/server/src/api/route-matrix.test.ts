@@ -20,6 +20,7 @@ import { Deployer } from "../deploy/deployer.ts";
 import { E2B_CONTROL_OPERATIONS, ENVD_OPERATIONS } from "../e2b/e2b-operations.ts";
 import { FetchPolicy } from "../fetch-policy.ts";
 import { IngressNames } from "../ingress/ingress-names.ts";
+import { needOfMethod } from "../people/access-rules.ts";
 import { PortsOrigin } from "../ports-origin.ts";
 import { insertCloud } from "../store/cloud-store.ts";
 import { insertDeployment } from "../store/deployment-store.ts";
@@ -33,7 +34,6 @@ import { createApiKey, createApiKeyRecord, createTeam } from "../store/team-stor
 import { insertVersion } from "../store/version-store.ts";
 import { type HostConnections, openHostConnections } from "../targets/denvd/host-connections.ts";
 import { type DoubleHandlers, HostDouble } from "../testing/host-double.ts";
-import { needOfMethod } from "./access-rules.ts";
 import { type ApiRoute, JSON_LIMIT_BYTES } from "./api-route.ts";
 import { API_ROUTES } from "./api-routes.ts";
 import { errorSchema } from "./api-schemas.ts";

@@ -1,12 +1,20 @@
 /** Sandboxes (an environment for one episode) and the targets they can run on. */
 import { z } from "zod";
+import { createSandbox } from "../environments/environment-creation.ts";
+import { targetNamed, teamTargets } from "../environments/team-targets.ts";
 import { environmentById } from "../store/environment-store.ts";
 import type { SandboxSpec } from "../targets/target.ts";
 import { type ApiRoute, route } from "./api-route.ts";
 import { environmentSchema, sandboxBody, targetSchema } from "./api-schemas.ts";
-import { serializeEnvironment } from "./api-serializers.ts";
-import { createSandbox } from "./environment-creation.ts";
-import { targetNamed, targetRow, teamTargets } from "./team-targets.ts";
+import { serializeMade } from "./api-serializers.ts";
+import { targetRow } from "./target-rows.ts";
+
+/** A sandbox's body as the target port's spec (denv's own names). */
+export function sandboxSpecOf(body: z.infer<typeof sandboxBody>): SandboxSpec {
+  return "from_version" in body
+    ? { fromVersion: body.from_version, ...(body.name ? { name: body.name } : {}) }
+    : body;
+}
 
 export const sandboxRoutes: ApiRoute[] = [
   route({
@@ -17,7 +25,11 @@ export const sandboxRoutes: ApiRoute[] = [
     response: environmentSchema,
     status: 201,
     auth: true,
-    handler: async (c, { body }) => c.json(await createSandbox(c.var.deps, c.var.teamId, body), 201),
+    handler: async (c, { body }) => {
+      const { deps, teamId } = c.var;
+      const made = await createSandbox(deps, teamId, sandboxSpecOf(body));
+      return c.json(await serializeMade(deps.store, deps.secrets, made), 201);
+    },
   }),
   route({
     method: "get",
@@ -43,17 +55,10 @@ export const sandboxRoutes: ApiRoute[] = [
     handler: async (c, { body }) => {
       const { deps, teamId } = c.var;
       const target = await targetNamed(deps, teamId, c.req.param("name") ?? "");
-      const spec: SandboxSpec =
-        "from_version" in body
-          ? { fromVersion: body.from_version, ...(body.name ? { name: body.name } : {}) }
-          : body;
-      const made = await target.createSandbox(teamId, spec);
+      const made = await target.createSandbox(teamId, sandboxSpecOf(body));
       const env = await environmentById(deps.store, made.environmentId);
       return c.json(
-        {
-          ...(await serializeEnvironment(deps.store, deps.secrets, env)),
-          ...(made.deploymentId ? { deployment_id: made.deploymentId } : {}),
-        },
+        await serializeMade(deps.store, deps.secrets, { env, deploymentId: made.deploymentId }),
         201,
       );
     },

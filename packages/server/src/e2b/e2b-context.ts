@@ -4,9 +4,9 @@
  * by E2b-Sandbox-Id and its access token for envd).
  */
 import { createHash, timingSafeEqual } from "node:crypto";
-import { allows, type Need, refusal } from "../api/access-rules.ts";
 import type { SecretBox } from "../clouds/secret-box.ts";
 import type { IngressNames } from "../ingress/ingress-names.ts";
+import { allows, type Need, refusal } from "../people/access-rules.ts";
 import { RateLimiter } from "../rate-limit.ts";
 import { e2bSandbox, teamE2bSandbox } from "../store/e2b-store.ts";
 import type { Store } from "../store/open-store.ts";

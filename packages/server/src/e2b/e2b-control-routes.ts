@@ -5,7 +5,7 @@
  */
 import { randomBytes } from "node:crypto";
 import type { Context, Hono } from "hono";
-import { allows, refusal, tokenAccessOf } from "../api/access-rules.ts";
+import { allows, refusal, tokenAccessOf } from "../people/access-rules.ts";
 import {
   deleteE2bSandbox,
   dueE2bSandboxes,

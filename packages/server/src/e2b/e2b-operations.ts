@@ -5,7 +5,7 @@
  * cannot be mounted), and the route matrix walks them with a read-only, a member and another
  * team's key.
  */
-import type { Need } from "../api/access-rules.ts";
+import type { Need } from "../people/access-rules.ts";
 
 /** The control plane's routes, `METHOD /path` as Hono spells them. */
 export const E2B_CONTROL_OPERATIONS = {

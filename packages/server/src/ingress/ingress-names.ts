@@ -11,7 +11,7 @@
  * then carries the environment's ingress token, derived from the server's key (never stored).
  */
 import { timingSafeEqual, X509Certificate } from "node:crypto";
-import type { TokenAccess } from "../api/access-rules.ts";
+import type { TokenAccess } from "../people/access-rules.ts";
 
 /** E2B's envd port: a name on it reaches the E2B gateway (envd's API), not a container's port. */
 export const ENVD_PORT = 49983;

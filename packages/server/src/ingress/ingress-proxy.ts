@@ -10,7 +10,7 @@
 import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import { DenvError, isDenvError } from "@denv/protocol";
-import { SAFE_METHODS } from "../api/access-rules.ts";
+import { SAFE_METHODS } from "../people/access-rules.ts";
 import { refuseUpgrade, relayHttp, relayUpgrade } from "../port-tunnels.ts";
 import type { Store } from "../store/open-store.ts";
 import type { HostOperations } from "../targets/denvd/host-operations.ts";

@@ -1,35 +1,78 @@
 /**
- * New environments made through the API rather than a deploy: forks (of an environment or a
- * version) and sandboxes (from a version, or from an image with a compose file made for it).
- * Each answers once its deployment has its verdict.
+ * New environments made other than by a deploy: forks (of an environment or a version) and
+ * sandboxes (from a version, or from an image with a compose file made for it), and pools of image
+ * sandboxes. Each answers once its deployment has its verdict. This is the application layer the
+ * API's routes, the E2B surface and the targets call: it speaks denv's own types (the target
+ * port's `SandboxSpec`, the store's rows), and the routes turn what it made into their answers.
  */
 import { createHash } from "node:crypto";
 import { DEFAULT_CAPS, DenvError, isDenvError } from "@denv/protocol";
-import type { z } from "zod";
+import type { SecretBox } from "../clouds/secret-box.ts";
+import type { Admission } from "../deploy/admission.ts";
+import type { Deployer } from "../deploy/deployer.ts";
 import { hostsWithRoom, placeFork } from "../deploy/fork-placement.ts";
 import { MIN_FREE_BYTES } from "../deploy/placement.ts";
+import type { PoolKeeper } from "../deploy/pool-keeper.ts";
+import type { Replicator } from "../deploy/replication.ts";
+import type { FetchPolicy } from "../fetch-policy.ts";
 import { newId } from "../ids.ts";
 import { deploymentById } from "../store/deployment-store.ts";
 import { environmentById, updateEnvironment } from "../store/environment-store.ts";
 import { hostFreeBytes, teamHosts } from "../store/host-store.ts";
+import type { Store } from "../store/open-store.ts";
 import { poolOfImage } from "../store/pool-store.ts";
 import { sandboxProject, setProjectSource } from "../store/project-store.ts";
 import type { DeploymentsTable, EnvironmentsTable, PoolsTable, VersionsTable } from "../store/schema.ts";
 import { findVersion, resolveVersionRef } from "../store/version-store.ts";
+import type { HostOperations } from "../targets/denvd/host-operations.ts";
 import { hostedTargetNamed } from "../targets/hosted-targets.ts";
-import type { ApiDeps } from "./api-deps.ts";
-import type { fanOutBody, fanOutResult, imagePoolBody, sandboxBody } from "./api-schemas.ts";
-import { serializeEnvironment } from "./api-serializers.ts";
+import type { ImageSandboxSpec, SandboxSpec } from "../targets/target.ts";
 
-/** A fork on a hosted target has no deployment: the provider made its sandbox in one call. */
-type Created = Awaited<ReturnType<typeof serializeEnvironment>> & { deployment_id?: string };
+/** What making environments needs: the store, the deployer, create turns, pools and the hosts. */
+export interface EnvironmentDeps {
+  store: Store;
+  hosts: HostOperations;
+  deployer: Deployer;
+  admission: Admission;
+  pools: PoolKeeper;
+  replicator: Replicator;
+  secrets: SecretBox;
+  fetchPolicy: FetchPolicy;
+}
+
+/** An environment made: its row, and the deployment that made it (none for a hosted provider's fork). */
+export interface MadeEnvironmentRow {
+  env: EnvironmentsTable;
+  deploymentId: string | null;
+}
+
+/** N forks of one version: how many to make, and how to name and place them. */
+export interface FanOutRequest {
+  count: number;
+  /** The forks are named `<namePrefix>-1` … `<namePrefix>-N` (default: fork). */
+  namePrefix?: string;
+  /** With count 1: the fork's name, as it is. */
+  name?: string;
+  sandbox?: boolean;
+  /** All on this host (its name or id). */
+  host?: string;
+}
+
+/** Each fork of a fan-out, made or failed with its error's code and words. */
+export interface FanOutOutcome {
+  versionId: string;
+  forks: (
+    | { name: string; ok: true; made: MadeEnvironmentRow }
+    | { name: string; ok: false; error: { code: string; message: string; details?: unknown } }
+  )[];
+}
 
 /** The new environment once its deployment succeeded; unavailable (with the deployment) if not. */
 async function createdEnv(
-  deps: ApiDeps,
+  deps: EnvironmentDeps,
   what: string,
   made: { deploymentId: string; environmentId: string; done: Promise<void> },
-): Promise<Created> {
+): Promise<MadeEnvironmentRow> {
   await deps.deployer.awaitVerdict(made, what);
   const d = (await deploymentById(deps.store, made.deploymentId)) as DeploymentsTable;
   if (d.status !== "succeeded") {
@@ -41,25 +84,20 @@ async function createdEnv(
       },
     );
   }
-  const env = await environmentById(deps.store, made.environmentId);
-  return { ...(await serializeEnvironment(deps.store, deps.secrets, env)), deployment_id: d.id };
+  return { env: await environmentById(deps.store, made.environmentId), deploymentId: d.id };
 }
 
 const sandboxName = () => `sbx-${newId("x").slice(2, 10)}`;
 
 /** A ready member of the version's warm pool, as the caller's new environment; null if none. */
 async function takeFromPool(
-  deps: ApiDeps,
+  deps: EnvironmentDeps,
   teamId: string,
   versionId: string,
   as: { name: string; sandbox: boolean },
-): Promise<Created | null> {
+): Promise<MadeEnvironmentRow | null> {
   const pooled = await deps.pools.take(teamId, versionId, as);
-  if (!pooled) return null;
-  return {
-    ...(await serializeEnvironment(deps.store, deps.secrets, pooled.env)),
-    deployment_id: pooled.deploymentId,
-  };
+  return pooled ? { env: pooled.env, deploymentId: pooled.deploymentId } : null;
 }
 
 /**
@@ -67,13 +105,13 @@ async function takeFromPool(
  * host gives it a create turn (admission.ts).
  */
 export async function forkVersion(
-  deps: ApiDeps,
+  deps: EnvironmentDeps,
   teamId: string,
   versionId: string,
   name: string | undefined,
   sandbox: boolean,
   options: { onHost?: string; pinned?: boolean } = {},
-): Promise<Created> {
+): Promise<MadeEnvironmentRow> {
   const as = { name: name ?? sandboxName(), sandbox };
   const version = await findVersion(deps.store, teamId, versionId);
   if (!version.host_id) return forkHosted(deps, teamId, version, as);
@@ -101,11 +139,11 @@ export async function forkVersion(
  * sandbox made there from it, answered once the provider has it running.
  */
 async function forkHosted(
-  deps: ApiDeps,
+  deps: EnvironmentDeps,
   teamId: string,
   version: VersionsTable,
   as: { name: string; sandbox: boolean },
-): Promise<Created> {
+): Promise<MadeEnvironmentRow> {
   const target = await hostedTargetNamed(deps, teamId, version.target_id);
   if (!target)
     throw new DenvError(
@@ -116,8 +154,7 @@ async function forkHosted(
   if (!caps.fork.supported)
     throw new DenvError("invalid_argument", `target ${target.name} cannot fork: ${caps.fork.detail}`);
   const made = await target.forkVersion(teamId, version.id, as.name, as.sandbox);
-  const env = await environmentById(deps.store, made.environmentId);
-  return serializeEnvironment(deps.store, deps.secrets, env);
+  return { env: await environmentById(deps.store, made.environmentId), deploymentId: made.deploymentId };
 }
 
 /** Forks a fan-out starts at once per host it spreads over; the rest wait for one of them to finish. */
@@ -129,13 +166,13 @@ const FAN_OUT_PARALLEL = 8;
  * and never holding the others back.
  */
 export async function fanOut(
-  deps: ApiDeps,
+  deps: EnvironmentDeps,
   teamId: string,
   versionId: string,
-  body: z.infer<typeof fanOutBody>,
-): Promise<z.infer<typeof fanOutResult>> {
+  body: FanOutRequest,
+): Promise<FanOutOutcome> {
   const version = await findVersion(deps.store, teamId, versionId);
-  const prefix = body.name_prefix ?? "fork";
+  const prefix = body.namePrefix ?? "fork";
   const width = String(body.count).length;
   if (body.name !== undefined && body.count !== 1)
     throw new DenvError("invalid_argument", "name: names one fork (count 1); name_prefix names several");
@@ -143,7 +180,7 @@ export async function fanOut(
     body.name !== undefined
       ? [body.name]
       : Array.from({ length: body.count }, (_, i) => `${prefix}-${String(i + 1).padStart(width, "0")}`);
-  const forks: z.infer<typeof fanOutResult>["forks"] = new Array(names.length);
+  const forks: FanOutOutcome["forks"] = new Array(names.length);
   // Spread over every connected host with room: fork i goes to the i-th of them in turn, and a host
   // without the version takes a replica first (once, shared by its forks).
   let spread = version.host_id ? await hostsWithRoom(deps, teamId) : [];
@@ -166,7 +203,7 @@ export async function fanOut(
         forks[i] = {
           name,
           ok: true,
-          environment: await forkVersion(
+          made: await forkVersion(
             deps,
             teamId,
             version.id,
@@ -187,17 +224,16 @@ export async function fanOut(
   };
   const parallel = FAN_OUT_PARALLEL * Math.max(1, spread.length);
   await Promise.all(Array.from({ length: Math.min(parallel, names.length) }, worker));
-  const created = forks.filter((f) => f.ok).length;
-  return { version_id: version.id, requested: names.length, created, failed: names.length - created, forks };
+  return { versionId: version.id, forks };
 }
 
 /** A fork of an environment is a fork of its current version (snapshotted first when it has none). */
 export async function forkEnvironment(
-  deps: ApiDeps,
+  deps: EnvironmentDeps,
   teamId: string,
   e: EnvironmentsTable,
   name: string | undefined,
-): Promise<Created> {
+): Promise<MadeEnvironmentRow> {
   let versionId = e.current_version_id;
   if (!versionId) {
     await (await deps.deployer.snapshot(e)).done;
@@ -209,15 +245,15 @@ export async function forkEnvironment(
 
 /** A sandbox: a fork of a version, or a one-service environment made from an image. */
 export async function createSandbox(
-  deps: ApiDeps,
+  deps: EnvironmentDeps,
   teamId: string,
-  body: z.infer<typeof sandboxBody>,
-): Promise<Created> {
-  if ("from_version" in body) {
+  body: SandboxSpec,
+): Promise<MadeEnvironmentRow> {
+  if ("fromVersion" in body) {
     // ver_…, PROJECT@ver_… or an environment (PROJECT/ENV): the seed's references.
-    const version = /^ver_[0-9a-f]{12}$/.test(body.from_version)
-      ? body.from_version
-      : (await resolveVersionRef(deps.store, teamId, body.from_version)).id;
+    const version = /^ver_[0-9a-f]{12}$/.test(body.fromVersion)
+      ? body.fromVersion
+      : (await resolveVersionRef(deps.store, teamId, body.fromVersion)).id;
     return forkVersion(deps, teamId, version, body.name, true);
   }
   // A pool of sandboxes made with these same settings: a ready one is taken over.
@@ -276,7 +312,7 @@ export async function createSandbox(
  * The host a sandbox's deploy will be placed on (placement.ts: the connected host with the most
  * free storage), for its create turn; null when there is none (the deploy says why).
  */
-async function sandboxHost(deps: ApiDeps, teamId: string): Promise<string | null> {
+async function sandboxHost(deps: EnvironmentDeps, teamId: string): Promise<string | null> {
   const hosts = (await teamHosts(deps.store, teamId)).filter(
     (h) => deps.hosts.isConnected(h.id) && hostFreeBytes(h) >= MIN_FREE_BYTES,
   );
@@ -284,7 +320,7 @@ async function sandboxHost(deps: ApiDeps, teamId: string): Promise<string | null
   return hosts[0]?.id ?? null;
 }
 
-type ImageSettings = Omit<z.infer<typeof imagePoolBody>, "size">;
+type ImageSettings = Omit<ImageSandboxSpec, "name">;
 
 /**
  * What makes two image sandboxes the same (everything but the name), with the defaults filled in
@@ -310,11 +346,11 @@ export function sandboxImageKey(body: ImageSettings & { name?: string }): string
  * members are forks of it, as a fork of any version is.
  */
 export async function setImagePool(
-  deps: ApiDeps,
+  deps: EnvironmentDeps,
   teamId: string,
-  body: z.infer<typeof imagePoolBody>,
+  size: number,
+  settings: ImageSettings,
 ): Promise<PoolsTable | null> {
-  const { size, ...settings } = body;
   const key = sandboxImageKey(settings);
   const existing = await poolOfImage(deps.store, teamId, key);
   if (existing) return deps.pools.set(teamId, existing.version_id, size, "api", key);
@@ -324,10 +360,10 @@ export async function setImagePool(
     name: `pool-template-${key.slice(0, 12)}`,
   });
   try {
-    if (!template.current_version_id)
+    if (!template.env.current_version_id)
       throw new DenvError("internal", "the pool's first sandbox has no version");
-    return await deps.pools.set(teamId, template.current_version_id, size, "api", key);
+    return await deps.pools.set(teamId, template.env.current_version_id, size, "api", key);
   } finally {
-    await (await deps.deployer.destroy(await environmentById(deps.store, template.id))).done;
+    await (await deps.deployer.destroy(await environmentById(deps.store, template.env.id))).done;
   }
 }

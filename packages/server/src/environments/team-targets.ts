@@ -1,21 +1,18 @@
 /**
  * The targets a team can run on, by name (its sidecar hosts, `denvd`, and each hosted provider it
- * connected, by the cloud's name), and their rows as the API shows them. Routes find a target here and read its row before they act, and reach into a
- * running environment through the target that placed it.
+ * connected, by the cloud's name). Routes find a target here and read its row before they act,
+ * and reach into a running environment through the target that placed it.
  */
 import { DenvError } from "@denv/protocol";
-import type { z } from "zod";
 import type { EnvironmentsTable } from "../store/schema.ts";
 import { resolveVersionRef } from "../store/version-store.ts";
 import { DenvdTarget } from "../targets/denvd/denvd-target.ts";
 import { hostedTargets } from "../targets/hosted-targets.ts";
-import type { PlacedEnvironment, Target, TargetCapabilities } from "../targets/target.ts";
-import type { ApiDeps } from "./api-deps.ts";
-import type { targetSchema } from "./api-schemas.ts";
-import { createSandbox } from "./environment-creation.ts";
+import type { PlacedEnvironment, Target } from "../targets/target.ts";
+import { createSandbox, type EnvironmentDeps } from "./environment-creation.ts";
 
 /** The team's sidecar hosts as a target. */
-function denvdTarget(deps: ApiDeps): DenvdTarget {
+function denvdTarget(deps: EnvironmentDeps): DenvdTarget {
   return new DenvdTarget({
     store: deps.store,
     hosts: deps.hosts,
@@ -28,22 +25,18 @@ function denvdTarget(deps: ApiDeps): DenvdTarget {
             `target denvd cannot fork ${v.id}: it is a snapshot at target ${v.target_id}; fork it there (POST /v1/targets/${v.target_id}/sandboxes)`,
           );
       }
-      const body =
-        "fromVersion" in spec
-          ? { from_version: spec.fromVersion, ...(spec.name ? { name: spec.name } : {}) }
-          : spec;
-      const made = await createSandbox(deps, teamId, body);
-      return { environmentId: made.id, deploymentId: made.deployment_id ?? null };
+      const made = await createSandbox(deps, teamId, spec);
+      return { environmentId: made.env.id, deploymentId: made.deploymentId };
     },
   });
 }
 
-export async function teamTargets(deps: ApiDeps, teamId: string): Promise<Target[]> {
+export async function teamTargets(deps: EnvironmentDeps, teamId: string): Promise<Target[]> {
   return [denvdTarget(deps), ...(await hostedTargets(deps, teamId))];
 }
 
 /** The team's target of that name; not_found, naming the ones there are, when it has none. */
-export async function targetNamed(deps: ApiDeps, teamId: string, name: string): Promise<Target> {
+export async function targetNamed(deps: EnvironmentDeps, teamId: string, name: string): Promise<Target> {
   const all = await teamTargets(deps, teamId);
   const t = all.find((x) => x.name === name);
   if (!t)
@@ -60,7 +53,7 @@ export async function targetNamed(deps: ApiDeps, teamId: string, name: string): 
  * unavailable, saying which.
  */
 export async function environmentTarget(
-  deps: ApiDeps,
+  deps: EnvironmentDeps,
   e: EnvironmentsTable,
 ): Promise<{ target: Target; placed: PlacedEnvironment }> {
   // The sidecar hosts' without a look at the team's clouds: an exec pays for no query it needs not.
@@ -74,31 +67,4 @@ export async function environmentTarget(
       `environment ${e.name} runs on target ${e.target_id}, which this server does not have`,
     );
   return { target, placed: { id: e.id, name: e.name, hostId: e.host_id, stackId: e.stack_id } };
-}
-
-const CELLS: [keyof TargetCapabilities, string][] = [
-  ["multiServiceStack", "multi_service_stack"],
-  ["consistentSnapshot", "consistent_snapshot"],
-  ["fork", "fork"],
-  ["forkTime", "fork_time"],
-  ["egressDenyVerified", "egress_deny_verified"],
-  ["capsEnforced", "caps_enforced"],
-  ["gpu", "gpu"],
-  ["verify", "verify"],
-];
-
-/** A target's row as /v1/targets answers it: each cell's words, and which cells it supports. */
-export async function targetRow(t: Target, teamId: string): Promise<z.infer<typeof targetSchema>> {
-  const [caps, status] = await Promise.all([t.capabilities(teamId), t.status(teamId)]);
-  return {
-    name: t.name,
-    type: t.kind,
-    available: status.available,
-    hosts: status.hosts ?? 0,
-    note: status.note,
-    capabilities: Object.fromEntries(CELLS.map(([k, wire]) => [wire, caps[k].detail])) as z.infer<
-      typeof targetSchema
-    >["capabilities"],
-    supported: CELLS.filter(([k]) => caps[k].supported).map(([, wire]) => wire),
-  };
 }

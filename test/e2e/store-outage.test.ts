@@ -86,12 +86,11 @@ test("while PostgreSQL is away /readyz says 503 with the store's reason; a reque
   pg.pause();
   let back = false;
   try {
+    // A write sent while the database is away is held, not refused: it lands once it is back.
+    const pending = lab.api("POST", "/v1/projects", { name: "held", kind: "service", source: "./held" });
     const probe = await lab.api("GET", "/readyz");
     assert.equal(probe.status, 503, JSON.stringify(probe.data));
     assert.match(String(probe.data.checks.store), /^failing: /);
-    // A write sent while the database is away is held, not refused: it lands once it is back.
-    const pending = lab.api("POST", "/v1/projects", { name: "held", kind: "service", source: "./held" });
-    await new Promise((r) => setTimeout(r, 500));
     pg.start();
     back = true;
     const held = await pending;

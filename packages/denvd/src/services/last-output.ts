@@ -28,8 +28,12 @@ export function tailLines(bytes: Buffer, maxLines = LAST_LINES): string[] {
 
 /** A container's last lines of output (stdout and stderr as written); none when it cannot be read. */
 export async function lastOutputLines(runtime: ContainerRuntime, containerId: string): Promise<string[]> {
-  const logs = await runtime.containerLogs(containerId, { tailLines: LAST_LINES }).catch(() => null);
-  return logs ? tailLines(logs.combined) : [];
+  try {
+    return tailLines((await runtime.containerLogs(containerId, { tailLines: LAST_LINES })).combined);
+  } catch {
+    // Unreadable (the container is gone already): the error says what it can without them.
+    return [];
+  }
 }
 
 /** The lines as an error message's ending: "; its last output:\n  …", or nothing when there is none. */

@@ -60,24 +60,69 @@ export function openPostgresPool(
   const unavailable = (err: Error, what: string) =>
     new DenvError("unavailable", `the store's database ${what}: ${err.message}; try again`, { cause: err });
   const heard = new WeakSet<pg.PoolClient>();
-  const wrap = (client: pg.PoolClient): PostgresPoolClient => {
-    if (!heard.has(client)) {
-      heard.add(client);
-      // Ended while lent out between two queries (a transaction's, or just acquired): the next
-      // query fails as unavailable; the event itself must not end the server.
-      client.on("error", (err) =>
-        serverLog().warn({ error: err.message }, "the store's database ended a connection in use"),
-      );
+  const listen = (client: pg.PoolClient) => {
+    if (heard.has(client)) return;
+    heard.add(client);
+    // Ended while lent out between two queries (a transaction's, or just acquired): the next
+    // query fails as unavailable; the event itself must not end the server.
+    client.on("error", (err) =>
+      serverLog().warn({ error: err.message }, "the store's database ended a connection in use"),
+    );
+  };
+  /** A pooled connection, tried again with backoff while the database is away. */
+  const acquire = async (): Promise<pg.PoolClient> => {
+    const deadline = performance.now() + waitMs;
+    for (let delayMs = FIRST_RETRY_MS; ; delayMs = Math.min(delayMs * 2, MAX_RETRY_MS)) {
+      try {
+        const client = await pool.connect();
+        if (away !== null) serverLog().info("the store's database answers again");
+        away = null;
+        listen(client);
+        return client;
+      } catch (err) {
+        if (!isConnectionError(err)) throw err;
+        if (away === null)
+          serverLog().warn({ error: (err as Error).message }, "the store's database is away; waiting for it");
+        away = (err as Error).message;
+        const leftMs = deadline - performance.now();
+        if (leftMs <= 0) throw unavailable(err as Error, `did not answer for ${Math.round(waitMs / 1000)} s`);
+        await new Promise((r) => setTimeout(r, Math.min(delayMs, leftMs)));
+      }
     }
-    const query = client.query.bind(client) as (...args: unknown[]) => unknown;
+  };
+  /**
+   * A lent connection. An idle one the database ended a moment ago may be lent before the pool
+   * heard: its first statement then fails without having run (the backend was gone, or ended it
+   * uncommitted), so that one statement is sent once more on a fresh connection. A later one is
+   * not: what the checkout did before it (a transaction's statements) went with the connection.
+   */
+  const wrap = (first: pg.PoolClient): PostgresPoolClient => {
+    let client = first;
+    let answered = false;
+    const send = (args: unknown[]) => (client.query as (...a: unknown[]) => unknown).apply(client, args);
     return {
       query: ((...args: unknown[]) => {
-        const r = query(...args);
-        if (r instanceof Promise)
-          return r.catch((err: unknown) => {
-            throw isConnectionError(err) ? unavailable(err as Error, "ended the connection") : err;
-          });
-        return r;
+        const r = send(args);
+        if (!(r instanceof Promise)) return r;
+        return r.then(
+          (out) => {
+            answered = true;
+            return out;
+          },
+          async (err: unknown) => {
+            if (!isConnectionError(err)) throw err;
+            if (answered) throw unavailable(err as Error, "ended the connection");
+            client.release(true);
+            client = await acquire();
+            try {
+              const out = await (send(args) as Promise<unknown>);
+              answered = true;
+              return out;
+            } catch (again) {
+              throw isConnectionError(again) ? unavailable(again as Error, "ended the connection") : again;
+            }
+          },
+        );
       }) as PostgresPoolClient["query"],
       release: (destroy?: boolean) => client.release(destroy),
     };
@@ -86,27 +131,7 @@ export function openPostgresPool(
     away: () => away,
     end: () => pool.end(),
     async connect() {
-      const deadline = performance.now() + waitMs;
-      for (let delayMs = FIRST_RETRY_MS; ; delayMs = Math.min(delayMs * 2, MAX_RETRY_MS)) {
-        try {
-          const client = await pool.connect();
-          if (away !== null) serverLog().info("the store's database answers again");
-          away = null;
-          return wrap(client);
-        } catch (err) {
-          if (!isConnectionError(err)) throw err;
-          if (away === null)
-            serverLog().warn(
-              { error: (err as Error).message },
-              "the store's database is away; waiting for it",
-            );
-          away = (err as Error).message;
-          const leftMs = deadline - performance.now();
-          if (leftMs <= 0)
-            throw unavailable(err as Error, `did not answer for ${Math.round(waitMs / 1000)} s`);
-          await new Promise((r) => setTimeout(r, Math.min(delayMs, leftMs)));
-        }
-      }
+      return wrap(await acquire());
     },
   };
 }

@@ -9,6 +9,7 @@
  * the stack that currently serves them. Versions are one id on both sides (`ver_…`).
  */
 import { z } from "zod";
+import { buildImageParams, buildImageResult, buildKey } from "./build-operations.ts";
 import { diffEvidence } from "./diff-evidence.ts";
 import {
   clockEvidence,
@@ -23,12 +24,12 @@ import {
   warmEvidence,
 } from "./evidence.ts";
 import { nameSchema, stackNameSchema } from "./names.ts";
+import { stackId, streamId, versionId } from "./operation-fields.ts";
 import { resolvedSpecSchema } from "./resolved-spec.ts";
 
-/** A stack on a host: `stk_` and 12 hex digits (older hosts made `env_…`; both are accepted). */
-export const stackId = z.string().regex(/^(stk|env)_[0-9a-f]{12}$/, "a stack id (stk_…)");
-/** A version: `ver_` and 12 hex digits, made by the host that snapshotted it. */
-export const versionId = z.string().regex(/^ver_[0-9a-f]{12}$/, "a version id (ver_…)");
+export { type BuildImageParams, buildImageParams, buildImageResult } from "./build-operations.ts";
+export { stackId, streamId, versionId } from "./operation-fields.ts";
+
 /** Service → the GPU UUIDs it is given. */
 const gpuAssignment = z.record(z.string(), z.array(z.string().regex(/^[A-Za-z0-9:._/-]{1,128}$/)).max(64));
 /** The deployment (or other operation) a stack is made for, kept on its objects' labels. */
@@ -41,11 +42,6 @@ const stack = z.strictObject({ stack_id: stackId });
  * remove. The host picks one when it is absent.
  */
 const newStackId = stackId.optional();
-/**
- * A byte stream on the host's connection (stream-mux.ts), named by the server in the operation
- * that uses it. The host opens its side when the operation arrives, before any of its frames.
- */
-export const streamId = z.number().int().min(1).max(0xffffffff);
 
 export const execParams = z.strictObject({
   stack_id: stackId,
@@ -81,6 +77,16 @@ export const execResult = z.object({
 });
 
 const empty = z.object({});
+
+/** One line of service_logs' stream: which service wrote it, on which stream, when, and what. */
+export const logLine = z.object({
+  service: z.string(),
+  stream: z.enum(["stdout", "stderr"]),
+  /** The engine's time for it (RFC 3339, to the nanosecond); empty when it kept none. */
+  time: z.string(),
+  line: z.string(),
+});
+export type LogLine = z.infer<typeof logLine>;
 
 /** A path in a container as the user saw it (a link is reported as a link, not followed). */
 export const fsEntry = z.object({
@@ -128,47 +134,6 @@ export const versionRecordSchema = z.strictObject({
   frozen_ms: z.number().nonnegative(),
   clock_ms: z.number().optional(),
   created_at: z.string().max(64),
-});
-
-/** What names one build: the sha256 (hex) of its context digest, Dockerfile, args, target and cache sources. */
-const buildKey = z.string().regex(/^[0-9a-f]{64}$/, "a build key (64 hex digits)");
-
-export const buildImageParams = z.strictObject({
-  build_key: buildKey,
-  /** The local name the image is tagged with (repository:tag), besides its id. */
-  tag: z
-    .string()
-    .max(255)
-    .regex(/^[a-z0-9][a-z0-9._/-]*:[\w][\w.-]{0,127}$/, "a local image name (repository:tag)"),
-  service: z.string().min(1).max(63),
-  /** Relative to the context. */
-  dockerfile: z.string().min(1).max(1024),
-  args: z.record(z.string().max(256), z.string().max(65536)),
-  target: z.string().max(256).nullable(),
-  cache_from: z.array(z.string().max(512)).max(32),
-  no_cache: z.boolean(),
-  labels: z.record(z.string().max(256), z.string().max(4096)),
-  /** Who the image is built for: it is labelled with them, and removed with their project. */
-  owner: z
-    .strictObject({ team_id: z.string().min(1).max(64), project_id: z.string().min(1).max(64) })
-    .optional(),
-  network: z.enum(["default", "none"]),
-  /** Each build step's memory cap. */
-  memory_bytes: z.number().int().positive(),
-  timeout_ms: z.number().int().positive(),
-  /** The context, a tar, from the server. */
-  context_stream: streamId,
-  /** The build's output, as the engine writes it, to the server. */
-  log_stream: streamId,
-});
-
-export type BuildImageParams = z.output<typeof buildImageParams>;
-
-export const buildImageResult = z.object({
-  image_id: z.string().regex(/^sha256:[0-9a-f]{64}$/),
-  ms: z.number(),
-  steps: z.number().int().nonnegative(),
-  log_tail: z.array(z.string()),
 });
 
 /**
@@ -469,6 +434,25 @@ export const OPERATIONS = {
     afterCrash: "mark_undone",
     params: z.strictObject({ stack_id: stackId, service: serviceName }),
     result: z.object({ stopped: z.string() }),
+  },
+  /**
+   * What the services wrote (the engine's kept lines, bounded and rotated per container), as
+   * newline-delimited JSON on logs_stream: {"service", "stream", "time", "line"} per line, by time
+   * across services. Followed, it goes on until the server closes the stream or every service ends.
+   */
+  service_logs: {
+    // A followed stream lives as long as its reader: the server's call gives it its own deadline.
+    streams: ["logs_stream"],
+    params: z.strictObject({
+      stack_id: stackId,
+      /** One service; none: every service of the stack. */
+      service: serviceName.optional(),
+      tail_lines: z.number().int().min(0).max(100_000).optional(),
+      since_ms: z.number().int().min(0).optional(),
+      follow: z.boolean(),
+      logs_stream: streamId,
+    }),
+    result: z.object({ lines: z.number() }),
   },
   /** A byte stream to a port in a service, carried as tunnel frames under stream_id. */
   open_tunnel: {

@@ -74,6 +74,18 @@ function streamWatch(idleMs: number, totalMs: number) {
   };
 }
 
+/** The longest a timer waits (about 24.8 days): setTimeout fires at once past it. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** One line of an environment's logs (GET /v1/envs/{id}/logs). */
+export interface LogLine {
+  service: string;
+  stream: "stdout" | "stderr";
+  /** The engine's time for it (RFC 3339, to the nanosecond); empty when it kept none. */
+  time: string;
+  line: string;
+}
+
 /** A request's failure: a deadline that passed is `timeout`; anything else, the server unreached. */
 function transportError(err: unknown, baseUrl: string, why?: string): DenvApiError {
   const e = err as Error & { cause?: { code?: string; message?: string } };
@@ -238,6 +250,64 @@ export class DenvClient {
       }
     }
     throw apiError("unavailable", "the exec stream ended without a result", 200);
+  }
+
+  /**
+   * An environment's logs, a line at a time to `onLine` (awaited: a slow reader slows the stream):
+   * every service's or `service`'s, the last `tail` lines of each or those `since` a time
+   * ("2026-12-06T14:00:00Z") or a duration back ("10m"); with `follow`, until `signal` aborts.
+   */
+  async logs(
+    envId: string,
+    options: { service?: string; tail?: number; since?: string; follow?: boolean; signal?: AbortSignal },
+    onLine: (line: LogLine) => void | Promise<void>,
+  ): Promise<void> {
+    // Followed, it has no deadline but the caller's; quiet, the server's keep-alives show it is there.
+    const watch = streamWatch(
+      this.options.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS,
+      options.follow ? MAX_TIMER_MS : commandDeadlineMs(undefined),
+    );
+    const stop = () => watch.clear();
+    options.signal?.addEventListener("abort", stop);
+    try {
+      const res = await this.fetch(
+        this.url(`/v1/envs/${encodeURIComponent(envId)}/logs`, {
+          service: options.service,
+          tail: options.tail === undefined ? undefined : String(options.tail),
+          since: options.since,
+          follow: options.follow ? "true" : undefined,
+        }),
+        {
+          headers: { authorization: `Bearer ${this.options.apiKey}` },
+          signal: options.signal ? AbortSignal.any([watch.signal, options.signal]) : watch.signal,
+        },
+      );
+      if (!res.ok || !res.body) {
+        const e = (await res.json().catch(() => ({}))) as { error?: { code: string; message: string } };
+        throw apiError(e.error?.code ?? "internal", e.error?.message ?? `HTTP ${res.status}`, res.status);
+      }
+      const decoder = new TextDecoder();
+      let buf = "";
+      for await (const chunk of res.body) {
+        watch.touch();
+        buf += decoder.decode(chunk as Uint8Array, { stream: true });
+        const lines = buf.split("\n");
+        buf = lines.pop() ?? "";
+        for (const text of lines) {
+          if (!text.trim()) continue;
+          const msg = JSON.parse(text) as LogLine & { error?: { code: string; message: string } };
+          if (msg.error) throw apiError(msg.error.code, msg.error.message, 200);
+          await onLine(msg);
+        }
+      }
+    } catch (err) {
+      if (options.signal?.aborted) return;
+      if (err instanceof DenvApiError) throw err;
+      throw transportError(err, this.options.baseUrl, watch.why() || undefined);
+    } finally {
+      options.signal?.removeEventListener("abort", stop);
+      watch.clear();
+    }
   }
 
   /** A request of the API's byte routes, its failure mapped to the error of its code. */

@@ -1,4 +1,11 @@
-export { type ClientOptions, DenvApiError, DenvClient, OPERATIONS, type Operations } from "./client.ts";
+export {
+  type ClientOptions,
+  DenvApiError,
+  DenvClient,
+  type LogLine,
+  OPERATIONS,
+  type Operations,
+} from "./client.ts";
 export {
   AuthenticationError,
   apiError,

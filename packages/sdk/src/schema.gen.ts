@@ -989,6 +989,9 @@ export type PostV1EnvsByIdServicesByServiceStopResponse = {
   stopped: string;
 };
 
+/** What the services wrote: NDJSON, {"service", "stream", "time", "line"} per line (?service=, ?tail= lines per service, ?since= a time or 10m, ?follow=true to keep reading) — GET /v1/envs/{id}/logs */
+export type GetV1EnvsByIdLogsResponse = unknown;
+
 /** What changed in the environment's volumes since a version (default: the one it was forked from): paths created, modified and deleted, with what changed, sizes and, for text files, a unified diff; links and special files reported, never followed; bounded, with the bounds in the answer. PostgreSQL services add rows changed per table, marked approximate — GET /v1/envs/{id}/diff */
 export type GetV1EnvsByIdDiffResponse = {
   against: string;
@@ -1671,6 +1674,7 @@ export const OPERATIONS = {
   getV1EnvsByIdPorts: { method: "GET", path: "/v1/envs/{id}/ports", params: ["id"], body: "none", response: "json" },
   deleteV1EnvsByIdPorts: { method: "DELETE", path: "/v1/envs/{id}/ports", params: ["id"], body: "none", response: "json" },
   postV1EnvsByIdServicesByServiceStop: { method: "POST", path: "/v1/envs/{id}/services/{service}/stop", params: ["id","service"], body: "none", response: "json" },
+  getV1EnvsByIdLogs: { method: "GET", path: "/v1/envs/{id}/logs", params: ["id"], body: "none", response: "json" },
   getV1EnvsByIdDiff: { method: "GET", path: "/v1/envs/{id}/diff", params: ["id"], body: "none", response: "json" },
   putV1EnvsByIdFiles: { method: "PUT", path: "/v1/envs/{id}/files", params: ["id"], body: "tar", response: "json" },
   getV1EnvsByIdFiles: { method: "GET", path: "/v1/envs/{id}/files", params: ["id"], body: "none", response: "tar" },
@@ -1775,6 +1779,7 @@ export interface Operations {
   getV1EnvsByIdPorts: { params: { id: string }; body: undefined; response: GetV1EnvsByIdPortsResponse };
   deleteV1EnvsByIdPorts: { params: { id: string }; body: undefined; response: DeleteV1EnvsByIdPortsResponse };
   postV1EnvsByIdServicesByServiceStop: { params: { id: string; service: string }; body: undefined; response: PostV1EnvsByIdServicesByServiceStopResponse };
+  getV1EnvsByIdLogs: { params: { id: string }; body: undefined; response: GetV1EnvsByIdLogsResponse };
   getV1EnvsByIdDiff: { params: { id: string }; body: undefined; response: GetV1EnvsByIdDiffResponse };
   putV1EnvsByIdFiles: { params: { id: string }; body: Uint8Array; response: PutV1EnvsByIdFilesResponse };
   getV1EnvsByIdFiles: { params: { id: string }; body: undefined; response: GetV1EnvsByIdFilesResponse };

@@ -16,6 +16,7 @@ import { registerHostCommands } from "./host-commands.ts";
 import { registerImportCommands } from "./import-commands.ts";
 import { registerKeyCommands } from "./key-commands.ts";
 import { registerLoginCommands } from "./login-commands.ts";
+import { registerLogsCommand } from "./logs-command.ts";
 import { registerPoolCommands } from "./pool-commands.ts";
 import { registerProjectCommands } from "./project-commands.ts";
 import { registerVersionCommands } from "./version-commands.ts";
@@ -31,6 +32,7 @@ export function registerApiCommands(program: Command): void {
   registerEnvironmentCommands(program);
   registerDiffCommand(program);
   registerExecCommands(program);
+  registerLogsCommand(program);
   registerFileCommands(program);
   registerHostCommands(program);
   registerGithubCommands(program);

@@ -17,6 +17,7 @@ import { STEP_ADVANCE_MS, STEP_TICK_MS } from "../clock/clock-state.ts";
 import type { Denvd } from "../denvd.ts";
 import type { FileSink } from "../exec/executor.ts";
 import { DEPLOY_SETTLE_MS } from "../services/service-health.ts";
+import { writeServiceLogs } from "../services/service-logs.ts";
 import { Verifier } from "../stack/verify.ts";
 
 /**
@@ -178,6 +179,23 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
       const tar = io.get(p.tar_stream);
       const r = await denvd.readFilesTo(p.stack_id, p.service, p.path, streamSink(tar), { user: p.user });
       await finishStream(tar);
+      return r;
+    },
+    service_logs: async (p, io) => {
+      const out = io.get(p.logs_stream);
+      const r = await writeServiceLogs(
+        denvd.runtime,
+        denvd.stack(p.stack_id),
+        {
+          follow: p.follow,
+          ...(p.service === undefined ? {} : { service: p.service }),
+          ...(p.tail_lines === undefined ? {} : { tailLines: p.tail_lines }),
+          ...(p.since_ms === undefined ? {} : { sinceMs: p.since_ms }),
+        },
+        streamSink(out),
+        (stop) => out.once("close", stop),
+      );
+      if (!out.destroyed) await finishStream(out);
       return r;
     },
     stat_path: async (p) => {

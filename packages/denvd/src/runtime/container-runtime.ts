@@ -166,6 +166,23 @@ export interface ObjectSummary {
   labels: Labels;
 }
 
+/** One line a container wrote, as the engine kept it. */
+export interface LogEntry {
+  stream: "stdout" | "stderr";
+  /** When the engine took it, as it says (RFC 3339, nanoseconds). */
+  time: string;
+  line: string;
+}
+
+export interface LogOptions {
+  /** Only the last lines the engine kept (per container); none: all of them. */
+  tailLines?: number;
+  /** Only lines from this time on (ms since the epoch). */
+  sinceMs?: number;
+  /** Keep going with lines written from now on, until stopped or the container ends. */
+  follow: boolean;
+}
+
 export interface ContainerRuntime {
   ping(): Promise<void>;
   /** What the engine says of its runtimes and CDI (GET /info), for the GPU inventory. */
@@ -225,6 +242,11 @@ export interface ContainerRuntime {
     id: string,
     options?: { tailLines?: number },
   ): Promise<{ stdout: Buffer; stderr: Buffer; combined: Buffer }>;
+  /**
+   * A container's lines, in the order written, each with its stream and time; `stop()` ends a
+   * followed one (and the iteration) at once.
+   */
+  containerLogLines(id: string, options: LogOptions): { lines: AsyncIterable<LogEntry>; stop(): void };
   /** Runs a command; resolves to its exit code when its output has ended. */
   exec(id: string, options: RawExecOptions): Promise<{ exitCode: number }>;
   putArchive(id: string, path: string, tar: Readable): Promise<void>;

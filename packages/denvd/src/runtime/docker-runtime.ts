@@ -15,6 +15,8 @@ import {
   type ContainerState,
   type ImageConfig,
   type Labels,
+  type LogEntry,
+  type LogOptions,
   type NetworkSpec,
   type ObjectSummary,
   type PathStat,
@@ -22,6 +24,7 @@ import {
   type VolumeSpec,
 } from "./container-runtime.ts";
 import { engineCreateOptions } from "./engine-create-options.ts";
+import { LogFrames } from "./log-frames.ts";
 
 /**
  * Engine failures in denv's words. The engine's own text (container ids, daemon internals) never
@@ -443,6 +446,50 @@ export class DockerRuntime implements ContainerRuntime {
     return { stdout: Buffer.concat(out), stderr: Buffer.concat(err), combined: Buffer.concat(both) };
   }
 
+  containerLogLines(id: string, options: LogOptions): { lines: AsyncIterable<LogEntry>; stop(): void } {
+    let source: Readable | null = null;
+    let stopped = false;
+    const docker = this.docker;
+    async function* lines(): AsyncGenerator<LogEntry> {
+      const query = {
+        stdout: true,
+        stderr: true,
+        timestamps: true,
+        ...(options.tailLines === undefined ? {} : { tail: options.tailLines }),
+        // The engine takes whole seconds; the lines of the second before are filtered out here.
+        ...(options.sinceMs === undefined ? {} : { since: Math.floor(options.sinceMs / 1000) }),
+      };
+      const frames = new LogFrames();
+      const keep = (e: LogEntry) =>
+        options.sinceMs === undefined || !e.time || timeMs(e.time) >= options.sinceMs;
+      if (!options.follow) {
+        const raw = (await docker
+          .getContainer(id)
+          .logs({ ...query, follow: false })
+          .catch((e: unknown) => mapError(e, "reading a container's output"))) as unknown as Buffer;
+        for (const e of frames.push(raw)) if (keep(e)) yield e;
+        return;
+      }
+      source = (await docker
+        .getContainer(id)
+        .logs({ ...query, follow: true })
+        .catch((e: unknown) => mapError(e, "reading a container's output"))) as unknown as Readable;
+      if (stopped) source.destroy();
+      try {
+        for await (const chunk of source) for (const e of frames.push(chunk as Buffer)) if (keep(e)) yield e;
+      } catch (err) {
+        if (!stopped) throw err;
+      }
+    }
+    return {
+      lines: lines(),
+      stop: () => {
+        stopped = true;
+        source?.destroy();
+      },
+    };
+  }
+
   async listContainers(labels: Labels): Promise<ObjectSummary[]> {
     const list = await this.docker.listContainers({ all: true, filters: labelFilter(labels) });
     return list.map((c) => ({
@@ -545,4 +592,9 @@ export class DockerRuntime implements ContainerRuntime {
       .getArchive({ path })
       .catch((e: unknown) => mapError(e, `reading ${path}`, "no such path in the service"))) as Readable;
   }
+}
+
+/** An engine time (RFC 3339, up to nanoseconds) in ms since the epoch; NaN when it is not one. */
+export function timeMs(time: string): number {
+  return Date.parse(time.replace(/(\.\d{3})\d+/, "$1"));
 }

@@ -70,6 +70,9 @@ export function engineCreateOptions(spec: ContainerSpec): Docker.ContainerCreate
           }
         : {}),
       RestartPolicy: restartPolicy(spec.restart),
+      // What a service writes is kept for `denv logs`, bounded and rotated: a chatty service
+      // keeps its last LOG_FILES × LOG_FILE_SIZE, never the host's disk.
+      LogConfig: { Type: "json-file", Config: { "max-size": LOG_FILE_SIZE, "max-file": String(LOG_FILES) } },
       // The typings demand VolumeOptions fields the Engine API treats as optional.
       Mounts: spec.mounts.map((m) =>
         m.kind === "volume"
@@ -95,6 +98,11 @@ export function engineCreateOptions(spec: ContainerSpec): Docker.ContainerCreate
     ...(endpoints ? { NetworkingConfig: { EndpointsConfig: endpoints } } : {}),
   };
 }
+
+/** Each service's output file is rotated at this size (the engine's units)… */
+export const LOG_FILE_SIZE = "10m";
+/** …and this many are kept: 30 MiB of a service's last output at most. */
+export const LOG_FILES = 3;
 
 /** compose's `restart` as the engine's policy: on-failure[:N], no (the engine's ""), or the name. */
 export function restartPolicy(restart: string): { Name: string; MaximumRetryCount?: number } {

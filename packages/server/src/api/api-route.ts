@@ -37,7 +37,7 @@ export interface ApiRoute<
   /** The query string, parsed with this schema. */
   query?: Q;
   response?: z.ZodType;
-  responseType?: "json" | "tar" | "event-stream" | "multiplexed" | "any";
+  responseType?: "json" | "ndjson" | "tar" | "event-stream" | "multiplexed" | "any";
   status?: number;
   /** Needs an API key (Authorization: Bearer) or a console session (its cookie, and CSRF token for changes). */
   auth: boolean;

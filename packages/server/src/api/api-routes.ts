@@ -13,6 +13,7 @@ import { environmentRoutes } from "./environment-routes.ts";
 import { fileRoutes } from "./file-routes.ts";
 import { githubRoutes } from "./github-routes.ts";
 import { hostRoutes } from "./host-routes.ts";
+import { logRoutes } from "./log-routes.ts";
 import { mcpRoutes } from "./mcp-routes.ts";
 import { openApiDocument } from "./openapi-document.ts";
 import { peopleRoutes } from "./people-routes.ts";
@@ -40,7 +41,7 @@ export const RESOURCES: Record<string, ApiRoute[]> = {
   device: deviceRoutes,
   projects: projectRoutes,
   deployments: deploymentRoutes,
-  environments: [...environmentRoutes, ...environmentIoRoutes, ...diffRoutes],
+  environments: [...environmentRoutes, ...environmentIoRoutes, ...logRoutes, ...diffRoutes],
   files: fileRoutes,
   tunnels: tunnelRoutes,
   sandboxes: sandboxRoutes,

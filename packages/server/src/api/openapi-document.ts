@@ -11,6 +11,7 @@ function responseContent(r: ApiRoute): Record<string, unknown> {
     return { "application/x-tar": { schema: { type: "string", format: "binary" } } };
   if (r.responseType === "any") return { "*/*": { schema: {} } };
   if (r.responseType === "event-stream") return { "text/event-stream": { schema: { type: "string" } } };
+  if (r.responseType === "ndjson") return { "application/x-ndjson": { schema: { type: "string" } } };
   if (r.responseType === "multiplexed")
     return { "application/vnd.denv.multiplexed-stream": { schema: { type: "string", format: "binary" } } };
   return { "application/json": { schema: r.response ? json(r.response) : {} } };

@@ -106,6 +106,11 @@ const handlers: DoubleHandlers = {
     streams(p.tar_stream).write(Buffer.alloc(1024));
     return { bytes: 1024 };
   },
+  service_logs: (p: OpCheckedParams<"service_logs">, streams: (id: number) => Duplex) => {
+    const line = { service: "box", stream: "stdout", time: "2026-12-06T14:00:00.000000001Z", line: "hello" };
+    streams(p.logs_stream).write(`${JSON.stringify(line)}\n`);
+    return { lines: 1 };
+  },
   stop_service: (p: OpCheckedParams<"stop_service">) => ({ stopped: p.service }),
   stat_path: (p: OpCheckedParams<"stat_path">) => entry(p.path),
   diff: (p: OpCheckedParams<"diff">) => {
@@ -602,6 +607,7 @@ const CASES: Record<string, Case> = {
     status: 200,
   },
   "get /v1/envs/{id}/files": { path: () => `/v1/envs/${a.env}/files`, query: "?path=/work", status: 200 },
+  "get /v1/envs/{id}/logs": { path: () => `/v1/envs/${a.env}/logs`, query: "?tail=5", status: 200 },
   "get /v1/envs/{id}/diff": { path: () => `/v1/envs/${a.env}/diff`, query: "?max_entries=5", status: 200 },
   "get /v1/envs/{id}/files/stat": {
     path: () => `/v1/envs/${a.env}/files/stat`,
@@ -862,6 +868,7 @@ test("and with the right key and body each route does its work, through the host
     "exec",
     "put_files",
     "get_files",
+    "service_logs",
     "stop_service",
     "snapshot",
     "fork",
@@ -951,6 +958,34 @@ test("a host that sends past its credit has that stream failed, and the server s
   // The host and the server carry on.
   const ok = await call("GET", `/v1/envs/${a.env}/files?path=/work`, { key: keyA });
   assert.equal(ok.status, 200);
+});
+
+test("a host's log lines are checked on arrival: one that is not a log line ends the answer with unavailable", async () => {
+  const honest = handlers.service_logs;
+  for (const bad of [
+    '{"service":"box","stream":"stdin","time":"","line":"x"}',
+    "not json",
+    `${"x".repeat(2 * 1024 * 1024)}`,
+  ]) {
+    handlers.service_logs = (p, streams) => {
+      streams(p.logs_stream).write(
+        `${JSON.stringify({ service: "box", stream: "stdout", time: "", line: "ok" })}\n${bad}`,
+      );
+      streams(p.logs_stream).end("\n");
+      return { lines: 2 };
+    };
+    try {
+      const res = await call("GET", `/v1/envs/${a.env}/logs`, { key: keyA });
+      assert.equal(res.status, 200);
+      const lines = res.text.split("\n").filter((l) => l.trim());
+      assert.equal(JSON.parse(lines[0] as string).line, "ok", "what came before is answered");
+      const last = JSON.parse(lines.at(-1) as string) as { error?: { code: string; message: string } };
+      assert.equal(last.error?.code, "unavailable", bad.slice(0, 60));
+      assert.equal(lines.length, 2, "nothing of the bad line is passed on");
+    } finally {
+      handlers.service_logs = honest;
+    }
+  }
 });
 
 test("a fan-out reports each fork: four made; asked again, the taken names are refused beside the one made", async () => {

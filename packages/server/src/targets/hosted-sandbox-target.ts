@@ -22,6 +22,7 @@ import type {
   ExecRequest,
   FsEntry,
   ImageSandboxSpec,
+  LogLines,
   MadeEnvironment,
   OutputSink,
   PlacedEnvironment,
@@ -559,6 +560,13 @@ export abstract class HostedSandboxTarget implements Target {
   async renamePath(env: PlacedEnvironment, at: Omit<ServicePath, "path">, from: string, to: string) {
     this.checkService(env, at.service);
     await this.sh(env, at.user, `mv -T -- ${shellQuote(from)} ${shellQuote(to)}`);
+  }
+
+  async logs(env: PlacedEnvironment): Promise<LogLines> {
+    throw new DenvError(
+      "invalid_argument",
+      `environment ${env.name} runs on target ${this.name} (${this.provider}), which keeps no service logs denv can read: exec a command to read the files its program writes`,
+    );
   }
 
   async stopService(env: PlacedEnvironment): Promise<void> {

@@ -13,7 +13,7 @@
  * operations, not this port's verbs: a project's deploy on a hosted target is refused at prepare.
  */
 import type { Readable } from "node:stream";
-import type { fsEntry } from "@denv/protocol";
+import type { fsEntry, LogLine } from "@denv/protocol";
 import type { z } from "zod";
 
 /** A path in a container as the user saw it (a link is reported as a link, not followed). */
@@ -125,8 +125,24 @@ export interface ExecOutcome {
 /** Output as the command writes it; the target waits while the promise is pending. */
 export type OutputSink = (which: "stdout" | "stderr", chunk: Buffer) => void | Promise<void>;
 
-/** Reaching into a running environment: commands, files, one service stopped. */
+/** Which of an environment's logs: one service's or all, the last lines or those since a time, followed or not. */
+export interface LogsRequest {
+  service?: string;
+  tailLines?: number;
+  sinceMs?: number;
+  follow: boolean;
+}
+
+/** Lines as the target sends them (each checked on arrival); `stop()` ends a followed read. */
+export interface LogLines {
+  lines: AsyncIterable<LogLine>;
+  stop(): void;
+}
+
+/** Reaching into a running environment: commands, files, logs, one service stopped. */
 export interface EnvironmentIo {
+  /** What the services wrote, each line with its service, stream and time. */
+  logs(env: PlacedEnvironment, req: LogsRequest): Promise<LogLines>;
   exec(
     env: PlacedEnvironment,
     req: ExecRequest,

@@ -6,13 +6,22 @@
  */
 import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
-import { DenvError, type GpuInventory, isDenvError, type MuxStream } from "@denv/protocol";
+import {
+  DenvError,
+  type GpuInventory,
+  isDenvError,
+  type LogLine,
+  logLine,
+  type MuxStream,
+} from "@denv/protocol";
 import { teamHosts } from "../../store/host-store.ts";
 import type { Store } from "../../store/open-store.ts";
 import type {
   ExecOutcome,
   ExecRequest,
   FsEntry,
+  LogLines,
+  LogsRequest,
   MadeEnvironment,
   OutputSink,
   PlacedEnvironment,
@@ -32,6 +41,44 @@ export interface DenvdTargetDeps {
   store: Store;
   hosts: Pick<HostOperations, "call" | "streamCall" | "isConnected">;
   createSandbox(teamId: string, spec: SandboxSpec): Promise<MadeEnvironment>;
+}
+
+/** How long a followed log may be read: a day (its reader's going away ends it sooner). */
+const FOLLOW_TIMEOUT_MS = 24 * 60 * 60_000;
+/** The longest line of a host's log stream taken (the host cuts entries at 64 KiB, then escapes them). */
+const MAX_LOG_LINE_BYTES = 1024 * 1024;
+
+/**
+ * A host's newline-delimited log lines, each checked against the wire's schema on arrival: a
+ * line that is not one, or longer than MAX_LOG_LINE_BYTES, ends the read as the host's fault.
+ */
+async function* checkedLogLines(stream: MuxStream, done: Promise<unknown>): AsyncGenerator<LogLine> {
+  let pending = "";
+  const tooLong = () => new DenvError("unavailable", "the host sent a log line over 1 MiB; try again");
+  const parsed = (text: string): LogLine => {
+    let value: unknown;
+    try {
+      value = JSON.parse(text);
+    } catch {
+      value = undefined;
+    }
+    const line = logLine.safeParse(value);
+    if (!line.success)
+      throw new DenvError("unavailable", "the host sent a log line denv cannot read; try again");
+    return line.data;
+  };
+  for await (const chunk of stream) {
+    pending += (chunk as Buffer).toString("utf8");
+    const parts = pending.split("\n");
+    pending = parts.pop() ?? "";
+    for (const text of parts) {
+      if (text.length > MAX_LOG_LINE_BYTES) throw tooLong();
+      if (text) yield parsed(text);
+    }
+    if (pending.length > MAX_LOG_LINE_BYTES) throw tooLong();
+  }
+  if (pending) yield parsed(pending);
+  await done;
 }
 
 /** The host and stack an environment runs on; conflict when the record has none. */
@@ -204,6 +251,28 @@ export class DenvdTarget implements Target {
     tar.on("error", () => {});
     result.catch(() => {});
     return tar;
+  }
+
+  async logs(env: PlacedEnvironment, req: LogsRequest): Promise<LogLines> {
+    const { hostId, stackId } = onHost(env);
+    const { streams, result } = await this.deps.hosts.streamCall(
+      hostId,
+      "service_logs",
+      1,
+      ([id]) => ({
+        stack_id: stackId,
+        follow: req.follow,
+        logs_stream: id as number,
+        ...(req.service === undefined ? {} : { service: req.service }),
+        ...(req.tailLines === undefined ? {} : { tail_lines: req.tailLines }),
+        ...(req.sinceMs === undefined ? {} : { since_ms: req.sinceMs }),
+      }),
+      { timeoutMs: FOLLOW_TIMEOUT_MS },
+    );
+    const stream = streams[0] as MuxStream;
+    // The operation's own error (no such service, say) is what the reader of the lines meets.
+    result.catch((err: Error) => stream.destroy(err));
+    return { lines: checkedLogLines(stream, result), stop: () => stream.destroy() };
   }
 
   async statPath(env: PlacedEnvironment, at: ServicePath): Promise<FsEntry> {

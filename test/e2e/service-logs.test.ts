@@ -105,6 +105,20 @@ test("?tail= gives each service's last lines; ?since= a time or a duration; a ba
 });
 
 test("?follow=true goes on with lines written after the request, until the reader goes", async () => {
+  // The host's reads of the engine, counted as they are stopped: the reader's going must reach them.
+  const runtime = lab.host.denvd.runtime;
+  const original = runtime.containerLogLines.bind(runtime);
+  let stopped = 0;
+  runtime.containerLogLines = (id, options) => {
+    const read = original(id, options);
+    return {
+      lines: read.lines,
+      stop: () => {
+        stopped++;
+        read.stop();
+      },
+    };
+  };
   const fromMs = Date.now();
   const stop = new AbortController();
   const res = await fetch(`${lab.server.url}/v1/envs/${ENV}/logs?follow=true&service=web&tail=0`, {
@@ -123,6 +137,8 @@ test("?follow=true goes on with lines written after the request, until the reade
     if (seen.length >= 3) break;
   }
   stop.abort();
+  await waitFor("the host to stop following once the reader went", () => stopped >= 1);
+  runtime.containerLogLines = original;
   assert.ok(
     seen.every((l) => /^tick \d+$/.test(l.line)),
     JSON.stringify(seen),

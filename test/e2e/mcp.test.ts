@@ -256,6 +256,7 @@ const READ_ONLY_TOOLS = [
   "list_projects",
   "list_versions",
   "read_file",
+  "read_logs",
 ];
 
 test("--read-only offers only the tools that change nothing; the others are refused", async () => {
@@ -269,6 +270,21 @@ test("--read-only offers only the tools that change nothing; the others are refu
     assert.equal(alpha.data.status, "running", "alpha is untouched");
     const envs = (await ok(client, "list_environments", {})).environments as { name: string }[];
     assert.ok(envs.some((e) => e.name === "alpha"));
+    // Its logs are read: the database said it was ready, on its own stream, at a time.
+    const logs = (await ok(client, "read_logs", { environment: "alpha", service: "db", tail: 200 }))
+      .lines as {
+      service: string;
+      time: string;
+      line: string;
+    }[];
+    assert.ok(
+      logs.length > 0 && logs.every((l) => l.service === "db" && l.time !== ""),
+      JSON.stringify(logs[0]),
+    );
+    assert.ok(
+      logs.some((l) => /ready to accept connections/.test(l.line)),
+      "PostgreSQL's start is there",
+    );
   } finally {
     await client.close();
   }

@@ -1,9 +1,9 @@
 /**
  * The tools that change nothing: the team's projects, environments and versions, a deployment's
- * record, reading and listing files, and an episode's diff. They are all that `denv mcp --read-only`
+ * record, an environment's logs, reading and listing files, and an episode's diff. They are all that `denv mcp --read-only`
  * offers.
  */
-import { type DenvClient, Files } from "@denv/sdk";
+import { type DenvClient, Files, type LogLine } from "@denv/sdk";
 import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { z } from "zod";
 import { decodeBytes } from "./tool-results.ts";
@@ -20,6 +20,10 @@ import {
   service,
   user,
 } from "./tool-schemas.ts";
+
+/** Lines of each service read_logs gives by default, and at most. */
+const LOGS_DEFAULT_LINES = 100;
+const LOGS_MAX_LINES = 1000;
 
 export function registerReadTools(server: McpServer, client: DenvClient): void {
   server.registerTool(
@@ -109,6 +113,50 @@ export function registerReadTools(server: McpServer, client: DenvClient): void {
       guarded(async () =>
         deploymentResult(await client.call("getV1DeploymentsById", { params: { id: deployment } })),
       ),
+  );
+
+  server.registerTool(
+    "read_logs",
+    {
+      title: "Read logs",
+      description:
+        "What the environment's services wrote (stdout and stderr, each line with its service and time), the last `tail` lines of each service, as `docker compose logs`.",
+      inputSchema: {
+        environment,
+        service: z.string().min(1).max(63).optional().describe("One service (default: every service)"),
+        tail: z
+          .number()
+          .int()
+          .min(1)
+          .max(LOGS_MAX_LINES)
+          .optional()
+          .describe(`Lines of each service (default ${LOGS_DEFAULT_LINES}, at most ${LOGS_MAX_LINES})`),
+      },
+      outputSchema: {
+        lines: z.array(
+          z.object({
+            service: z.string(),
+            stream: z.enum(["stdout", "stderr"]),
+            time: z.string(),
+            line: z.string(),
+          }),
+        ),
+      },
+      annotations: { readOnlyHint: true, openWorldHint: false },
+    },
+    (args) =>
+      guarded(async () => {
+        const lines: LogLine[] = [];
+        await client.logs(
+          args.environment,
+          { tail: args.tail ?? LOGS_DEFAULT_LINES, ...(args.service ? { service: args.service } : {}) },
+          (l) => {
+            // A line is at most 64 KiB on the wire; an agent's context gets the first 2 KiB of each.
+            lines.push({ ...l, line: l.line.length > 2048 ? `${l.line.slice(0, 2048)}…` : l.line });
+          },
+        );
+        return { lines };
+      }),
   );
 
   server.registerTool(

@@ -10,6 +10,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import type { DiffEntry, DiffEvidence } from "@denv/protocol";
+import { cliRunner } from "../harness/cli-runner.ts";
 import { type Lab, openLab } from "../harness/lab.ts";
 import { repoRoot } from "../harness/test-host.ts";
 
@@ -206,4 +207,28 @@ test("verify records the episode's diff beside the reward", async () => {
   assert.deepEqual(d.databases.find((x) => x.service === "db")?.tables, [
     { table: "public.orders", inserted: 7, updated: 3, deleted: 5 },
   ]);
+});
+
+test("verify's frozen environment is no dead end: refused with the way out, resumed by the API and by denv env resume", async () => {
+  const env = await fork();
+  const denv = cliRunner(() => ({ url: lab.server.url, key: lab.keyA }));
+  const exec = () => api("POST", `/v1/envs/${env}/exec`, { service: "opsbox", command: "echo up" });
+  assert.equal((await api("POST", `/v1/envs/${env}/verify`, {})).data.status, "succeeded");
+  const refused = await exec();
+  assert.equal(refused.status, 409);
+  assert.match(refused.data.error.message, /frozen by verify for inspection: resume it \(denv env resume /);
+  const resumed = await api("POST", `/v1/envs/${env}/resume`, {});
+  assert.equal(resumed.status, 200, JSON.stringify(resumed.data));
+  assert.equal(resumed.data.status, "running");
+  assert.equal((await exec()).data.stdout, "up\n", "its services run again");
+  const again = await api("POST", `/v1/envs/${env}/resume`, {});
+  assert.equal(again.status, 409, "a running environment has nothing to resume");
+  assert.match(again.data.error.message, /is running: only one a verify froze for inspection is resumed/);
+  // Frozen once more, and thawed with the CLI; another team's key cannot.
+  assert.equal((await api("POST", `/v1/envs/${env}/verify`, {})).data.status, "succeeded");
+  assert.equal((await lab.api("POST", `/v1/envs/${env}/resume`, {}, lab.keyB)).status, 404);
+  const cli = await denv("env", "resume", env);
+  assert.equal(cli.code, 0, cli.stderr);
+  assert.match(cli.stdout, /^resumed opsworld\/sbx-\w+: running$/m);
+  assert.equal((await exec()).data.stdout, "up\n");
 });

@@ -739,6 +739,22 @@ export type GetV1EnvsByIdDeploymentsResponse = {
   }>;
 };
 
+/** Thaw an environment a verify froze for inspection: its services run again — POST /v1/envs/{id}/resume */
+export type PostV1EnvsByIdResumeResponse = {
+  id: string;
+  name: string;
+  project: string;
+  status: string;
+  host_id: string | null;
+  current_version_id: string | null;
+  parent_version_id: string | null;
+  sandbox: boolean;
+  target: string;
+  services: Array<string>;
+  created_at: string;
+  deployment_id?: string;
+};
+
 /** Capture the live state as a new version — POST /v1/envs/{id}/snapshot */
 export type PostV1EnvsByIdSnapshotResponse = {
   id: string;
@@ -1659,6 +1675,7 @@ export const OPERATIONS = {
   getV1EnvsById: { method: "GET", path: "/v1/envs/{id}", params: ["id"], body: "none", response: "json" },
   deleteV1EnvsById: { method: "DELETE", path: "/v1/envs/{id}", params: ["id"], body: "none", response: "json" },
   getV1EnvsByIdDeployments: { method: "GET", path: "/v1/envs/{id}/deployments", params: ["id"], body: "none", response: "json" },
+  postV1EnvsByIdResume: { method: "POST", path: "/v1/envs/{id}/resume", params: ["id"], body: "none", response: "json" },
   postV1EnvsByIdSnapshot: { method: "POST", path: "/v1/envs/{id}/snapshot", params: ["id"], body: "none", response: "json" },
   postV1EnvsByIdFork: { method: "POST", path: "/v1/envs/{id}/fork", params: ["id"], body: "json", response: "json" },
   postV1EnvsByIdRollback: { method: "POST", path: "/v1/envs/{id}/rollback", params: ["id"], body: "json", response: "json" },
@@ -1764,6 +1781,7 @@ export interface Operations {
   getV1EnvsById: { params: { id: string }; body: undefined; response: GetV1EnvsByIdResponse };
   deleteV1EnvsById: { params: { id: string }; body: undefined; response: DeleteV1EnvsByIdResponse };
   getV1EnvsByIdDeployments: { params: { id: string }; body: undefined; response: GetV1EnvsByIdDeploymentsResponse };
+  postV1EnvsByIdResume: { params: { id: string }; body: undefined; response: PostV1EnvsByIdResumeResponse };
   postV1EnvsByIdSnapshot: { params: { id: string }; body: undefined; response: PostV1EnvsByIdSnapshotResponse };
   postV1EnvsByIdFork: { params: { id: string }; body: PostV1EnvsByIdForkBody; response: PostV1EnvsByIdForkResponse };
   postV1EnvsByIdRollback: { params: { id: string }; body: PostV1EnvsByIdRollbackBody; response: PostV1EnvsByIdRollbackResponse };

@@ -271,6 +271,19 @@ export function registerEnvironmentCommands(program: Command): void {
       return 0;
     }),
   );
+  const er = env
+    .command("resume")
+    .description("Thaw an environment a verify froze for inspection: its services run again")
+    .argument("<env>")
+    .option("--json", "print JSON");
+  er.action(
+    run(er, async (client, json, ref: string) => {
+      const e = await client().call("postV1EnvsByIdResume", { params: envParam(ref) });
+      if (json) printJson(e);
+      else process.stdout.write(`resumed ${e.project}/${e.name}: ${e.status}\n`);
+      return 0;
+    }),
+  );
   const ed = env
     .command("destroy")
     .description("Destroy an environment (its versions stay)")

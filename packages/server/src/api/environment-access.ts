@@ -15,7 +15,7 @@ export function assertRunning(e: EnvironmentsTable): void {
   if (e.status === "frozen") {
     throw new DenvError(
       "conflict",
-      `environment ${e.name} is frozen by verify for inspection; fork it, or verify with resume`,
+      `environment ${e.name} is frozen by verify for inspection: resume it (denv env resume ${e.name}, POST /v1/envs/{id}/resume), fork it, or verify with resume`,
     );
   }
   if (e.status !== "running" || !e.stack_id)

@@ -95,6 +95,18 @@ export const environmentRoutes: ApiRoute[] = [
   }),
   route({
     method: "post",
+    path: "/v1/envs/{id}/resume",
+    summary: "Thaw an environment a verify froze for inspection: its services run again",
+    response: environmentSchema,
+    auth: true,
+    handler: async (c) => {
+      const { deps } = c.var;
+      const e = await deps.deployer.resume(await envOf(c));
+      return c.json(await serializeEnvironment(deps.store, deps.secrets, e));
+    },
+  }),
+  route({
+    method: "post",
     path: "/v1/envs/{id}/snapshot",
     summary: "Capture the live state as a new version",
     query: waitQuery,

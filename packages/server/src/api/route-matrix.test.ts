@@ -585,6 +585,8 @@ const CASES: Record<string, Case> = {
     body: () => ({ version: a.version }),
     status: 200,
   },
+  // alpha runs: nothing a verify froze to thaw (e2e/verify-resume covers a real thaw).
+  "post /v1/envs/{id}/resume": { path: () => `/v1/envs/${a.env}/resume`, status: 409 },
   "post /v1/envs/{id}/verify": {
     path: () => `/v1/envs/${a.env}/verify`,
     body: () => ({ resume: true }),

@@ -21,6 +21,7 @@ import { runDestroy } from "./destroy-kind.ts";
 import { type ForkOptions, runFork } from "./fork-kind.ts";
 import { syncHostStatuses } from "./host-sync.ts";
 import { type PromoteOptions, runPromote } from "./promote-kind.ts";
+import { runResume } from "./resume-kind.ts";
 import { runRollback } from "./rollback-kind.ts";
 import { runSnapshot } from "./snapshot-kind.ts";
 import { runVerify } from "./verify-kind.ts";
@@ -84,6 +85,11 @@ export class Deployer {
   /** Grades an environment on a fork, as a separate principal (verify-kind.ts). */
   verify(env: EnvironmentsTable, options: { resume: boolean }): Promise<Launched> {
     return runVerify(this.runner, env, options);
+  }
+
+  /** Thaws an environment a verify froze for inspection (resume-kind.ts); answers it running. */
+  resume(env: EnvironmentsTable): Promise<EnvironmentsTable> {
+    return runResume(this.runner, env);
   }
 
   /** Moves a version to an environment through the promote gates (promote-kind.ts). */

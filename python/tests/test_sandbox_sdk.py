@@ -4,6 +4,7 @@ classes, snapshot and fork, and ``with`` / ``async with`` destroying what they m
 from __future__ import annotations
 
 import asyncio
+import time
 import unittest
 from collections.abc import Iterator
 
@@ -53,6 +54,30 @@ class SandboxSdk(unittest.TestCase):
             self.assertIn("/v1/tunnels/", sb.port_url(8000))
         with self.assertRaises(denv.NotFoundError):
             client().env(made)
+
+    def test_logs(self) -> None:
+        import denv
+
+        cmd = ["sh", "-c", "echo hello-py; echo warn-py >&2; while :; do date +tick-%s%N; sleep 0.2; done"]
+        with denv.Sandbox.create(image=OPSBOX, cmd=cmd, user="1000:1000") as sb:
+            c = client()
+            first: list[dict[str, str]] = []
+            deadline = time.monotonic() + 120
+            while not any(x["line"].startswith("tick-") for x in first) and time.monotonic() < deadline:
+                first = list(c.logs(sb.id, tail=1000))
+            lines = {(x["service"], x["stream"], x["line"]) for x in first}
+            self.assertIn(("main", "stdout", "hello-py"), lines)
+            self.assertIn(("main", "stderr", "warn-py"), lines)
+            self.assertTrue(all(x["time"] for x in first))
+            # Followed: lines written after the call, until the iteration stops.
+            followed = c.logs(sb.id, tail=0, follow=True)
+            ticks = [next(followed)["line"], next(followed)["line"]]
+            followed.close()
+            self.assertTrue(all(t.startswith("tick-") for t in ticks), ticks)
+            with self.assertRaises(denv.NotFoundError):
+                list(c.logs(sb.id, service="nope"))
+            with self.assertRaises(denv.InvalidArgumentError):
+                list(c.logs(sb.id, since="yesterday"))
 
     def test_streams(self) -> None:
         import hashlib

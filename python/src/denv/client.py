@@ -30,6 +30,7 @@ from ._api_types import (
     PostV1ProjectsByIdDeployResponsePhasesItem,
     PostV1ProjectsByIdDeployResponseVerify,
 )
+from ._logs import read_logs
 from .errors import DenvError, error_for
 
 
@@ -398,6 +399,21 @@ class Client:
                 elif "error" in msg:
                     raise error_for(str(msg["error"].get("code", "internal")), str(msg["error"].get("message", "")))
         raise error_for("unavailable", "the exec stream ended without a result")
+
+    def logs(
+        self,
+        env: str,
+        *,
+        service: str | None = None,
+        tail: int | None = None,
+        since: str | None = None,
+        follow: bool = False,
+    ) -> Iterator[dict[str, str]]:
+        """What the environment's services wrote, as ``docker compose logs``: each line as
+        ``{"service", "stream", "time", "line"}``, every service's or ``service``'s, the last
+        ``tail`` of each or those ``since`` a time or a duration back ("10m"); with ``follow``, the
+        lines written from then on, until the caller stops iterating."""
+        return read_logs(self, env, service=service, tail=tail, since=since, follow=follow)
 
     def fan_out(
         self, version: str, count: int, *, name_prefix: str | None = None, sandbox: bool = False

@@ -19,6 +19,21 @@ const HINTS: Partial<Record<string, string>> = {
 };
 
 /** Maps any error to an exit code and a message on stderr (or a JSON error on stdout with --json). */
+/** Rows under a header, each column as wide as its widest cell (the last one left ragged). */
+export function tableText(header: string[], rows: string[][]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
+  const line = (cells: string[]) =>
+    cells
+      .map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i] ?? 0)))
+      .join("  ")
+      .trimEnd();
+  return `${[header, ...rows].map(line).join("\n")}\n`;
+}
+
+export function printTable(header: string[], rows: string[][]): void {
+  process.stdout.write(rows.length ? tableText(header, rows) : "none\n");
+}
+
 export function reportError(err: unknown, json: boolean): number {
   if (err instanceof UsageError) {
     if (json) printJson({ ok: false, error: { code: "invalid_argument", message: err.message } });

@@ -613,6 +613,38 @@ export type PostV1ProjectsByIdPromoteBody = {
   }>;
 };
 
+/** The team's deployments, newest first (?env= one environment's, ?running=true those at work, ?limit=) — GET /v1/deployments */
+export type GetV1DeploymentsResponse = {
+  deployments: Array<{
+    id: string;
+    environment_id: string;
+    kind: string;
+    status: "queued" | "running" | "succeeded" | "rolled_back" | "failed";
+    reason: string | null;
+    version_id: string | null;
+    frozen_ms: number | null;
+    admission_wait_ms: number | null;
+    verify: {
+      reward: number;
+      reason: string | null;
+      exit_code: number | null;
+      agent: string;
+    } | null;
+    phases: Array<{
+      name: string;
+      status: "pending" | "running" | "succeeded" | "failed" | "skipped";
+      started_at: string | null;
+      finished_at: string | null;
+      duration_ms: number | null;
+      evidence: unknown;
+      reason: string | null;
+    }>;
+    created_at: string;
+    finished_at: string | null;
+    environment: string;
+  }>;
+};
+
 /** A deployment and its phase log with evidence — GET /v1/deployments/{id} */
 export type GetV1DeploymentsByIdResponse = {
   id: string;
@@ -1669,6 +1701,7 @@ export const OPERATIONS = {
   getV1ProjectsByIdContextsByDigest: { method: "GET", path: "/v1/projects/{id}/contexts/{digest}", params: ["id","digest"], body: "none", response: "json" },
   postV1ProjectsByIdDeploy: { method: "POST", path: "/v1/projects/{id}/deploy", params: ["id"], body: "json", response: "json" },
   postV1ProjectsByIdPromote: { method: "POST", path: "/v1/projects/{id}/promote", params: ["id"], body: "json", response: "json" },
+  getV1Deployments: { method: "GET", path: "/v1/deployments", params: [], body: "none", response: "json" },
   getV1DeploymentsById: { method: "GET", path: "/v1/deployments/{id}", params: ["id"], body: "none", response: "json" },
   getV1DeploymentsByIdEvents: { method: "GET", path: "/v1/deployments/{id}/events", params: ["id"], body: "none", response: "event-stream" },
   getV1Envs: { method: "GET", path: "/v1/envs", params: [], body: "none", response: "json" },
@@ -1775,6 +1808,7 @@ export interface Operations {
   getV1ProjectsByIdContextsByDigest: { params: { id: string; digest: string }; body: undefined; response: GetV1ProjectsByIdContextsByDigestResponse };
   postV1ProjectsByIdDeploy: { params: { id: string }; body: PostV1ProjectsByIdDeployBody; response: PostV1ProjectsByIdDeployResponse };
   postV1ProjectsByIdPromote: { params: { id: string }; body: PostV1ProjectsByIdPromoteBody; response: PostV1ProjectsByIdPromoteResponse };
+  getV1Deployments: { params: {  }; body: undefined; response: GetV1DeploymentsResponse };
   getV1DeploymentsById: { params: { id: string }; body: undefined; response: GetV1DeploymentsByIdResponse };
   getV1DeploymentsByIdEvents: { params: { id: string }; body: undefined; response: GetV1DeploymentsByIdEventsResponse };
   getV1Envs: { params: {  }; body: undefined; response: GetV1EnvsResponse };

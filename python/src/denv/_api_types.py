@@ -331,6 +331,26 @@ class PostV1ProjectsByIdDeployResponse(TypedDict):
     finished_at: str | None
 
 
+class GetV1DeploymentsResponseDeploymentsItem(TypedDict):
+    id: str
+    environment_id: str
+    kind: str
+    status: Literal["queued", "running", "succeeded", "rolled_back", "failed"]
+    reason: str | None
+    version_id: str | None
+    frozen_ms: float | None
+    admission_wait_ms: float | None
+    verify: PostV1ProjectsByIdDeployResponseVerify | None
+    phases: list[PostV1ProjectsByIdDeployResponsePhasesItem]
+    created_at: str
+    finished_at: str | None
+    environment: str
+
+
+class GetV1DeploymentsResponse(TypedDict):
+    deployments: list[GetV1DeploymentsResponseDeploymentsItem]
+
+
 class GetV1EnvsResponseEnvironmentsItem(TypedDict):
     id: str
     name: str

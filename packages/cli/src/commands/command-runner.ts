@@ -80,8 +80,29 @@ function printBuildLog(p: Phase, printed: Map<string, string>, logged: Map<strin
   }
 }
 
-/** Follows a deployment's phases live, printing each change; resolves to the final deployment. */
+/**
+ * Follows a deployment's phases live, printing each change; resolves to the final deployment.
+ * Ctrl-C, or a server lost on the way, stops the following, not the deployment: the user is told
+ * how to pick it up again.
+ */
 export async function follow(client: DenvClient, id: string, json: boolean): Promise<Deployment> {
+  const again = `deployment ${id} goes on without you: follow it again with \`denv deployment follow ${id}\``;
+  const interrupted = () => {
+    process.stderr.write(`\nstopped following; ${again}\n`);
+    process.exit(130);
+  };
+  process.once("SIGINT", interrupted);
+  try {
+    return await followPhases(client, id, json);
+  } catch (err) {
+    process.stderr.write(`denv: ${again} (or see it: denv deployment show ${id})\n`);
+    throw err;
+  } finally {
+    process.off("SIGINT", interrupted);
+  }
+}
+
+async function followPhases(client: DenvClient, id: string, json: boolean): Promise<Deployment> {
   const printed = new Map<string, string>();
   // A build's log, shown as it comes (the prepare phase's evidence holds its last lines).
   const logged = new Map<string, string[]>();

@@ -6,8 +6,8 @@ import type { ClockEvidence } from "@denv/protocol";
 import type { Operations } from "@denv/sdk";
 import type { Command } from "commander";
 import { runOracle } from "../harbor/oracle.ts";
-import { printJson, UsageError } from "../output.ts";
-import { envParam, printPhaseLog, run } from "./command-runner.ts";
+import { printJson, printTable, UsageError } from "../output.ts";
+import { envParam, follow, printPhaseLog, run } from "./command-runner.ts";
 
 type Deployment = Operations["getV1DeploymentsById"]["response"];
 
@@ -303,6 +303,46 @@ export function registerEnvironmentCommands(program: Command): void {
     }),
   );
   const dep = program.command("deployment").description("Deployments");
+  const dl = dep
+    .command("list")
+    .description("The team's deployments, newest first")
+    .option("--env <env>", "one environment's")
+    .option("--running", "only those queued or running")
+    .option("--limit <n>", "at most this many (default 50)")
+    .option("--json", "print JSON");
+  dl.action(
+    run(dl, async (client, json, o: { env?: string; running?: boolean; limit?: string }) => {
+      if (o.limit !== undefined && !/^\d{1,4}$/.test(o.limit))
+        throw new UsageError(`--limit ${o.limit}: a count`);
+      const r = await client().call("getV1Deployments", {
+        query: {
+          ...(o.env ? { env: o.env } : {}),
+          ...(o.running ? { running: "true" as const } : {}),
+          ...(o.limit ? { limit: o.limit } : {}),
+        },
+      });
+      if (json) printJson(r);
+      else
+        printTable(
+          ["ID", "KIND", "STATUS", "ENVIRONMENT", "CREATED"],
+          r.deployments.map((d) => [d.id, d.kind, d.status, d.environment, d.created_at]),
+        );
+      return 0;
+    }),
+  );
+  const df = dep
+    .command("follow")
+    .description("Follow a deployment's phases live until its verdict (Ctrl-C stops following, not it)")
+    .argument("<id>")
+    .option("--json", "print JSON");
+  df.action(
+    run(df, async (client, json, id: string) => {
+      const final = await follow(client(), id, json);
+      if (json) printJson(final);
+      else process.stdout.write(`${final.status}${final.reason ? `: ${final.reason}` : ""}\n`);
+      return final.status === "succeeded" ? 0 : 1;
+    }),
+  );
   const ds = dep
     .command("show")
     .description("A deployment's phase log with its evidence")

@@ -229,7 +229,7 @@ export function registerProjectCommands(program: Command): void {
         if (json) printJson(d);
         else
           process.stdout.write(
-            `deployment ${d.id} started; follow it with \`denv deployment show ${d.id}\`\n`,
+            `deployment ${d.id} started; follow it with \`denv deployment follow ${d.id}\`\n`,
           );
         return 0;
       }

@@ -1,12 +1,48 @@
 /** Deployments: one change to an environment, its phase log, and its live updates. */
 import { streamSSE } from "hono/streaming";
-import { deploymentById, findDeployment } from "../store/deployment-store.ts";
+import { z } from "zod";
+import { deploymentById, findDeployment, teamDeployments } from "../store/deployment-store.ts";
+import { findEnvironment } from "../store/environment-store.ts";
 import type { DeploymentsTable } from "../store/schema.ts";
 import { type ApiRoute, route } from "./api-route.ts";
-import { deploymentSchema } from "./api-schemas.ts";
+import { deploymentSchema, queryFlag } from "./api-schemas.ts";
 import { serializeDeployment } from "./api-serializers.ts";
 
 export const deploymentRoutes: ApiRoute[] = [
+  route({
+    method: "get",
+    path: "/v1/deployments",
+    summary:
+      "The team's deployments, newest first (?env= one environment's, ?running=true those at work, ?limit=)",
+    query: z.object({
+      env: z.string().min(1).max(300).optional().describe("One environment's (id, name or project/name)"),
+      running: queryFlag.describe("true: only those queued or running"),
+      limit: z
+        .string()
+        .regex(/^\d{1,4}$/, "a count")
+        .optional()
+        .describe("At most this many (default 50, at most 1000)"),
+    }),
+    response: z.object({
+      deployments: z.array(deploymentSchema.extend({ environment: z.string() })),
+    }),
+    auth: true,
+    handler: async (c, { query }) => {
+      const { store } = c.var.deps;
+      const env = query.env === undefined ? undefined : await findEnvironment(store, c.var.teamId, query.env);
+      const rows = await teamDeployments(store, c.var.teamId, {
+        ...(env ? { environmentId: env.id } : {}),
+        atWork: query.running === "true",
+        limit: Math.min(Number(query.limit ?? 50), 1000),
+      });
+      return c.json({
+        deployments: rows.map(({ env_name, project_name, ...d }) => ({
+          ...serializeDeployment(d),
+          environment: `${project_name}/${env_name}`,
+        })),
+      });
+    },
+  }),
   route({
     method: "get",
     path: "/v1/deployments/{id}",

@@ -609,6 +609,7 @@ const CASES: Record<string, Case> = {
     status: 200,
   },
   "get /v1/envs/{id}/files": { path: () => `/v1/envs/${a.env}/files`, query: "?path=/work", status: 200 },
+  "get /v1/deployments": { path: () => "/v1/deployments", query: "?running=false&limit=5", status: 200 },
   "get /v1/envs/{id}/logs": { path: () => `/v1/envs/${a.env}/logs`, query: "?tail=5", status: 200 },
   "get /v1/envs/{id}/diff": { path: () => `/v1/envs/${a.env}/diff`, query: "?max_entries=5", status: 200 },
   "get /v1/envs/{id}/files/stat": {

@@ -45,6 +45,32 @@ export function environmentDeployments(store: Store, environmentId: string): Pro
     .execute();
 }
 
+/**
+ * A team's deployments, newest first, each with its environment's project and name: of one
+ * environment, or only those still at work (queued or running), at most `limit`.
+ */
+export function teamDeployments(
+  store: Store,
+  teamId: string,
+  options: { environmentId?: string; atWork?: boolean; limit: number },
+) {
+  let q = store
+    .selectFrom("deployments")
+    .innerJoin("environments", "environments.id", "deployments.environment_id")
+    .innerJoin("projects", "projects.id", "environments.project_id")
+    .selectAll("deployments")
+    .select(["environments.name as env_name", "projects.name as project_name"])
+    .where("deployments.team_id", "=", teamId);
+  if (options.environmentId !== undefined)
+    q = q.where("deployments.environment_id", "=", options.environmentId);
+  if (options.atWork) q = q.where("deployments.status", "in", ["queued", "running"]);
+  return q
+    .orderBy("deployments.created_at", "desc")
+    .orderBy("deployments.id", "desc")
+    .limit(options.limit)
+    .execute();
+}
+
 /** Deployments a server was running when it stopped (found at the next start). */
 export function runningDeployments(store: Store): Promise<DeploymentsTable[]> {
   return store.selectFrom("deployments").selectAll().where("status", "=", "running").execute();

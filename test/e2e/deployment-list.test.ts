@@ -1,0 +1,99 @@
+/**
+ * Deployments a user can find again (issue 70): the team's list (one environment's, those at
+ * work), following one live from another terminal, and Ctrl-C during a follow stopping the
+ * following, not the deployment, with the way back printed. Another team's key sees none of them.
+ */
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { cliRunner } from "../harness/cli-runner.ts";
+import { type Lab, openLab } from "../harness/lab.ts";
+import { waitFor } from "../harness/wait-for.ts";
+
+const OPSBOX = "127.0.0.1:5000/denv/opsbox:bookworm";
+const CLI = join(import.meta.dirname, "../../packages/cli/bin/denv.js");
+let lab: Lab;
+const denv = cliRunner(() => ({ url: lab.server.url, key: lab.keyA }));
+
+// Healthy only once the file exists, which the test makes: the deploy waits for it.
+const COMPOSE = `x-denv: { kind: service }
+services:
+  app:
+    image: ${OPSBOX}
+    user: "1000:1000"
+    command: ["sleep", "infinity"]
+    healthcheck: { test: ["CMD", "test", "-f", "/tmp/ready"], interval: 200ms, retries: 3000 }
+`;
+
+before(async () => {
+  lab = await openLab();
+  await lab.api("POST", "/v1/projects", { name: "dl", kind: "service", source: "./dl" });
+  const put = await lab.api("PUT", "/v1/projects/dl/source", { compose: COMPOSE });
+  assert.equal(put.status, 200, JSON.stringify(put.data));
+});
+
+after(async () => {
+  await lab?.close();
+});
+
+/** The deploy's own container, once the host made it: where the test makes the service healthy. */
+async function makeReady(): Promise<void> {
+  const stack = await waitFor("the deploy's stack", () =>
+    lab.host.denvd.stacks().find((s) => s.name.startsWith("dl-") && s.containers.app),
+  );
+  await waitFor("the file that makes it healthy", async () => {
+    const r = await lab.host.denvd
+      .exec(stack.id, "app", { command: ["touch", "/tmp/ready"] })
+      .catch(() => null);
+    return r?.exitCode === 0;
+  });
+}
+
+test("Ctrl-C during a follow stops the following, not the deployment, and says how to follow again", async () => {
+  const d = await lab.api("POST", "/v1/projects/dl/deploy", { env: "e" });
+  assert.equal(d.status, 202, JSON.stringify(d.data));
+  const id = d.data.id as string;
+  const child = spawn(process.execPath, [CLI, "deployment", "follow", id], {
+    env: { ...process.env, DENV_SERVER: lab.server.url, DENV_API_KEY: lab.keyA, DENV_NO_STDIN: "1" },
+  });
+  let out = "";
+  let err = "";
+  child.stdout.on("data", (b: Buffer) => (out += b.toString()));
+  child.stderr.on("data", (b: Buffer) => (err += b.toString()));
+  const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
+  await waitFor("the follow printing a phase", () => /resolve/.test(out));
+  child.kill("SIGINT");
+  assert.equal(await exited, 130);
+  assert.match(
+    err,
+    new RegExp(`deployment ${id} goes on without you: follow it again with \`denv deployment follow ${id}\``),
+  );
+  // It went on: made healthy, it succeeds, and a second follow sees it to the end.
+  const running = await denv("deployment", "list", "--running", "--json");
+  assert.ok(
+    JSON.parse(running.stdout).deployments.some((x: { id: string }) => x.id === id),
+    running.stdout,
+  );
+  await makeReady();
+  const again = await denv("deployment", "follow", id);
+  assert.equal(again.code, 0, again.stderr);
+  assert.match(again.stdout, /✓ health/);
+  assert.match(again.stdout, /^succeeded$/m);
+});
+
+test("the team's deployments, newest first; one environment's; none at work once done; another team sees none", async () => {
+  const list = await denv("deployment", "list", "--env", "dl/e", "--json");
+  assert.equal(list.code, 0, list.stderr);
+  const rows = JSON.parse(list.stdout).deployments as { id: string; kind: string; environment: string }[];
+  assert.ok(rows.length >= 1 && rows.every((r) => r.environment === "dl/e"), list.stdout);
+  assert.equal(rows[0]?.kind, "deploy");
+  const table = await denv("deployment", "list");
+  assert.match(table.stdout, /^ID\s+KIND\s+STATUS\s+ENVIRONMENT\s+CREATED$/m);
+  assert.match(table.stdout, new RegExp(`^${rows[0]?.id}\\s+deploy\\s+succeeded\\s+dl/e\\s+\\d{4}-`, "m"));
+  assert.equal((await denv("deployment", "list", "--running")).stdout, "none\n");
+  const theirs = await lab.api("GET", "/v1/deployments", undefined, lab.keyB);
+  assert.deepEqual(theirs.data.deployments, []);
+  assert.equal((await lab.api("GET", "/v1/deployments?env=dl/e", undefined, lab.keyB)).status, 404);
+  assert.equal((await lab.api("GET", "/v1/deployments?limit=lots")).status, 400);
+});

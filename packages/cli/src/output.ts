@@ -15,10 +15,27 @@ export class UsageError extends Error {
 const HINTS: Partial<Record<string, string>> = {
   unauthenticated: "check the key: `denv login`",
   unavailable: "is the server up? (`denv up` starts a local one)",
-  not_found: "`denv env list` shows what exists",
 };
 
-/** Maps any error to an exit code and a message on stderr (or a JSON error on stdout with --json). */
+/** The list that shows what exists of the noun a not-found names ("no version …"). */
+const LISTS: Record<string, string> = {
+  environment: "denv env list",
+  version: "denv version list",
+  project: "denv project list",
+  deployment: "denv deployment list",
+  host: "denv host list",
+};
+
+/**
+ * What to do next after an error: for a not-found, the list of the noun it names (none when it
+ * names no noun of a list, e.g. a service, whose message lists the ones there are).
+ */
+export function hintFor(code: string, message: string): string | undefined {
+  if (code !== "not_found") return HINTS[code];
+  const noun = /^no (environment|version|project|deployment|host)\b/.exec(message)?.[1];
+  return noun ? `\`${LISTS[noun]}\` shows what exists` : undefined;
+}
+
 /** Rows under a header, each column as wide as its widest cell (the last one left ragged). */
 export function tableText(header: string[], rows: string[][]): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
@@ -34,6 +51,7 @@ export function printTable(header: string[], rows: string[][]): void {
   process.stdout.write(rows.length ? tableText(header, rows) : "none\n");
 }
 
+/** Maps any error to an exit code and a message on stderr (or a JSON error on stdout with --json). */
 export function reportError(err: unknown, json: boolean): number {
   if (err instanceof UsageError) {
     if (json) printJson({ ok: false, error: { code: "invalid_argument", message: err.message } });
@@ -43,7 +61,7 @@ export function reportError(err: unknown, json: boolean): number {
   if (err instanceof DenvError || err instanceof DenvApiError) {
     if (json) printJson({ ok: false, error: { code: err.code, message: err.message } });
     else {
-      const hint = HINTS[err.code];
+      const hint = hintFor(err.code, err.message);
       process.stderr.write(
         `error: ${err.message}${hint && !err.message.includes("`") ? `\n  ${hint}` : ""}\n`,
       );

@@ -963,6 +963,19 @@ test("a host that sends past its credit has that stream failed, and the server s
   assert.equal(ok.status, 200);
 });
 
+test("a version reference that names nothing says which noun was meant", async () => {
+  const message = (r: { text: string }) =>
+    (JSON.parse(r.text) as { error: { message: string } }).error.message;
+  const bad = await call("GET", "/v1/versions/ver_nope", { key: keyA });
+  assert.equal(bad.status, 404);
+  assert.equal(message(bad), "no version ver_nope: a version's id is ver_ and 12 hex digits");
+  const none = await call("GET", `/v1/versions/${encodeURIComponent("shop/beta")}`, { key: keyA });
+  assert.equal(none.status, 404);
+  assert.match(message(none), /^no version or environment shop\/beta: name a version/);
+  const diff = await call("GET", `/v1/envs/${a.env}/diff?against=ver_nope`, { key: keyA });
+  assert.match(message(diff), /^no version ver_nope/, "diff's against names a version");
+});
+
 test("a host's log lines are checked on arrival: one that is not a log line ends the answer with unavailable", async () => {
   const honest = handlers.service_logs;
   for (const bad of [

@@ -1,5 +1,5 @@
 /** Versions: immutable snapshots of an environment, with the resolved spec sealed at rest. */
-import { DenvError } from "@denv/protocol";
+import { DenvError, isDenvError } from "@denv/protocol";
 import { findEnvironment } from "./environment-store.ts";
 import type { Store } from "./open-store.ts";
 import { findProject } from "./project-store.ts";
@@ -64,7 +64,17 @@ export async function resolveVersionRef(store: Store, teamId: string, ref: strin
     return v;
   }
   if (/^ver_[0-9a-f]{12}$/.test(ref)) return findVersion(store, teamId, ref);
-  const env = await findEnvironment(store, teamId, ref);
+  // Meant as a version's id, not an environment's name: said as such.
+  if (ref.startsWith("ver_"))
+    throw new DenvError("not_found", `no version ${ref}: a version's id is ver_ and 12 hex digits`);
+  const env = await findEnvironment(store, teamId, ref).catch((err: unknown) => {
+    throw isDenvError(err) && err.code === "not_found"
+      ? new DenvError(
+          "not_found",
+          `no version or environment ${ref}: name a version (ver_…, PROJECT@ver_…) or an environment (PROJECT/ENV) for the version it runs`,
+        )
+      : err;
+  });
   if (!env.current_version_id)
     throw new DenvError("conflict", `environment ${ref} has no version yet: deploy it or snapshot it first`);
   return findVersion(store, teamId, env.current_version_id);

@@ -2,7 +2,7 @@
  * btrfs: a subvolume per dataset, read-only snapshots, and a writable snapshot of a snapshot to
  * fork. Both are copy-on-write metadata operations, so their cost does not grow with the data.
  * Where the host has no btrfs pool, the driver makes one: a sparse image file under its state
- * directory, formatted and loop-mounted.
+ * directory, sized to the disk it is on (defaultPoolBytes), formatted and loop-mounted.
  */
 import { existsSync } from "node:fs";
 import { access, mkdir, readdir, rename, rm, stat, statfs } from "node:fs/promises";
@@ -25,12 +25,29 @@ import {
 } from "./storage-driver.ts";
 
 const BTRFS_MAGIC = 0x9123683e;
+const GIB = 1024 ** 3;
+/** The largest pool image made by default. */
+export const MAX_POOL_BYTES = 64 * GIB;
+/** The smallest pool worth making: a version of a small stack, and room to fork it. */
+export const MIN_POOL_BYTES = GIB;
+
+/**
+ * The pool image's size when none is given: nine tenths of what the filesystem holding it has
+ * free, at most MAX_POOL_BYTES. A sparse image larger than its disk "succeeds" at writes the disk
+ * cannot hold, and btrfs aborts its transaction and turns read-only when the disk under it fills
+ * (issue 70: a 64 GiB image on a 2 GiB disk); one that fits fails a write with ENOSPC instead,
+ * inside the stack, and the pool stays writable. Null when there is too little free for a pool.
+ */
+export function defaultPoolBytes(freeBytes: number): number | null {
+  const size = Math.min(MAX_POOL_BYTES, Math.floor((freeBytes * 0.9) / 4096) * 4096);
+  return size >= MIN_POOL_BYTES ? size : null;
+}
 
 export interface BtrfsDriverOptions {
   /** A mounted btrfs filesystem to use. When absent, a loop image under stateDir is created. */
   poolPath?: string;
   stateDir: string;
-  /** Size of the sparse loop image (it takes disk space only as data is written). */
+  /** Size of the sparse loop image (it takes disk space only as data is written); default: defaultPoolBytes. */
   imageSizeBytes?: number;
 }
 
@@ -57,7 +74,13 @@ export class BtrfsDriver implements StorageDriver {
         () => false,
       );
       if (!exists) {
-        const size = this.options.imageSizeBytes ?? 64 * 1024 ** 3;
+        const free = await statfs(this.options.stateDir).then((f) => f.bavail * f.bsize);
+        const size = this.options.imageSizeBytes ?? defaultPoolBytes(free);
+        if (size === null)
+          throw new DenvError(
+            "insufficient_storage",
+            `the filesystem of ${this.options.stateDir} has ${(free / GIB).toFixed(1)} GiB free: a btrfs pool needs at least ${MIN_POOL_BYTES / GIB} GiB (free space there, or use the dir storage)`,
+          );
         await runCommand("truncate", ["-s", String(size), image]);
         await runCommand("mkfs.btrfs", ["-q", image]);
       }
@@ -243,7 +266,11 @@ export class BtrfsDriver implements StorageDriver {
 
   async capacity(): Promise<{ totalBytes: number; freeBytes: number }> {
     const s = await statfs(this.poolPath);
-    return { totalBytes: s.blocks * s.bsize, freeBytes: s.bavail * s.bsize };
+    const pool = { totalBytes: s.blocks * s.bsize, freeBytes: s.bavail * s.bsize };
+    if (this.options.poolPath) return pool;
+    // The image is sparse: what the pool has free, it can only take while the disk under it has.
+    const under = await statfs(this.options.stateDir).catch(() => null);
+    return under ? { ...pool, freeBytes: Math.min(pool.freeBytes, under.bavail * under.bsize) } : pool;
   }
 
   /** Unmounts a pool this driver mounted from its loop image (tests and teardown). */

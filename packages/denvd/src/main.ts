@@ -26,6 +26,8 @@ interface HostConfig {
   secret: string;
   storage: "btrfs" | "dir" | "zfs";
   btrfs_pool?: string;
+  /** The loop image's size, when the pool is denvd's own (default: fitted to the disk). */
+  btrfs_pool_bytes?: number;
   zfs_pool?: string;
 }
 
@@ -37,12 +39,16 @@ const logger = pino(
 const log = (message: string, context?: Record<string, unknown>) => logger.info(context ?? {}, message);
 
 export function storageFor(
-  config: Pick<HostConfig, "storage" | "btrfs_pool" | "zfs_pool">,
+  config: Pick<HostConfig, "storage" | "btrfs_pool" | "btrfs_pool_bytes" | "zfs_pool">,
   stateDir: string,
 ): StorageDriver {
   if (config.storage === "zfs") return new ZfsDriver(config.zfs_pool ?? "denv");
   if (config.storage === "dir") return new DirDriver(join(stateDir, "dir"));
-  return new BtrfsDriver({ stateDir, ...(config.btrfs_pool ? { poolPath: config.btrfs_pool } : {}) });
+  return new BtrfsDriver({
+    stateDir,
+    ...(config.btrfs_pool ? { poolPath: config.btrfs_pool } : {}),
+    ...(config.btrfs_pool_bytes ? { imageSizeBytes: config.btrfs_pool_bytes } : {}),
+  });
 }
 
 export async function runDenvd(
@@ -99,6 +105,13 @@ export function serverList(text: string): string[] {
   return urls;
 }
 
+/** --pool-size: a size of at least 1 GiB (btrfs's loop image holds a version and its forks). */
+export function poolSizeBytes(text: string): number {
+  const n = parseBytes(text);
+  if (!n || n < 1024 ** 3) throw new Error(`--pool-size ${text} is not a size of at least 1g (e.g. 20g)`);
+  return n;
+}
+
 function growthBytes(text: string): number {
   const n = parseBytes(text);
   if (!n) throw new Error(`--dataset-growth ${text} is not a size (e.g. 10g, 512m)`);
@@ -140,6 +153,10 @@ export async function main(argv: string[]): Promise<number> {
       "--btrfs-pool <path>",
       "a mounted btrfs filesystem to use (default: a loop image in the state dir)",
     )
+    .option(
+      "--pool-size <size>",
+      "the loop image's size (e.g. 20g; default: nine tenths of the disk's free space, at most 64g)",
+    )
     .option("--zfs-pool <name>", "a ZFS pool to use")
     .option(...stateOpt)
     .action(
@@ -149,9 +166,11 @@ export async function main(argv: string[]): Promise<number> {
         name: string;
         storage: string;
         btrfsPool?: string;
+        poolSize?: string;
         zfsPool?: string;
         stateDir: string;
       }) => {
+        const poolBytes = o.poolSize === undefined ? undefined : poolSizeBytes(o.poolSize);
         const storage = o.zfsPool ? "zfs" : (o.storage as HostConfig["storage"]);
         const joined = await joinAny(serverList(o.server), o.token, o.name);
         mkdirSync(o.stateDir, { recursive: true });
@@ -162,6 +181,7 @@ export async function main(argv: string[]): Promise<number> {
           secret: joined.secret,
           storage,
           ...(o.btrfsPool ? { btrfs_pool: o.btrfsPool } : {}),
+          ...(poolBytes ? { btrfs_pool_bytes: poolBytes } : {}),
           ...(o.zfsPool ? { zfs_pool: o.zfsPool } : {}),
         };
         writeFileSync(path, `${JSON.stringify(config, null, 2)}\n`, { mode: 0o600 });

@@ -1,4 +1,5 @@
 import { join } from "node:path";
+import { parseBytes } from "@denv/spec/units";
 import type { Command } from "commander";
 import { printJson, UsageError } from "../output.ts";
 
@@ -14,6 +15,10 @@ export function registerUp(program: Command): void {
     .option("--data-dir <dir>", "where the server and the local denvd keep their state", "/var/lib/denv")
     .option("--storage <kind>", "the local denvd's storage: btrfs (a loop-mounted pool) or dir", "btrfs")
     .option(
+      "--pool-size <size>",
+      "the btrfs pool's size when it is made (e.g. 20g; default: nine tenths of the disk's free space, at most 64g)",
+    )
+    .option(
       "--allow-fetch <hosts>",
       "more hosts (host, host:port or *.domain, comma-separated) the server may fetch from besides the public ones and the local registry: a registry, git server or provider API on this machine or network",
     )
@@ -26,8 +31,18 @@ Examples:
   denv up --storage dir --port 7171`,
     )
     .action(
-      async (o: { port: string; dataDir: string; storage: string; allowFetch?: string; json?: boolean }) => {
+      async (o: {
+        port: string;
+        dataDir: string;
+        storage: string;
+        poolSize?: string;
+        allowFetch?: string;
+        json?: boolean;
+      }) => {
         if (!["btrfs", "dir"].includes(o.storage)) throw new UsageError("--storage is btrfs or dir");
+        const poolBytes = o.poolSize === undefined ? undefined : parseBytes(o.poolSize);
+        if (o.poolSize !== undefined && (!poolBytes || poolBytes < 1024 ** 3))
+          throw new UsageError(`--pool-size ${o.poolSize} is not a size of at least 1g (e.g. 20g)`);
         const { parseFetchAllow, startServer } = await import("@denv/server");
         const { BtrfsDriver, DirDriver, Denvd, DockerRuntime, Sidecar, defaultAgentBinary } = await import(
           "@denv/denvd"
@@ -49,7 +64,9 @@ Examples:
         // remembered in the state directory so the next `denv up` is the same host.
         const secret = await localHostSecret(server, stateDir);
         const storage =
-          o.storage === "dir" ? new DirDriver(join(stateDir, "dir")) : new BtrfsDriver({ stateDir });
+          o.storage === "dir"
+            ? new DirDriver(join(stateDir, "dir"))
+            : new BtrfsDriver({ stateDir, ...(poolBytes ? { imageSizeBytes: poolBytes } : {}) });
         const denvd = await Denvd.open({
           stateDir,
           storage,

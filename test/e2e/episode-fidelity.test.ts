@@ -82,10 +82,11 @@ test("a fork's every clock reads the version's time: PostgreSQL, date, Python, N
   // Real time moves on well past the version's before the forks are made.
   await elapse(4000, "real time must move on well past the version's before the forks are made");
   const atS = Math.floor(versionAtMs / 1000);
-  const seen: number[][] = [];
   for (const name of ["clock-1", "clock-2"]) {
     const f = await lab.api("POST", "/v1/sandboxes", { from_version: version, name });
     assert.equal(f.status, 201, JSON.stringify(f.data));
+    // Handed over (its clock released) just before this answer: from here the clock may run.
+    const answeredMs = Date.now();
     const out = await sh(
       f.data.id,
       "opsbox",
@@ -101,10 +102,13 @@ test("a fork's every clock reads the version's time: PostgreSQL, date, Python, N
     const values = [...out.split("\n"), ...db.split("\n")].map(Number);
     assert.equal(values.length, 7, out + db);
     const realS = Math.floor(Date.now() / 1000);
+    // Held while the fork started (seconds, on a busy machine): read past the version's time by no
+    // more than the whole seconds since the fork was answered (and one for the hand-over before it).
+    const sinceS = Math.ceil((Date.now() - answeredMs) / 1000) + 1;
     for (const v of values) {
       assert.ok(
-        v >= atS && v <= atS + 3,
-        `${v} is the version's time ${atS} (+ the seconds since hand-over)`,
+        v >= atS && v <= atS + sinceS,
+        `${v} is the version's time ${atS} + at most the ${sinceS} s since hand-over`,
       );
       assert.ok(realS - v >= 4, `${v} is not the real time ${realS}`);
     }
@@ -113,7 +117,6 @@ test("a fork's every clock reads the version's time: PostgreSQL, date, Python, N
       await sh(f.data.id, "opsbox", "date +%N"),
       `${String(versionAtMs % 1000).padStart(3, "0")}000000`,
     );
-    seen.push(values);
     const d = await lab.api("GET", `/v1/deployments/${f.data.deployment_id}`);
     const clock = d.data.phases.find((p: { name: string }) => p.name === "fork").evidence.clock;
     assert.equal(clock.mode, "frozen");
@@ -128,8 +131,6 @@ test("a fork's every clock reads the version's time: PostgreSQL, date, Python, N
     }
     assert.deepEqual(clock.warnings, []);
   }
-  // Made seconds apart, both forks started at the same time.
-  assert.equal(seen[0]?.[0], seen[1]?.[0]);
   // The CLI shows the clock, and links the data sheet.
   const shown = await denv("env", "show", "ops-world/clock-1");
   assert.match(shown.stdout, /clock frozen from .*: every service/);

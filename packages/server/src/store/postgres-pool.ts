@@ -97,9 +97,14 @@ export function openPostgresPool(
    * not: what the checkout did before it (a transaction's statements) went with the connection.
    */
   const wrap = (first: pg.PoolClient): PostgresPoolClient => {
-    let client = first;
+    // The connection lent now: none between a dead one's release and its successor's arrival
+    // (Kysely releases the checkout once, whatever happened to it).
+    let client: pg.PoolClient | null = first;
     let answered = false;
-    const send = (args: unknown[]) => (client.query as (...a: unknown[]) => unknown).apply(client, args);
+    const send = (args: unknown[]) => {
+      if (!client) throw unavailable(new Error("no connection"), "is away");
+      return (client.query as (...a: unknown[]) => unknown).apply(client, args);
+    };
     return {
       query: ((...args: unknown[]) => {
         const r = send(args);
@@ -111,8 +116,9 @@ export function openPostgresPool(
           },
           async (err: unknown) => {
             if (!isConnectionError(err)) throw err;
-            if (answered) throw unavailable(err as Error, "ended the connection");
+            if (answered || !client) throw unavailable(err as Error, "ended the connection");
             client.release(true);
+            client = null;
             client = await acquire();
             try {
               const out = await (send(args) as Promise<unknown>);
@@ -124,7 +130,10 @@ export function openPostgresPool(
           },
         );
       }) as PostgresPoolClient["query"],
-      release: (destroy?: boolean) => client.release(destroy),
+      release: (destroy?: boolean) => {
+        client?.release(destroy);
+        client = null;
+      },
     };
   };
   return {

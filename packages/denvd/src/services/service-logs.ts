@@ -10,6 +10,18 @@ import type { FileSink } from "../exec/executor.ts";
 import type { StackRecord } from "../host/state-store.ts";
 import type { ContainerRuntime, LogEntry } from "../runtime/container-runtime.ts";
 
+/**
+ * An engine time as a key that sorts as time does: RFC 3339 as the engine writes it drops the
+ * fraction's trailing zeros ("…:00.1Z" after "…:00.12Z" as text), so the fraction is padded to
+ * nanoseconds. A time of another shape keeps its text.
+ */
+export function timeKey(time: string): string {
+  return time.replace(
+    /(T\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?Z$/,
+    (_m, hms: string, frac?: string) => `${hms}.${(frac ?? "").padEnd(9, "0")}Z`,
+  );
+}
+
 export interface LogRequest {
   service?: string;
   tailLines?: number;
@@ -69,7 +81,12 @@ export async function writeServiceLogs(
       // All of it, then by time across services (each service's own order kept where times tie).
       const all: { service: string; e: LogEntry }[] = [];
       for (const r of reads) for await (const e of r.read.lines) all.push({ service: r.service, e });
-      all.sort((a, b) => (a.e.time < b.e.time ? -1 : a.e.time > b.e.time ? 1 : 0));
+      const key = new Map(all.map(({ e }) => [e.time, timeKey(e.time)]));
+      all.sort((a, b) => {
+        const x = key.get(a.e.time) as string;
+        const y = key.get(b.e.time) as string;
+        return x < y ? -1 : x > y ? 1 : 0;
+      });
       for (const { service, e } of all) {
         if (stopped) break;
         await send(service, e);

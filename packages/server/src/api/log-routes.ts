@@ -21,11 +21,12 @@ const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_00
  * from now ("90s", "10m", "2h", "1d"), as `docker logs --since` takes them.
  */
 export function sinceMsOf(text: string, nowMs: number): number {
+  // Before the epoch is the beginning: nothing was written then.
   const ago = /^(\d{1,9})(ms|s|m|h|d)$/.exec(text);
-  if (ago) return nowMs - Number(ago[1]) * (UNIT_MS[ago[2] as string] as number);
+  if (ago) return Math.max(0, nowMs - Number(ago[1]) * (UNIT_MS[ago[2] as string] as number));
   if (/^\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d(\.\d{1,9})?)?(Z|[+-]\d\d:\d\d)$/.test(text)) {
     const ms = Date.parse(text.replace(/(\.\d{3})\d+/, "$1"));
-    if (Number.isFinite(ms)) return ms;
+    if (Number.isFinite(ms)) return Math.max(0, Math.floor(ms));
   }
   throw new DenvError(
     "invalid_argument",

@@ -74,6 +74,35 @@ function streamWatch(idleMs: number, totalMs: number) {
   };
 }
 
+/**
+ * A streamed answer of newline-delimited JSON, a message at a time: an HTTP error is thrown as
+ * its code, an {"error"} line likewise, and every chunk (keep-alives, empty lines, included) shows
+ * the watch the server is there.
+ */
+async function* ndjsonAnswer<T>(
+  res: Response,
+  watch: { touch(): void },
+): AsyncGenerator<T & { error?: undefined }> {
+  if (!res.ok || !res.body) {
+    const e = (await res.json().catch(() => ({}))) as { error?: { code: string; message: string } };
+    throw apiError(e.error?.code ?? "internal", e.error?.message ?? `HTTP ${res.status}`, res.status);
+  }
+  const decoder = new TextDecoder();
+  let buf = "";
+  for await (const chunk of res.body) {
+    watch.touch();
+    buf += decoder.decode(chunk as Uint8Array, { stream: true });
+    const lines = buf.split("\n");
+    buf = lines.pop() ?? "";
+    for (const text of lines) {
+      if (!text.trim()) continue;
+      const msg = JSON.parse(text) as T & { error?: { code: string; message: string } };
+      if (msg.error) throw apiError(msg.error.code, msg.error.message, 200);
+      yield msg as T & { error?: undefined };
+    }
+  }
+}
+
 /** The longest a timer waits (about 24.8 days): setTimeout fires at once past it. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
@@ -222,32 +251,13 @@ export class DenvClient {
       body: JSON.stringify(body),
       signal: watch.signal,
     });
-    if (!res.ok || !res.body) {
-      const e = (await res.json().catch(() => ({}))) as { error?: { code: string; message: string } };
-      throw apiError(e.error?.code ?? "internal", e.error?.message ?? `HTTP ${res.status}`, res.status);
-    }
-    const decoder = new TextDecoder();
-    let buf = "";
-    for await (const chunk of res.body) {
-      // Output and keep-alives (empty lines) alike show the server is there.
-      watch.touch();
-      buf += decoder.decode(chunk as Uint8Array, { stream: true });
-      let nl = buf.indexOf("\n");
-      while (nl !== -1) {
-        const line = buf.slice(0, nl);
-        buf = buf.slice(nl + 1);
-        nl = buf.indexOf("\n");
-        if (!line.trim()) continue;
-        const msg = JSON.parse(line) as {
-          stream?: "stdout" | "stderr";
-          data?: string;
-          result?: Operations["postV1EnvsByIdExec"]["response"];
-          error?: { code: string; message: string };
-        };
-        if (msg.stream && msg.data !== undefined) onOutput(msg.stream, Buffer.from(msg.data, "base64"));
-        else if (msg.result) return msg.result;
-        else if (msg.error) throw apiError(msg.error.code, msg.error.message, 200);
-      }
+    for await (const msg of ndjsonAnswer<{
+      stream?: "stdout" | "stderr";
+      data?: string;
+      result?: Operations["postV1EnvsByIdExec"]["response"];
+    }>(res, watch)) {
+      if (msg.stream && msg.data !== undefined) onOutput(msg.stream, Buffer.from(msg.data, "base64"));
+      else if (msg.result) return msg.result;
     }
     throw apiError("unavailable", "the exec stream ended without a result", 200);
   }
@@ -282,24 +292,7 @@ export class DenvClient {
           signal: options.signal ? AbortSignal.any([watch.signal, options.signal]) : watch.signal,
         },
       );
-      if (!res.ok || !res.body) {
-        const e = (await res.json().catch(() => ({}))) as { error?: { code: string; message: string } };
-        throw apiError(e.error?.code ?? "internal", e.error?.message ?? `HTTP ${res.status}`, res.status);
-      }
-      const decoder = new TextDecoder();
-      let buf = "";
-      for await (const chunk of res.body) {
-        watch.touch();
-        buf += decoder.decode(chunk as Uint8Array, { stream: true });
-        const lines = buf.split("\n");
-        buf = lines.pop() ?? "";
-        for (const text of lines) {
-          if (!text.trim()) continue;
-          const msg = JSON.parse(text) as LogLine & { error?: { code: string; message: string } };
-          if (msg.error) throw apiError(msg.error.code, msg.error.message, 200);
-          await onLine(msg);
-        }
-      }
+      for await (const line of ndjsonAnswer<LogLine>(res, watch)) await onLine(line);
     } catch (err) {
       if (options.signal?.aborted) return;
       if (err instanceof DenvApiError) throw err;

@@ -1,5 +1,5 @@
 /** `denv diff ENV [VERSION]`: what the agent changed in an environment since a version. */
-import type { DiffEvidence } from "@denv/protocol";
+import { type DiffEvidence, replaceTerminalControls } from "@denv/protocol";
 import type { Command } from "commander";
 import { printJson } from "../output.ts";
 import { envParam, run } from "./command-runner.ts";
@@ -8,11 +8,7 @@ const MARK = { created: "A", deleted: "D", modified: "M" } as const;
 
 /** A container's file content shown on a terminal: no control sequence of its own reaches it. */
 export function printable(text: string): string {
-  return text.replace(
-    // biome-ignore lint/suspicious/noControlCharactersInRegex: these are what is replaced
-    /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g,
-    (ch) => `\\u{${(ch.codePointAt(0) as number).toString(16)}}`,
-  );
+  return replaceTerminalControls(text, (ch) => `\\u{${(ch.codePointAt(0) as number).toString(16)}}`);
 }
 
 function bytes(n: number): string {

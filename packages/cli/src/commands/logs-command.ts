@@ -5,19 +5,14 @@
  * lines as they are. The lines are a container's bytes: printed for people, their control
  * characters are shown as U+FFFD, so a service cannot drive the terminal that reads them.
  */
+import { printableLine } from "@denv/protocol";
 import type { LogLine } from "@denv/sdk";
 import type { Command } from "commander";
 import { run } from "./command-runner.ts";
 
-/** A line for a terminal: control characters but tab shown as U+FFFD. */
-export function printable(text: string): string {
-  // biome-ignore lint/suspicious/noControlCharactersInRegex: the control characters are what it replaces
-  return text.replace(/[\u0000-\u0008\u000a-\u001f\u007f-\u009f]/g, "\ufffd");
-}
-
 /** "service | line" with the service padded to `width` (and the time first, when asked for). */
 export function logLineText(l: LogLine, width: number, timestamps: boolean): string {
-  return `${l.service.padEnd(width)} | ${timestamps && l.time ? `${l.time} ` : ""}${printable(l.line)}`;
+  return `${l.service.padEnd(width)} | ${timestamps && l.time ? `${l.time} ` : ""}${printableLine(l.line)}`;
 }
 
 export function registerLogsCommand(program: Command): void {

@@ -4,6 +4,7 @@
  * characters per line) and made safe to print: a terminal control sequence in a service's output
  * must not reach the user's terminal through denv's error message.
  */
+import { printableLine } from "@denv/protocol";
 import type { ContainerRuntime } from "../runtime/container-runtime.ts";
 
 /** How many of a failed service's last lines an error carries. */
@@ -19,9 +20,7 @@ export function tailLines(bytes: Buffer, maxLines = LAST_LINES): string[] {
     .map((l) => l.replace(/\r/g, ""));
   while (lines.length && lines.at(-1) === "") lines.pop();
   return lines.slice(-maxLines).map((l) => {
-    // C0 controls but tab, DEL and C1 controls (ESC starts every terminal sequence).
-    // biome-ignore lint/suspicious/noControlCharactersInRegex: the control characters are what it replaces
-    const safe = l.replace(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g, "\ufffd");
+    const safe = printableLine(l);
     return safe.length > MAX_LINE_CHARS ? `${safe.slice(0, MAX_LINE_CHARS)}…` : safe;
   });
 }

@@ -93,7 +93,7 @@ export async function fleetBench(quick: boolean): Promise<Record<string, Metric>
     const [b, c] = extras as [ExtraHost, ExtraHost];
     /** A replica taken back, so the next sample copies it again. */
     const unreplicate = async (host: ExtraHost, version: string) => {
-      await server.hosts.call(host.id, "delete_version", { version_id: version });
+      await server.denvd.stacks.deleteVersion(host.id, version);
       await server.store
         .deleteFrom("version_replicas")
         .where("version_id", "=", version)
@@ -115,9 +115,7 @@ export async function fleetBench(quick: boolean): Promise<Record<string, Metric>
     });
     await api("POST", `/v1/envs/${ballast}/snapshot`);
     const big = (await api("GET", `/v1/envs/${ballast}`)).current_version_id as string;
-    const snapshots = Object.values(
-      (await server.hosts.call(b.id, "describe_version", { version_id: big })).version.snapshots,
-    );
+    const snapshots = Object.values((await server.denvd.stacks.describeVersion(b.id, big)).version.snapshots);
     const rounds = quick ? 2 : 4;
     const denvRate: number[] = [];
     const peerRate: number[] = [];

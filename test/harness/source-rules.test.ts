@@ -165,3 +165,51 @@ test("nothing below the server's routes imports api/: environments, deployments 
   const found = apiImportsFromBelow(importGraph(await sourceFiles()));
   assert.deepEqual(found, [], `imports of api/ from below it:\n${found.join("\n")}`);
 });
+
+/** The denvd target's wire: the hosts' typed operations, the hub and the routing between replicas. */
+const DENVD_WIRE = [
+  "host-operations.ts",
+  "host-hub.ts",
+  "host-connections.ts",
+  "host-exec.ts",
+  "routed-hosts.ts",
+  "peer-links.ts",
+].map((f) => `packages/server/src/targets/denvd/${f}`);
+
+/** Imports of the denvd target's wire from outside targets/denvd/ (tests included). */
+export function wireImportsOutsideDenvd(graph: Map<string, string[]>): string[] {
+  const found: string[] = [];
+  for (const [f, deps] of graph) {
+    if (f.startsWith("packages/server/src/targets/denvd/")) continue;
+    for (const d of deps) if (DENVD_WIRE.includes(d)) found.push(`${f} imports ${d}`);
+  }
+  return found;
+}
+
+test("the wire finder sees the hub or the operations imported from outside the denvd target, and lets the folder be", () => {
+  const files = new Map([
+    ["packages/server/src/targets/denvd/host-operations.ts", "export interface HostOperations {}"],
+    [
+      "packages/server/src/targets/denvd/host-hub.ts",
+      'import type { HostOperations } from "./host-operations.ts";',
+    ],
+    [
+      "packages/server/src/deploy/k.ts",
+      'import type { HostOperations } from "../targets/denvd/host-operations.ts";',
+    ],
+    ["test/x.test.ts", 'import { HostHub } from "../packages/server/src/targets/denvd/host-hub.ts";'],
+  ]);
+  assert.deepEqual(wireImportsOutsideDenvd(importGraph(files)), [
+    "packages/server/src/deploy/k.ts imports packages/server/src/targets/denvd/host-operations.ts",
+    "test/x.test.ts imports packages/server/src/targets/denvd/host-hub.ts",
+  ]);
+});
+
+test("the hosts' operations and hub are private to targets/denvd/: everything else speaks the lifecycle port", async () => {
+  const files = await sourceFiles();
+  for (const pattern of ["packages/*/src/**/*.test.ts", "test/**/*.ts", "bench/**/*.ts"])
+    for await (const f of glob(pattern, { cwd: ROOT, exclude: (p) => p.includes("node_modules") }))
+      files.set(f, await readFile(join(ROOT, f), "utf8"));
+  const found = wireImportsOutsideDenvd(importGraph(files));
+  assert.deepEqual(found, [], `the denvd target's wire imported from outside it:\n${found.join("\n")}`);
+});

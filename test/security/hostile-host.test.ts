@@ -83,7 +83,7 @@ describe("a hostile host of another team", () => {
     })();
     const host = lab.host.denvd.stacks().find((e) => e.status === "running");
     assert.ok(host, "team A has a running environment");
-    const { streams, result } = await lab.server.hosts.streamCall(
+    const { streams, result } = await lab.server.denvd.operations.streamCall(
       lab.hostId,
       "exec",
       2,
@@ -140,7 +140,7 @@ describe("a hostile host of another team", () => {
       known_ops: [],
     });
     assert.equal(await closed, 4400);
-    assert.equal(lab.server.hosts.isConnected(lab.hostId), true);
+    assert.equal(lab.server.denvd.operations.isConnected(lab.hostId), true);
     const e = await lab.api("POST", `/v1/envs/${sandboxId}/exec`, { command: "echo ok" });
     assert.equal(e.data.stdout, "ok\n");
   });
@@ -156,7 +156,7 @@ describe("the protocol table on the host's side", () => {
     ];
     for (const [method, params, why] of bad) {
       await assert.rejects(
-        lab.server.hosts.call(lab.hostId, method as "exec", params as never),
+        lab.server.denvd.operations.call(lab.hostId, method as "exec", params as never),
         (err: Error & { code?: string }) => {
           assert.equal(err.code, "invalid_argument");
           assert.match(err.message, why);
@@ -172,7 +172,7 @@ describe("hosts that are away", () => {
     const evil = await joinRawHost(lab, lab.keyB);
     await evil.close();
     await assert.rejects(
-      lab.server.hosts.call(evil.hostId, "status", {}),
+      lab.server.denvd.operations.call(evil.hostId, "status", {}),
       (err: Error & { code?: string }) => {
         assert.equal(err.code, "host_unavailable");
         assert.match(err.message, /not connected/);
@@ -215,7 +215,7 @@ describe("hosts that are away", () => {
     };
     const flapping = flap(first);
     await assert.rejects(
-      lab.server.hosts.call(identity.hostId, "status", {}),
+      lab.server.denvd.operations.call(identity.hostId, "status", {}),
       (err: Error & { code?: string }) => {
         assert.equal(err.code, "host_unavailable");
         assert.match(err.message, /dropped its connection 3 times/);
@@ -236,7 +236,7 @@ describe("hosts that are away", () => {
     );
     assert.equal(r.status, 400, JSON.stringify(r.data));
     assert.equal(r.data.error.code, "invalid_argument");
-    assert.equal(lab.server.hosts.isConnected(lab.hostId), true);
+    assert.equal(lab.server.denvd.operations.isConnected(lab.hostId), true);
     const e = await lab.api("POST", `/v1/envs/${sandboxId}/exec`, {
       command: "echo still; ls /work | wc -l",
     });

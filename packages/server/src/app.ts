@@ -39,11 +39,12 @@ import {
 import { requestIdOf, serverLog, withTrace } from "./server-log.ts";
 import type { ServerMetrics } from "./server-metrics.ts";
 import { pingStore, type Store } from "./store/open-store.ts";
-import type { HostOperations } from "./targets/denvd/host-operations.ts";
+import type { DenvdStacks } from "./targets/denvd/denvd-stacks.ts";
 
 export interface AppOptions {
   store: Store;
-  hosts: HostOperations;
+  /** The team's sidecar hosts through the lifecycle port (targets/denvd/denvd-stacks.ts). */
+  stacks: DenvdStacks;
   deployer: Deployer;
   /** Create turns per host (default: made here with the defaults). */
   admission?: Admission;
@@ -119,19 +120,19 @@ export function createApp(options: AppOptions): Hono<ApiEnv> {
   const admission = options.admission ?? new Admission({ store: options.store, secrets: options.secrets });
   const replicator =
     options.replicator ??
-    new Replicator({ store: options.store, hosts: options.hosts, secrets: options.secrets });
+    new Replicator({ store: options.store, hosts: options.stacks, secrets: options.secrets });
   const deps: ApiDeps = {
     store: options.store,
-    hosts: options.hosts,
+    stacks: options.stacks,
     deployer: options.deployer,
     admission,
     replicator,
     replicas:
       options.replicas ??
-      new ReplicaKeeper({ store: options.store, hosts: options.hosts, admission, replicator }),
+      new ReplicaKeeper({ store: options.store, stacks: options.stacks, admission, replicator }),
     pools:
       options.pools ??
-      new PoolKeeper({ store: options.store, deployer: options.deployer, hosts: options.hosts, admission }),
+      new PoolKeeper({ store: options.store, deployer: options.deployer, stacks: options.stacks, admission }),
     secrets: options.secrets,
     fetchPolicy: options.fetchPolicy,
     limiter: new RateLimiter(options.rateLimit ?? DEFAULT_RATE_LIMIT),

@@ -10,22 +10,29 @@ import { Deployer } from "./deploy/deployer.ts";
 import { FetchPolicy } from "./fetch-policy.ts";
 import { PortsOrigin } from "./ports-origin.ts";
 import { openStore } from "./store/open-store.ts";
-import { openHostConnections } from "./targets/denvd/host-connections.ts";
+import { DenvdHosts } from "./targets/denvd/denvd-hosts.ts";
 
 test("/readyz says ready only once the server started and while its store answers; /metrics is 404 without metrics", async () => {
   const dir = mkdtempSync(join(tmpdir(), "denv-operator-"));
   const store = await openStore(join(dir, "store"));
-  const hub = openHostConnections(store, { waitForHostMs: 100 });
+  const hub = new DenvdHosts(store, { waitForHostMs: 100 });
   const validator = new ComposeValidator({ workers: 1 });
   try {
     const secrets = SecretBox.open(join(dir, "store"));
     const fetchPolicy = new FetchPolicy([]);
-    const deployer = new Deployer({ store, hosts: hub, secrets, validator, fetchPolicy, joinWaitMs: 100 });
+    const deployer = new Deployer({
+      store,
+      stacks: hub.stacks,
+      secrets,
+      validator,
+      fetchPolicy,
+      joinWaitMs: 100,
+    });
     let started = false;
     const app = createApp({
       portsOrigin: new PortsOrigin("http://localhost:1"),
       store,
-      hosts: hub,
+      stacks: hub.stacks,
       deployer,
       secrets,
       fetchPolicy,

@@ -12,7 +12,7 @@ import type { Duplex } from "node:stream";
 import { Readable } from "node:stream";
 import { DenvError } from "@denv/protocol";
 import { newPortToken, type PortsOrigin } from "./ports-origin.ts";
-import type { HostOperations } from "./targets/denvd/host-operations.ts";
+import type { StackLifecycle } from "./targets/stack-lifecycle.ts";
 
 export { TUNNEL_PREFIX } from "./ports-origin.ts";
 
@@ -60,7 +60,7 @@ export async function listPortUrls(
 /** Opens the byte stream a tunnel URL names, or says why it cannot. */
 export async function openTunnel(
   store: Store,
-  hosts: HostOperations,
+  stacks: Pick<StackLifecycle, "openTunnel">,
   token: string,
   early = false,
 ): Promise<{ stream: Duplex; port: number }> {
@@ -68,9 +68,9 @@ export async function openTunnel(
   if (!row) throw new DenvError("not_found", "no such port URL");
   if (row.status !== "running" || !row.host_id || !row.stack_id)
     throw new DenvError("unavailable", `environment ${row.name} is ${row.status}, not running`);
-  const stream = await hosts.openTunnel(
-    row.host_id,
-    { stack_id: row.stack_id, service: row.service ?? undefined, port: row.port },
+  const stream = await stacks.openTunnel(
+    { hostId: row.host_id, stackId: row.stack_id },
+    { service: row.service ?? undefined, port: row.port },
     { early },
   );
   return { stream, port: row.port };
@@ -91,14 +91,14 @@ export interface RelayOptions {
 /** An HTTP request relayed to the service on a port URL; the answer streams back as it comes. */
 export async function proxyHttp(
   store: Store,
-  hosts: HostOperations,
+  stacks: Pick<StackLifecycle, "openTunnel">,
   token: string,
   rest: string,
   req: Request,
   options: RelayOptions = {},
 ): Promise<Response> {
   // The request is written as soon as the open is sent: one round trip to the host, not two.
-  return relayHttp(await openTunnel(store, hosts, token, true), rest, req, options);
+  return relayHttp(await openTunnel(store, stacks, token, true), rest, req, options);
 }
 
 /** An HTTP request relayed over a tunnel already open to the service's port. */
@@ -153,7 +153,7 @@ export async function relayHttp(
 /** A WebSocket (or any) upgrade on a tunnel URL: the raw connection is spliced to the service. */
 export async function proxyUpgrade(
   store: Store,
-  hosts: HostOperations,
+  stacks: Pick<StackLifecycle, "openTunnel">,
   origin: PortsOrigin,
   req: IncomingMessage,
   socket: Duplex,
@@ -164,7 +164,7 @@ export async function proxyUpgrade(
   if (!parts) return refuseUpgrade(socket, 404);
   let tunnel: Awaited<ReturnType<typeof openTunnel>>;
   try {
-    tunnel = await openTunnel(store, hosts, parts.token);
+    tunnel = await openTunnel(store, stacks, parts.token);
   } catch (err) {
     return refuseUpgrade(socket, err instanceof DenvError ? err.httpStatus : 502);
   }

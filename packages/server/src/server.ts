@@ -40,9 +40,7 @@ import type { RateLimitOptions } from "./rate-limit.ts";
 import { DeploymentLeases } from "./replicas/deployment-leases.ts";
 import { linkKey } from "./replicas/link-key.ts";
 import { CONTEXTS_PATH, contextsFromPeers, servePeerContext } from "./replicas/peer-contexts.ts";
-import { LINK_PATH, PeerLinks } from "./replicas/peer-links.ts";
 import { ReplicaRegistry } from "./replicas/replica-registry.ts";
-import { RoutedHosts } from "./replicas/routed-hosts.ts";
 import { openStoreNotices } from "./replicas/store-notices.ts";
 import { serverLog } from "./server-log.ts";
 import { ServerMetrics } from "./server-metrics.ts";
@@ -59,8 +57,8 @@ import {
   findApiKey,
 } from "./store/team-store.ts";
 import { setVersionSpecText, versionSpecTexts } from "./store/version-store.ts";
-import { openHostConnections } from "./targets/denvd/host-connections.ts";
-import type { HostOperations } from "./targets/denvd/host-operations.ts";
+import { DenvdHosts } from "./targets/denvd/denvd-hosts.ts";
+import type { StackLifecycle } from "./targets/stack-lifecycle.ts";
 
 export interface ServerOptions {
   dataDir: string;
@@ -128,7 +126,7 @@ export interface ServerOptions {
   portsTls?: { certPath: string; keyPath: string };
   /**
    * Where the other replicas on the same PostgreSQL reach this one (default: the URL it listens
-   * on). Calls for the hosts connected here come through it (replicas/peer-links.ts).
+   * on). Calls for the hosts connected here come through it (targets/denvd/peer-links.ts).
    */
   peerUrl?: string;
   /** How long a deployment's lease lasts unrenewed before another replica takes it over (default 15 s). */
@@ -154,7 +152,8 @@ export interface RunningServer {
   /** Set on the first start only: the admin key, shown once. */
   adminKey: string | null;
   store: Store;
-  hosts: HostOperations;
+  /** The team's sidecar hosts: the lifecycle port, and the wire for tests that speak it. */
+  denvd: DenvdHosts;
   deployer: Deployer;
   /** Deployments that were running when the server last stopped, now rolled back. */
   recovered: string[];
@@ -188,13 +187,16 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     deadAfterMs: leaseMs,
     heartbeatMs: Math.min(2000, Math.floor(leaseMs / 4)),
   });
-  const hub = openHostConnections(store, { waitForHostMs: options.hostWaitMs, replicaId: registry.id });
   const secrets = SecretBox.open(options.dataDir);
-  const links = new PeerLinks({ hub, key: linkKey(secrets) });
-  const hosts = new RoutedHosts({ local: hub, store, registry, links, waitForHostMs: options.hostWaitMs });
+  const peerKey = linkKey(secrets);
+  const denvd = new DenvdHosts(store, {
+    waitForHostMs: options.hostWaitMs,
+    replicas: { registry, linkKey: peerKey },
+  });
+  const stacks = denvd.stacks;
   // A host's hello here, or a deployment's change, is word to the other replicas at once.
   const notices = openStoreNotices(options.databaseUrl);
-  notices.on("denv_hosts", () => void hosts.refresh());
+  notices.on("denv_hosts", () => void denvd.refresh());
   await sealStoredText(store, secrets);
   let url = options.publicUrl ?? "";
   const fetchPolicy = FetchPolicy.standard(options.fetchAllow ?? []);
@@ -209,9 +211,9 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   let pools: PoolKeeper | undefined;
   let replicas: ReplicaKeeper | undefined;
   const metrics = new ServerMetrics({
-    hostsConnected: () => hub.connectedCount(),
+    hostsConnected: () => denvd.connectedCount(),
     pools: () => poolTotals(store),
-    hostFigures: () => hostFigureTotals(store, (id) => hosts.isConnected(id)),
+    hostFigures: () => hostFigureTotals(store, (id) => stacks.hostConnected(id)),
   });
   let ready = false;
   let ingressDeps: IngressDeps | null = null;
@@ -221,7 +223,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     ingress: () => ingressDeps,
     observer: metrics,
     store,
-    hosts,
+    stacks,
     lease: { owner: registry.id, ms: leaseMs },
     secrets,
     validator,
@@ -244,7 +246,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   deployer.events.relay = (id) => notices.notify("denv_deployments", id);
   notices.on("denv_deployments", (id) => deployer.events.wake(id));
   // A host that (re)connects may have restarted: what it holds now is what its environments are.
-  hub.onHostReady((hostId) => {
+  denvd.onLocalHello((hostId) => {
     notices.notify("denv_hosts", hostId);
     void deployer.syncHost(hostId).then(
       (changed) => {
@@ -256,12 +258,12 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     void replicas?.kick();
   });
   const admission = new Admission({ store, secrets }, options.admission);
-  const replicator = new Replicator({ store, hosts, secrets, observer: metrics });
+  const replicator = new Replicator({ store, hosts: stacks, secrets, observer: metrics });
   replicas = new ReplicaKeeper(
-    { store, hosts, admission, replicator },
+    { store, stacks, admission, replicator },
     { lostAfterMs: options.hostWatch?.lostAfterMs, ...options.replicaKeeper },
   );
-  pools = new PoolKeeper({ store, deployer, hosts, admission }, options.pools);
+  pools = new PoolKeeper({ store, deployer, stacks, admission }, options.pools);
   // Port URLs: a listener of their own, so a sandbox's page never shares the console's origin.
   if (options.portsOrigin) new PortsOrigin(options.portsOrigin); // a bad template fails before listening
   const listenHost = options.host ?? "127.0.0.1";
@@ -281,7 +283,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     const named = ingress ? await serveIngress(ingress, req) : null;
     if (named) return named;
     return portsOrigin
-      ? servePortUrl(store, hosts, portsOrigin, req, relayLimits)
+      ? servePortUrl(store, stacks, portsOrigin, req, relayLimits)
       : new Response(null, { status: 503 });
   });
   // The ports listener's certificate: an ACME wildcard for the ingress domain, a file, or the API's.
@@ -301,7 +303,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   portsServer.on("upgrade", (req, socket, head) => {
     if (ingress && upgradeIngress(ingress, req, socket, head)) return;
     if (!portsOrigin) return void socket.destroy();
-    void proxyUpgrade(store, hosts, portsOrigin, req, socket, head, relayLimits).catch(() =>
+    void proxyUpgrade(store, stacks, portsOrigin, req, socket, head, relayLimits).catch(() =>
       socket.destroy(),
     );
   });
@@ -356,7 +358,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     portsOrigin,
     ingress: ingressNames,
     store,
-    hosts,
+    stacks,
     deployer,
     admission,
     replicator,
@@ -380,7 +382,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   if (ingressNames)
     ingress = {
       store,
-      hosts,
+      stacks,
       names: ingressNames,
       // E2B's host mode: envd's calls on `49983-{id}.{domain}`, answered by the gateway at /e2b.
       envd: async (req, sandboxId, path) => {
@@ -401,7 +403,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   // Replicas fetch build contexts from each other (peer-contexts.ts); everything else is the app's.
   const listener = (req: IncomingMessage, res: ServerResponse) => {
     if (req.url?.startsWith(CONTEXTS_PATH))
-      return void servePeerContext(req, res, buildContexts, links.key).catch(() => res.destroy());
+      return void servePeerContext(req, res, buildContexts, peerKey).catch(() => res.destroy());
     // A body refused unread (api/request-bodies.ts) is not waited for once the answer is out: the
     // connection is ended at once (the sender sees the answer, then the end) and dropped a second
     // later, rather than read to its end. (Dropped at once, the answer could be lost: closing a
@@ -413,15 +415,14 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     });
     return appListener(req, res);
   };
-  buildContexts.fromPeers = contextsFromPeers(registry, links.key);
+  buildContexts.fromPeers = contextsFromPeers(registry, peerKey);
   const server: Server = tls ? createHttpsServer(tls, listener) : createHttpServer(listener);
   // Clients keep connections open between calls; closing an idle one just as a client reuses it
   // resets that request. Idle connections therefore live longer than clients usually keep them.
   server.keepAliveTimeout = 65_000;
   server.headersTimeout = 66_000;
   server.on("upgrade", (req, socket, head) => {
-    if (req.url?.startsWith(LINK_PATH)) return links.handleUpgrade(req, socket, head);
-    void hub.handleUpgrade(req, socket, head).catch(() => socket.destroy());
+    denvd.handleUpgrade(req, socket, head);
   });
   await listen(server, options.port ?? 0, listenHost).catch(async (err) => {
     await new Promise<void>((r) => portsServer.close(() => r()));
@@ -432,7 +433,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   // On SQLite this is the only replica: whatever was running when the last one stopped is its own.
   const exclusive = !options.databaseUrl;
   await registry.start(options.peerUrl ?? url, { exclusive });
-  hosts.start();
+  denvd.start();
   const leases = new DeploymentLeases({ store, registry, deployer }, leaseMs);
   const recovered = await leases.takeOver(exclusive);
   leases.start();
@@ -444,7 +445,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     replicas?.start();
   });
   const expiry = startContextExpiry(store, buildContexts, options.contextExpiry);
-  const watch = startHostWatch({ store, hosts }, options.hostWatch);
+  const watch = startHostWatch({ store, hosts: stacks }, options.hostWatch);
   ready = true;
   return {
     url,
@@ -453,7 +454,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     ingressDomain: ingressNames?.domain ?? null,
     adminKey,
     store,
-    hosts,
+    denvd,
     deployer,
     recovered,
     fetchPolicy,
@@ -463,15 +464,14 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       clearInterval(e2bSweep);
       clearInterval(renewal);
       leases.stop();
-      hosts.stop();
+      denvd.stop();
       await registry.stop();
-      links.close();
       await notices.close();
       pools?.stop();
       replicas.stop();
       expiry.stop();
       watch.stop();
-      hub.close();
+      denvd.close();
       await validator.close();
       server.closeAllConnections();
       portsServer.closeAllConnections();
@@ -519,7 +519,7 @@ function listen(server: Server, port: number, host: string): Promise<void> {
 /** A request on the ports listener: relayed to the port its URL names, or 404. */
 async function servePortUrl(
   store: Store,
-  hub: HostOperations,
+  stacks: Pick<StackLifecycle, "openTunnel">,
   origin: PortsOrigin,
   req: Request,
   limits: { idleMs: number; lifetimeMs: number },
@@ -528,7 +528,7 @@ async function servePortUrl(
   const parts = origin.route(req.headers.get("host") ?? u.host, u.pathname + u.search);
   try {
     if (!parts) throw new DenvError("not_found", "no such port URL");
-    return await proxyHttp(store, hub, parts.token, parts.rest, req, limits);
+    return await proxyHttp(store, stacks, parts.token, parts.rest, req, limits);
   } catch (err) {
     const e = isDenvError(err) ? err : new DenvError("unavailable", "the port URL could not be reached");
     return Response.json(e.toJSON(), {

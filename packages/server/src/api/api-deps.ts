@@ -19,13 +19,14 @@ import type { PortsOrigin } from "../ports-origin.ts";
 import type { RateLimiter } from "../rate-limit.ts";
 import type { Store } from "../store/open-store.ts";
 import type { Role } from "../store/people-store.ts";
-import type { HostOperations } from "../targets/denvd/host-operations.ts";
+import type { DenvdStacks } from "../targets/denvd/denvd-stacks.ts";
 import type { InFlightBytes } from "./in-flight-bytes.ts";
 
 /** What routes use, set on every request's context (`c.var.deps`). */
 export interface ApiDeps {
   store: Store;
-  hosts: HostOperations;
+  /** The team's sidecar hosts: the lifecycle port, and the denvd target made over it. */
+  stacks: DenvdStacks;
   deployer: Deployer;
   /** Every create's turn on its host (admission.ts). */
   admission: Admission;

@@ -60,11 +60,10 @@ export const diffRoutes: ApiRoute[] = [
           `version ${version.id} is not on host ${e.host_id}, where ${e.name} runs: copy it there first (denv version replicate ${version.id} --to HOST)`,
         );
       return c.json(
-        await deps.hosts.call(e.host_id, "diff", {
-          stack_id: e.stack_id,
-          against: version.id,
-          ...(query.max_entries ? { max_entries: query.max_entries } : {}),
-        }),
+        await deps.stacks.diff(
+          { hostId: e.host_id, stackId: e.stack_id },
+          { against: version.id, ...(query.max_entries ? { maxEntries: query.max_entries } : {}) },
+        ),
       );
     },
   }),

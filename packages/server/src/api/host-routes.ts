@@ -77,7 +77,7 @@ export const hostRoutes: ApiRoute[] = [
       const hosts = await teamHosts(c.var.deps.store, c.var.teamId);
       const holds = await hostHoldings(c.var.deps.store, c.var.teamId);
       return c.json({
-        hosts: hosts.map((h) => serializeHost(h, c.var.deps.hosts.isConnected(h.id), holds.get(h.id))),
+        hosts: hosts.map((h) => serializeHost(h, c.var.deps.stacks.hostConnected(h.id), holds.get(h.id))),
       });
     },
   }),

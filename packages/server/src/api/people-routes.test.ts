@@ -16,11 +16,11 @@ import { Deployer } from "../deploy/deployer.ts";
 import { FetchPolicy } from "../fetch-policy.ts";
 import { PortsOrigin } from "../ports-origin.ts";
 import { openStore, type Store } from "../store/open-store.ts";
-import { type HostConnections, openHostConnections } from "../targets/denvd/host-connections.ts";
+import { DenvdHosts } from "../targets/denvd/denvd-hosts.ts";
 
 let dir: string;
 let store: Store;
-let hub: HostConnections;
+let hub: DenvdHosts;
 let validator: ComposeValidator;
 let app: ReturnType<typeof createApp>;
 
@@ -28,14 +28,21 @@ before(async () => {
   dir = mkdtempSync(join(tmpdir(), "denv-people-"));
   store = await openStore(join(dir, "store"));
   const secrets = SecretBox.open(join(dir, "store"));
-  hub = openHostConnections(store, { waitForHostMs: 100 });
+  hub = new DenvdHosts(store, { waitForHostMs: 100 });
   validator = new ComposeValidator({ workers: 1 });
   const fetchPolicy = new FetchPolicy([]);
-  const deployer = new Deployer({ store, hosts: hub, secrets, validator, fetchPolicy, joinWaitMs: 100 });
+  const deployer = new Deployer({
+    store,
+    stacks: hub.stacks,
+    secrets,
+    validator,
+    fetchPolicy,
+    joinWaitMs: 100,
+  });
   app = createApp({
     portsOrigin: new PortsOrigin("http://localhost:1"),
     store,
-    hosts: hub,
+    stacks: hub.stacks,
     deployer,
     secrets,
     fetchPolicy,

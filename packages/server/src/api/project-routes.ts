@@ -125,7 +125,7 @@ export const projectRoutes: ApiRoute[] = [
     }),
     auth: true,
     handler: async (c) => {
-      const { store, hosts } = c.var.deps;
+      const { store, stacks } = c.var.deps;
       const p = await findProject(store, c.var.teamId, c.req.param("id") ?? "");
       if (p.name === SANDBOX_PROJECT)
         throw new DenvError(
@@ -160,7 +160,7 @@ export const projectRoutes: ApiRoute[] = [
         await referencedContexts(store, c.var.teamId),
         CONTEXT_GRACE_MS,
       );
-      const images = await removeUnusedBuiltImages(store, hosts, c.var.teamId, p.id);
+      const images = await removeUnusedBuiltImages(store, stacks, c.var.teamId, p.id);
       return c.json({
         deleted: p.name,
         versions_deleted: versions.map((v) => v.id),

@@ -32,7 +32,7 @@ import { insertProject } from "../store/project-store.ts";
 import { insertReplay } from "../store/replay-store.ts";
 import { createApiKey, createApiKeyRecord, createTeam } from "../store/team-store.ts";
 import { insertVersion } from "../store/version-store.ts";
-import { type HostConnections, openHostConnections } from "../targets/denvd/host-connections.ts";
+import { DenvdHosts } from "../targets/denvd/denvd-hosts.ts";
 import { type DoubleHandlers, HostDouble } from "../testing/host-double.ts";
 import { type ApiRoute, JSON_LIMIT_BYTES } from "./api-route.ts";
 import { API_ROUTES } from "./api-routes.ts";
@@ -167,7 +167,7 @@ const handlers: DoubleHandlers = {
 
 let dir: string;
 let store: Store;
-let hub: HostConnections;
+let hub: DenvdHosts;
 let validator: ComposeValidator;
 let upgrades: Server;
 let double: HostDouble;
@@ -253,18 +253,25 @@ before(async () => {
   dir = mkdtempSync(join(tmpdir(), "denv-routes-"));
   store = await openStore(join(dir, "store"));
   const secrets = SecretBox.open(join(dir, "store"));
-  hub = openHostConnections(store, { waitForHostMs: 2000 });
+  hub = new DenvdHosts(store, { waitForHostMs: 2000 });
   validator = new ComposeValidator({ workers: 1 });
   // Fetches nothing: a deploy's resolve cannot reach any registry from here.
   const fetchPolicy = new FetchPolicy([]);
-  const deployer = new Deployer({ store, hosts: hub, secrets, validator, fetchPolicy, joinWaitMs: 1000 });
+  const deployer = new Deployer({
+    store,
+    stacks: hub.stacks,
+    secrets,
+    validator,
+    fetchPolicy,
+    joinWaitMs: 1000,
+  });
   mkdirSync(join(dir, "dist"));
   writeFileSync(join(dir, "dist", "denvd.version"), "0.1.0+test\n");
   app = createApp({
     portsOrigin: new PortsOrigin("http://localhost:1"),
     ingress: new IngressNames({ domain: "denv.test", scheme: "http" }, (l) => secrets.derive(l)),
     store,
-    hosts: hub,
+    stacks: hub.stacks,
     deployer,
     secrets,
     fetchPolicy,
@@ -273,7 +280,7 @@ before(async () => {
     log: () => {},
   });
   upgrades = createServer((_req, res) => res.writeHead(404).end());
-  upgrades.on("upgrade", (req, socket, head) => void hub.handleUpgrade(req, socket, head));
+  upgrades.on("upgrade", (req, socket, head) => hub.handleUpgrade(req, socket, head));
   await new Promise<void>((r) => upgrades.listen(0, "127.0.0.1", r));
   const teamA = await createTeam(store, "a", true);
   keyA = await createApiKey(store, teamA, "a", true);

@@ -39,7 +39,7 @@ async function listItem(store: Store, v: VersionsTable): Promise<z.infer<typeof 
  * Answers the hosts that were away: each deletes its copy when it is next connected.
  */
 export async function deleteVersion(c: ApiContext, v: VersionsTable): Promise<string[]> {
-  const { store, hosts } = c.var.deps;
+  const { store, stacks } = c.var.deps;
   const users = await versionUsers(store, v.id);
   if (users.length > 0)
     throw new DenvError("conflict", `version ${v.id} is in use: ${users.join("; ")}`, {
@@ -60,18 +60,18 @@ export async function deleteVersion(c: ApiContext, v: VersionsTable): Promise<st
   // Every copy goes: the one it was taken on and its replicas, each by the host holding it. A host
   // away keeps its copy until it is next connected (deleteLeftoverCopies), then deletes it.
   const holders = await versionHolders(store, v);
-  const away = holders.filter((h) => !hosts.isConnected(h));
+  const away = holders.filter((h) => !stacks.hostConnected(h));
   for (const h of holders) {
     if (away.includes(h)) {
       await leaveCopy(store, v, h);
       continue;
     }
-    await hosts.call(h, "delete_version", { version_id: v.id });
+    await stacks.deleteVersion(h, v.id);
     await deleteVersionCopy(store, v.id, h);
   }
   await deleteVersionRow(store, v.id);
   // A copy recorded while this ran (a replication finishing now) goes the same way.
-  await deleteLeftoverCopies(store, hosts);
+  await deleteLeftoverCopies(store, stacks);
   return away;
 }
 
@@ -155,7 +155,7 @@ export const versionRoutes: ApiRoute[] = [
       const imagesRemoved: string[] = [];
       if (!body.dry_run)
         for (const projectId of prunedProjects) {
-          const r = await removeUnusedBuiltImages(store, c.var.deps.hosts, c.var.teamId, projectId);
+          const r = await removeUnusedBuiltImages(store, c.var.deps.stacks, c.var.teamId, projectId);
           imagesRemoved.push(...r.removed);
         }
       return c.json({ deleted, kept, dry_run: body.dry_run ?? false, images_removed: imagesRemoved });

@@ -22,7 +22,7 @@ import { teamHostNamed } from "../store/host-store.ts";
 import type { Store } from "../store/open-store.ts";
 import type { CloudsTable } from "../store/schema.ts";
 import { createJoinToken } from "../store/team-store.ts";
-import type { HostOperations } from "../targets/denvd/host-operations.ts";
+import type { HostPresence } from "../targets/stack-lifecycle.ts";
 import { AwsDriver } from "./aws-driver.ts";
 import { checkCloudApiUrl, HetznerDriver } from "./hetzner-driver.ts";
 import type { MachineDriver } from "./machine-driver.ts";
@@ -167,11 +167,11 @@ export class Provisioner {
   }
 
   /** Resolves to the host id once a host of that name has joined and connected. */
-  async waitJoined(teamId: string, name: string, hosts: HostOperations, timeoutMs: number): Promise<string> {
+  async waitJoined(teamId: string, name: string, hosts: HostPresence, timeoutMs: number): Promise<string> {
     const deadline = Date.now() + timeoutMs;
     while (Date.now() < deadline) {
       const host = await teamHostNamed(this.store, teamId, name);
-      if (host && hosts.isConnected(host.id)) {
+      if (host && hosts.hostConnected(host.id)) {
         await markMachineJoined(this.store, name);
         return host.id;
       }

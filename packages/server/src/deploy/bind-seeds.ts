@@ -7,7 +7,7 @@
  */
 import { PassThrough, type Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
-import type { MuxStream, ResolvedSpec } from "@denv/protocol";
+import type { ResolvedSpec } from "@denv/protocol";
 import { withSeeds } from "@denv/spec";
 import tar from "tar-stream";
 import { normalizedTar } from "../build-contexts.ts";
@@ -87,14 +87,10 @@ export async function seedDatasets(
     const digest = d.seed?.digest;
     if (!digest) continue;
     await hereOrFromPeers(runner, teamId, digest);
-    const { streams, result } = await runner.hosts.streamCall(
-      hostId,
-      "seed_dataset",
-      1,
-      ([contentId]) => ({ stack_id: stackId, dataset: name, content_stream: contentId as number }),
-      { timeoutMs: 30 * 60_000 },
-    );
-    const [content] = streams as [MuxStream];
+    const { streams, result } = await runner.stacks.seedDataset({ hostId, stackId }, name, {
+      timeoutMs: 30 * 60_000,
+    });
+    const [content] = streams;
     content.on("error", () => {});
     const sending = pipeline(runner.buildContexts.open(teamId, digest), content);
     sending.catch(() => {});

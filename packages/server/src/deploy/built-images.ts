@@ -8,7 +8,7 @@
 import { teamHosts } from "../store/host-store.ts";
 import type { Store } from "../store/open-store.ts";
 import { versionImages } from "../store/version-store.ts";
-import type { HostOperations } from "../targets/denvd/host-operations.ts";
+import type { StackLifecycle } from "../targets/stack-lifecycle.ts";
 
 const IMAGE_ID = /^sha256:[0-9a-f]{64}$/;
 
@@ -21,7 +21,7 @@ export interface BuiltImagesRemoved {
 
 export async function removeUnusedBuiltImages(
   store: Store,
-  hosts: HostOperations,
+  hosts: StackLifecycle,
   teamId: string,
   projectId: string,
 ): Promise<BuiltImagesRemoved> {
@@ -35,15 +35,11 @@ export async function removeUnusedBuiltImages(
   }
   const out: BuiltImagesRemoved = { removed: [], in_use: [], unreachable: [] };
   for (const h of await teamHosts(store, teamId)) {
-    if (!hosts.isConnected(h.id)) {
+    if (!hosts.hostConnected(h.id)) {
       out.unreachable.push(h.id);
       continue;
     }
-    const r = await hosts.call(h.id, "remove_built_images", {
-      team_id: teamId,
-      project_id: projectId,
-      keep: [...(pinned.get(h.id) ?? [])],
-    });
+    const r = await hosts.removeBuiltImages(h.id, { teamId, projectId }, [...(pinned.get(h.id) ?? [])]);
     out.removed.push(...r.removed);
     out.in_use.push(...r.in_use);
   }

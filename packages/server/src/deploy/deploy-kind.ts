@@ -97,12 +97,12 @@ async function deployPhases(
     });
     spec = built.spec;
     const from = await dataFrom(runner, options.dataFromVersionId, hostId);
-    const r = await runner.hosts.call(hostId, "prepare", {
+    const r = await runner.stacks.prepare(hostId, {
       spec,
       name: stackName(project.name, before.name),
-      operation_id: rec.deploymentId,
-      new_stack_id: await rec.building(),
-      ...(from.versionId ? { data_from_version_id: from.versionId } : {}),
+      operationId: rec.deploymentId,
+      newStackId: await rec.building(),
+      ...(from.versionId ? { dataFromVersionId: from.versionId } : {}),
       ...(gpus ? { gpus } : {}),
     });
     const builds = Object.keys(built.builds).length ? { builds: built.builds, spec_hash: spec.hash } : {};
@@ -113,7 +113,7 @@ async function deployPhases(
     return { value: r.stack_id, evidence: { ...r.evidence, ...builds, ...seeds, ...skipped } };
   })) as string;
   const started = (await rec.run("start", async () => {
-    const r = await runner.hosts.call(hostId, "start", { stack_id: stackId });
+    const r = await runner.stacks.start({ hostId, stackId });
     return {
       value: r,
       evidence: { containers: r.evidence, ms: r.ms, egress: r.egress, clock: r.clock ?? null },
@@ -124,7 +124,7 @@ async function deployPhases(
   await rec.run("health", async () => ({ evidence: started.health }));
   await rec.run("warm", async () => {
     if (spec.warm.length === 0) return { evidence: { commands: [] } };
-    return { evidence: await runner.hosts.call(hostId, "warm", { stack_id: stackId }) };
+    return { evidence: await runner.stacks.warm({ hostId, stackId }) };
   });
   const versionId = await snapshotPhase(runner, rec, before, hostId, stackId, async () => spec);
   // The new stack replaces the old one only now, when it is whole. The old one is written down
@@ -146,7 +146,7 @@ async function deployPhases(
   delete rec.state.building_stack_id;
   await rec.persist();
   if (before.stack_id && before.host_id)
-    await runner.hosts.call(before.host_id, "destroy", { stack_id: before.stack_id }).catch(() => {});
+    await runner.stacks.destroy({ hostId: before.host_id, stackId: before.stack_id }).catch(() => {});
   // An environment a hosted target served until now: its sandbox there ends too.
   await retireHosted(runner, before);
   delete rec.state.retiring_stack_id;
@@ -364,9 +364,9 @@ async function placeAndJoin(
   admission?: AdmissionWait,
 ): Promise<string | { hosted: CloudsTable; pinnedBy: string }> {
   const placed = (await rec.run("place", async () => {
-    const { store, hosts, options } = runner;
+    const { store, stacks, options } = runner;
     const p = await place(
-      { store, hosts, provisioner: options.provisioner },
+      { store, hosts: stacks, provisioner: options.provisioner },
       project,
       before,
       fileTarget,
@@ -409,7 +409,7 @@ async function placeAndJoin(
   const hostId = (await rec.run("join", async () => {
     const t = performance.now();
     const waitMs = runner.options.provisionJoinWaitMs ?? 15 * 60_000;
-    const id = await provisioner.waitJoined(project.team_id, machine.name, runner.hosts, waitMs);
+    const id = await provisioner.waitJoined(project.team_id, machine.name, runner.stacks, waitMs);
     return {
       value: id,
       evidence: { host_id: id, name: machine.name, waited_ms: Math.round(performance.now() - t) },

@@ -18,7 +18,7 @@
  * and the verdict is written only once it is done: a server killed again meanwhile does it again
  * (every step is idempotent). Every deployment ends succeeded or rolled_back.
  */
-import { type OpMethod, type OpParams, retiredEnvironmentName } from "@denv/protocol";
+import { retiredEnvironmentName } from "@denv/protocol";
 import { runningDeployments } from "../store/deployment-store.ts";
 import { environmentById, updateEnvironment } from "../store/environment-store.ts";
 import { releaseIngressNames } from "../store/ingress-store.ts";
@@ -68,10 +68,14 @@ async function endDeployment(
   const hostId = s.host_id ?? env?.host_id ?? null;
   const done: string[] = [];
   const failed: string[] = [];
-  const call = async <M extends OpMethod>(method: M, params: OpParams<M>, what: string) => {
+  /** One step of the clean-up on the host, with the wait a restart gives a host to come back. */
+  const call = async (
+    step: (host: string, wait: { waitForHostMs: number }) => Promise<unknown>,
+    what: string,
+  ) => {
     if (!hostId) return false;
     try {
-      await runner.hosts.call(hostId, method, params, { waitForHostMs: HOST_WAIT_MS });
+      await step(hostId, { waitForHostMs: HOST_WAIT_MS });
       done.push(what);
       return true;
     } catch (err) {
@@ -107,47 +111,51 @@ async function endDeployment(
       s.retiring_sandbox,
       `ended replaced sandbox ${s.retiring_sandbox.sandbox_id} at ${s.retiring_sandbox.target}`,
     );
+  const { stacks } = runner;
   if (s.building_stack_id) {
-    if (env?.stack_id === s.building_stack_id) finished = true;
-    else await call("destroy", { stack_id: s.building_stack_id }, `removed stack ${s.building_stack_id}`);
+    const building = s.building_stack_id;
+    if (env?.stack_id === building) finished = true;
+    else
+      await call((h, w) => stacks.destroy({ hostId: h, stackId: building }, w), `removed stack ${building}`);
   }
-  if (s.retiring_stack_id && env?.stack_id !== s.retiring_stack_id)
-    await call("destroy", { stack_id: s.retiring_stack_id }, `removed replaced stack ${s.retiring_stack_id}`);
+  const retiring = s.retiring_stack_id;
+  if (retiring && env?.stack_id !== retiring)
+    await call(
+      (h, w) => stacks.destroy({ hostId: h, stackId: retiring }, w),
+      `removed replaced stack ${retiring}`,
+    );
   if (s.grader_stack_id) {
-    await call("destroy", { stack_id: s.grader_stack_id }, `removed grader fork ${s.grader_stack_id}`);
-    await call("verify_cleanup", { verify_id: d.id }, "removed the collected files");
+    const grader = s.grader_stack_id;
+    await call((h, w) => stacks.destroy({ hostId: h, stackId: grader }, w), `removed grader fork ${grader}`);
+    await call((h, w) => stacks.verifyCleanup(h, d.id, w), "removed the collected files");
   }
   if (s.building_version_id) {
-    const recorded = await versionRow(store, s.building_version_id);
+    const building = s.building_version_id;
+    const recorded = await versionRow(store, building);
     if (!recorded)
-      await call(
-        "delete_version",
-        { version_id: s.building_version_id },
-        `deleted unrecorded version ${s.building_version_id}`,
-      );
+      await call((h, w) => stacks.deleteVersion(h, building, w), `deleted unrecorded version ${building}`);
   }
   if (d.kind === "verify" && s.froze_agent && env?.stack_id) {
-    if (await call("resume", { stack_id: env.stack_id }, "thawed the agent verify had frozen"))
+    const stackId = env.stack_id;
+    if (await call((h, w) => stacks.resume({ hostId: h, stackId }, w), "thawed the agent verify had frozen"))
       await updateEnvironment(store, env.id, { status: "running" });
   }
   if (d.kind === "rollback" && s.target_version_id && env?.stack_id) {
     const target = s.target_version_id;
-    if (await call("rollback", { stack_id: env.stack_id, version_id: target }, `restored ${target}`)) {
+    const stackId = env.stack_id;
+    if (await call((h, w) => stacks.rollback({ hostId: h, stackId }, target, w), `restored ${target}`)) {
       await updateEnvironment(store, env.id, { current_version_id: target, status: "running" });
       finished = true;
     }
   }
   if (d.kind === "destroy" && env) {
-    const onHost = env.target_id === "denvd";
-    if (
-      !env.stack_id ||
-      (onHost
-        ? await call("destroy", { stack_id: env.stack_id }, `removed stack ${env.stack_id}`)
-        : await endSandbox(
-            { target: env.target_id, sandbox_id: env.stack_id },
-            `ended sandbox ${env.stack_id} at ${env.target_id}`,
-          ))
-    ) {
+    const stackId = env.stack_id;
+    const target = env.target_id;
+    const removed = async (id: string) =>
+      target === "denvd"
+        ? await call((h, w) => stacks.destroy({ hostId: h, stackId: id }, w), `removed stack ${id}`)
+        : await endSandbox({ target, sandbox_id: id }, `ended sandbox ${id} at ${target}`);
+    if (!stackId || (await removed(stackId))) {
       const revoked = await revokePortUrls(store, env.id);
       await releaseIngressNames(store, env.id);
       await updateEnvironment(store, env.id, {

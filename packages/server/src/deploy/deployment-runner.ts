@@ -20,13 +20,14 @@ import { deploymentById, insertDeployment, olderRunningElsewhere } from "../stor
 import { updateEnvironment } from "../store/environment-store.ts";
 import type { Store } from "../store/open-store.ts";
 import type { EnvironmentsTable } from "../store/schema.ts";
-import type { HostOperations } from "../targets/denvd/host-operations.ts";
+import type { StackLifecycle } from "../targets/stack-lifecycle.ts";
 import { type DeploymentKind, PhaseRecorder } from "./phase-recorder.ts";
 import type { GitHubSourceReader } from "./project-source.ts";
 
 export interface DeployerOptions {
   store: Store;
-  hosts: HostOperations;
+  /** The team's hosts, through the lifecycle port (targets/stack-lifecycle.ts). */
+  stacks: StackLifecycle;
   /** Checks compose files off the event loop, under a time and memory budget. */
   validator: ComposeValidator;
   /** Hosts the resolve phase may fetch from (registries, git sources). */
@@ -91,7 +92,7 @@ const ELSEWHERE_POLL_MS = 250;
 export class DeploymentRunner {
   readonly events = new DeploymentEvents();
   readonly store: Store;
-  readonly hosts: HostOperations;
+  readonly stacks: StackLifecycle;
   readonly options: DeployerOptions;
   readonly buildContexts: BuildContexts;
   private readonly locks = new Map<string, Promise<unknown>>();
@@ -99,7 +100,7 @@ export class DeploymentRunner {
   constructor(options: DeployerOptions) {
     this.options = options;
     this.store = options.store;
-    this.hosts = options.hosts;
+    this.stacks = options.stacks;
     this.buildContexts =
       options.buildContexts ?? new BuildContexts(join(tmpdir(), `denv-server-${process.pid}`));
     this.events.setMaxListeners(0);
@@ -203,8 +204,8 @@ export class DeploymentRunner {
     }
     const building = rec.state.building_stack_id;
     if (building && rec.state.host_id) {
-      await this.hosts
-        .call(rec.state.host_id, "destroy", { stack_id: building }, { timeoutMs: 120_000 })
+      await this.stacks
+        .destroy({ hostId: rec.state.host_id, stackId: building }, { timeoutMs: 120_000 })
         .catch(() => {});
     }
     // The GPUs it held before (place takes new ones at once, so no other deploy takes them too).
@@ -220,13 +221,13 @@ export class DeploymentRunner {
 
   /** Waits for a host to connect, when it is not; the join phase's evidence. */
   async joinPhase(rec: PhaseRecorder, hostId: string): Promise<void> {
-    if (this.hosts.isConnected(hostId)) {
+    if (this.stacks.hostConnected(hostId)) {
       await rec.skip("join", "the host's sidecar is connected");
       return;
     }
     await rec.run("join", async () => {
       const t = performance.now();
-      await this.hosts.waitConnected(hostId, this.options.joinWaitMs ?? 30_000);
+      await this.stacks.waitForHost(hostId, this.options.joinWaitMs ?? 30_000);
       return { evidence: { waited_ms: Math.round(performance.now() - t) } };
     });
   }

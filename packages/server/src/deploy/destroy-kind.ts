@@ -24,7 +24,7 @@ export async function runDestroy(runner: DeploymentRunner, env: EnvironmentsTabl
         return { evidence: { target: current.target_id, sandbox_id: current.stack_id } };
       }
       if (current.host_id && current.stack_id)
-        await runner.hosts.call(current.host_id, "destroy", { stack_id: current.stack_id });
+        await runner.stacks.destroy({ hostId: current.host_id, stackId: current.stack_id });
       return { evidence: { host_id: current.host_id, stack_id: current.stack_id } };
     });
     // A destroyed environment is gone for good: its port URLs are revoked, and its name is freed

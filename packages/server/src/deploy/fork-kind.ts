@@ -106,14 +106,14 @@ export async function runFork(
       await runner.joinPhase(rec, hostId);
       const forked = (await rec.run("fork", async () => {
         const newStackId = await rec.building();
-        const out = await runner.hosts.call(hostId, "fork", {
-          version_id: versionId,
+        const out = await runner.stacks.fork(hostId, {
+          versionId,
           name: stackName(project.name, options.name),
-          operation_id: rec.deploymentId,
-          new_stack_id: newStackId,
+          operationId: rec.deploymentId,
+          newStackId,
           // A pool's member keeps its clock at the version's time until it is taken (pool-keeper.ts),
           // a replay's until its episode starts (replay-runner.ts).
-          ...(options.poolId || options.holdClock ? { hold_clock: true } : {}),
+          ...(options.poolId || options.holdClock ? { holdClock: true } : {}),
           ...(gpus ? { gpus } : {}),
         });
         return { value: out, evidence: out.evidence };

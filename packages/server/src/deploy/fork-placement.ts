@@ -10,7 +10,7 @@ import { DenvError } from "@denv/protocol";
 import { hostFreeBytes, teamHosts } from "../store/host-store.ts";
 import type { Store } from "../store/open-store.ts";
 import type { VersionsTable } from "../store/schema.ts";
-import type { HostOperations } from "../targets/denvd/host-operations.ts";
+import type { StackLifecycle } from "../targets/stack-lifecycle.ts";
 import type { Admission } from "./admission.ts";
 import { MIN_FREE_BYTES } from "./placement.ts";
 import { type Replicator, versionHolders } from "./replication.ts";
@@ -22,7 +22,7 @@ export interface ForkPlacement {
 
 interface Deps {
   store: Store;
-  hosts: HostOperations;
+  stacks: StackLifecycle;
   admission: Admission;
   replicator: Replicator;
 }
@@ -32,19 +32,19 @@ interface Deps {
  * (`denv host drain`) takes nothing new.
  */
 export async function hostsWithRoom(
-  deps: Pick<Deps, "store" | "hosts" | "admission">,
+  deps: Pick<Deps, "store" | "stacks" | "admission">,
   teamId: string,
 ): Promise<string[]> {
   const rows = await teamHosts(deps.store, teamId);
   return rows
-    .filter((h) => deps.hosts.isConnected(h.id) && !h.draining && hostFreeBytes(h) >= MIN_FREE_BYTES)
+    .filter((h) => deps.stacks.hostConnected(h.id) && !h.draining && hostFreeBytes(h) >= MIN_FREE_BYTES)
     .map((h) => h.id)
     .sort((a, b) => deps.admission.load(a).busy - deps.admission.load(b).busy);
 }
 
 /** The hosts holding a version that could take a fork of it now, least busy first. */
 export async function holdersWithRoom(
-  deps: Pick<Deps, "store" | "hosts" | "admission">,
+  deps: Pick<Deps, "store" | "stacks" | "admission">,
   version: VersionsTable,
 ): Promise<string[]> {
   const holders = new Set(await versionHolders(deps.store, version));
@@ -117,7 +117,7 @@ export async function placeFork(
     };
   // Every holder busy, or the connected ones drained: a host with room takes a replica, when one
   // can be sent.
-  if (best || holders.some((h) => deps.hosts.isConnected(h))) {
+  if (best || holders.some((h) => deps.stacks.hostConnected(h))) {
     for (const h of [...roomy].filter((x) => !holders.includes(x) && load(x).busy < load(x).parallel)) {
       try {
         const made = await deps.replicator.replicate(version, h);
@@ -148,7 +148,7 @@ export async function placeFork(
       };
   }
   // None connected (or none could take a copy): the one that took it, awaited if it is away.
-  const connected = holders.find((h) => deps.hosts.isConnected(h));
+  const connected = holders.find((h) => deps.stacks.hostConnected(h));
   return {
     hostId: connected ?? origin,
     evidence: {

@@ -20,7 +20,7 @@ import { openStore, type Store } from "../store/open-store.ts";
 import { insertProject } from "../store/project-store.ts";
 import { createJoinToken, createTeam } from "../store/team-store.ts";
 import { insertVersion } from "../store/version-store.ts";
-import { type HostConnections, openHostConnections } from "../targets/denvd/host-connections.ts";
+import { DenvdHosts } from "../targets/denvd/denvd-hosts.ts";
 import { HostDouble } from "../testing/host-double.ts";
 import { Deployer } from "./deployer.ts";
 import { assignGpus, gpuNeedOf } from "./gpu-placement.ts";
@@ -82,7 +82,7 @@ test("assignment: counts, all, ids by index or UUID, what others hold, and a hos
 
 let dir: string;
 let store: Store;
-let hub: HostConnections;
+let hub: DenvdHosts;
 let upgrades: Server;
 let validator: ComposeValidator;
 let deployer: Deployer;
@@ -94,18 +94,18 @@ before(async () => {
   dir = mkdtempSync(join(tmpdir(), "denv-gpus-"));
   store = await openStore(join(dir, "store"));
   const secrets = SecretBox.open(join(dir, "store"));
-  hub = openHostConnections(store, { waitForHostMs: 2000 });
+  hub = new DenvdHosts(store, { waitForHostMs: 2000 });
   validator = new ComposeValidator({ workers: 1 });
   deployer = new Deployer({
     store,
-    hosts: hub,
+    stacks: hub.stacks,
     secrets,
     validator,
     fetchPolicy: new FetchPolicy([]),
     joinWaitMs: 1000,
   });
   upgrades = createServer((_req, res) => res.writeHead(404).end());
-  upgrades.on("upgrade", (req, socket, head) => void hub.handleUpgrade(req, socket, head));
+  upgrades.on("upgrade", (req, socket, head) => hub.handleUpgrade(req, socket, head));
   await new Promise<void>((r) => upgrades.listen(0, "127.0.0.1", r));
   const port = (upgrades.address() as { port: number }).port;
   teamId = await createTeam(store, "gpu-team", true);

@@ -27,8 +27,8 @@ export function statusOnHost(
 
 /** Matches the host's environments' statuses to what it holds; returns what changed. */
 export async function syncHostStatuses(runner: DeploymentRunner, hostId: string): Promise<string[]> {
-  const { store, hosts } = runner;
-  const { stacks } = await hosts.call(hostId, "status", {}, { waitForHostMs: 0 });
+  const { store } = runner;
+  const stacks = await runner.stacks.hostStacks(hostId, { waitForHostMs: 0 });
   const byId = new Map(stacks.map((s) => [s.id, s]));
   const envs = await hostSyncableEnvironments(store, hostId);
   const busy = new Set(await busyEnvironmentIds(store));

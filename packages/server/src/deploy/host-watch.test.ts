@@ -92,7 +92,7 @@ test("only a host unseen past the deadline and not connected loses its environme
         finished_at: null,
       })
       .execute();
-    const hosts = { isConnected: (id: string) => id === "here" };
+    const hosts = { hostConnected: (id: string) => id === "here" };
     const changed = await markLostHosts({ store, hosts }, 5 * 60_000, t0 + 10 * 60_000);
     assert.deepEqual(changed.sort(), [
       "gone: 2 environment(s) lost (last seen 2026-01-01T00:00:00.000Z)",

@@ -12,7 +12,7 @@ import { serverLog } from "../server-log.ts";
 import { busyEnvironmentIds } from "../store/deployment-store.ts";
 import { hostsUnseenSince, markHostEnvironmentsLost } from "../store/host-store.ts";
 import type { Store } from "../store/open-store.ts";
-import type { HostOperations } from "../targets/denvd/host-operations.ts";
+import type { HostPresence } from "../targets/stack-lifecycle.ts";
 
 export interface HostWatchOptions {
   /** How long a host may go unseen before its environments are lost (default 5 minutes). */
@@ -26,13 +26,13 @@ const DEFAULT_EVERY_MS = 15_000;
 
 /** Marks the environments of every host unseen for lostAfterMs `lost`; answers what changed. */
 export async function markLostHosts(
-  deps: { store: Store; hosts: Pick<HostOperations, "isConnected"> },
+  deps: { store: Store; hosts: Pick<HostPresence, "hostConnected"> },
   lostAfterMs: number,
   nowMs = Date.now(),
 ): Promise<string[]> {
   const { store, hosts } = deps;
   const cutoff = new Date(nowMs - lostAfterMs).toISOString();
-  const unseen = (await hostsUnseenSince(store, cutoff)).filter((h) => !hosts.isConnected(h.id));
+  const unseen = (await hostsUnseenSince(store, cutoff)).filter((h) => !hosts.hostConnected(h.id));
   if (unseen.length === 0) return [];
   const busy = await busyEnvironmentIds(store);
   const changed: string[] = [];
@@ -47,7 +47,7 @@ export async function markLostHosts(
 
 /** Looks at the hosts every everyMs until stopped. */
 export function startHostWatch(
-  deps: { store: Store; hosts: HostOperations },
+  deps: { store: Store; hosts: HostPresence },
   options: HostWatchOptions = {},
 ): { stop(): void } {
   const lostAfterMs = options.lostAfterMs ?? DEFAULT_HOST_LOST_AFTER_MS;

@@ -126,7 +126,7 @@ export async function hostedDeployPhases(
   // What served before ends only now that the new sandbox serves.
   await retireHosted(runner, before);
   if (before.stack_id && before.host_id)
-    await runner.hosts.call(before.host_id, "destroy", { stack_id: before.stack_id }).catch(() => {});
+    await runner.stacks.destroy({ hostId: before.host_id, stackId: before.stack_id }).catch(() => {});
   delete rec.state.retiring_sandbox;
   delete rec.state.retiring_stack_id;
   await rec.persist();

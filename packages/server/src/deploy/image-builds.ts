@@ -6,7 +6,7 @@
  */
 import { createHash } from "node:crypto";
 import { pipeline } from "node:stream/promises";
-import { DEFAULT_CAPS, DenvError, type MuxStream, type ResolvedSpec } from "@denv/protocol";
+import { DEFAULT_CAPS, DenvError, type ResolvedSpec } from "@denv/protocol";
 import { canonicalJson, withBuiltImages } from "@denv/spec";
 import type { DeploymentRunner } from "./deployment-runner.ts";
 import type { PhaseRecorder } from "./phase-recorder.ts";
@@ -76,20 +76,16 @@ export async function buildImages(
       dockerfile: b.dockerfile,
       target: b.target,
     };
-    const found = b.no_cache
-      ? null
-      : (await runner.hosts.call(hostId, "find_built_image", { build_key: key })).image_id;
+    const found = b.no_cache ? null : await runner.stacks.findBuiltImage(hostId, key);
     if (found) {
       builds[service] = { ...base, image_id: found, built: false, ms: 0, steps: 0, log_tail: [] };
     } else {
       const lines: string[] = [];
       live[service] = lines;
       await hereOrFromPeers(runner, args.teamId, b.context_digest);
-      const { streams, result } = await runner.hosts.streamCall(
+      const { streams, result } = await runner.stacks.buildImage(
         hostId,
-        "build_image",
-        2,
-        ([ctxId, logId]) => ({
+        {
           build_key: key,
           tag: buildTag(args.projectName, service, key),
           service,
@@ -103,12 +99,10 @@ export async function buildImages(
           network: b.network,
           memory_bytes: svc.caps.memory_bytes ?? DEFAULT_CAPS.memory_bytes,
           timeout_ms: BUILD_TIMEOUT_MS,
-          context_stream: ctxId as number,
-          log_stream: logId as number,
-        }),
+        },
         { timeoutMs: BUILD_TIMEOUT_MS + 60_000 },
       );
-      const [context, log] = streams as [MuxStream, MuxStream];
+      const [context, log] = streams;
       context.on("error", () => {});
       const sending = pipeline(runner.buildContexts.open(args.teamId, b.context_digest), context);
       sending.catch(() => {});

@@ -9,8 +9,8 @@ import type { Provisioner } from "../clouds/provisioner.ts";
 import { hostFreeBytes, teamHosts } from "../store/host-store.ts";
 import type { Store } from "../store/open-store.ts";
 import type { CloudsTable, EnvironmentsTable, ProjectsTable } from "../store/schema.ts";
-import type { HostOperations } from "../targets/denvd/host-operations.ts";
 import { isHosted } from "../targets/hosted-targets.ts";
+import type { HostPresence } from "../targets/stack-lifecycle.ts";
 import {
   assignGpus,
   describeInventory,
@@ -44,7 +44,7 @@ export type Placement =
   | { hosted: CloudsTable; pinned_by: string; reason: string };
 
 export async function place(
-  deps: { store: Store; hosts: HostOperations; provisioner?: Provisioner },
+  deps: { store: Store; hosts: HostPresence; provisioner?: Provisioner },
   project: ProjectsTable,
   env: EnvironmentsTable,
   fileTarget?: string,
@@ -61,12 +61,12 @@ export async function place(
     hosts.map((h) => ({
       id: h.id,
       name: h.name,
-      connected: online.isConnected(h.id),
+      connected: online.hostConnected(h.id),
       free_bytes: hostFreeBytes(h),
     }));
   // A drained host (`denv host drain`) takes no new environment.
   let candidates = hosts.filter(
-    (h) => online.isConnected(h.id) && !h.draining && hostFreeBytes(h) >= MIN_FREE_BYTES,
+    (h) => online.hostConnected(h.id) && !h.draining && hostFreeBytes(h) >= MIN_FREE_BYTES,
   );
   const connected = provisioner ? await provisioner.clouds(project.team_id) : [];
   const hosted = connected.find((c) => c.name === pinned && isHosted(c.provider));
@@ -108,14 +108,14 @@ export async function place(
       const r = candidates.includes(h)
         ? assignGpus(inv, held.get(h.id) ?? new Set(), gpuNeed)
         : {
-            why: online.isConnected(h.id)
+            why: online.hostConnected(h.id)
               ? "not a candidate (drained, full or not the pin)"
               : "not connected",
           };
       if ("assignment" in r) given.set(h.id, r.assignment);
       return {
         name: h.name,
-        connected: online.isConnected(h.id),
+        connected: online.hostConnected(h.id),
         inventory: describeInventory(inv, held.get(h.id)?.size ?? 0),
         ...("why" in r ? { why: r.why } : {}),
       };
@@ -137,7 +137,7 @@ export async function place(
     const recent = hosts
       .filter(
         (h) =>
-          !online.isConnected(h.id) &&
+          !online.hostConnected(h.id) &&
           hostFreeBytes(h) >= MIN_FREE_BYTES &&
           Date.now() - Date.parse(h.last_seen ?? "") < RECONNECT_GRACE_MS &&
           (!pinned || h.name === pinned || h.id === pinned),

@@ -24,7 +24,7 @@ import {
 } from "../store/pool-store.ts";
 import type { EnvironmentsTable, PoolsTable } from "../store/schema.ts";
 import { findVersion, versionHost, versionRow } from "../store/version-store.ts";
-import type { HostOperations } from "../targets/denvd/host-operations.ts";
+import type { StackLifecycle } from "../targets/stack-lifecycle.ts";
 import type { Admission } from "./admission.ts";
 import type { Deployer } from "./deployer.ts";
 import { holdersWithRoom } from "./fork-placement.ts";
@@ -62,10 +62,10 @@ export class PoolKeeper {
   private passing = false;
   private again = false;
   private stopped = false;
-  private readonly deps: { store: Store; deployer: Deployer; hosts: HostOperations; admission: Admission };
+  private readonly deps: { store: Store; deployer: Deployer; stacks: StackLifecycle; admission: Admission };
 
   constructor(
-    deps: { store: Store; deployer: Deployer; hosts: HostOperations; admission: Admission },
+    deps: { store: Store; deployer: Deployer; stacks: StackLifecycle; admission: Admission },
     options: PoolKeeperOptions = {},
   ) {
     this.deps = deps;
@@ -112,12 +112,12 @@ export class PoolKeeper {
     versionId: string,
     as: { name: string; sandbox: boolean },
   ): Promise<{ env: EnvironmentsTable; deploymentId: string } | undefined> {
-    const { store, hosts } = this.deps;
+    const { store, stacks } = this.deps;
     const pool = await poolOfVersion(store, teamId, versionId);
     if (!pool) return undefined;
     const version = await findVersion(store, teamId, versionId);
     // Members run on any host holding the version; with none of those connected, none is ready.
-    if (!(await versionHolders(store, version)).some((h) => hosts.isConnected(h))) return undefined;
+    if (!(await versionHolders(store, version)).some((h) => stacks.hostConnected(h))) return undefined;
     if (await environmentNamed(store, version.project_id, as.name))
       throw new DenvError("conflict", `an environment named ${as.name} already exists in this project`);
     const env = await takeMember(store, pool, as);
@@ -126,7 +126,7 @@ export class PoolKeeper {
     if (!env) return undefined;
     // A member's frozen clock waited at its version's time: it starts now, as a fresh fork's would.
     if (env.stack_id && env.host_id)
-      await hosts.call(env.host_id, "release_clock", { stack_id: env.stack_id }).catch((err: unknown) => {
+      await stacks.releaseClock({ hostId: env.host_id, stackId: env.stack_id }).catch((err: unknown) => {
         const h = this.health.get(pool.id);
         if (h) h.lastError = `member ${env.name}'s clock was not released: ${String(err)}`;
       });

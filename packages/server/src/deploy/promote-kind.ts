@@ -19,7 +19,6 @@ import { DenvError, type OpResult, type ResolvedSpec, stackName } from "@denv/pr
 import { environmentById, findOrCreateEnvironment, updateEnvironment } from "../store/environment-store.ts";
 import type { EnvironmentsTable, ProjectsTable, VersionsTable } from "../store/schema.ts";
 import { versionHost, versionSpecJson } from "../store/version-store.ts";
-import { execOverStreams } from "../targets/denvd/host-exec.ts";
 import type { Admission } from "./admission.ts";
 import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
 import type { ForkDeployer } from "./fork-kind.ts";
@@ -69,16 +68,15 @@ async function runInStack(
   timeoutMs: number,
 ): Promise<{ exit_code: number | null; output: string }> {
   const chunks: Buffer[] = [];
-  const r = await execOverStreams(
-    runner.hosts,
-    hostId,
-    { stack_id: stackId, service, command, user, timeout_ms: timeoutMs, max_output_bytes: 64 * 1024 },
+  const r = await runner.stacks.exec(
+    { hostId, stackId },
+    { service, command, user, timeoutMs, maxOutputBytes: 64 * 1024 },
     null,
     (_which, chunk) => {
       chunks.push(chunk);
     },
   );
-  return { exit_code: r.timed_out ? null : r.exit_code, output: Buffer.concat(chunks).toString("utf8") };
+  return { exit_code: r.timedOut ? null : r.exitCode, output: Buffer.concat(chunks).toString("utf8") };
 }
 
 export async function runPromote(
@@ -89,7 +87,7 @@ export async function runPromote(
   options: PromoteOptions,
 ): Promise<Launched & { environmentId: string }> {
   const { project, version, target } = args;
-  const { store, hosts } = runner;
+  const { store, stacks } = runner;
   const hostId = versionHost(version, "promote");
   const env = await findOrCreateEnvironment(store, project, target);
   if (env.sandbox || env.pool_id)
@@ -115,17 +113,17 @@ export async function runPromote(
           spec_hash: version.spec_hash,
         },
       }));
-      if (!hosts.isConnected(hostId))
-        await hosts.waitConnected(hostId, runner.options.joinWaitMs ?? 30_000).catch(() => {
+      if (!stacks.hostConnected(hostId))
+        await stacks.waitForHost(hostId, runner.options.joinWaitMs ?? 30_000).catch(() => {
           throw gate("fresh_fork", `the host holding ${version.id} is not connected`);
         });
       const forked = (await rec.run("fresh_fork", async () => {
         try {
-          const out = await hosts.call(hostId, "fork", {
-            version_id: version.id,
+          const out = await stacks.fork(hostId, {
+            versionId: version.id,
             name: stackName(project.name, "promote", randomBytes(3).toString("hex")),
-            operation_id: rec.deploymentId,
-            new_stack_id: await rec.building(),
+            operationId: rec.deploymentId,
+            newStackId: await rec.building(),
           });
           const e = out.evidence;
           return {
@@ -159,7 +157,7 @@ export async function runPromote(
               },
             );
         }
-        const digest = await hosts.call(hostId, "digest_volumes", { stack_id: gateStack, hold_clock: false });
+        const digest = await stacks.digestVolumes({ hostId, stackId: gateStack }, false);
         return {
           evidence: {
             amcheck,
@@ -183,7 +181,7 @@ export async function runPromote(
           };
         const request = { forks: options.replays, parallel: Math.min(4, options.replays), steps };
         const started = await startRecordedReplay(
-          { store, hosts, deployer, admission },
+          { store, stacks, deployer, admission },
           project.team_id,
           { ...version, host_id: hostId },
           request,
@@ -262,7 +260,7 @@ export async function runPromote(
         ) {
           if (checks > 0) await sleep(Math.min(SOAK_CHECK_EVERY_MS, left));
           try {
-            last = await hosts.call(hostId, "check_health", { stack_id: gateStack });
+            last = await stacks.checkHealth({ hostId, stackId: gateStack });
           } catch (err) {
             throw gate(
               "soak",
@@ -284,15 +282,15 @@ export async function runPromote(
           },
         };
       });
-      await hosts.call(hostId, "destroy", { stack_id: gateStack }, { timeoutMs: 120_000 }).catch(() => {});
+      await stacks.destroy({ hostId, stackId: gateStack }, { timeoutMs: 120_000 }).catch(() => {});
       delete rec.state.building_stack_id;
       await rec.persist();
       const switched = (await rec.run("switch", async () => {
-        const out = await hosts.call(hostId, "fork", {
-          version_id: version.id,
+        const out = await stacks.fork(hostId, {
+          versionId: version.id,
           name: stackName(project.name, target),
-          operation_id: rec.deploymentId,
-          new_stack_id: await rec.building(),
+          operationId: rec.deploymentId,
+          newStackId: await rec.building(),
         });
         return {
           value: out,
@@ -313,7 +311,7 @@ export async function runPromote(
       delete rec.state.building_stack_id;
       await rec.persist();
       if (before.stack_id && before.host_id)
-        await hosts.call(before.host_id, "destroy", { stack_id: before.stack_id }).catch(() => {});
+        await stacks.destroy({ hostId: before.host_id, stackId: before.stack_id }).catch(() => {});
       delete rec.state.retiring_stack_id;
       await rec.verdict("succeeded", null, {
         version_id: version.id,

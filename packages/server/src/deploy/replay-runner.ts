@@ -16,8 +16,7 @@ import { environmentById, liveSandboxesNamed } from "../store/environment-store.
 import type { Store } from "../store/open-store.ts";
 import { failRunningReplays, findReplay, finishReplay, insertReplay } from "../store/replay-store.ts";
 import type { ReplaysTable } from "../store/schema.ts";
-import { execOverStreams } from "../targets/denvd/host-exec.ts";
-import type { HostOperations } from "../targets/denvd/host-operations.ts";
+import type { StackLifecycle } from "../targets/stack-lifecycle.ts";
 import type { Admission } from "./admission.ts";
 import type { ForkDeployer } from "./fork-kind.ts";
 import {
@@ -79,7 +78,7 @@ export const DEFAULT_REPLAY_FORKS = 20;
 
 export interface ReplayDeps {
   store: Store;
-  hosts: HostOperations;
+  stacks: StackLifecycle;
   deployer: ForkDeployer;
   admission: Admission;
 }
@@ -93,8 +92,9 @@ async function verifierStep(deps: ReplayDeps, hostId: string, stackId: string): 
   const begun = performance.now();
   const verifyId = newId("rpv");
   try {
-    await deps.hosts.call(hostId, "verify_stop", { stack_id: stackId });
-    const c = await deps.hosts.call(hostId, "verify_collect", { stack_id: stackId, verify_id: verifyId });
+    const at = { hostId, stackId };
+    await deps.stacks.verifyStop(at);
+    const c = await deps.stacks.verifyCollect(at, verifyId);
     const collected = c.files.map((f) => `${f.path} ${f.bytes} ${f.sha256}`).join("\n");
     if (c.refused)
       return {
@@ -104,7 +104,7 @@ async function verifierStep(deps: ReplayDeps, hostId: string, stackId: string): 
         timed_out: false,
         ms: Math.round(performance.now() - begun),
       };
-    const g = await deps.hosts.call(hostId, "verify_grade", { stack_id: stackId, verify_id: verifyId });
+    const g = await deps.stacks.verifyGrade(at, verifyId);
     return {
       exit_code: g.exit_code,
       stdout: `collected:\n${collected}${c.missing.map((m) => `\nmissing ${m}`).join("")}\nreward ${g.reward}\n${g.stdout_tail}`,
@@ -113,8 +113,8 @@ async function verifierStep(deps: ReplayDeps, hostId: string, stackId: string): 
       ms: Math.round(performance.now() - begun),
     };
   } finally {
-    await deps.hosts.call(hostId, "verify_cleanup", { verify_id: verifyId }).catch(() => {});
-    await deps.hosts.call(hostId, "resume", { stack_id: stackId }).catch(() => {});
+    await deps.stacks.verifyCleanup(hostId, verifyId).catch(() => {});
+    await deps.stacks.resume({ hostId, stackId }).catch(() => {});
   }
 }
 
@@ -128,17 +128,15 @@ async function runStep(
   if (step.command === undefined)
     throw new DenvError("invalid_argument", "a step needs a command or verifier: true");
   const out: Record<"stdout" | "stderr", Buffer[]> = { stdout: [], stderr: [] };
-  const r = await execOverStreams(
-    deps.hosts,
-    hostId,
+  const r = await deps.stacks.exec(
+    { hostId, stackId },
     {
-      stack_id: stackId,
       ...(step.service ? { service: step.service } : {}),
       command: step.command,
       ...(step.user ? { user: step.user } : {}),
-      timeout_ms: step.timeout_ms ?? REPLAY_STEP_TIMEOUT_MS,
-      max_output_bytes: STEP_OUTPUT_BYTES,
-      episode_clock: true,
+      timeoutMs: step.timeout_ms ?? REPLAY_STEP_TIMEOUT_MS,
+      maxOutputBytes: STEP_OUTPUT_BYTES,
+      episodeClock: true,
     },
     null,
     (which, chunk) => {
@@ -146,11 +144,11 @@ async function runStep(
     },
   );
   return {
-    exit_code: r.timed_out ? null : r.exit_code,
+    exit_code: r.timedOut ? null : r.exitCode,
     stdout: Buffer.concat(out.stdout).toString("utf8"),
     stderr: Buffer.concat(out.stderr).toString("utf8"),
-    timed_out: r.timed_out,
-    ms: Math.round(r.duration_ms),
+    timed_out: r.timedOut,
+    ms: Math.round(r.durationMs),
   };
 }
 
@@ -195,14 +193,11 @@ async function replayOne(
     for (const step of steps) run.steps.push(await runStep(deps, env.host_id, env.stack_id, step));
     // What the episode changed, before the digest's checkpoint writes what the databases hold. A
     // host that cannot diff (an older denvd) leaves it out; the replay itself does not depend on it.
-    run.diff = await deps.hosts
-      .call(env.host_id, "diff", {
-        stack_id: env.stack_id,
-        max_entries: REPLAY_DIFF_ENTRIES,
-        max_diff_bytes: REPLAY_DIFF_TEXT_BYTES,
-      })
+    const at = { hostId: env.host_id, stackId: env.stack_id };
+    run.diff = await deps.stacks
+      .diff(at, { maxEntries: REPLAY_DIFF_ENTRIES, maxDiffBytes: REPLAY_DIFF_TEXT_BYTES })
       .catch(() => null);
-    const digest = await deps.hosts.call(env.host_id, "digest_volumes", { stack_id: env.stack_id });
+    const digest = await deps.stacks.digestVolumes(at);
     run.volumes = digest.volumes;
   } catch (err) {
     run.error = (err as Error).message;

@@ -16,7 +16,7 @@ import type { Store } from "../store/open-store.ts";
 import { teamPoolIds, withdrawMembers } from "../store/pool-store.ts";
 import type { HostsTable, VersionsTable } from "../store/schema.ts";
 import { replicatedVersions, versionsOnHost } from "../store/version-store.ts";
-import type { HostOperations } from "../targets/denvd/host-operations.ts";
+import type { StackLifecycle } from "../targets/stack-lifecycle.ts";
 import type { Admission } from "./admission.ts";
 import type { Deployer } from "./deployer.ts";
 import { hostsWithRoom } from "./fork-placement.ts";
@@ -25,7 +25,7 @@ import { deleteLeftoverCopies, type Replicator, versionHolders } from "./replica
 
 interface Deps {
   store: Store;
-  hosts: HostOperations;
+  stacks: StackLifecycle;
   admission: Admission;
   replicator: Replicator;
 }
@@ -99,7 +99,7 @@ export class ReplicaKeeper {
   private async pass(): Promise<string[]> {
     const { store } = this.deps;
     // Copies of deleted versions on hosts that were away go once their hosts are back.
-    const cleared = await deleteLeftoverCopies(store, this.deps.hosts);
+    const cleared = await deleteLeftoverCopies(store, this.deps.stacks);
     if (cleared) this.log("copies of deleted versions removed", { count: cleared });
     const versions = await replicatedVersions(store);
     const made: string[] = [];
@@ -110,11 +110,13 @@ export class ReplicaKeeper {
 
   /** Brings a version up to `copies` holders that count; answers the copies made. */
   async keep(v: VersionsTable, copies: number): Promise<string[]> {
-    const { store, hosts, replicator } = this.deps;
+    const { store, stacks, replicator } = this.deps;
     const rows = new Map((await teamHosts(store, v.team_id)).map((h) => [h.id, h]));
     const nowMs = Date.now();
     const holders = await versionHolders(store, v);
-    const present = holders.filter((h) => counts(rows.get(h), hosts.isConnected(h), this.lostAfterMs, nowMs));
+    const present = holders.filter((h) =>
+      counts(rows.get(h), stacks.hostConnected(h), this.lostAfterMs, nowMs),
+    );
     let missing = copies - present.length;
     const made: string[] = [];
     if (missing <= 0) return made;
@@ -145,14 +147,14 @@ export class ReplicaKeeper {
     not_replicated: { version_id: string; reason: string }[];
     pool_members_moved: number;
   }> {
-    const { store, hosts, replicator } = this.deps;
+    const { store, stacks, replicator } = this.deps;
     await setHostDraining(store, host.id, true);
     const held = await versionsOnHost(store, host.team_id, host.id);
     const replicated: { version_id: string; to_host_id: string; bytes: number }[] = [];
     const notReplicated: { version_id: string; reason: string }[] = [];
     for (const v of held) {
       const holders = await versionHolders(store, v);
-      const others = holders.filter((h) => h !== host.id && hosts.isConnected(h));
+      const others = holders.filter((h) => h !== host.id && stacks.hostConnected(h));
       const want = Math.max(v.replicas ?? 1, 1);
       if (others.length >= want) continue;
       let need = want - others.length;

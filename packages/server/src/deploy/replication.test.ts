@@ -9,9 +9,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
-import type { OpMethod } from "@denv/protocol";
 import { openStore } from "../store/open-store.ts";
-import type { HostOperations } from "../targets/denvd/host-operations.ts";
+import type { StackLifecycle } from "../targets/stack-lifecycle.ts";
 import { Replicator, transferFormat } from "./replication.ts";
 
 test("a transfer's format: the driver's own between equals, a tar between btrfs and dir, none into zfs", () => {
@@ -78,29 +77,30 @@ test("a copy is refused before any byte moves: another team's host, a sender des
       created_at: at,
     };
     await store.insertInto("versions").values(version).execute();
-    const asked: OpMethod[] = [];
+    const asked: string[] = [];
     let describedId = "ver_ba9876543210";
     let adoptedOn = "";
-    const hosts = {
-      isConnected: () => true,
-      call: async (host: string, method: OpMethod) => {
-        asked.push(method);
-        // Only the sender and a host that adopted a copy earlier know the version.
-        if (method === "describe_version" && host !== "host_src" && host !== adoptedOn)
-          throw Object.assign(new Error("no version"), { code: "not_found" });
-        if (method === "describe_version")
-          return {
-            version: { id: describedId, snapshots: { data: `${describedId}-data` } },
-            storage: "btrfs",
-            formats: ["btrfs-send", "tar"],
-          };
-        throw new Error(`${method} was not expected`);
+    // A stand-in for the hosts at the lifecycle port: each verb asked is written down; only
+    // descriptions are answered (the sender's, and a host's that adopted a copy earlier).
+    const describeVersion = async (host: string) => {
+      if (host !== "host_src" && host !== adoptedOn)
+        throw Object.assign(new Error("no version"), { code: "not_found" });
+      return {
+        version: { id: describedId, snapshots: { data: `${describedId}-data` } },
+        storage: "btrfs",
+        formats: ["btrfs-send", "tar"],
+      };
+    };
+    const hosts = new Proxy({} as StackLifecycle, {
+      get: (_t, verb: string) => {
+        if (verb === "hostConnected") return () => true;
+        return async (host: string) => {
+          asked.push(verb);
+          if (verb === "describeVersion") return describeVersion(host);
+          throw new Error(`${verb} was not expected`);
+        };
       },
-      streamCall: async (_host: string, method: OpMethod) => {
-        asked.push(method);
-        throw new Error(`${method} was not expected`);
-      },
-    } as unknown as HostOperations;
+    });
     const replicator = new Replicator({ store, hosts, secrets: { openText: (s: string) => s } as never });
 
     await assert.rejects(replicator.replicate(version, "host_other"), /no host host_other/);
@@ -111,13 +111,13 @@ test("a copy is refused before any byte moves: another team's host, a sender des
     describedId = version.id;
     await assert.rejects(replicator.replicate(version, "host_zfs"), /no stream format both drivers share/);
     // Only descriptions were asked for: no stream was opened, nothing was received anywhere.
-    assert.deepEqual([...new Set(asked)], ["describe_version"]);
+    assert.deepEqual([...new Set(asked)], ["describeVersion"]);
     assert.deepEqual(await store.selectFrom("version_replicas").selectAll().execute(), []);
     // A host that adopted a copy whose record here was lost: recorded from its word, nothing sent.
     adoptedOn = "host_dst";
     asked.length = 0;
     assert.equal(await replicator.replicate(version, "host_dst"), null);
-    assert.deepEqual(asked, ["describe_version"]);
+    assert.deepEqual(asked, ["describeVersion"]);
     assert.deepEqual(
       (await store.selectFrom("version_replicas").select(["host_id", "format"]).execute()).map((r) => [
         r.host_id,

@@ -11,7 +11,7 @@
  * receiving host while the snapshots travel.
  */
 import { pipeline } from "node:stream/promises";
-import { DenvError, isDenvError, type MuxStream, type OpResult, type ResolvedSpec } from "@denv/protocol";
+import { DenvError, isDenvError, type OpResult, type ResolvedSpec } from "@denv/protocol";
 import type { SecretBox } from "../clouds/secret-box.ts";
 import { now } from "../ids.ts";
 import type { ReplicationObserver } from "../server-metrics.ts";
@@ -27,7 +27,7 @@ import {
   versionCopies,
   versionRow,
 } from "../store/version-store.ts";
-import type { HostOperations } from "../targets/denvd/host-operations.ts";
+import type { StackLifecycle } from "../targets/stack-lifecycle.ts";
 
 type Format = OpResult<"describe_version">["formats"][number];
 
@@ -62,13 +62,13 @@ export async function versionHolders(
  * as its version is deleted); each copy is deleted on its host once the host is connected, then
  * its row. Answers how many went.
  */
-export async function deleteLeftoverCopies(store: Store, hosts: HostOperations): Promise<number> {
+export async function deleteLeftoverCopies(store: Store, hosts: StackLifecycle): Promise<number> {
   const left = await leftoverVersionCopies(store);
   let gone = 0;
   for (const r of left) {
-    if (!hosts.isConnected(r.host_id)) continue;
+    if (!hosts.hostConnected(r.host_id)) continue;
     try {
-      await hosts.call(r.host_id, "delete_version", { version_id: r.version_id }, { waitForHostMs: 0 });
+      await hosts.deleteVersion(r.host_id, r.version_id, { waitForHostMs: 0 });
     } catch {
       continue; // still being read by a transfer, or the host just left: the next pass
     }
@@ -123,7 +123,7 @@ export function transferFormat(
 
 interface ReplicatorDeps {
   store: Store;
-  hosts: HostOperations;
+  hosts: StackLifecycle;
   /** Opens the version's sealed spec: the receiving host gets the control plane's, not the sender's. */
   secrets: Pick<SecretBox, "openText">;
   observer?: ReplicationObserver;
@@ -163,14 +163,14 @@ export class Replicator {
     if (holders.includes(toHostId)) return null;
     const dest = await teamHost(store, version.team_id, toHostId);
     if (!dest) throw new DenvError("not_found", `no host ${toHostId}`);
-    if (!hosts.isConnected(dest.id))
+    if (!hosts.hostConnected(dest.id))
       throw new DenvError(
         "host_unavailable",
         `host ${dest.name} is not connected: it cannot take a replica now`,
       );
     // A copy the host adopted whose record here was never written (this server stopped between
     // the two): recorded now, nothing sent again.
-    const held = await hosts.call(dest.id, "describe_version", { version_id: version.id }).catch(() => null);
+    const held = await hosts.describeVersion(dest.id, version.id).catch(() => null);
     if (held && held.version.id === version.id) {
       await insertVersionCopy(store, {
         version_id: version.id,
@@ -183,14 +183,14 @@ export class Replicator {
       });
       return null;
     }
-    const source = holders.find((h) => hosts.isConnected(h));
+    const source = holders.find((h) => hosts.hostConnected(h));
     if (!source)
       throw new DenvError(
         "host_unavailable",
         `no host holding version ${version.id} is connected (${holders.length} hold it): nothing can send it`,
       );
     const started = performance.now();
-    const described = await hosts.call(source, "describe_version", { version_id: version.id });
+    const described = await hosts.describeVersion(source, version.id);
     const format = transferFormat(described, dest);
     if (!format)
       throw new DenvError(
@@ -229,9 +229,7 @@ export class Replicator {
   ): Promise<ReplicaEvidence> {
     const { store, hosts } = this.deps;
     const base = format === "btrfs-send" ? await this.sharedBase(version, source, dest.id) : null;
-    const baseSnapshots = base
-      ? (await hosts.call(source, "describe_version", { version_id: base })).version.snapshots
-      : {};
+    const baseSnapshots = base ? (await hosts.describeVersion(source, base)).version.snapshots : {};
     // The sending host says which snapshots make the version and when it was frozen; what the
     // version is (its id, spec and images) is the control plane's record, so a host cannot hand
     // another host a different spec under this version's name.
@@ -247,11 +245,12 @@ export class Replicator {
       images: JSON.parse(version.images_json) as Record<string, string>,
     };
     // The images are pulled while the snapshots travel.
-    const images = hosts.call(dest.id, "ensure_images", {
-      images: Object.fromEntries(
+    const images = hosts.ensureImages(
+      dest.id,
+      Object.fromEntries(
         Object.entries(rec.spec.services).map(([name, s]) => [name, s.image_pinned ?? s.image]),
       ),
-    });
+    );
     images.catch(() => {});
     const volumes: ReplicaEvidence["volumes"] = {};
     const snapshotIds = Object.values(rec.snapshots);
@@ -270,10 +269,11 @@ export class Replicator {
         }),
       );
       const pulled = await images;
-      await hosts.call(dest.id, "adopt_version", {
-        version: rec,
-        sha256: Object.fromEntries(Object.values(volumes).map((v) => [v.snapshot_id, v.sha256])),
-      });
+      await hosts.adoptVersion(
+        dest.id,
+        rec,
+        Object.fromEntries(Object.values(volumes).map((v) => [v.snapshot_id, v.sha256])),
+      );
       const ms = Math.round(performance.now() - started);
       const bytes = Object.values(volumes).reduce((n, v) => n + v.bytes, 0);
       const evidence: ReplicaEvidence = {
@@ -306,7 +306,7 @@ export class Replicator {
       return evidence;
     } catch (err) {
       // Nothing half-received outlives the attempt: the next one starts clean.
-      await hosts.call(dest.id, "discard_received", { snapshot_ids: snapshotIds }).catch(() => {});
+      await hosts.discardReceived(dest.id, snapshotIds).catch(() => {});
       throw err;
     }
   }
@@ -326,33 +326,27 @@ export class Replicator {
   ): Promise<{ bytes: number; sha256: string; ms: number }> {
     const { hosts } = this.deps;
     const timeoutMs = 2 * 60 * 60_000;
-    const receiving = await hosts.streamCall(
+    const receiving = await hosts.receiveSnapshot(
       dest.id,
-      "receive_snapshot",
-      1,
-      ([id]) => ({
+      {
         version_id: t.versionId,
         snapshot_id: t.snapshotId,
         ...(t.baseSnapshotId ? { base_snapshot_id: t.baseSnapshotId } : {}),
         format: t.format,
-        in_stream: id as number,
-      }),
+      },
       { timeoutMs },
     );
-    const [into] = receiving.streams as [MuxStream];
-    let sending: Awaited<ReturnType<HostOperations["streamCall"]>>;
+    const [into] = receiving.streams;
+    let sending: Awaited<ReturnType<StackLifecycle["sendSnapshot"]>>;
     try {
-      sending = await hosts.streamCall(
+      sending = await hosts.sendSnapshot(
         source,
-        "send_snapshot",
-        1,
-        ([id]) => ({
+        {
           version_id: t.versionId,
           volume: t.volume,
           ...(t.baseVersionId ? { base_version_id: t.baseVersionId } : {}),
           format: t.format,
-          out_stream: id as number,
-        }),
+        },
         { timeoutMs },
       );
     } catch (err) {
@@ -360,17 +354,13 @@ export class Replicator {
       await receiving.result.catch(() => {});
       throw err;
     }
-    const [from] = sending.streams as [MuxStream];
+    const [from] = sending.streams;
     // Read once, by the relay: each frame is freed as it goes on, not left for the collector.
     from.handsOverReads = true;
     // A failure on either side fails both streams: the receiver never takes a cut stream as whole.
     const relayed = pipeline(from, into);
     relayed.catch(() => {});
-    const [sent, got, moved] = await Promise.allSettled([
-      sending.result as Promise<OpResult<"send_snapshot">>,
-      receiving.result,
-      relayed,
-    ]);
+    const [sent, got, moved] = await Promise.allSettled([sending.result, receiving.result, relayed]);
     if (sent.status === "rejected") {
       into.destroy(new Error("the sending host failed"));
       // A sender told "the other side closed the stream" failed because the relay did: say why.

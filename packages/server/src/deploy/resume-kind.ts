@@ -19,7 +19,7 @@ export function runResume(runner: DeploymentRunner, env: EnvironmentsTable): Pro
       );
     if (!current.host_id || !current.stack_id)
       throw new DenvError("conflict", `environment ${env.name} has no stack on a host to resume`);
-    await runner.hosts.call(current.host_id, "resume", { stack_id: current.stack_id });
+    await runner.stacks.resume({ hostId: current.host_id, stackId: current.stack_id });
     await updateEnvironment(runner.store, env.id, { status: "running" });
     return environmentById(runner.store, env.id);
   });

@@ -30,7 +30,7 @@ export async function runRollback(
     rec.state.target_version_id = versionId;
     await rec.persist();
     const r = (await rec.run("restore", async () => {
-      const out = await runner.hosts.call(hostId, "rollback", { stack_id: stackId, version_id: versionId });
+      const out = await runner.stacks.rollback({ hostId, stackId }, versionId);
       return { value: out, evidence: { version_id: versionId, ms: out.ms } };
     })) as { health: unknown };
     // The stack restarts in dependency order on the host; this records what it measured.

@@ -41,10 +41,7 @@ export async function snapshotPhase(
     // Chosen and written down before the host is asked: a restart removes it if it was not recorded.
     rec.state.building_version_id = newId("ver");
     await rec.persist();
-    const r = await runner.hosts.call(hostId, "snapshot", {
-      stack_id: stackId,
-      new_version_id: rec.state.building_version_id,
-    });
+    const r = await runner.stacks.snapshot({ hostId, stackId }, rec.state.building_version_id);
     const s = await spec();
     await insertVersion(runner.store, {
       id: r.version_id,

@@ -43,7 +43,7 @@ export async function runVerify(
       }
       const grade = await gradePhases(runner, rec, current, hostId, stackId, made);
       if (options.resume) {
-        await runner.hosts.call(hostId, "resume", { stack_id: stackId });
+        await runner.stacks.resume({ hostId, stackId });
         await updateEnvironment(runner.store, env.id, { status: "running" });
       }
       verdict = () =>
@@ -61,8 +61,8 @@ export async function runVerify(
     // stops in between still has them in the deployment's state to remove (deployment-recovery.ts).
     if (hostId) {
       if (made.graderStackId)
-        await runner.hosts.call(hostId, "destroy", { stack_id: made.graderStackId }).catch(() => {});
-      await runner.hosts.call(hostId, "verify_cleanup", { verify_id: rec.deploymentId }).catch(() => {});
+        await runner.stacks.destroy({ hostId, stackId: made.graderStackId }).catch(() => {});
+      await runner.stacks.verifyCleanup(hostId, rec.deploymentId).catch(() => {});
     }
     delete rec.state.grader_stack_id;
     delete rec.state.froze_agent;
@@ -81,7 +81,8 @@ async function gradePhases(
   stackId: string,
   made: { graderStackId?: string },
 ): Promise<Record<string, unknown>> {
-  const { hosts } = runner;
+  const { stacks } = runner;
+  const at = { hostId, stackId };
   // Written down before the agent is frozen: a server stopped from here on thaws it on restart,
   // since no verdict will say "frozen for inspection" (deployment-recovery.ts).
   if (env.status === "running") {
@@ -89,7 +90,7 @@ async function gradePhases(
     await rec.persist();
   }
   await rec.run("stop", async () => ({
-    evidence: await hosts.call(hostId, "verify_stop", { stack_id: stackId }),
+    evidence: await stacks.verifyStop(at),
   }));
   await updateEnvironment(runner.store, env.id, { status: "frozen" });
   // What the episode changed, read while the agent is frozen and before the snapshot's checkpoint
@@ -99,17 +100,16 @@ async function gradePhases(
   else
     await rec
       .run("diff", async () => ({
-        evidence: await hosts.call(hostId, "diff", {
-          stack_id: stackId,
+        evidence: await stacks.diff(at, {
           against,
-          max_entries: DIFF_EVIDENCE_ENTRIES,
-          max_diff_bytes: DIFF_EVIDENCE_TEXT_BYTES,
+          maxEntries: DIFF_EVIDENCE_ENTRIES,
+          maxDiffBytes: DIFF_EVIDENCE_TEXT_BYTES,
         }),
       }))
       // Recorded as failed with its reason; the grade does not depend on it.
       .catch(() => {});
   const collected = (await rec.run("collect", async () => {
-    const c = await hosts.call(hostId, "verify_collect", { stack_id: stackId, verify_id: rec.deploymentId });
+    const c = await stacks.verifyCollect(at, rec.deploymentId);
     return { value: c, evidence: c };
   })) as { refused: string | null };
   if (collected.refused) {
@@ -123,11 +123,11 @@ async function gradePhases(
     made.graderStackId = newId("stk");
     rec.state.grader_stack_id = made.graderStackId;
     await rec.persist();
-    const f = await hosts.call(hostId, "fork", {
-      version_id: versionId,
+    const f = await stacks.fork(hostId, {
+      versionId,
       name: stackName(env.name, "grader", rec.deploymentId.slice(4, 10)),
-      operation_id: `${rec.deploymentId}-clone`,
-      new_stack_id: made.graderStackId,
+      operationId: `${rec.deploymentId}-clone`,
+      newStackId: made.graderStackId,
     });
     return {
       value: f.stack_id,
@@ -140,10 +140,7 @@ async function gradePhases(
     };
   })) as string;
   return (await rec.run("grade", async () => {
-    const g = await hosts.call(hostId, "verify_grade", {
-      stack_id: graderStackId,
-      verify_id: rec.deploymentId,
-    });
+    const g = await stacks.verifyGrade({ hostId, stackId: graderStackId }, rec.deploymentId);
     return { value: g, evidence: g };
   })) as Record<string, unknown>;
 }

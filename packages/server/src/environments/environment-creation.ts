@@ -24,14 +24,14 @@ import { poolOfImage } from "../store/pool-store.ts";
 import { sandboxProject, setProjectSource } from "../store/project-store.ts";
 import type { DeploymentsTable, EnvironmentsTable, PoolsTable, VersionsTable } from "../store/schema.ts";
 import { findVersion, resolveVersionRef } from "../store/version-store.ts";
-import type { HostOperations } from "../targets/denvd/host-operations.ts";
+import type { DenvdStacks } from "../targets/denvd/denvd-stacks.ts";
 import { hostedTargetNamed } from "../targets/hosted-targets.ts";
 import type { ImageSandboxSpec, SandboxSpec } from "../targets/target.ts";
 
 /** What making environments needs: the store, the deployer, create turns, pools and the hosts. */
 export interface EnvironmentDeps {
   store: Store;
-  hosts: HostOperations;
+  stacks: DenvdStacks;
   deployer: Deployer;
   admission: Admission;
   pools: PoolKeeper;
@@ -314,7 +314,7 @@ export async function createSandbox(
  */
 async function sandboxHost(deps: EnvironmentDeps, teamId: string): Promise<string | null> {
   const hosts = (await teamHosts(deps.store, teamId)).filter(
-    (h) => deps.hosts.isConnected(h.id) && hostFreeBytes(h) >= MIN_FREE_BYTES,
+    (h) => deps.stacks.hostConnected(h.id) && hostFreeBytes(h) >= MIN_FREE_BYTES,
   );
   hosts.sort((a, b) => hostFreeBytes(b) - hostFreeBytes(a));
   return hosts[0]?.id ?? null;

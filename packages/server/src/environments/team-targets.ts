@@ -6,28 +6,24 @@
 import { DenvError } from "@denv/protocol";
 import type { EnvironmentsTable } from "../store/schema.ts";
 import { resolveVersionRef } from "../store/version-store.ts";
-import { DenvdTarget } from "../targets/denvd/denvd-target.ts";
+import type { DenvdTarget } from "../targets/denvd/denvd-target.ts";
 import { hostedTargets } from "../targets/hosted-targets.ts";
 import type { PlacedEnvironment, Target } from "../targets/target.ts";
 import { createSandbox, type EnvironmentDeps } from "./environment-creation.ts";
 
 /** The team's sidecar hosts as a target. */
 function denvdTarget(deps: EnvironmentDeps): DenvdTarget {
-  return new DenvdTarget({
-    store: deps.store,
-    hosts: deps.hosts,
-    createSandbox: async (teamId, spec) => {
-      if ("fromVersion" in spec) {
-        const v = await resolveVersionRef(deps.store, teamId, spec.fromVersion);
-        if (!v.host_id)
-          throw new DenvError(
-            "invalid_argument",
-            `target denvd cannot fork ${v.id}: it is a snapshot at target ${v.target_id}; fork it there (POST /v1/targets/${v.target_id}/sandboxes)`,
-          );
-      }
-      const made = await createSandbox(deps, teamId, spec);
-      return { environmentId: made.env.id, deploymentId: made.deploymentId };
-    },
+  return deps.stacks.target(deps.store, async (teamId, spec) => {
+    if ("fromVersion" in spec) {
+      const v = await resolveVersionRef(deps.store, teamId, spec.fromVersion);
+      if (!v.host_id)
+        throw new DenvError(
+          "invalid_argument",
+          `target denvd cannot fork ${v.id}: it is a snapshot at target ${v.target_id}; fork it there (POST /v1/targets/${v.target_id}/sandboxes)`,
+        );
+    }
+    const made = await createSandbox(deps, teamId, spec);
+    return { environmentId: made.env.id, deploymentId: made.deploymentId };
   });
 }
 

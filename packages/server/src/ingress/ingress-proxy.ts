@@ -13,13 +13,13 @@ import { DenvError, isDenvError } from "@denv/protocol";
 import { SAFE_METHODS } from "../people/access-rules.ts";
 import { refuseUpgrade, relayHttp, relayUpgrade } from "../port-tunnels.ts";
 import type { Store } from "../store/open-store.ts";
-import type { HostOperations } from "../targets/denvd/host-operations.ts";
+import type { StackLifecycle } from "../targets/stack-lifecycle.ts";
 import { ENVD_PORT, type IngressNames, TOKEN_HEADERS, TOKEN_QUERY } from "./ingress-names.ts";
 import { type IngressTarget, resolveIngressHost } from "./ingress-routes.ts";
 
 export interface IngressProxyDeps {
   store: Store;
-  hosts: HostOperations;
+  stacks: Pick<StackLifecycle, "openTunnel">;
   names: IngressNames;
   /** envd's API for a sandbox (the E2B gateway), given the sandbox id. */
   envd?: (req: Request, sandboxId: string, path: string) => Promise<Response>;
@@ -69,8 +69,12 @@ async function admit(
 // reached fails the relay with the host's reason. An upgrade waits for the open, so that a port
 // nobody listens on is answered 503 rather than a dropped connection.
 function openTo(deps: IngressProxyDeps, t: IngressTarget, early: boolean) {
-  return deps.hosts
-    .openTunnel(t.hostId, { stack_id: t.stackId, service: t.service ?? undefined, port: t.port }, { early })
+  return deps.stacks
+    .openTunnel(
+      { hostId: t.hostId, stackId: t.stackId },
+      { service: t.service ?? undefined, port: t.port },
+      { early },
+    )
     .then((stream) => ({ stream, port: t.port }));
 }
 

@@ -5,12 +5,12 @@
  * caller reads `capabilities()` before it acts, so nobody is promised what a target cannot do, and
  * `/v1/targets` and the console show the same row.
  *
- * Exec, files and stopping a service go through it; hosted providers (E2B, Daytona, Prime) are
- * targets of their own. A team's sidecar hosts are reached only through the denvd target's folder
- * (targets/denvd/): the deployment kinds (deploy, fork, snapshot, rollback, verify, promote,
- * replay), pools and port URLs send their typed operations through its `HostOperations` port, and
- * the WebSocket hub behind it is constructed by server.ts alone. Those kinds still speak host
- * operations, not this port's verbs: a project's deploy on a hosted target is refused at prepare.
+ * Exec, files, logs and stopping a service go through it; hosted providers (E2B, Daytona, Prime)
+ * are targets of their own. The lifecycle of stacks on a team's sidecar hosts (prepare, start,
+ * snapshot, fork, rollback, verify's steps, destroy, version copies, tunnels) is the port beside
+ * it, stack-lifecycle.ts, which the deployment kinds, keepers and routes speak; the hosts' typed
+ * operations and the WebSocket hub behind it are private to targets/denvd/ (a source rule says
+ * so). A project's deploy on a hosted target is still its own path (deploy/hosted-deploy.ts).
  */
 import type { Readable } from "node:stream";
 import type { fsEntry, LogLine } from "@denv/protocol";
@@ -110,6 +110,8 @@ export interface ExecRequest {
   timeoutMs?: number;
   /** Per stream; output past it is counted and dropped. None: all of it. */
   maxOutputBytes?: number;
+  /** A replay's step: a held frozen clock advances only while the command runs. */
+  episodeClock?: boolean;
 }
 
 export interface ExecOutcome {

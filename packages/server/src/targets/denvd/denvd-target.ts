@@ -31,7 +31,7 @@ import type {
   TargetCapabilities,
   TargetStatus,
 } from "../target.ts";
-import { execOverStreams } from "./host-exec.ts";
+import { execOnStack } from "./host-exec.ts";
 import type { HostOperations } from "./host-operations.ts";
 
 /** How long a transfer of files may take (10 GiB at 20 MiB/s is under 9 minutes). */
@@ -154,38 +154,13 @@ export class DenvdTarget implements Target {
     return this.deps.createSandbox(teamId, spec);
   }
 
-  async exec(
+  exec(
     env: PlacedEnvironment,
     req: ExecRequest,
     stdin: Readable | Buffer | null,
     onOutput: OutputSink,
   ): Promise<ExecOutcome> {
-    const { hostId, stackId } = onHost(env);
-    const r = await execOverStreams(
-      this.deps.hosts,
-      hostId,
-      {
-        stack_id: stackId,
-        service: req.service,
-        command: req.command,
-        user: req.user,
-        cwd: req.cwd,
-        env: req.env,
-        timeout_ms: req.timeoutMs,
-        max_output_bytes: req.maxOutputBytes,
-      },
-      stdin,
-      onOutput,
-    );
-    return {
-      exitCode: r.exit_code,
-      stdoutTruncated: r.stdout_truncated,
-      stderrTruncated: r.stderr_truncated,
-      stdoutDroppedBytes: r.stdout_dropped_bytes,
-      stderrDroppedBytes: r.stderr_dropped_bytes,
-      timedOut: r.timed_out,
-      durationMs: r.duration_ms,
-    };
+    return execOnStack(this.deps.hosts, onHost(env), req, stdin, onOutput);
   }
 
   async putFiles(env: PlacedEnvironment, at: ServicePath, body: Readable) {

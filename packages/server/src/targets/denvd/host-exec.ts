@@ -7,6 +7,8 @@
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { commandDeadlineMs, DenvError, type OpParams, type OpResult } from "@denv/protocol";
+import type { StackRef } from "../stack-lifecycle.ts";
+import type { ExecOutcome, ExecRequest, OutputSink } from "../target.ts";
 import type { HostOperations } from "./host-operations.ts";
 
 export type ExecOnHost = Omit<OpParams<"exec">, "stdout_stream" | "stderr_stream" | "stdin_stream">;
@@ -56,4 +58,40 @@ export async function execOverStreams(
     throw new DenvError("unavailable", "the host cut the command's output short; run it again");
   }
   return r;
+}
+
+/** A command in a service of a stack, asked for and answered in the port's own types. */
+export async function execOnStack(
+  hosts: Pick<HostOperations, "streamCall">,
+  at: StackRef,
+  req: ExecRequest,
+  stdin: Readable | Buffer | null,
+  onOutput: OutputSink,
+): Promise<ExecOutcome> {
+  const r = await execOverStreams(
+    hosts,
+    at.hostId,
+    {
+      stack_id: at.stackId,
+      service: req.service,
+      command: req.command,
+      user: req.user,
+      cwd: req.cwd,
+      env: req.env,
+      timeout_ms: req.timeoutMs,
+      max_output_bytes: req.maxOutputBytes,
+      ...(req.episodeClock ? { episode_clock: true } : {}),
+    },
+    stdin,
+    onOutput,
+  );
+  return {
+    exitCode: r.exit_code,
+    stdoutTruncated: r.stdout_truncated,
+    stderrTruncated: r.stderr_truncated,
+    stdoutDroppedBytes: r.stdout_dropped_bytes,
+    stderrDroppedBytes: r.stderr_dropped_bytes,
+    timedOut: r.timed_out,
+    durationMs: r.duration_ms,
+  };
 }

@@ -27,10 +27,10 @@ import {
 } from "@denv/protocol";
 import { WebSocket, WebSocketServer } from "ws";
 import { z } from "zod";
-import { newId } from "../ids.ts";
-import { currentTrace, withTrace } from "../server-log.ts";
-import type { HostConnections } from "../targets/denvd/host-connections.ts";
-import { constantTimeEqual } from "./link-key.ts";
+import { newId } from "../../ids.ts";
+import { constantTimeEqual } from "../../replicas/link-key.ts";
+import { currentTrace, withTrace } from "../../server-log.ts";
+import type { HostConnections } from "./host-connections.ts";
 
 export const LINK_PATH = "/v1/replicas/link";
 /** A link silent for this long (no pong) is taken for dead; its calls fail and are routed again. */

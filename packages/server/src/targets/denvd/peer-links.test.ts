@@ -7,10 +7,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { WebSocket } from "ws";
-import { SecretBox } from "../clouds/secret-box.ts";
-import { openStore, type Store } from "../store/open-store.ts";
-import { openHostConnections } from "../targets/denvd/host-connections.ts";
-import { constantTimeEqual, linkKey } from "./link-key.ts";
+import { SecretBox } from "../../clouds/secret-box.ts";
+import { constantTimeEqual, linkKey } from "../../replicas/link-key.ts";
+import { openStore, type Store } from "../../store/open-store.ts";
+import { openHostConnections } from "./host-connections.ts";
 import { LINK_PATH, PeerLinks } from "./peer-links.ts";
 
 let dir: string;

@@ -11,13 +11,13 @@
  */
 import type { Duplex } from "node:stream";
 import { DenvError, type MuxStream, type OpMethod, type OpParams, type OpResult } from "@denv/protocol";
-import { newId } from "../ids.ts";
-import { hostsOnOtherReplicas } from "../store/host-store.ts";
-import type { Store } from "../store/open-store.ts";
-import type { HostConnections } from "../targets/denvd/host-connections.ts";
-import { type HostCallOptions, type HostOperations, tunnelStream } from "../targets/denvd/host-operations.ts";
+import { newId } from "../../ids.ts";
+import type { LiveReplica, ReplicaRegistry } from "../../replicas/replica-registry.ts";
+import { hostsOnOtherReplicas } from "../../store/host-store.ts";
+import type { Store } from "../../store/open-store.ts";
+import type { HostConnections } from "./host-connections.ts";
+import { type HostCallOptions, type HostOperations, tunnelStream } from "./host-operations.ts";
 import { isLinkDown, type PeerLinks } from "./peer-links.ts";
-import type { LiveReplica, ReplicaRegistry } from "./replica-registry.ts";
 
 /** A call routed through links that drop this many times fails. */
 const MAX_ROUTES = 3;

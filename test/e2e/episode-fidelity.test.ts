@@ -463,7 +463,7 @@ test("a replay a stopped server left behind: failed at the next start, and its f
     { intervalMs: 300 },
   );
   // What a start does after a stop: the same recovery, on this server's store and deployer.
-  const { recoverReplays } = await import("../../packages/server/src/deploy/replay-runner.ts");
+  const { recoverReplays } = await import("../../packages/server/src/deployments/replay-runner.ts");
   assert.equal(await recoverReplays({ store: lab.server.store, deployer: lab.server.deployer }), 2);
   // The recovery destroys them (in the background): each poll shows fewer, until none.
   await waitFor("the recovery to destroy the replay's forks", async () => (await forks()).length === 0, {

@@ -17,17 +17,17 @@ import { RESOURCES } from "./api/api-routes.ts";
 import { InFlightBytes } from "./api/in-flight-bytes.ts";
 import type { SecretBox } from "./clouds/secret-box.ts";
 import { mountConsole } from "./console-routes.ts";
-import { Admission } from "./deploy/admission.ts";
-import type { Deployer } from "./deploy/deployer.ts";
-import { PoolKeeper } from "./deploy/pool-keeper.ts";
-import { ReplicaKeeper } from "./deploy/replica-keeper.ts";
-import { Replicator } from "./deploy/replication.ts";
+import type { Deployer } from "./deployments/deployer.ts";
 import { defaultDownloadsDir } from "./downloads.ts";
 import { createE2bGateway } from "./e2b/e2b-gateway.ts";
+import { PoolKeeper } from "./environments/pool-keeper.ts";
 import type { FetchPolicy } from "./fetch-policy.ts";
+import { ReplicaKeeper } from "./fleet/replica-keeper.ts";
+import { Replicator } from "./fleet/replication.ts";
 import { GitHubApps } from "./github/github-apps.ts";
 import { newId } from "./ids.ts";
 import type { IngressNames } from "./ingress/ingress-names.ts";
+import { Admission } from "./placement/admission.ts";
 import type { PortsOrigin } from "./ports-origin.ts";
 import {
   ACCOUNT_RATE_LIMIT,

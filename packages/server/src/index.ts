@@ -2,7 +2,7 @@
 export { API_ROUTES as ROUTES, apiDocument as openApiDocument } from "./api/api-routes.ts";
 export { type Datasheet, datasheetMarkdown } from "./api/datasheet.ts";
 export { createApp } from "./app.ts";
-export { DEPLOY_PHASES, Deployer } from "./deploy/deployer.ts";
+export { DEPLOY_PHASES, Deployer } from "./deployments/deployer.ts";
 export { DEFAULT_FETCH_ALLOW, FetchPolicy, parseFetchAllow } from "./fetch-policy.ts";
 export { type AcmeDns, type AcmeOptions, dnsHook } from "./ingress/acme-certificates.ts";
 export { IngressNames } from "./ingress/ingress-names.ts";

@@ -6,7 +6,7 @@ import { test } from "node:test";
 import { ComposeValidator } from "@denv/spec";
 import { createApp } from "./app.ts";
 import { SecretBox } from "./clouds/secret-box.ts";
-import { Deployer } from "./deploy/deployer.ts";
+import { Deployer } from "./deployments/deployer.ts";
 import { FetchPolicy } from "./fetch-policy.ts";
 import { PortsOrigin } from "./ports-origin.ts";
 import { openStore } from "./store/open-store.ts";

@@ -6,7 +6,7 @@
  */
 import type { ClockEvidence, ResolvedSpec } from "@denv/protocol";
 import type { SecretBox } from "../clouds/secret-box.ts";
-import type { ReplayResult } from "../deploy/replay-runner.ts";
+import type { ReplayResult } from "../deployments/replay-runner.ts";
 import { environmentDeploymentsOfKinds, teamDeploymentsOfKind } from "../store/deployment-store.ts";
 import type { Store } from "../store/open-store.ts";
 import { versionReplays } from "../store/replay-store.ts";

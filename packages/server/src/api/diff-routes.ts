@@ -5,7 +5,7 @@
  */
 import { DenvError, diffEvidence } from "@denv/protocol";
 import { z } from "zod";
-import { versionHolders } from "../deploy/replication.ts";
+import { versionHolders } from "../fleet/replication.ts";
 import { resolveVersionRef } from "../store/version-store.ts";
 import { type ApiRoute, route } from "./api-route.ts";
 import { envOf } from "./environment-access.ts";

@@ -12,7 +12,7 @@ import { ComposeValidator } from "@denv/spec";
 import { elapse } from "../../../../test/harness/wait-for.ts";
 import { createApp } from "../app.ts";
 import { SecretBox } from "../clouds/secret-box.ts";
-import { Deployer } from "../deploy/deployer.ts";
+import { Deployer } from "../deployments/deployer.ts";
 import { FetchPolicy } from "../fetch-policy.ts";
 import { PortsOrigin } from "../ports-origin.ts";
 import { openStore, type Store } from "../store/open-store.ts";

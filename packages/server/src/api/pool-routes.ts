@@ -1,8 +1,8 @@
 /** Warm pools (per version) and the hosts' create turns. */
 import { DenvError } from "@denv/protocol";
 import { z } from "zod";
-import type { PoolView } from "../deploy/pool-keeper.ts";
 import { setImagePool } from "../environments/environment-creation.ts";
+import type { PoolView } from "../environments/pool-keeper.ts";
 import { teamHosts } from "../store/host-store.ts";
 import { findPool, teamPools } from "../store/pool-store.ts";
 import { findVersion } from "../store/version-store.ts";

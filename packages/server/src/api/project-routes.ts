@@ -4,7 +4,7 @@ import { projectRelativePath } from "@denv/spec";
 import { z } from "zod";
 import { CONTEXT_DIGEST, CONTEXT_GRACE_MS } from "../build-contexts.ts";
 import { referencedContexts } from "../context-expiry.ts";
-import { removeUnusedBuiltImages } from "../deploy/built-images.ts";
+import { removeUnusedBuiltImages } from "../deployments/built-images.ts";
 import { checkGitUrl } from "../git-source.ts";
 import { approvePreview, DEFAULT_PREVIEW_BUDGET, forkPreviewsOf } from "../github/github-webhooks.ts";
 import { newId, now } from "../ids.ts";

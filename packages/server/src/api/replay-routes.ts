@@ -1,7 +1,7 @@
 /** Replays: N forks of a version run one scripted episode; the report says identical or where not. */
 import { DenvError, type ResolvedSpec } from "@denv/protocol";
 import { z } from "zod";
-import { DEFAULT_REPLAY_FORKS, defaultEpisode, startRecordedReplay } from "../deploy/replay-runner.ts";
+import { DEFAULT_REPLAY_FORKS, defaultEpisode, startRecordedReplay } from "../deployments/replay-runner.ts";
 import { findReplay, versionReplays } from "../store/replay-store.ts";
 import type { ReplaysTable } from "../store/schema.ts";
 import { resolveVersionRef, versionHost } from "../store/version-store.ts";

@@ -16,7 +16,7 @@ import type { OpCheckedParams } from "@denv/protocol";
 import { ComposeValidator, validateCompose } from "@denv/spec";
 import { createApp } from "../app.ts";
 import { SecretBox } from "../clouds/secret-box.ts";
-import { Deployer } from "../deploy/deployer.ts";
+import { Deployer } from "../deployments/deployer.ts";
 import { E2B_CONTROL_OPERATIONS, ENVD_OPERATIONS } from "../e2b/e2b-operations.ts";
 import { FetchPolicy } from "../fetch-policy.ts";
 import { IngressNames } from "../ingress/ingress-names.ts";

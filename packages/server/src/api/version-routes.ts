@@ -2,8 +2,8 @@
 import { DenvError, type ResolvedSpec } from "@denv/protocol";
 import { withoutSecretContents } from "@denv/spec";
 import { z } from "zod";
-import { removeUnusedBuiltImages } from "../deploy/built-images.ts";
-import { deleteLeftoverCopies, leaveCopy, versionHolders } from "../deploy/replication.ts";
+import { removeUnusedBuiltImages } from "../deployments/built-images.ts";
+import { deleteLeftoverCopies, leaveCopy, versionHolders } from "../fleet/replication.ts";
 import { liveEnvironmentIds } from "../store/environment-store.ts";
 import { teamHosts } from "../store/host-store.ts";
 import type { Store } from "../store/open-store.ts";

@@ -8,14 +8,13 @@
 import { createHash } from "node:crypto";
 import { DEFAULT_CAPS, DenvError, isDenvError } from "@denv/protocol";
 import type { SecretBox } from "../clouds/secret-box.ts";
-import type { Admission } from "../deploy/admission.ts";
-import type { Deployer } from "../deploy/deployer.ts";
-import { hostsWithRoom, placeFork } from "../deploy/fork-placement.ts";
-import { MIN_FREE_BYTES } from "../deploy/placement.ts";
-import type { PoolKeeper } from "../deploy/pool-keeper.ts";
-import type { Replicator } from "../deploy/replication.ts";
+import type { Deployer } from "../deployments/deployer.ts";
 import type { FetchPolicy } from "../fetch-policy.ts";
+import type { Replicator } from "../fleet/replication.ts";
 import { newId } from "../ids.ts";
+import type { Admission } from "../placement/admission.ts";
+import { hostsWithRoom, placeFork } from "../placement/fork-placement.ts";
+import { MIN_FREE_BYTES } from "../placement/placement.ts";
 import { deploymentById } from "../store/deployment-store.ts";
 import { environmentById, updateEnvironment } from "../store/environment-store.ts";
 import { hostFreeBytes, teamHosts } from "../store/host-store.ts";
@@ -27,6 +26,7 @@ import { findVersion, resolveVersionRef } from "../store/version-store.ts";
 import type { DenvdStacks } from "../targets/denvd/denvd-stacks.ts";
 import { hostedTargetNamed } from "../targets/hosted-targets.ts";
 import type { ImageSandboxSpec, SandboxSpec } from "../targets/target.ts";
+import type { PoolKeeper } from "./pool-keeper.ts";
 
 /** What making environments needs: the store, the deployer, create turns, pools and the hosts. */
 export interface EnvironmentDeps {

@@ -8,7 +8,7 @@
  */
 import { DenvError } from "@denv/protocol";
 import type { SecretBox } from "../clouds/secret-box.ts";
-import type { GitHubSourceReader } from "../deploy/project-source.ts";
+import type { GitHubSourceReader } from "../deployments/project-source.ts";
 import type { FetchPolicy } from "../fetch-policy.ts";
 import { isRefName, openGitSource } from "../git-source.ts";
 import { newId, now } from "../ids.ts";

@@ -4,7 +4,7 @@
  * import it and neither imports the other back.
  */
 import type { SecretBox } from "../clouds/secret-box.ts";
-import type { Deployer } from "../deploy/deployer.ts";
+import type { Deployer } from "../deployments/deployer.ts";
 import type { Store } from "../store/open-store.ts";
 import type { GitHubApps } from "./github-apps.ts";
 

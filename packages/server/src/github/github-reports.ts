@@ -6,8 +6,8 @@
  * the environment is torn down. Reporting never holds up or fails a deployment: what GitHub
  * refuses is logged and the deployment goes on.
  */
-import type { Launched } from "../deploy/deployment-runner.ts";
-import type { Phase } from "../deploy/phase-recorder.ts";
+import type { Launched } from "../deployments/deployment-runner.ts";
+import type { Phase } from "../deployments/phase-recorder.ts";
 import { serverLog } from "../server-log.ts";
 import { deploymentById } from "../store/deployment-store.ts";
 import { projectGithubDeploys, updateGithubDeploy } from "../store/github-store.ts";

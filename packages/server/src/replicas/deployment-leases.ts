@@ -6,7 +6,7 @@
  * (deployment-recovery.ts): finished if the switch happened, else rolled back, nothing left on the
  * host. On SQLite the one replica claims every running deployment when it starts.
  */
-import type { Deployer } from "../deploy/deployer.ts";
+import type { Deployer } from "../deployments/deployer.ts";
 import { serverLog } from "../server-log.ts";
 import {
   claimDeploymentLease,

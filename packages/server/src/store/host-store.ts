@@ -141,7 +141,7 @@ export async function hostHoldings(store: Store, teamId: string): Promise<Map<st
     .orderBy("created_at", "desc")
     .execute();
   for (const v of versions) of(v.host_id as string).versions.push(v.id);
-  // Copies on other hosts (deploy/replication.ts) are held there too.
+  // Copies on other hosts (fleet/replication.ts) are held there too.
   const replicas = await store
     .selectFrom("version_replicas")
     .innerJoin("versions", "versions.id", "version_replicas.version_id")

@@ -343,7 +343,7 @@ export const MIGRATIONS: Record<string, Migration> = {
     },
   },
   "0014_version_replicas": {
-    // Copies of a version's snapshots on hosts other than the one that took it (deploy/replication.ts).
+    // Copies of a version's snapshots on hosts other than the one that took it (fleet/replication.ts).
     up: async (db) => {
       await db.schema
         .createTable("version_replicas")

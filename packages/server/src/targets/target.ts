@@ -10,7 +10,7 @@
  * snapshot, fork, rollback, verify's steps, destroy, version copies, tunnels) is the port beside
  * it, stack-lifecycle.ts, which the deployment kinds, keepers and routes speak; the hosts' typed
  * operations and the WebSocket hub behind it are private to targets/denvd/ (a source rule says
- * so). A project's deploy on a hosted target is still its own path (deploy/hosted-deploy.ts).
+ * so). A project's deploy on a hosted target is still its own path (deployments/hosted-deploy.ts).
  */
 import type { Readable } from "node:stream";
 import type { fsEntry, LogLine } from "@denv/protocol";

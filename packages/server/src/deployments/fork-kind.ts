@@ -5,13 +5,7 @@
  * and egress evidence of the host inside it.
  */
 import { DenvError, type OpResult, type ResolvedSpec, stackName } from "@denv/protocol";
-import { environmentNamed, findOrCreateEnvironment, updateEnvironment } from "../store/environment-store.ts";
-import { hostById } from "../store/host-store.ts";
-import { projectById } from "../store/project-store.ts";
-import type { EnvironmentsTable } from "../store/schema.ts";
-import { findVersion, versionHost } from "../store/version-store.ts";
-import type { AdmissionWait } from "./admission.ts";
-import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
+import type { AdmissionWait } from "../placement/admission.ts";
 import {
   assignGpus,
   describeInventory,
@@ -20,7 +14,13 @@ import {
   gpuNeedOf,
   heldGpus,
   hostInventory,
-} from "./gpu-placement.ts";
+} from "../placement/gpu-placement.ts";
+import { environmentNamed, findOrCreateEnvironment, updateEnvironment } from "../store/environment-store.ts";
+import { hostById } from "../store/host-store.ts";
+import { projectById } from "../store/project-store.ts";
+import type { EnvironmentsTable } from "../store/schema.ts";
+import { findVersion, versionHost } from "../store/version-store.ts";
+import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
 import { PhaseFailure } from "./phase-recorder.ts";
 
 export interface ForkOptions {

@@ -8,7 +8,11 @@
  * free (admission.ts), and a pool whose forks keep failing backs off rather than churn.
  */
 import { DenvError } from "@denv/protocol";
+import type { Deployer } from "../deployments/deployer.ts";
+import { versionHolders } from "../fleet/replication.ts";
 import { newId } from "../ids.ts";
+import type { Admission } from "../placement/admission.ts";
+import { holdersWithRoom } from "../placement/fork-placement.ts";
 import { deploymentById, environmentDeployments } from "../store/deployment-store.ts";
 import { environmentNamed } from "../store/environment-store.ts";
 import type { Store } from "../store/open-store.ts";
@@ -25,10 +29,6 @@ import {
 import type { EnvironmentsTable, PoolsTable } from "../store/schema.ts";
 import { findVersion, versionHost, versionRow } from "../store/version-store.ts";
 import type { StackLifecycle } from "../targets/stack-lifecycle.ts";
-import type { Admission } from "./admission.ts";
-import type { Deployer } from "./deployer.ts";
-import { holdersWithRoom } from "./fork-placement.ts";
-import { versionHolders } from "./replication.ts";
 
 /** The most members one pool keeps. */
 export const MAX_POOL_SIZE = 256;

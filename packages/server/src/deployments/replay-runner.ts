@@ -11,13 +11,13 @@
 import { randomBytes } from "node:crypto";
 import { DenvError, type DiffEvidence, type ResolvedSpec } from "@denv/protocol";
 import { newId, now } from "../ids.ts";
+import type { Admission } from "../placement/admission.ts";
 import { deploymentById } from "../store/deployment-store.ts";
 import { environmentById, liveSandboxesNamed } from "../store/environment-store.ts";
 import type { Store } from "../store/open-store.ts";
 import { failRunningReplays, findReplay, finishReplay, insertReplay } from "../store/replay-store.ts";
 import type { ReplaysTable } from "../store/schema.ts";
 import type { StackLifecycle } from "../targets/stack-lifecycle.ts";
-import type { Admission } from "./admission.ts";
 import type { ForkDeployer } from "./fork-kind.ts";
 import {
   compareDiffs,

@@ -5,9 +5,9 @@
  * and the recovery of deployments a stopped server left running.
  */
 import type { BuildContexts } from "../build-contexts.ts";
+import type { Admission } from "../placement/admission.ts";
 import { deploymentById } from "../store/deployment-store.ts";
 import type { DeploymentsTable, EnvironmentsTable, ProjectsTable, VersionsTable } from "../store/schema.ts";
-import type { Admission } from "./admission.ts";
 import { ANSWER_WITHIN_MS, awaitVerdict } from "./answer-deadline.ts";
 import { type DeployOptions, runDeploy } from "./deploy-kind.ts";
 import { recoverDeployments } from "./deployment-recovery.ts";

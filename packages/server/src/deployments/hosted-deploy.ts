@@ -8,6 +8,7 @@
  * prepare ends the new sandbox; the environment keeps what it served.
  */
 import type { ResolvedService, ResolvedSpec } from "@denv/protocol";
+import { hostedRefusal } from "../placement/placement.ts";
 import { updateEnvironment } from "../store/environment-store.ts";
 import type { CloudsTable, EnvironmentsTable, ProjectsTable } from "../store/schema.ts";
 import type { HostedSandboxTarget } from "../targets/hosted-sandbox-target.ts";
@@ -16,7 +17,6 @@ import { hostedTarget, hostedTargetNamed } from "../targets/hosted-targets.ts";
 import type { PlacedEnvironment } from "../targets/target.ts";
 import type { DeploymentRunner } from "./deployment-runner.ts";
 import { PhaseFailure, type PhaseRecorder } from "./phase-recorder.ts";
-import { hostedRefusal } from "./placement.ts";
 import { recordHostedVersion } from "./snapshot-kind.ts";
 
 /** How often a healthcheck is tried while the service is not healthy yet. */

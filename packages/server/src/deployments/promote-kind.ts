@@ -16,10 +16,10 @@
  */
 import { randomBytes } from "node:crypto";
 import { DenvError, type OpResult, type ResolvedSpec, stackName } from "@denv/protocol";
+import type { Admission } from "../placement/admission.ts";
 import { environmentById, findOrCreateEnvironment, updateEnvironment } from "../store/environment-store.ts";
 import type { EnvironmentsTable, ProjectsTable, VersionsTable } from "../store/schema.ts";
 import { versionHost, versionSpecJson } from "../store/version-store.ts";
-import type { Admission } from "./admission.ts";
 import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
 import type { ForkDeployer } from "./fork-kind.ts";
 import { PhaseFailure } from "./phase-recorder.ts";

@@ -10,6 +10,9 @@
  * ready pool members there, so their pools refill on other hosts holding the version.
  */
 
+import type { Deployer } from "../deployments/deployer.ts";
+import type { Admission } from "../placement/admission.ts";
+import { hostsWithRoom } from "../placement/fork-placement.ts";
 import { serverLog } from "../server-log.ts";
 import { setHostDraining, teamHosts } from "../store/host-store.ts";
 import type { Store } from "../store/open-store.ts";
@@ -17,9 +20,6 @@ import { teamPoolIds, withdrawMembers } from "../store/pool-store.ts";
 import type { HostsTable, VersionsTable } from "../store/schema.ts";
 import { replicatedVersions, versionsOnHost } from "../store/version-store.ts";
 import type { StackLifecycle } from "../targets/stack-lifecycle.ts";
-import type { Admission } from "./admission.ts";
-import type { Deployer } from "./deployer.ts";
-import { hostsWithRoom } from "./fork-placement.ts";
 import { DEFAULT_HOST_LOST_AFTER_MS } from "./host-watch.ts";
 import { deleteLeftoverCopies, type Replicator, versionHolders } from "./replication.ts";
 

@@ -13,6 +13,7 @@ import { after, before, test } from "node:test";
 import type { GpuInventory, OpCheckedParams } from "@denv/protocol";
 import { ComposeValidator, validateCompose } from "@denv/spec";
 import { SecretBox } from "../clouds/secret-box.ts";
+import { Deployer } from "../deployments/deployer.ts";
 import { FetchPolicy } from "../fetch-policy.ts";
 import { findOrCreateEnvironment, updateEnvironment } from "../store/environment-store.ts";
 import { redeemJoinToken } from "../store/host-store.ts";
@@ -22,7 +23,6 @@ import { createJoinToken, createTeam } from "../store/team-store.ts";
 import { insertVersion } from "../store/version-store.ts";
 import { DenvdHosts } from "../targets/denvd/denvd-hosts.ts";
 import { HostDouble } from "../testing/host-double.ts";
-import { Deployer } from "./deployer.ts";
 import { assignGpus, gpuNeedOf } from "./gpu-placement.ts";
 
 const inventory = (n: number, mode: GpuInventory["mode"] = "nvidia"): GpuInventory => ({

@@ -6,6 +6,7 @@
  * service runs as the provider's sandbox (deploy/hosted-deploy.ts; several services are refused).
  */
 import type { Provisioner } from "../clouds/provisioner.ts";
+import { PhaseFailure } from "../deployments/phase-recorder.ts";
 import { hostFreeBytes, teamHosts } from "../store/host-store.ts";
 import type { Store } from "../store/open-store.ts";
 import type { CloudsTable, EnvironmentsTable, ProjectsTable } from "../store/schema.ts";
@@ -20,7 +21,6 @@ import {
   heldGpus,
   hostInventory,
 } from "./gpu-placement.ts";
-import { PhaseFailure } from "./phase-recorder.ts";
 
 /** The prepare phase's refusal of a compose file with several services on a hosted target. */
 export function hostedRefusal(

@@ -7,13 +7,13 @@
  * before there were replicas.
  */
 import { DenvError } from "@denv/protocol";
+import { type Replicator, versionHolders } from "../fleet/replication.ts";
 import { hostFreeBytes, teamHosts } from "../store/host-store.ts";
 import type { Store } from "../store/open-store.ts";
 import type { VersionsTable } from "../store/schema.ts";
 import type { StackLifecycle } from "../targets/stack-lifecycle.ts";
 import type { Admission } from "./admission.ts";
 import { MIN_FREE_BYTES } from "./placement.ts";
-import { type Replicator, versionHolders } from "./replication.ts";
 
 export interface ForkPlacement {
   hostId: string;

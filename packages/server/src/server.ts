@@ -10,9 +10,8 @@ import {
   type Server,
   type ServerResponse,
 } from "node:http";
-import { createServer as createHttpsServer, type Server as HttpsServer } from "node:https";
+import { createServer as createHttpsServer } from "node:https";
 import type { AddressInfo } from "node:net";
-import { DenvError, isDenvError } from "@denv/protocol";
 import { ComposeValidator } from "@denv/spec";
 import { getRequestListener } from "@hono/node-server";
 import { closesUnread } from "./api/request-bodies.ts";
@@ -30,12 +29,8 @@ import { ReplicaKeeper, type ReplicaKeeperOptions } from "./fleet/replica-keeper
 import { Replicator } from "./fleet/replication.ts";
 import { GitHubApps } from "./github/github-apps.ts";
 import { AcmeCertificates, type AcmeOptions } from "./ingress/acme-certificates.ts";
-import { IngressNames } from "./ingress/ingress-names.ts";
-import { type IngressDeps, probeThrough } from "./ingress/ingress-phase.ts";
-import { type IngressProxyDeps, serveIngress, upgradeIngress } from "./ingress/ingress-proxy.ts";
 import { Admission, type AdmissionOptions } from "./placement/admission.ts";
-import { proxyHttp, proxyUpgrade } from "./port-tunnels.ts";
-import { PortsOrigin } from "./ports-origin.ts";
+import { listen, PortsListener } from "./ports-listener.ts";
 import type { RateLimitOptions } from "./rate-limit.ts";
 import { DeploymentLeases } from "./replicas/deployment-leases.ts";
 import { linkKey } from "./replicas/link-key.ts";
@@ -58,7 +53,6 @@ import {
 } from "./store/team-store.ts";
 import { setVersionSpecText, versionSpecTexts } from "./store/version-store.ts";
 import { DenvdHosts } from "./targets/denvd/denvd-hosts.ts";
-import type { StackLifecycle } from "./targets/stack-lifecycle.ts";
 
 export interface ServerOptions {
   dataDir: string;
@@ -208,19 +202,40 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   });
   const validator = new ComposeValidator(options.composeBudget);
   const buildContexts = new BuildContexts(options.dataDir, undefined, options.teamQuotaBytes);
-  let pools: PoolKeeper | undefined;
-  let replicas: ReplicaKeeper | undefined;
   const metrics = new ServerMetrics({
     hostsConnected: () => denvd.connectedCount(),
     pools: () => poolTotals(store),
     hostFigures: () => hostFigureTotals(store, (id) => stacks.hostConnected(id)),
   });
   let ready = false;
-  let ingressDeps: IngressDeps | null = null;
+  const listenHost = options.host ?? "127.0.0.1";
+  const scheme = options.tls ? "https" : "http";
+  const host = options.host && options.host !== "0.0.0.0" ? options.host : "127.0.0.1";
+  const tls = options.tls
+    ? { cert: readFileSync(options.tls.certPath), key: readFileSync(options.tls.keyPath) }
+    : null;
+  // Port URLs and ingress names: a listener of their own, bound before the deployments that name
+  // it. Its certificate: an ACME wildcard for the ingress domain, a file, or the API's.
+  const ports = await PortsListener.open(
+    { store, stacks, derive: (label) => secrets.derive(label) },
+    {
+      listenHost: options.portsHost ?? listenHost,
+      apiHost: host,
+      port: options.portsPort,
+      tls:
+        acmeTls ??
+        (options.portsTls
+          ? { cert: readFileSync(options.portsTls.certPath), key: readFileSync(options.portsTls.keyPath) }
+          : tls),
+      portsOrigin: options.portsOrigin,
+      publicUrl: options.publicUrl,
+      ingress: options.ingress,
+    },
+  );
   const github = new GitHubApps({ store, secrets, fetchPolicy });
   const deployer = new Deployer({
     github,
-    ingress: () => ingressDeps,
+    ingress: ports.ingressPhase,
     observer: metrics,
     store,
     stacks,
@@ -233,18 +248,25 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     provisioner,
     provisionJoinWaitMs: options.provisionJoinWaitMs,
     buildContexts,
-    onDeployed: (d) => {
-      if (d.pool !== null)
-        void pools?.replaceDeclared(d.teamId, d.projectId, d.versionId, d.pool).catch((err) =>
-          // The deploy stands; the pool it declared does not fit (or its version went): said here.
-          serverLog().warn({ version: d.versionId, error: String(err) }, "x-denv.pool not applied"),
-        );
-      // x-denv.replicas: the new version's copies are made now, not at the next pass.
-      void replicas?.kick();
-    },
   });
   deployer.events.relay = (id) => notices.notify("denv_deployments", id);
   notices.on("denv_deployments", (id) => deployer.events.wake(id));
+  const admission = new Admission({ store, secrets }, options.admission);
+  const replicator = new Replicator({ store, hosts: stacks, secrets, observer: metrics });
+  const replicas = new ReplicaKeeper(
+    { store, stacks, admission, replicator },
+    { lostAfterMs: options.hostWatch?.lostAfterMs, ...options.replicaKeeper },
+  );
+  const pools = new PoolKeeper({ store, deployer, stacks, admission }, options.pools);
+  deployer.onDeployed((d) => {
+    if (d.pool !== null)
+      void pools.replaceDeclared(d.teamId, d.projectId, d.versionId, d.pool).catch((err) =>
+        // The deploy stands; the pool it declared does not fit (or its version went): said here.
+        serverLog().warn({ version: d.versionId, error: String(err) }, "x-denv.pool not applied"),
+      );
+    // x-denv.replicas: the new version's copies are made now, not at the next pass.
+    void replicas.kick();
+  });
   // A host that (re)connects may have restarted: what it holds now is what its environments are.
   denvd.onLocalHello((hostId) => {
     notices.notify("denv_hosts", hostId);
@@ -255,82 +277,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       () => {},
     );
     // A host back (or new) may take the copies a lost one held.
-    void replicas?.kick();
+    void replicas.kick();
   });
-  const admission = new Admission({ store, secrets }, options.admission);
-  const replicator = new Replicator({ store, hosts: stacks, secrets, observer: metrics });
-  replicas = new ReplicaKeeper(
-    { store, stacks, admission, replicator },
-    { lostAfterMs: options.hostWatch?.lostAfterMs, ...options.replicaKeeper },
-  );
-  pools = new PoolKeeper({ store, deployer, stacks, admission }, options.pools);
-  // Port URLs: a listener of their own, so a sandbox's page never shares the console's origin.
-  if (options.portsOrigin) new PortsOrigin(options.portsOrigin); // a bad template fails before listening
-  const listenHost = options.host ?? "127.0.0.1";
-  // A proxied connection (port URL or ingress name) sitting idle, or living, past these is closed.
-  const relayLimits = {
-    idleMs: options.ingress?.idleMs ?? 3_600_000,
-    lifetimeMs: options.ingress?.lifetimeMs ?? 86_400_000,
-  };
-  const scheme = options.tls ? "https" : "http";
-  const host = options.host && options.host !== "0.0.0.0" ? options.host : "127.0.0.1";
-  const tls = options.tls
-    ? { cert: readFileSync(options.tls.certPath), key: readFileSync(options.tls.keyPath) }
-    : null;
-  let portsOrigin: PortsOrigin | undefined;
-  let ingress: IngressProxyDeps | undefined;
-  const portsListener = getRequestListener(async (req) => {
-    const named = ingress ? await serveIngress(ingress, req) : null;
-    if (named) return named;
-    return portsOrigin
-      ? servePortUrl(store, stacks, portsOrigin, req, relayLimits)
-      : new Response(null, { status: 503 });
-  });
-  // The ports listener's certificate: an ACME wildcard for the ingress domain, a file, or the API's.
-  const portsTls = acmeTls
-    ? acmeTls
-    : options.portsTls
-      ? { cert: readFileSync(options.portsTls.certPath), key: readFileSync(options.portsTls.keyPath) }
-      : tls;
-  const portsScheme = portsTls ? "https" : "http";
-  const portsListenHost = options.portsHost ?? listenHost;
-  const portsHost = portsListenHost !== "0.0.0.0" ? portsListenHost : host;
-  const portsServer: Server | HttpsServer = portsTls
-    ? createHttpsServer(portsTls, portsListener)
-    : createHttpServer(portsListener);
-  portsServer.keepAliveTimeout = 65_000;
-  portsServer.headersTimeout = 66_000;
-  portsServer.on("upgrade", (req, socket, head) => {
-    if (ingress && upgradeIngress(ingress, req, socket, head)) return;
-    if (!portsOrigin) return void socket.destroy();
-    void proxyUpgrade(store, stacks, portsOrigin, req, socket, head, relayLimits).catch(() =>
-      socket.destroy(),
-    );
-  });
-  await listen(portsServer, options.portsPort ?? 0, portsListenHost);
-  const portsPort = (portsServer.address() as AddressInfo).port;
-  const portsUrl = `${portsScheme}://${portsHost.includes(":") ? `[${portsHost}]` : portsHost}:${portsPort}`;
-  portsOrigin = new PortsOrigin(
-    options.portsOrigin ?? defaultPortsOrigin(portsScheme, portsHost, portsPort, options.publicUrl),
-  );
-  const ingressDomain =
-    options.ingress?.domain === undefined
-      ? ["127.0.0.1", "::1", "[::1]"].includes(portsHost)
-        ? `localhost:${portsPort}`
-        : null
-      : options.ingress.domain;
-  const ingressNames = ingressDomain
-    ? new IngressNames(
-        {
-          domain: ingressDomain,
-          scheme: portsScheme,
-          ...(portsTls ? { certificatePem: portsTls.cert } : {}),
-          ...relayLimits,
-        },
-        (label) => secrets.derive(label),
-      )
-    : null;
-  if (ingressNames) ingressDeps = { names: ingressNames, probe: probeThrough(portsUrl, ingressNames) };
   // Renewal: looked at twice a day; a new certificate is served from the next handshake on.
   const renewal = acme
     ? setInterval(
@@ -338,8 +286,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
           void acme.ensure().then(
             ({ tls: next, issued }) => {
               if (!issued) return;
-              if ("setSecureContext" in portsServer) portsServer.setSecureContext(next);
-              ingressNames?.setCertificate(next.cert);
+              ports.setCertificate(next);
               serverLog().info({ domain: acmeDomain }, "ingress certificate renewed");
             },
             (err) =>
@@ -355,8 +302,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const app = createApp({
     github,
     ...(options.publicUrl ? { serverUrl: () => options.publicUrl as string } : {}),
-    portsOrigin,
-    ingress: ingressNames,
+    portsOrigin: ports.origin,
+    ingress: ports.ingressNames,
     store,
     stacks,
     deployer,
@@ -379,26 +326,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     },
     ...(options.keepAliveMs ? { keepAliveMs: options.keepAliveMs } : {}),
   });
-  if (ingressNames)
-    ingress = {
-      store,
-      stacks,
-      names: ingressNames,
-      // E2B's host mode: envd's calls on `49983-{id}.{domain}`, answered by the gateway at /e2b.
-      envd: async (req, sandboxId, path) => {
-        const headers = new Headers(req.headers);
-        headers.set("e2b-sandbox-id", sandboxId);
-        headers.set("e2b-sandbox-port", "49983");
-        return app.fetch(
-          new Request(new URL(`/e2b${path}`, "http://in-process"), {
-            method: req.method,
-            headers,
-            body: req.body,
-            ...(req.body ? { duplex: "half" } : {}),
-          } as RequestInit),
-        );
-      },
-    };
+  ports.serveEnvdWith(app.fetch);
   const appListener = getRequestListener(app.fetch);
   // Replicas fetch build contexts from each other (peer-contexts.ts); everything else is the app's.
   const listener = (req: IncomingMessage, res: ServerResponse) => {
@@ -425,7 +353,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     denvd.handleUpgrade(req, socket, head);
   });
   await listen(server, options.port ?? 0, listenHost).catch(async (err) => {
-    await new Promise<void>((r) => portsServer.close(() => r()));
+    await ports.close();
     throw err;
   });
   const { port } = server.address() as AddressInfo;
@@ -449,9 +377,9 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   ready = true;
   return {
     url,
-    portsOrigin: portsOrigin.template,
-    portsUrl,
-    ingressDomain: ingressNames?.domain ?? null,
+    portsOrigin: ports.origin.template,
+    portsUrl: ports.url,
+    ingressDomain: ports.ingressNames?.domain ?? null,
     adminKey,
     store,
     denvd,
@@ -474,68 +402,11 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       denvd.close();
       await validator.close();
       server.closeAllConnections();
-      portsServer.closeAllConnections();
       await new Promise<void>((r) => server.close(() => r()));
-      await new Promise<void>((r) => portsServer.close(() => r()));
+      await ports.close();
       await store.destroy();
     },
   };
-}
-
-/**
- * Port URLs' origin when none is given: the ports listener, named `localhost` when the server is on
- * loopback (another site than 127.0.0.1 to the browser), else by the public URL's host name. The
- * latter is the same site as the console (cookies do not care for ports): still another origin, and
- * no cookie is passed into a tunnel, but a host name of their own (--ports-origin) is better.
- */
-function defaultPortsOrigin(
-  scheme: string,
-  host: string,
-  port: number,
-  publicUrl: string | undefined,
-): string {
-  if (publicUrl) {
-    const u = new URL(publicUrl);
-    if (!["127.0.0.1", "[::1]", "localhost"].includes(u.hostname)) {
-      serverLog().warn(
-        "port URLs are served on the console's host name, another port; set --ports-origin to give them a host name of their own",
-      );
-      return `${u.protocol}//${u.hostname}:${port}`;
-    }
-  }
-  return `${scheme}://${["127.0.0.1", "::1", "[::1]"].includes(host) ? "localhost" : host}:${port}`;
-}
-
-function listen(server: Server, port: number, host: string): Promise<void> {
-  return new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(port, host, () => {
-      server.off("error", reject);
-      resolve();
-    });
-  });
-}
-
-/** A request on the ports listener: relayed to the port its URL names, or 404. */
-async function servePortUrl(
-  store: Store,
-  stacks: Pick<StackLifecycle, "openTunnel">,
-  origin: PortsOrigin,
-  req: Request,
-  limits: { idleMs: number; lifetimeMs: number },
-): Promise<Response> {
-  const u = new URL(req.url);
-  const parts = origin.route(req.headers.get("host") ?? u.host, u.pathname + u.search);
-  try {
-    if (!parts) throw new DenvError("not_found", "no such port URL");
-    return await proxyHttp(store, stacks, parts.token, parts.rest, req, limits);
-  } catch (err) {
-    const e = isDenvError(err) ? err : new DenvError("unavailable", "the port URL could not be reached");
-    return Response.json(e.toJSON(), {
-      status: e.httpStatus,
-      headers: { "cross-origin-opener-policy": "same-origin" },
-    });
-  }
 }
 
 /** First start: the admin team and key. Later starts: nothing (returns null). */

@@ -153,7 +153,7 @@ async function deployPhases(
   delete rec.state.retiring_sandbox;
   await ingressPhase(runner, rec, project, before, spec);
   await rec.verdict("succeeded", null, { version_id: versionId, environment: before.name, host_id: hostId });
-  runner.options.onDeployed?.({
+  runner.deployed.emit("deployed", {
     teamId: project.team_id,
     projectId: project.id,
     versionId,
@@ -186,7 +186,7 @@ async function ingressPhase(
   spec: ResolvedSpec,
 ): Promise<void> {
   const published = Object.values(spec.services).some((s) => s.ports.length > 0);
-  const ingress = runner.options.ingress?.();
+  const ingress = runner.options.ingress ?? null;
   if (!published) return rec.skip("ingress", "no service publishes a port");
   if (!ingress)
     return rec.skip(

@@ -12,6 +12,7 @@ import { ANSWER_WITHIN_MS, awaitVerdict } from "./answer-deadline.ts";
 import { type DeployOptions, runDeploy } from "./deploy-kind.ts";
 import { recoverDeployments } from "./deployment-recovery.ts";
 import {
+  type Deployed,
   type DeployerOptions,
   type DeploymentEvents,
   DeploymentRunner,
@@ -47,6 +48,11 @@ export class Deployer {
   /** Build contexts uploaded with local projects, read by the prepare phase. */
   get buildContexts(): BuildContexts {
     return this.runner.buildContexts;
+  }
+
+  /** Told of each deploy that made a version (after its verdict): pools and replicas follow it. */
+  onDeployed(listener: (d: Deployed) => void): void {
+    this.runner.deployed.on("deployed", listener);
   }
 
   /** Each deployment's id is an event name, emitted on every change to it. */

@@ -47,22 +47,25 @@ export interface DeployerOptions {
    * deployment to follow (default ANSWER_WITHIN_MS, under the 300 s HTTP clients give up at).
    */
   answerWithinMs?: number;
-  /**
-   * Told of each deploy that made a version. `pool`: the size x-denv.pool declares, for a deploy of
-   * the project's production environment; null for any other (the pool is left as it is).
-   */
-  onDeployed?: (d: { teamId: string; projectId: string; versionId: string; pool: number | null }) => void;
   /** Told of every deployment's verdict, with its phases (the server's metrics). */
   observer?: DeploymentObserver;
   /** The lease each new deployment starts under (replicas/deployment-leases.ts renews it). */
   lease?: { owner: string; ms: number };
-  /**
-   * Names for published ports (the ingress phase), known once the ports listener is bound; absent
-   * or null: the phase is skipped, saying why.
-   */
-  ingress?: () => IngressDeps | null;
+  /** Names for published ports (the ingress phase); absent or null: the phase is skipped, saying why. */
+  ingress?: IngressDeps | null;
   /** Reads github: sources through the team's App (github/github-apps.ts). */
   github?: GitHubSourceReader;
+}
+
+/**
+ * A deploy that made a version. `pool`: the size x-denv.pool declares, for a deploy of the
+ * project's production environment; null for any other (the pool is left as it is).
+ */
+export interface Deployed {
+  teamId: string;
+  projectId: string;
+  versionId: string;
+  pool: number | null;
 }
 
 /** A deployment under way: its id, and a promise settled once it has its verdict. */
@@ -91,6 +94,8 @@ const ELSEWHERE_POLL_MS = 250;
 
 export class DeploymentRunner {
   readonly events = new DeploymentEvents();
+  /** Each deploy that made a version, to whoever keeps what follows from it (pools, replicas). */
+  readonly deployed = new EventEmitter<{ deployed: [Deployed] }>();
   readonly store: Store;
   readonly stacks: StackLifecycle;
   readonly options: DeployerOptions;

@@ -31,7 +31,12 @@ test("connection failures are told from a statement's own errors", () => {
 /** A pg Pool stand-in: lends the clients given, in turn, then refuses as a database that is away. */
 function fakePool(clients: { query: (...a: unknown[]) => Promise<unknown> }[]) {
   const released: (boolean | undefined)[] = [];
+  const made: EventEmitter[] = [];
   class FakePool extends EventEmitter {
+    constructor() {
+      super();
+      made.push(this);
+    }
     connect() {
       const c = clients.shift();
       if (!c)
@@ -55,7 +60,7 @@ function fakePool(clients: { query: (...a: unknown[]) => Promise<unknown> }[]) {
       return Promise.resolve();
     }
   }
-  return { Pool: FakePool as unknown as typeof pg.Pool, released };
+  return { Pool: FakePool as unknown as typeof pg.Pool, released, made };
 }
 
 const dead = () => ({ query: () => Promise.reject(new Error("Connection terminated unexpectedly")) });
@@ -101,4 +106,16 @@ test("a later statement of a checkout is not sent again: what the checkout did w
   c.release();
   assert.equal(calls, 2, "sent once each");
   assert.deepEqual(released, [undefined]);
+});
+
+test("a connection is heard from the moment it is made: a FATAL before any checkout holds it ends nothing", () => {
+  const { Pool, made } = fakePool([]);
+  openPostgresPool(Pool, "postgres://x@127.0.0.1/x", { waitMs: 200 });
+  const client = new EventEmitter();
+  // pg-pool says 'connect' as it makes a connection, then drops its own idle listener to lend it.
+  made[0]?.emit("connect", client);
+  assert.ok(client.listenerCount("error") > 0, "a listener from the start");
+  assert.doesNotThrow(() =>
+    client.emit("error", new Error("terminating connection due to administrator command")),
+  );
 });

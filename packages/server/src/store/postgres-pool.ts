@@ -69,6 +69,11 @@ export function openPostgresPool(
       serverLog().warn({ error: err.message }, "the store's database ended a connection in use"),
     );
   };
+  // Heard from the moment each connection is made, not from when a checkout first holds it: the
+  // pool drops its own listener as it lends a new connection, and a FATAL the database sends in
+  // between (a restart's "terminating connection due to administrator command") would otherwise be
+  // an 'error' event with no listener, which ends the process.
+  pool.on("connect", (client) => listen(client));
   /** A pooled connection, tried again with backoff while the database is away. */
   const acquire = async (): Promise<pg.PoolClient> => {
     const deadline = performance.now() + waitMs;

@@ -243,21 +243,45 @@ test("a hosted target refuses what it cannot do, saying why; a provider answerin
   const made = await api("POST", "/v1/targets/e2b/sandboxes", { image: IMAGE, name: "hosted-one" });
   assert.equal(made.status, 201, JSON.stringify(made.data));
   const id = made.data.id as string;
-  const refusals: [string, string, unknown, RegExp][] = [
-    ["POST", `/v1/envs/${id}/ports/8080`, {}, /runs on target e2b, a hosted provider/],
-    ["POST", `/v1/envs/${id}/services/main/stop`, {}, /one VM with one service/],
-    ["POST", `/v1/envs/${id}/exec`, { command: "true", service: "db" }, /has no service "db"; it has main/],
+  // What the target cannot do at all is not_supported (501), naming it; a bad request stays a 4xx.
+  const refusals: [string, string, unknown, number, RegExp][] = [
+    ["POST", `/v1/envs/${id}/ports/8080`, {}, 501, /runs on target e2b, a hosted provider/],
+    ["POST", `/v1/envs/${id}/services/main/stop`, {}, 501, /one VM with one service/],
+    [
+      "POST",
+      `/v1/envs/${id}/rollback`,
+      { version: "ver_000000000000" },
+      501,
+      /target e2b.*a rollback needs a denvd host/,
+    ],
+    ["POST", `/v1/envs/${id}/verify`, {}, 501, /target e2b.*verify needs a denvd host/],
+    [
+      "GET",
+      `/v1/envs/${id}/diff`,
+      undefined,
+      501,
+      /target e2b.*a diff \(of its datasets\) needs a denvd host/,
+    ],
+    [
+      "POST",
+      `/v1/envs/${id}/exec`,
+      { command: "true", service: "db" },
+      404,
+      /has no service "db"; it has main/,
+    ],
     [
       "POST",
       "/v1/targets/e2b/sandboxes",
       { from_version: "ver_000000000000" },
+      404,
       /no version ver_000000000000/,
     ],
-    ["POST", "/v1/targets/e2b/sandboxes", { image: IMAGE, name: "hosted-one" }, /already exists/],
+    ["POST", "/v1/targets/e2b/sandboxes", { image: IMAGE, name: "hosted-one" }, 409, /already exists/],
   ];
-  for (const [method, path, body, why] of refusals) {
+  for (const [method, path, body, status, why] of refusals) {
     const r = await api(method, path, body);
-    assert.ok(r.status >= 400 && r.status < 500, `${path}: ${r.status} ${JSON.stringify(r.data)}`);
+    assert.equal(r.status, status, `${method} ${path}: ${r.status} ${JSON.stringify(r.data)}`);
+    if (status === 501) assert.equal(r.data.error.code, "not_supported", path);
     assert.match(r.data.error.message, why, path);
   }
   // Files go both ways through the provider, as the sandbox's user.
@@ -339,7 +363,8 @@ test("a sandbox on E2B is snapshotted there as a version, and forked from it; wh
   ];
   for (const [method, path, body] of refusals) {
     const r = await api(method, path, body);
-    assert.equal(r.status, 400, `${method} ${path}: ${r.status} ${JSON.stringify(r.data)}`);
+    assert.equal(r.status, 501, `${method} ${path}: ${r.status} ${JSON.stringify(r.data)}`);
+    assert.equal(r.data.error.code, "not_supported", path);
     assert.match(r.data.error.message, /is a snapshot at target e2b, a hosted provider/, path);
   }
   const exported = await denv("export", "--harbor", versionId, join(dataDir, "export-out"));

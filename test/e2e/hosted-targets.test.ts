@@ -130,13 +130,16 @@ const PROVIDERS: Provider[] = [
       assert.match(stop.data.error.message, /one container with one service: destroy it instead/);
       // Its row says the snapshot is not driven by denv: refused before anything is recorded.
       const snap = await lab.api("POST", `/v1/envs/${id}/snapshot`, {});
-      assert.equal(snap.status, 400, JSON.stringify(snap.data));
+      assert.equal(snap.status, 501, JSON.stringify(snap.data));
+      assert.equal(snap.data.error.code, "not_supported");
       assert.match(
         snap.data.error.message,
         /target daytona cannot snapshot environment .*: a sandbox's filesystem snapshot \(not driven by denv yet\)/,
       );
+      // A fork of it needs that snapshot first: refused the same way.
       const fork = await lab.api("POST", `/v1/envs/${id}/fork`, {});
-      assert.equal(fork.status, 400, JSON.stringify(fork.data));
+      assert.equal(fork.status, 501, JSON.stringify(fork.data));
+      assert.equal(fork.data.error.code, "not_supported");
     },
   },
   {

@@ -18,6 +18,57 @@ import { filesOf, tarOf } from "../harness/tar-files.ts";
 import { LOCAL_REGISTRY } from "../harness/test-host.ts";
 
 let lab: Lab;
+
+/** Every value under `key` anywhere in a deployment's record (its phases' evidence nests them). */
+function valuesOf(value: unknown, key: string): unknown[] {
+  if (!value || typeof value !== "object") return [];
+  const here = key in (value as object) ? [(value as Record<string, unknown>)[key]] : [];
+  return [...here, ...Object.values(value as object).flatMap((v) => valuesOf(v, key))];
+}
+
+/**
+ * The cells of a target's row, held to what it does: what it says it proves is in the sandbox's
+ * record, and each verb it says it lacks is refused as not_supported (501), naming the target,
+ * before anything is recorded.
+ */
+async function capabilityCells(target: any, id: string, deploymentId: string | undefined): Promise<void> {
+  const supports = (cell: string) => target.supported.includes(cell);
+  const refused = async (method: string, path: string, body?: unknown) => {
+    const before = (await lab.api("GET", `/v1/deployments?env=${id}`)).data.deployments.length;
+    const r = await lab.api(method, path, body);
+    assert.equal(r.status, 501, `${target.name}: ${method} ${path}: ${JSON.stringify(r.data)}`);
+    assert.equal(r.data.error.code, "not_supported");
+    assert.match(r.data.error.message, new RegExp(`target ${target.name}\\b`), path);
+    assert.equal(
+      (await lab.api("GET", `/v1/deployments?env=${id}`)).data.deployments.length,
+      before,
+      "nothing recorded",
+    );
+  };
+  if (target.type === "denvd")
+    assert.ok(deploymentId, "a sandbox on the team's hosts is made by a deployment");
+  // A target made of hosts proves these in the sandbox's deployment; a hosted provider's sandbox has
+  // no deployment, and its row's words say what the provider promises instead.
+  if (deploymentId && (supports("egress_deny_verified") || supports("caps_enforced"))) {
+    const record = (await lab.api("GET", `/v1/deployments/${deploymentId}`)).data;
+    if (supports("egress_deny_verified"))
+      assert.ok(
+        valuesOf(record, "egress").some((e: any) => e?.result === "blocked"),
+        `${target.name}: the denied egress was probed and found blocked`,
+      );
+    if (supports("caps_enforced"))
+      assert.ok(
+        valuesOf(record, "caps").some((c: any) => c?.cgroup?.memory_bytes > 0 && c?.cgroup?.pids > 0),
+        `${target.name}: the caps were read back from the cgroup`,
+      );
+  }
+  if (!supports("verify")) {
+    await refused("POST", `/v1/envs/${id}/verify`, {});
+    await refused("POST", `/v1/envs/${id}/rollback`, { version: "ver_000000000000" });
+    await refused("GET", `/v1/envs/${id}/diff`);
+  }
+  if (!supports("consistent_snapshot")) await refused("POST", `/v1/envs/${id}/snapshot`, {});
+}
 let e2b: E2bDouble;
 let daytona: DaytonaDouble;
 let prime: PrimeDouble;
@@ -141,6 +192,7 @@ test("each available target keeps the sandbox contract", async (t) => {
         const got = await lab.api("GET", `/v1/envs/${id}/files?path=${encodeURIComponent("/work/note.txt")}`);
         assert.equal(got.status, 200);
         assert.deepEqual(Object.values(await filesOf(got.data as Buffer)), ["from the contract\n"]);
+        await capabilityCells(target, id, made.data.deployment_id as string | undefined);
         if (target.supported.includes("fork")) {
           // A fork is of a version: the sandbox's state now, once snapshotted.
           const snap = await lab.api("POST", `/v1/envs/${id}/snapshot`, {});

@@ -29,6 +29,11 @@ export const ERROR_CODES = {
   rate_limited: { httpStatus: 429, exitCode: 1 },
   /** The host has no room for another environment now (caps, memory, disk, or the create queue is full); retry after `details.retry_after_ms`. */
   capacity: { httpStatus: 503, exitCode: 1 },
+  /**
+   * The environment's target cannot do this at all (a hosted provider's sandbox has no rollback,
+   * no verify): the message names the target and its capability row says why. Not retryable.
+   */
+  not_supported: { httpStatus: 501, exitCode: 1 },
   insufficient_storage: { httpStatus: 507, exitCode: 1 },
   image_not_found: { httpStatus: 422, exitCode: 1 },
   /** A service's image did not build: the message ends with the build log's last lines. */

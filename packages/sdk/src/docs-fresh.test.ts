@@ -41,3 +41,20 @@ test("the extractor takes a declaration's comment, its signature, and its public
     ],
   );
 });
+
+test("a class whose body ends on its own line has no members: an object literal after it is not read as them", () => {
+  const items = extract(
+    [
+      "/** Refused. */",
+      "export class Refused extends Base {}",
+      "const FAMILIES: Record<string, unknown> = {",
+      "  not_found: NotFound,",
+      "  conflict: Conflict,",
+      "};",
+    ].join("\n"),
+  );
+  assert.deepEqual(
+    items.map((i) => [i.signature, i.members.length]),
+    [["export class Refused extends Base", 0]],
+  );
+});

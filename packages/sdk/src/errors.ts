@@ -38,6 +38,8 @@ export class PayloadTooLargeError extends DenvApiError {}
 export class TimeoutError extends DenvApiError {}
 /** unavailable, host_unavailable, capacity: the server, the host or the service cannot answer (or take more) now; retry. */
 export class UnavailableError extends DenvApiError {}
+/** not_supported: the environment's target cannot do this at all (its row in /v1/targets says why); do not retry. */
+export class NotSupportedError extends DenvApiError {}
 /** insufficient_storage, storage_error: the host's storage refused. */
 export class StorageError extends DenvApiError {}
 /** image_not_found, registry_error, build_failed: an image could not be found, pinned or built. */
@@ -71,6 +73,7 @@ const FAMILIES: Record<
   unavailable: UnavailableError,
   host_unavailable: UnavailableError,
   capacity: UnavailableError,
+  not_supported: NotSupportedError,
   insufficient_storage: StorageError,
   storage_error: StorageError,
   image_not_found: ImageError,

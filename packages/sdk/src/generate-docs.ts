@@ -73,7 +73,10 @@ export function extract(source: string): Item[] {
     if (TOP.test(line)) {
       current = { signature: signatureAt(lines, i), doc, members: [] };
       items.push(current);
+      // Members are read only inside a class's or interface's body: one that ends on its own line
+      // (`export class X extends Y {}`) has none, and what follows it is not its.
       if (!line.startsWith("export class") && !line.startsWith("export interface")) current = null;
+      else if (/\{\s*\}\s*$/.test(line)) current = null;
       doc = "";
       continue;
     }

@@ -15,6 +15,7 @@ export {
   InternalError,
   InvalidArgumentError,
   NotFoundError,
+  NotSupportedError,
   PayloadTooLargeError,
   PermissionDeniedError,
   RateLimitError,

@@ -29,6 +29,7 @@ ERROR_CODES: dict[str, int] = {
     "host_unavailable": 503,
     "rate_limited": 429,
     "capacity": 503,
+    "not_supported": 501,
     "insufficient_storage": 507,
     "image_not_found": 422,
     "build_failed": 422,
@@ -94,6 +95,11 @@ class UnavailableError(DenvError):
     answer (or take more) now; retry."""
 
 
+class NotSupportedError(DenvError):
+    """``not_supported``: the environment's target cannot do this at all (its row in /v1/targets
+    says why); do not retry."""
+
+
 class StorageError(DenvError):
     """``insufficient_storage``, ``storage_error``: the host's storage refused."""
 
@@ -125,6 +131,7 @@ ERROR_FAMILIES: dict[str, type[DenvError]] = {
     "host_unavailable": UnavailableError,
     "capacity": UnavailableError,
     "rate_limited": RateLimitError,
+    "not_supported": NotSupportedError,
     "insufficient_storage": StorageError,
     "storage_error": StorageError,
     "image_not_found": ImageError,

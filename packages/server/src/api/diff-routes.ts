@@ -7,6 +7,7 @@ import { DenvError, diffEvidence } from "@denv/protocol";
 import { z } from "zod";
 import { versionHolders } from "../fleet/replication.ts";
 import { resolveVersionRef } from "../store/version-store.ts";
+import { requireHostsTarget } from "../targets/target.ts";
 import { type ApiRoute, route } from "./api-route.ts";
 import { envOf } from "./environment-access.ts";
 
@@ -40,11 +41,7 @@ export const diffRoutes: ApiRoute[] = [
     handler: async (c, { query }) => {
       const { deps, teamId } = c.var;
       const e = await envOf(c);
-      if (e.target_id !== "denvd")
-        throw new DenvError(
-          "invalid_argument",
-          `environment ${e.name} runs on target ${e.target_id}, a hosted provider: a diff needs the datasets of a denvd host`,
-        );
+      requireHostsTarget(e, "a diff (of its datasets)");
       if (!HAS_DATASETS.has(e.status) || !e.host_id || !e.stack_id)
         throw new DenvError("conflict", `environment ${e.name} is ${e.status}: it has no volumes to compare`);
       const ref = query.against ?? e.parent_version_id ?? e.current_version_id;

@@ -2,6 +2,7 @@
 import { DenvError } from "@denv/protocol";
 import { findEnvironment } from "../store/environment-store.ts";
 import type { EnvironmentsTable } from "../store/schema.ts";
+import { requireHostsTarget } from "../targets/target.ts";
 import type { ApiContext, ApiDeps } from "./api-deps.ts";
 import { serializeEnvironment } from "./api-serializers.ts";
 
@@ -28,11 +29,8 @@ export function assertRunning(e: EnvironmentsTable): void {
  */
 export function runningOn(e: EnvironmentsTable): { hostId: string; stackId: string } {
   assertRunning(e);
-  if (e.target_id !== "denvd" || !e.host_id)
-    throw new DenvError(
-      "invalid_argument",
-      `environment ${e.name} runs on target ${e.target_id}, a hosted provider: this needs a denvd host (GET /v1/targets shows what each target can do)`,
-    );
+  requireHostsTarget(e, "this");
+  if (!e.host_id) throw new DenvError("conflict", `environment ${e.name} has no host`);
   return { hostId: e.host_id, stackId: e.stack_id as string };
 }
 

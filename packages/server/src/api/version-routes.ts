@@ -215,7 +215,7 @@ export const versionRoutes: ApiRoute[] = [
       const version = await resolveVersionRef(store, c.var.teamId, c.req.param("id") ?? "");
       if (!version.host_id)
         throw new DenvError(
-          "invalid_argument",
+          "not_supported",
           `version ${version.id} lives at target ${version.target_id}, not on hosts`,
         );
       await setVersionReplicas(store, version.id, body.copies);

@@ -3,6 +3,7 @@ import { DenvError } from "@denv/protocol";
 import { environmentById, updateEnvironment } from "../store/environment-store.ts";
 import type { EnvironmentsTable } from "../store/schema.ts";
 import { findVersion } from "../store/version-store.ts";
+import { requireHostsTarget } from "../targets/target.ts";
 import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
 import { requireRunning } from "./snapshot-kind.ts";
 
@@ -11,6 +12,7 @@ export async function runRollback(
   env: EnvironmentsTable,
   versionId: string,
 ): Promise<Launched> {
+  requireHostsTarget(env, "a rollback");
   const version = await findVersion(runner.store, env.team_id, versionId);
   // Only this environment's own versions, or the one it was forked from: another environment's
   // version is another world (another spec, other data), not a state this one was ever in.

@@ -113,7 +113,7 @@ async function runHostedSnapshot(runner: DeploymentRunner, env: EnvironmentsTabl
   const caps = await target.capabilities(env.team_id);
   if (!caps.consistentSnapshot.supported)
     throw new DenvError(
-      "invalid_argument",
+      "not_supported",
       `target ${target.name} cannot snapshot environment ${env.name}: ${caps.consistentSnapshot.detail}`,
     );
   const rec = await runner.begin(env.team_id, env.id, "snapshot", ["snapshot", "verdict"]);

@@ -10,6 +10,7 @@ import { DenvError, stackName } from "@denv/protocol";
 import { newId } from "../ids.ts";
 import { environmentById, updateEnvironment } from "../store/environment-store.ts";
 import type { EnvironmentsTable } from "../store/schema.ts";
+import { requireHostsTarget } from "../targets/target.ts";
 import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
 import type { PhaseRecorder } from "./phase-recorder.ts";
 import { snapshotPhase, specOf } from "./snapshot-kind.ts";
@@ -27,6 +28,8 @@ export async function runVerify(
   env: EnvironmentsTable,
   options: { resume: boolean },
 ): Promise<Launched> {
+  // The agent is frozen, its paths collected and graded on a fork as another principal: a host's.
+  requireHostsTarget(env, "verify");
   const rec = await runner.begin(env.team_id, env.id, "verify", VERIFY_PHASES);
   const done = runner.serialize(env.id, async () => {
     const current = await environmentById(runner.store, env.id);

@@ -152,7 +152,7 @@ async function forkHosted(
     );
   const caps = await target.capabilities(teamId);
   if (!caps.fork.supported)
-    throw new DenvError("invalid_argument", `target ${target.name} cannot fork: ${caps.fork.detail}`);
+    throw new DenvError("not_supported", `target ${target.name} cannot fork: ${caps.fork.detail}`);
   const made = await target.forkVersion(teamId, version.id, as.name, as.sandbox);
   return { env: await environmentById(deps.store, made.environmentId), deploymentId: made.deploymentId };
 }
@@ -190,7 +190,7 @@ export async function fanOut(
     if (!pinned) throw new DenvError("not_found", `no host ${ref} in this team (see denv host list)`);
     if (!version.host_id)
       throw new DenvError(
-        "invalid_argument",
+        "not_supported",
         `version ${version.id} lives at target ${version.target_id}, not on hosts`,
       );
     spread = [pinned.id];

@@ -156,7 +156,7 @@ export class Replicator {
     const { store, hosts } = this.deps;
     if (!version.host_id)
       throw new DenvError(
-        "invalid_argument",
+        "not_supported",
         `version ${version.id} is a snapshot at target ${version.target_id}, a hosted provider: it is not copied between hosts`,
       );
     const holders = await versionHolders(store, version);

@@ -24,7 +24,7 @@ export async function findVersion(store: Store, teamId: string, id: string): Pro
 export function versionHost(v: Pick<VersionsTable, "id" | "host_id" | "target_id">, what: string): string {
   if (!v.host_id)
     throw new DenvError(
-      "invalid_argument",
+      "not_supported",
       `version ${v.id} is a snapshot at target ${v.target_id}, a hosted provider: ${what} needs a version on a denvd host (a fork of it is made on ${v.target_id})`,
     );
   return v.host_id;

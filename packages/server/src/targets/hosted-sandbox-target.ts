@@ -147,7 +147,7 @@ export abstract class HostedSandboxTarget implements Target {
   protected snapshotSandbox(_sandboxId: string): Promise<string> {
     return Promise.reject(
       new DenvError(
-        "invalid_argument",
+        "not_supported",
         `target ${this.name} (${this.provider}) has no snapshot denv drives (GET /v1/targets shows its row)`,
       ),
     );
@@ -155,13 +155,13 @@ export abstract class HostedSandboxTarget implements Target {
   /** Makes a sandbox from a snapshot snapshotSandbox took; answers its id, as makeSandbox does. */
   protected sandboxFromSnapshot(_teamId: string, _name: string, _ref: string): Promise<string> {
     return Promise.reject(
-      new DenvError("invalid_argument", `target ${this.name} (${this.provider}) cannot fork a snapshot`),
+      new DenvError("not_supported", `target ${this.name} (${this.provider}) cannot fork a snapshot`),
     );
   }
   /** Deletes a snapshot at the provider; one already gone is gone. */
   protected removeSnapshot(_ref: string): Promise<void> {
     return Promise.reject(
-      new DenvError("invalid_argument", `target ${this.name} (${this.provider}) has no snapshots to delete`),
+      new DenvError("not_supported", `target ${this.name} (${this.provider}) has no snapshots to delete`),
     );
   }
 
@@ -216,7 +216,7 @@ export abstract class HostedSandboxTarget implements Target {
     if ("fromVersion" in spec) return this.forkVersion(teamId, spec.fromVersion, spec.name);
     if (spec.ports?.length)
       throw new DenvError(
-        "invalid_argument",
+        "not_supported",
         `target ${this.name} (${this.provider}): port URLs are not available on hosted targets yet`,
       );
     const project = await sandboxProject(this.store, teamId);
@@ -564,14 +564,14 @@ export abstract class HostedSandboxTarget implements Target {
 
   async logs(env: PlacedEnvironment): Promise<LogLines> {
     throw new DenvError(
-      "invalid_argument",
+      "not_supported",
       `environment ${env.name} runs on target ${this.name} (${this.provider}), which keeps no service logs denv can read: exec a command to read the files its program writes`,
     );
   }
 
   async stopService(env: PlacedEnvironment): Promise<void> {
     throw new DenvError(
-      "invalid_argument",
+      "not_supported",
       `environment ${env.name} runs on target ${this.name} (${this.provider}), one ${this.sandboxWord} with one service: destroy it instead`,
     );
   }

@@ -13,7 +13,7 @@
  * so). A project's deploy on a hosted target is still its own path (deployments/hosted-deploy.ts).
  */
 import type { Readable } from "node:stream";
-import type { fsEntry, LogLine } from "@denv/protocol";
+import { DenvError, type fsEntry, type LogLine } from "@denv/protocol";
 import type { z } from "zod";
 
 /** A path in a container as the user saw it (a link is reported as a link, not followed). */
@@ -174,4 +174,17 @@ export interface Target extends EnvironmentIo {
   status(teamId: string): Promise<TargetStatus>;
   /** A sandbox for one episode; answers once it is ready, or fails saying why. */
   createSandbox(teamId: string, spec: SandboxSpec): Promise<MadeEnvironment>;
+}
+
+/**
+ * What only a team's own hosts do (rollback, verify, diff, port URLs), refused on an environment a
+ * hosted target runs as not_supported, naming the target, before anything is recorded.
+ */
+export function requireHostsTarget(env: { name: string; target_id: string }, what: string): void {
+  if (env.target_id !== "denvd")
+    throw new DenvError(
+      "not_supported",
+      `environment ${env.name} runs on target ${env.target_id}, a hosted provider: ${what} needs a denvd host (GET /v1/targets shows what each target can do)`,
+      { details: { target: env.target_id } },
+    );
 }

@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { test } from "node:test";
 
 const bin = join(import.meta.dirname, "..", "bin", "denv.js");
@@ -105,8 +105,12 @@ test("denv init rl-environment writes the seed's file, which validates, and neve
   const first = denv(["init", "rl-environment", dir, "--json"]);
   assert.equal(first.code, 0, first.stderr);
   const path = JSON.parse(first.stdout).path;
+  // It names a grader and a seed of the reader's own: said before they deploy, not after a failed prepare.
+  assert.match(JSON.parse(first.stdout).before_deploying, /ghcr\.io\/you\/verifier:1\.2 is a placeholder/);
   assert.match(readFileSync(path, "utf8"), /image: postgres:16-alpine/);
   assert.equal(denv(["validate", dir]).code, 0);
+  const said = denv(["init", "rl-environment", join(dirname(dir), "again")]);
+  assert.match(said.stdout, /^before you deploy it: .*placeholder/m);
   writeFileSync(path, "# mine\n");
   const second = denv(["init", "rl-environment", dir]);
   assert.equal(second.code, 1);

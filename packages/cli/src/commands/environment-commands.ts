@@ -32,7 +32,10 @@ export function registerEnvironmentCommands(program: Command): void {
     .description("A new environment from an environment's current version, or from a version")
     .argument("<env-or-version>", "the environment to fork (its current version), or ver_… / PROJECT@ver_…")
     .requiredOption("--name <name>", "the new environment's name (with --count: the prefix of their names)")
-    .option("--count <n>", "make N forks of the environment's current version at once: <name>-1 … <name>-N")
+    .option(
+      "--count <n>",
+      "make N forks of the environment's current version at once, named <name>-01 … <name>-N (numbers padded to N's width)",
+    )
     .option(
       "--host <host>",
       "with --count: run them all on this host (a replica is made there first when needed)",

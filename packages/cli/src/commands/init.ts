@@ -9,8 +9,14 @@ import { printJson, reportError, UsageError } from "../output.ts";
  * server (templates/shared/server.pl), copied into the build context that names it.
  */
 const TEMPLATES_DIR = join(import.meta.dirname, "..", "templates");
-const TEMPLATES: Record<string, { about: string; shared?: Record<string, string> }> = {
-  "rl-environment": { about: "the seed's ops-world file: a database, a queue and the agent's box" },
+const TEMPLATES: Record<string, { about: string; shared?: Record<string, string>; before?: string }> = {
+  "rl-environment": {
+    about: "the seed's ops-world file: a database, a queue and the agent's box",
+    // The seed's file names a grader and a seed script of the reader's own: it does not deploy as
+    // written, and saying "deploy it" would send the reader into a failed prepare.
+    before:
+      "it names things of yours that are not here yet: x-denv.verifier.image (ghcr.io/you/verifier:1.2 is a placeholder), the seed file its warm: command reads (/seed/orders.sql, with a psql in opsbox's image to run it), and images your host's engine can pull (or build: them from ./ directories)",
+  },
   agent: { about: "a box where the agent gets a shell as a non-root user, with a kept workspace" },
   service: {
     about: "an HTTP service built from ./web, healthy before its snapshot",
@@ -91,10 +97,12 @@ Refuses to overwrite an existing compose file, or any file it would write.`,
           written.push(path);
         }
         const path = join(target, "docker-compose.yaml");
-        if (json) printJson({ ok: true, path, files: written });
+        const before = TEMPLATES[kind]?.before;
+        if (json)
+          printJson({ ok: true, path, files: written, ...(before ? { before_deploying: before } : {}) });
         else
           process.stdout.write(
-            `wrote ${written.join(", ")}\nnext: \`denv validate ${dir}\`, then \`denv project create --kind ${kind} --source ${dir} NAME\` and \`denv deploy --project NAME --wait\`\n`,
+            `wrote ${written.join(", ")}\n${before ? `before you deploy it: ${before}\n` : ""}next: \`denv validate ${dir}\`, then \`denv project create --kind ${kind} --source ${dir} NAME\` and \`denv deploy --project NAME --wait\`\n`,
           );
       } catch (err) {
         process.exitCode = reportError(err, json);

@@ -5,7 +5,11 @@ export function registerServer(program: Command): void {
   program
     .command("server")
     .description("Run the control plane: the /v1 API and the sidecars' WebSocket hub on one port")
-    .option("--data-dir <dir>", "where the embedded SQLite store lives", "/var/lib/denv-server")
+    .option(
+      "--data-dir <dir>",
+      "where the server keeps its files: the SQLite store (unless --database-url), secret.key, build contexts",
+      "/var/lib/denv-server",
+    )
     .option(
       "--database-url <url>",
       "keep the store in PostgreSQL (postgres://…) instead of SQLite; default DENV_DATABASE_URL",

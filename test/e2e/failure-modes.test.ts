@@ -85,6 +85,8 @@ test("a service that exits before it is healthy rolls back with its exit code", 
   const failed = (d.phases as { status: string; evidence: { details?: Record<string, unknown> } }[]).find(
     (p) => p.status === "failed",
   );
+  // Its own failure, not the host's: not a code the SDKs call retryable.
+  assert.equal((failed?.evidence as { code?: string } | undefined)?.code, "service_failed");
   assert.deepEqual(failed?.evidence.details, {
     service: "box",
     exit_code: 3,

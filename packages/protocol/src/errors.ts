@@ -36,6 +36,12 @@ export const ERROR_CODES = {
   not_supported: { httpStatus: 501, exitCode: 1 },
   insufficient_storage: { httpStatus: 507, exitCode: 1 },
   image_not_found: { httpStatus: 422, exitCode: 1 },
+  /**
+   * A service of the environment, or a command its file declares (x-denv.warm), failed on its own:
+   * the exit code and last lines are in the message and `details`. Not retryable as it is: the
+   * file, the image or the program needs a change.
+   */
+  service_failed: { httpStatus: 422, exitCode: 1 },
   /** A service's image did not build: the message ends with the build log's last lines. */
   build_failed: { httpStatus: 422, exitCode: 1 },
   registry_error: { httpStatus: 502, exitCode: 1 },

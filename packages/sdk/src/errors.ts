@@ -42,6 +42,8 @@ export class UnavailableError extends DenvApiError {}
 export class NotSupportedError extends DenvApiError {}
 /** insufficient_storage, storage_error: the host's storage refused. */
 export class StorageError extends DenvApiError {}
+/** service_failed: a service exited, or a command the file declares failed; the exit code and last lines are in `details`. Not retryable as it is. */
+export class ServiceFailedError extends DenvApiError {}
 /** image_not_found, registry_error, build_failed: an image could not be found, pinned or built. */
 export class ImageError extends DenvApiError {}
 /** internal, engine_error, and codes this SDK does not know: a fault on the server's side. */
@@ -76,6 +78,7 @@ const FAMILIES: Record<
   not_supported: NotSupportedError,
   insufficient_storage: StorageError,
   storage_error: StorageError,
+  service_failed: ServiceFailedError,
   image_not_found: ImageError,
   build_failed: ImageError,
   registry_error: ImageError,

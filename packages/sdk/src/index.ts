@@ -19,6 +19,7 @@ export {
   PayloadTooLargeError,
   PermissionDeniedError,
   RateLimitError,
+  ServiceFailedError,
   StorageError,
   TimeoutError,
   UnavailableError,

@@ -9,7 +9,14 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { DenvError } from "@denv/protocol";
-import { ChainPinner, EnginePinner, parseImageReference, pinSpec, RegistryPinner } from "./pin-images.ts";
+import {
+  ChainPinner,
+  EnginePinner,
+  namesNoRegistry,
+  parseImageReference,
+  pinSpec,
+  RegistryPinner,
+} from "./pin-images.ts";
 import { validateCompose } from "./validate-compose.ts";
 
 const docker = (...args: string[]) => execFileSync("docker", args, { encoding: "utf8" }).trim();
@@ -80,4 +87,26 @@ test("pinSpec pins every ops-world image and the verifier, and changes the hash"
   assert.match(pinned.verifier?.image_pinned ?? "", /ops-verifier@sha256:/);
   assert.notEqual(pinned.hash, r.spec.hash);
   assert.equal((await pinSpec(r.spec, new RegistryPinner())).hash, pinned.hash, "pinning is deterministic");
+});
+
+test("a registry that cannot be reached is named, with what to do; a bare name is said to be Docker Hub's", async () => {
+  for (const [ref, bare] of [
+    ["shop-verifier", true],
+    ["you/app:1", true],
+    ["localhost/app", false],
+    ["127.0.0.1:5000/denv/opsbox:bookworm", false],
+    ["ghcr.io/you/verifier:1.2", false],
+  ] as const)
+    assert.equal(namesNoRegistry(ref), bare, ref);
+  // Nothing listens on port 1 of loopback: the connection is refused at once.
+  await assert.rejects(new RegistryPinner().pin("127.0.0.1:1/denv/gone:1"), (e: unknown) => {
+    assert.ok(e instanceof DenvError, String(e));
+    assert.equal(e.code, "registry_error");
+    assert.match(
+      e.message,
+      /^could not reach registry 127\.0\.0\.1:1 for 127\.0\.0\.1:1\/denv\/gone:1 \(.+\): check that 127\.0\.0\.1:1 is up/,
+    );
+    assert.deepEqual(e.details, { registry: "127.0.0.1:1", image: "127.0.0.1:1/denv/gone:1" });
+    return true;
+  });
 });

@@ -84,6 +84,15 @@ const MAX_TOKEN_BYTES = 64 * 1024;
 const MAX_REDIRECTS = 3;
 const DIGEST = /^sha256:[0-9a-f]{64}$/;
 
+/**
+ * Whether a reference names no registry of its own (`shop-verifier`, `you/app:1`): Docker reads it
+ * as Docker Hub's, where an image built on a machine and never pushed is not.
+ */
+export function namesNoRegistry(reference: string): boolean {
+  const first = reference.split("/")[0] ?? "";
+  return !reference.includes("/") || !(first.includes(".") || first.includes(":") || first === "localhost");
+}
+
 export class RegistryPinner implements ImagePinner {
   private readonly isInsecure: (domain: string) => boolean;
   private readonly timeoutMs: number;
@@ -158,9 +167,22 @@ export class RegistryPinner implements ImagePinner {
           signal: AbortSignal.timeout(this.timeoutMs),
         });
       } catch (err) {
-        throw new DenvError("registry_error", `could not reach the registry for ${reference}`, {
-          cause: err,
-        });
+        // Named with the registry asked and the way out: an image only a machine's engine has
+        // (built with `docker build`, never pushed) is looked up on Docker Hub by its bare name.
+        const why =
+          (err as Error).cause instanceof Error
+            ? ((err as Error).cause as Error).message
+            : (err as Error).message;
+        const bare = namesNoRegistry(reference);
+        throw new DenvError(
+          "registry_error",
+          `could not reach registry ${current.host} for ${reference} (${why})${
+            bare
+              ? `: a bare name is looked up on Docker Hub; an image built on your machine is in no registry: push it to one your server and hosts reach and name it so (REGISTRY/${reference}), or give the service a build: so denv builds it on the host`
+              : `: check that ${current.host} is up and reachable from the server`
+          }`,
+          { cause: err, details: { registry: current.host, image: reference } },
+        );
       }
       if (res.status < 300 || res.status >= 400) return res;
       await res.body?.cancel().catch(() => {});

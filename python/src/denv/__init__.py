@@ -20,6 +20,7 @@ from .errors import (
     PayloadTooLargeError,
     PermissionDeniedError,
     RateLimitError,
+    ServiceFailedError,
     StorageError,
     UnavailableError,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "Project",
     "RateLimitError",
     "Sandbox",
+    "ServiceFailedError",
     "StorageError",
     "UnavailableError",
     "__version__",

@@ -31,6 +31,7 @@ ERROR_CODES: dict[str, int] = {
     "capacity": 503,
     "not_supported": 501,
     "insufficient_storage": 507,
+    "service_failed": 422,
     "image_not_found": 422,
     "build_failed": 422,
     "registry_error": 502,
@@ -104,6 +105,11 @@ class StorageError(DenvError):
     """``insufficient_storage``, ``storage_error``: the host's storage refused."""
 
 
+class ServiceFailedError(DenvError):
+    """``service_failed``: a service exited, or a command the file declares failed; the exit code
+    and last lines are in ``details``. Not retryable as it is."""
+
+
 class ImageError(DenvError):
     """``image_not_found``, ``registry_error``, ``build_failed``: an image could not be found, pinned or built."""
 
@@ -134,6 +140,7 @@ ERROR_FAMILIES: dict[str, type[DenvError]] = {
     "not_supported": NotSupportedError,
     "insufficient_storage": StorageError,
     "storage_error": StorageError,
+    "service_failed": ServiceFailedError,
     "image_not_found": ImageError,
     "build_failed": ImageError,
     "registry_error": ImageError,

@@ -228,7 +228,7 @@ async function exitedError(
 ): Promise<DenvError> {
   const lines = await lastOutputLines(ctx.runtime, containerId);
   return new DenvError(
-    "unavailable",
+    "service_failed",
     `service ${svc} exited with code ${exitCode} ${when}${outputEnding(lines)}`,
     {
       details: { service: svc, exit_code: exitCode, last_lines: lines },

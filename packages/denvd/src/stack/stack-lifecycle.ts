@@ -129,7 +129,7 @@ export async function warmStack(ctx: StackContext, stackId: string): Promise<War
     });
     if (r.exitCode !== 0) {
       throw new DenvError(
-        "unavailable",
+        "service_failed",
         `warm command in ${w.service} exited with ${r.exitCode}: ${tail(r.stderr).slice(-300)}`,
         { details: { commands } },
       );

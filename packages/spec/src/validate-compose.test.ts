@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { test } from "node:test";
 import { DEFAULT_CAPS } from "@denv/protocol";
 import { canonicalJson, validateCompose } from "./validate-compose.ts";
+import { xDenvSchema } from "./x-denv-schema.ts";
 
 const seed = readFileSync(
   join(import.meta.dirname, "../../cli/src/templates/rl-environment/docker-compose.yaml"),
@@ -155,4 +156,38 @@ test("x-denv.pool: a number or {size}, 0 to 256; absent leaves the spec (and its
     assert.equal(r.ok, false, `pool: ${bad} was accepted`);
     assert.match(JSON.stringify(!r.ok && r.errors), /pool/, `pool: ${bad}`);
   }
+});
+
+test("x-denv's refusals name the key where it is, with the key that was likely meant; a misspelt required key is said once", () => {
+  const text = [
+    "x-denv:",
+    "  kind: agent",
+    "  egres: deny",
+    "  agent:",
+    "    servce: box",
+    "  verifier: { image: v:1, colect: [/a] }",
+    "  pool: { size: 1, enviroment: alpha }",
+    "  wholly_unknown: 1",
+    "services:",
+    '  box: { image: "img:1", user: "1000" }',
+    "",
+  ].join("\n");
+  const r = validateCompose(text, { env: {} });
+  assert.ok(!r.ok);
+  const said = r.errors.map((e) => [e.path, e.message]);
+  assert.deepEqual(said, [
+    ["x-denv.egres", 'x-denv has no key "egres"; did you mean "egress"?'],
+    ["x-denv.agent.servce", 'x-denv.agent has no key "servce"; did you mean "service"?'],
+    ["x-denv.verifier.colect", 'x-denv.verifier has no key "colect"; did you mean "collect"?'],
+    ["x-denv.pool.enviroment", 'x-denv.pool has no key "enviroment"; did you mean "environment"?'],
+    [
+      "x-denv.wholly_unknown",
+      `x-denv has no key "wholly_unknown" (it takes ${Object.keys(xDenvSchema.shape).join(", ")})`,
+    ],
+  ]);
+  // Each at its own line of the file.
+  assert.deepEqual(
+    r.errors.map((e) => e.line),
+    [3, 5, 6, 7, 8],
+  );
 });

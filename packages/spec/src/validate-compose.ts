@@ -19,7 +19,7 @@ import { IssueList, loadCompose } from "./load-compose.ts";
 import { normalizeService } from "./normalize-service.ts";
 import { parseDurationMs } from "./units.ts";
 import { isRootUser } from "./users.ts";
-import { xDenvSchema } from "./x-denv-schema.ts";
+import { describeXDenvIssues, xDenvSchema } from "./x-denv-schema.ts";
 
 export interface ValidateOptions {
   /** Variables for interpolation; the process environment in the CLI. They win over `.env`. */
@@ -117,11 +117,8 @@ function validateWith(
   const rawX = data["x-denv"] ?? {};
   const parsedX = xDenvSchema.safeParse(rawX);
   if (!parsedX.success) {
-    for (const issue of parsedX.error.issues) {
-      const path: FieldPath = ["x-denv", ...issue.path.map((p) => (typeof p === "symbol" ? String(p) : p))];
-      const keys = "keys" in issue && Array.isArray(issue.keys) ? ` (${issue.keys.join(", ")})` : "";
-      issues.error("x_denv_invalid", path, `x-denv: ${issue.message}${keys}`);
-    }
+    for (const { path, message } of describeXDenvIssues(parsedX.error.issues))
+      issues.error("x_denv_invalid", ["x-denv", ...path], message);
   }
   const x = parsedX.success ? parsedX.data : {};
   const kind: Kind = x.kind ?? (data["x-denv"] === undefined ? "service" : "rl-environment");

@@ -2,6 +2,7 @@
 
 import { KINDS } from "@denv/protocol";
 import { z } from "zod";
+import { closestName } from "./closest-name.ts";
 
 /** A command: a shell string (run with `sh -c`) or an argv list. */
 const commandSchema = z.union([
@@ -77,3 +78,64 @@ export const xDenvSchema = z.strictObject({
 });
 
 export type XDenv = z.infer<typeof xDenvSchema>;
+
+/**
+ * The keys the object at `path` in a schema takes (for a did-you-mean on a key it refused): through
+ * optional wrappers, unions (the object options), lists and records; none where no object is there.
+ */
+export function objectKeysAt(schema: z.ZodType, path: readonly (string | number)[]): string[] {
+  const objects = (s: z.ZodType): z.ZodObject[] => {
+    if (s instanceof z.ZodObject) return [s];
+    if (s instanceof z.ZodOptional || s instanceof z.ZodNullable) return objects(s.unwrap() as z.ZodType);
+    if (s instanceof z.ZodUnion) return (s.options as z.ZodType[]).flatMap(objects);
+    return [];
+  };
+  const step = (s: z.ZodType, key: string | number): z.ZodType[] => {
+    if (s instanceof z.ZodOptional || s instanceof z.ZodNullable) return step(s.unwrap() as z.ZodType, key);
+    if (s instanceof z.ZodUnion) return (s.options as z.ZodType[]).flatMap((o) => step(o, key));
+    if (s instanceof z.ZodArray && typeof key === "number") return [s.element as z.ZodType];
+    if (s instanceof z.ZodRecord) return [s.valueType as z.ZodType];
+    if (s instanceof z.ZodObject && typeof key === "string" && key in s.shape)
+      return [s.shape[key] as z.ZodType];
+    return [];
+  };
+  let at: z.ZodType[] = [schema];
+  for (const key of path) at = at.flatMap((s) => step(s, key));
+  return [...new Set(at.flatMap(objects).flatMap((o) => Object.keys(o.shape)))];
+}
+
+/**
+ * The x-denv block's refusals as a person reads them: each unknown key at its own path, with the
+ * key its block takes that was likely meant; a missing one as required (unless a misspelling of it
+ * was just named); the rest as zod says, each under its path.
+ */
+export function describeXDenvIssues(
+  issues: readonly z.core.$ZodIssue[],
+): { path: (string | number)[]; message: string }[] {
+  const pathOf = (issue: z.core.$ZodIssue) => issue.path.map((p) => (typeof p === "symbol" ? String(p) : p));
+  const where = (path: (string | number)[]) => ["x-denv", ...path].join(".");
+  // A required key misspelt is said once, as the misspelling, not again as missing.
+  const meant = new Set<string>();
+  for (const issue of issues)
+    if (issue.code === "unrecognized_keys")
+      for (const key of issue.keys) {
+        const m = closestName(key, objectKeysAt(xDenvSchema, pathOf(issue)));
+        if (m) meant.add(where([...pathOf(issue), m]));
+      }
+  const out: { path: (string | number)[]; message: string }[] = [];
+  for (const issue of issues) {
+    const path = pathOf(issue);
+    if (issue.code === "unrecognized_keys") {
+      const known = objectKeysAt(xDenvSchema, path);
+      for (const key of issue.keys) {
+        const m = closestName(key, known);
+        const hint = m ? `; did you mean "${m}"?` : known.length ? ` (it takes ${known.join(", ")})` : "";
+        out.push({ path: [...path, key], message: `${where(path)} has no key "${key}"${hint}` });
+      }
+    } else if (issue.code === "invalid_type" && /received undefined$/.test(issue.message)) {
+      if (!meant.has(where(path)))
+        out.push({ path, message: `${where(path)} is required (${issue.expected})` });
+    } else out.push({ path, message: `${where(path)}: ${issue.message}` });
+  }
+  return out;
+}

@@ -47,19 +47,34 @@ case "$(uname -m)" in
 esac
 command -v docker >/dev/null 2>&1 || fail "Docker is not installed: install it first (Debian/Ubuntu: apt-get install docker.io), then run this again"
 docker info >/dev/null 2>&1 || fail "Docker is installed but its engine does not answer (is dockerd running? try: systemctl start docker)"
+# fetch URL FILE: the body into FILE when the server answers 200; otherwise $why says which: not
+# reached at all, or the status it answered with the server's own message (a 404 is not "unreachable").
+why=""
+said() { sed -n 's/.*"message": *"\([^"]*\)".*/: \1/p' "$1" 2>/dev/null | head -c 300; }
 if command -v curl >/dev/null 2>&1; then
-  fetch() { curl -fsSL --max-time 300 -o "$2" "$1"; }
+  fetch() {
+    code=$(curl -sSL --max-time 300 -o "$2" -w '%{http_code}' "$1" 2>"$tmp/fetch.err") ||
+      { why="cannot be reached ($(head -c 200 "$tmp/fetch.err"))"; return 1; }
+    [ "$code" = 200 ] && return 0
+    why="answered $code$(said "$2")"
+    return 1
+  }
 elif command -v wget >/dev/null 2>&1; then
-  fetch() { wget -q -T 300 -O "$2" "$1"; }
+  fetch() {
+    wget -q --content-on-error -T 300 -O "$2" "$1" 2>"$tmp/fetch.err" && return 0
+    # wget's exit 8: the server answered with an error status.
+    [ $? = 8 ] && why="answered an error$(said "$2")" || why="cannot be reached"
+    return 1
+  }
 else
   fail "neither curl nor wget is installed"
 fi
 [ -n "$SERVER" ] || fail "--server URL is required"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-fetch "$SERVER/v1/downloads/denvd.version" "$tmp/version" 2>/dev/null ||
-  fail "cannot reach the denv server at $SERVER (or it has no denvd builds): check the URL and that this machine can reach it"
-fetch "$SERVER/v1/downloads/denvd-linux-$ARCH" "$tmp/denvd" || fail "downloading denvd for $ARCH from $SERVER failed"
+fetch "$SERVER/v1/downloads/denvd.version" "$tmp/version" ||
+  fail "the denv server at $SERVER $why: check the URL (the server's own, as \`denv host join-token\` prints it) and that this machine can reach it"
+fetch "$SERVER/v1/downloads/denvd-linux-$ARCH" "$tmp/denvd" || fail "downloading denvd for $ARCH from $SERVER failed: it $why"
 chmod 0755 "$tmp/denvd"
 NEW_VERSION=$("$tmp/denvd" --version 2>/dev/null) || fail "the downloaded denvd does not run on this machine"
 

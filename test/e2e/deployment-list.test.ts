@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
+import { captureServerLog } from "../../packages/server/src/server-log.ts";
 import { cliRunner } from "../harness/cli-runner.ts";
 import { type Lab, openLab } from "../harness/lab.ts";
 import { waitFor } from "../harness/wait-for.ts";
@@ -96,4 +97,41 @@ test("the team's deployments, newest first; one environment's; none at work once
   assert.deepEqual(theirs.data.deployments, []);
   assert.equal((await lab.api("GET", "/v1/deployments?env=dl/e", undefined, lab.keyB)).status, 404);
   assert.equal((await lab.api("GET", "/v1/deployments?limit=lots")).status, 400);
+});
+
+test("the server's log says at info when each deployment begins and ends, how, and when a host joins", async () => {
+  const log = captureServerLog();
+  try {
+    const made = await lab.api("POST", "/v1/sandboxes", { image: OPSBOX, cmd: ["sleep", "infinity"] });
+    assert.equal(made.status, 201, JSON.stringify(made.data));
+    const gone = await lab.api("DELETE", `/v1/envs/${made.data.id}`);
+    assert.equal(gone.status, 200, JSON.stringify(gone.data));
+    const token = (await lab.api("POST", "/v1/hosts/join-token")).data.token as string;
+    const joined = await fetch(`${lab.server.url}/v1/hosts/join`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ token, name: "logged-host" }),
+    });
+    assert.equal(joined.status, 201);
+    const hostId = ((await joined.json()) as { host_id: string }).host_id;
+    const lines = log.lines();
+    const said = (msg: string, match: (l: Record<string, unknown>) => boolean) =>
+      lines.filter((l) => l.msg === msg && l.level === 30 && match(l));
+    const begun = said("deployment begun", (l) => l.environment_id === made.data.id);
+    // The one that made it (a deploy of its image, or a fork when it came from a pool), and its destroy.
+    assert.deepEqual(
+      begun.map((l) => l.kind),
+      [begun[0]?.kind === "fork" ? "fork" : "deploy", "destroy"],
+      JSON.stringify(begun),
+    );
+    for (const b of begun) {
+      const ended = said("deployment ended", (l) => l.deployment_id === b.deployment_id);
+      assert.equal(ended.length, 1, `${b.kind}: ${JSON.stringify(lines.map((l) => l.msg))}`);
+      assert.equal(ended[0]?.status, "succeeded");
+      assert.equal(typeof ended[0]?.ms, "number");
+    }
+    assert.equal(said("host joined", (l) => l.host_id === hostId).length, 1);
+  } finally {
+    log.stop();
+  }
 });

@@ -17,10 +17,35 @@ export interface Trace {
 
 const traces = new AsyncLocalStorage<Trace>();
 
+const stderr = pino.destination({ fd: 2, sync: true });
+/** Who reads the lines besides stderr (captureServerLog): a test of what an operator is told. */
+const readers = new Set<(line: string) => void>();
 const root = pino(
   { level: process.env.DENV_LOG_LEVEL ?? "info", base: { service: "denv-server" } },
-  pino.destination({ fd: 2, sync: true }),
+  {
+    write(line: string) {
+      stderr.write(line);
+      for (const read of readers) read(line);
+    },
+  },
 );
+
+/** The lines logged from now until `stop()`, parsed (at info at least, whatever DENV_LOG_LEVEL says). */
+export function captureServerLog(): { lines: () => Record<string, unknown>[]; stop(): void } {
+  const lines: Record<string, unknown>[] = [];
+  const read = (line: string) => lines.push(JSON.parse(line) as Record<string, unknown>);
+  const level = root.level;
+  if (root.levels.values[level] !== undefined && (root.levels.values[level] as number) > 30)
+    root.level = "info";
+  readers.add(read);
+  return {
+    lines: () => [...lines],
+    stop() {
+      readers.delete(read);
+      root.level = level;
+    },
+  };
+}
 
 /** The log, with the request and deployment of the work under way. */
 export function serverLog(): pino.Logger {

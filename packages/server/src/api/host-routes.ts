@@ -1,6 +1,7 @@
 /** Teams, hosts and joining: how a team gets keys, and how a machine becomes one of its hosts. */
 import { DenvError } from "@denv/protocol";
 import { z } from "zod";
+import { serverLog } from "../server-log.ts";
 import { hostHoldings, redeemJoinToken, setHostDraining, teamHosts } from "../store/host-store.ts";
 import { createApiKey, createJoinToken, createTeam } from "../store/team-store.ts";
 import type { ApiContext } from "./api-deps.ts";
@@ -64,6 +65,7 @@ export const hostRoutes: ApiRoute[] = [
     bodyLimitBytes: ANONYMOUS_JSON_LIMIT_BYTES,
     handler: async (c, { body }) => {
       const { hostId, secret } = await redeemJoinToken(c.var.deps.store, body.token, body.name);
+      serverLog().info({ host_id: hostId }, "host joined");
       return c.json({ host_id: hostId, secret }, 201);
     },
   }),

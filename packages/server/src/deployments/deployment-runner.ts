@@ -14,7 +14,7 @@ import type { SecretBox } from "../clouds/secret-box.ts";
 import type { FetchPolicy } from "../fetch-policy.ts";
 import { newId, now } from "../ids.ts";
 import type { IngressDeps } from "../ingress/ingress-phase.ts";
-import { withTrace } from "../server-log.ts";
+import { serverLog, withTrace } from "../server-log.ts";
 import type { DeploymentObserver } from "../server-metrics.ts";
 import { deploymentById, insertDeployment, olderRunningElsewhere } from "../store/deployment-store.ts";
 import { updateEnvironment } from "../store/environment-store.ts";
@@ -126,6 +126,7 @@ export class DeploymentRunner {
       leaseOwner: this.options.lease?.owner,
       observer: this.options.observer,
     });
+    serverLog().info({ deployment_id: id, kind, environment_id: environmentId }, "deployment begun");
     await insertDeployment(this.store, {
       id,
       team_id: teamId,

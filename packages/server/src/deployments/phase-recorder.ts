@@ -5,6 +5,7 @@
 import type { EventEmitter } from "node:events";
 import { DenvError } from "@denv/protocol";
 import { newId, now } from "../ids.ts";
+import { serverLog } from "../server-log.ts";
 import type { DeploymentObserver } from "../server-metrics.ts";
 import { updateDeployment } from "../store/deployment-store.ts";
 import type { Store } from "../store/open-store.ts";
@@ -259,5 +260,19 @@ export class PhaseRecorder {
     });
     await this.persist({ status, reason, finished_at: now() });
     this.deps.observer?.deploymentEnded(this.deps.kind ?? "unknown", status, this.phases);
+    // What an operator reads in the server's log: which deployment, how it ended, where it failed.
+    // Not the reason: it may quote a service's output (the deployment's record keeps it).
+    const failed = this.phases.find((x) => x.status === "failed" && x.name !== "verdict");
+    const code = (failed?.evidence as { code?: unknown } | null | undefined)?.code;
+    serverLog().info(
+      {
+        deployment_id: this.deploymentId,
+        kind: this.deps.kind,
+        status,
+        ms: this.phases.reduce((n, x) => n + (x.duration_ms ?? 0), 0),
+        ...(failed ? { failed_phase: failed.name, ...(typeof code === "string" ? { code } : {}) } : {}),
+      },
+      "deployment ended",
+    );
   }
 }

@@ -14,6 +14,7 @@ import { pipeline } from "node:stream/promises";
 import { DenvError, isDenvError, type OpResult, type ResolvedSpec } from "@denv/protocol";
 import type { SecretBox } from "../clouds/secret-box.ts";
 import { now } from "../ids.ts";
+import { serverLog } from "../server-log.ts";
 import type { ReplicationObserver } from "../server-metrics.ts";
 import { teamHost } from "../store/host-store.ts";
 import type { Store } from "../store/open-store.ts";
@@ -297,6 +298,10 @@ export class Replicator {
         evidence_json: JSON.stringify(evidence),
         created_at: now(),
       });
+      serverLog().info(
+        { version_id: version.id, from_host_id: source, to_host_id: dest.id, format, bytes, ms },
+        "version copied",
+      );
       // Deleted while it travelled: the copy just made goes too (or at the next pass, if it can't now).
       const still = await versionRow(store, version.id);
       if (!still) {

@@ -20,6 +20,9 @@ import {
   replicaSeen,
 } from "../store/replica-store.ts";
 
+/** How often a heartbeat that keeps failing is said again. */
+const MISSED_SAY_EVERY_MS = 60_000;
+
 export interface ReplicaRegistryOptions {
   /** How often the row is refreshed (default 2 s). */
   heartbeatMs?: number;
@@ -39,6 +42,9 @@ export class ReplicaRegistry {
   private url = "";
   private startedAt = 0;
   private leading = false;
+  /** Heartbeats not written since the warning last said so, and when it did (0: they are written). */
+  private missed = 0;
+  private missedSaidAt = 0;
   private readonly onLead: (() => void)[] = [];
   private timer: NodeJS.Timeout | null = null;
   private readonly store: Store;
@@ -97,8 +103,22 @@ export class ReplicaRegistry {
         });
       await this.checkLead();
     } catch (err) {
-      serverLog().warn({ error: String(err) }, "the replica's heartbeat was not written");
+      // Said when it starts failing and then once a minute, with how many failed between: a store
+      // that is full or away for an hour is not 1,800 lines of the same warning.
+      this.missed++;
+      if (Date.now() - this.missedSaidAt >= MISSED_SAY_EVERY_MS) {
+        serverLog().warn(
+          { error: String(err), missed: this.missed },
+          "the replica's heartbeat was not written",
+        );
+        this.missedSaidAt = Date.now();
+        this.missed = 0;
+      }
+      return;
     }
+    if (this.missedSaidAt) serverLog().info("the replica's heartbeat is written again");
+    this.missedSaidAt = 0;
+    this.missed = 0;
   }
 
   /** Replicas other than this one whose rows are fresh. */

@@ -36,7 +36,7 @@ import {
 } from "@denv/protocol";
 import { type WebSocket, WebSocketServer } from "ws";
 import { newId, now } from "../../ids.ts";
-import { currentTrace } from "../../server-log.ts";
+import { currentTrace, serverLog } from "../../server-log.ts";
 import { hostBySecret, hostDisconnected, updateHost } from "../../store/host-store.ts";
 import type { Store } from "../../store/open-store.ts";
 import { type HostOperations, tunnelStream } from "./host-operations.ts";
@@ -156,6 +156,7 @@ export class HostHub implements HostOperations {
         }
       if (this.connections.get(hostId) !== conn) return;
       this.connections.delete(hostId);
+      if (conn.helloed) serverLog().info({ host_id: hostId }, "host disconnected");
       // What was sent on this connection waits for the host to come back, for a while.
       for (const p of this.pending.values()) if (p.hostId === hostId) this.awaitHost(p);
       // Unless the host already said hello to another replica: that one holds it now.
@@ -197,6 +198,10 @@ export class HostHub implements HostOperations {
         replica_id: this.replicaId,
       });
       conn.ready = true;
+      serverLog().info(
+        { host_id: hostId, version: msg.version, arch: msg.arch, storage: msg.storage },
+        "host connected",
+      );
       this.sendText(conn.ws, JSON.stringify({ type: "welcome", host_id: hostId } satisfies ServerMessage));
       // Operations sent before the drop go again, under the same ids.
       for (const p of this.pending.values()) if (p.hostId === hostId && !p.conn) this.send(p, conn);

@@ -135,3 +135,36 @@ test("the server's log says at info when each deployment begins and ends, how, a
     log.stop();
   }
 });
+
+test("denv ps lists what runs in aligned columns; env destroy takes several, each its own outcome", async () => {
+  const made: string[] = [];
+  for (const name of ["ps-a", "ps-b"]) {
+    const r = await lab.api("POST", "/v1/sandboxes", { image: OPSBOX, cmd: ["sleep", "infinity"], name });
+    assert.equal(r.status, 201, JSON.stringify(r.data));
+    made.push(r.data.id as string);
+  }
+  const ps = await denv("ps");
+  assert.equal(ps.code, 0, ps.stderr);
+  const [header, ...rows] = ps.stdout.trimEnd().split("\n");
+  assert.match(
+    header ?? "",
+    /^ID {2,}PROJECT {2,}NAME {2,}STATUS {2,}VERSION {2,}PARENT {2,}RUNS ON {2,}AGE$/,
+  );
+  for (const id of made) {
+    const row = rows.find((r) => r.startsWith(id)) ?? "";
+    assert.match(row, / {2}running {2,}/, ps.stdout);
+    // Each column starts where its header does.
+    assert.equal(row.indexOf("running"), header?.indexOf("STATUS"), ps.stdout);
+  }
+  // Two that exist and one that does not: the two go, the third is named with why, exit 1.
+  const gone = await denv("env", "destroy", made[0] as string, made[1] as string, "no-such-env");
+  assert.equal(gone.code, 1, gone.stdout + gone.stderr);
+  const said = gone.stdout.trimEnd().split("\n").sort();
+  assert.deepEqual(said.slice(0, 2), made.map((id) => `destroyed ${id}`).sort());
+  assert.match(said[2] ?? "", /^no-such-env: not destroyed: no environment no-such-env/);
+  for (const id of made) assert.equal((await lab.api("GET", `/v1/envs/${id}`)).status, 404);
+  // Destroyed ones run no more: ps shows neither.
+  const after = await denv("ps", "--json");
+  const ids = (JSON.parse(after.stdout).environments as { id: string }[]).map((e) => e.id);
+  for (const id of made) assert.ok(!ids.includes(id));
+});

@@ -1,6 +1,7 @@
 /** How commands print: JSON for scripts (--json), plain lines for people, errors on stderr. */
 
 import { DenvError, ERROR_CODES, type ErrorCode } from "@denv/protocol/errors";
+import { printableLine } from "@denv/protocol/printable";
 import { DenvApiError } from "@denv/sdk";
 
 export function printJson(value: unknown): void {
@@ -48,7 +49,20 @@ export function tableText(header: string[], rows: string[][]): string {
 }
 
 export function printTable(header: string[], rows: string[][]): void {
-  process.stdout.write(rows.length ? tableText(header, rows) : "none\n");
+  // A cell is one line of printable text: what a server or a host named cannot move the cursor.
+  const cells = rows.map((r) => r.map((c) => printableLine(c)));
+  process.stdout.write(rows.length ? tableText(header, cells) : "none\n");
+}
+
+/** How long ago a time was, as people say it in a table: 42s, 5m, 3h, 2d (a bad or future time: -). */
+export function ageOf(iso: string, nowMs = Date.now()): string {
+  const ms = nowMs - Date.parse(iso);
+  if (!Number.isFinite(ms) || ms < -60_000) return "-";
+  const s = Math.max(0, Math.floor(ms / 1000));
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m`;
+  if (s < 86_400) return `${Math.floor(s / 3600)}h`;
+  return `${Math.floor(s / 86_400)}d`;
 }
 
 /** Maps any error to an exit code and a message on stderr (or a JSON error on stdout with --json). */

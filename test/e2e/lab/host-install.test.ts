@@ -267,8 +267,9 @@ describe("the installer", () => {
       child.on("close", () => resolve(out));
     });
     const row = listed.split("\n").find((l) => l.includes("fresh-1")) ?? "";
-    assert.match(row, /\tx86_64\tdir\t\d+GiB free of \d+GiB, \d+ cpu, \d+GiB mem\t/);
-    assert.ok(row.includes(`\t${PREVIOUS_VERSION}\ttrue\t`), row);
+    // Columns aligned, two spaces at least between them (a cell may hold single spaces).
+    assert.match(row, / {2}x86_64 {2,}dir {2,}\d+GiB free of \d+GiB, \d+ cpu, \d+GiB mem {2}/);
+    assert.match(row, new RegExp(` {2}${PREVIOUS_VERSION.replace(/[.+]/g, "\\$&")} {2,}true {2}`), row);
     // The token was single-use.
     const again = await fetch(`${server.url}/v1/hosts/join`, {
       method: "POST",

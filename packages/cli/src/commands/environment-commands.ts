@@ -6,7 +6,7 @@ import type { ClockEvidence } from "@denv/protocol";
 import type { Operations } from "@denv/sdk";
 import type { Command } from "commander";
 import { runOracle } from "../harbor/oracle.ts";
-import { printJson, printTable, UsageError } from "../output.ts";
+import { ageOf, printJson, printTable, UsageError } from "../output.ts";
 import { envParam, follow, printPhaseLog, run } from "./command-runner.ts";
 
 type Deployment = Operations["getV1DeploymentsById"]["response"];
@@ -26,7 +26,46 @@ export function clockLine(deployments: Deployment[]): string | null {
   return `${clock.mode}${base}; real in ${real.map(([svc, r]) => `${svc} (${r.reason})`).join(", ")}`;
 }
 
+type EnvironmentRow = Operations["getV1Envs"]["response"]["environments"][number];
+
+/** Environments as a table: where each came from (its parent version), where it runs, how old. */
+function printEnvironments(envs: EnvironmentRow[]): void {
+  printTable(
+    ["ID", "PROJECT", "NAME", "STATUS", "VERSION", "PARENT", "RUNS ON", "AGE"],
+    envs.map((e) => [
+      e.id,
+      e.project,
+      e.name,
+      e.status,
+      e.current_version_id ?? "-",
+      e.parent_version_id ?? "-",
+      e.target === "denvd" ? (e.host_id ?? "-") : e.target,
+      ageOf(e.created_at),
+    ]),
+  );
+}
+
+/** What `denv ps` shows without --all: environments that hold a stack now. */
+const LIVE = new Set(["running", "frozen", "pending"]);
+
 export function registerEnvironmentCommands(program: Command): void {
+  const ps = program
+    .command("ps")
+    .description("Environments that run now (as docker ps): -a for all of them, --project for one project's")
+    .option("-a, --all", "every environment, failed and lost ones too")
+    .option("--project <name>", "one project's")
+    .option("--json", "print JSON");
+  ps.action(
+    run(ps, async (client, json, o: { all?: boolean; project?: string }) => {
+      const r = await client().call("getV1Envs", {});
+      const shown = r.environments.filter(
+        (e) => (o.all || LIVE.has(e.status)) && (!o.project || e.project === o.project),
+      );
+      if (json) printJson({ environments: shown });
+      else printEnvironments(shown);
+      return 0;
+    }),
+  );
   const fork = program
     .command("fork")
     .description("A new environment from an environment's current version, or from a version")
@@ -219,11 +258,7 @@ export function registerEnvironmentCommands(program: Command): void {
       const r = await client().call("getV1Envs", {});
       if (json) printJson(r);
       else {
-        process.stdout.write("ID\tPROJECT\tNAME\tSTATUS\tVERSION\n");
-        for (const e of r.environments)
-          process.stdout.write(
-            `${e.id}\t${e.project}\t${e.name}\t${e.status}\t${e.current_version_id ?? "-"}\n`,
-          );
+        printEnvironments(r.environments);
       }
       return 0;
     }),
@@ -266,8 +301,10 @@ export function registerEnvironmentCommands(program: Command): void {
       else if (!r.domain)
         process.stdout.write("the server has no ingress domain (denv server --ingress-domain)\n");
       else {
-        for (const n of r.names)
-          process.stdout.write(`${n.url}\t${n.service}:${n.port}\t${n.public ? "public" : "private"}\n`);
+        printTable(
+          ["URL", "PORT", "ACCESS"],
+          r.names.map((n) => [n.url, `${n.service}:${n.port}`, n.public ? "public" : "private"]),
+        );
         process.stdout.write(`any port: ${r.port_host_template}\n`);
         process.stdout.write(`token (header denv-ingress-token): ${r.token}\n`);
       }
@@ -289,20 +326,54 @@ export function registerEnvironmentCommands(program: Command): void {
   );
   const ed = env
     .command("destroy")
-    .description("Destroy an environment (its versions stay)")
-    .argument("<env>")
-    .option("--json", "print JSON");
+    .description("Destroy environments (their versions stay); several are destroyed side by side")
+    .argument("<env...>")
+    .option("--json", "print JSON: one deployment for one environment, else {env, ok, deployment|error} each")
+    .addHelpText(
+      "after",
+      "\nExamples:\n  denv env destroy shop/rollout-01\n  denv env destroy rollout-01 rollout-02 rollout-03",
+    );
   ed.action(
-    run(ed, async (client, json, ref: string) => {
-      const d = await client().untilVerdict(() =>
-        client().call("deleteV1EnvsById", { params: envParam(ref) }),
+    run(ed, async (client, json, refs: string[]) => {
+      const destroyOne = (ref: string) =>
+        client().untilVerdict(() => client().call("deleteV1EnvsById", { params: envParam(ref) }));
+      if (refs.length === 1) {
+        const ref = refs[0] as string;
+        const d = await destroyOne(ref);
+        if (json) printJson(d);
+        else
+          process.stdout.write(
+            d.status === "succeeded" ? `destroyed ${ref}\n` : `destroy failed: ${d.reason}\n`,
+          );
+        return d.status === "succeeded" ? 0 : 1;
+      }
+      // Each is its own deployment: one that fails (or does not exist) does not hold back the others.
+      const outcomes = await Promise.all(
+        [...new Set(refs)].map(async (ref) => {
+          try {
+            const d = await destroyOne(ref);
+            return { env: ref, ok: d.status === "succeeded", deployment: d, why: d.reason };
+          } catch (err) {
+            return { env: ref, ok: false, error: err as Error, why: (err as Error).message };
+          }
+        }),
       );
-      if (json) printJson(d);
-      else
-        process.stdout.write(
-          d.status === "succeeded" ? `destroyed ${ref}\n` : `destroy failed: ${d.reason}\n`,
+      if (json)
+        printJson(
+          outcomes.map((o) =>
+            o.deployment
+              ? { env: o.env, ok: o.ok, deployment: o.deployment }
+              : {
+                  env: o.env,
+                  ok: false,
+                  error: { code: (o.error as { code?: string }).code ?? "internal", message: o.why },
+                },
+          ),
         );
-      return d.status === "succeeded" ? 0 : 1;
+      else
+        for (const o of outcomes)
+          process.stdout.write(o.ok ? `destroyed ${o.env}\n` : `${o.env}: not destroyed: ${o.why}\n`);
+      return outcomes.every((o) => o.ok) ? 0 : 1;
     }),
   );
   const dep = program.command("deployment").description("Deployments");

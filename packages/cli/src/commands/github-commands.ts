@@ -1,7 +1,7 @@
 /** GitHub: the team's App, the repositories its installations give, and the deliveries it got. */
 import { readFileSync } from "node:fs";
 import type { Command } from "commander";
-import { printJson, UsageError } from "../output.ts";
+import { printJson, printTable, UsageError } from "../output.ts";
 import { run } from "./command-runner.ts";
 
 export function registerGithubCommands(program: Command): void {
@@ -61,9 +61,10 @@ export function registerGithubCommands(program: Command): void {
       const r = await client().call("getV1GithubApps", {});
       if (json) printJson(r);
       else {
-        process.stdout.write("APP ID\tSLUG\tWEBHOOK URL\tINSTALL\n");
-        for (const a of r.apps)
-          process.stdout.write(`${a.app_id}\t${a.slug}\t${a.webhook_url}\t${a.install_url}\n`);
+        printTable(
+          ["APP ID", "SLUG", "WEBHOOK URL", "INSTALL"],
+          r.apps.map((a) => [String(a.app_id), a.slug, a.webhook_url, a.install_url]),
+        );
       }
       return 0;
     }),
@@ -90,12 +91,17 @@ export function registerGithubCommands(program: Command): void {
       const r = await client().call("getV1GithubRepositories", {});
       if (json) printJson(r);
       else {
-        process.stdout.write("REPOSITORY\tDEFAULT BRANCH\tACCOUNT\tINSTALLATION\n");
-        for (const i of r.installations)
-          for (const repo of i.repositories)
-            process.stdout.write(
-              `${repo.full_name}\t${repo.default_branch}\t${i.account}\t${i.installation_id}\n`,
-            );
+        printTable(
+          ["REPOSITORY", "DEFAULT BRANCH", "ACCOUNT", "INSTALLATION"],
+          r.installations.flatMap((i) =>
+            i.repositories.map((repo) => [
+              repo.full_name,
+              repo.default_branch,
+              i.account,
+              String(i.installation_id),
+            ]),
+          ),
+        );
       }
       return 0;
     }),
@@ -109,8 +115,10 @@ export function registerGithubCommands(program: Command): void {
       const r = await client().call("getV1GithubDeliveries", {});
       if (json) printJson(r);
       else
-        for (const d of r.deliveries)
-          process.stdout.write(`${d.received_at}\t${d.event}\t${d.delivery_id}\t${d.outcome}\n`);
+        printTable(
+          ["RECEIVED", "EVENT", "DELIVERY", "OUTCOME"],
+          r.deliveries.map((d) => [d.received_at, d.event, d.delivery_id, d.outcome]),
+        );
       return 0;
     }),
   );

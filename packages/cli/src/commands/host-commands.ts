@@ -3,7 +3,7 @@ import { readFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import type { Command } from "commander";
-import { printJson, UsageError } from "../output.ts";
+import { ageOf, printJson, printTable, UsageError } from "../output.ts";
 import { run } from "./command-runner.ts";
 
 export function registerHostCommands(program: Command): void {
@@ -31,9 +31,7 @@ export function registerHostCommands(program: Command): void {
       const r = await client().call("getV1Hosts", {});
       if (json) printJson(r);
       else {
-        process.stdout.write(
-          "ID\tNAME\tARCH\tSTORAGE\tCAPACITY\tGPUS\tVERSION\tCONNECTED\tLAST SEEN\tENVS\tVERSIONS\tPOOLS\n",
-        );
+        const rows: string[][] = [];
         for (const h of r.hosts) {
           const cap = h.capacity as {
             free_bytes?: number;
@@ -61,10 +59,38 @@ export function registerHostCommands(program: Command): void {
               : "none";
           const ps = held.pools ?? [];
           const pools = ps.length ? ps.map((p) => `${p.version_id} ${p.ready}/${p.size}`).join(",") : "-";
-          process.stdout.write(
-            `${h.id}\t${h.name}\t${h.arch ?? "-"}\t${h.storage ?? "-"}\t${capacity}\t${gpus}\t${h.version ?? "-"}\t${h.connected}${(h as { draining?: boolean }).draining ? " (draining)" : ""}\t${h.last_seen ?? "-"}\t${held.environments ?? "-"}\t${versions}\t${pools}\n`,
-          );
+          rows.push([
+            h.id,
+            h.name,
+            h.arch ?? "-",
+            h.storage ?? "-",
+            capacity,
+            gpus,
+            h.version ?? "-",
+            `${h.connected}${(h as { draining?: boolean }).draining ? " (draining)" : ""}`,
+            h.last_seen ? ageOf(h.last_seen) : "-",
+            String(held.environments ?? "-"),
+            versions,
+            pools,
+          ]);
         }
+        printTable(
+          [
+            "ID",
+            "NAME",
+            "ARCH",
+            "STORAGE",
+            "CAPACITY",
+            "GPUS",
+            "VERSION",
+            "CONNECTED",
+            "LAST SEEN",
+            "ENVS",
+            "VERSIONS",
+            "POOLS",
+          ],
+          rows,
+        );
       }
       return 0;
     }),
@@ -176,11 +202,16 @@ export function registerHostCommands(program: Command): void {
       const r = await client().call("getV1Clouds", {});
       if (json) printJson(r);
       else {
-        process.stdout.write("NAME\tPROVIDER\tSERVER TYPE\tLOCATION\tMACHINES\n");
-        for (const c of r.clouds)
-          process.stdout.write(
-            `${c.name}\t${c.provider}\t${c.server_type}\t${c.location}\t${c.machines.map((m) => `${m.name}(${m.status})`).join(",") || "-"}\n`,
-          );
+        printTable(
+          ["NAME", "PROVIDER", "SERVER TYPE", "LOCATION", "MACHINES"],
+          r.clouds.map((c) => [
+            c.name,
+            c.provider,
+            c.server_type,
+            c.location,
+            c.machines.map((m) => `${m.name}(${m.status})`).join(",") || "-",
+          ]),
+        );
       }
       return 0;
     }),

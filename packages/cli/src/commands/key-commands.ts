@@ -1,6 +1,6 @@
 /** API keys of the team: made (in denv's form or E2B's), listed, revoked. */
 import type { Command } from "commander";
-import { printJson } from "../output.ts";
+import { ageOf, printJson, printTable } from "../output.ts";
 import { run } from "./command-runner.ts";
 
 export function registerKeyCommands(program: Command): void {
@@ -35,11 +35,17 @@ export function registerKeyCommands(program: Command): void {
       const r = await client().call("getV1Keys", {});
       if (json) printJson(r);
       else {
-        process.stdout.write("ID\tNAME\tPREFIX\tROLE\tCREATED\n");
-        for (const k of r.keys)
-          process.stdout.write(
-            `${k.id}\t${k.name}\t${k.prefix}\t${k.role}\t${k.created_at}${k.current ? "\t(this one)" : ""}\n`,
-          );
+        printTable(
+          ["ID", "NAME", "PREFIX", "ROLE", "CREATED", ""],
+          r.keys.map((k) => [
+            k.id,
+            k.name,
+            k.prefix,
+            k.role,
+            ageOf(k.created_at),
+            k.current ? "(this one)" : "",
+          ]),
+        );
       }
       return 0;
     }),

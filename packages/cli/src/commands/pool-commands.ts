@@ -2,7 +2,7 @@
 
 import type { DenvClient, Operations } from "@denv/sdk";
 import type { Command } from "commander";
-import { printJson, UsageError } from "../output.ts";
+import { printJson, printTable, UsageError } from "../output.ts";
 import { envParam, run } from "./command-runner.ts";
 
 /** A version id as given, or an environment's current version. */
@@ -25,11 +25,20 @@ async function drain(client: DenvClient, version: string, json: boolean): Promis
 }
 
 function printPools(pools: Pool[]): void {
-  process.stdout.write("VERSION\tSIZE\tREADY\tWARMING\tHITS\tMISSES\tHIT RATE\tSOURCE\tLAST ERROR\n");
-  for (const p of pools)
-    process.stdout.write(
-      `${p.version_id}\t${p.size}\t${p.ready}\t${p.warming}\t${p.hits}\t${p.misses}\t${p.hit_rate === null ? "-" : `${Math.round(p.hit_rate * 100)}%`}\t${p.source}\t${p.last_error ?? "-"}\n`,
-    );
+  printTable(
+    ["VERSION", "SIZE", "READY", "WARMING", "HITS", "MISSES", "HIT RATE", "SOURCE", "LAST ERROR"],
+    pools.map((p) => [
+      p.version_id,
+      String(p.size),
+      String(p.ready),
+      String(p.warming),
+      String(p.hits),
+      String(p.misses),
+      p.hit_rate === null ? "-" : `${Math.round(p.hit_rate * 100)}%`,
+      p.source,
+      p.last_error ?? "-",
+    ]),
+  );
 }
 
 export function registerPoolCommands(program: Command): void {

@@ -7,7 +7,7 @@ import type { DenvClient } from "@denv/sdk";
 import { validateCompose } from "@denv/spec";
 import type { Command } from "commander";
 import { packContext } from "../build-context.ts";
-import { printJson, UsageError } from "../output.ts";
+import { printJson, printTable, UsageError } from "../output.ts";
 import { readProjectFile } from "../project-files.ts";
 import { packProjectMount } from "../project-mounts.ts";
 import { follow, run } from "./command-runner.ts";
@@ -163,11 +163,17 @@ export function registerProjectCommands(program: Command): void {
       const r = await client().call("getV1ProjectsByIdGithub", { params: { id: ref } });
       if (json) printJson(r);
       else {
-        process.stdout.write("ENVIRONMENT\tTRIGGER\tREF\tCOMMIT\tSTATUS\tDEPLOYMENT\n");
-        for (const e of r.environments)
-          process.stdout.write(
-            `${e.environment}\t${e.trigger}${e.pull_request ? ` #${e.pull_request}` : ""}\t${e.ref}\t${e.commit.slice(0, 12)}\t${e.status}\t${e.deployment_id} (${e.deployment_status})\n`,
-          );
+        printTable(
+          ["ENVIRONMENT", "TRIGGER", "REF", "COMMIT", "STATUS", "DEPLOYMENT"],
+          r.environments.map((e) => [
+            e.environment,
+            `${e.trigger}${e.pull_request ? ` #${e.pull_request}` : ""}`,
+            e.ref,
+            e.commit.slice(0, 12),
+            e.status,
+            `${e.deployment_id} (${e.deployment_status})`,
+          ]),
+        );
       }
       return 0;
     }),
@@ -178,8 +184,10 @@ export function registerProjectCommands(program: Command): void {
       const r = await client().call("getV1Projects", {});
       if (json) printJson(r);
       else
-        for (const p of r.projects)
-          process.stdout.write(`${p.name}\t${p.kind}\t${p.source_type}\t${p.source}\n`);
+        printTable(
+          ["NAME", "KIND", "SOURCE TYPE", "SOURCE"],
+          r.projects.map((p) => [p.name, p.kind, p.source_type, p.source]),
+        );
       return 0;
     }),
   );

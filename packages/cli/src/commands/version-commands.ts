@@ -1,6 +1,6 @@
 /** Versions: list them with what keeps each, delete one nothing uses, prune by a retention. */
 import type { Command } from "commander";
-import { printJson, UsageError } from "../output.ts";
+import { ageOf, printJson, printTable, UsageError } from "../output.ts";
 import { run } from "./command-runner.ts";
 
 export function registerVersionCommands(program: Command): void {
@@ -17,11 +17,17 @@ export function registerVersionCommands(program: Command): void {
       const r = await client().call("getV1Versions", { query: o.project ? { project: o.project } : {} });
       if (json) printJson(r);
       else {
-        process.stdout.write("VERSION\tPROJECT\tENVIRONMENT\tCREATED\tIN USE\tREPLICAS\n");
-        for (const v of r.versions)
-          process.stdout.write(
-            `${v.id}\t${v.project}\t${v.environment}\t${v.created_at}\t${v.in_use.join("; ") || "-"}\t${v.replicas?.length ?? "-"}\n`,
-          );
+        printTable(
+          ["VERSION", "PROJECT", "ENVIRONMENT", "AGE", "REPLICAS", "IN USE"],
+          r.versions.map((v) => [
+            v.id,
+            v.project,
+            v.environment,
+            ageOf(v.created_at),
+            String(v.replicas?.length ?? "-"),
+            v.in_use.join("; ") || "-",
+          ]),
+        );
       }
       return 0;
     }),

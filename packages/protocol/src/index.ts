@@ -10,7 +10,7 @@ export * from "./evidence.ts";
 export * from "./messages.ts";
 export * from "./names.ts";
 export * from "./operations.ts";
-export { printableLine, replaceTerminalControls } from "./printable.ts";
+export { bytesText, printableLine, replaceTerminalControls } from "./printable.ts";
 export {
   type Caps,
   capsSchema,

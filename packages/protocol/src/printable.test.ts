@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { printableLine, replaceTerminalControls } from "./printable.ts";
+import { bytesText, printableLine, replaceTerminalControls } from "./printable.ts";
 
 test("control characters and reordering marks show as U+FFFD; tab and text stay", () => {
   assert.equal(
@@ -13,4 +13,14 @@ test("control characters and reordering marks show as U+FFFD; tab and text stay"
     replaceTerminalControls("a\u001bb", (c) => `<${c.charCodeAt(0)}>`),
     "a<27>b",
   );
+});
+
+test("bytes are said in binary units, whole where they are whole", () => {
+  assert.equal(bytesText(0), "0 B");
+  assert.equal(bytesText(512), "512 B");
+  assert.equal(bytesText(4294967296), "4 GiB");
+  assert.equal(bytesText(12.3 * 1024 ** 2), "12.3 MiB");
+  assert.equal(bytesText(1536), "1.50 KiB");
+  assert.equal(bytesText(null), "unknown");
+  assert.equal(bytesText(-1), "unknown");
 });

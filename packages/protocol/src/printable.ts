@@ -17,3 +17,17 @@ export function replaceTerminalControls(text: string, by: (ch: string) => string
 export function printableLine(text: string): string {
   return replaceTerminalControls(text, () => "\ufffd");
 }
+
+/** Bytes as people read them: 512 B, 12.3 MiB, 4 GiB (binary units; a whole number shown whole). */
+export function bytesText(bytes: number | null | undefined): string {
+  if (bytes === null || bytes === undefined || !Number.isFinite(bytes) || bytes < 0) return "unknown";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+  let n = bytes;
+  let u = 0;
+  while (n >= 1024 && u < units.length - 1) {
+    n /= 1024;
+    u++;
+  }
+  const shown = Number.isInteger(n) || u === 0 ? String(Math.round(n)) : n.toFixed(n < 10 ? 2 : 1);
+  return `${shown} ${units[u]}`;
+}

@@ -4,7 +4,7 @@
  * with each gate's evidence, and the verify results seen on its forks. JSON for programs,
  * Markdown for people (`denv datasheet`); both from the records, nothing recomputed.
  */
-import type { ClockEvidence, ResolvedSpec } from "@denv/protocol";
+import { bytesText, type ClockEvidence, type ResolvedSpec } from "@denv/protocol";
 import type { SecretBox } from "../clouds/secret-box.ts";
 import type { ReplayResult } from "../deployments/replay-runner.ts";
 import { environmentDeploymentsOfKinds, teamDeploymentsOfKind } from "../store/deployment-store.ts";
@@ -225,7 +225,45 @@ function fence(v: unknown): string {
   return `${f}json\n${text}\n${f}`;
 }
 
-/** The data sheet for people: the same content, as Markdown. */
+/**
+ * A gate's evidence, a line a field: values as they are, lists and records by their size and keys.
+ * The whole of it is the JSON sheet's (`--json`); here it is what a person scans.
+ */
+function evidenceLines(v: unknown): string[] {
+  if (!v || typeof v !== "object" || Array.isArray(v)) return [fence(v)];
+  return Object.entries(v as Record<string, unknown>).map(([k, x]) => {
+    if (x === null || typeof x !== "object") {
+      const text = String(x);
+      return `- ${cell(k)}: ${inlineCode(text.length > 160 ? `${text.slice(0, 160)}…` : text)}`;
+    }
+    if (Array.isArray(x)) return `- ${cell(k)}: ${x.length} item${x.length === 1 ? "" : "s"}`;
+    const keys = Object.keys(x);
+    return `- ${cell(k)}: ${keys.length} field${keys.length === 1 ? "" : "s"} (${keys.slice(0, 6).map(cell).join(", ")}${keys.length > 6 ? ", …" : ""})`;
+  });
+}
+
+/** The sheet in a few lines: what a reader wants before the tables. */
+function summaryLines(d: Datasheet): string[] {
+  const sizes = Object.values(d.volumes).map((x) => x.bytes);
+  const total = sizes.every((b) => b !== null)
+    ? bytesText(sizes.reduce<number>((n, b) => n + (b ?? 0), 0))
+    : "unknown";
+  const latest = <T extends { created_at: string }>(xs: T[]) =>
+    [...xs].sort((a, b) => b.created_at.localeCompare(a.created_at))[0];
+  const lastReplay = latest(d.replays);
+  const lastPromote = latest(d.promotes);
+  const rewards = d.verifies.map((x) => x.reward).filter((r): r is number => r !== null);
+  return [
+    `- services: ${Object.keys(d.version.images).length} (${Object.keys(d.version.images).map(cell).join(", ")})`,
+    `- volumes: ${Object.keys(d.volumes).length}, ${total} in all; frozen for ${d.frozen_ms ?? "unknown"} ms to snapshot them`,
+    `- clock: ${d.clock.mode}${d.clock.at ? ` from ${d.clock.at}` : ""}; egress ${d.egress}`,
+    `- replays: ${d.replays.length ? `${d.replays.length}, the last ${lastReplay?.status}` : "none yet"}`,
+    `- promotes: ${d.promotes.length ? `${d.promotes.length}, the last to ${lastPromote?.target} ${lastPromote?.status}` : "none yet"}`,
+    `- verifies on its forks: ${d.verifies.length ? `${d.verifies.length}${rewards.length ? `, mean reward ${(rewards.reduce((a, b) => a + b, 0) / rewards.length).toFixed(2)}` : ""}` : "none yet"}`,
+  ];
+}
+
+/** The data sheet for people: a summary, then the same content as Markdown (sizes in units). */
 export function datasheetMarkdown(d: Datasheet): string {
   const out: string[] = [];
   const v = d.version;
@@ -234,15 +272,16 @@ export function datasheetMarkdown(d: Datasheet): string {
     `Made in ${v.environment} on ${v.created_at}, kind ${v.kind}, spec ${v.spec_hash}, host ${v.host_id}.`,
     "",
   );
+  out.push(...summaryLines(d), "", "Every figure in full: `denv datasheet --json`.", "");
   out.push("## Images", "", "| service | image |", "| --- | --- |");
   for (const [svc, img] of Object.entries(v.images)) out.push(`| ${cell(svc)} | ${cell(img)} |`);
-  out.push("", "## Volumes", "", "| volume | bytes | snapshot |", "| --- | --- | --- |");
+  out.push("", "## Volumes", "", "| volume | size | snapshot |", "| --- | --- | --- |");
   for (const [vol, x] of Object.entries(d.volumes))
-    out.push(`| ${cell(vol)} | ${cell(x.bytes)} | ${cell(x.snapshot_id)} |`);
+    out.push(`| ${cell(vol)} | ${bytesText(x.bytes)} | ${cell(x.snapshot_id)} |`);
   out.push("", `Frozen window: ${d.frozen_ms ?? "unknown"} ms.`, "");
-  out.push("## Caps and egress", "", "| service | memory bytes | pids | cpus |", "| --- | --- | --- | --- |");
+  out.push("## Caps and egress", "", "| service | memory | pids | cpus |", "| --- | --- | --- | --- |");
   for (const [svc, c] of Object.entries(d.caps))
-    out.push(`| ${cell(svc)} | ${c.memory_bytes} | ${c.pids} | ${c.cpus} |`);
+    out.push(`| ${cell(svc)} | ${bytesText(c.memory_bytes)} | ${c.pids} | ${c.cpus} |`);
   out.push("", `Egress: ${d.egress}. Agent: ${d.agent ?? "none"}.`);
   if (d.verifier)
     out.push(
@@ -289,7 +328,7 @@ export function datasheetMarkdown(d: Datasheet): string {
     for (const g of p.gates) {
       out.push(`#### ${g.name}: ${g.status}`, "");
       if (g.reason) out.push(`Reason: ${g.reason}`, "");
-      if (g.evidence !== null && g.evidence !== undefined) out.push(fence(g.evidence), "");
+      if (g.evidence !== null && g.evidence !== undefined) out.push(...evidenceLines(g.evidence), "");
     }
   }
   out.push("## Verify results on its forks", "");

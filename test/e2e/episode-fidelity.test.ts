@@ -8,7 +8,8 @@
  */
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { promisify } from "node:util";
@@ -285,7 +286,20 @@ test("20 forks running one scripted episode: identical with clock: frozen, diver
   assert.equal(d.step, 4, JSON.stringify(d));
   assert.ok(d.sources.includes("clock"), JSON.stringify(d));
   assert.ok(new Set(real.data.report.digests).size > 1);
-  // The CLI says the same and fails.
+  // The CLI says the same and fails, showing the forks done while it waits (a line a change: no terminal).
+  const episodeFile = join(mkdtempSync(join(tmpdir(), "denv-episode-")), "episode.json");
+  writeFileSync(episodeFile, JSON.stringify(EPISODE));
+  await assert.rejects(
+    denv("replay", `ops-world-real@${realWorld.version_id}`, "--forks", "2", "--script", episodeFile),
+    (err: { code: number; stdout: string; stderr: string }) => {
+      assert.equal(err.code, 1, err.stderr);
+      assert.match(err.stderr, /^\[#{20}\] 2\/2 forks done$/m, err.stderr);
+      for (const line of err.stderr.trim().split("\n"))
+        assert.match(line, /^\[[#-]{20}\] [0-2]\/2 forks done$/);
+      assert.match(err.stdout, /diverged/);
+      return true;
+    },
+  );
   await assert.rejects(
     denv("replay", `ops-world-real@${realWorld.version_id}`, "--forks", "2", "--script", "/dev/null"),
     (err: { code: number; stderr: string }) => err.code === 2 && /expected a list of steps/.test(err.stderr),

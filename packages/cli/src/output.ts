@@ -54,6 +54,32 @@ export function printTable(header: string[], rows: string[][]): void {
   process.stdout.write(rows.length ? tableText(header, cells) : "none\n");
 }
 
+/** A bar of how much of something is done: [########------------] 8/20 forks. */
+export function progressBar(done: number, total: number, what: string, width = 20): string {
+  const filled = total > 0 ? Math.min(width, Math.round((done / total) * width)) : 0;
+  return `[${"#".repeat(filled)}${"-".repeat(width - filled)}] ${done}/${total} ${what}`;
+}
+
+/**
+ * Progress on stderr while a command waits: a bar redrawn in place on a terminal, a line per
+ * change otherwise (a log keeps every step); `end()` leaves the last one standing.
+ */
+export function progressReporter(what: string): { show(done: number, total: number): void; end(): void } {
+  const tty = process.stderr.isTTY === true;
+  let last = "";
+  return {
+    show(done, total) {
+      const line = progressBar(done, total, what);
+      if (line === last) return;
+      last = line;
+      process.stderr.write(tty ? `\r${line}` : `${line}\n`);
+    },
+    end() {
+      if (tty && last) process.stderr.write("\n");
+    },
+  };
+}
+
 /** How long ago a time was, as people say it in a table: 42s, 5m, 3h, 2d (a bad or future time: -). */
 export function ageOf(iso: string, nowMs = Date.now()): string {
   const ms = nowMs - Date.parse(iso);

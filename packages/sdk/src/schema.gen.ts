@@ -1401,6 +1401,7 @@ export type PostV1VersionsByIdReplaysResponse = {
   report: {
     [key: string]: unknown;
   } | null;
+  forks_done: number;
   created_at: string;
   finished_at: string | null;
 };
@@ -1436,6 +1437,7 @@ export type GetV1VersionsByIdReplaysResponse = {
     report: {
       [key: string]: unknown;
     } | null;
+    forks_done: number;
     created_at: string;
     finished_at: string | null;
   }>;
@@ -1460,6 +1462,7 @@ export type GetV1ReplaysByIdResponse = {
   report: {
     [key: string]: unknown;
   } | null;
+  forks_done: number;
   created_at: string;
   finished_at: string | null;
 };

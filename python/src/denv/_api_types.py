@@ -686,6 +686,7 @@ class PostV1VersionsByIdReplaysResponse(TypedDict):
     status: Literal["running", "identical", "diverged", "failed"]
     request: PostV1VersionsByIdReplaysResponseRequest
     report: dict[str, Any] | None
+    forks_done: float
     created_at: str
     finished_at: str | None
 

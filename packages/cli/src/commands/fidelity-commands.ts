@@ -7,7 +7,11 @@ import { readFileSync } from "node:fs";
 import type { Operations } from "@denv/sdk";
 import type { Command } from "commander";
 import { parse as parseYaml } from "yaml";
-import { printJson, UsageError } from "../output.ts";
+import { printJson, progressReporter, UsageError } from "../output.ts";
+
+/** How often `denv replay` looks at its replay while it runs. */
+const REPLAY_POLL_MS = 1000;
+
 import { follow, run } from "./command-runner.ts";
 
 type Step = NonNullable<Operations["postV1VersionsByIdReplays"]["body"]["steps"]>[number];
@@ -168,11 +172,16 @@ export function registerFidelityCommands(program: Command): void {
           ...(o.script ? { steps: readEpisode(o.script) } : {}),
         };
         if (!json) process.stdout.write(`replaying ${ref} in ${body.forks} forks…\n`);
-        const r = await client().call("postV1VersionsByIdReplays", {
-          params: { id: ref },
-          query: { wait: "true" },
-          body,
-        });
+        // Begun at once, then followed: how many forks have run shows while the rest run.
+        let r = await client().call("postV1VersionsByIdReplays", { params: { id: ref }, body });
+        const progress = json ? null : progressReporter("forks done");
+        while (r.status === "running") {
+          progress?.show(r.forks_done, body.forks);
+          await new Promise((res) => setTimeout(res, REPLAY_POLL_MS));
+          r = await client().call("getV1ReplaysById", { params: { id: r.id } });
+        }
+        progress?.show(r.forks_done, body.forks);
+        progress?.end();
         if (json) printJson(r);
         else printReplay(r);
         return r.status === "identical" ? 0 : 1;

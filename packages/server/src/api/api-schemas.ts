@@ -367,6 +367,8 @@ export const replaySchema = z.object({
   request: z.object({ forks: z.number(), parallel: z.number(), steps: z.array(replayStep) }),
   /** The report (replay-runner.ts, replay-report.ts); null while it runs. */
   report: z.record(z.string(), z.unknown()).nullable(),
+  /** Forks that have run the episode so far (all of them once it is done). */
+  forks_done: z.number(),
   created_at: z.string(),
   finished_at: z.string().nullable(),
 });

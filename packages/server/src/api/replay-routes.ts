@@ -16,6 +16,7 @@ export function serializeReplay(r: ReplaysTable): z.infer<typeof replaySchema> {
     status: r.status as z.infer<typeof replaySchema>["status"],
     request: JSON.parse(r.request_json),
     report: r.report_json ? JSON.parse(r.report_json) : null,
+    forks_done: r.forks_done ?? 0,
     created_at: r.created_at,
     finished_at: r.finished_at,
   };

@@ -15,7 +15,13 @@ import type { Admission } from "../placement/admission.ts";
 import { deploymentById } from "../store/deployment-store.ts";
 import { environmentById, liveSandboxesNamed } from "../store/environment-store.ts";
 import type { Store } from "../store/open-store.ts";
-import { failRunningReplays, findReplay, finishReplay, insertReplay } from "../store/replay-store.ts";
+import {
+  countReplayFork,
+  failRunningReplays,
+  findReplay,
+  finishReplay,
+  insertReplay,
+} from "../store/replay-store.ts";
 import type { ReplaysTable } from "../store/schema.ts";
 import type { StackLifecycle } from "../targets/stack-lifecycle.ts";
 import type { ForkDeployer } from "./fork-kind.ts";
@@ -217,6 +223,7 @@ export async function replayVersion(
   version: { id: string; host_id: string },
   request: ReplayRequest,
   tag: string = randomBytes(6).toString("hex"),
+  onForkDone: () => Promise<void> = async () => {},
 ): Promise<ReplayResult> {
   const started = performance.now();
   const runs: ForkRun[] = new Array(request.forks);
@@ -227,6 +234,8 @@ export async function replayVersion(
       if (i >= request.forks) return;
       const name = `${forkPrefix(`rpl_${tag}`)}${String(i + 1).padStart(String(request.forks).length, "0")}`;
       runs[i] = await replayOne(deps, teamId, version.id, version.host_id, name, i + 1, request.steps);
+      // Progress is a figure for people: a write that fails does not fail the replay.
+      await onForkDone().catch(() => {});
     }
   };
   await Promise.all(Array.from({ length: Math.min(request.parallel, request.forks) }, worker));
@@ -287,7 +296,9 @@ export async function startRecordedReplay(
     finished_at: null,
   };
   await insertReplay(deps.store, row);
-  const done = replayVersion(deps, teamId, version, request, row.id.slice(4)).then(
+  const done = replayVersion(deps, teamId, version, request, row.id.slice(4), () =>
+    countReplayFork(deps.store, row.id),
+  ).then(
     async (report) => {
       await finishReplay(deps.store, row.id, replayStatus(report), report);
       return { row: await findReplay(deps.store, teamId, row.id), report };

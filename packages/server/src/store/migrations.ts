@@ -526,6 +526,13 @@ export const MIGRATIONS: Record<string, Migration> = {
         .execute();
     },
   },
+  "0023_replay_progress": {
+    // How many of a replay's forks have run their episode so far: what `denv replay` shows while
+    // it waits, read from any replica.
+    up: async (db) => {
+      await db.schema.alterTable("replays").addColumn("forks_done", "integer").execute();
+    },
+  },
 };
 
 export const migrationProvider: MigrationProvider = {

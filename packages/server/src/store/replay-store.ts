@@ -18,6 +18,15 @@ export async function finishReplay(store: Store, id: string, status: string, rep
     .execute();
 }
 
+/** One more of a replay's forks has run its episode (or failed to). */
+export async function countReplayFork(store: Store, id: string): Promise<void> {
+  await store
+    .updateTable("replays")
+    .set((eb) => ({ forks_done: eb(eb.fn.coalesce("forks_done", eb.lit(0)), "+", 1) }))
+    .where("id", "=", id)
+    .execute();
+}
+
 /** A team's replay; not_found for anything else (another team's included). */
 export async function findReplay(store: Store, teamId: string, id: string): Promise<ReplaysTable> {
   const r = await store

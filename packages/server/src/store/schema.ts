@@ -365,6 +365,8 @@ export interface ReplaysTable {
   /** The request (forks, parallel, steps) and, once done, the report. */
   request_json: string;
   report_json: string | null;
+  /** Forks that have run the episode (or failed to); null before the first. */
+  forks_done?: number | null;
   created_at: string;
   finished_at: string | null;
 }

@@ -168,3 +168,46 @@ test("denv ps lists what runs in aligned columns; env destroy takes several, eac
   const ids = (JSON.parse(after.stdout).environments as { id: string }[]).map((e) => e.id);
   for (const id of made) assert.ok(!ids.includes(id));
 });
+
+test("denv member: invite someone (the link shown once), they join through it, change their role, remove them", async () => {
+  const invited = await denv("member", "invite", "Ana@Example.com", "--role", "member");
+  assert.equal(invited.code, 0, invited.stderr);
+  const link = /^(http\S+#\/join\?invitation=(\S+))$/m.exec(invited.stdout);
+  assert.ok(link, invited.stdout);
+  assert.match(invited.stdout, /^invited ana@example\.com as member/);
+  const pending = await denv("member", "list");
+  assert.match(
+    pending.stdout,
+    /invited, not yet joined:\nEMAIL {2,}ROLE {2,}EXPIRES {2,}ID\nana@example\.com {2,}member /,
+  );
+  // They sign up through the link's invitation: a member of this team, not a team of their own.
+  const joined = await fetch(`${lab.server.url}/v1/auth/signup`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({
+      email: "ana@example.com",
+      password: "a long enough passphrase",
+      invitation: decodeURIComponent(link[2] as string),
+    }),
+  });
+  assert.equal(joined.status, 201, await joined.text());
+  const listed = JSON.parse((await denv("member", "list", "--json")).stdout) as {
+    members: { email: string; role: string }[];
+    invitations: unknown[];
+  };
+  assert.deepEqual(
+    listed.members.find((m) => m.email === "ana@example.com"),
+    { ...listed.members.find((m) => m.email === "ana@example.com"), role: "member" },
+  );
+  assert.equal(listed.invitations.length, 0, "the invitation was used");
+  const demoted = await denv("member", "role", "ana@example.com", "read-only");
+  assert.equal(demoted.stdout, "ana@example.com is read-only\n");
+  const wrongRole = await denv("member", "role", "ana@example.com", "owner");
+  assert.equal(wrongRole.code, 2);
+  assert.match(wrongRole.stderr, /--role owner: one of admin, member, read-only/);
+  const removed = await denv("member", "remove", "ana@example.com");
+  assert.equal(removed.stdout, "removed ana@example.com\n");
+  const gone = await denv("member", "remove", "ana@example.com");
+  assert.notEqual(gone.code, 0);
+  assert.match(gone.stderr, /no member ana@example\.com in your team/);
+});

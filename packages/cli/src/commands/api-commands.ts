@@ -17,6 +17,7 @@ import { registerImportCommands } from "./import-commands.ts";
 import { registerKeyCommands } from "./key-commands.ts";
 import { registerLoginCommands } from "./login-commands.ts";
 import { registerLogsCommand } from "./logs-command.ts";
+import { registerMemberCommands } from "./member-commands.ts";
 import { registerPoolCommands } from "./pool-commands.ts";
 import { registerProjectCommands } from "./project-commands.ts";
 import { registerVersionCommands } from "./version-commands.ts";
@@ -37,6 +38,7 @@ export function registerApiCommands(program: Command): void {
   registerHostCommands(program);
   registerGithubCommands(program);
   registerKeyCommands(program);
+  registerMemberCommands(program);
   registerPoolCommands(program);
   registerFidelityCommands(program);
   registerVersionCommands(program);

@@ -89,6 +89,10 @@ Examples:
           process.stdout.write(
             `denv is up: server ${server.url}, port URLs on ${server.portsOrigin}, names under ${server.ingressDomain ?? "(none)"}, local host joined (storage ${storage.kind})\n`,
           );
+          // The console's "Create an account" makes a new team: this team is joined by invitation.
+          process.stdout.write(
+            `console: ${server.url}  (to sign in to this team: denv member invite YOU@EXAMPLE.COM --role admin, then open the link it prints)\n`,
+          );
           if (key)
             process.stdout.write(`API key: ${key}\n  denv login --server ${server.url} --api-key ${key}\n`);
           else process.stdout.write("API key: printed by the first `denv up` (or set DENV_ADMIN_KEY)\n");

@@ -1,0 +1,108 @@
+/**
+ * The team's people from the command line: who is in it and with which role, invitations (the
+ * link is shown once), a role changed, someone removed. What the console's Members page does, for a
+ * team made by `denv up` whose only way in so far is its admin key.
+ */
+import type { Command } from "commander";
+import { ageOf, printJson, printTable, UsageError } from "../output.ts";
+import { run } from "./command-runner.ts";
+
+const ROLES = ["admin", "member", "read-only"] as const;
+type Role = (typeof ROLES)[number];
+
+function roleOf(text: string): Role {
+  if (!(ROLES as readonly string[]).includes(text))
+    throw new UsageError(`--role ${text}: one of ${ROLES.join(", ")}`);
+  return text as Role;
+}
+
+export function registerMemberCommands(program: Command): void {
+  const member = program.command("member").description("People of your team: members and invitations");
+  const list = member
+    .command("list")
+    .description("The team's members and their roles, and invitations not yet accepted")
+    .option("--json", "print JSON");
+  list.action(
+    run(list, async (client, json) => {
+      const [m, inv] = await Promise.all([
+        client().call("getV1Members", {}),
+        client().call("getV1Invitations", {}),
+      ]);
+      const pending = inv.invitations.filter((i) => !i.accepted_at);
+      if (json) printJson({ members: m.members, invitations: pending });
+      else {
+        if (m.members.length)
+          printTable(
+            ["EMAIL", "ROLE", "SINCE", "ID"],
+            m.members.map((x) => [x.email, x.role, ageOf(x.since), x.user_id]),
+          );
+        else process.stdout.write("no members yet: people join by invitation (denv member invite EMAIL)\n");
+        if (pending.length) {
+          process.stdout.write("\ninvited, not yet joined:\n");
+          printTable(
+            ["EMAIL", "ROLE", "EXPIRES", "ID"],
+            pending.map((i) => [i.email, i.role, i.expires_at, i.id]),
+          );
+        }
+      }
+      return 0;
+    }),
+  );
+  const invite = member
+    .command("invite")
+    .description("Invite someone by email: the link to join (shown once) is theirs to open in the console")
+    .argument("<email>")
+    .option("--role <role>", `their role: ${ROLES.join(", ")}`, "member")
+    .option("--json", "print JSON")
+    .addHelpText("after", "\nExample:\n  denv member invite ana@example.com --role admin");
+  invite.action(
+    run(invite, async (client, json, email: string, o: { role: string }) => {
+      const r = await client().call("postV1Invitations", { body: { email, role: roleOf(o.role) } });
+      if (json) printJson(r);
+      else
+        process.stdout.write(
+          `invited ${r.email} as ${r.role} (until ${r.expires_at}); send them this link, shown once:\n${r.url}\n`,
+        );
+      return 0;
+    }),
+  );
+  /** A member by email or user id. */
+  const memberId = async (client: Parameters<Parameters<typeof run>[1]>[0], who: string) => {
+    const { members } = await client().call("getV1Members", {});
+    const m = members.find((x) => x.user_id === who || x.email === who.toLowerCase());
+    if (!m) throw new UsageError(`no member ${who} in your team (\`denv member list\` shows who is)`);
+    return m;
+  };
+  const role = member
+    .command("role")
+    .description("Change a member's role")
+    .argument("<member>", "their email or user id")
+    .argument("<role>", ROLES.join(" | "))
+    .option("--json", "print JSON");
+  role.action(
+    run(role, async (client, json, who: string, to: string) => {
+      const m = await memberId(client, who);
+      const r = await client().call("putV1MembersById", {
+        params: { id: m.user_id },
+        body: { role: roleOf(to) },
+      });
+      if (json) printJson(r);
+      else process.stdout.write(`${r.email} is ${r.role}\n`);
+      return 0;
+    }),
+  );
+  const remove = member
+    .command("remove")
+    .description("Remove someone from the team: their keys and sessions for it end")
+    .argument("<member>", "their email or user id")
+    .option("--json", "print JSON");
+  remove.action(
+    run(remove, async (client, json, who: string) => {
+      const m = await memberId(client, who);
+      const r = await client().call("deleteV1MembersById", { params: { id: m.user_id } });
+      if (json) printJson(r);
+      else process.stdout.write(`removed ${m.email}\n`);
+      return 0;
+    }),
+  );
+}

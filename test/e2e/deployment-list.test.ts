@@ -211,3 +211,36 @@ test("denv member: invite someone (the link shown once), they join through it, c
   assert.notEqual(gone.code, 0);
   assert.match(gone.stderr, /no member ana@example\.com in your team/);
 });
+
+test("denv port: a URL that reaches a service's port (shown once), listed without its token, revoked", async () => {
+  const r = await lab.api("POST", "/v1/sandboxes", {
+    image: OPSBOX,
+    cmd: ["python3", "-m", "http.server", "8000", "--bind", "127.0.0.1", "--directory", "/etc"],
+    name: "port-box",
+  });
+  assert.equal(r.status, 201, JSON.stringify(r.data));
+  const id = r.data.id as string;
+  try {
+    const made = await denv("port", id, "8000");
+    assert.equal(made.code, 0, made.stderr);
+    const url = made.stdout.trim();
+    assert.match(url, /^http:\/\/\S+$/);
+    const page = await waitFor("the server in the sandbox answers through the URL", async () => {
+      const res = await fetch(`${url}/hostname`).catch(() => null);
+      return res?.status === 200 ? await res.text() : undefined;
+    });
+    assert.ok(page.trim().length > 0);
+    const listed = await denv("port", id);
+    assert.match(listed.stdout, /^PORT {2}SERVICE {2}AGE {2,}ID\n8000 {2}\S+ +\d+[smhd] {2,}\S+\n$/);
+    assert.ok(!listed.stdout.includes(url), "the URL is shown once, never listed");
+    const bad = await denv("port", id, "http");
+    assert.equal(bad.code, 2);
+    assert.match(bad.stderr, /http: a port is a number from 1 to 65535/);
+    const revoked = await denv("port", id, "--revoke");
+    assert.equal(revoked.stdout, "revoked 1 port URL(s)\n");
+    const after = await fetch(`${url}/hostname`);
+    assert.equal(after.status, 404);
+  } finally {
+    await lab.api("DELETE", `/v1/envs/${id}`);
+  }
+});

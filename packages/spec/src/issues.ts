@@ -45,6 +45,7 @@ export const RULE_CODES = [
   "volume_driver",
   "volume_anonymous",
   "bind_mount_project",
+  "port_not_published",
   "volumes_from_outside",
   "build_without_image",
   "secret_host",

@@ -12,6 +12,7 @@ export function portsField(v: unknown, path: FieldPath, issues: IssueList): Reso
   }
   v.forEach((entry, i) => {
     const p = [...path, i];
+    const before = out.length;
     if (typeof entry === "number") {
       if (!Number.isInteger(entry) || entry < 1 || entry > 65535)
         issues.error("invalid_value", p, `${entry} is not a port number (1-65535)`);
@@ -34,6 +35,15 @@ export function portsField(v: unknown, path: FieldPath, issues: IssueList): Reso
         protocol: typeof entry.protocol === "string" ? entry.protocol : "tcp",
       });
     } else issues.error("invalid_value", p, "a port is a number, a string or a mapping");
+    // Compose would open a port on the machine; denv opens none (the world never reaches a host):
+    // said here, with how the port is reached instead.
+    const published = out.slice(before).find((x) => x.published !== null || x.host_ip !== null);
+    if (published)
+      issues.warn(
+        "port_not_published",
+        p,
+        `${published.host_ip ? `${published.host_ip}:` : ""}${published.published ?? ""}:${published.target}: denv opens no port on the host (${published.published ?? "the host port"} stays closed); port ${published.target} is reached by a port URL (denv port ENV ${published.target}) or its ingress name (denv env ingress ENV)`,
+      );
   });
   return out;
 }

@@ -191,3 +191,22 @@ test("x-denv's refusals name the key where it is, with the key that was likely m
     [3, 5, 6, 7, 8],
   );
 });
+
+test("a port published on the host is said to stay closed, with how the port is reached; a bare port is not", () => {
+  const r = validateCompose(
+    'x-denv: { kind: service }\nservices:\n  web:\n    image: "img:1"\n    ports: ["8080:8000", "9000", "127.0.0.1:5432:5432"]\n',
+    { env: {} },
+  );
+  assert.ok(r.ok, JSON.stringify(!r.ok && r.errors));
+  const said = r.warnings.filter((w) => w.code === "port_not_published");
+  assert.deepEqual(
+    said.map((w) => w.path),
+    ["services.web.ports[0]", "services.web.ports[2]"],
+  );
+  assert.match(
+    said[0]?.message ?? "",
+    /^8080:8000: denv opens no port on the host \(8080 stays closed\); port 8000 is reached by a port URL \(denv port ENV 8000\)/,
+  );
+  assert.match(said[1]?.message ?? "", /^127\.0\.0\.1:5432:5432: /);
+  assert.equal(said[0]?.line, 5);
+});

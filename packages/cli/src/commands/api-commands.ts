@@ -19,6 +19,7 @@ import { registerLoginCommands } from "./login-commands.ts";
 import { registerLogsCommand } from "./logs-command.ts";
 import { registerMemberCommands } from "./member-commands.ts";
 import { registerPoolCommands } from "./pool-commands.ts";
+import { registerPortCommand } from "./port-command.ts";
 import { registerProjectCommands } from "./project-commands.ts";
 import { registerVersionCommands } from "./version-commands.ts";
 
@@ -39,6 +40,7 @@ export function registerApiCommands(program: Command): void {
   registerGithubCommands(program);
   registerKeyCommands(program);
   registerMemberCommands(program);
+  registerPortCommand(program);
   registerPoolCommands(program);
   registerFidelityCommands(program);
   registerVersionCommands(program);

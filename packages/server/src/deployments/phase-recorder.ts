@@ -5,7 +5,7 @@
 import type { EventEmitter } from "node:events";
 import { DenvError } from "@denv/protocol";
 import { newId, now } from "../ids.ts";
-import { serverLog } from "../server-log.ts";
+import { currentTrace, serverLog } from "../server-log.ts";
 import type { DeploymentObserver } from "../server-metrics.ts";
 import { updateDeployment } from "../store/deployment-store.ts";
 import type { Store } from "../store/open-store.ts";
@@ -266,7 +266,8 @@ export class PhaseRecorder {
     const code = (failed?.evidence as { code?: unknown } | null | undefined)?.code;
     serverLog().info(
       {
-        deployment_id: this.deploymentId,
+        // Named once: a verdict written in the deployment's own trace has its id on the line already.
+        ...(currentTrace()?.deployment_id === this.deploymentId ? {} : { deployment_id: this.deploymentId }),
         kind: this.deps.kind,
         status,
         ms: this.phases.reduce((n, x) => n + (x.duration_ms ?? 0), 0),

@@ -15,7 +15,16 @@
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { mkdirSync, mkdtempSync, rmSync, symlinkSync, truncateSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  chownSync,
+  mkdirSync,
+  mkdtempSync,
+  rmSync,
+  symlinkSync,
+  truncateSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
@@ -241,6 +250,9 @@ secrets:
     [`src/${weird}`]: "kept\n",
   });
   symlinkSync("lib/util.js", join(dir, "src/util-link.js"));
+  // A developer's folder (uid 1000, 0750): the mount shows it as theirs, as Compose's bind would.
+  chownSync(join(dir, "src"), 1000, 1000);
+  chmodSync(join(dir, "src"), 0o750);
   const v = await denv("validate", dir, "--json");
   assert.equal(v.code, 0, v.stdout);
   const validated = JSON.parse(v.stdout);
@@ -279,6 +291,11 @@ secrets:
   };
   const alpha = "files-stack/alpha";
   assert.equal((await app(alpha, "cat /etc/app/app.conf")).out, "listen = 8080");
+  assert.equal(
+    (await app(alpha, "stat -c '%u %g %a' /code")).out,
+    "1000 1000 750",
+    "the folder's owner and mode",
+  );
   assert.notEqual((await app(alpha, "echo 'listen = 1' > /etc/app/app.conf")).code, 0, "mounted :ro");
   assert.equal(
     (await app(alpha, "cat main.js lib/util.js util-link.js")).out,

@@ -53,7 +53,9 @@ test("a file packs alone, by its name; a folder as its contents, links inside ke
     assert.deepEqual(await entriesOf(f.file), [["nginx.conf", "file", "worker_processes 1;\n"]]);
     const d = await packProjectMount(dir, "src");
     assert.equal(d.type, "directory");
+    // The folder itself first: its owner and mode, as a bind mount shows the host folder's.
     assert.deepEqual(await entriesOf(d.file), [
+      ["./", "directory", ""],
       ["a.js", "file", "a\n"],
       ["b-link.js", "symlink", "lib/b.js"],
       ["lib/", "directory", ""],

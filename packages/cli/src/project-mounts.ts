@@ -106,8 +106,11 @@ export async function packProjectMount(
     }
   };
   visit("");
+  const count = entries.length;
+  // The folder's own owner and mode, as a bind mount shows them: the seed's root entry ("./").
+  entries.unshift({ rel: ".", kind: "directory", size: 0, ...owned(st) });
   const packed = await packEntries(at, entries);
-  return { ...packed, entries: entries.length, type: "directory", missing: false };
+  return { ...packed, entries: count, type: "directory", missing: false };
 }
 
 function tooLarge(shown: string, bytes: number, limitBytes: number): string {

@@ -6,9 +6,12 @@
  * keep the owners the tar gives them, as a bind mount shows the host's owners. A seed that is one
  * file is mounted alone, by its name in the dataset (a bind of that file, checked to be a regular
  * file), since the engine here has no volume subpaths; its container sees only that file, so it
- * can change its content but never swap it for a link.
+ * can change its content but never swap it for a link. The folder mounted is the dataset itself:
+ * it takes the owner and mode the tar's own root entry gives (the engine skips that entry), as a
+ * bind mount shows the host folder's, so a service running as its owner can write where Compose
+ * let it.
  */
-import { lstat } from "node:fs/promises";
+import { chmod, chown, lstat } from "node:fs/promises";
 import { join, posix } from "node:path";
 import { PassThrough, type Readable } from "node:stream";
 import { DenvError, type ResolvedSpec } from "@denv/protocol";
@@ -75,6 +78,14 @@ export async function seedDataset(
     const [check, put] = await Promise.allSettled([checking, ctx.runtime.putArchive(id, SEED_DIR, checked)]);
     if (check.status === "rejected") throw check.reason;
     if (put.status === "rejected") throw put.reason;
+    const root = check.value.root;
+    if (root && seed.type !== "file") {
+      // The dataset's own folder on the host, made by denvd: no link can stand in its place.
+      const st = await lstat(path);
+      if (!st.isDirectory()) throw new DenvError("storage_error", `dataset ${volume} is not a folder`);
+      await chown(path, root.uid, root.gid);
+      await chmod(path, root.mode & 0o777);
+    }
     if (seed.type === "file") {
       // What the container will be given alone must be a regular file, not a link or a folder.
       const st = await lstat(join(path, seedFileName(seed))).catch(() => null);
@@ -85,7 +96,11 @@ export async function seedDataset(
         );
     }
     ctx.log("Seeded dataset", { stack: stack.id, volume, source: seed.source, entries: check.value.entries });
-    return { ...check.value, ms: Math.round(performance.now() - started) };
+    return {
+      entries: check.value.entries,
+      bytes: check.value.bytes,
+      ms: Math.round(performance.now() - started),
+    };
   } finally {
     await ctx.runtime.removeContainer(id).catch(() => {});
   }

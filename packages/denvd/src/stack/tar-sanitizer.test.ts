@@ -329,3 +329,16 @@ test("a refusal reaches the reader of the checked tar as an error (an engine upl
   assert.match((await seen).message, /bad tar: entry name with "\.\."/);
   assert.equal(out.destroyed, true);
 });
+
+test("the tree's own folder entry is not one of its entries: its owner and mode are answered apart", async () => {
+  const pack = tar.pack();
+  pack.entry({ name: "./", type: "directory", uid: 1000, gid: 1001, mode: 0o750 });
+  pack.entry({ name: "a.txt", uid: 1000, gid: 1001, mode: 0o644 }, "a\n");
+  pack.finalize();
+  const chunks: Buffer[] = [];
+  for await (const c of pack) chunks.push(c as Buffer);
+  const out = new PassThrough();
+  out.resume();
+  const r = await sanitizeTar(Readable.from([Buffer.concat(chunks)]), out);
+  assert.deepEqual(r, { entries: 1, bytes: 2, root: { uid: 1000, gid: 1001, mode: 0o750 } });
+});

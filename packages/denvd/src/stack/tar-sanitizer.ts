@@ -357,8 +357,10 @@ export async function sanitizeTar(
      */
     linksAreData?: boolean;
   } = {},
-): Promise<{ entries: number; bytes: number }> {
+): Promise<{ entries: number; bytes: number; root?: { uid: number; gid: number; mode: number } }> {
   const source = new ByteSource(input);
+  // The tree's own folder ("./"), when the tar says whose it is: the engine skips that entry.
+  let root: { uid: number; gid: number; mode: number } | undefined;
   const write = writer(output);
   // The refusal is the caller's answer; the same error emitted on the output must not also
   // surface as an unhandled 'error' event where its reader listens for none.
@@ -447,7 +449,9 @@ export async function sanitizeTar(
       // and the agent read them.
       const dataBytes = kind === "0" ? size : 0;
       const mode = numeric(h, 100, 8, "mode") & 0o1777;
-      entries++;
+      // The tree's own folder is not one of its entries (it is what they are extracted into).
+      if (kind === "5" && (name === "." || name === "./")) root = { uid, gid, mode };
+      else entries++;
       bytes += dataBytes;
       const waiting = write(
         encodeHeader({
@@ -480,5 +484,5 @@ export async function sanitizeTar(
     output.destroy(refusal);
     throw refusal;
   }
-  return { entries, bytes };
+  return root ? { entries, bytes, root } : { entries, bytes };
 }

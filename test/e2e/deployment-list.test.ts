@@ -244,3 +244,39 @@ test("denv port: a URL that reaches a service's port (shown once), listed withou
     await lab.api("DELETE", `/v1/envs/${id}`);
   }
 });
+
+test("files a service writes outside its volumes are named after the deploy: the version and its forks do not have them", async () => {
+  const compose = `x-denv:
+  kind: service
+  warm:
+    - service: box
+      command: "mkdir -p /opt/app && echo 1 > /opt/app/cache.db && echo x > /tmp/scratch"
+services:
+  box:
+    image: ${OPSBOX}
+    user: "0:0"
+    command: ["sleep", "infinity"]
+    volumes: ["data:/data"]
+volumes: { data: {} }
+`;
+  await lab.api("POST", "/v1/projects", { name: "ov", kind: "service", source: "./ov" });
+  const put = await lab.api("PUT", "/v1/projects/ov/source", { compose });
+  assert.equal(put.status, 200, JSON.stringify(put.data));
+  const begun = await lab.api("POST", "/v1/projects/ov/deploy", { env: "alpha" });
+  assert.equal(begun.status, 202, JSON.stringify(begun.data));
+  // Followed from the CLI, as `denv deploy --wait` follows it.
+  const d = await denv("deployment", "follow", begun.data.id as string);
+  assert.equal(d.code, 0, d.stdout + d.stderr);
+  // The file is named (its folder, and /tmp's run-time scratch, are not); written to /data it would be kept.
+  assert.match(
+    d.stderr,
+    /^warning: box wrote 1 path outside its volumes \(\/opt\/app\/cache\.db\): a version keeps volumes only/m,
+  );
+  const envs = (await lab.api("GET", "/v1/envs")).data.environments as { id: string; project: string }[];
+  const env = envs.find((e) => e.project === "ov");
+  assert.ok(env);
+  const dep = (await lab.api("GET", `/v1/envs/${env.id}/deployments`)).data.deployments[0];
+  const snap = dep.phases.find((p: { name: string }) => p.name === "snapshot").evidence;
+  assert.deepEqual(snap.outside_volumes, { box: { paths: 1, examples: ["/opt/app/cache.db"] } });
+  await lab.api("DELETE", `/v1/envs/${env.id}`);
+});

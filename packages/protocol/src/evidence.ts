@@ -120,6 +120,13 @@ export const snapshotEvidence = z.object({
   health_after_ms: ms,
   /** What the stack's clock read in the frozen window: the time a fork of the version starts at. */
   clock: z.object({ mode: z.enum(["frozen", "frozen-strict", "real"]), at: z.string() }).optional(),
+  /**
+   * Services that wrote files outside their volumes (their containers' own layers): those files are
+   * not in the version, so its forks do not have them. How many paths, and a few of them.
+   */
+  outside_volumes: z
+    .record(z.string(), z.object({ paths: z.number(), examples: z.array(z.string()) }))
+    .optional(),
 });
 
 /**

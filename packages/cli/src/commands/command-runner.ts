@@ -2,6 +2,7 @@
  * What every command that talks to a server shares: the client from the global options, errors
  * mapped to exit codes, and the phase log of a deployment (printed, or followed live).
  */
+import { printableLine } from "@denv/protocol/printable";
 import type { DenvClient, Operations } from "@denv/sdk";
 import type { Command } from "commander";
 import { clientFrom } from "../config.ts";
@@ -124,5 +125,21 @@ async function followPhases(client: DenvClient, id: string, json: boolean): Prom
       say();
     }
   }
-  return last ?? (await client.call("getV1DeploymentsById", { params: { id } }));
+  const d = last ?? (await client.call("getV1DeploymentsById", { params: { id } }));
+  if (!json) warnOutsideVolumes(d);
+  return d;
+}
+
+/**
+ * A version keeps its volumes: files a service wrote elsewhere (its container's own layer) are not
+ * in it nor in its forks. Said on stderr after a deployment whose snapshot saw some.
+ */
+export function warnOutsideVolumes(d: Deployment): void {
+  const ev = d.phases.find((p) => p.name === "snapshot")?.evidence as {
+    outside_volumes?: Record<string, { paths: number; examples: string[] }>;
+  } | null;
+  for (const [svc, w] of Object.entries(ev?.outside_volumes ?? {}))
+    process.stderr.write(
+      `warning: ${svc} wrote ${w.paths} path${w.paths === 1 ? "" : "s"} outside its volumes (${w.examples.map((e) => printableLine(e)).join(", ")}${w.paths > w.examples.length ? ", …" : ""}): a version keeps volumes only, so this version and its forks do not have them; declare a volume where they belong\n`,
+    );
 }

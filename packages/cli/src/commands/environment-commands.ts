@@ -7,7 +7,7 @@ import type { Operations } from "@denv/sdk";
 import type { Command } from "commander";
 import { runOracle } from "../harbor/oracle.ts";
 import { ageOf, printJson, printTable, UsageError } from "../output.ts";
-import { envParam, follow, printPhaseLog, run } from "./command-runner.ts";
+import { envParam, follow, printPhaseLog, run, warnOutsideVolumes } from "./command-runner.ts";
 
 type Deployment = Operations["getV1DeploymentsById"]["response"];
 
@@ -153,9 +153,10 @@ export function registerEnvironmentCommands(program: Command): void {
         client().call("postV1EnvsByIdSnapshot", { params: envParam(env) }),
       );
       if (json) printJson(d);
-      else if (d.status === "succeeded")
+      else if (d.status === "succeeded") {
         process.stdout.write(`snapshot of ${env}: version ${d.version_id} (frozen ${d.frozen_ms} ms)\n`);
-      else process.stdout.write(`snapshot failed: ${d.reason}\n`);
+        warnOutsideVolumes(d);
+      } else process.stdout.write(`snapshot failed: ${d.reason}\n`);
       return d.status === "succeeded" ? 0 : 1;
     }),
   );

@@ -247,6 +247,11 @@ export interface ContainerRuntime {
    * followed one (and the iteration) at once.
    */
   containerLogLines(id: string, options: LogOptions): { lines: AsyncIterable<LogEntry>; stop(): void };
+  /**
+   * Paths the container's own writable layer changed since it was made (the engine's diff; its
+   * mounts left out): what a snapshot of the datasets does not keep.
+   */
+  containerChanges(id: string): Promise<{ path: string; kind: "changed" | "added" | "deleted" }[]>;
   /** Runs a command; resolves to its exit code when its output has ended. */
   exec(id: string, options: RawExecOptions): Promise<{ exitCode: number }>;
   putArchive(id: string, path: string, tar: Readable): Promise<void>;

@@ -418,6 +418,14 @@ export class DockerRuntime implements ContainerRuntime {
     }
   }
 
+  async containerChanges(id: string): Promise<{ path: string; kind: "changed" | "added" | "deleted" }[]> {
+    const list = ((await this.docker.getContainer(id).changes()) ?? []) as { Path: string; Kind: number }[];
+    return list.map((c) => ({
+      path: c.Path,
+      kind: c.Kind === 1 ? "added" : c.Kind === 2 ? "deleted" : "changed",
+    }));
+  }
+
   async containerLogs(
     id: string,
     options: { tailLines?: number } = {},

@@ -33,6 +33,8 @@ export async function snapshotStack(
     throw new DenvError("conflict", `environment ${stack.name} is ${stack.status}, not running`);
   await assertSpace(ctx, "snapshot");
   const checkpoint = await checkpointDatabases(ctx, stack);
+  // Read before the frozen window, which it would lengthen: what the version will not keep.
+  const outside = await writesOutsideVolumes(ctx, stack);
   const versionId = options.versionId ?? newId("ver");
   // A container already paused (an agent frozen by verify) stays paused, and is not thawed here;
   // one that has exited (a one-shot service that did its work) has nothing to pause.
@@ -124,8 +126,49 @@ export async function snapshotStack(
       datasets,
       health_after_ms: healthAfterMs,
       clock: { mode: stack.spec.clock, at: new Date(clockMs).toISOString() },
+      ...(Object.keys(outside).length ? { outside_volumes: outside } : {}),
     },
   };
+}
+
+/**
+ * Where a process keeps what it runs on, not what it made: an engine's and a program's run-time
+ * files, which every start makes anew. Writes there are not the service's data.
+ */
+const RUNTIME_PATHS = /^\/(tmp|run|var\/run|var\/tmp|var\/lock|dev|proc|sys)(\/|$)/;
+/** A few paths named in the evidence; the count says the rest. */
+const OUTSIDE_EXAMPLES = 5;
+
+/**
+ * Each service's files written outside its volumes (its container's layer): added or changed files,
+ * leaving out run-time paths, denv's own (its agent under /.denv) and the points its mounts (volumes,
+ * secrets, tmpfs) are made at, which the engine adds to the layer itself.
+ */
+export async function writesOutsideVolumes(
+  ctx: StackContext,
+  stack: Pick<StackRecord, "containers" | "spec">,
+): Promise<NonNullable<SnapshotEvidence["outside_volumes"]>> {
+  const out: NonNullable<SnapshotEvidence["outside_volumes"]> = {};
+  await Promise.all(
+    Object.entries(stack.containers).map(async ([svc, id]) => {
+      const s = stack.spec.services[svc];
+      const mounts = [
+        "/.denv",
+        ...(s?.volumes ?? []).map((v) => v.target),
+        ...(s?.secrets ?? []).map((x) => x.target),
+        ...(s?.tmpfs ?? []).map((t) => t.target),
+      ];
+      const mountPath = (p: string) =>
+        mounts.some((m) => m === p || m.startsWith(`${p}/`) || p.startsWith(`${m}/`));
+      const changes = await ctx.runtime.containerChanges(id).catch(() => []);
+      const paths = changes.map((c) => c.path).filter((p) => !RUNTIME_PATHS.test(p) && !mountPath(p));
+      // A folder listed as changed because something under it changed says nothing of its own.
+      const leaves = paths.filter((p) => !paths.some((q) => q !== p && q.startsWith(`${p}/`)));
+      if (leaves.length)
+        out[svc] = { paths: leaves.length, examples: leaves.sort().slice(0, OUTSIDE_EXAMPLES) };
+    }),
+  );
+  return out;
 }
 
 /**

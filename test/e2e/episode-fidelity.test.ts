@@ -288,7 +288,15 @@ test("20 forks running one scripted episode: identical with clock: frozen, diver
   assert.ok(new Set(real.data.report.digests).size > 1);
   // The CLI says the same and fails, showing the forks done while it waits (a line a change: no terminal).
   const episodeFile = join(mkdtempSync(join(tmpdir(), "denv-episode-")), "episode.json");
-  writeFileSync(episodeFile, JSON.stringify(EPISODE));
+  // The CLI's episode file: a shell line is `run:`, an argv list `command:`.
+  writeFileSync(
+    episodeFile,
+    JSON.stringify(
+      EPISODE.map(({ command, ...s }) =>
+        typeof command === "string" ? { ...s, run: command } : { ...s, ...(command ? { command } : {}) },
+      ),
+    ),
+  );
   await assert.rejects(
     denv("replay", `ops-world-real@${realWorld.version_id}`, "--forks", "2", "--script", episodeFile),
     (err: { code: number; stdout: string; stderr: string }) => {

@@ -200,13 +200,8 @@ describe("the installer", () => {
       `curl -fsSL ${server.url}/install.sh | sh -s -- --token djt_x --server http://${lab.gateway}:1`,
     );
     assert.equal(unreachable.exitCode, 1);
-    assert.match(unreachable.stderr, /the denv server at http:\/\/.*:1 cannot be reached \(/);
-    // A server that answers, but not as a denv server's downloads: its status and message, not "unreachable".
-    const wrongUrl = await host.sh(
-      `curl -fsSL ${server.url}/install.sh | sh -s -- --token djt_x --server ${server.url}/not-here`,
-    );
-    assert.equal(wrongUrl.exitCode, 1);
-    assert.match(wrongUrl.stderr, /the denv server at http:\/\/\S+\/not-here answered 404: /);
+    // The previous release's installer (this server is that release until it is upgraded below).
+    assert.match(unreachable.stderr, /cannot reach the denv server at http:\/\/.*:1/);
     const arch = await host.sh(
       `mkdir -p /tmp/fake && printf '#!/bin/sh\\necho riscv64\\n' > /tmp/fake/uname && chmod +x /tmp/fake/uname && curl -fsSL ${server.url}/install.sh | PATH=/tmp/fake:$PATH sh -s -- --token djt_x --server ${server.url}`,
     );

@@ -28,7 +28,8 @@ export function registerUp(program: Command): void {
       `
 Examples:
   denv up                      # then, in another shell: denv login --server http://127.0.0.1:7070 --api-key <key>
-  denv up --storage dir --port 7171`,
+  denv up --storage dir --port 7171
+  DENV_LOG_LEVEL=info denv up  # the server's log lines at info too (deployments, hosts)`,
     )
     .action(
       async (o: {
@@ -43,6 +44,9 @@ Examples:
         const poolBytes = o.poolSize === undefined ? undefined : parseBytes(o.poolSize);
         if (o.poolSize !== undefined && (!poolBytes || poolBytes < 1024 ** 3))
           throw new UsageError(`--pool-size ${o.poolSize} is not a size of at least 1g (e.g. 20g)`);
+        // Its terminal is a person's, not a log collector's: the server's lines at warn and above
+        // unless DENV_LOG_LEVEL asks for more (read as the server's log is made, at this import).
+        process.env.DENV_LOG_LEVEL ??= "warn";
         const { parseFetchAllow, startServer } = await import("@denv/server");
         const { BtrfsDriver, DirDriver, Denvd, DockerRuntime, Sidecar, defaultAgentBinary } = await import(
           "@denv/denvd"

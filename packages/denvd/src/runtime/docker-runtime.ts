@@ -419,11 +419,17 @@ export class DockerRuntime implements ContainerRuntime {
   }
 
   async containerChanges(id: string): Promise<{ path: string; kind: "changed" | "added" | "deleted" }[]> {
-    const list = ((await this.docker.getContainer(id).changes()) ?? []) as { Path: string; Kind: number }[];
-    return list.map((c) => ({
-      path: c.Path,
-      kind: c.Kind === 1 ? "added" : c.Kind === 2 ? "deleted" : "changed",
-    }));
+    const c = this.docker.getContainer(id);
+    const [list, info] = await Promise.all([c.changes(), c.inspect()]);
+    // The engine makes each mount's point (and the folders to it) in the layer: not the service's writes.
+    const points = (info.Mounts ?? []).map((m) => m.Destination);
+    const mountPoint = (p: string) => points.some((m) => m === p || m.startsWith(`${p}/`));
+    return ((list ?? []) as { Path: string; Kind: number }[])
+      .filter((x) => !mountPoint(x.Path))
+      .map((x) => ({
+        path: x.Path,
+        kind: x.Kind === 1 ? "added" : x.Kind === 2 ? "deleted" : "changed",
+      }));
   }
 
   async containerLogs(

@@ -136,32 +136,24 @@ export async function snapshotStack(
  * files, which every start makes anew. Writes there are not the service's data.
  */
 const RUNTIME_PATHS = /^\/(tmp|run|var\/run|var\/tmp|var\/lock|dev|proc|sys)(\/|$)/;
+/** What denv puts in a container of its own (the agent and its socket). */
+const DENV_PATHS = /^\/\.denv(\/|$)/;
 /** A few paths named in the evidence; the count says the rest. */
 const OUTSIDE_EXAMPLES = 5;
 
 /**
- * Each service's files written outside its volumes (its container's layer): added or changed files,
- * leaving out run-time paths, denv's own (its agent under /.denv) and the points its mounts (volumes,
- * secrets, tmpfs) are made at, which the engine adds to the layer itself.
+ * Each service's files written outside its volumes (its container's layer, mounts left out by the
+ * runtime): added or changed files, leaving out run-time paths and denv's own (its agent, /.denv).
  */
 export async function writesOutsideVolumes(
   ctx: StackContext,
-  stack: Pick<StackRecord, "containers" | "spec">,
+  stack: Pick<StackRecord, "containers">,
 ): Promise<NonNullable<SnapshotEvidence["outside_volumes"]>> {
   const out: NonNullable<SnapshotEvidence["outside_volumes"]> = {};
   await Promise.all(
     Object.entries(stack.containers).map(async ([svc, id]) => {
-      const s = stack.spec.services[svc];
-      const mounts = [
-        "/.denv",
-        ...(s?.volumes ?? []).map((v) => v.target),
-        ...(s?.secrets ?? []).map((x) => x.target),
-        ...(s?.tmpfs ?? []).map((t) => t.target),
-      ];
-      const mountPath = (p: string) =>
-        mounts.some((m) => m === p || m.startsWith(`${p}/`) || p.startsWith(`${m}/`));
       const changes = await ctx.runtime.containerChanges(id).catch(() => []);
-      const paths = changes.map((c) => c.path).filter((p) => !RUNTIME_PATHS.test(p) && !mountPath(p));
+      const paths = changes.map((c) => c.path).filter((p) => !RUNTIME_PATHS.test(p) && !DENV_PATHS.test(p));
       // A folder listed as changed because something under it changed says nothing of its own.
       const leaves = paths.filter((p) => !paths.some((q) => q !== p && q.startsWith(`${p}/`)));
       if (leaves.length)

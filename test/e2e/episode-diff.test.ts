@@ -232,3 +232,24 @@ test("verify's frozen environment is no dead end: refused with the way out, resu
   assert.match(cli.stdout, /^resumed opsworld\/sbx-\w+: running$/m);
   assert.equal((await exec()).data.stdout, "up\n");
 });
+
+test("verifying the environment deploys land on leaves it running, saying why; resume: false keeps it frozen", async () => {
+  const env = "opsworld/base";
+  const exec = () =>
+    api("POST", `/v1/envs/${encodeURIComponent(env)}/exec`, { service: "opsbox", command: "echo up" });
+  const v = await api("POST", `/v1/envs/${encodeURIComponent(env)}/verify`, {});
+  assert.equal(v.data.status, "succeeded", JSON.stringify(v.data).slice(0, 600));
+  const verdict = v.data.phases.find((p: { name: string }) => p.name === "verdict").evidence;
+  assert.equal(verdict.agent, "resumed");
+  assert.match(verdict.resumed_because, /deploys land on this environment/);
+  assert.equal((await exec()).data.stdout, "up\n", "still usable after it was graded");
+  // Asked for, it is left frozen for inspection like any other, and resumed as any other.
+  const kept = await api("POST", `/v1/envs/${encodeURIComponent(env)}/verify`, { resume: false });
+  assert.equal(
+    kept.data.phases.find((p: { name: string }) => p.name === "verdict").evidence.agent,
+    "frozen for inspection",
+  );
+  assert.equal((await exec()).status, 409);
+  assert.equal((await api("POST", `/v1/envs/${encodeURIComponent(env)}/resume`, {})).status, 200);
+  assert.equal((await exec()).data.stdout, "up\n");
+});

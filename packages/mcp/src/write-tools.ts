@@ -252,7 +252,9 @@ export function registerWriteTools(server: McpServer, client: DenvClient): void 
         resume: z
           .boolean()
           .optional()
-          .describe("Let the agent go on after grading (default: it stays frozen)"),
+          .describe(
+            "true: the agent goes on after grading; false: it stays frozen; absent: frozen, but an environment deploys land on (alpha) goes on",
+          ),
       },
       outputSchema: {
         reward: z.number().nullable(),
@@ -267,7 +269,7 @@ export function registerWriteTools(server: McpServer, client: DenvClient): void 
         const d = await verdict(client, extra as unknown as ToolExtra, () =>
           client.call("postV1EnvsByIdVerify", {
             params: { id: args.environment },
-            body: { resume: args.resume ?? false },
+            body: args.resume === undefined ? {} : { resume: args.resume },
             query: { wait: "false" },
           }),
         );

@@ -265,8 +265,13 @@ class Client:
     def rollback(self, env: str, version: str) -> Deployment:
         return self._until_verdict("POST", f"/v1/envs/{self._q(env)}/rollback", {"version": version})
 
-    def verify(self, env: str, *, resume: bool = False) -> Deployment:
-        return self._until_verdict("POST", f"/v1/envs/{self._q(env)}/verify", {"resume": resume})
+    def verify(self, env: str, *, resume: bool | None = None) -> Deployment:
+        """Grade the environment on a fork. ``resume``: True, the agent runs again; False, it is left
+        frozen for inspection; None (the default), frozen, but an environment deploys land on
+        (alpha) runs again."""
+        return self._until_verdict(
+            "POST", f"/v1/envs/{self._q(env)}/verify", {} if resume is None else {"resume": resume}
+        )
 
     def diff(self, env: str, against: str | None = None, *, max_entries: int | None = None) -> dict[str, Any]:
         """What changed in the environment since a version (default: the one it came from): every

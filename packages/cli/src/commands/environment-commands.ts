@@ -188,8 +188,9 @@ export function registerEnvironmentCommands(program: Command): void {
     .argument("<env>")
     .option(
       "--resume",
-      "let the agent's processes run again afterwards (default: left frozen for inspection)",
+      "let the agent's processes run again afterwards (default: left frozen for inspection, but an environment deploys land on, alpha, runs again)",
     )
+    .option("--keep-frozen", "leave it frozen for inspection, even an environment deploys land on")
     .option(
       "--oracle <dir>",
       "run a known-good solution first: DIR is copied to /solution and DIR/solve.sh runs as the service's user",
@@ -203,7 +204,13 @@ export function registerEnvironmentCommands(program: Command): void {
   verify.action(
     run(
       verify,
-      async (client, json, env: string, o: { resume?: boolean; oracle?: string; oracleService: string }) => {
+      async (
+        client,
+        json,
+        env: string,
+        o: { resume?: boolean; keepFrozen?: boolean; oracle?: string; oracleService: string },
+      ) => {
+        if (o.resume && o.keepFrozen) throw new UsageError("--resume and --keep-frozen say opposite things");
         // The oracle works on a fork of the environment's version, graded and then removed: ENV
         // itself is left as it was (a plain verify of it afterwards grades its own state).
         let graded = env;
@@ -229,7 +236,8 @@ export function registerEnvironmentCommands(program: Command): void {
           d = await client().untilVerdict(() =>
             client().call("postV1EnvsByIdVerify", {
               params: o.oracle ? { id: graded } : envParam(env),
-              body: { resume: o.resume === true },
+              // Neither: the server's default (frozen, but a deployed environment runs again).
+              body: o.resume ? { resume: true } : o.keepFrozen ? { resume: false } : {},
             }),
           );
         } finally {

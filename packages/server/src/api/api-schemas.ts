@@ -392,7 +392,14 @@ export const promoteBody = z.strictObject({
   steps: z.array(replayStep).min(1).max(256).optional().describe("The replays' episode"),
 });
 export const rollbackBody = z.strictObject({ version: z.string().min(1) });
-export const verifyBody = z.strictObject({ resume: z.boolean().optional() });
+export const verifyBody = z.strictObject({
+  resume: z
+    .boolean()
+    .optional()
+    .describe(
+      "true: the agent runs again once graded; false: left frozen for inspection; absent: frozen, but an environment deploys or promotes land on (alpha) runs again",
+    ),
+});
 
 /** What a sandbox from an image is made with (a pool of them is keyed by it). */
 const imageSandboxSettings = {

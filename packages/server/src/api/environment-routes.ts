@@ -155,11 +155,7 @@ export const environmentRoutes: ApiRoute[] = [
     response: deploymentSchema,
     auth: true,
     handler: async (c, { body }) =>
-      finished(
-        c,
-        "verify",
-        await c.var.deps.deployer.verify(await envOf(c), { resume: body.resume ?? false }),
-      ),
+      finished(c, "verify", await c.var.deps.deployer.verify(await envOf(c), { resume: body.resume })),
   }),
   route({
     method: "post",

@@ -89,7 +89,7 @@ export class Deployer {
   }
 
   /** Grades an environment on a fork, as a separate principal (verify-kind.ts). */
-  verify(env: EnvironmentsTable, options: { resume: boolean }): Promise<Launched> {
+  verify(env: EnvironmentsTable, options: { resume?: boolean }): Promise<Launched> {
     return runVerify(this.runner, env, options);
   }
 

@@ -8,6 +8,7 @@
  */
 import { DenvError, stackName } from "@denv/protocol";
 import { newId } from "../ids.ts";
+import { environmentDeploymentsOfKinds } from "../store/deployment-store.ts";
 import { environmentById, updateEnvironment } from "../store/environment-store.ts";
 import type { EnvironmentsTable } from "../store/schema.ts";
 import { requireHostsTarget } from "../targets/target.ts";
@@ -26,10 +27,15 @@ const DIFF_EVIDENCE_TEXT_BYTES = 16 * 1024;
 export async function runVerify(
   runner: DeploymentRunner,
   env: EnvironmentsTable,
-  options: { resume: boolean },
+  options: { resume?: boolean },
 ): Promise<Launched> {
   // The agent is frozen, its paths collected and graded on a fork as another principal: a host's.
   requireHostsTarget(env, "verify");
+  // Left frozen for inspection unless asked otherwise, but for an environment deploys and promotes
+  // land on (alpha, staging): grading it must not leave it unusable.
+  const deployedInto =
+    (await environmentDeploymentsOfKinds(runner.store, env.id, ["deploy", "promote"])).length > 0;
+  const resume = options.resume ?? deployedInto;
   const rec = await runner.begin(env.team_id, env.id, "verify", VERIFY_PHASES);
   const done = runner.serialize(env.id, async () => {
     const current = await environmentById(runner.store, env.id);
@@ -45,7 +51,7 @@ export async function runVerify(
         );
       }
       const grade = await gradePhases(runner, rec, current, hostId, stackId, made);
-      if (options.resume) {
+      if (resume) {
         await runner.stacks.resume({ hostId, stackId });
         await updateEnvironment(runner.store, env.id, { status: "running" });
       }
@@ -54,7 +60,10 @@ export async function runVerify(
           reward: grade.reward,
           reason: grade.reason ?? null,
           exit_code: grade.exit_code ?? null,
-          agent: options.resume ? "resumed" : "frozen for inspection",
+          agent: resume ? "resumed" : "frozen for inspection",
+          ...(options.resume === undefined && deployedInto
+            ? { resumed_because: "deploys land on this environment (resume: false keeps it frozen)" }
+            : {}),
         });
     } catch (err) {
       await rec.skipRest("skipped: an earlier phase failed");

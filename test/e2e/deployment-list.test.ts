@@ -81,6 +81,25 @@ test("Ctrl-C during a follow stops the following, not the deployment, and says h
   assert.equal(again.code, 0, again.stderr);
   assert.match(again.stdout, /✓ health/);
   assert.match(again.stdout, /^succeeded$/m);
+  // The health phase's time is its own (the services started and waited for), carved from the
+  // host's one start step, and the timeline runs on from start to health without a gap.
+  const done = (await lab.api("GET", `/v1/deployments/${id}`)).data;
+  const phase = (n: string) =>
+    done.phases.find((p: { name: string }) => p.name === n) as {
+      started_at: string;
+      finished_at: string;
+      duration_ms: number;
+      evidence: { ms: number };
+    };
+  const start = phase("start");
+  const health = phase("health");
+  assert.equal(health.started_at, start.finished_at);
+  assert.ok(health.duration_ms >= Math.min(health.evidence.ms, start.duration_ms + health.duration_ms));
+  assert.ok(
+    health.duration_ms >= health.evidence.ms || start.duration_ms === 0,
+    JSON.stringify([start, health]),
+  );
+  assert.ok(health.evidence.ms > 0);
 });
 
 test("the team's deployments, newest first; one environment's; none at work once done; another team sees none", async () => {

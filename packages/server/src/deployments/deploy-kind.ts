@@ -122,6 +122,7 @@ async function deployPhases(
   // Services start as soon as what they depend on is healthy, so start and health interleave on
   // the host; the health phase records what the start step measured of each service.
   await rec.run("health", async () => ({ evidence: started.health }));
+  await rec.carve("start", "health", (started.health as { ms?: number }).ms ?? 0);
   await rec.run("warm", async () => {
     if (spec.warm.length === 0) return { evidence: { commands: [] } };
     return { evidence: await runner.stacks.warm({ hostId, stackId }) };

@@ -197,6 +197,25 @@ export class PhaseRecorder {
   }
 
   /**
+   * Time one host step measured for two phases, given to each: the host starts services and waits
+   * for their health in one operation, so `from` (start) ran `ms` of `to`'s (health) waiting. The
+   * last `ms` of `from` become `to`'s, and the timeline and durations say what each took.
+   */
+  async carve(from: string, to: string, ms: number): Promise<void> {
+    const a = this.phase(from);
+    const b = this.phase(to);
+    if (a.status !== "succeeded" || !a.finished_at || a.duration_ms === null || !(ms > 0)) return;
+    const taken = Math.min(Math.round(ms), a.duration_ms);
+    const end = Date.parse(a.finished_at);
+    a.duration_ms -= taken;
+    a.finished_at = new Date(end - taken).toISOString();
+    b.started_at = a.finished_at;
+    b.finished_at = new Date(end + (b.duration_ms ?? 0)).toISOString();
+    b.duration_ms = taken + (b.duration_ms ?? 0);
+    await this.persist();
+  }
+
+  /**
    * What a running phase has to show before it ends (a build's log as it comes): set as its
    * evidence and announced, written to the store at most every 500 ms.
    */

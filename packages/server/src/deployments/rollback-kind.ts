@@ -37,6 +37,7 @@ export async function runRollback(
     })) as { health: unknown };
     // The stack restarts in dependency order on the host; this records what it measured.
     await rec.run("health", async () => ({ evidence: r.health }));
+    await rec.carve("restore", "health", (r.health as { ms?: number }).ms ?? 0);
     await updateEnvironment(runner.store, env.id, { current_version_id: versionId });
     await rec.verdict("succeeded", null, { version_id: versionId });
   });

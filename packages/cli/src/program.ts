@@ -1,5 +1,6 @@
 import { Command } from "commander";
 import { registerApiCommands } from "./commands/api-commands.ts";
+import { registerCompletionCommand } from "./commands/completion-command.ts";
 import { registerInit } from "./commands/init.ts";
 import { registerMcpCommand } from "./commands/mcp-command.ts";
 import { registerServer } from "./commands/server.ts";
@@ -22,6 +23,7 @@ export function buildProgram(): Command {
   registerApiCommands(program);
   registerUp(program);
   registerMcpCommand(program, CLI_VERSION);
+  registerCompletionCommand(program);
   program.addHelpText(
     "after",
     `

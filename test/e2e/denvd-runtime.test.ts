@@ -167,6 +167,15 @@ describe("fork", () => {
     await host.denvd.destroy(a.stack.id); // idempotent
   });
 
+  test("a version deleted while its snapshot is still being made is deleted once made, not left behind", async () => {
+    // What a restarted server does for a snapshot it asked for and never recorded.
+    const id = `ver_${Date.now().toString(16).slice(-12).padStart(12, "0")}`;
+    const making = host.denvd.snapshot(alpha.id, { versionId: id });
+    await host.denvd.deleteVersion(id);
+    await making;
+    assert.ok(!host.denvd.versions().some((v) => v.id === id), "the version was made and then deleted");
+  });
+
   test("egress allow is reachable, deny blocked, by the same probe", async () => {
     const spec = await opsWorldSpec((t) => t.replace("egress: deny", "egress: allow"));
     const d = await deployStack(host.denvd, spec, { name: "open" });

@@ -78,6 +78,8 @@ export class Denvd {
   private readonly store: StateStore;
   private readonly agents: AgentRegistry;
   /** The operations that change engine state, written down before they act (op-journal.ts). */
+  /** Snapshots under way, by the version id they make: a delete of that version waits for it. */
+  private readonly making = new Map<string, Promise<unknown>>();
   readonly journal: OpJournal;
   /** Versions moving to and from other hosts (version-transfers.ts). */
   readonly transfers: VersionTransfers;
@@ -243,7 +245,16 @@ export class Denvd {
     stackId: string,
     options: { versionId?: string } = {},
   ): Promise<{ version: VersionRecord; evidence: SnapshotEvidence }> {
-    return snapshotStack(this.ctx, stackId, options);
+    const run = snapshotStack(this.ctx, stackId, options);
+    const id = options.versionId;
+    if (id) {
+      this.making.set(id, run);
+      void run.then(
+        () => this.making.delete(id),
+        () => this.making.delete(id),
+      );
+    }
+    return run;
   }
 
   probeEgress(stackId: string): Promise<EgressEvidence> {
@@ -300,7 +311,10 @@ export class Denvd {
     return destroyStack(this.ctx, stackId);
   }
 
-  deleteVersion(versionId: string): Promise<void> {
+  async deleteVersion(versionId: string): Promise<void> {
+    // A version still being made (the server that asked for it stopped, and its restart deletes
+    // what it never recorded) is deleted once it exists, not before: else it would be left behind.
+    await this.making.get(versionId)?.catch(() => {});
     const v = this.store.version(versionId);
     // A transfer reading its snapshots (to another host, or as an incremental's base) finishes first.
     if (v && this.transfers.holdsAny(v))

@@ -325,6 +325,24 @@ describe("the console", () => {
     await shot("environment");
   });
 
+  test("an environment's logs: one service's last lines, or every service's, each named", async () => {
+    await page.goto(`${server.url}/#/env/${alphaId}`);
+    await page.getByLabel("logs of").selectOption("db");
+    await page.getByRole("button", { name: "Show the last 200 lines" }).click();
+    const logs = page.locator("#logs-out");
+    await logs.getByText("ready to accept connections").first().waitFor();
+    assert.ok(
+      (await text(logs))
+        .split("\n")
+        .filter(Boolean)
+        .every((l) => l.startsWith("db | ")),
+      await text(logs),
+    );
+    await page.getByLabel("logs of").selectOption("");
+    await page.getByRole("button", { name: "Show the last 200 lines" }).click();
+    await logs.getByText("queue | ").first().waitFor();
+  });
+
   test("another team's objects are not reachable by URL", async () => {
     const other = await browser.newContext();
     const p = await other.newPage();

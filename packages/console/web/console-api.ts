@@ -56,6 +56,33 @@ export async function currentSession(): Promise<Session | null> {
   }
 }
 
+/** One line a service wrote, as GET /v1/envs/{id}/logs sends it (newline-delimited JSON). */
+export interface LogLine {
+  service: string;
+  stream: "stdout" | "stderr";
+  time: string;
+  line: string;
+}
+
+/** The last lines of an environment's services (or of one), oldest first. */
+export async function logLines(
+  envId: string,
+  options: { service?: string; tail: number },
+): Promise<LogLine[]> {
+  const q = new URLSearchParams({ tail: String(options.tail) });
+  if (options.service) q.set("service", options.service);
+  const res = await fetch(`/v1/envs/${encodeURIComponent(envId)}/logs?${q}`, { credentials: "same-origin" });
+  const text = await res.text();
+  if (!res.ok) {
+    const e = (JSON.parse(text || "null") as { error?: { code?: string; message?: string } } | null)?.error;
+    throw new ApiError(res.status, e?.code ?? "internal", e?.message ?? `${res.status} ${res.statusText}`);
+  }
+  return text
+    .split("\n")
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as LogLine);
+}
+
 /** What a streamed exec says as it runs: output as it is written, then its result or error. */
 export type ExecEvent =
   | { kind: "stdout"; text: string }

@@ -5,7 +5,7 @@
  * versions, its deployments, the actions (each confirmed; those its target cannot do are off) and
  * an exec terminal for its services.
  */
-import { type Answer, api, execStream } from "./console-api.ts";
+import { type Answer, api, execStream, logLines } from "./console-api.ts";
 import { age, badge, confirmDialog, crumbs, errorBox, h, show } from "./dom.ts";
 
 type Env = Answer<"getV1Envs">["environments"][number];
@@ -394,6 +394,7 @@ export async function environmentPage(main: HTMLElement, id: string, go: Go): Pr
       status,
     ),
     running ? terminal(env) : null,
+    running ? logsCard(env) : null,
     h("h2", {}, "Deployments"),
     h(
       "table",
@@ -428,6 +429,47 @@ export async function environmentPage(main: HTMLElement, id: string, go: Go): Pr
       ),
     ),
   );
+}
+
+/** What the services wrote: the last lines of one service or all, read when asked (as text, never markup). */
+function logsCard(env: Answer<"getV1EnvsById">): HTMLElement {
+  const out = h("pre", { class: "terminal", id: "logs-out", tabindex: "0", "aria-label": "service logs" });
+  const service = h(
+    "select",
+    { id: "f-logs-service", name: "logs-service" },
+    h("option", { value: "" }, "every service"),
+    env.services.map((s) => h("option", { value: s }, s)),
+  );
+  const form = h(
+    "form",
+    { class: "card", "aria-labelledby": "logs-h" },
+    h("h2", { id: "logs-h" }, "Logs"),
+    h(
+      "div",
+      { class: "actions" },
+      h("label", { for: "f-logs-service" }, "logs of"),
+      service,
+      h("button", { type: "submit", id: "show-logs" }, "Show the last 200 lines"),
+    ),
+    out,
+  );
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    out.replaceChildren();
+    try {
+      const lines = await logLines(env.id, { service: service.value || undefined, tail: 200 });
+      if (!lines.length) out.append(h("span", { class: "muted" }, "nothing written yet\n"));
+      for (const l of lines)
+        out.append(
+          h("span", { class: "muted" }, `${l.service} | `),
+          l.stream === "stderr" ? h("span", { class: "stderr" }, `${l.line}\n`) : `${l.line}\n`,
+        );
+    } catch (err) {
+      out.append(h("span", { class: "stderr" }, `${err instanceof Error ? err.message : String(err)}\n`));
+    }
+    out.scrollTop = out.scrollHeight;
+  });
+  return form;
 }
 
 /** A command line into one of the environment's services, its output shown as it is written. */

@@ -24,7 +24,7 @@ import {
   type VolumeSpec,
 } from "./container-runtime.ts";
 import { engineCreateOptions } from "./engine-create-options.ts";
-import { LogFrames } from "./log-frames.ts";
+import { demuxOutput, LogFrames, timeMs } from "./log-frames.ts";
 
 /**
  * Engine failures in denv's words. The engine's own text (container ids, daemon internals) never
@@ -445,19 +445,7 @@ export class DockerRuntime implements ContainerRuntime {
         ...(options.tailLines === undefined ? {} : { tail: options.tailLines }),
       })
       .catch((e: unknown) => mapError(e, "reading a container's output"))) as unknown as Buffer;
-    // Without a TTY the engine multiplexes: 8-byte frames, byte 0 the stream (1 stdout, 2 stderr).
-    const out: Buffer[] = [];
-    const err: Buffer[] = [];
-    const both: Buffer[] = [];
-    let i = 0;
-    while (i + 8 <= raw.length) {
-      const size = raw.readUInt32BE(i + 4);
-      const frame = raw.subarray(i + 8, i + 8 + size);
-      (raw[i] === 2 ? err : out).push(frame);
-      both.push(frame);
-      i += 8 + size;
-    }
-    return { stdout: Buffer.concat(out), stderr: Buffer.concat(err), combined: Buffer.concat(both) };
+    return demuxOutput(raw);
   }
 
   containerLogLines(id: string, options: LogOptions): { lines: AsyncIterable<LogEntry>; stop(): void } {
@@ -608,7 +596,4 @@ export class DockerRuntime implements ContainerRuntime {
   }
 }
 
-/** An engine time (RFC 3339, up to nanoseconds) in ms since the epoch; NaN when it is not one. */
-export function timeMs(time: string): number {
-  return Date.parse(time.replace(/(\.\d{3})\d+/, "$1"));
-}
+export { timeMs } from "./log-frames.ts";

@@ -40,3 +40,24 @@ export function entryOf(stream: LogEntry["stream"], text: string): LogEntry {
     return { stream, time, line: body.slice(space + 1) };
   return { stream, time: "", line: body };
 }
+
+/** A container's output as the engine multiplexes it without a TTY (8-byte frames, byte 0 the stream: 1 stdout, 2 stderr), apart and together. */
+export function demuxOutput(raw: Buffer): { stdout: Buffer; stderr: Buffer; combined: Buffer } {
+  const out: Buffer[] = [];
+  const err: Buffer[] = [];
+  const both: Buffer[] = [];
+  let i = 0;
+  while (i + 8 <= raw.length) {
+    const size = raw.readUInt32BE(i + 4);
+    const frame = raw.subarray(i + 8, i + 8 + size);
+    (raw[i] === 2 ? err : out).push(frame);
+    both.push(frame);
+    i += 8 + size;
+  }
+  return { stdout: Buffer.concat(out), stderr: Buffer.concat(err), combined: Buffer.concat(both) };
+}
+
+/** An engine time (RFC 3339, up to nanoseconds) in ms since the epoch; NaN when it is not one. */
+export function timeMs(time: string): number {
+  return Date.parse(time.replace(/(\.\d{3})\d+/, "$1"));
+}

@@ -433,7 +433,8 @@ export async function environmentPage(main: HTMLElement, id: string, go: Go): Pr
 
 /** What the services wrote: the last lines of one service or all, read when asked (as text, never markup). */
 function logsCard(env: Answer<"getV1EnvsById">): HTMLElement {
-  const out = h("pre", { class: "terminal", id: "logs-out", tabindex: "0", "aria-label": "service logs" });
+  // Its own class and name: the terminal's are the exec pane's alone.
+  const out = h("pre", { class: "log-view", id: "logs-out", tabindex: "0", "aria-label": "lines written" });
   const service = h(
     "select",
     { id: "f-logs-service", name: "logs-service" },

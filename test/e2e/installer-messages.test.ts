@@ -32,7 +32,10 @@ test("the installer says a server cannot be reached, or what it answered, and in
   assert.match(refused.stderr, /the denv server at http:\/\/127\.0\.0\.1:1 cannot be reached \(curl: \(7\)/);
   const server = createServer((req, res) => {
     res.writeHead(404, { "content-type": "application/json" });
-    res.end(JSON.stringify({ error: { code: "not_found", message: `no route GET ${req.url}` } }));
+    // A hostile server writes raw terminal controls into its message (not JSON's escapes): they must
+    // not reach the user's terminal.
+    const controls = req.url?.includes("hostile") ? "\u001b]0;owned\u0007\u001b[2J" : "";
+    res.end(`{"error":{"code":"not_found","message":"${controls}no route GET ${req.url}"}}`);
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   try {
@@ -44,6 +47,14 @@ test("the installer says a server cannot be reached, or what it answered, and in
       new RegExp(
         `the denv server at ${url.replace(/[.]/g, "\\.")} answered 404: no route GET /not-here/v1/downloads/denvd\\.version: check the URL`,
       ),
+    );
+    const hostile = await install(`http://127.0.0.1:${(server.address() as AddressInfo).port}/hostile`);
+    assert.equal(hostile.status, 1);
+    assert.match(hostile.stderr, /answered 404: .*no route GET \/hostile/);
+    assert.doesNotMatch(
+      hostile.stderr,
+      /[\u0000-\u0008\u000b-\u001f\u007f]/,
+      "no control byte of the server's",
     );
   } finally {
     server.close();

@@ -50,7 +50,8 @@ docker info >/dev/null 2>&1 || fail "Docker is installed but its engine does not
 # fetch URL FILE: the body into FILE when the server answers 200; otherwise $why says which: not
 # reached at all, or the status it answered with the server's own message (a 404 is not "unreachable").
 why=""
-said() { sed -n 's/.*"message": *"\([^"]*\)".*/: \1/p' "$1" 2>/dev/null | head -c 300; }
+# The server's words are shown, never its control bytes: a hostile answer cannot drive the terminal.
+said() { sed -n 's/.*"message": *"\([^"]*\)".*/: \1/p' "$1" 2>/dev/null | head -c 300 | tr -cd '[:print:]'; }
 if command -v curl >/dev/null 2>&1; then
   fetch() {
     code=$(curl -sSL --max-time 300 -o "$2" -w '%{http_code}' "$1" 2>"$tmp/fetch.err") ||

@@ -34,7 +34,7 @@ __attribute__((noreturn)) static void finish(int code, const char *out, const ch
   if (out && out[0]) send_frame(bt_conn, FRAME_OUT_STDOUT, out, (uint32_t)strlen(out));
   if (err && err[0]) send_frame(bt_conn, FRAME_OUT_STDERR, err, (uint32_t)strlen(err));
   int32_t status = code;
-  send_frame(bt_conn, FRAME_OUT_STATUS, &status, 4);
+  send_status(bt_conn, status);
   end_request(bt_conn);
 }
 

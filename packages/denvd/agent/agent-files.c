@@ -203,9 +203,9 @@ static int emit(int at, const char *name, const char *tarname, int depth) {
 }
 
 void serve_files(int conn) {
-  char *path = read_str(conn);
-  char *user = path ? read_str(conn) : NULL;
-  if (!path || !user) _exit(1);
+  struct files_request req;
+  if (read_files_request(conn, &req)) _exit(1);
+  char *path = req.path, *user = req.user;
   tar_conn = conn;
   signal(SIGPIPE, SIG_IGN);
   int status = 1;
@@ -248,6 +248,6 @@ done:
     if (tar_write(end, sizeof end) || tar_flush()) status = 1;
   }
   int32_t code = status ? files_status : FS_OK;
-  send_frame(conn, FRAME_OUT_STATUS, &code, 4);
+  send_status(conn, code);
   end_request(conn);
 }

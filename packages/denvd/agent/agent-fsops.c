@@ -3,13 +3,12 @@
  * another was asked for), so the kernel holds that user's permissions. Nothing is followed inside
  * what is listed or removed: a link is reported (or removed) as a link.
  *
- * Request: 0xfffffffc, u32 op, len path, len path2 (rename's target), len user, u32 flags
- * (1: mkdir makes parents / remove recurses), u32 depth (list: 1 = one level). Every path is walked
- * from / without following a link (agent-walk.c): a link where a directory is expected is refused.
- * Answer: frame 4 per entry (stat, list), frame 5 for mkdir (u8: 1 made, 0 was there), frame 2 a
- * message on failure, then frame 3: i32 status (FS_*).
- * Entry: u8 type (0 file, 1 directory, 2 link, 3 other), u32 mode, u32 uid, u32 gid, u64 size,
- * i64 mtime seconds, u32 mtime nanoseconds, then len name, len link target, len owner, len group.
+ * Request: MODE_FSOP, then struct fsop_request (denv-agent-protocol.h: op, path, `to` for
+ * rename, user, flags with FLAG_FSOP_DEEP for mkdir's parents and remove's recursion, depth for
+ * list: 1 = one level). Every path is walked from / without following a link (agent-walk.c): a
+ * link where a directory is expected is refused. Answer: FRAME_OUT_ENTRIES with an entry record per
+ * file (stat, list), FRAME_OUT_CREATED for mkdir (u8: 1 made, 0 was there), FRAME_OUT_STDERR a
+ * message on failure, then FRAME_OUT_STATUS with a status record (FS_*).
  */
 #include "denv-agent.h"
 
@@ -53,34 +52,25 @@ static const char *group_name(gid_t gid) {
   return name;
 }
 
-static int put_str(char *buf, size_t *off, size_t room, const char *s) {
-  uint32_t len = (uint32_t)strlen(s);
-  if (*off + 4 + len > room) return -1;
-  memcpy(buf + *off, &len, 4);
-  memcpy(buf + *off + 4, s, len);
-  *off += 4 + len;
-  return 0;
-}
-
 static int send_entry(const char *name, const struct stat *st, const char *link) {
   char buf[PATH_MAX * 2 + 1024];
-  size_t off = 0;
-  uint8_t type = S_ISREG(st->st_mode) ? 0 : S_ISDIR(st->st_mode) ? 1 : S_ISLNK(st->st_mode) ? 2 : 3;
-  uint32_t mode = st->st_mode & 07777, uid = st->st_uid, gid = st->st_gid, ns = (uint32_t)st->st_mtim.tv_nsec;
-  uint64_t size = (uint64_t)st->st_size;
-  int64_t mtime = (int64_t)st->st_mtim.tv_sec;
-  buf[off++] = (char)type;
-  memcpy(buf + off, &mode, 4), off += 4;
-  memcpy(buf + off, &uid, 4), off += 4;
-  memcpy(buf + off, &gid, 4), off += 4;
-  memcpy(buf + off, &size, 8), off += 8;
-  memcpy(buf + off, &mtime, 8), off += 8;
-  memcpy(buf + off, &ns, 4), off += 4;
-  if (put_str(buf, &off, sizeof buf, name) || put_str(buf, &off, sizeof buf, link ? link : "") ||
-      put_str(buf, &off, sizeof buf, owner_name(st->st_uid)) ||
-      put_str(buf, &off, sizeof buf, group_name(st->st_gid)))
-    return op_fail(ENAMETOOLONG, name, NULL);
-  return send_frame(fs_conn, FRAME_OUT_ENTRIES, buf, (uint32_t)off);
+  /* type: the index in denvd's ENTRY_TYPES (file, directory, symlink, other). */
+  struct entry_record e = {
+      .type = S_ISREG(st->st_mode) ? 0 : S_ISDIR(st->st_mode) ? 1 : S_ISLNK(st->st_mode) ? 2 : 3,
+      .mode = st->st_mode & 07777,
+      .uid = st->st_uid,
+      .gid = st->st_gid,
+      .size = (uint64_t)st->st_size,
+      .mtime = (int64_t)st->st_mtim.tv_sec,
+      .nsec = (uint32_t)st->st_mtim.tv_nsec,
+      .name = name,
+      .link = link ? link : "",
+      .owner = owner_name(st->st_uid),
+      .group = group_name(st->st_gid),
+  };
+  int len = put_entry_record(buf, sizeof buf, &e);
+  if (len < 0) return op_fail(ENAMETOOLONG, name, NULL);
+  return send_frame(fs_conn, FRAME_OUT_ENTRIES, buf, (uint32_t)len);
 }
 
 /*
@@ -270,12 +260,10 @@ static int op_rename(const char *from, const char *to) {
 }
 
 void serve_fsop(int conn) {
-  uint32_t op, flags, depth;
-  if (read_u32(conn, &op)) _exit(1);
-  char *path = read_str(conn);
-  char *path2 = path ? read_str(conn) : NULL;
-  char *user = path2 ? read_str(conn) : NULL;
-  if (!user || read_u32(conn, &flags) || read_u32(conn, &depth)) _exit(1);
+  struct fsop_request req;
+  if (read_fsop_request(conn, &req)) _exit(1);
+  uint32_t op = req.op, flags = req.flags, depth = req.depth;
+  char *path = req.path, *path2 = req.to, *user = req.user;
   fs_conn = conn;
   signal(SIGPIPE, SIG_IGN);
   fs_code = FS_OTHER;
@@ -299,15 +287,15 @@ void serve_fsop(int conn) {
   switch (op) {
     case OP_STAT: rc = op_stat(path); break;
     case OP_LIST: rc = op_list(path, depth); break;
-    case OP_MKDIR: rc = op_mkdir(path, flags & 1); break;
-    case OP_REMOVE: rc = op_remove(path, flags & 1); break;
+    case OP_MKDIR: rc = op_mkdir(path, flags & FLAG_FSOP_DEEP); break;
+    case OP_REMOVE: rc = op_remove(path, flags & FLAG_FSOP_DEEP); break;
     case OP_RENAME: rc = op_rename(path, path2); break;
     default: op_fail(0, path, "unknown operation");
   }
 done:;
   int32_t status = rc ? fs_code : FS_OK;
   if (rc && fs_err[0]) send_frame(conn, FRAME_OUT_STDERR, fs_err, (uint32_t)strlen(fs_err));
-  send_frame(conn, FRAME_OUT_STATUS, &status, 4);
+  send_status(conn, status);
   shutdown(conn, SHUT_WR);
   _exit(0);
 }

@@ -58,6 +58,13 @@ int send_frame(int fd, uint8_t type, const void *data, uint32_t len) {
   return len ? write_full(fd, data, len) : 0;
 }
 
+/* A request's final status record (an exec's exit status, a files request's FS_ code). */
+int send_status(int fd, int32_t status) {
+  char buf[4];
+  struct status_record r = {.status = status};
+  return send_frame(fd, FRAME_OUT_STATUS, buf, (uint32_t)put_status_record(buf, sizeof buf, &r));
+}
+
 char **read_list_n(int fd, uint32_t count) {
   if (count > 100000) return NULL;
   char **list = calloc(count + 1, sizeof(char *));

@@ -26,8 +26,9 @@ void relay(int a, int b) {
 }
 
 void serve_port(int conn) {
-  uint32_t port;
-  if (read_u32(conn, &port) || port == 0 || port > 65535) _exit(1);
+  struct port_request req;
+  if (read_port_request(conn, &req) || req.port == 0 || req.port > 65535) _exit(1);
+  uint32_t port = req.port;
   int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);

@@ -8,9 +8,10 @@
  * each entry's parents and each directory entry are opened by walking (agent-walk.c): a link the
  * agent planted where a directory is expected is refused, never written through, even as root.
  *
- * Request: 0xfffffffd, len path, len user, u32 flags (1: keep the tar's owners; denvd sets it
- * only for root). Then frames from denvd: 0 tar bytes, 1 end. Answer: frame 2 with a message on
- * failure, then frame 3: i32 status (FS_*), u32 entries, u64 bytes.
+ * Request: MODE_PUT, then struct put_request (denv-agent-protocol.h; FLAG_PUT_KEEP_OWNERS: keep
+ * the tar's owners, which denvd sets only for root). Then frames from denvd: FRAME_IN_DATA tar
+ * bytes, FRAME_IN_END. Answer: FRAME_OUT_STDERR with a message on failure, then FRAME_OUT_STATUS
+ * with a put_status record (status FS_*, entries, bytes).
  */
 #include "denv-agent.h"
 
@@ -291,10 +292,10 @@ static int extract(const char *dest, int keep, uint32_t *entries, uint64_t *byte
 }
 
 void serve_put(int conn) {
-  char *path = read_str(conn);
-  char *user = path ? read_str(conn) : NULL;
-  uint32_t flags;
-  if (!path || !user || read_u32(conn, &flags)) _exit(1);
+  struct put_request req;
+  if (read_put_request(conn, &req)) _exit(1);
+  char *path = req.path, *user = req.user;
+  uint32_t flags = req.flags;
   in_conn = conn;
   signal(SIGPIPE, SIG_IGN);
   uint32_t entries = 0;
@@ -317,17 +318,15 @@ void serve_put(int conn) {
     put_fail(0, path, "the path must be absolute");
     goto done;
   }
-  rc = extract(path, flags & 1, &entries, &bytes);
+  rc = extract(path, flags & FLAG_PUT_KEEP_OWNERS, &entries, &bytes);
 done:;
   int32_t status = rc ? put_status : FS_OK;
   if (rc && put_err[0]) send_frame(conn, FRAME_OUT_STDERR, put_err, (uint32_t)strlen(put_err));
   /* The rest of the tar is not wanted: read it to its end so denvd's writes do not fail first. */
   while (!in_ended && in_fill() == 0) {}
   char result[16];
-  memcpy(result, &status, 4);
-  memcpy(result + 4, &entries, 4);
-  memcpy(result + 8, &bytes, 8);
-  send_frame(conn, FRAME_OUT_STATUS, result, sizeof result);
+  struct put_status_record answer = {.status = status, .entries = entries, .bytes = bytes};
+  send_frame(conn, FRAME_OUT_STATUS, result, (uint32_t)put_put_status_record(result, sizeof result, &answer));
   shutdown(conn, SHUT_WR);
   _exit(0);
 }

@@ -13,11 +13,12 @@
  * Channel: the agent opens a control connection ("DNVA", u32 version), then for every 16-byte
  * nonce denvd writes on it, opens a new connection ("DNVC", nonce) and serves one request on it.
  *
- * Requests (all integers little-endian u32):
- *   exec:   argc, argc x (len, bytes); envc, envc x (len, "K=V"); len, cwd (0: none);
- *           len, user ("name|uid[:group|gid]", 0: the agent's own, root); flags (1: set HOME from
- *           the user's passwd entry, as `docker exec` does when the container sets none; 2: start
- *           from the request's variables alone, none of the container's — graders)
+ * Requests (their layouts, structs and readers: denv-agent-protocol.h, generated from denvd's
+ * table in src/exec/agent-protocol.ts):
+ *   exec:   argv, env ("K=V"), cwd ("": none), user ("name|uid[:group|gid]", "": the agent's own,
+ *           root), flags (FLAG_EXEC_HOME: set HOME from the user's passwd entry, as `docker exec`
+ *           does when the container sets none; FLAG_EXEC_CLEAN_ENV: start from the request's
+ *           variables alone, none of the container's — graders)
  *   then frames both ways: u8 type, u32 len, bytes (the types: denv-agent-protocol.h, generated
  *   from denvd's table in src/exec/agent-protocol.ts)
  *     client -> agent: FRAME_IN_DATA stdin, FRAME_IN_END its end, FRAME_IN_KILL the process tree
@@ -109,17 +110,17 @@ static void kill_tree(void) {
 }
 
 static void serve(int conn) {
-  uint32_t argc, envc, flags;
-  if (read_u32(conn, &argc)) _exit(1);
-  if (argc == MODE_PORT) serve_port(conn);
-  if (argc == MODE_FILES) serve_files(conn);
-  if (argc == MODE_PUT) serve_put(conn);
-  if (argc == MODE_FSOP) serve_fsop(conn);
-  char **argv = read_list_n(conn, argc);
-  char **extra = argv ? read_list(conn, &envc) : NULL;
-  char *cwd = extra ? read_str(conn) : NULL;
-  char *user = cwd ? read_str(conn) : NULL;
-  if (!argv || !extra || !cwd || !user || argc == 0 || read_u32(conn, &flags)) _exit(1);
+  uint32_t first;
+  if (read_u32(conn, &first)) _exit(1);
+  if (first == MODE_PORT) serve_port(conn);
+  if (first == MODE_FILES) serve_files(conn);
+  if (first == MODE_PUT) serve_put(conn);
+  if (first == MODE_FSOP) serve_fsop(conn);
+  /* Anything else is an exec, whose first word is argv's count. */
+  struct exec_request req;
+  if (first == 0 || read_exec_request(conn, first, &req)) _exit(1);
+  uint32_t argc = req.argv_count, envc = req.env_count, flags = req.flags;
+  char **argv = req.argv, **extra = req.env, *cwd = req.cwd, *user = req.user;
   if (host_mode && strcmp(argv[0], BTRFS_BUILTIN) == 0) serve_btrfs(conn, argc, argv);
   int in[2], out[2], err[2];
   if (pipe(in) || pipe(out) || pipe(err)) _exit(1);
@@ -135,11 +136,11 @@ static void serve(int conn) {
   const char *home = NULL, *name = NULL;
   if (user[0]) {
     unresolved = resolve_user(user, &ids, msg, sizeof msg) != 0;
-    if (!unresolved && (flags & 1)) home = ids.have_entry && ids.home[0] ? ids.home : "/";
+    if (!unresolved && (flags & FLAG_EXEC_HOME)) home = ids.have_entry && ids.home[0] ? ids.home : "/";
     if (!unresolved && ids.have_entry) name = ids.name;
   }
   /* execvp searches the command's own PATH, so the environment is the command's from here on. */
-  environ = merge_env(extra, envc, home, name, flags & 2);
+  environ = merge_env(extra, envc, home, name, flags & FLAG_EXEC_CLEAN_ENV);
   pid_t pid = vfork();
   cmd_pid = pid;
   if (pid == 0) {
@@ -260,7 +261,7 @@ static void serve(int conn) {
   /* Background children of the command are part of its tree: they go with it. */
   kill(-pid, SIGKILL);
   int32_t code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  send_frame(conn, FRAME_OUT_STATUS, &code, 4);
+  send_status(conn, code);
   end_request(conn);
 }
 

@@ -51,15 +51,11 @@ struct ids {
   int ngroups;
 };
 
-/* agent-io.c */
-int read_full(int fd, void *buf, size_t n);
+/* agent-io.c (its readers are declared in denv-agent-protocol.h) */
 int write_full(int fd, const void *buf, size_t n);
-int read_u32(int fd, uint32_t *v);
-char *read_str(int fd);
 int send_frame(int fd, uint8_t type, const void *data, uint32_t len);
+int send_status(int fd, int32_t status);
 void end_request(int conn) __attribute__((noreturn));
-char **read_list_n(int fd, uint32_t count);
-char **read_list(int fd, uint32_t *count);
 char *read_small_file(const char *path);
 void close_from(int from);
 

@@ -10,7 +10,16 @@
 import type { Socket } from "node:net";
 import type { Readable } from "node:stream";
 import { DenvError, type ErrorCode } from "@denv/protocol";
-import { FRAME_IN, FRAME_OUT, FS_OP, FS_STATUS, REQUEST } from "./agent-protocol.ts";
+import {
+  decodeRecord,
+  ENTRY_TYPES,
+  encodeRequest,
+  FLAGS,
+  FRAME_IN,
+  FRAME_OUT,
+  FS_OP,
+  FS_STATUS,
+} from "./agent-protocol.ts";
 import {
   BoundedBuffer,
   DEFAULT_MAX_OUTPUT_BYTES,
@@ -38,37 +47,22 @@ const FS_OPS = {
   remove: FS_OP.REMOVE,
   rename: FS_OP.RENAME,
 } as const;
-const ENTRY_TYPES = ["file", "directory", "symlink", "other"] as const;
-
 /** One entry record of the agent's (agent-fsops.c); null when it is not one. */
 function parseEntry(b: Buffer): FsEntryRaw | null {
-  // u8 type, u32 mode, u32 uid, u32 gid, u64 size, i64 mtime s, u32 mtime ns: 33 bytes, then strings.
-  if (b.length < 33) return null;
-  let off = 33;
-  const str = (): string | null => {
-    if (off + 4 > b.length) return null;
-    const len = b.readUInt32LE(off);
-    if (off + 4 + len > b.length) return null;
-    const s = b.subarray(off + 4, off + 4 + len).toString("utf8");
-    off += 4 + len;
-    return s;
-  };
-  const name = str();
-  const link = str();
-  const owner = str();
-  const group = str();
-  if (name === null || link === null || owner === null || group === null) return null;
+  const e = decodeRecord("entry", b);
+  if (!e) return null;
+  const type = ENTRY_TYPES[e.type] ?? "other";
   return {
-    name,
-    type: ENTRY_TYPES[b[0] as number] ?? "other",
-    mode: b.readUInt32LE(1),
-    uid: b.readUInt32LE(5),
-    gid: b.readUInt32LE(9),
-    size: Number(b.readBigUInt64LE(13)),
-    mtimeMs: Number(b.readBigInt64LE(21)) * 1000 + Math.floor(b.readUInt32LE(29) / 1e6),
-    linkTarget: b[0] === 2 ? link : null,
-    owner: owner || null,
-    group: group || null,
+    name: e.name,
+    type,
+    mode: e.mode,
+    uid: e.uid,
+    gid: e.gid,
+    size: Number(e.size),
+    mtimeMs: Number(e.mtime) * 1000 + Math.floor(e.nsec / 1e6),
+    linkTarget: type === "symlink" ? e.link : null,
+    owner: e.owner || null,
+    group: e.group || null,
   };
 }
 
@@ -95,15 +89,12 @@ function fsError(status: number, message: string, fallback: string): DenvError {
 /** The agent sends at most 256 KiB a frame; anything larger is not the agent speaking. */
 const MAX_FRAME_BYTES = 1024 * 1024;
 
-function u32(n: number): Buffer {
-  const b = Buffer.alloc(4);
-  b.writeUInt32LE(n >>> 0);
+/** A frame's head: its type byte and its payload's length. */
+function frameHead(type: number, length: number): Buffer {
+  const b = Buffer.alloc(5);
+  b[0] = type;
+  b.writeUInt32LE(length, 1);
   return b;
-}
-
-function str(s: string): Buffer {
-  const body = Buffer.from(s);
-  return Buffer.concat([u32(body.length), body]);
 }
 
 /** Resolves when the socket can take more, or has closed: one that closes while full never drains. */
@@ -120,7 +111,7 @@ function drainedOrClosed(sock: Socket): Promise<void> {
 }
 
 function frame(type: number, data: Buffer = Buffer.alloc(0)): Buffer {
-  return Buffer.concat([Buffer.from([type]), u32(data.length), data]);
+  return Buffer.concat([frameHead(type, data.length), data]);
 }
 
 /**
@@ -215,7 +206,7 @@ export class AgentExecutor implements Executor {
   async openPort(containerId: string, port: number): Promise<Socket> {
     const sock = await this.targets(containerId)?.dial();
     if (!sock) throw new Error("the service's agent is not running");
-    sock.write(Buffer.concat([u32(REQUEST.PORT), u32(port)]));
+    sock.write(encodeRequest("port", { port }));
     const status = await new Promise<number>((resolve, reject) => {
       const onData = (chunk: Buffer) => {
         sock.off("data", onData);
@@ -251,7 +242,7 @@ export class AgentExecutor implements Executor {
   ): Promise<{ bytes: number } | null> {
     const sock = await this.targets(containerId)?.dial();
     if (!sock) return null;
-    sock.write(Buffer.concat([u32(REQUEST.FILES), str(path), str(options.user ?? "")]));
+    sock.write(encodeRequest("files", { path, user: options.user ?? "" }));
     const message: Buffer[] = [];
     let bytes = 0;
     const status = await new Promise<number>((resolve, reject) => {
@@ -276,9 +267,11 @@ export class AgentExecutor implements Executor {
             }
           } else if (type === FRAME_OUT.STDERR) {
             if (message.length < 8) message.push(data);
-          } else if (type === FRAME_OUT.STATUS && data.length >= 4) {
+          } else if (type === FRAME_OUT.STATUS) {
+            const r = decodeRecord("status", data);
+            if (!r) return;
             done = true;
-            resolve(data.readInt32LE(0));
+            resolve(r.status);
             sock.destroy();
           }
         },
@@ -318,7 +311,7 @@ export class AgentExecutor implements Executor {
     if (!target || !sock) return null;
     const user = options.user ?? target.defaultUser ?? "";
     const asRoot = /^(|0|root)(:.*)?$/.test(user);
-    sock.write(Buffer.concat([u32(REQUEST.PUT), str(path), str(user), u32(asRoot ? 1 : 0)]));
+    sock.write(encodeRequest("put", { path, user, flags: asRoot ? FLAGS.PUT_KEEP_OWNERS : 0 }));
     const message: Buffer[] = [];
     const result = new Promise<{ status: number; entries: number; bytes: number }>((resolve, reject) => {
       let done = false;
@@ -327,13 +320,11 @@ export class AgentExecutor implements Executor {
         (type, data) => {
           if (type === FRAME_OUT.STDERR) {
             if (message.length < 8) message.push(data);
-          } else if (type === FRAME_OUT.STATUS && data.length >= 16) {
+          } else if (type === FRAME_OUT.STATUS) {
+            const r = decodeRecord("put_status", data);
+            if (!r) return;
             done = true;
-            resolve({
-              status: data.readInt32LE(0),
-              entries: data.readUInt32LE(4),
-              bytes: Number(data.readBigUInt64LE(8)),
-            });
+            resolve({ status: r.status, entries: r.entries, bytes: Number(r.bytes) });
             sock.destroy();
           }
         },
@@ -356,7 +347,7 @@ export class AgentExecutor implements Executor {
       for (let i = 0; i < b.length && !sock.destroyed; i += 1 << 20) {
         const piece = b.subarray(i, i + (1 << 20));
         sock.cork();
-        sock.write(Buffer.concat([Buffer.from([FRAME_IN.DATA]), u32(piece.length)]));
+        sock.write(frameHead(FRAME_IN.DATA, piece.length));
         const room = sock.write(piece);
         sock.uncork();
         if (!room) await drainedOrClosed(sock);
@@ -380,18 +371,17 @@ export class AgentExecutor implements Executor {
     const sock = target ? await target.dial() : null;
     if (!target || !sock) return null;
     const user = options.user ?? target.defaultUser ?? "";
-    const flags =
-      (request.op === "mkdir" && request.parents) || (request.op === "remove" && request.recursive) ? 1 : 0;
+    const deep =
+      (request.op === "mkdir" && request.parents) || (request.op === "remove" && request.recursive);
     sock.write(
-      Buffer.concat([
-        u32(REQUEST.FSOP),
-        u32(FS_OPS[request.op]),
-        str(request.path),
-        str(request.op === "rename" ? request.to : ""),
-        str(user),
-        u32(flags),
-        u32(request.op === "list" ? request.depth : 0),
-      ]),
+      encodeRequest("fsop", {
+        op: FS_OPS[request.op],
+        path: request.path,
+        to: request.op === "rename" ? request.to : "",
+        user,
+        flags: deep ? FLAGS.FSOP_DEEP : 0,
+        depth: request.op === "list" ? request.depth : 0,
+      }),
     );
     const entries: FsEntryRaw[] = [];
     const message: Buffer[] = [];
@@ -412,9 +402,11 @@ export class AgentExecutor implements Executor {
           } else if (type === FRAME_OUT.CREATED) created = data[0] === 1;
           else if (type === FRAME_OUT.STDERR) {
             if (message.length < 8) message.push(data);
-          } else if (type === FRAME_OUT.STATUS && data.length >= 4) {
+          } else if (type === FRAME_OUT.STATUS) {
+            const r = decodeRecord("status", data);
+            if (!r) return;
             done = true;
-            resolve(data.readInt32LE(0));
+            resolve(r.status);
             sock.destroy();
           }
         },
@@ -443,22 +435,17 @@ export class AgentExecutor implements Executor {
     // The user is resolved by the agent, inside the container, from the container's own files.
     const user = options.user ?? target.defaultUser ?? "";
     const env = Object.entries(options.env ?? {}).map(([k, v]) => `${k}=${v}`);
+    // HOME from the user's passwd entry: when the container sets none, and whenever the command
+    // runs as another user than the service's (the container's HOME is its own user's).
+    const home = !target.homeSet || (options.user != null && options.user !== target.defaultUser);
     sock.write(
-      Buffer.concat([
-        u32(argv.length),
-        ...argv.map(str),
-        u32(env.length),
-        ...env.map(str),
-        str(options.cwd ?? ""),
-        str(user),
-        // HOME from the user's passwd entry: when the container sets none, and whenever the command
-        // runs as another user than the service's (the container's HOME is its own user's).
-        // 2: only the request's variables (cleanEnv).
-        u32(
-          (!target.homeSet || (options.user != null && options.user !== target.defaultUser) ? 1 : 0) |
-            (options.cleanEnv ? 2 : 0),
-        ),
-      ]),
+      encodeRequest("exec", {
+        argv,
+        env,
+        cwd: options.cwd ?? "",
+        user,
+        flags: (home ? FLAGS.EXEC_HOME : 0) | (options.cleanEnv ? FLAGS.EXEC_CLEAN_ENV : 0),
+      }),
     );
     let timedOut = false;
     let hangUp: NodeJS.Timeout | undefined;
@@ -495,9 +482,12 @@ export class AgentExecutor implements Executor {
         (type, data) => {
           if (type === FRAME_OUT.STDOUT) deliver(data, out, options.onStdout);
           else if (type === FRAME_OUT.STDERR) deliver(data, err, options.onStderr);
-          else if (type === FRAME_OUT.STATUS && data.length >= 4) {
-            code = data.readInt32LE(0);
-            resolve(code);
+          else if (type === FRAME_OUT.STATUS) {
+            const r = decodeRecord("status", data);
+            if (r) {
+              code = r.status;
+              resolve(code);
+            }
           }
         },
         reject,

@@ -213,3 +213,101 @@ test("the hosts' operations and hub are private to targets/denvd/: everything el
   const found = wireImportsOutsideDenvd(importGraph(files));
   assert.deepEqual(found, [], `the denvd target's wire imported from outside it:\n${found.join("\n")}`);
 });
+
+/**
+ * Calls of an operation by its id (`.call("postV1EnvsByIdFork", …)`) outside the clients that
+ * implement `call`: everything else uses the generated named methods (`client.envs.fork(id, …)`).
+ */
+export function operationCallsByName(files: Map<string, string>): string[] {
+  const found: string[] = [];
+  for (const [f, text] of files) {
+    // The generated methods, their generator, and this file's own examples.
+    if (
+      [
+        "packages/sdk/src/schema.gen.ts",
+        "packages/codegen/src/generate-sdk.ts",
+        "test/harness/source-rules.test.ts",
+      ].includes(f)
+    )
+      continue;
+    for (const m of text.matchAll(/\.call\(\s*"((?:get|post|put|delete)V1\w*|getInstallSh)"/g))
+      found.push(`${f} calls ${m[1]}`);
+  }
+  return found;
+}
+
+test("the call finder sees an operation called by its id and lets the generated methods be", () => {
+  const files = new Map([
+    ["packages/sdk/src/schema.gen.ts", 'fork: (id) => this.call("postV1EnvsByIdFork", { params: { id } }),'],
+    [
+      "packages/cli/src/x.ts",
+      'await client().call("getV1EnvsById", { params: { id } });\nawait c.call("GET", "/v1/x");',
+    ],
+  ]);
+  assert.deepEqual(operationCallsByName(files), ["packages/cli/src/x.ts calls getV1EnvsById"]);
+});
+
+test("the CLI, MCP, the console, the SDK and the tests call the API by its named methods", async () => {
+  const files = await sourceFiles();
+  for (const pattern of [
+    "packages/*/src/**/*.test.ts",
+    "packages/console/web/*.ts",
+    "test/**/*.ts",
+    "bench/**/*.ts",
+  ])
+    for await (const f of glob(pattern, { cwd: ROOT, exclude: (p) => p.includes("node_modules") }))
+      files.set(f, await readFile(join(ROOT, f), "utf8"));
+  const found = operationCallsByName(files);
+  assert.deepEqual(found, [], `operations called by id instead of by name:\n${found.join("\n")}`);
+});
+
+/** What a route may import from targets/ and clouds/: the port's own types and checks, and services. */
+const ROUTE_MAY_IMPORT = new Set([
+  "packages/server/src/targets/target.ts",
+  "packages/server/src/clouds/cloud-accounts.ts",
+  "packages/server/src/clouds/secret-box.ts",
+]);
+
+/**
+ * Where a route reaches past the application layer: a value imported from a target or a cloud
+ * driver (types are the port's words, and may be), or a verb of the hosts' lifecycle called (their
+ * presence, a read, may be). Routes parse, call a service, and answer.
+ */
+export function routesReachingPast(files: Map<string, string>): string[] {
+  const found: string[] = [];
+  const valueImport = /^\s*import\s+(?!type\b)[^;]*?\bfrom\s*["'](\.{1,2}\/[^"']+)["']/gms;
+  for (const [f, text] of files) {
+    if (!f.startsWith("packages/server/src/api/") || f.endsWith(".test.ts")) continue;
+    for (const m of text.matchAll(valueImport)) {
+      const to = normalize(join(dirname(f), m[1] as string));
+      if (/^packages\/server\/src\/(targets|clouds)\//.test(to) && !ROUTE_MAY_IMPORT.has(to))
+        found.push(`${f} imports ${to}`);
+    }
+    for (const m of text.matchAll(/\bstacks\.(\w+)\(/g))
+      if (m[1] !== "hostConnected") found.push(`${f} calls stacks.${m[1]}`);
+  }
+  return found;
+}
+
+test("the route finder sees a target's value imported or a lifecycle verb called, and lets types, services and presence be", () => {
+  const files = new Map([
+    [
+      "packages/server/src/api/a-routes.ts",
+      'import type { DenvdStacks } from "../targets/denvd/denvd-stacks.ts";\nimport { requireHostsTarget } from "../targets/target.ts";\nconst up = deps.stacks.hostConnected(h);',
+    ],
+    [
+      "packages/server/src/api/b-routes.ts",
+      'import { hostedTarget } from "../targets/hosted-targets.ts";\nawait c.var.deps.stacks.deleteVersion(h, v);',
+    ],
+    ["packages/server/src/fleet/x.ts", 'import { hostedTarget } from "../targets/hosted-targets.ts";'],
+  ]);
+  assert.deepEqual(routesReachingPast(files), [
+    "packages/server/src/api/b-routes.ts imports packages/server/src/targets/hosted-targets.ts",
+    "packages/server/src/api/b-routes.ts calls stacks.deleteVersion",
+  ]);
+});
+
+test("no route holds domain logic past parsing and answering: targets, hosts and providers are reached through the services", async () => {
+  const found = routesReachingPast(await sourceFiles());
+  assert.deepEqual(found, [], `routes reaching past the application layer:\n${found.join("\n")}`);
+});

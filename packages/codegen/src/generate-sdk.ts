@@ -63,9 +63,11 @@ export function schemaToTs(s: JsonSchema | undefined, indent = ""): string {
 
 const pascal = (s: string) => s.charAt(0).toUpperCase() + s.slice(1);
 
-interface OpenApiOperation {
+export interface OpenApiOperation {
   operationId: string;
   summary: string;
+  /** The route's method in the clients, "group.verb". */
+  "x-denv-method": string;
   requestBody?: { content?: Record<string, { schema?: JsonSchema }> };
   responses: Record<string, { content?: Record<string, { schema?: JsonSchema }> }>;
 }
@@ -82,6 +84,7 @@ export function generateSdkSource(doc: OpenApiDoc): string {
   ];
   const table: string[] = [];
   const ops: string[] = [];
+  const groups = new Map<string, string[]>();
   for (const [path, methods] of Object.entries(doc.paths)) {
     for (const [method, op] of Object.entries(methods)) {
       const id = op.operationId as string;
@@ -108,10 +111,61 @@ export function generateSdkSource(doc: OpenApiDoc): string {
       ops.push(
         `  ${id}: { params: { ${params.map((p) => `${p}: string`).join("; ")} }; body: ${body ? `${name}Body` : op.requestBody ? "Uint8Array" : "undefined"}; response: ${name}Response };`,
       );
+      const [group, verb] = op["x-denv-method"].split(".") as [string, string];
+      // A JSON body none of whose fields is required may be left out ({} is sent).
+      const bodyOptional = body?.type === "object" && !(body.required ?? []).length;
+      const args = [
+        ...params.map((p) => `${p}: string`),
+        ...(body
+          ? [`body${bodyOptional ? "?" : ""}: ${name}Body`]
+          : op.requestBody
+            ? ["body: Uint8Array"]
+            : []),
+        "options?: CallOptions",
+      ];
+      const callArgs = [
+        ...(params.length ? [`params: { ${params.join(", ")} }`] : []),
+        ...(op.requestBody ? [bodyOptional ? "body: body ?? {}" : "body"] : []),
+        "...options",
+      ];
+      if (!groups.has(group)) groups.set(group, []);
+      groups
+        .get(group)
+        ?.push(
+          `    /** ${op.summary} — ${method.toUpperCase()} ${path} */`,
+          `    ${verb}: (${args.join(", ")}): Promise<${name}Response> =>`,
+          `      this.call("${id}", { ${callArgs.join(", ")} }),`,
+        );
     }
   }
   out.push("export const OPERATIONS = {", ...table, "} as const;", "");
   out.push("export interface Operations {", ...ops, "}", "");
+  out.push(
+    "/** An operation's call: its path parameters, its body (where it takes one) and its query. */",
+    'export type CallArgs<K extends keyof Operations> = (keyof Operations[K]["params"] extends never',
+    "  ? { params?: undefined }",
+    '  : { params: Operations[K]["params"] }) &',
+    '  (Operations[K]["body"] extends undefined ? { body?: undefined } : { body: Operations[K]["body"] }) & {',
+    "    query?: Record<string, string | undefined>;",
+    "  };",
+    "",
+    "/** What every named method takes last: the query string's parameters. */",
+    "export interface CallOptions {",
+    "  query?: Record<string, string | undefined>;",
+    "}",
+    "",
+    "/**",
+    " * The API as named methods, one group per resource (`client.envs.fork(id, { name })`): path",
+    " * parameters in the path's order, then the body, then options. A client supplies `call`, which",
+    " * sends an operation (the SDK's DenvClient over fetch with a key, the console's with its session).",
+    " */",
+    "export abstract class NamedOperations {",
+    '  abstract call<K extends keyof Operations>(op: K, args: CallArgs<K>): Promise<Operations[K]["response"]>;',
+    "",
+    ...[...groups].flatMap(([group, lines]) => [`  readonly ${group} = {`, ...lines, "  };", ""]),
+    "}",
+    "",
+  );
   return out.join("\n");
 }
 

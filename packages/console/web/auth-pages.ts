@@ -1,3 +1,4 @@
+import type { PostV1AuthSignupBody } from "@denv/sdk/schema";
 /** Signing in and up (also through an invitation), and approving a CLI's device login. */
 import { ApiError, api, type Session, setCsrf } from "./console-api.ts";
 import { errorBox, h, show } from "./dom.ts";
@@ -53,7 +54,7 @@ export function signInPage(
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     const data = new FormData(form);
-    const body: Record<string, string> = {
+    const body: PostV1AuthSignupBody = {
       email: String(data.get("email") ?? ""),
       password: String(data.get("password") ?? ""),
     };
@@ -61,7 +62,7 @@ export function signInPage(
     if (invitation) body.invitation = invitation;
     show(status, h("p", { class: "muted" }, "…"));
     try {
-      const s = await api<Session>("POST", signup ? "/v1/auth/signup" : "/v1/auth/login", body);
+      const s = signup ? await api.auth.signup(body) : await api.auth.login(body);
       setCsrf(s.csrf_token);
       go(options.next ?? "#/");
     } catch (err) {
@@ -102,7 +103,7 @@ export async function devicePage(main: HTMLElement, session: Session, code: stri
   );
   const answer = async (userCode: string, approve: boolean) => {
     try {
-      await api("POST", `/v1/device/${encodeURIComponent(userCode)}`, { approve });
+      await api.device.answer(userCode, { approve });
       show(
         result,
         h(
@@ -119,10 +120,7 @@ export async function devicePage(main: HTMLElement, session: Session, code: stri
   };
   const find = async () => {
     try {
-      const d = await api<{ user_code: string; client_name: string; created_at: string }>(
-        "GET",
-        `/v1/device/${encodeURIComponent(input.value.trim())}`,
-      );
+      const d = await api.device.get(input.value.trim());
       show(
         result,
         h(

@@ -1,9 +1,9 @@
 /**
- * The console's only way to the server: /v1, as any client, with the session cookie the browser
- * holds and, on every change, the session's CSRF token. Answers are typed from the same OpenAPI
- * document the SDK is generated from.
+ * The console's only way to the server: /v1, as any client, through the generated named methods
+ * (`api.envs.fork(id, { name })`, the SDK's own), with the session cookie the browser holds and,
+ * on every change, the session's CSRF token.
  */
-import type { Operations } from "@denv/sdk/schema";
+import { type CallArgs, NamedOperations, OPERATIONS, type Operations } from "@denv/sdk/schema";
 
 export type Answer<K extends keyof Operations> = Operations[K]["response"];
 export type Session = Answer<"getV1AuthSession">;
@@ -24,30 +24,44 @@ export function setCsrf(token: string | null): void {
   csrf = token;
 }
 
-/** A /v1 call; an error answer becomes an ApiError carrying denv's code and message. */
-export async function api<T = unknown>(method: string, path: string, body?: unknown): Promise<T> {
-  const headers: Record<string, string> = {};
-  if (body !== undefined) headers["content-type"] = "application/json";
-  if (method !== "GET" && csrf) headers["x-csrf-token"] = csrf;
-  const res = await fetch(path, {
-    method,
-    headers,
-    credentials: "same-origin",
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await res.text();
-  const data = text ? (JSON.parse(text) as unknown) : null;
-  if (!res.ok) {
-    const e = (data as { error?: { code?: string; message?: string } } | null)?.error;
-    throw new ApiError(res.status, e?.code ?? "internal", e?.message ?? `${res.status} ${res.statusText}`);
+/**
+ * The API as the console calls it: each operation sent with the session's cookie (and its CSRF
+ * token on a change); an error answer becomes an ApiError carrying denv's code and message.
+ */
+class ConsoleApi extends NamedOperations {
+  async call<K extends keyof Operations>(op: K, args: CallArgs<K>): Promise<Operations[K]["response"]> {
+    const spec = OPERATIONS[op];
+    let path: string = spec.path;
+    for (const p of spec.params)
+      path = path.replace(`{${p}}`, encodeURIComponent((args.params as Record<string, string>)[p] ?? ""));
+    const query = new URLSearchParams();
+    for (const [k, v] of Object.entries(args.query ?? {})) if (v !== undefined) query.set(k, v);
+    const headers: Record<string, string> = {};
+    if (spec.body === "json") headers["content-type"] = "application/json";
+    if (spec.method !== "GET" && csrf) headers["x-csrf-token"] = csrf;
+    const res = await fetch(query.size ? `${path}?${query}` : path, {
+      method: spec.method,
+      headers,
+      credentials: "same-origin",
+      body: spec.body === "json" ? JSON.stringify(args.body ?? {}) : undefined,
+    });
+    const text = await res.text();
+    const data = text ? (JSON.parse(text) as unknown) : null;
+    if (!res.ok) {
+      const e = (data as { error?: { code?: string; message?: string } } | null)?.error;
+      throw new ApiError(res.status, e?.code ?? "internal", e?.message ?? `${res.status} ${res.statusText}`);
+    }
+    return data as Operations[K]["response"];
   }
-  return data as T;
 }
+
+/** The console's client of /v1. */
+export const api = new ConsoleApi();
 
 /** The signed-in person, or null when there is no session. */
 export async function currentSession(): Promise<Session | null> {
   try {
-    const s = await api<Session>("GET", "/v1/auth/session");
+    const s = await api.auth.session();
     setCsrf(s.csrf_token);
     return s;
   } catch (err) {

@@ -66,7 +66,7 @@ function header(session: Session | null): void {
               class: "secondary small",
               id: "signout",
               onclick: async () => {
-                await api("POST", "/v1/auth/logout").catch(() => {});
+                await api.auth.logout().catch(() => {});
                 setCsrf(null);
                 go("#/login");
               },

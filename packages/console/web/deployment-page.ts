@@ -152,7 +152,7 @@ function view(main: HTMLElement, d: Deployment): void {
 
 /** The page, live until the deployment's verdict; returns how to stop listening. */
 export async function deploymentPage(main: HTMLElement, id: string): Promise<() => void> {
-  const d = await api<Deployment>("GET", `/v1/deployments/${encodeURIComponent(id)}`);
+  const d = await api.deployments.get(id);
   view(main, d);
   if (d.status !== "running" && d.status !== "queued") return () => {};
   const events = new EventSource(`/v1/deployments/${encodeURIComponent(id)}/events`);

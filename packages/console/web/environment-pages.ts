@@ -139,11 +139,10 @@ function newSandboxForm(targets: TargetRow[], go: Go): HTMLElement {
     e.preventDefault();
     show(status, h("p", { class: "muted" }, `creating on ${picker.value}…`));
     try {
-      const made = await api<Answer<"postV1TargetsByNameSandboxes">>(
-        "POST",
-        `/v1/targets/${encodeURIComponent(picker.value)}/sandboxes`,
-        { image: image.value, ...(command.value.trim() ? { cmd: ["sh", "-c", command.value] } : {}) },
-      );
+      const made = await api.targets.createSandbox(picker.value, {
+        image: image.value,
+        ...(command.value.trim() ? { cmd: ["sh", "-c", command.value] } : {}),
+      });
       go(`#/env/${made.id}`);
     } catch (err) {
       show(status, errorBox(err));
@@ -155,10 +154,10 @@ function newSandboxForm(targets: TargetRow[], go: Go): HTMLElement {
 /** The tree: each environment, its versions, and under each version the forks made from it. */
 export async function environmentsPage(main: HTMLElement, go: Go): Promise<void> {
   const [{ environments }, { versions }, { hosts }, { targets }] = await Promise.all([
-    api<Answer<"getV1Envs">>("GET", "/v1/envs"),
-    api<Answer<"getV1Versions">>("GET", "/v1/versions"),
-    api<Answer<"getV1Hosts">>("GET", "/v1/hosts"),
-    api<Answer<"getV1Targets">>("GET", "/v1/targets"),
+    api.envs.list(),
+    api.versions.list(),
+    api.hosts.list(),
+    api.targets.list(),
   ]);
   const hostNames = new Map(hosts.map((x) => [x.id, x.name]));
   const live = environments.filter((e) => e.status !== "destroyed");
@@ -230,10 +229,10 @@ export async function environmentsPage(main: HTMLElement, go: Go): Promise<void>
 /** One environment: what it is, its versions and deployments, actions, and an exec terminal. */
 export async function environmentPage(main: HTMLElement, id: string, go: Go): Promise<void> {
   const [env, { deployments }, { versions }, { targets }] = await Promise.all([
-    api<Answer<"getV1EnvsById">>("GET", `/v1/envs/${encodeURIComponent(id)}`),
-    api<Answer<"getV1EnvsByIdDeployments">>("GET", `/v1/envs/${encodeURIComponent(id)}/deployments`),
-    api<Answer<"getV1Versions">>("GET", "/v1/versions"),
-    api<Answer<"getV1Targets">>("GET", "/v1/targets"),
+    api.envs.get(id),
+    api.envs.deployments(id),
+    api.versions.list(),
+    api.targets.list(),
   ]);
   const target = targets.find((t) => t.name === env.target);
   /** Whether its target does this: nobody is offered what the target cannot do. */
@@ -270,7 +269,6 @@ export async function environmentPage(main: HTMLElement, id: string, go: Go): Pr
     mine.map((v) => h("option", { value: v.id }, `${v.id} (${v.created_at.slice(0, 19).replace("T", " ")})`)),
   );
   const running = env.status === "running";
-  const path = `/v1/envs/${encodeURIComponent(env.id)}`;
   show(
     main,
     crumbs(`${env.project}/${env.name}`),
@@ -311,7 +309,7 @@ export async function environmentPage(main: HTMLElement, id: string, go: Go): Pr
                 "Fork this environment?",
                 "A new environment from its current version, with its own copy of every volume.",
                 "Fork",
-                () => api("POST", `${path}/fork`, forkName.value ? { name: forkName.value } : {}),
+                () => api.envs.fork(env.id, forkName.value ? { name: forkName.value } : {}),
               ),
           },
           "Fork",
@@ -326,7 +324,7 @@ export async function environmentPage(main: HTMLElement, id: string, go: Go): Pr
                 "Snapshot this environment?",
                 "Freezes it briefly and records every volume as a new version.",
                 "Snapshot",
-                () => api("POST", `${path}/snapshot`, {}),
+                () => api.envs.snapshot(env.id),
               ),
           },
           "Snapshot",
@@ -341,7 +339,7 @@ export async function environmentPage(main: HTMLElement, id: string, go: Go): Pr
                 "Verify this environment?",
                 "Stops the agent, collects what the verifier reads, and grades it.",
                 "Verify",
-                () => api("POST", `${path}/verify`, {}),
+                () => api.envs.verify(env.id, {}),
               ),
           },
           "Verify",
@@ -364,7 +362,7 @@ export async function environmentPage(main: HTMLElement, id: string, go: Go): Pr
                     "Roll back?",
                     `Every volume returns to ${rollbackTo.value}; what changed since is lost.`,
                     "Roll back",
-                    () => api("POST", `${path}/rollback`, { version: rollbackTo.value }),
+                    () => api.envs.rollback(env.id, { version: rollbackTo.value }),
                   ),
               },
               "Roll back",
@@ -385,7 +383,7 @@ export async function environmentPage(main: HTMLElement, id: string, go: Go): Pr
                 `Destroy ${env.project}/${env.name}?`,
                 "Its containers, network and volumes are removed. Its versions stay.",
                 "Destroy",
-                () => api("DELETE", path),
+                () => api.envs.destroy(env.id),
               ),
           },
           "Destroy",

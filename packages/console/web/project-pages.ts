@@ -3,7 +3,8 @@
  * gives (pick a kind, pick the repository, deploy), and a project's page with its environments and
  * the branches and pull-request previews its webhooks made.
  */
-import { type Answer, api } from "./console-api.ts";
+import type { PostV1ProjectsBody } from "@denv/sdk/schema";
+import { api } from "./console-api.ts";
 import { age, badge, errorBox, h, show } from "./dom.ts";
 
 type Go = (hash: string) => void;
@@ -11,7 +12,7 @@ type Go = (hash: string) => void;
 const KINDS = ["rl-environment", "agent", "service", "website", "inference"] as const;
 
 export async function projectsPage(main: HTMLElement, go: Go): Promise<void> {
-  const { projects } = await api<Answer<"getV1Projects">>("GET", "/v1/projects");
+  const { projects } = await api.projects.list();
   show(
     main,
     h("h1", {}, "Projects"),
@@ -50,7 +51,7 @@ export async function projectsPage(main: HTMLElement, go: Go): Promise<void> {
 
 /** New project → pick a kind → pick a repository of an installation → deploy alpha. */
 export async function newProjectPage(main: HTMLElement, go: Go): Promise<void> {
-  const { installations } = await api<Answer<"getV1GithubRepositories">>("GET", "/v1/github/repositories");
+  const { installations } = await api.github.repositories();
   const repos = installations.flatMap((i) => i.repositories.map((r) => ({ ...r, account: i.account })));
   if (repos.length === 0) {
     show(
@@ -118,16 +119,13 @@ export async function newProjectPage(main: HTMLElement, go: Go): Promise<void> {
     e.preventDefault();
     show(status, h("p", { class: "muted" }, `creating ${name.value}…`));
     try {
-      const p = await api<Answer<"postV1Projects">>("POST", "/v1/projects", {
+      const p = await api.projects.create({
         name: name.value,
-        kind: kind.value,
+        // The select offers the kinds the route takes, and the server checks what comes.
+        kind: kind.value as PostV1ProjectsBody["kind"],
         source: `github:${repo.value}`,
       });
-      const d = await api<Answer<"postV1ProjectsByIdDeploy">>(
-        "POST",
-        `/v1/projects/${encodeURIComponent(p.name)}/deploy`,
-        { env: "alpha" },
-      );
+      const d = await api.projects.deploy(p.name, { env: "alpha" });
       go(`#/deployment/${d.id}`);
     } catch (err) {
       show(status, errorBox(err));
@@ -138,12 +136,10 @@ export async function newProjectPage(main: HTMLElement, go: Go): Promise<void> {
 
 /** A project: its environments, and the branches and previews its pushes and pull requests made. */
 export async function projectPage(main: HTMLElement, ref: string): Promise<void> {
-  const p = await api<Answer<"getV1ProjectsById">>("GET", `/v1/projects/${encodeURIComponent(ref)}`);
+  const p = await api.projects.get(ref);
   const [{ environments }, gh] = await Promise.all([
-    api<Answer<"getV1Envs">>("GET", "/v1/envs"),
-    p.source_type === "github"
-      ? api<Answer<"getV1ProjectsByIdGithub">>("GET", `/v1/projects/${encodeURIComponent(p.id)}/github`)
-      : Promise.resolve({ environments: [] }),
+    api.envs.list(),
+    p.source_type === "github" ? api.projects.github(p.id) : Promise.resolve({ environments: [] }),
   ]);
   const mine = environments.filter((e) => e.project === p.name && e.status !== "destroyed");
   const made = gh.environments.filter((e) => e.trigger !== "push");

@@ -1,11 +1,12 @@
+import type { PostV1InvitationsBody } from "@denv/sdk/schema";
 /** The team's hosts (capacity, last contact), API keys (revocable) and members (invitations). */
-import { type Answer, api, type Session } from "./console-api.ts";
+import { api, type Session } from "./console-api.ts";
 import { age, badge, bytes, confirmDialog, errorBox, h, show } from "./dom.ts";
 
 type Capacity = { cpus?: number; free_bytes?: number; total_bytes?: number; memory_bytes?: number };
 
 export async function hostsPage(main: HTMLElement): Promise<void> {
-  const { hosts } = await api<Answer<"getV1Hosts">>("GET", "/v1/hosts");
+  const { hosts } = await api.hosts.list();
   show(
     main,
     h("h1", {}, "Hosts"),
@@ -54,7 +55,7 @@ export async function hostsPage(main: HTMLElement): Promise<void> {
 }
 
 export async function keysPage(main: HTMLElement, rerender: () => void): Promise<void> {
-  const { keys } = await api<Answer<"getV1Keys">>("GET", "/v1/keys");
+  const { keys } = await api.keys.list();
   const status = h("div", { "aria-live": "polite" });
   show(
     main,
@@ -106,7 +107,7 @@ export async function keysPage(main: HTMLElement, rerender: () => void): Promise
                     )
                       return;
                     try {
-                      await api("DELETE", `/v1/keys/${encodeURIComponent(k.id)}`);
+                      await api.keys.revoke(k.id);
                       rerender();
                     } catch (err) {
                       show(status, errorBox(err));
@@ -126,10 +127,8 @@ export async function keysPage(main: HTMLElement, rerender: () => void): Promise
 
 export async function membersPage(main: HTMLElement, session: Session, rerender: () => void): Promise<void> {
   const [{ members }, invitations] = await Promise.all([
-    api<Answer<"getV1Members">>("GET", "/v1/members"),
-    session.role === "admin"
-      ? api<Answer<"getV1Invitations">>("GET", "/v1/invitations")
-      : Promise.resolve({ invitations: [] }),
+    api.members.list(),
+    session.role === "admin" ? api.invitations.list() : Promise.resolve({ invitations: [] }),
   ]);
   const status = h("div", { "aria-live": "polite" });
   const email = h("input", {
@@ -162,9 +161,10 @@ export async function membersPage(main: HTMLElement, session: Session, rerender:
   invite.addEventListener("submit", async (e) => {
     e.preventDefault();
     try {
-      const r = await api<Answer<"postV1Invitations">>("POST", "/v1/invitations", {
+      const r = await api.invitations.create({
         email: email.value,
-        role: role.value,
+        // The select offers the roles the route takes, and the server checks what comes.
+        role: role.value as PostV1InvitationsBody["role"],
       });
       show(
         status,

@@ -1,17 +1,16 @@
 /** A version: its pinned images, its data sheet, its warm pool, and a fork made from it. */
-import { type Answer, ApiError, api } from "./console-api.ts";
+import { ApiError, api } from "./console-api.ts";
 import { evidenceView } from "./deployment-page.ts";
 import { age, confirmDialog, crumbs, errorBox, h, show } from "./dom.ts";
 
 type Go = (hash: string) => void;
 
 export async function versionPage(main: HTMLElement, id: string, go: Go): Promise<void> {
-  const path = `/v1/versions/${encodeURIComponent(id)}`;
   const [version, sheet, pool] = await Promise.all([
-    api<Answer<"getV1VersionsById">>("GET", path),
-    api<Record<string, unknown>>("GET", `${path}/datasheet`),
+    api.versions.get(id),
+    api.versions.datasheet(id),
     // A version without a pool answers 404: that is "no pool", not an error of the page.
-    api<Answer<"getV1PoolsById">>("GET", `/v1/pools/${encodeURIComponent(id)}`).catch((err) => {
+    api.pools.get(id).catch((err) => {
       if (err instanceof ApiError && err.status === 404) return null;
       throw err;
     }),
@@ -66,7 +65,7 @@ export async function versionPage(main: HTMLElement, id: string, go: Go): Promis
             )
               return;
             try {
-              const env = await api<{ id: string; deployment_id?: string }>("POST", "/v1/sandboxes", {
+              const env = await api.sandboxes.create({
                 from_version: version.id,
               });
               go(env.deployment_id ? `#/deployment/${env.deployment_id}` : `#/env/${env.id}`);

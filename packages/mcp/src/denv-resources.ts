@@ -75,7 +75,7 @@ export function registerDenvResources(server: McpServer, client: DenvClient): vo
     "environment-compose",
     new ResourceTemplate("denv://environments/{environment}/compose", {
       list: async () => ({
-        resources: (await client.call("getV1Envs", {})).environments.map((e) => ({
+        resources: (await client.envs.list()).environments.map((e) => ({
           uri: `denv://environments/${e.id}/compose`,
           name: `${e.project}/${e.name} compose`,
           mimeType: "application/yaml",
@@ -90,10 +90,10 @@ export function registerDenvResources(server: McpServer, client: DenvClient): vo
     },
     (uri, vars) =>
       reading(async () => {
-        const env = await client.call("getV1EnvsById", { params: { id: variable(vars.environment) } });
+        const env = await client.envs.get(variable(vars.environment));
         const version = env.current_version_id ?? env.parent_version_id;
         if (!version) throw new NotFoundError("not_found", `environment ${env.name} has no version yet`, 404);
-        const r = await client.call("getV1VersionsByIdSpec", { params: { id: version } });
+        const r = await client.versions.spec(version);
         return {
           contents: [
             {
@@ -116,7 +116,7 @@ export function registerDenvResources(server: McpServer, client: DenvClient): vo
     },
     (uri, vars) =>
       reading(async () => {
-        const d = await client.call("getV1DeploymentsById", { params: { id: variable(vars.deployment) } });
+        const d = await client.deployments.get(variable(vars.deployment));
         return { contents: [{ uri: uri.href, mimeType: "text/plain", text: renderPhaseLog(d) }] };
       }),
   );
@@ -125,7 +125,7 @@ export function registerDenvResources(server: McpServer, client: DenvClient): vo
     "version-datasheet",
     new ResourceTemplate("denv://versions/{version}/datasheet", {
       list: async () => ({
-        resources: (await client.call("getV1Versions", {})).versions.map((v) => ({
+        resources: (await client.versions.list()).versions.map((v) => ({
           uri: `denv://versions/${v.id}/datasheet`,
           name: `${v.project}/${v.environment} ${v.id} data sheet`,
           mimeType: "text/markdown",

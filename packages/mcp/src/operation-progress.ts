@@ -64,7 +64,7 @@ export async function followDeployment(
     await report(step.done, step.total, step.message);
     if (FINAL.has(d.status)) break;
   }
-  return client.call("getV1DeploymentsById", { params: { id: deploymentId } });
+  return client.deployments.get(deploymentId);
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -72,7 +72,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** The environment named `name` made at or after `sinceMs`, if there is one yet. */
 async function madeSince(client: DenvClient, name: string, sinceMs: number) {
   try {
-    const e = await client.call("getV1EnvsById", { params: { id: name } });
+    const e = await client.envs.get(name);
     // Clocks of one server: a small margin for the record's second-resolution time.
     return Date.parse(e.created_at) >= sinceMs - 2000 ? e : null;
   } catch (err) {
@@ -109,7 +109,7 @@ export async function watchCreation(
     try {
       envId ??= (await madeSince(client, name, sinceMs))?.id ?? null;
       if (!envId) continue;
-      const d = (await client.call("getV1EnvsByIdDeployments", { params: { id: envId } })).deployments[0];
+      const d = (await client.envs.deployments(envId)).deployments[0];
       if (d) {
         const step = phaseStep(d as Deployment);
         await report(step.done, step.total, step.message);
@@ -135,7 +135,7 @@ export async function undoCreation(
   const id = made?.id ?? (await madeSince(client, name, sinceMs).catch(() => null))?.id;
   if (!id) return;
   try {
-    await client.untilVerdict(() => client.call("deleteV1EnvsById", { params: { id } }));
+    await client.untilVerdict(() => client.envs.destroy(id));
   } catch (err) {
     if (!(err instanceof NotFoundError)) throw err;
   }

@@ -41,7 +41,7 @@ export function registerReadTools(server: McpServer, client: DenvClient): void {
     },
     () =>
       guarded(async () => ({
-        projects: (await client.call("getV1Projects", {})).projects.map((p) => ({
+        projects: (await client.projects.list()).projects.map((p) => ({
           id: p.id,
           name: p.name,
           kind: p.kind,
@@ -62,7 +62,7 @@ export function registerReadTools(server: McpServer, client: DenvClient): void {
     },
     ({ project }) =>
       guarded(async () => {
-        const all = (await client.call("getV1Envs", {})).environments;
+        const all = (await client.envs.list()).environments;
         return { environments: all.filter((e) => !project || e.project === project).map(envResult) };
       }),
   );
@@ -89,7 +89,7 @@ export function registerReadTools(server: McpServer, client: DenvClient): void {
     },
     ({ project }) =>
       guarded(async () => ({
-        versions: (await client.call("getV1Versions", { query: { project } })).versions.map((v) => ({
+        versions: (await client.versions.list({ query: { project } })).versions.map((v) => ({
           id: v.id,
           project: v.project,
           environment: v.environment,
@@ -109,10 +109,7 @@ export function registerReadTools(server: McpServer, client: DenvClient): void {
       outputSchema: deploymentOut,
       annotations: { readOnlyHint: true, openWorldHint: false },
     },
-    ({ deployment }) =>
-      guarded(async () =>
-        deploymentResult(await client.call("getV1DeploymentsById", { params: { id: deployment } })),
-      ),
+    ({ deployment }) => guarded(async () => deploymentResult(await client.deployments.get(deployment))),
   );
 
   server.registerTool(
@@ -238,8 +235,7 @@ export function registerReadTools(server: McpServer, client: DenvClient): void {
     },
     (args) =>
       guarded(async () => {
-        const d = await client.call("getV1EnvsByIdDiff", {
-          params: { id: args.environment },
+        const d = await client.envs.diff(args.environment, {
           query: {
             ...(args.against ? { against: args.against } : {}),
             max_entries: String(args.max_entries ?? 1000),

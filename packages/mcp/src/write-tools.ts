@@ -71,9 +71,7 @@ export function registerWriteTools(server: McpServer, client: DenvClient): void 
               ...(args.egress ? { egress: args.egress } : {}),
             };
         return envResult(
-          await creation(client, name, extra as unknown as ToolExtra, () =>
-            client.call("postV1Sandboxes", { body }),
-          ),
+          await creation(client, name, extra as unknown as ToolExtra, () => client.sandboxes.create(body)),
         );
       }),
   );
@@ -100,7 +98,7 @@ export function registerWriteTools(server: McpServer, client: DenvClient): void 
         const name = args.name ?? newName();
         return envResult(
           await creation(client, name, extra as unknown as ToolExtra, () =>
-            client.call("postV1EnvsByIdFork", { params: { id: args.environment }, body: { name } }),
+            client.envs.fork(args.environment, { name }),
           ),
         );
       }),
@@ -232,10 +230,7 @@ export function registerWriteTools(server: McpServer, client: DenvClient): void 
       guarded(async () =>
         deploymentResult(
           await verdict(client, extra as unknown as ToolExtra, () =>
-            client.call("postV1EnvsByIdSnapshot", {
-              params: { id: args.environment },
-              query: { wait: "false" },
-            }),
+            client.envs.snapshot(args.environment, { query: { wait: "false" } }),
           ),
         ),
       ),
@@ -267,9 +262,7 @@ export function registerWriteTools(server: McpServer, client: DenvClient): void 
     (args, extra) =>
       guarded(async () => {
         const d = await verdict(client, extra as unknown as ToolExtra, () =>
-          client.call("postV1EnvsByIdVerify", {
-            params: { id: args.environment },
-            body: args.resume === undefined ? {} : { resume: args.resume },
+          client.envs.verify(args.environment, args.resume === undefined ? {} : { resume: args.resume }, {
             query: { wait: "false" },
           }),
         );
@@ -307,9 +300,7 @@ export function registerWriteTools(server: McpServer, client: DenvClient): void 
     },
     (args, extra) =>
       guarded(async () => {
-        const version =
-          args.version ??
-          (await client.call("getV1EnvsById", { params: { id: args.environment } })).current_version_id;
+        const version = args.version ?? (await client.envs.get(args.environment)).current_version_id;
         if (!version)
           throw apiError(
             "conflict",
@@ -318,11 +309,7 @@ export function registerWriteTools(server: McpServer, client: DenvClient): void 
           );
         return deploymentResult(
           await verdict(client, extra as unknown as ToolExtra, () =>
-            client.call("postV1EnvsByIdRollback", {
-              params: { id: args.environment },
-              body: { version },
-              query: { wait: "false" },
-            }),
+            client.envs.rollback(args.environment, { version }, { query: { wait: "false" } }),
           ),
         );
       }),
@@ -347,7 +334,7 @@ export function registerWriteTools(server: McpServer, client: DenvClient): void 
       guarded(async () => {
         try {
           const d = await verdict(client, extra as unknown as ToolExtra, () =>
-            client.call("deleteV1EnvsById", { params: { id: args.environment }, query: { wait: "false" } }),
+            client.envs.destroy(args.environment, { query: { wait: "false" } }),
           );
           return { environment: args.environment, destroyed: d.status === "succeeded" };
         } catch (err) {
@@ -373,10 +360,11 @@ export function registerWriteTools(server: McpServer, client: DenvClient): void 
     },
     (args) =>
       guarded(async () => {
-        const r = await client.call("postV1EnvsByIdPortsByPort", {
-          params: { id: args.environment, port: String(args.port) },
-          body: args.service ? { service: args.service } : {},
-        });
+        const r = await client.envs.openPort(
+          args.environment,
+          String(args.port),
+          args.service ? { service: args.service } : {},
+        );
         return { url: r.url, port: r.port, service: r.service };
       }),
   );

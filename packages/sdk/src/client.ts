@@ -4,7 +4,7 @@
  */
 import { commandDeadlineMs } from "@denv/protocol";
 import { apiError, DenvApiError } from "./errors.ts";
-import { OPERATIONS, type Operations } from "./schema.gen.ts";
+import { type CallArgs, NamedOperations, OPERATIONS, type Operations } from "./schema.gen.ts";
 
 export { DenvApiError } from "./errors.ts";
 
@@ -32,12 +32,6 @@ export interface ClientOptions {
 }
 
 type OpId = keyof Operations;
-type Args<K extends OpId> = (keyof Operations[K]["params"] extends never
-  ? { params?: undefined }
-  : { params: Operations[K]["params"] }) &
-  (Operations[K]["body"] extends undefined ? { body?: undefined } : { body: Operations[K]["body"] }) & {
-    query?: Record<string, string | undefined>;
-  };
 
 /** Output a command's whole answer holds when the request names no limit (as the server's). */
 export const DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024 * 1024;
@@ -125,13 +119,17 @@ function transportError(err: unknown, baseUrl: string, why?: string): DenvApiErr
   return apiError("unavailable", `cannot reach ${baseUrl}: ${e?.message}`, 0);
 }
 
-/** The API by operation (`call("postV1EnvsByIdExec", …)`), typed from the OpenAPI document; Denv builds on it. */
-export class DenvClient {
+/**
+ * The API, typed from the OpenAPI document: named methods by resource (`client.envs.fork(id,
+ * { name })`, generated) over one `call` by operation; Denv builds on it.
+ */
+export class DenvClient extends NamedOperations {
   readonly options: ClientOptions;
 
   private readonly fetch: (input: string, init?: RequestInit) => Promise<Response>;
 
   constructor(options: ClientOptions) {
+    super();
     this.options = { ...options, baseUrl: options.baseUrl.replace(/\/$/, "") };
     this.fetch = options.fetch ?? ((input, init) => fetch(input, init));
   }
@@ -143,7 +141,7 @@ export class DenvClient {
   }
 
   /** Calls one operation of the API by its operationId. */
-  async call<K extends OpId>(op: K, args: Args<K>): Promise<Operations[K]["response"]> {
+  async call<K extends OpId>(op: K, args: CallArgs<K>): Promise<Operations[K]["response"]> {
     const spec = OPERATIONS[op];
     let path: string = spec.path;
     for (const p of spec.params) {
@@ -486,7 +484,7 @@ export class DenvClient {
       // The event stream ends with the verdict; the record is read once more as the answer.
       for await (const d of this.deploymentEvents(id))
         if (d.status !== "running" && d.status !== "queued") break;
-      return this.call("getV1DeploymentsById", { params: { id } });
+      return this.deployments.get(id);
     }
   }
 

@@ -94,6 +94,31 @@ export function extract(source: string): Item[] {
   return items;
 }
 
+/**
+ * The generated named methods (schema.gen.ts's NamedOperations), by group: each method's call as a
+ * user writes it, and its summary with the route it sends.
+ */
+export function namedMethods(source: string): string[] {
+  const out: string[] = [];
+  const lines = source.split("\n");
+  let doc = "";
+  let group: string | null = null;
+  for (const line of lines) {
+    const g = /^ {2}readonly (\w+) = \{$/.exec(line);
+    if (g) {
+      group = g[1] as string;
+      out.push("", `#### \`client.${group}\``, "");
+      continue;
+    }
+    if (/^ {2}\};$/.test(line)) group = null;
+    const d = /^ {4}\/\*\* (.*) \*\/$/.exec(line);
+    if (d) doc = d[1] as string;
+    const m = /^ {4}(\w+): \((.*)\): (Promise<\w+>) =>$/.exec(line);
+    if (group && m) out.push(`- \`${group}.${m[1]}(${m[2]}): ${m[3]}\` — ${doc}`);
+  }
+  return out;
+}
+
 export function renderDocs(dir = import.meta.dirname): string {
   const out: string[] = [
     "# @denv/sdk reference",
@@ -114,6 +139,13 @@ export function renderDocs(dir = import.meta.dirname): string {
       if (it.members.length) out.push("");
     }
   }
+  out.push(
+    "## Named methods (schema.gen.ts)",
+    "",
+    "Every route of the API as a method of `DenvClient` (and of `Denv`'s `client`), generated from the",
+    "server's routes: path parameters in the path's order, then the body, then `{ query }`.",
+    ...namedMethods(readFileSync(join(dir, "schema.gen.ts"), "utf8")),
+  );
   return `${out.join("\n").trim()}\n`;
 }
 

@@ -132,10 +132,7 @@ export class Files {
 
   /** A path's type, size, mode, owner and time; a link is reported as a link. */
   async stat(path: string, options: FileOptions = {}): Promise<FileEntry> {
-    return this.client.call("getV1EnvsByIdFilesStat", {
-      params: { id: this.id },
-      query: { path, ...who(options) },
-    });
+    return this.client.files.stat(this.id, { query: { path, ...who(options) } });
   }
 
   /** Whether a path exists (as the user sees it). */
@@ -151,8 +148,7 @@ export class Files {
 
   /** A directory's entries, `depth` levels down (default 1); links are listed, not entered. */
   async list(path: string, options: FileOptions & { depth?: number } = {}): Promise<FileEntry[]> {
-    const r = await this.client.call("getV1EnvsByIdFilesList", {
-      params: { id: this.id },
+    const r = await this.client.files.list(this.id, {
       query: { path, depth: String(options.depth ?? 1), ...who(options) },
     });
     return r.entries;
@@ -160,26 +156,19 @@ export class Files {
 
   /** Makes a directory and its parents; false when it was already there. */
   async mkdir(path: string, options: FileOptions = {}): Promise<boolean> {
-    const r = await this.client.call("postV1EnvsByIdFilesMkdir", {
-      params: { id: this.id },
-      body: { path, ...who(options) },
-    });
+    const r = await this.client.files.mkdir(this.id, { path, ...who(options) });
     return r.created;
   }
 
   /** Removes a file, a link or an empty directory; `recursive` removes a whole tree (following no link). */
   async remove(path: string, options: FileOptions & { recursive?: boolean } = {}): Promise<void> {
-    await this.client.call("deleteV1EnvsByIdFiles", {
-      params: { id: this.id },
+    await this.client.files.remove(this.id, {
       query: { path, ...(options.recursive ? { recursive: "true" } : {}), ...who(options) },
     });
   }
 
   /** Renames or moves a path. */
   async rename(from: string, to: string, options: FileOptions = {}): Promise<void> {
-    await this.client.call("postV1EnvsByIdFilesRename", {
-      params: { id: this.id },
-      body: { from, to, ...who(options) },
-    });
+    await this.client.files.rename(this.id, { from, to, ...who(options) });
   }
 }

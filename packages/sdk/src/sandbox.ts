@@ -161,25 +161,20 @@ export class Sandbox {
 
   /** Reads the environment again (status, current version, services). */
   async refresh(): Promise<EnvironmentInfo> {
-    this.info = await this.client.call("getV1EnvsById", { params: { id: this.id } });
+    this.info = await this.client.envs.get(this.id);
     return this.info;
   }
 
   /** The live state as a new version; resolves to the deployment, whose version_id names it. */
   async snapshot(): Promise<Deployment> {
-    const d = await this.client.untilVerdict(() =>
-      this.client.call("postV1EnvsByIdSnapshot", { params: { id: this.id } }),
-    );
+    const d = await this.client.untilVerdict(() => this.client.envs.snapshot(this.id));
     await this.refresh();
     return d;
   }
 
   /** A new sandbox from this one's current version (snapshotted first when it has none). */
   async fork(options: { name?: string } = {}): Promise<Sandbox> {
-    const info = await this.client.call("postV1EnvsByIdFork", {
-      params: { id: this.id },
-      body: options.name ? { name: options.name } : {},
-    });
+    const info = await this.client.envs.fork(this.id, options.name ? { name: options.name } : {});
     return new Sandbox(this.client, info);
   }
 
@@ -188,10 +183,7 @@ export class Sandbox {
     options: { resume?: boolean } = {},
   ): Promise<NonNullable<Deployment["verify"]> & { deployment: Deployment }> {
     const d = await this.client.untilVerdict(() =>
-      this.client.call("postV1EnvsByIdVerify", {
-        params: { id: this.id },
-        body: { resume: options.resume ?? false },
-      }),
+      this.client.envs.verify(this.id, { resume: options.resume ?? false }),
     );
     if (!d.verify)
       throw apiError("unavailable", `verify did not grade: ${d.reason ?? d.status}`, 200, { deployment: d });
@@ -200,17 +192,18 @@ export class Sandbox {
 
   /** A URL reaching a TCP port inside a service (HTTP and WebSocket); the URL is the credential. */
   async portUrl(port: number, options: { service?: string } = {}): Promise<string> {
-    const r = await this.client.call("postV1EnvsByIdPortsByPort", {
-      params: { id: this.id, port: String(port) },
-      body: options.service ? { service: options.service } : {},
-    });
+    const r = await this.client.envs.openPort(
+      this.id,
+      String(port),
+      options.service ? { service: options.service } : {},
+    );
     return r.url;
   }
 
   /** Destroys the environment (its versions stay). Idempotent. */
   async destroy(): Promise<void> {
     try {
-      await this.client.call("deleteV1EnvsById", { params: { id: this.id } });
+      await this.client.envs.destroy(this.id);
     } catch (err) {
       if (!(err instanceof NotFoundError)) throw err;
     }
@@ -258,11 +251,11 @@ export class Denv {
             ...(options.user ? { user: options.user } : {}),
             ...(options.name ? { name: options.name } : {}),
           };
-    return new Sandbox(this.client, await this.client.call("postV1Sandboxes", { body }));
+    return new Sandbox(this.client, await this.client.sandboxes.create(body));
   }
 
   /** An existing environment (by id, name, or project/name), as a sandbox. */
   async environment(idOrName: string): Promise<Sandbox> {
-    return new Sandbox(this.client, await this.client.call("getV1EnvsById", { params: { id: idOrName } }));
+    return new Sandbox(this.client, await this.client.envs.get(idOrName));
   }
 }

@@ -1875,3 +1875,401 @@ export interface Operations {
   getV1Mcp: { params: {  }; body: undefined; response: GetV1McpResponse };
   deleteV1Mcp: { params: {  }; body: undefined; response: DeleteV1McpResponse };
 }
+
+/** An operation's call: its path parameters, its body (where it takes one) and its query. */
+export type CallArgs<K extends keyof Operations> = (keyof Operations[K]["params"] extends never
+  ? { params?: undefined }
+  : { params: Operations[K]["params"] }) &
+  (Operations[K]["body"] extends undefined ? { body?: undefined } : { body: Operations[K]["body"] }) & {
+    query?: Record<string, string | undefined>;
+  };
+
+/** What every named method takes last: the query string's parameters. */
+export interface CallOptions {
+  query?: Record<string, string | undefined>;
+}
+
+/**
+ * The API as named methods, one group per resource (`client.envs.fork(id, { name })`): path
+ * parameters in the path's order, then the body, then options. A client supplies `call`, which
+ * sends an operation (the SDK's DenvClient over fetch with a key, the console's with its session).
+ */
+export abstract class NamedOperations {
+  abstract call<K extends keyof Operations>(op: K, args: CallArgs<K>): Promise<Operations[K]["response"]>;
+
+  readonly meta = {
+    /** This document — GET /v1/openapi.json */
+    openapi: (options?: CallOptions): Promise<GetV1OpenapiJsonResponse> =>
+      this.call("getV1OpenapiJson", { ...options }),
+    /** The host installer: curl -fsSL SERVER/install.sh | sh -s -- --token T --server URL [--zfs-pool NAME | --btrfs-pool PATH] — GET /install.sh */
+    installScript: (options?: CallOptions): Promise<GetInstallShResponse> =>
+      this.call("getInstallSh", { ...options }),
+    /** denvd executables: denvd-linux-x86_64, denvd-linux-aarch64, and denvd.version — GET /v1/downloads/{file} */
+    download: (file: string, options?: CallOptions): Promise<GetV1DownloadsByFileResponse> =>
+      this.call("getV1DownloadsByFile", { params: { file }, ...options }),
+    /** Not served here: port URLs live on the ports origin (denv server --ports-origin), never on the API's — GET /v1/tunnels/{token}/{path} */
+    tunnel: (token: string, path: string, options?: CallOptions): Promise<GetV1TunnelsByTokenByPathResponse> =>
+      this.call("getV1TunnelsByTokenByPath", { params: { token, path }, ...options }),
+  };
+
+  readonly teams = {
+    /** Create a team and its first API key (admin key only) — POST /v1/teams */
+    create: (body: PostV1TeamsBody, options?: CallOptions): Promise<PostV1TeamsResponse> =>
+      this.call("postV1Teams", { body, ...options }),
+  };
+
+  readonly hosts = {
+    /** Mint a single-use, expiring host join token — POST /v1/hosts/join-token */
+    joinToken: (options?: CallOptions): Promise<PostV1HostsJoinTokenResponse> =>
+      this.call("postV1HostsJoinToken", { ...options }),
+    /** Exchange a join token for a per-host secret (used by denvd join) — POST /v1/hosts/join */
+    join: (body: PostV1HostsJoinBody, options?: CallOptions): Promise<PostV1HostsJoinResponse> =>
+      this.call("postV1HostsJoin", { body, ...options }),
+    /** Hosts with what they reported, and the versions, warm pools and environments each holds — GET /v1/hosts */
+    list: (options?: CallOptions): Promise<GetV1HostsResponse> =>
+      this.call("getV1Hosts", { ...options }),
+    /** Drain a host before maintenance: it takes no new environment, replica or pool member; versions it holds are copied to other hosts where it held too few copies; its ready pool members move — POST /v1/hosts/{id}/drain */
+    drain: (id: string, options?: CallOptions): Promise<PostV1HostsByIdDrainResponse> =>
+      this.call("postV1HostsByIdDrain", { params: { id }, ...options }),
+    /** Undo a drain: the host takes new environments, replicas and pool members again — DELETE /v1/hosts/{id}/drain */
+    undrain: (id: string, options?: CallOptions): Promise<DeleteV1HostsByIdDrainResponse> =>
+      this.call("deleteV1HostsByIdDrain", { params: { id }, ...options }),
+  };
+
+  readonly auth = {
+    /** Create an account (with a team of its own, or in the team that invited it) and sign in — POST /v1/auth/signup */
+    signup: (body: PostV1AuthSignupBody, options?: CallOptions): Promise<PostV1AuthSignupResponse> =>
+      this.call("postV1AuthSignup", { body, ...options }),
+    /** Sign in with email and password: a session cookie (HttpOnly, Secure, SameSite=Strict) — POST /v1/auth/login */
+    login: (body: PostV1AuthLoginBody, options?: CallOptions): Promise<PostV1AuthLoginResponse> =>
+      this.call("postV1AuthLogin", { body, ...options }),
+    /** The signed-in person, their team and role, and the CSRF token for changes — GET /v1/auth/session */
+    session: (options?: CallOptions): Promise<GetV1AuthSessionResponse> =>
+      this.call("getV1AuthSession", { ...options }),
+    /** Act in another of the person's teams (a new session for it) — POST /v1/auth/team */
+    switchTeam: (body: PostV1AuthTeamBody, options?: CallOptions): Promise<PostV1AuthTeamResponse> =>
+      this.call("postV1AuthTeam", { body, ...options }),
+    /** End the console session — POST /v1/auth/logout */
+    logout: (options?: CallOptions): Promise<PostV1AuthLogoutResponse> =>
+      this.call("postV1AuthLogout", { ...options }),
+  };
+
+  readonly keys = {
+    /** API keys: a team admin sees the team's, anyone else their own — GET /v1/keys */
+    list: (options?: CallOptions): Promise<GetV1KeysResponse> =>
+      this.call("getV1Keys", { ...options }),
+    /** A new API key of this team, with the caller's role (format e2b: `e2b_` and 40 hex digits, the form E2B's SDKs check for); shown once, stored hashed — POST /v1/keys */
+    create: (body: PostV1KeysBody, options?: CallOptions): Promise<PostV1KeysResponse> =>
+      this.call("postV1Keys", { body, ...options }),
+    /** Revoke an API key (`current`: the key of this request, as `denv logout` does) — DELETE /v1/keys/{id} */
+    revoke: (id: string, options?: CallOptions): Promise<DeleteV1KeysByIdResponse> =>
+      this.call("deleteV1KeysById", { params: { id }, ...options }),
+  };
+
+  readonly members = {
+    /** The team's members and their roles — GET /v1/members */
+    list: (options?: CallOptions): Promise<GetV1MembersResponse> =>
+      this.call("getV1Members", { ...options }),
+    /** Change a member's role (team admins) — PUT /v1/members/{id} */
+    setRole: (id: string, body: PutV1MembersByIdBody, options?: CallOptions): Promise<PutV1MembersByIdResponse> =>
+      this.call("putV1MembersById", { params: { id }, body, ...options }),
+    /** Remove a member from the team (team admins); their keys and sessions for it end — DELETE /v1/members/{id} */
+    remove: (id: string, options?: CallOptions): Promise<DeleteV1MembersByIdResponse> =>
+      this.call("deleteV1MembersById", { params: { id }, ...options }),
+  };
+
+  readonly invitations = {
+    /** Invite someone by email with a role (team admins); the link's token is shown once — POST /v1/invitations */
+    create: (body: PostV1InvitationsBody, options?: CallOptions): Promise<PostV1InvitationsResponse> =>
+      this.call("postV1Invitations", { body, ...options }),
+    /** The team's invitations — GET /v1/invitations */
+    list: (options?: CallOptions): Promise<GetV1InvitationsResponse> =>
+      this.call("getV1Invitations", { ...options }),
+    /** A signed-in person accepts an invitation sent to their email: they join its team — POST /v1/invitations/{token}/accept */
+    accept: (token: string, options?: CallOptions): Promise<PostV1InvitationsByTokenAcceptResponse> =>
+      this.call("postV1InvitationsByTokenAccept", { params: { token }, ...options }),
+  };
+
+  readonly device = {
+    /** Start a device login: a device code to poll with and a user code to approve in the console — POST /v1/device/code */
+    start: (body?: PostV1DeviceCodeBody, options?: CallOptions): Promise<PostV1DeviceCodeResponse> =>
+      this.call("postV1DeviceCode", { body: body ?? {}, ...options }),
+    /** Poll a device login: pending until a person answers; once approved, a new API key (once) — POST /v1/device/token */
+    poll: (body: PostV1DeviceTokenBody, options?: CallOptions): Promise<PostV1DeviceTokenResponse> =>
+      this.call("postV1DeviceToken", { body, ...options }),
+    /** A pending device login by its user code, for the person about to answer it — GET /v1/device/{code} */
+    get: (code: string, options?: CallOptions): Promise<GetV1DeviceByCodeResponse> =>
+      this.call("getV1DeviceByCode", { params: { code }, ...options }),
+    /** Approve or deny a device login: approved, it gets a key of this team with this person's role — POST /v1/device/{code} */
+    answer: (code: string, body: PostV1DeviceByCodeBody, options?: CallOptions): Promise<PostV1DeviceByCodeResponse> =>
+      this.call("postV1DeviceByCode", { params: { code }, body, ...options }),
+  };
+
+  readonly projects = {
+    /** Create a project — POST /v1/projects */
+    create: (body: PostV1ProjectsBody, options?: CallOptions): Promise<PostV1ProjectsResponse> =>
+      this.call("postV1Projects", { body, ...options }),
+    /** List projects — GET /v1/projects */
+    list: (options?: CallOptions): Promise<GetV1ProjectsResponse> =>
+      this.call("getV1Projects", { ...options }),
+    /** A project — GET /v1/projects/{id} */
+    get: (id: string, options?: CallOptions): Promise<GetV1ProjectsByIdResponse> =>
+      this.call("getV1ProjectsById", { params: { id }, ...options }),
+    /** Delete a project: refused (409, naming them) while it has live environments or a version something uses; its versions' snapshots, its environments' records, the build contexts only it named and the images built for it go with it — DELETE /v1/projects/{id} */
+    delete: (id: string, options?: CallOptions): Promise<DeleteV1ProjectsByIdResponse> =>
+      this.call("deleteV1ProjectsById", { params: { id }, ...options }),
+    /** Set which branches of a github: project deploy environments named after them (`*` within a path segment, `**` across); null follows x-denv.branches — PUT /v1/projects/{id}/branches */
+    setBranches: (id: string, body: PutV1ProjectsByIdBranchesBody, options?: CallOptions): Promise<PutV1ProjectsByIdBranchesResponse> =>
+      this.call("putV1ProjectsByIdBranches", { params: { id }, body, ...options }),
+    /** A github: project's pull-request previews: how many it keeps at once, what it does with forks', those running and forks' heads waiting for approval — GET /v1/projects/{id}/previews */
+    previews: (id: string, options?: CallOptions): Promise<GetV1ProjectsByIdPreviewsResponse> =>
+      this.call("getV1ProjectsByIdPreviews", { params: { id }, ...options }),
+    /** Set how many previews a project keeps at once (budget) and what a fork's pull request gets (forks: approve, deploy or off) — PUT /v1/projects/{id}/previews */
+    setPreviews: (id: string, body?: PutV1ProjectsByIdPreviewsBody, options?: CallOptions): Promise<PutV1ProjectsByIdPreviewsResponse> =>
+      this.call("putV1ProjectsByIdPreviews", { params: { id }, body: body ?? {}, ...options }),
+    /** Approve the head of a fork's pull request that waits: its preview is deployed (starting empty, never from alpha's data) — POST /v1/projects/{id}/previews/{number}/approve */
+    approvePreview: (id: string, number: string, options?: CallOptions): Promise<PostV1ProjectsByIdPreviewsByNumberApproveResponse> =>
+      this.call("postV1ProjectsByIdPreviewsByNumberApprove", { params: { id, number }, ...options }),
+    /** A github: project's environments its webhooks made (alpha, branches, previews), each with its latest commit and deployment — GET /v1/projects/{id}/github */
+    github: (id: string, options?: CallOptions): Promise<GetV1ProjectsByIdGithubResponse> =>
+      this.call("getV1ProjectsByIdGithub", { params: { id }, ...options }),
+    /** Upload a local project's compose file (and .env) — PUT /v1/projects/{id}/source */
+    setSource: (id: string, body: PutV1ProjectsByIdSourceBody, options?: CallOptions): Promise<PutV1ProjectsByIdSourceResponse> =>
+      this.call("putV1ProjectsByIdSource", { params: { id }, body, ...options }),
+    /** Upload a build context: a tar of the context directory (.dockerignore applied), named by its sha256, which is checked — PUT /v1/projects/{id}/contexts/{digest} */
+    putContext: (id: string, digest: string, body: Uint8Array, options?: CallOptions): Promise<PutV1ProjectsByIdContextsByDigestResponse> =>
+      this.call("putV1ProjectsByIdContextsByDigest", { params: { id, digest }, body, ...options }),
+    /** Whether a build context (a tar, by its sha256) was uploaded: 404 when it was not — GET /v1/projects/{id}/contexts/{digest} */
+    hasContext: (id: string, digest: string, options?: CallOptions): Promise<GetV1ProjectsByIdContextsByDigestResponse> =>
+      this.call("getV1ProjectsByIdContextsByDigest", { params: { id, digest }, ...options }),
+    /** Deploy the project to an environment (alpha by default); ?wait=true waits for the verdict — POST /v1/projects/{id}/deploy */
+    deploy: (id: string, body?: PostV1ProjectsByIdDeployBody, options?: CallOptions): Promise<PostV1ProjectsByIdDeployResponse> =>
+      this.call("postV1ProjectsByIdDeploy", { params: { id }, body: body ?? {}, ...options }),
+    /** Promote a version to an environment through the gates: fresh fork, dataset consistency, N identical replays, invariants, soak; then the target points at it. ?wait=true waits for the verdict — POST /v1/projects/{id}/promote */
+    promote: (id: string, body: PostV1ProjectsByIdPromoteBody, options?: CallOptions): Promise<PostV1ProjectsByIdPromoteResponse> =>
+      this.call("postV1ProjectsByIdPromote", { params: { id }, body, ...options }),
+  };
+
+  readonly deployments = {
+    /** The team's deployments, newest first (?env= one environment's, ?running=true those at work, ?limit=) — GET /v1/deployments */
+    list: (options?: CallOptions): Promise<GetV1DeploymentsResponse> =>
+      this.call("getV1Deployments", { ...options }),
+    /** A deployment and its phase log with evidence — GET /v1/deployments/{id} */
+    get: (id: string, options?: CallOptions): Promise<GetV1DeploymentsByIdResponse> =>
+      this.call("getV1DeploymentsById", { params: { id }, ...options }),
+    /** Live phase updates (server-sent events) until the verdict — GET /v1/deployments/{id}/events */
+    events: (id: string, options?: CallOptions): Promise<GetV1DeploymentsByIdEventsResponse> =>
+      this.call("getV1DeploymentsByIdEvents", { params: { id }, ...options }),
+  };
+
+  readonly envs = {
+    /** List environments — GET /v1/envs */
+    list: (options?: CallOptions): Promise<GetV1EnvsResponse> =>
+      this.call("getV1Envs", { ...options }),
+    /** An environment (by id, name, or project/name) — GET /v1/envs/{id} */
+    get: (id: string, options?: CallOptions): Promise<GetV1EnvsByIdResponse> =>
+      this.call("getV1EnvsById", { params: { id }, ...options }),
+    /** Destroy an environment — DELETE /v1/envs/{id} */
+    destroy: (id: string, options?: CallOptions): Promise<DeleteV1EnvsByIdResponse> =>
+      this.call("deleteV1EnvsById", { params: { id }, ...options }),
+    /** An environment's deployments — GET /v1/envs/{id}/deployments */
+    deployments: (id: string, options?: CallOptions): Promise<GetV1EnvsByIdDeploymentsResponse> =>
+      this.call("getV1EnvsByIdDeployments", { params: { id }, ...options }),
+    /** Thaw an environment a verify froze for inspection: its services run again — POST /v1/envs/{id}/resume */
+    resume: (id: string, options?: CallOptions): Promise<PostV1EnvsByIdResumeResponse> =>
+      this.call("postV1EnvsByIdResume", { params: { id }, ...options }),
+    /** Capture the live state as a new version — POST /v1/envs/{id}/snapshot */
+    snapshot: (id: string, options?: CallOptions): Promise<PostV1EnvsByIdSnapshotResponse> =>
+      this.call("postV1EnvsByIdSnapshot", { params: { id }, ...options }),
+    /** A new environment from this environment's current version — POST /v1/envs/{id}/fork */
+    fork: (id: string, body?: PostV1EnvsByIdForkBody, options?: CallOptions): Promise<PostV1EnvsByIdForkResponse> =>
+      this.call("postV1EnvsByIdFork", { params: { id }, body: body ?? {}, ...options }),
+    /** Restore a version and re-check health — POST /v1/envs/{id}/rollback */
+    rollback: (id: string, body: PostV1EnvsByIdRollbackBody, options?: CallOptions): Promise<PostV1EnvsByIdRollbackResponse> =>
+      this.call("postV1EnvsByIdRollback", { params: { id }, body, ...options }),
+    /** Grade the environment on a fork as a separate principal: stop, diff (what the episode changed), collect, snapshot, clone, grade, verdict — POST /v1/envs/{id}/verify */
+    verify: (id: string, body?: PostV1EnvsByIdVerifyBody, options?: CallOptions): Promise<PostV1EnvsByIdVerifyResponse> =>
+      this.call("postV1EnvsByIdVerify", { params: { id }, body: body ?? {}, ...options }),
+    /** Run a command in a service (?stream=true: NDJSON output chunks as they come, then the result) — POST /v1/envs/{id}/exec */
+    exec: (id: string, body: PostV1EnvsByIdExecBody, options?: CallOptions): Promise<PostV1EnvsByIdExecResponse> =>
+      this.call("postV1EnvsByIdExec", { params: { id }, body, ...options }),
+    /** Run a command with its stdin streamed from the body: the first line is the exec request (JSON), the rest of the body is stdin. The answer streams as the command writes, in frames of an 8-byte header (u8 kind: 1 stdout, 2 stderr, 3 the result as JSON, 4 an error as JSON, 5 a keep-alive with no bytes while the command is quiet; three zero bytes; u32 length, big-endian) and that many bytes — POST /v1/envs/{id}/exec/stream */
+    execStream: (id: string, body: Uint8Array, options?: CallOptions): Promise<PostV1EnvsByIdExecStreamResponse> =>
+      this.call("postV1EnvsByIdExecStream", { params: { id }, body, ...options }),
+    /** A URL reaching a TCP port inside a service (HTTP and WebSocket), relayed through the host's connection; the URL is the credential — POST /v1/envs/{id}/ports/{port} */
+    openPort: (id: string, port: string, body?: PostV1EnvsByIdPortsByPortBody, options?: CallOptions): Promise<PostV1EnvsByIdPortsByPortResponse> =>
+      this.call("postV1EnvsByIdPortsByPort", { params: { id, port }, body: body ?? {}, ...options }),
+    /** Revoke the environment's port URLs to one port — DELETE /v1/envs/{id}/ports/{port} */
+    revokePort: (id: string, port: string, options?: CallOptions): Promise<DeleteV1EnvsByIdPortsByPortResponse> =>
+      this.call("deleteV1EnvsByIdPortsByPort", { params: { id, port }, ...options }),
+    /** The environment's ingress names for its published ports, and the token its private names ask for — GET /v1/envs/{id}/ingress */
+    ingress: (id: string, options?: CallOptions): Promise<GetV1EnvsByIdIngressResponse> =>
+      this.call("getV1EnvsByIdIngress", { params: { id }, ...options }),
+    /** The environment's port URLs (never their tokens, which are shown once) — GET /v1/envs/{id}/ports */
+    ports: (id: string, options?: CallOptions): Promise<GetV1EnvsByIdPortsResponse> =>
+      this.call("getV1EnvsByIdPorts", { params: { id }, ...options }),
+    /** Revoke every port URL of the environment — DELETE /v1/envs/{id}/ports */
+    revokePorts: (id: string, options?: CallOptions): Promise<DeleteV1EnvsByIdPortsResponse> =>
+      this.call("deleteV1EnvsByIdPorts", { params: { id }, ...options }),
+    /** Stop one service's container; the rest of the environment keeps running — POST /v1/envs/{id}/services/{service}/stop */
+    stopService: (id: string, service: string, options?: CallOptions): Promise<PostV1EnvsByIdServicesByServiceStopResponse> =>
+      this.call("postV1EnvsByIdServicesByServiceStop", { params: { id, service }, ...options }),
+    /** What the services wrote: NDJSON, {"service", "stream", "time", "line"} per line (?service=, ?tail= lines per service, ?since= a time or 10m, ?follow=true to keep reading) — GET /v1/envs/{id}/logs */
+    logs: (id: string, options?: CallOptions): Promise<GetV1EnvsByIdLogsResponse> =>
+      this.call("getV1EnvsByIdLogs", { params: { id }, ...options }),
+    /** What changed in the environment's volumes since a version (default: the one it was forked from): paths created, modified and deleted, with what changed, sizes and, for text files, a unified diff; links and special files reported, never followed; bounded, with the bounds in the answer. PostgreSQL services add rows changed per table, marked approximate — GET /v1/envs/{id}/diff */
+    diff: (id: string, options?: CallOptions): Promise<GetV1EnvsByIdDiffResponse> =>
+      this.call("getV1EnvsByIdDiff", { params: { id }, ...options }),
+  };
+
+  readonly versions = {
+    /** N forks of a version in one call ({count, name_prefix, sandbox}); each fork's outcome is reported, made or not (partial success is not hidden) — POST /v1/versions/{id}/forks */
+    fork: (id: string, body: PostV1VersionsByIdForksBody, options?: CallOptions): Promise<PostV1VersionsByIdForksResponse> =>
+      this.call("postV1VersionsByIdForks", { params: { id }, body, ...options }),
+    /** A version (ver_…, PROJECT@ver_…, or PROJECT/ENV for the version it runs) — GET /v1/versions/{id} */
+    get: (id: string, options?: CallOptions): Promise<GetV1VersionsByIdResponse> =>
+      this.call("getV1VersionsById", { params: { id }, ...options }),
+    /** Delete a version nothing uses (its snapshots on every host holding them, and its record); in use: 409 naming what uses it — DELETE /v1/versions/{id} */
+    delete: (id: string, options?: CallOptions): Promise<DeleteV1VersionsByIdResponse> =>
+      this.call("deleteV1VersionsById", { params: { id }, ...options }),
+    /** Replay a version: N forks (default 20) run one scripted episode; the report says identical or shows the first divergence. ?wait=true answers with the report — POST /v1/versions/{id}/replays */
+    replay: (id: string, body?: PostV1VersionsByIdReplaysBody, options?: CallOptions): Promise<PostV1VersionsByIdReplaysResponse> =>
+      this.call("postV1VersionsByIdReplays", { params: { id }, body: body ?? {}, ...options }),
+    /** A version's replays, newest first — GET /v1/versions/{id}/replays */
+    replays: (id: string, options?: CallOptions): Promise<GetV1VersionsByIdReplaysResponse> =>
+      this.call("getV1VersionsByIdReplays", { params: { id }, ...options }),
+    /** The team's versions, newest first, each with what keeps it (in_use) — GET /v1/versions */
+    list: (options?: CallOptions): Promise<GetV1VersionsResponse> =>
+      this.call("getV1Versions", { ...options }),
+    /** Retention: keep each live environment's newest `keep` versions; delete the others nothing uses (a destroyed environment's included; dry_run: only say which) — POST /v1/versions/prune */
+    prune: (body: PostV1VersionsPruneBody, options?: CallOptions): Promise<PostV1VersionsPruneResponse> =>
+      this.call("postV1VersionsPrune", { body, ...options }),
+    /** Copy a version's snapshots to another of the team's hosts (btrfs send/receive, incremental where both hold an earlier version; a tar between drivers): forks of it can then run there — POST /v1/versions/{id}/replicas */
+    copy: (id: string, body: PostV1VersionsByIdReplicasBody, options?: CallOptions): Promise<PostV1VersionsByIdReplicasResponse> =>
+      this.call("postV1VersionsByIdReplicas", { params: { id }, body, ...options }),
+    /** Keep N copies of a version on distinct hosts (as x-denv.replicas does): copies are made now and again whenever a host holding one is lost or drained — PUT /v1/versions/{id}/replicas */
+    keepReplicas: (id: string, body: PutV1VersionsByIdReplicasBody, options?: CallOptions): Promise<PutV1VersionsByIdReplicasResponse> =>
+      this.call("putV1VersionsByIdReplicas", { params: { id }, body, ...options }),
+    /** A version's resolved spec: every service with its image pinned, the volumes, x-denv as resolved (what export writes other formats from) — GET /v1/versions/{id}/spec */
+    spec: (id: string, options?: CallOptions): Promise<GetV1VersionsByIdSpecResponse> =>
+      this.call("getV1VersionsByIdSpec", { params: { id }, ...options }),
+    /** A version's data sheet: digests, volumes and sizes, caps, egress, clock reach, replays, every promote's gate evidence, verify results; ?format=markdown for people — GET /v1/versions/{id}/datasheet */
+    datasheet: (id: string, options?: CallOptions): Promise<GetV1VersionsByIdDatasheetResponse> =>
+      this.call("getV1VersionsByIdDatasheet", { params: { id }, ...options }),
+  };
+
+  readonly files = {
+    /** Extract a tar at ?path= in ?service=, as ?user= (default: the service's user): parents are made; a directory is never replaced by a file, nor a file by a directory. The tar streams through (up to 16 GiB) — PUT /v1/envs/{id}/files */
+    write: (id: string, body: Uint8Array, options?: CallOptions): Promise<PutV1EnvsByIdFilesResponse> =>
+      this.call("putV1EnvsByIdFiles", { params: { id }, body, ...options }),
+    /** A tar of ?path= in ?service=, read as ?user= (default: the service's user), never following a link; it streams as the host reads it — GET /v1/envs/{id}/files */
+    read: (id: string, options?: CallOptions): Promise<GetV1EnvsByIdFilesResponse> =>
+      this.call("getV1EnvsByIdFiles", { params: { id }, ...options }),
+    /** Remove a file, a link, or an empty directory (recursive=true: a whole tree, following no link) — DELETE /v1/envs/{id}/files */
+    remove: (id: string, options?: CallOptions): Promise<DeleteV1EnvsByIdFilesResponse> =>
+      this.call("deleteV1EnvsByIdFiles", { params: { id }, ...options }),
+    /** A path's type, size, mode, owner and modification time (a link is reported as a link) — GET /v1/envs/{id}/files/stat */
+    stat: (id: string, options?: CallOptions): Promise<GetV1EnvsByIdFilesStatResponse> =>
+      this.call("getV1EnvsByIdFilesStat", { params: { id }, ...options }),
+    /** A directory's entries: one level (depth=1, the default) or deeper, up to 100,000; links are listed, not entered — GET /v1/envs/{id}/files/list */
+    list: (id: string, options?: CallOptions): Promise<GetV1EnvsByIdFilesListResponse> =>
+      this.call("getV1EnvsByIdFilesList", { params: { id }, ...options }),
+    /** Make a directory (and its parents, unless parents is false), owned by the user — POST /v1/envs/{id}/files/mkdir */
+    mkdir: (id: string, body: PostV1EnvsByIdFilesMkdirBody, options?: CallOptions): Promise<PostV1EnvsByIdFilesMkdirResponse> =>
+      this.call("postV1EnvsByIdFilesMkdir", { params: { id }, body, ...options }),
+    /** Rename or move a path (a file over a directory, or a directory over a file, is refused) — POST /v1/envs/{id}/files/rename */
+    rename: (id: string, body: PostV1EnvsByIdFilesRenameBody, options?: CallOptions): Promise<PostV1EnvsByIdFilesRenameResponse> =>
+      this.call("postV1EnvsByIdFilesRename", { params: { id }, body, ...options }),
+  };
+
+  readonly sandboxes = {
+    /** A sandbox for one episode: {from_version} or {image, cmd, env, ports, volumes, egress} — POST /v1/sandboxes */
+    create: (body: PostV1SandboxesBody, options?: CallOptions): Promise<PostV1SandboxesResponse> =>
+      this.call("postV1Sandboxes", { body, ...options }),
+  };
+
+  readonly targets = {
+    /** Targets with their capability rows — GET /v1/targets */
+    list: (options?: CallOptions): Promise<GetV1TargetsResponse> =>
+      this.call("getV1Targets", { ...options }),
+    /** A sandbox on a named target — POST /v1/targets/{name}/sandboxes */
+    createSandbox: (name: string, body: PostV1TargetsByNameSandboxesBody, options?: CallOptions): Promise<PostV1TargetsByNameSandboxesResponse> =>
+      this.call("postV1TargetsByNameSandboxes", { params: { name }, body, ...options }),
+  };
+
+  readonly pools = {
+    /** The team's warm pools, with what each holds and its hit rate — GET /v1/pools */
+    list: (options?: CallOptions): Promise<GetV1PoolsResponse> =>
+      this.call("getV1Pools", { ...options }),
+    /** Keep N ready sandboxes of an image and settings ({size, image, cmd, env, ports, volumes, egress, user}): a POST /v1/sandboxes with the same settings takes one at once — PUT /v1/pools */
+    keepImage: (body: PutV1PoolsBody, options?: CallOptions): Promise<PutV1PoolsResponse> =>
+      this.call("putV1Pools", { body, ...options }),
+    /** A version's warm pool — GET /v1/pools/{id} */
+    get: (id: string, options?: CallOptions): Promise<GetV1PoolsByIdResponse> =>
+      this.call("getV1PoolsById", { params: { id }, ...options }),
+    /** Keep N ready forks of a version ({size}); creates of it take one at once and the pool refills. Refused with capacity when the host has no room for them — PUT /v1/pools/{id} */
+    keep: (id: string, body: PutV1PoolsByIdBody, options?: CallOptions): Promise<PutV1PoolsByIdResponse> =>
+      this.call("putV1PoolsById", { params: { id }, body, ...options }),
+    /** Drain a version's warm pool: its ready members are destroyed — DELETE /v1/pools/{id} */
+    drain: (id: string, options?: CallOptions): Promise<DeleteV1PoolsByIdResponse> =>
+      this.call("deleteV1PoolsById", { params: { id }, ...options }),
+  };
+
+  readonly admission = {
+    /** Each host's create turns: running, queued (with positions) and its room — GET /v1/admission */
+    get: (options?: CallOptions): Promise<GetV1AdmissionResponse> =>
+      this.call("getV1Admission", { ...options }),
+  };
+
+  readonly replays = {
+    /** A replay and its report — GET /v1/replays/{id} */
+    get: (id: string, options?: CallOptions): Promise<GetV1ReplaysByIdResponse> =>
+      this.call("getV1ReplaysById", { params: { id }, ...options }),
+  };
+
+  readonly clouds = {
+    /** Connect a cloud account: hetzner or aws (the provision phase creates machines there; aws's token is ACCESS_KEY_ID:SECRET_ACCESS_KEY, its location a region, its server_type an instance type), or e2b, daytona, modal or prime (a target of its own); the token is checked, then stored encrypted — POST /v1/clouds */
+    connect: (body: PostV1CloudsBody, options?: CallOptions): Promise<PostV1CloudsResponse> =>
+      this.call("postV1Clouds", { body, ...options }),
+    /** Connected cloud accounts (never their tokens) and the machines denv made there — GET /v1/clouds */
+    list: (options?: CallOptions): Promise<GetV1CloudsResponse> =>
+      this.call("getV1Clouds", { ...options }),
+    /** Disconnect a cloud account (its machines are left as they are); a hosted provider still running environments is refused — DELETE /v1/clouds/{name} */
+    disconnect: (name: string, options?: CallOptions): Promise<DeleteV1CloudsByNameResponse> =>
+      this.call("deleteV1CloudsByName", { params: { name }, ...options }),
+  };
+
+  readonly github = {
+    /** Connect the team's GitHub App: its ID, private key and webhook secret (tried against GitHub with GET /app, then stored encrypted) — POST /v1/github/apps */
+    connectApp: (body: PostV1GithubAppsBody, options?: CallOptions): Promise<PostV1GithubAppsResponse> =>
+      this.call("postV1GithubApps", { body, ...options }),
+    /** The team's connected GitHub Apps (never their keys or secrets) — GET /v1/github/apps */
+    apps: (options?: CallOptions): Promise<GetV1GithubAppsResponse> =>
+      this.call("getV1GithubApps", { ...options }),
+    /** Disconnect a GitHub App; refused while a project reads its repository through it — DELETE /v1/github/apps/{app_id} */
+    disconnectApp: (app_id: string, options?: CallOptions): Promise<DeleteV1GithubAppsByAppIdResponse> =>
+      this.call("deleteV1GithubAppsByAppId", { params: { app_id }, ...options }),
+    /** The repositories each installation of the team's Apps gives denv (what a github: project can deploy) — GET /v1/github/repositories */
+    repositories: (options?: CallOptions): Promise<GetV1GithubRepositoriesResponse> =>
+      this.call("getV1GithubRepositories", { ...options }),
+    /** The latest webhook deliveries to the team's Apps, and what denv did with each — GET /v1/github/deliveries */
+    deliveries: (options?: CallOptions): Promise<GetV1GithubDeliveriesResponse> =>
+      this.call("getV1GithubDeliveries", { ...options }),
+    /** GitHub's webhook deliveries (push, pull_request) for a connected App: the signature checked over the raw body with the App's secret, each delivery acted on once, work queued and answered at once — POST /v1/github/webhook */
+    webhook: (options?: CallOptions): Promise<PostV1GithubWebhookResponse> =>
+      this.call("postV1GithubWebhook", { ...options }),
+  };
+
+  readonly mcp = {
+    /** MCP (Streamable HTTP): denv's tools and resources for agents and assistants — sandboxes, exec, files, snapshot, verify — with this key's team scoping; POST sends JSON-RPC messages (initialize first) — POST /v1/mcp */
+    post: (options?: CallOptions): Promise<PostV1McpResponse> =>
+      this.call("postV1Mcp", { ...options }),
+    /** MCP: the session's stream of server-to-client messages (Mcp-Session-Id) — GET /v1/mcp */
+    stream: (options?: CallOptions): Promise<GetV1McpResponse> =>
+      this.call("getV1Mcp", { ...options }),
+    /** MCP: ends the session (Mcp-Session-Id) — DELETE /v1/mcp */
+    end: (options?: CallOptions): Promise<DeleteV1McpResponse> =>
+      this.call("deleteV1Mcp", { ...options }),
+  };
+
+}

@@ -32,8 +32,6 @@ export function run<A extends unknown[]>(
   };
 }
 
-export const envParam = (ref: string) => ({ id: ref });
-
 function phaseLine(p: Phase): string {
   const mark = { pending: "·", running: "…", succeeded: "✓", failed: "✗", skipped: "-" }[p.status];
   const ms = p.duration_ms !== null && p.status !== "skipped" ? ` ${p.duration_ms} ms` : "";
@@ -125,7 +123,7 @@ async function followPhases(client: DenvClient, id: string, json: boolean): Prom
       say();
     }
   }
-  const d = last ?? (await client.call("getV1DeploymentsById", { params: { id } }));
+  const d = last ?? (await client.deployments.get(id));
   if (!json) warnOutsideVolumes(d);
   return d;
 }

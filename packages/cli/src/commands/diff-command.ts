@@ -2,7 +2,7 @@
 import { type DiffEvidence, replaceTerminalControls } from "@denv/protocol";
 import type { Command } from "commander";
 import { printJson } from "../output.ts";
-import { envParam, run } from "./command-runner.ts";
+import { run } from "./command-runner.ts";
 
 const MARK = { created: "A", deleted: "D", modified: "M" } as const;
 
@@ -102,8 +102,7 @@ export function registerDiffCommand(program: Command): void {
         version: string | undefined,
         o: { maxEntries?: number; patch: boolean },
       ) => {
-        const d = await client().call("getV1EnvsByIdDiff", {
-          params: envParam(env),
+        const d = await client().envs.diff(env, {
           query: {
             ...(version ? { against: version } : {}),
             ...(o.maxEntries ? { max_entries: String(o.maxEntries) } : {}),

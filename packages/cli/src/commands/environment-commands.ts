@@ -7,7 +7,7 @@ import type { Operations } from "@denv/sdk";
 import type { Command } from "commander";
 import { runOracle } from "../harbor/oracle.ts";
 import { ageOf, printJson, printTable, UsageError } from "../output.ts";
-import { envParam, follow, printPhaseLog, run, warnOutsideVolumes } from "./command-runner.ts";
+import { follow, printPhaseLog, run, warnOutsideVolumes } from "./command-runner.ts";
 
 type Deployment = Operations["getV1DeploymentsById"]["response"];
 
@@ -57,7 +57,7 @@ export function registerEnvironmentCommands(program: Command): void {
     .option("--json", "print JSON");
   ps.action(
     run(ps, async (client, json, o: { all?: boolean; project?: string }) => {
-      const r = await client().call("getV1Envs", {});
+      const r = await client().envs.list();
       const shown = r.environments.filter(
         (e) => (o.all || LIVE.has(e.status)) && (!o.project || e.project === o.project),
       );
@@ -91,13 +91,14 @@ export function registerEnvironmentCommands(program: Command): void {
         const count = Number(o.count);
         if (!Number.isInteger(count) || count < 1 || count > 64)
           throw new UsageError(`--count ${o.count} must be a whole number from 1 to 64`);
-        const e = await client().call("getV1EnvsById", { params: envParam(env) });
+        const e = await client().envs.get(env);
         if (!e.current_version_id)
           throw new UsageError(`${env} has no version yet: snapshot it first (denv snapshot ${env})`);
         if (!json) process.stderr.write(`forking ${env} (${e.current_version_id}) ${count} times…\n`);
-        const r = await client().call("postV1VersionsByIdForks", {
-          params: { id: e.current_version_id },
-          body: { count, name_prefix: o.name, ...(o.host ? { host: o.host } : {}) },
+        const r = await client().versions.fork(e.current_version_id, {
+          count,
+          name_prefix: o.name,
+          ...(o.host ? { host: o.host } : {}),
         });
         if (json) printJson(r);
         else {
@@ -117,10 +118,7 @@ export function registerEnvironmentCommands(program: Command): void {
       if (!json) process.stderr.write(`forking ${env} → ${o.name}…\n`);
       // A version (ver_…, PROJECT@ver_…) rather than an environment: a fork of it, named as given.
       if (/^ver_|@ver_/.test(env)) {
-        const r = await client().call("postV1VersionsByIdForks", {
-          params: { id: env },
-          body: { count: 1, name: o.name },
-        });
+        const r = await client().versions.fork(env, { count: 1, name: o.name });
         const made = r.forks[0];
         if (!made?.ok || !made.environment)
           throw new UsageError(`the fork failed: ${made?.error?.code}: ${made?.error?.message}`);
@@ -131,7 +129,7 @@ export function registerEnvironmentCommands(program: Command): void {
           );
         return 0;
       }
-      const e = await client().call("postV1EnvsByIdFork", { params: envParam(env), body: { name: o.name } });
+      const e = await client().envs.fork(env, { name: o.name });
       if (json) printJson(e);
       else
         process.stdout.write(
@@ -149,9 +147,7 @@ export function registerEnvironmentCommands(program: Command): void {
   snapshot.action(
     run(snapshot, async (client, json, env: string) => {
       if (!json) process.stderr.write(`snapshotting ${env}…\n`);
-      const d = await client().untilVerdict(() =>
-        client().call("postV1EnvsByIdSnapshot", { params: envParam(env) }),
-      );
+      const d = await client().untilVerdict(() => client().envs.snapshot(env));
       if (json) printJson(d);
       else if (d.status === "succeeded") {
         process.stdout.write(`snapshot of ${env}: version ${d.version_id} (frozen ${d.frozen_ms} ms)\n`);
@@ -170,9 +166,7 @@ export function registerEnvironmentCommands(program: Command): void {
   rollback.action(
     run(rollback, async (client, json, env: string, version: string) => {
       if (!json) process.stderr.write(`rolling ${env} back to ${version}…\n`);
-      const d = await client().untilVerdict(() =>
-        client().call("postV1EnvsByIdRollback", { params: envParam(env), body: { version } }),
-      );
+      const d = await client().untilVerdict(() => client().envs.rollback(env, { version }));
       if (json) printJson(d);
       else
         process.stdout.write(
@@ -217,10 +211,7 @@ export function registerEnvironmentCommands(program: Command): void {
         let oracleFork: string | null = null;
         if (o.oracle) {
           if (!existsSync(join(o.oracle, "solve.sh"))) throw new UsageError(`${o.oracle} has no solve.sh`);
-          const f = await client().call("postV1EnvsByIdFork", {
-            params: envParam(env),
-            body: { name: `oracle-${randomBytes(4).toString("hex")}` },
-          });
+          const f = await client().envs.fork(env, { name: `oracle-${randomBytes(4).toString("hex")}` });
           oracleFork = f.id;
           graded = f.id;
           if (!json) process.stderr.write(`oracle: on fork ${f.name} of ${env} (${env} is left as it was)\n`);
@@ -234,16 +225,16 @@ export function registerEnvironmentCommands(program: Command): void {
           if (!json)
             process.stderr.write(`verifying ${graded}: stop, diff, collect, snapshot, clone, grade…\n`);
           d = await client().untilVerdict(() =>
-            client().call("postV1EnvsByIdVerify", {
-              params: o.oracle ? { id: graded } : envParam(env),
+            client().envs.verify(
+              o.oracle ? graded : env,
               // Neither: the server's default (frozen, but a deployed environment runs again).
-              body: o.resume ? { resume: true } : o.keepFrozen ? { resume: false } : {},
-            }),
+              o.resume ? { resume: true } : o.keepFrozen ? { resume: false } : {},
+            ),
           );
         } finally {
           if (oracleFork)
             await client()
-              .call("deleteV1EnvsById", { params: { id: oracleFork } })
+              .envs.destroy(oracleFork)
               .catch(() => {});
         }
         if (json) printJson({ ...d, reward: d.verify?.reward ?? null });
@@ -264,7 +255,7 @@ export function registerEnvironmentCommands(program: Command): void {
   const el = env.command("list").description("List environments").option("--json", "print JSON");
   el.action(
     run(el, async (client, json) => {
-      const r = await client().call("getV1Envs", {});
+      const r = await client().envs.list();
       if (json) printJson(r);
       else {
         printEnvironments(r.environments);
@@ -279,8 +270,8 @@ export function registerEnvironmentCommands(program: Command): void {
     .option("--json", "print JSON");
   es.action(
     run(es, async (client, json, ref: string) => {
-      const e = await client().call("getV1EnvsById", { params: envParam(ref) });
-      const deps = await client().call("getV1EnvsByIdDeployments", { params: { id: e.id } });
+      const e = await client().envs.get(ref);
+      const deps = await client().envs.deployments(e.id);
       if (json) printJson({ ...e, deployments: deps.deployments });
       else {
         process.stdout.write(
@@ -305,7 +296,7 @@ export function registerEnvironmentCommands(program: Command): void {
     .option("--json", "print JSON");
   ei.action(
     run(ei, async (client, json, ref: string) => {
-      const r = await client().call("getV1EnvsByIdIngress", { params: envParam(ref) });
+      const r = await client().envs.ingress(ref);
       if (json) printJson(r);
       else if (!r.domain)
         process.stdout.write("the server has no ingress domain (denv server --ingress-domain)\n");
@@ -327,7 +318,7 @@ export function registerEnvironmentCommands(program: Command): void {
     .option("--json", "print JSON");
   er.action(
     run(er, async (client, json, ref: string) => {
-      const e = await client().call("postV1EnvsByIdResume", { params: envParam(ref) });
+      const e = await client().envs.resume(ref);
       if (json) printJson(e);
       else process.stdout.write(`resumed ${e.project}/${e.name}: ${e.status}\n`);
       return 0;
@@ -344,8 +335,7 @@ export function registerEnvironmentCommands(program: Command): void {
     );
   ed.action(
     run(ed, async (client, json, refs: string[]) => {
-      const destroyOne = (ref: string) =>
-        client().untilVerdict(() => client().call("deleteV1EnvsById", { params: envParam(ref) }));
+      const destroyOne = (ref: string) => client().untilVerdict(() => client().envs.destroy(ref));
       if (refs.length === 1) {
         const ref = refs[0] as string;
         const d = await destroyOne(ref);
@@ -397,7 +387,7 @@ export function registerEnvironmentCommands(program: Command): void {
     run(dl, async (client, json, o: { env?: string; running?: boolean; limit?: string }) => {
       if (o.limit !== undefined && !/^\d{1,4}$/.test(o.limit))
         throw new UsageError(`--limit ${o.limit}: a count`);
-      const r = await client().call("getV1Deployments", {
+      const r = await client().deployments.list({
         query: {
           ...(o.env ? { env: o.env } : {}),
           ...(o.running ? { running: "true" as const } : {}),
@@ -433,7 +423,7 @@ export function registerEnvironmentCommands(program: Command): void {
     .option("--json", "print JSON");
   ds.action(
     run(ds, async (client, json, id: string) => {
-      const d = await client().call("getV1DeploymentsById", { params: { id } });
+      const d = await client().deployments.get(id);
       if (json) printJson(d);
       else printPhaseLog(d, true);
       return 0;

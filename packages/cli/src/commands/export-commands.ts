@@ -72,7 +72,7 @@ What a format cannot carry is listed in the written denv-export.json and printed
       async (client, json, ref: string, outArg: string, o: { harbor?: boolean; openenv?: boolean }) => {
         if (!o.harbor === !o.openenv) throw new UsageError("give one of --harbor or --openenv");
         const c = client();
-        const r = await c.call("getV1VersionsByIdSpec", { params: { id: ref } });
+        const r = await c.versions.spec(ref);
         // A hosted provider's snapshot has no compose file behind it, nor images to pin.
         const hosted = (r.spec as { hosted?: { target?: string } }).hosted;
         if (hosted)
@@ -80,7 +80,7 @@ What a format cannot carry is listed in the written denv-export.json and printed
             `${ref} is a snapshot at target ${hosted.target ?? "?"}, a hosted provider: export needs a version made on a denvd host`,
           );
         const spec = r.spec as unknown as ResolvedSpec;
-        const project = await c.call("getV1ProjectsById", { params: { id: r.project } });
+        const project = await c.projects.get(r.project);
         // The project's own files, read as regular files only (never through a link).
         const local = project.source_type === "local" ? project.source : null;
         const instruction = local ? (readProjectFile(local, "instruction.md") ?? null) : null;

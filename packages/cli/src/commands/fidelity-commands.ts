@@ -173,12 +173,12 @@ export function registerFidelityCommands(program: Command): void {
         };
         if (!json) process.stdout.write(`replaying ${ref} in ${body.forks} forks…\n`);
         // Begun at once, then followed: how many forks have run shows while the rest run.
-        let r = await client().call("postV1VersionsByIdReplays", { params: { id: ref }, body });
+        let r = await client().versions.replay(ref, body);
         const progress = json ? null : progressReporter("forks done");
         while (r.status === "running") {
           progress?.show(r.forks_done, body.forks);
           await new Promise((res) => setTimeout(res, REPLAY_POLL_MS));
-          r = await client().call("getV1ReplaysById", { params: { id: r.id } });
+          r = await client().replays.get(r.id);
         }
         progress?.show(r.forks_done, body.forks);
         progress?.end();
@@ -218,16 +218,13 @@ export function registerFidelityCommands(program: Command): void {
         o: { version?: string; replays: string; soak: string; script?: string },
       ) => {
         const c = client();
-        const d = await c.call("postV1ProjectsByIdPromote", {
-          params: { id: project },
-          body: {
-            from,
-            to,
-            ...(o.version ? { version: o.version } : {}),
-            replays: wholeNumber(o.replays, "--replays", 100),
-            soak_ms: durationMs(o.soak, "--soak"),
-            ...(o.script ? { steps: readEpisode(o.script) } : {}),
-          },
+        const d = await c.projects.promote(project, {
+          from,
+          to,
+          ...(o.version ? { version: o.version } : {}),
+          replays: wholeNumber(o.replays, "--replays", 100),
+          soak_ms: durationMs(o.soak, "--soak"),
+          ...(o.script ? { steps: readEpisode(o.script) } : {}),
         });
         if (!json) process.stdout.write(`promoting ${project}/${from} to ${to} (deployment ${d.id})\n`);
         const final = await follow(c, d.id, json);
@@ -249,7 +246,7 @@ export function registerFidelityCommands(program: Command): void {
     .option("--json", "print JSON");
   sheet.action(
     run(sheet, async (client, json, ref: string) => {
-      const d = await client().call("getV1VersionsByIdDatasheet", { params: { id: ref } });
+      const d = await client().versions.datasheet(ref);
       if (json) printJson(d);
       else {
         const { datasheetMarkdown } = await import("@denv/server");

@@ -18,7 +18,7 @@ import type { ReadableStream as NodeReadableStream } from "node:stream/web";
 import type { Command } from "commander";
 import tar from "tar-stream";
 import { printJson, UsageError } from "../output.ts";
-import { envParam, run } from "./command-runner.ts";
+import { run } from "./command-runner.ts";
 
 export function registerFileCommands(program: Command): void {
   const files = program.command("files").description("Move files in and out of an environment's service");
@@ -202,10 +202,7 @@ function registerFileOps(files: Command): void {
   ).option("--depth <n>", "levels to list", "1");
   ls.action(
     run(ls, async (client, json, env: string, path: string, o: Who & { depth: string }) => {
-      const r = await client().call("getV1EnvsByIdFilesList", {
-        params: envParam(env),
-        query: { path, depth: o.depth, ...whoQuery(o) },
-      });
+      const r = await client().files.list(env, { query: { path, depth: o.depth, ...whoQuery(o) } });
       if (json) printJson(r);
       else
         for (const e of r.entries)
@@ -224,10 +221,7 @@ function registerFileOps(files: Command): void {
   );
   stat.action(
     run(stat, async (client, json, env: string, path: string, o: Who) => {
-      const e = await client().call("getV1EnvsByIdFilesStat", {
-        params: envParam(env),
-        query: { path, ...whoQuery(o) },
-      });
+      const e = await client().files.stat(env, { query: { path, ...whoQuery(o) } });
       if (json) printJson(e);
       else
         process.stdout.write(
@@ -245,10 +239,7 @@ function registerFileOps(files: Command): void {
   );
   mkdir.action(
     run(mkdir, async (client, json, env: string, path: string, o: Who) => {
-      const r = await client().call("postV1EnvsByIdFilesMkdir", {
-        params: envParam(env),
-        body: { path, ...whoQuery(o) },
-      });
+      const r = await client().files.mkdir(env, { path, ...whoQuery(o) });
       if (json) printJson(r);
       else process.stdout.write(r.created ? `made ${path}\n` : `${path} was already there\n`);
       return 0;
@@ -263,8 +254,7 @@ function registerFileOps(files: Command): void {
   ).option("-r, --recursive", "remove a directory and everything in it");
   rm.action(
     run(rm, async (client, json, env: string, path: string, o: Who & { recursive?: boolean }) => {
-      const r = await client().call("deleteV1EnvsByIdFiles", {
-        params: envParam(env),
+      const r = await client().files.remove(env, {
         query: { path, ...(o.recursive ? { recursive: "true" as const } : {}), ...whoQuery(o) },
       });
       if (json) printJson(r);
@@ -282,10 +272,7 @@ function registerFileOps(files: Command): void {
   );
   mv.action(
     run(mv, async (client, json, env: string, from: string, to: string, o: Who) => {
-      const r = await client().call("postV1EnvsByIdFilesRename", {
-        params: envParam(env),
-        body: { from, to, ...whoQuery(o) },
-      });
+      const r = await client().files.rename(env, { from, to, ...whoQuery(o) });
       if (json) printJson(r);
       else process.stdout.write(`moved ${r.from} → ${r.to}\n`);
       return 0;

@@ -36,13 +36,11 @@ export function registerGithubCommands(program: Command): void {
         throw new UsageError("give one of --webhook-secret or --webhook-secret-file");
       const secret =
         o.webhookSecret ?? readText(o.webhookSecretFile as string, "--webhook-secret-file").trim();
-      const r = await client().call("postV1GithubApps", {
-        body: {
-          app_id: o.appId,
-          private_key: readText(o.privateKey, "--private-key"),
-          webhook_secret: secret,
-          ...(o.apiUrl ? { api_url: o.apiUrl } : {}),
-        },
+      const r = await client().github.connectApp({
+        app_id: o.appId,
+        private_key: readText(o.privateKey, "--private-key"),
+        webhook_secret: secret,
+        ...(o.apiUrl ? { api_url: o.apiUrl } : {}),
       });
       if (json) printJson(r);
       else
@@ -58,7 +56,7 @@ export function registerGithubCommands(program: Command): void {
     .option("--json", "print JSON");
   apps.action(
     run(apps, async (client, json) => {
-      const r = await client().call("getV1GithubApps", {});
+      const r = await client().github.apps();
       if (json) printJson(r);
       else {
         printTable(
@@ -76,7 +74,7 @@ export function registerGithubCommands(program: Command): void {
     .option("--json", "print JSON");
   disconnect.action(
     run(disconnect, async (client, json, appId: string) => {
-      const r = await client().call("deleteV1GithubAppsByAppId", { params: { app_id: appId } });
+      const r = await client().github.disconnectApp(appId);
       if (json) printJson(r);
       else process.stdout.write(`disconnected GitHub App ${r.deleted}\n`);
       return 0;
@@ -88,7 +86,7 @@ export function registerGithubCommands(program: Command): void {
     .option("--json", "print JSON");
   repos.action(
     run(repos, async (client, json) => {
-      const r = await client().call("getV1GithubRepositories", {});
+      const r = await client().github.repositories();
       if (json) printJson(r);
       else {
         printTable(
@@ -112,7 +110,7 @@ export function registerGithubCommands(program: Command): void {
     .option("--json", "print JSON");
   deliveries.action(
     run(deliveries, async (client, json) => {
-      const r = await client().call("getV1GithubDeliveries", {});
+      const r = await client().github.deliveries();
       if (json) printJson(r);
       else
         printTable(

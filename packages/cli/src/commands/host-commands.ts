@@ -16,7 +16,7 @@ export function registerHostCommands(program: Command): void {
     .addHelpText("after", "\nThen on the host: denvd join --server URL --token TOKEN && denvd run");
   jt.action(
     run(jt, async (client, json) => {
-      const r = await client().call("postV1HostsJoinToken", {});
+      const r = await client().hosts.joinToken();
       if (json) printJson(r);
       else process.stdout.write(`${r.token}\n`);
       return 0;
@@ -28,7 +28,7 @@ export function registerHostCommands(program: Command): void {
     .option("--json", "print JSON");
   hl.action(
     run(hl, async (client, json) => {
-      const r = await client().call("getV1Hosts", {});
+      const r = await client().hosts.list();
       if (json) printJson(r);
       else {
         const rows: string[][] = [];
@@ -107,12 +107,12 @@ export function registerHostCommands(program: Command): void {
   drain.action(
     run(drain, async (client, json, ref: string, o: { undo?: boolean }) => {
       if (o.undo) {
-        const r = await client().call("deleteV1HostsByIdDrain", { params: { id: ref } });
+        const r = await client().hosts.undrain(ref);
         if (json) printJson(r);
         else process.stdout.write(`${ref} takes new work again\n`);
         return 0;
       }
-      const r = await client().call("postV1HostsByIdDrain", { params: { id: ref } });
+      const r = await client().hosts.drain(ref);
       if (json) printJson(r);
       else {
         process.stdout.write(
@@ -171,17 +171,15 @@ export function registerHostCommands(program: Command): void {
       const machines = provider === "hetzner" || provider === "aws";
       const defaults =
         provider === "aws" ? { type: "m7i.large", at: "us-east-1" } : { type: "cx22", at: "fsn1" };
-      const r = await client().call("postV1Clouds", {
-        body: {
-          provider,
-          name: o.name,
-          token,
-          ...(machines
-            ? { server_type: o.serverType ?? defaults.type, location: o.location ?? defaults.at }
-            : {}),
-          ...(!machines && o.location ? { location: o.location } : {}),
-          ...(o.apiUrl ? { api_url: o.apiUrl } : {}),
-        },
+      const r = await client().clouds.connect({
+        provider,
+        name: o.name,
+        token,
+        ...(machines
+          ? { server_type: o.serverType ?? defaults.type, location: o.location ?? defaults.at }
+          : {}),
+        ...(!machines && o.location ? { location: o.location } : {}),
+        ...(o.apiUrl ? { api_url: o.apiUrl } : {}),
       });
       if (json) printJson(r);
       else
@@ -199,7 +197,7 @@ export function registerHostCommands(program: Command): void {
     .option("--json", "print JSON");
   cl.action(
     run(cl, async (client, json) => {
-      const r = await client().call("getV1Clouds", {});
+      const r = await client().clouds.list();
       if (json) printJson(r);
       else {
         printTable(
@@ -223,7 +221,7 @@ export function registerHostCommands(program: Command): void {
     .option("--json", "print JSON");
   cd.action(
     run(cd, async (client, json, name: string) => {
-      const r = await client().call("deleteV1CloudsByName", { params: { name } });
+      const r = await client().clouds.disconnect(name);
       if (json) printJson(r);
       else process.stdout.write(`disconnected ${r.deleted}\n`);
       return 0;

@@ -72,10 +72,7 @@ export async function checkImported(c: DenvClient, t: ImportedTask, json: boolea
   }
   out.version_id = final.version_id;
   const verifyFork = async (suffix: string, oracle: boolean): Promise<number | null> => {
-    const fork = await c.call("postV1EnvsByIdFork", {
-      params: { id: `${t.name}/alpha` },
-      body: { name: `${t.name.slice(0, 40)}-${suffix}` },
-    });
+    const fork = await c.envs.fork(`${t.name}/alpha`, { name: `${t.name.slice(0, 40)}-${suffix}` });
     try {
       if (oracle && t.oracle) {
         const r = await runOracle(c, fork.id, join(t.dir, t.oracle), { service: "main", env: t.solutionEnv });
@@ -83,12 +80,12 @@ export async function checkImported(c: DenvClient, t: ImportedTask, json: boolea
         if (r.exit_code !== 0 && !json)
           process.stderr.write(`${t.name}: solve.sh exited ${r.exit_code}: ${r.stderr_tail.slice(-400)}\n`);
       }
-      const v = await c.call("postV1EnvsByIdVerify", { params: { id: fork.id }, body: { resume: false } });
+      const v = await c.envs.verify(fork.id, { resume: false });
       if (v.status !== "succeeded") out.reason = v.reason;
       else if (v.verify?.reason && !json) process.stderr.write(`${t.name} (${suffix}): ${v.verify.reason}\n`);
       return v.verify?.reward ?? null;
     } finally {
-      await c.call("deleteV1EnvsById", { params: { id: fork.id } }).catch(() => {});
+      await c.envs.destroy(fork.id).catch(() => {});
     }
   };
   if (t.oracle) out.reward_with_oracle = await verifyFork("oracle", true);
@@ -98,13 +95,12 @@ export async function checkImported(c: DenvClient, t: ImportedTask, json: boolea
 
 /** Creates (or reuses) a local project for a directory, uploads it, deploys it to an environment. */
 async function deployDir(c: DenvClient, name: string, dir: string, env = "alpha", kind = "rl-environment") {
-  const existing = await c.call("getV1ProjectsById", { params: { id: name } }).catch(() => null);
+  const existing = await c.projects.get(name).catch(() => null);
   if (existing && (existing.source_type !== "local" || existing.source !== dir))
     throw new UsageError(`a project named ${name} already exists with another source (${existing.source})`);
-  if (!existing)
-    await c.call("postV1Projects", { body: { name, kind: kind as "rl-environment", source: dir } });
+  if (!existing) await c.projects.create({ name, kind: kind as "rl-environment", source: dir });
   await uploadSource(c, name, dir);
-  const d = await c.call("postV1ProjectsByIdDeploy", { params: { id: name }, body: { env } });
+  const d = await c.projects.deploy(name, { env });
   return follow(c, d.id, true);
 }
 
@@ -113,17 +109,14 @@ async function checkKarotte(c: DenvClient, t: KarotteImport) {
   const final = await deployDir(c, t.name, t.dir);
   if (final.status !== "succeeded")
     return { deploy: final.status, reason: final.reason, episode_exit_code: null, reward: null };
-  const fork = await c.call("postV1EnvsByIdFork", {
-    params: { id: `${t.name}/alpha` },
-    body: { name: `${t.name.slice(0, 40)}-check` },
-  });
+  const fork = await c.envs.fork(`${t.name}/alpha`, { name: `${t.name.slice(0, 40)}-check` });
   try {
     const e = await c.exec(fork.id, {
       service: "karotte",
       command: ["denv-episode"],
       timeout_ms: 60 * 60_000,
     });
-    const v = await c.call("postV1EnvsByIdVerify", { params: { id: fork.id }, body: { resume: false } });
+    const v = await c.envs.verify(fork.id, { resume: false });
     return {
       deploy: final.status,
       version_id: final.version_id,
@@ -133,7 +126,7 @@ async function checkKarotte(c: DenvClient, t: KarotteImport) {
       reason: v.verify?.reason ?? v.reason,
     };
   } finally {
-    await c.call("deleteV1EnvsById", { params: { id: fork.id } }).catch(() => {});
+    await c.envs.destroy(fork.id).catch(() => {});
   }
 }
 

@@ -18,9 +18,7 @@ export function registerKeyCommands(program: Command): void {
   create.action(
     run(create, async (client, json) => {
       const o = create.opts<{ name: string; e2b?: boolean }>();
-      const r = await client().call("postV1Keys", {
-        body: { name: o.name, ...(o.e2b ? { format: "e2b" as const } : {}) },
-      });
+      const r = await client().keys.create({ name: o.name, ...(o.e2b ? { format: "e2b" as const } : {}) });
       if (json) printJson(r);
       else process.stdout.write(`${r.key}\n`);
       return 0;
@@ -32,7 +30,7 @@ export function registerKeyCommands(program: Command): void {
     .option("--json", "print JSON");
   list.action(
     run(list, async (client, json) => {
-      const r = await client().call("getV1Keys", {});
+      const r = await client().keys.list();
       if (json) printJson(r);
       else {
         printTable(
@@ -56,7 +54,7 @@ export function registerKeyCommands(program: Command): void {
     .option("--json", "print JSON");
   revoke.action(
     run(revoke, async (client, json, id: string) => {
-      const r = await client().call("deleteV1KeysById", { params: { id } });
+      const r = await client().keys.revoke(id);
       if (json) printJson(r);
       else process.stdout.write(`revoked ${r.id}\n`);
       return 0;

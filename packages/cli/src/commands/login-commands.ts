@@ -45,7 +45,7 @@ async function deviceLogin(
   options: { browser: boolean; clientName: string },
 ): Promise<{ apiKey: string; teamId: string; role: string }> {
   const anonymous = new DenvClient({ baseUrl: server, apiKey: "" });
-  const code = await anonymous.call("postV1DeviceCode", { body: { client_name: options.clientName } });
+  const code = await anonymous.device.start({ client_name: options.clientName });
   const opened = options.browser && openBrowser(code.verification_uri_complete);
   process.stderr.write(
     `To sign in, open ${code.verification_uri_complete}\n` +
@@ -57,7 +57,7 @@ async function deviceLogin(
   const deadline = Date.now() + code.expires_in * 1000;
   while (Date.now() < deadline) {
     await new Promise((r) => setTimeout(r, intervalMs));
-    const r = await anonymous.call("postV1DeviceToken", { body: { device_code: code.device_code } });
+    const r = await anonymous.device.poll({ device_code: code.device_code });
     if (r.status === "approved") return { apiKey: r.api_key, teamId: r.team_id, role: r.role };
     if (r.status === "slow_down") intervalMs += 1000;
     else if (r.status === "denied") throw new DenvError("forbidden", "the login was denied in the console");
@@ -97,7 +97,7 @@ export function registerLoginCommands(program: Command): void {
         how = `with a new key (team ${got.teamId}, ${got.role})`;
       }
       // The key is checked before it is saved: a typo is never written down.
-      const hosts = await new DenvClient({ baseUrl: server, apiKey }).call("getV1Hosts", {});
+      const hosts = await new DenvClient({ baseUrl: server, apiKey }).hosts.list();
       const path = writeConfig({ server, api_key: apiKey });
       if (json) printJson({ ok: true, server, config: path, hosts: hosts.hosts.length, device: !given });
       else
@@ -122,9 +122,7 @@ export function registerLoginCommands(program: Command): void {
       if (!saved.api_key || !saved.server) throw new UsageError("not logged in: there is no saved key");
       let revoked = true;
       try {
-        await new DenvClient({ baseUrl: saved.server, apiKey: saved.api_key }).call("deleteV1KeysById", {
-          params: { id: "current" },
-        });
+        await new DenvClient({ baseUrl: saved.server, apiKey: saved.api_key }).keys.revoke("current");
       } catch (err) {
         // A key the server no longer knows is as good as revoked; anything else is worth saying.
         if (!(err instanceof Error && "code" in err && err.code === "unauthenticated")) throw err;

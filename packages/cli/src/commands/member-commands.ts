@@ -24,10 +24,7 @@ export function registerMemberCommands(program: Command): void {
     .option("--json", "print JSON");
   list.action(
     run(list, async (client, json) => {
-      const [m, inv] = await Promise.all([
-        client().call("getV1Members", {}),
-        client().call("getV1Invitations", {}),
-      ]);
+      const [m, inv] = await Promise.all([client().members.list(), client().invitations.list()]);
       const pending = inv.invitations.filter((i) => !i.accepted_at);
       if (json) printJson({ members: m.members, invitations: pending });
       else {
@@ -57,7 +54,7 @@ export function registerMemberCommands(program: Command): void {
     .addHelpText("after", "\nExample:\n  denv member invite ana@example.com --role admin");
   invite.action(
     run(invite, async (client, json, email: string, o: { role: string }) => {
-      const r = await client().call("postV1Invitations", { body: { email, role: roleOf(o.role) } });
+      const r = await client().invitations.create({ email, role: roleOf(o.role) });
       if (json) printJson(r);
       else
         process.stdout.write(
@@ -68,7 +65,7 @@ export function registerMemberCommands(program: Command): void {
   );
   /** A member by email or user id. */
   const memberId = async (client: Parameters<Parameters<typeof run>[1]>[0], who: string) => {
-    const { members } = await client().call("getV1Members", {});
+    const { members } = await client().members.list();
     const m = members.find((x) => x.user_id === who || x.email === who.toLowerCase());
     if (!m) throw new UsageError(`no member ${who} in your team (\`denv member list\` shows who is)`);
     return m;
@@ -82,10 +79,7 @@ export function registerMemberCommands(program: Command): void {
   role.action(
     run(role, async (client, json, who: string, to: string) => {
       const m = await memberId(client, who);
-      const r = await client().call("putV1MembersById", {
-        params: { id: m.user_id },
-        body: { role: roleOf(to) },
-      });
+      const r = await client().members.setRole(m.user_id, { role: roleOf(to) });
       if (json) printJson(r);
       else process.stdout.write(`${r.email} is ${r.role}\n`);
       return 0;
@@ -99,7 +93,7 @@ export function registerMemberCommands(program: Command): void {
   remove.action(
     run(remove, async (client, json, who: string) => {
       const m = await memberId(client, who);
-      const r = await client().call("deleteV1MembersById", { params: { id: m.user_id } });
+      const r = await client().members.remove(m.user_id);
       if (json) printJson(r);
       else process.stdout.write(`removed ${m.email}\n`);
       return 0;

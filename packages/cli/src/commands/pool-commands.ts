@@ -3,12 +3,12 @@
 import type { DenvClient, Operations } from "@denv/sdk";
 import type { Command } from "commander";
 import { printJson, printTable, UsageError } from "../output.ts";
-import { envParam, run } from "./command-runner.ts";
+import { run } from "./command-runner.ts";
 
 /** A version id as given, or an environment's current version. */
 async function versionOf(client: DenvClient, ref: string): Promise<string> {
   if (ref.startsWith("ver_")) return ref;
-  const e = await client.call("getV1EnvsById", { params: envParam(ref) });
+  const e = await client.envs.get(ref);
   if (!e.current_version_id)
     throw new UsageError(`${ref} has no version yet: snapshot it first (denv snapshot ${ref})`);
   return e.current_version_id;
@@ -18,7 +18,7 @@ type Pool = Operations["getV1Pools"]["response"]["pools"][number];
 
 /** Drains a version's pool and says how many ready forks went. */
 async function drain(client: DenvClient, version: string, json: boolean): Promise<number> {
-  const r = await client.call("deleteV1PoolsById", { params: { id: version } });
+  const r = await client.pools.drain(version);
   if (json) printJson(r);
   else process.stdout.write(`drained the pool of ${version} (${r.drained} ready forks destroyed)\n`);
   return 0;
@@ -64,7 +64,7 @@ export function registerPoolCommands(program: Command): void {
         throw new UsageError(`--size ${o.size} must be a whole number from 0 to 256`);
       const version = await versionOf(client(), ref);
       if (size === 0) return drain(client(), version, json);
-      const r = await client().call("putV1PoolsById", { params: { id: version }, body: { size } });
+      const r = await client().pools.keep(version, { size });
       if (json) printJson(r);
       else
         process.stdout.write(`pool of ${version}: ${r.size} kept, ${r.ready} ready, ${r.warming} warming\n`);
@@ -79,12 +79,8 @@ export function registerPoolCommands(program: Command): void {
   show.action(
     run(show, async (client, json, ref: string | undefined) => {
       const pools = ref
-        ? [
-            await client().call("getV1PoolsById", {
-              params: { id: await versionOf(client(), ref) },
-            }),
-          ]
-        : (await client().call("getV1Pools", {})).pools;
+        ? [await client().pools.get(await versionOf(client(), ref))]
+        : (await client().pools.list()).pools;
       if (json) printJson(ref ? pools[0] : { pools });
       else printPools(pools);
       return 0;

@@ -6,7 +6,7 @@
  */
 import type { Command } from "commander";
 import { ageOf, printJson, printTable, UsageError } from "../output.ts";
-import { envParam, run } from "./command-runner.ts";
+import { run } from "./command-runner.ts";
 
 export function registerPortCommand(program: Command): void {
   const port = program
@@ -37,17 +37,13 @@ export function registerPortCommand(program: Command): void {
           throw new UsageError(`${at}: a port is a number from 1 to 65535`);
         if (o.revoke) {
           const r =
-            at === undefined
-              ? await client().call("deleteV1EnvsByIdPorts", { params: envParam(env) })
-              : await client().call("deleteV1EnvsByIdPortsByPort", {
-                  params: { ...envParam(env), port: at },
-                });
+            at === undefined ? await client().envs.revokePorts(env) : await client().envs.revokePort(env, at);
           if (json) printJson(r);
           else process.stdout.write(`revoked ${r.revoked} port URL(s)\n`);
           return 0;
         }
         if (at === undefined) {
-          const r = await client().call("getV1EnvsByIdPorts", { params: envParam(env) });
+          const r = await client().envs.ports(env);
           if (json) printJson(r);
           else
             printTable(
@@ -56,10 +52,7 @@ export function registerPortCommand(program: Command): void {
             );
           return 0;
         }
-        const r = await client().call("postV1EnvsByIdPortsByPort", {
-          params: { ...envParam(env), port: at },
-          body: o.service ? { service: o.service } : {},
-        });
+        const r = await client().envs.openPort(env, at, o.service ? { service: o.service } : {});
         if (json) printJson(r);
         else {
           process.stdout.write(`${r.url}\n`);

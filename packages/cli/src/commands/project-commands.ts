@@ -49,14 +49,12 @@ export function registerProjectCommands(program: Command): void {
         const source = isLocal ? resolve(o.source) : o.source;
         // Refuse a directory with no compose file, or a linked .env, before creating anything.
         if (isLocal) readLocalSource(source);
-        let p = await client().call("postV1Projects", {
-          body: {
-            name,
-            kind: o.kind as "rl-environment",
-            source,
-            ...(pin ? { pinned_target: pin } : {}),
-            ...(o.branches ? { branches: splitPatterns(o.branches) } : {}),
-          },
+        let p = await client().projects.create({
+          name,
+          kind: o.kind as "rl-environment",
+          source,
+          ...(pin ? { pinned_target: pin } : {}),
+          ...(o.branches ? { branches: splitPatterns(o.branches) } : {}),
         });
         if (isLocal) p = await uploadSource(client(), name, source);
         if (json) printJson(p);
@@ -83,9 +81,8 @@ export function registerProjectCommands(program: Command): void {
       const o = set.opts() as { branches?: string | false };
       if (o.branches === undefined)
         throw new UsageError("nothing to set: give --branches PATTERNS or --no-branches");
-      const p = await client().call("putV1ProjectsByIdBranches", {
-        params: { id: ref },
-        body: { branches: o.branches === false ? null : splitPatterns(o.branches) },
+      const p = await client().projects.setBranches(ref, {
+        branches: o.branches === false ? null : splitPatterns(o.branches),
       });
       if (json) printJson(p);
       else
@@ -115,9 +112,7 @@ export function registerProjectCommands(program: Command): void {
       if (o.approve !== undefined) {
         if (!/^[1-9][0-9]{0,9}$/.test(o.approve))
           throw new UsageError("--approve takes a pull request's number");
-        const d = await client().call("postV1ProjectsByIdPreviewsByNumberApprove", {
-          params: { id: ref, number: o.approve },
-        });
+        const d = await client().projects.approvePreview(ref, o.approve);
         if (json) printJson(d);
         else
           process.stdout.write(
@@ -132,14 +127,11 @@ export function registerProjectCommands(program: Command): void {
         throw new UsageError("--forks takes approve, deploy or off");
       const r =
         budget !== undefined || o.forks !== undefined
-          ? await client().call("putV1ProjectsByIdPreviews", {
-              params: { id: ref },
-              body: {
-                ...(budget !== undefined ? { budget } : {}),
-                ...(o.forks !== undefined ? { forks: o.forks as "approve" | "deploy" | "off" } : {}),
-              },
+          ? await client().projects.setPreviews(ref, {
+              ...(budget !== undefined ? { budget } : {}),
+              ...(o.forks !== undefined ? { forks: o.forks as "approve" | "deploy" | "off" } : {}),
             })
-          : await client().call("getV1ProjectsByIdPreviews", { params: { id: ref } });
+          : await client().projects.previews(ref);
       if (json) printJson(r);
       else {
         process.stdout.write(
@@ -160,7 +152,7 @@ export function registerProjectCommands(program: Command): void {
     .option("--json", "print JSON");
   pgh.action(
     run(pgh, async (client, json, ref: string) => {
-      const r = await client().call("getV1ProjectsByIdGithub", { params: { id: ref } });
+      const r = await client().projects.github(ref);
       if (json) printJson(r);
       else {
         printTable(
@@ -181,7 +173,7 @@ export function registerProjectCommands(program: Command): void {
   const plist = project.command("list").description("List projects").option("--json", "print JSON");
   plist.action(
     run(plist, async (client, json) => {
-      const r = await client().call("getV1Projects", {});
+      const r = await client().projects.list();
       if (json) printJson(r);
       else
         printTable(
@@ -205,7 +197,7 @@ export function registerProjectCommands(program: Command): void {
     );
   del.action(
     run(del, async (client, json, name: string) => {
-      const r = await client().call("deleteV1ProjectsById", { params: { id: name } });
+      const r = await client().projects.delete(name);
       if (json) printJson(r);
       else
         process.stdout.write(
@@ -230,9 +222,9 @@ export function registerProjectCommands(program: Command): void {
   deploy.action(
     run(deploy, async (client, json, o: { project: string; env: string; wait?: boolean }) => {
       const c = client();
-      const p = await c.call("getV1ProjectsById", { params: { id: o.project } });
+      const p = await c.projects.get(o.project);
       if (p.source_type === "local") await uploadSource(c, p.name, p.source);
-      const d = await c.call("postV1ProjectsByIdDeploy", { params: { id: p.name }, body: { env: o.env } });
+      const d = await c.projects.deploy(p.name, { env: o.env });
       if (!o.wait) {
         if (json) printJson(d);
         else
@@ -280,15 +272,12 @@ export async function uploadSource(client: DenvClient, project: string, path: st
   const spec = r.ok ? r.spec : null;
   const build_contexts = spec ? await uploadBuildContexts(client, project, dir, spec) : {};
   const bind_sources = spec ? await uploadBindSources(client, project, dir, spec) : {};
-  return client.call("putV1ProjectsByIdSource", {
-    params: { id: project },
-    body: {
-      compose,
-      ...(dotenvText !== undefined ? { dotenv: dotenvText } : {}),
-      ...(Object.keys(build_contexts).length ? { build_contexts } : {}),
-      ...(Object.keys(bind_sources).length ? { bind_sources } : {}),
-      ...(Object.keys(files).length ? { files } : {}),
-    },
+  return client.projects.setSource(project, {
+    compose,
+    ...(dotenvText !== undefined ? { dotenv: dotenvText } : {}),
+    ...(Object.keys(build_contexts).length ? { build_contexts } : {}),
+    ...(Object.keys(bind_sources).length ? { bind_sources } : {}),
+    ...(Object.keys(files).length ? { files } : {}),
   });
 }
 
@@ -357,15 +346,13 @@ async function uploadTar(
   what: string,
 ): Promise<void> {
   try {
-    const have = await client
-      .call("getV1ProjectsByIdContextsByDigest", { params: { id: project, digest: packed.digest } })
-      .then(
-        () => true,
-        (err: { code?: string }) => {
-          if (err.code === "not_found") return false;
-          throw err;
-        },
-      );
+    const have = await client.projects.hasContext(project, packed.digest).then(
+      () => true,
+      (err: { code?: string }) => {
+        if (err.code === "not_found") return false;
+        throw err;
+      },
+    );
     if (!have) {
       await client.putBuildContext(
         project,

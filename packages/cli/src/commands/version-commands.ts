@@ -14,7 +14,7 @@ export function registerVersionCommands(program: Command): void {
     .option("--json", "print JSON");
   list.action(
     run(list, async (client, json, o: { project?: string }) => {
-      const r = await client().call("getV1Versions", { query: o.project ? { project: o.project } : {} });
+      const r = await client().versions.list({ query: o.project ? { project: o.project } : {} });
       if (json) printJson(r);
       else {
         printTable(
@@ -41,7 +41,7 @@ export function registerVersionCommands(program: Command): void {
     .option("--json", "print JSON");
   rm.action(
     run(rm, async (client, json, ref: string) => {
-      const r = await client().call("deleteV1VersionsById", { params: { id: ref } });
+      const r = await client().versions.delete(ref);
       if (json) printJson(r);
       else {
         process.stdout.write(`deleted ${r.deleted}\n`);
@@ -70,7 +70,7 @@ export function registerVersionCommands(program: Command): void {
         const copies = Number(o.copies);
         if (!Number.isInteger(copies) || copies < 1 || copies > 16)
           throw new UsageError(`--copies ${o.copies}: a whole number from 1 to 16`);
-        const k = await client().call("putV1VersionsByIdReplicas", { params: { id: ref }, body: { copies } });
+        const k = await client().versions.keepReplicas(ref, { copies });
         if (json) printJson(k);
         else
           process.stdout.write(
@@ -79,10 +79,7 @@ export function registerVersionCommands(program: Command): void {
         return k.holders.length >= k.copies ? 0 : 1;
       }
       const to = o.to as string;
-      const r = await client().call("postV1VersionsByIdReplicas", {
-        params: { id: ref },
-        body: { host: to },
-      });
+      const r = await client().versions.copy(ref, { host: to });
       if (json) printJson(r);
       else if (r.already) process.stdout.write(`${to} already holds ${r.version_id}\n`);
       else
@@ -104,8 +101,10 @@ export function registerVersionCommands(program: Command): void {
       const keep = Number(o.keep);
       if (!Number.isInteger(keep) || keep < 1)
         throw new UsageError(`--keep ${o.keep}: a whole number, at least 1`);
-      const r = await client().call("postV1VersionsPrune", {
-        body: { keep, ...(o.project ? { project: o.project } : {}), ...(o.dryRun ? { dry_run: true } : {}) },
+      const r = await client().versions.prune({
+        keep,
+        ...(o.project ? { project: o.project } : {}),
+        ...(o.dryRun ? { dry_run: true } : {}),
       });
       if (json) printJson(r);
       else {

@@ -7,6 +7,7 @@ const answering = (response: z.ZodType, responseType?: ApiRoute["responseType"])
   route({
     method: "get",
     path: "/v1/things/{id}",
+    name: "things.get",
     summary: "a thing",
     response,
     ...(responseType ? { responseType } : {}),

@@ -26,6 +26,11 @@ export interface ApiRoute<
   method: "get" | "post" | "put" | "delete";
   /** OpenAPI style: /v1/envs/{id}. */
   path: string;
+  /**
+   * The route's method in the generated clients, "group.verb" (`envs.fork`: `client.envs.fork(id,
+   * body)` in TypeScript, `client.envs.fork(id, body)` in Python); unique across routes.
+   */
+  name: `${string}.${string}`;
   summary: string;
   /** A JSON body, parsed with this schema (a refusal is invalid_argument with each issue's path). */
   body?: B;

@@ -27,6 +27,7 @@ import { versionRoutes } from "./version-routes.ts";
 const openApiRoute = route({
   method: "get",
   path: "/v1/openapi.json",
+  name: "meta.openapi",
   summary: "This document",
   auth: false,
   handler: (c) => c.json(apiDocument()),

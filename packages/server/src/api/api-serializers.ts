@@ -15,7 +15,7 @@ import type {
   VersionsTable,
 } from "../store/schema.ts";
 import { versionSpecJson } from "../store/version-store.ts";
-import { HOSTED_SERVICE } from "../targets/hosted-sandbox-target.ts";
+import { HOSTED_SERVICE } from "../targets/target.ts";
 import type {
   cloudSchema,
   deploymentSchema,

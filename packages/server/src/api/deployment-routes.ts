@@ -12,6 +12,7 @@ export const deploymentRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/deployments",
+    name: "deployments.list",
     summary:
       "The team's deployments, newest first (?env= one environment's, ?running=true those at work, ?limit=)",
     query: z.object({
@@ -46,6 +47,7 @@ export const deploymentRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/deployments/{id}",
+    name: "deployments.get",
     summary: "A deployment and its phase log with evidence",
     response: deploymentSchema,
     auth: true,
@@ -57,6 +59,7 @@ export const deploymentRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/deployments/{id}/events",
+    name: "deployments.events",
     summary: "Live phase updates (server-sent events) until the verdict",
     responseType: "event-stream",
     auth: true,

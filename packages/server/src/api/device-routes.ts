@@ -28,6 +28,7 @@ export const deviceRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/device/code",
+    name: "device.start",
     summary: "Start a device login: a device code to poll with and a user code to approve in the console",
     body: deviceCodeBody,
     response: deviceCodeCreated,
@@ -54,6 +55,7 @@ export const deviceRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/device/token",
+    name: "device.poll",
     summary: "Poll a device login: pending until a person answers; once approved, a new API key (once)",
     body: deviceTokenBody,
     response: deviceToken,
@@ -76,6 +78,7 @@ export const deviceRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/device/{code}",
+    name: "device.get",
     summary: "A pending device login by its user code, for the person about to answer it",
     response: devicePending,
     auth: true,
@@ -96,6 +99,7 @@ export const deviceRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/device/{code}",
+    name: "device.answer",
     summary: "Approve or deny a device login: approved, it gets a key of this team with this person's role",
     body: deviceAnswerBody,
     response: devicePending.extend({ approved: deviceAnswerBody.shape.approve }),

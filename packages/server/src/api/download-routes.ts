@@ -6,6 +6,7 @@ export const downloadRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/install.sh",
+    name: "meta.installScript",
     summary:
       "The host installer: curl -fsSL SERVER/install.sh | sh -s -- --token T --server URL [--zfs-pool NAME | --btrfs-pool PATH]",
     responseType: "any",
@@ -16,6 +17,7 @@ export const downloadRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/downloads/{file}",
+    name: "meta.download",
     summary: "denvd executables: denvd-linux-x86_64, denvd-linux-aarch64, and denvd.version",
     responseType: "any",
     auth: false,

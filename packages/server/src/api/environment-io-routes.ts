@@ -179,6 +179,7 @@ export const environmentIoRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/envs/{id}/exec",
+    name: "envs.exec",
     summary: "Run a command in a service (?stream=true: NDJSON output chunks as they come, then the result)",
     body: execBody,
     query: z.object({
@@ -209,6 +210,7 @@ export const environmentIoRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/envs/{id}/exec/stream",
+    name: "envs.execStream",
     summary:
       "Run a command with its stdin streamed from the body: the first line is the exec request (JSON), the rest of the body is stdin. The answer streams as the command writes, in frames of an 8-byte header (u8 kind: 1 stdout, 2 stderr, 3 the result as JSON, 4 an error as JSON, 5 a keep-alive with no bytes while the command is quiet; three zero bytes; u32 length, big-endian) and that many bytes",
     bodyType: "exec-stream",
@@ -237,6 +239,7 @@ export const environmentIoRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/envs/{id}/ports/{port}",
+    name: "envs.openPort",
     summary:
       "A URL reaching a TCP port inside a service (HTTP and WebSocket), relayed through the host's connection; the URL is the credential",
     body: portUrlBody,
@@ -267,6 +270,7 @@ export const environmentIoRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/envs/{id}/ingress",
+    name: "envs.ingress",
     summary:
       "The environment's ingress names for its published ports, and the token its private names ask for",
     response: envIngress,
@@ -289,6 +293,7 @@ export const environmentIoRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/envs/{id}/ports",
+    name: "envs.ports",
     summary: "The environment's port URLs (never their tokens, which are shown once)",
     response: z.object({ ports: z.array(portUrlListed) }),
     auth: true,
@@ -297,6 +302,7 @@ export const environmentIoRoutes: ApiRoute[] = [
   route({
     method: "delete",
     path: "/v1/envs/{id}/ports",
+    name: "envs.revokePorts",
     summary: "Revoke every port URL of the environment",
     response: z.object({ revoked: z.number() }),
     auth: true,
@@ -305,6 +311,7 @@ export const environmentIoRoutes: ApiRoute[] = [
   route({
     method: "delete",
     path: "/v1/envs/{id}/ports/{port}",
+    name: "envs.revokePort",
     summary: "Revoke the environment's port URLs to one port",
     response: z.object({ revoked: z.number() }),
     auth: true,
@@ -316,6 +323,7 @@ export const environmentIoRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/envs/{id}/services/{service}/stop",
+    name: "envs.stopService",
     summary: "Stop one service's container; the rest of the environment keeps running",
     response: z.object({ stopped: z.string() }),
     auth: true,

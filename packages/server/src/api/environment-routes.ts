@@ -51,6 +51,7 @@ export const environmentRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/envs",
+    name: "envs.list",
     summary: "List environments",
     response: z.object({ environments: z.array(environmentSchema) }),
     auth: true,
@@ -65,6 +66,7 @@ export const environmentRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/envs/{id}",
+    name: "envs.get",
     summary: "An environment (by id, name, or project/name)",
     response: environmentSchema,
     auth: true,
@@ -74,6 +76,7 @@ export const environmentRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/envs/{id}/deployments",
+    name: "envs.deployments",
     summary: "An environment's deployments",
     response: z.object({ deployments: z.array(deploymentSchema) }),
     auth: true,
@@ -87,6 +90,7 @@ export const environmentRoutes: ApiRoute[] = [
   route({
     method: "delete",
     path: "/v1/envs/{id}",
+    name: "envs.destroy",
     summary: "Destroy an environment",
     query: waitQuery,
     response: deploymentSchema,
@@ -96,6 +100,7 @@ export const environmentRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/envs/{id}/resume",
+    name: "envs.resume",
     summary: "Thaw an environment a verify froze for inspection: its services run again",
     response: environmentSchema,
     auth: true,
@@ -108,6 +113,7 @@ export const environmentRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/envs/{id}/snapshot",
+    name: "envs.snapshot",
     summary: "Capture the live state as a new version",
     query: waitQuery,
     response: deploymentSchema,
@@ -123,6 +129,7 @@ export const environmentRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/envs/{id}/fork",
+    name: "envs.fork",
     summary: "A new environment from this environment's current version",
     body: forkBody,
     response: environmentSchema,
@@ -137,6 +144,7 @@ export const environmentRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/envs/{id}/rollback",
+    name: "envs.rollback",
     summary: "Restore a version and re-check health",
     body: rollbackBody,
     query: waitQuery,
@@ -148,6 +156,7 @@ export const environmentRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/envs/{id}/verify",
+    name: "envs.verify",
     summary:
       "Grade the environment on a fork as a separate principal: stop, diff (what the episode changed), collect, snapshot, clone, grade, verdict",
     body: verifyBody,
@@ -160,6 +169,7 @@ export const environmentRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/versions/{id}/forks",
+    name: "versions.fork",
     summary:
       "N forks of a version in one call ({count, name_prefix, sandbox}); each fork's outcome is reported, made or not (partial success is not hidden)",
     body: fanOutBody,
@@ -199,6 +209,7 @@ export const environmentRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/versions/{id}",
+    name: "versions.get",
     summary: "A version (ver_…, PROJECT@ver_…, or PROJECT/ENV for the version it runs)",
     response: versionSchema,
     auth: true,

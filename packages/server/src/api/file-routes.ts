@@ -43,6 +43,7 @@ export const fileRoutes: ApiRoute[] = [
   route({
     method: "put",
     path: "/v1/envs/{id}/files",
+    name: "files.write",
     summary:
       "Extract a tar at ?path= in ?service=, as ?user= (default: the service's user): parents are made; a directory is never replaced by a file, nor a file by a directory. The tar streams through (up to 16 GiB)",
     bodyType: "tar",
@@ -59,6 +60,7 @@ export const fileRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/envs/{id}/files",
+    name: "files.read",
     summary:
       "A tar of ?path= in ?service=, read as ?user= (default: the service's user), never following a link; it streams as the host reads it",
     query: filesQuery,
@@ -73,6 +75,7 @@ export const fileRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/envs/{id}/files/stat",
+    name: "files.stat",
     summary: "A path's type, size, mode, owner and modification time (a link is reported as a link)",
     query: z.object({ path: path.describe("An absolute path in the service"), ...who }),
     response: fsEntry,
@@ -85,6 +88,7 @@ export const fileRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/envs/{id}/files/list",
+    name: "files.list",
     summary:
       "A directory's entries: one level (depth=1, the default) or deeper, up to 100,000; links are listed, not entered",
     query: z.object({
@@ -107,6 +111,7 @@ export const fileRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/envs/{id}/files/mkdir",
+    name: "files.mkdir",
     summary: "Make a directory (and its parents, unless parents is false), owned by the user",
     body: z.strictObject({ path, parents: z.boolean().optional(), ...who }),
     response: z.object({ created: z.boolean() }),
@@ -121,6 +126,7 @@ export const fileRoutes: ApiRoute[] = [
   route({
     method: "delete",
     path: "/v1/envs/{id}/files",
+    name: "files.remove",
     summary: "Remove a file, a link, or an empty directory (recursive=true: a whole tree, following no link)",
     query: z.object({
       path: path.describe("An absolute path in the service"),
@@ -141,6 +147,7 @@ export const fileRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/envs/{id}/files/rename",
+    name: "files.rename",
     summary: "Rename or move a path (a file over a directory, or a directory over a file, is refused)",
     body: z.strictObject({ from: path, to: path, ...who }),
     response: z.object({ from: z.string(), to: z.string() }),

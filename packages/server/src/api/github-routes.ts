@@ -39,6 +39,7 @@ export const githubRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/github/apps",
+    name: "github.connectApp",
     summary:
       "Connect the team's GitHub App: its ID, private key and webhook secret (tried against GitHub with GET /app, then stored encrypted)",
     body: githubConnectBody,
@@ -51,6 +52,7 @@ export const githubRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/github/apps",
+    name: "github.apps",
     summary: "The team's connected GitHub Apps (never their keys or secrets)",
     response: z.object({ apps: z.array(githubAppSchema) }),
     auth: true,
@@ -60,6 +62,7 @@ export const githubRoutes: ApiRoute[] = [
   route({
     method: "delete",
     path: "/v1/github/apps/{app_id}",
+    name: "github.disconnectApp",
     summary: "Disconnect a GitHub App; refused while a project reads its repository through it",
     response: z.object({ deleted: z.string() }),
     auth: true,
@@ -72,6 +75,7 @@ export const githubRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/github/repositories",
+    name: "github.repositories",
     summary:
       "The repositories each installation of the team's Apps gives denv (what a github: project can deploy)",
     response: z.object({
@@ -103,6 +107,7 @@ export const githubRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/github/deliveries",
+    name: "github.deliveries",
     summary: "The latest webhook deliveries to the team's Apps, and what denv did with each",
     response: z.object({ deliveries: z.array(githubDeliverySchema) }),
     auth: true,
@@ -111,6 +116,7 @@ export const githubRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/github/webhook",
+    name: "github.webhook",
     summary:
       "GitHub's webhook deliveries (push, pull_request) for a connected App: the signature checked over the raw body with the App's secret, each delivery acted on once, work queued and answered at once",
     response: webhookAnswerSchema,

@@ -30,6 +30,7 @@ export const hostRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/teams",
+    name: "teams.create",
     summary: "Create a team and its first API key (admin key only)",
     body: createTeamBody,
     response: teamCreated,
@@ -45,6 +46,7 @@ export const hostRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/hosts/join-token",
+    name: "hosts.joinToken",
     summary: "Mint a single-use, expiring host join token",
     response: joinTokenCreated,
     status: 201,
@@ -57,6 +59,7 @@ export const hostRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/hosts/join",
+    name: "hosts.join",
     summary: "Exchange a join token for a per-host secret (used by denvd join)",
     body: hostJoinBody,
     response: hostJoined,
@@ -72,6 +75,7 @@ export const hostRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/hosts",
+    name: "hosts.list",
     summary: "Hosts with what they reported, and the versions, warm pools and environments each holds",
     response: z.object({ hosts: z.array(hostSchema) }),
     auth: true,
@@ -86,6 +90,7 @@ export const hostRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/hosts/{id}/drain",
+    name: "hosts.drain",
     summary:
       "Drain a host before maintenance: it takes no new environment, replica or pool member; versions it holds are copied to other hosts where it held too few copies; its ready pool members move",
     response: drainResult,
@@ -99,6 +104,7 @@ export const hostRoutes: ApiRoute[] = [
   route({
     method: "delete",
     path: "/v1/hosts/{id}/drain",
+    name: "hosts.undrain",
     summary: "Undo a drain: the host takes new environments, replicas and pool members again",
     response: z.object({ host_id: z.string(), draining: z.boolean() }),
     auth: true,

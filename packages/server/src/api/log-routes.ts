@@ -38,6 +38,7 @@ export const logRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/envs/{id}/logs",
+    name: "envs.logs",
     summary:
       'What the services wrote: NDJSON, {"service", "stream", "time", "line"} per line (?service=, ?tail= lines per service, ?since= a time or 10m, ?follow=true to keep reading)',
     query: z.object({

@@ -37,6 +37,7 @@ export const mcpRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/mcp",
+    name: "mcp.post",
     summary: `${summary}; POST sends JSON-RPC messages (initialize first)`,
     responseType: "any",
     auth: true,
@@ -49,6 +50,7 @@ export const mcpRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/mcp",
+    name: "mcp.stream",
     summary: "MCP: the session's stream of server-to-client messages (Mcp-Session-Id)",
     responseType: "any",
     auth: true,
@@ -57,6 +59,7 @@ export const mcpRoutes: ApiRoute[] = [
   route({
     method: "delete",
     path: "/v1/mcp",
+    name: "mcp.end",
     summary: "MCP: ends the session (Mcp-Session-Id)",
     responseType: "any",
     auth: true,

@@ -38,6 +38,8 @@ export function openApiDocument(routes: readonly ApiRoute[], serverUrl?: string)
     const op: Record<string, unknown> = {
       summary: r.summary,
       operationId: `${r.method}${r.path.replace(/\{(\w+)\}/g, "By_$1").replace(/[^A-Za-z0-9]+(.)?/g, (_m, c: string | undefined) => (c ? c.toUpperCase() : ""))}`,
+      // The method the generated clients give it (api-route.ts's `name`).
+      "x-denv-method": r.name,
       ...(r.auth ? {} : { security: [] }),
       parameters: [
         ...[...r.path.matchAll(/\{(\w+)\}/g)].map((m) => ({

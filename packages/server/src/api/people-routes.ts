@@ -124,6 +124,7 @@ export const peopleRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/auth/signup",
+    name: "auth.signup",
     summary: "Create an account (with a team of its own, or in the team that invited it) and sign in",
     body: signUpBody,
     response: sessionSchema,
@@ -157,6 +158,7 @@ export const peopleRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/auth/login",
+    name: "auth.login",
     summary: "Sign in with email and password: a session cookie (HttpOnly, Secure, SameSite=Strict)",
     body: signInBody,
     response: sessionSchema,
@@ -171,6 +173,7 @@ export const peopleRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/auth/session",
+    name: "auth.session",
     summary: "The signed-in person, their team and role, and the CSRF token for changes",
     response: sessionSchema,
     auth: true,
@@ -185,6 +188,7 @@ export const peopleRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/auth/team",
+    name: "auth.switchTeam",
     summary: "Act in another of the person's teams (a new session for it)",
     body: switchTeamBody,
     response: sessionSchema,
@@ -200,6 +204,7 @@ export const peopleRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/auth/logout",
+    name: "auth.logout",
     summary: "End the console session",
     response: z.object({ signed_out: z.boolean() }),
     auth: true,
@@ -214,6 +219,7 @@ export const peopleRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/keys",
+    name: "keys.list",
     summary: "API keys: a team admin sees the team's, anyone else their own",
     response: z.object({ keys: z.array(apiKeySchema) }),
     auth: true,
@@ -236,6 +242,7 @@ export const peopleRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/keys",
+    name: "keys.create",
     summary:
       "A new API key of this team, with the caller's role (format e2b: `e2b_` and 40 hex digits, the form E2B's SDKs check for); shown once, stored hashed",
     body: newKeyBody,
@@ -261,6 +268,7 @@ export const peopleRoutes: ApiRoute[] = [
   route({
     method: "delete",
     path: "/v1/keys/{id}",
+    name: "keys.revoke",
     summary: "Revoke an API key (`current`: the key of this request, as `denv logout` does)",
     response: z.object({ id: z.string(), revoked: z.boolean() }),
     auth: true,
@@ -279,6 +287,7 @@ export const peopleRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/members",
+    name: "members.list",
     summary: "The team's members and their roles",
     response: z.object({ members: z.array(memberSchema) }),
     auth: true,
@@ -297,6 +306,7 @@ export const peopleRoutes: ApiRoute[] = [
   route({
     method: "put",
     path: "/v1/members/{id}",
+    name: "members.setRole",
     summary: "Change a member's role (team admins)",
     body: memberBody,
     response: memberSchema,
@@ -316,6 +326,7 @@ export const peopleRoutes: ApiRoute[] = [
   route({
     method: "delete",
     path: "/v1/members/{id}",
+    name: "members.remove",
     summary: "Remove a member from the team (team admins); their keys and sessions for it end",
     response: z.object({ user_id: z.string(), removed: z.boolean() }),
     auth: true,
@@ -333,6 +344,7 @@ export const peopleRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/invitations",
+    name: "invitations.create",
     summary: "Invite someone by email with a role (team admins); the link's token is shown once",
     body: invitationBody,
     response: invitationCreated,
@@ -372,6 +384,7 @@ export const peopleRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/invitations",
+    name: "invitations.list",
     summary: "The team's invitations",
     response: z.object({ invitations: z.array(invitationSchema) }),
     auth: true,
@@ -383,6 +396,7 @@ export const peopleRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/invitations/{token}/accept",
+    name: "invitations.accept",
     summary: "A signed-in person accepts an invitation sent to their email: they join its team",
     response: sessionSchema,
     auth: true,

@@ -35,6 +35,7 @@ export const poolRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/pools",
+    name: "pools.list",
     summary: "The team's warm pools, with what each holds and its hit rate",
     response: z.object({ pools: z.array(poolSchema) }),
     auth: true,
@@ -47,6 +48,7 @@ export const poolRoutes: ApiRoute[] = [
   route({
     method: "put",
     path: "/v1/pools",
+    name: "pools.keepImage",
     summary:
       "Keep N ready sandboxes of an image and settings ({size, image, cmd, env, ports, volumes, egress, user}): a POST /v1/sandboxes with the same settings takes one at once",
     body: imagePoolBody,
@@ -63,6 +65,7 @@ export const poolRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/pools/{id}",
+    name: "pools.get",
     summary: "A version's warm pool",
     response: poolSchema,
     auth: true,
@@ -75,6 +78,7 @@ export const poolRoutes: ApiRoute[] = [
   route({
     method: "put",
     path: "/v1/pools/{id}",
+    name: "pools.keep",
     summary:
       "Keep N ready forks of a version ({size}); creates of it take one at once and the pool refills. Refused with capacity when the host has no room for them",
     body: poolBody,
@@ -91,6 +95,7 @@ export const poolRoutes: ApiRoute[] = [
   route({
     method: "delete",
     path: "/v1/pools/{id}",
+    name: "pools.drain",
     summary: "Drain a version's warm pool: its ready members are destroyed",
     response: z.object({ version_id: z.string(), drained: z.number().int() }),
     auth: true,
@@ -104,6 +109,7 @@ export const poolRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/admission",
+    name: "admission.get",
     summary: "Each host's create turns: running, queued (with positions) and its room",
     response: z.object({ hosts: z.array(admissionSchema) }),
     auth: true,

@@ -5,6 +5,7 @@ import { z } from "zod";
 import { CONTEXT_DIGEST, CONTEXT_GRACE_MS } from "../build-contexts.ts";
 import { referencedContexts } from "../context-expiry.ts";
 import { removeUnusedBuiltImages } from "../deployments/built-images.ts";
+import { removeVersion } from "../fleet/version-removal.ts";
 import { checkGitUrl } from "../git-source.ts";
 import { approvePreview, DEFAULT_PREVIEW_BUDGET, forkPreviewsOf } from "../github/github-webhooks.ts";
 import { newId, now } from "../ids.ts";
@@ -43,7 +44,6 @@ import { serializeDeployment, serializeProject } from "./api-serializers.ts";
 import { serverOrigin } from "./github-routes.ts";
 import { githubEnvironmentSchema } from "./github-schemas.ts";
 import { requestBody } from "./host-bytes.ts";
-import { deleteVersion } from "./version-routes.ts";
 
 /** local (a directory the CLI uploads), git (any git URL), or github:OWNER/REPO. */
 function sourceTypeOf(source: string): "local" | "git" | "github" {
@@ -55,6 +55,7 @@ export const projectRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/projects",
+    name: "projects.create",
     summary: "Create a project",
     body: createProjectBody,
     response: projectSchema,
@@ -98,6 +99,7 @@ export const projectRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/projects",
+    name: "projects.list",
     summary: "List projects",
     response: z.object({ projects: z.array(projectSchema) }),
     auth: true,
@@ -107,6 +109,7 @@ export const projectRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/projects/{id}",
+    name: "projects.get",
     summary: "A project",
     response: projectSchema,
     auth: true,
@@ -116,6 +119,7 @@ export const projectRoutes: ApiRoute[] = [
   route({
     method: "delete",
     path: "/v1/projects/{id}",
+    name: "projects.delete",
     summary:
       "Delete a project: refused (409, naming them) while it has live environments or a version something uses; its versions' snapshots, its environments' records, the build contexts only it named and the images built for it go with it",
     response: z.object({
@@ -149,7 +153,7 @@ export const projectRoutes: ApiRoute[] = [
             details: { in_use: users },
           });
       }
-      for (const v of versions) await deleteVersion(c, v);
+      for (const v of versions) await removeVersion(c.var.deps, v);
       await deleteProjectRecords(
         store,
         p,
@@ -171,6 +175,7 @@ export const projectRoutes: ApiRoute[] = [
   route({
     method: "put",
     path: "/v1/projects/{id}/branches",
+    name: "projects.setBranches",
     summary:
       "Set which branches of a github: project deploy environments named after them (`*` within a path segment, `**` across); null follows x-denv.branches",
     body: setBranchesBody,
@@ -192,6 +197,7 @@ export const projectRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/projects/{id}/previews",
+    name: "projects.previews",
     summary:
       "A github: project's pull-request previews: how many it keeps at once, what it does with forks', those running and forks' heads waiting for approval",
     response: previewsSchema,
@@ -204,6 +210,7 @@ export const projectRoutes: ApiRoute[] = [
   route({
     method: "put",
     path: "/v1/projects/{id}/previews",
+    name: "projects.setPreviews",
     summary:
       "Set how many previews a project keeps at once (budget) and what a fork's pull request gets (forks: approve, deploy or off)",
     body: setPreviewsBody,
@@ -223,6 +230,7 @@ export const projectRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/projects/{id}/previews/{number}/approve",
+    name: "projects.approvePreview",
     summary:
       "Approve the head of a fork's pull request that waits: its preview is deployed (starting empty, never from alpha's data)",
     response: z.object({ deployment_id: z.string(), commit: z.string() }),
@@ -245,6 +253,7 @@ export const projectRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/projects/{id}/github",
+    name: "projects.github",
     summary:
       "A github: project's environments its webhooks made (alpha, branches, previews), each with its latest commit and deployment",
     response: z.object({ environments: z.array(githubEnvironmentSchema) }),
@@ -278,6 +287,7 @@ export const projectRoutes: ApiRoute[] = [
   route({
     method: "put",
     path: "/v1/projects/{id}/source",
+    name: "projects.setSource",
     summary: "Upload a local project's compose file (and .env)",
     body: uploadSourceBody,
     response: projectSchema,
@@ -339,6 +349,7 @@ export const projectRoutes: ApiRoute[] = [
   route({
     method: "put",
     path: "/v1/projects/{id}/contexts/{digest}",
+    name: "projects.putContext",
     summary:
       "Upload a build context: a tar of the context directory (.dockerignore applied), named by its sha256, which is checked",
     bodyType: "tar",
@@ -363,6 +374,7 @@ export const projectRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/projects/{id}/contexts/{digest}",
+    name: "projects.hasContext",
     summary: "Whether a build context (a tar, by its sha256) was uploaded: 404 when it was not",
     response: buildContextSchema,
     auth: true,
@@ -378,6 +390,7 @@ export const projectRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/projects/{id}/deploy",
+    name: "projects.deploy",
     summary: "Deploy the project to an environment (alpha by default); ?wait=true waits for the verdict",
     body: deployBody,
     query: z.object({
@@ -399,6 +412,7 @@ export const projectRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/projects/{id}/promote",
+    name: "projects.promote",
     summary:
       "Promote a version to an environment through the gates: fresh fork, dataset consistency, N identical replays, invariants, soak; then the target points at it. ?wait=true waits for the verdict",
     body: promoteBody,

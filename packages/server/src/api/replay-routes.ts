@@ -51,6 +51,7 @@ export const replayRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/versions/{id}/replays",
+    name: "versions.replay",
     summary:
       "Replay a version: N forks (default 20) run one scripted episode; the report says identical or shows the first divergence. ?wait=true answers with the report",
     body: replayBody,
@@ -70,6 +71,7 @@ export const replayRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/versions/{id}/replays",
+    name: "versions.replays",
     summary: "A version's replays, newest first",
     response: z.object({ replays: z.array(replaySchema) }),
     auth: true,
@@ -82,6 +84,7 @@ export const replayRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/replays/{id}",
+    name: "replays.get",
     summary: "A replay and its report",
     response: replaySchema,
     auth: true,

@@ -20,6 +20,7 @@ export const sandboxRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/sandboxes",
+    name: "sandboxes.create",
     summary: "A sandbox for one episode: {from_version} or {image, cmd, env, ports, volumes, egress}",
     body: sandboxBody,
     response: environmentSchema,
@@ -34,6 +35,7 @@ export const sandboxRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/targets",
+    name: "targets.list",
     summary: "Targets with their capability rows",
     response: z.object({ targets: z.array(targetSchema) }),
     auth: true,
@@ -47,6 +49,7 @@ export const sandboxRoutes: ApiRoute[] = [
   route({
     method: "post",
     path: "/v1/targets/{name}/sandboxes",
+    name: "targets.createSandbox",
     summary: "A sandbox on a named target",
     body: sandboxBody,
     response: environmentSchema,

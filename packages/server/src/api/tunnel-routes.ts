@@ -9,6 +9,7 @@ export const tunnelRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/tunnels/{token}/{path}",
+    name: "meta.tunnel",
     summary:
       "Not served here: port URLs live on the ports origin (denv server --ports-origin), never on the API's",
     responseType: "any",

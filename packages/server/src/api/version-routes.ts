@@ -2,24 +2,19 @@
 import { DenvError, type ResolvedSpec } from "@denv/protocol";
 import { withoutSecretContents } from "@denv/spec";
 import { z } from "zod";
-import { removeUnusedBuiltImages } from "../deployments/built-images.ts";
-import { deleteLeftoverCopies, leaveCopy, versionHolders } from "../fleet/replication.ts";
-import { liveEnvironmentIds } from "../store/environment-store.ts";
+import { versionHolders } from "../fleet/replication.ts";
+import { pruneVersions, removeVersion } from "../fleet/version-removal.ts";
 import { teamHosts } from "../store/host-store.ts";
 import type { Store } from "../store/open-store.ts";
 import { findProject } from "../store/project-store.ts";
 import type { VersionsTable } from "../store/schema.ts";
 import {
-  deleteVersionCopy,
-  deleteVersionRow,
   resolveVersionRef,
   setVersionReplicas,
   teamVersions,
   versionPlace,
   versionUsers,
 } from "../store/version-store.ts";
-import { hostedTargetNamed } from "../targets/hosted-targets.ts";
-import type { ApiContext } from "./api-deps.ts";
 import { type ApiRoute, route } from "./api-route.ts";
 import { pruneBody, pruneResult, replicaBody, replicaResult, versionListItem } from "./api-schemas.ts";
 import { serializeVersion } from "./api-serializers.ts";
@@ -34,51 +29,11 @@ async function listItem(store: Store, v: VersionsTable): Promise<z.infer<typeof 
   };
 }
 
-/**
- * Deletes a version nothing uses: its snapshots on each host holding them, then its record.
- * Answers the hosts that were away: each deletes its copy when it is next connected.
- */
-export async function deleteVersion(c: ApiContext, v: VersionsTable): Promise<string[]> {
-  const { store, stacks } = c.var.deps;
-  const users = await versionUsers(store, v.id);
-  if (users.length > 0)
-    throw new DenvError("conflict", `version ${v.id} is in use: ${users.join("; ")}`, {
-      details: { in_use: users },
-    });
-  if (!v.host_id) {
-    // At a hosted provider: its snapshot there goes first, so none is left behind unrecorded.
-    const target = await hostedTargetNamed(c.var.deps, v.team_id, v.target_id);
-    if (!target)
-      throw new DenvError(
-        "conflict",
-        `version ${v.id} is a snapshot at target ${v.target_id}, which is no longer connected: connect it again (denv cloud connect) to delete the snapshot there`,
-      );
-    await target.deleteSnapshot(v.snapshot_ref ?? "");
-    await deleteVersionRow(store, v.id);
-    return [];
-  }
-  // Every copy goes: the one it was taken on and its replicas, each by the host holding it. A host
-  // away keeps its copy until it is next connected (deleteLeftoverCopies), then deletes it.
-  const holders = await versionHolders(store, v);
-  const away = holders.filter((h) => !stacks.hostConnected(h));
-  for (const h of holders) {
-    if (away.includes(h)) {
-      await leaveCopy(store, v, h);
-      continue;
-    }
-    await stacks.deleteVersion(h, v.id);
-    await deleteVersionCopy(store, v.id, h);
-  }
-  await deleteVersionRow(store, v.id);
-  // A copy recorded while this ran (a replication finishing now) goes the same way.
-  await deleteLeftoverCopies(store, stacks);
-  return away;
-}
-
 export const versionRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/versions",
+    name: "versions.list",
     summary: "The team's versions, newest first, each with what keeps it (in_use)",
     query: z.object({ project: z.string().min(1).max(200).optional() }),
     response: z.object({ versions: z.array(versionListItem) }),
@@ -93,6 +48,7 @@ export const versionRoutes: ApiRoute[] = [
   route({
     method: "delete",
     path: "/v1/versions/{id}",
+    name: "versions.delete",
     summary:
       "Delete a version nothing uses (its snapshots on every host holding them, and its record); in use: 409 naming what uses it",
     response: z.object({
@@ -106,64 +62,32 @@ export const versionRoutes: ApiRoute[] = [
     auth: true,
     handler: async (c) => {
       const v = await resolveVersionRef(c.var.deps.store, c.var.teamId, c.req.param("id") ?? "");
-      const leftOn = await deleteVersion(c, v);
+      const leftOn = await removeVersion(c.var.deps, v);
       return c.json({ deleted: v.id, left_on: leftOn });
     },
   }),
   route({
     method: "post",
     path: "/v1/versions/prune",
+    name: "versions.prune",
     summary:
       "Retention: keep each live environment's newest `keep` versions; delete the others nothing uses (a destroyed environment's included; dry_run: only say which)",
     body: pruneBody,
     response: pruneResult,
     auth: true,
     handler: async (c, { body }) => {
-      const { store } = c.var.deps;
-      const project = body.project ? await findProject(store, c.var.teamId, body.project) : null;
-      const rows = await teamVersions(store, c.var.teamId, project?.id);
-      const seen = new Map<string, number>();
-      const deleted: string[] = [];
-      const kept: { id: string; reason: string }[] = [];
-      const prunedProjects = new Set<string>();
-      // A destroyed environment (a sandbox done with) keeps nothing by itself: only use keeps its versions.
-      const live = await liveEnvironmentIds(store, c.var.teamId);
-      for (const v of rows) {
-        const n = (seen.get(v.environment_id) ?? 0) + 1;
-        seen.set(v.environment_id, n);
-        if (n <= body.keep && live.has(v.environment_id)) {
-          kept.push({ id: v.id, reason: `one of its environment's ${body.keep} newest` });
-          continue;
-        }
-        const users = await versionUsers(store, v.id);
-        if (users.length > 0) {
-          kept.push({ id: v.id, reason: users.join("; ") });
-          continue;
-        }
-        if (!body.dry_run) {
-          try {
-            await deleteVersion(c, v);
-          } catch (err) {
-            kept.push({ id: v.id, reason: (err as Error).message });
-            continue;
-          }
-        }
-        deleted.push(v.id);
-        prunedProjects.add(v.project_id);
-      }
-      // What those versions alone pinned: the images built for their projects.
-      const imagesRemoved: string[] = [];
-      if (!body.dry_run)
-        for (const projectId of prunedProjects) {
-          const r = await removeUnusedBuiltImages(store, c.var.deps.stacks, c.var.teamId, projectId);
-          imagesRemoved.push(...r.removed);
-        }
+      const { deleted, kept, imagesRemoved } = await pruneVersions(c.var.deps, c.var.teamId, {
+        keep: body.keep,
+        project: body.project,
+        dryRun: body.dry_run ?? false,
+      });
       return c.json({ deleted, kept, dry_run: body.dry_run ?? false, images_removed: imagesRemoved });
     },
   }),
   route({
     method: "post",
     path: "/v1/versions/{id}/replicas",
+    name: "versions.copy",
     summary:
       "Copy a version's snapshots to another of the team's hosts (btrfs send/receive, incremental where both hold an earlier version; a tar between drivers): forks of it can then run there",
     body: replicaBody,
@@ -198,6 +122,7 @@ export const versionRoutes: ApiRoute[] = [
   route({
     method: "put",
     path: "/v1/versions/{id}/replicas",
+    name: "versions.keepReplicas",
     summary:
       "Keep N copies of a version on distinct hosts (as x-denv.replicas does): copies are made now and again whenever a host holding one is lost or drained",
     body: z.strictObject({ copies: z.number().int().min(1).max(16) }),
@@ -231,6 +156,7 @@ export const versionRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/versions/{id}/spec",
+    name: "versions.spec",
     summary:
       "A version's resolved spec: every service with its image pinned, the volumes, x-denv as resolved (what export writes other formats from)",
     response: z.object({
@@ -257,6 +183,7 @@ export const versionRoutes: ApiRoute[] = [
   route({
     method: "get",
     path: "/v1/versions/{id}/datasheet",
+    name: "versions.datasheet",
     summary:
       "A version's data sheet: digests, volumes and sizes, caps, egress, clock reach, replays, every promote's gate evidence, verify results; ?format=markdown for people",
     query: z.object({ format: z.enum(["json", "markdown"]).optional() }),

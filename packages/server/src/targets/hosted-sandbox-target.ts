@@ -17,26 +17,24 @@ import type { Store } from "../store/open-store.ts";
 import { sandboxProject } from "../store/project-store.ts";
 import type { EnvironmentsTable } from "../store/schema.ts";
 import { resolveVersionRef } from "../store/version-store.ts";
-import type {
-  ExecOutcome,
-  ExecRequest,
-  FsEntry,
-  ImageSandboxSpec,
-  LogLines,
-  MadeEnvironment,
-  OutputSink,
-  PlacedEnvironment,
-  SandboxSpec,
-  ServicePath,
-  Target,
-  TargetCapabilities,
-  TargetKind,
-  TargetSnapshot,
-  TargetStatus,
+import {
+  type ExecOutcome,
+  type ExecRequest,
+  type FsEntry,
+  HOSTED_SERVICE,
+  type ImageSandboxSpec,
+  type LogLines,
+  type MadeEnvironment,
+  type OutputSink,
+  type PlacedEnvironment,
+  type SandboxSpec,
+  type ServicePath,
+  type Target,
+  type TargetCapabilities,
+  type TargetKind,
+  type TargetSnapshot,
+  type TargetStatus,
 } from "./target.ts";
-
-/** The one service of a hosted sandbox, as environments name their services. */
-export const HOSTED_SERVICE = "main";
 
 /** How long a command may run when the request names no timeout. */
 export const DEFAULT_COMMAND_TIMEOUT_MS = 24 * 60 * 60_000;

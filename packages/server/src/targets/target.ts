@@ -188,3 +188,6 @@ export function requireHostsTarget(env: { name: string; target_id: string }, wha
       { details: { target: env.target_id } },
     );
 }
+
+/** The one service of a hosted sandbox, as environments name their services. */
+export const HOSTED_SERVICE = "main";

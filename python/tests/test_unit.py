@@ -121,6 +121,72 @@ class ClientErrors(unittest.TestCase):
             Client(self.url, "k").sandbox()
 
 
+
+class _Recorder(BaseHTTPRequestHandler):
+    """Answers every request with what it received: method, path, query and body."""
+
+    def log_message(self, *a: object) -> None:
+        pass
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        got = self.rfile.read(length) if length else b""
+        body = {"method": self.command, "path": self.path, "type": self.headers.get("content-type"), "body": got.decode()}
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_PUT = do_DELETE = _answer  # noqa: N815
+
+
+class NamedMethods(unittest.TestCase):
+    """The generated methods (client.api.<group>.<verb>) send what their route takes."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.srv = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+        threading.Thread(target=cls.srv.serve_forever, daemon=True).start()
+        cls.client = Client(f"http://127.0.0.1:{cls.srv.server_address[1]}", "k")
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.srv.shutdown()
+        cls.srv.server_close()
+
+    def test_path_parameters_are_one_segment_each(self) -> None:
+        got = self.client.api.envs.fork("shop/alpha", {"name": "try 2"})
+        self.assertEqual((got["method"], got["path"]), ("POST", "/v1/envs/shop%2Falpha/fork"))
+        self.assertEqual(json.loads(got["body"]), {"name": "try 2"})
+        got = self.client.api.envs.open_port("../../v1/keys", "8080", {})
+        self.assertEqual(got["path"], "/v1/envs/..%2F..%2Fv1%2Fkeys/ports/8080")
+
+    def test_an_optional_body_is_sent_empty_and_none_query_values_are_left_out(self) -> None:
+        got = self.client.api.envs.verify("e")
+        self.assertEqual(json.loads(got["body"]), {})
+        got = self.client.api.versions.list(query={"project": None})
+        self.assertEqual(got["path"], "/v1/versions")
+        got = self.client.api.files.stat("e", query={"path": "/w/a b", "service": None})
+        self.assertEqual(got["path"], "/v1/envs/e/files/stat?path=%2Fw%2Fa+b")
+
+    def test_a_tar_body_goes_as_bytes(self) -> None:
+        got = self.client.api.files.write("e", b"tar-bytes", query={"path": "/w"})
+        self.assertEqual((got["method"], got["type"], got["body"]), ("PUT", "application/x-tar", "tar-bytes"))
+
+    def test_no_route_path_is_written_by_hand_in_the_package(self) -> None:
+        src = os.path.join(os.path.dirname(__file__), "..", "src", "denv")
+        for name in sorted(os.listdir(src)):
+            if not name.endswith(".py") or name in ("_api_methods.py", "_api_types.py"):
+                continue
+            with open(os.path.join(src, name), encoding="utf-8") as f:
+                for n, line in enumerate(f, 1):
+                    code = line.split("#", 1)[0]
+                    if '"/v1/' in code or "f\"/v1/" in code or "}/v1/" in code:
+                        self.fail(f"{name}:{n} writes a route's path: use client.api or path_of\n{line}")
+
+
 if __name__ == "__main__":
     unittest.main()
 

@@ -62,3 +62,46 @@ test("the Python generator makes TypedDicts, NotRequired fields, Literals and un
   assert.match(py, /"tags": list\[str\],/);
   assert.match(py, /"x-extra": NotRequired\[bool\],/);
 });
+
+test("python/src/denv/_api_methods.py is what the same document generates (regenerate: node packages/codegen/src/generate-python-methods.ts)", async () => {
+  const { generatePythonTypes } = await import("./generate-python-types.ts");
+  const { generatePythonMethods, PYTHON_METHODS_PATH, pythonTypeNames } = await import(
+    "./generate-python-methods.ts"
+  );
+  const doc = openApiDocument() as never;
+  assert.equal(
+    readFileSync(PYTHON_METHODS_PATH, "utf8"),
+    generatePythonMethods(doc, pythonTypeNames(generatePythonTypes(doc))),
+  );
+});
+
+test("the Python methods take path parameters in order, an optional body, and escape each parameter whole", async () => {
+  const { generatePythonMethods } = await import("./generate-python-methods.ts");
+  const py = generatePythonMethods(
+    {
+      paths: {
+        "/v1/things/{id}/parts/{part}": {
+          post: {
+            operationId: "postThingPart",
+            "x-denv-method": "things.addPart",
+            summary: 'Adds a part """quoted"""',
+            requestBody: { content: { "application/json": { schema: { type: "object", properties: {} } } } },
+            responses: { "200": { content: { "application/json": { schema: {} } } } },
+          },
+        },
+      },
+    } as never,
+    new Set(["PostThingPartResponse"]),
+  );
+  assert.match(py, /class ThingsMethods:/);
+  assert.match(
+    py,
+    /def add_part\(self, id: str, part: str, body: dict\[str, Any\] \| None = None, \*, query: .*\) -> _t\.PostThingPartResponse:/,
+  );
+  assert.match(
+    py,
+    /f"\/v1\/things\/\{_p\(id\)\}\/parts\/\{_p\(part\)\}", body=body if body is not None else \{\}/,
+  );
+  assert.match(py, /Adds a part \\"\\"\\"quoted\\"\\"\\"/);
+  assert.match(py, /"things\.add_part": \("POST", "\/v1\/things\/\{id\}\/parts\/\{part\}"\)/);
+});

@@ -216,7 +216,7 @@ class HarborCore:
     def stop_service(self, service: str) -> None:
         assert self.env is not None
         svc = self._service(service)
-        self.client._json("POST", f"/v1/envs/{self.env['id']}/services/{svc or MAIN}/stop")
+        self.client.api.envs.stop_service(self.env["id"], svc or MAIN)
 
     # --- files --------------------------------------------------------------------------------
 

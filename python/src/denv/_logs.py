@@ -8,6 +8,7 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
+from ._api_methods import path_of
 from .errors import error_for
 
 
@@ -32,7 +33,7 @@ def read_logs(
         )
         if v is not None
     }
-    url = f"{client.server}/v1/envs/{client._q(env)}/logs?" + urllib.parse.urlencode(query)
+    url = f"{client.server}{path_of('envs.logs', id=env)}?" + urllib.parse.urlencode(query)
     res = client._open(urllib.request.Request(url, method="GET"), client.timeout_s)
     with res:
         try:

@@ -75,7 +75,7 @@ class ProviderCore:
             raise RuntimeError(f"denv could not start {source}: {e.message}") from e
         self.env = env
         try:
-            r = c._json("POST", f"/v1/envs/{env['id']}/ports/{self.container_port}", {})
+            r = c.api.envs.open_port(env["id"], str(self.container_port), {})
         except DenvError as e:
             self.stop()
             raise RuntimeError(f"denv could not expose port {self.container_port}: {e.message}") from e

@@ -30,6 +30,7 @@ from ._api_types import (
     PostV1ProjectsByIdDeployResponsePhasesItem,
     PostV1ProjectsByIdDeployResponseVerify,
 )
+from ._api_methods import Api, path_of
 from ._logs import read_logs
 from .errors import DenvError, error_for
 
@@ -144,6 +145,9 @@ class Client:
         self.server = base.rstrip("/")
         self._key = key
         self.timeout_s = timeout_s
+        #: Every route of the API as a named method (``client.api.envs.fork(env, {"name": "x"})``),
+        #: generated from the server's routes as the TypeScript SDK's are; the methods below use it.
+        self.api = Api(self._send)
 
     # --- transport ---------------------------------------------------------------------------
 
@@ -188,100 +192,104 @@ class Client:
         except TimeoutError:
             raise error_for("timeout", f"{method} {path} did not answer in time") from None
 
-    def _json(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
-        _status, payload, _ctype = self._request(method, path, body=body, **kw)
-        return json.loads(payload) if payload else None
-
-    @staticmethod
-    def _q(id_or_name: str) -> str:
-        return urllib.parse.quote(id_or_name, safe="")
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        raw: bytes | Iterable[bytes] | BinaryIO | None = None,
+        content_type: str = "application/json",
+        query: dict[str, str | None] | None = None,
+        timeout_s: float | None = None,
+    ) -> Any:
+        """One request of a named method: a JSON answer parsed, any other answer's bytes."""
+        q = {k: v for k, v in (query or {}).items() if v is not None}
+        _status, payload, ctype = self._request(
+            method, path, body=body, raw=raw, content_type=content_type, query=q or None, timeout_s=timeout_s
+        )
+        if "application/json" in ctype:
+            return json.loads(payload) if payload else None
+        return payload
 
     # --- projects and deployments -------------------------------------------------------------
 
     def projects(self) -> list[Project]:
-        return self._json("GET", "/v1/projects")["projects"]
+        return self.api.projects.list()["projects"]
 
     def project(self, id_or_name: str) -> Project:
-        return self._json("GET", f"/v1/projects/{self._q(id_or_name)}")
+        return self.api.projects.get(id_or_name)
 
     def create_project(self, name: str, kind: str, compose: str, *, dotenv: str | None = None) -> Project:
         """A project whose compose file is uploaded from here (source type ``local``)."""
-        p = self._json("POST", "/v1/projects", {"name": name, "kind": kind, "source": "(python)"})
+        p = self.api.projects.create({"name": name, "kind": kind, "source": "(python)"})
         return self.upload_source(p["id"], compose, dotenv=dotenv)
 
     def upload_source(self, project: str, compose: str, *, dotenv: str | None = None) -> Project:
         body: dict[str, str] = {"compose": compose}
         if dotenv is not None:
             body["dotenv"] = dotenv
-        return self._json("PUT", f"/v1/projects/{self._q(project)}/source", body)
+        return self.api.projects.set_source(project, body)
 
     def deploy(self, project: str, env: str = "alpha", *, wait: bool = True) -> Deployment:
-        return self._json(
-            "POST",
-            f"/v1/projects/{self._q(project)}/deploy",
-            {"env": env},
-            query={"wait": "true"} if wait else None,
-        )
+        return self.api.projects.deploy(project, {"env": env}, query={"wait": "true"} if wait else None)
 
     def deployment(self, deployment_id: str) -> Deployment:
-        return self._json("GET", f"/v1/deployments/{self._q(deployment_id)}")
+        return self.api.deployments.get(deployment_id)
 
     # --- environments -------------------------------------------------------------------------
 
     def envs(self) -> list[Environment]:
-        return self._json("GET", "/v1/envs")["environments"]
+        return self.api.envs.list()["environments"]
 
     def env(self, id_or_name: str) -> Environment:
-        return self._json("GET", f"/v1/envs/{self._q(id_or_name)}")
+        return self.api.envs.get(id_or_name)
 
     def deployments(self, env: str) -> list[Deployment]:
-        return self._json("GET", f"/v1/envs/{self._q(env)}/deployments")["deployments"]
+        return self.api.envs.deployments(env)["deployments"]
 
     def destroy(self, env: str) -> Deployment:
-        return self._until_verdict("DELETE", f"/v1/envs/{self._q(env)}")
+        return self._until_verdict(lambda: self.api.envs.destroy(env))
 
     def snapshot(self, env: str) -> Deployment:
-        return self._until_verdict("POST", f"/v1/envs/{self._q(env)}/snapshot")
+        return self._until_verdict(lambda: self.api.envs.snapshot(env))
 
-    def _until_verdict(self, method: str, path: str, body: Any = None) -> Deployment:
+    def _until_verdict(self, call: Callable[[], Deployment]) -> Deployment:
         """A call answered with a deployment's verdict. The server holds a request at most about
         4 minutes, then answers ``timeout`` naming the deployment, which goes on: it is polled
         here until it has its verdict."""
         try:
-            return self._json(method, path, body)
+            return call()
         except DenvError as err:
             dep = err.details.get("deployment_id") if isinstance(err.details, dict) else None
             if err.code != "timeout" or not isinstance(dep, str):
                 raise
             while True:
-                d = self._json("GET", f"/v1/deployments/{self._q(dep)}")
+                d = self.api.deployments.get(dep)
                 if d["status"] not in ("running", "queued"):
                     return d
                 time.sleep(1.0)
 
     def fork(self, env: str, name: str | None = None) -> Environment:
-        return self._json("POST", f"/v1/envs/{self._q(env)}/fork", {"name": name} if name else {})
+        return self.api.envs.fork(env, {"name": name} if name else {})
 
     def rollback(self, env: str, version: str) -> Deployment:
-        return self._until_verdict("POST", f"/v1/envs/{self._q(env)}/rollback", {"version": version})
+        return self._until_verdict(lambda: self.api.envs.rollback(env, {"version": version}))
 
     def verify(self, env: str, *, resume: bool | None = None) -> Deployment:
         """Grade the environment on a fork. ``resume``: True, the agent runs again; False, it is left
         frozen for inspection; None (the default), frozen, but an environment deploys land on
         (alpha) runs again."""
-        return self._until_verdict(
-            "POST", f"/v1/envs/{self._q(env)}/verify", {} if resume is None else {"resume": resume}
-        )
+        return self._until_verdict(lambda: self.api.envs.verify(env, {} if resume is None else {"resume": resume}))
 
     def diff(self, env: str, against: str | None = None, *, max_entries: int | None = None) -> dict[str, Any]:
         """What changed in the environment since a version (default: the one it came from): every
         volume's paths created, modified and deleted, text diffs, and PostgreSQL's rows per table."""
-        given = {"against": against, "max_entries": str(max_entries) if max_entries else None}
-        query = {k: v for k, v in given.items() if v is not None}
-        return dict(self._json("GET", f"/v1/envs/{self._q(env)}/diff", query=query))
+        query = {"against": against, "max_entries": str(max_entries) if max_entries else None}
+        return dict(self.api.envs.diff(env, query=query))
 
     def version(self, version_id: str) -> dict[str, Any]:
-        return self._json("GET", f"/v1/versions/{self._q(version_id)}")
+        return self.api.versions.get(version_id)
 
     def sandbox(
         self,
@@ -308,7 +316,7 @@ class Client:
                 body[k] = v
         if name is not None:
             body["name"] = name
-        return self._json("POST", "/v1/sandboxes", body)
+        return self.api.sandboxes.create(body)
 
     # --- exec and files -----------------------------------------------------------------------
 
@@ -371,7 +379,7 @@ class Client:
             body["timeout_ms"] = int(timeout_ms)
         if max_output_bytes is not None:
             body["max_output_bytes"] = int(max_output_bytes)
-        url = f"{self.server}/v1/envs/{self._q(env)}/exec?stream=true"
+        url = f"{self.server}{path_of('envs.exec', id=env)}?stream=true"
         req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
         req.add_header("authorization", f"Bearer {self._key}")
         req.add_header("content-type", "application/json")
@@ -429,31 +437,31 @@ class Client:
         body: dict[str, Any] = {"count": int(count), **({"name_prefix": name_prefix} if name_prefix else {})}
         if sandbox:
             body["sandbox"] = True
-        return self._json("POST", f"/v1/versions/{self._q(version)}/forks", body)
+        return self.api.versions.fork(version, body)
 
     def set_pool(self, version: str, size: int) -> dict[str, Any]:
         """Keeps ``size`` ready forks of a version (a warm pool): a create of that version (a
         sandbox ``from_version``, a fork, a fan-out) takes one at once and the pool refills behind
         it. ``size`` 0 drains it. Refused with ``capacity`` when the host has no room for them."""
-        return dict(self._json("PUT", f"/v1/pools/{self._q(version)}", {"size": int(size)}))
+        return dict(self.api.pools.keep(version, {"size": int(size)}))
 
     def set_image_pool(self, size: int, *, image: str, **settings: Any) -> dict[str, Any]:
         """Keeps ``size`` ready sandboxes of an image and settings (``cmd``, ``env``, ``ports``,
         ``volumes``, ``egress``, ``user``): ``Sandbox.create`` with the same settings takes one at
         once. ``size`` 0 drains it."""
-        return dict(self._json("PUT", "/v1/pools", {"size": int(size), "image": image, **settings}))
+        return dict(self.api.pools.keep_image({"size": int(size), "image": image, **settings}))
 
     def pool(self, version: str) -> dict[str, Any]:
         """A version's warm pool: ``size``, ``ready``, ``warming``, ``hits``, ``misses``, ``hit_rate``."""
-        return dict(self._json("GET", f"/v1/pools/{self._q(version)}"))
+        return dict(self.api.pools.get(version))
 
     def pools(self) -> list[dict[str, Any]]:
         """The team's warm pools."""
-        return list(self._json("GET", "/v1/pools")["pools"])
+        return list(self.api.pools.list()["pools"])
 
     def drain_pool(self, version: str) -> int:
         """Drains a version's warm pool (its ready forks are destroyed); how many were."""
-        return int(self._json("DELETE", f"/v1/pools/{self._q(version)}")["drained"])
+        return int(self.api.pools.drain(version)["drained"])
 
     # --- episode fidelity: replays, promote, data sheets, versions ---------------------------
 
@@ -474,13 +482,7 @@ class Client:
         if steps is not None:
             body["steps"] = steps
         return dict(
-            self._json(
-                "POST",
-                f"/v1/versions/{self._q(version)}/replays",
-                body,
-                query={"wait": "true"},
-                timeout_s=max(self.timeout_s, 3600.0),
-            )
+            self.api.versions.replay(version, body, query={"wait": "true"}, timeout_s=max(self.timeout_s, 3600.0))
         )
 
     def promote(
@@ -505,47 +507,41 @@ class Client:
         if steps is not None:
             body["steps"] = steps
         return dict(
-            self._json(
-                "POST",
-                f"/v1/projects/{self._q(project)}/promote",
-                body,
-                query={"wait": "true"},
-                timeout_s=max(self.timeout_s, 3600.0),
-            )
+            self.api.projects.promote(project, body, query={"wait": "true"}, timeout_s=max(self.timeout_s, 3600.0))
         )
 
     def datasheet(self, ref: str, *, markdown: bool = False) -> Any:
         """A version's data sheet (an environment names its current version): a dict, or the
         Markdown text with ``markdown=True``."""
-        path = f"/v1/versions/{self._q(ref)}/datasheet"
         if not markdown:
-            return dict(self._json("GET", path))
-        _status, payload, _ctype = self._request("GET", path, query={"format": "markdown"})
-        return payload.decode("utf-8")
+            return dict(self.api.versions.datasheet(ref))
+        # The Markdown answer is text, not JSON: the named method answers with its bytes.
+        payload: Any = self.api.versions.datasheet(ref, query={"format": "markdown"})
+        return bytes(payload).decode("utf-8")
 
     def versions(self, project: str | None = None) -> list[dict[str, Any]]:
         """The team's versions, newest first, each with ``in_use`` (what keeps it)."""
-        return list(self._json("GET", "/v1/versions", query={"project": project} if project else None)["versions"])
+        return list(self.api.versions.list(query={"project": project})["versions"])
 
     def delete_version(self, ref: str) -> str:
         """Deletes a version nothing uses (its snapshots on every host and its record); ``ConflictError``
         names what uses it. A host away deletes its copy when it is back."""
-        return str(self._json("DELETE", f"/v1/versions/{self._q(ref)}")["deleted"])
+        return str(self.api.versions.delete(ref)["deleted"])
 
     def replicate_version(self, ref: str, host: str) -> dict[str, Any]:
         """Copies a version's snapshots to another host (its name or id), relayed through the
         server; ``already`` when it held them. The copy's figures: ``bytes``, ``ms``, ``mib_per_s``."""
-        return dict(self._json("POST", f"/v1/versions/{self._q(ref)}/replicas", {"host": host}))
+        return dict(self.api.versions.copy(ref, {"host": host}))
 
     def keep_copies(self, ref: str, copies: int) -> dict[str, Any]:
         """Keeps ``copies`` copies of a version on distinct hosts (as ``x-denv.replicas`` does);
         the answer says which were made now and which could not be."""
-        return dict(self._json("PUT", f"/v1/versions/{self._q(ref)}/replicas", {"copies": int(copies)}))
+        return dict(self.api.versions.keep_replicas(ref, {"copies": int(copies)}))
 
     def port_url(self, env: str, port: int, *, service: str | None = None) -> str:
         """A URL reaching a TCP port inside a service (HTTP and WebSocket); the URL is the credential."""
         body = {"service": service} if service else {}
-        return str(self._json("POST", f"/v1/envs/{self._q(env)}/ports/{int(port)}", body)["url"])
+        return str(self.api.envs.open_port(env, str(int(port)), body)["url"])
 
     def put_tar(
         self,
@@ -563,10 +559,7 @@ class Client:
         q = _who({"path": path}, service, user)
         if hasattr(tar, "read"):
             tar = _chunks(tar)  # type: ignore[arg-type]
-        _s, payload, _c = self._request(
-            "PUT", f"/v1/envs/{self._q(env)}/files", raw=tar, content_type="application/x-tar", query=q
-        )
-        return json.loads(payload)
+        return dict(self.api.files.write(env, tar, query=q))  # type: ignore[arg-type]
 
     def get_tar(self, env: str, path: str, *, service: str | None = None, user: str | None = None) -> bytes:
         """A tar archive of ``path`` (absolute) in the service, read as ``user`` (default: the
@@ -579,7 +572,7 @@ class Client:
     ) -> BinaryIO:
         """The same tar as a binary file to read as it streams (close it, or use ``with``). A missing
         path or a refusal is raised here, before the first byte."""
-        url = f"{self.server}/v1/envs/{self._q(env)}/files?" + urllib.parse.urlencode(
+        url = f"{self.server}{path_of('files.read', id=env)}?" + urllib.parse.urlencode(
             _who({"path": path}, service, user)
         )
         return self._open(urllib.request.Request(url, method="GET"), self.timeout_s)
@@ -630,7 +623,7 @@ class Client:
             yield json.dumps(request).encode() + b"\n"
             yield from _chunks(stdin) if hasattr(stdin, "read") else stdin  # type: ignore[arg-type]
 
-        req = urllib.request.Request(f"{self.server}/v1/envs/{self._q(env)}/exec/stream", data=body(), method="POST")
+        req = urllib.request.Request(f"{self.server}{path_of('envs.exec_stream', id=env)}", data=body(), method="POST")
         req.add_header("content-type", "application/octet-stream")
         # As exec_stream: the socket's timeout is a silence (the server keeps a quiet command's stream alive).
         with self._open(req, self.timeout_s) as res:
@@ -679,52 +672,52 @@ class Client:
 
     def stat(self, env: str, path: str, *, service: str | None = None, user: str | None = None) -> FileEntry:
         """A path's type, size, mode, owner and modification time (a link is reported as a link)."""
-        return self._json("GET", f"/v1/envs/{self._q(env)}/files/stat", query=_who({"path": path}, service, user))
+        return self.api.files.stat(env, query=_who({"path": path}, service, user))
 
     def list(
         self, env: str, path: str, *, depth: int = 1, service: str | None = None, user: str | None = None
     ) -> list[FileEntry]:
         """A directory's entries, ``depth`` levels down (links are listed, not entered)."""
         q = _who({"path": path, "depth": str(depth)}, service, user)
-        return self._json("GET", f"/v1/envs/{self._q(env)}/files/list", query=q)["entries"]
+        return self.api.files.list(env, query=q)["entries"]
 
     def mkdir(
         self, env: str, path: str, *, parents: bool = True, service: str | None = None, user: str | None = None
     ) -> bool:
         """Makes a directory (and its parents), owned by the user; False when it was already there."""
         body = _who({"path": path, "parents": parents}, service, user)
-        return bool(self._json("POST", f"/v1/envs/{self._q(env)}/files/mkdir", body)["created"])
+        return bool(self.api.files.mkdir(env, body)["created"])
 
     def remove(
         self, env: str, path: str, *, recursive: bool = False, service: str | None = None, user: str | None = None
     ) -> None:
         """Removes a file, a link or an empty directory; ``recursive`` removes a whole tree."""
         q = _who({"path": path, **({"recursive": "true"} if recursive else {})}, service, user)
-        self._json("DELETE", f"/v1/envs/{self._q(env)}/files", query=q)
+        self.api.files.remove(env, query=q)
 
     def rename(self, env: str, src: str, dst: str, *, service: str | None = None, user: str | None = None) -> None:
         """Renames or moves a path; a file over a directory (or the reverse) is refused."""
-        self._json("POST", f"/v1/envs/{self._q(env)}/files/rename", _who({"from": src, "to": dst}, service, user))
+        self.api.files.rename(env, _who({"from": src, "to": dst}, service, user))
 
     # --- hosts and targets --------------------------------------------------------------------
 
     def hosts(self) -> list[dict[str, Any]]:
-        return self._json("GET", "/v1/hosts")["hosts"]
+        return self.api.hosts.list()["hosts"]
 
     def drain_host(self, host: str) -> dict[str, Any]:
         """Drains a host before maintenance: it takes nothing new, its ready pool members are
         withdrawn and versions it alone held are copied off (``replicated``, ``not_replicated``)."""
-        return dict(self._json("POST", f"/v1/hosts/{self._q(host)}/drain"))
+        return dict(self.api.hosts.drain(host))
 
     def undrain_host(self, host: str) -> dict[str, Any]:
         """Takes a host back into placement after a drain."""
-        return dict(self._json("DELETE", f"/v1/hosts/{self._q(host)}/drain"))
+        return dict(self.api.hosts.undrain(host))
 
     def targets(self) -> list[dict[str, Any]]:
-        return self._json("GET", "/v1/targets")["targets"]
+        return self.api.targets.list()["targets"]
 
     def openapi(self) -> dict[str, Any]:
-        return self._json("GET", "/v1/openapi.json")
+        return self.api.meta.openapi()
 
 
 def _lines_or_timeout(res: Any, timeout_s: float) -> Iterator[bytes]:

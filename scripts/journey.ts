@@ -68,7 +68,7 @@ async function cleanPrevious(): Promise<void> {
   rmSync(dataDir, { recursive: true, force: true });
 }
 
-async function startUp(): Promise<{ child: ChildProcess; server: string; key: string }> {
+async function startUp(): Promise<{ child: ChildProcess; server: string; key: string; signIn: string }> {
   const child = spawn(process.execPath, [bin, "up", "--port", port, "--data-dir", dataDir, "--json"], {
     env,
     stdio: ["ignore", "pipe", "inherit"],
@@ -83,13 +83,14 @@ async function startUp(): Promise<{ child: ChildProcess; server: string; key: st
           const info = JSON.parse(m[0]) as {
             server?: string;
             api_key?: string;
+            console_sign_in?: string;
             ok?: boolean;
             error?: { code: string; message: string };
           };
           // `--json` reports a failure as {ok: false, error} on stdout, not as the address.
-          if (info.ok === false || !info.server || !info.api_key)
+          if (info.ok === false || !info.server || !info.api_key || !info.console_sign_in)
             reject(new Error(`denv up failed: ${info.error?.code}: ${info.error?.message ?? m[0]}`));
-          else resolve({ child, server: info.server, key: info.api_key });
+          else resolve({ child, server: info.server, key: info.api_key, signIn: info.console_sign_in });
         } catch {}
       }
     });
@@ -104,6 +105,20 @@ async function main(): Promise<void> {
   const up = await startUp();
   process.stdout.write(`  server ${up.server}, ready in ${Math.round(performance.now() - t)} ms\n`);
   try {
+    step("the console: denv up's sign-in link makes an account in its own team");
+    const token = new URL(up.signIn.replace("/#/", "/")).searchParams.get("invitation") ?? "";
+    check(up.signIn.startsWith(`${up.server}/#/join?invitation=`), "a link to the console's join page");
+    const signedUp = await fetch(`${up.server}/v1/auth/signup`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ email: "me@example.com", password: "journey password 1", invitation: token }),
+    });
+    const session = (await signedUp.json()) as { team?: { name: string }; role?: string };
+    check(
+      signedUp.status === 201 && session.team?.name === "default" && session.role === "admin",
+      "signed up into denv up's team as its admin (not a new, empty team)",
+    );
+
     step("login");
     denv(["login", "--server", up.server, "--api-key", up.key]);
     denv(["host", "list"]);

@@ -208,7 +208,7 @@ export async function membersPage(main: HTMLElement, session: Session, rerender:
               h(
                 "li",
                 {},
-                `${i.email} as ${i.role} · `,
+                `${i.email || "a sign-in link"} as ${i.role} · `,
                 i.accepted_at ? "accepted " : "expires ",
                 age(i.accepted_at ?? i.expires_at),
               ),

@@ -254,7 +254,7 @@ export type DeleteV1MembersByIdResponse = {
   removed: boolean;
 };
 
-/** Invite someone by email with a role (team admins); the link's token is shown once — POST /v1/invitations */
+/** Invite someone by email with a role (team admins), or, with no email, make a one-time sign-in link to the team (anyone who opens it first, within a day); the link's token is shown once — POST /v1/invitations */
 export type PostV1InvitationsResponse = {
   id: string;
   email: string;
@@ -266,7 +266,7 @@ export type PostV1InvitationsResponse = {
   url: string;
 };
 export type PostV1InvitationsBody = {
-  email: string;
+  email?: string;
   role?: "admin" | "member" | "read-only";
 };
 
@@ -282,7 +282,7 @@ export type GetV1InvitationsResponse = {
   }>;
 };
 
-/** A signed-in person accepts an invitation sent to their email: they join its team — POST /v1/invitations/{token}/accept */
+/** A signed-in person accepts an invitation sent to their email (or a sign-in link): they join its team — POST /v1/invitations/{token}/accept */
 export type PostV1InvitationsByTokenAcceptResponse = {
   user: {
     id: string;
@@ -1979,13 +1979,13 @@ export abstract class NamedOperations {
   };
 
   readonly invitations = {
-    /** Invite someone by email with a role (team admins); the link's token is shown once — POST /v1/invitations */
-    create: (body: PostV1InvitationsBody, options?: CallOptions): Promise<PostV1InvitationsResponse> =>
-      this.call("postV1Invitations", { body, ...options }),
+    /** Invite someone by email with a role (team admins), or, with no email, make a one-time sign-in link to the team (anyone who opens it first, within a day); the link's token is shown once — POST /v1/invitations */
+    create: (body?: PostV1InvitationsBody, options?: CallOptions): Promise<PostV1InvitationsResponse> =>
+      this.call("postV1Invitations", { body: body ?? {}, ...options }),
     /** The team's invitations — GET /v1/invitations */
     list: (options?: CallOptions): Promise<GetV1InvitationsResponse> =>
       this.call("getV1Invitations", { ...options }),
-    /** A signed-in person accepts an invitation sent to their email: they join its team — POST /v1/invitations/{token}/accept */
+    /** A signed-in person accepts an invitation sent to their email (or a sign-in link): they join its team — POST /v1/invitations/{token}/accept */
     accept: (token: string, options?: CallOptions): Promise<PostV1InvitationsByTokenAcceptResponse> =>
       this.call("postV1InvitationsByTokenAccept", { params: { token }, ...options }),
   };

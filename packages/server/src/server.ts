@@ -29,6 +29,7 @@ import { ReplicaKeeper, type ReplicaKeeperOptions } from "./fleet/replica-keeper
 import { Replicator } from "./fleet/replication.ts";
 import { GitHubApps } from "./github/github-apps.ts";
 import { AcmeCertificates, type AcmeOptions } from "./ingress/acme-certificates.ts";
+import { createInvitation } from "./people/invitations.ts";
 import { Admission, type AdmissionOptions } from "./placement/admission.ts";
 import { listen, PortsListener } from "./ports-listener.ts";
 import type { RateLimitOptions } from "./rate-limit.ts";
@@ -157,6 +158,11 @@ export interface RunningServer {
   dataDir: string;
   /** This replica's id (server_replicas). */
   replicaId: string;
+  /**
+   * A one-time sign-in link to the admin team's console as an admin (a day to open it): what
+   * `denv up` prints, so the person at its terminal reaches the team it made, not a new one.
+   */
+  signInLink(): Promise<string>;
   close(): Promise<void>;
 }
 
@@ -388,6 +394,18 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     fetchPolicy,
     dataDir: options.dataDir,
     replicaId: registry.id,
+    async signInLink() {
+      const team = await adminTeamId(store);
+      if (!team) throw new Error("the store has no admin team");
+      const link = await createInvitation(store, {
+        teamId: team,
+        email: null,
+        role: "admin",
+        createdBy: "denv up",
+        origin: url,
+      });
+      return link.url;
+    },
     async close() {
       clearInterval(e2bSweep);
       clearInterval(renewal);

@@ -287,16 +287,16 @@ class InvitationsMethods:
     def __init__(self, send: Send) -> None:
         self._send = send
 
-    def create(self, body: dict[str, Any], *, query: dict[str, str | None] | None = None, timeout_s: float | None = None) -> _t.PostV1InvitationsResponse:
-        """Invite someone by email with a role (team admins); the link's token is shown once — POST /v1/invitations"""
-        return self._send("POST", "/v1/invitations", body=body, query=query, timeout_s=timeout_s)
+    def create(self, body: dict[str, Any] | None = None, *, query: dict[str, str | None] | None = None, timeout_s: float | None = None) -> _t.PostV1InvitationsResponse:
+        """Invite someone by email with a role (team admins), or, with no email, make a one-time sign-in link to the team (anyone who opens it first, within a day); the link's token is shown once — POST /v1/invitations"""
+        return self._send("POST", "/v1/invitations", body=body if body is not None else {}, query=query, timeout_s=timeout_s)
 
     def list(self, *, query: dict[str, str | None] | None = None, timeout_s: float | None = None) -> _t.GetV1InvitationsResponse:
         """The team's invitations — GET /v1/invitations"""
         return self._send("GET", "/v1/invitations", query=query, timeout_s=timeout_s)
 
     def accept(self, token: str, *, query: dict[str, str | None] | None = None, timeout_s: float | None = None) -> _t.PostV1InvitationsByTokenAcceptResponse:
-        """A signed-in person accepts an invitation sent to their email: they join its team — POST /v1/invitations/{token}/accept"""
+        """A signed-in person accepts an invitation sent to their email (or a sign-in link): they join its team — POST /v1/invitations/{token}/accept"""
         return self._send("POST", f"/v1/invitations/{_p(token)}/accept", query=query, timeout_s=timeout_s)
 
 

@@ -3,6 +3,7 @@
  * link is shown once), a role changed, someone removed. What the console's Members page does, for a
  * team made by `denv up` whose only way in so far is its admin key.
  */
+import { spawn } from "node:child_process";
 import type { Command } from "commander";
 import { ageOf, printJson, printTable, UsageError } from "../output.ts";
 import { run } from "./command-runner.ts";
@@ -38,7 +39,7 @@ export function registerMemberCommands(program: Command): void {
           process.stdout.write("\ninvited, not yet joined:\n");
           printTable(
             ["EMAIL", "ROLE", "EXPIRES", "ID"],
-            pending.map((i) => [i.email, i.role, i.expires_at, i.id]),
+            pending.map((i) => [i.email || "(a sign-in link)", i.role, i.expires_at, i.id]),
           );
         }
       }
@@ -47,18 +48,27 @@ export function registerMemberCommands(program: Command): void {
   );
   const invite = member
     .command("invite")
-    .description("Invite someone by email: the link to join (shown once) is theirs to open in the console")
-    .argument("<email>")
+    .description(
+      "Invite someone by email (the link to join, shown once, is theirs to open in the console), or, with no email, make a one-time sign-in link anyone may open (a day)",
+    )
+    .argument("[email]")
     .option("--role <role>", `their role: ${ROLES.join(", ")}`, "member")
     .option("--json", "print JSON")
-    .addHelpText("after", "\nExample:\n  denv member invite ana@example.com --role admin");
+    .addHelpText(
+      "after",
+      "\nExamples:\n  denv member invite ana@example.com --role admin\n  denv member invite --role admin      a one-time link",
+    );
   invite.action(
-    run(invite, async (client, json, email: string, o: { role: string }) => {
-      const r = await client().invitations.create({ email, role: roleOf(o.role) });
+    run(invite, async (client, json, email: string | undefined, o: { role: string }) => {
+      const r = await client().invitations.create({ ...(email ? { email } : {}), role: roleOf(o.role) });
       if (json) printJson(r);
-      else
+      else if (email)
         process.stdout.write(
           `invited ${r.email} as ${r.role} (until ${r.expires_at}); send them this link, shown once:\n${r.url}\n`,
+        );
+      else
+        process.stdout.write(
+          `a one-time sign-in link as ${r.role} (until ${r.expires_at}; whoever opens it first joins), shown once:\n${r.url}\n`,
         );
       return 0;
     }),
@@ -96,6 +106,40 @@ export function registerMemberCommands(program: Command): void {
       const r = await client().members.remove(m.user_id);
       if (json) printJson(r);
       else process.stdout.write(`removed ${m.email}\n`);
+      return 0;
+    }),
+  );
+  registerConsoleCommand(program);
+}
+
+/**
+ * `denv console`: a one-time sign-in link to the team's console (a day to open it), opened in the
+ * browser when this terminal is a person's (a TTY with a desktop opener), printed either way.
+ */
+function registerConsoleCommand(program: Command): void {
+  const cmd = program
+    .command("console")
+    .description("A one-time sign-in link to your team's console, opened in a browser where one can be")
+    .option("--role <role>", `the role of the account it makes: ${ROLES.join(", ")}`, "admin")
+    .option("--no-open", "print the link only")
+    .option("--json", "print JSON");
+  cmd.action(
+    run(cmd, async (client, json, o: { role: string; open: boolean }) => {
+      const r = await client().invitations.create({ role: roleOf(o.role) });
+      if (json) {
+        printJson(r);
+        return 0;
+      }
+      process.stdout.write(
+        `${r.url}\n  (one-time, until ${r.expires_at}: whoever opens it first makes an account in your team)\n`,
+      );
+      if (o.open && process.stdout.isTTY) {
+        const opener = process.platform === "darwin" ? "open" : "xdg-open";
+        // Best effort: a machine with no desktop has no opener, and the link is printed above.
+        const child = spawn(opener, [r.url], { detached: true, stdio: "ignore" });
+        child.on("error", () => {});
+        child.unref();
+      }
       return 0;
     }),
   );

@@ -81,9 +81,12 @@ Examples:
         sidecar.start();
         await sidecar.ready;
         const key = server.adminKey ?? process.env.DENV_ADMIN_KEY ?? null;
+        // The console's "Create an account" makes a new team: this team is reached by a link.
+        const signIn = await server.signInLink();
         if (o.json)
           printJson({
             server: server.url,
+            console_sign_in: signIn,
             ports_origin: server.portsOrigin,
             ingress_domain: server.ingressDomain,
             api_key: key,
@@ -93,9 +96,8 @@ Examples:
           process.stdout.write(
             `denv is up: server ${server.url}, port URLs on ${server.portsOrigin}, names under ${server.ingressDomain ?? "(none)"}, local host joined (storage ${storage.kind})\n`,
           );
-          // The console's "Create an account" makes a new team: this team is joined by invitation.
           process.stdout.write(
-            `console: ${server.url}  (to sign in to this team: denv member invite YOU@EXAMPLE.COM --role admin, then open the link it prints)\n`,
+            `console: ${signIn}\n  (a one-time sign-in link to this team, valid a day: open it to make your account in it; \`denv console\` prints another)\n`,
           );
           if (key)
             process.stdout.write(`API key: ${key}\n  denv login --server ${server.url} --api-key ${key}\n`);

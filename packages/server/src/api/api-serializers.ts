@@ -17,13 +17,13 @@ import type {
 import { versionSpecJson } from "../store/version-store.ts";
 import { HOSTED_SERVICE } from "../targets/target.ts";
 import type {
-  cloudSchema,
   deploymentSchema,
   environmentSchema,
   hostSchema,
   projectSchema,
   versionSchema,
 } from "./api-schemas.ts";
+import type { cloudSchema } from "./cloud-schemas.ts";
 
 /** A phase as a deployment's record holds it (phase-recorder.ts): fields it never reached are absent. */
 interface StoredPhase {

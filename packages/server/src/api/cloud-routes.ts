@@ -6,8 +6,8 @@ import { z } from "zod";
 import { connectCloud, disconnectCloud } from "../clouds/cloud-accounts.ts";
 import { teamClouds } from "../store/cloud-store.ts";
 import { type ApiRoute, route } from "./api-route.ts";
-import { cloudConnectBody, cloudSchema } from "./api-schemas.ts";
 import { serializeCloud } from "./api-serializers.ts";
+import { cloudConnectBody, cloudSchema } from "./cloud-schemas.ts";
 
 export const cloudRoutes: ApiRoute[] = [
   route({

@@ -302,6 +302,66 @@ test("a read-only member reads but cannot change; another team's objects stay un
   assert.equal(last.status, 409);
 });
 
+test("a sign-in link (an invitation with no email) is anyone's once, within a day; never twice, even at once", async () => {
+  const admin = new Browser();
+  const a = await admin.signUp("linker@example.com", { team_name: "linkers" });
+  const link = await admin.change("POST", "/v1/invitations", { role: "admin" });
+  assert.equal(link.status, 201, JSON.stringify(link.data));
+  assert.equal(link.data.email, "");
+  assert.match(link.data.url, /\/#\/join\?invitation=dinv_/);
+  // A day to open it, where an emailed invitation has seven.
+  const ttlMs = Date.parse(link.data.expires_at) - Date.parse(link.data.created_at);
+  assert.ok(ttlMs > 23 * 3600_000 && ttlMs <= 24 * 3600_000 + 1000, `${ttlMs} ms`);
+  // Two people opening it at once: exactly one of them joins, the other is told it is gone.
+  const [first, second] = await Promise.all(
+    ["first@example.com", "second@example.com"].map((email) =>
+      new Browser().call("POST", "/v1/auth/signup", {
+        email,
+        password: "correct horse battery",
+        invitation: link.data.token,
+      }),
+    ),
+  );
+  const statuses = [first?.status, second?.status].sort();
+  assert.deepEqual(statuses, [201, 404], JSON.stringify([first?.data, second?.data]));
+  const joined = (first?.status === 201 ? first : second) as Res;
+  assert.equal(joined.data.team.id, a.data.team.id);
+  assert.equal(joined.data.role, "admin");
+  // The one who was refused has no account: nothing was made for them.
+  const loser = first?.status === 201 ? "second@example.com" : "first@example.com";
+  const login = await new Browser().call("POST", "/v1/auth/login", {
+    email: loser,
+    password: "correct horse battery",
+  });
+  assert.equal(login.status, 401);
+  // An account that cannot be made (its email is taken) gives the link back for someone else.
+  const again = await admin.change("POST", "/v1/invitations", { role: "member" });
+  const taken = await new Browser().call("POST", "/v1/auth/signup", {
+    email: "linker@example.com",
+    password: "correct horse battery",
+    invitation: again.data.token,
+  });
+  assert.equal(taken.status, 409, JSON.stringify(taken.data));
+  const other = new Browser();
+  await other.signUp("other-team@example.com");
+  const accepted = await other.change("POST", `/v1/invitations/${again.data.token}/accept`);
+  assert.equal(accepted.status, 200, JSON.stringify(accepted.data));
+  assert.equal(accepted.data.team.id, a.data.team.id);
+  assert.equal(accepted.data.role, "member");
+  // Only an admin makes one.
+  const member = new Browser();
+  member.cookie = other.cookie;
+  member.csrf = accepted.data.csrf_token;
+  const refused = await member.change("POST", "/v1/invitations", { role: "admin" });
+  assert.equal(refused.status, 403, JSON.stringify(refused.data));
+  // The team's list says which were links.
+  const list = (await admin.call("GET", "/v1/invitations")).data.invitations as any[];
+  assert.deepEqual(
+    list.filter((i) => i.email === "").map((i) => Boolean(i.accepted_at)),
+    [true, true],
+  );
+});
+
 test("hostile sign-up input is refused saying where, and nothing is stored", async () => {
   const before = (await store.selectFrom("users").select("id").execute()).length;
   for (const body of [

@@ -8,7 +8,7 @@ import { randomBytes } from "node:crypto";
 import { DenvError } from "@denv/protocol";
 import { getCookie } from "hono/cookie";
 import { z } from "zod";
-import { hashSecret, newId, newSecret, now } from "../ids.ts";
+import { createInvitation, mayTake, openInvitation } from "../people/invitations.ts";
 import {
   clearSessionCookie,
   csrfTokenOf,
@@ -22,16 +22,15 @@ import {
   createSession,
   deleteTeamKey,
   endSession,
-  insertInvitation,
-  invitationByTokenHash,
-  markInvitationAccepted,
   membershipsOf,
   normalizeEmail,
   type Role,
+  releaseInvitation,
   removeMember,
   sessionExpiry,
   setMemberRole,
   signUp,
+  takeInvitation,
   teamAdmins,
   teamInvitations,
   teamKey,
@@ -59,9 +58,6 @@ import {
   switchTeamBody,
 } from "./people-schemas.ts";
 import { ANONYMOUS_JSON_LIMIT_BYTES } from "./request-bodies.ts";
-
-/** Seven days to accept an invitation. */
-const INVITATION_TTL_MS = 7 * 24 * 3600_000;
 
 /**
  * Sign-ups, sign-ins and device codes are not keyed: each client address (an IPv6 address by its
@@ -112,12 +108,10 @@ function person(c: ApiContext): { userId: string; sessionId: string } {
   return { userId, sessionId };
 }
 
-/** An invitation by its token, still open. */
-async function openInvitation(c: ApiContext, token: string) {
-  const inv = await invitationByTokenHash(c.var.deps.store, hashSecret(token));
-  if (!inv || inv.accepted_at || inv.expires_at <= now())
+/** Takes an open invitation or says it is gone (another took it a moment ago). */
+async function take(c: ApiContext, invitationId: string): Promise<void> {
+  if (!(await takeInvitation(c.var.deps.store, invitationId)))
     throw new DenvError("not_found", "that invitation is not valid: it may have expired or been used");
-  return inv;
 }
 
 export const peopleRoutes: ApiRoute[] = [
@@ -135,15 +129,19 @@ export const peopleRoutes: ApiRoute[] = [
       takeAnonymousTurn(c, "signup", normalizeEmail(body.email));
       const { store } = c.var.deps;
       if (body.invitation) {
-        const inv = await openInvitation(c, body.invitation);
-        if (inv.email !== normalizeEmail(body.email))
+        const inv = await openInvitation(store, body.invitation);
+        if (!mayTake(inv, normalizeEmail(body.email)))
           throw new DenvError("forbidden", "that invitation was sent to another email address");
+        // Taken before the account is made (a link is one person's), given back if that fails.
+        await take(c, inv.id);
         const { userId } = await signUp(store, {
           ...body,
           teamName: "",
           joinTeam: { id: inv.team_id, role: inv.role as Role },
+        }).catch(async (err: unknown) => {
+          await releaseInvitation(store, inv.id);
+          throw err;
         });
-        await markInvitationAccepted(store, inv.id);
         return c.json(await startSession(c, userId, inv.team_id), 201);
       }
       const teamName = body.team_name ?? normalizeEmail(body.email).split("@")[0] ?? "team";
@@ -345,27 +343,21 @@ export const peopleRoutes: ApiRoute[] = [
     method: "post",
     path: "/v1/invitations",
     name: "invitations.create",
-    summary: "Invite someone by email with a role (team admins); the link's token is shown once",
+    summary:
+      "Invite someone by email with a role (team admins), or, with no email, make a one-time sign-in link to the team (anyone who opens it first, within a day); the link's token is shown once",
     body: invitationBody,
     response: invitationCreated,
     status: 201,
     auth: true,
     needs: "admin",
     handler: async (c, { body }) => {
-      const token = newSecret("dinv");
-      const row = {
-        id: newId("inv"),
-        team_id: c.var.teamId,
-        email: normalizeEmail(body.email),
+      const { row, token, url } = await createInvitation(c.var.deps.store, {
+        teamId: c.var.teamId,
+        email: body.email ? normalizeEmail(body.email) : null,
         role: body.role,
-        token_hash: hashSecret(token),
-        created_by: c.var.userId ?? c.var.keyId,
-        created_at: now(),
-        expires_at: new Date(Date.now() + INVITATION_TTL_MS).toISOString(),
-        accepted_at: null,
-      };
-      await insertInvitation(c.var.deps.store, row);
-      const origin = new URL(c.req.url).origin;
+        createdBy: c.var.userId ?? c.var.keyId,
+        origin: new URL(c.req.url).origin,
+      });
       return c.json(
         {
           id: row.id,
@@ -375,7 +367,7 @@ export const peopleRoutes: ApiRoute[] = [
           expires_at: row.expires_at,
           accepted_at: null,
           token,
-          url: `${origin}/#/join?invitation=${encodeURIComponent(token)}`,
+          url,
         },
         201,
       );
@@ -397,17 +389,18 @@ export const peopleRoutes: ApiRoute[] = [
     method: "post",
     path: "/v1/invitations/{token}/accept",
     name: "invitations.accept",
-    summary: "A signed-in person accepts an invitation sent to their email: they join its team",
+    summary:
+      "A signed-in person accepts an invitation sent to their email (or a sign-in link): they join its team",
     response: sessionSchema,
     auth: true,
     needs: "read",
     handler: async (c) => {
-      const inv = await openInvitation(c, c.req.param("token") ?? "");
+      const inv = await openInvitation(c.var.deps.store, c.req.param("token") ?? "");
       const { userId, sessionId } = person(c);
-      if (inv.email !== (await userEmail(c.var.deps.store, userId)))
+      if (!mayTake(inv, (await userEmail(c.var.deps.store, userId)) ?? ""))
         throw new DenvError("forbidden", "that invitation was sent to another email address");
+      await take(c, inv.id);
       await addMembership(c.var.deps.store, userId, inv.team_id, inv.role);
-      await markInvitationAccepted(c.var.deps.store, inv.id);
       const answer = await startSession(c, userId, inv.team_id);
       await endSession(c.var.deps.store, sessionId);
       return c.json(answer);

@@ -66,9 +66,11 @@ export const newKeySchema = z.object({
 export const memberSchema = z.object({ user_id: z.string(), email: z.string(), role, since: z.string() });
 export const memberBody = z.strictObject({ role });
 
-export const invitationBody = z.strictObject({ email, role: role.default("member") });
+/** No email: a one-time sign-in link to the team (whoever opens it first, within a day). */
+export const invitationBody = z.strictObject({ email: email.optional(), role: role.default("member") });
 export const invitationSchema = z.object({
   id: z.string(),
+  /** "" for a sign-in link, which anyone holding it may take. */
   email: z.string(),
   role,
   created_at: z.string(),

@@ -270,6 +270,21 @@ export function invitationByTokenHash(store: Store, tokenHash: string) {
   return store.selectFrom("invitations").selectAll().where("token_hash", "=", tokenHash).executeTakeFirst();
 }
 
-export async function markInvitationAccepted(store: Store, invitationId: string): Promise<void> {
-  await store.updateTable("invitations").set({ accepted_at: now() }).where("id", "=", invitationId).execute();
+/**
+ * Takes an open invitation for one person: true when this call took it, false when another had
+ * already (two people opening one link at once: one of them gets it).
+ */
+export async function takeInvitation(store: Store, invitationId: string): Promise<boolean> {
+  const r = await store
+    .updateTable("invitations")
+    .set({ accepted_at: now() })
+    .where("id", "=", invitationId)
+    .where("accepted_at", "is", null)
+    .executeTakeFirst();
+  return Number(r.numUpdatedRows) === 1;
+}
+
+/** Gives an invitation back when what it was taken for failed (the account could not be made). */
+export async function releaseInvitation(store: Store, invitationId: string): Promise<void> {
+  await store.updateTable("invitations").set({ accepted_at: null }).where("id", "=", invitationId).execute();
 }

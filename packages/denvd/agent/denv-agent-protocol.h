@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define PROTOCOL_VERSION 2
+#define PROTOCOL_VERSION 3
 
 #define MODE_PORT 0xffffffffu
 #define MODE_FILES 0xfffffffeu
@@ -15,6 +15,7 @@
 
 #define FRAME_IN_DATA 0
 #define FRAME_IN_END 1
+#define FRAME_IN_RESIZE 2
 #define FRAME_IN_KILL 9
 
 #define FRAME_OUT_STDOUT 1
@@ -44,6 +45,7 @@
 
 #define FLAG_EXEC_HOME 1
 #define FLAG_EXEC_CLEAN_ENV 2
+#define FLAG_EXEC_TTY 4
 #define FLAG_PUT_KEEP_OWNERS 1
 #define FLAG_FSOP_DEEP 1
 
@@ -64,6 +66,8 @@ struct exec_request {
   char *cwd;
   char *user;
   uint32_t flags;
+  uint32_t rows;
+  uint32_t cols;
 };
 /* The rest of an exec request (first: argv's count, its first word): 0, or -1 when it is cut short or too large. */
 static inline int read_exec_request(int fd, uint32_t first, struct exec_request *r) {
@@ -73,6 +77,8 @@ static inline int read_exec_request(int fd, uint32_t first, struct exec_request 
   if (!(r->cwd = read_str(fd))) return -1;
   if (!(r->user = read_str(fd))) return -1;
   if (read_u32(fd, &r->flags)) return -1;
+  if (read_u32(fd, &r->rows)) return -1;
+  if (read_u32(fd, &r->cols)) return -1;
   return 0;
 }
 
@@ -139,6 +145,38 @@ static inline int put_status_record(char *buf, size_t room, const struct status_
   return (int)off;
 }
 
+/* One status record from buf: 0, or -1 when len holds less than one. */
+static inline int get_status_record(const char *buf, size_t len, struct status_record *v) {
+  size_t off = 0;
+  if (off + sizeof v->status > len) return -1;
+  memcpy(&v->status, buf + off, sizeof v->status), off += sizeof v->status;
+  return 0;
+}
+
+struct winsize_record {
+  uint32_t rows;
+  uint32_t cols;
+};
+/* One winsize record's bytes in buf: their length, or -1 when they do not fit in room. */
+static inline int put_winsize_record(char *buf, size_t room, const struct winsize_record *v) {
+  size_t off = 0;
+  if (off + sizeof v->rows > room) return -1;
+  memcpy(buf + off, &v->rows, sizeof v->rows), off += sizeof v->rows;
+  if (off + sizeof v->cols > room) return -1;
+  memcpy(buf + off, &v->cols, sizeof v->cols), off += sizeof v->cols;
+  return (int)off;
+}
+
+/* One winsize record from buf: 0, or -1 when len holds less than one. */
+static inline int get_winsize_record(const char *buf, size_t len, struct winsize_record *v) {
+  size_t off = 0;
+  if (off + sizeof v->rows > len) return -1;
+  memcpy(&v->rows, buf + off, sizeof v->rows), off += sizeof v->rows;
+  if (off + sizeof v->cols > len) return -1;
+  memcpy(&v->cols, buf + off, sizeof v->cols), off += sizeof v->cols;
+  return 0;
+}
+
 struct put_status_record {
   int32_t status;
   uint32_t entries;
@@ -154,6 +192,18 @@ static inline int put_put_status_record(char *buf, size_t room, const struct put
   if (off + sizeof v->bytes > room) return -1;
   memcpy(buf + off, &v->bytes, sizeof v->bytes), off += sizeof v->bytes;
   return (int)off;
+}
+
+/* One put_status record from buf: 0, or -1 when len holds less than one. */
+static inline int get_put_status_record(const char *buf, size_t len, struct put_status_record *v) {
+  size_t off = 0;
+  if (off + sizeof v->status > len) return -1;
+  memcpy(&v->status, buf + off, sizeof v->status), off += sizeof v->status;
+  if (off + sizeof v->entries > len) return -1;
+  memcpy(&v->entries, buf + off, sizeof v->entries), off += sizeof v->entries;
+  if (off + sizeof v->bytes > len) return -1;
+  memcpy(&v->bytes, buf + off, sizeof v->bytes), off += sizeof v->bytes;
+  return 0;
 }
 
 struct entry_record {

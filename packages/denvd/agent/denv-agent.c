@@ -122,8 +122,25 @@ static void serve(int conn) {
   uint32_t argc = req.argv_count, envc = req.env_count, flags = req.flags;
   char **argv = req.argv, **extra = req.env, *cwd = req.cwd, *user = req.user;
   if (host_mode && strcmp(argv[0], BTRFS_BUILTIN) == 0) serve_btrfs(conn, argc, argv);
+  int tty = (flags & FLAG_EXEC_TTY) != 0;
   int in[2], out[2], err[2];
-  if (pipe(in) || pipe(out) || pipe(err)) _exit(1);
+  /* With a terminal: a pseudo-terminal whose side the command gets as stdin, stdout and stderr
+   * (and as its session's controlling terminal); the agent holds the other side, as both the
+   * command's stdin and its one output. Without: three pipes. */
+  int master = -1, slave = -1;
+  if (tty) {
+    char slave_name[128];
+    master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (master < 0 || grantpt(master) || unlockpt(master) || ptsname_r(master, slave_name, sizeof slave_name)) _exit(1);
+    slave = open(slave_name, O_RDWR | O_NOCTTY);
+    if (slave < 0) _exit(1);
+    struct winsize ws = {.ws_row = (unsigned short)(req.rows ? req.rows : 24), .ws_col = (unsigned short)(req.cols ? req.cols : 80)};
+    ioctl(master, TIOCSWINSZ, &ws);
+    in[0] = out[1] = err[1] = slave;
+    in[1] = master;
+    out[0] = dup(master);
+    err[0] = -1;
+  } else if (pipe(in) || pipe(out) || pipe(err)) _exit(1);
   /* Whatever the command starts stays this handler's descendant, setsid or not (see kill_tree). */
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   /* Everything that reads files or allocates happens here, before the command's process exists:
@@ -138,6 +155,10 @@ static void serve(int conn) {
     unresolved = resolve_user(user, &ids, msg, sizeof msg) != 0;
     if (!unresolved && (flags & FLAG_EXEC_HOME)) home = ids.have_entry && ids.home[0] ? ids.home : "/";
     if (!unresolved && ids.have_entry) name = ids.name;
+    /* The terminal is the command's: its user owns it, as a login's would. */
+    if (!unresolved && tty) {
+      if (fchown(slave, ids.uid, ids.gid)) {}
+    }
   }
   /* execvp searches the command's own PATH, so the environment is the command's from here on. */
   environ = merge_env(extra, envc, home, name, flags & FLAG_EXEC_CLEAN_ENV);
@@ -145,6 +166,7 @@ static void serve(int conn) {
   cmd_pid = pid;
   if (pid == 0) {
     setsid(); /* its own process group: a kill reaches every descendant */
+    if (tty) ioctl(slave, TIOCSCTTY, 0);
     dup2(in[0], 0);
     dup2(out[1], 1);
     dup2(err[1], 2);
@@ -171,22 +193,27 @@ static void serve(int conn) {
     _exit(e == ENOENT ? 127 : 126);
   }
   if (pid < 0) _exit(1);
-  close(in[0]);
-  close(out[1]);
-  close(err[1]);
+  if (tty) close(slave);
+  else {
+    close(in[0]);
+    close(out[1]);
+    close(err[1]);
+  }
   int stdin_fd = in[1];
   /* stdin is written without blocking: a command that stops reading its stdin while it writes
    * output must not stall the relay (its output would fill, and it would wait forever). While a
    * frame of stdin is pending no further frame is read, so denvd (and the client) wait instead. */
   fcntl(stdin_fd, F_SETFL, fcntl(stdin_fd, F_GETFL) | O_NONBLOCK);
   /* Larger pipes: output is relayed in frames of up to 256 KiB instead of 64 KiB (best effort). */
-  fcntl(stdin_fd, F_SETPIPE_SZ, 256 * 1024);
-  fcntl(out[0], F_SETPIPE_SZ, 256 * 1024);
-  fcntl(err[0], F_SETPIPE_SZ, 256 * 1024);
+  if (!tty) {
+    fcntl(stdin_fd, F_SETPIPE_SZ, 256 * 1024);
+    fcntl(out[0], F_SETPIPE_SZ, 256 * 1024);
+    fcntl(err[0], F_SETPIPE_SZ, 256 * 1024);
+  }
   char *pend = NULL;
   uint32_t pend_len = 0, pend_off = 0;
   struct pollfd fds[4] = {{conn, POLLIN, 0}, {out[0], POLLIN, 0}, {err[0], POLLIN, 0}, {-1, POLLOUT, 0}};
-  int open_out = 1, open_err = 1, killed = 0;
+  int open_out = 1, open_err = !tty, killed = 0;
   static char buf[256 * 1024];
   signal(SIGPIPE, SIG_IGN);
   while (open_out || open_err) {
@@ -222,8 +249,18 @@ static void serve(int conn) {
           pend = data, pend_len = len, pend_off = 0;
           data = NULL;
         } else if (head[0] == FRAME_IN_END && stdin_fd >= 0) {
-          close(stdin_fd);
+          /* A terminal's input ends as a person's does: its end-of-file character (^D), which a
+           * program reading lines takes as the end; the terminal itself stays the command's. */
+          if (tty) {
+            if (write(stdin_fd, "\x04", 1)) {}
+          } else close(stdin_fd);
           stdin_fd = -1;
+        } else if (head[0] == FRAME_IN_RESIZE && tty) {
+          struct winsize_record size;
+          if (!get_winsize_record(data ? data : "", len, &size)) {
+            struct winsize ws = {.ws_row = (unsigned short)size.rows, .ws_col = (unsigned short)size.cols};
+            ioctl(master, TIOCSWINSZ, &ws); /* the kernel tells the foreground group (SIGWINCH) */
+          }
         } else if (head[0] == FRAME_IN_KILL) {
           kill(-pid, SIGKILL);
           kill_tree();
@@ -237,7 +274,7 @@ static void serve(int conn) {
       if (w > 0) pend_off += (uint32_t)w;
       if ((w < 0 && errno != EAGAIN && errno != EINTR) || pend_off == pend_len) {
         /* written, or the command closed its stdin: what it did not take is dropped */
-        if (w < 0) { close(stdin_fd); stdin_fd = -1; }
+        if (w < 0) { if (!tty) close(stdin_fd); stdin_fd = -1; }
         free(pend);
         pend = NULL;
       }
@@ -245,6 +282,9 @@ static void serve(int conn) {
     for (int i = 1; i <= 2; i++) {
       if (fds[i].fd >= 0 && (fds[i].revents & (POLLIN | POLLHUP | POLLERR))) {
         ssize_t r = read(fds[i].fd, buf, sizeof buf);
+        /* A terminal's side is non-blocking (it is stdin's too): nothing yet is not its end, and
+         * EIO is (every holder of the command's side has closed it). */
+        if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
         if (r <= 0) {
           if (i == 1) open_out = 0; else open_err = 0;
         } else if (!killed || fds[0].fd >= 0) {

@@ -63,6 +63,13 @@ export const execParams = z.strictObject({
    * ends, a second on, so the episode's time is a function of its steps, not of the host's speed.
    */
   episode_clock: z.boolean().optional(),
+  /**
+   * On a terminal of this size (the command's session's controlling one, as `docker exec -t`):
+   * its output comes as stdout alone, and stdin's end is the terminal's end-of-file.
+   */
+  tty: z
+    .strictObject({ rows: z.number().int().min(1).max(1000), cols: z.number().int().min(1).max(1000) })
+    .optional(),
 });
 
 export const execResult = z.object({

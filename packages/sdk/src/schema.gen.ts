@@ -982,6 +982,10 @@ export type PostV1EnvsByIdExecBody = {
   timeout_ms?: number;
   max_output_bytes?: number;
   encoding?: "utf8" | "base64";
+  tty?: {
+    rows: number;
+    cols: number;
+  };
 };
 
 /** Run a command with its stdin streamed from the body: the first line is the exec request (JSON), the rest of the body is stdin. The answer streams as the command writes, in frames of an 8-byte header (u8 kind: 1 stdout, 2 stderr, 3 the result as JSON, 4 an error as JSON, 5 a keep-alive with no bytes while the command is quiet; three zero bytes; u32 length, big-endian) and that many bytes — POST /v1/envs/{id}/exec/stream */

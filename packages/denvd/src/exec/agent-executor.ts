@@ -444,7 +444,12 @@ export class AgentExecutor implements Executor {
         env,
         cwd: options.cwd ?? "",
         user,
-        flags: (home ? FLAGS.EXEC_HOME : 0) | (options.cleanEnv ? FLAGS.EXEC_CLEAN_ENV : 0),
+        flags:
+          (home ? FLAGS.EXEC_HOME : 0) |
+          (options.cleanEnv ? FLAGS.EXEC_CLEAN_ENV : 0) |
+          (options.tty ? FLAGS.EXEC_TTY : 0),
+        rows: options.tty?.rows ?? 0,
+        cols: options.tty?.cols ?? 0,
       }),
     );
     let timedOut = false;

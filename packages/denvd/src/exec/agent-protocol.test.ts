@@ -126,6 +126,8 @@ int main(void) {
         cwd: "/work",
         user: "agent",
         flags: FLAGS.EXEC_HOME | FLAGS.EXEC_CLEAN_ENV,
+        rows: 40,
+        cols: 120,
       }),
     );
     assert.equal(exec.entry.uid, 3);

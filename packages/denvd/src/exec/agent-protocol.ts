@@ -11,7 +11,7 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 /** The version the agent says in its hello; denvd and the agent are built from one tree. */
-export const AGENT_PROTOCOL_VERSION = 2;
+export const AGENT_PROTOCOL_VERSION = 3;
 
 /** The first u32 of a request: an exec's argc, or one of these. */
 export const REQUEST = {
@@ -25,6 +25,8 @@ export const REQUEST = {
 export const FRAME_IN = {
   DATA: 0,
   END: 1,
+  /** A terminal's new size (a winsize record), for an exec with a terminal. */
+  RESIZE: 2,
   KILL: 9,
 } as const;
 
@@ -78,6 +80,11 @@ export const FLAGS = {
   EXEC_HOME: 1,
   /** exec: start from the request's variables alone, none of the container's (graders). */
   EXEC_CLEAN_ENV: 2,
+  /**
+   * exec: on a terminal (a pseudo-terminal of rows x cols, the command's session's controlling
+   * one): its output comes as stdout alone, and stdin's end is the terminal's end-of-file (^D).
+   */
+  EXEC_TTY: 4,
   /** put: the tar's owners are kept (the request is root's). */
   PUT_KEEP_OWNERS: 1,
   /** fsop: mkdir makes missing parents; remove removes a directory's contents. */
@@ -107,6 +114,9 @@ export const REQUESTS = {
       /** "name|uid[:group|gid]"; "": the agent's own (root). */
       ["user", "str"],
       ["flags", "u32"],
+      /** The terminal's size with FLAG_EXEC_TTY (0: 24 x 80). */
+      ["rows", "u32"],
+      ["cols", "u32"],
     ],
   },
   /** Connect to 127.0.0.1:port in the container's network namespace; one status byte, then bytes. */
@@ -146,6 +156,11 @@ export const REQUESTS = {
 export const RECORDS = {
   /** FRAME_OUT.STATUS of an exec (its exit status, 128+N for signal N) or a files request (FS_STATUS). */
   status: [["status", "i32"]],
+  /** FRAME_IN.RESIZE: a terminal's new size. */
+  winsize: [
+    ["rows", "u32"],
+    ["cols", "u32"],
+  ],
   /** FRAME_OUT.STATUS of a put. */
   put_status: [
     ["status", "i32"],
@@ -213,6 +228,14 @@ export function encodeRequest<K extends keyof typeof REQUESTS>(kind: K, values: 
   const out: Buffer[] = [];
   if (layout.mode) encodeField("u32", REQUEST[layout.mode], out);
   for (const [name, wire] of layout.fields) encodeField(wire, (values as Record<string, unknown>)[name], out);
+  return Buffer.concat(out);
+}
+
+/** A record's bytes (what denvd sends the agent: a terminal's size). */
+export function encodeRecord<K extends keyof typeof RECORDS>(kind: K, values: RecordValues<K>): Buffer {
+  const out: Buffer[] = [];
+  for (const [name, wire] of RECORDS[kind] as readonly Field[])
+    encodeField(wire, (values as Record<string, unknown>)[name], out);
   return Buffer.concat(out);
 }
 
@@ -302,6 +325,21 @@ function cRecord(kind: string, fields: readonly Field[]): string[] {
         ],
   );
   const hasStr = fields.some(([, w]) => w === "str");
+  // A record of integers alone can be read back in C too (what denvd sends the agent in a frame).
+  const reader = hasStr
+    ? []
+    : [
+        `/* One ${kind} record from buf: 0, or -1 when len holds less than one. */`,
+        `static inline int get_${kind}_record(const char *buf, size_t len, struct ${kind}_record *v) {`,
+        "  size_t off = 0;",
+        ...fields.flatMap(([name]) => [
+          `  if (off + sizeof v->${name} > len) return -1;`,
+          `  memcpy(&v->${name}, buf + off, sizeof v->${name}), off += sizeof v->${name};`,
+        ]),
+        "  return 0;",
+        "}",
+        "",
+      ];
   return [
     `struct ${kind}_record {`,
     ...members,
@@ -314,6 +352,7 @@ function cRecord(kind: string, fields: readonly Field[]): string[] {
     "  return (int)off;",
     "}",
     "",
+    ...reader,
   ];
 }
 

@@ -1,4 +1,5 @@
 /** Exec through the engine's exec API: a runc exec per command (about 90 ms on these machines). */
+import { DenvError } from "@denv/protocol";
 import type { ContainerRuntime } from "../runtime/container-runtime.ts";
 import {
   BoundedBuffer,
@@ -17,6 +18,12 @@ export class EngineExecutor implements Executor {
   }
 
   async exec(containerId: string, options: ExecOptions): Promise<ExecResult> {
+    // A terminal is the agent's to make (a pseudo-terminal in the container): none is made here.
+    if (options.tty)
+      throw new DenvError(
+        "unavailable",
+        "a command on a terminal needs the service's agent, which is not connected yet: try again in a moment",
+      );
     const started = performance.now();
     const limit = options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
     const out = new BoundedBuffer(limit, options.keepOutput ?? true);

@@ -31,6 +31,8 @@ export interface ExecOptions {
   onStderr?: (chunk: Buffer) => void | Promise<void>;
   /** false: output goes only to onStdout/onStderr, and the result's stdout and stderr are empty. */
   keepOutput?: boolean;
+  /** On a terminal of this size: output comes as stdout alone (a terminal has one). */
+  tty?: { rows: number; cols: number } | null;
 }
 
 export interface ExecResult {

@@ -157,6 +157,7 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
           timeoutMs: p.timeout_ms ?? null,
           maxOutputBytes: p.max_output_bytes ?? Number.POSITIVE_INFINITY,
           keepOutput: false,
+          tty: p.tty ?? null,
           onStdout: streamSink(stdout),
           onStderr: streamSink(stderr),
         })

@@ -441,6 +441,10 @@ export const execBody = z.strictObject({
     .optional(),
   /** How stdout and stderr come back: utf8 (default) or base64 for binary output. */
   encoding: z.enum(["utf8", "base64"]).optional(),
+  /** A terminal of this size for the command (`exec -t`): its output all comes as stdout. */
+  tty: z
+    .strictObject({ rows: z.number().int().min(1).max(1000), cols: z.number().int().min(1).max(1000) })
+    .optional(),
 });
 
 export const portUrlBody = z.strictObject({

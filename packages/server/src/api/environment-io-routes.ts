@@ -73,6 +73,7 @@ async function execTarget(c: ApiContext, body: ExecRequest) {
         env: body.env,
         timeoutMs: body.timeout_ms,
         maxOutputBytes,
+        ...(body.tty ? { tty: body.tty } : {}),
       },
       stdin,
       onOutput,

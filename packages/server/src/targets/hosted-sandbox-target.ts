@@ -358,6 +358,11 @@ export abstract class HostedSandboxTarget implements Target {
     onOutput: OutputSink,
   ): Promise<ExecOutcome> {
     this.checkService(env, req.service);
+    if (req.tty)
+      throw new DenvError(
+        "not_supported",
+        `target ${this.name} runs commands without a terminal (exec -t needs a denvd host)`,
+      );
     let line = commandLine(req.command);
     if (stdin && !(Buffer.isBuffer(stdin) && stdin.length === 0)) {
       // No provider here takes a command's stdin as it runs: it goes up whole first, staged in the

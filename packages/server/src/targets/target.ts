@@ -112,6 +112,8 @@ export interface ExecRequest {
   maxOutputBytes?: number;
   /** A replay's step: a held frozen clock advances only while the command runs. */
   episodeClock?: boolean;
+  /** On a terminal of this size (its output all stdout); a target without terminals refuses it. */
+  tty?: { rows: number; cols: number };
 }
 
 export interface ExecOutcome {

@@ -81,6 +81,7 @@ export async function execOnStack(
       timeout_ms: req.timeoutMs,
       max_output_bytes: req.maxOutputBytes,
       ...(req.episodeClock ? { episode_clock: true } : {}),
+      ...(req.tty ? { tty: req.tty } : {}),
     },
     stdin,
     onOutput,

@@ -299,3 +299,60 @@ volumes: { data: {} }
   assert.deepEqual(snap.outside_volumes, { box: { paths: 1, examples: ["/opt/app/cache.db"] } });
   await lab.api("DELETE", `/v1/envs/${env.id}`);
 });
+
+test("a running deploy cancelled stops before its next phase, removes what it built, and says who; ended ones are not cancelled", async () => {
+  const d = await lab.api("POST", "/v1/projects/dl/deploy", { env: "c" });
+  assert.equal(d.status, 202, JSON.stringify(d.data));
+  const id = d.data.id as string;
+  const phaseOf = async (name: string) =>
+    ((await lab.api("GET", `/v1/deployments/${id}`)).data.phases as { name: string; status: string }[]).find(
+      (p) => p.name === name,
+    );
+  await waitFor(
+    "the deploy waiting for its service's health (the host's start step waits; the health phase is carved from it)",
+    async () => (await phaseOf("start"))?.status === "running",
+  );
+  // Another team's key cannot reach it.
+  assert.equal((await lab.api("POST", `/v1/deployments/${id}/cancel`, undefined, lab.keyB)).status, 404);
+  const asked = await denv("deployment", "cancel", id, "--no-wait");
+  assert.equal(asked.code, 0, asked.stderr);
+  assert.match(asked.stdout, new RegExp(`asked deployment ${id} to stop`));
+  const marked = (await lab.api("GET", `/v1/deployments/${id}`)).data;
+  assert.equal(marked.status, "running", "the phase at work finishes first");
+  assert.ok(marked.cancel_requested_by, JSON.stringify(marked));
+  // Asking twice answers as the first did.
+  assert.equal((await lab.api("POST", `/v1/deployments/${id}/cancel`)).status, 202);
+  // The start step ends (the service made healthy); the next phase never begins.
+  const stacksBefore = new Set(lab.host.denvd.stacks().map((s) => s.id));
+  const building = await waitFor("the deploy's stack", () =>
+    lab.host.denvd.stacks().find((s) => s.name.startsWith("dl-c") && s.containers.app),
+  );
+  await lab.host.denvd.exec(building.id, "app", { command: ["touch", "/tmp/ready"] });
+  const followed = await denv("deployment", "follow", id);
+  assert.equal(followed.code, 1, followed.stdout);
+  const done = (await lab.api("GET", `/v1/deployments/${id}`)).data;
+  assert.notEqual(done.status, "succeeded", JSON.stringify(done));
+  assert.match(done.reason, new RegExp(`cancelled by ${marked.cancel_requested_by} before \\w+ began`));
+  const phases = done.phases as { name: string; status: string; reason: string | null }[];
+  assert.equal(phases.find((p) => p.name === "start")?.status, "succeeded");
+  const stopped = phases.find((p) => p.status === "failed");
+  assert.match(stopped?.reason ?? "", /^cancelled by /);
+  assert.ok(
+    phases
+      .filter((p) => p.name === "snapshot" || p.name === "ingress")
+      .every((p) => p.status !== "succeeded"),
+    JSON.stringify(phases),
+  );
+  // What it was building is gone from the host, and the environment kept no version of it.
+  assert.ok(stacksBefore.has(building.id));
+  await waitFor(
+    "the cancelled deploy's stack removed",
+    () => !lab.host.denvd.stacks().some((s) => s.id === building.id),
+  );
+  const env = (await lab.api("GET", "/v1/envs/dl%2Fc")).data;
+  assert.equal(env.current_version_id, null, JSON.stringify(env));
+  // Ended: nothing to cancel, said as such.
+  const late = await lab.api("POST", `/v1/deployments/${id}/cancel`);
+  assert.equal(late.status, 409);
+  assert.match(late.data.error.message, /has already ended/);
+});

@@ -545,6 +545,7 @@ export type PostV1ProjectsByIdDeployResponse = {
   kind: string;
   status: "queued" | "running" | "succeeded" | "rolled_back" | "failed";
   reason: string | null;
+  cancel_requested_by: string | null;
   version_id: string | null;
   frozen_ms: number | null;
   admission_wait_ms: number | null;
@@ -577,6 +578,7 @@ export type PostV1ProjectsByIdPromoteResponse = {
   kind: string;
   status: "queued" | "running" | "succeeded" | "rolled_back" | "failed";
   reason: string | null;
+  cancel_requested_by: string | null;
   version_id: string | null;
   frozen_ms: number | null;
   admission_wait_ms: number | null;
@@ -621,6 +623,7 @@ export type GetV1DeploymentsResponse = {
     kind: string;
     status: "queued" | "running" | "succeeded" | "rolled_back" | "failed";
     reason: string | null;
+    cancel_requested_by: string | null;
     version_id: string | null;
     frozen_ms: number | null;
     admission_wait_ms: number | null;
@@ -652,6 +655,37 @@ export type GetV1DeploymentsByIdResponse = {
   kind: string;
   status: "queued" | "running" | "succeeded" | "rolled_back" | "failed";
   reason: string | null;
+  cancel_requested_by: string | null;
+  version_id: string | null;
+  frozen_ms: number | null;
+  admission_wait_ms: number | null;
+  verify: {
+    reward: number;
+    reason: string | null;
+    exit_code: number | null;
+    agent: string;
+  } | null;
+  phases: Array<{
+    name: string;
+    status: "pending" | "running" | "succeeded" | "failed" | "skipped";
+    started_at: string | null;
+    finished_at: string | null;
+    duration_ms: number | null;
+    evidence: unknown;
+    reason: string | null;
+  }>;
+  created_at: string;
+  finished_at: string | null;
+};
+
+/** Stop a queued or running deployment: it stops before its next phase begins and undoes what it made, as a failed one does (a phase at work finishes first); 409 once it has ended — POST /v1/deployments/{id}/cancel */
+export type PostV1DeploymentsByIdCancelResponse = {
+  id: string;
+  environment_id: string;
+  kind: string;
+  status: "queued" | "running" | "succeeded" | "rolled_back" | "failed";
+  reason: string | null;
+  cancel_requested_by: string | null;
   version_id: string | null;
   frozen_ms: number | null;
   admission_wait_ms: number | null;
@@ -718,6 +752,7 @@ export type DeleteV1EnvsByIdResponse = {
   kind: string;
   status: "queued" | "running" | "succeeded" | "rolled_back" | "failed";
   reason: string | null;
+  cancel_requested_by: string | null;
   version_id: string | null;
   frozen_ms: number | null;
   admission_wait_ms: number | null;
@@ -748,6 +783,7 @@ export type GetV1EnvsByIdDeploymentsResponse = {
     kind: string;
     status: "queued" | "running" | "succeeded" | "rolled_back" | "failed";
     reason: string | null;
+    cancel_requested_by: string | null;
     version_id: string | null;
     frozen_ms: number | null;
     admission_wait_ms: number | null;
@@ -794,6 +830,7 @@ export type PostV1EnvsByIdSnapshotResponse = {
   kind: string;
   status: "queued" | "running" | "succeeded" | "rolled_back" | "failed";
   reason: string | null;
+  cancel_requested_by: string | null;
   version_id: string | null;
   frozen_ms: number | null;
   admission_wait_ms: number | null;
@@ -842,6 +879,7 @@ export type PostV1EnvsByIdRollbackResponse = {
   kind: string;
   status: "queued" | "running" | "succeeded" | "rolled_back" | "failed";
   reason: string | null;
+  cancel_requested_by: string | null;
   version_id: string | null;
   frozen_ms: number | null;
   admission_wait_ms: number | null;
@@ -874,6 +912,7 @@ export type PostV1EnvsByIdVerifyResponse = {
   kind: string;
   status: "queued" | "running" | "succeeded" | "rolled_back" | "failed";
   reason: string | null;
+  cancel_requested_by: string | null;
   version_id: string | null;
   frozen_ms: number | null;
   admission_wait_ms: number | null;
@@ -1710,6 +1749,7 @@ export const OPERATIONS = {
   postV1ProjectsByIdPromote: { method: "POST", path: "/v1/projects/{id}/promote", params: ["id"], body: "json", response: "json" },
   getV1Deployments: { method: "GET", path: "/v1/deployments", params: [], body: "none", response: "json" },
   getV1DeploymentsById: { method: "GET", path: "/v1/deployments/{id}", params: ["id"], body: "none", response: "json" },
+  postV1DeploymentsByIdCancel: { method: "POST", path: "/v1/deployments/{id}/cancel", params: ["id"], body: "none", response: "json" },
   getV1DeploymentsByIdEvents: { method: "GET", path: "/v1/deployments/{id}/events", params: ["id"], body: "none", response: "event-stream" },
   getV1Envs: { method: "GET", path: "/v1/envs", params: [], body: "none", response: "json" },
   getV1EnvsById: { method: "GET", path: "/v1/envs/{id}", params: ["id"], body: "none", response: "json" },
@@ -1817,6 +1857,7 @@ export interface Operations {
   postV1ProjectsByIdPromote: { params: { id: string }; body: PostV1ProjectsByIdPromoteBody; response: PostV1ProjectsByIdPromoteResponse };
   getV1Deployments: { params: {  }; body: undefined; response: GetV1DeploymentsResponse };
   getV1DeploymentsById: { params: { id: string }; body: undefined; response: GetV1DeploymentsByIdResponse };
+  postV1DeploymentsByIdCancel: { params: { id: string }; body: undefined; response: PostV1DeploymentsByIdCancelResponse };
   getV1DeploymentsByIdEvents: { params: { id: string }; body: undefined; response: GetV1DeploymentsByIdEventsResponse };
   getV1Envs: { params: {  }; body: undefined; response: GetV1EnvsResponse };
   getV1EnvsById: { params: { id: string }; body: undefined; response: GetV1EnvsByIdResponse };
@@ -2061,6 +2102,9 @@ export abstract class NamedOperations {
     /** A deployment and its phase log with evidence — GET /v1/deployments/{id} */
     get: (id: string, options?: CallOptions): Promise<GetV1DeploymentsByIdResponse> =>
       this.call("getV1DeploymentsById", { params: { id }, ...options }),
+    /** Stop a queued or running deployment: it stops before its next phase begins and undoes what it made, as a failed one does (a phase at work finishes first); 409 once it has ended — POST /v1/deployments/{id}/cancel */
+    cancel: (id: string, options?: CallOptions): Promise<PostV1DeploymentsByIdCancelResponse> =>
+      this.call("postV1DeploymentsByIdCancel", { params: { id }, ...options }),
     /** Live phase updates (server-sent events) until the verdict — GET /v1/deployments/{id}/events */
     events: (id: string, options?: CallOptions): Promise<GetV1DeploymentsByIdEventsResponse> =>
       this.call("getV1DeploymentsByIdEvents", { params: { id }, ...options }),

@@ -83,6 +83,7 @@ ROUTES: dict[str, tuple[str, str]] = {
     "projects.promote": ("POST", "/v1/projects/{id}/promote"),
     "deployments.list": ("GET", "/v1/deployments"),
     "deployments.get": ("GET", "/v1/deployments/{id}"),
+    "deployments.cancel": ("POST", "/v1/deployments/{id}/cancel"),
     "deployments.events": ("GET", "/v1/deployments/{id}/events"),
     "envs.list": ("GET", "/v1/envs"),
     "envs.get": ("GET", "/v1/envs/{id}"),
@@ -399,6 +400,10 @@ class DeploymentsMethods:
     def get(self, id: str, *, query: dict[str, str | None] | None = None, timeout_s: float | None = None) -> _t.GetV1DeploymentsByIdResponse:
         """A deployment and its phase log with evidence — GET /v1/deployments/{id}"""
         return self._send("GET", f"/v1/deployments/{_p(id)}", query=query, timeout_s=timeout_s)
+
+    def cancel(self, id: str, *, query: dict[str, str | None] | None = None, timeout_s: float | None = None) -> _t.PostV1DeploymentsByIdCancelResponse:
+        """Stop a queued or running deployment: it stops before its next phase begins and undoes what it made, as a failed one does (a phase at work finishes first); 409 once it has ended — POST /v1/deployments/{id}/cancel"""
+        return self._send("POST", f"/v1/deployments/{_p(id)}/cancel", query=query, timeout_s=timeout_s)
 
     def events(self, id: str, *, query: dict[str, str | None] | None = None, timeout_s: float | None = None) -> bytes:
         """Live phase updates (server-sent events) until the verdict — GET /v1/deployments/{id}/events"""

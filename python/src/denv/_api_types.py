@@ -322,6 +322,7 @@ class PostV1ProjectsByIdDeployResponse(TypedDict):
     kind: str
     status: Literal["queued", "running", "succeeded", "rolled_back", "failed"]
     reason: str | None
+    cancel_requested_by: str | None
     version_id: str | None
     frozen_ms: float | None
     admission_wait_ms: float | None
@@ -337,6 +338,7 @@ class GetV1DeploymentsResponseDeploymentsItem(TypedDict):
     kind: str
     status: Literal["queued", "running", "succeeded", "rolled_back", "failed"]
     reason: str | None
+    cancel_requested_by: str | None
     version_id: str | None
     frozen_ms: float | None
     admission_wait_ms: float | None
@@ -865,6 +867,9 @@ PostV1ProjectsByIdPromoteResponse = PostV1ProjectsByIdDeployResponse
 
 #: GET /v1/deployments/{id}
 GetV1DeploymentsByIdResponse = PostV1ProjectsByIdDeployResponse
+
+#: POST /v1/deployments/{id}/cancel
+PostV1DeploymentsByIdCancelResponse = PostV1ProjectsByIdDeployResponse
 
 #: GET /v1/envs/{id}
 GetV1EnvsByIdResponse = GetV1EnvsResponseEnvironmentsItem

@@ -85,7 +85,7 @@ function printBuildLog(p: Phase, printed: Map<string, string>, logged: Map<strin
  * how to pick it up again.
  */
 export async function follow(client: DenvClient, id: string, json: boolean): Promise<Deployment> {
-  const again = `deployment ${id} goes on without you: follow it again with \`denv deployment follow ${id}\``;
+  const again = `deployment ${id} goes on without you: follow it again with \`denv deployment follow ${id}\`, or stop it with \`denv deployment cancel ${id}\``;
   const interrupted = () => {
     process.stderr.write(`\nstopped following; ${again}\n`);
     process.exit(130);

@@ -416,6 +416,30 @@ export function registerEnvironmentCommands(program: Command): void {
       return final.status === "succeeded" ? 0 : 1;
     }),
   );
+  const dc = dep
+    .command("cancel")
+    .description(
+      "Stop a queued or running deployment: before its next phase begins, undoing what it made (a phase at work finishes first)",
+    )
+    .argument("<id>")
+    .option("--no-wait", "ask, and do not wait for it to stop")
+    .option("--json", "print JSON");
+  dc.action(
+    run(dc, async (client, json, id: string, o: { wait: boolean }) => {
+      const asked = await client().deployments.cancel(id);
+      if (!o.wait) {
+        if (json) printJson(asked);
+        else process.stdout.write(`asked deployment ${id} to stop; it stops before its next phase\n`);
+        return 0;
+      }
+      if (!json) process.stdout.write(`asked deployment ${id} to stop; waiting for it to stop…\n`);
+      const final = await follow(client(), id, json);
+      if (json) printJson(final);
+      else process.stdout.write(`${final.status}${final.reason ? `: ${final.reason}` : ""}\n`);
+      // It stopped, or it finished first: either way it is over; succeeded is said, not an error.
+      return 0;
+    }),
+  );
   const ds = dep
     .command("show")
     .description("A deployment's phase log with its evidence")

@@ -205,6 +205,8 @@ export const deploymentSchema = z.object({
   kind: z.string(),
   status: z.enum(["queued", "running", "succeeded", "rolled_back", "failed"]),
   reason: z.string().nullable(),
+  /** Who asked it to stop (POST /v1/deployments/{id}/cancel); it stops before its next phase. */
+  cancel_requested_by: z.string().nullable(),
   /** The version this deployment made or restored (deploy, snapshot, rollback, fork: its parent). */
   version_id: z.string().nullable(),
   /** How long the stack was frozen for its snapshot, in ms (deploy, snapshot, verify). */

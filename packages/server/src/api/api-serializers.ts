@@ -56,6 +56,7 @@ export function serializeDeployment(d: DeploymentsTable): z.infer<typeof deploym
     kind: d.kind,
     status: d.status as "queued" | "running" | "succeeded" | "rolled_back" | "failed",
     reason: d.reason,
+    cancel_requested_by: d.cancel_requested_by ?? null,
     version_id: str(verdict?.version_id) ?? str(verdict?.from_version),
     frozen_ms: num(evidence("snapshot")?.frozen_ms),
     admission_wait_ms: num((evidence("place")?.admission as Record<string, unknown> | undefined)?.waited_ms),

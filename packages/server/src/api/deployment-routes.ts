@@ -1,7 +1,13 @@
 /** Deployments: one change to an environment, its phase log, and its live updates. */
+import { DenvError } from "@denv/protocol";
 import { streamSSE } from "hono/streaming";
 import { z } from "zod";
-import { deploymentById, findDeployment, teamDeployments } from "../store/deployment-store.ts";
+import {
+  deploymentById,
+  findDeployment,
+  requestDeploymentCancel,
+  teamDeployments,
+} from "../store/deployment-store.ts";
 import { findEnvironment } from "../store/environment-store.ts";
 import type { DeploymentsTable } from "../store/schema.ts";
 import { type ApiRoute, route } from "./api-route.ts";
@@ -55,6 +61,31 @@ export const deploymentRoutes: ApiRoute[] = [
       c.json(
         serializeDeployment(await findDeployment(c.var.deps.store, c.var.teamId, c.req.param("id") ?? "")),
       ),
+  }),
+  route({
+    method: "post",
+    path: "/v1/deployments/{id}/cancel",
+    name: "deployments.cancel",
+    summary:
+      "Stop a queued or running deployment: it stops before its next phase begins and undoes what it made, as a failed one does (a phase at work finishes first); 409 once it has ended",
+    response: deploymentSchema,
+    status: 202,
+    auth: true,
+    handler: async (c) => {
+      const { store } = c.var.deps;
+      const d = await findDeployment(store, c.var.teamId, c.req.param("id") ?? "");
+      const by = c.var.userId ?? c.var.keyId;
+      if (!(await requestDeploymentCancel(store, c.var.teamId, d.id, by))) {
+        const now = await findDeployment(store, c.var.teamId, d.id);
+        if (now.status !== "queued" && now.status !== "running")
+          throw new DenvError(
+            "conflict",
+            `deployment ${d.id} has already ended (${now.status}): nothing to cancel`,
+          );
+        // Asked already: the answer is the same as the first one's.
+      }
+      return c.json(serializeDeployment(await findDeployment(store, c.var.teamId, d.id)), 202);
+    },
   }),
   route({
     method: "get",

@@ -525,6 +525,8 @@ const CASES: Record<string, Case> = {
   },
   "get /v1/deployments/{id}": { path: () => `/v1/deployments/${a.deployment}`, status: 200 },
   "get /v1/deployments/{id}/events": { path: () => `/v1/deployments/${a.deployment}/events`, status: 200 },
+  // It has ended (succeeded): nothing to cancel (deployment-cancel.test.ts cancels a running one).
+  "post /v1/deployments/{id}/cancel": { path: () => `/v1/deployments/${a.deployment}/cancel`, status: 409 },
   "get /v1/envs": { path: () => "/v1/envs", status: 200 },
   "get /v1/envs/{id}": { path: () => `/v1/envs/${a.env}`, status: 200 },
   "get /v1/envs/{id}/deployments": { path: () => `/v1/envs/${a.env}/deployments`, status: 200 },

@@ -7,7 +7,7 @@ import { DenvError } from "@denv/protocol";
 import { newId, now } from "../ids.ts";
 import { currentTrace, serverLog } from "../server-log.ts";
 import type { DeploymentObserver } from "../server-metrics.ts";
-import { updateDeployment } from "../store/deployment-store.ts";
+import { writeDeploymentProgress } from "../store/deployment-store.ts";
 import type { Store } from "../store/open-store.ts";
 import type { DeploymentsTable } from "../store/schema.ts";
 
@@ -102,6 +102,8 @@ export class PhaseRecorder {
   readonly phases: Phase[];
   state: DeploymentState = {};
   private readonly startedAt = new Map<string, number>();
+  /** Who asked this deployment to stop, as its last write read back; null: nobody. */
+  private cancelRequestedBy: string | null = null;
   readonly deploymentId: string;
   private readonly deps: RecorderDeps;
 
@@ -136,7 +138,7 @@ export class PhaseRecorder {
   async persist(
     extra: Partial<Pick<DeploymentsTable, "status" | "reason" | "finished_at">> = {},
   ): Promise<void> {
-    const written = await updateDeployment(
+    const { written, cancelRequestedBy } = await writeDeploymentProgress(
       this.deps.store,
       this.deploymentId,
       {
@@ -146,6 +148,7 @@ export class PhaseRecorder {
       },
       this.deps.leaseOwner,
     );
+    this.cancelRequestedBy = cancelRequestedBy;
     if (!written)
       throw new DenvError(
         "conflict",
@@ -173,6 +176,12 @@ export class PhaseRecorder {
     this.startedAt.set(name, performance.now());
     await this.persist();
     try {
+      // Asked to stop (read back as the phase was written): this phase does not begin, and the
+      // deployment fails as if it had, undoing what it made (its kind's own failure path).
+      if (this.cancelRequestedBy)
+        throw new PhaseFailure(`cancelled by ${this.cancelRequestedBy} before ${name} began`, {
+          cancelled_by: this.cancelRequestedBy,
+        });
       const { evidence, value } = await fn();
       p.status = "succeeded";
       p.evidence = evidence;

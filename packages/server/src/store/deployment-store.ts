@@ -20,6 +20,43 @@ export async function updateDeployment(
   return !leaseOwner || Number(r.numUpdatedRows) > 0;
 }
 
+/**
+ * Writes a running deployment's phases and state as updateDeployment does, and reads back in the
+ * same statement whether someone asked it to stop: `written` false when this replica lost its lease.
+ */
+export async function writeDeploymentProgress(
+  store: Store,
+  id: string,
+  fields: Partial<Pick<DeploymentsTable, "phases_json" | "state_json" | "status" | "reason" | "finished_at">>,
+  leaseOwner?: string,
+): Promise<{ written: boolean; cancelRequestedBy: string | null }> {
+  let q = store.updateTable("deployments").set(fields).where("id", "=", id);
+  if (leaseOwner) q = q.where("lease_owner", "=", leaseOwner);
+  const rows = await q.returning("cancel_requested_by").execute();
+  return { written: !leaseOwner || rows.length > 0, cancelRequestedBy: rows[0]?.cancel_requested_by ?? null };
+}
+
+/**
+ * Asks a team's deployment to stop, once: true when this call asked; false when it had ended, or
+ * someone had asked already.
+ */
+export async function requestDeploymentCancel(
+  store: Store,
+  teamId: string,
+  id: string,
+  by: string,
+): Promise<boolean> {
+  const r = await store
+    .updateTable("deployments")
+    .set({ cancel_requested_by: by })
+    .where("id", "=", id)
+    .where("team_id", "=", teamId)
+    .where("status", "in", ["queued", "running"])
+    .where("cancel_requested_by", "is", null)
+    .executeTakeFirst();
+  return Number(r.numUpdatedRows) === 1;
+}
+
 export function deploymentById(store: Store, id: string): Promise<DeploymentsTable | undefined> {
   return store.selectFrom("deployments").selectAll().where("id", "=", id).executeTakeFirst();
 }

@@ -533,6 +533,13 @@ export const MIGRATIONS: Record<string, Migration> = {
       await db.schema.alterTable("replays").addColumn("forks_done", "integer").execute();
     },
   },
+  "0024_deployment_cancel": {
+    // Who asked for a deployment to stop (`denv deployment cancel`): the replica running it reads
+    // it back with each phase it writes, and stops before the next phase.
+    up: async (db) => {
+      await db.schema.alterTable("deployments").addColumn("cancel_requested_by", "text").execute();
+    },
+  },
 };
 
 export const migrationProvider: MigrationProvider = {

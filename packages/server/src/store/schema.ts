@@ -250,6 +250,8 @@ export interface DeploymentsTable {
   /** The server replica running it, while lease_until (ms since the epoch; bigint) is ahead. */
   lease_owner: string | null;
   lease_until: number | string | null;
+  /** Who asked it to stop (a key's or a person's id); it stops before its next phase. */
+  cancel_requested_by?: string | null;
 }
 
 export interface GithubAppsTable {

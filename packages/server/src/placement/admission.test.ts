@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
+import type { DenvError } from "@denv/protocol";
 import { elapse } from "../../../../test/harness/wait-for.ts";
 import { SecretBox } from "../clouds/secret-box.ts";
 import { redeemJoinToken } from "../store/host-store.ts";
@@ -52,5 +53,53 @@ test("a ticket says how long its create waited for a turn, and behind how many",
   assert.ok(td.wait.waited_ms >= 1, `d waited ${td.wait.waited_ms} ms`);
   tc.release();
   td.release();
+  await store.destroy();
+});
+
+test("a host short of storage refuses a new environment as insufficient_storage, saying what frees space", async () => {
+  const store = await openStore(join(dir, "store-full"));
+  const teamId = await createTeam(store, "full-team", true);
+  const { hostId } = await redeemJoinToken(
+    store,
+    (await createJoinToken(store, teamId, 60_000)).token,
+    "h-full",
+  );
+  const MIB = 1024 ** 2;
+  await store
+    .updateTable("hosts")
+    .set({
+      capacity_json: JSON.stringify({
+        memory_bytes: 64 * 1024 * MIB,
+        memory_free_bytes: 32 * 1024 * MIB,
+        free_bytes: 300 * MIB,
+      }),
+    })
+    .where("id", "=", hostId)
+    .execute();
+  const admission = new Admission(
+    { store, secrets: SecretBox.open(join(dir, "store-full")) },
+    { parallelPerHost: 2 },
+  );
+  await assert.rejects(admission.checkRoom(hostId, 0), (err: DenvError) => {
+    assert.equal(err.code, "insufficient_storage");
+    assert.match(err.message, /300 MiB free; it needs 1024 MiB/);
+    assert.match(err.message, /denv env destroy ENV/);
+    assert.match(err.message, /denv version prune --keep 1/);
+    assert.deepEqual(err.details, { host_id: hostId, free_bytes: 300 * MIB, needed_bytes: 1024 * MIB });
+    return true;
+  });
+  // With room, the same check passes.
+  await store
+    .updateTable("hosts")
+    .set({
+      capacity_json: JSON.stringify({
+        memory_bytes: 64 * 1024 * MIB,
+        memory_free_bytes: 32 * 1024 * MIB,
+        free_bytes: 2048 * MIB,
+      }),
+    })
+    .where("id", "=", hostId)
+    .execute();
+  await admission.checkRoom(hostId, 0);
   await store.destroy();
 });

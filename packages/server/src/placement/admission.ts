@@ -11,7 +11,7 @@ import { hostLiveEnvironmentVersions } from "../store/environment-store.ts";
 import { hostCapacityJson } from "../store/host-store.ts";
 import type { Store } from "../store/open-store.ts";
 import { versionSpecJson } from "../store/version-store.ts";
-import { MIN_FREE_BYTES } from "./placement.ts";
+import { MIN_FREE_BYTES, storageShortage } from "./placement.ts";
 
 export interface AdmissionOptions {
   /** Creates a host runs at once (default 8). */
@@ -167,8 +167,15 @@ export class Admission {
         hostId,
         `the host has ${mib(s.memory_free_bytes)} MiB of memory free, under its floor of ${mib(this.options.memoryFloorBytes)} MiB`,
       );
+    // Full is not a wait: nothing frees space by itself, so it is said as what to free.
     if (s.free_bytes < MIN_FREE_BYTES)
-      throw this.refusal(hostId, `the host has ${mib(s.free_bytes)} MiB of storage free`);
+      throw new DenvError(
+        "insufficient_storage",
+        storageShortage([{ name: hostId, freeBytes: s.free_bytes }]),
+        {
+          details: { host_id: hostId, free_bytes: s.free_bytes, needed_bytes: MIN_FREE_BYTES },
+        },
+      );
     if (s.committed_memory_bytes + memoryBytes > s.memory_budget_bytes)
       throw this.refusal(
         hostId,

@@ -34,6 +34,16 @@ export function hostedRefusal(
 /** A host with less free storage than this has no capacity for another environment. */
 export const MIN_FREE_BYTES = 1024 ** 3;
 
+/**
+ * Hosts too full for a new environment, said with what frees space: their environments, versions
+ * nothing needs, and the images only those pinned. A full pool is never written into: an agent's
+ * write would abort its filesystem's transaction and leave it read-only.
+ */
+export function storageShortage(hosts: { name: string; freeBytes: number }[]): string {
+  const each = hosts.map((h) => `${h.name} has ${Math.round(h.freeBytes / 1024 ** 2)} MiB free`).join(", ");
+  return `not enough storage for a new environment (${each}; it needs ${MIN_FREE_BYTES / 1024 ** 2} MiB): free some with \`denv env destroy ENV\` (\`denv ps -a\` lists them), \`denv version prune --keep 1\` (versions nothing uses, and the images only they pinned), or join another host (\`denv host join-token\`)`;
+}
+
 /** A host not connected but seen this recently is taken to be reconnecting. */
 const RECONNECT_GRACE_MS = 60_000;
 
@@ -164,6 +174,18 @@ export async function place(
         hosts: summary(),
       };
     }
+    // Connected hosts that are only short of storage: what to free, not where to find another.
+    const full = hosts.filter(
+      (h) => online.hostConnected(h.id) && !h.draining && hostFreeBytes(h) < MIN_FREE_BYTES,
+    );
+    if (full.length)
+      throw new PhaseFailure(
+        storageShortage(full.map((h) => ({ name: h.name, freeBytes: hostFreeBytes(h) }))),
+        {
+          code: "insufficient_storage",
+          hosts: summary(),
+        },
+      );
     throw new PhaseFailure(
       "no connected host with capacity: mint a token with `denv host join-token` and run the installer on a machine with Docker, or connect a cloud (`denv cloud connect hetzner`)",
       { hosts: summary() },

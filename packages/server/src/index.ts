@@ -9,5 +9,6 @@ export { IngressNames } from "./ingress/ingress-names.ts";
 export { PortsOrigin } from "./ports-origin.ts";
 export { ACCOUNT_RATE_LIMIT, clientBucketOf, type RateLimitOptions } from "./rate-limit.ts";
 export { joinLocalHost, type RunningServer, type ServerOptions, startServer } from "./server.ts";
+export { type BackupSummary, backupDataDir, restoreDataDir } from "./server-backup.ts";
 export { recordDelivery } from "./store/github-store.ts";
 export { openStore, type Store } from "./store/open-store.ts";

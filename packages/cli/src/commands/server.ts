@@ -1,7 +1,49 @@
 import type { Command } from "commander";
 import { UsageError } from "../output.ts";
 
+/**
+ * `denv backup` and `denv restore`: a server's data directory (its SQLite store as one consistent
+ * copy, secret.key, build contexts) to one tar, and back onto a fresh directory (docs/operations.md).
+ */
+function registerBackup(program: Command): void {
+  program
+    .command("backup")
+    .description(
+      "Write a server's backup: its store (SQLite; on PostgreSQL, pg_dump it), secret.key and build contexts, in one tar readable by its owner only; safe while the server runs",
+    )
+    .argument("<file>", "the tar to write")
+    .option("--data-dir <dir>", "the server's --data-dir", "/var/lib/denv-server")
+    .option("--json", "print JSON")
+    .action(async (file: string, o: { dataDir: string; json?: boolean }) => {
+      const { backupDataDir } = await import("@denv/server");
+      const r = await backupDataDir(o.dataDir, file);
+      if (o.json) process.stdout.write(`${JSON.stringify(r)}\n`);
+      else
+        process.stdout.write(
+          `wrote ${file}: ${r.files.length} file(s), ${r.bytes} bytes${r.store ? "" : " (the store is on PostgreSQL: dump it with pg_dump beside this)"}\n`,
+        );
+    });
+  program
+    .command("restore")
+    .description(
+      "Restore a backup into an empty --data-dir; `denv server --data-dir DIR` then serves the same teams, keys and versions once the hosts connect to it",
+    )
+    .argument("<file>", "the tar `denv backup` wrote")
+    .requiredOption("--data-dir <dir>", "an empty directory for the restored server")
+    .option("--json", "print JSON")
+    .action(async (file: string, o: { dataDir: string; json?: boolean }) => {
+      const { restoreDataDir } = await import("@denv/server");
+      const r = await restoreDataDir(file, o.dataDir);
+      if (o.json) process.stdout.write(`${JSON.stringify(r)}\n`);
+      else
+        process.stdout.write(
+          `restored ${r.files.length} file(s) into ${o.dataDir}; start it: denv server --data-dir ${o.dataDir}\n`,
+        );
+    });
+}
+
 export function registerServer(program: Command): void {
+  registerBackup(program);
   program
     .command("server")
     .description("Run the control plane: the /v1 API and the sidecars' WebSocket hub on one port")

@@ -61,6 +61,9 @@ test("denv fork --count prints each fork's outcome and fails when one was not ma
   const ok = await denv("fork", "--name", "cli", "--count", "2", "ops-world/alpha");
   assert.match(ok.stdout, /✓ cli-1 \(env_/);
   assert.match(ok.stdout, /2 of 2 forks made/);
+  // Progress while it waits, on stderr: a line per change off a terminal, ending at all of them.
+  assert.match(ok.stderr, /\[-{20}\] 0\/2 forks ready/);
+  assert.match(ok.stderr, /\[#{20}\] 2\/2 forks ready/);
   // Again: the names are taken, so each is refused, reported, and the command fails.
   await assert.rejects(
     denv("fork", "--name", "cli", "--count", "2", "ops-world/alpha"),

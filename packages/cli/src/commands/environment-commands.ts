@@ -6,7 +6,7 @@ import type { ClockEvidence } from "@denv/protocol";
 import type { Operations } from "@denv/sdk";
 import type { Command } from "commander";
 import { runOracle } from "../harbor/oracle.ts";
-import { ageOf, printJson, printTable, UsageError } from "../output.ts";
+import { ageOf, printJson, printTable, progressReporter, UsageError } from "../output.ts";
 import { follow, printPhaseLog, run, warnOutsideVolumes } from "./command-runner.ts";
 
 type Deployment = Operations["getV1DeploymentsById"]["response"];
@@ -95,11 +95,30 @@ export function registerEnvironmentCommands(program: Command): void {
         if (!e.current_version_id)
           throw new UsageError(`${env} has no version yet: snapshot it first (denv snapshot ${env})`);
         if (!json) process.stderr.write(`forking ${env} (${e.current_version_id}) ${count} times…\n`);
-        const r = await client().versions.fork(e.current_version_id, {
-          count,
-          name_prefix: o.name,
-          ...(o.host ? { host: o.host } : {}),
-        });
+        // The fan-out answers once every fork is made: meanwhile the forks already running are
+        // counted from the team's environments (named PREFIX-N, made since it began).
+        const progress = json ? null : progressReporter("forks ready");
+        const since = new Date(Date.now() - 1000).toISOString();
+        const named = new RegExp(`^${o.name.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}-\\d+$`);
+        progress?.show(0, count);
+        const poll = setInterval(async () => {
+          const listed = await client()
+            .envs.list()
+            .catch(() => null);
+          const ready = listed?.environments.filter(
+            (x) => named.test(x.name) && x.status === "running" && x.created_at >= since,
+          ).length;
+          if (ready !== undefined) progress?.show(Math.min(ready, count), count);
+        }, 1000);
+        const r = await client()
+          .versions.fork(e.current_version_id, {
+            count,
+            name_prefix: o.name,
+            ...(o.host ? { host: o.host } : {}),
+          })
+          .finally(() => clearInterval(poll));
+        progress?.show(r.created, count);
+        progress?.end();
         if (json) printJson(r);
         else {
           for (const f of r.forks)

@@ -342,9 +342,43 @@ describe("the CLI", () => {
     const big = randomBytes(100 * 1024 * 1024);
     writeFileSync(join(local, "tree", "deep", "big.bin"), big);
     writeFileSync(join(local, "tree", "small.txt"), "small\n");
-    await denv("files", "put", box, join(local, "tree"), "/home/ubuntu/cli/tree");
+    const sent = await promisify(execFile)(
+      process.execPath,
+      [
+        join(import.meta.dirname, "../../packages/cli/bin/denv.js"),
+        "files",
+        "put",
+        box,
+        join(local, "tree"),
+        "/home/ubuntu/cli/tree",
+      ],
+      {
+        encoding: "utf8",
+        env: { ...process.env, DENV_SERVER: lab.server.url, DENV_API_KEY: lab.keyA, DENV_NO_STDIN: "1" },
+      },
+    );
+    // Its progress, off a terminal: a line per tenth, ending at the whole (the files' 100 MiB).
+    assert.ok((sent.stderr.match(/\/101 MiB sent\n/g) ?? []).length >= 5, sent.stderr);
+    assert.match(sent.stderr, /\[#{20}\] 101\/101 MiB sent\n/);
     const back = mkdtempSync(join(tmpdir(), "denv-cli-back-"));
     await denv("files", "get", box, "/home/ubuntu/cli/tree", `${back}/`);
+    // A file's get knows its size beforehand, and says how far it is.
+    const got = await promisify(execFile)(
+      process.execPath,
+      [
+        join(import.meta.dirname, "../../packages/cli/bin/denv.js"),
+        "files",
+        "get",
+        box,
+        "/home/ubuntu/cli/tree/deep/big.bin",
+        `${back}/one.bin`,
+      ],
+      {
+        encoding: "utf8",
+        env: { ...process.env, DENV_SERVER: lab.server.url, DENV_API_KEY: lab.keyA, DENV_NO_STDIN: "1" },
+      },
+    );
+    assert.match(got.stderr, /\[#{20}\] 100\/100 MiB received\n/);
     const digest = (b: Buffer) => createHash("sha256").update(b).digest("hex");
     assert.equal(digest(readFileSync(join(back, "tree", "deep", "big.bin"))), digest(big));
     assert.equal(readFileSync(join(back, "tree", "small.txt"), "utf8"), "small\n");

@@ -17,7 +17,7 @@ import { pipeline } from "node:stream/promises";
 import type { ReadableStream as NodeReadableStream } from "node:stream/web";
 import type { Command } from "commander";
 import tar from "tar-stream";
-import { printJson, UsageError } from "../output.ts";
+import { printJson, progressReporter, UsageError } from "../output.ts";
 import { run } from "./command-runner.ts";
 
 export function registerFileCommands(program: Command): void {
@@ -55,6 +55,7 @@ export function registerFileCommands(program: Command): void {
           throw new UsageError(`--owner ${o.owner} is not uid:gid`);
         const user = o.user ?? (o.owner ? "root" : undefined);
         // The tar is made as it is sent: files of any size, read from disk as the server takes them.
+        const total = json ? 0 : bytesUnder(local);
         const r = await client().putTar(
           env,
           {
@@ -62,7 +63,7 @@ export function registerFileCommands(program: Command): void {
             ...(o.service ? { service: o.service } : {}),
             ...(user ? { user } : {}),
           },
-          tarOf(local, posix.basename(remote), uid, gid),
+          withProgress(tarOf(local, posix.basename(remote), uid, gid), total, "sent"),
         );
         if (json) printJson(r);
         else process.stdout.write(`put ${local} → ${remote} (${r.entries} entries, ${r.bytes} bytes)\n`);
@@ -100,8 +101,23 @@ export function registerFileCommands(program: Command): void {
           ...(o.user ? { user: o.user } : {}),
         });
         const intoDir = local.endsWith("/") || (existsSync(local) && statSync(local).isDirectory());
+        // A file's size is known beforehand (a directory's tar is not: no bar for it).
+        const size = json
+          ? 0
+          : await client()
+              .files.stat(env, {
+                query: {
+                  path: remote,
+                  ...(o.service ? { service: o.service } : {}),
+                  ...(o.user ? { user: o.user } : {}),
+                },
+              })
+              .then((e) => (e.type === "file" ? e.size : 0))
+              .catch(() => 0);
         const written = await untar(
-          Readable.fromWeb(body as NodeReadableStream<Uint8Array>),
+          Readable.from(
+            withProgress(Readable.fromWeb(body as NodeReadableStream<Uint8Array>), size, "received"),
+          ),
           intoDir ? local : dirname(local),
           intoDir ? null : basename(local),
         );
@@ -112,6 +128,42 @@ export function registerFileCommands(program: Command): void {
     ),
   );
   registerFileOps(files);
+}
+
+/** Below this a transfer is over before a bar would say anything. */
+const PROGRESS_FROM_BYTES = 8 * 1024 * 1024;
+
+/** The bytes of the regular files at or under `path` (links not followed). */
+function bytesUnder(path: string): number {
+  const st = lstatSync(path);
+  if (st.isFile()) return st.size;
+  if (!st.isDirectory()) return 0;
+  return readdirSync(path).reduce((n, child) => n + bytesUnder(join(path, child)), 0);
+}
+
+/**
+ * A transfer's bytes as they pass, with a bar on stderr (MiB of `totalBytes`, the files' sizes: a
+ * tar's headers make it end a little past them, so it stops at the total) when it is large enough
+ * to wait for; the bytes go on as they are.
+ */
+async function* withProgress(
+  chunks: AsyncIterable<Uint8Array>,
+  totalBytes: number,
+  what: string,
+): AsyncIterable<Uint8Array> {
+  const progress = totalBytes >= PROGRESS_FROM_BYTES ? progressReporter(`MiB ${what}`) : null;
+  const total = Math.ceil(totalBytes / 1024 ** 2);
+  // A log gets a line per tenth, a terminal a bar redrawn per MiB.
+  const step = process.stderr.isTTY ? 1 : Math.max(1, Math.ceil(total / 10));
+  let bytes = 0;
+  for await (const c of chunks) {
+    bytes += c.length;
+    const mib = Math.min(total, Math.floor(bytes / 1024 ** 2));
+    progress?.show(mib - (mib % step), total);
+    yield c;
+  }
+  progress?.show(total, total);
+  progress?.end();
 }
 
 /**

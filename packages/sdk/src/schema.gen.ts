@@ -678,7 +678,7 @@ export type GetV1DeploymentsByIdResponse = {
   finished_at: string | null;
 };
 
-/** Stop a queued or running deployment: it stops before its next phase begins and undoes what it made, as a failed one does (a phase at work finishes first); 409 once it has ended — POST /v1/deployments/{id}/cancel */
+/** Stop a queued or running deployment: it stops before its next phase begins and undoes what it made, as a failed one does (a phase at work finishes first; past its point of no return — a deploy's switch, a rollback's restore — it finishes); 409 once it has ended — POST /v1/deployments/{id}/cancel */
 export type PostV1DeploymentsByIdCancelResponse = {
   id: string;
   environment_id: string;
@@ -2102,7 +2102,7 @@ export abstract class NamedOperations {
     /** A deployment and its phase log with evidence — GET /v1/deployments/{id} */
     get: (id: string, options?: CallOptions): Promise<GetV1DeploymentsByIdResponse> =>
       this.call("getV1DeploymentsById", { params: { id }, ...options }),
-    /** Stop a queued or running deployment: it stops before its next phase begins and undoes what it made, as a failed one does (a phase at work finishes first); 409 once it has ended — POST /v1/deployments/{id}/cancel */
+    /** Stop a queued or running deployment: it stops before its next phase begins and undoes what it made, as a failed one does (a phase at work finishes first; past its point of no return — a deploy's switch, a rollback's restore — it finishes); 409 once it has ended — POST /v1/deployments/{id}/cancel */
     cancel: (id: string, options?: CallOptions): Promise<PostV1DeploymentsByIdCancelResponse> =>
       this.call("postV1DeploymentsByIdCancel", { params: { id }, ...options }),
     /** Live phase updates (server-sent events) until the verdict — GET /v1/deployments/{id}/events */

@@ -402,7 +402,7 @@ class DeploymentsMethods:
         return self._send("GET", f"/v1/deployments/{_p(id)}", query=query, timeout_s=timeout_s)
 
     def cancel(self, id: str, *, query: dict[str, str | None] | None = None, timeout_s: float | None = None) -> _t.PostV1DeploymentsByIdCancelResponse:
-        """Stop a queued or running deployment: it stops before its next phase begins and undoes what it made, as a failed one does (a phase at work finishes first); 409 once it has ended — POST /v1/deployments/{id}/cancel"""
+        """Stop a queued or running deployment: it stops before its next phase begins and undoes what it made, as a failed one does (a phase at work finishes first; past its point of no return — a deploy's switch, a rollback's restore — it finishes); 409 once it has ended — POST /v1/deployments/{id}/cancel"""
         return self._send("POST", f"/v1/deployments/{_p(id)}/cancel", query=query, timeout_s=timeout_s)
 
     def events(self, id: str, *, query: dict[str, str | None] | None = None, timeout_s: float | None = None) -> bytes:

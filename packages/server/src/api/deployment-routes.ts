@@ -67,7 +67,7 @@ export const deploymentRoutes: ApiRoute[] = [
     path: "/v1/deployments/{id}/cancel",
     name: "deployments.cancel",
     summary:
-      "Stop a queued or running deployment: it stops before its next phase begins and undoes what it made, as a failed one does (a phase at work finishes first); 409 once it has ended",
+      "Stop a queued or running deployment: it stops before its next phase begins and undoes what it made, as a failed one does (a phase at work finishes first; past its point of no return — a deploy's switch, a rollback's restore — it finishes); 409 once it has ended",
     response: deploymentSchema,
     status: 202,
     auth: true,

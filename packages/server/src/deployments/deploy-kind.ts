@@ -128,6 +128,8 @@ async function deployPhases(
     return { evidence: await runner.stacks.warm({ hostId, stackId }) };
   });
   const versionId = await snapshotPhase(runner, rec, before, hostId, stackId, async () => spec);
+  // From the switch on, a cancel stops nothing: the environment serves its new stack.
+  rec.commit();
   // The new stack replaces the old one only now, when it is whole. The old one is written down
   // first: a restart between the switch and its removal still removes it (deployment-recovery.ts).
   if (before.stack_id) {

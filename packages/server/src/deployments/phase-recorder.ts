@@ -104,6 +104,8 @@ export class PhaseRecorder {
   private readonly startedAt = new Map<string, number>();
   /** Who asked this deployment to stop, as its last write read back; null: nobody. */
   private cancelRequestedBy: string | null = null;
+  /** Past its point of no return (commit()): a cancel asked now stops nothing. */
+  private committed = false;
   readonly deploymentId: string;
   private readonly deps: RecorderDeps;
 
@@ -178,7 +180,7 @@ export class PhaseRecorder {
     try {
       // Asked to stop (read back as the phase was written): this phase does not begin, and the
       // deployment fails as if it had, undoing what it made (its kind's own failure path).
-      if (this.cancelRequestedBy)
+      if (this.cancelRequestedBy && !this.committed)
         throw new PhaseFailure(`cancelled by ${this.cancelRequestedBy} before ${name} began`, {
           cancelled_by: this.cancelRequestedBy,
         });
@@ -222,6 +224,15 @@ export class PhaseRecorder {
     b.finished_at = new Date(end + (b.duration_ms ?? 0)).toISOString();
     b.duration_ms = taken + (b.duration_ms ?? 0);
     await this.persist();
+  }
+
+  /**
+   * The deployment is past its point of no return (the environment switched, a restore done): the
+   * phases left record what happened, and a cancel asked from now on does not stop them, since
+   * stopping could not undo it.
+   */
+  commit(): void {
+    this.committed = true;
   }
 
   /**

@@ -35,6 +35,8 @@ export async function runRollback(
       const out = await runner.stacks.rollback({ hostId, stackId }, versionId);
       return { value: out, evidence: { version_id: versionId, ms: out.ms } };
     })) as { health: unknown };
+    // Restored: what follows records it, and a cancel asked now cannot undo it.
+    rec.commit();
     // The stack restarts in dependency order on the host; this records what it measured.
     await rec.run("health", async () => ({ evidence: r.health }));
     await rec.carve("restore", "health", (r.health as { ms?: number }).ms ?? 0);

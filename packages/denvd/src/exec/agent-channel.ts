@@ -28,6 +28,8 @@ const MAX_SOCKET_PATH = 107;
 interface Listener {
   server: Server;
   control: Socket | null;
+  /** The protocol version the connected agent said in its hello. */
+  version: number | null;
   unidentified: number;
   waiting: ((control: Socket) => void)[];
 }
@@ -75,7 +77,13 @@ export class AgentChannel {
     mkdirSync(dir, { recursive: true, mode: 0o700 });
     chmodSync(dir, 0o700);
     rmSync(this.socketPath(key), { force: true });
-    const l: Listener = { server: createServer(), control: null, unidentified: 0, waiting: [] };
+    const l: Listener = {
+      server: createServer(),
+      control: null,
+      version: null,
+      unidentified: 0,
+      waiting: [],
+    };
     l.server.on("connection", (sock) => this.accept(l, sock));
     l.server.on("error", () => {});
     await new Promise<void>((resolve, reject) => {
@@ -131,6 +139,12 @@ export class AgentChannel {
     });
   }
 
+  /** The protocol version of the agent connected for `key` (null: none is). */
+  version(key: string): number | null {
+    const l = this.listeners.get(key);
+    return l?.control ? l.version : null;
+  }
+
   /**
    * A fresh connection to the container's agent for one request, or null when the agent is not
    * connected or does not answer within timeoutMs (callers then use the engine).
@@ -182,6 +196,7 @@ export class AgentChannel {
         // The newest control connection wins: the agent reconnects after a denvd restart.
         l.control?.destroy();
         l.control = sock;
+        l.version = head.readUInt32LE(4);
         sock.unref();
         sock.on("data", () => {}); // the agent sends nothing more on it
         sock.on("close", () => {

@@ -11,6 +11,7 @@ import type { Socket } from "node:net";
 import type { Readable } from "node:stream";
 import { DenvError, type ErrorCode } from "@denv/protocol";
 import {
+  AGENT_PROTOCOL_VERSION,
   decodeRecord,
   ENTRY_TYPES,
   encodeRequest,
@@ -38,7 +39,12 @@ export interface AgentTarget {
   defaultUser: string | null;
   /** The container's configuration sets HOME: commands keep it instead of their user's home. */
   homeSet: boolean;
+  /** The protocol version its agent said (an older denvd's agent, in a container it started), if known. */
+  version?: () => number | null;
 }
+
+/** The agent protocol that brought terminals (FLAG_EXEC_TTY with rows and cols). */
+const TTY_SINCE = 3;
 
 const FS_OPS = {
   stat: FS_OP.STAT,
@@ -438,19 +444,32 @@ export class AgentExecutor implements Executor {
     // HOME from the user's passwd entry: when the container sets none, and whenever the command
     // runs as another user than the service's (the container's HOME is its own user's).
     const home = !target.homeSet || (options.user != null && options.user !== target.defaultUser);
+    // A container an older denvd started runs that denvd's agent: it is spoken to as it speaks.
+    const agentVersion = target.version?.() ?? AGENT_PROTOCOL_VERSION;
+    if (options.tty && agentVersion < TTY_SINCE) {
+      sock.destroy();
+      throw new DenvError(
+        "unavailable",
+        "this service's agent predates terminals (its container was started by an older denvd): fork or redeploy the environment for a terminal",
+      );
+    }
     sock.write(
-      encodeRequest("exec", {
-        argv,
-        env,
-        cwd: options.cwd ?? "",
-        user,
-        flags:
-          (home ? FLAGS.EXEC_HOME : 0) |
-          (options.cleanEnv ? FLAGS.EXEC_CLEAN_ENV : 0) |
-          (options.tty ? FLAGS.EXEC_TTY : 0),
-        rows: options.tty?.rows ?? 0,
-        cols: options.tty?.cols ?? 0,
-      }),
+      encodeRequest(
+        "exec",
+        {
+          argv,
+          env,
+          cwd: options.cwd ?? "",
+          user,
+          flags:
+            (home ? FLAGS.EXEC_HOME : 0) |
+            (options.cleanEnv ? FLAGS.EXEC_CLEAN_ENV : 0) |
+            (options.tty ? FLAGS.EXEC_TTY : 0),
+          rows: options.tty?.rows ?? 0,
+          cols: options.tty?.cols ?? 0,
+        },
+        agentVersion,
+      ),
     );
     let timedOut = false;
     let hangUp: NodeJS.Timeout | undefined;

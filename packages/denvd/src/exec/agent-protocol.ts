@@ -10,7 +10,11 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 
-/** The version the agent says in its hello; denvd and the agent are built from one tree. */
+/**
+ * The version the agent says in its hello. denvd and the agent are built from one tree, but a
+ * container started by an older denvd keeps its older agent across denvd's upgrade: denvd then
+ * speaks that agent's version (a field added since is not sent, a feature it lacks is refused).
+ */
 export const AGENT_PROTOCOL_VERSION = 3;
 
 /** The first u32 of a request: an exec's argc, or one of these. */
@@ -96,7 +100,8 @@ export const FLAGS = {
  * bytes (no terminator); `strs` a u32 count and that many `str`.
  */
 export type Wire = "u8" | "u32" | "i32" | "u64" | "i64" | "str" | "strs";
-type Field = readonly [name: string, wire: Wire];
+/** A field: its name, its wire form, and the protocol version that added it (none: from the start). */
+type Field = readonly [name: string, wire: Wire, since?: number];
 
 /**
  * Each request after its first word, which is its mode (REQUEST) or, for an exec, argv's count:
@@ -114,9 +119,9 @@ export const REQUESTS = {
       /** "name|uid[:group|gid]"; "": the agent's own (root). */
       ["user", "str"],
       ["flags", "u32"],
-      /** The terminal's size with FLAG_EXEC_TTY (0: 24 x 80). */
-      ["rows", "u32"],
-      ["cols", "u32"],
+      /** The terminal's size with FLAG_EXEC_TTY (0: 24 x 80); since protocol 3. */
+      ["rows", "u32", 3],
+      ["cols", "u32", 3],
     ],
   },
   /** Connect to 127.0.0.1:port in the container's network namespace; one status byte, then bytes. */
@@ -222,12 +227,20 @@ function encodeField(wire: Wire, value: unknown, out: Buffer[]): void {
   }
 }
 
-/** A request's bytes: its mode word (none for an exec: argv's count is its first word), then its fields. */
-export function encodeRequest<K extends keyof typeof REQUESTS>(kind: K, values: RequestValues<K>): Buffer {
+/**
+ * A request's bytes: its mode word (none for an exec: argv's count is its first word), then its
+ * fields, those an agent of `agentVersion` reads (a field added since is left out).
+ */
+export function encodeRequest<K extends keyof typeof REQUESTS>(
+  kind: K,
+  values: RequestValues<K>,
+  agentVersion = AGENT_PROTOCOL_VERSION,
+): Buffer {
   const layout = REQUESTS[kind];
   const out: Buffer[] = [];
   if (layout.mode) encodeField("u32", REQUEST[layout.mode], out);
-  for (const [name, wire] of layout.fields) encodeField(wire, (values as Record<string, unknown>)[name], out);
+  for (const [name, wire, since] of layout.fields as readonly Field[])
+    if ((since ?? 0) <= agentVersion) encodeField(wire, (values as Record<string, unknown>)[name], out);
   return Buffer.concat(out);
 }
 

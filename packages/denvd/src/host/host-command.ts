@@ -107,6 +107,7 @@ async function start(binary: string): Promise<boolean> {
               dial: () => channel.dial(HOST_KEY, DIAL_TIMEOUT_MS),
               defaultUser: null,
               homeSet: true,
+              version: () => channel.version(HOST_KEY),
             }
           : null,
       ),

@@ -47,6 +47,7 @@ export class AgentRegistry {
       dial: () => this.channel.dial(key),
       defaultUser: identity.user ?? null,
       homeSet: identity.homeSet,
+      version: () => this.channel.version(key),
     });
   }
 

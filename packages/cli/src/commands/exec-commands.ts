@@ -22,68 +22,66 @@ export function registerExecCommands(program: Command): void {
       '\nExamples:\n  denv exec --service opsbox rollout-017 -- psql -c "select count(*) from orders"\n  denv exec -it rollout-017 -- bash      a shell, as docker exec -it',
     );
   exec.action(
-    run(
-      exec,
-      async (
-        client,
-        json,
-        env: string,
-        command: string[],
-        o: {
-          service?: string;
-          user?: string;
-          cwd?: string;
-          timeout?: string;
-          interactive?: boolean;
-          tty?: boolean;
-        },
-      ) => {
-        if (o.interactive || o.tty) return interactive(client(), env, command, o);
-        const piped = !process.stdin.isTTY && !process.env.DENV_NO_STDIN;
-        // Piped stdin streams to the command as it is read (any size), its output back as it comes.
-        if (piped && !json) {
-          const request = {
-            command,
-            ...(o.service ? { service: o.service } : {}),
-            ...(o.user ? { user: o.user } : {}),
-            ...(o.cwd ? { cwd: o.cwd } : {}),
-            ...(o.timeout ? { timeout_ms: Number(o.timeout) } : {}),
-          };
-          const r = await client().execWithStdin(env, request, process.stdin, (which, data) => {
-            const out = which === "stdout" ? process.stdout : process.stderr;
-            if (!out.write(data)) return new Promise<void>((resolve) => out.once("drain", () => resolve()));
-          });
-          if (r.timed_out)
-            process.stderr.write(`denv: the command timed out after ${o.timeout} ms and was killed\n`);
-          return r.exit_code;
-        }
-        const stdin = piped ? await readStdinIfPiped() : undefined;
-        const body = {
-          command,
-          ...(o.service ? { service: o.service } : {}),
-          ...(o.user ? { user: o.user } : {}),
-          ...(o.cwd ? { cwd: o.cwd } : {}),
-          ...(o.timeout ? { timeout_ms: Number(o.timeout) } : {}),
-          ...(stdin?.length ? { stdin: stdin.toString("base64") } : {}),
-          encoding: "base64" as const,
-        };
-        if (json) {
-          const r = await client().exec(env, body);
-          const out = Buffer.from(r.stdout, "base64");
-          const err = Buffer.from(r.stderr, "base64");
-          printJson({ ...r, stdout: out.toString("utf8"), stderr: err.toString("utf8"), encoding: "utf8" });
-          return r.exit_code;
-        }
-        // Output streams as the command writes it.
-        const r = await client().execStream(env, body, (which, data) => {
-          (which === "stdout" ? process.stdout : process.stderr).write(data);
-        });
+    run(exec, async (client, json, env: string, command: string[], o: ExecFlags) => {
+      if (o.interactive || o.tty) return interactive(client(), env, command, o);
+      const piped = !process.stdin.isTTY && !process.env.DENV_NO_STDIN;
+      // Piped stdin streams to the command as it is read (any size), its output back as it comes.
+      if (piped && !json) {
+        const r = await client().execWithStdin(env, requestOf(command, o), process.stdin, writeOut);
         if (r.timed_out)
           process.stderr.write(`denv: the command timed out after ${o.timeout} ms and was killed\n`);
         return r.exit_code;
-      },
-    ),
+      }
+      const stdin = piped ? await readStdinIfPiped() : undefined;
+      const body = {
+        ...requestOf(command, o),
+        ...(stdin?.length ? { stdin: stdin.toString("base64") } : {}),
+        encoding: "base64" as const,
+      };
+      if (json) {
+        const r = await client().exec(env, body);
+        const out = Buffer.from(r.stdout, "base64");
+        const err = Buffer.from(r.stderr, "base64");
+        printJson({ ...r, stdout: out.toString("utf8"), stderr: err.toString("utf8"), encoding: "utf8" });
+        return r.exit_code;
+      }
+      // Output streams as the command writes it.
+      const r = await client().execStream(env, body, (which, data) => {
+        (which === "stdout" ? process.stdout : process.stderr).write(data);
+      });
+      if (r.timed_out)
+        process.stderr.write(`denv: the command timed out after ${o.timeout} ms and was killed\n`);
+      return r.exit_code;
+    }),
   );
+}
+
+/** The exec command's options. */
+interface ExecFlags {
+  service?: string;
+  user?: string;
+  cwd?: string;
+  timeout?: string;
+  interactive?: boolean;
+  tty?: boolean;
+}
+
+/** The exec request the options make (what every form of exec sends). */
+function requestOf(command: string[], o: ExecFlags) {
+  return {
+    command,
+    ...(o.service ? { service: o.service } : {}),
+    ...(o.user ? { user: o.user } : {}),
+    ...(o.cwd ? { cwd: o.cwd } : {}),
+    ...(o.timeout ? { timeout_ms: Number(o.timeout) } : {}),
+  };
+}
+
+/** Output to this terminal as it comes; a full pipe holds the command back until it drains. */
+function writeOut(which: "stdout" | "stderr", data: Buffer): Promise<void> | undefined {
+  const out = which === "stdout" ? process.stdout : process.stderr;
+  if (!out.write(data)) return new Promise<void>((resolve) => out.once("drain", () => resolve()));
+  return undefined;
 }
 
 /**
@@ -95,21 +93,10 @@ async function interactive(
   client: DenvClient,
   env: string,
   command: string[],
-  o: {
-    service?: string;
-    user?: string;
-    cwd?: string;
-    timeout?: string;
-    interactive?: boolean;
-    tty?: boolean;
-  },
+  o: ExecFlags,
 ): Promise<number> {
   const request = {
-    command,
-    ...(o.service ? { service: o.service } : {}),
-    ...(o.user ? { user: o.user } : {}),
-    ...(o.cwd ? { cwd: o.cwd } : {}),
-    ...(o.timeout ? { timeout_ms: Number(o.timeout) } : {}),
+    ...requestOf(command, o),
     ...(o.tty ? { tty: { rows: process.stdout.rows || 24, cols: process.stdout.columns || 80 } } : {}),
   };
   const raw = o.interactive && o.tty && process.stdin.isTTY;
@@ -117,10 +104,7 @@ async function interactive(
   // Without -i the command's stdin is empty, as docker exec's.
   const input: AsyncIterable<Uint8Array> = o.interactive ? process.stdin : (async function* () {})();
   try {
-    const r = await client.execWithStdin(env, request, input, (which, data) => {
-      const out = which === "stdout" ? process.stdout : process.stderr;
-      if (!out.write(data)) return new Promise<void>((resolve) => out.once("drain", () => resolve()));
-    });
+    const r = await client.execWithStdin(env, request, input, writeOut);
     if (r.timed_out)
       process.stderr.write(`\r\ndenv: the command timed out after ${o.timeout} ms and was killed\n`);
     return r.exit_code;

@@ -9,6 +9,7 @@
 #   5. denv-agent, the static exec agent denvd mounts into sandboxes (gcc -static), and
 #      libdenv-clock.so, the frozen clock it preloads
 #   6. the example images built FROM debian:bookworm and pushed to that registry
+#   (and CRIU, for live versions: scripts/ensure-criu.sh, dockerd started with checkpoints)
 #
 # `setup-host.sh main` sets up only what the main job uses (the engine, the registry, the agent and
 # clock, ops-world's images); with no argument, also what the tests use (PostgreSQL, Python's pip,
@@ -70,6 +71,16 @@ fi
 
 # --- 2. dockerd ----------------------------------------------------------------------------------
 docker_up() { timeout 5 "$DOCKER" info >/dev/null 2>&1; }
+# CRIU (live versions): dockerd runs with checkpoints (its experimental mode) and the bundle's
+# `criu` first on its PATH, which containerd and runc inherit. Without it, dockerd runs as before
+# and a live snapshot is refused, saying so.
+criu_bin=$(bash "$ROOT/scripts/ensure-criu.sh") || criu_bin=
+if [ -n "$criu_bin" ] && docker_up && [ "$(timeout 5 "$DOCKER" info --format '{{.ExperimentalBuild}}')" != true ]; then
+  log "restarting dockerd with checkpoints"
+  pid=$(cat /var/run/docker.pid 2>/dev/null || true)
+  [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
+  for _ in $(seq 1 60); do [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+fi
 if ! docker_up; then
   log "starting dockerd"
   # A dockerd killed with the last session may have left its pid file behind; dockerd refuses to
@@ -77,7 +88,11 @@ if ! docker_up; then
   if [ -f /var/run/docker.pid ] && ! kill -0 "$(cat /var/run/docker.pid)" 2>/dev/null; then
     rm -f /var/run/docker.pid
   fi
-  setsid nohup /usr/sbin/dockerd >>/var/log/denv-dockerd.log 2>&1 </dev/null &
+  if [ -n "$criu_bin" ]; then
+    PATH="$criu_bin:$PATH" setsid nohup /usr/sbin/dockerd --experimental >>/var/log/denv-dockerd.log 2>&1 </dev/null &
+  else
+    setsid nohup /usr/sbin/dockerd >>/var/log/denv-dockerd.log 2>&1 </dev/null &
+  fi
   for _ in $(seq 1 120); do docker_up && break; sleep 0.5; done
   docker_up || { tail -20 /var/log/denv-dockerd.log >&2; die "dockerd did not answer within 60 s"; }
 fi

@@ -34,6 +34,7 @@ import { type ReconcileReport, reconcile } from "./host/reconcile.ts";
 import { type StackRecord, StateStore, type VersionRecord } from "./host/state-store.ts";
 import type { ContainerRuntime, Labels } from "./runtime/container-runtime.ts";
 import { waitServiceHealthy } from "./services/service-health.ts";
+import type { LiveMode } from "./snapshots/live-capture.ts";
 import { snapshotStack } from "./snapshots/snapshotter.ts";
 import { type DiffStackOptions, diffStack } from "./snapshots/stack-diff.ts";
 import { digestStack } from "./snapshots/stack-digest.ts";
@@ -243,7 +244,7 @@ export class Denvd {
 
   snapshot(
     stackId: string,
-    options: { versionId?: string } = {},
+    options: { versionId?: string; live?: LiveMode } = {},
   ): Promise<{ version: VersionRecord; evidence: SnapshotEvidence }> {
     const run = snapshotStack(this.ctx, stackId, options);
     const id = options.versionId;

@@ -127,6 +127,19 @@ export const snapshotEvidence = z.object({
   outside_volumes: z
     .record(z.string(), z.object({ paths: z.number(), examples: z.array(z.string()) }))
     .optional(),
+  /**
+   * A live version's processes: each service's checkpoint (CRIU's images) and container layer
+   * taken in the frozen window, and the services kept disk-only (best-effort) with why.
+   */
+  live: z
+    .object({
+      services: z.record(
+        z.string(),
+        z.object({ checkpoint_bytes: z.number(), layer_bytes: z.number(), dump_ms: ms }),
+      ),
+      skipped: z.record(z.string(), z.string()),
+    })
+    .optional(),
 });
 
 /**
@@ -200,6 +213,11 @@ export const forkEvidence = z.object({
   egress: egressEvidence,
   /** Absent from hosts before the frozen clock. */
   clock: clockEvidence.optional(),
+  /**
+   * A fork of a live version: the services restored from their processes, and those started
+   * afresh (kept disk-only, or all of them with cold), with why.
+   */
+  live: z.object({ restored: z.array(z.string()), started: z.record(z.string(), z.string()) }).optional(),
   total_ms: ms,
 });
 

@@ -245,7 +245,12 @@ export const OPERATIONS = {
     deadlineMs: 5 * 60_000,
     journaled: true,
     afterCrash: "remove_version_made",
-    params: z.strictObject({ stack_id: stackId, new_version_id: versionId.optional() }),
+    params: z.strictObject({
+      stack_id: stackId,
+      new_version_id: versionId.optional(),
+      /** Also every service's processes (on), or those CRIU can take (best-effort). */
+      live: z.enum(["on", "best-effort"]).optional(),
+    }),
     result: z.object({
       version_id: versionId,
       images: z.record(z.string(), z.string()),
@@ -267,6 +272,8 @@ export const OPERATIONS = {
       /** Keep a frozen clock held at the version's time until release_clock (a pool's member). */
       hold_clock: z.boolean().optional(),
       gpus: gpuAssignment.optional(),
+      /** Start every service afresh, even from a live version. */
+      cold: z.boolean().optional(),
     }),
     result: z.object({ stack_id: stackId, evidence: forkEvidence }),
   },

@@ -107,6 +107,33 @@ export class AgentChannel {
     rmSync(this.dirOf(key), { recursive: true, force: true });
   }
 
+  /**
+   * Lets go of a container's agent for a moment in which its processes must hold no connection to
+   * denvd (a process checkpoint): stops listening and removes the socket (the agent's redials then
+   * fail and it backs off, up to a second apart), ends the control connection and waits until the
+   * agent has closed its end. listen() takes it back. False when the agent did not close in time.
+   */
+  async detach(key: string, timeoutMs = 2000): Promise<boolean> {
+    const l = this.listeners.get(key);
+    if (!l) return true;
+    this.listeners.delete(key);
+    l.server.close();
+    rmSync(this.socketPath(key), { force: true });
+    const control = l.control;
+    if (!control || control.closed) return true;
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        control.destroy();
+        resolve(false);
+      }, timeoutMs);
+      control.once("close", () => {
+        clearTimeout(timer);
+        resolve(true);
+      });
+      control.end();
+    });
+  }
+
   async closeAll(): Promise<void> {
     for (const key of [...this.listeners.keys()]) {
       const l = this.listeners.get(key) as Listener;

@@ -103,7 +103,10 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
     },
     warm: (p) => denvd.warm(p.stack_id),
     snapshot: async (p) => {
-      const r = await denvd.snapshot(p.stack_id, p.new_version_id ? { versionId: p.new_version_id } : {});
+      const r = await denvd.snapshot(p.stack_id, {
+        ...(p.new_version_id ? { versionId: p.new_version_id } : {}),
+        ...(p.live ? { live: p.live } : {}),
+      });
       return { version_id: r.version.id, images: r.version.images, evidence: r.evidence };
     },
     probe: (p) => denvd.probeEgress(p.stack_id),
@@ -114,6 +117,7 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
         holdClock: p.hold_clock ?? false,
         ...(p.new_stack_id ? { stackId: p.new_stack_id } : {}),
         ...(p.gpus ? { gpus: p.gpus } : {}),
+        ...(p.cold ? { cold: true } : {}),
       });
       return { stack_id: r.stack.id, evidence: r.evidence };
     },

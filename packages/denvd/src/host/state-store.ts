@@ -52,6 +52,13 @@ export interface StackRecord {
   gpus?: Record<string, string[]>;
 }
 
+/** What a live version keeps of its processes, beside its volumes (on its host only). */
+export interface LiveRecord {
+  services: Record<string, { checkpointBytes: number; layerBytes: number; dumpMs: number }>;
+  /** Services kept disk-only (best-effort), with why. */
+  skipped: Record<string, string>;
+}
+
 export interface VersionRecord {
   id: string;
   /** The stack it was taken of. */
@@ -66,6 +73,8 @@ export interface VersionRecord {
   /** What the stack's clock read in the frozen window (ms since 1970): a fork's clock starts there. */
   clockMs?: number;
   createdAt: string;
+  /** A live version's processes, kept on this host only (snapshots/live-capture.ts). */
+  live?: LiveRecord;
 }
 
 /** `state.json`: the owner id, and records where an older denvd kept them there. */

@@ -183,7 +183,29 @@ export interface LogOptions {
   follow: boolean;
 }
 
+/**
+ * Checkpoints of a container's processes (CRIU), where the engine can take and restore them: what
+ * a live version carries beside its volumes. Every directory is denvd's own, root-only.
+ */
+export interface CheckpointPort {
+  /** Why this host cannot checkpoint or restore processes; null when it can. */
+  unavailable(): Promise<string | null>;
+  /**
+   * Dumps a running container's processes into `dir`, leaving them running (and frozen, when the
+   * caller froze them). A failure is not_supported, in CRIU's words.
+   */
+  checkpoint(id: string, dir: string): Promise<{ ms: number; bytes: number }>;
+  /** The container's own writable layer (its changes to the image) into a tar file. */
+  saveLayer(id: string, file: string): Promise<{ bytes: number }>;
+  /** A saved layer into a created, never started container. */
+  loadLayer(id: string, file: string): Promise<void>;
+  /** Starts a created container from a checkpoint `dir` instead of its command. */
+  startFrom(id: string, dir: string): Promise<void>;
+}
+
 export interface ContainerRuntime {
+  /** Process checkpoints; absent where the engine has none. */
+  readonly checkpoints?: CheckpointPort;
   ping(): Promise<void>;
   /** What the engine says of its runtimes and CDI (GET /info), for the GPU inventory. */
   engineInfo?(): Promise<{ runtimes: string[]; cdiSpecDirs: string[] }>;

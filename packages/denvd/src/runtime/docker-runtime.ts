@@ -23,6 +23,7 @@ import {
   type RawExecOptions,
   type VolumeSpec,
 } from "./container-runtime.ts";
+import { DockerCheckpoints } from "./docker-checkpoints.ts";
 import { engineCreateOptions } from "./engine-create-options.ts";
 import { demuxOutput, LogFrames, timeMs } from "./log-frames.ts";
 
@@ -67,14 +68,16 @@ const ignoreGone = (err: unknown) => {
 
 export class DockerRuntime implements ContainerRuntime {
   readonly docker: Docker;
+  readonly checkpoints: DockerCheckpoints;
   /** How each container frozen by freezeContainer was frozen, for its thaw. */
   private readonly freezes = new Map<string, FreezerFiles | "engine">();
 
   constructor(
     socketPath = "/var/run/docker.sock",
-    options: { onEngineError?: (what: string, text: string) => void } = {},
+    options: { onEngineError?: (what: string, text: string) => void; criuDir?: string | null } = {},
   ) {
     this.docker = new Docker({ socketPath });
+    this.checkpoints = new DockerCheckpoints(this.docker, { criuDir: options.criuDir ?? null });
     if (options.onEngineError) engineErrorLog = options.onEngineError;
   }
 
@@ -96,8 +99,7 @@ export class DockerRuntime implements ContainerRuntime {
         Labels: spec.labels,
         CheckDuplicate: true,
         ...(spec.subnet ? { IPAM: { Driver: "default", Config: [{ Subnet: spec.subnet }] } } : {}),
-        // An internal network on this engine still routes to the host's address on the bridge; with
-        // no IPv4 address on the bridge, the host is not there to reach.
+        // An internal network still routes to the host's bridge address: without one, no host to reach.
         ...(spec.internal ? { Options: { "com.docker.network.bridge.inhibit_ipv4": "true" } } : {}),
       })
       .catch((e: unknown) => {
@@ -367,8 +369,7 @@ export class DockerRuntime implements ContainerRuntime {
       await thaw(how);
       return true;
     }
-    // Not frozen by this process: what a kill inside a window left. The engine's own pause is not
-    // this method's to end (it shares the freezer).
+    // Not frozen by this process: a kill inside a window left it. (The engine's pause is not ours.)
     const st = await this.inspectContainer(id);
     const f = st.running && !st.paused ? await findFreezer(st.pid, st.id) : null;
     if (!f || !(await isFrozen(f))) return false;

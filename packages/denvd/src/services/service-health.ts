@@ -36,6 +36,8 @@ export async function startInOrder(
   stack: StackRecord,
   onStarted?: (service: string) => void,
   settleMs = 0,
+  startOne: (service: string, containerId: string) => Promise<void> = (_svc, id) =>
+    ctx.runtime.startContainer(id),
 ): Promise<HealthEvidence> {
   const spec = stack.spec;
   const pollMs = ctx.options.healthPollMs ?? 100;
@@ -64,7 +66,7 @@ export async function startInOrder(
         ),
       );
       const t = performance.now();
-      await ctx.runtime.startContainer(stack.containers[svc] as string).catch((err: unknown) => {
+      await startOne(svc, stack.containers[svc] as string).catch((err: unknown) => {
         if (!(err instanceof DenvError)) throw err;
         throw new DenvError(err.code, `service ${svc} did not start: ${err.message}`, { cause: err });
       });

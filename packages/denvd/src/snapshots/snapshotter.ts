@@ -2,12 +2,21 @@
  * snapshot: one consistent capture of every dataset of a running stack. Databases checkpoint
  * first (forks then start without a long recovery), every service is frozen, every dataset is
  * captured in the same frozen window, everything thaws and is healthy again. The result is a version.
+ * A live one also holds every service's processes, dumped in that window (live-capture.ts).
  */
 import { DenvError, type SnapshotEvidence } from "@denv/protocol";
 import { stackClockMs } from "../clock/stack-clock.ts";
-import type { StackRecord, VersionRecord } from "../host/state-store.ts";
+import type { LiveRecord, StackRecord, VersionRecord } from "../host/state-store.ts";
 import { waitServiceHealthy } from "../services/service-health.ts";
 import { newId, type StackContext } from "../stack/stack-context.ts";
+import {
+  captureLive,
+  checkpointsOf,
+  detachAgents,
+  type LiveMode,
+  liveEvidence,
+  planLive,
+} from "./live-capture.ts";
 
 /** Refuses a fork or snapshot when the pool has less free space than minFreeBytes (default 1 GiB). */
 export async function assertSpace(ctx: StackContext, what: string): Promise<void> {
@@ -24,7 +33,7 @@ export async function assertSpace(ctx: StackContext, what: string): Promise<void
 export async function snapshotStack(
   ctx: StackContext,
   stackId: string,
-  options: { versionId?: string } = {},
+  options: { versionId?: string; live?: LiveMode } = {},
 ): Promise<{ version: VersionRecord; evidence: SnapshotEvidence }> {
   const stack = ctx.stack(stackId);
   if (options.versionId && ctx.store.version(options.versionId))
@@ -32,6 +41,9 @@ export async function snapshotStack(
   if (stack.status !== "running")
     throw new DenvError("conflict", `environment ${stack.name} is ${stack.status}, not running`);
   await assertSpace(ctx, "snapshot");
+  // A live snapshot finds what CRIU cannot take before anything is frozen.
+  const cp = options.live ? await checkpointsOf(ctx) : null;
+  const plan = options.live ? await planLive(ctx, stack, options.live) : null;
   // What the version will not keep, read beside the checkpoint and the capture (the engine's diff
   // of a layer takes 0.4-1.2 s on a busy host): awaited once the version is stored.
   const outsideRead = writesOutsideVolumes(ctx, stack);
@@ -46,8 +58,10 @@ export async function snapshotStack(
   const live = states.filter((st) => st.running && !st.paused);
   const ids = live.map((st) => st.id);
   const snapshots: Record<string, string> = {};
+  let kept: LiveRecord | undefined;
   // Most of what the snapshot would flush goes out now, while the stack still runs.
   await ctx.storage.flush?.().catch(() => {});
+  const reattach = plan ? await detachAgents(ctx, stack, plan.services) : null;
   const frozenStart = performance.now();
   let clockMs = Date.now();
   let frozenAt = frozenStart;
@@ -67,6 +81,7 @@ export async function snapshotStack(
       }),
     );
     for (const t of taken) if (t.status === "rejected") throw t.reason;
+    if (cp && plan) kept = await captureLive(ctx, cp, stack, versionId, plan);
     capturedAt = performance.now();
   } catch (err) {
     // Nothing half-made outlives a failed snapshot (the next open would also find it unrecorded).
@@ -76,6 +91,7 @@ export async function snapshotStack(
     throw err;
   } finally {
     await Promise.all(ids.map((id) => ctx.runtime.thawContainer(id).catch(() => false)));
+    await reattach?.();
   }
   const thawedAt = performance.now();
   const frozenMs = Math.round(thawedAt - frozenStart);
@@ -98,6 +114,7 @@ export async function snapshotStack(
     frozenMs,
     clockMs,
     createdAt: new Date().toISOString(),
+    ...(kept ? { live: kept } : {}),
   };
   await ctx.store.putVersion(version);
   stack.versionId = versionId;
@@ -130,6 +147,7 @@ export async function snapshotStack(
       health_after_ms: healthAfterMs,
       clock: { mode: stack.spec.clock, at: new Date(clockMs).toISOString() },
       ...(Object.keys(outside).length ? { outside_volumes: outside } : {}),
+      ...(kept ? { live: liveEvidence(kept) } : {}),
     },
   };
 }

@@ -27,6 +27,11 @@ export class AgentRegistry {
     return this.channel.listen(AgentChannel.keyOf(stackId, service));
   }
 
+  /** Lets go of a service's agent while its processes are checkpointed (AgentChannel.detach). */
+  async detach(stackId: string, service: string): Promise<boolean> {
+    return this.channel.detach(AgentChannel.keyOf(stackId, service));
+  }
+
   /** Who the service runs as and what it runs (its image asked through the engine). */
   async identityOf(service: string, s: ResolvedService): Promise<ServiceIdentity> {
     return serviceIdentity(service, s, await this.runtime.imageConfig(s.image_pinned ?? s.image));

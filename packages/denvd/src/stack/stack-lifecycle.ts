@@ -14,7 +14,8 @@ import {
   type WarmEvidence,
 } from "@denv/protocol";
 import { releaseStackClock, setUpClock } from "../clock/stack-clock.ts";
-import type { StackRecord, VersionRecord } from "../host/state-store.ts";
+import type { LiveRecord, StackRecord, VersionRecord } from "../host/state-store.ts";
+import { checkpointsOf, removeLive, restoreService } from "../snapshots/live-capture.ts";
 import { assertSpace } from "../snapshots/snapshotter.ts";
 import type { EgressEvidence } from "./egress-probe.ts";
 import { newId, type StackContext, tail } from "./stack-context.ts";
@@ -144,9 +145,14 @@ export interface ForkStackOptions {
   holdClock?: boolean;
   stackId?: string;
   gpus?: Record<string, string[]>;
+  /** Start every service afresh, even from a live version. */
+  cold?: boolean;
 }
 
-/** A new stack from a version: datasets cloned, a new network, the pinned images, healthy. */
+/**
+ * A new stack from a version: datasets cloned, a new network, the pinned images, healthy. From a
+ * live version (unless cold), each service it holds the processes of is restored instead of started.
+ */
 export async function forkStack(
   ctx: StackContext,
   versionId: string,
@@ -154,6 +160,8 @@ export async function forkStack(
 ): Promise<{ stack: StackRecord; evidence: ForkEvidence }> {
   const version = ctx.version(versionId);
   await assertSpace(ctx, "fork");
+  const live = version.live && !options.cold ? version.live : null;
+  const cp = live ? await checkpointsOf(ctx) : null;
   const total = performance.now();
   const stack = await newStackRecord(
     ctx,
@@ -180,6 +188,12 @@ export async function forkStack(
     const probeFrom = probeService(version.spec);
     let probe: Promise<EgressEvidence> | undefined;
     const started = await startStack(ctx, stack.id, {
+      ...(live && cp
+        ? {
+            restore: (svc: string, containerId: string) =>
+              live.services[svc] ? restoreService(ctx, cp, version.id, svc, containerId) : null,
+          }
+        : {}),
       onStarted: (svc) => {
         if (svc !== probeFrom) return;
         probe = probeStack(ctx, stack.id);
@@ -202,6 +216,7 @@ export async function forkStack(
         health: started.health,
         egress,
         clock: started.clock,
+        ...(version.live ? { live: forkLiveEvidence(version.live, options.cold ?? false) } : {}),
         total_ms: Math.round(performance.now() - total),
       },
     };
@@ -259,7 +274,14 @@ export async function deleteVersion(ctx: StackContext, versionId: string): Promi
   const v = ctx.store.version(versionId);
   if (!v) return;
   for (const snap of Object.values(v.snapshots)) await ctx.storage.destroySnapshot(snap);
+  await removeLive(ctx, versionId);
   await ctx.store.deleteVersion(versionId);
+}
+
+/** Which services a fork of a live version restored, and which it started afresh with why. */
+function forkLiveEvidence(live: LiveRecord, cold: boolean): NonNullable<ForkEvidence["live"]> {
+  if (cold) return { restored: [], started: { "*": "a cold fork starts every service afresh" } };
+  return { restored: Object.keys(live.services).sort(), started: { ...live.skipped } };
 }
 
 /** The time a fork of a version starts at: its snapshot's clock (versions from before: their creation). */

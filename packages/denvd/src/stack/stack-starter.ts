@@ -25,7 +25,12 @@ export interface StartResult {
 export async function startStack(
   ctx: StackContext,
   stackId: string,
-  hooks: { onStarted?: (service: string) => void; settleMs?: number } = {},
+  hooks: {
+    onStarted?: (service: string) => void;
+    settleMs?: number;
+    /** Starts a service another way (a fork restoring its processes); null: started as usual. */
+    restore?: (service: string, containerId: string) => Promise<void> | null;
+  } = {},
 ): Promise<StartResult> {
   const stack = ctx.stack(stackId);
   const started = performance.now();
@@ -105,7 +110,17 @@ export async function startStack(
   for (const [svc, agent] of agents)
     ctx.agents.register(stack, svc, containerIds[svc] as string, agent.identity);
 
-  const health = await startInOrder(ctx, stack, hooks.onStarted, hooks.settleMs);
+  const restore = hooks.restore;
+  const startOne = restore
+    ? async (svc: string, id: string) => {
+        const restoring = restore(svc, id);
+        if (!restoring) return ctx.runtime.startContainer(id);
+        await restoring;
+        // Its restored agent redials by itself (backing off up to a second): commands go through it.
+        if (agents.has(svc)) await ctx.agents.waitConnected(stack.id, svc, 5000);
+      }
+    : undefined;
+  const health = await startInOrder(ctx, stack, hooks.onStarted, hooks.settleMs, startOne);
   await assertAgentNotRoot(ctx, stack);
   // Read once every service is healthy: an entrypoint script has exec'd its program by then.
   const clock = await clockStartEvidence(ctx, stack);

@@ -1,0 +1,188 @@
+/**
+ * Process checkpoints of Docker's containers (live versions): CRIU through runc, the engine's own
+ * runtime. A checkpoint is taken by runc directly, not through the engine's checkpoint call: that
+ * one pauses the container itself and refuses one already frozen, while a live snapshot dumps
+ * every service inside the one window in which the whole stack is frozen (runc leaves a frozen
+ * container frozen). A restore goes through the engine (`start` with a checkpoint, its
+ * experimental mode), so the engine, containerd and the container's record agree on what runs.
+ * The engine takes a restore's images only from the container's own directory: they are copied in.
+ *
+ * The writable layer is read and written as the overlay2 driver's upper directory: a restored
+ * process expects the files it had open in its container's own layer (a socket's directory, a
+ * pid file, a log), and the new container's layer is empty until it is filled before its start.
+ */
+import { existsSync } from "node:fs";
+import { mkdir, readdir, readFile, rm, stat } from "node:fs/promises";
+import { join } from "node:path";
+import { DenvError } from "@denv/protocol";
+import type Docker from "dockerode";
+import { runHostCommand } from "../host/host-command.ts";
+import type { CheckpointPort } from "./container-runtime.ts";
+
+/** runc's state for the engine's containers (dockerd's exec root, its runtime, its namespace). */
+const DEFAULT_RUNC_ROOT = "/run/docker/runtime-runc/moby";
+/** The name every restore is started from, in the container's own checkpoints directory. */
+const RESTORE_NAME = "denv-live";
+const DUMP_TIMEOUT_MS = 120_000;
+/** Where scripts/ensure-criu.sh puts its bundle (DENVD_CRIU_DIR names another). */
+const DEFAULT_CRIU_DIR = "/var/lib/denv-host/criu/bin";
+
+function defaultCriuDir(): string | null {
+  const dir = process.env.DENVD_CRIU_DIR ?? DEFAULT_CRIU_DIR;
+  return existsSync(join(dir, "criu")) ? dir : null;
+}
+
+export interface DockerCheckpointOptions {
+  /** Where runc keeps the engine's containers (default dockerd's). */
+  runcRoot?: string;
+  /** A directory holding the `criu` runc should run (prepended to its PATH); default the bundle's, else PATH's. */
+  criuDir?: string | null;
+}
+
+export class DockerCheckpoints implements CheckpointPort {
+  private readonly docker: Docker;
+  private readonly runcRoot: string;
+  private readonly criuDir: string | null;
+  private rootDir: Promise<string> | null = null;
+
+  constructor(docker: Docker, options: DockerCheckpointOptions = {}) {
+    this.docker = docker;
+    this.runcRoot = options.runcRoot ?? DEFAULT_RUNC_ROOT;
+    this.criuDir = options.criuDir ?? defaultCriuDir();
+  }
+
+  private env(): Record<string, string> {
+    const env = Object.fromEntries(
+      Object.entries(process.env).filter((e): e is [string, string] => typeof e[1] === "string"),
+    );
+    const path = env.PATH ?? "/usr/sbin:/usr/bin:/sbin:/bin";
+    return { ...env, PATH: this.criuDir ? `${this.criuDir}:${path}` : path };
+  }
+
+  async unavailable(): Promise<string | null> {
+    const info = (await this.docker.info()) as { ExperimentalBuild?: boolean; Driver?: string };
+    if (!info.ExperimentalBuild)
+      return "the Docker engine restores checkpoints only in its experimental mode (dockerd --experimental, as scripts/setup-host.sh starts it)";
+    if (info.Driver !== "overlay2")
+      return `the Docker engine's storage driver is ${info.Driver}; a live version carries containers' layers from overlay2 only`;
+    const criu = await runHostCommand("criu", ["--version"], { timeoutMs: 10_000, env: this.env() }).catch(
+      () => null,
+    );
+    if (criu?.exitCode !== 0)
+      return "no criu on this host (scripts/ensure-criu.sh installs one; DENVD_CRIU_DIR names its directory)";
+    const runc = await stat(this.runcRoot).catch(() => null);
+    if (!runc?.isDirectory()) return `runc keeps no containers in ${this.runcRoot}`;
+    return null;
+  }
+
+  async checkpoint(id: string, dir: string): Promise<{ ms: number; bytes: number }> {
+    const begun = performance.now();
+    const images = join(dir, "images");
+    const work = join(dir, "work");
+    await mkdir(images, { recursive: true, mode: 0o700 });
+    await mkdir(work, { recursive: true, mode: 0o700 });
+    const r = await runHostCommand(
+      "runc",
+      [
+        "--root",
+        this.runcRoot,
+        "checkpoint",
+        "--leave-running",
+        "--image-path",
+        images,
+        "--work-path",
+        work,
+        id,
+      ],
+      { timeoutMs: DUMP_TIMEOUT_MS, env: this.env() },
+    );
+    if (r.exitCode !== 0 || r.timedOut) {
+      const log = await dumpLogTail(join(work, "dump.log"));
+      throw new DenvError(
+        "not_supported",
+        `CRIU could not checkpoint it: ${log || r.stderr.trim().split("\n").slice(-2).join(" | ") || `runc exited ${r.exitCode}`}`,
+      );
+    }
+    return { ms: Math.round(performance.now() - begun), bytes: await dirBytes(images) };
+  }
+
+  async saveLayer(id: string, file: string): Promise<{ bytes: number }> {
+    const upper = await this.upperDir(id);
+    // Taken while the container is frozen: the tree cannot change under tar. Sockets are left out
+    // (tar skips them); a restored process binds its own again. Whiteouts and opaque directories
+    // (character devices, trusted.overlay.* attributes) travel as they are.
+    const r = await runHostCommand(
+      "tar",
+      ["-C", upper, "--numeric-owner", "--xattrs", "--xattrs-include=trusted.overlay.*", "-cf", file, "."],
+      { timeoutMs: DUMP_TIMEOUT_MS },
+    );
+    if (r.exitCode !== 0 && r.exitCode !== 1)
+      throw new DenvError("storage_error", `saving ${id.slice(0, 12)}'s layer failed: ${r.stderr.trim()}`);
+    return { bytes: (await stat(file)).size };
+  }
+
+  async loadLayer(id: string, file: string): Promise<void> {
+    const upper = await this.upperDir(id);
+    const r = await runHostCommand(
+      "tar",
+      ["-C", upper, "--numeric-owner", "--xattrs", "--xattrs-include=trusted.overlay.*", "-xpf", file],
+      { timeoutMs: DUMP_TIMEOUT_MS },
+    );
+    if (r.exitCode !== 0)
+      throw new DenvError("storage_error", `restoring ${id.slice(0, 12)}'s layer failed: ${r.stderr.trim()}`);
+  }
+
+  async startFrom(id: string, dir: string): Promise<void> {
+    const target = join(await this.containerDir(id), "checkpoints", RESTORE_NAME);
+    await rm(target, { recursive: true, force: true });
+    await mkdir(join(target, ".."), { recursive: true, mode: 0o700 });
+    const cp = await runHostCommand("cp", ["-a", join(dir, "images"), target], {
+      timeoutMs: DUMP_TIMEOUT_MS,
+    });
+    if (cp.exitCode !== 0)
+      throw new DenvError("storage_error", `copying the checkpoint failed: ${cp.stderr}`);
+    try {
+      // The checkpoint is a query parameter; an empty body (the engine refuses a start with one).
+      await this.docker.getContainer(id).start({ _query: { checkpoint: RESTORE_NAME }, _body: {} } as object);
+    } catch (err) {
+      const said = (err as { json?: { message?: string }; message?: string }).json?.message ?? String(err);
+      throw new DenvError("service_failed", `CRIU could not restore it: ${said.slice(-600)}`, { cause: err });
+    } finally {
+      await rm(target, { recursive: true, force: true });
+    }
+  }
+
+  private async upperDir(id: string): Promise<string> {
+    const c = (await this.docker.getContainer(id).inspect()) as {
+      GraphDriver?: { Name?: string; Data?: Record<string, string> };
+    };
+    const upper = c.GraphDriver?.Data?.UpperDir;
+    if (c.GraphDriver?.Name !== "overlay2" || !upper)
+      throw new DenvError("not_supported", `container ${id.slice(0, 12)} is not on overlay2`);
+    return upper;
+  }
+
+  private async containerDir(id: string): Promise<string> {
+    this.rootDir ??= this.docker.info().then((i) => (i as { DockerRootDir: string }).DockerRootDir);
+    const full = ((await this.docker.getContainer(id).inspect()) as { Id: string }).Id;
+    return join(await this.rootDir, "containers", full);
+  }
+}
+
+/** The error lines at the end of CRIU's log: what it could not take, in its words. */
+async function dumpLogTail(path: string): Promise<string> {
+  const text = await readFile(path, "utf8").catch(() => "");
+  const errors = text.split("\n").filter((l) => /Error|error|Can't|Unable/.test(l));
+  return errors
+    .slice(-3)
+    .map((l) => l.replace(/^\(\d+\.\d+\)\s*/, "").trim())
+    .join(" | ")
+    .slice(0, 600);
+}
+
+async function dirBytes(dir: string): Promise<number> {
+  let total = 0;
+  for (const e of await readdir(dir, { withFileTypes: true }))
+    if (e.isFile()) total += (await stat(join(dir, e.name))).size;
+  return total;
+}

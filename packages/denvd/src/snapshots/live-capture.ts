@@ -1,0 +1,200 @@
+/**
+ * Live versions: each service's processes (a CRIU checkpoint) and its container's own layer,
+ * taken in the snapshot's frozen window beside the volumes, and restored by a fork in place of a
+ * fresh start. What CRIU cannot take is found before anything is frozen and refused naming the
+ * service, the process and why (or, best-effort, that service is kept disk-only).
+ *
+ * A process may hold no connection to denvd while it is dumped (its agent's channel would be a
+ * socket to outside the container): the agents are let go first and taken back after the thaw;
+ * each one redials by itself, and a fork's restored agent dials the fork's own socket.
+ */
+import { readdir, readFile, readlink, rm } from "node:fs/promises";
+import { join } from "node:path";
+import { DenvError, type SnapshotEvidence } from "@denv/protocol";
+import type { LiveRecord, StackRecord } from "../host/state-store.ts";
+import { findFreezer } from "../runtime/cgroup-freezer.ts";
+import type { CheckpointPort } from "../runtime/container-runtime.ts";
+import type { StackContext } from "../stack/stack-context.ts";
+
+export type LiveMode = "on" | "best-effort";
+
+/** Where a version's process images and layers are: root's alone, removed with the version. */
+export const liveDir = (ctx: StackContext, versionId: string) =>
+  join(ctx.options.stateDir, "live", versionId);
+
+const LAYER_FILE = "layer.tar";
+
+/** One process as /proc shows it, for the checks below. */
+export interface ProcessFacts {
+  pid: number;
+  comm: string;
+  /** TracerPid from its status: 0 when nothing traces it. */
+  tracerPid: number;
+  /** Where its open descriptors lead (readlink of /proc/PID/fd/N). */
+  fds: string[];
+}
+
+/** Why CRIU cannot take this process (null: nothing found that it cannot). */
+export function processRefusal(p: ProcessFacts): string | null {
+  if (p.tracerPid) return `it is traced by process ${p.tracerPid} (a debugger or strace)`;
+  for (const fd of p.fds) {
+    if (/^\/dev\/(nvidia|dri\/|kfd|accel\/)/.test(fd)) return `it holds a GPU device (${fd})`;
+    if (fd === "anon_inode:[io_uring]") return "it uses io_uring";
+    if (/^\/dev\/(kvm|vhost-|vfio)/.test(fd)) return `it holds a device CRIU cannot restore (${fd})`;
+  }
+  return null;
+}
+
+async function processFacts(pid: number): Promise<ProcessFacts | null> {
+  try {
+    const comm = (await readFile(`/proc/${pid}/comm`, "utf8")).trim();
+    const status = await readFile(`/proc/${pid}/status`, "utf8");
+    const tracerPid = Number(/^TracerPid:\s*(\d+)/m.exec(status)?.[1] ?? 0);
+    const fdDir = `/proc/${pid}/fd`;
+    const fds = await Promise.all(
+      (await readdir(fdDir)).map((fd) => readlink(join(fdDir, fd)).catch(() => "")),
+    );
+    return { pid, comm, tracerPid, fds };
+  } catch {
+    return null; // gone meanwhile: nothing to take
+  }
+}
+
+/**
+ * Each service whose processes CRIU cannot take, with the process and why: read from /proc before
+ * anything is frozen. A service with no running container (a one-shot that finished) has no
+ * processes, and is not listed.
+ */
+export async function liveRefusals(ctx: StackContext, stack: StackRecord): Promise<Record<string, string>> {
+  const out: Record<string, string> = {};
+  await Promise.all(
+    Object.entries(stack.containers).map(async ([svc, id]) => {
+      const st = await ctx.runtime.inspectContainer(id);
+      if (!st.running) return;
+      const f = await findFreezer(st.pid, st.id);
+      const pids = f
+        ? (await readFile(join(f.dir, "cgroup.procs"), "utf8")).split("\n").filter(Boolean).map(Number)
+        : [st.pid];
+      for (const pid of pids) {
+        const facts = await processFacts(pid);
+        const why = facts && processRefusal(facts);
+        if (why && facts) {
+          out[svc] = `process ${facts.comm} (pid ${pid}): ${why}`;
+          return;
+        }
+      }
+    }),
+  );
+  return out;
+}
+
+/** The checkpoint port, or not_supported saying why this host has none. */
+export async function checkpointsOf(ctx: StackContext): Promise<CheckpointPort> {
+  const cp = ctx.runtime.checkpoints;
+  const why = cp ? await cp.unavailable() : "this engine has no process checkpoints";
+  if (!cp || why) throw new DenvError("not_supported", `this host cannot keep processes: ${why}`);
+  return cp;
+}
+
+/**
+ * Which services a live snapshot takes: every running one, or not_supported naming what CRIU
+ * cannot take; best-effort leaves those out (said in the evidence) and takes the rest.
+ */
+export async function planLive(
+  ctx: StackContext,
+  stack: StackRecord,
+  mode: LiveMode,
+): Promise<{ services: string[]; skipped: Record<string, string> }> {
+  const refused = await liveRefusals(ctx, stack);
+  if (mode === "on" && Object.keys(refused).length)
+    throw new DenvError(
+      "not_supported",
+      `a live snapshot cannot take ${Object.entries(refused)
+        .map(([svc, why]) => `service ${svc}'s ${why}`)
+        .join("; ")} (--live=best-effort keeps those services disk-only)`,
+      { details: { refused } },
+    );
+  const states = await Promise.all(
+    Object.entries(stack.containers).map(
+      async ([svc, id]) => [svc, await ctx.runtime.inspectContainer(id)] as const,
+    ),
+  );
+  const services = states.filter(([svc, st]) => st.running && !refused[svc]).map(([svc]) => svc);
+  return { services, skipped: refused };
+}
+
+/** Lets go of the services' agents (see the header); returns how to take them back. */
+export async function detachAgents(
+  ctx: StackContext,
+  stack: StackRecord,
+  services: string[],
+): Promise<() => Promise<void>> {
+  if (!ctx.options.agentBinary) return async () => {};
+  await Promise.all(services.map((svc) => ctx.agents.detach(stack.id, svc)));
+  return async () => {
+    await Promise.all(services.map((svc) => ctx.agents.listen(stack.id, svc)));
+  };
+}
+
+/** Inside the frozen window: each service's processes and layer, into the version's directory. */
+export async function captureLive(
+  ctx: StackContext,
+  cp: CheckpointPort,
+  stack: StackRecord,
+  versionId: string,
+  plan: { services: string[]; skipped: Record<string, string> },
+): Promise<LiveRecord> {
+  const dir = liveDir(ctx, versionId);
+  const services: LiveRecord["services"] = {};
+  const taken = await Promise.allSettled(
+    plan.services.map(async (svc) => {
+      const id = stack.containers[svc] as string;
+      const svcDir = join(dir, svc);
+      const dump = await cp.checkpoint(id, svcDir).catch((err: unknown) => {
+        if (!(err instanceof DenvError)) throw err;
+        throw new DenvError(err.code, `service ${svc}: ${err.message}`, { cause: err });
+      });
+      const layer = await cp.saveLayer(id, join(svcDir, LAYER_FILE));
+      services[svc] = { checkpointBytes: dump.bytes, layerBytes: layer.bytes, dumpMs: dump.ms };
+    }),
+  );
+  const failed = taken.find((t) => t.status === "rejected");
+  if (failed) {
+    await removeLive(ctx, versionId);
+    throw failed.reason;
+  }
+  return { services, skipped: plan.skipped };
+}
+
+/** A fork's start of one service from the version's checkpoint (its layer first). */
+export async function restoreService(
+  ctx: StackContext,
+  cp: CheckpointPort,
+  versionId: string,
+  service: string,
+  containerId: string,
+): Promise<void> {
+  const svcDir = join(liveDir(ctx, versionId), service);
+  await cp.loadLayer(containerId, join(svcDir, LAYER_FILE));
+  await cp.startFrom(containerId, svcDir).catch((err: unknown) => {
+    if (!(err instanceof DenvError)) throw err;
+    throw new DenvError(err.code, `service ${service} did not restore: ${err.message}`, { cause: err });
+  });
+}
+
+export async function removeLive(ctx: StackContext, versionId: string): Promise<void> {
+  await rm(liveDir(ctx, versionId), { recursive: true, force: true });
+}
+
+/** The snapshot evidence's part for a live version. */
+export function liveEvidence(live: LiveRecord): NonNullable<SnapshotEvidence["live"]> {
+  return {
+    services: Object.fromEntries(
+      Object.entries(live.services).map(([svc, s]) => [
+        svc,
+        { checkpoint_bytes: s.checkpointBytes, layer_bytes: s.layerBytes, dump_ms: s.dumpMs },
+      ]),
+    ),
+    skipped: live.skipped,
+  };
+}

@@ -1,0 +1,179 @@
+/**
+ * Live versions on the real engine with CRIU (issue 71): a snapshot that keeps every service's
+ * processes beside its volumes, and forks that continue from the parent's memory on their own
+ * volumes while the parent goes on separately; a cold fork starts afresh; what CRIU cannot take is
+ * refused before anything is frozen, naming the service, the process and why, and best-effort
+ * keeps that service disk-only.
+ *
+ * (In the compose files, each $ is written $$: compose interpolates the rest.)
+ *
+ * Each ticker holds a token it drew at its start in memory only and writes it with its count every
+ * tick: a fork whose file carries on with the parent's token runs the parent's process image (a
+ * fresh start draws another).
+ */
+import assert from "node:assert/strict";
+import { existsSync } from "node:fs";
+import { after, before, test } from "node:test";
+import type { StackRecord } from "@denv/denvd";
+import { DenvError, type ResolvedSpec } from "@denv/protocol";
+import { pinSpec, RegistryPinner, validateCompose } from "@denv/spec";
+import { hostOp, openTestHost, type TestHost } from "../harness/test-host.ts";
+import { waitFor } from "../harness/wait-for.ts";
+
+const OPSBOX = "127.0.0.1:5000/denv/opsbox:bookworm";
+const TICKER =
+  't=$(cat /proc/sys/kernel/random/uuid); i=0; exec 3>>/data/ticks; while :; do i=$((i+1)); echo "$t $i" > /srv/count; echo "$t $i" >&3; sleep 0.1; done';
+const URING = `import ctypes, time
+ctypes.CDLL(None).syscall(425, 4, (ctypes.c_char * 120)())
+time.sleep(1e9)`;
+
+let host: TestHost;
+let alpha: StackRecord;
+
+async function specOf(compose: string): Promise<ResolvedSpec> {
+  const r = validateCompose(compose, { env: {}, projectName: "live" });
+  if (!r.ok) throw new Error(JSON.stringify(r.errors));
+  return pinSpec(r.spec, new RegistryPinner());
+}
+
+async function deploy(compose: string, name: string): Promise<StackRecord> {
+  const prepared = await hostOp(host.denvd, "prepare", {
+    spec: await specOf(compose),
+    name,
+    operation_id: `op_${name}`,
+  });
+  await hostOp(host.denvd, "start", { stack_id: prepared.stack_id });
+  return host.denvd.stack(prepared.stack_id);
+}
+
+async function read(stackId: string, service: string, path: string): Promise<string> {
+  const r = await host.denvd.exec(stackId, service, { command: ["cat", path] });
+  assert.equal(r.exitCode, 0, r.stderr.toString());
+  return r.stdout.toString().trim();
+}
+
+/** The ticker's token and count, as its file says. */
+async function tick(stackId: string): Promise<{ token: string; count: number }> {
+  const [token = "", count = "0"] = (await read(stackId, "ticker", "/srv/count")).split(" ");
+  return { token, count: Number(count) };
+}
+
+before(async () => {
+  host = await openTestHost({});
+  alpha = await deploy(
+    `x-denv: { kind: service }
+services:
+  ticker:
+    image: ${OPSBOX}
+    command: ["sh", "-c", ${JSON.stringify(TICKER.replaceAll("$", "$$$$"))}]
+    volumes: ["data:/data"]
+volumes:
+  data: {}
+`,
+    "alpha",
+  );
+  await waitFor("the ticker to tick", async () => (await tick(alpha.id)).count >= 3);
+});
+
+after(async () => {
+  await host?.close();
+});
+
+test("a live snapshot keeps the ticker's processes and layer; a fork continues from its memory on its own volume", async () => {
+  const snap = await hostOp(host.denvd, "snapshot", { stack_id: alpha.id, live: "on" });
+  const live = snap.evidence.live;
+  assert.ok(live, JSON.stringify(snap.evidence));
+  assert.ok((live.services.ticker?.checkpoint_bytes ?? 0) > 0, JSON.stringify(live));
+  assert.ok((live.services.ticker?.layer_bytes ?? 0) > 0, JSON.stringify(live));
+  assert.deepEqual(live.skipped, {});
+  const parentAt = await tick(alpha.id);
+
+  const fork = await hostOp(host.denvd, "fork", {
+    version_id: snap.version_id,
+    name: "beta",
+    operation_id: "op_beta",
+  });
+  assert.deepEqual(fork.evidence.live, { restored: ["ticker"], started: {} });
+  // The restored process keeps writing the token it drew in the parent, counting on from there.
+  const first = await tick(fork.stack_id);
+  assert.equal(first.token, parentAt.token, "the fork runs the parent's process, not a fresh start");
+  await waitFor("the fork to tick", async () => (await tick(fork.stack_id)).count > first.count);
+  // It appends to the file it held open in the volume: the fork's copy, not the parent's (a line
+  // written there by hand is followed by the process's next ones, and the parent's has none of it).
+  const mark = await host.denvd.exec(fork.stack_id, "ticker", {
+    command: ["sh", "-c", "echo fork-mark >> /data/ticks"],
+  });
+  assert.equal(mark.exitCode, 0);
+  const after = await waitFor("the fork's process to append past the mark", async () => {
+    const rest = (await read(fork.stack_id, "ticker", "/data/ticks")).split("fork-mark\n")[1];
+    return rest?.trim() ? rest.trim().split("\n") : null;
+  });
+  assert.ok(
+    after.every((l) => l.startsWith(`${parentAt.token} `)),
+    after.join("\n"),
+  );
+  assert.ok(!(await read(alpha.id, "ticker", "/data/ticks")).includes("fork-mark"));
+  // The parent goes on by itself, with the same token.
+  const parentNow = await tick(alpha.id);
+  assert.equal(parentNow.token, parentAt.token);
+  assert.ok(parentNow.count >= parentAt.count);
+
+  // A cold fork of the same version starts the ticker afresh: another token.
+  const cold = await hostOp(host.denvd, "fork", {
+    version_id: snap.version_id,
+    name: "gamma",
+    operation_id: "op_gamma",
+    cold: true,
+  });
+  await waitFor(
+    "the cold fork's ticker to draw its own token",
+    async () => (await tick(cold.stack_id)).token !== parentAt.token,
+  );
+  assert.deepEqual(cold.evidence.live?.restored, []);
+
+  // The version's process images go with it.
+  await hostOp(host.denvd, "destroy", { stack_id: fork.stack_id });
+  await hostOp(host.denvd, "destroy", { stack_id: cold.stack_id });
+  await hostOp(host.denvd, "delete_version", { version_id: snap.version_id });
+  assert.equal(existsSync(`${host.stateDir}/live/${snap.version_id}`), false);
+});
+
+test("a process CRIU cannot take (io_uring) is refused before anything is frozen, naming it; best-effort keeps that service disk-only", async () => {
+  const stack = await deploy(
+    `x-denv: { kind: service }
+services:
+  ticker:
+    image: ${OPSBOX}
+    command: ["sh", "-c", ${JSON.stringify(TICKER.replaceAll("$", "$$$$"))}]
+    volumes: ["data:/data"]
+  ring:
+    image: ${OPSBOX}
+    command: ["python3", "-c", ${JSON.stringify(URING)}]
+volumes:
+  data: {}
+`,
+    "rings",
+  );
+  await waitFor("the ticker to tick", async () => (await tick(stack.id)).count >= 1);
+  await assert.rejects(hostOp(host.denvd, "snapshot", { stack_id: stack.id, live: "on" }), (err: unknown) => {
+    assert.ok(err instanceof DenvError, String(err));
+    assert.equal(err.code, "not_supported");
+    assert.match(err.message, /service ring's process python3 \(pid \d+\): it uses io_uring/);
+    return true;
+  });
+  assert.equal(host.denvd.versions().filter((v) => v.stackId === stack.id).length, 0, "no version was made");
+  // The stack was never frozen and still runs.
+  const before = (await tick(stack.id)).count;
+  await waitFor("the ticker to go on", async () => (await tick(stack.id)).count > before);
+
+  const snap = await hostOp(host.denvd, "snapshot", { stack_id: stack.id, live: "best-effort" });
+  assert.deepEqual(Object.keys(snap.evidence.live?.services ?? {}), ["ticker"]);
+  assert.match(snap.evidence.live?.skipped.ring ?? "", /io_uring/);
+  const fork = await hostOp(host.denvd, "fork", {
+    version_id: snap.version_id,
+    name: "rings-fork",
+    operation_id: "op_rings_fork",
+  });
+  assert.deepEqual(fork.evidence.live?.restored, ["ticker"]);
+  assert.match(fork.evidence.live?.started.ring ?? "", /io_uring/);
+});

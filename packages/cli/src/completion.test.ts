@@ -30,7 +30,8 @@ test("bash completes commands, subcommands and options from the command tree", (
   assert.ok(offered(["denv", ""]).includes("fork"));
   assert.ok(offered(["denv", ""]).includes("completion"));
   assert.deepEqual(offered(["denv", "env", "destroy", "--j"]), ["--json"]);
-  assert.deepEqual(offered(["denv", "fork", "--co"]), ["--count"]);
+  assert.deepEqual(offered(["denv", "fork", "--cou"]), ["--count"]);
+  assert.deepEqual(offered(["denv", "fork", "--co"]).sort(), ["--cold", "--count"]);
   // A word that is not a command (an environment's name) does not move the path.
   assert.deepEqual(offered(["denv", "logs", "shop/alpha", "--fol"]), ["--follow"]);
 });

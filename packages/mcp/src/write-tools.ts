@@ -221,8 +221,14 @@ export function registerWriteTools(server: McpServer, client: DenvClient): void 
     {
       title: "Snapshot an environment",
       description:
-        "Freezes the live state into a new immutable version (every volume in one consistent snapshot). Reports each phase; cancelling stops waiting, the snapshot itself completes or is undone on the server.",
-      inputSchema: { environment },
+        "Freezes the live state into a new immutable version (every volume in one consistent snapshot; with live, every service's processes too, which its forks continue from). Reports each phase; cancelling stops waiting, the snapshot itself completes or is undone on the server.",
+      inputSchema: {
+        environment,
+        live: z
+          .enum(["on", "best-effort"])
+          .optional()
+          .describe("keep every service's processes too (best-effort: those that can be taken)"),
+      },
       outputSchema: deploymentOut,
       annotations: { readOnlyHint: false, destructiveHint: false, openWorldHint: false },
     },
@@ -230,7 +236,11 @@ export function registerWriteTools(server: McpServer, client: DenvClient): void 
       guarded(async () =>
         deploymentResult(
           await verdict(client, extra as unknown as ToolExtra, () =>
-            client.envs.snapshot(args.environment, { query: { wait: "false" } }),
+            client.envs.snapshot(
+              args.environment,
+              args.live ? { live: args.live === "on" ? true : "best-effort" } : {},
+              { query: { wait: "false" } },
+            ),
           ),
         ),
       ),

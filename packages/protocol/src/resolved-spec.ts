@@ -180,6 +180,8 @@ export const resolvedSpecSchema = z.object({
    * was taken on included). Absent when the file does not declare it.
    */
   replicas: z.number().int().min(1).max(16).optional(),
+  /** x-denv.live: the deploy's snapshot keeps every service's processes (best-effort: those it can). */
+  live: z.enum(["on", "best-effort"]).optional(),
   /** x-denv.branches: branch patterns whose pushes deploy environments named after them. */
   branches: z.array(z.string()).max(64).optional(),
   /**

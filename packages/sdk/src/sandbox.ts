@@ -165,16 +165,25 @@ export class Sandbox {
     return this.info;
   }
 
-  /** The live state as a new version; resolves to the deployment, whose version_id names it. */
-  async snapshot(): Promise<Deployment> {
-    const d = await this.client.untilVerdict(() => this.client.envs.snapshot(this.id));
+  /**
+   * The live state as a new version; resolves to the deployment, whose version_id names it.
+   * `live`: every service's processes too (its forks continue from them); "best-effort" keeps
+   * disk-only the services that cannot be taken.
+   */
+  async snapshot(options: { live?: boolean | "best-effort" } = {}): Promise<Deployment> {
+    const body = options.live ? { live: options.live } : {};
+    const d = await this.client.untilVerdict(() => this.client.envs.snapshot(this.id, body));
     await this.refresh();
     return d;
   }
 
   /** A new sandbox from this one's current version (snapshotted first when it has none). */
-  async fork(options: { name?: string } = {}): Promise<Sandbox> {
-    const info = await this.client.envs.fork(this.id, options.name ? { name: options.name } : {});
+  async fork(options: { name?: string; cold?: boolean } = {}): Promise<Sandbox> {
+    const info = await this.client.envs.fork(this.id, {
+      ...(options.name ? { name: options.name } : {}),
+      // From a live version: start every service afresh instead of restoring its processes.
+      ...(options.cold ? { cold: true } : {}),
+    });
     return new Sandbox(this.client, info);
   }
 

@@ -823,7 +823,7 @@ export type PostV1EnvsByIdResumeResponse = {
   deployment_id?: string;
 };
 
-/** Capture the live state as a new version — POST /v1/envs/{id}/snapshot */
+/** Capture the live state as a new version (with live: every service's processes too, restored by its forks) — POST /v1/envs/{id}/snapshot */
 export type PostV1EnvsByIdSnapshotResponse = {
   id: string;
   environment_id: string;
@@ -852,6 +852,9 @@ export type PostV1EnvsByIdSnapshotResponse = {
   created_at: string;
   finished_at: string | null;
 };
+export type PostV1EnvsByIdSnapshotBody = {
+  live?: boolean | "best-effort";
+};
 
 /** A new environment from this environment's current version — POST /v1/envs/{id}/fork */
 export type PostV1EnvsByIdForkResponse = {
@@ -870,6 +873,7 @@ export type PostV1EnvsByIdForkResponse = {
 };
 export type PostV1EnvsByIdForkBody = {
   name?: string;
+  cold?: boolean;
 };
 
 /** Restore a version and re-check health — POST /v1/envs/{id}/rollback */
@@ -1756,7 +1760,7 @@ export const OPERATIONS = {
   deleteV1EnvsById: { method: "DELETE", path: "/v1/envs/{id}", params: ["id"], body: "none", response: "json" },
   getV1EnvsByIdDeployments: { method: "GET", path: "/v1/envs/{id}/deployments", params: ["id"], body: "none", response: "json" },
   postV1EnvsByIdResume: { method: "POST", path: "/v1/envs/{id}/resume", params: ["id"], body: "none", response: "json" },
-  postV1EnvsByIdSnapshot: { method: "POST", path: "/v1/envs/{id}/snapshot", params: ["id"], body: "none", response: "json" },
+  postV1EnvsByIdSnapshot: { method: "POST", path: "/v1/envs/{id}/snapshot", params: ["id"], body: "json", response: "json" },
   postV1EnvsByIdFork: { method: "POST", path: "/v1/envs/{id}/fork", params: ["id"], body: "json", response: "json" },
   postV1EnvsByIdRollback: { method: "POST", path: "/v1/envs/{id}/rollback", params: ["id"], body: "json", response: "json" },
   postV1EnvsByIdVerify: { method: "POST", path: "/v1/envs/{id}/verify", params: ["id"], body: "json", response: "json" },
@@ -1864,7 +1868,7 @@ export interface Operations {
   deleteV1EnvsById: { params: { id: string }; body: undefined; response: DeleteV1EnvsByIdResponse };
   getV1EnvsByIdDeployments: { params: { id: string }; body: undefined; response: GetV1EnvsByIdDeploymentsResponse };
   postV1EnvsByIdResume: { params: { id: string }; body: undefined; response: PostV1EnvsByIdResumeResponse };
-  postV1EnvsByIdSnapshot: { params: { id: string }; body: undefined; response: PostV1EnvsByIdSnapshotResponse };
+  postV1EnvsByIdSnapshot: { params: { id: string }; body: PostV1EnvsByIdSnapshotBody; response: PostV1EnvsByIdSnapshotResponse };
   postV1EnvsByIdFork: { params: { id: string }; body: PostV1EnvsByIdForkBody; response: PostV1EnvsByIdForkResponse };
   postV1EnvsByIdRollback: { params: { id: string }; body: PostV1EnvsByIdRollbackBody; response: PostV1EnvsByIdRollbackResponse };
   postV1EnvsByIdVerify: { params: { id: string }; body: PostV1EnvsByIdVerifyBody; response: PostV1EnvsByIdVerifyResponse };
@@ -2126,9 +2130,9 @@ export abstract class NamedOperations {
     /** Thaw an environment a verify froze for inspection: its services run again — POST /v1/envs/{id}/resume */
     resume: (id: string, options?: CallOptions): Promise<PostV1EnvsByIdResumeResponse> =>
       this.call("postV1EnvsByIdResume", { params: { id }, ...options }),
-    /** Capture the live state as a new version — POST /v1/envs/{id}/snapshot */
-    snapshot: (id: string, options?: CallOptions): Promise<PostV1EnvsByIdSnapshotResponse> =>
-      this.call("postV1EnvsByIdSnapshot", { params: { id }, ...options }),
+    /** Capture the live state as a new version (with live: every service's processes too, restored by its forks) — POST /v1/envs/{id}/snapshot */
+    snapshot: (id: string, body?: PostV1EnvsByIdSnapshotBody, options?: CallOptions): Promise<PostV1EnvsByIdSnapshotResponse> =>
+      this.call("postV1EnvsByIdSnapshot", { params: { id }, body: body ?? {}, ...options }),
     /** A new environment from this environment's current version — POST /v1/envs/{id}/fork */
     fork: (id: string, body?: PostV1EnvsByIdForkBody, options?: CallOptions): Promise<PostV1EnvsByIdForkResponse> =>
       this.call("postV1EnvsByIdFork", { params: { id }, body: body ?? {}, ...options }),

@@ -350,6 +350,7 @@ function validateWith(
     ...(x.pool === undefined ? {} : { pool: typeof x.pool === "object" ? x.pool.size : x.pool }),
     ...(typeof x.pool === "object" && x.pool.environment ? { pool_environment: x.pool.environment } : {}),
     ...(x.replicas === undefined ? {} : { replicas: x.replicas }),
+    ...(x.live ? { live: x.live === true ? ("on" as const) : ("best-effort" as const) } : {}),
     ...(x.branches?.length ? { branches: [...new Set(x.branches)] } : {}),
     ...(x.target === undefined ? {} : { target: x.target }),
     ...(x.ingress?.public?.length ? { ingress: { public: [...new Set(x.ingress.public)].sort() } } : {}),

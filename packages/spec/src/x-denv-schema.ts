@@ -51,6 +51,11 @@ export const xDenvSchema = z.strictObject({
   /** Copies of each version kept on distinct hosts (the one it was taken on counts): 1 to 16. */
   replicas: z.number().int().min(1).max(16).optional(),
   /**
+   * The deploy's version keeps every service's processes (a CRIU checkpoint) beside its volumes,
+   * and its forks continue from them; best-effort keeps disk-only what CRIU cannot take.
+   */
+  live: z.union([z.boolean(), z.literal("best-effort")]).optional(),
+  /**
    * Branches whose pushes deploy an environment named after the branch (GitHub sources): names or
    * patterns where `*` is any run of characters but `/` and `**` any run at all.
    */

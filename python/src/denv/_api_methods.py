@@ -436,9 +436,9 @@ class EnvsMethods:
         """Thaw an environment a verify froze for inspection: its services run again — POST /v1/envs/{id}/resume"""
         return self._send("POST", f"/v1/envs/{_p(id)}/resume", query=query, timeout_s=timeout_s)
 
-    def snapshot(self, id: str, *, query: dict[str, str | None] | None = None, timeout_s: float | None = None) -> _t.PostV1EnvsByIdSnapshotResponse:
-        """Capture the live state as a new version — POST /v1/envs/{id}/snapshot"""
-        return self._send("POST", f"/v1/envs/{_p(id)}/snapshot", query=query, timeout_s=timeout_s)
+    def snapshot(self, id: str, body: dict[str, Any] | None = None, *, query: dict[str, str | None] | None = None, timeout_s: float | None = None) -> _t.PostV1EnvsByIdSnapshotResponse:
+        """Capture the live state as a new version (with live: every service's processes too, restored by its forks) — POST /v1/envs/{id}/snapshot"""
+        return self._send("POST", f"/v1/envs/{_p(id)}/snapshot", body=body if body is not None else {}, query=query, timeout_s=timeout_s)
 
     def fork(self, id: str, body: dict[str, Any] | None = None, *, query: dict[str, str | None] | None = None, timeout_s: float | None = None) -> _t.PostV1EnvsByIdForkResponse:
         """A new environment from this environment's current version — POST /v1/envs/{id}/fork"""

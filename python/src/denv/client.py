@@ -251,8 +251,10 @@ class Client:
     def destroy(self, env: str) -> Deployment:
         return self._until_verdict(lambda: self.api.envs.destroy(env))
 
-    def snapshot(self, env: str) -> Deployment:
-        return self._until_verdict(lambda: self.api.envs.snapshot(env))
+    def snapshot(self, env: str, *, live: bool | str = False) -> Deployment:
+        """A new version of ``env``. ``live``: True keeps every service's processes too (its forks
+        continue from them); ``"best-effort"`` keeps disk-only the services that cannot be taken."""
+        return self._until_verdict(lambda: self.api.envs.snapshot(env, {"live": live} if live else {}))
 
     def _until_verdict(self, call: Callable[[], Deployment]) -> Deployment:
         """A call answered with a deployment's verdict. The server holds a request at most about
@@ -270,8 +272,13 @@ class Client:
                     return d
                 time.sleep(1.0)
 
-    def fork(self, env: str, name: str | None = None) -> Environment:
-        return self.api.envs.fork(env, {"name": name} if name else {})
+    def fork(self, env: str, name: str | None = None, *, cold: bool = False) -> Environment:
+        """A new environment from ``env``'s current version; ``cold`` starts every service afresh
+        even where the version is live."""
+        body: dict[str, Any] = {"name": name} if name else {}
+        if cold:
+            body["cold"] = True
+        return self.api.envs.fork(env, body)
 
     def rollback(self, env: str, version: str) -> Deployment:
         return self._until_verdict(lambda: self.api.envs.rollback(env, {"version": version}))

@@ -128,16 +128,34 @@ async function followPhases(client: DenvClient, id: string, json: boolean): Prom
   return d;
 }
 
+interface SnapshotSays {
+  outside_volumes?: Record<string, { paths: number; examples: string[] }>;
+  live?: { services: Record<string, unknown>; skipped: Record<string, string> };
+}
+
+const snapshotEvidence = (d: Deployment) =>
+  d.phases.find((p) => p.name === "snapshot")?.evidence as SnapshotSays | null;
+
 /**
- * A version keeps its volumes: files a service wrote elsewhere (its container's own layer) are not
+ * The services a live snapshot kept the processes of (and those kept disk-only, with why); null
+ * for a snapshot of volumes only.
+ */
+export function liveOf(d: Deployment): string | null {
+  const live = snapshotEvidence(d)?.live;
+  if (!live) return null;
+  const skipped = Object.entries(live.skipped).map(([svc, why]) => `${svc} disk-only: ${printableLine(why)}`);
+  return [Object.keys(live.services).join(", ") || "none", ...skipped].join("; ");
+}
+
+/**
+ * A version keeps its volumes (a live one also its services' layers): files a service wrote elsewhere (its container's own layer) are not
  * in it nor in its forks. Said on stderr after a deployment whose snapshot saw some.
  */
 export function warnOutsideVolumes(d: Deployment): void {
-  const ev = d.phases.find((p) => p.name === "snapshot")?.evidence as {
-    outside_volumes?: Record<string, { paths: number; examples: string[] }>;
-  } | null;
+  const ev = snapshotEvidence(d);
   for (const [svc, w] of Object.entries(ev?.outside_volumes ?? {}))
-    process.stderr.write(
-      `warning: ${svc} wrote ${w.paths} path${w.paths === 1 ? "" : "s"} outside its volumes (${w.examples.map((e) => printableLine(e)).join(", ")}${w.paths > w.examples.length ? ", …" : ""}): a version keeps volumes only, so this version and its forks do not have them; declare a volume where they belong\n`,
-    );
+    if (!ev?.live?.services[svc])
+      process.stderr.write(
+        `warning: ${svc} wrote ${w.paths} path${w.paths === 1 ? "" : "s"} outside its volumes (${w.examples.map((e) => printableLine(e)).join(", ")}${w.paths > w.examples.length ? ", …" : ""}): a version keeps volumes only, so this version and its forks do not have them; declare a volume where they belong\n`,
+      );
 }

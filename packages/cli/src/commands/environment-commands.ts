@@ -7,7 +7,7 @@ import type { Operations } from "@denv/sdk";
 import type { Command } from "commander";
 import { runOracle } from "../harbor/oracle.ts";
 import { ageOf, printJson, printTable, progressReporter, UsageError } from "../output.ts";
-import { follow, printPhaseLog, run, warnOutsideVolumes } from "./command-runner.ts";
+import { follow, liveOf, printPhaseLog, run, warnOutsideVolumes } from "./command-runner.ts";
 
 type Deployment = Operations["getV1DeploymentsById"]["response"];
 
@@ -79,97 +79,124 @@ export function registerEnvironmentCommands(program: Command): void {
       "--host <host>",
       "with --count: run them all on this host (a replica is made there first when needed)",
     )
+    .option("--cold", "from a live version: start every service afresh instead of restoring its processes")
     .option("--json", "print JSON")
     .addHelpText(
       "after",
       "\nExamples:\n  denv fork --name rollout-017 alpha\n  denv fork --name rollout --count 32 alpha    (rollout-01 … rollout-32; each one's outcome is printed)",
     );
   fork.action(
-    run(fork, async (client, json, env: string, o: { name: string; count?: string; host?: string }) => {
-      const t = performance.now();
-      if (o.count !== undefined) {
-        const count = Number(o.count);
-        if (!Number.isInteger(count) || count < 1 || count > 64)
-          throw new UsageError(`--count ${o.count} must be a whole number from 1 to 64`);
-        const e = await client().envs.get(env);
-        if (!e.current_version_id)
-          throw new UsageError(`${env} has no version yet: snapshot it first (denv snapshot ${env})`);
-        if (!json) process.stderr.write(`forking ${env} (${e.current_version_id}) ${count} times…\n`);
-        // The fan-out answers once every fork is made: meanwhile the forks already running are
-        // counted from the team's environments (named PREFIX-N, made since it began).
-        const progress = json ? null : progressReporter("forks ready");
-        const since = new Date(Date.now() - 1000).toISOString();
-        const named = new RegExp(`^${o.name.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}-\\d+$`);
-        progress?.show(0, count);
-        const poll = setInterval(async () => {
-          const listed = await client()
-            .envs.list()
-            .catch(() => null);
-          const ready = listed?.environments.filter(
-            (x) => named.test(x.name) && x.status === "running" && x.created_at >= since,
-          ).length;
-          if (ready !== undefined) progress?.show(Math.min(ready, count), count);
-        }, 1000);
-        const r = await client()
-          .versions.fork(e.current_version_id, {
-            count,
-            name_prefix: o.name,
-            ...(o.host ? { host: o.host } : {}),
-          })
-          .finally(() => clearInterval(poll));
-        progress?.show(r.created, count);
-        progress?.end();
-        if (json) printJson(r);
-        else {
-          for (const f of r.forks)
+    run(
+      fork,
+      async (
+        client,
+        json,
+        env: string,
+        o: { name: string; count?: string; host?: string; cold?: boolean },
+      ) => {
+        const t = performance.now();
+        if (o.count !== undefined) {
+          const count = Number(o.count);
+          if (!Number.isInteger(count) || count < 1 || count > 64)
+            throw new UsageError(`--count ${o.count} must be a whole number from 1 to 64`);
+          const e = await client().envs.get(env);
+          if (!e.current_version_id)
+            throw new UsageError(`${env} has no version yet: snapshot it first (denv snapshot ${env})`);
+          if (!json) process.stderr.write(`forking ${env} (${e.current_version_id}) ${count} times…\n`);
+          // The fan-out answers once every fork is made: meanwhile the forks already running are
+          // counted from the team's environments (named PREFIX-N, made since it began).
+          const progress = json ? null : progressReporter("forks ready");
+          const since = new Date(Date.now() - 1000).toISOString();
+          const named = new RegExp(`^${o.name.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}-\\d+$`);
+          progress?.show(0, count);
+          const poll = setInterval(async () => {
+            const listed = await client()
+              .envs.list()
+              .catch(() => null);
+            const ready = listed?.environments.filter(
+              (x) => named.test(x.name) && x.status === "running" && x.created_at >= since,
+            ).length;
+            if (ready !== undefined) progress?.show(Math.min(ready, count), count);
+          }, 1000);
+          const r = await client()
+            .versions.fork(e.current_version_id, {
+              count,
+              name_prefix: o.name,
+              ...(o.host ? { host: o.host } : {}),
+            })
+            .finally(() => clearInterval(poll));
+          progress?.show(r.created, count);
+          progress?.end();
+          if (json) printJson(r);
+          else {
+            for (const f of r.forks)
+              process.stdout.write(
+                f.ok
+                  ? `  ✓ ${f.name} (${f.environment?.id})\n`
+                  : `  ✗ ${f.name}: ${f.error?.code}: ${f.error?.message}\n`,
+              );
             process.stdout.write(
-              f.ok
-                ? `  ✓ ${f.name} (${f.environment?.id})\n`
-                : `  ✗ ${f.name}: ${f.error?.code}: ${f.error?.message}\n`,
+              `${r.created} of ${r.requested} forks made in ${Math.round(performance.now() - t)} ms${r.failed ? `; ${r.failed} failed` : ""}\n`,
             );
-          process.stdout.write(
-            `${r.created} of ${r.requested} forks made in ${Math.round(performance.now() - t)} ms${r.failed ? `; ${r.failed} failed` : ""}\n`,
-          );
+          }
+          return r.failed ? 1 : 0;
         }
-        return r.failed ? 1 : 0;
-      }
-      if (o.host) throw new UsageError("--host goes with --count (a fan-out)");
-      if (!json) process.stderr.write(`forking ${env} → ${o.name}…\n`);
-      // A version (ver_…, PROJECT@ver_…) rather than an environment: a fork of it, named as given.
-      if (/^ver_|@ver_/.test(env)) {
-        const r = await client().versions.fork(env, { count: 1, name: o.name });
-        const made = r.forks[0];
-        if (!made?.ok || !made.environment)
-          throw new UsageError(`the fork failed: ${made?.error?.code}: ${made?.error?.message}`);
-        if (json) printJson(made.environment);
+        if (o.host) throw new UsageError("--host goes with --count (a fan-out)");
+        if (o.cold && /^ver_|@ver_/.test(env))
+          throw new UsageError("--cold goes with forking an environment (its current version)");
+        if (!json) process.stderr.write(`forking ${env} → ${o.name}…\n`);
+        // A version (ver_…, PROJECT@ver_…) rather than an environment: a fork of it, named as given.
+        if (/^ver_|@ver_/.test(env)) {
+          const r = await client().versions.fork(env, { count: 1, name: o.name });
+          const made = r.forks[0];
+          if (!made?.ok || !made.environment)
+            throw new UsageError(`the fork failed: ${made?.error?.code}: ${made?.error?.message}`);
+          if (json) printJson(made.environment);
+          else
+            process.stdout.write(
+              `forked ${env} → ${made.environment.name} (${made.environment.id}) in ${Math.round(performance.now() - t)} ms\n`,
+            );
+          return 0;
+        }
+        const e = await client().envs.fork(env, { name: o.name, ...(o.cold ? { cold: true } : {}) });
+        if (json) printJson(e);
         else
           process.stdout.write(
-            `forked ${env} → ${made.environment.name} (${made.environment.id}) in ${Math.round(performance.now() - t)} ms\n`,
+            `forked ${env} → ${e.name} (${e.id}) from ${e.parent_version_id} in ${Math.round(performance.now() - t)} ms\n`,
           );
         return 0;
-      }
-      const e = await client().envs.fork(env, { name: o.name });
-      if (json) printJson(e);
-      else
-        process.stdout.write(
-          `forked ${env} → ${e.name} (${e.id}) from ${e.parent_version_id} in ${Math.round(performance.now() - t)} ms\n`,
-        );
-      return 0;
-    }),
+      },
+    ),
   );
   const snapshot = program
     .command("snapshot")
     .description("Capture an environment's live state as a new version")
-    .argument("<env>")
+    .argument("[env]")
+    .option(
+      "--live [mode]",
+      "keep every service's processes too (CRIU): its forks continue from them; --live=best-effort keeps disk-only the services that cannot be taken",
+    )
     .option("--json", "print JSON")
-    .addHelpText("after", "\nExample:\n  denv snapshot rollout-017");
+    .addHelpText("after", "\nExamples:\n  denv snapshot rollout-017\n  denv snapshot --live rollout-017");
   snapshot.action(
-    run(snapshot, async (client, json, env: string) => {
-      if (!json) process.stderr.write(`snapshotting ${env}…\n`);
-      const d = await client().untilVerdict(() => client().envs.snapshot(env));
+    run(snapshot, async (client, json, named: string | undefined) => {
+      const o = snapshot.opts<{ live?: boolean | string }>();
+      // `--live ENV`: the parser takes ENV as --live's value; it is the environment.
+      const taken = named === undefined && typeof o.live === "string" && o.live !== "best-effort";
+      const env = taken ? (o.live as string) : named;
+      const mode = taken ? true : o.live;
+      if (!env) throw new UsageError("name the environment: denv snapshot [--live] ENV");
+      if (mode !== undefined && mode !== true && mode !== "best-effort")
+        throw new UsageError(`--live takes no value or best-effort, not "${mode}"`);
+      const live = mode === true ? true : mode === "best-effort" ? ("best-effort" as const) : undefined;
+      if (!json) process.stderr.write(`snapshotting ${env}${live ? " with its processes" : ""}…\n`);
+      const d = await client().untilVerdict(() => client().envs.snapshot(env, live ? { live } : {}));
       if (json) printJson(d);
       else if (d.status === "succeeded") {
-        process.stdout.write(`snapshot of ${env}: version ${d.version_id} (frozen ${d.frozen_ms} ms)\n`);
+        const kept = liveOf(d);
+        process.stdout.write(
+          `snapshot of ${env}: version ${d.version_id} (frozen ${d.frozen_ms} ms${kept ? `; processes of ${kept}` : ""})\n`,
+        );
         warnOutsideVolumes(d);
       } else process.stdout.write(`snapshot failed: ${d.reason}\n`);
       return d.status === "succeeded" ? 0 : 1;

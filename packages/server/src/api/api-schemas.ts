@@ -318,7 +318,16 @@ export const pruneResult = z.object({
   images_removed: z.array(z.string()),
 });
 
-export const forkBody = z.strictObject({ name: name.optional() });
+export const forkBody = z.strictObject({
+  name: name.optional(),
+  /** Start every service afresh, even from a live version (whose forks restore its processes). */
+  cold: z.boolean().optional(),
+});
+
+/** A snapshot's options: `live` keeps every service's processes too; best-effort, those CRIU can take. */
+export const snapshotBody = z.strictObject({
+  live: z.union([z.boolean(), z.literal("best-effort")]).optional(),
+});
 
 /** At most this many forks in one fan-out request. */
 export const MAX_FAN_OUT = 64;

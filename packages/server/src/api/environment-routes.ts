@@ -15,6 +15,7 @@ import {
   forkBody,
   queryFlag,
   rollbackBody,
+  snapshotBody,
   verifyBody,
   versionSchema,
 } from "./api-schemas.ts";
@@ -114,16 +115,19 @@ export const environmentRoutes: ApiRoute[] = [
     method: "post",
     path: "/v1/envs/{id}/snapshot",
     name: "envs.snapshot",
-    summary: "Capture the live state as a new version",
+    summary:
+      "Capture the live state as a new version (with live: every service's processes too, restored by its forks)",
+    body: snapshotBody,
     query: waitQuery,
     response: deploymentSchema,
     auth: true,
-    handler: async (c) => {
+    handler: async (c, { body }) => {
       const e = await envOf(c);
       // On a hosted target the provider takes it, where its row says it can (snapshot-kind.ts).
       if (e.target_id === "denvd") runningOn(e);
       else assertRunning(e);
-      return finished(c, "snapshot", await c.var.deps.deployer.snapshot(e));
+      const live = body.live === true ? "on" : body.live === "best-effort" ? "best-effort" : undefined;
+      return finished(c, "snapshot", await c.var.deps.deployer.snapshot(e, live ? { live } : {}));
     },
   }),
   route({
@@ -137,7 +141,9 @@ export const environmentRoutes: ApiRoute[] = [
     auth: true,
     handler: async (c, { body }) => {
       const { deps, teamId } = c.var;
-      const made = await forkEnvironment(deps, teamId, await envOf(c), body.name);
+      const made = await forkEnvironment(deps, teamId, await envOf(c), body.name, {
+        ...(body.cold ? { cold: true } : {}),
+      });
       return c.json(await serializeMade(deps.store, deps.secrets, made), 201);
     },
   }),

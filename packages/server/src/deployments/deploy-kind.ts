@@ -127,7 +127,8 @@ async function deployPhases(
     if (spec.warm.length === 0) return { evidence: { commands: [] } };
     return { evidence: await runner.stacks.warm({ hostId, stackId }) };
   });
-  const versionId = await snapshotPhase(runner, rec, before, hostId, stackId, async () => spec);
+  // x-denv.live: the deploy's version keeps every service's processes too.
+  const versionId = await snapshotPhase(runner, rec, before, hostId, stackId, async () => spec, spec.live);
   // From the switch on, a cancel stops nothing: the environment serves its new stack.
   rec.commit();
   // The new stack replaces the old one only now, when it is whole. The old one is written down

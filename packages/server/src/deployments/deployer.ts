@@ -8,6 +8,7 @@ import type { BuildContexts } from "../build-contexts.ts";
 import type { Admission } from "../placement/admission.ts";
 import { deploymentById } from "../store/deployment-store.ts";
 import type { DeploymentsTable, EnvironmentsTable, ProjectsTable, VersionsTable } from "../store/schema.ts";
+import type { LiveMode } from "../targets/stack-lifecycle.ts";
 import { ANSWER_WITHIN_MS, awaitVerdict } from "./answer-deadline.ts";
 import { type DeployOptions, runDeploy } from "./deploy-kind.ts";
 import { recoverDeployments } from "./deployment-recovery.ts";
@@ -79,8 +80,8 @@ export class Deployer {
   }
 
   /** Captures a running environment's live state as a new version. */
-  snapshot(env: EnvironmentsTable): Promise<Launched> {
-    return runSnapshot(this.runner, env);
+  snapshot(env: EnvironmentsTable, options: { live?: LiveMode } = {}): Promise<Launched> {
+    return runSnapshot(this.runner, env, options);
   }
 
   /** Restores an environment to one of its versions and re-checks health. */

@@ -29,6 +29,8 @@ export interface ForkOptions {
   sandbox?: boolean;
   poolId?: string;
   holdClock?: boolean;
+  /** Start every service afresh, even from a live version. */
+  cold?: boolean;
   /**
    * Where it runs (fork-placement.ts), and why: a host holding the version, perhaps a replica made
    * for this fork. None: the host that took the version.
@@ -115,6 +117,7 @@ export async function runFork(
           // a replay's until its episode starts (replay-runner.ts).
           ...(options.poolId || options.holdClock ? { holdClock: true } : {}),
           ...(gpus ? { gpus } : {}),
+          ...(options.cold ? { cold: true } : {}),
         });
         return { value: out, evidence: out.evidence };
       })) as OpResult<"fork">;

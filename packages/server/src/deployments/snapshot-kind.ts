@@ -10,6 +10,7 @@ import { environmentById, updateEnvironment } from "../store/environment-store.t
 import type { EnvironmentsTable } from "../store/schema.ts";
 import { insertVersion, versionSpecJson } from "../store/version-store.ts";
 import { hostedTargetNamed } from "../targets/hosted-targets.ts";
+import type { LiveMode } from "../targets/stack-lifecycle.ts";
 import type { TargetSnapshot } from "../targets/target.ts";
 import type { DeploymentRunner, Launched } from "./deployment-runner.ts";
 import type { PhaseRecorder } from "./phase-recorder.ts";
@@ -36,12 +37,17 @@ export async function snapshotPhase(
   hostId: string,
   stackId: string,
   spec: () => Promise<ResolvedSpec>,
+  live?: LiveMode,
 ): Promise<string> {
   return (await rec.run("snapshot", async () => {
     // Chosen and written down before the host is asked: a restart removes it if it was not recorded.
     rec.state.building_version_id = newId("ver");
     await rec.persist();
-    const r = await runner.stacks.snapshot({ hostId, stackId }, rec.state.building_version_id);
+    const r = await runner.stacks.snapshot(
+      { hostId, stackId },
+      rec.state.building_version_id,
+      live ? { live } : {},
+    );
     const s = await spec();
     await insertVersion(runner.store, {
       id: r.version_id,
@@ -130,13 +136,32 @@ async function runHostedSnapshot(runner: DeploymentRunner, env: EnvironmentsTabl
   });
 }
 
-export async function runSnapshot(runner: DeploymentRunner, env: EnvironmentsTable): Promise<Launched> {
-  if (env.target_id !== "denvd") return runHostedSnapshot(runner, env);
+export async function runSnapshot(
+  runner: DeploymentRunner,
+  env: EnvironmentsTable,
+  options: { live?: LiveMode } = {},
+): Promise<Launched> {
+  if (env.target_id !== "denvd") {
+    if (options.live)
+      throw new DenvError(
+        "not_supported",
+        `environment ${env.name} runs on target ${env.target_id}, whose snapshots keep no processes; a live snapshot needs a denvd host`,
+      );
+    return runHostedSnapshot(runner, env);
+  }
   const rec = await runner.begin(env.team_id, env.id, "snapshot", ["snapshot", "verdict"]);
   return runner.launch(rec, env.id, async () => {
     const current = await environmentById(runner.store, env.id);
     const { hostId, stackId } = requireRunning(current);
-    const versionId = await snapshotPhase(runner, rec, env, hostId, stackId, () => specOf(runner, env));
+    const versionId = await snapshotPhase(
+      runner,
+      rec,
+      env,
+      hostId,
+      stackId,
+      () => specOf(runner, env),
+      options.live,
+    );
     await updateEnvironment(runner.store, env.id, { current_version_id: versionId });
     await rec.verdict("succeeded", null, { version_id: versionId });
   });

@@ -110,15 +110,22 @@ export async function forkVersion(
   versionId: string,
   name: string | undefined,
   sandbox: boolean,
-  options: { onHost?: string; pinned?: boolean } = {},
+  options: { onHost?: string; pinned?: boolean; cold?: boolean } = {},
 ): Promise<MadeEnvironmentRow> {
   const as = { name: name ?? sandboxName(), sandbox };
   const version = await findVersion(deps.store, teamId, versionId);
   if (!version.host_id) return forkHosted(deps, teamId, version, as);
-  const pooled = await takeFromPool(deps, teamId, versionId, as);
+  // A pool's members were started from the version as it is: a cold fork is made anew.
+  const pooled = options.cold ? null : await takeFromPool(deps, teamId, versionId, as);
   if (pooled) return pooled;
   // A host that holds the version (or takes a replica of it) with a free turn (fork-placement.ts).
-  const placed = await placeFork(deps, version, options);
+  // A live version's processes are on the host that took it: its forks go there.
+  const live = !options.cold && isLiveVersion(version);
+  const placed = await placeFork(
+    deps,
+    version,
+    live && !options.onHost ? { onHost: version.host_id, pinned: true } : options,
+  );
   const ticket = await deps.admission.admit(placed.hostId, {
     memoryBytes: await deps.admission.versionMemoryBytes(version.id),
     label: `fork ${as.name}`,
@@ -127,10 +134,26 @@ export async function forkVersion(
     return await createdEnv(
       deps,
       "fork",
-      await deps.deployer.fork(versionId, { teamId, ...as, placed, admission: ticket.wait }),
+      await deps.deployer.fork(versionId, {
+        teamId,
+        ...as,
+        placed,
+        admission: ticket.wait,
+        ...(options.cold ? { cold: true } : {}),
+      }),
     );
   } finally {
     ticket.release();
+  }
+}
+
+/** Whether a version keeps processes: its snapshot's evidence names the services it holds. */
+function isLiveVersion(version: VersionsTable): boolean {
+  try {
+    const e = JSON.parse(version.evidence_json) as { live?: { services?: Record<string, unknown> } };
+    return Object.keys(e.live?.services ?? {}).length > 0;
+  } catch {
+    return false;
   }
 }
 
@@ -233,6 +256,7 @@ export async function forkEnvironment(
   teamId: string,
   e: EnvironmentsTable,
   name: string | undefined,
+  options: { cold?: boolean } = {},
 ): Promise<MadeEnvironmentRow> {
   let versionId = e.current_version_id;
   if (!versionId) {
@@ -240,7 +264,7 @@ export async function forkEnvironment(
     versionId = (await environmentById(deps.store, e.id)).current_version_id;
     if (!versionId) throw new DenvError("conflict", `environment ${e.name} could not be snapshotted`);
   }
-  return forkVersion(deps, teamId, versionId, name, false);
+  return forkVersion(deps, teamId, versionId, name, false, options);
 }
 
 /** A sandbox: a fork of a version, or a one-service environment made from an image. */

@@ -48,7 +48,12 @@ export interface ForkRequest {
   /** Keep a frozen clock held at the version's time until `releaseClock` (a pool's member). */
   holdClock?: boolean;
   gpus?: GpuAssignment;
+  /** Start every service afresh, even from a live version. */
+  cold?: boolean;
 }
+
+/** A live snapshot: every service's processes too (on), or those CRIU can take (best-effort). */
+export type LiveMode = "on" | "best-effort";
 
 export interface DiffRequest {
   /** The version compared against; none: the one the stack came from or was last rolled back to. */
@@ -120,7 +125,7 @@ export interface StackLifecycle extends HostPresence {
   warm(at: StackRef): Promise<WarmOutcome>;
   checkHealth(at: StackRef): Promise<HealthOutcome>;
   /** One consistent snapshot of every volume: a version, with its images pinned. */
-  snapshot(at: StackRef, newVersionId?: string): Promise<SnapshotOutcome>;
+  snapshot(at: StackRef, newVersionId?: string, options?: { live?: LiveMode }): Promise<SnapshotOutcome>;
   /** A new stack from a version, started and healthy. */
   fork(hostId: string, req: ForkRequest): Promise<ForkOutcome>;
   rollback(at: StackRef, versionId: string, options?: LifecycleCallOptions): Promise<RollbackOutcome>;

@@ -10,6 +10,7 @@ import type {
   DiffRequest,
   ForkRequest,
   LifecycleCallOptions,
+  LiveMode,
   PrepareRequest,
   ReceiveSnapshotRequest,
   SendSnapshotRequest,
@@ -96,10 +97,11 @@ export class DenvdStacks implements StackLifecycle {
     return this.hosts.call(at.hostId, "check_health", stack(at));
   }
 
-  snapshot(at: StackRef, newVersionId?: string) {
+  snapshot(at: StackRef, newVersionId?: string, options: { live?: LiveMode } = {}) {
     return this.hosts.call(at.hostId, "snapshot", {
       ...stack(at),
       ...(newVersionId ? { new_version_id: newVersionId } : {}),
+      ...(options.live ? { live: options.live } : {}),
     });
   }
 
@@ -110,6 +112,7 @@ export class DenvdStacks implements StackLifecycle {
       operation_id: req.operationId,
       new_stack_id: req.newStackId,
       ...(req.holdClock !== undefined ? { hold_clock: req.holdClock } : {}),
+      ...(req.cold ? { cold: true } : {}),
       ...(req.gpus ? { gpus: req.gpus } : {}),
     });
   }

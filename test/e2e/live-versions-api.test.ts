@@ -1,0 +1,89 @@
+/**
+ * Live versions through the API and the CLI (issue 71): `x-denv.live: true` makes a deploy's
+ * version live, a fork through the API continues the parent's process, `denv fork --cold` starts it
+ * afresh, `denv snapshot --live` takes another and says which services' processes it kept, and a
+ * bad `--live` value or a live snapshot of a hosted sandbox is refused saying why. Another team
+ * cannot snapshot or fork the environment.
+ *
+ * The ticker holds a token it drew at its start in memory only and writes it with its count every
+ * tick: a fork whose file carries the parent's token runs the parent's process image.
+ */
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { cliRunner } from "../harness/cli-runner.ts";
+import { type Lab, openLab } from "../harness/lab.ts";
+import { waitFor } from "../harness/wait-for.ts";
+
+const OPSBOX = "127.0.0.1:5000/denv/opsbox:bookworm";
+const TICKER =
+  't=$(cat /proc/sys/kernel/random/uuid); i=0; while :; do i=$((i+1)); echo "$t $i" > /srv/count; sleep 0.1; done';
+const COMPOSE = `x-denv: { kind: service, live: true }
+services:
+  ticker:
+    image: ${OPSBOX}
+    command: ["sh", "-c", ${JSON.stringify(TICKER.replaceAll("$", "$$$$"))}]
+`;
+
+let lab: Lab;
+let cli: ReturnType<typeof cliRunner>;
+
+async function token(env: string): Promise<string> {
+  const r = await lab.api("POST", `/v1/envs/${encodeURIComponent(env)}/exec`, {
+    service: "ticker",
+    command: ["cat", "/srv/count"],
+  });
+  assert.equal(r.status, 200, JSON.stringify(r.data));
+  return String(r.data.stdout).split(" ")[0] ?? "";
+}
+
+before(async () => {
+  lab = await openLab();
+  cli = cliRunner(() => ({ url: lab.server.url, key: lab.keyA }));
+  await lab.api("POST", "/v1/projects", { name: "live", kind: "service", source: "./live" });
+  const put = await lab.api("PUT", "/v1/projects/live/source", { compose: COMPOSE });
+  assert.equal(put.status, 200, JSON.stringify(put.data));
+  const d = await lab.api("POST", "/v1/projects/live/deploy?wait=true", { env: "alpha" });
+  assert.equal(d.data.status, "succeeded", JSON.stringify(d.data));
+  const snap = d.data.phases.find((p: { name: string }) => p.name === "snapshot");
+  assert.ok(snap.evidence.live?.services?.ticker, JSON.stringify(snap.evidence));
+});
+
+after(async () => {
+  await lab?.close();
+});
+
+test("a fork of a deploy's live version continues the parent's process; --cold starts it afresh", async () => {
+  const parent = await token("live/alpha");
+  assert.match(parent, /^[0-9a-f-]{36}$/);
+  const f = await lab.api("POST", "/v1/envs/live%2Falpha/fork", { name: "warm-1" });
+  assert.equal(f.status, 201, JSON.stringify(f.data));
+  // The deploy's version was taken before any exec: the token is the one the parent drew.
+  assert.equal(await token("live/warm-1"), parent);
+
+  const cold = await cli("fork", "--name", "cold-1", "--cold", "live/alpha");
+  assert.equal(cold.code, 0, cold.stderr);
+  await waitFor("the cold fork's ticker to draw its own token", async () => {
+    const t = await token("live/cold-1");
+    return /^[0-9a-f-]{36}$/.test(t) && t !== parent;
+  });
+});
+
+test("denv snapshot --live says whose processes it kept; a bad mode is refused before anything runs", async () => {
+  const bad = await cli("snapshot", "--live=sometimes", "live/alpha");
+  assert.equal(bad.code, 2, bad.stdout + bad.stderr);
+  assert.match(bad.stderr, /--live takes no value or best-effort, not "sometimes"/);
+  const raw = await lab.api("POST", "/v1/envs/live%2Falpha/snapshot", { live: "always" });
+  assert.equal(raw.status, 400, JSON.stringify(raw.data));
+  assert.match(raw.data.error.message, /live/);
+
+  const r = await cli("snapshot", "--live", "live/alpha");
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, /version ver_[0-9a-f]{12} \(frozen \d+ ms; processes of ticker\)/);
+});
+
+test("another team can neither snapshot nor fork the environment", async () => {
+  const snap = await lab.api("POST", "/v1/envs/live%2Falpha/snapshot", { live: true }, lab.keyB);
+  assert.equal(snap.status, 404, JSON.stringify(snap.data));
+  const fork = await lab.api("POST", "/v1/envs/live%2Falpha/fork", { name: "stolen" }, lab.keyB);
+  assert.equal(fork.status, 404, JSON.stringify(fork.data));
+});

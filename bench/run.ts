@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --quick] [-- --json] [-- --save] [-- --only fork,api,scale,exec,creates,transfer,fidelity,fleet,e2b,ingress,diff]`: every
+ * `npm run bench [-- --quick] [-- --json] [-- --save] [-- --only fork,api,scale,exec,creates,transfer,fidelity,fleet,e2b,ingress,diff,live]`: every
  * figure beside its peer, measured in the same run on this machine. Prints a table for people
  * (each median with its p5–p95 spread and the 95% interval of the median); with --json, one JSON
  * object on the last line ({commit, machine, duration_s, metrics with every sample, ratios,
@@ -27,6 +27,7 @@ import { fidelityBench } from "./fidelity-bench.ts";
 import { fleetBench } from "./fleet-bench.ts";
 import { forkBench } from "./fork-bench.ts";
 import { ingressBench } from "./ingress-bench.ts";
+import { liveBench } from "./live-bench.ts";
 import { createsBench, execUnderLoad, scaleBench } from "./scale-bench.ts";
 import { transferBench } from "./transfer-bench.ts";
 
@@ -89,6 +90,7 @@ const measured: Record<string, Metric> = {
   ...(part("e2b") ? await e2bBench(quick) : {}),
   ...(part("ingress") ? await ingressBench(quick) : {}),
   ...(part("diff") ? await diffBench(quick) : {}),
+  ...(part("live") ? await liveBench(quick) : {}),
 };
 // Every metric with samples carries its spread and the interval of its median.
 const metrics = Object.fromEntries(Object.entries(measured).map(([k, m]) => [k, withSpread(m)]));
@@ -145,6 +147,8 @@ const ratioOf: Record<string, [string, string] | [string, string, "paired"]> = {
   diff_r_vs_diff: ["diff_diffr_p50_ms", "diff_p50_ms"],
   rsync_vs_diff_cold: ["diff_cold_rsync_p50_ms", "diff_cold_p50_ms"],
   diff_r_vs_diff_cold: ["diff_cold_diffr_p50_ms", "diff_cold_p50_ms"],
+  live_fork_vs_cold_fork: ["live_fork_ready_p50_ms", "live_cold_fork_ready_p50_ms", "paired"],
+  live_fork_vs_docker_by_hand: ["live_fork_ready_p50_ms", "live_peer_restore_p50_ms", "paired"],
   first_fork_elsewhere_vs_holder: ["first_fork_elsewhere_ms", "first_fork_holder_ms"],
   forks_three_hosts_vs_one: quick
     ? ["fleet_8_forks_three_hosts_ms", "fleet_8_forks_one_host_ms"]

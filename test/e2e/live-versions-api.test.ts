@@ -53,11 +53,14 @@ after(async () => {
 });
 
 test("a fork of a deploy's live version continues the parent's process; --cold starts it afresh", async () => {
-  const parent = await token("live/alpha");
-  assert.match(parent, /^[0-9a-f-]{36}$/);
+  const parent = await waitFor("the ticker's first tick", async () => {
+    const t = await token("live/alpha");
+    return /^[0-9a-f-]{36}$/.test(t) ? t : null;
+  });
   const f = await lab.api("POST", "/v1/envs/live%2Falpha/fork", { name: "warm-1" });
   assert.equal(f.status, 201, JSON.stringify(f.data));
-  // The deploy's version was taken before any exec: the token is the one the parent drew.
+  // The token the parent drew (in memory before its first tick, whenever the deploy's version was taken).
+  await waitFor("the fork's ticker to write", async () => (await token("live/warm-1")) !== "");
   assert.equal(await token("live/warm-1"), parent);
 
   const cold = await cli("fork", "--name", "cold-1", "--cold", "live/alpha");
@@ -86,4 +89,23 @@ test("another team can neither snapshot nor fork the environment", async () => {
   assert.equal(snap.status, 404, JSON.stringify(snap.data));
   const fork = await lab.api("POST", "/v1/envs/live%2Falpha/fork", { name: "stolen" }, lab.keyB);
   assert.equal(fork.status, 404, JSON.stringify(fork.data));
+});
+
+test("denv env pause keeps memory, exec meanwhile is told to resume, and resume carries on the same process", async () => {
+  const before = await token("live/alpha");
+  const stolen = await lab.api("POST", "/v1/envs/live%2Falpha/pause", undefined, lab.keyB);
+  assert.equal(stolen.status, 404, JSON.stringify(stolen.data));
+  const p = await cli("env", "pause", "live/alpha");
+  assert.equal(p.code, 0, p.stderr);
+  assert.match(p.stdout, /paused live\/alpha with its memory: paused/);
+  const r = await lab.api("POST", "/v1/envs/live%2Falpha/exec", { service: "ticker", command: ["true"] });
+  assert.equal(r.status, 409, JSON.stringify(r.data));
+  assert.match(r.data.error.message, /paused with its memory: resume it/);
+  const again = await lab.api("POST", "/v1/envs/live%2Falpha/pause");
+  assert.equal(again.status, 409, JSON.stringify(again.data));
+
+  const res = await cli("env", "resume", "live/alpha");
+  assert.equal(res.code, 0, res.stderr);
+  assert.match(res.stdout, /resumed live\/alpha: running/);
+  assert.equal(await token("live/alpha"), before, "the same process carries on");
 });

@@ -177,3 +177,20 @@ volumes:
   assert.deepEqual(fork.evidence.live?.restored, ["ticker"]);
   assert.match(fork.evidence.live?.started.ring ?? "", /io_uring/);
 });
+
+test("pause keeps memory: every process stops with its memory on disk, and resume carries on where it was", async () => {
+  const before = await tick(alpha.id);
+  const paused = await hostOp(host.denvd, "pause", { stack_id: alpha.id });
+  assert.ok((paused.services.ticker?.checkpoint_bytes ?? 0) > 0, JSON.stringify(paused));
+  const container = host.docker.getContainer(alpha.containers.ticker as string);
+  assert.equal((await container.inspect()).State.Running, false, "the processes are gone while paused");
+  await assert.rejects(hostOp(host.denvd, "pause", { stack_id: alpha.id }), /paused, not running/);
+
+  const resumed = await hostOp(host.denvd, "unpause", { stack_id: alpha.id });
+  assert.ok(resumed.health.services.ticker, JSON.stringify(resumed));
+  const after = await tick(alpha.id);
+  assert.equal(after.token, before.token, "the same process, not a fresh start");
+  assert.ok(after.count >= before.count, `${after.count} < ${before.count}`);
+  await waitFor("the resumed ticker to go on", async () => (await tick(alpha.id)).count > after.count);
+  await assert.rejects(hostOp(host.denvd, "unpause", { stack_id: alpha.id }), /running, not paused/);
+});

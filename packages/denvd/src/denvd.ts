@@ -65,6 +65,7 @@ import {
   rollbackStack,
   warmStack,
 } from "./stack/stack-lifecycle.ts";
+import { type PauseEvidence, pauseStack, unpauseStack } from "./stack/stack-pause.ts";
 import { seedDataset } from "./stack/stack-seeds.ts";
 import { type StartResult, startStack } from "./stack/stack-starter.ts";
 import type { StorageDriver } from "./storage/storage-driver.ts";
@@ -240,6 +241,15 @@ export class Denvd {
 
   warm(stackId: string): Promise<WarmEvidence> {
     return warmStack(this.ctx, stackId);
+  }
+
+  /** Pause that keeps memory (stack-pause.ts). */
+  pause(stackId: string): Promise<PauseEvidence> {
+    return pauseStack(this.ctx, stackId);
+  }
+
+  unpause(stackId: string): Promise<{ health: HealthEvidence; ms: number }> {
+    return unpauseStack(this.ctx, stackId);
   }
 
   snapshot(

@@ -221,6 +221,12 @@ export const forkEvidence = z.object({
   total_ms: ms,
 });
 
+/** A pause that keeps memory: each service's checkpoint (its processes stopped, memory on disk). */
+export const pauseEvidence = z.object({
+  services: z.record(z.string(), z.object({ checkpoint_bytes: z.number(), dump_ms: ms })),
+  ms,
+});
+
 export const collectEvidence = z.object({
   refused: z.string().nullable(),
   /** The first files collected, with their digests. */

@@ -18,6 +18,7 @@ import {
   forkEvidence,
   gradeEvidence,
   healthEvidence,
+  pauseEvidence,
   prepareEvidence,
   serviceStartEvidence,
   snapshotEvidence,
@@ -481,6 +482,14 @@ export const OPERATIONS = {
   },
   /** Thaws an agent verify froze. */
   resume: { deadlineMs: 60_000, journaled: true, afterCrash: "mark_undone", params: stack, result: empty },
+  /** Pause that keeps memory: every service's processes checkpointed and stopped (stack-pause.ts). */
+  pause: { deadlineMs: 5 * 60_000, params: stack, result: pauseEvidence },
+  /** A paused stack's services started from their checkpoints, in start order, and healthy. */
+  unpause: {
+    deadlineMs: 5 * 60_000,
+    params: stack,
+    result: z.object({ health: healthEvidence, ms: z.number() }),
+  },
   /** A version's record and the formats this host sends it in: what a replica elsewhere starts from. */
   describe_version: {
     deadlineMs: 60_000,

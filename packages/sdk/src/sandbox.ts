@@ -177,6 +177,18 @@ export class Sandbox {
     return d;
   }
 
+  /** Pause keeping memory: every process checkpointed to disk and stopped; resume() carries on. */
+  async pause(): Promise<EnvironmentInfo> {
+    this.info = await this.client.envs.pause(this.id);
+    return this.info;
+  }
+
+  /** Resumes a paused sandbox: its processes carry on from their memory. */
+  async resume(): Promise<EnvironmentInfo> {
+    this.info = await this.client.envs.resume(this.id);
+    return this.info;
+  }
+
   /** A new sandbox from this one's current version (snapshotted first when it has none). */
   async fork(options: { name?: string; cold?: boolean } = {}): Promise<Sandbox> {
     const info = await this.client.envs.fork(this.id, {

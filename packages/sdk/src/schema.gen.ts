@@ -807,7 +807,23 @@ export type GetV1EnvsByIdDeploymentsResponse = {
   }>;
 };
 
-/** Thaw an environment a verify froze for inspection: its services run again — POST /v1/envs/{id}/resume */
+/** Pause keeping memory: every service's processes checkpointed to disk and stopped; resume carries on from there — POST /v1/envs/{id}/pause */
+export type PostV1EnvsByIdPauseResponse = {
+  id: string;
+  name: string;
+  project: string;
+  status: string;
+  host_id: string | null;
+  current_version_id: string | null;
+  parent_version_id: string | null;
+  sandbox: boolean;
+  target: string;
+  services: Array<string>;
+  created_at: string;
+  deployment_id?: string;
+};
+
+/** Resume a paused environment (its processes carry on from their memory), or thaw one a verify froze for inspection — POST /v1/envs/{id}/resume */
 export type PostV1EnvsByIdResumeResponse = {
   id: string;
   name: string;
@@ -1759,6 +1775,7 @@ export const OPERATIONS = {
   getV1EnvsById: { method: "GET", path: "/v1/envs/{id}", params: ["id"], body: "none", response: "json" },
   deleteV1EnvsById: { method: "DELETE", path: "/v1/envs/{id}", params: ["id"], body: "none", response: "json" },
   getV1EnvsByIdDeployments: { method: "GET", path: "/v1/envs/{id}/deployments", params: ["id"], body: "none", response: "json" },
+  postV1EnvsByIdPause: { method: "POST", path: "/v1/envs/{id}/pause", params: ["id"], body: "none", response: "json" },
   postV1EnvsByIdResume: { method: "POST", path: "/v1/envs/{id}/resume", params: ["id"], body: "none", response: "json" },
   postV1EnvsByIdSnapshot: { method: "POST", path: "/v1/envs/{id}/snapshot", params: ["id"], body: "json", response: "json" },
   postV1EnvsByIdFork: { method: "POST", path: "/v1/envs/{id}/fork", params: ["id"], body: "json", response: "json" },
@@ -1867,6 +1884,7 @@ export interface Operations {
   getV1EnvsById: { params: { id: string }; body: undefined; response: GetV1EnvsByIdResponse };
   deleteV1EnvsById: { params: { id: string }; body: undefined; response: DeleteV1EnvsByIdResponse };
   getV1EnvsByIdDeployments: { params: { id: string }; body: undefined; response: GetV1EnvsByIdDeploymentsResponse };
+  postV1EnvsByIdPause: { params: { id: string }; body: undefined; response: PostV1EnvsByIdPauseResponse };
   postV1EnvsByIdResume: { params: { id: string }; body: undefined; response: PostV1EnvsByIdResumeResponse };
   postV1EnvsByIdSnapshot: { params: { id: string }; body: PostV1EnvsByIdSnapshotBody; response: PostV1EnvsByIdSnapshotResponse };
   postV1EnvsByIdFork: { params: { id: string }; body: PostV1EnvsByIdForkBody; response: PostV1EnvsByIdForkResponse };
@@ -2127,7 +2145,10 @@ export abstract class NamedOperations {
     /** An environment's deployments — GET /v1/envs/{id}/deployments */
     deployments: (id: string, options?: CallOptions): Promise<GetV1EnvsByIdDeploymentsResponse> =>
       this.call("getV1EnvsByIdDeployments", { params: { id }, ...options }),
-    /** Thaw an environment a verify froze for inspection: its services run again — POST /v1/envs/{id}/resume */
+    /** Pause keeping memory: every service's processes checkpointed to disk and stopped; resume carries on from there — POST /v1/envs/{id}/pause */
+    pause: (id: string, options?: CallOptions): Promise<PostV1EnvsByIdPauseResponse> =>
+      this.call("postV1EnvsByIdPause", { params: { id }, ...options }),
+    /** Resume a paused environment (its processes carry on from their memory), or thaw one a verify froze for inspection — POST /v1/envs/{id}/resume */
     resume: (id: string, options?: CallOptions): Promise<PostV1EnvsByIdResumeResponse> =>
       this.call("postV1EnvsByIdResume", { params: { id }, ...options }),
     /** Capture the live state as a new version (with live: every service's processes too, restored by its forks) — POST /v1/envs/{id}/snapshot */

@@ -89,6 +89,7 @@ ROUTES: dict[str, tuple[str, str]] = {
     "envs.get": ("GET", "/v1/envs/{id}"),
     "envs.destroy": ("DELETE", "/v1/envs/{id}"),
     "envs.deployments": ("GET", "/v1/envs/{id}/deployments"),
+    "envs.pause": ("POST", "/v1/envs/{id}/pause"),
     "envs.resume": ("POST", "/v1/envs/{id}/resume"),
     "envs.snapshot": ("POST", "/v1/envs/{id}/snapshot"),
     "envs.fork": ("POST", "/v1/envs/{id}/fork"),
@@ -432,8 +433,12 @@ class EnvsMethods:
         """An environment's deployments — GET /v1/envs/{id}/deployments"""
         return self._send("GET", f"/v1/envs/{_p(id)}/deployments", query=query, timeout_s=timeout_s)
 
+    def pause(self, id: str, *, query: dict[str, str | None] | None = None, timeout_s: float | None = None) -> _t.PostV1EnvsByIdPauseResponse:
+        """Pause keeping memory: every service's processes checkpointed to disk and stopped; resume carries on from there — POST /v1/envs/{id}/pause"""
+        return self._send("POST", f"/v1/envs/{_p(id)}/pause", query=query, timeout_s=timeout_s)
+
     def resume(self, id: str, *, query: dict[str, str | None] | None = None, timeout_s: float | None = None) -> _t.PostV1EnvsByIdResumeResponse:
-        """Thaw an environment a verify froze for inspection: its services run again — POST /v1/envs/{id}/resume"""
+        """Resume a paused environment (its processes carry on from their memory), or thaw one a verify froze for inspection — POST /v1/envs/{id}/resume"""
         return self._send("POST", f"/v1/envs/{_p(id)}/resume", query=query, timeout_s=timeout_s)
 
     def snapshot(self, id: str, body: dict[str, Any] | None = None, *, query: dict[str, str | None] | None = None, timeout_s: float | None = None) -> _t.PostV1EnvsByIdSnapshotResponse:

@@ -877,6 +877,9 @@ GetV1EnvsByIdResponse = GetV1EnvsResponseEnvironmentsItem
 #: DELETE /v1/envs/{id}
 DeleteV1EnvsByIdResponse = PostV1ProjectsByIdDeployResponse
 
+#: POST /v1/envs/{id}/pause
+PostV1EnvsByIdPauseResponse = GetV1EnvsResponseEnvironmentsItem
+
 #: POST /v1/envs/{id}/resume
 PostV1EnvsByIdResumeResponse = GetV1EnvsResponseEnvironmentsItem
 

@@ -280,6 +280,14 @@ class Client:
             body["cold"] = True
         return self.api.envs.fork(env, body)
 
+    def pause(self, env: str) -> Environment:
+        """Pause keeping memory: every process checkpointed to disk and stopped."""
+        return self.api.envs.pause(env)
+
+    def resume(self, env: str) -> Environment:
+        """Resume a paused environment (its processes carry on), or thaw one verify froze."""
+        return self.api.envs.resume(env)
+
     def rollback(self, env: str, version: str) -> Deployment:
         return self._until_verdict(lambda: self.api.envs.rollback(env, {"version": version}))
 

@@ -357,9 +357,26 @@ export function registerEnvironmentCommands(program: Command): void {
       return 0;
     }),
   );
+  const ep = env
+    .command("pause")
+    .description(
+      "Pause an environment keeping its memory: every service's processes checkpointed to disk and stopped (denv env resume carries on)",
+    )
+    .argument("<env>")
+    .option("--json", "print JSON");
+  ep.action(
+    run(ep, async (client, json, ref: string) => {
+      const e = await client().envs.pause(ref);
+      if (json) printJson(e);
+      else process.stdout.write(`paused ${e.project}/${e.name} with its memory: ${e.status}\n`);
+      return 0;
+    }),
+  );
   const er = env
     .command("resume")
-    .description("Thaw an environment a verify froze for inspection: its services run again")
+    .description(
+      "Resume a paused environment (its processes carry on from their memory), or thaw one a verify froze for inspection",
+    )
     .argument("<env>")
     .option("--json", "print JSON");
   er.action(

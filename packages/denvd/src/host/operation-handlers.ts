@@ -102,6 +102,8 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
       return { ...r, egress: await denvd.probeEgress(p.stack_id) };
     },
     warm: (p) => denvd.warm(p.stack_id),
+    pause: (p) => denvd.pause(p.stack_id),
+    unpause: (p) => denvd.unpause(p.stack_id),
     snapshot: async (p) => {
       const r = await denvd.snapshot(p.stack_id, {
         ...(p.new_version_id ? { versionId: p.new_version_id } : {}),

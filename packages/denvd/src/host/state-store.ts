@@ -27,7 +27,7 @@ import type { ResolvedSpec } from "@denv/protocol";
  * way (restoreVersionId), finished at the next open: the stack is the environment, never removed
  * for it.
  */
-export type StackStatus = "creating" | "running" | "restoring" | "failed" | "lost" | "destroying";
+export type StackStatus = "creating" | "running" | "paused" | "restoring" | "failed" | "lost" | "destroying";
 
 export interface StackRecord {
   id: string;
@@ -48,6 +48,8 @@ export interface StackRecord {
   frozen?: string[];
   /** The version a rollback under way restores (status restoring). */
   restoreVersionId?: string;
+  /** Services paused with their memory on disk (status paused): each resumes from its checkpoint. */
+  paused?: string[];
   /** The GPUs (UUIDs) the control plane gave each service; absent: none given. */
   gpus?: Record<string, string[]>;
 }

@@ -201,6 +201,13 @@ export interface CheckpointPort {
   loadLayer(id: string, file: string): Promise<void>;
   /** Starts a created container from a checkpoint `dir` instead of its command. */
   startFrom(id: string, dir: string): Promise<void>;
+  /**
+   * Pause that keeps memory: the container's processes checkpointed into the engine's own place
+   * for the container and stopped (their memory freed); the container, its layer and its mounts stay.
+   */
+  suspend(id: string): Promise<{ ms: number; bytes: number }>;
+  /** Starts a suspended container from its checkpoint, and drops the checkpoint. */
+  unsuspend(id: string): Promise<void>;
 }
 
 export interface ContainerRuntime {

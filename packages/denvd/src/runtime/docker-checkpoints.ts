@@ -23,6 +23,8 @@ import type { CheckpointPort } from "./container-runtime.ts";
 const DEFAULT_RUNC_ROOT = "/run/docker/runtime-runc/moby";
 /** The name every restore is started from, in the container's own checkpoints directory. */
 const RESTORE_NAME = "denv-live";
+/** A suspended container's own checkpoint (pause that keeps memory). */
+const SUSPEND_NAME = "denv-pause";
 const DUMP_TIMEOUT_MS = 120_000;
 /** Where scripts/ensure-criu.sh puts its bundle (DENVD_CRIU_DIR names another). */
 const DEFAULT_CRIU_DIR = "/var/lib/denv-host/criu/bin";
@@ -152,6 +154,39 @@ export class DockerCheckpoints implements CheckpointPort {
     }
   }
 
+  async suspend(id: string): Promise<{ ms: number; bytes: number }> {
+    const begun = performance.now();
+    // The engine's own checkpoint, stopping the container: it records the stop as its own (no
+    // restart policy starts it again) and keeps the images where its start takes them from.
+    await new Promise<void>((resolve, reject) =>
+      this.docker.modem.dial(
+        {
+          path: `/containers/${encodeURIComponent(id)}/checkpoints`,
+          method: "POST",
+          options: { CheckpointID: SUSPEND_NAME, Exit: true },
+          statusCodes: { 200: true, 201: true, 204: true, 404: "no such container", 500: "server error" },
+        },
+        (err: unknown) => (err ? reject(engineFailure("suspend", err)) : resolve()),
+      ),
+    );
+    const bytes = await dirBytes(join(await this.containerDir(id), "checkpoints", SUSPEND_NAME)).catch(
+      () => 0,
+    );
+    return { ms: Math.round(performance.now() - begun), bytes };
+  }
+
+  async unsuspend(id: string): Promise<void> {
+    try {
+      await this.docker.getContainer(id).start({ _query: { checkpoint: SUSPEND_NAME }, _body: {} } as object);
+    } catch (err) {
+      throw engineFailure("resume", err);
+    }
+    await rm(join(await this.containerDir(id), "checkpoints", SUSPEND_NAME), {
+      recursive: true,
+      force: true,
+    });
+  }
+
   private async upperDir(id: string): Promise<string> {
     const c = (await this.docker.getContainer(id).inspect()) as {
       GraphDriver?: { Name?: string; Data?: Record<string, string> };
@@ -167,6 +202,13 @@ export class DockerCheckpoints implements CheckpointPort {
     const full = ((await this.docker.getContainer(id).inspect()) as { Id: string }).Id;
     return join(await this.rootDir, "containers", full);
   }
+}
+
+/** The engine's refusal, in its words (CRIU's log lines among them). */
+function engineFailure(what: string, err: unknown): DenvError {
+  const said =
+    (err as { json?: { message?: string } }).json?.message ?? String((err as Error).message ?? err);
+  return new DenvError("service_failed", `CRIU could not ${what} it: ${said.slice(-600)}`, { cause: err });
 }
 
 /** The error lines at the end of CRIU's log: what it could not take, in its words. */

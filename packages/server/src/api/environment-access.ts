@@ -19,6 +19,11 @@ export function assertRunning(e: EnvironmentsTable): void {
       `environment ${e.name} is frozen by verify for inspection: resume it (denv env resume ${e.name}, POST /v1/envs/{id}/resume), fork it, or verify with resume`,
     );
   }
+  if (e.status === "paused")
+    throw new DenvError(
+      "conflict",
+      `environment ${e.name} is paused with its memory: resume it (denv env resume ${e.name}, POST /v1/envs/{id}/resume)`,
+    );
   if (e.status !== "running" || !e.stack_id)
     throw new DenvError("conflict", `environment ${e.name} is ${e.status}, not running`);
 }

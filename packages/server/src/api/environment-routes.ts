@@ -100,9 +100,24 @@ export const environmentRoutes: ApiRoute[] = [
   }),
   route({
     method: "post",
+    path: "/v1/envs/{id}/pause",
+    name: "envs.pause",
+    summary:
+      "Pause keeping memory: every service's processes checkpointed to disk and stopped; resume carries on from there",
+    response: environmentSchema,
+    auth: true,
+    handler: async (c) => {
+      const { deps } = c.var;
+      const e = await deps.deployer.pause(await envOf(c));
+      return c.json(await serializeEnvironment(deps.store, deps.secrets, e));
+    },
+  }),
+  route({
+    method: "post",
     path: "/v1/envs/{id}/resume",
     name: "envs.resume",
-    summary: "Thaw an environment a verify froze for inspection: its services run again",
+    summary:
+      "Resume a paused environment (its processes carry on from their memory), or thaw one a verify froze for inspection",
     response: environmentSchema,
     auth: true,
     handler: async (c) => {

@@ -84,6 +84,8 @@ const handlers: DoubleHandlers = {
     };
   },
   rollback: () => ({ health, ms: 7 }),
+  pause: () => ({ services: { box: { checkpoint_bytes: 4096, dump_ms: 3 } }, ms: 4 }),
+  unpause: () => ({ health, ms: 5 }),
   destroy: () => ({}),
   exec: (p: OpCheckedParams<"exec">, streams: (id: number) => Duplex) => {
     streams(p.stdout_stream).write("hello\n");
@@ -179,6 +181,8 @@ const a = {
   project: "",
   env: "",
   doomed: "",
+  /** Paused by its route's case (the others keep alpha running). */
+  napper: "",
   version: "",
   deployment: "",
   replay: "rpl_000000000001",
@@ -337,7 +341,7 @@ before(async () => {
   await insertProject(store, project);
   a.project = project.id;
   a.version = "ver_000000000001";
-  for (const name of ["alpha", "doomed"]) {
+  for (const name of ["alpha", "doomed", "napper"]) {
     const env = await findOrCreateEnvironment(store, project, name);
     await updateEnvironment(store, env.id, {
       status: "running",
@@ -346,7 +350,8 @@ before(async () => {
       current_version_id: a.version,
     });
     if (name === "alpha") a.env = env.id;
-    else a.doomed = env.id;
+    else if (name === "doomed") a.doomed = env.id;
+    else a.napper = env.id;
   }
   await insertVersion(store, {
     id: a.version,
@@ -596,6 +601,7 @@ const CASES: Record<string, Case> = {
   },
   // alpha runs: nothing a verify froze to thaw (e2e/verify-resume covers a real thaw).
   "post /v1/envs/{id}/resume": { path: () => `/v1/envs/${a.env}/resume`, status: 409 },
+  "post /v1/envs/{id}/pause": { path: () => `/v1/envs/${a.napper}/pause`, status: 200 },
   "post /v1/envs/{id}/verify": {
     path: () => `/v1/envs/${a.env}/verify`,
     body: () => ({ resume: true }),
@@ -750,7 +756,17 @@ test("no key and a bad key: 401 on every keyed route, before anything is read or
 });
 
 test("another team's key: its objects are 404, its lists hold none of ours, and admin routes are 403", async () => {
-  const ours = () => [a.project, a.env, a.doomed, a.version, a.deployment, a.replay, a.host, `"${a.cloud}"`];
+  const ours = () => [
+    a.project,
+    a.env,
+    a.doomed,
+    a.napper,
+    a.version,
+    a.deployment,
+    a.replay,
+    a.host,
+    `"${a.cloud}"`,
+  ];
   for (const r of API_ROUTES.filter((x) => x.auth)) {
     const c = CASES[keyOf(r)] as Case;
     const res = await call(r.method.toUpperCase(), c.path() + (c.query ?? ""), {

@@ -23,7 +23,7 @@ import { runDestroy } from "./destroy-kind.ts";
 import { type ForkOptions, runFork } from "./fork-kind.ts";
 import { syncHostStatuses } from "./host-sync.ts";
 import { type PromoteOptions, runPromote } from "./promote-kind.ts";
-import { runResume } from "./resume-kind.ts";
+import { runPause, runResume } from "./resume-kind.ts";
 import { runRollback } from "./rollback-kind.ts";
 import { runSnapshot } from "./snapshot-kind.ts";
 import { runVerify } from "./verify-kind.ts";
@@ -94,7 +94,15 @@ export class Deployer {
     return runVerify(this.runner, env, options);
   }
 
-  /** Thaws an environment a verify froze for inspection (resume-kind.ts); answers it running. */
+  /** Pause that keeps memory (resume-kind.ts); answers it paused. */
+  pause(env: EnvironmentsTable): Promise<EnvironmentsTable> {
+    return runPause(this.runner, env);
+  }
+
+  /**
+   * Thaws an environment a verify froze for inspection, or resumes a paused one from its
+   * checkpoints (resume-kind.ts); answers it running.
+   */
   resume(env: EnvironmentsTable): Promise<EnvironmentsTable> {
     return runResume(this.runner, env);
   }

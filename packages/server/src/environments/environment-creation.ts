@@ -13,7 +13,7 @@ import type { FetchPolicy } from "../fetch-policy.ts";
 import type { Replicator } from "../fleet/replication.ts";
 import { newId } from "../ids.ts";
 import type { Admission } from "../placement/admission.ts";
-import { hostsWithRoom, placeFork } from "../placement/fork-placement.ts";
+import { hostsWithRoom, isLiveVersion, placeFork } from "../placement/fork-placement.ts";
 import { MIN_FREE_BYTES } from "../placement/placement.ts";
 import { deploymentById } from "../store/deployment-store.ts";
 import { environmentById, updateEnvironment } from "../store/environment-store.ts";
@@ -119,13 +119,10 @@ export async function forkVersion(
   const pooled = options.cold ? null : await takeFromPool(deps, teamId, versionId, as);
   if (pooled) return pooled;
   // A host that holds the version (or takes a replica of it) with a free turn (fork-placement.ts).
-  // A live version's processes are on the host that took it: its forks go there.
+  // A live version's processes are on the host that took it: its forks go there (a fan-out's
+  // included), where a copy elsewhere would start them cold.
   const live = !options.cold && isLiveVersion(version);
-  const placed = await placeFork(
-    deps,
-    version,
-    live && !options.onHost ? { onHost: version.host_id, pinned: true } : options,
-  );
+  const placed = await placeFork(deps, version, live ? { onHost: version.host_id, pinned: true } : options);
   const ticket = await deps.admission.admit(placed.hostId, {
     memoryBytes: await deps.admission.versionMemoryBytes(version.id),
     label: `fork ${as.name}`,
@@ -144,16 +141,6 @@ export async function forkVersion(
     );
   } finally {
     ticket.release();
-  }
-}
-
-/** Whether a version keeps processes: its snapshot's evidence names the services it holds. */
-function isLiveVersion(version: VersionsTable): boolean {
-  try {
-    const e = JSON.parse(version.evidence_json) as { live?: { services?: Record<string, unknown> } };
-    return Object.keys(e.live?.services ?? {}).length > 0;
-  } catch {
-    return false;
   }
 }
 

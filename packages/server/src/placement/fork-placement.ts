@@ -47,8 +47,21 @@ export async function holdersWithRoom(
   deps: Pick<Deps, "store" | "stacks" | "admission">,
   version: VersionsTable,
 ): Promise<string[]> {
-  const holders = new Set(await versionHolders(deps.store, version));
+  // A live version's processes are on the host that took it: its copies elsewhere fork cold.
+  const holders = new Set(
+    isLiveVersion(version) && version.host_id ? [version.host_id] : await versionHolders(deps.store, version),
+  );
   return (await hostsWithRoom(deps, version.team_id)).filter((h) => holders.has(h));
+}
+
+/** Whether a version keeps processes: its snapshot's evidence names the services it holds. */
+export function isLiveVersion(version: Pick<VersionsTable, "evidence_json">): boolean {
+  try {
+    const e = JSON.parse(version.evidence_json) as { live?: { services?: Record<string, unknown> } };
+    return Object.keys(e.live?.services ?? {}).length > 0;
+  } catch {
+    return false;
+  }
 }
 
 function replicationSummary(r: Awaited<ReturnType<Replicator["replicate"]>>) {

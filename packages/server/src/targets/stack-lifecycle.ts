@@ -78,6 +78,8 @@ export interface Streaming<R, S extends readonly MuxStream[]> {
 export type PrepareOutcome = OpResult<"prepare">;
 export type StartOutcome = OpResult<"start">;
 export type WarmOutcome = OpResult<"warm">;
+export type PauseOutcome = OpResult<"pause">;
+export type UnpauseOutcome = OpResult<"unpause">;
 export type HealthOutcome = OpResult<"check_health">;
 export type SnapshotOutcome = OpResult<"snapshot">;
 export type ForkOutcome = OpResult<"fork">;
@@ -133,6 +135,10 @@ export interface StackLifecycle extends HostPresence {
   destroy(at: StackRef, options?: LifecycleCallOptions): Promise<void>;
   /** Thaws the agent verify froze. */
   resume(at: StackRef, options?: LifecycleCallOptions): Promise<void>;
+  /** Pause that keeps memory: every service's processes checkpointed and stopped. */
+  pause(at: StackRef): Promise<PauseOutcome>;
+  /** A paused stack's services started again from their checkpoints, healthy. */
+  unpause(at: StackRef): Promise<UnpauseOutcome>;
   diff(at: StackRef, req: DiffRequest): Promise<DiffOutcome>;
   /** Every volume's state digested; `holdClock` (default true) holds a frozen clock for it. */
   digestVolumes(at: StackRef, holdClock?: boolean): Promise<DigestOutcome>;

@@ -129,6 +129,14 @@ export class DenvdStacks implements StackLifecycle {
     await this.hosts.call(at.hostId, "resume", stack(at), options);
   }
 
+  pause(at: StackRef) {
+    return this.hosts.call(at.hostId, "pause", stack(at));
+  }
+
+  unpause(at: StackRef) {
+    return this.hosts.call(at.hostId, "unpause", stack(at));
+  }
+
   diff(at: StackRef, req: DiffRequest) {
     return this.hosts.call(at.hostId, "diff", {
       ...stack(at),

@@ -1,0 +1,166 @@
+/**
+ * Live versions (issue 71): how long a user waits for a fork whose service is warm — its state
+ * built — side by side in the same rounds, every sample's answer checked:
+ *   - denv's fork of a live version through the API (`POST /v1/envs/{id}/fork`, the 201 of a
+ *     running fork), the service's state restored with its memory: ready at once;
+ *   - denv's cold fork of the same version (`{cold: true}`): the service starts afresh and builds
+ *     its state again (what every fork did before live versions);
+ *   - the peer a good engineer would pick on the same engine: Docker's own checkpoint and restore
+ *     with the same CRIU, by hand (`docker checkpoint create --leave-running`, `docker create` of
+ *     the same image and command, the checkpoint copied into it, `docker start --checkpoint`) of the
+ *     one warmed container — no volumes, no network of its own, no agent, no health or egress
+ *     checks.
+ * Each is timed from the request until an exec in the fork reads the service's ready file with the
+ * parent's token (the cold fork: its own token). The warm-up stands for loading a model or warming
+ * a cache: 64 MiB of state and about two seconds of hashing.
+ * Also the live snapshot itself: its frozen window and each dump, as its evidence says.
+ */
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import { log, openBenchRig } from "./bench-rig.ts";
+import { type Metric, metricOf, shuffled } from "./bench-stats.ts";
+
+const run = promisify(execFile);
+const OPSBOX = "127.0.0.1:5000/denv/opsbox:bookworm";
+const WARM = `import hashlib, os, time, uuid
+token = str(uuid.uuid4())
+state = bytearray(os.urandom(64 << 20))
+h = b""
+for _ in range(1_500_000):
+    h = hashlib.sha256(h).digest()
+open("/srv/ready", "w").write(token + " " + h.hex()[:16])
+while True:
+    time.sleep(1)
+`;
+const COMPOSE = `x-denv: { kind: service }
+services:
+  warm:
+    image: ${OPSBOX}
+    command: ["python3", "-c", ${JSON.stringify(WARM.replaceAll("$", "$$$$"))}]
+`;
+
+export async function liveBench(quick: boolean): Promise<Record<string, Metric>> {
+  const rig = await openBenchRig("live");
+  const { api, raw } = rig;
+  const labels = Object.entries(rig.labels).flatMap(([k, v]) => ["--label", `${k}=${v}`]);
+  const peerName = `${rig.runId}-peer`;
+  try {
+    await api("POST", "/v1/projects", { name: "live", kind: "service", source: "./live" });
+    await api("PUT", "/v1/projects/live/source", { compose: COMPOSE });
+    const d = await api("POST", "/v1/projects/live/deploy?wait=true", { env: "alpha" });
+    if (d.status !== "succeeded") throw new Error(`deploy: ${d.reason}`);
+    const ready = async (env: string): Promise<string | null> => {
+      const r = await raw("POST", `/v1/envs/${encodeURIComponent(env)}/exec`, {
+        service: "warm",
+        command: ["cat", "/srv/ready"],
+      });
+      return r.status === 200 && r.data.exit_code === 0 ? String(r.data.stdout) : null;
+    };
+    const until = async <T>(probe: () => Promise<T | null>): Promise<T> => {
+      for (;;) {
+        const v = await probe();
+        if (v) return v;
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    };
+    const parentReady = await until(() => ready("live/alpha"));
+    // The live version, its snapshot taken once the service is warm.
+    const frozen: number[] = [];
+    const dumps: number[] = [];
+    let snapDeployment: Record<string, any> = {};
+    for (let i = 0; i < (quick ? 2 : 5); i++) {
+      snapDeployment = await api("POST", "/v1/envs/live%2Falpha/snapshot?wait=true", { live: true });
+      if (snapDeployment.status !== "succeeded") throw new Error(`live snapshot: ${snapDeployment.reason}`);
+      const ev = snapDeployment.phases.find((p: { name: string }) => p.name === "snapshot").evidence;
+      frozen.push(ev.frozen_ms);
+      dumps.push(ev.live.services.warm.dump_ms);
+    }
+    const imageBytes = snapDeployment.phases.find((p: { name: string }) => p.name === "snapshot").evidence
+      .live.services.warm.checkpoint_bytes as number;
+
+    // The peer's warmed container, the same image and program.
+    await run("docker", ["run", "-d", "--name", peerName, ...labels, OPSBOX, "python3", "-c", WARM]);
+    await until(async () => {
+      const r = await run("docker", ["exec", peerName, "cat", "/srv/ready"]).catch(() => null);
+      return r?.stdout ?? null;
+    });
+    const peerToken = (await run("docker", ["exec", peerName, "cat", "/srv/ready"])).stdout;
+    const root = (await run("docker", ["info", "-f", "{{.DockerRootDir}}"])).stdout.trim();
+
+    const live: number[] = [];
+    const cold: number[] = [];
+    const peer: number[] = [];
+    const rounds = quick ? 3 : 8;
+    for (let i = 0; i < rounds; i++)
+      for (const who of shuffled(["live", "cold", "peer"], i + 1)) {
+        const name = `${who}-${i}`;
+        const t = performance.now();
+        if (who === "peer") {
+          const ck = `ck${i}`;
+          await run("docker", ["checkpoint", "create", "--leave-running", peerName, ck]);
+          const id = (
+            await run("docker", [
+              "create",
+              "--name",
+              `${peerName}-${i}`,
+              ...labels,
+              OPSBOX,
+              "python3",
+              "-c",
+              WARM,
+            ])
+          ).stdout.trim();
+          const src = (await run("docker", ["inspect", "-f", "{{.Id}}", peerName])).stdout.trim();
+          await run("mkdir", ["-p", `${root}/containers/${id}/checkpoints`]);
+          await run("cp", [
+            "-a",
+            `${root}/containers/${src}/checkpoints/${ck}`,
+            `${root}/containers/${id}/checkpoints/`,
+          ]);
+          await run("docker", ["start", "--checkpoint", ck, id]);
+          const got = (await run("docker", ["exec", id, "cat", "/srv/ready"])).stdout;
+          peer.push(performance.now() - t);
+          if (got !== peerToken) throw new Error(`the peer's restore read ${got}`);
+          await run("docker", ["rm", "-f", id]);
+          await run("docker", ["checkpoint", "rm", peerName, ck]);
+          continue;
+        }
+        const f = await raw("POST", "/v1/envs/live%2Falpha/fork", {
+          name,
+          ...(who === "cold" ? { cold: true } : {}),
+        });
+        if (f.status !== 201) throw new Error(`${who} fork: ${JSON.stringify(f.data)}`);
+        const got = await until(() => ready(`live/${name}`));
+        (who === "live" ? live : cold).push(performance.now() - t);
+        if (who === "live" && got !== parentReady) throw new Error(`the live fork read ${got}`);
+        if (who === "cold" && got.split(" ")[0] === parentReady.split(" ")[0])
+          throw new Error("the cold fork kept the parent's token");
+        await api("DELETE", `/v1/envs/${encodeURIComponent(`live/${name}`)}`);
+      }
+    log(
+      `live fork ready p50 ${metricOf(live, "ms").value} ms, cold ${metricOf(cold, "ms").value} ms, docker by hand ${metricOf(peer, "ms").value} ms`,
+    );
+    return {
+      live_fork_ready_p50_ms: metricOf(live, "ms", "fork of a live version until its warmed service answers"),
+      live_cold_fork_ready_p50_ms: metricOf(
+        cold,
+        "ms",
+        "cold fork of the same version until it has warmed again",
+      ),
+      live_peer_restore_p50_ms: metricOf(
+        peer,
+        "ms",
+        "docker checkpoint create --leave-running + create + start --checkpoint of one container, by hand",
+      ),
+      live_snapshot_frozen_p50_ms: metricOf(frozen, "ms", "the live snapshot's frozen window"),
+      live_snapshot_dump_p50_ms: metricOf(
+        dumps,
+        "ms",
+        `CRIU's dump of the service (${Math.round(imageBytes / 2 ** 20)} MiB of images)`,
+      ),
+    };
+  } finally {
+    await run("docker", ["rm", "-f", peerName]).catch(() => {});
+    await rig.close();
+  }
+}

@@ -109,3 +109,21 @@ test("denv env pause keeps memory, exec meanwhile is told to resume, and resume 
   assert.match(res.stdout, /resumed live\/alpha: running/);
   assert.equal(await token("live/alpha"), before, "the same process carries on");
 });
+
+test("a paused environment can be rolled back instead of resumed: it runs its version afresh", async () => {
+  const before = await token("live/alpha");
+  const p = await lab.api("POST", "/v1/envs/live%2Falpha/pause");
+  assert.equal(p.status, 200, JSON.stringify(p.data));
+  assert.equal(p.data.status, "paused");
+  const r = await lab.api("POST", "/v1/envs/live%2Falpha/rollback?wait=true", {
+    version: p.data.current_version_id,
+  });
+  assert.equal(r.data.status, "succeeded", JSON.stringify(r.data));
+  const e = await lab.api("GET", "/v1/envs/live%2Falpha");
+  assert.equal(e.data.status, "running");
+  // Rolled back, not resumed: the ticker started again from the version's disk, with a token of its own.
+  await waitFor("the restarted ticker's own token", async () => {
+    const t = await token("live/alpha");
+    return /^[0-9a-f-]{36}$/.test(t) && t !== before;
+  });
+});

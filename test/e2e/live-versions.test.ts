@@ -12,9 +12,9 @@
  * fresh start draws another).
  */
 import assert from "node:assert/strict";
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { after, before, test } from "node:test";
-import type { StackRecord } from "@denv/denvd";
+import { holdsSysResource, type StackRecord } from "@denv/denvd";
 import { DenvError, type ResolvedSpec } from "@denv/protocol";
 import { pinSpec, RegistryPinner, validateCompose } from "@denv/spec";
 import { hostOp, openTestHost, type TestHost } from "../harness/test-host.ts";
@@ -193,4 +193,35 @@ test("pause keeps memory: every process stops with its memory on disk, and resum
   assert.ok(after.count >= before.count, `${after.count} < ${before.count}`);
   await waitFor("the resumed ticker to go on", async () => (await tick(alpha.id)).count > after.count);
   await assert.rejects(hostOp(host.denvd, "unpause", { stack_id: alpha.id }), /running, not paused/);
+});
+
+test("a service running as another user: taken where root holds CAP_SYS_RESOURCE, refused saying so where it does not", async () => {
+  const stack = await deploy(
+    `x-denv: { kind: service }
+services:
+  ticker:
+    image: ${OPSBOX}
+    user: "1000:1000"
+    command: ["sh", "-c", ${JSON.stringify(TICKER.replace("/srv/count", "/tmp/count").replace("/data/ticks", "/tmp/ticks").replaceAll("$", "$$$$"))}]
+`,
+    "users",
+  );
+  await waitFor(
+    "the ticker to start",
+    async () =>
+      (await host.denvd.exec(stack.id, "ticker", { command: ["test", "-s", "/tmp/count"] })).exitCode === 0,
+  );
+  const live = hostOp(host.denvd, "snapshot", { stack_id: stack.id, live: "on" });
+  if (holdsSysResource(readFileSync("/proc/self/status", "utf8"))) {
+    const snap = await live;
+    assert.ok(snap.evidence.live?.services.ticker, JSON.stringify(snap.evidence));
+  } else {
+    await assert.rejects(
+      live,
+      /service ticker's process sh \(pid \d+\): it runs as uid 1000, and this host's root lacks CAP_SYS_RESOURCE/,
+    );
+    const paused = hostOp(host.denvd, "pause", { stack_id: stack.id });
+    await assert.rejects(paused, /lacks CAP_SYS_RESOURCE/);
+    assert.equal(host.denvd.stack(stack.id).status, "running", "nothing was stopped");
+  }
 });

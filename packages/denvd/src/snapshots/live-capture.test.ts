@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { processRefusal } from "./live-capture.ts";
+import { holdsSysResource, processRefusal } from "./live-capture.ts";
 
 const proc = (over: Partial<Parameters<typeof processRefusal>[0]>) => ({
   pid: 7,
@@ -24,4 +24,23 @@ test("a GPU, io_uring, a traced process and devices CRIU cannot restore are refu
 
 test("a file merely named like a device elsewhere is not mistaken for one", () => {
   assert.equal(processRefusal(proc({ fds: ["/data/dev/nvidia0", "/tmp/io_uring"] })), null);
+});
+
+test("where root lacks CAP_SYS_RESOURCE, another user's process is refused saying why; root's is taken", () => {
+  const noRes = { sysResource: false };
+  const asUser = proc({ ids: { uids: [1000, 1000, 1000], gids: [1000, 1000, 1000] } });
+  assert.match(processRefusal(asUser, noRes) ?? "", /uid 1000.*lacks CAP_SYS_RESOURCE/);
+  assert.equal(processRefusal(asUser, { sysResource: true }), null);
+  assert.equal(processRefusal(proc({ ids: { uids: [0, 0, 0], gids: [0, 0, 0] } }), noRes), null);
+  // A root process that kept another group is another user's to the kernel's check.
+  assert.match(
+    processRefusal(proc({ ids: { uids: [0, 0, 0], gids: [0, 0, 5] } }), noRes) ?? "",
+    /CAP_SYS_RESOURCE/,
+  );
+});
+
+test("CAP_SYS_RESOURCE is read from the effective capabilities' bit 24", () => {
+  assert.equal(holdsSysResource("Name:\tnode\nCapEff:\t000001ffffffffff\n"), true);
+  assert.equal(holdsSysResource("CapEff:\t000001fffeffffff\n"), false);
+  assert.equal(holdsSysResource("no capabilities here"), false);
 });

@@ -32,11 +32,32 @@ export interface ProcessFacts {
   tracerPid: number;
   /** Where its open descriptors lead (readlink of /proc/PID/fd/N). */
   fds: string[];
+  /** Its real, effective and saved user and group ids (absent: not read). */
+  ids?: { uids: number[]; gids: number[] };
+}
+
+/** What the dumping side may do: whether root here holds CAP_SYS_RESOURCE. */
+export interface DumperFacts {
+  sysResource: boolean;
+}
+
+/** CAP_SYS_RESOURCE's bit in /proc/PID/status's capability masks. */
+const CAP_SYS_RESOURCE = 24n;
+
+/** Whether this process's effective capabilities (its status text) hold CAP_SYS_RESOURCE. */
+export function holdsSysResource(statusText: string): boolean {
+  const hex = /^CapEff:\s*([0-9a-f]+)/m.exec(statusText)?.[1];
+  return hex ? ((BigInt(`0x${hex}`) >> CAP_SYS_RESOURCE) & 1n) === 1n : false;
 }
 
 /** Why CRIU cannot take this process (null: nothing found that it cannot). */
-export function processRefusal(p: ProcessFacts): string | null {
+export function processRefusal(p: ProcessFacts, dumper: DumperFacts = { sysResource: true }): string | null {
   if (p.tracerPid) return `it is traced by process ${p.tracerPid} (a debugger or strace)`;
+  // CRIU reads each process's limits with prlimit, which the kernel allows on another user's
+  // process only with CAP_SYS_RESOURCE (some hosts' root lacks it: a VM or container's bounds).
+  const other = p.ids && [...p.ids.uids, ...p.ids.gids].find((id) => id !== 0);
+  if (!dumper.sysResource && other !== undefined && p.ids)
+    return `it runs as uid ${p.ids.uids[0]}, and this host's root lacks CAP_SYS_RESOURCE, without which CRIU cannot read another user's process limits`;
   for (const fd of p.fds) {
     if (/^\/dev\/(nvidia|dri\/|kfd|accel\/)/.test(fd)) return `it holds a GPU device (${fd})`;
     if (fd === "anon_inode:[io_uring]") return "it uses io_uring";
@@ -50,11 +71,17 @@ async function processFacts(pid: number): Promise<ProcessFacts | null> {
     const comm = (await readFile(`/proc/${pid}/comm`, "utf8")).trim();
     const status = await readFile(`/proc/${pid}/status`, "utf8");
     const tracerPid = Number(/^TracerPid:\s*(\d+)/m.exec(status)?.[1] ?? 0);
+    const idsOf = (key: string) =>
+      (new RegExp(`^${key}:\\s*([\\d\\s]+)$`, "m").exec(status)?.[1] ?? "")
+        .trim()
+        .split(/\s+/)
+        .slice(0, 3)
+        .map(Number);
     const fdDir = `/proc/${pid}/fd`;
     const fds = await Promise.all(
       (await readdir(fdDir)).map((fd) => readlink(join(fdDir, fd)).catch(() => "")),
     );
-    return { pid, comm, tracerPid, fds };
+    return { pid, comm, tracerPid, fds, ids: { uids: idsOf("Uid"), gids: idsOf("Gid") } };
   } catch {
     return null; // gone meanwhile: nothing to take
   }
@@ -67,6 +94,7 @@ async function processFacts(pid: number): Promise<ProcessFacts | null> {
  */
 export async function liveRefusals(ctx: StackContext, stack: StackRecord): Promise<Record<string, string>> {
   const out: Record<string, string> = {};
+  const dumper = { sysResource: holdsSysResource(await readFile("/proc/self/status", "utf8")) };
   await Promise.all(
     Object.entries(stack.containers).map(async ([svc, id]) => {
       const st = await ctx.runtime.inspectContainer(id);
@@ -77,7 +105,7 @@ export async function liveRefusals(ctx: StackContext, stack: StackRecord): Promi
         : [st.pid];
       for (const pid of pids) {
         const facts = await processFacts(pid);
-        const why = facts && processRefusal(facts);
+        const why = facts && processRefusal(facts, dumper);
         if (why && facts) {
           out[svc] = `process ${facts.comm} (pid ${pid}): ${why}`;
           return;

@@ -251,8 +251,9 @@ export async function rollbackStack(
   stack.spec = version.spec;
   stack.versionId = version.id;
   stack.containers = {};
-  // The restored stack runs again: nothing of it is frozen any more.
+  // The restored stack runs again: nothing of it is frozen or paused any more.
   delete stack.frozen;
+  delete stack.paused;
   await ctx.store.putStack(stack);
   await setUpClock(ctx, stack, { baseMs: versionClockMs(version), held: true });
   const { health } = await startStack(ctx, stack.id);

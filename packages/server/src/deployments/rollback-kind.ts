@@ -24,7 +24,11 @@ export async function runRollback(
   }
   const rec = await runner.begin(env.team_id, env.id, "rollback", ["restore", "health", "verdict"]);
   return runner.launch(rec, env.id, async () => {
-    const { hostId, stackId } = requireRunning(await environmentById(runner.store, env.id));
+    // A paused environment may be restored too (its checkpoints go with its containers).
+    const current = await environmentById(runner.store, env.id);
+    const { hostId, stackId } = requireRunning(
+      current.status === "paused" ? { ...current, status: "running" } : current,
+    );
     if (version.host_id !== hostId)
       throw new DenvError("conflict", `version ${versionId} is on another host`);
     // Written down before the host begins: a stopped server finishes the restore on restart.
@@ -40,7 +44,7 @@ export async function runRollback(
     // The stack restarts in dependency order on the host; this records what it measured.
     await rec.run("health", async () => ({ evidence: r.health }));
     await rec.carve("restore", "health", (r.health as { ms?: number }).ms ?? 0);
-    await updateEnvironment(runner.store, env.id, { current_version_id: versionId });
+    await updateEnvironment(runner.store, env.id, { current_version_id: versionId, status: "running" });
     await rec.verdict("succeeded", null, { version_id: versionId });
   });
 }

@@ -322,17 +322,36 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
   });
 
   /**
-   * Pause: the sandbox snapshotted (a denv version) and every service stopped, so it holds no CPU
-   * or memory; its timeout no longer runs. Memory is not kept (E2B's `memory: false`): resuming
-   * restores the version in place and starts the services again, under the same sandbox id.
+   * Pause: the sandbox snapshotted (a denv version) and, with `memory` (E2B's default), every
+   * process checkpointed to disk and stopped (denv's pause that keeps memory): resuming carries
+   * them on where they were. Without `memory`, or where the processes cannot be checkpointed (the
+   * host has no CRIU, a process holds what CRIU cannot take), every service is stopped instead and
+   * resuming restores the version and starts them again. Either way it holds no CPU or memory and
+   * its timeout no longer runs, under the same sandbox id.
    */
   on("POST /sandboxes/:id/pause", async (c, key) => {
     const s = await pathSandbox(c, key);
+    const body = await boundedJson(c.req);
     if (s.paused_version_id)
       return e2bError(409, `sandbox ${sandboxIdOf(s.environment_id)} is already paused`);
     await json(await v1(key.id, `/v1/envs/${s.environment_id}/snapshot`, { method: "POST" }));
     const env = await json(await v1(key.id, `/v1/envs/${s.environment_id}`));
     processes.dropSandbox(s.environment_id);
+    if (body.memory !== false) {
+      const kept = await v1(key.id, `/v1/envs/${s.environment_id}/pause`, { method: "POST" });
+      if (kept.ok) {
+        await updateE2bSandbox(store, s.environment_id, {
+          paused_version_id: env.current_version_id as string,
+        });
+        return c.body(null, 204);
+      }
+      // A pause that kept nothing left every process running as it was (stack-pause.ts): one the
+      // processes cannot take (no CRIU, io_uring, a command's open channel) falls back to stopping
+      // them; a refusal of the caller is said.
+      const e = await responseError(kept);
+      if (e.code === "permission_denied" || e.code === "unauthenticated" || e.code === "not_found")
+        throw new E2bHttpError(CONNECT_CODES[e.code], e.message);
+    }
     for (const service of env.services as string[])
       await json(
         await v1(key.id, `/v1/envs/${s.environment_id}/services/${encodeURIComponent(service)}/stop`, {
@@ -361,7 +380,15 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
       return c.json(sandboxBody(s, key), 200);
     }
     let resumed = false;
-    if (s.paused_version_id) {
+    const paused = s.paused_version_id
+      ? ((await json(await v1(key.id, `/v1/envs/${s.environment_id}`))).status as string)
+      : null;
+    if (paused === "paused") {
+      // Paused with its memory: its processes carry on. Where they cannot be restored, the
+      // version the pause took is, as after a pause without memory.
+      resumed = (await v1(key.id, `/v1/envs/${s.environment_id}/resume`, { method: "POST" })).ok;
+    }
+    if (s.paused_version_id && !resumed) {
       const d = await json(
         await v1(key.id, `/v1/envs/${s.environment_id}/rollback?wait=true`, {
           method: "POST",

@@ -285,6 +285,7 @@ export function fromDenvCode(code: string | undefined, message: string): Connect
     timeout: "deadline_exceeded",
     unavailable: "unavailable",
     host_unavailable: "unavailable",
+    not_supported: "unimplemented",
   };
   return new ConnectError(map[code ?? ""] ?? "internal", message);
 }

@@ -113,6 +113,17 @@ const ROWS: [string, string, [string, string] | null][] = [
     ["`rsync -rcn --delete`", "diff_cold_rsync_p50_ms"],
   ],
   ["episode diff, page cache dropped", "diff_cold_p50_ms", ["`diff -r`", "diff_cold_diffr_p50_ms"]],
+  [
+    "fork of a live version to its warmed service",
+    "live_fork_ready_p50_ms",
+    ["a cold fork of it, warming again", "live_cold_fork_ready_p50_ms"],
+  ],
+  [
+    "fork of a live version, the same",
+    "live_fork_ready_p50_ms",
+    ["`docker checkpoint` + `commit` + `start --checkpoint` by hand", "live_peer_restore_p50_ms"],
+  ],
+  ["live snapshot's frozen window (64 MiB process)", "live_snapshot_frozen_p50_ms", null],
 ];
 
 /** Saved runs in the current format (a commit, the machine, a duration), newest first. */

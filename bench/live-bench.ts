@@ -6,9 +6,9 @@
  *   - denv's cold fork of the same version (`{cold: true}`): the service starts afresh and builds
  *     its state again (what every fork did before live versions);
  *   - the peer a good engineer would pick on the same engine: Docker's own checkpoint and restore
- *     with the same CRIU, by hand (`docker checkpoint create --leave-running`, `docker create` of
- *     the same image and command, the checkpoint copied into it, `docker start --checkpoint`) of the
- *     one warmed container — no volumes, no network of its own, no agent, no health or egress
+ *     with the same CRIU, by hand (`docker checkpoint create --leave-running`, `docker commit` of its
+ *     layer, `docker create` from that image with the same command, the checkpoint copied into it,
+ *     `docker start --checkpoint`) of the one warmed container — no volumes, no network of its own, no agent, no health or egress
  *     checks.
  * Each is timed from the request until an exec in the fork reads the service's ready file with the
  * parent's token (the cold fork: its own token). The warm-up stands for loading a model or warming
@@ -26,7 +26,7 @@ const WARM = `import hashlib, os, time, uuid
 token = str(uuid.uuid4())
 state = bytearray(os.urandom(64 << 20))
 h = b""
-for _ in range(1_500_000):
+for _ in range(6_000_000):
     h = hashlib.sha256(h).digest()
 open("/srv/ready", "w").write(token + " " + h.hex()[:16])
 while True:
@@ -98,13 +98,17 @@ export async function liveBench(quick: boolean): Promise<Record<string, Metric>>
         if (who === "peer") {
           const ck = `ck${i}`;
           await run("docker", ["checkpoint", "create", "--leave-running", peerName, ck]);
+          // The restored process expects the files it wrote in its own layer: committed, as a
+          // user of Docker carries a container's layer (pausing it again while it is read).
+          const image = `${peerName}-layer:${i}`;
+          await run("docker", ["commit", peerName, image]);
           const id = (
             await run("docker", [
               "create",
               "--name",
               `${peerName}-${i}`,
               ...labels,
-              OPSBOX,
+              image,
               "python3",
               "-c",
               WARM,
@@ -122,6 +126,7 @@ export async function liveBench(quick: boolean): Promise<Record<string, Metric>>
           peer.push(performance.now() - t);
           if (got !== peerToken) throw new Error(`the peer's restore read ${got}`);
           await run("docker", ["rm", "-f", id]);
+          await run("docker", ["rmi", image]);
           await run("docker", ["checkpoint", "rm", peerName, ck]);
           continue;
         }
@@ -150,7 +155,7 @@ export async function liveBench(quick: boolean): Promise<Record<string, Metric>>
       live_peer_restore_p50_ms: metricOf(
         peer,
         "ms",
-        "docker checkpoint create --leave-running + create + start --checkpoint of one container, by hand",
+        "docker checkpoint create --leave-running + commit + create + start --checkpoint of one container, by hand",
       ),
       live_snapshot_frozen_p50_ms: metricOf(frozen, "ms", "the live snapshot's frozen window"),
       live_snapshot_dump_p50_ms: metricOf(

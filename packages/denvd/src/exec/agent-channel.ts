@@ -110,7 +110,7 @@ export class AgentChannel {
   /**
    * Lets go of a container's agent for a moment in which its processes must hold no connection to
    * denvd (a process checkpoint): stops listening and removes the socket (the agent's redials then
-   * fail and it backs off, up to a second apart), ends the control connection and waits until the
+   * fail and it backs off, at most 160 ms apart), ends the control connection and waits until the
    * agent has closed its end. listen() takes it back. False when the agent did not close in time.
    */
   async detach(key: string, timeoutMs = 2000): Promise<boolean> {

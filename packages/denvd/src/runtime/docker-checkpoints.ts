@@ -138,9 +138,15 @@ export class DockerCheckpoints implements CheckpointPort {
     const target = join(await this.containerDir(id), "checkpoints", RESTORE_NAME);
     await rm(target, { recursive: true, force: true });
     await mkdir(join(target, ".."), { recursive: true, mode: 0o700 });
-    const cp = await runHostCommand("cp", ["-a", join(dir, "images"), target], {
-      timeoutMs: DUMP_TIMEOUT_MS,
-    });
+    // Linked where the engine's directory is on the same filesystem (CRIU only reads the images),
+    // copied where it is not.
+    const copy = (how: string) =>
+      runHostCommand("cp", [how, join(dir, "images"), target], { timeoutMs: DUMP_TIMEOUT_MS });
+    let cp = await copy("-al");
+    if (cp.exitCode !== 0) {
+      await rm(target, { recursive: true, force: true });
+      cp = await copy("-a");
+    }
     if (cp.exitCode !== 0)
       throw new DenvError("storage_error", `copying the checkpoint failed: ${cp.stderr}`);
     try {

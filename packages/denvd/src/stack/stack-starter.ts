@@ -116,7 +116,7 @@ export async function startStack(
         const restoring = restore(svc, id);
         if (!restoring) return ctx.runtime.startContainer(id);
         await restoring;
-        // Its restored agent redials by itself (backing off up to a second): commands go through it.
+        // Its restored agent redials by itself (backing off at most 160 ms): commands go through it.
         if (agents.has(svc)) await ctx.agents.waitConnected(stack.id, svc, 5000);
       }
     : undefined;

@@ -82,6 +82,16 @@ test("denv snapshot --live says whose processes it kept; a bad mode is refused b
   const r = await cli("snapshot", "--live", "live/alpha");
   assert.equal(r.code, 0, r.stderr);
   assert.match(r.stdout, /version ver_[0-9a-f]{12} \(frozen \d+ ms; processes of ticker\)/);
+  // The version's data sheet lists its processes with their sizes.
+  const version = /version (ver_[0-9a-f]{12})/.exec(r.stdout)?.[1] as string;
+  const sheet = await lab.api("GET", `/v1/versions/${version}/datasheet`);
+  assert.equal(sheet.status, 200, JSON.stringify(sheet.data));
+  assert.ok(sheet.data.live.services.ticker.checkpoint_bytes > 0, JSON.stringify(sheet.data.live));
+  assert.deepEqual(sheet.data.live.skipped, {});
+  const md = await cli("datasheet", `live@${version}`);
+  assert.equal(md.code, 0, md.stderr);
+  assert.match(md.stdout, /## Processes \(a live version\)\n\n\| service \| checkpoint \| layer \| dump \|/);
+  assert.match(md.stdout, /\| ticker \| [\d.]+ (KiB|MiB|B) \|/);
 });
 
 test("another team can neither snapshot nor fork the environment", async () => {

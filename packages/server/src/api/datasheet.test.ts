@@ -19,6 +19,7 @@ const sheet: Datasheet = {
     home: { bytes: 4096, snapshot_id: "snp_2" },
   },
   frozen_ms: 16,
+  live: null,
   caps: { db: { memory_bytes: 4294967296, pids: 512, cpus: 2 } },
   egress: "deny",
   agent: "box",
@@ -87,4 +88,18 @@ test("the data sheet for people: a summary first, sizes in units, a gate's evide
   assert.match(md, /- volumes: 2 fields \(pg, home\)/);
   assert.match(md, /- note: ` x{160}… `/);
   assert.ok(!md.includes('```json\n{\n  "amcheck"'), "no raw JSON of the evidence");
+});
+
+test("a live version's data sheet lists each service's processes and what was kept disk-only; a name is a cell", () => {
+  const md = datasheetMarkdown({
+    ...sheet,
+    live: {
+      services: { db: { checkpoint_bytes: 3 * 1024 ** 2, layer_bytes: 10_240, dump_ms: 212 } },
+      skipped: { "box|x": "process python3 (pid 9): it uses io_uring" },
+    },
+  });
+  assert.match(md, /## Processes \(a live version\)/);
+  assert.match(md, /\| db \| 3(\.0)? MiB \| 10(\.0)? KiB \| 212 ms \|/);
+  assert.match(md, /\| box\\\|x \| disk-only: process python3 \(pid 9\): it uses io_uring \| \| \|/);
+  assert.doesNotMatch(datasheetMarkdown(sheet), /Processes/);
 });

@@ -44,6 +44,14 @@ export interface Datasheet {
   };
   volumes: Record<string, { bytes: number | null; snapshot_id: string | null }>;
   frozen_ms: number | null;
+  /**
+   * A live version's processes (null: a version of volumes only): each service's checkpoint and
+   * container layer sizes and its dump's time, and the services kept disk-only with why.
+   */
+  live: {
+    services: Record<string, { checkpoint_bytes: number; layer_bytes: number; dump_ms: number }>;
+    skipped: Record<string, string>;
+  } | null;
   caps: Record<string, { memory_bytes: number; pids: number; cpus: number }>;
   egress: string;
   agent: string | null;
@@ -100,6 +108,7 @@ export async function buildDatasheet(
     frozen_ms?: number;
     datasets?: Record<string, { snapshot_id: string; bytes: number }>;
     clock?: { mode: string; at: string };
+    live?: Datasheet["live"];
   };
   const place = await versionPlace(store, version);
   // The deployment that made the version: its start phase read each service's clock.
@@ -194,6 +203,7 @@ export async function buildDatasheet(
       ]),
     ),
     frozen_ms: evidence.frozen_ms ?? null,
+    live: evidence.live ?? null,
     caps: Object.fromEntries(Object.entries(spec.services).map(([svc, s]) => [svc, s.caps])),
     egress: spec.egress,
     agent: spec.agent?.service ?? null,
@@ -279,6 +289,21 @@ export function datasheetMarkdown(d: Datasheet): string {
   for (const [vol, x] of Object.entries(d.volumes))
     out.push(`| ${cell(vol)} | ${bytesText(x.bytes)} | ${cell(x.snapshot_id)} |`);
   out.push("", `Frozen window: ${d.frozen_ms ?? "unknown"} ms.`, "");
+  if (d.live) {
+    out.push(
+      "## Processes (a live version)",
+      "",
+      "| service | checkpoint | layer | dump |",
+      "| --- | --- | --- | --- |",
+    );
+    for (const [svc, x] of Object.entries(d.live.services))
+      out.push(
+        `| ${cell(svc)} | ${bytesText(x.checkpoint_bytes)} | ${bytesText(x.layer_bytes)} | ${x.dump_ms} ms |`,
+      );
+    for (const [svc, why] of Object.entries(d.live.skipped))
+      out.push(`| ${cell(svc)} | disk-only: ${cell(why)} | | |`);
+    out.push("");
+  }
   out.push("## Caps and egress", "", "| service | memory | pids | cpus |", "| --- | --- | --- | --- |");
   for (const [svc, c] of Object.entries(d.caps))
     out.push(`| ${cell(svc)} | ${bytesText(c.memory_bytes)} | ${c.pids} | ${c.cpus} |`);

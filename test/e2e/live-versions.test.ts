@@ -131,6 +131,22 @@ test("a live snapshot keeps the ticker's processes and layer; a fork continues f
   );
   assert.deepEqual(cold.evidence.live?.restored, []);
 
+  // Forks of one version restored at once (a fan-out's) each carry on from its memory.
+  const many = await Promise.all(
+    [1, 2, 3].map((n) =>
+      hostOp(host.denvd, "fork", {
+        version_id: snap.version_id,
+        name: `many-${n}`,
+        operation_id: `op_many_${n}`,
+      }),
+    ),
+  );
+  for (const f of many) {
+    assert.deepEqual(f.evidence.live?.restored, ["ticker"]);
+    assert.equal((await tick(f.stack_id)).token, parentAt.token);
+    await hostOp(host.denvd, "destroy", { stack_id: f.stack_id });
+  }
+
   // The version's process images go with it.
   await hostOp(host.denvd, "destroy", { stack_id: fork.stack_id });
   await hostOp(host.denvd, "destroy", { stack_id: cold.stack_id });
@@ -178,13 +194,18 @@ volumes:
   assert.match(fork.evidence.live?.started.ring ?? "", /io_uring/);
 });
 
-test("pause keeps memory: every process stops with its memory on disk, and resume carries on where it was", async () => {
+test("pause keeps memory: every process stops with its memory on disk, stays so across a denvd restart, and resume carries on where it was", async () => {
   const before = await tick(alpha.id);
   const paused = await hostOp(host.denvd, "pause", { stack_id: alpha.id });
   assert.ok((paused.services.ticker?.checkpoint_bytes ?? 0) > 0, JSON.stringify(paused));
   const container = host.docker.getContainer(alpha.containers.ticker as string);
   assert.equal((await container.inspect()).State.Running, false, "the processes are gone while paused");
   await assert.rejects(hostOp(host.denvd, "pause", { stack_id: alpha.id }), /paused, not running/);
+  // denvd restarts meanwhile: the paused stack stays paused (nothing starts it afresh).
+  await host.denvd.close();
+  host = await openTestHost({ stateDir: host.stateDir, runId: host.runId });
+  assert.equal(host.denvd.stack(alpha.id).status, "paused");
+  assert.equal((await container.inspect()).State.Running, false);
 
   const resumed = await hostOp(host.denvd, "unpause", { stack_id: alpha.id });
   assert.ok(resumed.health.services.ticker, JSON.stringify(resumed));

@@ -136,7 +136,8 @@ export async function reconcile(ctx: StackContext, journal: OpJournal): Promise<
   }
   if (ctx.options.agentBinary) {
     for (const stack of store.stacks()) {
-      if (stack.status !== "running") continue;
+      // A paused stack's agents dial in when it resumes: they are listened for as a running one's.
+      if (stack.status !== "running" && stack.status !== "paused") continue;
       for (const [svc, id] of Object.entries(stack.containers)) {
         const s = stack.spec.services[svc];
         await attempt(`${stack.id}/${svc}`, async () => {

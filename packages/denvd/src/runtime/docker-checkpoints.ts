@@ -11,8 +11,10 @@
  * process expects the files it had open in its container's own layer (a socket's directory, a
  * pid file, a log), and the new container's layer is empty until it is filled before its start.
  */
+
+import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
-import { mkdir, readdir, readFile, rm, stat } from "node:fs/promises";
+import { mkdir, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { DenvError } from "@denv/protocol";
 import type Docker from "dockerode";
@@ -25,6 +27,9 @@ const DEFAULT_RUNC_ROOT = "/run/docker/runtime-runc/moby";
 const RESTORE_NAME = "denv-live";
 /** A suspended container's own checkpoint (pause that keeps memory). */
 const SUSPEND_NAME = "denv-pause";
+/** A start refused because containerd still holds the same checkpoint: tried this often, this far apart. */
+const START_TRIES = 5;
+const START_RETRY_MS = 1000;
 const DUMP_TIMEOUT_MS = 120_000;
 /** Where scripts/ensure-criu.sh puts its bundle (DENVD_CRIU_DIR names another). */
 const DEFAULT_CRIU_DIR = "/var/lib/denv-host/criu/bin";
@@ -150,13 +155,35 @@ export class DockerCheckpoints implements CheckpointPort {
     if (cp.exitCode !== 0)
       throw new DenvError("storage_error", `copying the checkpoint failed: ${cp.stderr}`);
     try {
-      // The checkpoint is a query parameter; an empty body (the engine refuses a start with one).
-      await this.docker.getContainer(id).start({ _query: { checkpoint: RESTORE_NAME }, _body: {} } as object);
-    } catch (err) {
-      const said = (err as { json?: { message?: string }; message?: string }).json?.message ?? String(err);
-      throw new DenvError("service_failed", `CRIU could not restore it: ${said.slice(-600)}`, { cause: err });
+      await this.startChecked(id, target, RESTORE_NAME, "restore");
     } finally {
       await rm(target, { recursive: true, force: true });
+    }
+  }
+
+  /**
+   * The engine's start from a checkpoint in the container's directory. The engine hands the
+   * directory to containerd as a tar in its content store, and a tar containerd already holds
+   * (forks of one version started at once; a checkpoint the engine just took, not yet collected)
+   * is refused as existing: each start's tar is made its own by a file naming the container and
+   * the moment, which CRIU does not read. Should it still collide, it is tried again as the
+   * engine's collector frees the other (a few times, a second apart).
+   */
+  private async startChecked(id: string, dir: string, name: string, what: string): Promise<void> {
+    await writeFile(join(dir, "denv-start"), `${id} ${Date.now()} ${randomBytes(8).toString("hex")}\n`);
+    for (let tries = 1; ; tries++) {
+      try {
+        // The checkpoint is a query parameter; an empty body (the engine refuses a start with one).
+        await this.docker.getContainer(id).start({ _query: { checkpoint: name }, _body: {} } as object);
+        return;
+      } catch (err) {
+        const said = (err as { json?: { message?: string } }).json?.message ?? String(err);
+        if (/already exists/.test(said) && tries < START_TRIES) {
+          await new Promise((r) => setTimeout(r, START_RETRY_MS));
+          continue;
+        }
+        throw engineFailure(what, err);
+      }
     }
   }
 
@@ -182,15 +209,9 @@ export class DockerCheckpoints implements CheckpointPort {
   }
 
   async unsuspend(id: string): Promise<void> {
-    try {
-      await this.docker.getContainer(id).start({ _query: { checkpoint: SUSPEND_NAME }, _body: {} } as object);
-    } catch (err) {
-      throw engineFailure("resume", err);
-    }
-    await rm(join(await this.containerDir(id), "checkpoints", SUSPEND_NAME), {
-      recursive: true,
-      force: true,
-    });
+    const dir = join(await this.containerDir(id), "checkpoints", SUSPEND_NAME);
+    await this.startChecked(id, dir, SUSPEND_NAME, "resume");
+    await rm(dir, { recursive: true, force: true });
   }
 
   private async upperDir(id: string): Promise<string> {

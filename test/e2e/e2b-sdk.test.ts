@@ -220,6 +220,40 @@ test("pause and resume: the sandbox keeps its id and its volumes' files; a pause
   }
 });
 
+test("autoPause: the timeout pauses the sandbox instead of killing it; autoResume: the next command resumes it", async () => {
+  const sbx = await Sandbox.create(OPSBOX, {
+    timeoutMs: 1000,
+    lifecycle: { onTimeout: "pause", autoResume: true },
+  });
+  try {
+    const info = await waitFor("the timeout to pause the sandbox", async () => {
+      const i = await sbx.getInfo();
+      return i.state === "paused" ? i : null;
+    });
+    assert.deepEqual(info.lifecycle, { onTimeout: "pause", autoResume: true });
+    // Not killed: still listed, as paused.
+    const listed = (await Sandbox.list().nextItems()).find((x) => x.sandboxId === sbx.sandboxId);
+    assert.equal(listed?.state, "paused");
+    assert.equal((await sbx.commands.run("echo back")).stdout, "back\n");
+    assert.equal((await sbx.getInfo()).state, "running");
+    // autoResume asks for a pause that keeps memory: asking it with a filesystem-only one is refused.
+    const raw = await fetch(`${lab.server.url}/e2b/v2/sandboxes`, {
+      method: "POST",
+      headers: { "x-api-key": lab.keyA, "content-type": "application/json" },
+      body: JSON.stringify({
+        templateID: OPSBOX,
+        autoPause: true,
+        autoPauseMemory: false,
+        autoResume: { enabled: true },
+      }),
+    });
+    assert.equal(raw.status, 400);
+    assert.match(((await raw.json()) as { message: string }).message, /autoResume needs autoPause/);
+  } finally {
+    await sbx.kill();
+  }
+});
+
 test("a sandbox's timeout kills it", async () => {
   const sbx = await Sandbox.create(OPSBOX, { timeoutMs: 1000 });
   await waitFor(

@@ -15,6 +15,7 @@ import type { E2bSandboxesTable } from "../store/schema.ts";
 import { apiKeyById, teamKeyRoles } from "../store/team-store.ts";
 import { ConnectError, parseJson } from "./connect-protocol.ts";
 import { EnvdProcesses } from "./envd-processes.ts";
+import { resumeSandbox } from "./sandbox-pause.ts";
 
 /** The envd version reported: the SDK takes the paths this gateway serves for it (stdin, multipart uploads). */
 export const ENVD_VERSION = "0.5.7";
@@ -141,6 +142,16 @@ export function e2bContext(options: E2bGatewayOptions): E2bContext {
   const held = (caller: E2bCaller, needs: Need) => {
     if (!allows(caller.role, needs)) throw new ConnectError("permission_denied", refusal(caller.role, needs));
   };
+  /**
+   * The sandbox an envd call acts on: not a paused one, unless it was made with autoResume and the
+   * caller may change it: then it is resumed first (sandbox-pause.ts), as E2B's autoResume does.
+   */
+  const awake = async (s: Sandbox, caller: E2bCaller): Promise<Sandbox> => {
+    if (!s.paused_version_id || !s.auto_resume || !allows(caller.role, "change")) return notPaused(s);
+    const deps = { store, v1: options.v1, nowMs, dropStreams: () => {} };
+    await resumeSandbox(deps, s, caller.id, DEFAULT_TIMEOUT_S);
+    return (await teamE2bSandbox(store, s.team_id, s.environment_id)) ?? notPaused(s);
+  };
   return {
     store,
     secrets,
@@ -166,7 +177,7 @@ export function e2bContext(options: E2bGatewayOptions): E2bContext {
       const s = await headerSandbox(c);
       const caller = await callerOfToken(s, c.req.header("x-access-token") ?? "");
       held(caller, needs);
-      return { s: notPaused(s as Sandbox), caller };
+      return { s: await awake(s as Sandbox, caller), caller };
     },
     async filesCall(c, operation) {
       const needs: Need = operation === "read" ? "read" : "change";
@@ -198,7 +209,7 @@ export function e2bContext(options: E2bGatewayOptions): E2bContext {
       takeTurn(key.id);
       held(caller, needs);
       // The user is the one signed, and only that: a header never names it for a signed URL.
-      return { s: notPaused(s), caller, signedUser: user === "" ? "" : checkedUser(user) };
+      return { s: await awake(s, caller), caller, signedUser: user === "" ? "" : checkedUser(user) };
     },
   };
 }

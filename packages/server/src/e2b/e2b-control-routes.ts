@@ -34,6 +34,7 @@ import {
 } from "./e2b-context.ts";
 import { E2B_CONTROL_OPERATIONS, type E2bControlOperation, pathOf } from "./e2b-operations.ts";
 import { responseError } from "./envd-processes.ts";
+import { type PauseDeps, pauseSandbox, resumeSandbox } from "./sandbox-pause.ts";
 
 /** E2B's error body: {code, message}. */
 export function e2bError(status: number, message: string): Response {
@@ -52,6 +53,7 @@ export class E2bHttpError extends Error {
 /** Mounts the control plane's routes; returns the sweep that kills sandboxes past their timeout. */
 export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => Promise<number> } {
   const { store, secrets, v1, nowMs, processes, tokenOf, sandboxOf, limiter, ingress } = ctx;
+  const pausing: PauseDeps = { store, v1, nowMs, dropStreams: (id) => processes.dropSandbox(id) };
 
   /** The key in X-API-Key (or Authorization: Bearer), or a 401; its role held to what the route needs. */
   async function callersKey(c: Headed, op: E2bControlOperation): Promise<E2bCaller> {
@@ -109,6 +111,7 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
     diskSizeMB: 0,
     state: s.paused_version_id ? "paused" : "running",
     metadata: JSON.parse(s.metadata_json) as Record<string, string>,
+    lifecycle: { onTimeout: s.auto_pause ? "pause" : "kill", autoResume: Boolean(s.auto_resume) },
   });
 
   async function json(res: Response): Promise<Record<string, unknown>> {
@@ -129,6 +132,11 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
     timeoutS: number,
     metadata: Record<string, string>,
     envVars: Record<string, string>,
+    auto: { pause: boolean; memory: boolean; resume: boolean } = {
+      pause: false,
+      memory: true,
+      resume: false,
+    },
   ): Promise<Sandbox> {
     const started = nowMs();
     const row: Sandbox = {
@@ -142,6 +150,9 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
       started_at_ms: started,
       end_at_ms: started + timeoutS * 1000,
       paused_version_id: null,
+      // 1: pause keeping memory at the timeout; 2: without it (autoPauseMemory false).
+      auto_pause: auto.pause ? (auto.memory ? 1 : 2) : null,
+      auto_resume: auto.resume ? 1 : null,
     };
     await insertE2bSandbox(store, row);
     return row;
@@ -185,7 +196,14 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
         body: JSON.stringify(made),
       }),
     );
-    const row = await register(key, env.id as string, templateId, timeoutS, metadata, envVars);
+    const auto = {
+      pause: body.autoPause === true,
+      memory: body.autoPauseMemory !== false,
+      resume: (body.autoResume as { enabled?: unknown } | undefined)?.enabled === true,
+    };
+    if (auto.resume && !(auto.pause && auto.memory))
+      return e2bError(400, "autoResume needs autoPause with its memory kept (autoPauseMemory not false)");
+    const row = await register(key, env.id as string, templateId, timeoutS, metadata, envVars, auto);
     return c.json(sandboxBody(row, key), 201);
   };
   on("POST /v2/sandboxes", create);
@@ -322,43 +340,16 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
   });
 
   /**
-   * Pause: the sandbox snapshotted (a denv version) and, with `memory` (E2B's default), every
-   * process checkpointed to disk and stopped (denv's pause that keeps memory): resuming carries
-   * them on where they were. Without `memory`, or where the processes cannot be checkpointed (the
-   * host has no CRIU, a process holds what CRIU cannot take), every service is stopped instead and
-   * resuming restores the version and starts them again. Either way it holds no CPU or memory and
-   * its timeout no longer runs, under the same sandbox id.
+   * Pause (sandbox-pause.ts): with `memory`, E2B's default, its processes kept on disk; without, or
+   * where they cannot be kept, its services stopped. Either way it holds no CPU or memory and its
+   * timeout no longer runs, under the same sandbox id.
    */
   on("POST /sandboxes/:id/pause", async (c, key) => {
     const s = await pathSandbox(c, key);
     const body = await boundedJson(c.req);
     if (s.paused_version_id)
       return e2bError(409, `sandbox ${sandboxIdOf(s.environment_id)} is already paused`);
-    await json(await v1(key.id, `/v1/envs/${s.environment_id}/snapshot`, { method: "POST" }));
-    const env = await json(await v1(key.id, `/v1/envs/${s.environment_id}`));
-    processes.dropSandbox(s.environment_id);
-    if (body.memory !== false) {
-      const kept = await v1(key.id, `/v1/envs/${s.environment_id}/pause`, { method: "POST" });
-      if (kept.ok) {
-        await updateE2bSandbox(store, s.environment_id, {
-          paused_version_id: env.current_version_id as string,
-        });
-        return c.body(null, 204);
-      }
-      // A pause that kept nothing left every process running as it was (stack-pause.ts): one the
-      // processes cannot take (no CRIU, io_uring, a command's open channel) falls back to stopping
-      // them; a refusal of the caller is said.
-      const e = await responseError(kept);
-      if (e.code === "permission_denied" || e.code === "unauthenticated" || e.code === "not_found")
-        throw new E2bHttpError(CONNECT_CODES[e.code], e.message);
-    }
-    for (const service of env.services as string[])
-      await json(
-        await v1(key.id, `/v1/envs/${s.environment_id}/services/${encodeURIComponent(service)}/stop`, {
-          method: "POST",
-        }),
-      );
-    await updateE2bSandbox(store, s.environment_id, { paused_version_id: env.current_version_id as string });
+    await pauseSandbox(pausing, s, key.id, { memory: body.memory !== false });
     return c.body(null, 204);
   });
 
@@ -379,27 +370,8 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
         throw new E2bHttpError(403, `${refusal(key.role, "change")} (resume a paused sandbox)`);
       return c.json(sandboxBody(s, key), 200);
     }
-    let resumed = false;
-    const paused = s.paused_version_id
-      ? ((await json(await v1(key.id, `/v1/envs/${s.environment_id}`))).status as string)
-      : null;
-    if (paused === "paused") {
-      // Paused with its memory: its processes carry on. Where they cannot be restored, the
-      // version the pause took is, as after a pause without memory.
-      resumed = (await v1(key.id, `/v1/envs/${s.environment_id}/resume`, { method: "POST" })).ok;
-    }
-    if (s.paused_version_id && !resumed) {
-      const d = await json(
-        await v1(key.id, `/v1/envs/${s.environment_id}/rollback?wait=true`, {
-          method: "POST",
-          headers: { "content-type": "application/json" },
-          body: JSON.stringify({ version: s.paused_version_id }),
-        }),
-      );
-      if (d.status !== "succeeded")
-        throw new E2bHttpError(500, `the sandbox could not be resumed: ${String(d.reason ?? d.status)}`);
-      resumed = true;
-    }
+    const resumed = Boolean(s.paused_version_id);
+    if (resumed) await resumeSandbox(pausing, s, key.id, timeoutS ?? DEFAULT_TIMEOUT_S);
     // A resumed sandbox's timeout starts again; a running one's is only ever lengthened.
     const end = resumed
       ? nowMs() + (timeoutS ?? DEFAULT_TIMEOUT_S) * 1000
@@ -420,13 +392,14 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
     await deleteE2bSandbox(store, s.environment_id);
   }
 
-  /** Kills the sandboxes whose timeout has passed; returns how many. */
+  /** Ends the sandboxes whose timeout has passed (pausing those made with autoPause); how many. */
   async function sweep(): Promise<number> {
     const due = await dueE2bSandboxes(store, nowMs());
     let n = 0;
     for (const s of due) {
       try {
-        await kill(s, s.key_id);
+        if (s.auto_pause) await pauseSandbox(pausing, s, s.key_id, { memory: s.auto_pause === 1 });
+        else await kill(s, s.key_id);
         n++;
       } catch {
         // Tried again at the next sweep.

@@ -540,6 +540,14 @@ export const MIGRATIONS: Record<string, Migration> = {
       await db.schema.alterTable("deployments").addColumn("cancel_requested_by", "text").execute();
     },
   },
+  "0025_e2b_auto_pause": {
+    // E2B's autoPause (its timeout pauses it, keeping memory, instead of killing it) and
+    // autoResume (the next envd call to a paused one resumes it): 1 when asked for.
+    up: async (db) => {
+      await db.schema.alterTable("e2b_sandboxes").addColumn("auto_pause", "integer").execute();
+      await db.schema.alterTable("e2b_sandboxes").addColumn("auto_resume", "integer").execute();
+    },
+  },
 };
 
 export const migrationProvider: MigrationProvider = {

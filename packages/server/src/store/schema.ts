@@ -233,6 +233,10 @@ export interface E2bSandboxesTable {
   end_at_ms: number | string;
   /** Set while it is paused: the version its pause took, which resuming restores. */
   paused_version_id: string | null;
+  /** E2B's autoPause: its timeout pauses it instead of killing it, keeping memory (1) or not (2). */
+  auto_pause?: number | null;
+  /** E2B's autoResume: 1, the next envd call to it while paused resumes it. */
+  auto_resume?: number | null;
 }
 
 export interface DeploymentsTable {

@@ -12,7 +12,8 @@
  * fresh start draws another).
  */
 import assert from "node:assert/strict";
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { holdsSysResource, type StackRecord } from "@denv/denvd";
 import { DenvError, type ResolvedSpec } from "@denv/protocol";
@@ -201,10 +202,15 @@ test("pause keeps memory: every process stops with its memory on disk, stays so 
   const container = host.docker.getContainer(alpha.containers.ticker as string);
   assert.equal((await container.inspect()).State.Running, false, "the processes are gone while paused");
   await assert.rejects(hostOp(host.denvd, "pause", { stack_id: alpha.id }), /paused, not running/);
-  // denvd restarts meanwhile: the paused stack stays paused (nothing starts it afresh).
+  // denvd restarts meanwhile: the paused stack stays paused (nothing starts it afresh), and the
+  // process images of a live snapshot a kill cut off before its version was recorded are removed.
+  const orphan = join(host.stateDir, "live", "ver_0000000000ff");
+  mkdirSync(join(orphan, "ticker", "images"), { recursive: true });
   await host.denvd.close();
   host = await openTestHost({ stateDir: host.stateDir, runId: host.runId });
   assert.equal(host.denvd.stack(alpha.id).status, "paused");
+  assert.equal(existsSync(orphan), false);
+  assert.ok(host.denvd.lastReconcile.removed.includes("live/ver_0000000000ff"));
   assert.equal((await container.inspect()).State.Running, false);
 
   const resumed = await hostOp(host.denvd, "unpause", { stack_id: alpha.id });

@@ -14,8 +14,11 @@
  *   restart) are listened for and registered again.
  */
 
+import { readdir } from "node:fs/promises";
+import { join } from "node:path";
 import { operationEntry } from "@denv/protocol";
 import type { ObjectSummary } from "../runtime/container-runtime.ts";
+import { removeLive } from "../snapshots/live-capture.ts";
 import { LABEL } from "../stack/labels.ts";
 import type { StackContext } from "../stack/stack-context.ts";
 import { deleteVersion, destroyStack, rollbackStack } from "../stack/stack-lifecycle.ts";
@@ -98,6 +101,12 @@ export async function reconcile(ctx: StackContext, journal: OpJournal): Promise<
   await attempt("snapshots", async () => {
     for (const snap of await storage.listSnapshots())
       if (!snaps.has(snap)) await remove(snap, () => storage.destroySnapshot(snap));
+  });
+  // A live snapshot a kill cut off before its version was recorded: its process images.
+  const versions = new Set(store.versions().map((v) => v.id));
+  await attempt("process images", async () => {
+    const dirs = await readdir(join(ctx.options.stateDir, "live")).catch(() => []);
+    for (const id of dirs) if (!versions.has(id)) await remove(`live/${id}`, () => removeLive(ctx, id));
   });
   for (const stack of store.stacks()) {
     if (stack.status !== "running") continue;

@@ -223,7 +223,10 @@ test("verify's frozen environment is no dead end: refused with the way out, resu
   assert.equal((await exec()).data.stdout, "up\n", "its services run again");
   const again = await api("POST", `/v1/envs/${env}/resume`, {});
   assert.equal(again.status, 409, "a running environment has nothing to resume");
-  assert.match(again.data.error.message, /is running: only one a verify froze for inspection is resumed/);
+  assert.match(
+    again.data.error.message,
+    /is running: only one paused, or one a verify froze for inspection, is resumed/,
+  );
   // Frozen once more, and thawed with the CLI; another team's key cannot.
   assert.equal((await api("POST", `/v1/envs/${env}/verify`, {})).data.status, "succeeded");
   assert.equal((await lab.api("POST", `/v1/envs/${env}/resume`, {}, lab.keyB)).status, 404);

@@ -16,7 +16,7 @@ import { waitFor } from "../harness/wait-for.ts";
 
 const OPSBOX = "127.0.0.1:5000/denv/opsbox:bookworm";
 const TICKER =
-  't=$(cat /proc/sys/kernel/random/uuid); i=0; while :; do i=$((i+1)); echo "$t $i" > /srv/count; sleep 0.1; done';
+  't=$(cat /proc/sys/kernel/random/uuid); i=0; while :; do i=$((i+1)); echo "$t $i" > /srv/count.new; mv /srv/count.new /srv/count; sleep 0.1; done';
 const COMPOSE = `x-denv: { kind: service, live: true }
 services:
   ticker:

@@ -8,7 +8,7 @@
  * (In the compose files, each $ is written $$: compose interpolates the rest.)
  *
  * Each ticker holds a token it drew at its start in memory only and writes it with its count every
- * tick: a fork whose file carries on with the parent's token runs the parent's process image (a
+ * tick (whole: written beside and moved into place, so a read never finds it half-written): a fork whose file carries on with the parent's token runs the parent's process image (a
  * fresh start draws another).
  */
 import assert from "node:assert/strict";
@@ -23,7 +23,7 @@ import { waitFor } from "../harness/wait-for.ts";
 
 const OPSBOX = "127.0.0.1:5000/denv/opsbox:bookworm";
 const TICKER =
-  't=$(cat /proc/sys/kernel/random/uuid); i=0; exec 3>>/data/ticks; while :; do i=$((i+1)); echo "$t $i" > /srv/count; echo "$t $i" >&3; sleep 0.1; done';
+  't=$(cat /proc/sys/kernel/random/uuid); i=0; exec 3>>/data/ticks; while :; do i=$((i+1)); echo "$t $i" > /srv/count.new; mv /srv/count.new /srv/count; echo "$t $i" >&3; sleep 0.1; done';
 const URING = `import ctypes, time
 ctypes.CDLL(None).syscall(425, 4, (ctypes.c_char * 120)())
 time.sleep(1e9)`;
@@ -229,7 +229,7 @@ services:
   ticker:
     image: ${OPSBOX}
     user: "1000:1000"
-    command: ["sh", "-c", ${JSON.stringify(TICKER.replace("/srv/count", "/tmp/count").replace("/data/ticks", "/tmp/ticks").replaceAll("$", "$$$$"))}]
+    command: ["sh", "-c", ${JSON.stringify(TICKER.replaceAll("/srv/count", "/tmp/count").replace("/data/ticks", "/tmp/ticks").replaceAll("$", "$$$$"))}]
 `,
     "users",
   );

@@ -59,20 +59,20 @@ async function tick(stackId: string): Promise<{ token: string; count: number }> 
   return { token, count: Number(count) };
 }
 
-before(async () => {
-  host = await openTestHost({});
-  alpha = await deploy(
-    `x-denv: { kind: service }
+/** A compose file with the ticker on its volume, and the services given after it. */
+const tickerCompose = (more = "") => `x-denv: { kind: service }
 services:
   ticker:
     image: ${OPSBOX}
     command: ["sh", "-c", ${JSON.stringify(TICKER.replaceAll("$", "$$$$"))}]
     volumes: ["data:/data"]
-volumes:
+${more}volumes:
   data: {}
-`,
-    "alpha",
-  );
+`;
+
+before(async () => {
+  host = await openTestHost({});
+  alpha = await deploy(tickerCompose(), "alpha");
   await waitFor("the ticker to tick", async () => (await tick(alpha.id)).count >= 3);
 });
 
@@ -81,6 +81,13 @@ after(async () => {
 });
 
 test("a live snapshot keeps the ticker's processes and layer; a fork continues from its memory on its own volume", async () => {
+  // A hostile layer: links out to the host's root and its passwd file, which the layer's save and
+  // restore must carry as links and never follow.
+  const passwdBefore = readFileSync("/etc/passwd", "utf8");
+  const links = await host.denvd.exec(alpha.id, "ticker", {
+    command: ["sh", "-c", "ln -s / /srv/root-link && ln -s /etc/passwd /srv/passwd-link"],
+  });
+  assert.equal(links.exitCode, 0, links.stderr.toString());
   const snap = await hostOp(host.denvd, "snapshot", { stack_id: alpha.id, live: "on" });
   const live = snap.evidence.live;
   assert.ok(live, JSON.stringify(snap.evidence));
@@ -95,6 +102,11 @@ test("a live snapshot keeps the ticker's processes and layer; a fork continues f
     operation_id: "op_beta",
   });
   assert.deepEqual(fork.evidence.live, { restored: ["ticker"], started: {} });
+  const forkLinks = await host.denvd.exec(fork.stack_id, "ticker", {
+    command: ["readlink", "/srv/root-link", "/srv/passwd-link"],
+  });
+  assert.equal(forkLinks.stdout.toString(), "/\n/etc/passwd\n", "the links came over as links");
+  assert.equal(readFileSync("/etc/passwd", "utf8"), passwdBefore, "the host's file is untouched");
   // The restored process keeps writing the token it drew in the parent, counting on from there.
   const first = await tick(fork.stack_id);
   assert.equal(first.token, parentAt.token, "the fork runs the parent's process, not a fresh start");
@@ -157,18 +169,10 @@ test("a live snapshot keeps the ticker's processes and layer; a fork continues f
 
 test("a process CRIU cannot take (io_uring) is refused before anything is frozen, naming it; best-effort keeps that service disk-only", async () => {
   const stack = await deploy(
-    `x-denv: { kind: service }
-services:
-  ticker:
-    image: ${OPSBOX}
-    command: ["sh", "-c", ${JSON.stringify(TICKER.replaceAll("$", "$$$$"))}]
-    volumes: ["data:/data"]
-  ring:
+    tickerCompose(`  ring:
     image: ${OPSBOX}
     command: ["python3", "-c", ${JSON.stringify(URING)}]
-volumes:
-  data: {}
-`,
+`),
     "rings",
   );
   await waitFor("the ticker to tick", async () => (await tick(stack.id)).count >= 1);

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { holdsSysResource, processRefusal } from "./live-capture.ts";
+import { holdsSysResource, printableComm, processRefusal } from "./live-capture.ts";
 
 const proc = (over: Partial<Parameters<typeof processRefusal>[0]>) => ({
   pid: 7,
@@ -43,4 +43,10 @@ test("CAP_SYS_RESOURCE is read from the effective capabilities' bit 24", () => {
   assert.equal(holdsSysResource("Name:\tnode\nCapEff:\t000001ffffffffff\n"), true);
   assert.equal(holdsSysResource("CapEff:\t000001fffeffffff\n"), false);
   assert.equal(holdsSysResource("no capabilities here"), false);
+});
+
+test("a process name a container chose is quoted printable and bounded", () => {
+  assert.equal(printableComm("py\u001b[31mthon\n"), "py?[31mthon?");
+  assert.equal(printableComm("x".repeat(200)).length, 64);
+  assert.equal(printableComm("python3"), "python3");
 });

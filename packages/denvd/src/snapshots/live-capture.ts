@@ -13,7 +13,7 @@ import { join } from "node:path";
 import { DenvError, type SnapshotEvidence } from "@denv/protocol";
 import type { LiveRecord, StackRecord } from "../host/state-store.ts";
 import { findFreezer } from "../runtime/cgroup-freezer.ts";
-import type { CheckpointPort } from "../runtime/container-runtime.ts";
+import type { CheckpointPort, ContainerState } from "../runtime/container-runtime.ts";
 import type { StackContext } from "../stack/stack-context.ts";
 
 export type LiveMode = "on" | "best-effort";
@@ -50,6 +50,11 @@ export function holdsSysResource(statusText: string): boolean {
   return hex ? ((BigInt(`0x${hex}`) >> CAP_SYS_RESOURCE) & 1n) === 1n : false;
 }
 
+/** A process's name as a container set it, fit to quote in a message: printable ASCII, 64 at most. */
+export function printableComm(comm: string): string {
+  return comm.replace(/[^ -~]/g, "?").slice(0, 64);
+}
+
 /** Why CRIU cannot take this process (null: nothing found that it cannot). */
 export function processRefusal(p: ProcessFacts, dumper: DumperFacts = { sysResource: true }): string | null {
   if (p.tracerPid) return `it is traced by process ${p.tracerPid} (a debugger or strace)`;
@@ -68,7 +73,7 @@ export function processRefusal(p: ProcessFacts, dumper: DumperFacts = { sysResou
 
 async function processFacts(pid: number): Promise<ProcessFacts | null> {
   try {
-    const comm = (await readFile(`/proc/${pid}/comm`, "utf8")).trim();
+    const comm = printableComm((await readFile(`/proc/${pid}/comm`, "utf8")).trim());
     const status = await readFile(`/proc/${pid}/status`, "utf8");
     const tracerPid = Number(/^TracerPid:\s*(\d+)/m.exec(status)?.[1] ?? 0);
     const idsOf = (key: string) =>
@@ -92,12 +97,11 @@ async function processFacts(pid: number): Promise<ProcessFacts | null> {
  * anything is frozen. A service with no running container (a one-shot that finished) has no
  * processes, and is not listed.
  */
-export async function liveRefusals(ctx: StackContext, stack: StackRecord): Promise<Record<string, string>> {
+async function liveRefusals(states: [string, ContainerState][]): Promise<Record<string, string>> {
   const out: Record<string, string> = {};
   const dumper = { sysResource: holdsSysResource(await readFile("/proc/self/status", "utf8")) };
   await Promise.all(
-    Object.entries(stack.containers).map(async ([svc, id]) => {
-      const st = await ctx.runtime.inspectContainer(id);
+    states.map(async ([svc, st]) => {
       if (!st.running) return;
       const f = await findFreezer(st.pid, st.id);
       const pids = f
@@ -133,7 +137,12 @@ export async function planLive(
   stack: StackRecord,
   mode: LiveMode,
 ): Promise<{ services: string[]; skipped: Record<string, string> }> {
-  const refused = await liveRefusals(ctx, stack);
+  const states = await Promise.all(
+    Object.entries(stack.containers).map(
+      async ([svc, id]): Promise<[string, ContainerState]> => [svc, await ctx.runtime.inspectContainer(id)],
+    ),
+  );
+  const refused = await liveRefusals(states);
   if (mode === "on" && Object.keys(refused).length)
     throw new DenvError(
       "not_supported",
@@ -142,11 +151,6 @@ export async function planLive(
         .join("; ")} (--live=best-effort keeps those services disk-only)`,
       { details: { refused } },
     );
-  const states = await Promise.all(
-    Object.entries(stack.containers).map(
-      async ([svc, id]) => [svc, await ctx.runtime.inspectContainer(id)] as const,
-    ),
-  );
   const services = states.filter(([svc, st]) => st.running && !refused[svc]).map(([svc]) => svc);
   return { services, skipped: refused };
 }

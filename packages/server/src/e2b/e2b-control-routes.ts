@@ -370,13 +370,14 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
         throw new E2bHttpError(403, `${refusal(key.role, "change")} (resume a paused sandbox)`);
       return c.json(sandboxBody(s, key), 200);
     }
+    // A resumed sandbox's timeout starts again (resumeSandbox sets it); a running one's is only
+    // ever lengthened.
     const resumed = Boolean(s.paused_version_id);
     if (resumed) await resumeSandbox(pausing, s, key.id, timeoutS ?? DEFAULT_TIMEOUT_S);
-    // A resumed sandbox's timeout starts again; a running one's is only ever lengthened.
-    const end = resumed
-      ? nowMs() + (timeoutS ?? DEFAULT_TIMEOUT_S) * 1000
-      : Math.max(Number(s.end_at_ms), timeoutS === null ? 0 : nowMs() + timeoutS * 1000);
-    await updateE2bSandbox(store, s.environment_id, { end_at_ms: end, paused_version_id: null });
+    else if (timeoutS !== null)
+      await updateE2bSandbox(store, s.environment_id, {
+        end_at_ms: Math.max(Number(s.end_at_ms), nowMs() + timeoutS * 1000),
+      });
     return c.json(sandboxBody(s, key), resumed ? 201 : 200);
   };
   on("POST /v2/sandboxes/:id/connect", connect);

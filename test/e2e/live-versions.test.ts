@@ -12,7 +12,15 @@
  * fresh start draws another).
  */
 import assert from "node:assert/strict";
-import { existsSync, mkdirSync, readFileSync } from "node:fs";
+import {
+  appendFileSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  statSync,
+  truncateSync,
+} from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { holdsSysResource, type StackRecord } from "@denv/denvd";
@@ -27,6 +35,31 @@ const TICKER =
 const URING = `import ctypes, time
 ctypes.CDLL(None).syscall(425, 4, (ctypes.c_char * 120)())
 time.sleep(1e9)`;
+
+/** Writes each line a connection sends to the volume with the connection's number, and answers. */
+const SERVER = `import socket, threading
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", 7000)); s.listen()
+n = 0
+def serve(c, k):
+    f = c.makefile("rwb", buffering=0)
+    for line in f:
+        with open("/data/seen", "a") as out: out.write(f"c{k} {line.decode().strip()}\\n")
+        f.write(b"ok\\n")
+while True:
+    c, _ = s.accept(); n += 1; threading.Thread(target=serve, args=(c, n), daemon=True).start()`;
+/** Holds one connection to the server, sending its tag (a file in its layer) and a count; never reconnects. */
+const CLIENT = `import socket, sys, time
+while True:
+    try: c = socket.create_connection(("db", 7000)); break
+    except OSError: time.sleep(0.1)
+f = c.makefile("rwb", buffering=0); i = 0
+while True:
+    i += 1
+    try: tag = open("/srv/tag").read().strip()
+    except OSError: tag = "parent"
+    f.write(f"{tag} {i}\\n".encode())
+    if f.readline() != b"ok\\n": sys.exit("the connection ended")
+    time.sleep(0.1)`;
 
 let host: TestHost;
 let alpha: StackRecord;
@@ -93,7 +126,11 @@ test("a live snapshot keeps the ticker's processes and layer; a fork continues f
   assert.ok(live, JSON.stringify(snap.evidence));
   assert.ok((live.services.ticker?.checkpoint_bytes ?? 0) > 0, JSON.stringify(live));
   assert.ok((live.services.ticker?.layer_bytes ?? 0) > 0, JSON.stringify(live));
+  assert.match(live.services.ticker?.digest ?? "", /^sha256:[0-9a-f]{64}$/);
   assert.deepEqual(live.skipped, {});
+  // Root's alone: the images hold the processes' memory.
+  const mode = statSync(`${host.stateDir}/live/${snap.version_id}/ticker/images`).mode & 0o777;
+  assert.equal(mode, 0o700, mode.toString(8));
   const parentAt = await tick(alpha.id);
 
   const fork = await hostOp(host.denvd, "fork", {
@@ -165,6 +202,98 @@ test("a live snapshot keeps the ticker's processes and layer; a fork continues f
   await hostOp(host.denvd, "destroy", { stack_id: cold.stack_id });
   await hostOp(host.denvd, "delete_version", { version_id: snap.version_id });
   assert.equal(existsSync(`${host.stateDir}/live/${snap.version_id}`), false);
+});
+
+test("process images changed or cut short since the snapshot are refused by their digest, and the fork leaves nothing behind", async () => {
+  const snap = await hostOp(host.denvd, "snapshot", { stack_id: alpha.id, live: "on" });
+  const dir = `${host.stateDir}/live/${snap.version_id}/ticker`;
+  const pages = readdirSync(`${dir}/images`).find((f) => f.startsWith("pages-"));
+  assert.ok(pages, readdirSync(`${dir}/images`).join(" "));
+  const refused = async (name: string) => {
+    const stacks = host.denvd.stacks().length;
+    await assert.rejects(
+      hostOp(host.denvd, "fork", { version_id: snap.version_id, name, operation_id: `op_${name}` }),
+      (err: unknown) => {
+        assert.ok(err instanceof DenvError, String(err));
+        assert.equal(err.code, "storage_error");
+        assert.match(err.message, /service ticker's process images do not match their digest/);
+        return true;
+      },
+    );
+    assert.equal(host.denvd.stacks().length, stacks, "the failed fork left no stack");
+  };
+  // A byte added to the memory pages CRIU would load.
+  const original = readFileSync(`${dir}/images/${pages}`);
+  appendFileSync(`${dir}/images/${pages}`, "x");
+  await refused("tampered");
+  // The layer's tar cut short.
+  truncateSync(`${dir}/images/${pages}`, original.length);
+  truncateSync(`${dir}/layer.tar`, 512);
+  await refused("truncated");
+  // A cold fork reads no process image, and starts.
+  const cold = await hostOp(host.denvd, "fork", {
+    version_id: snap.version_id,
+    name: "tamper-cold",
+    operation_id: "op_tamper_cold",
+    cold: true,
+  });
+  await hostOp(host.denvd, "destroy", { stack_id: cold.stack_id });
+  await hostOp(host.denvd, "delete_version", { version_id: snap.version_id });
+});
+
+test("a connection one service holds to another goes on in a live fork, against the fork's copy, and across a pause", async () => {
+  const stack = await deploy(
+    `x-denv: { kind: service }
+services:
+  db:
+    image: ${OPSBOX}
+    command: ["python3", "-c", ${JSON.stringify(SERVER)}]
+    volumes: ["seen:/data"]
+  client:
+    image: ${OPSBOX}
+    command: ["python3", "-c", ${JSON.stringify(CLIENT)}]
+volumes:
+  seen: {}
+`,
+    "conns",
+  );
+  const seen = (stackId: string) => read(stackId, "db", "/data/seen");
+  await waitFor("the client to send", async () => (await seen(stack.id)).split("\n").length >= 3);
+  const snap = await hostOp(host.denvd, "snapshot", { stack_id: stack.id, live: "on" });
+  const fork = await hostOp(host.denvd, "fork", {
+    version_id: snap.version_id,
+    name: "conns-fork",
+    operation_id: "op_conns_fork",
+  });
+  assert.deepEqual(fork.evidence.live?.restored, ["client", "db"]);
+  const tag = await host.denvd.exec(fork.stack_id, "client", {
+    command: ["sh", "-c", "echo fork > /srv/tag"],
+  });
+  assert.equal(tag.exitCode, 0, tag.stderr.toString());
+  // The fork's client goes on over the connection it held (the server's first: c1, never a new
+  // one) and reaches the fork's server, whose volume has its lines; the parent's has none.
+  await waitFor("the fork's server to hear the fork's client", async () =>
+    /^c1 fork \d+$/m.test(await seen(fork.stack_id)),
+  );
+  assert.doesNotMatch(await seen(fork.stack_id), /^c[2-9]/m, "the fork's client never reconnected");
+  assert.doesNotMatch(await seen(stack.id), /fork/, "the parent's server never heard the fork");
+  const parentCount = (await seen(stack.id)).split("\n").length;
+  await waitFor(
+    "the parent's client to go on",
+    async () => (await seen(stack.id)).split("\n").length > parentCount,
+  );
+
+  // A pause keeps it too: after resume the same connection carries on.
+  await hostOp(host.denvd, "pause", { stack_id: fork.stack_id });
+  await hostOp(host.denvd, "unpause", { stack_id: fork.stack_id });
+  const resumedAt = (await seen(fork.stack_id)).split("\n").length;
+  await waitFor(
+    "the resumed client to go on",
+    async () => (await seen(fork.stack_id)).split("\n").length > resumedAt,
+  );
+  assert.doesNotMatch(await seen(fork.stack_id), /^c[2-9]/m, "the resumed client never reconnected");
+  for (const id of [fork.stack_id, stack.id]) await hostOp(host.denvd, "destroy", { stack_id: id });
+  await hostOp(host.denvd, "delete_version", { version_id: snap.version_id });
 });
 
 test("a process CRIU cannot take (io_uring) is refused before anything is frozen, naming it; best-effort keeps that service disk-only", async () => {

@@ -135,7 +135,13 @@ export const snapshotEvidence = z.object({
     .object({
       services: z.record(
         z.string(),
-        z.object({ checkpoint_bytes: z.number(), layer_bytes: z.number(), dump_ms: ms }),
+        z.object({
+          checkpoint_bytes: z.number(),
+          layer_bytes: z.number(),
+          dump_ms: ms,
+          /** sha256 of the images and the layer, checked before every restore. */
+          digest: z.string().optional(),
+        }),
       ),
       skipped: z.record(z.string(), z.string()),
     })

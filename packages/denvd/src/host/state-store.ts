@@ -56,7 +56,16 @@ export interface StackRecord {
 
 /** What a live version keeps of its processes, beside its volumes (on its host only). */
 export interface LiveRecord {
-  services: Record<string, { checkpointBytes: number; layerBytes: number; dumpMs: number }>;
+  services: Record<
+    string,
+    {
+      checkpointBytes: number;
+      layerBytes: number;
+      dumpMs: number;
+      /** sha256 of its images and layer (liveDigest), checked before a restore; absent: older records. */
+      digest?: string;
+    }
+  >;
   /** Services kept disk-only (best-effort), with why. */
   skipped: Record<string, string>;
 }

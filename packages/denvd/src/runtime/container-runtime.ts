@@ -208,6 +208,11 @@ export interface CheckpointPort {
   suspend(id: string): Promise<{ ms: number; bytes: number }>;
   /** Starts a suspended container from its checkpoint, and drops the checkpoint. */
   unsuspend(id: string): Promise<void>;
+  /**
+   * Lets a network carry the addresses its restored containers kept from their parents (their
+   * established connections' ends), within that network alone.
+   */
+  admitRestoredAddresses(network: string): Promise<void>;
 }
 
 export interface ContainerRuntime {

@@ -20,6 +20,7 @@ import { DenvError } from "@denv/protocol";
 import type Docker from "dockerode";
 import { runHostCommand } from "../host/host-command.ts";
 import type { CheckpointPort } from "./container-runtime.ts";
+import { ADDRESS_LIST, addressLines } from "./restored-addresses.ts";
 
 /** runc's state for the engine's containers (dockerd's exec root, its runtime, its namespace). */
 const DEFAULT_RUNC_ROOT = "/run/docker/runtime-runc/moby";
@@ -31,6 +32,8 @@ const SUSPEND_NAME = "denv-pause";
 const START_TRIES = 5;
 const START_RETRY_MS = 1000;
 const DUMP_TIMEOUT_MS = 120_000;
+/** Marks denv's rules in the engine's DOCKER-USER chain (admitRestoredAddresses). */
+const RULE_COMMENT = "denv-live-restored";
 /** Where scripts/ensure-criu.sh puts its bundle (DENVD_CRIU_DIR names another). */
 const DEFAULT_CRIU_DIR = "/var/lib/denv-host/criu/bin";
 
@@ -51,6 +54,8 @@ export class DockerCheckpoints implements CheckpointPort {
   private readonly runcRoot: string;
   private readonly criuDir: string | null;
   private rootDir: Promise<string> | null = null;
+  /** Networks whose bridge admits restored addresses (one rule each, however many forks ask). */
+  private readonly admitted = new Map<string, Promise<void>>();
 
   constructor(docker: Docker, options: DockerCheckpointOptions = {}) {
     this.docker = docker;
@@ -88,6 +93,7 @@ export class DockerCheckpoints implements CheckpointPort {
     const work = join(dir, "work");
     await mkdir(images, { recursive: true, mode: 0o700 });
     await mkdir(work, { recursive: true, mode: 0o700 });
+    await writeFile(join(images, ADDRESS_LIST), await this.addresses(id), { mode: 0o600 });
     const r = await runHostCommand(
       "runc",
       [
@@ -189,6 +195,8 @@ export class DockerCheckpoints implements CheckpointPort {
 
   async suspend(id: string): Promise<{ ms: number; bytes: number }> {
     const begun = performance.now();
+    // Read while it runs: its network namespace goes with its stop, and its start may get others.
+    const addresses = await this.addresses(id);
     // The engine's own checkpoint, stopping the container: it records the stop as its own (no
     // restart policy starts it again) and keeps the images where its start takes them from.
     await new Promise<void>((resolve, reject) =>
@@ -202,10 +210,84 @@ export class DockerCheckpoints implements CheckpointPort {
         (err: unknown) => (err ? reject(engineFailure("suspend", err)) : resolve()),
       ),
     );
-    const bytes = await dirBytes(join(await this.containerDir(id), "checkpoints", SUSPEND_NAME)).catch(
-      () => 0,
-    );
+    const dir = join(await this.containerDir(id), "checkpoints", SUSPEND_NAME);
+    await writeFile(join(dir, ADDRESS_LIST), addresses, { mode: 0o600 });
+    const bytes = await dirBytes(dir).catch(() => 0);
     return { ms: Math.round(performance.now() - begun), bytes };
+  }
+
+  /**
+   * The engine drops what enters a network's bridge from outside its subnet (its isolation rules
+   * for an internal network), which a restored connection's packets are: they carry the parent's
+   * addresses. One rule in DOCKER-USER, which the engine runs first, accepts what enters and
+   * leaves by this network's own bridge (never anything bound elsewhere: no way out is opened).
+   * Rules of bridges gone since are removed on the way. Without the engine's chain (its iptables
+   * off) nothing drops them, and nothing is added.
+   */
+  admitRestoredAddresses(network: string): Promise<void> {
+    let done = this.admitted.get(network);
+    if (!done) {
+      done = this.admitBridge(network);
+      this.admitted.set(network, done);
+      done.catch(() => this.admitted.delete(network));
+    }
+    return done;
+  }
+
+  private async admitBridge(network: string): Promise<void> {
+    const net = (await this.docker.getNetwork(network).inspect()) as {
+      Id: string;
+      Options?: Record<string, string>;
+    };
+    const bridge = net.Options?.["com.docker.network.bridge.name"] ?? `br-${net.Id.slice(0, 12)}`;
+    const iptables = (args: string[]) => runHostCommand("iptables", ["-w", ...args], { timeoutMs: 30_000 });
+    const listed = await iptables(["-S", "DOCKER-USER"]);
+    if (listed.exitCode !== 0) return;
+    for (const rule of listed.stdout.split("\n")) {
+      const iface = new RegExp(`^-A DOCKER-USER -i (\\S+) -o \\S+ .*${RULE_COMMENT}`).exec(rule)?.[1];
+      if (iface && iface !== bridge && !existsSync(`/sys/class/net/${iface}`))
+        await iptables([
+          "-D",
+          ...rule
+            .replace(/^-A /, "")
+            .split(" ")
+            .map((a) => a.replace(/^"|"$/g, "")),
+        ]);
+    }
+    const mine = [
+      "DOCKER-USER",
+      "-i",
+      bridge,
+      "-o",
+      bridge,
+      "-m",
+      "comment",
+      "--comment",
+      RULE_COMMENT,
+      "-j",
+      "ACCEPT",
+    ];
+    if ((await iptables(["-C", ...mine])).exitCode === 0) return;
+    const added = await iptables(["-I", ...mine]);
+    if (added.exitCode !== 0)
+      throw new DenvError(
+        "engine_error",
+        `admitting restored addresses on ${bridge} failed: ${added.stderr.trim()}`,
+      );
+  }
+
+  /** The container's IPv4 addresses, as its network namespace has them, in the list's shape. */
+  private async addresses(id: string): Promise<string> {
+    const c = (await this.docker.getContainer(id).inspect()) as { State?: { Pid?: number } };
+    const pid = c.State?.Pid;
+    if (!pid) return "";
+    const inNs = (args: string[]) =>
+      runHostCommand("nsenter", ["-t", String(pid), "-n", "ip", "-4", ...args], { timeoutMs: 10_000 });
+    const [addrs, routes] = await Promise.all([
+      inNs(["-o", "addr", "show", "scope", "global"]),
+      inNs(["route", "show", "scope", "link"]),
+    ]);
+    return addrs.exitCode === 0 ? addressLines(addrs.stdout, routes.exitCode === 0 ? routes.stdout : "") : "";
   }
 
   async unsuspend(id: string): Promise<void> {

@@ -15,6 +15,7 @@ import type { LiveRecord, StackRecord } from "../host/state-store.ts";
 import { findFreezer } from "../runtime/cgroup-freezer.ts";
 import type { CheckpointPort, ContainerState } from "../runtime/container-runtime.ts";
 import type { StackContext } from "../stack/stack-context.ts";
+import { digestTree } from "./volume-digest.ts";
 
 export type LiveMode = "on" | "best-effort";
 
@@ -198,6 +199,26 @@ export async function captureLive(
   return { services, skipped: plan.skipped };
 }
 
+/**
+ * One digest of what a service's restore reads: CRIU's images and the layer's tar, every file's
+ * content, mode and owner (digestTree's lines).
+ */
+export async function liveDigest(ctx: StackContext, versionId: string, service: string): Promise<string> {
+  return `sha256:${(await digestTree(join(liveDir(ctx, versionId), service))).digest}`;
+}
+
+/**
+ * Each service's digest, taken after the thaw (the images no longer change: the frozen window
+ * does not wait on hashing them) and kept in the version's record, which a restore checks.
+ */
+export async function sealLive(ctx: StackContext, versionId: string, live: LiveRecord): Promise<void> {
+  await Promise.all(
+    Object.entries(live.services).map(async ([svc, s]) => {
+      s.digest = await liveDigest(ctx, versionId, svc);
+    }),
+  );
+}
+
 /** A fork's start of one service from the version's checkpoint (its layer first). */
 export async function restoreService(
   ctx: StackContext,
@@ -205,8 +226,22 @@ export async function restoreService(
   versionId: string,
   service: string,
   containerId: string,
+  digest: string | undefined,
 ): Promise<void> {
   const svcDir = join(liveDir(ctx, versionId), service);
+  // Images changed or cut short since the snapshot (a full disk, a hand) are never restored: CRIU
+  // would run whatever they say with the container's privileges. Versions from before digests
+  // were kept have none to check.
+  if (digest) {
+    const found = await liveDigest(ctx, versionId, service).catch(
+      (err: Error) => `unreadable (${err.message})`,
+    );
+    if (found !== digest)
+      throw new DenvError(
+        "storage_error",
+        `service ${service}'s process images do not match their digest (${digest} recorded, ${found} found): changed or cut short since the snapshot; a cold fork starts it afresh`,
+      );
+  }
   await cp.loadLayer(containerId, join(svcDir, LAYER_FILE));
   await cp.startFrom(containerId, svcDir).catch((err: unknown) => {
     if (!(err instanceof DenvError)) throw err;
@@ -224,7 +259,12 @@ export function liveEvidence(live: LiveRecord): NonNullable<SnapshotEvidence["li
     services: Object.fromEntries(
       Object.entries(live.services).map(([svc, s]) => [
         svc,
-        { checkpoint_bytes: s.checkpointBytes, layer_bytes: s.layerBytes, dump_ms: s.dumpMs },
+        {
+          checkpoint_bytes: s.checkpointBytes,
+          layer_bytes: s.layerBytes,
+          dump_ms: s.dumpMs,
+          ...(s.digest ? { digest: s.digest } : {}),
+        },
       ]),
     ),
     skipped: live.skipped,

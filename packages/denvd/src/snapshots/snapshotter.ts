@@ -16,6 +16,8 @@ import {
   type LiveMode,
   liveEvidence,
   planLive,
+  removeLive,
+  sealLive,
 } from "./live-capture.ts";
 
 /** Refuses a fork or snapshot when the pool has less free space than minFreeBytes (default 1 GiB). */
@@ -95,6 +97,14 @@ export async function snapshotStack(
   }
   const thawedAt = performance.now();
   const frozenMs = Math.round(thawedAt - frozenStart);
+  if (kept)
+    await sealLive(ctx, versionId, kept).catch(async (err: unknown) => {
+      await removeLive(ctx, versionId);
+      await Promise.all(
+        Object.values(snapshots).map((snap) => ctx.storage.destroySnapshot(snap).catch(() => {})),
+      );
+      throw err;
+    });
   const healthStart = performance.now();
   await Promise.all(
     Object.entries(stack.containers)

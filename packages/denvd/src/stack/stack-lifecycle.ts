@@ -190,8 +190,14 @@ export async function forkStack(
     const started = await startStack(ctx, stack.id, {
       ...(live && cp
         ? {
-            restore: (svc: string, containerId: string) =>
-              live.services[svc] ? restoreService(ctx, cp, version.id, svc, containerId) : null,
+            restore: (svc: string, containerId: string) => {
+              const kept = live.services[svc];
+              if (!kept) return null;
+              // Its connections to the stack's other services go on with their old addresses.
+              return cp
+                .admitRestoredAddresses(stack.network)
+                .then(() => restoreService(ctx, cp, version.id, svc, containerId, kept.digest));
+            },
           }
         : {}),
       onStarted: (svc) => {

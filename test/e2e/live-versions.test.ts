@@ -21,6 +21,7 @@ import {
   statSync,
   truncateSync,
 } from "node:fs";
+import { connect } from "node:net";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { holdsSysResource, type StackRecord } from "@denv/denvd";
@@ -292,6 +293,40 @@ volumes:
     async () => (await seen(fork.stack_id)).split("\n").length > resumedAt,
   );
   assert.doesNotMatch(await seen(fork.stack_id), /^c[2-9]/m, "the resumed client never reconnected");
+
+  // A connection from outside the stack (a container of the test's own on the stack's network,
+  // not one of its services) to the parent's server: a fork could not continue it, so a live
+  // snapshot refuses that service, naming the peer; best-effort keeps it disk-only.
+  const outsider = await host.docker.createContainer({
+    Image: OPSBOX,
+    Cmd: ["python3", "-c", CLIENT],
+    HostConfig: { NetworkMode: host.denvd.stack(stack.id).network },
+    NetworkingConfig: {
+      EndpointsConfig: { [host.denvd.stack(stack.id).network]: { Aliases: ["outsider"] } },
+    },
+  });
+  try {
+    await outsider.start();
+    await waitFor("the outsider to connect", async () => /^c2 /m.test(await seen(stack.id)));
+    await assert.rejects(
+      hostOp(host.denvd, "snapshot", { stack_id: stack.id, live: "on" }),
+      (err: unknown) => {
+        assert.ok(err instanceof DenvError, String(err));
+        assert.equal(err.code, "not_supported");
+        assert.match(
+          err.message,
+          /service db's process python3 \(pid \d+\): it holds a TCP connection to [\d.]+:\d+, outside the stack/,
+        );
+        return true;
+      },
+    );
+    const partial = await hostOp(host.denvd, "snapshot", { stack_id: stack.id, live: "best-effort" });
+    assert.deepEqual(Object.keys(partial.evidence.live?.services ?? {}), ["client"]);
+    assert.match(partial.evidence.live?.skipped.db ?? "", /outside the stack/);
+    await hostOp(host.denvd, "delete_version", { version_id: partial.version_id });
+  } finally {
+    await outsider.remove({ force: true });
+  }
   for (const id of [fork.stack_id, stack.id]) await hostOp(host.denvd, "destroy", { stack_id: id });
   await hostOp(host.denvd, "delete_version", { version_id: snap.version_id });
 });

@@ -50,3 +50,14 @@ test("a process name a container chose is quoted printable and bounded", () => {
   assert.equal(printableComm("x".repeat(200)).length, 64);
   assert.equal(printableComm("python3"), "python3");
 });
+
+test("a process holding a TCP connection to outside the stack is refused naming the peer; one inside is taken", () => {
+  const outside = new Map([["456", "10.231.0.1:41000"]]);
+  assert.match(
+    processRefusal(proc({}), { sysResource: true }, outside) ?? "",
+    /TCP connection to 10\.231\.0\.1:41000, outside the stack/,
+  );
+  assert.equal(processRefusal(proc({ fds: ["socket:[789]"] }), { sysResource: true }, outside), null);
+  // A file whose name looks like a socket's link is not one.
+  assert.equal(processRefusal(proc({ fds: ["/data/socket:[456]"] }), { sysResource: true }, outside), null);
+});

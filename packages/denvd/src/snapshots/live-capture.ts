@@ -15,6 +15,7 @@ import type { LiveRecord, StackRecord } from "../host/state-store.ts";
 import { findFreezer } from "../runtime/cgroup-freezer.ts";
 import type { CheckpointPort, ContainerState } from "../runtime/container-runtime.ts";
 import type { StackContext } from "../stack/stack-context.ts";
+import { fibLocalAddresses, isLoopback, tcpPeers } from "./proc-sockets.ts";
 import { digestTree } from "./volume-digest.ts";
 
 export type LiveMode = "on" | "best-effort";
@@ -56,8 +57,15 @@ export function printableComm(comm: string): string {
   return comm.replace(/[^ -~]/g, "?").slice(0, 64);
 }
 
-/** Why CRIU cannot take this process (null: nothing found that it cannot). */
-export function processRefusal(p: ProcessFacts, dumper: DumperFacts = { sysResource: true }): string | null {
+/**
+ * Why CRIU cannot take this process (null: nothing found that it cannot). `outside`: its
+ * namespace's TCP sockets whose peer is not one of the stack's own (inode → peer).
+ */
+export function processRefusal(
+  p: ProcessFacts,
+  dumper: DumperFacts = { sysResource: true },
+  outside: ReadonlyMap<string, string> = new Map(),
+): string | null {
   if (p.tracerPid) return `it is traced by process ${p.tracerPid} (a debugger or strace)`;
   // CRIU reads each process's limits with prlimit, which the kernel allows on another user's
   // process only with CAP_SYS_RESOURCE (some hosts' root lacks it: a VM or container's bounds).
@@ -68,6 +76,9 @@ export function processRefusal(p: ProcessFacts, dumper: DumperFacts = { sysResou
     if (/^\/dev\/(nvidia|dri\/|kfd|accel\/)/.test(fd)) return `it holds a GPU device (${fd})`;
     if (fd === "anon_inode:[io_uring]") return "it uses io_uring";
     if (/^\/dev\/(kvm|vhost-|vfio)/.test(fd)) return `it holds a device CRIU cannot restore (${fd})`;
+    const peer = outside.get(/^socket:\[(\d+)\]$/.exec(fd)?.[1] ?? "");
+    if (peer)
+      return `it holds a TCP connection to ${peer}, outside the stack (a fork would restore it with nothing there to answer)`;
   }
   return null;
 }
@@ -101,16 +112,24 @@ async function processFacts(pid: number): Promise<ProcessFacts | null> {
 async function liveRefusals(states: [string, ContainerState][]): Promise<Record<string, string>> {
   const out: Record<string, string> = {};
   const dumper = { sysResource: holdsSysResource(await readFile("/proc/self/status", "utf8")) };
+  const running = states.filter(([, st]) => st.running);
+  const net = await Promise.all(running.map(([, st]) => netFacts(st.pid)));
+  // The stack's own addresses: every container's, secondaries (a restored fork's) included.
+  const inside = new Set(net.flatMap((n) => n.local));
   await Promise.all(
-    states.map(async ([svc, st]) => {
-      if (!st.running) return;
+    running.map(async ([svc, st], i) => {
+      const outside = new Map(
+        (net[i]?.peers ?? [])
+          .filter((t) => !inside.has(t.address) && !isLoopback(t.address))
+          .map((t) => [t.inode, t.peer]),
+      );
       const f = await findFreezer(st.pid, st.id);
       const pids = f
         ? (await readFile(join(f.dir, "cgroup.procs"), "utf8")).split("\n").filter(Boolean).map(Number)
         : [st.pid];
       for (const pid of pids) {
         const facts = await processFacts(pid);
-        const why = facts && processRefusal(facts, dumper);
+        const why = facts && processRefusal(facts, dumper, outside);
         if (why && facts) {
           out[svc] = `process ${facts.comm} (pid ${pid}): ${why}`;
           return;
@@ -119,6 +138,13 @@ async function liveRefusals(states: [string, ContainerState][]): Promise<Record<
     }),
   );
   return out;
+}
+
+/** A container's network namespace, through its first process: its addresses and TCP peers. */
+async function netFacts(pid: number): Promise<{ local: string[]; peers: ReturnType<typeof tcpPeers> }> {
+  const read = (name: string) => readFile(`/proc/${pid}/net/${name}`, "utf8").catch(() => "");
+  const [fib, tcp, tcp6] = await Promise.all([read("fib_trie"), read("tcp"), read("tcp6")]);
+  return { local: fibLocalAddresses(fib), peers: [...tcpPeers(tcp), ...tcpPeers(tcp6)] };
 }
 
 /** The checkpoint port, or not_supported saying why this host has none. */

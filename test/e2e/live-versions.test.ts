@@ -21,7 +21,6 @@ import {
   statSync,
   truncateSync,
 } from "node:fs";
-import { connect } from "node:net";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { holdsSysResource, type StackRecord } from "@denv/denvd";

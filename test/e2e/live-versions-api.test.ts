@@ -3,7 +3,8 @@
  * version live, a fork through the API continues the parent's process, `denv fork --cold` starts it
  * afresh, `denv snapshot --live` takes another and says which services' processes it kept, and a
  * bad `--live` value or a live snapshot of a hosted sandbox is refused saying why. Another team
- * cannot snapshot or fork the environment.
+ * cannot snapshot or fork the environment. Verify of a live environment grades a fork that keeps a
+ * simulator's memory, while the agent's own service starts afresh there.
  *
  * The ticker holds a token it drew at its start in memory only and writes it with its count every
  * tick: a fork whose file carries the parent's token runs the parent's process image.
@@ -136,4 +137,68 @@ test("a paused environment can be rolled back instead of resumed: it runs its ve
     const t = await token("live/alpha");
     return /^[0-9a-f-]{36}$/.test(t) && t !== before;
   });
+});
+
+/** A simulator whose score lives in its memory alone: "add N" adds, "score" answers it. */
+const SIM = `import socket, threading
+score = 0
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", 7000)); s.listen()
+def serve(c):
+    global score
+    f = c.makefile("rwb", buffering=0)
+    for line in f:
+        word, _, n = line.decode().strip().partition(" ")
+        if word == "add": score += int(n)
+        f.write(f"{score}\\n".encode())
+while True:
+    c, _ = s.accept(); threading.Thread(target=serve, args=(c,), daemon=True).start()`;
+const ASK = (what: string, host: string) =>
+  `import socket; s = socket.create_connection(("${host}", 7000)); s.sendall(b"${what}\\n"); print(s.makefile().readline().strip())`;
+
+test("verify of a live environment grades a fork that keeps the simulator's memory, never the agent's processes", async () => {
+  const compose = `x-denv:
+  kind: rl-environment
+  live: best-effort
+  agent: { service: box }
+  verifier:
+    service: sim
+    command: ["python3", "-c", ${JSON.stringify(ASK("score", "127.0.0.1"))}]
+    timeout: 30s
+services:
+  sim:
+    image: ${OPSBOX}
+    command: ["python3", "-c", ${JSON.stringify(SIM)}]
+  box:
+    image: ${OPSBOX}
+    user: "1000:1000"
+    command: ["sleep", "infinity"]
+`;
+  await lab.api("POST", "/v1/projects", { name: "sim", kind: "rl-environment", source: "./sim" });
+  const put = await lab.api("PUT", "/v1/projects/sim/source", { compose });
+  assert.equal(put.status, 200, JSON.stringify(put.data));
+  const d = await lab.api("POST", "/v1/projects/sim/deploy?wait=true", { env: "base" });
+  assert.equal(d.data.status, "succeeded", JSON.stringify(d.data));
+  const version = d.data.phases.find((p: { name: string }) => p.name === "verdict").evidence.version_id;
+  const sb = await lab.api("POST", "/v1/sandboxes", { from_version: version });
+  assert.equal(sb.status, 201, JSON.stringify(sb.data));
+  // The agent scores 7 in the simulator's memory (nothing of it on any disk).
+  const play = await waitFor("the simulator to answer", async () => {
+    const r = await lab.api("POST", `/v1/envs/${sb.data.id}/exec`, {
+      service: "box",
+      command: ["python3", "-c", ASK("add 7", "sim")],
+    });
+    return r.data.exit_code === 0 ? r.data : null;
+  });
+  assert.equal(String(play.stdout).trim(), "7");
+
+  const v = await lab.api("POST", `/v1/envs/${sb.data.id}/verify`, {});
+  const phase = (n: string) => v.data.phases.find((p: { name: string }) => p.name === n);
+  assert.equal(v.data.status, "succeeded", JSON.stringify(v.data));
+  // The grading fork restored the simulator (its 7 came from memory) and started the agent's
+  // service afresh: the agent's frozen processes were never taken into the version.
+  assert.equal(phase("verdict")?.evidence?.reward, 7, JSON.stringify(phase("grade")?.evidence));
+  const snap = phase("snapshot")?.evidence;
+  assert.deepEqual(Object.keys(snap?.live?.services ?? {}), ["sim"], JSON.stringify(snap?.live));
+  assert.match(snap?.live?.skipped?.box ?? "", /frozen for a verify/);
+  assert.deepEqual(phase("clone")?.evidence?.live?.restored, ["sim"]);
 });

@@ -107,17 +107,22 @@ async function processFacts(pid: number): Promise<ProcessFacts | null> {
 /**
  * Each service whose processes CRIU cannot take, with the process and why: read from /proc before
  * anything is frozen. A service with no running container (a one-shot that finished) has no
- * processes, and is not listed.
+ * processes, and is not listed; nor are those in leftOut (whose addresses still count as the stack's).
  */
-async function liveRefusals(states: [string, ContainerState][]): Promise<Record<string, string>> {
+async function liveRefusals(
+  states: [string, ContainerState][],
+  leftOut: ReadonlySet<string>,
+): Promise<Record<string, string>> {
   const out: Record<string, string> = {};
   const dumper = { sysResource: holdsSysResource(await readFile("/proc/self/status", "utf8")) };
   const running = states.filter(([, st]) => st.running);
   const net = await Promise.all(running.map(([, st]) => netFacts(st.pid)));
-  // The stack's own addresses: every container's, secondaries (a restored fork's) included.
+  // The stack's own addresses: every container's (those left out too), secondaries (a restored
+  // fork's) included.
   const inside = new Set(net.flatMap((n) => n.local));
   await Promise.all(
     running.map(async ([svc, st], i) => {
+      if (leftOut.has(svc)) return;
       const outside = new Map(
         (net[i]?.peers ?? [])
           .filter((t) => !inside.has(t.address) && !isLoopback(t.address))
@@ -169,7 +174,17 @@ export async function planLive(
       async ([svc, id]): Promise<[string, ContainerState]> => [svc, await ctx.runtime.inspectContainer(id)],
     ),
   );
-  const refused = await liveRefusals(states);
+  // A service a verify froze (the agent's) keeps its processes out of the version: a grading fork
+  // starts it afresh, where none of the agent's processes runs beside the grader.
+  const frozen = Object.fromEntries(
+    states
+      .filter(([, st]) => st.running && st.paused)
+      .map(([svc]) => [
+        svc,
+        "its processes are frozen for a verify (the agent's service): its forks start it afresh",
+      ]),
+  );
+  const refused = await liveRefusals(states, new Set(Object.keys(frozen)));
   if (mode === "on" && Object.keys(refused).length)
     throw new DenvError(
       "not_supported",
@@ -178,8 +193,10 @@ export async function planLive(
         .join("; ")} (--live=best-effort keeps those services disk-only)`,
       { details: { refused } },
     );
-  const services = states.filter(([svc, st]) => st.running && !refused[svc]).map(([svc]) => svc);
-  return { services, skipped: refused };
+  const services = states
+    .filter(([svc, st]) => st.running && !refused[svc] && !frozen[svc])
+    .map(([svc]) => svc);
+  return { services, skipped: { ...frozen, ...refused } };
 }
 
 /** Lets go of the services' agents (see the header); returns how to take them back. */

@@ -129,7 +129,10 @@ async function gradePhases(
       await rec.skip(n, "the collected paths were refused: the episode scores 0");
     return { reward: 0, reason: `refused: ${collected.refused}` };
   }
-  const versionId = await snapshotPhase(runner, rec, env, hostId, stackId, () => specOf(runner, env));
+  // x-denv.live: the grading fork keeps the other services' processes (a simulator's state in
+  // memory, say); the agent's, frozen, are left out of the version (its forks start it afresh).
+  const spec = await specOf(runner, env);
+  const versionId = await snapshotPhase(runner, rec, env, hostId, stackId, async () => spec, spec.live);
   const graderStackId = (await rec.run("clone", async () => {
     // Named and written down before the host is asked: removed whatever happens next.
     made.graderStackId = newId("stk");
@@ -148,6 +151,7 @@ async function gradePhases(
         from_version: versionId,
         total_ms: f.evidence.total_ms,
         egress: f.evidence.egress,
+        ...(f.evidence.live ? { live: f.evidence.live } : {}),
       },
     };
   })) as string;

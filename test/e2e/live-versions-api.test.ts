@@ -12,7 +12,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { cliRunner } from "../harness/cli-runner.ts";
-import { type Lab, openLab } from "../harness/lab.ts";
+import { keyWithRole, type Lab, openLab } from "../harness/lab.ts";
 import { waitFor } from "../harness/wait-for.ts";
 
 const OPSBOX = "127.0.0.1:5000/denv/opsbox:bookworm";
@@ -201,4 +201,71 @@ services:
   assert.deepEqual(Object.keys(snap?.live?.services ?? {}), ["sim"], JSON.stringify(snap?.live));
   assert.match(snap?.live?.skipped?.box ?? "", /frozen for a verify/);
   assert.deepEqual(phase("clone")?.evidence?.live?.restored, ["sim"]);
+});
+
+test("x-denv.idle_pause_s pauses an idle environment with its memory; the next exec or port URL request resumes it (a key that may only read is told why), and a pause by hand stays", async () => {
+  const compose = `x-denv: { kind: service, idle_pause_s: 60 }
+services:
+  ticker:
+    image: ${OPSBOX}
+    command: ["sh", "-c", ${JSON.stringify(TICKER.replaceAll("$", "$$$$"))}]
+  web:
+    image: ${OPSBOX}
+    command: ["python3", "-m", "http.server", "8000", "--directory", "/etc"]
+`;
+  await lab.api("POST", "/v1/projects", { name: "idle", kind: "service", source: "./idle" });
+  const put = await lab.api("PUT", "/v1/projects/idle/source", { compose });
+  assert.equal(put.status, 200, JSON.stringify(put.data));
+  const d = await lab.api("POST", "/v1/projects/idle/deploy?wait=true", { env: "main" });
+  assert.equal(d.data.status, "succeeded", JSON.stringify(d.data));
+  const status = async () => (await lab.api("GET", "/v1/envs/idle%2Fmain")).data.status as string;
+  const drawn = await waitFor("the ticker's first tick", async () => {
+    const t = await token("idle/main");
+    return /^[0-9a-f-]{36}$/.test(t) ? t : null;
+  });
+  const { idle } = lab.server.deployer;
+  // The timer is driven here: half a minute on, nothing; past the minute, it pauses.
+  assert.equal(await idle.sweep(Date.now() + 30_000), 0);
+  assert.equal(await status(), "running");
+  assert.equal(await idle.sweep(Date.now() + 61_000), 1);
+  assert.equal(await status(), "paused");
+  // A key that may only read is told why, and wakes nothing.
+  const reader = await lab.api(
+    "GET",
+    "/v1/envs/idle%2Fmain/files?service=ticker&path=/srv/count",
+    undefined,
+    await keyWithRole(lab, "read-only", "denv"),
+  );
+  assert.equal(reader.status, 409, JSON.stringify(reader.data));
+  assert.match(
+    reader.data.error.message,
+    /paused while idle: a request from a key that may change it resumes it/,
+  );
+  assert.equal(await status(), "paused");
+  // An exec resumes it first: the same process (its token), carrying on.
+  assert.equal(await token("idle/main"), drawn);
+  assert.equal(await status(), "running");
+
+  // A pause asked for by hand is not undone by a request.
+  assert.equal((await lab.api("POST", "/v1/envs/idle%2Fmain/pause")).status, 200);
+  const refused = await lab.api("POST", "/v1/envs/idle%2Fmain/exec", {
+    service: "ticker",
+    command: ["true"],
+  });
+  assert.equal(refused.status, 409, JSON.stringify(refused.data));
+  assert.match(refused.data.error.message, /paused with its memory: resume it/);
+  assert.equal((await lab.api("POST", "/v1/envs/idle%2Fmain/resume")).status, 200);
+
+  // A request through a port URL resumes it too.
+  const minted = await lab.api("POST", "/v1/envs/idle%2Fmain/ports/8000", { service: "web" });
+  assert.equal(minted.status, 201, JSON.stringify(minted.data));
+  await waitFor("the web service to answer", async () => (await fetch(`${minted.data.url}/hostname`)).ok);
+  assert.equal(await idle.sweep(Date.now() + 61_000), 1);
+  assert.equal(await status(), "paused");
+  const page = await fetch(`${minted.data.url}/hostname`);
+  assert.equal(page.status, 200, await page.text());
+  assert.equal(await status(), "running");
+  assert.equal(await token("idle/main"), drawn, "still the same process");
+  // Each request counted: right after them, the timer has not run out.
+  assert.equal(await idle.sweep(Date.now() + 30_000), 0);
 });

@@ -182,6 +182,8 @@ export const resolvedSpecSchema = z.object({
   replicas: z.number().int().min(1).max(16).optional(),
   /** x-denv.live: the deploy's snapshot keeps every service's processes (best-effort: those it can). */
   live: z.enum(["on", "best-effort"]).optional(),
+  /** x-denv.idle_pause_s: idle seconds after which an environment of it pauses with its memory. */
+  idle_pause_s: z.number().int().positive().optional(),
   /** x-denv.branches: branch patterns whose pushes deploy environments named after them. */
   branches: z.array(z.string()).max(64).optional(),
   /**

@@ -63,9 +63,14 @@ export async function openTunnel(
   stacks: Pick<StackLifecycle, "openTunnel">,
   token: string,
   early = false,
+  wake?: RelayOptions["wake"],
 ): Promise<{ stream: Duplex; port: number }> {
-  const row = await portUrlByToken(store, token);
+  let row = await portUrlByToken(store, token);
   if (!row) throw new DenvError("not_found", "no such port URL");
+  if (wake && row.idle_pause_s) {
+    await wake(row.environment_id);
+    if (row.status === "paused") row = (await portUrlByToken(store, token)) ?? row;
+  }
   if (row.status !== "running" || !row.host_id || !row.stack_id)
     throw new DenvError("unavailable", `environment ${row.name} is ${row.status}, not running`);
   const stream = await stacks.openTunnel(
@@ -86,6 +91,11 @@ export interface RelayOptions {
   idleMs?: number;
   /** A connection is closed after this long whatever it carries (default: none). */
   lifetimeMs?: number;
+  /**
+   * x-denv.idle_pause_s: told of each request to an environment with that timer (its activity),
+   * and resumes one the timer paused before the request goes on (deployments/idle-pause.ts).
+   */
+  wake?: (environmentId: string) => Promise<void>;
 }
 
 /** An HTTP request relayed to the service on a port URL; the answer streams back as it comes. */
@@ -98,7 +108,7 @@ export async function proxyHttp(
   options: RelayOptions = {},
 ): Promise<Response> {
   // The request is written as soon as the open is sent: one round trip to the host, not two.
-  return relayHttp(await openTunnel(store, stacks, token, true), rest, req, options);
+  return relayHttp(await openTunnel(store, stacks, token, true, options.wake), rest, req, options);
 }
 
 /** An HTTP request relayed over a tunnel already open to the service's port. */
@@ -164,7 +174,7 @@ export async function proxyUpgrade(
   if (!parts) return refuseUpgrade(socket, 404);
   let tunnel: Awaited<ReturnType<typeof openTunnel>>;
   try {
-    tunnel = await openTunnel(store, stacks, parts.token);
+    tunnel = await openTunnel(store, stacks, parts.token, false, options.wake);
   } catch (err) {
     return refuseUpgrade(socket, err instanceof DenvError ? err.httpStatus : 502);
   }

@@ -58,7 +58,13 @@ export class PortsListener {
   }
 
   static async open(
-    deps: { store: Store; stacks: StackLifecycle; derive: (label: string) => string },
+    deps: {
+      store: Store;
+      stacks: StackLifecycle;
+      derive: (label: string) => string;
+      /** x-denv.idle_pause_s: each request's activity, and the resume of one its timer paused. */
+      wake?: (environmentId: string) => Promise<void>;
+    },
     options: PortsListenerOptions,
   ): Promise<PortsListener> {
     if (options.portsOrigin) new PortsOrigin(options.portsOrigin); // a bad template fails before listening
@@ -66,6 +72,7 @@ export class PortsListener {
     const limits = {
       idleMs: options.ingress?.idleMs ?? 3_600_000,
       lifetimeMs: options.ingress?.lifetimeMs ?? 86_400_000,
+      ...(deps.wake ? { wake: deps.wake } : {}),
     };
     let self: PortsListener | null = null;
     const listener = getRequestListener(async (req) => {
@@ -117,6 +124,7 @@ export class PortsListener {
           store: deps.store,
           stacks: deps.stacks,
           names,
+          ...(deps.wake ? { wake: deps.wake } : {}),
           envd: (req, sandboxId, path) => (self as PortsListener).relayEnvd(req, sandboxId, path),
         }
       : null;

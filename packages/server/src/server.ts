@@ -70,6 +70,8 @@ export interface ServerOptions {
   /** How often a quiet command's stream carries a keep-alive (default KEEPALIVE_INTERVAL_MS). */
   /** How often E2B sandboxes past their timeout are killed (default 2000 ms). */
   e2bSweepMs?: number;
+  /** How often environments idle past x-denv.idle_pause_s are paused (default 5 s; 0: never, a test drives it). */
+  idleSweepMs?: number;
   keepAliveMs?: number;
   /** Where the denvd executables are (default: the checkout's dist/, or DENV_DOWNLOADS_DIR). */
   downloadsDir?: string;
@@ -222,8 +224,15 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     : null;
   // Port URLs and ingress names: a listener of their own, bound before the deployments that name
   // it. Its certificate: an ACME wildcard for the ingress domain, a file, or the API's.
+  // The deployer is made below (it names this listener): a request reaches it through this.
+  let idleOf: Deployer["idle"] | undefined;
   const ports = await PortsListener.open(
-    { store, stacks, derive: (label) => secrets.derive(label) },
+    {
+      store,
+      stacks,
+      derive: (label) => secrets.derive(label),
+      wake: async (environmentId) => idleOf?.wakeById(environmentId),
+    },
     {
       listenHost: options.portsHost ?? listenHost,
       apiHost: host,
@@ -255,6 +264,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     provisionJoinWaitMs: options.provisionJoinWaitMs,
     buildContexts,
   });
+  idleOf = deployer.idle;
   deployer.events.relay = (id) => notices.notify("denv_deployments", id);
   notices.on("denv_deployments", (id) => deployer.events.wake(id));
   const admission = new Admission({ store, secrets }, options.admission);
@@ -305,6 +315,16 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       ).unref()
     : undefined;
   let e2bSweep: NodeJS.Timeout | undefined;
+  const idleSweep =
+    options.idleSweepMs === 0
+      ? undefined
+      : setInterval(
+          () =>
+            void deployer.idle
+              .sweep()
+              .catch((err) => serverLog().error({ error: String(err) }, "idle sweep failed")),
+          options.idleSweepMs ?? 5000,
+        ).unref();
   const app = createApp({
     github,
     ...(options.publicUrl ? { serverUrl: () => options.publicUrl as string } : {}),
@@ -408,6 +428,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     },
     async close() {
       clearInterval(e2bSweep);
+      clearInterval(idleSweep);
       clearInterval(renewal);
       leases.stop();
       denvd.stop();

@@ -120,6 +120,21 @@ test("x-denv.replicas: 1 to 16 copies; absent leaves the spec (and its hash) as 
   }
 });
 
+test("x-denv.idle_pause_s: 60 s to a week; absent leaves the spec as before; anything else is refused where it is", () => {
+  const file = (idle: string) =>
+    `x-denv: { kind: service${idle ? `, idle_pause_s: ${idle}` : ""} }\nservices:\n  web: { image: "img:1" }\n`;
+  const r = validateCompose(file("900"), { env: {} });
+  assert.ok(r.ok, JSON.stringify(!r.ok && r.errors));
+  assert.equal(r.ok && r.spec.idle_pause_s, 900);
+  const none = validateCompose(file(""), { env: {} });
+  assert.ok(none.ok && !("idle_pause_s" in none.spec));
+  for (const bad of ["59", "604801", "90.5", '"15m"', "-60"]) {
+    const b = validateCompose(file(bad), { env: {} });
+    assert.equal(b.ok, false, `idle_pause_s: ${bad} was accepted`);
+    assert.match(JSON.stringify(!b.ok && b.errors), /idle_pause_s/, `idle_pause_s: ${bad}`);
+  }
+});
+
 test("x-denv.ingress.public: services that publish a port; absent leaves the spec as before; anything else is refused where it is", () => {
   const file = (ingress: string) =>
     `x-denv: { kind: service${ingress ? `, ingress: ${ingress}` : ""} }\nservices:\n  web: { image: "img:1", ports: ["8000"] }\n  db: { image: "img:1" }\n`;

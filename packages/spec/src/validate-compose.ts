@@ -351,6 +351,7 @@ function validateWith(
     ...(typeof x.pool === "object" && x.pool.environment ? { pool_environment: x.pool.environment } : {}),
     ...(x.replicas === undefined ? {} : { replicas: x.replicas }),
     ...(x.live ? { live: x.live === true ? ("on" as const) : ("best-effort" as const) } : {}),
+    ...(x.idle_pause_s === undefined ? {} : { idle_pause_s: x.idle_pause_s }),
     ...(x.branches?.length ? { branches: [...new Set(x.branches)] } : {}),
     ...(x.target === undefined ? {} : { target: x.target }),
     ...(x.ingress?.public?.length ? { ingress: { public: [...new Set(x.ingress.public)].sort() } } : {}),

@@ -56,6 +56,11 @@ export const xDenvSchema = z.strictObject({
    */
   live: z.union([z.boolean(), z.literal("best-effort")]).optional(),
   /**
+   * Seconds with no request reaching an environment (exec, files, logs, a port URL) after which it
+   * is paused with its memory; the next such request resumes it. 60 s to a week.
+   */
+  idle_pause_s: z.number().int().min(60).max(604_800).optional(),
+  /**
    * Branches whose pushes deploy an environment named after the branch (GitHub sources): names or
    * patterns where `*` is any run of characters but `/` and `**` any run at all.
    */

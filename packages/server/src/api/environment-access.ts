@@ -1,5 +1,6 @@
 /** What routes check of an environment before they reach into it. */
 import { DenvError } from "@denv/protocol";
+import { allows } from "../people/access-rules.ts";
 import { findEnvironment } from "../store/environment-store.ts";
 import type { EnvironmentsTable } from "../store/schema.ts";
 import { requireHostsTarget } from "../targets/target.ts";
@@ -9,6 +10,20 @@ import { serializeEnvironment } from "./api-serializers.ts";
 /** The environment the path's {id} names, among the caller's team's. */
 export function envOf(c: ApiContext): Promise<EnvironmentsTable> {
   return findEnvironment(c.var.deps.store, c.var.teamId, c.req.param("id") ?? "");
+}
+
+/**
+ * The environment, running, for a request that reaches into it (exec, files, logs, a port URL):
+ * one the idle timer paused (x-denv.idle_pause_s) is resumed first for a caller who may change
+ * it, and the request counts as its activity (deployments/idle-pause.ts). Conflict, saying why,
+ * when it does not run.
+ */
+export async function awake(c: ApiContext, e: EnvironmentsTable): Promise<EnvironmentsTable> {
+  const { idle } = c.var.deps.deployer;
+  const env = await idle.wake(e, allows(c.var.role, "change"));
+  assertRunning(env);
+  await idle.note(env);
+  return env;
 }
 
 /** Conflict (saying why) unless it is running, on whichever target. */

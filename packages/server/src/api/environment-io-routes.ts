@@ -24,7 +24,7 @@ import {
   portUrlListed,
   queryFlag,
 } from "./api-schemas.ts";
-import { assertRunning, envOf, runningOn, serviceOf, tcpPort } from "./environment-access.ts";
+import { assertRunning, awake, envOf, runningOn, serviceOf, tcpPort } from "./environment-access.ts";
 import { requestBody, splitExecStream, streamResponse } from "./host-bytes.ts";
 
 /** The JSON form carries stdin as base64 in its body: 50 MiB of it. */
@@ -58,8 +58,7 @@ function execAnswer(r: ExecOutcome, encoding: "utf8" | "base64", stdout: Buffer,
  * target (its output to `onOutput`, at most `maxOutputBytes` per stream when given).
  */
 async function execTarget(c: ApiContext, body: ExecRequest) {
-  const e = await envOf(c);
-  assertRunning(e);
+  const e = await awake(c, await envOf(c));
   const { target, placed } = await environmentTarget(c.var.deps, e);
   const service = await serviceOf(c.var.deps, e, body.service);
   return (stdin: Readable | Buffer | null, onOutput: OutputSink, maxOutputBytes = body.max_output_bytes) =>
@@ -221,7 +220,7 @@ export const environmentIoRoutes: ApiRoute[] = [
     bodyLimitBytes: null,
     handler: async (c) => {
       // The environment first: another team's id is not_found before any of the body is read.
-      assertRunning(await envOf(c));
+      await awake(c, await envOf(c));
       const { request, stdin } = await splitExecStream(
         requestBody(c, EXEC_STREAM_LIMIT_BYTES),
         4 * 1024 ** 2,
@@ -248,7 +247,7 @@ export const environmentIoRoutes: ApiRoute[] = [
     status: 201,
     auth: true,
     handler: async (c, { body }) => {
-      const e = await envOf(c);
+      const e = await awake(c, await envOf(c));
       runningOn(e);
       const port = tcpPort(c.req.param("port"));
       await serviceOf(c.var.deps, e, body.service);

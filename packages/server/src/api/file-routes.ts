@@ -10,7 +10,7 @@ import { environmentTarget } from "../environments/team-targets.ts";
 import type { ApiContext } from "./api-deps.ts";
 import { type ApiRoute, route } from "./api-route.ts";
 import { filesQuery, queryFlag } from "./api-schemas.ts";
-import { assertRunning, containerPath, envOf, serviceOf } from "./environment-access.ts";
+import { awake, containerPath, envOf, serviceOf } from "./environment-access.ts";
 import { requestBody, streamResponse } from "./host-bytes.ts";
 
 /** A tar streams through to the environment: up to 16 GiB of it in one request. */
@@ -29,8 +29,7 @@ const who = {
 
 /** The environment's target, the service checked against its own, and the user. */
 async function where(c: ApiContext, service: string | undefined, user: string | undefined) {
-  const e = await envOf(c);
-  assertRunning(e);
+  const e = await awake(c, await envOf(c));
   const { target, placed } = await environmentTarget(c.var.deps, e);
   return {
     target,

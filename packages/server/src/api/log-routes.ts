@@ -12,7 +12,7 @@ import { environmentTarget } from "../environments/team-targets.ts";
 import type { LogsRequest } from "../targets/target.ts";
 import { type ApiRoute, route } from "./api-route.ts";
 import { queryFlag } from "./api-schemas.ts";
-import { assertRunning, envOf, serviceOf } from "./environment-access.ts";
+import { awake, envOf, serviceOf } from "./environment-access.ts";
 
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 
@@ -59,8 +59,7 @@ export const logRoutes: ApiRoute[] = [
     auth: true,
     handler: async (c, { query }) => {
       // Where they come from is settled first: a missing environment or service is an HTTP error.
-      const e = await envOf(c);
-      assertRunning(e);
+      const e = await awake(c, await envOf(c));
       const service = await serviceOf(c.var.deps, e, query.service);
       const { target, placed } = await environmentTarget(c.var.deps, e);
       const req: LogsRequest = {

@@ -8,6 +8,7 @@ import { type ResolvedSpec, stackName } from "@denv/protocol";
 import { pinSpec, RegistryPinner, withContextDigests } from "@denv/spec";
 import { normalizedTar } from "../build-contexts.ts";
 import type { ProvisionedMachine, Provisioner } from "../clouds/provisioner.ts";
+import { now } from "../ids.ts";
 import { ingressEvidence } from "../ingress/ingress-phase.ts";
 import { onTeamsBehalf } from "../outbound-guard.ts";
 import type { AdmissionWait } from "../placement/admission.ts";
@@ -146,6 +147,9 @@ async function deployPhases(
     stack_id: stackId,
     current_version_id: versionId,
     ...(options.dataFromVersionId ? { parent_version_id: options.dataFromVersionId } : {}),
+    // x-denv.idle_pause_s: the timer counts from now (idle-pause.ts).
+    idle_pause_s: spec.idle_pause_s ?? null,
+    active_at: now(),
   });
   delete rec.state.building_stack_id;
   await rec.persist();

@@ -22,6 +22,7 @@ import {
 import { runDestroy } from "./destroy-kind.ts";
 import { type ForkOptions, runFork } from "./fork-kind.ts";
 import { syncHostStatuses } from "./host-sync.ts";
+import { IdlePauses } from "./idle-pause.ts";
 import { type PromoteOptions, runPromote } from "./promote-kind.ts";
 import { runPause, runResume } from "./resume-kind.ts";
 import { runRollback } from "./rollback-kind.ts";
@@ -33,9 +34,12 @@ export { DEPLOY_PHASES } from "./phase-recorder.ts";
 
 export class Deployer {
   private readonly runner: DeploymentRunner;
+  /** x-denv.idle_pause_s: activity noted, idle environments paused, the next request resuming them. */
+  readonly idle: IdlePauses;
 
   constructor(options: DeployerOptions) {
     this.runner = new DeploymentRunner(options);
+    this.idle = new IdlePauses(this.runner);
   }
 
   /**

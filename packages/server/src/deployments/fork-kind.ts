@@ -5,6 +5,7 @@
  * and egress evidence of the host inside it.
  */
 import { DenvError, type OpResult, type ResolvedSpec, stackName } from "@denv/protocol";
+import { now } from "../ids.ts";
 import type { AdmissionWait } from "../placement/admission.ts";
 import {
   assignGpus,
@@ -121,11 +122,15 @@ export async function runFork(
         });
         return { value: out, evidence: out.evidence };
       })) as OpResult<"fork">;
+      const spec = JSON.parse(runner.options.secrets.openText(version.spec_json)) as ResolvedSpec;
       await updateEnvironment(runner.store, env.id, {
         status: "running",
         host_id: hostId,
         stack_id: forked.stack_id,
         current_version_id: versionId,
+        // x-denv.idle_pause_s: the timer counts from now (idle-pause.ts).
+        idle_pause_s: spec.idle_pause_s ?? null,
+        active_at: now(),
       });
       delete rec.state.building_stack_id;
       await rec.verdict("succeeded", null, {

@@ -21,6 +21,8 @@ export interface IngressProxyDeps {
   store: Store;
   stacks: Pick<StackLifecycle, "openTunnel">;
   names: IngressNames;
+  /** Told of each request to an environment with an idle timer; resumes one it paused (port-tunnels.ts). */
+  wake?: (environmentId: string) => Promise<void>;
   /** envd's API for a sandbox (the E2B gateway), given the sandbox id. */
   envd?: (req: Request, sandboxId: string, path: string) => Promise<Response>;
 }
@@ -50,7 +52,12 @@ async function admit(
 ): Promise<IngressTarget> {
   const target = await resolveIngressHost(deps.store, deps.names, host);
   if (!target) throw new DenvError("not_found", `no running environment answers to ${host}`);
-  if (target.public) return target;
+  // Only a request let in wakes it (a private name's token checked first).
+  const woken = async (t: IngressTarget) => {
+    if (t.idle) await deps.wake?.(t.environmentId);
+    return t;
+  };
+  if (target.public) return woken(target);
   const access = deps.names.tokenAccess(target.environmentId, token);
   if (!access)
     throw new DenvError(
@@ -62,7 +69,7 @@ async function admit(
       "forbidden",
       `this ingress token was made for a read-only caller: it may send GET, HEAD and OPTIONS, not ${request.upgrade ? "an upgrade" : request.method}`,
     );
-  return target;
+  return woken(target);
 }
 
 // An HTTP request goes on the stream as soon as the open is sent (early): a port that cannot be

@@ -49,6 +49,8 @@ export interface IngressTarget {
   service: string | null;
   port: number;
   public: boolean;
+  /** It has an idle timer (x-denv.idle_pause_s): a request counts, and wakes it if it paused. */
+  idle: boolean;
 }
 
 /**
@@ -163,8 +165,10 @@ export async function resolveIngressHost(
   const environmentId = row?.environmentId ?? (parsed.form === "port" ? parsed.environmentId : null);
   if (!environmentId) return null;
   const env = await environmentRow(store, environmentId);
-  // A pool's member is nobody's yet; anything not running has nothing to reach.
-  if (env?.status !== "running" || env.pool_id || !env.host_id || !env.stack_id) return null;
+  // A pool's member is nobody's yet; anything not running has nothing to reach, but for one its
+  // idle timer paused, which the request resumes (ingress-proxy.ts).
+  const reachable = env?.status === "running" || (env?.status === "paused" && env.idle_paused);
+  if (!env || !reachable || env.pool_id || !env.host_id || !env.stack_id) return null;
   return {
     environmentId,
     teamId: env.team_id,
@@ -173,5 +177,6 @@ export async function resolveIngressHost(
     service: row?.service ?? null,
     port: row?.port ?? (parsed.form === "port" ? parsed.port : 0),
     public: row?.public === true,
+    idle: Boolean(env.idle_pause_s),
   };
 }

@@ -202,3 +202,20 @@ export function hostLiveEnvironmentVersions(store: Store, hostId: string, live: 
     .where("status", "in", [...live])
     .execute();
 }
+
+/** Notes that a request reached the environment at `at` (x-denv.idle_pause_s counts from it). */
+export async function noteEnvironmentActive(store: Store, id: string, at: string): Promise<void> {
+  await store.updateTable("environments").set({ active_at: at }).where("id", "=", id).execute();
+}
+
+/** The running environments with an idle timer, with when a request last reached each. */
+export async function idleTimedEnvironments(
+  store: Store,
+): Promise<Pick<EnvironmentsTable, "id" | "idle_pause_s" | "active_at" | "created_at">[]> {
+  return store
+    .selectFrom("environments")
+    .select(["id", "idle_pause_s", "active_at", "created_at"])
+    .where("status", "=", "running")
+    .where("idle_pause_s", "is not", null)
+    .execute();
+}

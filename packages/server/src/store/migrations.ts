@@ -548,6 +548,15 @@ export const MIGRATIONS: Record<string, Migration> = {
       await db.schema.alterTable("e2b_sandboxes").addColumn("auto_resume", "integer").execute();
     },
   },
+  "0026_idle_pause": {
+    // x-denv.idle_pause_s: its seconds, when the last request reached the environment (ISO), and
+    // 1 while it is paused by that timer (the next request resumes it; a pause asked for does not).
+    up: async (db) => {
+      await db.schema.alterTable("environments").addColumn("idle_pause_s", "integer").execute();
+      await db.schema.alterTable("environments").addColumn("active_at", "text").execute();
+      await db.schema.alterTable("environments").addColumn("idle_paused", "integer").execute();
+    },
+  },
 };
 
 export const migrationProvider: MigrationProvider = {

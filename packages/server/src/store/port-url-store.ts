@@ -53,6 +53,8 @@ export function portUrlByToken(store: Store, token: string) {
     .select([
       "port_urls.port",
       "port_urls.service",
+      "port_urls.environment_id",
+      "environments.idle_pause_s",
       "environments.status",
       "environments.host_id",
       "environments.stack_id",

@@ -177,6 +177,12 @@ export interface EnvironmentsTable {
   target_id: string;
   /** Set while the environment is a warm pool's member: not the team's to see until taken. */
   pool_id: string | null;
+  /** x-denv.idle_pause_s of the spec it runs; null: never paused for idleness. */
+  idle_pause_s?: number | null;
+  /** When a request last reached it (exec, files, logs, a port URL), for that timer. */
+  active_at?: string | null;
+  /** 1 while the idle timer keeps it paused: the next request resumes it. */
+  idle_paused?: number | null;
   created_at: string;
 }
 

@@ -124,6 +124,12 @@ const ROWS: [string, string, [string, string] | null][] = [
     ["`docker checkpoint` + `commit` + `start --checkpoint` by hand", "live_peer_restore_p50_ms"],
   ],
   ["live snapshot's frozen window (64 MiB process)", "live_snapshot_frozen_p50_ms", null],
+  ["live snapshot's frozen window, a service holding 10 MiB", "live_snapshot_frozen_10mib_p50_ms", null],
+  ["live snapshot's frozen window, 256 MiB", "live_snapshot_frozen_256mib_p50_ms", null],
+  ["live snapshot's frozen window, 1 GiB", "live_snapshot_frozen_1024mib_p50_ms", null],
+  ["fork of that live version to its first exec, 10 MiB", "live_fork_10mib_p50_ms", null],
+  ["fork of that live version to its first exec, 256 MiB", "live_fork_256mib_p50_ms", null],
+  ["fork of that live version to its first exec, 1 GiB", "live_fork_1024mib_p50_ms", null],
 ];
 
 /** Saved runs in the current format (a commit, the machine, a duration), newest first. */

@@ -13,7 +13,9 @@
  * Each is timed from the request until an exec in the fork reads the service's ready file with the
  * parent's token (the cold fork: its own token). The warm-up stands for loading a model or warming
  * a cache: 64 MiB of state and about two seconds of hashing.
- * Also the live snapshot itself: its frozen window and each dump, as its evidence says.
+ * Also the live snapshot itself: its frozen window and each dump, as its evidence says; and how
+ * both grow with what a service holds (10 MiB, 256 MiB, 1 GiB touched): the frozen window of its
+ * live snapshot, and a fork of that version until an exec reads the token its process drew.
  */
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
@@ -38,6 +40,15 @@ services:
     image: ${OPSBOX}
     command: ["python3", "-c", ${JSON.stringify(WARM.replaceAll("$", "$$$$"))}]
 `;
+
+/** A process holding `mib` MiB it has written to (so every page is its own), and a token. */
+const holding = (mib: number) => `import time, uuid
+b = bytearray(${mib} << 20)
+b[::4096] = b"x" * len(b[::4096])
+open("/srv/token", "w").write(str(uuid.uuid4()))
+time.sleep(1e9)
+`;
+const SIZES_MIB = [10, 256, 1024];
 
 export async function liveBench(quick: boolean): Promise<Record<string, Metric>> {
   const rig = await openBenchRig("live");
@@ -145,7 +156,9 @@ export async function liveBench(quick: boolean): Promise<Record<string, Metric>>
     log(
       `live fork ready p50 ${metricOf(live, "ms").value} ms, cold ${metricOf(cold, "ms").value} ms, docker by hand ${metricOf(peer, "ms").value} ms`,
     );
+    const bySize = await growth(api, raw, quick);
     return {
+      ...bySize,
       live_fork_ready_p50_ms: metricOf(live, "ms", "fork of a live version until its warmed service answers"),
       live_cold_fork_ready_p50_ms: metricOf(
         cold,
@@ -168,4 +181,64 @@ export async function liveBench(quick: boolean): Promise<Record<string, Metric>>
     await run("docker", ["rm", "-f", peerName]).catch(() => {});
     await rig.close();
   }
+}
+
+/** The frozen window and the live fork's time, per size of what the service holds. */
+async function growth(
+  api: (method: string, path: string, body?: unknown) => Promise<Record<string, any>>,
+  raw: (method: string, path: string, body?: unknown) => Promise<{ status: number; data: any }>,
+  quick: boolean,
+): Promise<Record<string, Metric>> {
+  const out: Record<string, Metric> = {};
+  for (const mib of SIZES_MIB) {
+    const project = `hold-${mib}`;
+    const compose = `x-denv: { kind: service }
+services:
+  hold:
+    image: ${OPSBOX}
+    command: ["python3", "-c", ${JSON.stringify(holding(mib))}]
+`;
+    await api("POST", "/v1/projects", { name: project, kind: "service", source: `./${project}` });
+    await api("PUT", `/v1/projects/${project}/source`, { compose });
+    const d = await api("POST", `/v1/projects/${project}/deploy?wait=true`, { env: "alpha" });
+    if (d.status !== "succeeded") throw new Error(`deploy ${project}: ${d.reason}`);
+    const token = async (env: string): Promise<string | null> => {
+      const r = await raw("POST", `/v1/envs/${encodeURIComponent(env)}/exec`, {
+        service: "hold",
+        command: ["cat", "/srv/token"],
+      });
+      return r.status === 200 && r.data.exit_code === 0 && r.data.stdout ? String(r.data.stdout) : null;
+    };
+    let parent: string | null = null;
+    while (!parent) parent = await token(`${project}/alpha`);
+    const frozen: number[] = [];
+    const forks: number[] = [];
+    for (let i = 0; i < (quick ? 1 : 3); i++) {
+      const snap = await api("POST", `/v1/envs/${project}%2Falpha/snapshot?wait=true`, { live: true });
+      if (snap.status !== "succeeded") throw new Error(`live snapshot of ${project}: ${snap.reason}`);
+      frozen.push(snap.phases.find((p: { name: string }) => p.name === "snapshot").evidence.frozen_ms);
+      const t = performance.now();
+      const f = await raw("POST", `/v1/envs/${project}%2Falpha/fork`, { name: `f${i}` });
+      if (f.status !== 201) throw new Error(`fork of ${project}: ${JSON.stringify(f.data)}`);
+      const got = await token(`${project}/f${i}`);
+      forks.push(performance.now() - t);
+      if (got !== parent) throw new Error(`the fork of ${project} read ${got}, not ${parent}`);
+      await api("DELETE", `/v1/envs/${encodeURIComponent(`${project}/f${i}`)}`);
+    }
+    await api("DELETE", `/v1/envs/${encodeURIComponent(`${project}/alpha`)}`);
+    log(
+      `holding ${mib} MiB: frozen ${metricOf(frozen, "ms").value} ms, live fork ${metricOf(forks, "ms").value} ms`,
+    );
+    out[`live_snapshot_frozen_${mib}mib_p50_ms`] = metricOf(
+      frozen,
+      "ms",
+      `the live snapshot's frozen window, a service holding ${mib} MiB`,
+    );
+    out[`live_fork_${mib}mib_p50_ms`] = metricOf(
+      forks,
+      "ms",
+      `fork of that live version until an exec reads its process's token (${mib} MiB)`,
+    );
+  }
+  return out;
 }

@@ -27,7 +27,7 @@ import { holdsSysResource, type StackRecord } from "@denv/denvd";
 import { DenvError, type ResolvedSpec } from "@denv/protocol";
 import { pinSpec, RegistryPinner, validateCompose } from "@denv/spec";
 import { hostOp, openTestHost, type TestHost } from "../harness/test-host.ts";
-import { waitFor } from "../harness/wait-for.ts";
+import { elapse, waitFor } from "../harness/wait-for.ts";
 
 const OPSBOX = "127.0.0.1:5000/denv/opsbox:bookworm";
 const TICKER =
@@ -326,6 +326,116 @@ volumes:
   } finally {
     await outsider.remove({ force: true });
   }
+  for (const id of [fork.stack_id, stack.id]) await hostOp(host.denvd, "destroy", { stack_id: id });
+  await hostOp(host.denvd, "delete_version", { version_id: snap.version_id });
+});
+
+test("a Python REPL's variables survive into live forks, and two sibling forks diverge from there", async () => {
+  // The REPL reads what is written to its FIFO (a writer held open, so it never sees an end) and
+  // prints into /srv/out, as an agent's code tool drives one.
+  const stack = await deploy(
+    `x-denv: { kind: service }
+services:
+  repl:
+    image: ${OPSBOX}
+    command: ["sh", "-c", "mkfifo /srv/in && (sleep infinity > /srv/in &) && exec python3 -u -i < /srv/in > /srv/out 2>&1"]
+`,
+    "repl",
+  );
+  const say = async (stackId: string, line: string) => {
+    // The line as an argument, never parsed by a shell.
+    const r = await host.denvd.exec(stackId, "repl", {
+      command: ["sh", "-c", 'printf "%s\\n" "$1" > /srv/in', "say", line],
+    });
+    assert.equal(r.exitCode, 0, r.stderr.toString());
+  };
+  const printed = (stackId: string, value: string) =>
+    waitFor(`the REPL of ${stackId} to print ${value}`, async () =>
+      (await read(stackId, "repl", "/srv/out")).split(/\s|>>>/).includes(value),
+    );
+  await waitFor(
+    "the REPL's FIFO",
+    async () =>
+      (await host.denvd.exec(stack.id, "repl", { command: ["test", "-p", "/srv/in"] })).exitCode === 0,
+  );
+  await say(stack.id, "x = 41; import uuid; drawn = uuid.uuid4().hex");
+  await say(stack.id, "print(x + 1, drawn)");
+  await printed(stack.id, "42");
+  const drawn = (await read(stack.id, "repl", "/srv/out")).match(/42 ([0-9a-f]{32})/)?.[1] as string;
+  assert.ok(drawn);
+  const snap = await hostOp(host.denvd, "snapshot", { stack_id: stack.id, live: "on" });
+  const [a, b] = await Promise.all(
+    ["repl-a", "repl-b"].map((name) =>
+      hostOp(host.denvd, "fork", { version_id: snap.version_id, name, operation_id: `op_${name}` }),
+    ),
+  );
+  assert.ok(a && b);
+  // Each fork's REPL has the parent's variables (the uuid it drew, never drawn again)...
+  await say(a.stack_id, "print(x + 100, drawn)");
+  await say(b.stack_id, "print(x + 200, drawn)");
+  await printed(a.stack_id, "141");
+  await printed(b.stack_id, "241");
+  assert.match(await read(a.stack_id, "repl", "/srv/out"), new RegExp(`141 ${drawn}`));
+  assert.match(await read(b.stack_id, "repl", "/srv/out"), new RegExp(`241 ${drawn}`));
+  // ...and from there each goes its own way: a variable set in one is not in the other or the parent.
+  await say(a.stack_id, 'y = "only-a"');
+  await say(a.stack_id, "print(y)");
+  await printed(a.stack_id, "only-a");
+  await say(b.stack_id, 'print(globals().get("y", "no-y-here"))');
+  await printed(b.stack_id, "no-y-here");
+  await say(stack.id, 'print(globals().get("y", "no-y-in-parent"))');
+  await printed(stack.id, "no-y-in-parent");
+  for (const id of [a.stack_id, b.stack_id, stack.id]) await hostOp(host.denvd, "destroy", { stack_id: id });
+  await hostOp(host.denvd, "delete_version", { version_id: snap.version_id });
+});
+
+test("with clock: frozen, a live fork's restored process reads the version's time while its parent's moves on", async () => {
+  const CLOCKED = `import os, time
+i = 0
+while True:
+    i += 1
+    open("/srv/now.new", "w").write(f"{i} {time.time()}")
+    os.replace("/srv/now.new", "/srv/now")
+    time.sleep(0.1)`;
+  const stack = await deploy(
+    `x-denv: { kind: service, clock: frozen }
+services:
+  clocked:
+    image: ${OPSBOX}
+    command: ["python3", "-c", ${JSON.stringify(CLOCKED)}]
+`,
+    "clocked",
+  );
+  const now = async (stackId: string) => {
+    const [i = "0", t = "0"] = (await read(stackId, "clocked", "/srv/now")).split(" ");
+    return { i: Number(i), t: Number(t) };
+  };
+  await waitFor("the clocked process to write", async () => (await now(stack.id)).i >= 2);
+  const snap = await hostOp(host.denvd, "snapshot", { stack_id: stack.id, live: "on" });
+  const versionAtS = Date.parse(snap.evidence.clock?.at ?? "") / 1000;
+  assert.ok(Number.isFinite(versionAtS), JSON.stringify(snap.evidence.clock));
+  await elapse(
+    4000,
+    "the fork starts well after the snapshot, so the version's time is told from the time now",
+  );
+  const fork = await hostOp(host.denvd, "fork", {
+    version_id: snap.version_id,
+    name: "clocked-fork",
+    operation_id: "op_clocked_fork",
+  });
+  assert.deepEqual(fork.evidence.live?.restored, ["clocked"]);
+  const inLayer = await now(fork.stack_id);
+  // A reading the restored process wrote in the fork (its count past what the layer held).
+  const restored = await waitFor("the restored process to write", async () => {
+    const n = await now(fork.stack_id);
+    return n.i > inLayer.i ? n : null;
+  });
+  const parent = await now(stack.id);
+  assert.ok(
+    restored.t >= versionAtS - 1 && restored.t < versionAtS + 3,
+    `the fork read ${restored.t}, the version's time is ${versionAtS}`,
+  );
+  assert.ok(parent.t >= restored.t + 3, `the parent read ${parent.t}, the fork ${restored.t}`);
   for (const id of [fork.stack_id, stack.id]) await hostOp(host.denvd, "destroy", { stack_id: id });
   await hostOp(host.denvd, "delete_version", { version_id: snap.version_id });
 });

@@ -132,6 +132,9 @@ async function liveRefusals(
       const pids = f
         ? (await readFile(join(f.dir, "cgroup.procs"), "utf8")).split("\n").filter(Boolean).map(Number)
         : [st.pid];
+      // The container's own process first, then the rest by pid (cgroup.procs keeps no order): a
+      // refusal names the same process every time.
+      pids.sort((a, b) => (a === st.pid ? -1 : b === st.pid ? 1 : a - b));
       for (const pid of pids) {
         const facts = await processFacts(pid);
         const why = facts && processRefusal(facts, dumper, outside);

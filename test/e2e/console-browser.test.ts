@@ -14,7 +14,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { joinServer, Sidecar } from "@denv/denvd";
+import { holdsSysResource, joinServer, Sidecar } from "@denv/denvd";
 import { type RunningServer, startServer } from "@denv/server";
 import {
   type Browser,
@@ -207,6 +207,46 @@ describe("the console", () => {
     );
     assert.match(await text(node("ops-world/rollout-1")), new RegExp(snap.version_id));
     await shot("environments");
+  });
+
+  test("from the page: a snapshot with processes says whose it kept; pause and resume keep memory, or say why not", {
+    timeout: 300_000,
+  }, async () => {
+    // An environment of this test's own (the verify below reads rollout-2 unchanged).
+    const made3 = await api("POST", `/v1/envs/${alphaId}/fork`, { name: "rollout-3" });
+    assert.equal(made3.status, 201, JSON.stringify(made3.data));
+    const r2 = (await api("GET", `/v1/envs/${encodeURIComponent("ops-world/rollout-3")}`)).data;
+    await page.goto(`${server.url}/#/env/${r2.id}`);
+    await page.locator("#act-snapshot-live").click();
+    await page.locator("#confirm-ok").click();
+    await page.locator("#deployment-status").getByText("succeeded").waitFor({ timeout: 120_000 });
+    const made = (await api("GET", `/v1/envs/${r2.id}/deployments`)).data.deployments.find(
+      (d: any) => d.kind === "snapshot",
+    );
+    const phases = (await api("GET", `/v1/deployments/${made.id}`)).data.phases as any[];
+    const live = phases.find((p) => p.name === "snapshot")?.evidence?.live;
+    // Every service is either kept with its processes or said to be disk-only, with why.
+    assert.deepEqual(
+      [...Object.keys(live?.services ?? {}), ...Object.keys(live?.skipped ?? {})].sort(),
+      ["db", "opsbox", "queue"],
+      JSON.stringify(live),
+    );
+    await page.goto(`${server.url}/#/env/${r2.id}`);
+    await page.locator("#act-pause").click();
+    await page.locator("#confirm-ok").click();
+    if (holdsSysResource(readFileSync("/proc/self/status", "utf8"))) {
+      await page.locator("#act-resume").waitFor({ timeout: 120_000 });
+      assert.equal((await api("GET", `/v1/envs/${r2.id}`)).data.status, "paused");
+      await page.locator("#act-resume").click();
+      await page.locator("#confirm-ok").click();
+      await page.locator("#act-pause").waitFor({ timeout: 120_000 });
+    } else {
+      // ops-world's services run as their own users, which this host's root cannot checkpoint.
+      const alert = page.getByRole("alert");
+      await alert.waitFor({ timeout: 120_000 });
+      assert.match(await text(alert), /lacks CAP_SYS_RESOURCE/);
+    }
+    assert.equal((await api("GET", `/v1/envs/${r2.id}`)).data.status, "running");
   });
 
   test("a verify's page shows what the episode changed; names and content the agent wrote are text", {

@@ -252,6 +252,8 @@ export async function environmentPage(main: HTMLElement, id: string, go: Go): Pr
       const r = (await run()) as { id?: string; deployment_id?: string; kind?: string } | null;
       if (r && typeof r === "object" && "phases" in r && r.id) go(`#/deployment/${r.id}`);
       else if (r?.deployment_id) go(`#/deployment/${r.deployment_id}`);
+      // An environment answered (pause, resume): its page again, as it is now.
+      else if (r && typeof r === "object" && r.id === env.id) go(`#/env/${env.id}`);
       else go("#/");
     } catch (err) {
       show(status, errorBox(err));
@@ -332,6 +334,22 @@ export async function environmentPage(main: HTMLElement, id: string, go: Go): Pr
         h(
           "button",
           {
+            id: "act-snapshot-live",
+            class: "secondary",
+            disabled: !running || !can("consistent_snapshot"),
+            onclick: () =>
+              act(
+                "Snapshot with its processes?",
+                "Also keeps every service's running processes (their memory), so its forks carry on where it was; a service whose processes cannot be kept stays disk-only, and the version says why.",
+                "Snapshot with processes",
+                () => api.envs.snapshot(env.id, { live: "best-effort" }),
+              ),
+          },
+          "Snapshot with processes",
+        ),
+        h(
+          "button",
+          {
             id: "act-verify",
             disabled: !running || !can("verify"),
             onclick: () =>
@@ -372,6 +390,37 @@ export async function environmentPage(main: HTMLElement, id: string, go: Go): Pr
       h(
         "div",
         { class: "actions" },
+        env.status === "paused"
+          ? h(
+              "button",
+              {
+                id: "act-resume",
+                onclick: () =>
+                  act(
+                    "Resume this environment?",
+                    "Every service's processes carry on from the memory its pause kept.",
+                    "Resume",
+                    () => api.envs.resume(env.id),
+                  ),
+              },
+              "Resume",
+            )
+          : h(
+              "button",
+              {
+                id: "act-pause",
+                class: "secondary",
+                disabled: !running || env.target !== "denvd",
+                onclick: () =>
+                  act(
+                    "Pause this environment?",
+                    "Every service's processes are written to disk with their memory and stopped; its containers and volumes stay, and resume carries on from there.",
+                    "Pause",
+                    () => api.envs.pause(env.id),
+                  ),
+              },
+              "Pause",
+            ),
         h(
           "button",
           {

@@ -12,6 +12,7 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
+import { waitFor } from "../harness/wait-for.ts";
 
 const HOOK = "/var/lib/denv-host/criu/bin/denv-restore-net";
 const PWNED = join(tmpdir(), `denv-hook-pwned-${process.pid}`);
@@ -45,7 +46,7 @@ after(() => {
 
 test("the restore hook applies the list's shaped lines inside the namespace and runs nothing of the hostile ones", async () => {
   // The namespace exists once the child has entered it.
-  for (let i = 0; i < 200 && inNsReady() === false; i++) await new Promise((r) => setImmediate(r));
+  await waitFor("the test's network namespace", inNsReady, { intervalMs: 5 });
   // A veth pair inside the namespace (this kernel has no dummy interfaces).
   inNs("ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth1");
   inNs("ip", "link", "set", "eth0", "up");

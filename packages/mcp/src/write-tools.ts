@@ -1,6 +1,6 @@
 /**
  * The tools that change something: sandboxes made (from a version or an image) and forked, exec,
- * files written, snapshot, verify, rollback, destroy and port URLs. Long ones report their phases
+ * files written, snapshot, pause and resume, verify, rollback, destroy and port URLs. Long ones report their phases
  * as progress; a cancelled creation is undone.
  */
 import { MAX_COMMAND_TIMEOUT_MS } from "@denv/protocol";
@@ -244,6 +244,32 @@ export function registerWriteTools(server: McpServer, client: DenvClient): void 
           ),
         ),
       ),
+  );
+
+  server.registerTool(
+    "pause",
+    {
+      title: "Pause an environment, keeping its memory",
+      description:
+        "Writes every service's running processes to disk with their memory and stops them (containers and volumes stay); resume carries on where they were. Refused, naming the process, where one cannot be taken.",
+      inputSchema: { environment },
+      outputSchema: environmentOut,
+      annotations: { readOnlyHint: false, destructiveHint: false, openWorldHint: false },
+    },
+    (args) => guarded(async () => envResult(await client.envs.pause(args.environment))),
+  );
+
+  server.registerTool(
+    "resume",
+    {
+      title: "Resume a paused environment",
+      description:
+        "Starts a paused environment's services from the processes its pause kept, carrying on where they were (or thaws one a verify left frozen).",
+      inputSchema: { environment },
+      outputSchema: environmentOut,
+      annotations: { readOnlyHint: false, destructiveHint: false, openWorldHint: false },
+    },
+    (args) => guarded(async () => envResult(await client.envs.resume(args.environment))),
   );
 
   server.registerTool(

@@ -39,10 +39,11 @@ configure() {
 # setup-namespaces (its network namespace exists, no socket is made yet): the address as a /32
 # beside the container's own and an on-link route to its old subnet, on the same interface, so
 # each restored connection binds and connects again on its old addresses. Until network-unlock
-# (every socket is back, no process runs yet) the interface answers no ARP: a peer's packet that
-# came meanwhile would find the address without its socket and reset the connection; unanswered,
-# it is sent again. A dump runs network-unlock too: an interface that answers ARP marks it, and
-# nothing is done. Lines not of that shape are skipped.
+# (every socket is back, no process runs yet) the namespace drops every TCP packet that comes in
+# and the interface answers no ARP: a peer's packet that came meanwhile (a peer that kept the
+# address's MAC from before a pause, say) would find the address without its socket and reset the
+# connection; dropped, it is sent again. A dump runs network-unlock too: with no such rule and an
+# interface that answers ARP, nothing is done. Lines not of that shape are skipped.
 list="${CRTOOLS_IMAGE_DIR:-}/denv-addrs"
 [ -s "$list" ] || exit 0
 pid=${CRTOOLS_INIT_PID:-}
@@ -64,9 +65,16 @@ give() {
     { ns ip route show exact "$net" | grep -q . || ns ip route add "$net" dev "$dev" scope link; }
 }
 answer() { [ "$(ns cat "/proc/sys/net/ipv4/conf/$dev/arp_ignore")" != 8 ] || arp 0; }
+hold() { ns iptables -w "$1" INPUT -p tcp -m comment --comment denv-restore -j DROP; }
 case "${CRTOOLS_SCRIPT_ACTION:-}" in
-setup-namespaces) each give ;;
-network-unlock) each answer ;;
+setup-namespaces)
+  hold -I || exit 1
+  each give
+  ;;
+network-unlock)
+  if hold -C 2>/dev/null; then hold -D || exit 1; fi
+  each answer
+  ;;
 esac
 exit 0
 HOOK

@@ -252,6 +252,8 @@ services:
   client:
     image: ${OPSBOX}
     command: ["python3", "-c", ${JSON.stringify(CLIENT)}]
+    # Restored after the server, as it starts after it (see live-versions.md on a resume's order).
+    depends_on: [db]
 volumes:
   seen: {}
 `,
@@ -323,6 +325,15 @@ volumes:
     assert.deepEqual(Object.keys(partial.evidence.live?.services ?? {}), ["client"]);
     assert.match(partial.evidence.live?.skipped.db ?? "", /outside the stack/);
     await hostOp(host.denvd, "delete_version", { version_id: partial.version_id });
+    // A pause is not refused for it: the processes come back in the same containers, where the
+    // other end may still be. The stack's own connection goes on after the resume.
+    await hostOp(host.denvd, "pause", { stack_id: stack.id });
+    await hostOp(host.denvd, "unpause", { stack_id: stack.id });
+    const heard = (await seen(stack.id)).split("\n").length;
+    await waitFor(
+      "the client to go on after the resume",
+      async () => (await seen(stack.id)).split("\n").length > heard,
+    );
   } finally {
     await outsider.remove({ force: true });
   }

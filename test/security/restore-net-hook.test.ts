@@ -71,9 +71,12 @@ test("the restore hook applies the list's shaped lines inside the namespace and 
   assert.match(routes, /^10\.77\.0\.0\/24 dev eth0/m);
   for (const n of [1, 2, 3, 4, 5, 6]) assert.doesNotMatch(addrs + routes, new RegExp(`10\\.77\\.${n}\\.`));
   assert.equal(existsSync(PWNED), false, "nothing in a line was run");
-  // Until network-unlock, the interface answers no ARP; then it does again.
+  // Until network-unlock, the namespace drops TCP coming in and the interface answers no ARP;
+  // then both are as before.
+  assert.match(inNs("iptables", "-w", "-S", "INPUT"), /denv-restore.*-j DROP/);
   assert.equal(inNs("cat", "/proc/sys/net/ipv4/conf/eth0/arp_ignore").trim(), "8");
   run("network-unlock");
+  assert.doesNotMatch(inNs("iptables", "-w", "-S", "INPUT"), /denv-restore/);
   assert.equal(inNs("cat", "/proc/sys/net/ipv4/conf/eth0/arp_ignore").trim(), "0");
   // A dump's network-unlock (an interface that answers ARP) changes nothing.
   run("network-unlock");

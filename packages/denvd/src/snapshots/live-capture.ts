@@ -112,6 +112,7 @@ async function processFacts(pid: number): Promise<ProcessFacts | null> {
 async function liveRefusals(
   states: [string, ContainerState][],
   leftOut: ReadonlySet<string>,
+  keepOutside: boolean,
 ): Promise<Record<string, string>> {
   const out: Record<string, string> = {};
   const dumper = { sysResource: holdsSysResource(await readFile("/proc/self/status", "utf8")) };
@@ -124,7 +125,7 @@ async function liveRefusals(
     running.map(async ([svc, st], i) => {
       if (leftOut.has(svc)) return;
       const outside = new Map(
-        (net[i]?.peers ?? [])
+        (keepOutside ? [] : (net[i]?.peers ?? []))
           .filter((t) => !inside.has(t.address) && !isLoopback(t.address))
           .map((t) => [t.inode, t.peer]),
       );
@@ -165,12 +166,15 @@ export async function checkpointsOf(ctx: StackContext): Promise<CheckpointPort> 
 
 /**
  * Which services a live snapshot takes: every running one, or not_supported naming what CRIU
- * cannot take; best-effort leaves those out (said in the evidence) and takes the rest.
+ * cannot take; best-effort leaves those out (said in the evidence) and takes the rest. A pause
+ * (`keepOutside`) keeps connections to outside the stack: its processes come back in the same
+ * container, where the other end may still be.
  */
 export async function planLive(
   ctx: StackContext,
   stack: StackRecord,
   mode: LiveMode,
+  options: { keepOutside?: boolean } = {},
 ): Promise<{ services: string[]; skipped: Record<string, string> }> {
   const states = await Promise.all(
     Object.entries(stack.containers).map(
@@ -187,7 +191,7 @@ export async function planLive(
         "its processes are frozen for a verify (the agent's service): its forks start it afresh",
       ]),
   );
-  const refused = await liveRefusals(states, new Set(Object.keys(frozen)));
+  const refused = await liveRefusals(states, new Set(Object.keys(frozen)), options.keepOutside ?? false);
   if (mode === "on" && Object.keys(refused).length)
     throw new DenvError(
       "not_supported",

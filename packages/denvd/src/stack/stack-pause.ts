@@ -22,7 +22,7 @@ export async function pauseStack(ctx: StackContext, stackId: string): Promise<Pa
   if (stack.frozen?.length)
     throw new DenvError("conflict", `environment ${stack.name} is frozen by verify: resume it first`);
   const cp = await checkpointsOf(ctx);
-  const plan = await planLive(ctx, stack, "on");
+  const plan = await planLive(ctx, stack, "on", { keepOutside: true });
   const begun = performance.now();
   const reattach = await detachAgents(ctx, stack, plan.services);
   const services: PauseEvidence["services"] = {};

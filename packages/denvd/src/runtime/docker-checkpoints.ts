@@ -54,8 +54,8 @@ export class DockerCheckpoints implements CheckpointPort {
   private readonly runcRoot: string;
   private readonly criuDir: string | null;
   private rootDir: Promise<string> | null = null;
-  /** Networks whose bridge admits restored addresses (one rule each, however many forks ask). */
-  private readonly admitted = new Map<string, Promise<void>>();
+  /** Networks whose rule is being added now: forks restoring at once add it once. */
+  private readonly admitting = new Map<string, Promise<void>>();
 
   constructor(docker: Docker, options: DockerCheckpointOptions = {}) {
     this.docker = docker;
@@ -225,11 +225,15 @@ export class DockerCheckpoints implements CheckpointPort {
    * off) nothing drops them, and nothing is added.
    */
   admitRestoredAddresses(network: string): Promise<void> {
-    let done = this.admitted.get(network);
+    let done = this.admitting.get(network);
     if (!done) {
       done = this.admitBridge(network);
-      this.admitted.set(network, done);
-      done.catch(() => this.admitted.delete(network));
+      this.admitting.set(network, done);
+      // Forgotten once settled (a later call finds the rule with -C): nothing kept per fork.
+      done.then(
+        () => this.admitting.delete(network),
+        () => this.admitting.delete(network),
+      );
     }
     return done;
   }

@@ -410,6 +410,10 @@ describe("the console", () => {
   });
 
   test("a change without the session's CSRF token is refused, even from the console's own origin", async () => {
+    // From a settled page: a page still streaming (an earlier test's logs or terminal) can have its
+    // requests cut by its own re-render, which would fail the fetch before it is answered.
+    await page.goto(`${server.url}/#/`);
+    await page.getByRole("tree").waitFor();
     const status = await page.evaluate(async () => {
       const r = await fetch("/v1/projects", {
         method: "POST",

@@ -17,6 +17,11 @@ SUITE=${DENV_CRIU_SUITE:-forky}
 DIR=$STATE/criu
 BIN=$DIR/bin
 log() { printf '[criu] %s\n' "$*" >&2; }
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+arch=$(dpkg --print-architecture)
+case "$arch" in amd64) triple=x86_64-linux-gnu loader=ld-linux-x86-64.so.2 ;;
+  arm64) triple=aarch64-linux-gnu loader=ld-linux-aarch64.so.1 ;;
+  *) log "no CRIU bundle for $arch"; exit 1 ;; esac
 
 # A bundle is kept when it answers `criu check` and is 4.2 or later (an older one left by an
 # earlier setup is replaced).
@@ -32,6 +37,28 @@ check() { "$BIN/criu" check >/dev/null 2>&1; }
 #   fork's own bridge) and across a pause. A runc.conf denv did not write is left alone.
 configure() {
   mkdir -p "$DIR/bin"
+  # runc runs `criu swrk 3` from PATH; the wrapper runs the real one with the bundle's loader and
+  # libraries, and points it at denv's configuration (which runc's RPC mode reads from this
+  # variable). It preloads denv-criu-limits.so where that was built: CRIU then reads another
+  # user's process limits from /proc where root lacks CAP_SYS_RESOURCE (the library says why).
+  limits="$DIR/lib/denv-criu-limits.so"
+  src="$ROOT/packages/denvd/criu/denv-criu-limits.c"
+  if command -v gcc >/dev/null && [ -f "$src" ]; then
+    gcc -O2 -Wall -shared -fPIC -o "$limits.tmp" "$src" -ldl && mv "$limits.tmp" "$limits"
+  else
+    log "no gcc: CRIU cannot take another user's processes where root lacks CAP_SYS_RESOURCE"
+    rm -f "$limits"
+  fi
+  # Written beside and moved into place: a runc starting CRIU meanwhile reads one whole wrapper.
+  cat >"$DIR/bin/criu.tmp" <<SH
+#!/bin/sh
+export CRIU_CONFIG_FILE="\${CRIU_CONFIG_FILE:-$DIR/denv.conf}"
+if [ -f "$limits" ]; then
+  exec "$DIR/lib/$loader" --library-path "$DIR/lib" --preload "$limits" "$DIR/bin/criu.real" "\$@"
+fi
+exec "$DIR/lib/$loader" --library-path "$DIR/lib" "$DIR/bin/criu.real" "\$@"
+SH
+  chmod 755 "$DIR/bin/criu.tmp" && mv "$DIR/bin/criu.tmp" "$DIR/bin/criu"
   cat >"$DIR/bin/denv-restore-net" <<'HOOK'
 #!/bin/sh
 # CRIU's action script for a restore. Each address the dumped container had, listed by denvd in
@@ -92,16 +119,10 @@ CONF
   fi
 }
 
-if [ -x "$BIN/criu" ] && recent && check; then
-  configure
+if [ -x "$BIN/criu.real" ] && configure && recent && check; then
   echo "$BIN"
   exit 0
 fi
-
-arch=$(dpkg --print-architecture)
-case "$arch" in amd64) triple=x86_64-linux-gnu loader=ld-linux-x86-64.so.2 ;;
-  arm64) triple=aarch64-linux-gnu loader=ld-linux-aarch64.so.1 ;;
-  *) log "no CRIU bundle for $arch"; exit 1 ;; esac
 
 log "fetching criu and its libraries from Debian's $SUITE"
 T=$(mktemp -d)
@@ -128,14 +149,6 @@ rm -rf "$DIR.new" && mkdir -p "$DIR.new/bin" "$DIR.new/lib"
 cp -a "$T/root/usr/lib/$triple/." "$DIR.new/lib/" 2>/dev/null || true
 cp -a "$T/root/lib/$triple/." "$DIR.new/lib/" 2>/dev/null || true
 cp "$T/root/usr/sbin/criu" "$DIR.new/bin/criu.real"
-# runc runs `criu swrk 3` from PATH; the wrapper runs the real one with the bundle's loader and
-# libraries, and points it at denv's configuration (which runc's RPC mode reads from this variable).
-cat >"$DIR.new/bin/criu" <<SH
-#!/bin/sh
-export CRIU_CONFIG_FILE="\${CRIU_CONFIG_FILE:-$DIR/denv.conf}"
-exec "$DIR/lib/$loader" --library-path "$DIR/lib" "$DIR/bin/criu.real" "\$@"
-SH
-chmod 755 "$DIR.new/bin/criu"
 rm -rf "$DIR" && mv "$DIR.new" "$DIR"
 configure
 if ! recent; then

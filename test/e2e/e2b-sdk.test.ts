@@ -220,6 +220,27 @@ test("pause and resume: the sandbox keeps its id and its volumes' files; a pause
   }
 });
 
+test("pause keeps memory: a sandbox from an ops-world version resumes with the same processes, through the SDK", async () => {
+  const sbx = await Sandbox.create(version);
+  try {
+    // Only the running Redis holds these: its run id (drawn at each start) and a setting changed
+    // at run time (a restart reads its configuration again).
+    const redis = (command: string) =>
+      sbx.commands.run(`redis-cli -h queue ${command}`).then((r) => r.stdout.trim());
+    assert.equal(await redis("config set maxmemory-samples 7"), "OK");
+    const runId = (await redis("info server")).match(/^run_id:(\w+)/m)?.[1];
+    assert.ok(runId);
+    assert.equal(await sbx.pause(), true);
+    const resumed = await Sandbox.connect(sbx.sandboxId);
+    const again = (command: string) =>
+      resumed.commands.run(`redis-cli -h queue ${command}`).then((r) => r.stdout.trim());
+    assert.equal((await again("info server")).match(/^run_id:(\w+)/m)?.[1], runId, "the same Redis process");
+    assert.equal(await again("config get maxmemory-samples"), "maxmemory-samples\n7");
+  } finally {
+    await sbx.kill();
+  }
+});
+
 test("autoPause: the timeout pauses the sandbox instead of killing it; autoResume: the next command resumes it", async () => {
   const sbx = await Sandbox.create(OPSBOX, {
     timeoutMs: 1000,

@@ -28,7 +28,6 @@ export type { ContainerRuntime, ContainerSpec, ContainerState } from "./runtime/
 export { DockerRuntime } from "./runtime/docker-runtime.ts";
 export { BUSY_SHARE, cpuDemandReader, cpuUsageMs } from "./services/service-progress.ts";
 export { containerSettleProbe, settleService } from "./services/service-settle.ts";
-export { holdsSysResource } from "./snapshots/live-capture.ts";
 export {
   bridgeLinkLocal,
   type EgressTarget,

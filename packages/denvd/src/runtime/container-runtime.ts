@@ -191,6 +191,11 @@ export interface CheckpointPort {
   /** Why this host cannot checkpoint or restore processes; null when it can. */
   unavailable(): Promise<string | null>;
   /**
+   * Whether this host's CRIU reads the limits of a process that runs as another user without
+   * CAP_SYS_RESOURCE (from /proc: scripts/ensure-criu.sh's denv-criu-limits.so).
+   */
+  readsLimitsFromProc(): boolean;
+  /**
    * Dumps a running container's processes into `dir`, leaving them running (and frozen, when the
    * caller froze them). A failure is not_supported, in CRIU's words.
    */

@@ -37,6 +37,9 @@ const RULE_COMMENT = "denv-live-restored";
 /** Where scripts/ensure-criu.sh puts its bundle (DENVD_CRIU_DIR names another). */
 const DEFAULT_CRIU_DIR = "/var/lib/denv-host/criu/bin";
 
+/** What the bundle's wrapper preloads into CRIU where it was built (packages/denvd/criu). */
+const LIMITS_LIBRARY = "denv-criu-limits.so";
+
 function defaultCriuDir(): string | null {
   const dir = process.env.DENVD_CRIU_DIR ?? DEFAULT_CRIU_DIR;
   return existsSync(join(dir, "criu")) ? dir : null;
@@ -69,6 +72,10 @@ export class DockerCheckpoints implements CheckpointPort {
     );
     const path = env.PATH ?? "/usr/sbin:/usr/bin:/sbin:/bin";
     return { ...env, PATH: this.criuDir ? `${this.criuDir}:${path}` : path };
+  }
+
+  readsLimitsFromProc(): boolean {
+    return this.criuDir !== null && existsSync(join(this.criuDir, "..", "lib", LIMITS_LIBRARY));
   }
 
   async unavailable(): Promise<string | null> {

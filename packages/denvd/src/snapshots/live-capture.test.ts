@@ -31,6 +31,8 @@ test("where root lacks CAP_SYS_RESOURCE, another user's process is refused sayin
   const asUser = proc({ ids: { uids: [1000, 1000, 1000], gids: [1000, 1000, 1000] } });
   assert.match(processRefusal(asUser, noRes) ?? "", /uid 1000.*lacks CAP_SYS_RESOURCE/);
   assert.equal(processRefusal(asUser, { sysResource: true }), null);
+  // denv's CRIU wrapper reads the limits from /proc where it was built: then nothing is refused.
+  assert.equal(processRefusal(asUser, { sysResource: false, limitsFromProc: true }), null);
   assert.equal(processRefusal(proc({ ids: { uids: [0, 0, 0], gids: [0, 0, 0] } }), noRes), null);
   // A root process that kept another group is another user's to the kernel's check.
   assert.match(

@@ -38,9 +38,13 @@ export interface ProcessFacts {
   ids?: { uids: number[]; gids: number[] };
 }
 
-/** What the dumping side may do: whether root here holds CAP_SYS_RESOURCE. */
+/**
+ * What the dumping side may do: whether root here holds CAP_SYS_RESOURCE, and whether its CRIU
+ * reads limits from /proc where it does not.
+ */
 export interface DumperFacts {
   sysResource: boolean;
+  limitsFromProc?: boolean;
 }
 
 /** CAP_SYS_RESOURCE's bit in /proc/PID/status's capability masks. */
@@ -68,10 +72,11 @@ export function processRefusal(
 ): string | null {
   if (p.tracerPid) return `it is traced by process ${p.tracerPid} (a debugger or strace)`;
   // CRIU reads each process's limits with prlimit, which the kernel allows on another user's
-  // process only with CAP_SYS_RESOURCE (some hosts' root lacks it: a VM or container's bounds).
+  // process only with CAP_SYS_RESOURCE (some hosts' root lacks it: a VM or container's bounds);
+  // denv's CRIU wrapper reads them from /proc instead, where it was built.
   const other = p.ids && [...p.ids.uids, ...p.ids.gids].find((id) => id !== 0);
-  if (!dumper.sysResource && other !== undefined && p.ids)
-    return `it runs as uid ${p.ids.uids[0]}, and this host's root lacks CAP_SYS_RESOURCE, without which CRIU cannot read another user's process limits`;
+  if (!dumper.sysResource && !dumper.limitsFromProc && other !== undefined && p.ids)
+    return `it runs as uid ${p.ids.uids[0]}, and this host's root lacks CAP_SYS_RESOURCE, without which CRIU cannot read another user's process limits (scripts/ensure-criu.sh builds denv-criu-limits.so, which reads them from /proc, where gcc is installed)`;
   for (const fd of p.fds) {
     if (/^\/dev\/(nvidia|dri\/|kfd|accel\/)/.test(fd)) return `it holds a GPU device (${fd})`;
     if (fd === "anon_inode:[io_uring]") return "it uses io_uring";
@@ -110,12 +115,16 @@ async function processFacts(pid: number): Promise<ProcessFacts | null> {
  * processes, and is not listed; nor are those in leftOut (whose addresses still count as the stack's).
  */
 async function liveRefusals(
+  cp: CheckpointPort | undefined,
   states: [string, ContainerState][],
   leftOut: ReadonlySet<string>,
   keepOutside: boolean,
 ): Promise<Record<string, string>> {
   const out: Record<string, string> = {};
-  const dumper = { sysResource: holdsSysResource(await readFile("/proc/self/status", "utf8")) };
+  const dumper = {
+    sysResource: holdsSysResource(await readFile("/proc/self/status", "utf8")),
+    limitsFromProc: cp?.readsLimitsFromProc() ?? false,
+  };
   const running = states.filter(([, st]) => st.running);
   const net = await Promise.all(running.map(([, st]) => netFacts(st.pid)));
   // The stack's own addresses: every container's (those left out too), secondaries (a restored
@@ -191,7 +200,12 @@ export async function planLive(
         "its processes are frozen for a verify (the agent's service): its forks start it afresh",
       ]),
   );
-  const refused = await liveRefusals(states, new Set(Object.keys(frozen)), options.keepOutside ?? false);
+  const refused = await liveRefusals(
+    ctx.runtime.checkpoints,
+    states,
+    new Set(Object.keys(frozen)),
+    options.keepOutside ?? false,
+  );
   if (mode === "on" && Object.keys(refused).length)
     throw new DenvError(
       "not_supported",

@@ -7,8 +7,9 @@
  * Pause: the sandbox snapshotted (a denv version) and, with `memory` (E2B's default), every
  * process checkpointed to disk and stopped (denv's pause that keeps memory): resuming carries them
  * on. Without `memory`, or where the processes cannot be checkpointed (no CRIU, io_uring, a
- * command's open channel, another user's process where root lacks CAP_SYS_RESOURCE), every service
- * is stopped instead and resuming restores the version and starts them again.
+ * command's open channel, another user's process where root lacks CAP_SYS_RESOURCE and denv's
+ * CRIU limits reader was not built), every service is stopped instead and resuming restores the
+ * version and starts them again.
  */
 import { updateE2bSandbox } from "../store/e2b-store.ts";
 import type { Store } from "../store/open-store.ts";

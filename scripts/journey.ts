@@ -1,7 +1,8 @@
 /**
  * The seed's journey on examples/ops-world, as a user runs it, with the real `denv` command:
  * denv up, login, project create, deploy alpha (phases live), fork rollout-017, exec a psql count,
- * files put and get, snapshot mid-episode and fork rollout-017-b, a scripted agent answer, verify
+ * files put and get, snapshot mid-episode and fork rollout-017-b, a live snapshot and a live fork
+ * (rollout-017-live, its Redis the same process), a scripted agent answer, verify
  * with its reward (and a wrong answer's), rollback, the deploy's phase log — each step printed with its duration. Everything it creates
  * is removed at the end (and at the start, if an earlier run was interrupted).
  *
@@ -237,6 +238,25 @@ async function main(): Promise<void> {
     ]);
     check(progress.trim() === "step 1 done", "rollout-017-b starts from the middle of the episode");
 
+    step("a live snapshot, and a live fork that goes on with every process's memory");
+    const redis = (envName: string, command: string) =>
+      denv(["exec", "--service", "opsbox", envName, "--", "sh", "-c", `redis-cli -h queue ${command}`], {
+        quiet: true,
+      }).trim();
+    // Held only by the running Redis: its run id (drawn at each start) and a setting changed now.
+    redis("rollout-017", "config set maxmemory-samples 7");
+    const runId = /^run_id:(\w+)/m.exec(redis("rollout-017", "info server"))?.[1];
+    denv(["snapshot", "--live", "rollout-017"]);
+    denv(["fork", "--name", "rollout-017-live", "rollout-017"]);
+    check(
+      !!runId && /^run_id:(\w+)/m.exec(redis("rollout-017-live", "info server"))?.[1] === runId,
+      "rollout-017-live's Redis is its parent's process, restored from memory (same run id)",
+    );
+    check(
+      redis("rollout-017-live", "config get maxmemory-samples").endsWith("7"),
+      "with the setting its parent changed at run time",
+    );
+
     step("a scripted agent answers the task (instruction.md)");
     denv([
       "exec",
@@ -302,7 +322,8 @@ async function main(): Promise<void> {
     );
 
     step("clean up");
-    for (const e of ["rollout-017-b", "rollout-017", "alpha"]) denv(["env", "destroy", e]);
+    for (const e of ["rollout-017-live", "rollout-017-b", "rollout-017", "alpha"])
+      denv(["env", "destroy", e]);
     process.stdout.write(
       `\njourney done in ${Math.round((performance.now() - started) / 1000)} s (deploy ${deployMs} ms)\n`,
     );

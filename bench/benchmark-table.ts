@@ -130,6 +130,16 @@ const ROWS: [string, string, [string, string] | null][] = [
   ["fork of that live version to its first exec, 10 MiB", "live_fork_10mib_p50_ms", null],
   ["fork of that live version to its first exec, 256 MiB", "live_fork_256mib_p50_ms", null],
   ["fork of that live version to its first exec, 1 GiB", "live_fork_1024mib_p50_ms", null],
+  [
+    "ops-world's live snapshot's frozen window (PostgreSQL, Redis, the box)",
+    "ops_world_live_snapshot_frozen_p50_ms",
+    null,
+  ],
+  [
+    "fork of ops-world's live version to the agent's first psql answer",
+    "ops_world_live_fork_query_p50_ms",
+    ["a cold fork of it (PostgreSQL starts afresh and recovers)", "ops_world_cold_fork_query_p50_ms"],
+  ],
 ];
 
 /** Saved runs in the current format (a commit, the machine, a duration), newest first. */

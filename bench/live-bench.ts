@@ -15,12 +15,14 @@
  * a cache: 64 MiB of state and about two seconds of hashing.
  * Also the live snapshot itself: its frozen window and each dump, as its evidence says; and how
  * both grow with what a service holds (10 MiB, 256 MiB, 1 GiB touched): the frozen window of its
- * live snapshot, and a fork of that version until an exec reads the token its process drew.
+ * live snapshot, and a fork of that version until an exec reads the token its process drew. And
+ * ops-world itself, live against cold (live-ops-world-bench.ts).
  */
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { log, openBenchRig } from "./bench-rig.ts";
 import { type Metric, metricOf, shuffled } from "./bench-stats.ts";
+import { opsWorldLive } from "./live-ops-world-bench.ts";
 
 const run = promisify(execFile);
 const OPSBOX = "127.0.0.1:5000/denv/opsbox:bookworm";
@@ -157,8 +159,10 @@ export async function liveBench(quick: boolean): Promise<Record<string, Metric>>
       `live fork ready p50 ${metricOf(live, "ms").value} ms, cold ${metricOf(cold, "ms").value} ms, docker by hand ${metricOf(peer, "ms").value} ms`,
     );
     const bySize = await growth(api, raw, quick);
+    const opsWorld = await opsWorldLive(api, raw, quick);
     return {
       ...bySize,
+      ...opsWorld,
       live_fork_ready_p50_ms: metricOf(live, "ms", "fork of a live version until its warmed service answers"),
       live_cold_fork_ready_p50_ms: metricOf(
         cold,

@@ -149,6 +149,11 @@ const ratioOf: Record<string, [string, string] | [string, string, "paired"]> = {
   diff_r_vs_diff_cold: ["diff_cold_diffr_p50_ms", "diff_cold_p50_ms"],
   live_fork_vs_cold_fork: ["live_fork_ready_p50_ms", "live_cold_fork_ready_p50_ms", "paired"],
   live_fork_vs_docker_by_hand: ["live_fork_ready_p50_ms", "live_peer_restore_p50_ms", "paired"],
+  ops_world_live_fork_vs_cold_fork: [
+    "ops_world_live_fork_query_p50_ms",
+    "ops_world_cold_fork_query_p50_ms",
+    "paired",
+  ],
   first_fork_elsewhere_vs_holder: ["first_fork_elsewhere_ms", "first_fork_holder_ms"],
   forks_three_hosts_vs_one: quick
     ? ["fleet_8_forks_three_hosts_ms", "fleet_8_forks_one_host_ms"]

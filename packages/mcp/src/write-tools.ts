@@ -246,31 +246,34 @@ export function registerWriteTools(server: McpServer, client: DenvClient): void 
       ),
   );
 
-  server.registerTool(
-    "pause",
-    {
-      title: "Pause an environment, keeping its memory",
-      description:
-        "Writes every service's running processes to disk with their memory and stops them (containers and volumes stay); resume carries on where they were. Refused, naming the process, where one cannot be taken.",
-      inputSchema: { environment },
-      outputSchema: environmentOut,
-      annotations: { readOnlyHint: false, destructiveHint: false, openWorldHint: false },
-    },
-    (args) => guarded(async () => envResult(await client.envs.pause(args.environment))),
-  );
-
-  server.registerTool(
-    "resume",
-    {
-      title: "Resume a paused environment",
-      description:
-        "Starts a paused environment's services from the processes its pause kept, carrying on where they were (or thaws one a verify left frozen).",
-      inputSchema: { environment },
-      outputSchema: environmentOut,
-      annotations: { readOnlyHint: false, destructiveHint: false, openWorldHint: false },
-    },
-    (args) => guarded(async () => envResult(await client.envs.resume(args.environment))),
-  );
+  // Pause and resume: one environment in, the environment as it then is out.
+  const lifecycleTools: [string, string, string, (env: string) => Promise<EnvInfo>][] = [
+    [
+      "pause",
+      "Pause an environment, keeping its memory",
+      "Writes every service's running processes to disk with their memory and stops them (containers and volumes stay); resume carries on where they were. Refused, naming the process, where one cannot be taken.",
+      (env) => client.envs.pause(env),
+    ],
+    [
+      "resume",
+      "Resume a paused environment",
+      "Starts a paused environment's services from the processes its pause kept, carrying on where they were (or thaws one a verify left frozen).",
+      (env) => client.envs.resume(env),
+    ],
+  ];
+  for (const [name, title, description, call] of lifecycleTools)
+    server.registerTool(
+      name,
+      {
+        title,
+        description,
+        inputSchema: { environment },
+        outputSchema: environmentOut,
+        annotations: { readOnlyHint: false, destructiveHint: false, openWorldHint: false },
+      },
+      (args) =>
+        guarded(async () => envResult((await call(args.environment)) as Parameters<typeof envResult>[0])),
+    );
 
   server.registerTool(
     "verify",

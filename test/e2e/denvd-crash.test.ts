@@ -10,7 +10,8 @@ import { execFileSync, spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { DockerRuntime, findFreezer, freezerIsFrozen, LABEL } from "@denv/denvd";
+import { DockerRuntime } from "@denv/denvd";
+import { assertNoOrphans, frozenServices } from "../harness/host-leftovers.ts";
 import {
   deployStack,
   openTestHost,
@@ -119,17 +120,7 @@ for (const point of Object.keys(KILL_POINTS)) {
       envs.every((e) => e.status === "running"),
       JSON.stringify(envs.map((e) => [e.name, e.status])),
     );
-    const known = new Set(envs.map((e) => e.id));
-    const owner = { [LABEL.owner]: again.denvd.ownerId };
-    for (const list of [
-      await again.denvd.runtime.listContainers(owner),
-      await again.denvd.runtime.listVolumes(owner),
-      await again.denvd.runtime.listNetworks(owner),
-    ]) {
-      for (const o of list) assert.ok(known.has(o.labels[LABEL.stack] ?? ""), `orphan ${o.name}`);
-    }
-    const held = new Set(envs.flatMap((e) => Object.values(e.datasets)));
-    for (const ds of await again.storage.listDatasets()) assert.ok(held.has(ds), `orphan dataset ${ds}`);
+    await assertNoOrphans(again);
     // The environment that was there before still answers.
     const r = await again.denvd.exec(alphaId, "opsbox", {
       command: ["psql", "-tAc", "select count(*) from orders"],
@@ -160,18 +151,6 @@ async function pausedServices(h: TestHost, stackId: string): Promise<string[]> {
   const out: string[] = [];
   for (const [svc, id] of Object.entries(stack.containers))
     if ((await h.denvd.runtime.inspectContainer(id)).paused) out.push(svc);
-  return out.sort();
-}
-
-/** Services frozen through their cgroups (a snapshot's window), which the engine does not report. */
-async function frozenServices(h: TestHost, stackId: string): Promise<string[]> {
-  const out: string[] = [];
-  for (const [svc, id] of Object.entries(h.denvd.stack(stackId).containers)) {
-    const st = await h.denvd.runtime.inspectContainer(id);
-    const f = await findFreezer(st.pid, st.id);
-    assert.ok(f, `${svc}'s freezer is reachable on this host`);
-    if (await freezerIsFrozen(f)) out.push(svc);
-  }
   return out.sort();
 }
 

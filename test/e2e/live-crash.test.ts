@@ -10,8 +10,9 @@ import { spawn } from "node:child_process";
 import { existsSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { findFreezer, freezerIsFrozen, LABEL, type StackRecord } from "@denv/denvd";
+import type { StackRecord } from "@denv/denvd";
 import { pinSpec, RegistryPinner, validateCompose } from "@denv/spec";
+import { assertNoOrphans as assertNoOrphansOn, frozenServices } from "../harness/host-leftovers.ts";
 import { hostOp, openTestHost, type TestHost } from "../harness/test-host.ts";
 import { waitFor } from "../harness/wait-for.ts";
 
@@ -94,28 +95,9 @@ async function killWhen(
   return { reached: seen, finished: out.includes("done") };
 }
 
-async function frozenServices(stackId: string): Promise<string[]> {
-  const out: string[] = [];
-  for (const [svc, id] of Object.entries(host.denvd.stack(stackId).containers)) {
-    const st = await host.denvd.runtime.inspectContainer(id);
-    const f = await findFreezer(st.pid, st.id);
-    if (f && (await freezerIsFrozen(f))) out.push(svc);
-  }
-  return out;
-}
-
-/** Nothing with the owner label that no recorded stack holds; no dataset no record holds. */
+/** Nothing no record holds: engine objects, datasets, and process images of unrecorded versions. */
 async function assertNoOrphans(): Promise<void> {
-  const known = new Set(host.denvd.stacks().map((s) => s.id));
-  const owner = { [LABEL.owner]: host.denvd.ownerId };
-  for (const list of [
-    await host.denvd.runtime.listContainers(owner),
-    await host.denvd.runtime.listVolumes(owner),
-    await host.denvd.runtime.listNetworks(owner),
-  ])
-    for (const o of list) assert.ok(known.has(o.labels[LABEL.stack] ?? ""), `orphan ${o.name}`);
-  const held = new Set(host.denvd.stacks().flatMap((s) => Object.values(s.datasets)));
-  for (const ds of await host.storage.listDatasets()) assert.ok(held.has(ds), `orphan dataset ${ds}`);
+  await assertNoOrphansOn(host);
   const versions = new Set(host.denvd.versions().map((v) => v.id));
   const live = join(host.stateDir, "live");
   for (const v of existsSync(live) ? readdirSync(live) : [])
@@ -134,7 +116,7 @@ test("SIGKILL while a live snapshot writes its process images: thawed, the image
     }
   });
   assert.ok(reached, "the kill landed while the images were written");
-  assert.deepEqual(await frozenServices(stack.id), [], "nothing stays frozen");
+  assert.deepEqual(await frozenServices(host, stack.id), [], "nothing stays frozen");
   assert.equal(
     host.denvd.versions().find((v) => v.id === versionId),
     undefined,
@@ -171,7 +153,7 @@ test("SIGKILL while a fork restores a live version: the fork is whole or gone, n
     await host.denvd.destroy(doomed.id);
   }
   await assertNoOrphans();
-  assert.deepEqual(await frozenServices(stack.id), []);
+  assert.deepEqual(await frozenServices(host, stack.id), []);
   // The version is whole: a fork of it now restores the parent's process.
   const again = await hostOp(host.denvd, "fork", {
     version_id: snap.version_id,

@@ -27,6 +27,7 @@ import {
 import { nameSchema, stackNameSchema } from "./names.ts";
 import { stackId, streamId, versionId } from "./operation-fields.ts";
 import { resolvedSpecSchema } from "./resolved-spec.ts";
+import { TRANSFER_OPERATIONS } from "./transfer-operations.ts";
 
 export { type BuildImageParams, buildImageParams, buildImageResult } from "./build-operations.ts";
 export { stackId, streamId, versionId } from "./operation-fields.ts";
@@ -121,28 +122,6 @@ const inService = {
   user: z.string().min(1).max(256).optional(),
 };
 const containerPath = z.string().min(1).max(4096);
-
-/** How a snapshot travels to another host (the storage driver's own stream, or a tar). */
-export const transferFormat = z.enum(["btrfs-send", "zfs-send", "tar"]);
-/** A snapshot's id on a host's storage (a version's id and the volume's name). */
-const snapshotId = z.string().regex(/^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$/, "a snapshot id");
-const sha256Hex = z.string().regex(/^[0-9a-f]{64}$/, "a sha256 (64 hex digits)");
-/** What one end of a snapshot's transfer counted: the bytes it moved and their sha256. */
-const transferResult = z.object({ bytes: z.number().int().nonnegative(), sha256: sha256Hex, ms: z.number() });
-/** A version as a host records it: what a replica on another host needs to fork it. */
-export const versionRecordSchema = z.strictObject({
-  id: versionId,
-  /** The stack it was taken of, on the host that took it. */
-  stack_id: z.string().max(80),
-  spec_hash: z.string().max(200),
-  spec: resolvedSpecSchema,
-  images: z.record(z.string().max(63), z.string().max(512)),
-  /** Volume → snapshot id. */
-  snapshots: z.record(nameSchema, snapshotId),
-  frozen_ms: z.number().nonnegative(),
-  clock_ms: z.number().optional(),
-  created_at: z.string().max(64),
-});
 
 /**
  * What happens to a journaled operation that a denvd killed mid-way finds at its next open
@@ -490,69 +469,7 @@ export const OPERATIONS = {
     params: stack,
     result: z.object({ health: healthEvidence, ms: z.number() }),
   },
-  /** A version's record and the formats this host sends it in: what a replica elsewhere starts from. */
-  describe_version: {
-    deadlineMs: 60_000,
-    params: z.strictObject({ version_id: versionId }),
-    result: z.object({
-      version: versionRecordSchema,
-      storage: z.enum(["btrfs", "dir", "zfs"]),
-      formats: z.array(transferFormat),
-    }),
-  },
-  /**
-   * One volume of a version, as the storage driver's stream, to the server (which relays it to the
-   * host that takes it). With a base version, only what changed since it (btrfs-send). The
-   * snapshots are held while they are read: deleting the version waits for the transfer. The
-   * default deadline; the relay (replication.ts) gives a large version longer.
-   */
-  send_snapshot: {
-    streams: ["out_stream"],
-    params: z.strictObject({
-      version_id: versionId,
-      volume: nameSchema,
-      base_version_id: versionId.optional(),
-      format: transferFormat,
-      out_stream: streamId,
-    }),
-    result: transferResult,
-  },
-  /**
-   * Another host's snapshot, staged (never cloned, never listed) until adopt_version: a stream cut
-   * or refused leaves nothing. Its sha256 is kept for adopt_version to check.
-   */
-  receive_snapshot: {
-    streams: ["in_stream"],
-    params: z.strictObject({
-      version_id: versionId,
-      snapshot_id: snapshotId,
-      /** The snapshot an incremental stream is based on, held while it arrives. */
-      base_snapshot_id: snapshotId.optional(),
-      format: transferFormat,
-      in_stream: streamId,
-    }),
-    result: transferResult,
-  },
-  /**
-   * A replica made a version of this host: every staged snapshot's sha256 checked against what the
-   * sending host counted, then committed and recorded; on a mismatch, all of them thrown away.
-   */
-  adopt_version: {
-    deadlineMs: 5 * 60_000,
-    params: z.strictObject({ version: versionRecordSchema, sha256: z.record(snapshotId, sha256Hex) }),
-    result: z.object({ version_id: versionId, snapshots: z.number().int() }),
-  },
-  /** Staged snapshots thrown away (a transfer given up). Idempotent. */
-  discard_received: {
-    deadlineMs: 5 * 60_000,
-    params: z.strictObject({ snapshot_ids: z.array(snapshotId).max(256) }),
-    result: empty,
-  },
-  /** Images present: pulled by their pinned digest where missing. One no registry has is refused. */
-  ensure_images: {
-    params: z.strictObject({ images: z.record(z.string().max(63), z.string().min(1).max(512)) }),
-    result: z.object({ present: z.array(z.string()), pulled: z.array(z.string()), ms: z.number() }),
-  },
+  ...TRANSFER_OPERATIONS,
   status: {
     deadlineMs: 30_000,
     params: z.strictObject({}),

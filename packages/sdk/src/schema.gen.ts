@@ -994,6 +994,7 @@ export type PostV1VersionsByIdForksBody = {
   name?: string;
   sandbox?: boolean;
   host?: string;
+  cold?: boolean;
 };
 
 /** A version (ver_…, PROJECT@ver_…, or PROJECT/ENV for the version it runs) — GET /v1/versions/{id} */
@@ -1577,6 +1578,10 @@ export type PostV1VersionsByIdReplicasResponse = {
   bytes: number;
   ms: number;
   mib_per_s: number;
+  live: {
+    held: Array<string>;
+    refused: string | null;
+  } | null;
   evidence: unknown;
 };
 export type PostV1VersionsByIdReplicasBody = {

@@ -728,6 +728,11 @@ class PostV1VersionsPruneResponse(TypedDict):
     images_removed: list[str]
 
 
+class PostV1VersionsByIdReplicasResponseLive(TypedDict):
+    held: list[str]
+    refused: str | None
+
+
 class PostV1VersionsByIdReplicasResponse(TypedDict):
     version_id: str
     host_id: str
@@ -738,6 +743,7 @@ class PostV1VersionsByIdReplicasResponse(TypedDict):
     bytes: float
     ms: float
     mib_per_s: float
+    live: PostV1VersionsByIdReplicasResponseLive | None
     evidence: Any
 
 

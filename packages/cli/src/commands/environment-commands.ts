@@ -123,6 +123,7 @@ export function registerEnvironmentCommands(program: Command): void {
               count,
               name_prefix: o.name,
               ...(o.host ? { host: o.host } : {}),
+              ...(o.cold ? { cold: true } : {}),
             })
             .finally(() => clearInterval(poll));
           progress?.show(r.created, count);
@@ -142,12 +143,14 @@ export function registerEnvironmentCommands(program: Command): void {
           return r.failed ? 1 : 0;
         }
         if (o.host) throw new UsageError("--host goes with --count (a fan-out)");
-        if (o.cold && /^ver_|@ver_/.test(env))
-          throw new UsageError("--cold goes with forking an environment (its current version)");
         if (!json) process.stderr.write(`forking ${env} → ${o.name}…\n`);
         // A version (ver_…, PROJECT@ver_…) rather than an environment: a fork of it, named as given.
         if (/^ver_|@ver_/.test(env)) {
-          const r = await client().versions.fork(env, { count: 1, name: o.name });
+          const r = await client().versions.fork(env, {
+            count: 1,
+            name: o.name,
+            ...(o.cold ? { cold: true } : {}),
+          });
           const made = r.forks[0];
           if (!made?.ok || !made.environment)
             throw new UsageError(`the fork failed: ${made?.error?.code}: ${made?.error?.message}`);

@@ -265,9 +265,16 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
       return r;
     },
     receive_snapshot: (p, io) => denvd.transfers.receive(p, io.get(p.in_stream)),
+    send_live: async (p, io) => {
+      const out = io.get(p.out_stream);
+      const r = await denvd.transfers.sendLive(p, out);
+      await finishStream(out).catch(() => {});
+      return r;
+    },
+    receive_live: (p, io) => denvd.transfers.receiveLive(p, io.get(p.in_stream)),
     adopt_version: (p) => denvd.transfers.adopt(p),
     discard_received: async (p) => {
-      await denvd.transfers.discard(p.snapshot_ids);
+      await denvd.transfers.discard(p.snapshot_ids, p.live_version_id);
       return {};
     },
     ensure_images: (p) => denvd.transfers.ensureImages(p.images),

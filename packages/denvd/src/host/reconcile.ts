@@ -19,6 +19,7 @@ import { join } from "node:path";
 import { operationEntry } from "@denv/protocol";
 import type { ObjectSummary } from "../runtime/container-runtime.ts";
 import { removeLive } from "../snapshots/live-capture.ts";
+import { discardLive, liveIncomingDir } from "../snapshots/live-transfers.ts";
 import { LABEL } from "../stack/labels.ts";
 import type { StackContext } from "../stack/stack-context.ts";
 import { deleteVersion, destroyStack, rollbackStack } from "../stack/stack-lifecycle.ts";
@@ -107,6 +108,9 @@ export async function reconcile(ctx: StackContext, journal: OpJournal): Promise<
   await attempt("process images", async () => {
     const dirs = await readdir(join(ctx.options.stateDir, "live")).catch(() => []);
     for (const id of dirs) if (!versions.has(id)) await remove(`live/${id}`, () => removeLive(ctx, id));
+    // Another host's process images a kill cut off before their version was adopted.
+    for (const id of await readdir(liveIncomingDir(ctx)).catch(() => []))
+      await remove(`live-incoming/${id}`, () => discardLive(ctx, id));
   });
   for (const stack of store.stacks()) {
     if (stack.status !== "running") continue;

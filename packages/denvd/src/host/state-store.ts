@@ -68,6 +68,8 @@ export interface LiveRecord {
   >;
   /** Services kept disk-only (best-effort), with why. */
   skipped: Record<string, string>;
+  /** The CPU flags of the host that took them (cpu-flags.ts); absent: older records. */
+  cpuFlags?: string[];
 }
 
 export interface VersionRecord {

@@ -15,6 +15,7 @@ import type { LiveRecord, StackRecord } from "../host/state-store.ts";
 import { findFreezer } from "../runtime/cgroup-freezer.ts";
 import type { CheckpointPort, ContainerState } from "../runtime/container-runtime.ts";
 import type { StackContext } from "../stack/stack-context.ts";
+import { hostCpuFlags } from "./cpu-flags.ts";
 import { fibLocalAddresses, isLoopback, tcpPeers } from "./proc-sockets.ts";
 import { digestTree } from "./volume-digest.ts";
 
@@ -273,9 +274,11 @@ export async function liveDigest(ctx: StackContext, versionId: string, service: 
 
 /**
  * Each service's digest, taken after the thaw (the images no longer change: the frozen window
- * does not wait on hashing them) and kept in the version's record, which a restore checks.
+ * does not wait on hashing them) and kept in the version's record, which a restore checks; and
+ * this host's CPU flags, which a restore elsewhere checks.
  */
 export async function sealLive(ctx: StackContext, versionId: string, live: LiveRecord): Promise<void> {
+  live.cpuFlags = await hostCpuFlags();
   await Promise.all(
     Object.entries(live.services).map(async ([svc, s]) => {
       s.digest = await liveDigest(ctx, versionId, svc);

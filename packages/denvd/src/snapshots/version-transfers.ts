@@ -13,9 +13,51 @@ import { createHash } from "node:crypto";
 import { type Duplex, Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { DenvError, type OpCheckedParams, type OpResult, type ResolvedSpec } from "@denv/protocol";
-import type { VersionRecord } from "../host/state-store.ts";
+import type { LiveRecord, VersionRecord } from "../host/state-store.ts";
 import type { StackContext } from "../stack/stack-context.ts";
 import { assertSafeId, type SnapshotFormat } from "../storage/storage-driver.ts";
+import { removeLive } from "./live-capture.ts";
+import { adoptLive, discardLive, receiveLive, sendLive } from "./live-transfers.ts";
+
+type WireLive = NonNullable<OpResult<"describe_version">["version"]["live"]>;
+
+/** A live record as the wire carries it; none where a service's images have no digest (older records). */
+function liveToWire(live: LiveRecord | undefined): WireLive | undefined {
+  if (!live || Object.values(live.services).some((s) => !s.digest)) return undefined;
+  return {
+    services: Object.fromEntries(
+      Object.entries(live.services).map(([svc, s]) => [
+        svc,
+        {
+          checkpoint_bytes: s.checkpointBytes,
+          layer_bytes: s.layerBytes,
+          dump_ms: s.dumpMs,
+          digest: s.digest as string,
+        },
+      ]),
+    ),
+    skipped: live.skipped,
+    ...(live.cpuFlags ? { cpu_flags: live.cpuFlags } : {}),
+  };
+}
+
+function liveFromWire(live: WireLive): LiveRecord {
+  return {
+    services: Object.fromEntries(
+      Object.entries(live.services).map(([svc, s]) => [
+        svc,
+        {
+          checkpointBytes: s.checkpoint_bytes,
+          layerBytes: s.layer_bytes,
+          dumpMs: s.dump_ms,
+          digest: s.digest,
+        },
+      ]),
+    ),
+    skipped: live.skipped,
+    ...(live.cpu_flags ? { cpuFlags: live.cpu_flags } : {}),
+  };
+}
 
 interface Counted {
   bytes: number;
@@ -50,6 +92,8 @@ export class VersionTransfers {
   private readonly holds = new Map<string, number>();
   /** Staged snapshots this process received, with what it counted. */
   private readonly received = new Map<string, Counted>();
+  /** Staged process images ("version/service") this process received, with what it counted. */
+  private readonly receivedLive = new Map<string, Counted>();
 
   constructor(ctx: StackContext) {
     this.ctx = ctx;
@@ -86,6 +130,7 @@ export class VersionTransfers {
         frozen_ms: v.frozenMs,
         ...(v.clockMs !== undefined ? { clock_ms: v.clockMs } : {}),
         created_at: v.createdAt,
+        ...(liveToWire(v.live) ? { live: liveToWire(v.live) } : {}),
       },
       storage: this.ctx.storage.kind,
       formats: [...this.ctx.storage.transferFormats],
@@ -154,6 +199,39 @@ export class VersionTransfers {
     });
   }
 
+  /** One service's process images of a recorded live version, as a tar to `out`, counted. */
+  async sendLive(p: OpCheckedParams<"send_live">, out: Duplex): Promise<OpResult<"send_live">> {
+    const started = performance.now();
+    const v = this.ctx.version(p.version_id);
+    return this.held(Object.values(v.snapshots), async () => {
+      const count = counter();
+      const piped = pipeline(count.stream, out);
+      piped.catch(() => {});
+      await sendLive(this.ctx, v.id, p.service, count.stream);
+      await piped;
+      return { ...count.result(), ms: Math.round(performance.now() - started) };
+    });
+  }
+
+  /** Another host's process images of one service, staged; their count kept for adopt. */
+  async receiveLive(p: OpCheckedParams<"receive_live">, input: Duplex): Promise<OpResult<"receive_live">> {
+    const started = performance.now();
+    const key = `${p.version_id}/${p.service}`;
+    this.receivedLive.delete(key);
+    const count = counter();
+    const counting = pipeline(input, count.stream);
+    counting.catch(() => {});
+    await Promise.all([counting, receiveLive(this.ctx, p.version_id, p.service, count.stream)]).catch(
+      (err) => {
+        input.destroy();
+        throw err;
+      },
+    );
+    const got = count.result();
+    this.receivedLive.set(key, got);
+    return { ...got, ms: Math.round(performance.now() - started) };
+  }
+
   /** The staged snapshots, checked against the sender's counts, committed and recorded as a version. */
   async adopt(p: OpCheckedParams<"adopt_version">): Promise<OpResult<"adopt_version">> {
     const rec = p.version;
@@ -173,15 +251,27 @@ export class VersionTransfers {
           `${id} arrived as ${got.bytes} bytes with sha256 ${got.sha256}, sent as ${want ?? "unknown"}`,
         );
     }
+    const live = rec.live ? liveFromWire(rec.live) : undefined;
+    for (const svc of Object.keys(live?.services ?? {})) {
+      const got = this.receivedLive.get(`${rec.id}/${svc}`);
+      const want = p.live_sha256 && Object.hasOwn(p.live_sha256, svc) ? p.live_sha256[svc] : undefined;
+      if (!got) problems.push(`service ${svc}'s process images were not received here`);
+      else if (got.sha256 !== want)
+        problems.push(
+          `service ${svc}'s process images arrived as ${got.bytes} bytes with sha256 ${got.sha256}, sent as ${want ?? "unknown"}`,
+        );
+    }
     if (problems.length) {
-      await this.discard(ids);
+      await this.discard(ids, live ? rec.id : undefined);
       throw new DenvError(
         "storage_error",
         `the replica of ${rec.id} is not what was sent: ${problems.join("; ")}`,
       );
     }
     const committed: string[] = [];
+    let held: Awaited<ReturnType<typeof adoptLive>> = { kept: null };
     try {
+      if (live) held = await adoptLive(this.ctx, rec.id, live);
       for (const id of ids) {
         await this.ctx.storage.commitReceived(id);
         committed.push(id);
@@ -197,21 +287,34 @@ export class VersionTransfers {
         frozenMs: rec.frozen_ms,
         ...(rec.clock_ms !== undefined ? { clockMs: rec.clock_ms } : {}),
         createdAt: rec.created_at,
+        ...(held.kept ? { live: held.kept } : {}),
       };
       await this.ctx.store.putVersion(version);
     } catch (err) {
       for (const id of committed) await this.ctx.storage.destroySnapshot(id).catch(() => {});
-      await this.discard(ids);
+      if (held.kept) await removeLive(this.ctx, rec.id).catch(() => {});
+      await this.discard(ids, live ? rec.id : undefined);
       throw err;
     }
-    this.ctx.log("Adopted version", { version: rec.id, snapshots: ids.length });
-    return { version_id: rec.id, snapshots: ids.length };
+    for (const svc of Object.keys(live?.services ?? {})) this.receivedLive.delete(`${rec.id}/${svc}`);
+    this.ctx.log("Adopted version", { version: rec.id, snapshots: ids.length, live: !!held.kept });
+    return {
+      version_id: rec.id,
+      snapshots: ids.length,
+      ...(live ? { live: held.kept ? Object.keys(held.kept.services) : [] } : {}),
+      ...(held.refused ? { live_refused: held.refused } : {}),
+    };
   }
 
-  async discard(snapshotIds: string[]): Promise<void> {
+  async discard(snapshotIds: string[], liveVersionId?: string): Promise<void> {
     for (const id of snapshotIds) {
       this.received.delete(id);
       await this.ctx.storage.discardReceived(id);
+    }
+    if (liveVersionId) {
+      for (const key of [...this.receivedLive.keys()])
+        if (key.startsWith(`${liveVersionId}/`)) this.receivedLive.delete(key);
+      await discardLive(this.ctx, liveVersionId);
     }
   }
 

@@ -3,6 +3,7 @@
  * version, rollback to one, destroy, and deleting a version. Each returns the evidence the control
  * plane records for its phase; a failure part-way removes what the step made.
  */
+
 import {
   DenvError,
   type ForkEvidence,
@@ -15,6 +16,7 @@ import {
 } from "@denv/protocol";
 import { releaseStackClock, setUpClock } from "../clock/stack-clock.ts";
 import type { LiveRecord, StackRecord, VersionRecord } from "../host/state-store.ts";
+import { assertCpuCanRestore } from "../snapshots/cpu-flags.ts";
 import { checkpointsOf, removeLive, restoreService } from "../snapshots/live-capture.ts";
 import { assertSpace } from "../snapshots/snapshotter.ts";
 import type { EgressEvidence } from "./egress-probe.ts";
@@ -162,6 +164,7 @@ export async function forkStack(
   await assertSpace(ctx, "fork");
   const live = version.live && !options.cold ? version.live : null;
   const cp = live ? await checkpointsOf(ctx) : null;
+  if (live) await assertCpuCanRestore(version.id, live.cpuFlags);
   const total = performance.now();
   const stack = await newStackRecord(
     ctx,

@@ -303,6 +303,11 @@ export const replicaResult = z.object({
   bytes: z.number(),
   ms: z.number(),
   mib_per_s: z.number(),
+  /**
+   * A live version's processes on that host: the services whose process images it took, and why it
+   * took none (a CPU that lacks a flag they were taken with); null for a disk-only version.
+   */
+  live: z.object({ held: z.array(z.string()), refused: z.string().nullable() }).nullable(),
   evidence: z.unknown(),
 });
 export const pruneBody = z.strictObject({
@@ -345,6 +350,8 @@ export const fanOutBody = z.strictObject({
     .max(200)
     .optional()
     .describe("Run every fork on this host (name or id); default: spread over every host with room"),
+  /** From a live version: start every service afresh instead of restoring its processes. */
+  cold: z.boolean().optional(),
 });
 /** One step of a replay's episode: a command in a service, as exec runs it. */
 export const replayStep = z

@@ -208,6 +208,7 @@ export const environmentRoutes: ApiRoute[] = [
           ...(body.name !== undefined ? { name: body.name } : {}),
           ...(body.sandbox !== undefined ? { sandbox: body.sandbox } : {}),
           ...(body.host !== undefined ? { host: body.host } : {}),
+          ...(body.cold !== undefined ? { cold: body.cold } : {}),
         },
       );
       const forks = await Promise.all(

@@ -113,6 +113,7 @@ export const versionRoutes: ApiRoute[] = [
           bytes: made?.bytes ?? 0,
           ms: made?.ms ?? 0,
           mib_per_s: made?.mib_per_s ?? 0,
+          live: made?.live ? { held: made.live.held, refused: made.live.refused ?? null } : null,
           evidence: made,
         },
         201,

@@ -10,7 +10,7 @@ import { DEFAULT_CAPS, DenvError, isDenvError } from "@denv/protocol";
 import type { SecretBox } from "../clouds/secret-box.ts";
 import type { Deployer } from "../deployments/deployer.ts";
 import type { FetchPolicy } from "../fetch-policy.ts";
-import type { Replicator } from "../fleet/replication.ts";
+import { liveHolders, type ReplicaEvidence, type Replicator } from "../fleet/replication.ts";
 import { newId } from "../ids.ts";
 import type { Admission } from "../placement/admission.ts";
 import { hostsWithRoom, isLiveVersion, placeFork } from "../placement/fork-placement.ts";
@@ -22,7 +22,7 @@ import type { Store } from "../store/open-store.ts";
 import { poolOfImage } from "../store/pool-store.ts";
 import { sandboxProject, setProjectSource } from "../store/project-store.ts";
 import type { DeploymentsTable, EnvironmentsTable, PoolsTable, VersionsTable } from "../store/schema.ts";
-import { findVersion, resolveVersionRef } from "../store/version-store.ts";
+import { findVersion, resolveVersionRef, versionCopyEvidence } from "../store/version-store.ts";
 import type { DenvdStacks } from "../targets/denvd/denvd-stacks.ts";
 import { hostedTargetNamed } from "../targets/hosted-targets.ts";
 import type { ImageSandboxSpec, SandboxSpec } from "../targets/target.ts";
@@ -56,6 +56,8 @@ export interface FanOutRequest {
   sandbox?: boolean;
   /** All on this host (its name or id). */
   host?: string;
+  /** From a live version: every service started afresh instead of restored. */
+  cold?: boolean;
 }
 
 /** Each fork of a fan-out, made or failed with its error's code and words. */
@@ -119,10 +121,12 @@ export async function forkVersion(
   const pooled = options.cold ? null : await takeFromPool(deps, teamId, versionId, as);
   if (pooled) return pooled;
   // A host that holds the version (or takes a replica of it) with a free turn (fork-placement.ts).
-  // A live version's processes are on the host that took it: its forks go there (a fan-out's
-  // included), where a copy elsewhere would start them cold.
+  // A live version's fork goes where its processes are, or to the host asked for (a fan-out's
+  // share), which takes a copy with them first; never where it would start them cold.
   const live = !options.cold && isLiveVersion(version);
-  const placed = await placeFork(deps, version, live ? { onHost: version.host_id, pinned: true } : options);
+  const placed = live
+    ? await placeLiveFork(deps, version, options.onHost)
+    : await placeFork(deps, version, options);
   const ticket = await deps.admission.admit(placed.hostId, {
     memoryBytes: await deps.admission.versionMemoryBytes(version.id),
     label: `fork ${as.name}`,
@@ -142,6 +146,23 @@ export async function forkVersion(
   } finally {
     ticket.release();
   }
+}
+
+/** A live version's fork: on a host holding its processes (least busy), or the one asked for. */
+async function placeLiveFork(deps: EnvironmentDeps, version: VersionsTable, onHost: string | undefined) {
+  const holders = await liveHolders(deps.store, version);
+  const roomy = await hostsWithRoom(deps, version.team_id);
+  const host = onHost ?? roomy.find((h) => holders.includes(h)) ?? (version.host_id as string);
+  const placed = await placeFork(deps, version, { onHost: host, pinned: true });
+  if (!(await liveHolders(deps.store, version)).includes(placed.hostId)) {
+    const copy = (await versionCopyEvidence(deps.store, version.id)).find((c) => c.host_id === placed.hostId);
+    const why = copy ? (JSON.parse(copy.evidence_json) as ReplicaEvidence).live?.refused : undefined;
+    throw new DenvError(
+      "not_supported",
+      `host ${placed.hostId} holds version ${version.id} without its processes${why ? ` (${why})` : ""}: fork it --cold, or on a host that holds them (${holders.join(", ")})`,
+    );
+  }
+  return placed;
 }
 
 /**
@@ -213,16 +234,12 @@ export async function fanOut(
         forks[i] = {
           name,
           ok: true,
-          made: await forkVersion(
-            deps,
-            teamId,
-            version.id,
-            name,
-            body.sandbox ?? false,
-            spread.length > 1 || body.host !== undefined
+          made: await forkVersion(deps, teamId, version.id, name, body.sandbox ?? false, {
+            ...(spread.length > 1 || body.host !== undefined
               ? { onHost: spread[i % spread.length] as string }
-              : {},
-          ),
+              : {}),
+            ...(body.cold ? { cold: true } : {}),
+          }),
         };
       } catch (err) {
         const e = isDenvError(err)

@@ -11,7 +11,7 @@
  * receiving host while the snapshots travel.
  */
 import { pipeline } from "node:stream/promises";
-import { DenvError, isDenvError, type OpResult, type ResolvedSpec } from "@denv/protocol";
+import { DenvError, isDenvError, type MuxStream, type OpResult, type ResolvedSpec } from "@denv/protocol";
 import type { SecretBox } from "../clouds/secret-box.ts";
 import { now } from "../ids.ts";
 import { serverLog } from "../server-log.ts";
@@ -26,9 +26,15 @@ import {
   insertVersionCopy,
   leftoverVersionCopies,
   versionCopies,
+  versionCopyEvidence,
   versionRow,
 } from "../store/version-store.ts";
-import type { StackLifecycle } from "../targets/stack-lifecycle.ts";
+import type {
+  StackLifecycle,
+  Streaming,
+  TransferOutcome,
+  VersionRecord,
+} from "../targets/stack-lifecycle.ts";
 
 type Format = OpResult<"describe_version">["formats"][number];
 
@@ -43,6 +49,15 @@ export interface ReplicaEvidence {
   volumes: Record<string, { snapshot_id: string; bytes: number; sha256: string; ms: number }>;
   bytes: number;
   images: { present: string[]; pulled: string[]; ms: number };
+  /**
+   * A live version's process images, per service, as relayed; the services whose processes the
+   * host took (all of them, or none where its CPU lacks a flag they were taken with: refused says so).
+   */
+  live?: {
+    services: Record<string, { bytes: number; sha256: string; ms: number }>;
+    held: string[];
+    refused?: string;
+  };
   ms: number;
   mib_per_s: number;
 }
@@ -239,11 +254,14 @@ export class Replicator {
         "unavailable",
         `host ${source} described ${described.version.id} when asked for ${version.id}: nothing was sent`,
       );
-    const rec = {
-      ...described.version,
+    const { live: described_live, ...described_rest } = described.version;
+    const live = liveToCopy(version, described_live);
+    const rec: VersionRecord = {
+      ...described_rest,
       spec: JSON.parse(this.deps.secrets.openText(version.spec_json)) as ResolvedSpec,
       spec_hash: version.spec_hash,
       images: JSON.parse(version.images_json) as Record<string, string>,
+      ...(live ? { live } : {}),
     };
     // The images are pulled while the snapshots travel.
     const images = hosts.ensureImages(
@@ -269,11 +287,22 @@ export class Replicator {
           volumes[volume] = { snapshot_id: snapshotId, ...sent };
         }),
       );
+      // The process images follow, one service at a time (each a CRIU dump and a layer).
+      const liveSent: NonNullable<ReplicaEvidence["live"]>["services"] = {};
+      for (const service of Object.keys(live?.services ?? {})) {
+        const req = { version_id: version.id, service };
+        liveSent[service] = await this.pipe(
+          `service ${service}'s process images`,
+          (o) => hosts.receiveLive(dest.id, req, o),
+          (o) => hosts.sendLive(source, req, o),
+        );
+      }
       const pulled = await images;
-      await hosts.adoptVersion(
+      const adopted = await hosts.adoptVersion(
         dest.id,
         rec,
         Object.fromEntries(Object.values(volumes).map((v) => [v.snapshot_id, v.sha256])),
+        live ? Object.fromEntries(Object.entries(liveSent).map(([svc, v]) => [svc, v.sha256])) : undefined,
       );
       const ms = Math.round(performance.now() - started);
       const bytes = Object.values(volumes).reduce((n, v) => n + v.bytes, 0);
@@ -286,6 +315,15 @@ export class Replicator {
         volumes,
         bytes,
         images: pulled,
+        ...(live
+          ? {
+              live: {
+                services: liveSent,
+                held: adopted.live ?? [],
+                ...(adopted.live_refused ? { refused: adopted.live_refused } : {}),
+              },
+            }
+          : {}),
         ms,
         mib_per_s: Math.round((bytes / 1024 ** 2 / Math.max(ms, 1)) * 1000 * 10) / 10,
       };
@@ -311,13 +349,13 @@ export class Replicator {
       return evidence;
     } catch (err) {
       // Nothing half-received outlives the attempt: the next one starts clean.
-      await hosts.discardReceived(dest.id, snapshotIds).catch(() => {});
+      await hosts.discardReceived(dest.id, snapshotIds, live ? version.id : undefined).catch(() => {});
       throw err;
     }
   }
 
   /** Relays one volume's stream from the sending host to the receiving one; both counts must agree. */
-  private async relay(
+  private relay(
     source: string,
     dest: HostsTable,
     t: {
@@ -330,30 +368,48 @@ export class Replicator {
     },
   ): Promise<{ bytes: number; sha256: string; ms: number }> {
     const { hosts } = this.deps;
-    const timeoutMs = 2 * 60 * 60_000;
-    const receiving = await hosts.receiveSnapshot(
-      dest.id,
-      {
-        version_id: t.versionId,
-        snapshot_id: t.snapshotId,
-        ...(t.baseSnapshotId ? { base_snapshot_id: t.baseSnapshotId } : {}),
-        format: t.format,
-      },
-      { timeoutMs },
+    return this.pipe(
+      t.snapshotId,
+      (options) =>
+        hosts.receiveSnapshot(
+          dest.id,
+          {
+            version_id: t.versionId,
+            snapshot_id: t.snapshotId,
+            ...(t.baseSnapshotId ? { base_snapshot_id: t.baseSnapshotId } : {}),
+            format: t.format,
+          },
+          options,
+        ),
+      (options) =>
+        hosts.sendSnapshot(
+          source,
+          {
+            version_id: t.versionId,
+            volume: t.volume,
+            ...(t.baseVersionId ? { base_version_id: t.baseVersionId } : {}),
+            format: t.format,
+          },
+          options,
+        ),
     );
+  }
+
+  /**
+   * One stream from the sending host's verb to the receiving host's (the receiver opened first, so
+   * nothing is sent that has nowhere to go); both counts must agree.
+   */
+  private async pipe(
+    what: string,
+    receive: (options: { timeoutMs: number }) => Promise<Streaming<TransferOutcome, [MuxStream]>>,
+    send: (options: { timeoutMs: number }) => Promise<Streaming<TransferOutcome, [MuxStream]>>,
+  ): Promise<{ bytes: number; sha256: string; ms: number }> {
+    const timeoutMs = 2 * 60 * 60_000;
+    const receiving = await receive({ timeoutMs });
     const [into] = receiving.streams;
-    let sending: Awaited<ReturnType<StackLifecycle["sendSnapshot"]>>;
+    let sending: Streaming<TransferOutcome, [MuxStream]>;
     try {
-      sending = await hosts.sendSnapshot(
-        source,
-        {
-          version_id: t.versionId,
-          volume: t.volume,
-          ...(t.baseVersionId ? { base_version_id: t.baseVersionId } : {}),
-          format: t.format,
-        },
-        { timeoutMs },
-      );
+      sending = await send({ timeoutMs });
     } catch (err) {
       into.destroy(err as Error);
       await receiving.result.catch(() => {});
@@ -378,14 +434,11 @@ export class Replicator {
     }
     if (got.status === "rejected") throw got.reason;
     if (moved.status === "rejected")
-      throw new DenvError(
-        "unavailable",
-        `the relay of ${t.snapshotId} failed: ${(moved.reason as Error).message}`,
-      );
+      throw new DenvError("unavailable", `the relay of ${what} failed: ${(moved.reason as Error).message}`);
     if (sent.value.sha256 !== got.value.sha256 || sent.value.bytes !== got.value.bytes)
       throw new DenvError(
         "storage_error",
-        `${t.snapshotId} arrived as ${got.value.bytes} bytes (sha256 ${got.value.sha256}) but was sent as ${sent.value.bytes} (sha256 ${sent.value.sha256})`,
+        `${what} arrived as ${got.value.bytes} bytes (sha256 ${got.value.sha256}) but was sent as ${sent.value.bytes} (sha256 ${sent.value.sha256})`,
       );
     return { bytes: sent.value.bytes, sha256: sent.value.sha256, ms: Math.max(sent.value.ms, got.value.ms) };
   }
@@ -400,4 +453,53 @@ export class Replicator {
     }
     return null;
   }
+}
+
+type WireLive = NonNullable<VersionRecord["live"]>;
+
+/**
+ * What a copy of a live version carries of its processes: the services and their digests as the
+ * control plane recorded them when the version was taken (never the sending host's say: a host
+ * cannot hand another host other images under this version's name), with the sending host's
+ * sizes and CPU flags. None where the record has no digest for a service (older versions).
+ */
+export function liveToCopy(
+  version: Pick<VersionsTable, "evidence_json">,
+  described: WireLive | undefined,
+): WireLive | undefined {
+  if (!described) return undefined;
+  let recorded: Record<string, { digest?: string }> = {};
+  try {
+    recorded =
+      (JSON.parse(version.evidence_json) as { live?: { services?: Record<string, { digest?: string }> } })
+        .live?.services ?? {};
+  } catch {
+    return undefined;
+  }
+  const services: WireLive["services"] = {};
+  for (const [svc, s] of Object.entries(recorded)) {
+    const sent = Object.hasOwn(described.services, svc) ? described.services[svc] : undefined;
+    if (!s.digest || !sent) return undefined;
+    services[svc] = { ...sent, digest: s.digest };
+  }
+  if (!Object.keys(services).length) return undefined;
+  return { ...described, services };
+}
+
+/**
+ * The hosts that hold a live version's processes: the one that took it, and each copy that took
+ * every service's process images (a copy whose CPU refused them holds the volumes only).
+ */
+export async function liveHolders(store: Store, v: Pick<VersionsTable, "id" | "host_id">): Promise<string[]> {
+  if (!v.host_id) return [];
+  const copies = await versionCopyEvidence(store, v.id);
+  const held = copies.filter((c) => {
+    try {
+      const e = JSON.parse(c.evidence_json) as ReplicaEvidence;
+      return !!e.live && !e.live.refused && e.live.held.length === Object.keys(e.live.services).length;
+    } catch {
+      return false;
+    }
+  });
+  return [v.host_id, ...held.map((c) => c.host_id).filter((h) => h !== v.host_id)];
 }

@@ -7,7 +7,7 @@
  * before there were replicas.
  */
 import { DenvError } from "@denv/protocol";
-import { type Replicator, versionHolders } from "../fleet/replication.ts";
+import { liveHolders, type Replicator, versionHolders } from "../fleet/replication.ts";
 import { hostFreeBytes, teamHosts } from "../store/host-store.ts";
 import type { Store } from "../store/open-store.ts";
 import type { VersionsTable } from "../store/schema.ts";
@@ -47,9 +47,12 @@ export async function holdersWithRoom(
   deps: Pick<Deps, "store" | "stacks" | "admission">,
   version: VersionsTable,
 ): Promise<string[]> {
-  // A live version's processes are on the host that took it: its copies elsewhere fork cold.
+  // A live version's forks go where its processes are: the host that took it, and the copies
+  // that took its process images.
   const holders = new Set(
-    isLiveVersion(version) && version.host_id ? [version.host_id] : await versionHolders(deps.store, version),
+    isLiveVersion(version)
+      ? await liveHolders(deps.store, version)
+      : await versionHolders(deps.store, version),
   );
   return (await hostsWithRoom(deps, version.team_id)).filter((h) => holders.has(h));
 }

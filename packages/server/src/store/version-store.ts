@@ -227,6 +227,16 @@ export function versionCopies(store: Store, versionIds: string[]) {
     .execute();
 }
 
+/** A version's copies with what making each measured (its evidence, as replication.ts wrote it). */
+export function versionCopyEvidence(store: Store, versionId: string) {
+  return store
+    .selectFrom("version_replicas")
+    .select(["host_id", "evidence_json"])
+    .where("version_id", "=", versionId)
+    .orderBy("created_at", "asc")
+    .execute();
+}
+
 /** Copies whose version is gone (deleted while a host holding it was away). */
 export function leftoverVersionCopies(store: Store) {
   return store

@@ -68,6 +68,8 @@ export type BuildImageRequest = Omit<OpParams<"build_image">, "context_stream" |
 /** A transfer of one volume of a version between two hosts, each side as the verb opens it. */
 export type SendSnapshotRequest = Omit<OpParams<"send_snapshot">, "out_stream">;
 export type ReceiveSnapshotRequest = Omit<OpParams<"receive_snapshot">, "in_stream">;
+/** A transfer of one service's process images of a live version, each side as the verb opens it. */
+export type LiveTransferRequest = Omit<OpParams<"send_live">, "out_stream">;
 
 /** A verb that moves bytes: its streams once the host has them, and the outcome to come. */
 export interface Streaming<R, S extends readonly MuxStream[]> {
@@ -95,6 +97,7 @@ export type VersionOnHost = OpResult<"describe_version">;
 export type TransferOutcome = OpResult<"send_snapshot">;
 export type HostStacks = OpResult<"status">["stacks"];
 export type VersionRecord = OpParams<"adopt_version">["version"];
+export type AdoptOutcome = OpResult<"adopt_version">;
 
 /** Whether the target's hosts are here: what placement, the join phase and the keepers read. */
 export interface HostPresence {
@@ -183,10 +186,28 @@ export interface StackLifecycle extends HostPresence {
     req: ReceiveSnapshotRequest,
     options?: LifecycleCallOptions,
   ): Promise<Streaming<TransferOutcome, [MuxStream]>>;
-  /** Staged snapshots checked against what the sender counted, then recorded as a version. */
-  adoptVersion(hostId: string, version: VersionRecord, sha256: Record<string, string>): Promise<void>;
-  /** Staged snapshots thrown away (a transfer given up). */
-  discardReceived(hostId: string, snapshotIds: string[]): Promise<void>;
+  sendLive(
+    hostId: string,
+    req: LiveTransferRequest,
+    options?: LifecycleCallOptions,
+  ): Promise<Streaming<TransferOutcome, [MuxStream]>>;
+  receiveLive(
+    hostId: string,
+    req: LiveTransferRequest,
+    options?: LifecycleCallOptions,
+  ): Promise<Streaming<TransferOutcome, [MuxStream]>>;
+  /**
+   * Staged snapshots (and process images) checked against what the sender counted, then recorded
+   * as a version; says which services' processes the host now holds.
+   */
+  adoptVersion(
+    hostId: string,
+    version: VersionRecord,
+    sha256: Record<string, string>,
+    liveSha256?: Record<string, string>,
+  ): Promise<AdoptOutcome>;
+  /** Staged snapshots (and a version's staged process images) thrown away (a transfer given up). */
+  discardReceived(hostId: string, snapshotIds: string[], liveVersionId?: string): Promise<void>;
 
   /**
    * A byte stream to a port in a service. With `early`, given as soon as the open is sent (a failed

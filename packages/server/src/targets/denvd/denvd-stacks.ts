@@ -11,6 +11,7 @@ import type {
   ForkRequest,
   LifecycleCallOptions,
   LiveMode,
+  LiveTransferRequest,
   PrepareRequest,
   ReceiveSnapshotRequest,
   SendSnapshotRequest,
@@ -238,12 +239,46 @@ export class DenvdStacks implements StackLifecycle {
     return { streams: streams as [MuxStream], result };
   }
 
-  async adoptVersion(hostId: string, version: VersionRecord, sha256: Record<string, string>): Promise<void> {
-    await this.hosts.call(hostId, "adopt_version", { version, sha256 });
+  async sendLive(hostId: string, req: LiveTransferRequest, options?: LifecycleCallOptions) {
+    const { streams, result } = await this.hosts.streamCall(
+      hostId,
+      "send_live",
+      1,
+      ([id]) => ({ ...req, out_stream: id as number }),
+      options,
+    );
+    return { streams: streams as [MuxStream], result };
   }
 
-  async discardReceived(hostId: string, snapshotIds: string[]): Promise<void> {
-    await this.hosts.call(hostId, "discard_received", { snapshot_ids: snapshotIds });
+  async receiveLive(hostId: string, req: LiveTransferRequest, options?: LifecycleCallOptions) {
+    const { streams, result } = await this.hosts.streamCall(
+      hostId,
+      "receive_live",
+      1,
+      ([id]) => ({ ...req, in_stream: id as number }),
+      options,
+    );
+    return { streams: streams as [MuxStream], result };
+  }
+
+  adoptVersion(
+    hostId: string,
+    version: VersionRecord,
+    sha256: Record<string, string>,
+    liveSha256?: Record<string, string>,
+  ) {
+    return this.hosts.call(hostId, "adopt_version", {
+      version,
+      sha256,
+      ...(liveSha256 ? { live_sha256: liveSha256 } : {}),
+    });
+  }
+
+  async discardReceived(hostId: string, snapshotIds: string[], liveVersionId?: string): Promise<void> {
+    await this.hosts.call(hostId, "discard_received", {
+      snapshot_ids: snapshotIds,
+      ...(liveVersionId ? { live_version_id: liveVersionId } : {}),
+    });
   }
 
   openTunnel(

@@ -202,6 +202,10 @@ export async function waitServiceHealthy(
     await sleep(extended ? Math.max(pollMs, PAST_DEADLINE_POLL_MS) : pollMs);
     await progress.sample();
   }
+  // A service that ended meanwhile is reported as ended, whichever check saw the deadline pass
+  // first (on a slow machine the first check can outlast the deadline).
+  const ended = await ctx.runtime.inspectContainer(id);
+  if (!ended.running) throw await exitedError(ctx, svc, id, ended.exitCode, "before it was healthy");
   const elapsedMs = Math.round(performance.now() - startedAt);
   const why =
     elapsedMs >= ceilingMs

@@ -14,14 +14,19 @@ import { DenvError } from "@denv/protocol";
 import type { LiveRecord } from "../host/state-store.ts";
 import type { StackContext } from "../stack/stack-context.ts";
 import { extractTarInto, tarOf } from "../storage/snapshot-streams.ts";
+import { assertSafeId } from "../storage/storage-driver.ts";
 import { hostCpuFlags, missingCpuFlags } from "./cpu-flags.ts";
 import { liveDigest, liveDir } from "./live-capture.ts";
 import { digestTree } from "./volume-digest.ts";
 
 /** Where another host's process images wait for adopt_version (removed at every open). */
 export const liveIncomingDir = (ctx: StackContext) => join(ctx.options.stateDir, "live-incoming");
-const incoming = (ctx: StackContext, versionId: string, service: string) =>
-  join(liveIncomingDir(ctx), versionId, service);
+/** A service's staging: its name (and the version's id) checked as one path segment each. */
+function incoming(ctx: StackContext, versionId: string, service: string): string {
+  assertSafeId(versionId);
+  assertSafeId(service);
+  return join(liveIncomingDir(ctx), versionId, service);
+}
 
 /** One service's process images as a tar, into `out`. */
 export async function sendLive(ctx: StackContext, versionId: string, service: string, out: Writable) {
@@ -107,5 +112,6 @@ export async function adoptLive(
 
 /** A version's staged process images thrown away. Idempotent. */
 export async function discardLive(ctx: StackContext, versionId: string): Promise<void> {
+  assertSafeId(versionId);
   await rm(join(liveIncomingDir(ctx), versionId), { recursive: true, force: true });
 }

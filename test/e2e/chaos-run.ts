@@ -1,6 +1,7 @@
 /**
  * Chaos, as an operator would meet it: a server and a denvd as separate processes (process-world.ts),
- * ops-world deployed to alpha, then, again and again, an operation is asked for and one of the two
+ * ops-world deployed to alpha, then, again and again, an operation is asked for (every other
+ * snapshot a live one, whose forks restore every service's processes) and one of the two
  * processes is SIGKILLed at a random moment of it and started again. After each round the three
  * records must agree (the server's store, denvd's state file, the engine), nothing may be paused
  * that is not recorded frozen, and the request must have had its answer within its deadline.
@@ -8,6 +9,7 @@
  * Run in a bounded form by test/e2e/chaos.test.ts and in the long form by scripts/chaos.ts.
  */
 
+import { existsSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { DatabaseSync } from "node:sqlite";
 import { seededRandom } from "../../bench/bench-stats.ts";
@@ -150,6 +152,13 @@ export function disagreements(w: ProcessWorld): { problems: string[]; frozen: nu
   for (const id of server.versions)
     if (!host.versions[id])
       problems.push(`version ${id} is on the server but its snapshots are gone from the host`);
+  // Process images of a live snapshot belong to a version the host records, or to nothing.
+  const live = join(w.stateDir, "live");
+  for (const id of existsSync(live) ? readdirSync(live) : [])
+    if (!host.versions[id]) {
+      orphans++;
+      problems.push(`process images of ${id} on the host, which records no such version`);
+    }
   const stackOfContainer = new Map<string, { stack: string; service: string }>();
   for (const [id, s] of Object.entries<any>(host.stacks))
     for (const [svc, cid] of Object.entries<string>(s.containers))
@@ -185,7 +194,8 @@ async function request(
     case "fork":
       return w.api("POST", "/v1/envs/alpha/fork", { name: `c${n}` }, deadline);
     case "snapshot":
-      return w.api("POST", "/v1/envs/alpha/snapshot", undefined, deadline);
+      // Every other one live (every service's processes too): the forks after it restore them.
+      return w.api("POST", "/v1/envs/alpha/snapshot", n % 2 ? { live: true } : undefined, deadline);
     case "rollback": {
       const version = state.versions[n % state.versions.length];
       return w.api("POST", "/v1/envs/alpha/rollback", { version }, deadline);

@@ -1,6 +1,7 @@
 /**
  * Crash safety, bounded for CI (scripts/chaos.ts is the long form): a server and a denvd as
- * separate processes, ops-world deployed to alpha; denvd SIGKILLed at random moments of fork,
+ * separate processes, ops-world deployed to alpha (every other snapshot live: every service's
+ * processes kept, and the forks after it restore them); denvd SIGKILLed at random moments of fork,
  * snapshot, rollback, verify and destroy, then the server at random moments of deploy, fork,
  * snapshot, verify and rollback. After every round the server, denvd and the engine agree, nothing
  * is paused that is not recorded frozen, and the request had its answer within its deadline; at the

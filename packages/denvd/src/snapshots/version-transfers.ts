@@ -238,7 +238,11 @@ export class VersionTransfers {
     const existing = this.ctx.store.version(rec.id);
     // Sent again after an answer that was lost: already done.
     if (existing && sameSnapshots(existing.snapshots, rec.snapshots))
-      return { version_id: rec.id, snapshots: Object.keys(rec.snapshots).length };
+      return {
+        version_id: rec.id,
+        snapshots: Object.keys(rec.snapshots).length,
+        ...(rec.live ? { live: Object.keys(existing.live?.services ?? {}) } : {}),
+      };
     if (existing) throw new DenvError("conflict", `this host already holds another version ${rec.id}`);
     const ids = Object.values(rec.snapshots);
     const problems: string[] = [];
@@ -292,7 +296,8 @@ export class VersionTransfers {
       await this.ctx.store.putVersion(version);
     } catch (err) {
       for (const id of committed) await this.ctx.storage.destroySnapshot(id).catch(() => {});
-      if (held.kept) await removeLive(this.ctx, rec.id).catch(() => {});
+      // Never recorded here: none of its process images stay (some may have been moved into place).
+      if (live) await removeLive(this.ctx, rec.id).catch(() => {});
       await this.discard(ids, live ? rec.id : undefined);
       throw err;
     }

@@ -254,10 +254,10 @@ export class Replicator {
         "unavailable",
         `host ${source} described ${described.version.id} when asked for ${version.id}: nothing was sent`,
       );
-    const { live: described_live, ...described_rest } = described.version;
-    const live = liveToCopy(version, described_live);
+    const { live: describedLive, ...describedRest } = described.version;
+    const live = liveToCopy(version, describedLive);
     const rec: VersionRecord = {
-      ...described_rest,
+      ...describedRest,
       spec: JSON.parse(this.deps.secrets.openText(version.spec_json)) as ResolvedSpec,
       spec_hash: version.spec_hash,
       images: JSON.parse(version.images_json) as Record<string, string>,

@@ -16,27 +16,21 @@ import { DenvError, type OpCheckedParams, type OpResult, type ResolvedSpec } fro
 import type { LiveRecord, VersionRecord } from "../host/state-store.ts";
 import type { StackContext } from "../stack/stack-context.ts";
 import { assertSafeId, type SnapshotFormat } from "../storage/storage-driver.ts";
-import { removeLive } from "./live-capture.ts";
+import { liveEvidence, removeLive } from "./live-capture.ts";
 import { adoptLive, discardLive, receiveLive, sendLive } from "./live-transfers.ts";
 
 type WireLive = NonNullable<OpResult<"describe_version">["version"]["live"]>;
 
-/** A live record as the wire carries it; none where a service's images have no digest (older records). */
+/**
+ * A live record as the wire carries it: its evidence (liveEvidence), with the CPU flags; none where
+ * a service's images have no digest (older records), which a copy could not check.
+ */
 function liveToWire(live: LiveRecord | undefined): WireLive | undefined {
   if (!live || Object.values(live.services).some((s) => !s.digest)) return undefined;
+  const { services, skipped } = liveEvidence(live);
   return {
-    services: Object.fromEntries(
-      Object.entries(live.services).map(([svc, s]) => [
-        svc,
-        {
-          checkpoint_bytes: s.checkpointBytes,
-          layer_bytes: s.layerBytes,
-          dump_ms: s.dumpMs,
-          digest: s.digest as string,
-        },
-      ]),
-    ),
-    skipped: live.skipped,
+    services: services as WireLive["services"],
+    skipped,
     ...(live.cpuFlags ? { cpu_flags: live.cpuFlags } : {}),
   };
 }
@@ -119,6 +113,7 @@ export class VersionTransfers {
 
   describe(versionId: string): OpResult<"describe_version"> {
     const v = this.ctx.version(versionId);
+    const live = liveToWire(v.live);
     return {
       version: {
         id: v.id,
@@ -130,7 +125,7 @@ export class VersionTransfers {
         frozen_ms: v.frozenMs,
         ...(v.clockMs !== undefined ? { clock_ms: v.clockMs } : {}),
         created_at: v.createdAt,
-        ...(liveToWire(v.live) ? { live: liveToWire(v.live) } : {}),
+        ...(live ? { live } : {}),
       },
       storage: this.ctx.storage.kind,
       formats: [...this.ctx.storage.transferFormats],

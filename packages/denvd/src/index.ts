@@ -25,6 +25,7 @@ export { DENVD_VERSION, joinServer, Sidecar } from "./host/sidecar.ts";
 export type { StackRecord, VersionRecord } from "./host/state-store.ts";
 export { findFreezer, isFrozen as freezerIsFrozen } from "./runtime/cgroup-freezer.ts";
 export type { ContainerRuntime, ContainerSpec, ContainerState } from "./runtime/container-runtime.ts";
+export { DockerCheckpoints } from "./runtime/docker-checkpoints.ts";
 export { DockerRuntime } from "./runtime/docker-runtime.ts";
 export { BUSY_SHARE, cpuDemandReader, cpuUsageMs } from "./services/service-progress.ts";
 export { containerSettleProbe, settleService } from "./services/service-settle.ts";

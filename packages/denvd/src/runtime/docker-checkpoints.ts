@@ -204,6 +204,7 @@ export class DockerCheckpoints implements CheckpointPort {
     const begun = performance.now();
     // Read while it runs: its network namespace goes with its stop, and its start may get others.
     const addresses = await this.addresses(id);
+    const endpoints = await this.endpoints(id);
     // The engine's own checkpoint, stopping the container: it records the stop as its own (no
     // restart policy starts it again) and keeps the images where its start takes them from.
     await new Promise<void>((resolve, reject) =>
@@ -217,6 +218,11 @@ export class DockerCheckpoints implements CheckpointPort {
         (err: unknown) => (err ? reject(engineFailure("suspend", err)) : resolve()),
       ),
     );
+    await this.pinAddresses(id, endpoints).catch(async (err: unknown) => {
+      // Left without a network it cannot stay paused: it runs again from its checkpoint.
+      await this.unsuspend(id).catch(() => {});
+      throw engineFailure("suspend", err);
+    });
     const dir = join(await this.containerDir(id), "checkpoints", SUSPEND_NAME);
     await writeFile(join(dir, ADDRESS_LIST), addresses, { mode: 0o600 });
     const bytes = await dirBytes(dir).catch(() => 0);
@@ -287,6 +293,45 @@ export class DockerCheckpoints implements CheckpointPort {
       );
   }
 
+  /** The container's endpoints on its networks, as the engine has them while it runs. */
+  private async endpoints(id: string): Promise<Record<string, Endpoint>> {
+    const c = (await this.docker.getContainer(id).inspect()) as {
+      NetworkSettings?: { Networks?: Record<string, Endpoint> };
+    };
+    return c.NetworkSettings?.Networks ?? {};
+  }
+
+  /**
+   * A stopped container's addresses are the engine's to give again, lowest free first, in the
+   * order its containers start: services that came up in another order (those that depend on
+   * none start together) would swap addresses at a resume, and each restored process adds back
+   * its old one (the action script), so two containers would answer for one address and a
+   * service's name would lead to another's (a refused connect). Each is reconnected with the
+   * address it had as its own, which its start takes again. A reconnect the engine refuses
+   * leaves it connected as before, with its names, to take whichever address it is given.
+   */
+  private async pinAddresses(id: string, endpoints: Record<string, Endpoint>): Promise<void> {
+    const short = id.slice(0, 12);
+    for (const [network, ep] of Object.entries(endpoints)) {
+      if (!ep.IPAddress || ep.IPAMConfig?.IPv4Address === ep.IPAddress) continue;
+      const config = {
+        Aliases: (ep.Aliases ?? []).filter((a) => a !== short),
+        Links: ep.Links ?? undefined,
+        DriverOpts: ep.DriverOpts ?? undefined,
+      };
+      const net = this.docker.getNetwork(network);
+      await net.disconnect({ Container: id, Force: true });
+      try {
+        await net.connect({
+          Container: id,
+          EndpointConfig: { ...config, IPAMConfig: { ...ep.IPAMConfig, IPv4Address: ep.IPAddress } },
+        });
+      } catch {
+        await net.connect({ Container: id, EndpointConfig: config });
+      }
+    }
+  }
+
   /** The container's IPv4 addresses, as its network namespace has them, in the list's shape. */
   private async addresses(id: string): Promise<string> {
     const c = (await this.docker.getContainer(id).inspect()) as { State?: { Pid?: number } };
@@ -322,6 +367,15 @@ export class DockerCheckpoints implements CheckpointPort {
     const full = ((await this.docker.getContainer(id).inspect()) as { Id: string }).Id;
     return join(await this.rootDir, "containers", full);
   }
+}
+
+/** A container's endpoint on one network, as the engine's inspect gives it. */
+interface Endpoint {
+  IPAddress?: string;
+  IPAMConfig?: { IPv4Address?: string; IPv6Address?: string } | null;
+  Aliases?: string[] | null;
+  Links?: string[] | null;
+  DriverOpts?: Record<string, string> | null;
 }
 
 /** The engine's refusal, in its words (CRIU's log lines among them). */

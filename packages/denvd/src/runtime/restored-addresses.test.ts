@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { addressLines, subnetOf } from "./restored-addresses.ts";
+import { addressLines, listedSubnets, subnetOf } from "./restored-addresses.ts";
 
 test("subnetOf gives an address's network, and null for what is not an IPv4 CIDR", () => {
   assert.equal(subnetOf("10.231.0.3/24"), "10.231.0.0/24");
@@ -43,4 +43,17 @@ test("addressLines gives an address a restore added the on-link route added with
     "junk",
   ].join("\n");
   assert.equal(addressLines(addrs, routes), "eth0 10.232.0.3 10.232.0.0/24\neth0 10.231.0.3 10.231.0.0/24\n");
+});
+
+test("listedSubnets gives each subnet a checkpoint's list names once, and nothing of lines not of its shape", () => {
+  const list = [
+    "eth0 172.20.4.3 172.20.4.0/24",
+    "eth0 172.31.9.2 172.31.9.0/24",
+    "eth1 172.20.4.7 172.20.4.0/24",
+    "eth0 10.0.0.1 10.0.0.1/24",
+    "eth0 10.0.0.1 $(reboot)",
+    "eth0 10.0.0.1",
+    "",
+  ].join("\n");
+  assert.deepEqual(listedSubnets(list), ["172.20.4.0/24", "172.31.9.0/24"]);
 });

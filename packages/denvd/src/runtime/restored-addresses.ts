@@ -61,3 +61,18 @@ export function addressLines(addrOutput: string, routeOutput = ""): string {
   }
   return out.length ? `${out.join("\n")}\n` : "";
 }
+
+/**
+ * The subnets a checkpoint's list names (each line's third field): a fork restoring it takes its
+ * own network elsewhere, or the fork's containers could be given, as their own, addresses its
+ * restored processes add back (two containers answering for one address).
+ */
+export function listedSubnets(list: string): string[] {
+  const out = new Set<string>();
+  for (const line of list.split("\n")) {
+    const net = line.trim().split(/\s+/)[2];
+    const own = net && subnetOf(net);
+    if (own && own === net) out.add(own);
+  }
+  return [...out];
+}

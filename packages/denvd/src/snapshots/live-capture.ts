@@ -14,6 +14,7 @@ import { DenvError, type SnapshotEvidence } from "@denv/protocol";
 import type { LiveRecord, StackRecord } from "../host/state-store.ts";
 import { findFreezer } from "../runtime/cgroup-freezer.ts";
 import type { CheckpointPort, ContainerState } from "../runtime/container-runtime.ts";
+import { ADDRESS_LIST, listedSubnets } from "../runtime/restored-addresses.ts";
 import type { StackContext } from "../stack/stack-context.ts";
 import { hostCpuFlags } from "./cpu-flags.ts";
 import { fibLocalAddresses, isLoopback, tcpPeers } from "./proc-sockets.ts";
@@ -314,6 +315,16 @@ export async function restoreService(
     if (!(err instanceof DenvError)) throw err;
     throw new DenvError(err.code, `service ${service} did not restore: ${err.message}`, { cause: err });
   });
+}
+
+/** The subnets the version's process images bring back with them (restored-addresses.ts). */
+export async function liveSubnets(ctx: StackContext, versionId: string, live: LiveRecord): Promise<string[]> {
+  const lists = await Promise.all(
+    Object.keys(live.services).map((svc) =>
+      readFile(join(liveDir(ctx, versionId), svc, "images", ADDRESS_LIST), "utf8").catch(() => ""),
+    ),
+  );
+  return [...new Set(lists.flatMap(listedSubnets))];
 }
 
 export async function removeLive(ctx: StackContext, versionId: string): Promise<void> {

@@ -56,3 +56,14 @@ test("a full pool is unavailable, said plainly", async () => {
   const a = new NetworkAllocator(e.runtime, "198.18.200.0/24");
   await assert.rejects(a.create({ name: "n", internal: true, labels: {} }), /no free subnet left/);
 });
+
+test("subnets to avoid are never picked, though free (a live fork's parent's), and a pool of only those is full", async () => {
+  const e = engine([]);
+  const a = new NetworkAllocator(e.runtime, "198.18.0.0/22", () => 0);
+  await a.create({ name: "n", internal: true, labels: {} }, ["198.18.0.0/24", "198.18.1.0/24"]);
+  assert.deepEqual(e.made, ["198.18.2.0/24"]);
+  await assert.rejects(
+    a.create({ name: "m", internal: true, labels: {} }, ["198.18.0.0/23", "198.18.3.0/24"]),
+    /no free subnet left/,
+  );
+});

@@ -33,13 +33,17 @@ export class NetworkAllocator {
     this.random = random;
   }
 
-  async create(spec: { name: string; internal: boolean; labels: Labels }): Promise<string> {
+  /** `avoid`: subnets not to pick though free (those a fork's restored processes bring with them). */
+  async create(
+    spec: { name: string; internal: boolean; labels: Labels },
+    avoid: readonly string[] = [],
+  ): Promise<string> {
     for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
-      const used = await this.usedSubnets(attempt > 0);
+      const used = [...(await this.usedSubnets(attempt > 0)), ...avoid];
       // No await between the pick and the reservation: concurrent creates see each other's picks.
       let pick = pickSubnet(this.pool, [...used, ...this.reserved], 24, this.random);
       if (!pick) {
-        const fresh = await this.usedSubnets(true);
+        const fresh = [...(await this.usedSubnets(true)), ...avoid];
         pick = pickSubnet(this.pool, [...fresh, ...this.reserved], 24, this.random);
         if (!pick)
           throw new DenvError("unavailable", "no free subnet left for another stack network on this host");

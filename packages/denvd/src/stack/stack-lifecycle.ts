@@ -17,7 +17,7 @@ import {
 import { releaseStackClock, setUpClock } from "../clock/stack-clock.ts";
 import type { LiveRecord, StackRecord, VersionRecord } from "../host/state-store.ts";
 import { assertCpuCanRestore } from "../snapshots/cpu-flags.ts";
-import { checkpointsOf, removeLive, restoreService } from "../snapshots/live-capture.ts";
+import { checkpointsOf, liveSubnets, removeLive, restoreService } from "../snapshots/live-capture.ts";
 import { assertSpace } from "../snapshots/snapshotter.ts";
 import type { EgressEvidence } from "./egress-probe.ts";
 import { newId, type StackContext, tail } from "./stack-context.ts";
@@ -193,6 +193,7 @@ export async function forkStack(
     const started = await startStack(ctx, stack.id, {
       ...(live && cp
         ? {
+            avoidSubnets: await liveSubnets(ctx, version.id, live),
             restore: (svc: string, containerId: string) => {
               const kept = live.services[svc];
               if (!kept) return null;

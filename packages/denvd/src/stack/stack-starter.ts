@@ -30,6 +30,8 @@ export async function startStack(
     settleMs?: number;
     /** Starts a service another way (a fork restoring its processes); null: started as usual. */
     restore?: (service: string, containerId: string) => Promise<void> | null;
+    /** Subnets the stack's networks must not take (a fork's restored processes' old ones). */
+    avoidSubnets?: readonly string[];
   } = {},
 ): Promise<StartResult> {
   const stack = ctx.stack(stackId);
@@ -51,11 +53,10 @@ export async function startStack(
   );
   volumes.catch(() => {}); // awaited below, after the networks
   for (const n of networkNames) {
-    await ctx.networks.create({
-      name: networkName(n),
-      internal: spec.networks[n]?.internal ?? true,
-      labels: stackLabels,
-    });
+    await ctx.networks.create(
+      { name: networkName(n), internal: spec.networks[n]?.internal ?? true, labels: stackLabels },
+      hooks.avoidSubnets,
+    );
   }
   await volumes;
   const order = spec.start_order;

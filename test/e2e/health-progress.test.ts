@@ -83,10 +83,15 @@ test("a service that exits while its healthcheck is waited for is reported when 
 test("an idle service that is not healthy fails at its deadline, named idle", async () => {
   const out = await start(await prepared("idle", "exec sleep infinity", "false"));
   assert.equal(out.ok, false);
+  // On a loaded machine the container's own start (the agent, sh, sleep) can still be using CPU
+  // in the window before the deadline: then it is given time past it, and fails as soon as it is
+  // idle. Either way it fails named idle, well before the ceiling.
   assert.match(
     (out as { message: string }).message,
-    /not healthy within \d+ ms \(its deadline 1000 ms\), and it was idle at the end/,
+    /not healthy within \d+ ms \((its deadline 1000 ms\), and it was idle at the end|given past its 1000 ms deadline while it was at work, then it went idle\))/,
   );
+  const ms = Number(/within (\d+) ms/.exec((out as { message: string }).message)?.[1]);
+  assert.ok(ms < CEILING_MS, `failed at ${ms} ms, before the ${CEILING_MS} ms ceiling`);
 });
 
 test("a service at work past its deadline is waited for, and counts as healthy when it is", async () => {

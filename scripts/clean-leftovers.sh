@@ -48,4 +48,10 @@ done
 for link in $(ip -o link show 2>/dev/null | awk -F': ' '$2 ~ /^dving[0-9]+@/ {sub(/@.*/, "", $2); print $2}'); do
   ip link del "$link" 2>/dev/null
 done
+# The egress tests' own internets (test/harness/test-internet.ts): the namespace takes its veth
+# pair with it; its upstream servers run inside it.
+for ns in $(ip netns list 2>/dev/null | awk '$1 ~ /^denv-inet-/ {print $1}'); do
+  for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
+  ip netns del "$ns" 2>/dev/null
+done
 exit 0

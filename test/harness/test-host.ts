@@ -110,6 +110,9 @@ export async function openTestHost(options: {
   stateDir?: string;
   datasetGrowthBytes?: number;
   healthDeadline?: { floorMs?: number; ceilingMs?: number; progressWindowMs?: number };
+  egressHosts?: Record<string, string[]>;
+  egressIdleTimeoutMs?: number;
+  egressMaxUploadBytes?: number;
 }): Promise<TestHost> {
   const runId = options.runId ?? `t-${randomBytes(4).toString("hex")}`;
   const stateDir = options.stateDir ?? join("/var/lib/denv-test", runId);
@@ -124,6 +127,9 @@ export async function openTestHost(options: {
     ...(options.datasetGrowthBytes ? { datasetGrowthBytes: options.datasetGrowthBytes } : {}),
     ...(options.healthDeadline ? { healthDeadline: options.healthDeadline } : {}),
     agentBinary: defaultAgentBinary(),
+    ...(options.egressHosts ? { egressHosts: options.egressHosts } : {}),
+    ...(options.egressIdleTimeoutMs ? { egressIdleTimeoutMs: options.egressIdleTimeoutMs } : {}),
+    ...(options.egressMaxUploadBytes ? { egressMaxUploadBytes: options.egressMaxUploadBytes } : {}),
   });
   const docker = new Docker();
   return {

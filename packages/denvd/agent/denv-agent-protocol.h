@@ -50,6 +50,7 @@
 #define FLAG_FSOP_DEEP 1
 
 #define BTRFS_BUILTIN "denv-agent:btrfs"
+#define RELAY_MAGIC 0x45564e44u
 
 /* agent-io.c's readers, which the request readers below use. */
 int read_full(int fd, void *buf, size_t n);
@@ -131,6 +132,35 @@ static inline int read_fsop_request(int fd, struct fsop_request *r) {
   if (!(r->user = read_str(fd))) return -1;
   if (read_u32(fd, &r->flags)) return -1;
   if (read_u32(fd, &r->depth)) return -1;
+  return 0;
+}
+
+struct relay_hello_record {
+  uint32_t magic;
+  uint32_t addr;
+  uint32_t port;
+};
+/* One relay_hello record's bytes in buf: their length, or -1 when they do not fit in room. */
+static inline int put_relay_hello_record(char *buf, size_t room, const struct relay_hello_record *v) {
+  size_t off = 0;
+  if (off + sizeof v->magic > room) return -1;
+  memcpy(buf + off, &v->magic, sizeof v->magic), off += sizeof v->magic;
+  if (off + sizeof v->addr > room) return -1;
+  memcpy(buf + off, &v->addr, sizeof v->addr), off += sizeof v->addr;
+  if (off + sizeof v->port > room) return -1;
+  memcpy(buf + off, &v->port, sizeof v->port), off += sizeof v->port;
+  return (int)off;
+}
+
+/* One relay_hello record from buf: 0, or -1 when len holds less than one. */
+static inline int get_relay_hello_record(const char *buf, size_t len, struct relay_hello_record *v) {
+  size_t off = 0;
+  if (off + sizeof v->magic > len) return -1;
+  memcpy(&v->magic, buf + off, sizeof v->magic), off += sizeof v->magic;
+  if (off + sizeof v->addr > len) return -1;
+  memcpy(&v->addr, buf + off, sizeof v->addr), off += sizeof v->addr;
+  if (off + sizeof v->port > len) return -1;
+  memcpy(&v->port, buf + off, sizeof v->port), off += sizeof v->port;
   return 0;
 }
 

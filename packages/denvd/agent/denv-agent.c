@@ -26,6 +26,8 @@
  *     status, 128+N for signal N)
  *   A client that goes away kills the command's whole process group.
  *
+ * relay mode (agent-relay.c) is an environment's egress gateway, not a sandbox's agent.
+ *
  *   port:   MODE_PORT, port. The agent connects to 127.0.0.1:port inside the container's network
  *           namespace, answers one status byte (0, or the connect errno), then relays raw bytes.
  *
@@ -434,9 +436,10 @@ static int run_init(int argc, char **argv) {
 int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "init") == 0) return run_init(argc, argv);
   if (argc == 4 && strcmp(argv[1], "host") == 0) return run_host(argv[2], argv[3]);
+  if (argc == 4 && strcmp(argv[1], "relay") == 0) return run_relay(argv[2], argv[3]);
   if (argc != 2) {
     fprintf(stderr, "usage: denv-agent SOCKET | denv-agent init SOCKET USER FLAGS -- PROGRAM [ARGS...] | "
-                    "denv-agent host SOCKET PARENT_PID\n");
+                    "denv-agent host SOCKET PARENT_PID | denv-agent relay PORT SOCKET\n");
     return 2;
   }
   agent_loop(argv[1], 0);

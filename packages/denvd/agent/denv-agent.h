@@ -69,6 +69,9 @@ void group_name_of(gid_t gid, char *buf, size_t len);
 
 /* agent-ports.c */
 void relay(int a, int b);
+
+/* agent-relay.c */
+int run_relay(const char *port, const char *socket_path);
 void serve_port(int conn);
 
 /* agent-files.c */

@@ -24,6 +24,8 @@ import {
 } from "@denv/protocol";
 import { defaultClockLibrary } from "./clock/clock-state.ts";
 import { clockDirFor, holdStackClock, releaseStackClock } from "./clock/stack-clock.ts";
+import { EgressGateways } from "./egress/egress-gateways.ts";
+import type { EgressRecord } from "./egress/egress-proxy.ts";
 import { AgentExecutor } from "./exec/agent-executor.ts";
 import { EngineExecutor } from "./exec/engine-executor.ts";
 import type { ExecOptions, ExecResult, Executor, FileSink, FsRequest } from "./exec/executor.ts";
@@ -43,9 +45,10 @@ import { AgentRegistry } from "./stack/agent-registry.ts";
 import type { EgressEvidence } from "./stack/egress-probe.ts";
 import { buildServiceImage, findBuiltImage, removeBuiltImages } from "./stack/image-builder.ts";
 import { LABEL } from "./stack/labels.ts";
-import { NetworkAllocator } from "./stack/network-allocator.ts";
+import { DEFAULT_SUBNET_POOL, NetworkAllocator } from "./stack/network-allocator.ts";
 import type { DenvdOptions, StackContext } from "./stack/stack-context.ts";
 import { probeStack } from "./stack/stack-egress.ts";
+import { setStackEgress } from "./stack/stack-egress-gateway.ts";
 import {
   type FsEntry,
   fileOp,
@@ -116,6 +119,17 @@ export class Denvd {
       executor,
       agents,
       networks: new NetworkAllocator(options.runtime, options.subnetPool),
+      egress: new EgressGateways({
+        stateDir: options.stateDir,
+        runtime: options.runtime,
+        containersOf: (id) => store.stack(id)?.containers ?? {},
+        hosts: options.egressHosts,
+        // The stacks' own networks are never reached through a proxy (another environment's, say).
+        neverReach: [options.subnetPool ?? DEFAULT_SUBNET_POOL],
+        idleTimeoutMs: options.egressIdleTimeoutMs,
+        maxUploadBytes: options.egressMaxUploadBytes,
+        log,
+      }),
       log,
       labels: (extra) => ({ ...options.extraLabels, [LABEL.owner]: store.ownerId, ...extra }),
       stack: (id) => this.stack(id),
@@ -250,6 +264,16 @@ export class Denvd {
 
   unpause(stackId: string): Promise<{ health: HealthEvidence; ms: number }> {
     return unpauseStack(this.ctx, stackId);
+  }
+
+  /** A running stack's egress policy, changed (egress-gateways.ts). */
+  setEgress(stackId: string, policy: { allow: string[]; deny: string[] }): Promise<{ closed: number }> {
+    return setStackEgress(this.ctx, stackId, policy);
+  }
+
+  /** The stack's egress log: every connection through its proxy. */
+  egressLog(stackId: string): { records: EgressRecord[]; dropped: number } {
+    return this.ctx.egress.readLog(this.stack(stackId).id);
   }
 
   snapshot(

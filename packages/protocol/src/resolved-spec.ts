@@ -167,6 +167,12 @@ export const resolvedSpecSchema = z.object({
   name: z.string().nullable(),
   kind: z.enum(KINDS),
   egress: z.enum(["deny", "allow"]),
+  /**
+   * x-denv.egress as a policy: the network is deny's (no route out) and the environment's egress
+   * proxy is the only way out, to what these rules allow (normalised; @denv/spec's egress-policy.ts).
+   * Absent for deny and allow, so a file without one resolves, and hashes, as before.
+   */
+  egress_policy: z.object({ allow: z.array(z.string()), deny: z.array(z.string()) }).optional(),
   clock: z.enum(["frozen", "frozen-strict", "real"]),
   /**
    * x-denv.pool: ready forks of the latest version the control plane keeps warm. Absent when the

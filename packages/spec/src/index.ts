@@ -5,6 +5,22 @@ export { buildField, projectRelativePath, type ResolvedBuild } from "./build-fie
 export { COMPOSE_FILE_NAMES } from "./compose-file-names.ts";
 export { withoutSecretContents } from "./compose-secrets.ts";
 export { ComposeValidator, type ComposeValidatorOptions } from "./compose-validator.ts";
+export {
+  decideEgress,
+  type EgressDecision,
+  type EgressDestination,
+  type EgressPolicy,
+  type EgressRule,
+  ipv4Number,
+  MAX_EGRESS_RULES,
+  neverReached,
+  normalizeEgressPolicy,
+  normalizeHostName,
+  type ParsedEgressPolicy,
+  parseEgressPolicy,
+  parseEgressRule,
+  WEB_PORTS,
+} from "./egress-policy.ts";
 export { type GpuRequest, gpuField, gpusWanted } from "./gpu-request.ts";
 export { type Env, interpolate, parseDotenv } from "./interpolate.ts";
 export { formatPath, RULE_CODES, type RuleCode, type SpecIssue } from "./issues.ts";

@@ -13,6 +13,7 @@ import {
   type ResolvedSpec,
 } from "@denv/protocol";
 import { topLevelConfigs, topLevelSecrets } from "./compose-secrets.ts";
+import { type EgressPolicy, normalizeEgressPolicy, parseEgressPolicy } from "./egress-policy.ts";
 import { type Env, parseDotenv } from "./interpolate.ts";
 import type { FieldPath, SpecIssue } from "./issues.ts";
 import { IssueList, loadCompose } from "./load-compose.ts";
@@ -307,7 +308,9 @@ function validateWith(
   checkXDenv(x, kind, active, serviceNames, issues);
   if (issues.hasErrors) return finish(issues, undefined);
 
-  const egress = x.egress ?? "deny";
+  const egress = typeof x.egress === "object" ? "deny" : (x.egress ?? "deny");
+  const egressPolicy = typeof x.egress === "object" ? egressPolicyOf(x.egress, issues) : undefined;
+  if (issues.hasErrors) return finish(issues, undefined);
   const networks: ResolvedSpec["networks"] = {};
   for (const svc of Object.values(services)) {
     for (const n of Object.keys(svc.networks)) {
@@ -346,6 +349,7 @@ function validateWith(
     name,
     kind,
     egress,
+    ...(egressPolicy ? { egress_policy: egressPolicy } : {}),
     clock: x.clock ?? (kind === "rl-environment" ? "frozen" : "real"),
     ...(x.pool === undefined ? {} : { pool: typeof x.pool === "object" ? x.pool.size : x.pool }),
     ...(typeof x.pool === "object" && x.pool.environment ? { pool_environment: x.pool.environment } : {}),
@@ -563,4 +567,24 @@ function checkXDenv(
         );
     }
   }
+}
+
+/** x-denv.egress as a policy, its rules normalised; each bad rule an issue at its own place. */
+function egressPolicyOf(
+  raw: { allow: string[]; deny?: string[] },
+  issues: IssueList,
+): EgressPolicy | undefined {
+  const parsed = parseEgressPolicy({ allow: raw.allow, deny: raw.deny ?? [] });
+  if ("errors" in parsed) {
+    for (const e of parsed.errors) {
+      const m = /^(allow|deny)\[(\d+)\]: (.*)$/.exec(e);
+      issues.error(
+        "x_denv_invalid",
+        ["x-denv", "egress", ...(m ? [m[1] as string, Number(m[2])] : [])],
+        m?.[3] ?? e,
+      );
+    }
+    return undefined;
+  }
+  return normalizeEgressPolicy(parsed);
 }

@@ -17,7 +17,22 @@ const warmItemSchema = z.union([
 
 export const xDenvSchema = z.strictObject({
   kind: z.enum(KINDS).optional(),
-  egress: z.enum(["deny", "allow"]).optional(),
+  /**
+   * deny (no way out), allow (the engine's own), or a policy: the destinations reachable through
+   * the environment's egress proxy (egress-policy.ts has the rules' grammar).
+   */
+  egress: z
+    .union(
+      [
+        z.enum(["deny", "allow"]),
+        z.strictObject({
+          allow: z.array(z.string()).max(256, "at most 256 allow rules"),
+          deny: z.array(z.string()).max(256, "at most 256 deny rules").optional(),
+        }),
+      ],
+      { error: "is deny, allow, or a policy {allow: [rules], deny: [rules]} (docs/egress.md)" },
+    )
+    .optional(),
   warm: z.union([warmItemSchema, z.array(warmItemSchema)]).optional(),
   agent: z.strictObject({ service: z.string().min(1) }).optional(),
   verifier: z

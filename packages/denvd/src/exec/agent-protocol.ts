@@ -157,8 +157,20 @@ export const REQUESTS = {
   },
 } as const satisfies Record<string, { mode: keyof typeof REQUEST | null; fields: readonly Field[] }>;
 
+/**
+ * The first word of what `denv-agent relay` (an environment's egress gateway) writes on each
+ * connection it hands denvd, before the caller's bytes: a relay_hello record.
+ */
+export const RELAY_MAGIC = 0x45564e44;
+
 /** The records the agent answers with, each a frame's payload. */
 export const RECORDS = {
+  /** An egress relay's first bytes on a connection: RELAY_MAGIC, the caller's IPv4 address (as a number) and port. */
+  relay_hello: [
+    ["magic", "u32"],
+    ["addr", "u32"],
+    ["port", "u32"],
+  ],
   /** FRAME_OUT.STATUS of an exec (its exit status, 128+N for signal N) or a files request (FS_STATUS). */
   status: [["status", "i32"]],
   /** FRAME_IN.RESIZE: a terminal's new size. */
@@ -399,6 +411,7 @@ export function renderAgentHeader(): string {
     ...block("FLAG_", FLAGS),
     "",
     `#define BTRFS_BUILTIN ${JSON.stringify(BTRFS_BUILTIN)}`,
+    `#define RELAY_MAGIC ${hex(RELAY_MAGIC)}`,
     "",
     "/* agent-io.c's readers, which the request readers below use. */",
     "int read_full(int fd, void *buf, size_t n);",

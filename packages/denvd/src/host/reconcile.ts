@@ -17,6 +17,7 @@
 import { readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { operationEntry } from "@denv/protocol";
+import { egressPolicyOf, parsedPolicy } from "../egress/egress-gateways.ts";
 import type { ObjectSummary } from "../runtime/container-runtime.ts";
 import { removeLive } from "../snapshots/live-capture.ts";
 import { discardLive, liveIncomingDir } from "../snapshots/live-transfers.ts";
@@ -159,6 +160,13 @@ export async function reconcile(ctx: StackContext, journal: OpJournal): Promise<
         });
       }
     }
+  }
+  // Each running stack's egress gateway finds its socket again: its relay dials per connection.
+  for (const stack of store.stacks()) {
+    if (stack.status !== "running" && stack.status !== "paused") continue;
+    const policy = egressPolicyOf(stack);
+    if (policy)
+      await attempt(`${stack.id}/egress`, () => ctx.egress.open(stack, parsedPolicy(policy)).then(() => {}));
   }
   const { removed, lost, thawed, interrupted, failed } = report;
   if (removed.length || lost.length || thawed.length || interrupted.length || failed.length)

@@ -52,6 +52,8 @@ export interface StackRecord {
   paused?: string[];
   /** The GPUs (UUIDs) the control plane gave each service; absent: none given. */
   gpus?: Record<string, string[]>;
+  /** The egress policy set while it runs (a change since its spec's); absent: its spec's. */
+  egressPolicy?: { allow: string[]; deny: string[] };
 }
 
 /** What a live version keeps of its processes, beside its volumes (on its host only). */

@@ -83,6 +83,8 @@ export interface ContainerSpecInput {
   fileSeeds?: Record<string, string>;
   /** The GPUs placement gave this service (UUIDs, or null), and how this host passes them. */
   gpus?: { assigned: string[] | null; mode: "cdi" | "nvidia" | "none" };
+  /** With an egress policy: the variables pointing HTTP clients at the stack's gateway. */
+  proxyEnv?: Record<string, string> | null;
 }
 
 /**
@@ -155,12 +157,14 @@ export function containerSpecFor(i: ContainerSpecInput): ContainerSpec {
         user: "0",
       }
     : { entrypoint: s.entrypoint, cmd: s.command, user: s.user };
-  const clock = i.clockDir ? clockMounts(i.clockDir, s.environment) : null;
+  // The egress gateway's variables where the service sets none of its own.
+  const environment = i.proxyEnv ? { ...i.proxyEnv, ...s.environment } : s.environment;
+  const clock = i.clockDir ? clockMounts(i.clockDir, environment) : null;
   return {
     name: `${stack.network}-${svc}`,
     image: s.image_pinned ?? s.image,
     ...command,
-    env: clock?.env ?? s.environment,
+    env: clock?.env ?? environment,
     workingDir: s.working_dir,
     hostname: s.hostname ?? svc,
     labels: i.labels({

@@ -16,6 +16,8 @@ import { pickSubnet } from "./subnet-allocator.ts";
 /** How long a reading of the engine's and the host's subnets is used before it is read again. */
 const USED_TTL_MS = 5000;
 const ATTEMPTS = 10;
+/** Where stack networks get their /24s unless denvd is told otherwise. */
+export const DEFAULT_SUBNET_POOL = "172.16.0.0/12";
 
 export class NetworkAllocator {
   private readonly runtime: ContainerRuntime;
@@ -27,7 +29,7 @@ export class NetworkAllocator {
 
   private readonly random: () => number;
 
-  constructor(runtime: ContainerRuntime, pool = "172.16.0.0/12", random: () => number = Math.random) {
+  constructor(runtime: ContainerRuntime, pool = DEFAULT_SUBNET_POOL, random: () => number = Math.random) {
     this.runtime = runtime;
     this.pool = pool;
     this.random = random;

@@ -4,6 +4,7 @@
  * so every concern lives in its own file and none holds another's state.
  */
 import { randomBytes } from "node:crypto";
+import type { EgressGateways } from "../egress/egress-gateways.ts";
 import type { ExecOptions, ExecResult, Executor } from "../exec/executor.ts";
 import type { StackRecord, StateStore, VersionRecord } from "../host/state-store.ts";
 import type { ContainerRuntime, Labels } from "../runtime/container-runtime.ts";
@@ -49,6 +50,15 @@ export interface DenvdOptions {
   log?: (message: string, context?: Record<string, unknown>) => void;
   /** Read the GPU inventory from this directory instead of the host (a test's fixture: gpu-inventory.ts). */
   gpuInventoryDir?: string;
+  /**
+   * Names the egress proxies answer before the host's resolver (name → IPv4 addresses): a site's
+   * internal mirror, or a test's own internet. A policy still decides whether a name is reached.
+   */
+  egressHosts?: Record<string, string[]>;
+  /** An egress connection idle this long is closed (default 120 s). */
+  egressIdleTimeoutMs?: number;
+  /** What one egress connection may send out (default 1 GiB). */
+  egressMaxUploadBytes?: number;
 }
 
 export interface StackContext {
@@ -61,6 +71,8 @@ export interface StackContext {
   readonly executor: Executor;
   readonly agents: AgentRegistry;
   readonly networks: NetworkAllocator;
+  /** The egress gateways of stacks whose egress is a policy. */
+  readonly egress: EgressGateways;
   log(message: string, context?: Record<string, unknown>): void;
   /** denvd's labels (owner, and the test marks) plus these. */
   labels(extra: Labels): Labels;

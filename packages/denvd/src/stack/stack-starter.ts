@@ -6,12 +6,14 @@
  */
 import type { ClockEvidence, HealthEvidence, ResolvedService, ServiceStartEvidence } from "@denv/protocol";
 import { clockDirFor, clockStartEvidence } from "../clock/stack-clock.ts";
+import { egressPolicyOf, proxyEnvironment } from "../egress/egress-gateways.ts";
 import { assertAgentNotRoot } from "../services/agent-root-check.ts";
 import { startInOrder } from "../services/service-health.ts";
 import { readBackCaps } from "./caps-readback.ts";
 import { containerSpecFor, type ServiceIdentity } from "./container-spec.ts";
 import { LABEL } from "./labels.ts";
 import type { StackContext } from "./stack-context.ts";
+import { startEgressGateway } from "./stack-egress-gateway.ts";
 import { writeStackSecrets } from "./stack-secrets.ts";
 import { seedFileSource } from "./stack-seeds.ts";
 
@@ -59,6 +61,14 @@ export async function startStack(
     );
   }
   await volumes;
+  // With an egress policy, its gateway runs before any service: a service's first command may
+  // already fetch through it.
+  await startEgressGateway(
+    ctx,
+    stack,
+    spec.networks ? Object.keys(spec.networks).map(networkName) : [],
+    stackLabels,
+  );
   const order = spec.start_order;
   // Each agent's socket exists before its container does (the container mounts its directory),
   // and each service's user and command are known: the agent starts the command as that user.
@@ -97,6 +107,7 @@ export async function startStack(
         secrets: secrets[svc],
         fileSeeds,
         gpus: { assigned: stack.gpus?.[svc] ?? null, mode: gpuMode },
+        proxyEnv: egressPolicyOf(stack) ? proxyEnvironment(spec) : null,
       }),
     );
   };

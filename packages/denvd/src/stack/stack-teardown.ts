@@ -35,6 +35,7 @@ export async function removeStackObjects(ctx: StackContext, stack: StackRecord):
 export async function teardownStack(ctx: StackContext, stack: StackRecord): Promise<void> {
   await removeStackObjects(ctx, stack);
   await ctx.agents.forget(stack);
+  await ctx.egress.close(stack.id);
   for (const ds of Object.values(stack.datasets)) {
     // An id no driver accepts was never created (a record from before names were checked).
     if (isSafeId(ds)) await ctx.storage.destroyDataset(ds);

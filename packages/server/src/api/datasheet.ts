@@ -205,7 +205,10 @@ export async function buildDatasheet(
     frozen_ms: evidence.frozen_ms ?? null,
     live: evidence.live ?? null,
     caps: Object.fromEntries(Object.entries(spec.services).map(([svc, s]) => [svc, s.caps])),
-    egress: spec.egress,
+    // A policy is written out whole: what the version's forks may reach is part of what it is.
+    egress: spec.egress_policy
+      ? `policy: allow ${spec.egress_policy.allow.join(", ") || "nothing"}${spec.egress_policy.deny.length ? `; deny ${spec.egress_policy.deny.join(", ")}` : ""}`
+      : spec.egress,
     agent: spec.agent?.service ?? null,
     verifier: spec.verifier
       ? { image: spec.verifier.image_pinned ?? spec.verifier.image ?? null, collect: spec.verifier.collect }

@@ -44,3 +44,13 @@ test("a build, the project's own files and file secrets are each refused, naming
     /^service web has file secrets \(key\), which are not carried to target prime yet/,
   );
 });
+
+test("an egress policy is refused on a hosted target, never run there as deny without a word", () => {
+  const s = spec(
+    "services:\n  web:\n    image: nginx:1\nx-denv:\n  kind: service\n  egress:\n    allow: [pkg.mirror.test]\n",
+  );
+  assert.match(
+    hostedServiceRefusal("e2b", "web", s) ?? "",
+    /^x-denv\.egress is a policy, which denv's egress proxy enforces on a denvd host: target e2b takes egress deny or allow/,
+  );
+});

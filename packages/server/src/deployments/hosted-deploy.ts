@@ -33,6 +33,9 @@ export function hostedServiceRefusal(target: string, name: string, spec: Resolve
     return `service ${name} mounts the project's own files (${seeded.map((v) => v.target).join(", ")}), which are not carried to target ${target} yet`;
   if (s.secrets?.length)
     return `service ${name} has file secrets (${s.secrets.map((x) => x.name).join(", ")}), which are not carried to target ${target} yet`;
+  // Enforced by denvd's proxy on the host: a hosted sandbox would run it as deny, saying nothing.
+  if (spec.egress_policy)
+    return `x-denv.egress is a policy, which denv's egress proxy enforces on a denvd host: target ${target} takes egress deny or allow`;
   return null;
 }
 

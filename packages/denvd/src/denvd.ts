@@ -24,7 +24,7 @@ import {
 } from "@denv/protocol";
 import { defaultClockLibrary } from "./clock/clock-state.ts";
 import { clockDirFor, holdStackClock, releaseStackClock } from "./clock/stack-clock.ts";
-import { EgressGateways } from "./egress/egress-gateways.ts";
+import { EgressGateways, egressPolicyOf } from "./egress/egress-gateways.ts";
 import type { EgressRecord } from "./egress/egress-proxy.ts";
 import { AgentExecutor } from "./exec/agent-executor.ts";
 import { EngineExecutor } from "./exec/engine-executor.ts";
@@ -271,9 +271,18 @@ export class Denvd {
     return setStackEgress(this.ctx, stackId, policy);
   }
 
-  /** The stack's egress log: every connection through its proxy. */
-  egressLog(stackId: string): { records: EgressRecord[]; dropped: number } {
-    return this.ctx.egress.readLog(this.stack(stackId).id);
+  /** The stack's egress policy now and its log: every connection through its proxy (the last `limit`). */
+  egressLog(
+    stackId: string,
+    limit?: number,
+  ): {
+    policy: { allow: string[]; deny: string[] } | null;
+    records: EgressRecord[];
+    earlier: number;
+    dropped: number;
+  } {
+    const stack = this.stack(stackId);
+    return { policy: egressPolicyOf(stack), ...this.ctx.egress.readLog(stack.id, limit) };
   }
 
   snapshot(

@@ -195,6 +195,34 @@ export const egressEvidence = z.object({
   ipv6: egress6Evidence.optional(),
 });
 
+/** One connection through an environment's egress proxy, as its egress log keeps it (docs/egress.md). */
+export const egressRecord = z.object({
+  at: z.string(),
+  /** The service that made it (by its address); null when none holds that address. */
+  service: z.string().nullable(),
+  client: z.string(),
+  kind: z.enum(["http", "connect"]),
+  /** host:port as the caller asked. */
+  destination: z.string(),
+  /** The address connected to (the proxy's own resolution); null when refused before one. */
+  address: z.string().nullable(),
+  allowed: z.boolean(),
+  rule: z.string().nullable(),
+  reason: z.string(),
+  /** What went wrong after the decision (no answer, a limit, closed by a policy change). */
+  error: z.string().optional(),
+  bytes_out: z.number().int().nonnegative(),
+  bytes_in: z.number().int().nonnegative(),
+  ms: z.number().nonnegative(),
+});
+export type EgressRecord = z.infer<typeof egressRecord>;
+
+/** An egress policy as kept and changed: rules (docs/egress.md has their grammar). */
+export const egressPolicySchema = z.object({
+  allow: z.array(z.string().max(300)).max(256),
+  deny: z.array(z.string().max(300)).max(256),
+});
+
 export const prepareEvidence = z.object({
   images: z.record(z.string(), z.object({ reference: z.string(), pulled: z.boolean() })),
   /** Volume name → dataset id. */

@@ -15,6 +15,8 @@ import {
   clockEvidence,
   collectEvidence,
   egressEvidence,
+  egressPolicySchema,
+  egressRecord,
   forkEvidence,
   gradeEvidence,
   healthEvidence,
@@ -468,6 +470,27 @@ export const OPERATIONS = {
     deadlineMs: 5 * 60_000,
     params: stack,
     result: z.object({ health: healthEvidence, ms: z.number() }),
+  },
+  /**
+   * A running stack's egress policy replaced (egress/egress-gateways.ts): the next connection
+   * follows it and open ones it no longer allows are closed (`closed` counts them).
+   */
+  set_egress: {
+    deadlineMs: 60_000,
+    params: stack.extend({ policy: egressPolicySchema }),
+    result: z.object({ closed: z.number().int().nonnegative() }),
+  },
+  /** The stack's egress policy now and its log's last `limit` records (oldest first). */
+  egress_log: {
+    deadlineMs: 30_000,
+    params: stack.extend({ limit: z.number().int().min(1).max(10_000).optional() }),
+    result: z.object({
+      policy: egressPolicySchema.nullable(),
+      records: z.array(egressRecord),
+      /** Records before these that are not returned (older), and those never kept (past the log's bound). */
+      earlier: z.number().int().nonnegative(),
+      dropped: z.number().int().nonnegative(),
+    }),
   },
   ...TRANSFER_OPERATIONS,
   status: {

@@ -839,6 +839,44 @@ export type PostV1EnvsByIdResumeResponse = {
   deployment_id?: string;
 };
 
+/** Replace a running environment's egress policy (one deployed with a policy): the next connection follows it, and open connections it no longer allows are closed — PATCH /v1/envs/{id}/egress */
+export type PatchV1EnvsByIdEgressResponse = {
+  policy: {
+    allow: Array<string>;
+    deny: Array<string>;
+  };
+  closed: number;
+};
+export type PatchV1EnvsByIdEgressBody = {
+  allow: Array<string>;
+  deny: Array<string>;
+};
+
+/** An environment's egress policy now and its egress log: every connection through its proxy, allowed or refused, with the rule that decided — GET /v1/envs/{id}/egress */
+export type GetV1EnvsByIdEgressResponse = {
+  policy: {
+    allow: Array<string>;
+    deny: Array<string>;
+  } | null;
+  records: Array<{
+    at: string;
+    service: string | null;
+    client: string;
+    kind: "http" | "connect";
+    destination: string;
+    address: string | null;
+    allowed: boolean;
+    rule: string | null;
+    reason: string;
+    error?: string;
+    bytes_out: number;
+    bytes_in: number;
+    ms: number;
+  }>;
+  earlier: number;
+  dropped: number;
+};
+
 /** Capture the live state as a new version (with live: every service's processes too, restored by its forks) — POST /v1/envs/{id}/snapshot */
 export type PostV1EnvsByIdSnapshotResponse = {
   id: string;
@@ -1782,6 +1820,8 @@ export const OPERATIONS = {
   getV1EnvsByIdDeployments: { method: "GET", path: "/v1/envs/{id}/deployments", params: ["id"], body: "none", response: "json" },
   postV1EnvsByIdPause: { method: "POST", path: "/v1/envs/{id}/pause", params: ["id"], body: "none", response: "json" },
   postV1EnvsByIdResume: { method: "POST", path: "/v1/envs/{id}/resume", params: ["id"], body: "none", response: "json" },
+  patchV1EnvsByIdEgress: { method: "PATCH", path: "/v1/envs/{id}/egress", params: ["id"], body: "json", response: "json" },
+  getV1EnvsByIdEgress: { method: "GET", path: "/v1/envs/{id}/egress", params: ["id"], body: "none", response: "json" },
   postV1EnvsByIdSnapshot: { method: "POST", path: "/v1/envs/{id}/snapshot", params: ["id"], body: "json", response: "json" },
   postV1EnvsByIdFork: { method: "POST", path: "/v1/envs/{id}/fork", params: ["id"], body: "json", response: "json" },
   postV1EnvsByIdRollback: { method: "POST", path: "/v1/envs/{id}/rollback", params: ["id"], body: "json", response: "json" },
@@ -1891,6 +1931,8 @@ export interface Operations {
   getV1EnvsByIdDeployments: { params: { id: string }; body: undefined; response: GetV1EnvsByIdDeploymentsResponse };
   postV1EnvsByIdPause: { params: { id: string }; body: undefined; response: PostV1EnvsByIdPauseResponse };
   postV1EnvsByIdResume: { params: { id: string }; body: undefined; response: PostV1EnvsByIdResumeResponse };
+  patchV1EnvsByIdEgress: { params: { id: string }; body: PatchV1EnvsByIdEgressBody; response: PatchV1EnvsByIdEgressResponse };
+  getV1EnvsByIdEgress: { params: { id: string }; body: undefined; response: GetV1EnvsByIdEgressResponse };
   postV1EnvsByIdSnapshot: { params: { id: string }; body: PostV1EnvsByIdSnapshotBody; response: PostV1EnvsByIdSnapshotResponse };
   postV1EnvsByIdFork: { params: { id: string }; body: PostV1EnvsByIdForkBody; response: PostV1EnvsByIdForkResponse };
   postV1EnvsByIdRollback: { params: { id: string }; body: PostV1EnvsByIdRollbackBody; response: PostV1EnvsByIdRollbackResponse };
@@ -2156,6 +2198,12 @@ export abstract class NamedOperations {
     /** Resume a paused environment (its processes carry on from their memory), or thaw one a verify froze for inspection — POST /v1/envs/{id}/resume */
     resume: (id: string, options?: CallOptions): Promise<PostV1EnvsByIdResumeResponse> =>
       this.call("postV1EnvsByIdResume", { params: { id }, ...options }),
+    /** Replace a running environment's egress policy (one deployed with a policy): the next connection follows it, and open connections it no longer allows are closed — PATCH /v1/envs/{id}/egress */
+    setEgress: (id: string, body: PatchV1EnvsByIdEgressBody, options?: CallOptions): Promise<PatchV1EnvsByIdEgressResponse> =>
+      this.call("patchV1EnvsByIdEgress", { params: { id }, body, ...options }),
+    /** An environment's egress policy now and its egress log: every connection through its proxy, allowed or refused, with the rule that decided — GET /v1/envs/{id}/egress */
+    egress: (id: string, options?: CallOptions): Promise<GetV1EnvsByIdEgressResponse> =>
+      this.call("getV1EnvsByIdEgress", { params: { id }, ...options }),
     /** Capture the live state as a new version (with live: every service's processes too, restored by its forks) — POST /v1/envs/{id}/snapshot */
     snapshot: (id: string, body?: PostV1EnvsByIdSnapshotBody, options?: CallOptions): Promise<PostV1EnvsByIdSnapshotResponse> =>
       this.call("postV1EnvsByIdSnapshot", { params: { id }, body: body ?? {}, ...options }),

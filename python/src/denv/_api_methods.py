@@ -91,6 +91,8 @@ ROUTES: dict[str, tuple[str, str]] = {
     "envs.deployments": ("GET", "/v1/envs/{id}/deployments"),
     "envs.pause": ("POST", "/v1/envs/{id}/pause"),
     "envs.resume": ("POST", "/v1/envs/{id}/resume"),
+    "envs.set_egress": ("PATCH", "/v1/envs/{id}/egress"),
+    "envs.egress": ("GET", "/v1/envs/{id}/egress"),
     "envs.snapshot": ("POST", "/v1/envs/{id}/snapshot"),
     "envs.fork": ("POST", "/v1/envs/{id}/fork"),
     "envs.rollback": ("POST", "/v1/envs/{id}/rollback"),
@@ -440,6 +442,14 @@ class EnvsMethods:
     def resume(self, id: str, *, query: dict[str, str | None] | None = None, timeout_s: float | None = None) -> _t.PostV1EnvsByIdResumeResponse:
         """Resume a paused environment (its processes carry on from their memory), or thaw one a verify froze for inspection — POST /v1/envs/{id}/resume"""
         return self._send("POST", f"/v1/envs/{_p(id)}/resume", query=query, timeout_s=timeout_s)
+
+    def set_egress(self, id: str, body: dict[str, Any], *, query: dict[str, str | None] | None = None, timeout_s: float | None = None) -> _t.PatchV1EnvsByIdEgressResponse:
+        """Replace a running environment's egress policy (one deployed with a policy): the next connection follows it, and open connections it no longer allows are closed — PATCH /v1/envs/{id}/egress"""
+        return self._send("PATCH", f"/v1/envs/{_p(id)}/egress", body=body, query=query, timeout_s=timeout_s)
+
+    def egress(self, id: str, *, query: dict[str, str | None] | None = None, timeout_s: float | None = None) -> _t.GetV1EnvsByIdEgressResponse:
+        """An environment's egress policy now and its egress log: every connection through its proxy, allowed or refused, with the rule that decided — GET /v1/envs/{id}/egress"""
+        return self._send("GET", f"/v1/envs/{_p(id)}/egress", query=query, timeout_s=timeout_s)
 
     def snapshot(self, id: str, body: dict[str, Any] | None = None, *, query: dict[str, str | None] | None = None, timeout_s: float | None = None) -> _t.PostV1EnvsByIdSnapshotResponse:
         """Capture the live state as a new version (with live: every service's processes too, restored by its forks) — POST /v1/envs/{id}/snapshot"""

@@ -376,6 +376,39 @@ class GetV1EnvsByIdDeploymentsResponse(TypedDict):
     deployments: list[PostV1ProjectsByIdDeployResponse]
 
 
+class PatchV1EnvsByIdEgressResponsePolicy(TypedDict):
+    allow: list[str]
+    deny: list[str]
+
+
+class PatchV1EnvsByIdEgressResponse(TypedDict):
+    policy: PatchV1EnvsByIdEgressResponsePolicy
+    closed: int
+
+
+class GetV1EnvsByIdEgressResponseRecordsItem(TypedDict):
+    at: str
+    service: str | None
+    client: str
+    kind: Literal["http", "connect"]
+    destination: str
+    address: str | None
+    allowed: bool
+    rule: str | None
+    reason: str
+    error: NotRequired[str]
+    bytes_out: int
+    bytes_in: int
+    ms: float
+
+
+class GetV1EnvsByIdEgressResponse(TypedDict):
+    policy: PatchV1EnvsByIdEgressResponsePolicy | None
+    records: list[GetV1EnvsByIdEgressResponseRecordsItem]
+    earlier: int
+    dropped: int
+
+
 class PostV1VersionsByIdForksResponseForksItemError(TypedDict):
     code: str
     message: str

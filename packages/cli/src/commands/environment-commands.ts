@@ -8,6 +8,7 @@ import type { Command } from "commander";
 import { runOracle } from "../harbor/oracle.ts";
 import { ageOf, printJson, printTable, progressReporter, UsageError } from "../output.ts";
 import { follow, liveOf, printPhaseLog, run, warnOutsideVolumes } from "./command-runner.ts";
+import { registerEgressCommand } from "./egress-command.ts";
 
 type Deployment = Operations["getV1DeploymentsById"]["response"];
 
@@ -360,6 +361,7 @@ export function registerEnvironmentCommands(program: Command): void {
       return 0;
     }),
   );
+  registerEgressCommand(env);
   const ep = env
     .command("pause")
     .description(

@@ -200,17 +200,28 @@ export class EgressGateways {
     });
   }
 
-  /** The stack's egress log: its records, oldest first, and how many were not kept. */
-  readLog(stackId: string): { records: EgressRecord[]; dropped: number } {
+  /**
+   * The stack's egress log: its last `limit` records, oldest first, how many earlier ones there
+   * are, and how many were never kept. A line that is not a record (a write a crash cut short) is
+   * skipped.
+   */
+  readLog(stackId: string, limit = 10_000): { records: EgressRecord[]; earlier: number; dropped: number } {
     let text = "";
     try {
       text = readFileSync(this.logPath(stackId), "utf8");
     } catch {}
-    const records = text
-      .split("\n")
-      .filter(Boolean)
-      .map((l) => JSON.parse(l) as EgressRecord);
-    return { records, dropped: this.gateways.get(stackId)?.dropped ?? 0 };
+    const lines = text.split("\n").filter(Boolean);
+    const records: EgressRecord[] = [];
+    for (const l of lines.slice(-limit)) {
+      try {
+        records.push(JSON.parse(l) as EgressRecord);
+      } catch {}
+    }
+    return {
+      records,
+      earlier: Math.max(0, lines.length - limit),
+      dropped: this.gateways.get(stackId)?.dropped ?? 0,
+    };
   }
 
   /** The gateway container of a stack: the relay alone, root with no capability, read-only, small. */

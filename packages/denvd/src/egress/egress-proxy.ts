@@ -18,6 +18,7 @@ import { lookup } from "node:dns/promises";
 import { createServer, type IncomingMessage, request, type Server, type ServerResponse } from "node:http";
 import { connect as netConnect, type Socket } from "node:net";
 import type { Duplex } from "node:stream";
+import type { EgressRecord } from "@denv/protocol";
 import {
   decideEgress,
   type EgressDecision,
@@ -31,25 +32,8 @@ export const DEFAULT_IDLE_TIMEOUT_MS = 120_000;
 export const DEFAULT_MAX_UPLOAD_BYTES = 1024 ** 3;
 const CONNECT_TIMEOUT_MS = 10_000;
 
-/** One connection through the proxy, as the environment's egress log keeps it. */
-export interface EgressRecord {
-  at: string;
-  service: string | null;
-  client: string;
-  kind: "http" | "connect";
-  /** host:port as the caller asked. */
-  destination: string;
-  /** The address connected to (the proxy's own resolution); null when refused before one. */
-  address: string | null;
-  allowed: boolean;
-  rule: string | null;
-  reason: string;
-  /** What went wrong after the decision (no answer, a reset, a limit), if anything. */
-  error?: string;
-  bytes_out: number;
-  bytes_in: number;
-  ms: number;
-}
+/** One connection through the proxy, as the environment's egress log keeps it (the protocol's type). */
+export type { EgressRecord };
 
 export interface EgressProxyOptions {
   /** The policy now: read per connection, so a change applies to the next one. */

@@ -104,6 +104,8 @@ export function operationHandlers(denvd: Denvd, hooks: HandlerHooks): OperationH
     warm: (p) => denvd.warm(p.stack_id),
     pause: (p) => denvd.pause(p.stack_id),
     unpause: (p) => denvd.unpause(p.stack_id),
+    set_egress: (p) => denvd.setEgress(p.stack_id, p.policy),
+    egress_log: async (p) => denvd.egressLog(p.stack_id, p.limit),
     snapshot: async (p) => {
       const r = await denvd.snapshot(p.stack_id, {
         ...(p.new_version_id ? { versionId: p.new_version_id } : {}),

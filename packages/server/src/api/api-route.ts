@@ -23,7 +23,7 @@ export interface ApiRoute<
   B extends z.ZodType | undefined = z.ZodType | undefined,
   Q extends z.ZodType | undefined = z.ZodType | undefined,
 > {
-  method: "get" | "post" | "put" | "delete";
+  method: "get" | "post" | "put" | "patch" | "delete";
   /** OpenAPI style: /v1/envs/{id}. */
   path: string;
   /**

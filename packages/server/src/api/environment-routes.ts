@@ -1,4 +1,5 @@
 /** Environments and their versions: list, read, destroy, snapshot, rollback, verify, fork. */
+import { egressPolicySchema, egressRecord } from "@denv/protocol";
 import { z } from "zod";
 import { fanOut, forkEnvironment } from "../environments/environment-creation.ts";
 import { deploymentById, environmentDeployments } from "../store/deployment-store.ts";
@@ -125,6 +126,48 @@ export const environmentRoutes: ApiRoute[] = [
       const e = await deps.deployer.resume(await envOf(c));
       return c.json(await serializeEnvironment(deps.store, deps.secrets, e));
     },
+  }),
+  route({
+    method: "patch",
+    path: "/v1/envs/{id}/egress",
+    name: "envs.setEgress",
+    summary:
+      "Replace a running environment's egress policy (one deployed with a policy): the next connection follows it, and open connections it no longer allows are closed",
+    body: egressPolicySchema,
+    response: z.object({
+      policy: egressPolicySchema,
+      /** Open connections the new policy closed. */
+      closed: z.number().int(),
+    }),
+    auth: true,
+    handler: async (c, { body }) => {
+      const r = await c.var.deps.deployer.setEgress(await envOf(c), body);
+      return c.json({ policy: r.policy, closed: r.closed });
+    },
+  }),
+  route({
+    method: "get",
+    path: "/v1/envs/{id}/egress",
+    name: "envs.egress",
+    summary:
+      "An environment's egress policy now and its egress log: every connection through its proxy, allowed or refused, with the rule that decided",
+    query: z.object({
+      limit: z.coerce
+        .number()
+        .int()
+        .min(1)
+        .max(10_000)
+        .optional()
+        .describe("the last N records (default 10000)"),
+    }),
+    response: z.object({
+      policy: egressPolicySchema.nullable(),
+      records: z.array(egressRecord),
+      earlier: z.number().int(),
+      dropped: z.number().int(),
+    }),
+    auth: true,
+    handler: async (c, { query }) => c.json(await c.var.deps.deployer.egress(await envOf(c), query.limit)),
   }),
   route({
     method: "post",

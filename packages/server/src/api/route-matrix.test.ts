@@ -86,6 +86,13 @@ const handlers: DoubleHandlers = {
   rollback: () => ({ health, ms: 7 }),
   pause: () => ({ services: { box: { checkpoint_bytes: 4096, dump_ms: 3 } }, ms: 4 }),
   unpause: () => ({ health, ms: 5 }),
+  set_egress: () => ({ closed: 1 }),
+  egress_log: () => ({
+    policy: { allow: ["pkg.mirror.test"], deny: [] },
+    records: [],
+    earlier: 0,
+    dropped: 0,
+  }),
   destroy: () => ({}),
   exec: (p: OpCheckedParams<"exec">, streams: (id: number) => Duplex) => {
     streams(p.stdout_stream).write("hello\n");
@@ -602,6 +609,12 @@ const CASES: Record<string, Case> = {
   // alpha runs: nothing a verify froze to thaw (e2e/verify-resume covers a real thaw).
   "post /v1/envs/{id}/resume": { path: () => `/v1/envs/${a.env}/resume`, status: 409 },
   "post /v1/envs/{id}/pause": { path: () => `/v1/envs/${a.napper}/pause`, status: 200 },
+  "patch /v1/envs/{id}/egress": {
+    path: () => `/v1/envs/${a.env}/egress`,
+    body: () => ({ allow: ["PKG.Mirror.Test."], deny: [] }),
+    status: 200,
+  },
+  "get /v1/envs/{id}/egress": { path: () => `/v1/envs/${a.env}/egress`, query: "?limit=10", status: 200 },
   "post /v1/envs/{id}/verify": {
     path: () => `/v1/envs/${a.env}/verify`,
     body: () => ({ resume: true }),
@@ -999,6 +1012,30 @@ test("a version reference that names nothing says which noun was meant", async (
   assert.match(message(none), /^no version or environment shop\/beta: name a version/);
   const diff = await call("GET", `/v1/envs/${a.env}/diff?against=ver_nope`, { key: keyA });
   assert.match(message(diff), /^no version ver_nope/, "diff's against names a version");
+});
+
+test("an egress change is checked before it reaches the host: a bad rule is refused naming its place; a good one goes normalised", async () => {
+  const calls = double.calls.length;
+  const bad = await call("PATCH", `/v1/envs/${a.env}/egress`, {
+    key: keyA,
+    body: JSON.stringify({ allow: ["pkg.mirror.test", "*"], deny: ["pkg.mіrror.test"] }),
+  });
+  assert.equal(bad.status, 400);
+  const message = (JSON.parse(bad.text) as { error: { message: string } }).error.message;
+  assert.match(message, /allow\[1\]: "\*": "\*" alone is every name/);
+  assert.match(message, /deny\[0\]: .* is not ASCII/);
+  assert.equal(double.calls.length, calls, "nothing reached the host");
+  const good = await call("PATCH", `/v1/envs/${a.env}/egress`, {
+    key: keyA,
+    body: JSON.stringify({ allow: ["PKG.Mirror.Test.", "pkg.mirror.test"], deny: [] }),
+  });
+  assert.equal(good.status, 200);
+  assert.deepEqual(JSON.parse(good.text), { policy: { allow: ["pkg.mirror.test"], deny: [] }, closed: 1 });
+  const sent = double.calls.filter((c) => c.method === "set_egress").at(-1);
+  assert.deepEqual((sent?.params as { policy?: unknown } | undefined)?.policy, {
+    allow: ["pkg.mirror.test"],
+    deny: [],
+  });
 });
 
 test("a host's log lines are checked on arrival: one that is not a log line ends the answer with unavailable", async () => {

@@ -4,6 +4,7 @@
  * (deployment-runner.ts). One module per kind: deploy, fork, snapshot, rollback, verify, destroy,
  * and the recovery of deployments a stopped server left running.
  */
+
 import type { BuildContexts } from "../build-contexts.ts";
 import type { Admission } from "../placement/admission.ts";
 import { deploymentById } from "../store/deployment-store.ts";
@@ -20,6 +21,7 @@ import {
   type Launched,
 } from "./deployment-runner.ts";
 import { runDestroy } from "./destroy-kind.ts";
+import { type EgressPolicy, readEgress, runSetEgress } from "./egress-change.ts";
 import { type ForkOptions, runFork } from "./fork-kind.ts";
 import { syncHostStatuses } from "./host-sync.ts";
 import { IdlePauses } from "./idle-pause.ts";
@@ -101,6 +103,16 @@ export class Deployer {
   /** Pause that keeps memory (resume-kind.ts); answers it paused. */
   pause(env: EnvironmentsTable): Promise<EnvironmentsTable> {
     return runPause(this.runner, env);
+  }
+
+  /** An environment's egress policy replaced while it runs (egress-change.ts). */
+  setEgress(env: EnvironmentsTable, policy: EgressPolicy) {
+    return runSetEgress(this.runner, env, policy);
+  }
+
+  /** An environment's egress policy now and its log. */
+  egress(env: EnvironmentsTable, limit?: number) {
+    return readEgress(this.runner, env, limit);
   }
 
   /**

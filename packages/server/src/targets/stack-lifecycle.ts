@@ -82,6 +82,8 @@ export type StartOutcome = OpResult<"start">;
 export type WarmOutcome = OpResult<"warm">;
 export type PauseOutcome = OpResult<"pause">;
 export type UnpauseOutcome = OpResult<"unpause">;
+export type SetEgressOutcome = OpResult<"set_egress">;
+export type EgressLogOutcome = OpResult<"egress_log">;
 export type HealthOutcome = OpResult<"check_health">;
 export type SnapshotOutcome = OpResult<"snapshot">;
 export type ForkOutcome = OpResult<"fork">;
@@ -142,6 +144,10 @@ export interface StackLifecycle extends HostPresence {
   pause(at: StackRef): Promise<PauseOutcome>;
   /** A paused stack's services started again from their checkpoints, healthy. */
   unpause(at: StackRef): Promise<UnpauseOutcome>;
+  /** A running stack's egress policy replaced; open connections it no longer allows are closed. */
+  setEgress(at: StackRef, policy: { allow: string[]; deny: string[] }): Promise<SetEgressOutcome>;
+  /** The stack's egress policy now and its log's last `limit` records. */
+  egressLog(at: StackRef, limit?: number): Promise<EgressLogOutcome>;
   diff(at: StackRef, req: DiffRequest): Promise<DiffOutcome>;
   /** Every volume's state digested; `holdClock` (default true) holds a frozen clock for it. */
   digestVolumes(at: StackRef, holdClock?: boolean): Promise<DigestOutcome>;

@@ -138,6 +138,14 @@ export class DenvdStacks implements StackLifecycle {
     return this.hosts.call(at.hostId, "unpause", stack(at));
   }
 
+  setEgress(at: StackRef, policy: { allow: string[]; deny: string[] }) {
+    return this.hosts.call(at.hostId, "set_egress", { ...stack(at), policy });
+  }
+
+  egressLog(at: StackRef, limit?: number) {
+    return this.hosts.call(at.hostId, "egress_log", { ...stack(at), ...(limit ? { limit } : {}) });
+  }
+
   diff(at: StackRef, req: DiffRequest) {
     return this.hosts.call(at.hostId, "diff", {
       ...stack(at),

@@ -207,6 +207,22 @@ print("closed" if s.recv(10) == b"" else "data", flush=True)
   );
 });
 
+test("a version taken after a change keeps it: its forks follow it, and a rollback to an earlier version takes that one's again", async () => {
+  const id = deployed.stack.id;
+  const { version } = await host.denvd.snapshot(id);
+  const fork = await host.denvd.fork(version.id, { name: "egress-changed" });
+  try {
+    assert.match(await fetchIn(fork.stack.id, "http://other.mirror.test/"), /^200 /);
+    assert.match(await fetchIn(fork.stack.id, "http://pkg.mirror.test/"), /^403 /);
+  } finally {
+    await host.denvd.destroy(fork.stack.id);
+  }
+  await host.denvd.rollback(id, deployed.version.id);
+  assert.equal(host.denvd.stack(id).egressPolicy, undefined);
+  assert.match(await fetchIn(id, "http://pkg.mirror.test/"), /^200 /);
+  assert.match(await fetchIn(id, "http://other.mirror.test/"), /^403 /);
+});
+
 test("the gateway holds no capability and is nothing the agent can exec into; destroy removes it and its socket", async () => {
   const id = deployed.stack.id;
   const gateways = await host.docker.listContainers({

@@ -90,6 +90,8 @@ export interface VersionRecord {
   createdAt: string;
   /** A live version's processes, kept on this host only (snapshots/live-capture.ts). */
   live?: LiveRecord;
+  /** The egress policy its stack had when it was taken, where one was set while it ran (its forks take it). */
+  egressPolicy?: { allow: string[]; deny: string[] };
 }
 
 /** `state.json`: the owner id, and records where an older denvd kept them there. */

@@ -125,6 +125,7 @@ export async function snapshotStack(
     clockMs,
     createdAt: new Date().toISOString(),
     ...(kept ? { live: kept } : {}),
+    ...(stack.egressPolicy ? { egressPolicy: stack.egressPolicy } : {}),
   };
   await ctx.store.putVersion(version);
   stack.versionId = versionId;

@@ -174,6 +174,7 @@ export async function forkStack(
     options.operationId,
     options.stackId,
     options.gpus,
+    version.egressPolicy,
   );
   try {
     // Held at the version's time while the fork starts and is checked: every fork is handed over
@@ -261,6 +262,9 @@ export async function rollbackStack(
   stack.spec = version.spec;
   stack.versionId = version.id;
   stack.containers = {};
+  // The egress policy is the version's too: the one set while it ran, else its file's.
+  if (version.egressPolicy) stack.egressPolicy = version.egressPolicy;
+  else delete stack.egressPolicy;
   // The restored stack runs again: nothing of it is frozen or paused any more.
   delete stack.frozen;
   delete stack.paused;
@@ -319,6 +323,8 @@ async function newStackRecord(
   operationId: string | undefined,
   chosenId: string | undefined,
   gpus?: Record<string, string[]>,
+  /** The policy its version's stack had set while it ran (a fork keeps it). */
+  egressPolicy?: { allow: string[]; deny: string[] },
 ): Promise<StackRecord> {
   if (chosenId && ctx.store.stack(chosenId))
     throw new DenvError("conflict", `a stack ${chosenId} already exists on this host`);
@@ -336,6 +342,7 @@ async function newStackRecord(
     operationId: operationId ?? newId("op"),
     createdAt: new Date().toISOString(),
     ...(gpus && Object.keys(gpus).length ? { gpus } : {}),
+    ...(egressPolicy ? { egressPolicy } : {}),
   };
   // Recorded before anything exists, so a crash at any later point is found and cleaned up.
   await ctx.store.putStack(stack);

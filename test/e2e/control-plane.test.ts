@@ -512,13 +512,14 @@ describe("API surface", () => {
           "/v1/members/{id}": { role: "member" },
           "post /v1/versions/{id}/replicas": { host: "host-x" },
           "put /v1/versions/{id}/replicas": { copies: 1 },
+          "/v1/envs/{id}/egress": { allow: [], deny: [] },
         };
         // A query the route accepts too (the file routes need a path).
         const query = r.query ? "?path=/x" : "";
         const res = await api(
           r.method.toUpperCase(),
           path + query,
-          r.method === "put" || r.method === "post"
+          r.method === "put" || r.method === "post" || r.method === "patch"
             ? (valid[`${r.method} ${r.path}`] ?? valid[r.path] ?? body)
             : undefined,
           otherTeamKey,

@@ -6,6 +6,9 @@
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { ALL_TRAFFIC, Sandbox } from "e2b";
 import { cliRunner } from "../harness/cli-runner.ts";
 import { keyWithRole, type Lab, openLab } from "../harness/lab.ts";
 import { startTestInternet, type TestInternet } from "../harness/test-internet.ts";
@@ -129,4 +132,70 @@ test("a bad rule is refused naming it, a read-only key may read but not change, 
     lab.keyB,
   );
   assert.equal(stolen.status, 404);
+});
+
+test("through MCP (the real SDK): set_egress replaces the policy, egress_log reads it back with the last connections", async () => {
+  const client = new Client({ name: "denv-test", version: "1" });
+  await client.connect(
+    new StreamableHTTPClientTransport(new URL(`${lab.server.url}/v1/mcp`), {
+      requestInit: { headers: { authorization: `Bearer ${lab.keyA}` } },
+    }),
+  );
+  try {
+    const set = (await client.callTool({
+      name: "set_egress",
+      arguments: { environment: "egress/alpha", allow: ["pkg.mirror.test"] },
+    })) as { isError?: boolean; structuredContent?: { policy: unknown; closed: number } };
+    assert.ok(!set.isError, JSON.stringify(set));
+    assert.deepEqual(set.structuredContent?.policy, { allow: ["pkg.mirror.test"], deny: [] });
+    assert.match(await fetchIn("http://pkg.mirror.test/"), /^200$/);
+    const log = (await client.callTool({
+      name: "egress_log",
+      arguments: { environment: "egress/alpha" },
+    })) as {
+      structuredContent?: { policy: unknown; records: { destination: string; allowed: boolean }[] };
+    };
+    assert.deepEqual(log.structuredContent?.policy, { allow: ["pkg.mirror.test"], deny: [] });
+    assert.deepEqual(log.structuredContent?.records.at(-1), {
+      ...log.structuredContent?.records.at(-1),
+      destination: "pkg.mirror.test:80",
+      allowed: true,
+    });
+    const bad = (await client.callTool({
+      name: "set_egress",
+      arguments: { environment: "egress/alpha", allow: ["*"] },
+    })) as { isError?: boolean; content: { text?: string }[] };
+    assert.equal(bad.isError, true);
+    assert.match(JSON.stringify(bad.content), /alone is every name/);
+  } finally {
+    await client.close();
+  }
+});
+
+test("through E2B's SDK: a sandbox of the version takes its policy, and updateNetwork replaces it; one without a policy is refused, saying why", async () => {
+  const env = await lab.api("GET", "/v1/envs/egress%2Falpha");
+  const opts = { apiKey: lab.keyA, apiUrl: `${lab.server.url}/e2b`, sandboxUrl: `${lab.server.url}/e2b` };
+  const sbx = await Sandbox.create(env.data.current_version_id as string, opts);
+  try {
+    await sbx.files.write("/tmp/fetch.py", FETCH);
+    const fetch = async (url: string) =>
+      (await sbx.commands.run(`python3 /tmp/fetch.py ${url}`)).stdout.trim();
+    assert.match(await fetch("http://pkg.mirror.test/"), /^200$/);
+    assert.match(await fetch("http://other.mirror.test/"), /^403 /);
+    await sbx.updateNetwork({ allowOut: ["other.mirror.test"], denyOut: [ALL_TRAFFIC] });
+    assert.match(await fetch("http://other.mirror.test/"), /^200$/);
+    assert.match(await fetch("http://pkg.mirror.test/"), /^403 /);
+    await assert.rejects(sbx.updateNetwork({ allowOut: [ALL_TRAFFIC] }), /whole internet/);
+  } finally {
+    await sbx.kill();
+  }
+  const plain = await Sandbox.create("127.0.0.1:5000/denv/opsbox:bookworm", opts);
+  try {
+    await assert.rejects(
+      plain.updateNetwork({ allowOut: ["pkg.mirror.test"], denyOut: [ALL_TRAFFIC] }),
+      /deployed with egress (deny|allow): only an environment deployed with an egress policy/,
+    );
+  } finally {
+    await plain.kill();
+  }
 });

@@ -51,6 +51,52 @@ export function registerReadTools(server: McpServer, client: DenvClient): void {
   );
 
   server.registerTool(
+    "egress_log",
+    {
+      title: "An environment's egress log",
+      description:
+        "An environment's egress policy now and its last connections through its egress proxy: the service, the destination, allowed or refused and by which rule, bytes each way.",
+      inputSchema: { environment },
+      outputSchema: {
+        policy: z.object({ allow: z.array(z.string()), deny: z.array(z.string()) }).nullable(),
+        records: z.array(
+          z.object({
+            at: z.string(),
+            service: z.string().nullable(),
+            destination: z.string(),
+            allowed: z.boolean(),
+            rule: z.string().nullable(),
+            reason: z.string(),
+            bytes_out: z.number(),
+            bytes_in: z.number(),
+          }),
+        ),
+        earlier: z.number(),
+      },
+      annotations: { readOnlyHint: true, openWorldHint: false },
+    },
+    ({ environment: env }) =>
+      guarded(async () => {
+        const r = await client.envs.egress(env);
+        const last = r.records.slice(-200);
+        return {
+          policy: r.policy,
+          records: last.map((x) => ({
+            at: x.at,
+            service: x.service,
+            destination: x.destination,
+            allowed: x.allowed,
+            rule: x.rule,
+            reason: x.reason,
+            bytes_out: x.bytes_out,
+            bytes_in: x.bytes_in,
+          })),
+          earlier: r.earlier + r.records.length - last.length,
+        };
+      }),
+  );
+
+  server.registerTool(
     "list_environments",
     {
       title: "List environments",

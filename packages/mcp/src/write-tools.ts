@@ -275,6 +275,35 @@ export function registerWriteTools(server: McpServer, client: DenvClient): void 
         guarded(async () => envResult((await call(args.environment)) as Parameters<typeof envResult>[0])),
     );
 
+  // An environment's egress policy (one deployed with a policy): read with its log, or replaced.
+  const rules = z.array(z.string().min(1).max(300)).max(256);
+  const policyOut = { allow: z.array(z.string()), deny: z.array(z.string()) };
+  server.registerTool(
+    "set_egress",
+    {
+      title: "Change an environment's egress policy",
+      description:
+        "Replaces the destinations a running environment may reach through its egress proxy (names, *.name wildcards, a.b.c.d[/len], each [:port]; without a port 80 and 443; deny wins). The next connection follows it and open connections it no longer allows are closed. Only an environment deployed with an egress policy takes one.",
+      inputSchema: {
+        environment,
+        allow: rules.describe("Destinations to allow"),
+        deny: rules.optional().describe("Destinations to refuse, whatever allows them"),
+      },
+      outputSchema: { policy: z.object(policyOut), closed: z.number() },
+      annotations: {
+        readOnlyHint: false,
+        destructiveHint: false,
+        idempotentHint: true,
+        openWorldHint: false,
+      },
+    },
+    (args) =>
+      guarded(async () => {
+        const r = await client.envs.setEgress(args.environment, { allow: args.allow, deny: args.deny ?? [] });
+        return { policy: r.policy, closed: r.closed };
+      }),
+  );
+
   server.registerTool(
     "verify",
     {

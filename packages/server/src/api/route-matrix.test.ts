@@ -1129,6 +1129,7 @@ test("E2B's routes: no key and a bad key 401, another team's key 404 and an empt
     ["POST", `/sandboxes/${id}/fork`, { count: 1 }],
     ["POST", `/sandboxes/${id}/snapshots`, { name: "s1" }],
     ["POST", `/sandboxes/${id}/pause`, {}],
+    ["PUT", `/sandboxes/${id}/network`, { allowOut: ["pkg.mirror.test"] }],
     ["POST", `/sandboxes/${id}/resume`, {}],
     ["GET", "/snapshots"],
   ];
@@ -1312,6 +1313,7 @@ test("E2B's and envd's routes by role: read-only keys read and are refused every
     "POST /sandboxes/:id/timeout": { timeout: 60 },
     "POST /sandboxes/:id/fork": { count: 1 },
     "POST /sandboxes/:id/snapshots": { name: "by-role" },
+    "PUT /sandboxes/:id/network": { allowOut: ["pkg.mirror.test"], denyOut: ["0.0.0.0/0"] },
   };
   const controlCall = (op: string, key: string, id: string) => {
     const [method, path] = op.split(" ") as [string, string];

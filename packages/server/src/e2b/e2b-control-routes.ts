@@ -3,6 +3,7 @@
  * timeout, connect, and fork (denv's extension: the sandbox snapshotted as it is, then forked). The
  * key comes in X-API-Key; every action is a /v1 call in process as that key.
  */
+
 import { randomBytes } from "node:crypto";
 import type { Context, Hono } from "hono";
 import { allows, refusal, tokenAccessOf } from "../people/access-rules.ts";
@@ -34,6 +35,7 @@ import {
 } from "./e2b-context.ts";
 import { E2B_CONTROL_OPERATIONS, type E2bControlOperation, pathOf } from "./e2b-operations.ts";
 import { responseError } from "./envd-processes.ts";
+import { egressFromE2bNetwork } from "./sandbox-network.ts";
 import { type PauseDeps, pauseSandbox, resumeSandbox } from "./sandbox-pause.ts";
 
 /** E2B's error body: {code, message}. */
@@ -350,6 +352,29 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
     if (s.paused_version_id)
       return e2bError(409, `sandbox ${sandboxIdOf(s.environment_id)} is already paused`);
     await pauseSandbox(pausing, s, key.id, { memory: body.memory !== false });
+    return c.body(null, 204);
+  });
+
+  /**
+   * Network update: the sandbox's egress policy replaced through /v1 as the caller (so its role and
+   * team are checked there); only a sandbox whose template has an egress policy takes one.
+   */
+  on("PUT /sandboxes/:id/network", async (c, key) => {
+    const s = await pathSandbox(c, key);
+    const policy = egressFromE2bNetwork(await boundedJson(c.req));
+    if ("error" in policy) return e2bError(400, policy.error);
+    const res = await pausing.v1(key.id, `/v1/envs/${s.environment_id}/egress`, {
+      method: "PATCH",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(policy),
+    });
+    if (!res.ok) {
+      const e = ((await res.json().catch(() => ({}))) as { error?: { message?: string } }).error;
+      return e2bError(
+        res.status === 403 ? 403 : res.status === 404 ? 404 : res.status === 409 ? 409 : 400,
+        e?.message ?? `HTTP ${res.status}`,
+      );
+    }
     return c.body(null, 204);
   });
 

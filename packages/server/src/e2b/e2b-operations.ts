@@ -17,6 +17,8 @@ export const E2B_CONTROL_OPERATIONS = {
   "DELETE /sandboxes/:id": "change",
   "POST /sandboxes/:id/timeout": "change",
   "POST /sandboxes/:id/pause": "change",
+  /** Its egress policy replaced (sandbox-network.ts). */
+  "PUT /sandboxes/:id/network": "change",
   /**
    * Connect hands back the sandbox (with the caller's own token); a read-only caller's connect
    * neither resumes a paused sandbox nor lengthens a running one's timeout (both need change).

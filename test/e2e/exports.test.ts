@@ -130,34 +130,51 @@ test("export --openenv: the image passes openenv validate's six criteria; a WS s
     ["build", "-q", "-t", tag, dir],
     { env: { ...process.env, DOCKER_BUILDKIT: "0" } },
   );
-  const port = await freePort();
-  const name = `openenv-${port}`;
   // The exported image is the user's OpenEnv provider, not a denv environment: it reaches the
-  // denv server (here on this machine's loopback) the way a provider would.
-  await promisify(execFile)("docker", [
-    "run",
-    "-d",
-    "--name",
-    name,
-    "--network",
-    "host",
-    "-e",
-    `DENV_SERVER=${lab.server.url}`,
-    "-e",
-    `DENV_API_KEY=${lab.keyA}`,
-    "-e",
-    `PORT=${port}`,
-    tag,
-  ]);
-  try {
-    const base = `http://127.0.0.1:${port}`;
-    const up = await waitFor("the server to answer /health", () =>
-      fetch(`${base}/health`).then(
+  // denv server (here on this machine's loopback) the way a provider would. On the host's network
+  // the port it was given may be taken by another process before it binds (a CI run met a server
+  // that never answered): a server that exits is seen at once, with its last words, and started
+  // again on another port.
+  let port = 0;
+  let name = "";
+  for (let attempt = 1; ; attempt++) {
+    port = await freePort();
+    name = `openenv-${port}`;
+    await promisify(execFile)("docker", [
+      "run",
+      "-d",
+      "--name",
+      name,
+      "--network",
+      "host",
+      "-e",
+      `DENV_SERVER=${lab.server.url}`,
+      "-e",
+      `DENV_API_KEY=${lab.keyA}`,
+      "-e",
+      `PORT=${port}`,
+      tag,
+    ]);
+    const state = await waitFor("the server to answer /health, or to exit", async () => {
+      const health = await fetch(`http://127.0.0.1:${port}/health`).then(
         (x) => x.ok,
         () => false,
-      ),
+      );
+      if (health) return "up";
+      const { stdout } = await promisify(execFile)("docker", ["inspect", "-f", "{{.State.Running}}", name]);
+      return stdout.trim() === "false" ? "exited" : null;
+    });
+    if (state === "up") break;
+    const logs = await promisify(execFile)("docker", ["logs", "--tail", "20", name]).then(
+      (l) => l.stdout + l.stderr,
+      () => "",
     );
-    assert.ok(up, "the server did not answer /health");
+    await promisify(execFile)("docker", ["rm", "-f", name]).catch(() => {});
+    if (attempt >= 3 || !/address already in use|Errno 98/i.test(logs))
+      assert.fail(`the exported server exited before it answered /health:\n${logs}`);
+  }
+  try {
+    const base = `http://127.0.0.1:${port}`;
     // openenv validate --url's six criteria.
     const openapi = (await (await fetch(`${base}/openapi.json`)).json()) as any;
     assert.equal(typeof openapi.info.version, "string");

@@ -250,6 +250,7 @@ test("no key ever reaches a tool's answer, a resource, or a sandbox's environmen
 
 const READ_ONLY_TOOLS = [
   "diff_environment",
+  "egress_log",
   "get_deployment",
   "list_environments",
   "list_files",

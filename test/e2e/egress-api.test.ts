@@ -189,6 +189,14 @@ test("through E2B's SDK: a sandbox of the version takes its policy, and updateNe
   } finally {
     await sbx.kill();
   }
+  // Network rules on create would be a guess (open or closed): refused, saying what to do instead.
+  await assert.rejects(
+    Sandbox.create("127.0.0.1:5000/denv/opsbox:bookworm", {
+      ...opts,
+      network: { allowOut: ["pkg.mirror.test"], denyOut: [ALL_TRAFFIC] },
+    }),
+    /network rules on create are not served by denv/,
+  );
   const plain = await Sandbox.create("127.0.0.1:5000/denv/opsbox:bookworm", opts);
   try {
     await assert.rejects(

@@ -1296,6 +1296,19 @@ function envdRequest(op: string): { method: string; path: string; body?: Buffer 
   return { method, path, body: JSON.stringify(bodies[path] ?? {}) };
 }
 
+test("E2B's create with network rules is refused, never made open on allow_internet_access", async () => {
+  const r = await call("POST", "/e2b/v2/sandboxes", {
+    body: JSON.stringify({
+      templateID: "127.0.0.1:5000/denv/opsbox:bookworm",
+      allow_internet_access: true,
+      network: { allowOut: ["pkg.mirror.test"], denyOut: ["0.0.0.0/0"] },
+    }),
+    headers: { "x-api-key": keyA },
+  });
+  assert.equal(r.status, 400, r.text);
+  assert.match(r.text, /network rules on create are not served by denv/);
+});
+
 test("E2B's and envd's routes by role: read-only keys read and are refused every change, members do both, another team's key reaches nothing", async () => {
   const make = async (key: string) => {
     const r = await e2bOutcome(

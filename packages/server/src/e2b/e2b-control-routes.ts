@@ -171,6 +171,18 @@ export function mountControlRoutes(app: Hono, ctx: E2bContext): { sweep: () => P
         400,
         "volumeMounts are not served by denv: use a denv version whose volumes hold the data",
       );
+    // A create that restricts its network is refused rather than made open or closed on a guess: an
+    // egress policy comes from a template's file, and updateNetwork changes it (sandbox-network.ts).
+    const network = (body.network ?? {}) as Record<string, unknown>;
+    if (
+      ["allowOut", "denyOut", "rules", "egressProxy", "maskRequestHost"].some(
+        (f) => network[f] !== undefined && network[f] !== null,
+      )
+    )
+      return e2bError(
+        400,
+        "network rules on create are not served by denv: create from a template whose file has an egress policy (x-denv.egress), then updateNetwork changes it",
+      );
     // denv's default holds (no egress) unless the create asks for the internet.
     const egress = body.allow_internet_access === true ? "allow" : "deny";
     const version = await templateVersion(key, templateId);
